@@ -1,0 +1,87 @@
+// The interface every compute backend implements. The model description
+// (ModelConfig + ModelWeights) is shared; a backend decides only how the ops
+// execute and where the session state lives. The CPU backend (engine/cpu/) is
+// the reference; a CUDA backend plugs in as kernels/ + a factory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/model_config.h"
+#include "engine/model_weights.h"
+
+namespace drt {
+
+// Chunks chosen at one landmark for one group (drt-model.md, Forward pass 5),
+// best score first. Empty for chunk 0's landmark.
+struct Retrieval {
+  std::vector<int64_t> chunks;
+  std::vector<float> weights;  // softmax over the chosen scores
+};
+
+// Bytes a session holds, by kind. Everything but chunk_store and landmarks is
+// bounded independently of the context length.
+struct SessionMemory {
+  size_t window_bytes = 0;       // per-layer sliding-window K/V rings
+  size_t open_chunk_bytes = 0;   // lower-layer rows of the open chunk
+  size_t landmark_bytes = 0;     // one d-vector per closed chunk
+  size_t chunk_store_bytes = 0;  // K/V of closed chunks (may be shared by forks)
+  size_t selection_bytes = 0;    // current retrieval per group
+  size_t total() const {
+    return window_bytes + open_chunk_bytes + landmark_bytes + chunk_store_bytes + selection_bytes;
+  }
+};
+
+// Called for every landmark a session processes: the chunk whose landmark it
+// is, the group, and the selection made there.
+using RetrievalObserver = std::function<void(int64_t chunk, int64_t group, const Retrieval&)>;
+
+class BackendSession {
+ public:
+  virtual ~BackendSession() = default;
+
+  // Runs decoder positions `ids` (landmarks already inserted by the caller,
+  // one after every enc_chunk_size real tokens) starting at position().
+  // Writes the logits of rows `logit_rows` (indices into ids, never a
+  // landmark) to `logits` (logit_rows.size() x vocab_size). All or nothing:
+  // on error the session is unchanged.
+  virtual absl::Status Forward(absl::Span<const int32_t> ids,
+                               absl::Span<const int64_t> logit_rows,
+                               absl::Span<float> logits) = 0;
+
+  // Decoder positions processed so far (landmarks included).
+  virtual int64_t position() const = 0;
+  virtual int64_t num_chunks() const = 0;
+  virtual SessionMemory memory() const = 0;
+  // The selection currently in force for each group.
+  virtual std::vector<Retrieval> current_retrieval() const = 0;
+  virtual void set_retrieval_observer(RetrievalObserver observer) = 0;
+  // A copy that shares the closed chunks and copies the rest.
+  virtual absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual absl::StatusOr<std::unique_ptr<BackendSession>> NewSession() = 0;
+};
+
+struct CpuBackendOptions {
+  int num_threads = 0;  // 0: all cores
+  // Upper bound on decoder positions per internal forward batch; prefill
+  // memory is proportional to it, never to the prompt length.
+  int64_t max_segment_positions = 1024;
+};
+
+// The model must outlive the backend.
+std::unique_ptr<Backend> MakeCpuBackend(const ModelConfig& config, const ModelWeights& weights,
+                                        const CpuBackendOptions& options = {});
+
+}  // namespace drt

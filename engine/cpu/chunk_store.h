@@ -1,0 +1,58 @@
+// Append-only memory of closed chunks: per chunk its landmark vector (d) and
+// its GCA keys and values (rows x d each). Chunks live in fixed-capacity
+// blocks held by shared_ptr, so a forked session shares every closed chunk;
+// a block still shared is copied before it is written (copy on write), which
+// bounds a fork's cost by one block.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace drt::cpu {
+
+class ChunkStore {
+ public:
+  static constexpr int64_t kChunksPerBlock = 64;
+
+  ChunkStore(int64_t rows_per_chunk, int64_t width)
+      : rows_(rows_per_chunk), width_(width) {}
+
+  int64_t size() const { return size_; }
+  int64_t rows_per_chunk() const { return rows_; }
+  int64_t width() const { return width_; }
+
+  // Copies one chunk in: landmark [width], keys and values [rows x width].
+  void Append(const float* landmark, const float* keys, const float* values);
+
+  const float* landmark(int64_t chunk) const;
+  const float* keys(int64_t chunk) const;
+  const float* values(int64_t chunk) const;
+
+  // Landmarks of chunks [first, first + count) are contiguous when they lie in
+  // one block; Blocks() exposes them that way for scoring.
+  struct LandmarkSpan {
+    int64_t first_chunk;
+    int64_t count;
+    const float* landmarks;  // [count x width]
+  };
+  std::vector<LandmarkSpan> LandmarkSpans(int64_t num_chunks) const;
+
+  // Bytes of K/V and of landmarks held (shared blocks counted in full).
+  size_t kv_bytes() const;
+  size_t landmark_bytes() const;
+
+ private:
+  struct Block {
+    std::vector<float> landmarks, keys, values;
+    int64_t count = 0;
+  };
+  Block& WritableLastBlock();
+
+  int64_t rows_;
+  int64_t width_;
+  int64_t size_ = 0;
+  std::vector<std::shared_ptr<Block>> blocks_;
+};
+
+}  // namespace drt::cpu

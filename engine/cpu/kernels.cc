@@ -1,0 +1,225 @@
+#include "engine/cpu/kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace drt::cpu {
+namespace {
+
+// Softmax of one row in place; returns nothing, entries equal to -inf get 0.
+void SoftmaxRow(float* row, int64_t n) {
+  float max_value = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) max_value = std::max(max_value, row[j]);
+  float sum = 0.f;
+  for (int64_t j = 0; j < n; ++j) {
+    row[j] = std::exp(row[j] - max_value);
+    sum += row[j];
+  }
+  const float inv = 1.f / sum;
+  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+}
+
+// Rows of queries processed together in the window attention: one GEMM of
+// kQueryBlock x (window + kQueryBlock) per head instead of per-row dot loops.
+constexpr int64_t kQueryBlock = 64;
+
+}  // namespace
+
+void UseSingleThreadedBlas() { openblas_set_num_threads(1); }
+
+void Linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y,
+            int threads) {
+  if (n <= 0 || out <= 0) return;
+  threads = std::max(1, threads);
+  if (n >= 8 * threads) {
+    // Split rows of x: each thread computes a horizontal band of y.
+    const int64_t band = (n + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int t = 0; t < threads; ++t) {
+      const int64_t r0 = t * band;
+      const int64_t r1 = std::min(n, r0 + band);
+      if (r0 >= r1) continue;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, out, in, 1.f, x + r0 * in, in,
+                  w, in, 0.f, y + r0 * out, out);
+    }
+  } else {
+    // Few rows (decode): split the output features instead.
+    const int64_t band = (out + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int t = 0; t < threads; ++t) {
+      const int64_t c0 = t * band;
+      const int64_t c1 = std::min(out, c0 + band);
+      if (c0 >= c1) continue;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, c1 - c0, in, 1.f, x, in,
+                  w + c0 * in, in, 0.f, y + c0, out);
+    }
+  }
+}
+
+void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, float eps, float* y,
+             int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > 16)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * d;
+    float* yi = y + i * d;
+    double sum_sq = 0.0;
+    for (int64_t j = 0; j < d; ++j) sum_sq += static_cast<double>(xi[j]) * xi[j];
+    const float scale = static_cast<float>(1.0 / std::sqrt(sum_sq / d + eps));
+    for (int64_t j = 0; j < d; ++j) yi[j] = xi[j] * scale * weight[j];
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.f + std::exp(-g)) * up[i];
+  }
+}
+
+void AddInPlace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+float AlibiSlope(int64_t h, int64_t num_heads) {
+  const double base = std::pow(2.0, 8.0 / static_cast<double>(num_heads));
+  return static_cast<float>(1.0 / std::pow(base, static_cast<double>(h + 1)));
+}
+
+void WindowAttention(const float* q, int64_t n, const float* keys, const float* values,
+                     int64_t num_keys, int64_t num_heads, int64_t kv_heads, int64_t head_dim,
+                     int64_t window, float* out, int threads) {
+  const int64_t q_stride = num_heads * head_dim;
+  const int64_t kv_stride = kv_heads * head_dim;
+  const int64_t heads_per_kv = num_heads / kv_heads;
+  const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t first_query_key = num_keys - n;
+  const int64_t num_blocks = (n + kQueryBlock - 1) / kQueryBlock;
+  const int64_t tasks = num_blocks * num_heads;
+
+#pragma omp parallel for num_threads(threads) schedule(dynamic) if (tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t block = task / num_heads;
+    const int64_t h = task % num_heads;
+    const int64_t kvh = h / heads_per_kv;
+    const float slope = AlibiSlope(h, num_heads);
+    const int64_t i0 = block * kQueryBlock;
+    const int64_t i1 = std::min(n, i0 + kQueryBlock);
+    const int64_t rows = i1 - i0;
+    // Keys seen by any query of the block.
+    const int64_t k0 = std::max<int64_t>(0, first_query_key + i0 - window);
+    const int64_t k1 = first_query_key + i1;  // exclusive
+    const int64_t cols = k1 - k0;
+    std::vector<float> scores(rows * cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, head_dim, scale,
+                q + i0 * q_stride + h * head_dim, q_stride, keys + k0 * kv_stride + kvh * head_dim,
+                kv_stride, 0.f, scores.data(), cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pos = first_query_key + i0 + r;
+      float* row = scores.data() + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t key = k0 + c;
+        const int64_t distance = pos - key;
+        row[c] = (distance < 0 || distance > window)
+                     ? -std::numeric_limits<float>::infinity()
+                     : row[c] - slope * static_cast<float>(distance);
+      }
+      SoftmaxRow(row, cols);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, cols, 1.f,
+                scores.data(), cols, values + k0 * kv_stride + kvh * head_dim, kv_stride, 0.f,
+                out + i0 * q_stride + h * head_dim, q_stride);
+  }
+}
+
+void ApplyRope(float* x, int64_t num_blocks, int64_t rows, int64_t heads, int64_t head_dim,
+               double theta, int threads) {
+  const int64_t half = head_dim / 2;
+  // cos/sin per (position, frequency), as the reference builds them in fp32.
+  std::vector<float> cos_table(rows * half), sin_table(rows * half);
+  for (int64_t p = 0; p < rows; ++p) {
+    for (int64_t f = 0; f < half; ++f) {
+      const float inv_freq = static_cast<float>(
+          1.0 / std::pow(theta, static_cast<double>(2 * f) / static_cast<double>(head_dim)));
+      const float angle = static_cast<float>(p) * inv_freq;
+      cos_table[p * half + f] = std::cos(angle);
+      sin_table[p * half + f] = std::sin(angle);
+    }
+  }
+  const int64_t stride = heads * head_dim;
+#pragma omp parallel for num_threads(threads) schedule(static) if (num_blocks > 1)
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    for (int64_t p = 0; p < rows; ++p) {
+      float* row = x + (b * rows + p) * stride;
+      const float* c = cos_table.data() + p * half;
+      const float* s = sin_table.data() + p * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = row + h * head_dim;
+        for (int64_t f = 0; f < half; ++f) {
+          const float a = v[f];
+          const float b2 = v[f + half];
+          v[f] = a * c[f] - b2 * s[f];
+          v[f + half] = b2 * c[f] + a * s[f];
+        }
+      }
+    }
+  }
+}
+
+void BlockAttention(const float* q, const float* k, const float* v, int64_t num_blocks,
+                    int64_t rows, int64_t num_heads, int64_t head_dim, float* out, int threads) {
+  const int64_t stride = num_heads * head_dim;
+  const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t tasks = num_blocks * num_heads;
+#pragma omp parallel for num_threads(threads) schedule(dynamic) if (tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t b = task / num_heads;
+    const int64_t h = task % num_heads;
+    const int64_t offset = b * rows * stride + h * head_dim;
+    std::vector<float> scores(rows * rows);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, rows, head_dim, scale, q + offset,
+                stride, k + offset, stride, 0.f, scores.data(), rows);
+    for (int64_t r = 0; r < rows; ++r) SoftmaxRow(scores.data() + r * rows, rows);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, rows, 1.f,
+                scores.data(), rows, v + offset, stride, 0.f, out + offset, stride);
+  }
+}
+
+void GroupedCrossAttention(absl::Span<const GcaBlock> blocks, int64_t rows_per_chunk,
+                           int64_t num_heads, int64_t head_dim, int threads) {
+  const int64_t stride = num_heads * head_dim;
+  const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t tasks = static_cast<int64_t>(blocks.size()) * num_heads;
+#pragma omp parallel for num_threads(threads) schedule(dynamic) if (tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const GcaBlock& block = blocks[task / num_heads];
+    const int64_t h = task % num_heads;
+    const int64_t n = block.n;
+    for (int64_t r = 0; r < n; ++r) {
+      std::fill_n(block.out + r * stride + h * head_dim, head_dim, 0.f);
+    }
+    std::vector<float> scores(n * rows_per_chunk);
+    for (int64_t c = 0; c < block.num_chunks; ++c) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows_per_chunk, head_dim, scale,
+                  block.q + h * head_dim, stride, block.chunk_k[c] + h * head_dim, stride, 0.f,
+                  scores.data(), rows_per_chunk);
+      for (int64_t r = 0; r < n; ++r) SoftmaxRow(scores.data() + r * rows_per_chunk, rows_per_chunk);
+      // out += w_c * P V_c
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, head_dim, rows_per_chunk,
+                  block.weights[c], scores.data(), rows_per_chunk, block.chunk_v[c] + h * head_dim,
+                  stride, 1.f, block.out + h * head_dim, stride);
+    }
+  }
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+}  // namespace drt::cpu

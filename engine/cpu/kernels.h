@@ -1,0 +1,77 @@
+// fp32 CPU kernels of the DRT forward pass (drt-model.md, "Forward pass").
+// Matrices are row-major; weights are [out, in] as in the checkpoint. Every
+// kernel takes the number of threads to use (OpenMP); BLAS calls inside are
+// single-threaded so that the two levels of parallelism never fight. Each
+// kernel has a naive twin in tests/cpu_kernels_test.cc.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+
+namespace drt::cpu {
+
+// Makes the BLAS library single-threaded (the kernels parallelise around it).
+void UseSingleThreadedBlas();
+
+// y[n, out] = x[n, in] * w[out, in]^T. y may not alias x.
+void Linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y,
+            int threads);
+
+// y[i] = x[i] / sqrt(mean(x[i]^2) + eps) * weight, for n rows of width d.
+// y may alias x.
+void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, float eps, float* y,
+             int threads);
+
+// out[i] = silu(gate[i]) * up[i] over n floats; out may alias gate.
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out, int threads);
+
+// y += x over n floats.
+void AddInPlace(float* y, const float* x, int64_t n);
+
+// ALiBi slope of head h of H heads: 1 / (2^(8/H))^(h+1).
+float AlibiSlope(int64_t h, int64_t num_heads);
+
+// Causal sliding-window ALiBi attention (drt-model.md, Forward pass 3).
+// keys/values hold `num_keys` consecutive positions (row stride
+// kv_heads*head_dim); the n query rows (row stride num_heads*head_dim) are the
+// last n of those positions: query i is at key index num_keys - n + i and sees
+// key indices [that - window, that] (clipped at 0), with score
+// q.k/sqrt(dh) - slope_h * distance. GQA: query head h reads K/V head
+// h / (num_heads / kv_heads). out: [n, num_heads*head_dim].
+void WindowAttention(const float* q, int64_t n, const float* keys, const float* values,
+                     int64_t num_keys, int64_t num_heads, int64_t kv_heads, int64_t head_dim,
+                     int64_t window, float* out, int threads);
+
+// Rotary embedding (rotate-half convention) for the rows of each block of
+// `rows` rows, at positions 0..rows-1, applied in place to every head of
+// x [num_blocks*rows, heads*head_dim].
+void ApplyRope(float* x, int64_t num_blocks, int64_t rows, int64_t heads, int64_t head_dim,
+               double theta, int threads);
+
+// Bidirectional multi-head attention inside each block of `rows` rows (the
+// chunk encoder); q, k, v, out: [num_blocks*rows, num_heads*head_dim].
+void BlockAttention(const float* q, const float* k, const float* v, int64_t num_blocks,
+                    int64_t rows, int64_t num_heads, int64_t head_dim, float* out, int threads);
+
+// One run of GCA query rows that share a retrieval (drt-model.md, Forward
+// pass 7). chunk_k/chunk_v point to num_chunks matrices of
+// [rows_per_chunk, num_heads*head_dim]; the landmark row is stored as zeros,
+// which makes the softmax off-by-one.
+struct GcaBlock {
+  const float* q = nullptr;  // [n, num_heads*head_dim]
+  int64_t n = 0;
+  const float* const* chunk_k = nullptr;
+  const float* const* chunk_v = nullptr;
+  const float* weights = nullptr;  // [num_chunks], retrieval softmax weights
+  int64_t num_chunks = 0;
+  float* out = nullptr;  // [n, num_heads*head_dim]; zero when num_chunks == 0
+};
+// out = sum_i weights[i] * softmax(q.K_i^T / sqrt(dh)) V_i, per head.
+void GroupedCrossAttention(absl::Span<const GcaBlock> blocks, int64_t rows_per_chunk,
+                           int64_t num_heads, int64_t head_dim, int threads);
+
+// dot(a, b) over n floats.
+float Dot(const float* a, const float* b, int64_t n);
+
+}  // namespace drt::cpu

@@ -1,0 +1,36 @@
+// Choosing the next token from logits: greedy, or temperature / top-k /
+// top-p sampling with a seeded generator (reproducible for a given seed).
+#pragma once
+
+#include <cstdint>
+#include <random>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace drt {
+
+struct SamplingParams {
+  float temperature = 0.f;  // 0: greedy
+  int32_t top_k = 0;        // 0: no limit
+  float top_p = 1.f;        // 1: no limit
+  uint64_t seed = 0;
+};
+
+// INVALID_ARGUMENT naming the bad field.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+  // Index of the chosen logit; ties in greedy go to the lowest index.
+  int32_t Sample(absl::Span<const float> logits);
+  // log-softmax of logits at `index`, at temperature 1.
+  static float LogProb(absl::Span<const float> logits, int32_t index);
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace drt

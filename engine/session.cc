@@ -1,0 +1,166 @@
+#include "engine/session.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace drt {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kEndOfText: return "end_of_text";
+    case FinishReason::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Create(Backend& backend, int64_t piece_tokens) {
+  if (piece_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("piece_tokens must be >= 1, got %d", piece_tokens));
+  }
+  auto backend_session = backend.NewSession();
+  if (!backend_session.ok()) return backend_session.status();
+  return std::unique_ptr<Session>(
+      new Session(backend.config(), *std::move(backend_session), piece_tokens));
+}
+
+Session::Session(const ModelConfig& config, std::unique_ptr<BackendSession> backend_session,
+                 int64_t piece_tokens)
+    : config_(config), backend_session_(std::move(backend_session)), piece_tokens_(piece_tokens) {}
+
+absl::Status Session::ValidateTokens(absl::Span<const int32_t> tokens, bool allow_pad) const {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int64_t id = tokens[i];
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token %d (index %d) is outside the vocabulary [0, %d)", id, i, config_.vocab_size));
+    }
+    if (id == config_.pad_id && allow_pad) continue;
+    if (id == config_.chunk_id) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token %d (index %d) is the landmark id, which only the engine inserts", id, i));
+    }
+    if (id == config_.pad_id) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token %d (index %d) is the pad id, which only the engine inserts", id, i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AppendResult> Session::Append(absl::Span<const int32_t> tokens,
+                                             const AppendOptions& options) {
+  if (absl::Status s = ValidateTokens(tokens, options.allow_pad); !s.ok()) return s;
+  const int64_t real_per_chunk = config_.enc_chunk_size;
+  const int64_t vocab = config_.vocab_size;
+  const int64_t total = static_cast<int64_t>(tokens.size());
+  AppendResult result;
+  if (options.all_logits) result.logits.reserve(total * vocab);
+
+  std::vector<int32_t> ids;
+  std::vector<int64_t> rows;
+  std::vector<float> logits;
+  int64_t done = 0;
+  while (done < total) {
+    if (done > 0 && options.should_stop && options.should_stop()) {
+      result.stopped_early = true;
+      break;
+    }
+    // Pieces end on chunk boundaries where possible, so the backend runs
+    // whole chunks.
+    const int64_t to_boundary = real_per_chunk - num_tokens_ % real_per_chunk;
+    const int64_t piece = std::min(total - done,
+                                   to_boundary + std::max<int64_t>(0, piece_tokens_ - to_boundary) /
+                                                     real_per_chunk * real_per_chunk);
+    ids.clear();
+    rows.clear();
+    for (int64_t i = 0; i < piece; ++i) {
+      ids.push_back(tokens[done + i]);
+      if (options.all_logits || i == piece - 1) rows.push_back(static_cast<int64_t>(ids.size()) - 1);
+      if ((num_tokens_ + i + 1) % real_per_chunk == 0) ids.push_back(static_cast<int32_t>(config_.chunk_id));
+    }
+    logits.resize(rows.size() * vocab);
+    if (absl::Status s = backend_session_->Forward(ids, rows, absl::MakeSpan(logits)); !s.ok()) {
+      return s;
+    }
+    num_tokens_ += piece;
+    done += piece;
+    last_logits_.assign(logits.end() - vocab, logits.end());
+    if (options.all_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
+    result.tokens_accepted = done;
+    if (options.on_progress) {
+      options.on_progress({done, total, backend_session_->num_chunks()});
+    }
+  }
+  return result;
+}
+
+absl::Status Session::PadToChunkBoundary() {
+  const int64_t open = num_tokens_ % config_.enc_chunk_size;
+  if (open == 0) return absl::OkStatus();
+  std::vector<int32_t> pads(config_.enc_chunk_size - open, static_cast<int32_t>(config_.pad_id));
+  AppendOptions options;
+  options.allow_pad = true;
+  return Append(pads, options).status();
+}
+
+absl::StatusOr<GenerateResult> Session::Generate(const GenerateOptions& options) {
+  if (absl::Status s = ValidateSamplingParams(options.sampling); !s.ok()) return s;
+  if (options.max_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_tokens must be >= 0, got %d", options.max_tokens));
+  }
+  if (last_logits_.empty()) {
+    return absl::FailedPreconditionError("the session holds no tokens yet: append a prompt first");
+  }
+  if (options.pad_to_chunk_boundary) {
+    if (absl::Status s = PadToChunkBoundary(); !s.ok()) return s;
+  }
+  GenerateResult result;
+  Sampler sampler(options.sampling);
+  while (static_cast<int32_t>(result.tokens.size()) < options.max_tokens) {
+    if (options.should_stop && options.should_stop()) {
+      result.finish_reason = FinishReason::kCancelled;
+      return result;
+    }
+    int32_t token = sampler.Sample(last_logits_);
+    // The model may score the engine's own ids; never emit them.
+    if (token == config_.chunk_id || token == config_.pad_id) {
+      std::vector<float> masked = last_logits_;
+      masked[config_.chunk_id] = -std::numeric_limits<float>::infinity();
+      masked[config_.pad_id] = -std::numeric_limits<float>::infinity();
+      token = sampler.Sample(masked);
+    }
+    const float logprob = Sampler::LogProb(last_logits_, token);
+    result.tokens.push_back(token);
+    // Generated tokens join the context, so a later Append continues after them.
+    const int32_t next[] = {token};
+    if (auto appended = Append(next); !appended.ok()) return appended.status();
+    if (options.on_token && !options.on_token(token, logprob)) {
+      result.finish_reason = FinishReason::kCancelled;
+      return result;
+    }
+    if (std::find(options.stop_ids.begin(), options.stop_ids.end(), token) !=
+        options.stop_ids.end()) {
+      result.finish_reason = FinishReason::kEndOfText;
+      return result;
+    }
+  }
+  result.finish_reason = FinishReason::kLength;
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {
+  auto forked = backend_session_->Fork();
+  if (!forked.ok()) return forked.status();
+  auto session = std::unique_ptr<Session>(new Session(config_, *std::move(forked), piece_tokens_));
+  session->num_tokens_ = num_tokens_;
+  session->last_logits_ = last_logits_;
+  return session;
+}
+
+}  // namespace drt

@@ -1,0 +1,99 @@
+// A conversation with the model: a stream of real tokens of any length. The
+// session inserts a landmark after every enc_chunk_size tokens, feeds the
+// backend in bounded pieces, keeps the logits of the last real token and
+// generates. Backend-independent (design.md, "Session state").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/backend.h"
+#include "engine/sampler.h"
+
+namespace drt {
+
+struct AppendProgress {
+  int64_t tokens_done = 0;   // of this append
+  int64_t tokens_total = 0;  // of this append
+  int64_t chunks = 0;        // closed chunks in the session
+};
+
+struct AppendOptions {
+  // Also return the logits of every token appended (tests, scoring).
+  bool all_logits = false;
+  // Accept pad_id (the engine's own padding; clients may not send it).
+  bool allow_pad = false;
+  // Checked between pieces; returning true ends the append early with the
+  // tokens processed so far applied.
+  std::function<bool()> should_stop;
+  std::function<void(const AppendProgress&)> on_progress;
+};
+
+struct AppendResult {
+  int64_t tokens_accepted = 0;
+  bool stopped_early = false;
+  std::vector<float> logits;  // tokens_accepted x vocab when all_logits
+};
+
+enum class FinishReason { kLength, kEndOfText, kCancelled };
+const char* FinishReasonName(FinishReason reason);
+
+struct GenerateOptions {
+  int32_t max_tokens = 64;
+  SamplingParams sampling;
+  // Pad the open chunk with pad_id up to its landmark before the first
+  // generated token (drt-model.md, "Why the reference pads").
+  bool pad_to_chunk_boundary = false;
+  // Generation ends after emitting any of these (end of text).
+  std::vector<int32_t> stop_ids;
+  std::function<bool()> should_stop;
+  // Called for each generated token with its log-probability; return false to
+  // cancel.
+  std::function<bool(int32_t token, float logprob)> on_token;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;
+  FinishReason finish_reason = FinishReason::kLength;
+};
+
+class Session {
+ public:
+  static absl::StatusOr<std::unique_ptr<Session>> Create(Backend& backend,
+                                                         int64_t piece_tokens = 16 * 63);
+
+  // Appends real tokens. Rejects, before changing anything, ids outside the
+  // vocabulary, the landmark id, and pad_id unless allowed.
+  absl::StatusOr<AppendResult> Append(absl::Span<const int32_t> tokens,
+                                      const AppendOptions& options = {});
+  // Appends pad_id until the open chunk closes; no-op on a boundary.
+  absl::Status PadToChunkBoundary();
+  absl::StatusOr<GenerateResult> Generate(const GenerateOptions& options);
+
+  // Logits of the last real token; empty before any token.
+  absl::Span<const float> last_logits() const { return last_logits_; }
+  int64_t num_tokens() const { return num_tokens_; }
+  int64_t num_chunks() const { return backend_session_->num_chunks(); }
+  const ModelConfig& config() const { return config_; }
+  BackendSession& backend_session() { return *backend_session_; }
+  const BackendSession& backend_session() const { return *backend_session_; }
+
+  absl::StatusOr<std::unique_ptr<Session>> Fork() const;
+
+ private:
+  Session(const ModelConfig& config, std::unique_ptr<BackendSession> backend_session,
+          int64_t piece_tokens);
+  absl::Status ValidateTokens(absl::Span<const int32_t> tokens, bool allow_pad) const;
+
+  const ModelConfig& config_;
+  std::unique_ptr<BackendSession> backend_session_;
+  int64_t piece_tokens_;
+  int64_t num_tokens_ = 0;
+  std::vector<float> last_logits_;
+};
+
+}  // namespace drt
