@@ -26,6 +26,8 @@ void SoftmaxRow(float* row, int64_t n) {
 // Rows of queries processed together in the window attention: one GEMM of
 // kQueryBlock x (window + kQueryBlock) per head instead of per-row dot loops.
 constexpr int64_t kQueryBlock = 64;
+// Up to this many rows, Linear uses matrix-vector products.
+constexpr int64_t kGemvRows = 4;
 
 }  // namespace
 
@@ -46,8 +48,22 @@ void Linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, 
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, out, in, 1.f, x + r0 * in, in,
                   w, in, 0.f, y + r0 * out, out);
     }
+  } else if (n <= kGemvRows) {
+    // Decode: matrix-vector products stream the weights once; sgemm would
+    // pack (copy) the whole weight matrix on every call.
+    const int64_t band = (out + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int t = 0; t < threads; ++t) {
+      const int64_t c0 = t * band;
+      const int64_t c1 = std::min(out, c0 + band);
+      if (c0 >= c1) continue;
+      for (int64_t r = 0; r < n; ++r) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, c1 - c0, in, 1.f, w + c0 * in, in, x + r * in, 1,
+                    0.f, y + r * out + c0, 1);
+      }
+    }
   } else {
-    // Few rows (decode): split the output features instead.
+    // Few rows: split the output features instead.
     const int64_t band = (out + threads - 1) / threads;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int t = 0; t < threads; ++t) {
