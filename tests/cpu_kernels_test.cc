@@ -218,9 +218,10 @@ std::vector<float> RunWindowAttention(const std::vector<float>& q, int64_t n,
                                       const std::vector<float>& k, const std::vector<float>& v,
                                       int64_t num_keys, int64_t heads, int64_t kv_heads,
                                       int64_t dh, int64_t window, int threads) {
+  drt::cpu::ThreadPool pool(threads);
   std::vector<float> out(n * heads * dh, kNaN);
   drt::cpu::WindowAttention(q.data(), n, k.data(), v.data(), num_keys, heads, kv_heads, dh,
-                            window, out.data(), threads);
+                            window, out.data(), pool);
   return out;
 }
 
@@ -245,10 +246,11 @@ TEST_CASE("Linear matches a naive matmul on both split paths", "[kernels]") {
   uint32_t seed = 100;
   for (const Shape& s : shapes) {
     for (int threads : {1, 2}) {
+      drt::cpu::ThreadPool pool(threads);
       const auto x = Randn(s.n * s.in, ++seed);
       const auto w = Randn(s.out * s.in, ++seed);
       std::vector<float> y(s.n * s.out, kNaN);
-      drt::cpu::Linear(x.data(), s.n, s.in, w.data(), s.out, y.data(), threads);
+      drt::cpu::Linear(x.data(), s.n, s.in, w.data(), s.out, y.data(), pool);
       const auto want = NaiveLinear(x, s.n, s.in, w, s.out);
       CheckClose(y, want, 1e-5, 1e-5 * std::sqrt(double(s.in)),
                  "Linear n=" + std::to_string(s.n) + " in=" + std::to_string(s.in) +
@@ -258,6 +260,7 @@ TEST_CASE("Linear matches a naive matmul on both split paths", "[kernels]") {
 }
 
 TEST_CASE("RmsNorm matches the formula, out of place and in place", "[kernels]") {
+  drt::cpu::ThreadPool single_pool(1), dual_pool(2);
   drt::cpu::UseSingleThreadedBlas();
   struct Shape {
     int64_t n, d;
@@ -266,16 +269,17 @@ TEST_CASE("RmsNorm matches the formula, out of place and in place", "[kernels]")
   for (const Shape s : std::vector<Shape>{{1, 1}, {1, 768}, {5, 7}, {17, 64}, {40, 96}}) {
     for (float eps : {1e-5f, 1e-6f}) {
       for (int threads : {1, 2}) {
+      drt::cpu::ThreadPool pool(threads);
         const std::string tag = "RmsNorm n=" + std::to_string(s.n) + " d=" + std::to_string(s.d) +
                                 " threads=" + std::to_string(threads);
         const auto x = Randn(s.n * s.d, ++seed);
         const auto w = Randn(s.d, ++seed);
         const auto want = NaiveRmsNorm(x, s.n, s.d, w, eps);
         std::vector<float> y(x.size(), kNaN);
-        drt::cpu::RmsNorm(x.data(), s.n, s.d, w.data(), eps, y.data(), threads);
+        drt::cpu::RmsNorm(x.data(), s.n, s.d, w.data(), eps, y.data(), pool);
         CheckClose(y, want, 1e-5, 1e-6, tag);
         std::vector<float> inplace = x;
-        drt::cpu::RmsNorm(inplace.data(), s.n, s.d, w.data(), eps, inplace.data(), threads);
+        drt::cpu::RmsNorm(inplace.data(), s.n, s.d, w.data(), eps, inplace.data(), pool);
         CheckClose(inplace, want, 1e-5, 1e-6, tag + " in place");
       }
     }
@@ -284,7 +288,7 @@ TEST_CASE("RmsNorm matches the formula, out of place and in place", "[kernels]")
     const std::vector<float> x = {1e-3f, -2e-3f};
     const std::vector<float> w = {1.f, 1.f};
     std::vector<float> y(2);
-    drt::cpu::RmsNorm(x.data(), 1, 2, w.data(), 1e-5f, y.data(), 1);
+    drt::cpu::RmsNorm(x.data(), 1, 2, w.data(), 1e-5f, y.data(), single_pool);
     CheckClose(y, NaiveRmsNorm(x, 1, 2, w, 1e-5), 1e-5, 1e-7, "RmsNorm tiny row");
   }
 }
@@ -293,6 +297,7 @@ TEST_CASE("SwiGlu is silu(gate) * up, also aliased", "[kernels]") {
   uint32_t seed = 300;
   for (int64_t n : {int64_t{1}, int64_t{100}, int64_t{70000}}) {  // 70000 > the OpenMP threshold
     for (int threads : {1, 2}) {
+      drt::cpu::ThreadPool pool(threads);
       auto gate = Randn(n, ++seed, 3.f);
       const auto up = Randn(n, ++seed);
       if (n >= 4) {  // saturated ends of silu
@@ -308,10 +313,10 @@ TEST_CASE("SwiGlu is silu(gate) * up, also aliased", "[kernels]") {
       }
       const std::string tag = "SwiGlu n=" + std::to_string(n) + " threads=" + std::to_string(threads);
       std::vector<float> out(n, kNaN);
-      drt::cpu::SwiGlu(gate.data(), up.data(), n, out.data(), threads);
+      drt::cpu::SwiGlu(gate.data(), up.data(), n, out.data(), pool);
       CheckClose(out, want, 1e-5, 1e-6, tag);
       std::vector<float> aliased = gate;
-      drt::cpu::SwiGlu(aliased.data(), up.data(), n, aliased.data(), threads);
+      drt::cpu::SwiGlu(aliased.data(), up.data(), n, aliased.data(), pool);
       CheckClose(aliased, want, 1e-5, 1e-6, tag + " aliased");
     }
   }
@@ -371,6 +376,7 @@ TEST_CASE("WindowAttention matches naive causal sliding-window ALiBi attention",
     const auto want =
         NaiveWindowAttention(q, c.n, k, v, c.num_keys, c.heads, c.kv_heads, c.dh, c.window);
     for (int threads : {1, 2}) {
+      drt::cpu::ThreadPool pool(threads);
       const auto got =
           RunWindowAttention(q, c.n, k, v, c.num_keys, c.heads, c.kv_heads, c.dh, c.window, threads);
       std::ostringstream tag;
@@ -423,6 +429,7 @@ TEST_CASE("WindowAttention ignores keys outside the window and in the future", "
 }
 
 TEST_CASE("ApplyRope rotates halves, every block from position 0", "[kernels]") {
+  drt::cpu::ThreadPool single_pool(1), dual_pool(2);
   struct Case {
     int64_t blocks, rows, heads, dh;
     double theta;
@@ -434,13 +441,14 @@ TEST_CASE("ApplyRope rotates halves, every block from position 0", "[kernels]") 
   uint32_t seed = 700;
   for (const Case& c : cases) {
     for (int threads : {1, 2}) {
+      drt::cpu::ThreadPool pool(threads);
       const int64_t width = c.heads * c.dh;
       auto x = Randn(c.blocks * c.rows * width, ++seed);
       // Block 1 (when present) repeats block 0's input: same positions, same output.
       if (c.blocks > 1) std::copy_n(x.begin(), c.rows * width, x.begin() + c.rows * width);
       const auto want = NaiveRope(x, c.blocks, c.rows, c.heads, c.dh, c.theta);
       auto got = x;
-      drt::cpu::ApplyRope(got.data(), c.blocks, c.rows, c.heads, c.dh, c.theta, threads);
+      drt::cpu::ApplyRope(got.data(), c.blocks, c.rows, c.heads, c.dh, c.theta, pool);
       std::ostringstream tag;
       tag << "ApplyRope blocks=" << c.blocks << " rows=" << c.rows << " heads=" << c.heads
           << " dh=" << c.dh << " theta=" << c.theta << " threads=" << threads;
@@ -458,7 +466,7 @@ TEST_CASE("ApplyRope rotates halves, every block from position 0", "[kernels]") 
   SECTION("a hand-computed rotation") {
     // dh = 4: pairs (x0, x2) at inv_freq 1 and (x1, x3) at inv_freq theta^(-1/2) = 0.01.
     std::vector<float> x = {0, 0, 0, 0, 1, 2, 3, 4};  // rows 0 and 1 of one head
-    drt::cpu::ApplyRope(x.data(), 1, 2, 1, 4, 10000.0, 1);
+    drt::cpu::ApplyRope(x.data(), 1, 2, 1, 4, 10000.0, single_pool);
     const double c1 = std::cos(1.0), s1 = std::sin(1.0), c2 = std::cos(0.01), s2 = std::sin(0.01);
     CHECK(x[4] == Approx(1 * c1 - 3 * s1).margin(1e-6));
     CHECK(x[5] == Approx(2 * c2 - 4 * s2).margin(1e-6));
@@ -468,6 +476,7 @@ TEST_CASE("ApplyRope rotates halves, every block from position 0", "[kernels]") 
 }
 
 TEST_CASE("BlockAttention is bidirectional attention within each block", "[kernels]") {
+  drt::cpu::ThreadPool single_pool(1), dual_pool(2);
   drt::cpu::UseSingleThreadedBlas();
   struct Case {
     int64_t blocks, rows, heads, dh;
@@ -478,9 +487,10 @@ TEST_CASE("BlockAttention is bidirectional attention within each block", "[kerne
     const auto q = Randn(total, ++seed), k = Randn(total, ++seed), v = Randn(total, ++seed);
     const auto want = NaiveBlockAttention(q, k, v, c.blocks, c.rows, c.heads, c.dh);
     for (int threads : {1, 2}) {
+      drt::cpu::ThreadPool pool(threads);
       std::vector<float> out(total, kNaN);
       drt::cpu::BlockAttention(q.data(), k.data(), v.data(), c.blocks, c.rows, c.heads, c.dh,
-                               out.data(), threads);
+                               out.data(), pool);
       std::ostringstream tag;
       tag << "BlockAttention blocks=" << c.blocks << " rows=" << c.rows << " heads=" << c.heads
           << " dh=" << c.dh << " threads=" << threads;
@@ -492,7 +502,7 @@ TEST_CASE("BlockAttention is bidirectional attention within each block", "[kerne
     const int64_t total = blocks * rows * width, per_block = rows * width;
     const auto q = Randn(total, 851), k = Randn(total, 852), v = Randn(total, 853);
     std::vector<float> base(total), changed(total);
-    drt::cpu::BlockAttention(q.data(), k.data(), v.data(), blocks, rows, heads, dh, base.data(), 2);
+    drt::cpu::BlockAttention(q.data(), k.data(), v.data(), blocks, rows, heads, dh, base.data(), dual_pool);
     auto q2 = q, k2 = k, v2 = v;
     for (int64_t i = per_block; i < total; ++i) {
       q2[i] *= -2.f;
@@ -500,7 +510,7 @@ TEST_CASE("BlockAttention is bidirectional attention within each block", "[kerne
       v2[i] += 3.f;
     }
     drt::cpu::BlockAttention(q2.data(), k2.data(), v2.data(), blocks, rows, heads, dh,
-                             changed.data(), 2);
+                             changed.data(), dual_pool);
     CHECK(std::equal(base.begin(), base.begin() + per_block, changed.begin()));
     CHECK_FALSE(std::equal(base.begin() + per_block, base.end(), changed.begin() + per_block));
   }
@@ -508,15 +518,16 @@ TEST_CASE("BlockAttention is bidirectional attention within each block", "[kerne
     const int64_t rows = 8, heads = 1, dh = 8;
     const auto q = Randn(rows * dh, 861), k = Randn(rows * dh, 862), v = Randn(rows * dh, 863);
     std::vector<float> base(rows * dh), changed(rows * dh);
-    drt::cpu::BlockAttention(q.data(), k.data(), v.data(), 1, rows, heads, dh, base.data(), 1);
+    drt::cpu::BlockAttention(q.data(), k.data(), v.data(), 1, rows, heads, dh, base.data(), single_pool);
     auto v2 = v;
     for (int64_t e = 0; e < dh; ++e) v2[(rows - 1) * dh + e] += 10.f;  // the last key's value
-    drt::cpu::BlockAttention(q.data(), k.data(), v2.data(), 1, rows, heads, dh, changed.data(), 1);
+    drt::cpu::BlockAttention(q.data(), k.data(), v2.data(), 1, rows, heads, dh, changed.data(), single_pool);
     CHECK_FALSE(std::equal(base.begin(), base.begin() + dh, changed.begin()));  // row 0 sees it
   }
 }
 
 TEST_CASE("GroupedCrossAttention matches the off-by-one formula", "[kernels]") {
+  drt::cpu::ThreadPool single_pool(1), dual_pool(2);
   drt::cpu::UseSingleThreadedBlas();
   for (const auto& [rows_per_chunk, heads, dh, q_scale] :
        std::vector<std::tuple<int64_t, int64_t, int64_t, float>>{
@@ -558,6 +569,7 @@ TEST_CASE("GroupedCrossAttention matches the off-by-one formula", "[kernels]") {
       vs.push_back(vp);
     }
     for (int threads : {1, 2}) {
+      drt::cpu::ThreadPool pool(threads);
       std::vector<GcaBlock> blocks;
       for (size_t b = 0; b < spec.size(); ++b) {
         std::fill(outs[b].begin(), outs[b].end(), kNaN);
@@ -571,7 +583,7 @@ TEST_CASE("GroupedCrossAttention matches the off-by-one formula", "[kernels]") {
         g.out = outs[b].data();
         blocks.push_back(g);
       }
-      drt::cpu::GroupedCrossAttention(blocks, rows_per_chunk, heads, dh, threads);
+      drt::cpu::GroupedCrossAttention(blocks, rows_per_chunk, heads, dh, pool);
       for (size_t b = 0; b < spec.size(); ++b) {
         std::ostringstream tag;
         tag << "GCA rows_per_chunk=" << rows_per_chunk << " heads=" << heads << " dh=" << dh
@@ -599,7 +611,7 @@ TEST_CASE("GroupedCrossAttention matches the off-by-one formula", "[kernels]") {
     const float w = 1.f;
     std::vector<float> out(dh, kNaN);
     GcaBlock g{q.data(), 1, &kp, &vp, &w, 1, out.data()};
-    drt::cpu::GroupedCrossAttention(absl::MakeConstSpan(&g, 1), rows, 1, dh, 1);
+    drt::cpu::GroupedCrossAttention(absl::MakeConstSpan(&g, 1), rows, 1, dh, single_pool);
     // scores: -40 for the 3 real rows, 0 for the landmark row.
     const double e = std::exp(-40.0);
     for (float o : out) CHECK(o == Approx(3 * e / (3 * e + 1)).margin(1e-20));

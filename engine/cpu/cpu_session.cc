@@ -1,7 +1,6 @@
 #include "engine/cpu/cpu_session.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,11 +24,11 @@ constexpr float kLandmarkNormEps = 1e-5f;
 }  // namespace
 
 CpuSession::CpuSession(const ModelConfig& config, const ModelWeights& weights,
-                       const CpuBackendOptions& options)
+                       const CpuBackendOptions& options, ThreadPool& pool)
     : config_(config),
       weights_(weights),
       options_(options),
-      threads_(options.num_threads > 0 ? options.num_threads : omp_get_num_procs()),
+      pool_(pool),
       open_chunk_(config.chunk_positions() * config.hidden_size, 0.f),
       store_(config.chunk_positions(), config.hidden_size),
       selection_(config.num_groups()) {
@@ -98,10 +97,10 @@ absl::Status CpuSession::Forward(absl::Span<const int32_t> ids,
       normed.resize(m * d);
       for (int64_t w = 0; w < m; ++w) {
         RmsNorm(hidden.data() + (logit_rows[wanted[w]] - s0) * d, 1, d, weights_.norm.data(),
-                static_cast<float>(config_.rms_norm_eps), normed.data() + w * d, 1);
+                static_cast<float>(config_.rms_norm_eps), normed.data() + w * d, pool_);
       }
       gathered_logits.resize(m * V);
-      Linear(normed.data(), m, d, weights_.lm_head.data(), V, gathered_logits.data(), threads_);
+      Linear(normed.data(), m, d, weights_.lm_head.data(), V, gathered_logits.data(), pool_);
       for (int64_t w = 0; w < m; ++w) {
         std::memcpy(logits.data() + wanted[w] * V, gathered_logits.data() + w * V,
                     V * sizeof(float));
@@ -118,19 +117,19 @@ void CpuSession::SelfAttentionBlock(int64_t layer_index, const LayerWeights& lay
   const int64_t kv_width = config_.num_key_value_heads * config_.head_dim();
   const float eps = static_cast<float>(config_.rms_norm_eps);
   std::vector<float> x(n * d);
-  RmsNorm(h, n, d, layer.input_layernorm.data(), eps, x.data(), threads_);
+  RmsNorm(h, n, d, layer.input_layernorm.data(), eps, x.data(), pool_);
   WindowCache& window = windows_[layer_index];
   const int64_t past = window.size();
   window.CopyOut(keys, values);
-  Linear(x.data(), n, d, layer.self_attn.q_proj.data(), d, q, threads_);
-  Linear(x.data(), n, d, layer.self_attn.k_proj.data(), kv_width, keys + past * kv_width, threads_);
+  Linear(x.data(), n, d, layer.self_attn.q_proj.data(), d, q, pool_);
+  Linear(x.data(), n, d, layer.self_attn.k_proj.data(), kv_width, keys + past * kv_width, pool_);
   Linear(x.data(), n, d, layer.self_attn.v_proj.data(), kv_width, values + past * kv_width,
-         threads_);
+         pool_);
   WindowAttention(q, n, keys, values, past + n, config_.num_attention_heads,
                   config_.num_key_value_heads, config_.head_dim(), config_.slide_window, attn,
-                  threads_);
+                  pool_);
   window.Push(keys + past * kv_width, values + past * kv_width, n);
-  Linear(attn, n, d, layer.self_attn.o_proj.data(), d, x.data(), threads_);
+  Linear(attn, n, d, layer.self_attn.o_proj.data(), d, x.data(), pool_);
   AddInPlace(h, x.data(), n * d);
 }
 
@@ -141,11 +140,11 @@ void CpuSession::MlpBlock(const LayerWeights& layer, const float* residual,
   const int64_t f = config_.intermediate_size;
   std::vector<float> x(n * d), gate(n * f), up(n * f);
   RmsNorm(normed_input, n, d, layer.post_attention_layernorm.data(),
-          static_cast<float>(config_.rms_norm_eps), x.data(), threads_);
-  Linear(x.data(), n, d, layer.mlp.gate_proj.data(), f, gate.data(), threads_);
-  Linear(x.data(), n, d, layer.mlp.up_proj.data(), f, up.data(), threads_);
-  SwiGlu(gate.data(), up.data(), n * f, gate.data(), threads_);
-  Linear(gate.data(), n, f, layer.mlp.down_proj.data(), d, x.data(), threads_);
+          static_cast<float>(config_.rms_norm_eps), x.data(), pool_);
+  Linear(x.data(), n, d, layer.mlp.gate_proj.data(), f, gate.data(), pool_);
+  Linear(x.data(), n, d, layer.mlp.up_proj.data(), f, up.data(), pool_);
+  SwiGlu(gate.data(), up.data(), n * f, gate.data(), pool_);
+  Linear(gate.data(), n, f, layer.mlp.down_proj.data(), d, x.data(), pool_);
   if (residual != h) std::memcpy(h, residual, n * d * sizeof(float));
   AddInPlace(h, x.data(), n * d);
 }
@@ -158,31 +157,31 @@ void CpuSession::EncodeChunks(const float* rows, int64_t count) {
   const int64_t n = count * S;
   std::vector<float> x(n * d), xn(n * d), q(n * d), k(n * d), v(n * d), attn(n * d);
   RmsNorm(rows, n, d, weights_.enc_prenorm.data(), static_cast<float>(config_.rms_norm_eps),
-          x.data(), threads_);
+          x.data(), pool_);
   for (const LayerWeights& layer : weights_.encoder_layers) {
-    RmsNorm(x.data(), n, d, layer.input_layernorm.data(), kEncoderRmsEps, xn.data(), threads_);
-    Linear(xn.data(), n, d, layer.self_attn.q_proj.data(), d, q.data(), threads_);
-    Linear(xn.data(), n, d, layer.self_attn.k_proj.data(), d, k.data(), threads_);
-    Linear(xn.data(), n, d, layer.self_attn.v_proj.data(), d, v.data(), threads_);
-    ApplyRope(q.data(), count, S, H, dh, kEncoderRopeTheta, threads_);
-    ApplyRope(k.data(), count, S, H, dh, kEncoderRopeTheta, threads_);
-    BlockAttention(q.data(), k.data(), v.data(), count, S, H, dh, attn.data(), threads_);
-    Linear(attn.data(), n, d, layer.self_attn.o_proj.data(), d, xn.data(), threads_);
+    RmsNorm(x.data(), n, d, layer.input_layernorm.data(), kEncoderRmsEps, xn.data(), pool_);
+    Linear(xn.data(), n, d, layer.self_attn.q_proj.data(), d, q.data(), pool_);
+    Linear(xn.data(), n, d, layer.self_attn.k_proj.data(), d, k.data(), pool_);
+    Linear(xn.data(), n, d, layer.self_attn.v_proj.data(), d, v.data(), pool_);
+    ApplyRope(q.data(), count, S, H, dh, kEncoderRopeTheta, pool_);
+    ApplyRope(k.data(), count, S, H, dh, kEncoderRopeTheta, pool_);
+    BlockAttention(q.data(), k.data(), v.data(), count, S, H, dh, attn.data(), pool_);
+    Linear(attn.data(), n, d, layer.self_attn.o_proj.data(), d, xn.data(), pool_);
     AddInPlace(x.data(), xn.data(), n * d);
     // Same MLP block with the encoder's eps.
     const int64_t f = config_.intermediate_size;
     std::vector<float> gate(n * f), up(n * f);
     RmsNorm(x.data(), n, d, layer.post_attention_layernorm.data(), kEncoderRmsEps, xn.data(),
-            threads_);
-    Linear(xn.data(), n, d, layer.mlp.gate_proj.data(), f, gate.data(), threads_);
-    Linear(xn.data(), n, d, layer.mlp.up_proj.data(), f, up.data(), threads_);
-    SwiGlu(gate.data(), up.data(), n * f, gate.data(), threads_);
-    Linear(gate.data(), n, f, layer.mlp.down_proj.data(), d, xn.data(), threads_);
+            pool_);
+    Linear(xn.data(), n, d, layer.mlp.gate_proj.data(), f, gate.data(), pool_);
+    Linear(xn.data(), n, d, layer.mlp.up_proj.data(), f, up.data(), pool_);
+    SwiGlu(gate.data(), up.data(), n * f, gate.data(), pool_);
+    Linear(gate.data(), n, f, layer.mlp.down_proj.data(), d, xn.data(), pool_);
     AddInPlace(x.data(), xn.data(), n * d);
   }
-  RmsNorm(x.data(), n, d, weights_.encoder_norm.data(), kEncoderRmsEps, x.data(), threads_);
-  Linear(x.data(), n, d, weights_.chunk_k_proj.data(), d, k.data(), threads_);
-  Linear(x.data(), n, d, weights_.chunk_v_proj.data(), d, v.data(), threads_);
+  RmsNorm(x.data(), n, d, weights_.encoder_norm.data(), kEncoderRmsEps, x.data(), pool_);
+  Linear(x.data(), n, d, weights_.chunk_k_proj.data(), d, k.data(), pool_);
+  Linear(x.data(), n, d, weights_.chunk_v_proj.data(), d, v.data(), pool_);
   for (int64_t c = 0; c < count; ++c) {
     const int64_t landmark_row = c * S + S - 1;
     // The landmark's key and value are zero: the off-by-one of GCA's softmax.
@@ -200,7 +199,7 @@ Retrieval CpuSession::Retrieve(int64_t group, const float* hidden_row, int64_t c
   Retrieval retrieval;
   if (k <= 0) return retrieval;
   std::vector<float> query(d);
-  RmsNorm(hidden_row, 1, d, weights_.lmk_norms[group].data(), kLandmarkNormEps, query.data(), 1);
+  RmsNorm(hidden_row, 1, d, weights_.lmk_norms[group].data(), kLandmarkNormEps, query.data(), pool_);
   std::vector<float> scores(chunk);
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
   for (const auto& span : store_.LandmarkSpans(chunk)) {
@@ -308,16 +307,16 @@ void CpuSession::RunSegment(absl::Span<const int32_t> ids, std::vector<float>& h
                          attn.data());
       std::memcpy(residual.data(), h, n * d * sizeof(float));
       // GCA (drt-model.md, Forward pass 7) on the post-attention stream.
-      RmsNorm(h, n, d, layer.gca.pre_norm.data(), eps, mixed.data(), threads_);
-      Linear(mixed.data(), n, d, layer.gca.q_proj.data(), d, gca_q.data(), threads_);
+      RmsNorm(h, n, d, layer.gca.pre_norm.data(), eps, mixed.data(), pool_);
+      Linear(mixed.data(), n, d, layer.gca.q_proj.data(), d, gca_q.data(), pool_);
       for (size_t b = 0; b < blocks.size(); ++b) {
         blocks[b].q = gca_q.data() + block_first_row[b] * d;
         blocks[b].out = attn.data() + block_first_row[b] * d;
         blocks[b].chunk_k = inputs[b].k.data();
         blocks[b].chunk_v = inputs[b].v.data();
       }
-      GroupedCrossAttention(blocks, S, config_.num_attention_heads, config_.head_dim(), threads_);
-      Linear(attn.data(), n, d, layer.gca.o_proj.data(), d, gca_out.data(), threads_);
+      GroupedCrossAttention(blocks, S, config_.num_attention_heads, config_.head_dim(), pool_);
+      Linear(attn.data(), n, d, layer.gca.o_proj.data(), d, gca_out.data(), pool_);
       // Forward pass 6: h = r + MLP(RMSNorm2(r + GCA(h))).
       std::memcpy(mixed.data(), residual.data(), n * d * sizeof(float));
       AddInPlace(mixed.data(), gca_out.data(), n * d);

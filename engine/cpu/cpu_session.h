@@ -8,13 +8,16 @@
 
 #include "engine/backend.h"
 #include "engine/cpu/chunk_store.h"
+#include "engine/cpu/thread_pool.h"
 #include "engine/cpu/window_cache.h"
 
 namespace drt::cpu {
 
 class CpuSession final : public BackendSession {
  public:
-  CpuSession(const ModelConfig& config, const ModelWeights& weights, const CpuBackendOptions& options);
+  // The pool is the backend's, shared by all its sessions.
+  CpuSession(const ModelConfig& config, const ModelWeights& weights, const CpuBackendOptions& options,
+             ThreadPool& pool);
 
   absl::Status Forward(absl::Span<const int32_t> ids, absl::Span<const int64_t> logit_rows,
                        absl::Span<float> logits) override;
@@ -43,7 +46,7 @@ class CpuSession final : public BackendSession {
   const ModelConfig& config_;
   const ModelWeights& weights_;
   CpuBackendOptions options_;
-  int threads_;
+  ThreadPool& pool_;
 
   int64_t position_ = 0;
   std::vector<WindowCache> windows_;  // one per decoder layer, lower then upper

@@ -29,72 +29,74 @@ constexpr int64_t kQueryBlock = 64;
 // Up to this many rows, Linear uses matrix-vector products.
 constexpr int64_t kGemvRows = 4;
 
+// fn(i) for i in [0, n), in contiguous ranges of at least min_per_task.
+template <typename Fn>
+void ForEachRange(ThreadPool& pool, int64_t n, int64_t min_per_task, Fn fn) {
+  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(pool.size(), n / min_per_task));
+  const int64_t per_task = (n + tasks - 1) / tasks;
+  pool.ParallelFor(tasks, [&](int64_t t) {
+    const int64_t end = std::min(n, (t + 1) * per_task);
+    for (int64_t i = t * per_task; i < end; ++i) fn(i);
+  });
+}
+
 }  // namespace
 
 void UseSingleThreadedBlas() { openblas_set_num_threads(1); }
 
 void Linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y,
-            int threads) {
+            ThreadPool& pool) {
   if (n <= 0 || out <= 0) return;
-  threads = std::max(1, threads);
+  const int threads = pool.size();
   if (n >= 8 * threads) {
     // Split rows of x: each thread computes a horizontal band of y.
     const int64_t band = (n + threads - 1) / threads;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < threads; ++t) {
+    pool.ParallelFor(threads, [&](int64_t t) {
       const int64_t r0 = t * band;
       const int64_t r1 = std::min(n, r0 + band);
-      if (r0 >= r1) continue;
+      if (r0 >= r1) return;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, out, in, 1.f, x + r0 * in, in,
                   w, in, 0.f, y + r0 * out, out);
-    }
-  } else if (n <= kGemvRows) {
-    // Decode: matrix-vector products stream the weights once; sgemm would
-    // pack (copy) the whole weight matrix on every call.
-    const int64_t band = (out + threads - 1) / threads;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < threads; ++t) {
-      const int64_t c0 = t * band;
-      const int64_t c1 = std::min(out, c0 + band);
-      if (c0 >= c1) continue;
+    });
+    return;
+  }
+  // Few rows: split the output features.
+  const int64_t band = (out + threads - 1) / threads;
+  pool.ParallelFor(threads, [&](int64_t t) {
+    const int64_t c0 = t * band;
+    const int64_t c1 = std::min(out, c0 + band);
+    if (c0 >= c1) return;
+    if (n <= kGemvRows) {
+      // Decode: matrix-vector products stream the weights once; sgemm would
+      // pack (copy) the whole weight matrix on every call.
       for (int64_t r = 0; r < n; ++r) {
         cblas_sgemv(CblasRowMajor, CblasNoTrans, c1 - c0, in, 1.f, w + c0 * in, in, x + r * in, 1,
                     0.f, y + r * out + c0, 1);
       }
-    }
-  } else {
-    // Few rows: split the output features instead.
-    const int64_t band = (out + threads - 1) / threads;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < threads; ++t) {
-      const int64_t c0 = t * band;
-      const int64_t c1 = std::min(out, c0 + band);
-      if (c0 >= c1) continue;
+    } else {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, c1 - c0, in, 1.f, x, in,
                   w + c0 * in, in, 0.f, y + c0, out);
     }
-  }
+  });
 }
 
 void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, float eps, float* y,
-             int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > 16)
-  for (int64_t i = 0; i < n; ++i) {
+             ThreadPool& pool) {
+  ForEachRange(pool, n, 16, [&](int64_t i) {
     const float* xi = x + i * d;
     float* yi = y + i * d;
     double sum_sq = 0.0;
     for (int64_t j = 0; j < d; ++j) sum_sq += static_cast<double>(xi[j]) * xi[j];
     const float scale = static_cast<float>(1.0 / std::sqrt(sum_sq / d + eps));
     for (int64_t j = 0; j < d; ++j) yi[j] = xi[j] * scale * weight[j];
-  }
+  });
 }
 
-void SwiGlu(const float* gate, const float* up, int64_t n, float* out, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out, ThreadPool& pool) {
+  ForEachRange(pool, n, 16384, [&](int64_t i) {
     const float g = gate[i];
     out[i] = g / (1.f + std::exp(-g)) * up[i];
-  }
+  });
 }
 
 void AddInPlace(float* y, const float* x, int64_t n) {
@@ -108,7 +110,7 @@ float AlibiSlope(int64_t h, int64_t num_heads) {
 
 void WindowAttention(const float* q, int64_t n, const float* keys, const float* values,
                      int64_t num_keys, int64_t num_heads, int64_t kv_heads, int64_t head_dim,
-                     int64_t window, float* out, int threads) {
+                     int64_t window, float* out, ThreadPool& pool) {
   const int64_t q_stride = num_heads * head_dim;
   const int64_t kv_stride = kv_heads * head_dim;
   const int64_t heads_per_kv = num_heads / kv_heads;
@@ -117,8 +119,7 @@ void WindowAttention(const float* q, int64_t n, const float* keys, const float* 
   const int64_t num_blocks = (n + kQueryBlock - 1) / kQueryBlock;
   const int64_t tasks = num_blocks * num_heads;
 
-#pragma omp parallel for num_threads(threads) schedule(dynamic) if (tasks > 1)
-  for (int64_t task = 0; task < tasks; ++task) {
+  pool.ParallelFor(tasks, [&](int64_t task) {
     const int64_t block = task / num_heads;
     const int64_t h = task % num_heads;
     const int64_t kvh = h / heads_per_kv;
@@ -149,11 +150,11 @@ void WindowAttention(const float* q, int64_t n, const float* keys, const float* 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, cols, 1.f,
                 scores.data(), cols, values + k0 * kv_stride + kvh * head_dim, kv_stride, 0.f,
                 out + i0 * q_stride + h * head_dim, q_stride);
-  }
+  });
 }
 
 void ApplyRope(float* x, int64_t num_blocks, int64_t rows, int64_t heads, int64_t head_dim,
-               double theta, int threads) {
+               double theta, ThreadPool& pool) {
   const int64_t half = head_dim / 2;
   // cos/sin per (position, frequency), as the reference builds them in fp32.
   std::vector<float> cos_table(rows * half), sin_table(rows * half);
@@ -167,8 +168,7 @@ void ApplyRope(float* x, int64_t num_blocks, int64_t rows, int64_t heads, int64_
     }
   }
   const int64_t stride = heads * head_dim;
-#pragma omp parallel for num_threads(threads) schedule(static) if (num_blocks > 1)
-  for (int64_t b = 0; b < num_blocks; ++b) {
+  pool.ParallelFor(num_blocks, [&](int64_t b) {
     for (int64_t p = 0; p < rows; ++p) {
       float* row = x + (b * rows + p) * stride;
       const float* c = cos_table.data() + p * half;
@@ -183,16 +183,15 @@ void ApplyRope(float* x, int64_t num_blocks, int64_t rows, int64_t heads, int64_
         }
       }
     }
-  }
+  });
 }
 
 void BlockAttention(const float* q, const float* k, const float* v, int64_t num_blocks,
-                    int64_t rows, int64_t num_heads, int64_t head_dim, float* out, int threads) {
+                    int64_t rows, int64_t num_heads, int64_t head_dim, float* out, ThreadPool& pool) {
   const int64_t stride = num_heads * head_dim;
   const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
   const int64_t tasks = num_blocks * num_heads;
-#pragma omp parallel for num_threads(threads) schedule(dynamic) if (tasks > 1)
-  for (int64_t task = 0; task < tasks; ++task) {
+  pool.ParallelFor(tasks, [&](int64_t task) {
     const int64_t b = task / num_heads;
     const int64_t h = task % num_heads;
     const int64_t offset = b * rows * stride + h * head_dim;
@@ -202,16 +201,15 @@ void BlockAttention(const float* q, const float* k, const float* v, int64_t num_
     for (int64_t r = 0; r < rows; ++r) SoftmaxRow(scores.data() + r * rows, rows);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, rows, 1.f,
                 scores.data(), rows, v + offset, stride, 0.f, out + offset, stride);
-  }
+  });
 }
 
 void GroupedCrossAttention(absl::Span<const GcaBlock> blocks, int64_t rows_per_chunk,
-                           int64_t num_heads, int64_t head_dim, int threads) {
+                           int64_t num_heads, int64_t head_dim, ThreadPool& pool) {
   const int64_t stride = num_heads * head_dim;
   const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
   const int64_t tasks = static_cast<int64_t>(blocks.size()) * num_heads;
-#pragma omp parallel for num_threads(threads) schedule(dynamic) if (tasks > 1)
-  for (int64_t task = 0; task < tasks; ++task) {
+  pool.ParallelFor(tasks, [&](int64_t task) {
     const GcaBlock& block = blocks[task / num_heads];
     const int64_t h = task % num_heads;
     const int64_t n = block.n;
@@ -229,7 +227,7 @@ void GroupedCrossAttention(absl::Span<const GcaBlock> blocks, int64_t rows_per_c
                   block.weights[c], scores.data(), rows_per_chunk, block.chunk_v[c] + h * head_dim,
                   stride, 1.f, block.out + h * head_dim, stride);
     }
-  }
+  });
 }
 
 float Dot(const float* a, const float* b, int64_t n) {

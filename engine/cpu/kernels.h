@@ -1,6 +1,6 @@
 // fp32 CPU kernels of the DRT forward pass (drt-model.md, "Forward pass").
 // Matrices are row-major; weights are [out, in] as in the checkpoint. Every
-// kernel takes the number of threads to use (OpenMP); BLAS calls inside are
+// kernel spreads its work over a ThreadPool; BLAS calls inside are
 // single-threaded so that the two levels of parallelism never fight. Each
 // kernel has a naive twin in tests/cpu_kernels_test.cc.
 #pragma once
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "engine/cpu/thread_pool.h"
 
 namespace drt::cpu {
 
@@ -16,15 +17,15 @@ void UseSingleThreadedBlas();
 
 // y[n, out] = x[n, in] * w[out, in]^T. y may not alias x.
 void Linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y,
-            int threads);
+            ThreadPool& pool);
 
 // y[i] = x[i] / sqrt(mean(x[i]^2) + eps) * weight, for n rows of width d.
 // y may alias x.
 void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, float eps, float* y,
-             int threads);
+             ThreadPool& pool);
 
 // out[i] = silu(gate[i]) * up[i] over n floats; out may alias gate.
-void SwiGlu(const float* gate, const float* up, int64_t n, float* out, int threads);
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out, ThreadPool& pool);
 
 // y += x over n floats.
 void AddInPlace(float* y, const float* x, int64_t n);
@@ -41,18 +42,18 @@ float AlibiSlope(int64_t h, int64_t num_heads);
 // h / (num_heads / kv_heads). out: [n, num_heads*head_dim].
 void WindowAttention(const float* q, int64_t n, const float* keys, const float* values,
                      int64_t num_keys, int64_t num_heads, int64_t kv_heads, int64_t head_dim,
-                     int64_t window, float* out, int threads);
+                     int64_t window, float* out, ThreadPool& pool);
 
 // Rotary embedding (rotate-half convention) for the rows of each block of
 // `rows` rows, at positions 0..rows-1, applied in place to every head of
 // x [num_blocks*rows, heads*head_dim].
 void ApplyRope(float* x, int64_t num_blocks, int64_t rows, int64_t heads, int64_t head_dim,
-               double theta, int threads);
+               double theta, ThreadPool& pool);
 
 // Bidirectional multi-head attention inside each block of `rows` rows (the
 // chunk encoder); q, k, v, out: [num_blocks*rows, num_heads*head_dim].
 void BlockAttention(const float* q, const float* k, const float* v, int64_t num_blocks,
-                    int64_t rows, int64_t num_heads, int64_t head_dim, float* out, int threads);
+                    int64_t rows, int64_t num_heads, int64_t head_dim, float* out, ThreadPool& pool);
 
 // One run of GCA query rows that share a retrieval (drt-model.md, Forward
 // pass 7). chunk_k/chunk_v point to num_chunks matrices of
@@ -69,7 +70,7 @@ struct GcaBlock {
 };
 // out = sum_i weights[i] * softmax(q.K_i^T / sqrt(dh)) V_i, per head.
 void GroupedCrossAttention(absl::Span<const GcaBlock> blocks, int64_t rows_per_chunk,
-                           int64_t num_heads, int64_t head_dim, int threads);
+                           int64_t num_heads, int64_t head_dim, ThreadPool& pool);
 
 // dot(a, b) over n floats.
 float Dot(const float* a, const float* b, int64_t n);
