@@ -257,6 +257,10 @@ void CpuSession::RunSegment(absl::Span<const int32_t> ids, std::vector<float>& h
   }
   if (!closed_rows.empty()) EncodeChunks(closed_rows.data(), closed_rows.size() / (S * d));
 
+  // The reference zeroes the landmark's K/V row when a chunk spans a multiple
+  // of 64 positions (the off-by-one) but drops the row when it spans one more
+  // (model/DRT.py, chunk_k handling); the stored row is zero either way.
+  const int64_t gca_rows = S % 64 == 1 ? S - 1 : S;
   std::vector<float> residual(n * d), gca_q(n * d), gca_out(n * d), mixed(n * d);
   for (int64_t g = 0; g < config_.num_groups(); ++g) {
     // Selections made at this segment's landmarks, keyed by the chunk they serve.
@@ -315,7 +319,8 @@ void CpuSession::RunSegment(absl::Span<const int32_t> ids, std::vector<float>& h
         blocks[b].chunk_k = inputs[b].k.data();
         blocks[b].chunk_v = inputs[b].v.data();
       }
-      GroupedCrossAttention(blocks, S, config_.num_attention_heads, config_.head_dim(), pool_);
+      GroupedCrossAttention(blocks, gca_rows, config_.num_attention_heads, config_.head_dim(),
+                            pool_);
       Linear(attn.data(), n, d, layer.gca.o_proj.data(), d, gca_out.data(), pool_);
       // Forward pass 6: h = r + MLP(RMSNorm2(r + GCA(h))).
       std::memcpy(mixed.data(), residual.data(), n * d * sizeof(float));
