@@ -34,7 +34,7 @@ struct UpperLayerWeights {
 
 struct ModelWeights {
   std::vector<float> embed_tokens;  // [vocab, d]
-  std::vector<float> lm_head;       // [vocab, d]; equal to embed_tokens when tied
+  std::vector<float> lm_head;       // [vocab, d]; empty when tied and not in the file
   std::vector<float> norm;          // [d]
   std::vector<LayerWeights> lower_layers;
   std::vector<std::vector<UpperLayerWeights>> upper_layers;  // [group][layer]
@@ -43,6 +43,11 @@ struct ModelWeights {
   std::vector<LayerWeights> encoder_layers;                   // MHA, d x d K/V
   std::vector<float> encoder_norm;                            // [d]
   std::vector<float> chunk_k_proj, chunk_v_proj;              // [d, d]
+
+  // The lm_head matrix: lm_head, or embed_tokens when tied and absent.
+  const std::vector<float>& output_embedding() const {
+    return lm_head.empty() ? embed_tokens : lm_head;
+  }
 };
 
 // The names and shapes a config implies, in a stable order.

@@ -100,7 +100,7 @@ absl::Status CpuSession::Forward(absl::Span<const int32_t> ids,
                 static_cast<float>(config_.rms_norm_eps), normed.data() + w * d, pool_);
       }
       gathered_logits.resize(m * V);
-      Linear(normed.data(), m, d, weights_.lm_head.data(), V, gathered_logits.data(), pool_);
+      Linear(normed.data(), m, d, weights_.output_embedding().data(), V, gathered_logits.data(), pool_);
       for (int64_t w = 0; w < m; ++w) {
         std::memcpy(logits.data() + wanted[w] * V, gathered_logits.data() + w * V,
                     V * sizeof(float));

@@ -68,7 +68,6 @@ inline ModelWeights RandomWeights(const ModelConfig& c, uint64_t seed) {
   const float s = 1.f / std::sqrt(static_cast<float>(d));
   ModelWeights w;
   w.embed_tokens = RandomVector(c.vocab_size * d, 1.f, rng);
-  w.lm_head = w.embed_tokens;
   w.norm = NormWeight(d, rng);
   for (int64_t i = 0; i < c.num_lower_layers(); ++i) w.lower_layers.push_back(RandomLayer(d, kv, f, rng));
   for (int64_t g = 0; g < c.num_groups(); ++g) {
