@@ -234,6 +234,17 @@ absl::Status ValidateArchitecture(const ConfigReader& reader) {
   if (!*enable_alibi) {
     return reader.Unsupported("enable_alibi", "is false; the decoder attention uses ALiBi");
   }
+  // The reference applies ALiBi and the sliding window only on its
+  // flash-attention path; with this flag false its decoder attention is plain
+  // causal attention over the whole sequence (model/llama.py, LlamaAttention).
+  absl::StatusOr<bool> flash = reader.OptionalBool("_flash_attn_2_enabled", true);
+  if (!flash.ok()) return flash.status();
+  if (!*flash) {
+    return reader.Unsupported("_flash_attn_2_enabled",
+                              "is false; such a checkpoint was trained with full causal attention "
+                              "without ALiBi or window, and only the ALiBi sliding-window "
+                              "attention is served");
+  }
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -33,12 +34,10 @@ using testing::TinyModel;
 using testing::WriteFile;
 using testing::WriteModelDir;
 
-std::string SharedDir() {
-#ifdef DRT_SHARED_DIR
-  return DRT_SHARED_DIR;
-#else
-  return std::string(DRT_SOURCE_DIR) + "/../shared";
-#endif
+// Copies of the reference repository's configs (config/DRT/config_63.json and
+// config/DRT-unittest/config_res.json).
+std::string ReferenceConfigDir() {
+  return std::string(DRT_SOURCE_DIR) + "/tests/fixtures/reference_configs";
 }
 
 absl::Status ConfigStatus(const json& config) {
@@ -78,7 +77,7 @@ absl::Status LoadTinyDirStatus(const TempDir& dir, const TinyModel& model) {
 
 TEST_CASE("config: reference configs parse", "[loader][config]") {
   absl::StatusOr<ModelConfig> paper =
-      LoadModelConfig(SharedDir() + "/reference/drt-config_63.json");
+      LoadModelConfig(ReferenceConfigDir() + "/drt-config_63.json");
   REQUIRE(paper.ok());
   CHECK(paper->vocab_size == 50265);
   CHECK(paper->hidden_size == 768);
@@ -101,8 +100,16 @@ TEST_CASE("config: reference configs parse", "[loader][config]") {
   CHECK(paper->rope_theta == 10000.0);
   CHECK(paper->tie_word_embeddings);
 
-  absl::StatusOr<ModelConfig> tiny =
-      LoadModelConfig(SharedDir() + "/reference/drt-config_unittest.json");
+  // The unittest config turns flash attention off, and with it the reference
+  // drops ALiBi and the window: refused as unservable, the rest parses.
+  const std::string unittest_path = ReferenceConfigDir() + "/drt-config_unittest.json";
+  absl::StatusOr<ModelConfig> refused = LoadModelConfig(unittest_path);
+  REQUIRE(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE_THAT(std::string(refused.status().message()), Contains("_flash_attn_2_enabled"));
+  std::ifstream in(unittest_path);
+  json unittest = json::parse(in);
+  unittest["_flash_attn_2_enabled"] = true;
+  absl::StatusOr<ModelConfig> tiny = ParseModelConfig(unittest.dump(), unittest_path);
   REQUIRE(tiny.ok());
   CHECK(tiny->num_key_value_heads == 1);
   CHECK(tiny->decoder_layers == std::vector<int64_t>{1, 1, 1});
@@ -271,6 +278,10 @@ TEST_CASE("config: architecture variants of the reference", "[loader][config]") 
   status = ConfigStatus(TinyConfigWith("enable_alibi", false));
   CHECK(status.code() == absl::StatusCode::kFailedPrecondition);
   REQUIRE_THAT(std::string(status.message()), Contains("'enable_alibi' is false"));
+
+  status = ConfigStatus(TinyConfigWith("_flash_attn_2_enabled", false));
+  CHECK(status.code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE_THAT(std::string(status.message()), Contains("'_flash_attn_2_enabled' is false"));
 }
 
 TEST_CASE("config: wrong JSON types", "[loader][config]") {
