@@ -1,0 +1,82 @@
+// The drt.v1.Drt gRPC service: sessions, Append, Generate, Complete, fork,
+// info. Engine work runs on the Scheduler's workers in bounded steps (one
+// prompt piece, one generated token), so sessions interleave and
+// cancellation is seen between steps.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "drt/v1/drt.grpc.pb.h"
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "server/metrics.h"
+
+namespace drt::server {
+
+struct ServiceOptions {
+  std::string model_name;
+  std::string device = "cpu";
+  int64_t max_sessions = 64;
+  int64_t max_context_tokens = 16'000'000;  // per session
+  int64_t idle_ttl_seconds = 3600;
+  int64_t host_memory_budget_bytes = 8LL << 30;  // all sessions' host memory
+  int compute_workers = 2;
+  std::string bearer_token;  // empty: no authentication
+};
+
+class SessionManager;
+class Scheduler;
+
+class DrtService final : public drt::v1::Drt::Service {
+ public:
+  // model and backend must outlive the service.
+  DrtService(const Model& model, Backend& backend, Metrics& metrics, ServiceOptions options);
+  ~DrtService() override;
+
+  // From now on new calls get UNAVAILABLE; running streams go on.
+  void StartDraining() { draining_.store(true); }
+
+  grpc::Status CreateSession(grpc::ServerContext* context,
+                             const drt::v1::CreateSessionRequest* request,
+                             drt::v1::CreateSessionResponse* response) override;
+  grpc::Status Append(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<drt::v1::AppendResponse, drt::v1::AppendRequest>* stream) override;
+  grpc::Status Generate(grpc::ServerContext* context, const drt::v1::GenerateRequest* request,
+                        grpc::ServerWriter<drt::v1::GenerateResponse>* writer) override;
+  grpc::Status Complete(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<drt::v1::GenerateResponse, drt::v1::CompleteRequest>* stream) override;
+  grpc::Status ForkSession(grpc::ServerContext* context,
+                           const drt::v1::ForkSessionRequest* request,
+                           drt::v1::SessionInfo* response) override;
+  grpc::Status GetSession(grpc::ServerContext* context, const drt::v1::GetSessionRequest* request,
+                          drt::v1::SessionInfo* response) override;
+  grpc::Status ListSessions(grpc::ServerContext* context,
+                            const drt::v1::ListSessionsRequest* request,
+                            drt::v1::ListSessionsResponse* response) override;
+  grpc::Status DeleteSession(grpc::ServerContext* context,
+                             const drt::v1::DeleteSessionRequest* request,
+                             drt::v1::DeleteSessionResponse* response) override;
+  grpc::Status GetModelInfo(grpc::ServerContext* context,
+                            const drt::v1::GetModelInfoRequest* request,
+                            drt::v1::ModelInfo* response) override;
+
+ private:
+  // UNAUTHENTICATED / UNAVAILABLE checks shared by every method; counts the
+  // request in the metrics.
+  grpc::Status Admit(grpc::ServerContext* context, const char* method);
+  grpc::Status Finish(const grpc::Status& status);
+
+  const Model& model_;
+  Backend& backend_;
+  Metrics& metrics_;
+  ServiceOptions options_;
+  std::atomic<bool> draining_{false};
+  std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+}  // namespace drt::server

@@ -1,0 +1,45 @@
+// Server metrics in Prometheus text format (served on /metrics). Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace drt::server {
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // drt_tokens_ingested_total
+  void AddTokensIngested(int64_t tokens);
+  // drt_prefill_tokens_per_second (gauge, last Append) and
+  // drt_prefill_seconds_total / drt_prefill_tokens_total.
+  void ObservePrefill(int64_t tokens, double seconds);
+  // drt_time_to_first_token_seconds (histogram)
+  void ObserveTimeToFirstToken(double seconds);
+  // drt_time_per_output_token_seconds (histogram)
+  void ObserveTimePerOutputToken(double seconds);
+  // drt_generated_tokens_total
+  void AddGeneratedTokens(int64_t tokens);
+  // drt_active_sessions (gauge)
+  void SetActiveSessions(int64_t sessions);
+  // drt_chunk_store_bytes (gauge)
+  void SetChunkStoreBytes(int64_t bytes);
+  // drt_retrievals_total (one per landmark and group)
+  void AddRetrievals(int64_t retrievals);
+  // drt_requests_total{method} and drt_errors_total{code} (code as gRPC's
+  // upper-case name, e.g. "INVALID_ARGUMENT")
+  void CountRequest(const std::string& method);
+  void CountError(const std::string& code);
+
+  std::string RenderPrometheus() const;
+
+ private:
+  struct State;
+  State* state_;
+};
+
+}  // namespace drt::server
