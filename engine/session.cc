@@ -127,20 +127,11 @@ absl::StatusOr<GenerateResult> Session::Generate(const GenerateOptions& options)
       result.finish_reason = FinishReason::kCancelled;
       return result;
     }
-    int32_t token = sampler.Sample(last_logits_);
-    // The model may score the engine's own ids; never emit them.
-    if (token == config_.chunk_id || token == config_.pad_id) {
-      std::vector<float> masked = last_logits_;
-      masked[config_.chunk_id] = -std::numeric_limits<float>::infinity();
-      masked[config_.pad_id] = -std::numeric_limits<float>::infinity();
-      token = sampler.Sample(masked);
-    }
-    const float logprob = Sampler::LogProb(last_logits_, token);
+    auto step = GenerateStep(sampler);
+    if (!step.ok()) return step.status();
+    const int32_t token = step->token;
     result.tokens.push_back(token);
-    // Generated tokens join the context, so a later Append continues after them.
-    const int32_t next[] = {token};
-    if (auto appended = Append(next); !appended.ok()) return appended.status();
-    if (options.on_token && !options.on_token(token, logprob)) {
+    if (options.on_token && !options.on_token(token, step->logprob)) {
       result.finish_reason = FinishReason::kCancelled;
       return result;
     }
@@ -152,6 +143,25 @@ absl::StatusOr<GenerateResult> Session::Generate(const GenerateOptions& options)
   }
   result.finish_reason = FinishReason::kLength;
   return result;
+}
+
+absl::StatusOr<Session::GeneratedToken> Session::GenerateStep(Sampler& sampler) {
+  if (last_logits_.empty()) {
+    return absl::FailedPreconditionError("the session holds no tokens yet: append a prompt first");
+  }
+  int32_t token = sampler.Sample(last_logits_);
+  // The model may score the engine's own ids; never emit them.
+  if (token == config_.chunk_id || token == config_.pad_id) {
+    std::vector<float> masked = last_logits_;
+    masked[config_.chunk_id] = -std::numeric_limits<float>::infinity();
+    masked[config_.pad_id] = -std::numeric_limits<float>::infinity();
+    token = sampler.Sample(masked);
+  }
+  const float logprob = Sampler::LogProb(last_logits_, token);
+  // Generated tokens join the context, so a later Append continues after them.
+  const int32_t next[] = {token};
+  if (auto appended = Append(next); !appended.ok()) return appended.status();
+  return GeneratedToken{token, logprob};
 }
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {

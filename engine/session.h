@@ -74,6 +74,15 @@ class Session {
   absl::Status PadToChunkBoundary();
   absl::StatusOr<GenerateResult> Generate(const GenerateOptions& options);
 
+  // One generation step: samples the next token from last_logits() (never
+  // the pad or landmark id) and appends it. For callers that schedule steps
+  // themselves (the server interleaves sessions token by token).
+  struct GeneratedToken {
+    int32_t token;
+    float logprob;  // log-softmax at temperature 1
+  };
+  absl::StatusOr<GeneratedToken> GenerateStep(Sampler& sampler);
+
   // Logits of the last real token; empty before any token.
   absl::Span<const float> last_logits() const { return last_logits_; }
   int64_t num_tokens() const { return num_tokens_; }

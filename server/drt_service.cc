@@ -1,0 +1,538 @@
+#include "server/drt_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "engine/tokenizer/streaming_encoder.h"
+#include "server/scheduler.h"
+#include "server/session_manager.h"
+#include "server/status_util.h"
+
+namespace drt::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Tokens per engine step: small enough that steps of other sessions and
+// cancellation are seen often, large enough to run whole chunks.
+constexpr int64_t kTokensPerStep = 4032;
+constexpr int32_t kDefaultMaxTokens = 64;
+constexpr int32_t kMaxTokensLimit = 1 << 20;
+// Progress messages at most this often (plus one per message received).
+constexpr double kProgressIntervalSeconds = 0.1;
+
+SamplingParams FromProto(const drt::v1::SamplingParams& p) {
+  SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p() == 0.f ? 1.f : p.top_p();
+  s.seed = p.seed();
+  return s;
+}
+
+// Where one Append's or Complete's prompt pieces go: tokenizes text pieces
+// in a stream, checks limits, runs the engine in bounded steps, reports.
+class PromptIngest {
+ public:
+  PromptIngest(grpc::ServerContext* context, SessionEntry& entry, const Tokenizer& tokenizer,
+               SessionManager& sessions, Scheduler& scheduler, Metrics& metrics,
+               int64_t num_groups)
+      : context_(context),
+        entry_(entry),
+        encoder_(tokenizer),
+        sessions_(sessions),
+        scheduler_(scheduler),
+        metrics_(metrics),
+        num_groups_(num_groups),
+        start_(Clock::now()),
+        last_progress_(start_) {}
+
+  // Adds one piece; `report` is called with progress now and then.
+  absl::Status AddText(const std::string& text) {
+    auto ids = encoder_.Push(text);
+    if (!ids.ok()) return ids.status();
+    return Run(*ids);
+  }
+  absl::Status AddTokens(const google::protobuf::RepeatedField<int32_t>& tokens) {
+    // Text before these ids is complete now.
+    if (absl::Status s = Flush(); !s.ok()) return s;
+    return Run(std::vector<int32_t>(tokens.begin(), tokens.end()));
+  }
+  absl::Status Flush() {
+    auto ids = encoder_.Finish();
+    if (!ids.ok()) return ids.status();
+    return Run(*ids);
+  }
+
+  bool progress_due() const { return SecondsSince(last_progress_) >= kProgressIntervalSeconds; }
+  drt::v1::AppendProgress Progress() {
+    last_progress_ = Clock::now();
+    drt::v1::AppendProgress p;
+    p.set_tokens_ingested(ingested_);
+    p.set_chunks_ingested(entry_.chunks());
+    p.set_session_tokens(entry_.tokens());
+    p.set_elapsed_seconds(SecondsSince(start_));
+    return p;
+  }
+  drt::v1::AppendSummary Summary() const {
+    drt::v1::AppendSummary s;
+    const double elapsed = SecondsSince(start_);
+    s.set_tokens_ingested(ingested_);
+    s.set_session_tokens(entry_.tokens());
+    s.set_session_chunks(entry_.chunks());
+    s.set_elapsed_seconds(elapsed);
+    s.set_tokens_per_second(elapsed > 0 ? ingested_ / elapsed : 0.0);
+    return s;
+  }
+  int64_t ingested() const { return ingested_; }
+  double engine_seconds() const { return engine_seconds_; }
+
+ private:
+  absl::Status Run(const std::vector<int32_t>& ids) {
+    for (size_t done = 0; done < ids.size();) {
+      if (context_->IsCancelled()) return absl::CancelledError("the Append was cancelled");
+      const size_t step = std::min<size_t>(kTokensPerStep, ids.size() - done);
+      const int64_t limit = entry_.settings().max_context_tokens;
+      if (entry_.tokens() + static_cast<int64_t>(step) > limit) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "session %s would exceed its context limit of %d tokens (it holds %d, this piece "
+            "brings %d more)",
+            entry_.id(), limit, entry_.tokens(), ids.size() - done));
+      }
+      if (absl::Status s = sessions_.CheckBudget(step); !s.ok()) return s;
+      const auto piece = absl::MakeConstSpan(ids).subspan(done, step);
+      const int64_t chunks_before = entry_.chunks();
+      const auto t0 = Clock::now();
+      int64_t accepted = 0;
+      absl::Status status = scheduler_.Run([&]() -> absl::Status {
+        AppendOptions options;
+        options.should_stop = [&] { return context_->IsCancelled(); };
+        auto result = entry_.session().Append(piece, options);
+        entry_.RefreshFigures();
+        if (!result.ok()) return result.status();
+        accepted = result->tokens_accepted;
+        return absl::OkStatus();
+      });
+      engine_seconds_ += SecondsSince(t0);
+      ingested_ += accepted;
+      metrics_.AddTokensIngested(accepted);
+      metrics_.AddRetrievals((entry_.chunks() - chunks_before) * num_groups_);
+      if (!status.ok()) return status;
+      if (accepted < static_cast<int64_t>(step)) {
+        return absl::CancelledError("the Append was cancelled");
+      }
+      done += step;
+    }
+    return absl::OkStatus();
+  }
+
+  grpc::ServerContext* context_;
+  SessionEntry& entry_;
+  StreamingEncoder encoder_;
+  SessionManager& sessions_;
+  Scheduler& scheduler_;
+  Metrics& metrics_;
+  int64_t num_groups_;
+  Clock::time_point start_, last_progress_;
+  int64_t ingested_ = 0;
+  double engine_seconds_ = 0;
+};
+
+struct GenerationPlan {
+  int32_t max_tokens = kDefaultMaxTokens;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool pad = false;
+  bool logprobs = false;
+  bool ignore_eos = false;
+};
+
+absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& request,
+                                              const SessionSettings& settings) {
+  GenerationPlan plan;
+  if (request.max_tokens() < 0 || request.max_tokens() > kMaxTokensLimit) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_tokens must be in [0, %d] (0: %d), got %d", kMaxTokensLimit, kDefaultMaxTokens,
+        request.max_tokens()));
+  }
+  if (request.max_tokens() > 0) plan.max_tokens = request.max_tokens();
+  plan.sampling = request.has_sampling() ? FromProto(request.sampling()) : settings.sampling;
+  if (absl::Status s = ValidateSamplingParams(plan.sampling); !s.ok()) return s;
+  for (const std::string& stop : request.stop()) {
+    if (stop.empty()) return absl::InvalidArgumentError("stop sequences must not be empty");
+    plan.stop.push_back(stop);
+  }
+  plan.pad = request.pad_to_chunk_boundary();
+  plan.logprobs = request.return_logprobs();
+  plan.ignore_eos = request.ignore_eos();
+  return plan;
+}
+
+}  // namespace
+
+DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
+                       ServiceOptions options)
+    : model_(model),
+      backend_(backend),
+      metrics_(metrics),
+      options_(std::move(options)),
+      sessions_(std::make_unique<SessionManager>(
+          backend, SessionLimits{options_.max_sessions, options_.max_context_tokens,
+                                 options_.idle_ttl_seconds, options_.host_memory_budget_bytes})),
+      scheduler_(std::make_unique<Scheduler>(options_.compute_workers)) {}
+
+DrtService::~DrtService() = default;
+
+grpc::Status DrtService::Admit(grpc::ServerContext* context, const char* method) {
+  metrics_.CountRequest(method);
+  if (draining_.load()) {
+    return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               "the server is shutting down; retry on another replica"));
+  }
+  if (!options_.bearer_token.empty()) {
+    const auto& metadata = context->client_metadata();
+    auto it = metadata.find("authorization");
+    const std::string expected = "Bearer " + options_.bearer_token;
+    if (it == metadata.end() || std::string(it->second.data(), it->second.size()) != expected) {
+      return Finish(grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          "missing or wrong credentials: send metadata 'authorization: Bearer <token>'"));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DrtService::Finish(const grpc::Status& status) {
+  if (!status.ok()) metrics_.CountError(GrpcCodeName(status.error_code()));
+  metrics_.SetActiveSessions(sessions_->count());
+  int64_t store = 0;
+  for (const auto& entry : sessions_->List()) store += entry->host_bytes();
+  metrics_.SetChunkStoreBytes(store);
+  return status;
+}
+
+grpc::Status DrtService::CreateSession(grpc::ServerContext* context,
+                                       const drt::v1::CreateSessionRequest* request,
+                                       drt::v1::CreateSessionResponse* response) {
+  if (grpc::Status s = Admit(context, "CreateSession"); !s.ok()) return s;
+  SessionSettings settings;
+  settings.sampling = FromProto(request->sampling());
+  settings.max_context_tokens = request->max_context_tokens();
+  settings.idle_ttl_seconds = request->idle_ttl_seconds();
+  auto entry = sessions_->Create(settings);
+  if (!entry.ok()) return Finish(ToGrpc(entry.status()));
+  response->set_session_id((*entry)->id());
+  return Finish(grpc::Status::OK);
+}
+
+grpc::Status DrtService::Append(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<drt::v1::AppendResponse, drt::v1::AppendRequest>* stream) {
+  if (grpc::Status s = Admit(context, "Append"); !s.ok()) return s;
+  drt::v1::AppendRequest request;
+  if (!stream->Read(&request)) {
+    return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "Append needs at least one message naming the session"));
+  }
+  if (request.session_id().empty()) {
+    return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "the first Append message must set session_id"));
+  }
+  auto entry = sessions_->Find(request.session_id());
+  if (!entry.ok()) return Finish(ToGrpc(entry.status()));
+  if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
+
+  PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_,
+                      model_.config().num_groups());
+  absl::Status status;
+  int64_t message_index = 0;
+  do {
+    if (!request.session_id().empty() && request.session_id() != (*entry)->id()) {
+      status = absl::InvalidArgumentError(absl::StrFormat(
+          "message %d names session %s but this Append is for %s", message_index,
+          request.session_id(), (*entry)->id()));
+      break;
+    }
+    if (request.has_tokens()) {
+      status = ingest.AddTokens(request.tokens().ids());
+    } else if (request.piece_case() == drt::v1::AppendRequest::kText) {
+      status = ingest.AddText(request.text());
+    }
+    if (!status.ok()) {
+      if (status.code() == absl::StatusCode::kInvalidArgument) {
+        status = absl::InvalidArgumentError(
+            absl::StrFormat("message %d: %s", message_index, status.message()));
+      }
+      break;
+    }
+    if (ingest.progress_due()) {
+      drt::v1::AppendResponse progress;
+      *progress.mutable_progress() = ingest.Progress();
+      stream->Write(progress);
+    }
+    ++message_index;
+  } while (stream->Read(&request));
+  if (status.ok()) status = ingest.Flush();
+  if (status.ok() && context->IsCancelled()) status = absl::CancelledError("the Append was cancelled");
+  (*entry)->End();
+  if (ingest.ingested() > 0) metrics_.ObservePrefill(ingest.ingested(), ingest.engine_seconds());
+  if (!status.ok()) return Finish(ToGrpc(status));
+
+  drt::v1::AppendResponse last;
+  *last.mutable_progress() = ingest.Progress();
+  stream->Write(last);
+  drt::v1::AppendResponse summary;
+  *summary.mutable_summary() = ingest.Summary();
+  stream->Write(summary);
+  return Finish(grpc::Status::OK);
+}
+
+// Generates on an entry the caller has claimed; writes pieces and the final
+// message through `write`. Shared by Generate and Complete.
+static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& entry,
+                                  const GenerationPlan& plan, const Model& model,
+                                  Scheduler& scheduler, Metrics& metrics,
+                                  const std::function<bool(const drt::v1::GenerateResponse&)>& write,
+                                  drt::v1::GenerateTimings timings) {
+  const auto start = Clock::now();
+  Sampler sampler(plan.sampling);
+  const int32_t eos = model.tokenizer->eos_id();
+  if (plan.pad) {
+    absl::Status s = scheduler.Run([&] {
+      absl::Status padded = entry.session().PadToChunkBoundary();
+      entry.RefreshFigures();
+      return padded;
+    });
+    if (!s.ok()) return s;
+  }
+  if (entry.session().last_logits().empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "session %s holds no tokens yet: Append a prompt before Generate", entry.id()));
+  }
+  Utf8Streamer utf8;
+  std::string text_so_far;
+  drt::v1::FinishReason reason = drt::v1::FINISH_REASON_LENGTH;
+  double first_token_at = 0, last_token_at = 0;
+  int32_t generated = 0;
+  while (generated < plan.max_tokens) {
+    if (context->IsCancelled()) {
+      reason = drt::v1::FINISH_REASON_CANCELLED;
+      break;
+    }
+    if (entry.tokens() >= entry.settings().max_context_tokens) break;  // LENGTH
+    Session::GeneratedToken step{};
+    absl::Status s = scheduler.Run([&]() -> absl::Status {
+      auto result = entry.session().GenerateStep(sampler);
+      entry.RefreshFigures();
+      if (!result.ok()) return result.status();
+      step = *result;
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
+    ++generated;
+    last_token_at = SecondsSince(start);
+    if (generated == 1) first_token_at = last_token_at;
+    auto bytes = model.tokenizer->Decode({step.token});
+    if (!bytes.ok()) return bytes.status();
+    drt::v1::GenerateResponse response;
+    auto* piece = response.mutable_piece();
+    piece->add_token_ids(step.token);
+    piece->set_text(utf8.Push(*bytes));
+    if (plan.logprobs) piece->add_logprobs(step.logprob);
+    text_so_far += piece->text();
+    bool stop_now = false;
+    if (!plan.ignore_eos && step.token == eos) {
+      reason = drt::v1::FINISH_REASON_END_OF_TEXT;
+      stop_now = true;
+    }
+    for (const std::string& stop : plan.stop) {
+      const size_t from = text_so_far.size() > stop.size() + piece->text().size()
+                              ? text_so_far.size() - stop.size() - piece->text().size()
+                              : 0;
+      if (text_so_far.find(stop, from) != std::string::npos) {
+        reason = drt::v1::FINISH_REASON_STOP_SEQUENCE;
+        stop_now = true;
+      }
+    }
+    if (stop_now) piece->set_text(piece->text() + utf8.Flush());
+    if (!write(response)) {
+      reason = drt::v1::FINISH_REASON_CANCELLED;
+      break;
+    }
+    if (stop_now) break;
+  }
+  if (const std::string rest = utf8.Flush(); !rest.empty()) {
+    drt::v1::GenerateResponse response;
+    response.mutable_piece()->set_text(rest);
+    write(response);
+  }
+  timings.set_generated_tokens(generated);
+  timings.set_time_to_first_token_seconds(first_token_at);
+  timings.set_time_per_output_token_seconds(
+      generated > 1 ? (last_token_at - first_token_at) / (generated - 1) : 0.0);
+  if (generated > 0) metrics.ObserveTimeToFirstToken(first_token_at);
+  if (generated > 1) metrics.ObserveTimePerOutputToken(timings.time_per_output_token_seconds());
+  metrics.AddGeneratedTokens(generated);
+  drt::v1::GenerateResponse done;
+  done.mutable_done()->set_finish_reason(reason);
+  done.mutable_done()->set_session_id(entry.id());
+  *done.mutable_done()->mutable_timings() = timings;
+  write(done);
+  return absl::OkStatus();
+}
+
+grpc::Status DrtService::Generate(grpc::ServerContext* context,
+                                  const drt::v1::GenerateRequest* request,
+                                  grpc::ServerWriter<drt::v1::GenerateResponse>* writer) {
+  if (grpc::Status s = Admit(context, "Generate"); !s.ok()) return s;
+  auto entry = sessions_->Find(request->session_id());
+  if (!entry.ok()) return Finish(ToGrpc(entry.status()));
+  auto plan = PlanGeneration(*request, (*entry)->settings());
+  if (!plan.ok()) return Finish(ToGrpc(plan.status()));
+  if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
+  absl::Status status = RunGeneration(
+      context, **entry, *plan, model_, *scheduler_, metrics_,
+      [&](const drt::v1::GenerateResponse& r) { return writer->Write(r); }, {});
+  (*entry)->End();
+  return Finish(ToGrpc(status));
+}
+
+grpc::Status DrtService::Complete(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<drt::v1::GenerateResponse, drt::v1::CompleteRequest>* stream) {
+  if (grpc::Status s = Admit(context, "Complete"); !s.ok()) return s;
+  drt::v1::CompleteRequest request;
+  if (!stream->Read(&request)) {
+    return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "Complete needs a first message with the generation options"));
+  }
+  const drt::v1::GenerateRequest options = request.generate();
+  SessionSettings settings;
+  if (options.has_sampling()) settings.sampling = FromProto(options.sampling());
+  auto plan = PlanGeneration(options, settings);
+  if (!plan.ok()) return Finish(ToGrpc(plan.status()));
+  auto entry = sessions_->Create(settings);
+  if (!entry.ok()) return Finish(ToGrpc(entry.status()));
+  // The temporary session goes when the call ends, whatever happens.
+  struct Cleanup {
+    SessionManager& sessions;
+    std::string id;
+    ~Cleanup() { sessions.Delete(id).IgnoreError(); }
+  } cleanup{*sessions_, (*entry)->id()};
+  if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
+
+  PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_,
+                      model_.config().num_groups());
+  absl::Status status;
+  int64_t message_index = 0;
+  do {
+    if (request.has_tokens()) {
+      status = ingest.AddTokens(request.tokens().ids());
+    } else if (request.piece_case() == drt::v1::CompleteRequest::kText) {
+      status = ingest.AddText(request.text());
+    }
+    if (!status.ok()) {
+      if (status.code() == absl::StatusCode::kInvalidArgument) {
+        status = absl::InvalidArgumentError(
+            absl::StrFormat("message %d: %s", message_index, status.message()));
+      }
+      break;
+    }
+    ++message_index;
+  } while (stream->Read(&request));
+  if (status.ok()) status = ingest.Flush();
+  (*entry)->End();
+  if (ingest.ingested() > 0) metrics_.ObservePrefill(ingest.ingested(), ingest.engine_seconds());
+  if (!status.ok()) return Finish(ToGrpc(status));
+
+  if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
+  drt::v1::GenerateTimings timings;
+  timings.set_prefill_seconds(ingest.engine_seconds());
+  timings.set_prompt_tokens(ingest.ingested());
+  status = RunGeneration(
+      context, **entry, *plan, model_, *scheduler_, metrics_,
+      [&](const drt::v1::GenerateResponse& r) { return stream->Write(r); }, timings);
+  (*entry)->End();
+  return Finish(ToGrpc(status));
+}
+
+static void FillInfo(const SessionEntry& entry, drt::v1::SessionInfo* info) {
+  info->set_session_id(entry.id());
+  info->set_tokens(entry.tokens());
+  info->set_chunks(entry.chunks());
+  info->set_host_bytes(entry.host_bytes());
+  info->set_busy(entry.activity() != Activity::kIdle);
+  info->set_max_context_tokens(entry.settings().max_context_tokens);
+  info->set_idle_ttl_seconds(entry.settings().idle_ttl_seconds);
+  info->set_idle_seconds(entry.idle_seconds());
+}
+
+grpc::Status DrtService::ForkSession(grpc::ServerContext* context,
+                                     const drt::v1::ForkSessionRequest* request,
+                                     drt::v1::SessionInfo* response) {
+  if (grpc::Status s = Admit(context, "ForkSession"); !s.ok()) return s;
+  auto fork = sessions_->Fork(request->session_id());
+  if (!fork.ok()) return Finish(ToGrpc(fork.status()));
+  FillInfo(**fork, response);
+  return Finish(grpc::Status::OK);
+}
+
+grpc::Status DrtService::GetSession(grpc::ServerContext* context,
+                                    const drt::v1::GetSessionRequest* request,
+                                    drt::v1::SessionInfo* response) {
+  if (grpc::Status s = Admit(context, "GetSession"); !s.ok()) return s;
+  auto entry = sessions_->Find(request->session_id());
+  if (!entry.ok()) return Finish(ToGrpc(entry.status()));
+  FillInfo(**entry, response);
+  return Finish(grpc::Status::OK);
+}
+
+grpc::Status DrtService::ListSessions(grpc::ServerContext* context,
+                                      const drt::v1::ListSessionsRequest* request,
+                                      drt::v1::ListSessionsResponse* response) {
+  if (grpc::Status s = Admit(context, "ListSessions"); !s.ok()) return s;
+  for (const auto& entry : sessions_->List()) FillInfo(*entry, response->add_sessions());
+  return Finish(grpc::Status::OK);
+}
+
+grpc::Status DrtService::DeleteSession(grpc::ServerContext* context,
+                                       const drt::v1::DeleteSessionRequest* request,
+                                       drt::v1::DeleteSessionResponse* response) {
+  if (grpc::Status s = Admit(context, "DeleteSession"); !s.ok()) return s;
+  return Finish(ToGrpc(sessions_->Delete(request->session_id())));
+}
+
+grpc::Status DrtService::GetModelInfo(grpc::ServerContext* context,
+                                      const drt::v1::GetModelInfoRequest* request,
+                                      drt::v1::ModelInfo* response) {
+  if (grpc::Status s = Admit(context, "GetModelInfo"); !s.ok()) return s;
+  const ModelConfig& c = model_.config();
+  response->set_name(options_.model_name);
+  response->set_device(options_.device);
+  response->set_vocab_size(c.vocab_size);
+  response->set_hidden_size(c.hidden_size);
+  response->set_num_attention_heads(c.num_attention_heads);
+  for (int64_t n : c.decoder_layers) response->add_decoder_layers(n);
+  response->set_encoder_layers(c.encoder_layers);
+  response->set_enc_chunk_size(c.enc_chunk_size);
+  response->set_chunk_topk(c.chunk_topk);
+  response->set_slide_window(c.slide_window);
+  response->set_chunk_id(static_cast<int32_t>(c.chunk_id));
+  response->set_pad_id(static_cast<int32_t>(c.pad_id));
+  response->set_eos_id(model_.tokenizer->eos_id());
+  response->set_max_context_tokens(options_.max_context_tokens);
+  response->set_tokenizer(model_.loaded.files.tokenizer_path ? "gpt2-bpe" : "bytes");
+  return Finish(grpc::Status::OK);
+}
+
+}  // namespace drt::server

@@ -1,0 +1,201 @@
+#include "server/session_manager.h"
+
+#include <random>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace drt::server {
+namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+const char* ActivityName(Activity a) {
+  switch (a) {
+    case Activity::kAppending: return "an Append";
+    case Activity::kGenerating: return "a Generate";
+    case Activity::kIdle: return "nothing";
+  }
+  return "?";
+}
+
+}  // namespace
+
+SessionEntry::SessionEntry(std::string id, SessionSettings settings, std::unique_ptr<Session> session)
+    : id_(std::move(id)), settings_(settings), session_(std::move(session)) {
+  last_used_ns_ = NowNs();
+  RefreshFigures();
+}
+
+absl::Status SessionEntry::Begin(Activity activity) {
+  Activity expected = Activity::kIdle;
+  if (!activity_.compare_exchange_strong(expected, activity)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "session %s is busy with %s; wait for it to finish (or cancel it) and retry", id_,
+        ActivityName(expected)));
+  }
+  last_used_ns_ = NowNs();
+  return absl::OkStatus();
+}
+
+void SessionEntry::End() {
+  RefreshFigures();
+  last_used_ns_ = NowNs();
+  activity_ = Activity::kIdle;
+}
+
+void SessionEntry::RefreshFigures() {
+  tokens_ = session_->num_tokens();
+  chunks_ = session_->num_chunks();
+  host_bytes_ = static_cast<int64_t>(session_->backend_session().memory().total());
+}
+
+double SessionEntry::idle_seconds() const {
+  if (activity_.load() != Activity::kIdle) return 0.0;
+  return static_cast<double>(NowNs() - last_used_ns_.load()) * 1e-9;
+}
+
+SessionManager::SessionManager(Backend& backend, SessionLimits limits)
+    : backend_(backend), limits_(limits), reaper_([this] { ReaperLoop(); }) {}
+
+SessionManager::~SessionManager() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  stop_.notify_all();
+  reaper_.join();
+}
+
+std::string SessionManager::NewId() {
+  std::random_device random;
+  return absl::StrFormat("s-%08x%08x%08x", random(), random(), random());
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
+    SessionSettings settings, std::unique_ptr<Session> session) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (static_cast<int64_t>(sessions_.size()) >= limits_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the server holds its maximum of %d sessions; delete one or wait for idle ones to expire",
+        limits_.max_sessions));
+  }
+  std::string id = NewId();
+  while (sessions_.contains(id)) id = NewId();
+  auto entry = std::make_shared<SessionEntry>(id, settings, std::move(session));
+  sessions_[id] = entry;
+  return entry;
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Create(SessionSettings settings) {
+  if (absl::Status s = ValidateSamplingParams(settings.sampling); !s.ok()) return s;
+  if (settings.max_context_tokens < 0 || settings.max_context_tokens > limits_.max_context_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_context_tokens must be in [0, %d] (0: the server's limit), got %d",
+        limits_.max_context_tokens, settings.max_context_tokens));
+  }
+  if (settings.idle_ttl_seconds < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "idle_ttl_seconds must be >= 0 (0: the server's TTL), got %d", settings.idle_ttl_seconds));
+  }
+  if (settings.max_context_tokens == 0) settings.max_context_tokens = limits_.max_context_tokens;
+  if (settings.idle_ttl_seconds == 0) settings.idle_ttl_seconds = limits_.idle_ttl_seconds;
+  auto session = Session::Create(backend_);
+  if (!session.ok()) return session.status();
+  return Insert(settings, *std::move(session));
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrFormat(
+        "no session '%s' (it may have been deleted or expired after being idle)", id));
+  }
+  return it->second;
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::string& id) {
+  auto parent = Find(id);
+  if (!parent.ok()) return parent.status();
+  // Holding the parent's activity keeps its engine state still while copied.
+  if (absl::Status s = (*parent)->Begin(Activity::kAppending); !s.ok()) return s;
+  auto forked = (*parent)->session().Fork();
+  (*parent)->End();
+  if (!forked.ok()) return forked.status();
+  return Insert((*parent)->settings(), *std::move(forked));
+}
+
+absl::Status SessionManager::Delete(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (sessions_.erase(id) == 0) {
+    return absl::NotFoundError(absl::StrFormat("no session '%s'", id));
+  }
+  // A running Append/Generate keeps its entry alive until it ends.
+  return absl::OkStatus();
+}
+
+std::vector<std::shared_ptr<SessionEntry>> SessionManager::List() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::shared_ptr<SessionEntry>> out;
+  for (const auto& [id, entry] : sessions_) out.push_back(entry);
+  return out;
+}
+
+int64_t SessionManager::count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(sessions_.size());
+}
+
+int64_t SessionManager::TotalHostBytes() const {
+  int64_t total = 0;
+  for (const auto& entry : List()) total += entry->host_bytes();
+  return total;
+}
+
+absl::Status SessionManager::CheckBudget(int64_t tokens) const {
+  const ModelConfig& c = backend_.config();
+  // Per chunk: K and V rows plus the landmark, fp32.
+  const int64_t per_chunk = (2 * c.chunk_positions() + 1) * c.hidden_size * 4;
+  const int64_t chunks = tokens / c.enc_chunk_size + 1;
+  const int64_t total = TotalHostBytes();
+  if (total + chunks * per_chunk > limits_.host_memory_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "host memory budget exhausted: sessions hold %d MiB of %d MiB and %d more tokens need "
+        "about %d MiB; delete sessions or raise --host_memory_budget_gb",
+        total >> 20, limits_.host_memory_budget_bytes >> 20, tokens, (chunks * per_chunk) >> 20));
+  }
+  return absl::OkStatus();
+}
+
+int SessionManager::EvictIdle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int evicted = 0;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    const SessionEntry& e = *it->second;
+    if (e.activity() == Activity::kIdle && e.idle_seconds() > e.settings().idle_ttl_seconds) {
+      it = sessions_.erase(it);
+      ++evicted;
+    } else {
+      ++it;
+    }
+  }
+  return evicted;
+}
+
+void SessionManager::ReaperLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    stop_.wait_for(lock, std::chrono::seconds(1));
+    if (stopping_) return;
+    lock.unlock();
+    EvictIdle();
+    lock.lock();
+  }
+}
+
+}  // namespace drt::server

@@ -1,0 +1,115 @@
+// The server's sessions: creation under limits, lookup, fork, delete, the
+// busy state that keeps an Append and a Generate from overlapping, host
+// memory accounting, and eviction of idle sessions.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+
+namespace drt::server {
+
+struct SessionSettings {
+  SamplingParams sampling;
+  int64_t max_context_tokens = 0;
+  int64_t idle_ttl_seconds = 0;
+};
+
+struct SessionLimits {
+  int64_t max_sessions = 64;
+  int64_t max_context_tokens = 16'000'000;
+  int64_t idle_ttl_seconds = 3600;
+  int64_t host_memory_budget_bytes = 8LL << 30;
+};
+
+enum class Activity { kIdle, kAppending, kGenerating };
+
+class SessionEntry {
+ public:
+  SessionEntry(std::string id, SessionSettings settings, std::unique_ptr<Session> session);
+
+  const std::string& id() const { return id_; }
+  const SessionSettings& settings() const { return settings_; }
+
+  // Claims the session for one activity; FAILED_PRECONDITION naming the
+  // running one when it is busy.
+  absl::Status Begin(Activity activity);
+  // Ends the activity, refreshes the cached figures and the idle clock.
+  void End();
+  Activity activity() const { return activity_.load(); }
+
+  // Engine access: only the holder of the activity calls these, from one
+  // thread at a time (the scheduler's step).
+  Session& session() { return *session_; }
+
+  // Figures readable at any time without touching the engine.
+  int64_t tokens() const { return tokens_.load(); }
+  int64_t chunks() const { return chunks_.load(); }
+  int64_t host_bytes() const { return host_bytes_.load(); }
+  double idle_seconds() const;
+  void RefreshFigures();
+
+ private:
+  friend class SessionManager;
+  std::string id_;
+  SessionSettings settings_;
+  std::unique_ptr<Session> session_;
+  std::atomic<Activity> activity_{Activity::kIdle};
+  std::atomic<int64_t> tokens_{0}, chunks_{0}, host_bytes_{0};
+  std::atomic<int64_t> last_used_ns_{0};
+};
+
+class SessionManager {
+ public:
+  SessionManager(Backend& backend, SessionLimits limits);
+  ~SessionManager();
+
+  const SessionLimits& limits() const { return limits_; }
+
+  // RESOURCE_EXHAUSTED at max_sessions; INVALID_ARGUMENT for settings beyond
+  // the server's limits. Zero settings take the server's values.
+  absl::StatusOr<std::shared_ptr<SessionEntry>> Create(SessionSettings settings);
+  absl::StatusOr<std::shared_ptr<SessionEntry>> Find(const std::string& id) const;
+  // FAILED_PRECONDITION while the parent is busy.
+  absl::StatusOr<std::shared_ptr<SessionEntry>> Fork(const std::string& id);
+  absl::Status Delete(const std::string& id);
+  std::vector<std::shared_ptr<SessionEntry>> List() const;
+  int64_t count() const;
+
+  // Host memory of all sessions (a fork's shared chunks count in each).
+  int64_t TotalHostBytes() const;
+  // RESOURCE_EXHAUSTED when adding `tokens` to a session would pass the
+  // host-memory budget.
+  absl::Status CheckBudget(int64_t tokens) const;
+
+  // Deletes sessions idle past their TTL; returns how many.
+  int EvictIdle();
+
+ private:
+  std::string NewId();
+  absl::StatusOr<std::shared_ptr<SessionEntry>> Insert(SessionSettings settings,
+                                                       std::unique_ptr<Session> session);
+  void ReaperLoop();
+
+  Backend& backend_;
+  SessionLimits limits_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<SessionEntry>> sessions_;
+  std::condition_variable stop_;
+  bool stopping_ = false;
+  std::thread reaper_;
+};
+
+}  // namespace drt::server
