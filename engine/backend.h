@@ -32,6 +32,7 @@ struct SessionMemory {
   size_t landmark_bytes = 0;     // one d-vector per closed chunk
   size_t chunk_store_bytes = 0;  // K/V of closed chunks (may be shared by forks)
   size_t selection_bytes = 0;    // current retrieval per group
+  size_t shared_bytes = 0;       // of chunk_store + landmarks, shared with forks
   size_t total() const {
     return window_bytes + open_chunk_bytes + landmark_bytes + chunk_store_bytes + selection_bytes;
   }

@@ -51,7 +51,9 @@ void SessionEntry::End() {
 void SessionEntry::RefreshFigures() {
   tokens_ = session_->num_tokens();
   chunks_ = session_->num_chunks();
-  host_bytes_ = static_cast<int64_t>(session_->backend_session().memory().total());
+  const SessionMemory memory = session_->backend_session().memory();
+  host_bytes_ = static_cast<int64_t>(memory.total());
+  shared_bytes_ = static_cast<int64_t>(memory.shared_bytes);
 }
 
 double SessionEntry::idle_seconds() const {

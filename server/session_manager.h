@@ -58,6 +58,7 @@ class SessionEntry {
   int64_t tokens() const { return tokens_.load(); }
   int64_t chunks() const { return chunks_.load(); }
   int64_t host_bytes() const { return host_bytes_.load(); }
+  int64_t shared_bytes() const { return shared_bytes_.load(); }
   double idle_seconds() const;
   void RefreshFigures();
 
@@ -67,7 +68,7 @@ class SessionEntry {
   SessionSettings settings_;
   std::unique_ptr<Session> session_;
   std::atomic<Activity> activity_{Activity::kIdle};
-  std::atomic<int64_t> tokens_{0}, chunks_{0}, host_bytes_{0};
+  std::atomic<int64_t> tokens_{0}, chunks_{0}, host_bytes_{0}, shared_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};
 };
 

@@ -208,6 +208,10 @@ TEST_CASE("a fork continues exactly like its parent and leaves it untouched", "[
   REQUIRE(parent->Append(prompt).ok());
   auto child = parent->Fork();
   REQUIRE(child.ok());
+  // The fork shares the closed chunks: their bytes are counted as shared.
+  REQUIRE((*child)->backend_session().memory().shared_bytes > 0);
+  REQUIRE((*child)->backend_session().memory().shared_bytes ==
+          parent->backend_session().memory().shared_bytes);
   const auto tail = testing::RandomTokens(f.config, 25, 9);
   REQUIRE((*child)->Append(tail).ok());
   REQUIRE(parent->num_tokens() == 60);

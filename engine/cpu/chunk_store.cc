@@ -58,6 +58,16 @@ size_t ChunkStore::kv_bytes() const {
   return bytes;
 }
 
+size_t ChunkStore::shared_bytes() const {
+  size_t bytes = 0;
+  for (const auto& b : blocks_) {
+    if (b.use_count() > 1) {
+      bytes += (b->keys.capacity() + b->values.capacity() + b->landmarks.capacity()) * sizeof(float);
+    }
+  }
+  return bytes;
+}
+
 size_t ChunkStore::landmark_bytes() const {
   size_t bytes = 0;
   for (const auto& b : blocks_) bytes += b->landmarks.capacity() * sizeof(float);

@@ -41,6 +41,9 @@ class ChunkStore {
   // Bytes of K/V and of landmarks held (shared blocks counted in full).
   size_t kv_bytes() const;
   size_t landmark_bytes() const;
+  // The part of kv_bytes() + landmark_bytes() in blocks another session
+  // (a fork or a parent) also holds.
+  size_t shared_bytes() const;
 
  private:
   struct Block {

@@ -1,0 +1,48 @@
+// The plain-HTTP side of the server: GET /metrics (Prometheus text) and
+// GET /healthz (200 "ok", 503 "draining"), served on a thread of its own.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "server/metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace drt::server {
+
+class HttpEndpoint {
+ public:
+  // metrics must outlive the endpoint.
+  explicit HttpEndpoint(const Metrics& metrics);
+  ~HttpEndpoint();  // Stop()s
+  HttpEndpoint(const HttpEndpoint&) = delete;
+  HttpEndpoint& operator=(const HttpEndpoint&) = delete;
+
+  // Binds host:port (port 0: any free port) and starts serving. Fails if the
+  // address cannot be bound or the endpoint was already started.
+  absl::Status Start(const std::string& host, int port);
+  // The bound port once Start succeeded, else 0.
+  int port() const { return port_; }
+
+  // /healthz answers 503 "draining" from now on.
+  void StartDraining() { draining_.store(true); }
+
+  // Stops serving and joins the thread. Safe to call more than once.
+  void Stop();
+
+ private:
+  const Metrics& metrics_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> serving_done_{false};  // the serving thread has returned
+  int port_ = 0;
+};
+
+}  // namespace drt::server

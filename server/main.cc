@@ -1,0 +1,190 @@
+// drt-server: loads a model, serves drt.v1.Drt (plus grpc.health.v1 and
+// server reflection) over gRPC and /metrics, /healthz over HTTP, and drains
+// gracefully on SIGTERM/SIGINT. See --help.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/drt_service.h"
+#include "server/http_endpoint.h"
+#include "server/metrics.h"
+#include "server/server_credentials.h"
+#include "server/server_flags.h"
+
+namespace drt::server {
+namespace {
+
+// Past the grace period gRPC cancels the remaining calls; handlers get this
+// much longer to notice before the process gives up on a clean exit.
+constexpr int64_t kForcedExitSlackSeconds = 15;
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "drt-server: error: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+sigset_t ShutdownSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  return signals;
+}
+
+int WaitForSignal(const sigset_t& signals) {
+  int signal = 0;
+  while (sigwait(&signals, &signal) != 0) {
+  }
+  return signal;
+}
+
+// The model's name as clients see it: the model directory's last component.
+std::string ModelName(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::path path = std::filesystem::absolute(dir, error).lexically_normal();
+  if (error) path = std::filesystem::path(dir).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();
+  return path.filename().string();
+}
+
+// Waits, in the calling thread, until `drained` is set (true), or a second
+// SIGTERM/SIGINT arrives or `limit` passes (false). Kept in the main thread:
+// threads started before main (OpenBLAS's) have these signals unblocked, and
+// the kernel hands a process signal to the main thread first only while it
+// waits for it.
+bool WaitUntilDrained(const sigset_t& signals, const std::atomic<bool>& drained,
+                      std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  const timespec poll = {0, 50'000'000};
+  while (!drained.load()) {
+    if (sigtimedwait(&signals, nullptr, &poll) > 0) {
+      std::fprintf(stderr, "drt-server: second signal, exiting without draining\n");
+      return false;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "drt-server: calls still running after the grace period, exiting\n");
+      return false;
+    }
+  }
+  return true;
+}
+
+int Run(const ServerConfig& config, const sigset_t& signals) {
+  if (!config.device_note.empty()) std::fprintf(stderr, "drt-server: %s\n", config.device_note.c_str());
+
+  auto credentials = MakeServerCredentials(config.tls_cert_path, config.tls_key_path);
+  if (!credentials.ok()) return Fail(credentials.status());
+
+  auto model = LoadModel(config.model_dir);
+  if (!model.ok()) {
+    return Fail(absl::Status(model.status().code(),
+                             absl::StrCat("cannot load the model in '", config.model_dir,
+                                          "': ", model.status().message())));
+  }
+  CpuBackendOptions backend_options;
+  backend_options.num_threads = config.threads;
+  std::unique_ptr<Backend> backend =
+      MakeCpuBackend((*model)->config(), (*model)->weights(), backend_options);
+
+  Metrics metrics;
+  ServiceOptions service_options = config.service;
+  service_options.model_name = ModelName(config.model_dir);
+  DrtService service(**model, *backend, metrics, service_options);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  builder.AddListeningPort(config.grpc_address, *credentials, &grpc_port);
+  // gRPC sets SO_REUSEPORT by default, which would let a second server share
+  // a busy port silently instead of failing with "address in use".
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
+  builder.SetMaxSendMessageSize(config.max_message_bytes);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || grpc_port == 0) {
+    const bool tls = !config.tls_cert_path.empty();
+    return Fail(absl::UnavailableError(absl::StrCat(
+        "cannot listen for gRPC on ", config.grpc_address, " (address in use or not local?",
+        tls ? " or a TLS certificate and key that do not match?" : "",
+        " gRPC's log above says which)")));
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(drt::v1::Drt::service_full_name(), true);
+  health->SetServingStatus(true);
+
+  HttpEndpoint http(metrics);
+  std::string http_address = "disabled";
+  if (config.http.has_value()) {
+    if (absl::Status started = http.Start(config.http->host, config.http->port); !started.ok()) {
+      server->Shutdown(std::chrono::system_clock::now());
+      return Fail(started);
+    }
+    http_address = FormatHostPort({config.http->host, http.port()});
+  }
+
+  std::string grpc_address = config.grpc_address;
+  if (auto parsed = ParseHostPort(config.grpc_address); parsed.ok()) {
+    grpc_address = FormatHostPort({parsed->host, grpc_port});
+  }
+  std::printf("drt-server listening on %s (grpc), %s (http), model %s\n", grpc_address.c_str(),
+              http_address.c_str(), service_options.model_name.c_str());
+  std::fflush(stdout);
+
+  const int signal = WaitForSignal(signals);
+  std::fprintf(stderr, "drt-server: %s, draining (grace %lld s)\n", strsignal(signal),
+               static_cast<long long>(config.shutdown_grace_seconds));
+  const std::chrono::seconds grace(config.shutdown_grace_seconds);
+  health->SetServingStatus(false);
+  service.StartDraining();
+  http.StartDraining();
+  std::atomic<bool> drained{false};
+  std::thread drainer([&] {
+    // Stops accepting at once, lets running calls finish until the deadline,
+    // then cancels them; returns when every handler has returned.
+    server->Shutdown(std::chrono::system_clock::now() + grace);
+    server->Wait();
+    drained.store(true);
+  });
+  if (!WaitUntilDrained(signals, drained, grace + std::chrono::seconds(kForcedExitSlackSeconds))) {
+    _exit(1);  // handlers may still run; no destructors
+  }
+  drainer.join();
+  http.Stop();
+  std::fprintf(stderr, "drt-server: stopped\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace drt::server
+
+int main(int argc, char** argv) {
+  // Blocked before this program starts any thread, so all of them inherit the
+  // mask and the signals reach sigwait in Run: no handler, no global flag.
+  // (Threads libraries start before main, OpenBLAS's, keep them unblocked;
+  // see WaitUntilDrained.)
+  const sigset_t signals = drt::server::ShutdownSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto config = drt::server::ParseServerFlags(argc, argv);
+  if (!config.ok()) return drt::server::Fail(config.status());
+  return drt::server::Run(*config, signals);
+}

@@ -1,0 +1,217 @@
+#include "server/metrics.h"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <string_view>
+
+namespace drt::server {
+namespace {
+
+// Upper bounds in seconds, shared by the latency histograms: 1 ms to 10 s.
+constexpr std::array<double, 13> kLatencyBuckets = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0};
+
+struct Histogram {
+  std::array<int64_t, kLatencyBuckets.size()> counts{};  // per bucket, not cumulative
+  int64_t count = 0;
+  double sum = 0.0;
+
+  void Observe(double value) {
+    for (size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+      if (value <= kLatencyBuckets[i]) {
+        ++counts[i];
+        break;
+      }
+    }
+    ++count;
+    sum += value;
+  }
+};
+
+// Shortest text that reads back as the same double; Prometheus spellings for
+// the special values.
+std::string FormatDouble(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  char buffer[32];
+  auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+std::string EscapeLabelValue(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '\n': out += "\\n"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+void AppendHeader(std::string& out, std::string_view name, std::string_view type,
+                  std::string_view help) {
+  out.append("# HELP ").append(name).append(" ").append(help).append("\n");
+  out.append("# TYPE ").append(name).append(" ").append(type).append("\n");
+}
+
+void AppendSample(std::string& out, std::string_view name, std::string_view value) {
+  out.append(name).append(" ").append(value).append("\n");
+}
+
+void AppendScalar(std::string& out, std::string_view name, std::string_view type,
+                  std::string_view help, std::string_view value) {
+  AppendHeader(out, name, type, help);
+  AppendSample(out, name, value);
+}
+
+void AppendLabeledCounter(std::string& out, std::string_view name, std::string_view help,
+                          std::string_view label, const std::map<std::string, int64_t>& values) {
+  AppendHeader(out, name, "counter", help);
+  for (const auto& [label_value, count] : values) {
+    out.append(name).append("{").append(label).append("=\"");
+    out.append(EscapeLabelValue(label_value)).append("\"} ");
+    out.append(std::to_string(count)).append("\n");
+  }
+}
+
+void AppendHistogram(std::string& out, std::string_view name, std::string_view help,
+                     const Histogram& histogram) {
+  AppendHeader(out, name, "histogram", help);
+  const std::string bucket = std::string(name) + "_bucket{le=\"";
+  int64_t cumulative = 0;
+  for (size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+    cumulative += histogram.counts[i];
+    out.append(bucket).append(FormatDouble(kLatencyBuckets[i])).append("\"} ");
+    out.append(std::to_string(cumulative)).append("\n");
+  }
+  out.append(bucket).append("+Inf\"} ").append(std::to_string(histogram.count)).append("\n");
+  AppendSample(out, std::string(name) + "_sum", FormatDouble(histogram.sum));
+  AppendSample(out, std::string(name) + "_count", std::to_string(histogram.count));
+}
+
+// Counters only go up, and a NaN or negative observation is a caller bug
+// that must not poison the exported series.
+bool IsValidObservation(double value) { return std::isfinite(value) && value >= 0.0; }
+
+}  // namespace
+
+struct Metrics::State {
+  mutable std::mutex mutex;
+  int64_t tokens_ingested = 0;
+  int64_t prefill_tokens = 0;
+  double prefill_seconds = 0.0;
+  double last_prefill_tokens_per_second = 0.0;
+  int64_t generated_tokens = 0;
+  int64_t active_sessions = 0;
+  int64_t chunk_store_bytes = 0;
+  int64_t retrievals = 0;
+  Histogram time_to_first_token;
+  Histogram time_per_output_token;
+  std::map<std::string, int64_t> requests_by_method;
+  std::map<std::string, int64_t> errors_by_code;
+};
+
+Metrics::Metrics() : state_(std::make_unique<State>()) {}
+Metrics::~Metrics() = default;
+
+void Metrics::AddTokensIngested(int64_t tokens) {
+  if (tokens <= 0) return;
+  std::lock_guard lock(state_->mutex);
+  state_->tokens_ingested += tokens;
+}
+
+void Metrics::ObservePrefill(int64_t tokens, double seconds) {
+  if (tokens < 0 || !IsValidObservation(seconds)) return;
+  std::lock_guard lock(state_->mutex);
+  state_->prefill_tokens += tokens;
+  state_->prefill_seconds += seconds;
+  if (seconds > 0.0) state_->last_prefill_tokens_per_second = tokens / seconds;
+}
+
+void Metrics::ObserveTimeToFirstToken(double seconds) {
+  if (!IsValidObservation(seconds)) return;
+  std::lock_guard lock(state_->mutex);
+  state_->time_to_first_token.Observe(seconds);
+}
+
+void Metrics::ObserveTimePerOutputToken(double seconds) {
+  if (!IsValidObservation(seconds)) return;
+  std::lock_guard lock(state_->mutex);
+  state_->time_per_output_token.Observe(seconds);
+}
+
+void Metrics::AddGeneratedTokens(int64_t tokens) {
+  if (tokens <= 0) return;
+  std::lock_guard lock(state_->mutex);
+  state_->generated_tokens += tokens;
+}
+
+void Metrics::SetActiveSessions(int64_t sessions) {
+  std::lock_guard lock(state_->mutex);
+  state_->active_sessions = sessions;
+}
+
+void Metrics::SetChunkStoreBytes(int64_t bytes) {
+  std::lock_guard lock(state_->mutex);
+  state_->chunk_store_bytes = bytes;
+}
+
+void Metrics::AddRetrievals(int64_t retrievals) {
+  if (retrievals <= 0) return;
+  std::lock_guard lock(state_->mutex);
+  state_->retrievals += retrievals;
+}
+
+void Metrics::CountRequest(const std::string& method) {
+  std::lock_guard lock(state_->mutex);
+  ++state_->requests_by_method[method];
+}
+
+void Metrics::CountError(const std::string& code) {
+  std::lock_guard lock(state_->mutex);
+  ++state_->errors_by_code[code];
+}
+
+std::string Metrics::RenderPrometheus() const {
+  std::lock_guard lock(state_->mutex);
+  const State& s = *state_;
+  std::string out;
+  out.reserve(4096);
+  AppendScalar(out, "drt_tokens_ingested_total", "counter",
+               "Prompt tokens accepted into sessions.", std::to_string(s.tokens_ingested));
+  AppendScalar(out, "drt_prefill_tokens_total", "counter",
+               "Tokens run through prefill.", std::to_string(s.prefill_tokens));
+  AppendScalar(out, "drt_prefill_seconds_total", "counter",
+               "Seconds spent in prefill.", FormatDouble(s.prefill_seconds));
+  AppendScalar(out, "drt_prefill_tokens_per_second", "gauge",
+               "Prefill throughput of the most recent Append.",
+               FormatDouble(s.last_prefill_tokens_per_second));
+  AppendScalar(out, "drt_generated_tokens_total", "counter",
+               "Tokens generated.", std::to_string(s.generated_tokens));
+  AppendHistogram(out, "drt_time_to_first_token_seconds",
+                  "Seconds from a generation request to its first token.",
+                  s.time_to_first_token);
+  AppendHistogram(out, "drt_time_per_output_token_seconds",
+                  "Seconds per generated token after the first.", s.time_per_output_token);
+  AppendScalar(out, "drt_active_sessions", "gauge", "Sessions currently open.",
+               std::to_string(s.active_sessions));
+  AppendScalar(out, "drt_chunk_store_bytes", "gauge",
+               "Host bytes held by the sessions' chunk stores.",
+               std::to_string(s.chunk_store_bytes));
+  AppendScalar(out, "drt_retrievals_total", "counter",
+               "Chunk retrievals (one per landmark and group).", std::to_string(s.retrievals));
+  AppendLabeledCounter(out, "drt_requests_total", "RPCs received, by method.", "method",
+                       s.requests_by_method);
+  AppendLabeledCounter(out, "drt_errors_total", "RPCs that failed, by gRPC status code.", "code",
+                       s.errors_by_code);
+  return out;
+}
+
+}  // namespace drt::server

@@ -1,0 +1,234 @@
+#include "server/server_flags.h"
+
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "gRPC address, host:port ([::]:port for IPv6, port 0 picks a free port) or "
+          "unix:/path/to/socket");
+ABSL_FLAG(std::string, http_listen, "0.0.0.0:9090",
+          "HTTP address for GET /metrics (Prometheus) and GET /healthz, host:port; "
+          "empty disables the HTTP endpoint");
+ABSL_FLAG(std::string, model, "",
+          "model directory (config.json, model.safetensors, optional tokenizer.json); required");
+ABSL_FLAG(std::string, device, "cpu",
+          "compute device: cpu, cuda, or auto (cuda when available, else cpu). Only the CPU "
+          "backend is built so far");
+ABSL_FLAG(int32_t, threads, 0, "CPU backend threads (0: all cores)");
+ABSL_FLAG(double, host_memory_budget_gb,
+          static_cast<double>(drt::server::ServiceOptions{}.host_memory_budget_bytes) /
+              (1LL << 30),
+          "host memory all sessions may hold together, in GiB (2^30 bytes); sessions that "
+          "would exceed it get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_sessions, drt::server::ServiceOptions{}.max_sessions,
+          "sessions open at once");
+ABSL_FLAG(int64_t, max_context_tokens, drt::server::ServiceOptions{}.max_context_tokens,
+          "tokens one session may hold");
+ABSL_FLAG(int64_t, idle_ttl_seconds, drt::server::ServiceOptions{}.idle_ttl_seconds,
+          "a session unused this long is deleted (default; CreateSession may ask for less)");
+ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
+          "largest gRPC message received or sent, in bytes");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain file; with --tls_key enables TLS (otherwise plaintext)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key file for --tls_cert");
+ABSL_FLAG(std::string, bearer_token, "",
+          "when set, every call must carry metadata 'authorization: Bearer <token>'. "
+          "Prefer the environment variable DRT_BEARER_TOKEN, which is used when this flag is "
+          "empty and does not show in the process list");
+ABSL_FLAG(int64_t, shutdown_grace_seconds, 10,
+          "on SIGTERM/SIGINT, running streams get this long to finish before they are "
+          "cancelled");
+ABSL_FLAG(int32_t, compute_workers, drt::server::ServiceOptions{}.compute_workers,
+          "scheduler workers running engine steps concurrently");
+
+namespace drt::server {
+namespace {
+
+constexpr char kUsage[] =
+    "serves a DRT long-context model over gRPC (drt.v1.Drt, grpc.health.v1, "
+    "server reflection)\nand Prometheus metrics over HTTP.\n\n"
+    "Example:\n"
+    "  drt-server --model models/drt-small --listen 0.0.0.0:50051 --http_listen "
+    "0.0.0.0:9090\n\n"
+    "It prints 'drt-server listening on ...' once ready and drains on SIGTERM/SIGINT.";
+
+// --help lists the flags of this file; --helpfull adds gRPC's and absl's.
+bool IsServerFlagsFile(absl::string_view filename) {
+  return absl::EndsWith(filename, "server/server_flags.cc");
+}
+
+absl::Status CheckAtLeast(const char* flag, int64_t value, int64_t minimum) {
+  if (value >= minimum) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, "=", value, ": must be at least ", minimum));
+}
+
+absl::StatusOr<int> ParsePort(absl::string_view text, absl::string_view address) {
+  int port = -1;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), port);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || port < 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad port in address '", address, "': expected 0..65535"));
+  }
+  return port;
+}
+
+// Resolves --device to the backend this build can run.
+absl::Status ResolveDevice(const std::string& device, ServerConfig& config) {
+  if (device == "cpu") {
+    config.device = "cpu";
+    return absl::OkStatus();
+  }
+  if (device == "auto") {
+    config.device = "cpu";
+    config.device_note = "--device=auto: the CUDA backend is not built yet; using cpu";
+    return absl::OkStatus();
+  }
+  if (device == "cuda") {
+    return absl::InvalidArgumentError(
+        "--device=cuda: the CUDA backend is not built yet; use --device=cpu (or auto)");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device=", device, ": expected cpu, cuda or auto"));
+}
+
+}  // namespace
+
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
+  absl::string_view host;
+  absl::string_view port;
+  if (absl::StartsWith(address, "[")) {
+    const size_t close = address.find(']');
+    if (close == absl::string_view::npos || close + 1 >= address.size() ||
+        address[close + 1] != ':') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad address '", address, "': expected [ipv6]:port"));
+    }
+    host = address.substr(1, close - 1);
+    port = address.substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad address '", address, "': expected host:port"));
+    }
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (host.find(':') != absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad address '", address, "': write IPv6 hosts in brackets, e.g. [::]:50051"));
+    }
+  }
+  if (host.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad address '", address, "': the host is missing (0.0.0.0 listens everywhere)"));
+  }
+  auto port_number = ParsePort(port, address);
+  if (!port_number.ok()) return port_number.status();
+  return HostPort{std::string(host), *port_number};
+}
+
+std::string FormatHostPort(const HostPort& address) {
+  if (address.host.find(':') != std::string::npos) {
+    return absl::StrCat("[", address.host, "]:", address.port);
+  }
+  return absl::StrCat(address.host, ":", address.port);
+}
+
+absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
+  ServerConfig config;
+  std::vector<std::string> errors;
+  auto check = [&errors](const absl::Status& status) {
+    if (!status.ok()) errors.emplace_back(status.message());
+  };
+
+  config.grpc_address = absl::GetFlag(FLAGS_listen);
+  if (!absl::StartsWith(config.grpc_address, "unix:")) {
+    check(ParseHostPort(config.grpc_address).status());
+  }
+
+  const std::string http = absl::GetFlag(FLAGS_http_listen);
+  if (!http.empty()) {
+    auto parsed = ParseHostPort(http);
+    check(parsed.status());
+    if (parsed.ok()) config.http = *parsed;
+  }
+
+  config.model_dir = absl::GetFlag(FLAGS_model);
+  if (config.model_dir.empty()) errors.emplace_back("--model is required (a model directory)");
+
+  check(ResolveDevice(absl::GetFlag(FLAGS_device), config));
+
+  config.threads = absl::GetFlag(FLAGS_threads);
+  check(CheckAtLeast("threads", config.threads, 0));
+
+  const double budget_gb = absl::GetFlag(FLAGS_host_memory_budget_gb);
+  // Beyond 2^33 GiB the byte count would overflow int64.
+  if (!(budget_gb > 0.0) || budget_gb > static_cast<double>(1LL << 33)) {
+    errors.emplace_back(absl::StrCat("--host_memory_budget_gb=", budget_gb,
+                                     ": must be a positive number of GiB"));
+  } else {
+    config.service.host_memory_budget_bytes =
+        static_cast<int64_t>(std::llround(budget_gb * static_cast<double>(1LL << 30)));
+  }
+
+  config.service.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  check(CheckAtLeast("max_sessions", config.service.max_sessions, 1));
+  config.service.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
+  check(CheckAtLeast("max_context_tokens", config.service.max_context_tokens, 1));
+  config.service.idle_ttl_seconds = absl::GetFlag(FLAGS_idle_ttl_seconds);
+  check(CheckAtLeast("idle_ttl_seconds", config.service.idle_ttl_seconds, 1));
+  config.service.compute_workers = absl::GetFlag(FLAGS_compute_workers);
+  check(CheckAtLeast("compute_workers", config.service.compute_workers, 1));
+
+  config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  // Below this not even a small prompt piece plus headers fits.
+  check(CheckAtLeast("max_message_bytes", config.max_message_bytes, 1024));
+
+  config.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
+  config.tls_key_path = absl::GetFlag(FLAGS_tls_key);
+  if (config.tls_cert_path.empty() != config.tls_key_path.empty()) {
+    errors.emplace_back("--tls_cert and --tls_key go together: give both or neither");
+  }
+
+  config.service.bearer_token = absl::GetFlag(FLAGS_bearer_token);
+  if (config.service.bearer_token.empty()) {
+    if (const char* token = std::getenv("DRT_BEARER_TOKEN")) config.service.bearer_token = token;
+  }
+
+  config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
+  check(CheckAtLeast("shutdown_grace_seconds", config.shutdown_grace_seconds, 0));
+
+  config.service.device = config.device;
+  if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+  return config;
+}
+
+absl::StatusOr<ServerConfig> ParseServerFlags(int argc, char** argv) {
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = IsServerFlagsFile;
+  usage_config.contains_helpshort_flags = IsServerFlagsFile;
+  absl::SetFlagsUsageConfig(usage_config);
+  absl::SetProgramUsageMessage(kUsage);
+
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unexpected argument '", positional[1], "' (flags are --name=value; see --help)"));
+  }
+  return ServerConfigFromFlags();
+}
+
+}  // namespace drt::server

@@ -1,0 +1,50 @@
+// drt-server's command line: the flags, their validation, and the resulting
+// configuration. Flags are read once, in main; everything else takes a
+// ServerConfig.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/drt_service.h"
+
+namespace drt::server {
+
+struct HostPort {
+  std::string host;  // IPv6 without brackets
+  int port = 0;      // 0: any free port
+};
+
+// "host:port", "[v6]:port". The host must be non-empty.
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view address);
+// The inverse of ParseHostPort (brackets IPv6 hosts).
+std::string FormatHostPort(const HostPort& address);
+
+struct ServerConfig {
+  std::string grpc_address;      // as gRPC takes it: host:port or unix:path
+  std::optional<HostPort> http;  // empty: no HTTP endpoint
+  std::string model_dir;
+  // "cpu", the one backend built so far. Requests for "auto" land here with
+  // device_note saying so.
+  std::string device = "cpu";
+  std::string device_note;
+  int threads = 0;  // CPU backend threads; 0: all cores
+  int max_message_bytes = 4 << 20;
+  std::string tls_cert_path;  // both set or both empty
+  std::string tls_key_path;
+  int64_t shutdown_grace_seconds = 10;
+  ServiceOptions service;  // model_name is filled by main once the model is loaded
+};
+
+// Parses argv with absl flags (--help and friends print and exit there),
+// then ServerConfigFromFlags().
+absl::StatusOr<ServerConfig> ParseServerFlags(int argc, char** argv);
+
+// Builds and validates a ServerConfig from the current flag values and the
+// environment (DRT_BEARER_TOKEN when --bearer_token is empty).
+absl::StatusOr<ServerConfig> ServerConfigFromFlags();
+
+}  // namespace drt::server
