@@ -138,14 +138,13 @@ void WindowAttention(const float* q, int64_t n, const float* keys, const float* 
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t pos = first_query_key + i0 + r;
       float* row = scores.data() + r * cols;
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t key = k0 + c;
-        const int64_t distance = pos - key;
-        row[c] = (distance < 0 || distance > window)
-                     ? -std::numeric_limits<float>::infinity()
-                     : row[c] - slope * static_cast<float>(distance);
-      }
-      SoftmaxRow(row, cols);
+      // Keys this query sees: columns [lo, hi]; the rest of the row is zero.
+      const int64_t lo = std::max<int64_t>(0, pos - window - k0);
+      const int64_t hi = pos - k0;
+      std::fill(row, row + lo, 0.f);
+      std::fill(row + hi + 1, row + cols, 0.f);
+      for (int64_t c = lo; c <= hi; ++c) row[c] -= slope * static_cast<float>(pos - k0 - c);
+      SoftmaxRow(row + lo, hi - lo + 1);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, cols, 1.f,
                 scores.data(), cols, values + k0 * kv_stride + kvh * head_dim, kv_stride, 0.f,
