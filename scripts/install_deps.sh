@@ -8,7 +8,9 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git
   libabsl-dev nlohmann-json3-dev catch2 libopenblas-dev libpcre2-dev
-  python3 python3-numpy
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libcpp-httplib-dev
+  python3 python3-numpy python3-grpcio python3-grpc-tools
 )
 if [[ "${1:-}" == "--torch" ]]; then
   packages+=(python3-torch)

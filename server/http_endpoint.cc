@@ -8,8 +8,11 @@ namespace drt::server {
 namespace {
 
 constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
-// Scrapes and probes are rare and cheap; a couple of workers is plenty.
-constexpr size_t kHttpWorkers = 2;
+// Scrapes and probes are rare and cheap. A kept-alive connection holds a
+// worker while idle, so connections close after one request: otherwise two
+// idle scrapers could make a health probe wait out its timeout.
+constexpr size_t kHttpWorkers = 4;
+constexpr time_t kReadTimeoutSeconds = 5;
 
 }  // namespace
 
@@ -24,6 +27,8 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
   }
   auto server = std::make_unique<httplib::Server>();
   server->new_task_queue = [] { return new httplib::ThreadPool(kHttpWorkers); };
+  server->set_keep_alive_max_count(1);
+  server->set_read_timeout(kReadTimeoutSeconds);
   // httplib's default sets SO_REUSEPORT, which lets a second server share a
   // busy port silently; SO_REUSEADDR alone still allows a quick restart.
   server->set_socket_options([](socket_t sock) {
@@ -36,9 +41,9 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
   server->Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
     if (draining_.load()) {
       response.status = 503;
-      response.set_content("draining\n", "text/plain");
+      response.set_content("draining", "text/plain");
     } else {
-      response.set_content("ok\n", "text/plain");
+      response.set_content("ok", "text/plain");
     }
   });
 

@@ -1,0 +1,100 @@
+// drt-server's flag validation and address parsing.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "absl/flags/reflection.h"
+#include "server/server_flags.h"
+
+namespace drt::server {
+namespace {
+
+// Sets a flag for the rest of the scope. (absl::FlagSaver would do, but
+// this absl version logs every value it restores.)
+class ScopedFlag {
+ public:
+  ScopedFlag(const char* name, const std::string& value)
+      : flag_(absl::FindCommandLineFlag(name)) {
+    REQUIRE(flag_ != nullptr);
+    saved_ = flag_->CurrentValue();
+    std::string error;
+    REQUIRE(flag_->ParseFrom(value, &error));
+  }
+  ~ScopedFlag() {
+    std::string error;
+    flag_->ParseFrom(saved_, &error);
+  }
+
+ private:
+  absl::CommandLineFlag* flag_;
+  std::string saved_;
+};
+
+TEST_CASE("ParseHostPort takes host:port and [ipv6]:port", "[server][flags]") {
+  auto v4 = ParseHostPort("0.0.0.0:50051");
+  REQUIRE(v4.ok());
+  CHECK(v4->host == "0.0.0.0");
+  CHECK(v4->port == 50051);
+  CHECK(FormatHostPort(*v4) == "0.0.0.0:50051");
+
+  auto v6 = ParseHostPort("[::1]:0");
+  REQUIRE(v6.ok());
+  CHECK(v6->host == "::1");
+  CHECK(v6->port == 0);
+  CHECK(FormatHostPort(*v6) == "[::1]:0");
+
+  CHECK_FALSE(ParseHostPort("localhost").ok());
+  CHECK_FALSE(ParseHostPort(":9090").ok());
+  CHECK_FALSE(ParseHostPort("host:70000").ok());
+  CHECK_FALSE(ParseHostPort("host:9x").ok());
+  CHECK_FALSE(ParseHostPort("::1:50051").ok());
+  CHECK_FALSE(ParseHostPort("[::1]50051").ok());
+}
+
+TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
+  ScopedFlag model("model", "/models/tiny");
+  ScopedFlag budget("host_memory_budget_gb", "1.5");
+  ScopedFlag no_http("http_listen", "");
+  ScopedFlag token("bearer_token", "secret");
+
+  auto config = ServerConfigFromFlags();
+  REQUIRE(config.ok());
+  CHECK(config->grpc_address == "0.0.0.0:50051");
+  CHECK_FALSE(config->http.has_value());
+  CHECK(config->model_dir == "/models/tiny");
+  CHECK(config->device == "cpu");
+  CHECK(config->max_message_bytes == 4 << 20);
+  CHECK(config->shutdown_grace_seconds == 10);
+  CHECK(config->service.host_memory_budget_bytes == (3LL << 29));
+  CHECK(config->service.bearer_token == "secret");
+
+  SECTION("auto falls back to cpu with a note") {
+    ScopedFlag device("device", "auto");
+    auto fallback = ServerConfigFromFlags();
+    REQUIRE(fallback.ok());
+    CHECK(fallback->device == "cpu");
+    CHECK(fallback->device_note.find("not built") != std::string::npos);
+  }
+  SECTION("cuda is refused with a clear message") {
+    ScopedFlag device("device", "cuda");
+    auto refused = ServerConfigFromFlags();
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(refused.status().message().find("CUDA backend is not built yet") !=
+          std::string::npos);
+  }
+  SECTION("a TLS key without a certificate is refused") {
+    ScopedFlag key("tls_key", "/tmp/key.pem");
+    auto refused = ServerConfigFromFlags();
+    CHECK(refused.status().message().find("--tls_cert and --tls_key") != std::string::npos);
+  }
+  SECTION("every bad value is named at once") {
+    ScopedFlag sessions("max_sessions", "0");
+    ScopedFlag listen("listen", "nowhere");
+    auto refused = ServerConfigFromFlags();
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(refused.status().message().find("--max_sessions=0") != std::string::npos);
+    CHECK(refused.status().message().find("'nowhere'") != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace drt::server
