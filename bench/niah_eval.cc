@@ -1,0 +1,173 @@
+// drt-niah: passkey retrieval accuracy by haystack length and needle depth.
+// One filler prefix per length is shared by every trial through session
+// fork (exact: the fork continues the parent's state), so a table costs far
+// less than lengths x depths x trials full prefills.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/niah/passkey_haystack.h"
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/session.h"
+
+ABSL_FLAG(std::string, model, "models/drt-passkey-byte", "model directory");
+ABSL_FLAG(std::string, lengths, "4K,16K,64K", "haystack lengths in tokens (K = 1024, M = 1048576)");
+ABSL_FLAG(std::string, depths, "0,0.25,0.5,0.75,1", "needle depths, 0 = start, 1 = end");
+ABSL_FLAG(int32_t, trials, 20, "trials (random keys) per length and depth");
+ABSL_FLAG(bool, pad_to_chunk_boundary, true,
+          "pad the open chunk before generating (what the bundled model was trained for)");
+ABSL_FLAG(int32_t, max_new_tokens, 8, "tokens generated per answer");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the random keys");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(std::string, json, "", "write the results here as JSON");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool ParseLength(std::string text, int64_t* out) {
+  int64_t scale = 1;
+  if (!text.empty() && (text.back() == 'K' || text.back() == 'k')) scale = 1024;
+  if (!text.empty() && (text.back() == 'M' || text.back() == 'm')) scale = 1024 * 1024;
+  if (scale != 1) text.pop_back();
+  double value = 0;
+  if (!absl::SimpleAtod(text, &value) || value <= 0) return false;
+  *out = static_cast<int64_t>(value * scale);
+  return true;
+}
+
+struct Cell {
+  int64_t length;
+  double depth;
+  int trials = 0, correct = 0;
+  double seconds = 0;
+};
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Passkey retrieval accuracy table.\n"
+      "Example: drt-niah --model models/drt-passkey-byte --lengths 4K,64K,1M --trials 5");
+  absl::ParseCommandLine(argc, argv);
+
+  std::vector<int64_t> lengths;
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_lengths), ','))) {
+    int64_t length = 0;
+    if (!ParseLength(part, &length)) {
+      return Fail(absl::InvalidArgumentError(absl::StrFormat("bad length '%s'", part)));
+    }
+    lengths.push_back(length);
+  }
+  std::vector<double> depths;
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_depths), ','))) {
+    double depth = 0;
+    if (!absl::SimpleAtod(part, &depth) || depth < 0 || depth > 1) {
+      return Fail(absl::InvalidArgumentError(absl::StrFormat("bad depth '%s'", part)));
+    }
+    depths.push_back(depth);
+  }
+  std::sort(depths.begin(), depths.end());
+
+  auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
+  if (!model.ok()) return Fail(model.status());
+  drt::CpuBackendOptions options;
+  options.num_threads = absl::GetFlag(FLAGS_threads);
+  auto backend = drt::MakeCpuBackend((*model)->config(), (*model)->weights(), options);
+  const int64_t max_length = *std::max_element(lengths.begin(), lengths.end());
+  auto haystacks =
+      drt::niah::PasskeyHaystacks::Create(*(*model)->tokenizer, drt::niah::HaystackFormat{}, max_length);
+  if (!haystacks.ok()) return Fail(haystacks.status());
+
+  uint64_t key_state = absl::GetFlag(FLAGS_seed);
+  std::vector<Cell> cells;
+  const int trials = absl::GetFlag(FLAGS_trials);
+  drt::GenerateOptions generate;
+  generate.max_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  generate.pad_to_chunk_boundary = absl::GetFlag(FLAGS_pad_to_chunk_boundary);
+
+  for (int64_t length : lengths) {
+    auto shared = drt::Session::Create(*backend);
+    if (!shared.ok()) return Fail(shared.status());
+    int64_t shared_tokens = 0;
+    for (double depth : depths) {
+      Cell cell{length, depth};
+      const auto start = Clock::now();
+      const int64_t offset = haystacks->NeedleOffset(length, depth);
+      if (offset > shared_tokens) {
+        auto added = (*shared)->Append(haystacks->Filler(shared_tokens, offset));
+        if (!added.ok()) return Fail(added.status());
+        shared_tokens = offset;
+      }
+      for (int t = 0; t < trials; ++t) {
+        const std::string key = drt::niah::RandomKey(key_state, haystacks->format().key_digits);
+        auto trial = (*shared)->Fork();
+        if (!trial.ok()) return Fail(trial.status());
+        auto needle = haystacks->Needle(key);
+        if (!needle.ok()) return Fail(needle.status());
+        const int64_t after = haystacks->FillerAfterNeedle(length, offset, needle->size());
+        for (const auto& part : {*needle, haystacks->Filler(offset, offset + after), haystacks->question()}) {
+          if (auto added = (*trial)->Append(part); !added.ok()) return Fail(added.status());
+        }
+        auto answer = (*trial)->Generate(generate);
+        if (!answer.ok()) return Fail(answer.status());
+        auto text = (*model)->tokenizer->Decode(answer->tokens);
+        const bool ok = text.ok() && drt::niah::AnswerMatches(*text, key);
+        cell.correct += ok ? 1 : 0;
+        ++cell.trials;
+      }
+      cell.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      std::fprintf(stderr, "length %ld depth %.2f: %d/%d (%.1f s)\n", static_cast<long>(length),
+                   depth, cell.correct, cell.trials, cell.seconds);
+      cells.push_back(cell);
+    }
+  }
+
+  // Table: one row per length, one column per depth.
+  std::printf("%-10s", "length");
+  for (double d : depths) std::printf(" depth %-5.2f", d);
+  std::printf(" %8s %9s\n", "all", "seconds");
+  for (int64_t length : lengths) {
+    std::printf("%-10ld", static_cast<long>(length));
+    int correct = 0, total = 0;
+    double seconds = 0;
+    for (const Cell& c : cells) {
+      if (c.length != length) continue;
+      std::printf(" %10.1f%%", 100.0 * c.correct / std::max(1, c.trials));
+      correct += c.correct;
+      total += c.trials;
+      seconds += c.seconds;
+    }
+    std::printf(" %7.1f%% %9.1f\n", 100.0 * correct / std::max(1, total), seconds);
+  }
+
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream out(path);
+    out << "{\n  \"model\": \"" << absl::GetFlag(FLAGS_model) << "\",\n  \"pad_to_chunk_boundary\": "
+        << (generate.pad_to_chunk_boundary ? "true" : "false") << ",\n  \"trials\": " << trials
+        << ",\n  \"cells\": [\n";
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const Cell& c = cells[i];
+      out << absl::StrFormat(
+          "    {\"length\": %d, \"depth\": %.4f, \"trials\": %d, \"correct\": %d, \"seconds\": %.2f}%s\n",
+          c.length, c.depth, c.trials, c.correct, c.seconds, i + 1 < cells.size() ? "," : "");
+    }
+    out << "  ]\n}\n";
+  }
+  return 0;
+}
