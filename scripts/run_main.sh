@@ -1,15 +1,83 @@
 #!/usr/bin/env bash
-# The main job: streams a 100,000-token prompt through the bundled default
-# model on the CPU, generates 64 tokens, prints prefill tokens/s and ms per
-# generated token.
+# The main job: builds everything, starts drt-server with the bundled model on
+# 127.0.0.1, streams a 100,000-token haystack with a hidden pass key through
+# the Python client (client_examples/python/drt_client.py), prints the
+# streamed answer and the timings, and stops the server with SIGTERM.
+#   PROMPT_TOKENS=5000 bash scripts/run_main.sh    a shorter haystack
+#   bash scripts/run_main.sh --depth 0.1           extra arguments go to the client
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
-bash scripts/build.sh --target drt-bench
+bash scripts/build.sh
+
 model=build/models/drt-random-gpt2
 if [[ ! -f "$model/model.safetensors" ]]; then
   # No trained model is bundled yet: a randomly initialised one is made here.
   /usr/bin/python3 weights_tools/make_random_model.py --out "$model" \
     --tokenizer tests/fixtures/gpt2-tokenizer/tokenizer.json
 fi
-build/bench/drt-bench --model "$model" --prompt_tokens "${PROMPT_TOKENS:-100000}" --generate 64 "$@"
+
+log=$(mktemp -t drt-server.XXXXXX)
+server_pid=
+client_pid=
+cleanup() {
+  if [[ -n "$client_pid" ]]; then
+    kill -TERM "$client_pid" 2>/dev/null || true
+  fi
+  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -f "$log"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Port 0: the server picks free ports and prints them in its "listening" line.
+build/server/drt-server --model "$model" --listen 127.0.0.1:0 --http_listen 127.0.0.1:0 \
+  >"$log" 2>&1 &
+server_pid=$!
+
+listening=
+for ((i = 0; i < 1200; i++)); do
+  if listening=$(grep -m1 '^drt-server listening on ' "$log"); then
+    break
+  fi
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [[ -z "$listening" ]]; then
+  if kill -0 "$server_pid" 2>/dev/null; then
+    echo "run_main: drt-server did not start listening within 120 s; its log:" >&2
+  else
+    status=0
+    wait "$server_pid" || status=$?
+    server_pid=
+    echo "run_main: drt-server exited with status $status before listening; its log:" >&2
+  fi
+  cat "$log" >&2
+  exit 1
+fi
+echo "$listening"
+grpc_address=$(sed -E 's/^drt-server listening on ([^ ]+) \(grpc\).*/\1/' <<<"$listening")
+
+# In the background so that a signal to this script is handled at once (bash
+# runs traps only between foreground commands, but during wait).
+/usr/bin/python3 client_examples/python/drt_client.py --server "$grpc_address" \
+  --haystack-tokens "${PROMPT_TOKENS:-100000}" --max-tokens 64 "$@" &
+client_pid=$!
+client_status=0
+wait "$client_pid" || client_status=$?
+client_pid=
+
+kill -TERM "$server_pid"
+server_status=0
+wait "$server_pid" || server_status=$?
+server_pid=
+if ((client_status != 0 || server_status != 0)); then
+  echo "run_main: client exited with $client_status, drt-server with $server_status; server log:" >&2
+  cat "$log" >&2
+  exit 1
+fi
+echo "drt-server stopped cleanly"

@@ -1,0 +1,521 @@
+// drt-client: streams a long prompt into a drt-server session, then streams
+// an answer back; the C++ twin of client_examples/python/drt_client.py.
+//
+//   drt-client --server 127.0.0.1:50051                  a 100,000-token haystack
+//   drt-client --prompt_file book.txt --question "..."   a text file
+//   drt-client --token_ids ids.txt                       whitespace-separated ids
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "drt/v1/drt.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "host:port of drt-server");
+ABSL_FLAG(std::string, token, "",
+          "bearer token, sent as 'authorization: Bearer <token>' (default: $DRT_BEARER_TOKEN)");
+ABSL_FLAG(std::string, tls_ca, "", "CA certificate PEM file: connect with TLS (default plaintext)");
+ABSL_FLAG(double, connect_timeout, 30, "seconds to wait for the server");
+ABSL_FLAG(std::string, prompt_file, "", "UTF-8 text file to send as the prompt (default: a haystack)");
+ABSL_FLAG(std::string, token_ids, "",
+          "file of whitespace-separated token ids to send as the prompt (default: a haystack)");
+ABSL_FLAG(std::string, question, "", "text appended after --prompt_file or --token_ids");
+ABSL_FLAG(int64_t, haystack_tokens, 100000, "haystack length in tokens, approximately");
+ABSL_FLAG(double, depth, 0.5, "where the pass key sits in the haystack, 0 (start) to 1 (end)");
+ABSL_FLAG(std::string, passkey, "", "the pass key (default: 5 random digits)");
+ABSL_FLAG(int64_t, piece_bytes, 64 << 10, "bytes of text per Append message");
+ABSL_FLAG(int64_t, piece_tokens, 16 << 10, "token ids per Append message");
+ABSL_FLAG(int32_t, max_tokens, 64, "tokens to generate");
+ABSL_FLAG(double, temperature, 0, "0: greedy");
+ABSL_FLAG(int32_t, top_k, 0, "0: off");
+ABSL_FLAG(double, top_p, 0, "0 or 1: off");
+ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "stop sequences, comma-separated");
+ABSL_FLAG(bool, pad_to_chunk_boundary, false,
+          "pad the open chunk before generating, so the first token sees chunks retrieved with "
+          "the whole prompt in view (server default: off)");
+ABSL_FLAG(bool, keep_session, false, "do not delete the session at the end");
+ABSL_FLAG(bool, require_passkey, false, "exit 1 when the haystack's pass key is not in the answer");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Ctrl-C or SIGTERM cancels the running Append or Generate, so that the
+// session is still deleted on the way out; at any other moment it exits.
+class Interrupts {
+ public:
+  // Call before any other thread starts, so that all of them inherit the mask.
+  static void Install() {
+    static sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    std::thread([] {
+      int signal = 0;
+      sigwait(&signals, &signal);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (active_ == nullptr) std::_Exit(128 + signal);
+      std::fprintf(stderr, "\ndrt-client: interrupted\n");
+      interrupted_ = true;
+      active_->TryCancel();
+    }).detach();
+  }
+  // Makes `context` the call that a signal cancels, for this object's life.
+  explicit Interrupts(grpc::ClientContext* context) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_ = context;
+  }
+  ~Interrupts() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_ = nullptr;
+  }
+  static bool interrupted() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return interrupted_;
+  }
+
+ private:
+  static inline std::mutex mutex_;
+  static inline grpc::ClientContext* active_ = nullptr;
+  static inline bool interrupted_ = false;
+};
+
+constexpr char kFiller[] =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+constexpr char kQuestion[] = "What is the pass key? The pass key is";
+// GPT-2 BPE tokens of " " + kFiller: the separating space joins the next "The".
+constexpr int64_t kGpt2TokensPerFiller = 24;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string Commas(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string Ms(double seconds) { return absl::StrFormat("%.1f ms", 1000 * seconds); }
+
+[[noreturn]] void Die(const std::string& message) {
+  std::fprintf(stderr, "drt-client: %s\n", message.c_str());
+  std::exit(1);
+}
+
+// The longest prefix of `s` (at most `limit` bytes) that does not cut a
+// UTF-8 character.
+size_t Utf8Cut(std::string_view s, size_t limit) {
+  if (limit >= s.size()) return s.size();
+  size_t end = limit;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return end > 0 ? end : limit;  // no boundary within the limit: not UTF-8 anyway
+}
+
+// What Append sends: token ids first, then text.
+struct Prompt {
+  std::vector<int32_t> ids;
+  std::string text;
+  int64_t expected_tokens = 0;  // 0: unknown
+  std::string passkey;          // haystack only
+  std::string description;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Die(absl::StrCat("cannot open ", path));
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+Prompt MakePrompt(const drt::v1::ModelInfo& info) {
+  Prompt prompt;
+  const std::string question = absl::GetFlag(FLAGS_question);
+  if (const std::string path = absl::GetFlag(FLAGS_prompt_file); !path.empty()) {
+    prompt.text = ReadFile(path);
+    if (info.tokenizer() == "bytes" && question.empty()) prompt.expected_tokens = prompt.text.size();
+    prompt.description = absl::StrCat(path, " (", Commas(prompt.text.size()), " bytes)");
+    prompt.text += question;
+    return prompt;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_token_ids); !path.empty()) {
+    std::istringstream in(ReadFile(path));
+    std::string word;
+    while (in >> word) {
+      char* end = nullptr;
+      const long long id = std::strtoll(word.c_str(), &end, 10);
+      if (*end != '\0' || id < std::numeric_limits<int32_t>::min() ||
+          id > std::numeric_limits<int32_t>::max()) {
+        Die(absl::StrCat(path, ": '", word, "' is not a 32-bit integer"));
+      }
+      prompt.ids.push_back(static_cast<int32_t>(id));
+    }
+    if (question.empty()) prompt.expected_tokens = prompt.ids.size();
+    prompt.description = absl::StrCat(path, " (", Commas(prompt.ids.size()), " token ids)");
+    prompt.text = question;
+    return prompt;
+  }
+
+  prompt.passkey = absl::GetFlag(FLAGS_passkey);
+  if (prompt.passkey.empty()) {
+    std::random_device random;
+    prompt.passkey = std::to_string(std::uniform_int_distribution<int>(10000, 99999)(random));
+  }
+  const std::string needle = absl::StrCat("The pass key is ", prompt.passkey, ". Remember it. ",
+                                          prompt.passkey, " is the pass key.");
+  int64_t per_filler, overhead;
+  if (info.tokenizer() == "bytes") {
+    per_filler = sizeof(kFiller);  // the filler and one space
+    overhead = needle.size() + sizeof(kQuestion);
+  } else {
+    per_filler = kGpt2TokensPerFiller;
+    overhead = prompt.passkey.size() + 22;  // the needle and the question; digits split unpredictably
+  }
+  const int64_t fillers =
+      std::max<int64_t>(1, (absl::GetFlag(FLAGS_haystack_tokens) - overhead) / per_filler);
+  const int64_t before = std::llround(absl::GetFlag(FLAGS_depth) * fillers);
+  std::vector<std::string> parts(before, kFiller);
+  parts.push_back(needle);
+  parts.insert(parts.end(), fillers - before, kFiller);
+  parts.push_back(kQuestion);
+  prompt.text = absl::StrJoin(parts, " ");
+  prompt.expected_tokens = fillers * per_filler + overhead;
+  prompt.description = absl::StrFormat(
+      "haystack of ~%s tokens (%s bytes), pass key %s at depth %g",
+      Commas(prompt.expected_tokens), Commas(prompt.text.size()), prompt.passkey,
+      absl::GetFlag(FLAGS_depth));
+  return prompt;
+}
+
+// One redrawn line on a terminal; a line every few seconds otherwise.
+class ProgressBar {
+ public:
+  explicit ProgressBar(int64_t total) : total_(total), tty_(isatty(STDERR_FILENO)) {}
+
+  void Update(const drt::v1::AppendProgress& p, bool final = false) {
+    const double rate = p.elapsed_seconds() > 0 ? p.tokens_ingested() / p.elapsed_seconds() : 0;
+    std::string line = absl::StrFormat(
+        "%s tokens  %s chunks  %s tokens/s  %.1f s", Commas(p.tokens_ingested()),
+        Commas(p.chunks_ingested()), Commas(std::llround(rate)), p.elapsed_seconds());
+    if (total_ > 0) {
+      const double frac =
+          final ? 1.0 : std::min(0.999, static_cast<double>(p.tokens_ingested()) / total_);
+      const int filled = static_cast<int>(30 * frac);
+      line = absl::StrFormat("append [%s%s] %5.1f%%  %s", std::string(filled, '#'),
+                             std::string(30 - filled, '.'), 100 * frac, line);
+    } else {
+      line = "append  " + line;
+    }
+    if (tty_) {
+      std::fprintf(stderr, "\r%s\x1b[K%s", line.c_str(), final ? "\n" : "");
+      drawn_ = !final;
+    } else if (final || p.elapsed_seconds() - last_line_ >= 2.0) {
+      last_line_ = p.elapsed_seconds();
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  }
+
+  // Ends a half-drawn line, so that an error message starts on its own.
+  void Abort() {
+    if (drawn_) std::fprintf(stderr, "\n");
+    drawn_ = false;
+  }
+
+ private:
+  int64_t total_;
+  bool tty_;
+  bool drawn_ = false;
+  double last_line_ = -1e9;
+};
+
+class Client {
+ public:
+  Client(std::shared_ptr<grpc::Channel> channel, std::string token)
+      : stub_(drt::v1::Drt::NewStub(channel)), token_(std::move(token)) {}
+
+  static std::string Describe(const grpc::Status& status) {
+    return absl::StrCat(GrpcCodeName(status.error_code()), ": ", status.error_message());
+  }
+  static void Check(const grpc::Status& status) {
+    if (!status.ok()) Die(Describe(status));
+  }
+
+  drt::v1::ModelInfo GetModelInfo() {
+    auto context = NewContext();
+    drt::v1::ModelInfo info;
+    Check(stub_->GetModelInfo(context.get(), {}, &info));
+    return info;
+  }
+
+  std::string CreateSession() {
+    auto context = NewContext();
+    drt::v1::CreateSessionResponse response;
+    Check(stub_->CreateSession(context.get(), {}, &response));
+    return response.session_id();
+  }
+
+  grpc::Status DeleteSession(const std::string& id) {
+    auto context = NewContext();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    drt::v1::DeleteSessionRequest request;
+    request.set_session_id(id);
+    drt::v1::DeleteSessionResponse response;
+    return stub_->DeleteSession(context.get(), request, &response);
+  }
+
+  grpc::Status Append(const std::string& session_id, const Prompt& prompt,
+                      drt::v1::AppendSummary& summary, double& seconds) {
+    auto context = NewContext();
+    Interrupts interrupts(context.get());
+    const auto start = Clock::now();
+    auto stream = stub_->Append(context.get());
+    // The sync API allows one thread writing while another reads.
+    std::thread writer([&] {
+      drt::v1::AppendRequest request;
+      request.set_session_id(session_id);
+      const size_t piece_tokens = absl::GetFlag(FLAGS_piece_tokens);
+      for (size_t i = 0; i < prompt.ids.size(); i += piece_tokens) {
+        const size_t n = std::min(piece_tokens, prompt.ids.size() - i);
+        request.mutable_tokens()->mutable_ids()->Assign(prompt.ids.begin() + i,
+                                                        prompt.ids.begin() + i + n);
+        if (!stream->Write(request)) return;  // the server ended the call; Finish says why
+        request.clear_session_id();
+      }
+      std::string_view rest = prompt.text;
+      while (!rest.empty()) {
+        const size_t n = Utf8Cut(rest, absl::GetFlag(FLAGS_piece_bytes));
+        request.set_text(std::string(rest.substr(0, n)));
+        rest.remove_prefix(n);
+        if (!stream->Write(request)) return;
+        request.clear_session_id();
+      }
+      stream->WritesDone();
+    });
+    ProgressBar bar(prompt.expected_tokens);
+    drt::v1::AppendResponse response;
+    drt::v1::AppendProgress last;
+    bool any_progress = false;
+    while (stream->Read(&response)) {
+      if (response.has_progress()) {
+        last = response.progress();
+        any_progress = true;
+        bar.Update(last);
+      } else if (response.has_summary()) {
+        summary = response.summary();
+      }
+    }
+    writer.join();
+    grpc::Status status = stream->Finish();
+    seconds = Seconds(Clock::now() - start);
+    if (!status.ok()) {
+      bar.Abort();
+    } else if (any_progress) {
+      bar.Update(last, /*final=*/true);
+    }
+    return status;
+  }
+
+  struct Answer {
+    std::string text;
+    drt::v1::GenerateDone done;
+    int64_t tokens = 0;
+    double ttft = NAN, tpot = NAN;
+  };
+
+  grpc::Status Generate(const std::string& session_id, Answer& answer) {
+    drt::v1::GenerateRequest request;
+    request.set_session_id(session_id);
+    request.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+    drt::v1::SamplingParams* sampling = request.mutable_sampling();
+    sampling->set_temperature(absl::GetFlag(FLAGS_temperature));
+    sampling->set_top_k(absl::GetFlag(FLAGS_top_k));
+    sampling->set_top_p(absl::GetFlag(FLAGS_top_p));
+    sampling->set_seed(absl::GetFlag(FLAGS_seed));
+    for (const std::string& stop : absl::GetFlag(FLAGS_stop)) request.add_stop(stop);
+    request.set_pad_to_chunk_boundary(absl::GetFlag(FLAGS_pad_to_chunk_boundary));
+
+    auto context = NewContext();
+    Interrupts interrupts(context.get());
+    Clock::time_point first, last;
+    const auto start = Clock::now();
+    auto stream = stub_->Generate(context.get(), request);
+    drt::v1::GenerateResponse response;
+    while (stream->Read(&response)) {
+      if (response.has_piece()) {
+        const auto now = Clock::now();
+        if (response.piece().token_ids_size() > 0) {
+          if (answer.tokens == 0) first = now;
+          last = now;
+          answer.tokens += response.piece().token_ids_size();
+        }
+        answer.text += response.piece().text();
+        std::fwrite(response.piece().text().data(), 1, response.piece().text().size(), stdout);
+        std::fflush(stdout);
+      } else if (response.has_done()) {
+        answer.done = response.done();
+      }
+    }
+    std::printf("\n");
+    if (answer.tokens > 0) answer.ttft = Seconds(first - start);
+    if (answer.tokens > 1) answer.tpot = Seconds(last - first) / (answer.tokens - 1);
+    return stream->Finish();
+  }
+
+ private:
+  static std::string GrpcCodeName(grpc::StatusCode code) {
+    static const char* const kNames[] = {
+        "OK",      "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",   "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+        "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+    const int i = static_cast<int>(code);
+    return i >= 0 && i < 17 ? kNames[i] : absl::StrCat("code ", i);
+  }
+
+  std::unique_ptr<grpc::ClientContext> NewContext() {
+    auto context = std::make_unique<grpc::ClientContext>();
+    if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
+    return context;
+  }
+
+  std::unique_ptr<drt::v1::Drt::Stub> stub_;
+  std::string token_;
+};
+
+int Run() {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (const std::string ca = absl::GetFlag(FLAGS_tls_ca); !ca.empty()) {
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = ReadFile(ca);
+    credentials = grpc::SslCredentials(options);
+  }
+  const std::string server = absl::GetFlag(FLAGS_server);
+  auto channel = grpc::CreateChannel(server, credentials);
+  const double timeout = absl::GetFlag(FLAGS_connect_timeout);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                 std::chrono::milliseconds(std::llround(1000 * timeout)))) {
+    Die(absl::StrFormat("cannot reach drt-server at %s within %g s", server, timeout));
+  }
+  std::string token = absl::GetFlag(FLAGS_token);
+  if (const char* env = std::getenv("DRT_BEARER_TOKEN"); token.empty() && env != nullptr) token = env;
+  Client client(channel, token);
+
+  const drt::v1::ModelInfo info = client.GetModelInfo();
+  std::printf("model: %s on %s, vocab %s (%s), chunks of %lld, top-k %lld, window %lld, "
+              "context limit %s tokens\n",
+              info.name().c_str(), info.device().c_str(), Commas(info.vocab_size()).c_str(),
+              info.tokenizer().c_str(), static_cast<long long>(info.enc_chunk_size()),
+              static_cast<long long>(info.chunk_topk()), static_cast<long long>(info.slide_window()),
+              Commas(info.max_context_tokens()).c_str());
+  const Prompt prompt = MakePrompt(info);
+  std::printf("prompt: %s\n", prompt.description.c_str());
+
+  const std::string session_id = client.CreateSession();
+  std::printf("session: %s\n", session_id.c_str());
+  std::fflush(stdout);
+  // Deletes the session however Run returns.
+  struct Cleanup {
+    Client& client;
+    const std::string& id;
+    ~Cleanup() {
+      if (absl::GetFlag(FLAGS_keep_session)) return;
+      if (grpc::Status s = client.DeleteSession(id); !s.ok()) {
+        std::fprintf(stderr, "drt-client: could not delete session %s: %s\n", id.c_str(),
+                     s.error_message().c_str());
+      }
+    }
+  } cleanup{client, session_id};
+
+  drt::v1::AppendSummary summary;
+  double append_seconds = 0;
+  if (grpc::Status s = client.Append(session_id, prompt, summary, append_seconds); !s.ok()) {
+    if (Interrupts::interrupted()) return 130;
+    std::fprintf(stderr, "drt-client: %s\n", Client::Describe(s).c_str());
+    return 1;
+  }
+  std::printf("append: %s tokens, %s chunks in %.2f s: %s tokens/s (server: %s tokens/s)\n",
+              Commas(summary.tokens_ingested()).c_str(), Commas(summary.session_chunks()).c_str(),
+              append_seconds, Commas(std::llround(summary.tokens_ingested() / append_seconds)).c_str(),
+              Commas(std::llround(summary.tokens_per_second())).c_str());
+  std::printf("answer: ");
+  std::fflush(stdout);
+  Client::Answer answer;
+  if (grpc::Status s = client.Generate(session_id, answer); !s.ok()) {
+    if (Interrupts::interrupted()) return 130;
+    std::fprintf(stderr, "drt-client: %s\n", Client::Describe(s).c_str());
+    return 1;
+  }
+
+  std::string reason = drt::v1::FinishReason_Name(answer.done.finish_reason());
+  reason = absl::AsciiStrToLower(absl::StripPrefix(reason, "FINISH_REASON_"));
+  const drt::v1::GenerateTimings& t = answer.done.timings();
+  std::printf("generate: %lld tokens, finish reason %s\n", static_cast<long long>(answer.tokens),
+              reason.c_str());
+  std::printf("  time to first token:   %s (server: %s)\n", Ms(answer.ttft).c_str(),
+              Ms(t.time_to_first_token_seconds()).c_str());
+  std::printf("  time per output token: %s (server: %s)\n", Ms(answer.tpot).c_str(),
+              Ms(t.time_per_output_token_seconds()).c_str());
+  if (prompt.passkey.empty()) return 0;
+  const bool found = absl::StrContains(answer.text, prompt.passkey);
+  std::printf("passkey found: %s (pass key %s)\n", found ? "yes" : "no", prompt.passkey.c_str());
+  return absl::GetFlag(FLAGS_require_passkey) && !found ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "streams a long prompt (a haystack with a hidden pass key, a text file or token ids) into "
+      "a drt-server session with a progress bar, then streams the answer and prints timings.\n"
+      "  drt-client --server 127.0.0.1:50051 --haystack_tokens 100000 --max_tokens 64");
+  absl::FlagsUsageConfig usage;
+  // --help lists this file's flags (the default matches files named like the binary).
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "client_examples/cpp/drt_client.cc");
+  };
+  absl::SetFlagsUsageConfig(usage);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) Die(absl::StrCat("unexpected argument '", rest[1], "'"));
+  const double depth = absl::GetFlag(FLAGS_depth);
+  if (depth < 0 || depth > 1) Die("--depth must be within [0, 1]");
+  if (absl::GetFlag(FLAGS_haystack_tokens) < 1 || absl::GetFlag(FLAGS_piece_bytes) < 4 ||
+      absl::GetFlag(FLAGS_piece_tokens) < 1 || absl::GetFlag(FLAGS_max_tokens) < 1) {
+    Die("--haystack_tokens, --piece_bytes (>= 4), --piece_tokens and --max_tokens must be positive");
+  }
+  if (!absl::GetFlag(FLAGS_prompt_file).empty() && !absl::GetFlag(FLAGS_token_ids).empty()) {
+    Die("--prompt_file and --token_ids exclude each other");
+  }
+  const std::string passkey = absl::GetFlag(FLAGS_passkey);
+  if (passkey.find_first_not_of("0123456789") != std::string::npos) Die("--passkey must be digits");
+  Interrupts::Install();
+  return Run();
+}
