@@ -1,6 +1,7 @@
 #include "server/drt_service.h"
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -74,6 +75,10 @@ class PromptIngest {
     return Run(*ids);
   }
 
+  // Called after every engine step (Append sends progress from it, so a
+  // large message still shows progress while it is ingested).
+  void set_on_step(std::function<void()> on_step) { on_step_ = std::move(on_step); }
+
   bool progress_due() const { return SecondsSince(last_progress_) >= kProgressIntervalSeconds; }
   drt::v1::AppendProgress Progress() {
     last_progress_ = Clock::now();
@@ -132,6 +137,7 @@ class PromptIngest {
         return absl::CancelledError("the Append was cancelled");
       }
       done += step;
+      if (on_step_) on_step_();
     }
     return absl::OkStatus();
   }
@@ -146,6 +152,7 @@ class PromptIngest {
   Clock::time_point start_, last_progress_;
   int64_t ingested_ = 0;
   double engine_seconds_ = 0;
+  std::function<void()> on_step_;
 };
 
 struct GenerationPlan {
@@ -254,6 +261,13 @@ grpc::Status DrtService::Append(
 
   PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_,
                       model_.config().num_groups());
+  auto send_progress = [&] {
+    if (!ingest.progress_due()) return;
+    drt::v1::AppendResponse progress;
+    *progress.mutable_progress() = ingest.Progress();
+    stream->Write(progress);
+  };
+  ingest.set_on_step(send_progress);
   absl::Status status;
   int64_t message_index = 0;
   do {
@@ -275,11 +289,7 @@ grpc::Status DrtService::Append(
       }
       break;
     }
-    if (ingest.progress_due()) {
-      drt::v1::AppendResponse progress;
-      *progress.mutable_progress() = ingest.Progress();
-      stream->Write(progress);
-    }
+    send_progress();
     ++message_index;
   } while (stream->Read(&request));
   if (status.ok()) status = ingest.Flush();
@@ -342,12 +352,13 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     ++generated;
     last_token_at = SecondsSince(start);
     if (generated == 1) first_token_at = last_token_at;
-    auto bytes = model.tokenizer->Decode({step.token});
-    if (!bytes.ok()) return bytes.status();
+    // An id the tokenizer has no text for (the model's vocabulary is larger
+    // than the tokenizer's) is streamed with empty text, not an error.
+    const std::string bytes = model.tokenizer->Decode({step.token}).value_or("");
     drt::v1::GenerateResponse response;
     auto* piece = response.mutable_piece();
     piece->add_token_ids(step.token);
-    piece->set_text(utf8.Push(*bytes));
+    piece->set_text(utf8.Push(bytes));
     if (plan.logprobs) piece->add_logprobs(step.logprob);
     text_so_far += piece->text();
     bool stop_now = false;
