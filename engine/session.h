@@ -70,6 +70,10 @@ class Session {
   // vocabulary, the landmark id, and pad_id unless allowed.
   absl::StatusOr<AppendResult> Append(absl::Span<const int32_t> tokens,
                                       const AppendOptions& options = {});
+  // The check Append makes first: INVALID_ARGUMENT for ids outside the
+  // vocabulary, the landmark id, and pad_id unless allowed.
+  absl::Status ValidateTokens(absl::Span<const int32_t> tokens, bool allow_pad = false) const;
+
   // Appends pad_id until the open chunk closes; no-op on a boundary.
   absl::Status PadToChunkBoundary();
   absl::StatusOr<GenerateResult> Generate(const GenerateOptions& options);
@@ -96,7 +100,6 @@ class Session {
  private:
   Session(const ModelConfig& config, std::unique_ptr<BackendSession> backend_session,
           int64_t piece_tokens);
-  absl::Status ValidateTokens(absl::Span<const int32_t> tokens, bool allow_pad) const;
 
   const ModelConfig& config_;
   std::unique_ptr<BackendSession> backend_session_;

@@ -104,17 +104,22 @@ class PromptIngest {
 
  private:
   absl::Status Run(const std::vector<int32_t>& ids) {
+    // Limits are checked for the whole message before any of it runs, so a
+    // refused message leaves nothing of itself behind.
+    const int64_t limit = entry_.settings().max_context_tokens;
+    if (entry_.tokens() + static_cast<int64_t>(ids.size()) > limit) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "session %s would exceed its context limit of %d tokens (it holds %d, this piece "
+          "brings %d more)",
+          entry_.id(), limit, entry_.tokens(), ids.size()));
+    }
+    if (!ids.empty()) {
+      if (absl::Status s = sessions_.CheckBudget(static_cast<int64_t>(ids.size())); !s.ok()) return s;
+    }
+    if (absl::Status s = entry_.session().ValidateTokens(ids); !s.ok()) return s;
     for (size_t done = 0; done < ids.size();) {
       if (context_->IsCancelled()) return absl::CancelledError("the Append was cancelled");
       const size_t step = std::min<size_t>(kTokensPerStep, ids.size() - done);
-      const int64_t limit = entry_.settings().max_context_tokens;
-      if (entry_.tokens() + static_cast<int64_t>(step) > limit) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "session %s would exceed its context limit of %d tokens (it holds %d, this piece "
-            "brings %d more)",
-            entry_.id(), limit, entry_.tokens(), ids.size() - done));
-      }
-      if (absl::Status s = sessions_.CheckBudget(step); !s.ok()) return s;
       const auto piece = absl::MakeConstSpan(ids).subspan(done, step);
       const int64_t chunks_before = entry_.chunks();
       const auto t0 = Clock::now();
@@ -281,6 +286,8 @@ grpc::Status DrtService::Append(
       status = ingest.AddTokens(request.tokens().ids());
     } else if (request.piece_case() == drt::v1::AppendRequest::kText) {
       status = ingest.AddText(request.text());
+    } else if (request.piece_case() == drt::v1::AppendRequest::kTextBytes) {
+      status = ingest.AddText(request.text_bytes());
     }
     if (!status.ok()) {
       if (status.code() == absl::StatusCode::kInvalidArgument) {
@@ -451,6 +458,8 @@ grpc::Status DrtService::Complete(
       status = ingest.AddTokens(request.tokens().ids());
     } else if (request.piece_case() == drt::v1::CompleteRequest::kText) {
       status = ingest.AddText(request.text());
+    } else if (request.piece_case() == drt::v1::CompleteRequest::kTextBytes) {
+      status = ingest.AddText(request.text_bytes());
     }
     if (!status.ok()) {
       if (status.code() == absl::StatusCode::kInvalidArgument) {

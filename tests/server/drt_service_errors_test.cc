@@ -63,6 +63,13 @@ TEST_CASE("INVALID_ARGUMENT: bad tokens, sampling, max_tokens, session ids", "[s
     drt::v1::SessionInfo info = WaitIdle(stub, id);
     CHECK(info.tokens() == 70 + 20);
     CHECK(info.chunks() == 1);
+    // A bad id past the first engine step (4032 tokens) of one message: none
+    // of the message is applied either.
+    std::vector<int32_t> long_message = RandomTokens(6000, 4);
+    long_message[5000] = 300;
+    CHECK_STATUS(AppendOnce(stub, id, long_message), grpc::StatusCode::INVALID_ARGUMENT,
+                 "token 300 (index 5000)");
+    CHECK(WaitIdle(stub, id).tokens() == 70 + 20);
     // Still usable.
     REQUIRE(AppendOnce(stub, id, {65, 66}).ok());
     CHECK(GenerateGreedy(stub, id, 2).status.ok());
@@ -194,6 +201,11 @@ TEST_CASE("RESOURCE_EXHAUSTED: session count, context limit, host memory", "[ser
     CHECK_STATUS(AppendOnce(stub, id, RandomTokens(60, 3)), grpc::StatusCode::RESOURCE_EXHAUSTED,
                  "would exceed its context limit of 100 tokens (it holds 60");
     CHECK(WaitIdle(stub, id).tokens() == 60);
+    // A message larger than one engine step is refused whole, not in part.
+    const std::string big = NewSession(stub, /*max_context_tokens=*/4500);
+    CHECK_STATUS(AppendOnce(stub, big, RandomTokens(5000, 5)), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                 "this piece brings 5000 more");
+    CHECK(WaitIdle(stub, big).tokens() == 0);
     // Generation stops at the limit with finish reason LENGTH.
     REQUIRE(AppendOnce(stub, id, RandomTokens(35, 4)).ok());
     GenerateResult g = GenerateGreedy(stub, id, 16);

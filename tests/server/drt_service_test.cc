@@ -212,6 +212,27 @@ TEST_CASE("text and token-id input agree", "[server]") {
   }
 }
 
+TEST_CASE("text_bytes pieces may cut UTF-8 characters", "[server]") {
+  InProcessServer server;
+  const std::string text = MultilingualText();
+  const std::vector<int32_t> ids = BytesAsIds(text);
+  // Every 7 bytes, wherever that falls: many cuts inside characters.
+  std::vector<std::string> pieces;
+  size_t inside_characters = 0;
+  for (size_t i = 0; i < text.size(); i += 7) {
+    pieces.push_back(text.substr(i, 7));
+    inside_characters += i > 0 && IsContinuationByte(text[i]);
+  }
+  REQUIRE(inside_characters >= 5);
+  const std::string id = NewSession(server.stub());
+  AppendResult appended = AppendTexts(server.stub(), id, pieces, /*as_bytes=*/true);
+  REQUIRE(appended.status.ok());
+  CHECK(GetSession(server.stub(), id).info.tokens() == static_cast<int64_t>(ids.size()));
+  GenerateResult g = GenerateGreedy(server.stub(), id, 16);
+  REQUIRE(g.status.ok());
+  CHECK(g.tokens == EngineGreedy(ids, 16));
+}
+
 TEST_CASE("Append progress is monotone and ends at the total", "[server]") {
   InProcessServer server;
   const std::string id = NewSession(server.stub());
@@ -263,7 +284,7 @@ TEST_CASE("Append progress is monotone and ends at the total", "[server]") {
   CHECK(one.summary->session_tokens() == 71000);
 }
 
-TEST_CASE("8 concurrent sessions give exactly what each gives alone", "[server]") {
+TEST_CASE("10 concurrent sessions give exactly what each gives alone", "[server]") {
   ServiceOptions options = SmallOptions();
   options.compute_workers = 4;
   InProcessServer server(options);

@@ -249,8 +249,9 @@ inline AppendResult AppendTokens(drt::v1::Drt::Stub& stub, const std::string& se
   return result;
 }
 
+// as_bytes: send the pieces as text_bytes (they may cut UTF-8 characters).
 inline AppendResult AppendTexts(drt::v1::Drt::Stub& stub, const std::string& session_id,
-                                const std::vector<std::string>& texts) {
+                                const std::vector<std::string>& texts, bool as_bytes = false) {
   grpc::ClientContext context;
   SetDeadline(context, 120);
   auto stream = stub.Append(&context);
@@ -265,7 +266,11 @@ inline AppendResult AppendTexts(drt::v1::Drt::Stub& stub, const std::string& ses
   for (size_t i = 0; i < texts.size(); ++i) {
     drt::v1::AppendRequest request;
     if (i == 0) request.set_session_id(session_id);
-    request.set_text(texts[i]);
+    if (as_bytes) {
+      request.set_text_bytes(texts[i]);
+    } else {
+      request.set_text(texts[i]);
+    }
     if (!stream->Write(request)) break;
   }
   stream->WritesDone();
