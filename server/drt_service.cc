@@ -58,7 +58,24 @@ class PromptIngest {
         start_(Clock::now()),
         last_progress_(start_) {}
 
-  // Adds one piece; `report` is called with progress now and then.
+  // Adds the piece of an AppendRequest or CompleteRequest, the
+  // `index`-th message of its stream (named in INVALID_ARGUMENT messages).
+  template <typename Request>
+  absl::Status AddMessage(const Request& request, int64_t index) {
+    absl::Status status;
+    if (request.has_tokens()) {
+      status = AddTokens(request.tokens().ids());
+    } else if (request.piece_case() == Request::kText) {
+      status = AddText(request.text());
+    } else if (request.piece_case() == Request::kTextBytes) {
+      status = AddText(request.text_bytes());
+    }
+    if (status.code() == absl::StatusCode::kInvalidArgument) {
+      return absl::InvalidArgumentError(absl::StrFormat("message %d: %s", index, status.message()));
+    }
+    return status;
+  }
+
   absl::Status AddText(const std::string& text) {
     auto ids = encoder_.Push(text);
     if (!ids.ok()) return ids.status();
@@ -282,20 +299,8 @@ grpc::Status DrtService::Append(
           request.session_id(), (*entry)->id()));
       break;
     }
-    if (request.has_tokens()) {
-      status = ingest.AddTokens(request.tokens().ids());
-    } else if (request.piece_case() == drt::v1::AppendRequest::kText) {
-      status = ingest.AddText(request.text());
-    } else if (request.piece_case() == drt::v1::AppendRequest::kTextBytes) {
-      status = ingest.AddText(request.text_bytes());
-    }
-    if (!status.ok()) {
-      if (status.code() == absl::StatusCode::kInvalidArgument) {
-        status = absl::InvalidArgumentError(
-            absl::StrFormat("message %d: %s", message_index, status.message()));
-      }
-      break;
-    }
+    status = ingest.AddMessage(request, message_index);
+    if (!status.ok()) break;
     send_progress();
     ++message_index;
   } while (stream->Read(&request));
@@ -454,20 +459,8 @@ grpc::Status DrtService::Complete(
   absl::Status status;
   int64_t message_index = 0;
   do {
-    if (request.has_tokens()) {
-      status = ingest.AddTokens(request.tokens().ids());
-    } else if (request.piece_case() == drt::v1::CompleteRequest::kText) {
-      status = ingest.AddText(request.text());
-    } else if (request.piece_case() == drt::v1::CompleteRequest::kTextBytes) {
-      status = ingest.AddText(request.text_bytes());
-    }
-    if (!status.ok()) {
-      if (status.code() == absl::StatusCode::kInvalidArgument) {
-        status = absl::InvalidArgumentError(
-            absl::StrFormat("message %d: %s", message_index, status.message()));
-      }
-      break;
-    }
+    status = ingest.AddMessage(request, message_index);
+    if (!status.ok()) break;
     ++message_index;
   } while (stream->Read(&request));
   if (status.ok()) status = ingest.Flush();
