@@ -1,0 +1,181 @@
+#include "kernels/elementwise.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+namespace drt::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kNormThreads = 256;
+
+// Grid size for a grid-stride loop over `n` items.
+unsigned GridFor(size_t n) {
+  const size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::min<size_t>(std::max<size_t>(blocks, 1), 65535u * 8u));
+}
+
+__global__ void EmbeddingGatherKernel(const int32_t* __restrict__ ids, const bf16* __restrict__ table,
+                                      int d, float* __restrict__ out) {
+  const size_t row = blockIdx.x;
+  const bf16* src = table + static_cast<size_t>(ids[row]) * d;
+  float* dst = out + row * d;
+  for (int j = threadIdx.x; j < d; j += blockDim.x) dst[j] = __bfloat162float(src[j]);
+}
+
+template <typename In>
+__device__ float ToFloat(In v);
+template <>
+__device__ float ToFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ float ToFloat<bf16>(bf16 v) {
+  return __bfloat162float(v);
+}
+
+template <typename Out>
+__device__ Out FromFloat(float v);
+template <>
+__device__ float FromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ bf16 FromFloat<bf16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// One block per row. Sum of squares in fp32 with a tree reduction.
+template <typename In, typename Out>
+__global__ void __launch_bounds__(kNormThreads)
+    RmsNormKernel(const In* __restrict__ x, const bf16* __restrict__ w, int d, float eps,
+                  Out* __restrict__ out) {
+  __shared__ float partial[kNormThreads / 32];
+  __shared__ float scale_shared;
+  const In* xr = x + static_cast<size_t>(blockIdx.x) * d;
+  Out* yr = out + static_cast<size_t>(blockIdx.x) * d;
+  float sum = 0.f;
+  for (int j = threadIdx.x; j < d; j += kNormThreads) {
+    const float v = ToFloat<In>(xr[j]);
+    sum = fmaf(v, v, sum);
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.f;
+    for (int i = 0; i < kNormThreads / 32; ++i) total += partial[i];
+    scale_shared = rsqrtf(total / static_cast<float>(d) + eps);
+  }
+  __syncthreads();
+  const float scale = scale_shared;
+  for (int j = threadIdx.x; j < d; j += kNormThreads) {
+    yr[j] = FromFloat<Out>(ToFloat<In>(xr[j]) * scale * __bfloat162float(w[j]));
+  }
+}
+
+__global__ void SwiGluKernel(const bf16* __restrict__ gate_up, int rows, int f, bf16* __restrict__ out) {
+  const size_t total = static_cast<size_t>(rows) * f;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t r = i / f;
+    const size_t c = i % f;
+    const float g = __bfloat162float(gate_up[r * 2 * f + c]);
+    const float u = __bfloat162float(gate_up[r * 2 * f + f + c]);
+    out[i] = __float2bfloat16_rn(g / (1.f + expf(-g)) * u);
+  }
+}
+
+__global__ void F32ToBf16Kernel(const float* __restrict__ x, size_t n, bf16* __restrict__ out) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16_rn(x[i]);
+  }
+}
+
+__global__ void Bf16ToF32Kernel(const bf16* __restrict__ x, size_t n, float* __restrict__ out) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = __bfloat162float(x[i]);
+  }
+}
+
+__global__ void ZeroChunkRowKernel(bf16* __restrict__ kv, int num_chunks, int row, int width) {
+  const size_t total = static_cast<size_t>(num_chunks) * width;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t chunk = i / width;
+    const size_t col = i % width;
+    kv[(chunk * 64 + row) * width + col] = __float2bfloat16_rn(0.f);
+  }
+}
+
+template <typename In, typename Out>
+cudaError_t LaunchNorm(const In* x, const bf16* w, int rows, int d, float eps, Out* out,
+                       cudaStream_t stream) {
+  if (rows < 0 || d <= 0 || !(eps >= 0.f)) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  if (x == nullptr || w == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  RmsNormKernel<In, Out><<<rows, kNormThreads, 0, stream>>>(x, w, d, eps, out);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchEmbeddingGather(const int32_t* ids, int n, const bf16* table, int d, float* out,
+                                  cudaStream_t stream) {
+  if (n < 0 || d <= 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (ids == nullptr || table == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  EmbeddingGatherKernel<<<n, kThreads, 0, stream>>>(ids, table, d, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRmsNorm(const float* x, const bf16* w, int rows, int d, float eps, bf16* out,
+                          cudaStream_t stream) {
+  return LaunchNorm(x, w, rows, d, eps, out, stream);
+}
+
+cudaError_t LaunchRmsNormF32(const float* x, const bf16* w, int rows, int d, float eps, float* out,
+                             cudaStream_t stream) {
+  return LaunchNorm(x, w, rows, d, eps, out, stream);
+}
+
+cudaError_t LaunchRmsNormBf16In(const bf16* x, const bf16* w, int rows, int d, float eps, bf16* out,
+                                cudaStream_t stream) {
+  return LaunchNorm(x, w, rows, d, eps, out, stream);
+}
+
+cudaError_t LaunchSwiGlu(const bf16* gate_up, int rows, int f, bf16* out, cudaStream_t stream) {
+  if (rows < 0 || f <= 0) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  if (gate_up == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  SwiGluKernel<<<GridFor(static_cast<size_t>(rows) * f), kThreads, 0, stream>>>(gate_up, rows, f, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchConvertF32ToBf16(const float* x, size_t n, bf16* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (x == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  F32ToBf16Kernel<<<GridFor(n), kThreads, 0, stream>>>(x, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchConvertBf16ToF32(const bf16* x, size_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (x == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  Bf16ToF32Kernel<<<GridFor(n), kThreads, 0, stream>>>(x, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchZeroChunkRow(bf16* kv, int num_chunks, int row, int width, cudaStream_t stream) {
+  if (num_chunks < 0 || row < 0 || row >= 64 || width <= 0) return cudaErrorInvalidValue;
+  if (num_chunks == 0) return cudaSuccess;
+  if (kv == nullptr) return cudaErrorInvalidValue;
+  ZeroChunkRowKernel<<<GridFor(static_cast<size_t>(num_chunks) * width), kThreads, 0, stream>>>(
+      kv, num_chunks, row, width);
+  return cudaGetLastError();
+}
+
+}  // namespace drt::kernels

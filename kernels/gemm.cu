@@ -1,0 +1,109 @@
+#include "kernels/gemm.h"
+
+#include <cublas_v2.h>
+
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "kernels/cuda_check.h"
+
+namespace drt::kernels {
+namespace {
+
+// cuBLAS recommends 32 MiB of workspace on Hopper (4 MiB suffices on Ampere).
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+absl::Status CheckShape(const void* x, const void* w, const void* y, int m, int n, int k) {
+  if (m < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CublasGemm::Matmul: negative shape m=%d n=%d k=%d", m, n, k));
+  }
+  if (m > 0 && n > 0 && (y == nullptr || (k > 0 && (x == nullptr || w == nullptr)))) {
+    return absl::InvalidArgumentError("CublasGemm::Matmul: null operand");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CublasGemm> CublasGemm::Create() {
+  cublasHandle_t handle = nullptr;
+  if (absl::Status s = CublasStatus(cublasCreate(&handle), "cublasCreate"); !s.ok()) return s;
+  void* workspace = nullptr;
+  const cudaError_t err = cudaMalloc(&workspace, kWorkspaceBytes);
+  if (err != cudaSuccess) {
+    cublasDestroy(handle);
+    return CudaStatus(err, "cudaMalloc(cuBLAS workspace)");
+  }
+  return CublasGemm(handle, workspace, kWorkspaceBytes);
+}
+
+CublasGemm::CublasGemm(cublasHandle_t handle, void* workspace, size_t workspace_bytes)
+    : handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
+
+CublasGemm::CublasGemm(CublasGemm&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)),
+      workspace_(std::exchange(other.workspace_, nullptr)),
+      workspace_bytes_(std::exchange(other.workspace_bytes_, 0)) {}
+
+CublasGemm& CublasGemm::operator=(CublasGemm&& other) noexcept {
+  if (this != &other) {
+    Release();
+    handle_ = std::exchange(other.handle_, nullptr);
+    workspace_ = std::exchange(other.workspace_, nullptr);
+    workspace_bytes_ = std::exchange(other.workspace_bytes_, 0);
+  }
+  return *this;
+}
+
+CublasGemm::~CublasGemm() { Release(); }
+
+void CublasGemm::Release() {
+  if (handle_ != nullptr) cublasDestroy(handle_);
+  // cudaFree synchronises the device, so no queued GEMM still uses the workspace.
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  handle_ = nullptr;
+  workspace_ = nullptr;
+  workspace_bytes_ = 0;
+}
+
+namespace {
+
+// Row-major y[m][n] = x[m][k] w[n][k]^T is, read column-major,
+// y^T (n x m) = w (k x n)^T x^T (k x m): op(A) = T on w, op(B) = N on x.
+absl::Status Gemm(cublasHandle_t handle, void* workspace, size_t workspace_bytes, const bf16* x,
+                  const bf16* w, void* y, cudaDataType_t y_type, int m, int n, int k, float beta,
+                  cudaStream_t s) {
+  if (handle == nullptr) return absl::FailedPreconditionError("CublasGemm: moved-from object");
+  if (absl::Status st = CheckShape(x, w, y, m, n, k); !st.ok()) return st;
+  if (m == 0 || n == 0) return absl::OkStatus();
+  if (absl::Status st = CublasStatus(cublasSetStream(handle, s), "cublasSetStream"); !st.ok()) {
+    return st;
+  }
+  // cublasSetStream resets the workspace to cuBLAS's default pool; set ours again.
+  if (absl::Status st = CublasStatus(cublasSetWorkspace(handle, workspace, workspace_bytes),
+                                     "cublasSetWorkspace");
+      !st.ok()) {
+    return st;
+  }
+  const float alpha = 1.f;
+  return CublasStatus(
+      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x,
+                   CUDA_R_16BF, k, &beta, y, y_type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      absl::StrFormat("cublasGemmEx(m=%d, n=%d, k=%d)", m, n, k));
+}
+
+}  // namespace
+
+absl::Status CublasGemm::Matmul(const bf16* x, const bf16* w, bf16* y, int m, int n, int k,
+                                cudaStream_t s) {
+  return Gemm(handle_, workspace_, workspace_bytes_, x, w, y, CUDA_R_16BF, m, n, k, 0.f, s);
+}
+
+absl::Status CublasGemm::Matmul(const bf16* x, const bf16* w, float* y, int m, int n, int k,
+                                bool accumulate, cudaStream_t s) {
+  return Gemm(handle_, workspace_, workspace_bytes_, x, w, y, CUDA_R_32F, m, n, k,
+              accumulate ? 1.f : 0.f, s);
+}
+
+}  // namespace drt::kernels

@@ -1,0 +1,45 @@
+// bf16 GEMMs through cuBLAS (fp32 accumulation).
+#pragma once
+
+#include <cublas_api.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace drt::kernels {
+
+using bf16 = __nv_bfloat16;
+
+// Owns a cuBLAS handle and its workspace. Movable, not copyable. Not
+// thread-safe: one CublasGemm per stream/thread.
+class CublasGemm {
+ public:
+  static absl::StatusOr<CublasGemm> Create();
+
+  CublasGemm(CublasGemm&& other) noexcept;
+  CublasGemm& operator=(CublasGemm&& other) noexcept;
+  CublasGemm(const CublasGemm&) = delete;
+  CublasGemm& operator=(const CublasGemm&) = delete;
+  ~CublasGemm();
+
+  // y[m][n] = x[m][k] . w[n][k]^T (PyTorch Linear: w is [out][in]); bf16 in and
+  // out, fp32 accumulation. All row-major and contiguous.
+  absl::Status Matmul(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t s);
+  // Same with fp32 output; accumulate=true computes y += x . w^T (residual adds).
+  absl::Status Matmul(const bf16* x, const bf16* w, float* y, int m, int n, int k, bool accumulate,
+                      cudaStream_t s);
+
+ private:
+  CublasGemm(cublasHandle_t handle, void* workspace, size_t workspace_bytes);
+  void Release();
+
+  cublasHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace drt::kernels

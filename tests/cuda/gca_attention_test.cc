@@ -1,0 +1,169 @@
+#include "kernels/gca_attention.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tests/cuda/cuda_test_util.h"
+
+namespace drt::cuda_test {
+namespace {
+
+using kernels::bf16;
+
+struct GcaCase {
+  int64_t first_pos;
+  int n;
+  int64_t first_query_chunk;
+  int topk, heads, dh, num_slots;
+};
+
+// O = sum_i w_i softmax_j(q.K_i[j]/sqrt(dh)) V_i[j] over the 64 stored rows
+// (drt-model.md, Forward pass 7); zero without a slot.
+std::vector<double> GcaReference(const GcaCase& c, const std::vector<float>& q, const std::vector<float>& ck,
+                                 const std::vector<float>& cv, const std::vector<int32_t>& slots,
+                                 const std::vector<float>& weights) {
+  const size_t stride = static_cast<size_t>(c.heads) * c.dh;
+  std::vector<double> out(static_cast<size_t>(c.n) * stride, 0.0);
+  for (int i = 0; i < c.n; ++i) {
+    const int64_t qc = (c.first_pos + i) / 64 - c.first_query_chunk;
+    for (int h = 0; h < c.heads; ++h) {
+      for (int t = 0; t < c.topk; ++t) {
+        const int32_t slot = slots[qc * c.topk + t];
+        if (slot < 0) continue;
+        std::vector<double> s(64);
+        double m = -INFINITY;
+        for (int j = 0; j < 64; ++j) {
+          double dot = 0;
+          for (int d = 0; d < c.dh; ++d) {
+            dot += static_cast<double>(q[i * stride + h * c.dh + d]) *
+                   ck[(static_cast<size_t>(slot) * 64 + j) * stride + h * c.dh + d];
+          }
+          s[j] = dot / std::sqrt(static_cast<double>(c.dh));
+          m = std::max(m, s[j]);
+        }
+        double sum = 0;
+        for (double& x : s) sum += (x = std::exp(x - m));
+        for (int j = 0; j < 64; ++j) {
+          const double p = weights[qc * c.topk + t] * s[j] / sum;
+          for (int d = 0; d < c.dh; ++d) {
+            out[i * stride + h * c.dh + d] += p * cv[(static_cast<size_t>(slot) * 64 + j) * stride + h * c.dh + d];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void RunGcaCase(const GcaCase& c, std::mt19937& rng) {
+  INFO("first_pos " << c.first_pos << " n " << c.n << " first_query_chunk " << c.first_query_chunk << " topk "
+                    << c.topk << " heads " << c.heads << " dh " << c.dh);
+  const size_t stride = static_cast<size_t>(c.heads) * c.dh;
+  const int64_t query_chunks = (c.first_pos + c.n - 1) / 64 - c.first_query_chunk + 1;
+  Bf16Data ck = RandomBf16(static_cast<size_t>(c.num_slots) * 64 * stride, rng, -2.f, 2.f);
+  Bf16Data cv = RandomBf16(ck.bits.size(), rng);
+  // Row 63 of every stored chunk is zero (the landmark's K/V).
+  for (int s = 0; s < c.num_slots; ++s) {
+    for (size_t e = 0; e < stride; ++e) {
+      const size_t i = (static_cast<size_t>(s) * 64 + 63) * stride + e;
+      ck.bits[i] = cv.bits[i] = 0;
+      ck.values[i] = cv.values[i] = 0.f;
+    }
+  }
+  const Bf16Data q = RandomBf16(static_cast<size_t>(c.n) * stride, rng, -2.f, 2.f);
+  std::vector<int32_t> slots(static_cast<size_t>(query_chunks) * c.topk);
+  std::vector<float> weights(slots.size());
+  std::uniform_int_distribution<int32_t> pick(0, c.num_slots - 1);
+  std::uniform_real_distribution<float> score(-2.f, 2.f);
+  for (int64_t qc = 0; qc < query_chunks; ++qc) {
+    float sum = 0;
+    for (int t = 0; t < c.topk; ++t) {
+      slots[qc * c.topk + t] = pick(rng);
+      sum += (weights[qc * c.topk + t] = std::exp(score(rng)));
+    }
+    for (int t = 0; t < c.topk; ++t) weights[qc * c.topk + t] /= sum;
+  }
+  // Query chunk 0 (of this call) retrieves nothing when there are several;
+  // the last one lacks its second retrieval.
+  if (query_chunks > 1) {
+    for (int t = 0; t < c.topk; ++t) slots[t] = -1;
+  }
+  if (c.topk > 1) slots[(query_chunks - 1) * c.topk + 1] = -1;
+
+  DeviceBuffer<uint16_t> d_q(q.bits), d_ck(ck.bits), d_cv(cv.bits);
+  DeviceBuffer<int32_t> d_slots(slots);
+  DeviceBuffer<float> d_weights(weights);
+  DeviceBuffer<uint16_t> d_out(static_cast<size_t>(c.n) * stride);
+  kernels::GcaParams p;
+  p.q = d_q.as<const bf16>();
+  p.chunk_k = d_ck.as<const bf16>();
+  p.chunk_v = d_cv.as<const bf16>();
+  p.slots = d_slots.get();
+  p.weights = d_weights.get();
+  p.topk = c.topk;
+  p.first_pos = c.first_pos;
+  p.first_query_chunk = c.first_query_chunk;
+  p.n = c.n;
+  p.heads = c.heads;
+  p.head_dim = c.dh;
+  p.out = d_out.as<bf16>();
+  CUDA_REQUIRE(kernels::LaunchGcaAttention(p, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  const std::vector<float> got = Bf16ToFloats(d_out.Download());
+  const std::vector<double> ref = GcaReference(c, q.values, ck.values, cv.values, slots, weights);
+  const ErrorReport e = CompareToReference(got, ref);
+  INFO(e.str());
+  CHECK(e.non_finite == 0);
+  CHECK(e.relative() <= kBf16Tolerance);
+  // Positions whose chunk retrieved nothing are exactly zero.
+  for (int i = 0; i < c.n; ++i) {
+    const int64_t qc = (c.first_pos + i) / 64 - c.first_query_chunk;
+    bool any = false;
+    for (int t = 0; t < c.topk; ++t) any = any || slots[qc * c.topk + t] >= 0;
+    if (any) continue;
+    for (size_t e2 = 0; e2 < stride; ++e2) REQUIRE(got[i * stride + e2] == 0.f);
+  }
+}
+
+TEST_CASE("cuda GCA: prefill tiles per query chunk", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(51);
+  for (const GcaCase& c : {GcaCase{64 * 5 + 17, 200, 5, 4, 4, 64, 12}, GcaCase{64 * 4, 64, 4, 16, 2, 32, 20},
+                           GcaCase{64 * 3 + 1, 70, 2, 8, 3, 40, 9}, GcaCase{0, 1000, 0, 8, 12, 64, 30},
+                           GcaCase{64 * 7 + 63, 5, 7, 3, 2, 128, 4}, GcaCase{64 * 2, 129, 2, 1, 4, 96, 3}}) {
+    RunGcaCase(c, rng);
+  }
+}
+
+TEST_CASE("cuda GCA: decode and few positions", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(52);
+  for (const GcaCase& c : {GcaCase{64 * 9 + 40, 1, 9, 8, 8, 128, 16}, GcaCase{64 * 2 + 62, 3, 2, 8, 4, 64, 10},
+                           GcaCase{100, 1, 1, 20, 2, 32, 25}, GcaCase{64 * 6 + 10, 4, 6, 5, 3, 40, 7},
+                           GcaCase{64 * 6 + 63, 2, 5, 2, 2, 64, 5}}) {
+    RunGcaCase(c, rng);
+  }
+}
+
+TEST_CASE("cuda GCA: rejects bad shapes", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  DeviceBuffer<uint16_t> buf(1 << 16);
+  DeviceBuffer<int32_t> slots(std::vector<int32_t>{-1, -1});
+  DeviceBuffer<float> weights(std::vector<float>{0.5f, 0.5f});
+  kernels::GcaParams p;
+  p.q = p.chunk_k = p.chunk_v = buf.as<const bf16>();
+  p.out = buf.as<bf16>();
+  p.slots = slots.get();
+  p.weights = weights.get();
+  p.topk = 2;
+  p.n = 1;
+  p.heads = 2;
+  for (int dh : {36, 136, 0}) {
+    p.head_dim = dh;
+    CHECK(kernels::LaunchGcaAttention(p, nullptr) == cudaErrorInvalidValue);
+  }
+}
+
+}  // namespace
+}  // namespace drt::cuda_test

@@ -1,0 +1,207 @@
+#include "kernels/window_attention.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tests/cuda/cuda_test_util.h"
+
+namespace drt::cuda_test {
+namespace {
+
+using kernels::bf16;
+
+struct WindowCase {
+  int n;
+  int64_t first_pos;
+  int window;
+  int heads, kv_heads, head_dim;
+};
+
+// Naive sliding-window ALiBi attention over the full key history
+// (drt-model.md, Forward pass 3): query at position P sees j in [P-W, P].
+std::vector<double> WindowReference(const std::vector<float>& q, const std::vector<float>& hist_k,
+                                    const std::vector<float>& hist_v, int64_t first_pos, int n, int window,
+                                    int heads, int kv_heads, int dh) {
+  std::vector<double> out(static_cast<size_t>(n) * heads * dh, 0.0);
+  const int group = heads / kv_heads;
+  for (int i = 0; i < n; ++i) {
+    const int64_t pos = first_pos + i;
+    const int64_t lo = std::max<int64_t>(0, pos - window);
+    for (int h = 0; h < heads; ++h) {
+      const int kvh = h / group;
+      const double slope = 1.0 / std::pow(std::pow(2.0, 8.0 / heads), h + 1);
+      std::vector<double> s;
+      double m = -INFINITY;
+      for (int64_t j = lo; j <= pos; ++j) {
+        double dot = 0;
+        for (int d = 0; d < dh; ++d) {
+          dot += static_cast<double>(q[(static_cast<size_t>(i) * heads + h) * dh + d]) *
+                 hist_k[(static_cast<size_t>(j) * kv_heads + kvh) * dh + d];
+        }
+        s.push_back(dot / std::sqrt(static_cast<double>(dh)) - slope * static_cast<double>(pos - j));
+        m = std::max(m, s.back());
+      }
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - m));
+      for (int64_t j = lo; j <= pos; ++j) {
+        const double p = s[j - lo] / sum;
+        for (int d = 0; d < dh; ++d) {
+          out[(static_cast<size_t>(i) * heads + h) * dh + d] +=
+              p * hist_v[(static_cast<size_t>(j) * kv_heads + kvh) * dh + d];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+constexpr uint16_t kNanBits = 0x7fc0;
+
+void RunWindowCase(const WindowCase& c, std::mt19937& rng) {
+  INFO("n " << c.n << " first_pos " << c.first_pos << " window " << c.window << " heads " << c.heads
+            << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim);
+  const int kv_width = c.kv_heads * c.head_dim;
+  const int q_width = c.heads * c.head_dim;
+  const int ring_slots = c.window + 1;
+  // Positions first_pos + n is the follow-up decode step.
+  const int64_t total = c.first_pos + c.n + 1;
+  const Bf16Data hist_k = RandomBf16(static_cast<size_t>(total) * kv_width, rng);
+  const Bf16Data hist_v = RandomBf16(static_cast<size_t>(total) * kv_width, rng);
+  const Bf16Data q = RandomBf16(static_cast<size_t>(c.n) * q_width, rng, -2.f, 2.f);
+  const Bf16Data q2 = RandomBf16(q_width, rng, -2.f, 2.f);
+
+  // Ring before the step: positions [first_pos - ring_slots, first_pos) that
+  // exist; every other slot is NaN, so reading one shows in the output.
+  std::vector<uint16_t> ring_k(static_cast<size_t>(ring_slots) * kv_width, kNanBits);
+  std::vector<uint16_t> ring_v = ring_k;
+  for (int64_t p = std::max<int64_t>(0, c.first_pos - ring_slots); p < c.first_pos; ++p) {
+    const size_t slot = static_cast<size_t>(p % ring_slots);
+    for (int e = 0; e < kv_width; ++e) {
+      ring_k[slot * kv_width + e] = hist_k.bits[static_cast<size_t>(p) * kv_width + e];
+      ring_v[slot * kv_width + e] = hist_v.bits[static_cast<size_t>(p) * kv_width + e];
+    }
+  }
+  auto rows = [&](const Bf16Data& d, int64_t from, int64_t count) {
+    return std::vector<uint16_t>(d.bits.begin() + from * kv_width, d.bits.begin() + (from + count) * kv_width);
+  };
+  DeviceBuffer<uint16_t> d_q(q.bits);
+  DeviceBuffer<uint16_t> d_k_new(rows(hist_k, c.first_pos, c.n));
+  DeviceBuffer<uint16_t> d_v_new(rows(hist_v, c.first_pos, c.n));
+  DeviceBuffer<uint16_t> d_ring_k(ring_k);
+  DeviceBuffer<uint16_t> d_ring_v(ring_v);
+  DeviceBuffer<uint16_t> d_out(static_cast<size_t>(c.n) * q_width);
+
+  kernels::WindowAttentionParams p;
+  p.q = d_q.as<const bf16>();
+  p.k_new = d_k_new.as<const bf16>();
+  p.v_new = d_v_new.as<const bf16>();
+  p.k_ring = d_ring_k.as<const bf16>();
+  p.v_ring = d_ring_v.as<const bf16>();
+  p.ring_slots = ring_slots;
+  p.window = c.window;
+  p.first_pos = c.first_pos;
+  p.n = c.n;
+  p.heads = c.heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  p.out = d_out.as<bf16>();
+  CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+  CUDA_REQUIRE(kernels::LaunchWindowRingWrite(p.k_new, p.v_new, c.n, c.first_pos, ring_slots, c.kv_heads,
+                                              c.head_dim, d_ring_k.as<bf16>(), d_ring_v.as<bf16>(), nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+
+  const ErrorReport e = CompareToReference(
+      Bf16ToFloats(d_out.Download()),
+      WindowReference(q.values, hist_k.values, hist_v.values, c.first_pos, c.n, c.window, c.heads, c.kv_heads,
+                      c.head_dim));
+  INFO("step: " << e.str());
+  CHECK(e.non_finite == 0);
+  CHECK(e.relative() <= kBf16Tolerance);
+
+  // The ring now holds positions [first_pos + n - ring_slots, first_pos + n).
+  const std::vector<uint16_t> got_k = d_ring_k.Download();
+  const std::vector<uint16_t> got_v = d_ring_v.Download();
+  std::vector<uint16_t> want_k(static_cast<size_t>(ring_slots) * kv_width, kNanBits);
+  std::vector<uint16_t> want_v = want_k;
+  for (int64_t pos = std::max<int64_t>(0, c.first_pos + c.n - ring_slots); pos < c.first_pos + c.n; ++pos) {
+    const size_t slot = static_cast<size_t>(pos % ring_slots);
+    for (int e2 = 0; e2 < kv_width; ++e2) {
+      want_k[slot * kv_width + e2] = hist_k.bits[static_cast<size_t>(pos) * kv_width + e2];
+      want_v[slot * kv_width + e2] = hist_v.bits[static_cast<size_t>(pos) * kv_width + e2];
+    }
+  }
+  CHECK(got_k == want_k);
+  CHECK(got_v == want_v);
+
+  // Follow-up decode step through the written ring.
+  DeviceBuffer<uint16_t> d_q2(q2.bits);
+  DeviceBuffer<uint16_t> d_k2(rows(hist_k, c.first_pos + c.n, 1));
+  DeviceBuffer<uint16_t> d_v2(rows(hist_v, c.first_pos + c.n, 1));
+  DeviceBuffer<uint16_t> d_out2(q_width);
+  p.q = d_q2.as<const bf16>();
+  p.k_new = d_k2.as<const bf16>();
+  p.v_new = d_v2.as<const bf16>();
+  p.first_pos = c.first_pos + c.n;
+  p.n = 1;
+  p.out = d_out2.as<bf16>();
+  CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  const ErrorReport e2 = CompareToReference(
+      Bf16ToFloats(d_out2.Download()),
+      WindowReference(q2.values, hist_k.values, hist_v.values, c.first_pos + c.n, 1, c.window, c.heads,
+                      c.kv_heads, c.head_dim));
+  INFO("decode after ring write: " << e2.str());
+  CHECK(e2.non_finite == 0);
+  CHECK(e2.relative() <= kBf16Tolerance);
+}
+
+TEST_CASE("cuda window attention: decode and few-row path", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(31);
+  for (const WindowCase& c : {WindowCase{1, 0, 16, 4, 4, 64}, WindowCase{1, 1000, 512, 8, 2, 128},
+                              WindowCase{5, 700, 64, 4, 1, 32}, WindowCase{8, 9000, 4096, 2, 1, 128},
+                              WindowCase{3, 10, 512, 12, 12, 64}, WindowCase{2, 77, 7, 3, 3, 40},
+                              WindowCase{1, 50, 0, 2, 2, 32}}) {
+    RunWindowCase(c, rng);
+  }
+}
+
+TEST_CASE("cuda window attention: prefill tiles", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(32);
+  for (const WindowCase& c : {WindowCase{37, 0, 16, 4, 2, 64}, WindowCase{200, 130, 100, 6, 3, 40},
+                              WindowCase{64, 5000, 4096, 2, 2, 128}, WindowCase{129, 3, 512, 4, 4, 128},
+                              WindowCase{300, 1500, 512, 4, 4, 64}, WindowCase{9, 20, 5, 8, 4, 96},
+                              WindowCase{1024, 0, 512, 4, 4, 64}, WindowCase{65, 640, 63, 2, 2, 32}}) {
+    RunWindowCase(c, rng);
+  }
+}
+
+TEST_CASE("cuda window attention: rejects bad shapes", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  DeviceBuffer<uint16_t> buf(1 << 16);
+  kernels::WindowAttentionParams p;
+  p.q = p.k_new = p.v_new = p.k_ring = p.v_ring = buf.as<const bf16>();
+  p.out = buf.as<bf16>();
+  p.ring_slots = 17;
+  p.window = 16;
+  p.n = 4;
+  p.heads = 4;
+  p.kv_heads = 2;
+  for (int dh : {0, 36, 136, 256, -8}) {
+    p.head_dim = dh;
+    CHECK(kernels::LaunchWindowAttention(p, nullptr) == cudaErrorInvalidValue);
+  }
+  p.head_dim = 64;
+  p.kv_heads = 3;
+  CHECK(kernels::LaunchWindowAttention(p, nullptr) == cudaErrorInvalidValue);
+  p.kv_heads = 2;
+  p.ring_slots = 16;  // < window + 1
+  CHECK(kernels::LaunchWindowAttention(p, nullptr) == cudaErrorInvalidValue);
+  CHECK(kernels::LaunchWindowRingWrite(p.k_new, p.v_new, 4, 0, 17, 2, 36, buf.as<bf16>(), buf.as<bf16>(),
+                                       nullptr) == cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace drt::cuda_test
