@@ -87,9 +87,12 @@ absl::Status Gemm(cublasHandle_t handle, void* workspace, size_t workspace_bytes
     return st;
   }
   const float alpha = 1.f;
+  // cuBLAS requires lda, ldb >= max(1, k) for these ops; with k == 0 it then
+  // computes y = beta * y (zeros, or y unchanged when accumulating).
+  const int ld = k > 0 ? k : 1;
   return CublasStatus(
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x,
-                   CUDA_R_16BF, k, &beta, y, y_type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, ld, x,
+                   CUDA_R_16BF, ld, &beta, y, y_type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       absl::StrFormat("cublasGemmEx(m=%d, n=%d, k=%d)", m, n, k));
 }
 

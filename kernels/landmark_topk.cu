@@ -70,13 +70,17 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x < kMaxQueriesPerBlock) {
     lim[threadIdx.x] = static_cast<int>(threadIdx.x) < nq ? limits[q0 + threadIdx.x] : 0;
   }
+  __syncthreads();
+  int64_t max_lim = 0;
+  for (int r = 0; r < nq; ++r) max_lim = max(max_lim, lim[r]);
+  // Block-uniform. Stage 2 reads no candidate of this block. Checked before
+  // the queries are loaded: the grid covers the workspace's capacity (up to
+  // 1024 blocks per query group), usually far more than the limits.
+  if (base >= max_lim) return;
   for (int i = threadIdx.x; i < nq * d; i += kThreads) {
     qsm[i] = queries[static_cast<size_t>(q0) * d + i];
   }
   __syncthreads();
-  int64_t max_lim = 0;
-  for (int r = 0; r < nq; ++r) max_lim = max(max_lim, lim[r]);
-  if (base >= max_lim) return;  // stage 2 reads no candidate of this block
 
   for (int cl = warp; cl < kBlockLandmarks; cl += kWarps) {
     const int64_t c = base + cl;

@@ -56,12 +56,20 @@ std::vector<double> GcaReference(const GcaCase& c, const std::vector<float>& q, 
   return out;
 }
 
-void RunGcaCase(const GcaCase& c, std::mt19937& rng) {
+// zero_row_dominant: every query is positive and every stored key of rows
+// 0..62 negative, so all real scores are well below 0 and the zero row 63
+// (score exactly 0) carries a large share of each chunk's softmax (13% at
+// dh 32, over 50% at dh 128). A kernel that drops row 63 (softmax over 63
+// rows, or a loop bound of 63) is then off by far more than the tolerance;
+// with random signs the row weighs about 1/150 and such a bug would pass.
+void RunGcaCase(const GcaCase& c, std::mt19937& rng, bool zero_row_dominant = false) {
   INFO("first_pos " << c.first_pos << " n " << c.n << " first_query_chunk " << c.first_query_chunk << " topk "
-                    << c.topk << " heads " << c.heads << " dh " << c.dh);
+                    << c.topk << " heads " << c.heads << " dh " << c.dh << " zero_row_dominant "
+                    << zero_row_dominant);
   const size_t stride = static_cast<size_t>(c.heads) * c.dh;
   const int64_t query_chunks = (c.first_pos + c.n - 1) / 64 - c.first_query_chunk + 1;
-  Bf16Data ck = RandomBf16(static_cast<size_t>(c.num_slots) * 64 * stride, rng, -2.f, 2.f);
+  Bf16Data ck = zero_row_dominant ? RandomBf16(static_cast<size_t>(c.num_slots) * 64 * stride, rng, -1.f, -0.25f)
+                                  : RandomBf16(static_cast<size_t>(c.num_slots) * 64 * stride, rng, -2.f, 2.f);
   Bf16Data cv = RandomBf16(ck.bits.size(), rng);
   // Row 63 of every stored chunk is zero (the landmark's K/V).
   for (int s = 0; s < c.num_slots; ++s) {
@@ -71,7 +79,8 @@ void RunGcaCase(const GcaCase& c, std::mt19937& rng) {
       ck.values[i] = cv.values[i] = 0.f;
     }
   }
-  const Bf16Data q = RandomBf16(static_cast<size_t>(c.n) * stride, rng, -2.f, 2.f);
+  const Bf16Data q = zero_row_dominant ? RandomBf16(static_cast<size_t>(c.n) * stride, rng, 0.25f, 1.f)
+                                       : RandomBf16(static_cast<size_t>(c.n) * stride, rng, -2.f, 2.f);
   std::vector<int32_t> slots(static_cast<size_t>(query_chunks) * c.topk);
   std::vector<float> weights(slots.size());
   std::uniform_int_distribution<int32_t> pick(0, c.num_slots - 1);
@@ -143,6 +152,17 @@ TEST_CASE("cuda GCA: decode and few positions", "[cuda]") {
                            GcaCase{100, 1, 1, 20, 2, 32, 25}, GcaCase{64 * 6 + 10, 4, 6, 5, 3, 40, 7},
                            GcaCase{64 * 6 + 63, 2, 5, 2, 2, 64, 5}}) {
     RunGcaCase(c, rng);
+  }
+}
+
+TEST_CASE("cuda GCA: the zero row 63 takes part in every chunk's softmax", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(53);
+  // Tile path (n > 4) and row path (n <= 4), each at several head dims.
+  for (const GcaCase& c : {GcaCase{64 * 3 + 5, 150, 3, 4, 2, 64, 6}, GcaCase{64 * 2, 70, 2, 3, 3, 32, 5},
+                           GcaCase{64 * 4 + 1, 66, 4, 2, 2, 128, 4}, GcaCase{64 * 5 + 7, 1, 5, 8, 4, 128, 9},
+                           GcaCase{64 * 5 + 7, 3, 5, 3, 2, 32, 9}}) {
+    RunGcaCase(c, rng, /*zero_row_dominant=*/true);
   }
 }
 

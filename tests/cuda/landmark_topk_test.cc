@@ -41,26 +41,39 @@ void CheckQuery(const TopKResult& got, int r, int topk, const std::vector<float>
                 const float* query, int64_t limit, float scale) {
   INFO("query " << r << " limit " << limit << " topk " << topk);
   std::vector<double> s(limit);
+  std::vector<double> magnitude(limit);  // sum_j |q_j l_cj| * scale: what fp32 rounding scales with
   double max_abs = 0;
   for (int64_t c = 0; c < limit; ++c) {
     double dot = 0;
-    for (int j = 0; j < d; ++j) dot += static_cast<double>(query[j]) * landmarks[static_cast<size_t>(c) * d + j];
+    double mag = 0;
+    for (int j = 0; j < d; ++j) {
+      const double t = static_cast<double>(query[j]) * landmarks[static_cast<size_t>(c) * d + j];
+      dot += t;
+      mag += std::abs(t);
+    }
     s[c] = dot * scale;
+    magnitude[c] = mag * std::abs(scale);
     max_abs = std::max(max_abs, std::abs(s[c]));
   }
+  // Two chunks may swap ranks when their scores differ by less than the fp32
+  // error of the device's dot products: a few times sqrt(d) * 2^-24 of the
+  // magnitude (d = 768: about 1e-4), plus a floor.
+  auto tol = [&](int64_t a, int64_t b) {
+    return 1e-6 * std::max(max_abs, 1.0) +
+           8.0 * std::sqrt(static_cast<double>(d)) * std::ldexp(1.0, -24) * std::max(magnitude[a], magnitude[b]);
+  };
   const int64_t count = std::min<int64_t>(topk, limit);
   std::vector<int64_t> order(limit);
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + count, order.end(),
                     [&](int64_t a, int64_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
-  const double tol = 1e-5 * std::max(max_abs, 1.0);
   std::vector<double> picked;
   for (int64_t i = 0; i < count; ++i) {
     const int64_t c = got.chunks[static_cast<size_t>(r) * topk + i];
     INFO("rank " << i << " got " << c << " want " << order[i]);
     REQUIRE(c >= 0);
     REQUIRE(c < limit);
-    if (c != order[i]) CHECK(std::abs(s[c] - s[order[i]]) <= tol);
+    if (c != order[i]) CHECK(std::abs(s[c] - s[order[i]]) <= tol(c, order[i]));
     for (int64_t j = 0; j < i; ++j) REQUIRE(got.chunks[static_cast<size_t>(r) * topk + j] != c);
     picked.push_back(s[c]);
   }
@@ -129,6 +142,53 @@ TEST_CASE("cuda landmark top-k: 2^20 landmarks", "[cuda]") {
       CheckQuery(got, static_cast<int>(r), topk, landmarks, d, &queries[r * d], limits[r], scale);
     }
   }
+}
+
+// Uniform in [-1, 1) from splitmix64: fast enough for 2^20 x 768 floats
+// (mt19937 with a distribution would take many seconds).
+std::vector<float> FastRandomFloats(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  uint64_t x = seed;
+  for (float& f : v) {
+    x += 0x9e3779b97f4a7c15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    f = static_cast<float>(static_cast<double>(z >> 40) * std::ldexp(1.0, -23) - 1.0);
+    if (f == 0.f) f = 1e-3f;
+  }
+  return v;
+}
+
+TEST_CASE("cuda landmark top-k: 2^20 landmarks at d = 768", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  // The paper model's width: 2^20 x 768 fp32 landmarks are 3 GiB, so row
+  // offsets pass 2^31 bytes; 9 queries make two stage-1 query groups of up to
+  // 8 whose shared memory (8 x (768 + 1024) floats) exceeds the 48 KiB default.
+  const int d = 768;
+  const int64_t capacity = int64_t{1} << 20;
+  std::vector<float> landmarks = FastRandomFloats(static_cast<size_t>(capacity) * d, 81);
+  const std::vector<int64_t> limits = {capacity, 3, capacity - 1, 1000, 300000, capacity, 1, 1025, 4096};
+  const std::vector<float> queries = FastRandomFloats(limits.size() * d, 82);
+  // Query 0's best: the last landmark and an exact tie at 700000 (the lower
+  // index first), then 65537; query 2 (limit capacity - 1) must not see the last.
+  for (int j = 0; j < d; ++j) {
+    const float x = queries[j] * 4.f;
+    landmarks[static_cast<size_t>(capacity - 1) * d + j] = x;
+    landmarks[static_cast<size_t>(700000) * d + j] = x;
+    landmarks[static_cast<size_t>(65537) * d + j] = queries[j] * 3.f;
+  }
+  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  const int topk = 8;
+  const TopKResult got = RunTopK(landmarks, d, queries, limits, topk, capacity, scale);
+  for (size_t r = 0; r < limits.size(); ++r) {
+    CheckQuery(got, static_cast<int>(r), topk, landmarks, d, &queries[r * d], limits[r], scale);
+  }
+  CHECK(got.chunks[0] == 700000);
+  CHECK(got.chunks[1] == capacity - 1);
+  CHECK(got.chunks[2] == 65537);
+  for (int i = 0; i < topk; ++i) CHECK(got.chunks[2 * topk + i] != capacity - 1);
 }
 
 TEST_CASE("cuda landmark top-k: a limit beyond the workspace is refused visibly", "[cuda]") {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
@@ -58,12 +59,14 @@ std::vector<double> WindowReference(const std::vector<float>& q, const std::vect
 
 constexpr uint16_t kNanBits = 0x7fc0;
 
-void RunWindowCase(const WindowCase& c, std::mt19937& rng) {
+// extra_slots: a ring larger than window + 1 (the API allows it; the CUDA
+// engine uses max(1, W) + 1 slots, so W = 0 runs with 2 slots).
+void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0) {
   INFO("n " << c.n << " first_pos " << c.first_pos << " window " << c.window << " heads " << c.heads
-            << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim);
+            << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim << " extra ring slots " << extra_slots);
   const int kv_width = c.kv_heads * c.head_dim;
   const int q_width = c.heads * c.head_dim;
-  const int ring_slots = c.window + 1;
+  const int ring_slots = c.window + 1 + extra_slots;
   // Positions first_pos + n is the follow-up decode step.
   const int64_t total = c.first_pos + c.n + 1;
   const Bf16Data hist_k = RandomBf16(static_cast<size_t>(total) * kv_width, rng);
@@ -175,6 +178,19 @@ TEST_CASE("cuda window attention: prefill tiles", "[cuda]") {
                               WindowCase{300, 1500, 512, 4, 4, 64}, WindowCase{9, 20, 5, 8, 4, 96},
                               WindowCase{1024, 0, 512, 4, 4, 64}, WindowCase{65, 640, 63, 2, 2, 32}}) {
     RunWindowCase(c, rng);
+  }
+}
+
+TEST_CASE("cuda window attention: ring with more than window + 1 slots", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(33);
+  // Slot = position % ring_slots, not % (window + 1): a kernel mixing the two
+  // reads the wrong positions here.
+  for (const auto& [c, extra] : {std::pair{WindowCase{1, 50, 0, 2, 2, 32}, 1}, std::pair{WindowCase{3, 101, 0, 4, 2, 64}, 1},
+                                 std::pair{WindowCase{1, 1000, 100, 4, 4, 64}, 50},
+                                 std::pair{WindowCase{100, 300, 64, 4, 2, 64}, 7},
+                                 std::pair{WindowCase{70, 513, 512, 4, 1, 128}, 3}}) {
+    RunWindowCase(c, rng, extra);
   }
 }
 
