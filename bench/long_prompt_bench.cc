@@ -1,8 +1,10 @@
-// drt-bench: streams a long prompt through a model on the CPU backend,
-// generates tokens, and prints prefill tokens/s and ms per generated token.
-// Until the gRPC server exists this is the README's main job.
+// drt-bench: streams a long prompt through a model on a backend (--device),
+// generates tokens, and prints prefill tokens/s, ms per generated token,
+// memory and host->device traffic; the last line ("bench_result ...") is
+// key=value for scripts (scripts/gpu_bench.sh).
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -13,6 +15,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend.h"
+#include "engine/backend_factory.h"
 #include "engine/model.h"
 #include "engine/session.h"
 
@@ -22,6 +25,14 @@ ABSL_FLAG(int32_t, generate, 64, "tokens to generate");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
 ABSL_FLAG(float, temperature, 0.f, "sampling temperature (0: greedy)");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or auto (auto picks cpu for now)");
+ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
+ABSL_FLAG(bool, disable_gca, false,
+          "CUDA only: the sliding-window base LM without retrieval (no encoder, no GCA); "
+          "its output is not the model's, for timing comparisons");
+ABSL_FLAG(bool, random_prompt, false,
+          "random token ids instead of tokenized filler text (fast for multi-million-token "
+          "prompts)");
 
 namespace {
 
@@ -40,6 +51,16 @@ std::string MakeHaystackText(size_t approx_bytes, uint64_t seed) {
   return text;
 }
 
+// VmHWM of /proc/self/status (pinned host memory counts: it is resident).
+size_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return static_cast<size_t>(std::stoull(line.substr(6))) * 1024;
+  }
+  return 0;
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -50,8 +71,8 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Streams a long prompt through a DRT model on the CPU and generates.\n"
-      "Example: drt-bench --model models/x --prompt_tokens 100000 --generate 64");
+      "Streams a long prompt through a DRT model and generates.\n"
+      "Example: drt-bench --model models/x --prompt_tokens 100000 --generate 64 [--device cuda]");
   absl::ParseCommandLine(argc, argv);
 
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
@@ -60,15 +81,43 @@ int main(int argc, char** argv) {
     return 1;
   }
   const drt::ModelConfig& config = (*model)->config();
-  drt::CpuBackendOptions options;
-  options.num_threads = absl::GetFlag(FLAGS_threads);
-  auto backend = drt::MakeCpuBackend(config, (*model)->weights(), options);
+  auto device = drt::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) {
+    std::fprintf(stderr, "error: --device: %s\n", std::string(device.status().message()).c_str());
+    return 1;
+  }
+  drt::BackendOptions options;
+  options.device = *device;
+  options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
+  options.cuda.device_index = absl::GetFlag(FLAGS_cuda_device);
+  options.cuda.disable_gca = absl::GetFlag(FLAGS_disable_gca);
+  if (options.cuda.disable_gca && *device != drt::Device::kCuda) {
+    std::fprintf(stderr, "error: --disable_gca needs --device=cuda\n");
+    return 1;
+  }
+  if (auto choice = drt::ResolveDevice(*device, options.cuda.device_index);
+      choice.ok() && !choice->note.empty()) {
+    std::fprintf(stderr, "%s\n", choice->note.c_str());
+  }
+  auto made = drt::MakeBackend(config, (*model)->weights(), options);
+  if (!made.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(made.status().message()).c_str());
+    return 1;
+  }
+  std::unique_ptr<drt::Backend> backend = *std::move(made);
 
   const int64_t want = absl::GetFlag(FLAGS_prompt_tokens);
   const std::string question = " What is the color of the sky? The sky is";
   auto question_ids = (*model)->tokenizer->Encode(question);
   std::vector<int32_t> prompt;
-  for (size_t bytes = static_cast<size_t>(want) * 5;; bytes *= 2) {
+  if (absl::GetFlag(FLAGS_random_prompt)) {
+    std::mt19937_64 rng(1);
+    while (static_cast<int64_t>(prompt.size()) < want) {
+      const auto id = static_cast<int32_t>(rng() % config.vocab_size);
+      if (id != config.chunk_id && id != config.pad_id) prompt.push_back(id);
+    }
+  }
+  for (size_t bytes = static_cast<size_t>(want) * 5; prompt.empty(); bytes *= 2) {
     auto ids = (*model)->tokenizer->Encode(MakeHaystackText(bytes, 1));
     if (!ids.ok() || !question_ids.ok()) {
       std::fprintf(stderr, "error: tokenizer: %s\n", std::string(ids.status().message()).c_str());
@@ -119,6 +168,7 @@ int main(int argc, char** argv) {
   gen.sampling.temperature = absl::GetFlag(FLAGS_temperature);
   gen.sampling.seed = absl::GetFlag(FLAGS_seed);
   std::vector<double> token_ms;
+  const drt::BackendSessionStats before_decode = (*session)->backend_session().stats();
   auto last = Clock::now();
   gen.on_token = [&](int32_t, float) {
     const auto now = Clock::now();
@@ -131,6 +181,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", std::string(generated.status().message()).c_str());
     return 1;
   }
+  const drt::BackendSessionStats after_decode = (*session)->backend_session().stats();
   auto text = (*model)->tokenizer->Decode(generated->tokens);
   const drt::SessionMemory mem = (*session)->backend_session().memory();
   std::printf("generated %zu tokens (%s): %s\n", generated->tokens.size(),
@@ -148,5 +199,24 @@ int main(int argc, char** argv) {
               mem.chunk_store_bytes / 1048576.0, mem.landmark_bytes / 1048576.0,
               mem.window_bytes / 1048576.0, mem.open_chunk_bytes / 1048576.0,
               static_cast<long>((*session)->num_chunks()));
+  const double generated_count = std::max<double>(1.0, generated->tokens.size());
+  const double h2d_per_token =
+      static_cast<double>(after_decode.h2d_bytes - before_decode.h2d_bytes) / generated_count;
+  const drt::BackendSessionStats& st = after_decode;
+  std::printf("device memory (session, weights excluded) %.1f MiB; host memory (session) %.1f "
+              "MiB; process peak RSS %.1f MiB\n",
+              mem.device_bytes / 1048576.0, mem.total() / 1048576.0, PeakRssBytes() / 1048576.0);
+  std::printf("transfers: h2d %.1f MiB in %ld chunks (%.0f bytes per generated token), d2d "
+              "chunks %ld, resident hits %ld, d2h %.1f MiB\n",
+              st.h2d_bytes / 1048576.0, static_cast<long>(st.h2d_chunks), h2d_per_token,
+              static_cast<long>(st.d2d_chunks), static_cast<long>(st.resident_hits),
+              st.d2h_bytes / 1048576.0);
+  std::printf("bench_result device=%s disable_gca=%d context_tokens=%ld prefill_tokens_per_s=%.1f "
+              "decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu session_device_bytes=%zu "
+              "session_host_bytes=%zu peak_rss_bytes=%zu h2d_bytes_per_token=%.0f\n",
+              backend->name().c_str(), absl::GetFlag(FLAGS_disable_gca) ? 1 : 0,
+              static_cast<long>(prompt.size()), prompt.size() / prefill_s, Median(token_ms),
+              token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
+              mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token);
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/niah/passkey_haystack.h"
 #include "engine/backend.h"
+#include "engine/backend_factory.h"
 #include "engine/model.h"
 #include "engine/session.h"
 
@@ -29,6 +30,8 @@ ABSL_FLAG(bool, pad_to_chunk_boundary, true,
 ABSL_FLAG(int32_t, max_new_tokens, 8, "tokens generated per answer");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the random keys");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or auto (auto picks cpu for now)");
+ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
 ABSL_FLAG(std::string, json, "", "write the results here as JSON");
 
 namespace {
@@ -86,9 +89,15 @@ int main(int argc, char** argv) {
 
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) return Fail(model.status());
-  drt::CpuBackendOptions options;
-  options.num_threads = absl::GetFlag(FLAGS_threads);
-  auto backend = drt::MakeCpuBackend((*model)->config(), (*model)->weights(), options);
+  auto device = drt::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) return Fail(device.status());
+  drt::BackendOptions options;
+  options.device = *device;
+  options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
+  options.cuda.device_index = absl::GetFlag(FLAGS_cuda_device);
+  auto made = drt::MakeBackend((*model)->config(), (*model)->weights(), options);
+  if (!made.ok()) return Fail(made.status());
+  std::unique_ptr<drt::Backend> backend = *std::move(made);
   const int64_t max_length = *std::max_element(lengths.begin(), lengths.end());
   auto haystacks =
       drt::niah::PasskeyHaystacks::Create(*(*model)->tokenizer, drt::niah::HaystackFormat{}, max_length);

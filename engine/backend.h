@@ -24,8 +24,10 @@ struct Retrieval {
   std::vector<float> weights;  // softmax over the chosen scores
 };
 
-// Bytes a session holds, by kind. Everything but chunk_store and landmarks is
-// bounded independently of the context length.
+// Host bytes a session holds, by kind. Everything but chunk_store and
+// landmarks is bounded independently of the context length. A kind the
+// backend keeps in GPU memory (the CUDA backend's window rings, open chunk and
+// landmarks) counts 0 here and is part of device_bytes instead.
 struct SessionMemory {
   size_t window_bytes = 0;       // per-layer sliding-window K/V rings
   size_t open_chunk_bytes = 0;   // lower-layer rows of the open chunk
@@ -33,9 +35,22 @@ struct SessionMemory {
   size_t chunk_store_bytes = 0;  // K/V of closed chunks (may be shared by forks)
   size_t selection_bytes = 0;    // current retrieval per group
   size_t shared_bytes = 0;       // of chunk_store + landmarks, shared with forks
+  // GPU memory the session holds (all kinds and its scratch); not in total(),
+  // which is host memory. 0 on the CPU backend.
+  size_t device_bytes = 0;
   size_t total() const {
     return window_bytes + open_chunk_bytes + landmark_bytes + chunk_store_bytes + selection_bytes;
   }
+};
+
+// Transfer counters of a session since it was created (a fork starts at
+// zero). The CPU backend copies nothing and reports zeros.
+struct BackendSessionStats {
+  int64_t h2d_bytes = 0;       // retrieved chunks' K/V copied host -> device
+  int64_t h2d_chunks = 0;      // chunks copied host -> device
+  int64_t d2d_chunks = 0;      // selected chunks copied from the same step's encoder output
+  int64_t resident_hits = 0;   // selected chunks found already on the device
+  int64_t d2h_bytes = 0;       // closed chunks' K/V copied device -> host store
 };
 
 // Called for every landmark a session processes: the chunk whose landmark it
@@ -64,6 +79,7 @@ class BackendSession {
   virtual void set_retrieval_observer(RetrievalObserver observer) = 0;
   // A copy that shares the closed chunks and copies the rest.
   virtual absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const = 0;
+  virtual BackendSessionStats stats() const { return {}; }
 };
 
 class Backend {

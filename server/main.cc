@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backend.h"
+#include "engine/backend_factory.h"
 #include "engine/model.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -98,10 +99,16 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
                              absl::StrCat("cannot load the model in '", config.model_dir,
                                           "': ", model.status().message())));
   }
-  CpuBackendOptions backend_options;
-  backend_options.num_threads = config.threads;
-  std::unique_ptr<Backend> backend =
-      MakeCpuBackend((*model)->config(), (*model)->weights(), backend_options);
+  BackendOptions backend_options;
+  absl::StatusOr<Device> device = ParseDevice(config.device);
+  if (!device.ok()) return Fail(device.status());
+  backend_options.device = *device;
+  backend_options.cpu.num_threads = config.threads;
+  backend_options.cuda.device_index = config.cuda_device;
+  absl::StatusOr<std::unique_ptr<Backend>> made_backend =
+      MakeBackend((*model)->config(), (*model)->weights(), backend_options);
+  if (!made_backend.ok()) return Fail(made_backend.status());
+  std::unique_ptr<Backend> backend = *std::move(made_backend);
 
   Metrics metrics;
   ServiceOptions service_options = config.service;

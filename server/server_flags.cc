@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/backend_factory.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "gRPC address, host:port ([::]:port for IPv6, port 0 picks a free port) or "
@@ -23,8 +24,10 @@ ABSL_FLAG(std::string, http_listen, "0.0.0.0:9090",
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json, model.safetensors, optional tokenizer.json); required");
 ABSL_FLAG(std::string, device, "cpu",
-          "compute device: cpu, cuda, or auto (cuda when available, else cpu). Only the CPU "
-          "backend is built so far");
+          "compute device: cpu, cuda, or auto. auto picks cpu for now: the CUDA backend is "
+          "used only when asked for by name until it has been verified on a GPU; cuda fails "
+          "at startup when this build has no CUDA backend or no GPU is found");
+ABSL_FLAG(int32_t, cuda_device, 0, "index of the GPU the CUDA backend uses");
 ABSL_FLAG(int32_t, threads, 0, "CPU backend threads (0: all cores)");
 ABSL_FLAG(double, host_memory_budget_gb,
           static_cast<double>(drt::server::ServiceOptions{}.host_memory_budget_bytes) /
@@ -85,23 +88,29 @@ absl::StatusOr<int> ParsePort(absl::string_view text, absl::string_view address)
   return port;
 }
 
-// Resolves --device to the backend this build can run.
-absl::Status ResolveDevice(const std::string& device, ServerConfig& config) {
-  if (device == "cpu") {
-    config.device = "cpu";
-    return absl::OkStatus();
-  }
-  if (device == "auto") {
-    config.device = "cpu";
-    config.device_note = "--device=auto: the CUDA backend is not built yet; using cpu";
-    return absl::OkStatus();
-  }
-  if (device == "cuda") {
+// Resolves --device to a backend name. Only the name is checked here; whether
+// this build and machine can run cuda is found out when main makes the
+// backend (engine/backend_factory.h), which fails with the reason.
+absl::Status ResolveDeviceFlag(const std::string& device, ServerConfig& config) {
+  absl::StatusOr<Device> parsed = ParseDevice(device);
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        "--device=cuda: the CUDA backend is not built yet; use --device=cpu (or auto)");
+        absl::StrCat("--device=", device, ": expected cpu, cuda or auto"));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--device=", device, ": expected cpu, cuda or auto"));
+  if (*parsed == Device::kCuda) {
+    if (!CudaBackendBuilt()) {
+      return absl::InvalidArgumentError(
+          "--device=cuda: this build has no CUDA backend (no CUDA toolkit at build time); use "
+          "--device=cpu");
+    }
+    config.device = "cuda";
+    return absl::OkStatus();
+  }
+  absl::StatusOr<DeviceChoice> choice = ResolveDevice(*parsed);
+  if (!choice.ok()) return choice.status();
+  config.device = DeviceName(choice->device);
+  config.device_note = choice->note;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -169,7 +178,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.model_dir = absl::GetFlag(FLAGS_model);
   if (config.model_dir.empty()) errors.emplace_back("--model is required (a model directory)");
 
-  check(ResolveDevice(absl::GetFlag(FLAGS_device), config));
+  check(ResolveDeviceFlag(absl::GetFlag(FLAGS_device), config));
+  config.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  check(CheckAtLeast("cuda_device", config.cuda_device, 0));
 
   config.threads = absl::GetFlag(FLAGS_threads);
   check(CheckAtLeast("threads", config.threads, 0));

@@ -27,10 +27,12 @@ struct ServerConfig {
   std::string grpc_address;      // as gRPC takes it: host:port or unix:path
   std::optional<HostPort> http;  // empty: no HTTP endpoint
   std::string model_dir;
-  // "cpu", the one backend built so far. Requests for "auto" land here with
-  // device_note saying so.
+  // "cpu" or "cuda" (engine/backend_factory.h). "auto" resolves to "cpu" with
+  // device_note saying why; "cuda" is checked against the build and the GPU
+  // only when main makes the backend.
   std::string device = "cpu";
   std::string device_note;
+  int cuda_device = 0;  // GPU index for the CUDA backend
   int threads = 0;  // CPU backend threads; 0: all cores
   int max_message_bytes = 4 << 20;
   std::string tls_cert_path;  // both set or both empty

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/flags/reflection.h"
+#include "engine/backend_factory.h"
 #include "server/server_flags.h"
 
 namespace drt::server {
@@ -67,18 +68,30 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
   CHECK(config->service.host_memory_budget_bytes == (3LL << 29));
   CHECK(config->service.bearer_token == "secret");
 
-  SECTION("auto falls back to cpu with a note") {
+  SECTION("auto picks cpu with a note saying why") {
     ScopedFlag device("device", "auto");
     auto fallback = ServerConfigFromFlags();
     REQUIRE(fallback.ok());
     CHECK(fallback->device == "cpu");
-    CHECK(fallback->device_note.find("not built") != std::string::npos);
+    CHECK(fallback->device_note.find("verified on a GPU") != std::string::npos);
   }
-  SECTION("cuda is refused with a clear message") {
+  SECTION("cuda is accepted when built (the GPU is checked at startup), refused otherwise") {
     ScopedFlag device("device", "cuda");
+    auto parsed = ServerConfigFromFlags();
+    if (CudaBackendBuilt()) {
+      REQUIRE(parsed.ok());
+      CHECK(parsed->device == "cuda");
+      CHECK(parsed->cuda_device == 0);
+    } else {
+      CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+      CHECK(parsed.status().message().find("no CUDA backend") != std::string::npos);
+    }
+  }
+  SECTION("an unknown device is refused with the choices") {
+    ScopedFlag device("device", "gpu");
     auto refused = ServerConfigFromFlags();
     CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
-    CHECK(refused.status().message().find("CUDA backend is not built yet") !=
+    CHECK(refused.status().message().find("--device=gpu: expected cpu, cuda or auto") !=
           std::string::npos);
   }
   SECTION("a TLS key without a certificate is refused") {

@@ -1,0 +1,93 @@
+#include "engine/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "engine/cuda/cuda_session.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/pinned_allocator.h"
+#include "kernels/cuda_check.h"
+#include "kernels/device_query.h"
+
+namespace drt {
+namespace {
+
+absl::Status CheckSupported(const ModelConfig& c) {
+  // The kernels hard-code 64-row chunks with the landmark in row 63
+  // (drt-model.md, Forward pass 4 and 7).
+  if (c.chunk_positions() != 64) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the CUDA backend needs enc_chunk_size 63 (64 decoder positions per chunk), got %d",
+        c.enc_chunk_size));
+  }
+  const int64_t dh = c.head_dim();
+  if (dh % 8 != 0 || dh > 128) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the CUDA backend needs a head dimension that is a multiple of 8 and at most 128, got %d",
+        dh));
+  }
+  if (c.num_key_value_heads < 1 || c.num_attention_heads % c.num_key_value_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "num_attention_heads %d is not a multiple of num_key_value_heads %d",
+        c.num_attention_heads, c.num_key_value_heads));
+  }
+  if (c.chunk_topk < 1 || c.chunk_topk > 32) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the CUDA backend needs chunk_topk in 1..32, got %d", c.chunk_topk));
+  }
+  if (c.slide_window < 0 || c.slide_window > (1 << 24)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("slide_window %d is out of range", c.slide_window));
+  }
+  return absl::OkStatus();
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const ModelConfig& config, const CudaBackendOptions& options,
+              std::unique_ptr<cuda::DeviceWeights> weights)
+      : config_(config),
+        options_(options),
+        weights_(std::move(weights)),
+        host_allocator_(std::make_shared<cuda::PinnedHostAllocator>()) {}
+  ~CudaBackend() override { cudaSetDevice(options_.device_index); }
+
+  std::string name() const override { return "cuda"; }
+  const ModelConfig& config() const override { return config_; }
+  absl::StatusOr<std::unique_ptr<BackendSession>> NewSession() override {
+    auto session = cuda::CudaSession::Create(config_, *weights_, options_, host_allocator_);
+    if (!session.ok()) return session.status();
+    return std::unique_ptr<BackendSession>(*std::move(session));
+  }
+
+ private:
+  const ModelConfig& config_;
+  CudaBackendOptions options_;
+  std::unique_ptr<cuda::DeviceWeights> weights_;
+  std::shared_ptr<cuda::HostAllocator> host_allocator_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& config,
+                                                         const ModelWeights& weights,
+                                                         const CudaBackendOptions& options) {
+  if (absl::Status s = CheckSupported(config); !s.ok()) return s;
+  if (options.max_segment_positions < 1) {
+    return absl::InvalidArgumentError("max_segment_positions must be >= 1");
+  }
+  absl::StatusOr<int> count = cuda::CudaDeviceCount();
+  if (!count.ok()) return count.status();
+  if (options.device_index < 0 || options.device_index >= *count) {
+    return absl::UnavailableError(absl::StrFormat("CUDA device %d requested, %d found",
+                                                  options.device_index, *count));
+  }
+  DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device_index), "cudaSetDevice");
+  auto device_weights = cuda::DeviceWeights::Upload(config, weights);
+  if (!device_weights.ok()) return device_weights.status();
+  return std::unique_ptr<Backend>(
+      new CudaBackend(config, options, *std::move(device_weights)));
+}
+
+}  // namespace drt

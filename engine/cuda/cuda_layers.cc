@@ -1,0 +1,210 @@
+// The blocks of the forward pass on the device (drt-model.md, Forward pass 3,
+// 4, 6, 7), each the twin of a CpuSession block.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "engine/cuda/cuda_session.h"
+#include "engine/cuda/status_macros.h"
+#include "kernels/cuda_check.h"
+#include "kernels/elementwise.h"
+#include "kernels/encoder_attention.h"
+#include "kernels/gca_attention.h"
+#include "kernels/window_attention.h"
+
+namespace drt::cuda {
+namespace {
+
+// As in cpu_session.cc: the chunk encoder is built without the decoder's eps
+// (drt-model.md, Forward pass 4).
+constexpr float kEncoderRmsEps = 1e-6f;
+
+}  // namespace
+
+absl::Status CudaSession::AttentionBlock(int64_t layer_index, const DeviceLayer& layer, int64_t n,
+                                         int64_t first_pos) {
+  // h = h + Attn(RMSNorm1(h)); K/V of the new positions enter the ring.
+  const int d = static_cast<int>(sizes_.d);
+  const int kvw = static_cast<int>(sizes_.kv_width);
+  const int rows = static_cast<int>(n);
+  cudaStream_t stream = compute_stream_.get();
+  SessionBuffers& b = buffers_;
+  DRT_CUDA_RETURN_IF_ERROR(
+      kernels::LaunchRmsNorm(b.h.get(), layer.input_norm, rows, d,
+                             static_cast<float>(config_.rms_norm_eps), b.x.get(), stream),
+      "LaunchRmsNorm (input_layernorm)");
+  DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.q, b.q.get(), rows, d, d, stream));
+  DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.k, b.k_new.get(), rows, kvw, d, stream));
+  DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.v, b.v_new.get(), rows, kvw, d, stream));
+  WindowRing& ring = b.rings[layer_index];
+  kernels::WindowAttentionParams p;
+  p.q = b.q.get();
+  p.k_new = b.k_new.get();
+  p.v_new = b.v_new.get();
+  p.k_ring = ring.k.get();
+  p.v_ring = ring.v.get();
+  p.ring_slots = static_cast<int>(sizes_.ring_slots);
+  p.window = static_cast<int>(sizes_.window);
+  p.first_pos = first_pos;
+  p.n = rows;
+  p.heads = static_cast<int>(sizes_.heads);
+  p.kv_heads = static_cast<int>(sizes_.kv_heads);
+  p.head_dim = static_cast<int>(sizes_.head_dim);
+  p.out = b.attn.get();
+  DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchWindowAttention(p, stream), "LaunchWindowAttention");
+  DRT_CUDA_RETURN_IF_ERROR(
+      kernels::LaunchWindowRingWrite(b.k_new.get(), b.v_new.get(), rows, first_pos,
+                                     p.ring_slots, p.kv_heads, p.head_dim, ring.k.get(),
+                                     ring.v.get(), stream),
+      "LaunchWindowRingWrite");
+  return gemm_->Matmul(b.attn.get(), layer.o, b.h.get(), rows, d, d, /*accumulate=*/true, stream);
+}
+
+absl::Status CudaSession::MlpBlock(const DeviceLayer& layer, const float* norm_input, float* out,
+                                   int64_t n, float eps) {
+  // out += down(silu(gate(x)) * up(x)), x = RMSNorm2(norm_input).
+  const int d = static_cast<int>(sizes_.d);
+  const int f = static_cast<int>(sizes_.f);
+  const int rows = static_cast<int>(n);
+  cudaStream_t stream = compute_stream_.get();
+  SessionBuffers& b = buffers_;
+  DRT_CUDA_RETURN_IF_ERROR(
+      kernels::LaunchRmsNorm(norm_input, layer.post_norm, rows, d, eps, b.x.get(), stream),
+      "LaunchRmsNorm (post_attention_layernorm)");
+  DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.gate_up, b.gate_up.get(), rows, 2 * f, d,
+                                    stream));
+  DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchSwiGlu(b.gate_up.get(), rows, f, b.act.get(), stream),
+                           "LaunchSwiGlu");
+  return gemm_->Matmul(b.act.get(), layer.down, out, rows, d, f, /*accumulate=*/true, stream);
+}
+
+absl::Status CudaSession::GcaBlock(int64_t group, const DeviceUpperLayer& layer, int64_t n,
+                                   int64_t first_pos, int64_t first_query_chunk) {
+  // Forward pass 6 after the attention: r = h; h = r + MLP(RMSNorm2(r + GCA(h))).
+  // h is not written before the MLP's residual add, so h itself is r.
+  const int d = static_cast<int>(sizes_.d);
+  const int rows = static_cast<int>(n);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  cudaStream_t stream = compute_stream_.get();
+  SessionBuffers& b = buffers_;
+  DRT_CUDA_RETURN_IF_ERROR(
+      kernels::LaunchRmsNorm(b.h.get(), layer.gca_pre_norm, rows, d, eps, b.x.get(), stream),
+      "LaunchRmsNorm (gca.pre_norm)");
+  DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.gca_q, b.q.get(), rows, d, d, stream));
+  kernels::GcaParams p;
+  p.q = b.q.get();
+  p.chunk_k = b.group_chunks[group].k.get();
+  p.chunk_v = b.group_chunks[group].v.get();
+  p.slots = b.slot_table.get();
+  p.weights = b.slot_weights.get();
+  p.topk = static_cast<int>(sizes_.topk);
+  p.first_pos = first_pos;
+  p.first_query_chunk = first_query_chunk;
+  p.n = rows;
+  p.heads = static_cast<int>(sizes_.heads);
+  p.head_dim = static_cast<int>(sizes_.head_dim);
+  p.out = b.attn.get();
+  DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchGcaAttention(p, stream), "LaunchGcaAttention");
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.mixed.get(), b.h.get(), n * d * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, stream),
+                           "copying the residual");
+  DRT_RETURN_IF_ERROR(
+      gemm_->Matmul(b.attn.get(), layer.gca_o, b.mixed.get(), rows, d, d, true, stream));
+  return MlpBlock(layer.base, b.mixed.get(), b.h.get(), n, eps);
+}
+
+absl::Status CudaSession::EncodeChunks(int64_t count) {
+  // Forward pass 4 on `count` chunks whose lower-layer rows are in
+  // buffers_.mixed. Output: landmarks (device matrix), K/V with row 63 zero
+  // (enc_k/enc_v, then the host store).
+  const int64_t S = sizes_.chunk;
+  const int d = static_cast<int>(sizes_.d);
+  const int rows = static_cast<int>(count * S);
+  const int heads = static_cast<int>(sizes_.heads);
+  cudaStream_t stream = compute_stream_.get();
+  SessionBuffers& b = buffers_;
+  const int64_t first = chunk_store_.size();
+  DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(first + count));
+  // enc_k/enc_v are rewritten below: the previous segment's store and fetch
+  // copies read them.
+  DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, stored_.get(), 0),
+                           "ordering the encoder after the store copies");
+  DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetch_tail_.get(), 0),
+                           "ordering the encoder after the fetch copies");
+
+  float* x = b.enc_x.get();
+  DRT_CUDA_RETURN_IF_ERROR(
+      kernels::LaunchRmsNormF32(b.mixed.get(), weights_.enc_prenorm, rows, d,
+                                static_cast<float>(config_.rms_norm_eps), x, stream),
+      "LaunchRmsNormF32 (enc_prenorm)");
+  for (const DeviceLayer& layer : weights_.encoder) {
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchRmsNorm(x, layer.input_norm, rows, d, kEncoderRmsEps, b.x.get(), stream),
+        "LaunchRmsNorm (encoder input_layernorm)");
+    DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.q, b.q.get(), rows, d, d, stream));
+    DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.k, b.k_new.get(), rows, d, d, stream));
+    DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.v, b.v_new.get(), rows, d, d, stream));
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchEncoderAttention(b.q.get(), b.k_new.get(), b.v_new.get(),
+                                        static_cast<int>(count), heads, heads,
+                                        static_cast<int>(sizes_.head_dim), b.attn.get(), stream),
+        "LaunchEncoderAttention");
+    DRT_RETURN_IF_ERROR(gemm_->Matmul(b.attn.get(), layer.o, x, rows, d, d, true, stream));
+    DRT_RETURN_IF_ERROR(MlpBlock(layer, x, x, rows, kEncoderRmsEps));
+  }
+  DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchRmsNorm(x, weights_.encoder_norm, rows, d,
+                                                  kEncoderRmsEps, b.x.get(), stream),
+                           "LaunchRmsNorm (encoder norm)");
+  DRT_RETURN_IF_ERROR(
+      gemm_->Matmul(b.x.get(), weights_.chunk_k_proj, b.enc_k.get(), rows, d, d, stream));
+  DRT_RETURN_IF_ERROR(
+      gemm_->Matmul(b.x.get(), weights_.chunk_v_proj, b.enc_v.get(), rows, d, d, stream));
+  // The landmark's key and value are zero: GCA's softmax off-by-one
+  // (Forward pass 7).
+  DRT_CUDA_RETURN_IF_ERROR(
+      kernels::LaunchZeroChunkRow(b.enc_k.get(), static_cast<int>(count), 63, d, stream),
+      "LaunchZeroChunkRow (keys)");
+  DRT_CUDA_RETURN_IF_ERROR(
+      kernels::LaunchZeroChunkRow(b.enc_v.get(), static_cast<int>(count), 63, d, stream),
+      "LaunchZeroChunkRow (values)");
+  // Landmark = row 63 of the encoder output, in fp32: gather the rows, then
+  // the final norm straight into the landmark matrix.
+  DRT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy2DAsync(b.enc_landmark_rows.get(), d * sizeof(float), x + (S - 1) * d,
+                        S * d * sizeof(float), d * sizeof(float), count,
+                        cudaMemcpyDeviceToDevice, stream),
+      "gathering landmark rows");
+  DRT_CUDA_RETURN_IF_ERROR(
+      kernels::LaunchRmsNormF32(b.enc_landmark_rows.get(), weights_.encoder_norm,
+                                static_cast<int>(count), d, kEncoderRmsEps,
+                                landmarks_.get() + first * d, stream),
+      "LaunchRmsNormF32 (landmarks)");
+  DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(encoded_.get(), stream), "recording the encoder");
+
+  // K/V to the pinned host store on the store stream (Forward pass 4: "the
+  // chunk memory that may live in host memory").
+  absl::StatusOr<int64_t> appended = chunk_store_.AppendUninitialized(count);
+  if (!appended.ok()) return appended.status();
+  cudaStream_t store = store_stream_.get();
+  DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(store, encoded_.get(), 0),
+                           "ordering the store copies after the encoder");
+  const size_t block = chunk_store_.kv_block_bytes();
+  for (int64_t c = 0; c < count; ++c) {
+    DRT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(chunk_store_.mutable_keys(*appended + c), b.enc_k.get() + c * S * d, block,
+                        cudaMemcpyDeviceToHost, store),
+        "copying chunk keys to the host store");
+    DRT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(chunk_store_.mutable_values(*appended + c), b.enc_v.get() + c * S * d,
+                        block, cudaMemcpyDeviceToHost, store),
+        "copying chunk values to the host store");
+  }
+  DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(stored_.get(), store), "recording the store copies");
+  stats_.d2h_bytes += static_cast<int64_t>(2 * block * count);
+  segment_first_new_chunk_ = first;
+  segment_new_chunks_ = count;
+  return absl::OkStatus();
+}
+
+}  // namespace drt::cuda

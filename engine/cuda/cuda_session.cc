@@ -1,0 +1,398 @@
+#include "engine/cuda/cuda_session.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/cuda/status_macros.h"
+#include "kernels/cuda_check.h"
+#include "kernels/elementwise.h"
+#include "kernels/landmark_topk.h"
+
+namespace drt::cuda {
+namespace {
+
+// The landmark top-k kernel scores at most this many chunks
+// (kernels/landmark_topk.h).
+constexpr int64_t kMaxLandmarks = int64_t{1} << 20;
+constexpr int64_t kFirstLandmarkCapacity = 1024;
+
+}  // namespace
+
+CudaSession::CudaSession(const ModelConfig& config, const DeviceWeights& weights,
+                         const CudaBackendOptions& options,
+                         std::shared_ptr<HostAllocator> host_allocator)
+    : config_(config),
+      weights_(weights),
+      options_(options),
+      sizes_(ComputeSessionSizes(config, options.max_segment_positions)),
+      host_allocator_(std::move(host_allocator)),
+      chunk_store_(config.chunk_positions(), config.hidden_size, host_allocator_,
+                   HostChunkStoreOptions{16, std::max<int64_t>(16, options.max_slab_chunks)}) {}
+
+absl::StatusOr<std::unique_ptr<CudaSession>> CudaSession::Create(
+    const ModelConfig& config, const DeviceWeights& weights, const CudaBackendOptions& options,
+    std::shared_ptr<HostAllocator> host_allocator) {
+  auto session = std::unique_ptr<CudaSession>(
+      new CudaSession(config, weights, options, std::move(host_allocator)));
+  if (absl::Status s = session->Init(); !s.ok()) return s;
+  return session;
+}
+
+absl::Status CudaSession::Init() {
+  DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
+  auto gemm = kernels::CublasGemm::Create();
+  if (!gemm.ok()) return gemm.status();
+  gemm_ = std::make_unique<kernels::CublasGemm>(*std::move(gemm));
+  for (Stream* s : {&compute_stream_, &fetch_stream_, &store_stream_}) {
+    auto made = Stream::Create();
+    if (!made.ok()) return made.status();
+    *s = *std::move(made);
+  }
+  for (Event* e : {&encoded_, &stored_, &fetch_tail_}) {
+    auto made = Event::Create();
+    if (!made.ok()) return made.status();
+    *e = *std::move(made);
+  }
+  for (auto* list : {&topk_ready_, &gca_done_, &fetched_}) {
+    for (int64_t g = 0; g < sizes_.groups; ++g) {
+      auto made = Event::Create();
+      if (!made.ok()) return made.status();
+      list->push_back(*std::move(made));
+    }
+  }
+  auto buffers = SessionBuffers::Create(sizes_, !options_.disable_gca);
+  if (!buffers.ok()) return buffers.status();
+  buffers_ = *std::move(buffers);
+  if (!options_.disable_gca) DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(kFirstLandmarkCapacity));
+  residency_.assign(sizes_.groups, ChunkResidency(static_cast<int>(sizes_.slots_per_group)));
+  selection_.assign(sizes_.groups, Retrieval{});
+  made_.assign(sizes_.groups, Made{});
+  return absl::OkStatus();
+}
+
+CudaSession::~CudaSession() {
+  // Copies into the host store and kernels reading our buffers may still run:
+  // finish them before any of it is freed. Errors cannot be reported here.
+  if (cudaSetDevice(options_.device_index) != cudaSuccess) return;
+  for (const Stream* s : {&compute_stream_, &fetch_stream_, &store_stream_}) {
+    if (s->get() != nullptr) cudaStreamSynchronize(s->get());
+  }
+}
+
+absl::Status CudaSession::EnsureLandmarkCapacity(int64_t chunks) {
+  const int64_t capacity = static_cast<int64_t>(landmarks_.size()) / sizes_.d;
+  if (chunks <= capacity && topk_workspace_.size() > 0) return absl::OkStatus();
+  if (chunks > kMaxLandmarks) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "%d chunks: the CUDA backend scores at most %d landmarks", chunks, kMaxLandmarks));
+  }
+  int64_t grown = std::max(capacity, kFirstLandmarkCapacity);
+  while (grown < chunks) grown *= 2;
+  grown = std::min(grown, kMaxLandmarks);
+  auto landmarks = DeviceArray<float>::Create(grown * sizes_.d, "landmarks");
+  if (!landmarks.ok()) return landmarks.status();
+  const size_t ws_bytes = kernels::LandmarkTopKWorkspaceBytes(
+      grown, static_cast<int>(sizes_.max_query_chunks), static_cast<int>(sizes_.topk));
+  auto workspace = DeviceArray<char>::Create(std::max<size_t>(ws_bytes, 1), "landmark top-k");
+  if (!workspace.ok()) return workspace.status();
+  const int64_t held = chunk_store_.size();
+  if (held > 0) {
+    DRT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(landmarks->get(), landmarks_.get(), held * sizes_.d * sizeof(float),
+                        cudaMemcpyDeviceToDevice, compute_stream_.get()),
+        "copying landmarks into the grown matrix");
+  }
+  // Kernels queued earlier may read the old matrix and workspace.
+  DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()),
+                           "waiting before the landmark matrix grows");
+  landmarks_ = *std::move(landmarks);
+  topk_workspace_ = *std::move(workspace);
+  return absl::OkStatus();
+}
+
+absl::Status CudaSession::CheckIds(absl::Span<const int32_t> ids,
+                                   absl::Span<const int64_t> logit_rows,
+                                   absl::Span<float> logits) const {
+  // The same checks, in the same order and words, as CpuSession::Forward.
+  const int64_t S = sizes_.chunk;
+  const int64_t V = sizes_.vocab;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (static_cast<int64_t>(logits.size()) != static_cast<int64_t>(logit_rows.size()) * V) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "logits buffer holds %d floats, %d rows x vocab %d needed", logits.size(),
+        logit_rows.size(), V));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = ids[i];
+    const int64_t pos = position_ + i;
+    if (id < 0 || id >= V) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token id %d at decoder position %d is outside the vocabulary [0, %d)", id, pos, V));
+    }
+    const bool landmark_slot = pos % S == S - 1;
+    if (landmark_slot && id != config_.chunk_id) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "decoder position %d must hold the landmark id %d, got %d", pos, config_.chunk_id, id));
+    }
+    if (!landmark_slot && id == config_.chunk_id && config_.chunk_id != config_.pad_id) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "landmark id %d at decoder position %d, which is not a chunk end", id, pos));
+    }
+  }
+  for (int64_t row : logit_rows) {
+    if (row < 0 || row >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("logit row %d outside the %d positions given", row, n));
+    }
+    if ((position_ + row) % S == S - 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit row %d is a landmark position; its logits are never computed", row));
+    }
+  }
+  if (!options_.disable_gca && (position_ + n) / S > kMaxLandmarks) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "%d decoder positions: the CUDA backend holds at most %d chunks", position_ + n,
+        kMaxLandmarks));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaSession::Forward(absl::Span<const int32_t> ids,
+                                  absl::Span<const int64_t> logit_rows,
+                                  absl::Span<float> logits) {
+  if (!failed_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this CUDA session failed earlier and its state is lost: ", failed_.message()));
+  }
+  DRT_RETURN_IF_ERROR(CheckIds(ids, logit_rows, logits));
+  DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
+  const int64_t S = sizes_.chunk;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  absl::Status status;
+  for (int64_t s0 = 0; s0 < n && status.ok();) {
+    // Segments end on chunk boundaries so that each closes whole chunks.
+    const int64_t boundary = (position_ + sizes_.max_rows) / S * S;
+    const int64_t s1 = std::min(n, s0 + (boundary - position_));
+    status = RunSegment(ids.subspan(s0, s1 - s0));
+    if (status.ok()) status = WriteLogits(s0, s1 - s0, logit_rows, logits);
+    s0 = s1;
+  }
+  if (!status.ok()) failed_ = status;
+  return status;
+}
+
+absl::Status CudaSession::RunSegment(absl::Span<const int32_t> ids) {
+  const int64_t S = sizes_.chunk;
+  const int64_t d = sizes_.d;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t pos0 = position_;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const bool gca = !options_.disable_gca;
+  cudaStream_t stream = compute_stream_.get();
+  float* h = buffers_.h.get();
+
+  // Pageable source: the runtime stages it before returning.
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.ids.get(), ids.data(), n * sizeof(int32_t),
+                                           cudaMemcpyHostToDevice, stream),
+                           "uploading token ids");
+  DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchEmbeddingGather(buffers_.ids.get(), static_cast<int>(n),
+                                                          weights_.embed_tokens,
+                                                          static_cast<int>(d), h, stream),
+                           "LaunchEmbeddingGather");
+  int64_t layer_index = 0;
+  for (const DeviceLayer& layer : weights_.lower) {
+    DRT_RETURN_IF_ERROR(AttentionBlock(layer_index++, layer, n, pos0));
+    DRT_RETURN_IF_ERROR(MlpBlock(layer, h, h, n, eps));
+  }
+
+  segment_first_new_chunk_ = chunk_store_.size();
+  segment_new_chunks_ = 0;
+  if (gca) {
+    // The lower-layer rows of every chunk this segment closes, in
+    // buffers_.mixed: the open chunk's earlier rows, then this segment's.
+    const int64_t open = pos0 % S;
+    const int64_t closed = (open + n) / S;
+    const size_t row_bytes = d * sizeof(float);
+    float* open_rows = buffers_.open_chunk.get();
+    if (closed > 0) {
+      float* rows = buffers_.mixed.get();
+      const int64_t from_segment = closed * S - open;
+      if (open > 0) {
+        DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows, open_rows, open * row_bytes,
+                                                 cudaMemcpyDeviceToDevice, stream),
+                                 "gathering the open chunk's rows");
+      }
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows + open * d, h, from_segment * row_bytes,
+                                               cudaMemcpyDeviceToDevice, stream),
+                               "gathering closed chunks' rows");
+      DRT_RETURN_IF_ERROR(EncodeChunks(closed));
+      if (n > from_segment) {
+        DRT_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(open_rows, h + from_segment * d, (n - from_segment) * row_bytes,
+                            cudaMemcpyDeviceToDevice, stream),
+            "keeping the open chunk's rows");
+      }
+    } else {
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(open_rows + open * d, h, n * row_bytes,
+                                               cudaMemcpyDeviceToDevice, stream),
+                               "keeping the open chunk's rows");
+    }
+  }
+
+  for (int64_t g = 0; g < sizes_.groups; ++g) {
+    made_[g] = Made{};
+    if (gca) {
+      DRT_RETURN_IF_ERROR(LaunchRetrieval(g, pos0, n));
+      // A landmark before the last row: its selection serves rows of this
+      // segment, so the copies must be planned now.
+      const int64_t last_chunk = (pos0 + n - 1) / S;
+      if (last_chunk != pos0 / S) DRT_RETURN_IF_ERROR(CollectRetrieval(g, pos0, n));
+      DRT_RETURN_IF_ERROR(PrepareGroupChunks(g, pos0, n));
+    }
+    for (const DeviceUpperLayer& layer : weights_.upper[g]) {
+      DRT_RETURN_IF_ERROR(AttentionBlock(layer_index++, layer.base, n, pos0));
+      if (gca) {
+        DRT_RETURN_IF_ERROR(GcaBlock(g, layer, n, pos0, pos0 / S));
+      } else {
+        DRT_RETURN_IF_ERROR(MlpBlock(layer.base, h, h, n, eps));
+      }
+    }
+    if (gca) {
+      DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(gca_done_[g].get(), stream),
+                               "recording the end of a group's GCA");
+    }
+  }
+
+  if (gca) {
+    // Selections made at this segment's landmarks; the last one stays in
+    // force. When the segment ends on a landmark its selection serves only the
+    // next chunk: start copying it now (drt-model.md, "What follows for the
+    // engine": first needed by the next position).
+    const bool ends_on_landmark = (pos0 + n) % S == 0;
+    for (int64_t g = 0; g < sizes_.groups; ++g) {
+      DRT_RETURN_IF_ERROR(CollectRetrieval(g, pos0, n));
+      if (!made_[g].served.empty()) selection_[g] = made_[g].served.back().second;
+      if (ends_on_landmark) {
+        std::vector<int> slots;
+        DRT_RETURN_IF_ERROR(FetchChunks(g, selection_[g].chunks, &slots));
+      }
+    }
+  }
+  position_ += n;
+  return absl::OkStatus();
+}
+
+absl::Status CudaSession::WriteLogits(int64_t segment_first, int64_t segment_rows,
+                                      absl::Span<const int64_t> logit_rows,
+                                      absl::Span<float> logits) {
+  const int64_t d = sizes_.d;
+  const int64_t V = sizes_.vocab;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  cudaStream_t stream = compute_stream_.get();
+  std::vector<int64_t> wanted;  // indices into logit_rows inside this segment
+  for (size_t r = 0; r < logit_rows.size(); ++r) {
+    if (logit_rows[r] >= segment_first && logit_rows[r] < segment_first + segment_rows) {
+      wanted.push_back(static_cast<int64_t>(r));
+    }
+  }
+  for (size_t b0 = 0; b0 < wanted.size(); b0 += sizes_.logit_rows) {
+    const int64_t m = std::min<int64_t>(sizes_.logit_rows, wanted.size() - b0);
+    // Runs of consecutive rows are normalised by one launch each.
+    for (int64_t w = 0; w < m;) {
+      const int64_t row = logit_rows[wanted[b0 + w]] - segment_first;
+      int64_t run = 1;
+      while (w + run < m && logit_rows[wanted[b0 + w + run]] - segment_first == row + run) ++run;
+      DRT_CUDA_RETURN_IF_ERROR(
+          kernels::LaunchRmsNorm(buffers_.h.get() + row * d, weights_.norm, static_cast<int>(run),
+                                 static_cast<int>(d), eps, buffers_.final_normed.get() + w * d,
+                                 stream),
+          "LaunchRmsNorm (final norm)");
+      w += run;
+    }
+    DRT_RETURN_IF_ERROR(gemm_->Matmul(buffers_.final_normed.get(), weights_.lm_head,
+                                      buffers_.logits.get(), static_cast<int>(m),
+                                      static_cast<int>(V), static_cast<int>(d),
+                                      /*accumulate=*/false, stream));
+    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.logits_host.get(), buffers_.logits.get(),
+                                             m * V * sizeof(float), cudaMemcpyDeviceToHost,
+                                             stream),
+                             "copying logits to the host");
+    DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "waiting for the logits");
+    for (int64_t w = 0; w < m; ++w) {
+      std::memcpy(logits.data() + wanted[b0 + w] * V, buffers_.logits_host.get() + w * V,
+                  V * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+SessionMemory CudaSession::memory() const {
+  SessionMemory m;
+  // Host memory: the pinned chunk store and the selections; window rings,
+  // open chunk and landmarks live on the GPU (device_bytes).
+  m.chunk_store_bytes = chunk_store_.bytes();
+  m.shared_bytes = chunk_store_.shared_bytes();
+  for (const Retrieval& r : selection_) {
+    m.selection_bytes +=
+        r.chunks.capacity() * sizeof(int64_t) + r.weights.capacity() * sizeof(float);
+  }
+  m.device_bytes = buffers_.device_bytes() + landmarks_.bytes() + topk_workspace_.bytes();
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<BackendSession>> CudaSession::Fork() const {
+  if (!failed_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot fork a CUDA session that failed: ", failed_.message()));
+  }
+  DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
+  // Everything queued must land first: the store's last records, the rings.
+  for (const Stream* s : {&compute_stream_, &fetch_stream_, &store_stream_}) {
+    DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s->get()), "waiting for the session to fork");
+  }
+  auto fork = Create(config_, weights_, options_, host_allocator_);
+  if (!fork.ok()) return fork.status();
+  CudaSession& f = **fork;
+  cudaStream_t stream = f.compute_stream_.get();
+  auto copy = [&](void* dst, const void* src, size_t bytes, const char* what) -> absl::Status {
+    if (bytes == 0) return absl::OkStatus();
+    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream),
+                             what);
+    return absl::OkStatus();
+  };
+  for (size_t l = 0; l < buffers_.rings.size(); ++l) {
+    DRT_RETURN_IF_ERROR(copy(f.buffers_.rings[l].k.get(), buffers_.rings[l].k.get(),
+                             buffers_.rings[l].k.bytes(), "forking window keys"));
+    DRT_RETURN_IF_ERROR(copy(f.buffers_.rings[l].v.get(), buffers_.rings[l].v.get(),
+                             buffers_.rings[l].v.bytes(), "forking window values"));
+  }
+  DRT_RETURN_IF_ERROR(copy(f.buffers_.open_chunk.get(), buffers_.open_chunk.get(),
+                           buffers_.open_chunk.bytes(), "forking the open chunk"));
+  if (!options_.disable_gca) {
+    DRT_RETURN_IF_ERROR(f.EnsureLandmarkCapacity(chunk_store_.size()));
+    DRT_RETURN_IF_ERROR(copy(f.landmarks_.get(), landmarks_.get(),
+                             chunk_store_.size() * sizes_.d * sizeof(float), "forking landmarks"));
+    // The retrieved chunks too, so the fork's first steps need no refetch.
+    for (size_t g = 0; g < buffers_.group_chunks.size(); ++g) {
+      DRT_RETURN_IF_ERROR(copy(f.buffers_.group_chunks[g].k.get(),
+                               buffers_.group_chunks[g].k.get(),
+                               buffers_.group_chunks[g].k.bytes(), "forking retrieved keys"));
+      DRT_RETURN_IF_ERROR(copy(f.buffers_.group_chunks[g].v.get(),
+                               buffers_.group_chunks[g].v.get(),
+                               buffers_.group_chunks[g].v.bytes(), "forking retrieved values"));
+    }
+    f.residency_ = residency_;
+  }
+  DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "waiting for the fork's copies");
+  f.position_ = position_;
+  f.chunk_store_ = chunk_store_;  // shares every slab
+  f.selection_ = selection_;
+  return std::unique_ptr<BackendSession>(std::move(*fork));
+}
+
+}  // namespace drt::cuda

@@ -1,0 +1,84 @@
+// Append-only host memory of closed chunks' GCA keys and values in bf16
+// (drt-model.md, Forward pass 4: K, V = 64 x d each per chunk), the part of a
+// CUDA session that grows with the context. Records live in large slabs
+// (page-locked in production, so device<->host copies are asynchronous); a
+// record is written once, by one device->host copy, and then only read.
+//
+// Copying the store is the fork: the copy shares every slab. A slab that is
+// shared is never written again by either side (each opens a new slab for its
+// next chunk), so a fork costs no record copies; at most the unused tail of
+// one slab per side is wasted. The landmark vectors are not here: they stay
+// on the device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/cuda/host/bf16.h"
+#include "engine/cuda/host/host_allocator.h"
+
+namespace drt::cuda {
+
+struct HostChunkStoreOptions {
+  // Slab sizes in chunks double from the first to the largest.
+  int64_t first_slab_chunks = 16;
+  int64_t max_slab_chunks = 1024;
+};
+
+class HostChunkStore {
+ public:
+  HostChunkStore(int64_t rows_per_chunk, int64_t width, std::shared_ptr<HostAllocator> allocator,
+                 HostChunkStoreOptions options = {});
+
+  int64_t size() const { return static_cast<int64_t>(records_.size()); }
+  int64_t rows_per_chunk() const { return rows_; }
+  int64_t width() const { return width_; }
+  // Bytes of one chunk's keys (the values are as many).
+  size_t kv_block_bytes() const { return static_cast<size_t>(rows_ * width_) * sizeof(Bf16Bits); }
+  bool pinned() const { return allocator_->pinned(); }
+
+  // Appends `count` chunks whose keys and values the caller writes next
+  // (through mutable_keys/mutable_values, e.g. by an asynchronous copy).
+  // Returns the index of the first.
+  absl::StatusOr<int64_t> AppendUninitialized(int64_t count);
+  // Appends one chunk, copying keys and values ([rows x width] each) in.
+  absl::Status Append(const Bf16Bits* keys, const Bf16Bits* values);
+
+  const Bf16Bits* keys(int64_t chunk) const { return records_[chunk]; }
+  const Bf16Bits* values(int64_t chunk) const { return records_[chunk] + rows_ * width_; }
+  // Only for chunks this store appended since it was last copied.
+  Bf16Bits* mutable_keys(int64_t chunk) { return records_[chunk]; }
+  Bf16Bits* mutable_values(int64_t chunk) { return records_[chunk] + rows_ * width_; }
+
+  size_t num_slabs() const { return slabs_.size(); }
+  // Bytes of all slabs held, and of those another store also holds.
+  size_t bytes() const;
+  size_t shared_bytes() const;
+
+ private:
+  struct Slab {
+    Slab(std::shared_ptr<HostAllocator> a, void* d, size_t b, int64_t c)
+        : allocator(std::move(a)), data(d), bytes(b), capacity(c) {}
+    ~Slab() { allocator->Free(data, bytes); }
+    Slab(const Slab&) = delete;
+    Slab& operator=(const Slab&) = delete;
+    std::shared_ptr<HostAllocator> allocator;
+    void* data;
+    size_t bytes;
+    int64_t capacity;  // chunks
+  };
+  absl::Status OpenSlab();
+
+  int64_t rows_;
+  int64_t width_;
+  std::shared_ptr<HostAllocator> allocator_;
+  HostChunkStoreOptions options_;
+  std::vector<std::shared_ptr<Slab>> slabs_;
+  int64_t used_in_last_slab_ = 0;  // records this store placed in slabs_.back()
+  std::vector<Bf16Bits*> records_;  // chunk -> its keys; its values follow
+};
+
+}  // namespace drt::cuda

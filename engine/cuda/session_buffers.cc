@@ -1,0 +1,123 @@
+#include "engine/cuda/session_buffers.h"
+
+#include <algorithm>
+
+namespace drt::cuda {
+
+SessionSizes ComputeSessionSizes(const ModelConfig& config, int64_t max_segment_positions) {
+  SessionSizes s;
+  s.d = config.hidden_size;
+  s.heads = config.num_attention_heads;
+  s.kv_heads = config.num_key_value_heads;
+  s.head_dim = config.head_dim();
+  s.kv_width = s.kv_heads * s.head_dim;
+  s.f = config.intermediate_size;
+  s.vocab = config.vocab_size;
+  s.chunk = config.chunk_positions();
+  // The same rule as the CPU backend: segments of whole chunks.
+  s.max_rows = std::max(s.chunk, max_segment_positions / s.chunk * s.chunk);
+  // A segment ends on a chunk boundary and spans at most max_rows positions,
+  // so it touches at most max_rows / chunk chunks; one more for safety.
+  s.max_query_chunks = s.max_rows / s.chunk + 1;
+  s.topk = config.chunk_topk;
+  s.window = config.slide_window;
+  s.ring_slots = std::max<int64_t>(1, config.slide_window) + 1;
+  s.layers = config.num_lower_layers() + config.num_upper_layers();
+  s.groups = config.num_groups();
+  s.slots_per_group = s.max_query_chunks * s.topk;
+  s.logit_rows = std::min<int64_t>(64, s.max_rows);
+  return s;
+}
+
+absl::StatusOr<SessionBuffers> SessionBuffers::Create(const SessionSizes& s, bool with_gca) {
+  SessionBuffers b;
+  const size_t rows = s.max_rows;
+  const size_t d = s.d;
+  const size_t qc = s.max_query_chunks;
+  const size_t k = s.topk;
+#define DRT_ALLOC(field, type, count)                                   \
+  do {                                                                  \
+    auto made = DeviceArray<type>::Create((count), #field);             \
+    if (!made.ok()) return made.status();                               \
+    b.field = *std::move(made);                                         \
+  } while (0)
+#define DRT_ALLOC_PINNED(field, type, count)                            \
+  do {                                                                  \
+    auto made = PinnedArray<type>::Create((count), #field);             \
+    if (!made.ok()) return made.status();                               \
+    b.field = *std::move(made);                                         \
+  } while (0)
+  DRT_ALLOC(ids, int32_t, rows);
+  DRT_ALLOC(h, float, rows * d);
+  DRT_ALLOC(mixed, float, rows * d);
+  DRT_ALLOC(x, bf16, rows * d);
+  DRT_ALLOC(q, bf16, rows * d);
+  DRT_ALLOC(k_new, bf16, rows * d);
+  DRT_ALLOC(v_new, bf16, rows * d);
+  DRT_ALLOC(attn, bf16, rows * d);
+  DRT_ALLOC(gate_up, bf16, rows * 2 * s.f);
+  DRT_ALLOC(act, bf16, rows * s.f);
+  DRT_ALLOC(final_normed, bf16, s.logit_rows * d);
+  DRT_ALLOC(logits, float, s.logit_rows * s.vocab);
+  DRT_ALLOC_PINNED(logits_host, float, s.logit_rows * s.vocab);
+  if (with_gca) {
+    DRT_ALLOC(enc_x, float, rows * d);
+    DRT_ALLOC(enc_k, bf16, rows * d);
+    DRT_ALLOC(enc_v, bf16, rows * d);
+    DRT_ALLOC(enc_landmark_rows, float, qc * d);
+    DRT_ALLOC(lmk_rows, float, qc * d);
+    DRT_ALLOC(lmk_queries, float, qc * d);
+    DRT_ALLOC(lmk_limits, int64_t, qc);
+    DRT_ALLOC(topk_chunks, int64_t, qc * k);
+    DRT_ALLOC(topk_weights, float, qc * k);
+    DRT_ALLOC_PINNED(topk_chunks_host, int64_t, s.groups * qc * k);
+    DRT_ALLOC_PINNED(topk_weights_host, float, s.groups * qc * k);
+    DRT_ALLOC(slot_table, int32_t, qc * k);
+    DRT_ALLOC(slot_weights, float, qc * k);
+  }
+  DRT_ALLOC(open_chunk, float, s.chunk * d);
+#undef DRT_ALLOC
+#undef DRT_ALLOC_PINNED
+  for (int64_t l = 0; l < s.layers; ++l) {
+    WindowRing ring;
+    auto rk = DeviceArray<bf16>::Create(s.ring_slots * s.kv_width, "window ring keys");
+    if (!rk.ok()) return rk.status();
+    auto rv = DeviceArray<bf16>::Create(s.ring_slots * s.kv_width, "window ring values");
+    if (!rv.ok()) return rv.status();
+    ring.k = *std::move(rk);
+    ring.v = *std::move(rv);
+    b.rings.push_back(std::move(ring));
+  }
+  if (with_gca) {
+    for (int64_t g = 0; g < s.groups; ++g) {
+      GroupChunkBuffer buf;
+      const size_t n = static_cast<size_t>(s.slots_per_group) * s.chunk * d;
+      auto ck = DeviceArray<bf16>::Create(n, "retrieved chunk keys");
+      if (!ck.ok()) return ck.status();
+      auto cv = DeviceArray<bf16>::Create(n, "retrieved chunk values");
+      if (!cv.ok()) return cv.status();
+      buf.k = *std::move(ck);
+      buf.v = *std::move(cv);
+      b.group_chunks.push_back(std::move(buf));
+    }
+  }
+  return b;
+}
+
+size_t SessionBuffers::device_bytes() const {
+  size_t n = ids.bytes() + h.bytes() + mixed.bytes() + x.bytes() + q.bytes() + k_new.bytes() +
+             v_new.bytes() + attn.bytes() + gate_up.bytes() + act.bytes() + enc_x.bytes() +
+             enc_k.bytes() + enc_v.bytes() + enc_landmark_rows.bytes() + lmk_rows.bytes() +
+             lmk_queries.bytes() + lmk_limits.bytes() + topk_chunks.bytes() +
+             topk_weights.bytes() + slot_table.bytes() + slot_weights.bytes() +
+             final_normed.bytes() + logits.bytes() + open_chunk.bytes();
+  for (const WindowRing& r : rings) n += r.k.bytes() + r.v.bytes();
+  for (const GroupChunkBuffer& g : group_chunks) n += g.k.bytes() + g.v.bytes();
+  return n;
+}
+
+size_t SessionBuffers::pinned_bytes() const {
+  return topk_chunks_host.bytes() + topk_weights_host.bytes() + logits_host.bytes();
+}
+
+}  // namespace drt::cuda

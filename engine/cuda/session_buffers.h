@@ -1,0 +1,88 @@
+// Device and pinned buffers of one CUDA session, sized once from the config
+// and the largest segment (CudaBackendOptions::max_segment_positions), so that
+// nothing but the landmark matrix and the host chunk store grows with the
+// context.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/cuda/cuda_resources.h"
+#include "engine/model_config.h"
+#include "kernels/gemm.h"
+
+namespace drt::cuda {
+
+using kernels::bf16;
+
+struct SessionSizes {
+  int64_t d = 0, kv_width = 0, f = 0, vocab = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t chunk = 64;          // decoder positions per chunk
+  int64_t max_rows = 0;        // decoder positions per segment (a multiple of chunk)
+  int64_t max_query_chunks = 0;  // chunks one segment touches, and landmarks it holds
+  int64_t topk = 0;
+  int64_t ring_slots = 0;      // W + 1
+  int64_t window = 0;          // W
+  int64_t layers = 0;          // decoder layers, lower then upper
+  int64_t groups = 0;
+  int64_t slots_per_group = 0; // max_query_chunks * topk
+  int64_t logit_rows = 0;      // rows of logits computed per batch
+};
+
+SessionSizes ComputeSessionSizes(const ModelConfig& config, int64_t max_segment_positions);
+
+// Per-layer window ring of one decoder layer (drt-model.md, "What follows
+// for the engine"): [ring_slots][kv_heads][head_dim], position p in slot
+// p % ring_slots.
+struct WindowRing {
+  DeviceArray<bf16> k, v;
+};
+
+// Retrieved chunks of one group: [slots][64][d] keys and values.
+struct GroupChunkBuffer {
+  DeviceArray<bf16> k, v;
+};
+
+struct SessionBuffers {
+  static absl::StatusOr<SessionBuffers> Create(const SessionSizes& s, bool with_gca);
+
+  // Activations of one segment (rows <= max_rows).
+  DeviceArray<int32_t> ids;
+  DeviceArray<float> h;       // residual stream [rows][d]
+  DeviceArray<float> mixed;   // r + GCA(h) [rows][d]; the encoder's input rows
+  DeviceArray<bf16> x;        // norm outputs (GEMM inputs) [rows][d]
+  DeviceArray<bf16> q;        // [rows][d]
+  DeviceArray<bf16> k_new, v_new;  // [rows][d] (kv_width <= d)
+  DeviceArray<bf16> attn;     // [rows][d]
+  DeviceArray<bf16> gate_up;  // [rows][2F]
+  DeviceArray<bf16> act;      // [rows][F]
+  // Chunk encoder.
+  DeviceArray<float> enc_x;   // encoder residual stream [rows][d]
+  DeviceArray<bf16> enc_k, enc_v;  // chunk K/V of the segment's closed chunks [rows][d]
+  DeviceArray<float> enc_landmark_rows;  // rows 63 gathered [max_query_chunks][d]
+  // Retrieval.
+  DeviceArray<float> lmk_rows;     // group-input rows of the landmarks [max_query_chunks][d]
+  DeviceArray<float> lmk_queries;  // normalised [max_query_chunks][d]
+  DeviceArray<int64_t> lmk_limits;
+  DeviceArray<int64_t> topk_chunks;  // [max_query_chunks][topk]
+  DeviceArray<float> topk_weights;
+  PinnedArray<int64_t> topk_chunks_host;  // [groups][max_query_chunks][topk]
+  PinnedArray<float> topk_weights_host;
+  DeviceArray<int32_t> slot_table;    // [max_query_chunks][topk]
+  DeviceArray<float> slot_weights;
+  // Logits of one batch of rows.
+  DeviceArray<bf16> final_normed;  // [logit_rows][d]
+  DeviceArray<float> logits;       // [logit_rows][V]
+  PinnedArray<float> logits_host;
+
+  // Session state on the device.
+  std::vector<WindowRing> rings;       // per decoder layer
+  DeviceArray<float> open_chunk;       // [64][d] lower-layer rows of the open chunk
+  std::vector<GroupChunkBuffer> group_chunks;
+
+  size_t device_bytes() const;
+  size_t pinned_bytes() const;
+};
+
+}  // namespace drt::cuda

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: builds, runs the CUDA tests (ctest -L cuda)
+# and compute-sanitizer (memcheck, racecheck) on the CUDA test executables,
+# makes a random model with the paper's 128M configuration in bf16, and
+# prints one table: prefill tokens/s, decode ms/token (median), GPU and host
+# memory and host->device bytes per generated token at 16K, 128K, 1M and 4M
+# tokens of context, with the same decode timing for --disable_gca (the
+# sliding-window base LM without retrieval) beside it.
+#   bash scripts/gpu_bench.sh                      everything
+#   CONTEXTS="16384 131072" bash scripts/gpu_bench.sh   fewer contexts
+#   SKIP_TESTS=1 bash scripts/gpu_bench.sh         the table only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "gpu_bench: no NVIDIA GPU found (nvidia-smi missing or lists no GPU); this script" \
+       "needs one. Nothing was run." >&2
+  exit 2
+fi
+nvcc=/usr/local/cuda/bin/nvcc
+if [[ ! -x "$nvcc" ]] && ! command -v nvcc >/dev/null 2>&1; then
+  echo "gpu_bench: no CUDA toolkit (nvcc) at /usr/local/cuda/bin or on PATH" >&2
+  exit 2
+fi
+sanitizer=/usr/local/cuda/bin/compute-sanitizer
+command -v compute-sanitizer >/dev/null 2>&1 && sanitizer=$(command -v compute-sanitizer)
+
+build=${BUILD_DIR:-build-gpu}
+contexts=${CONTEXTS:-"16384 131072 1048576 4194304"}
+generate=${GENERATE:-32}
+
+bash scripts/install_deps.sh
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+if [[ ! -d "$build/tests/cuda_backend" ]]; then
+  echo "gpu_bench: CMake did not enable CUDA in $build (see 'drt: CUDA toolkit found')" >&2
+  exit 2
+fi
+cmake --build "$build" -j"$(nproc)"
+
+if [[ -z "${SKIP_TESTS:-}" ]]; then
+  echo "== ctest -L cuda"
+  ctest_log=$(mktemp)
+  ctest --test-dir "$build" -L cuda --output-on-failure 2>&1 | tee "$ctest_log"
+  if grep -q '(Skipped)\|Not Run' "$ctest_log"; then
+    echo "gpu_bench: CUDA tests were skipped although a GPU is present" >&2
+    exit 1
+  fi
+  rm -f "$ctest_log"
+  if [[ ! -x "$sanitizer" ]]; then
+    echo "gpu_bench: compute-sanitizer not found at $sanitizer" >&2
+    exit 1
+  fi
+  for exe in "$build/tests/cuda/drt_cuda_kernel_tests" \
+             "$build/tests/cuda_backend/drt_cuda_backend_tests"; do
+    [[ -x "$exe" ]] || { echo "gpu_bench: $exe was not built" >&2; exit 1; }
+    echo "== compute-sanitizer memcheck $(basename "$exe")"
+    "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$exe"
+    echo "== compute-sanitizer racecheck $(basename "$exe")"
+    # racecheck is slow: the backend tests run on the fixtures only.
+    filter=()
+    [[ "$exe" == *backend* ]] && filter=("cuda backend matches the cpu backend on the fixtures: whole prompt")
+    "$sanitizer" --tool racecheck --error-exitcode 1 "$exe" "${filter[@]}"
+  done
+fi
+
+# The paper's 128M configuration (tests/fixtures/reference_configs holds a
+# copy of ../shared/reference/drt-config_63.json), random weights in bf16.
+model="$build/models/drt-128m-random-bf16"
+if [[ ! -f "$model/model.safetensors" ]]; then
+  config=tests/fixtures/reference_configs/drt-config_63.json
+  [[ -f ../shared/reference/drt-config_63.json ]] && config=../shared/reference/drt-config_63.json
+  mapfile -t args < <(/usr/bin/python3 - "$config" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+pairs = [("--vocab-size", c["vocab_size"]), ("--pad-id", c["pad_id"]),
+         ("--chunk-id", c["chunk_id"]), ("--bos-id", c["bos_id"]),
+         ("--mask-id", c["mask_id"]), ("--hidden-size", c["hidden_size"]),
+         ("--num-heads", c["num_attention_heads"]), ("--num-kv-heads", c["num_key_value_heads"]),
+         ("--intermediate-size", c["intermediate_size"]),
+         ("--decoder-layers", ",".join(str(x) for x in c["decoder_layers"])),
+         ("--encoder-layers", c["encoder_layers"]), ("--enc-chunk-size", c["enc_chunk_size"]),
+         ("--chunk-topk", c["chunk_topk"]), ("--slide-window", c["slide_window"]),
+         ("--rms-norm-eps", c["rms_norm_eps"])]
+for k, v in pairs:
+    print(k)
+    print(v)
+PY
+)
+  /usr/bin/python3 weights_tools/make_random_model.py --out "$model" --dtype bf16 \
+    --tokenizer tests/fixtures/gpt2-tokenizer/tokenizer.json "${args[@]}"
+fi
+
+# Runs drt-bench once; prints its bench_result line with the peak GPU memory
+# of the process (sampled with nvidia-smi) appended.
+run_bench() {
+  local out
+  out=$(mktemp)
+  "$build/bench/drt-bench" --model "$model" --device cuda --random_prompt \
+    --generate "$generate" "$@" >"$out" 2>/dev/null &
+  local pid=$! peak=0 used
+  while kill -0 "$pid" 2>/dev/null; do
+    used=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
+             2>/dev/null | awk -F', ' -v p="$pid" '$1 == p {print $2}')
+    [[ -n "$used" && "$used" -gt "$peak" ]] && peak=$used
+    sleep 0.5
+  done
+  if ! wait "$pid"; then
+    echo "gpu_bench: drt-bench $* failed:" >&2
+    cat "$out" >&2
+    rm -f "$out"
+    return 1
+  fi
+  echo "$(grep '^bench_result ' "$out") gpu_peak_mib=$peak"
+  rm -f "$out"
+}
+
+field() {  # field NAME LINE
+  tr ' ' '\n' <<<"$2" | awk -F= -v k="$1" '$1 == k {print $2}'
+}
+
+rows=()
+for ctx in $contexts; do
+  echo "== context $ctx tokens" >&2
+  gca=$(run_bench --prompt_tokens "$ctx")
+  base=$(run_bench --prompt_tokens "$ctx" --disable_gca)
+  rows+=("$ctx|$(field prefill_tokens_per_s "$gca")|$(field decode_ms_median "$gca")|$(field decode_ms_median "$base")|$(field gpu_peak_mib "$gca")|$(field session_host_bytes "$gca")|$(field peak_rss_bytes "$gca")|$(field h2d_bytes_per_token "$gca")")
+done
+
+echo
+echo "drt-bench, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), model: 128M config" \
+     "(random bf16 weights), $generate generated tokens per context, greedy"
+printf '%-10s %14s %12s %16s %10s %14s %14s %14s\n' context prefill_tok/s decode_ms \
+  decode_ms_no_gca gpu_MiB session_host_MiB peak_rss_MiB h2d_B/token
+for row in "${rows[@]}"; do
+  IFS='|' read -r ctx prefill decode base gpu host rss h2d <<<"$row"
+  printf '%-10s %14.0f %12.3f %16.3f %10s %14.0f %14.0f %14.0f\n' "$ctx" "$prefill" "$decode" \
+    "$base" "$gpu" "$(awk -v b="$host" 'BEGIN{print b/1048576}')" \
+    "$(awk -v b="$rss" 'BEGIN{print b/1048576}')" "$h2d"
+done

@@ -1,0 +1,186 @@
+// The CUDA backend on its own terms: prefill vs token-by-token decode, small
+// segments (many copies into the slot buffers), fork, counters, bad input.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "engine/session.h"
+#include "tests/cuda_backend/cuda_test_support.h"
+#include "tests/test_util/random_model.h"
+
+namespace drt {
+namespace {
+
+// Every feature the kernels support, with 64-position chunks: GQA, two
+// groups, a window shorter than the sequences, many more chunks than top-k.
+ModelConfig Chunk64Config() {
+  ModelConfig c = testing::TinyConfig();
+  c.hidden_size = 64;  // head_dim 16
+  c.intermediate_size = 128;
+  c.enc_chunk_size = 63;
+  c.chunk_topk = 3;
+  c.slide_window = 100;
+  return c;
+}
+
+std::vector<float> AppendAll(Session& s, absl::Span<const int32_t> tokens, size_t piece) {
+  AppendOptions options;
+  options.all_logits = true;
+  std::vector<float> logits;
+  for (size_t done = 0; done < tokens.size();) {
+    const size_t n = std::min(piece, tokens.size() - done);
+    auto result = s.Append(tokens.subspan(done, n), options);
+    REQUIRE(result.ok());
+    logits.insert(logits.end(), result->logits.begin(), result->logits.end());
+    done += n;
+  }
+  return logits;
+}
+
+double WorstRowDifference(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t p = 0; p * V < a.size(); ++p) {
+    worst = std::max(worst, testing::RelativeDifference(a.data() + p * V, b.data() + p * V, V));
+  }
+  return worst;
+}
+
+TEST_CASE("cuda: prefill, pieces and token-by-token decode agree", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 11);
+  const auto tokens = testing::RandomTokens(config, 25 * 63 + 17, 12);
+  const int64_t V = config.vocab_size;
+  for (int64_t segment : {1024, 128, 64}) {
+    INFO("max_segment_positions " << segment);
+    CudaBackendOptions options;
+    options.max_segment_positions = segment;
+    auto backend = MakeCudaBackend(config, weights, options);
+    REQUIRE(backend.ok());
+    auto prefill = Session::Create(**backend, 1 << 20);
+    auto decode = Session::Create(**backend);
+    REQUIRE(prefill.ok());
+    REQUIRE(decode.ok());
+    testing::RetrievalLog prefill_log, decode_log;
+    testing::Record((*prefill)->backend_session(), prefill_log);
+    testing::Record((*decode)->backend_session(), decode_log);
+    const auto whole = AppendAll(**prefill, tokens, tokens.size());
+    const auto single = AppendAll(**decode, tokens, 1);
+    const double worst = WorstRowDifference(whole, single, V);
+    INFO("worst relative difference " << worst);
+    CHECK(worst <= 2e-2);
+    testing::CompareRetrievals(prefill_log, decode_log);
+    // The CPU backend on the same tokens.
+    auto cpu_backend = MakeCpuBackend(config, weights);
+    auto cpu = Session::Create(*cpu_backend);
+    REQUIRE(cpu.ok());
+    testing::RetrievalLog cpu_log;
+    testing::Record((*cpu)->backend_session(), cpu_log);
+    const auto reference = AppendAll(**cpu, tokens, 300);
+    CHECK(WorstRowDifference(whole, reference, V) <= 2e-2);
+    testing::CompareRetrievals(cpu_log, prefill_log);
+
+    const BackendSessionStats stats = (*decode)->backend_session().stats();
+    CHECK(stats.d2h_bytes == 25 * 2 * 64 * config.hidden_size * 2);
+    CHECK(stats.h2d_chunks + stats.d2d_chunks > 0);
+    CHECK(stats.h2d_bytes == stats.h2d_chunks * 2 * 64 * config.hidden_size * 2);
+    CHECK(stats.resident_hits > 0);  // decode reuses the selection within a chunk
+    const SessionMemory memory = (*decode)->backend_session().memory();
+    CHECK(memory.device_bytes > 0);
+    CHECK(memory.chunk_store_bytes >= size_t{25} * 2 * 64 * config.hidden_size * 2);
+    CHECK(memory.window_bytes == 0);  // on the device, in device_bytes
+  }
+}
+
+TEST_CASE("cuda: a fork continues like the original and shares the chunk store", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 21);
+  const auto prefix = testing::RandomTokens(config, 9 * 63 + 20, 22);
+  const auto tail_a = testing::RandomTokens(config, 3 * 63 + 5, 23);
+  const auto tail_b = testing::RandomTokens(config, 2 * 63 + 40, 24);
+  const int64_t V = config.vocab_size;
+  auto backend = MakeCudaBackend(config, weights, CudaBackendOptions{});
+  REQUIRE(backend.ok());
+  auto original = Session::Create(**backend);
+  REQUIRE(original.ok());
+  AppendAll(**original, prefix, 100);
+  auto fork = (*original)->Fork();
+  REQUIRE(fork.ok());
+  CHECK((*fork)->backend_session().memory().shared_bytes > 0);
+  CHECK((*fork)->backend_session().position() == (*original)->backend_session().position());
+
+  // The two sessions go different ways; each must match a fresh session fed
+  // its whole sequence.
+  const auto a = AppendAll(**original, tail_a, 7);
+  const auto b = AppendAll(**fork, tail_b, 1);
+  for (const auto& [tail, got] : {std::pair{tail_a, a}, std::pair{tail_b, b}}) {
+    std::vector<int32_t> all = prefix;
+    all.insert(all.end(), tail.begin(), tail.end());
+    auto fresh = Session::Create(**backend);
+    REQUIRE(fresh.ok());
+    const auto expected = AppendAll(**fresh, all, all.size());
+    const std::vector<float> expected_tail(expected.end() - got.size(), expected.end());
+    CHECK(WorstRowDifference(got, expected_tail, V) <= 2e-2);
+  }
+  // The original still works after its fork is gone.
+  fork->reset();
+  const auto more = testing::RandomTokens(config, 70, 25);
+  AppendAll(**original, more, 70);
+}
+
+TEST_CASE("cuda: bad input is refused and leaves the session usable", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 31);
+  auto backend = MakeCudaBackend(config, weights, CudaBackendOptions{});
+  REQUIRE(backend.ok());
+  auto session = (*backend)->NewSession();
+  REQUIRE(session.ok());
+  std::vector<float> logits(config.vocab_size);
+  const int32_t bad[] = {static_cast<int32_t>(config.vocab_size)};
+  const int64_t row[] = {0};
+  CHECK((*session)->Forward(bad, row, absl::MakeSpan(logits)).code() ==
+        absl::StatusCode::kInvalidArgument);
+  const int32_t landmark[] = {static_cast<int32_t>(config.chunk_id)};
+  CHECK((*session)->Forward(landmark, {}, {}).code() == absl::StatusCode::kInvalidArgument);
+  const int32_t good[] = {5};
+  CHECK((*session)->Forward(good, row, absl::MakeSpan(logits)).ok());
+  CHECK((*session)->position() == 1);
+}
+
+TEST_CASE("cuda: a config the kernels do not support is refused", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = testing::TinyConfig();  // 8-position chunks
+  const ModelWeights weights = testing::RandomWeights(config, 41);
+  auto backend = MakeCudaBackend(config, weights, CudaBackendOptions{});
+  CHECK(backend.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("cuda: disable_gca runs the base LM without retrieval", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 51);
+  const auto tokens = testing::RandomTokens(config, 5 * 63, 52);
+  CudaBackendOptions options;
+  options.disable_gca = true;
+  auto backend = MakeCudaBackend(config, weights, options);
+  REQUIRE(backend.ok());
+  auto session = Session::Create(**backend);
+  REQUIRE(session.ok());
+  testing::RetrievalLog log;
+  testing::Record((*session)->backend_session(), log);
+  const auto logits = AppendAll(**session, tokens, 100);
+  CHECK(logits.size() == tokens.size() * config.vocab_size);
+  CHECK(log.empty());
+  const BackendSessionStats stats = (*session)->backend_session().stats();
+  CHECK(stats.h2d_bytes == 0);
+  CHECK(stats.d2h_bytes == 0);
+  CHECK((*session)->backend_session().memory().chunk_store_bytes == 0);
+}
+
+}  // namespace
+}  // namespace drt

@@ -1,0 +1,74 @@
+// Shared pieces of the CUDA backend tests: the GPU check that skips visibly,
+// backends for a model, and the comparison of retrieval choices.
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "kernels/device_query.h"
+
+namespace drt::testing {
+
+// True when a GPU is present; otherwise WARNs (ctest's skip pattern) and the
+// caller returns before asserting anything.
+inline bool HaveGpu() {
+  absl::StatusOr<int> count = cuda::CudaDeviceCount();
+  if (!count.ok()) {
+    WARN("no CUDA device: " << count.status().message() << "; skipping");
+    return false;
+  }
+  return true;
+}
+
+using RetrievalLog = std::map<std::pair<int64_t, int64_t>, Retrieval>;
+
+inline void Record(BackendSession& s, RetrievalLog& log) {
+  s.set_retrieval_observer(
+      [&log](int64_t chunk, int64_t group, const Retrieval& r) { log[{chunk, group}] = r; });
+}
+
+// Selections must agree except between chunks whose scores are (nearly)
+// tied: every CPU-chosen chunk whose score beats the CPU's k-th by more than
+// `score_margin` must be chosen on the GPU too, with a close weight. Returns
+// the number of selections that are identical as sets.
+inline int64_t CompareRetrievals(const RetrievalLog& cpu, const RetrievalLog& gpu,
+                                 double score_margin = 0.05, double weight_tolerance = 3e-2) {
+  int64_t identical = 0;
+  for (const auto& [key, c] : cpu) {
+    INFO("chunk " << key.first << " group " << key.second);
+    auto it = gpu.find(key);
+    REQUIRE(it != gpu.end());
+    const Retrieval& g = it->second;
+    REQUIRE(g.chunks.size() == c.chunks.size());
+    if (c.chunks.empty()) {
+      ++identical;
+      continue;
+    }
+    const double w_min = c.weights.back();  // best first: the k-th is last
+    for (size_t i = 0; i < c.chunks.size(); ++i) {
+      const bool clear = std::log(c.weights[i] / w_min) > score_margin;
+      size_t j = 0;
+      while (j < g.chunks.size() && g.chunks[j] != c.chunks[i]) ++j;
+      if (clear) {
+        INFO("CPU chunk " << c.chunks[i] << " weight " << c.weights[i] << " (k-th " << w_min
+                          << ")");
+        REQUIRE(j < g.chunks.size());
+      }
+      if (j < g.chunks.size()) CHECK(std::abs(g.weights[j] - c.weights[i]) <= weight_tolerance);
+    }
+    std::set<int64_t> a(c.chunks.begin(), c.chunks.end()), b(g.chunks.begin(), g.chunks.end());
+    if (a == b) ++identical;
+  }
+  return identical;
+}
+
+}  // namespace drt::testing

@@ -1,0 +1,160 @@
+// The CUDA backend's pinned host chunk store, with plain memory standing in
+// for cudaHostAlloc: slab growth, record contents, fork sharing, failures.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "engine/cuda/host/host_chunk_store.h"
+
+namespace drt::cuda {
+namespace {
+
+// Counts live allocations; can be told to fail.
+class CountingAllocator final : public HostAllocator {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    if (fail) return absl::ResourceExhaustedError("test allocator refuses");
+    absl::StatusOr<void*> p = inner_.Allocate(bytes);
+    if (p.ok()) {
+      live_bytes += bytes;
+      ++allocations;
+      sizes.push_back(bytes);
+    }
+    return p;
+  }
+  void Free(void* p, size_t bytes) override {
+    live_bytes -= bytes;
+    inner_.Free(p, bytes);
+  }
+  bool pinned() const override { return false; }
+
+  bool fail = false;
+  size_t live_bytes = 0;
+  int allocations = 0;
+  std::vector<size_t> sizes;
+
+ private:
+  AlignedHostAllocator inner_;
+};
+
+constexpr int64_t kRows = 4, kWidth = 3;
+constexpr size_t kChunkBytes = 2 * kRows * kWidth * sizeof(Bf16Bits);
+
+std::vector<Bf16Bits> Block(int chunk, int which) {
+  std::vector<Bf16Bits> b(kRows * kWidth);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<Bf16Bits>(chunk * 1000 + which * 100 + i);
+  return b;
+}
+
+void AppendChunk(HostChunkStore& store, int chunk) {
+  const auto k = Block(chunk, 0), v = Block(chunk, 1);
+  REQUIRE(store.Append(k.data(), v.data()).ok());
+}
+
+bool HoldsChunk(const HostChunkStore& store, int64_t index, int chunk) {
+  const auto k = Block(chunk, 0), v = Block(chunk, 1);
+  return std::equal(k.begin(), k.end(), store.keys(index)) &&
+         std::equal(v.begin(), v.end(), store.values(index));
+}
+
+TEST_CASE("host chunk store: slabs double up to the largest size", "[host_chunk_store]") {
+  auto alloc = std::make_shared<CountingAllocator>();
+  {
+    HostChunkStore store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 8});
+    CHECK(store.size() == 0);
+    CHECK(store.bytes() == 0);
+    for (int c = 0; c < 2; ++c) AppendChunk(store, c);
+    CHECK(store.num_slabs() == 1);
+    AppendChunk(store, 2);
+    CHECK(store.num_slabs() == 2);  // 2 + 4
+    for (int c = 3; c < 14; ++c) AppendChunk(store, c);
+    CHECK(store.num_slabs() == 3);  // 2 + 4 + 8 = 14
+    AppendChunk(store, 14);
+    CHECK(store.num_slabs() == 4);  // capped at 8
+    CHECK(alloc->sizes == std::vector<size_t>{2 * kChunkBytes, 4 * kChunkBytes, 8 * kChunkBytes,
+                                              8 * kChunkBytes});
+    CHECK(store.bytes() == 22 * kChunkBytes);
+    CHECK(alloc->live_bytes == store.bytes());
+    CHECK(store.size() == 15);
+    for (int c = 0; c < 15; ++c) CHECK(HoldsChunk(store, c, c));
+    CHECK(store.shared_bytes() == 0);
+  }
+  CHECK(alloc->live_bytes == 0);
+}
+
+TEST_CASE("host chunk store: records written in place after AppendUninitialized",
+          "[host_chunk_store]") {
+  auto alloc = std::make_shared<CountingAllocator>();
+  HostChunkStore store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 2});
+  auto first = store.AppendUninitialized(3);  // spans two slabs
+  REQUIRE(first.ok());
+  CHECK(*first == 0);
+  CHECK(store.size() == 3);
+  CHECK(store.num_slabs() == 2);
+  for (int c = 0; c < 3; ++c) {
+    const auto k = Block(c, 0), v = Block(c, 1);
+    std::copy(k.begin(), k.end(), store.mutable_keys(c));
+    std::copy(v.begin(), v.end(), store.mutable_values(c));
+  }
+  for (int c = 0; c < 3; ++c) CHECK(HoldsChunk(store, c, c));
+  // Keys and values of one chunk are one contiguous record.
+  CHECK(store.values(0) == store.keys(0) + kRows * kWidth);
+  CHECK(store.kv_block_bytes() == kRows * kWidth * sizeof(Bf16Bits));
+}
+
+TEST_CASE("host chunk store: a fork shares every slab and neither side writes a shared one",
+          "[host_chunk_store]") {
+  auto alloc = std::make_shared<CountingAllocator>();
+  HostChunkStore parent(kRows, kWidth, alloc, HostChunkStoreOptions{4, 4});
+  for (int c = 0; c < 6; ++c) AppendChunk(parent, c);  // slab 1 full, slab 2 half
+  REQUIRE(parent.num_slabs() == 2);
+  const size_t before = alloc->live_bytes;
+  std::vector<const Bf16Bits*> parent_records;
+  for (int c = 0; c < 6; ++c) parent_records.push_back(parent.keys(c));
+  {
+    HostChunkStore fork = parent;
+    CHECK(alloc->live_bytes == before);  // nothing copied
+    CHECK(fork.shared_bytes() == fork.bytes());
+    CHECK(parent.shared_bytes() == parent.bytes());
+    for (int c = 0; c < 6; ++c) CHECK(fork.keys(c) == parent_records[c]);
+
+    AppendChunk(fork, 100);  // into a new slab: the half-full one is shared
+    CHECK(fork.num_slabs() == 3);
+    AppendChunk(parent, 200);  // the parent may not write it either
+    CHECK(parent.num_slabs() == 3);
+    CHECK(fork.keys(6) != parent.keys(6));
+    CHECK(HoldsChunk(fork, 6, 100));
+    CHECK(HoldsChunk(parent, 6, 200));
+    for (int c = 0; c < 6; ++c) {
+      CHECK(HoldsChunk(parent, c, c));
+      CHECK(HoldsChunk(fork, c, c));
+    }
+    CHECK(parent.shared_bytes() == 2 * 4 * kChunkBytes);
+  }
+  // The fork is gone: its own slab is freed, the shared ones stay.
+  CHECK(alloc->live_bytes == 3 * 4 * kChunkBytes);
+  CHECK(parent.shared_bytes() == 0);
+  for (int c = 0; c < 6; ++c) CHECK(HoldsChunk(parent, c, c));
+  CHECK(HoldsChunk(parent, 6, 200));
+}
+
+TEST_CASE("host chunk store: an allocation failure appends nothing", "[host_chunk_store]") {
+  auto alloc = std::make_shared<CountingAllocator>();
+  HostChunkStore store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 2});
+  AppendChunk(store, 0);
+  AppendChunk(store, 1);
+  alloc->fail = true;
+  auto more = store.AppendUninitialized(1);
+  CHECK(more.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(store.size() == 2);
+  alloc->fail = false;
+  AppendChunk(store, 2);
+  CHECK(store.size() == 3);
+  CHECK(HoldsChunk(store, 2, 2));
+}
+
+}  // namespace
+}  // namespace drt::cuda
