@@ -36,6 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import byte_tokenizer
 import drt_config
 import drt_fast
 import drt_reference
@@ -123,6 +124,10 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="run directory: log, checkpoint, config")
     p.add_argument("--export", help="model directory to export the final weights to")
     p.add_argument("--export_dtype", default="f32", choices=["f32", "bf16", "f16"])
+    p.add_argument("--export_pad_default", default="true", choices=["true", "false"],
+                   help="generation_config.json's pad_to_chunk_boundary: what the server does when a "
+                        "request leaves it unset (true was measured best for the bundled model, "
+                        "docs/passkey_accuracy.md)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                    help="auto: cuda when torch sees a GPU, else cpu. The model size defaults follow the "
@@ -298,7 +303,13 @@ def main(argv=None):
         notes, n = export.export(ckpt, os.path.join(args.out, "config.json"), args.export, args.export_dtype)
         for note in notes:
             log(note)
-        log(f"exported {args.export}: {n / 1e6:.3f}M parameters, {args.export_dtype}")
+        with open(os.path.join(args.export, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(byte_tokenizer.byte_tokenizer_json(P.PAD_ID, P.CHUNK_ID), f, ensure_ascii=False, indent=1)
+        with open(os.path.join(args.export, "generation_config.json"), "w") as f:
+            json.dump({"pad_to_chunk_boundary": args.export_pad_default == "true"}, f, indent=2)
+            f.write("\n")
+        log(f"exported {args.export}: {n / 1e6:.3f}M parameters, {args.export_dtype}, "
+            f"byte-level tokenizer.json, pad_to_chunk_boundary {args.export_pad_default}")
     return 0
 
 
