@@ -25,8 +25,9 @@ ABSL_FLAG(std::string, model, "models/drt-passkey-byte", "model directory");
 ABSL_FLAG(std::string, lengths, "4K,16K,64K", "haystack lengths in tokens (K = 1024, M = 1048576)");
 ABSL_FLAG(std::string, depths, "0,0.25,0.5,0.75,1", "needle depths, 0 = start, 1 = end");
 ABSL_FLAG(int32_t, trials, 20, "trials (random keys) per length and depth");
-ABSL_FLAG(bool, pad_to_chunk_boundary, true,
-          "pad the open chunk before generating (what the bundled model was trained for)");
+ABSL_FLAG(std::string, pad_to_chunk_boundary, "model",
+          "pad the open chunk before generating: true, false, or model (the model directory's "
+          "generation_config.json default)");
 ABSL_FLAG(int32_t, max_new_tokens, 8, "tokens generated per answer");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the random keys");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
@@ -108,7 +109,13 @@ int main(int argc, char** argv) {
   const int trials = absl::GetFlag(FLAGS_trials);
   drt::GenerateOptions generate;
   generate.max_tokens = absl::GetFlag(FLAGS_max_new_tokens);
-  generate.pad_to_chunk_boundary = absl::GetFlag(FLAGS_pad_to_chunk_boundary);
+  const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary);
+  if (pad != "model" && pad != "true" && pad != "false") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrFormat("--pad_to_chunk_boundary must be true, false or model, got '%s'", pad)));
+  }
+  generate.pad_to_chunk_boundary =
+      pad == "model" ? (*model)->generation.pad_to_chunk_boundary : pad == "true";
 
   for (int64_t length : lengths) {
     auto shared = drt::Session::Create(*backend);

@@ -28,6 +28,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir) {
     }
     model->tokenizer = MakeByteTokenizer();
   }
+  auto generation = LoadGenerationDefaults(dir);
+  if (!generation.ok()) return generation.status();
+  model->generation = *generation;
   return model;
 }
 

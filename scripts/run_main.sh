@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# The main job: builds everything, starts drt-server with the bundled model on
-# 127.0.0.1, streams a 100,000-token haystack with a hidden pass key through
-# the Python client (client_examples/python/drt_client.py), prints the
-# streamed answer and the timings, and stops the server with SIGTERM.
-#   PROMPT_TOKENS=5000 bash scripts/run_main.sh    a shorter haystack
-#   bash scripts/run_main.sh --depth 0.1           extra arguments go to the client
+# The main job: builds everything, starts drt-server with the bundled trained
+# model (models/drt-passkey-byte) on 127.0.0.1, streams a 100,000-token
+# haystack with a hidden pass key through the Python client
+# (client_examples/python/drt_client.py), prints the streamed answer, whether
+# it is right, and the timings, and stops the server with SIGTERM. Exits 1
+# when the answer is wrong.
+#   PROMPT_TOKENS=1000000 bash scripts/run_main.sh  a longer haystack
+#   bash scripts/run_main.sh --depth 0.1            extra arguments go to the client
+#   MODEL=random bash scripts/run_main.sh           a random GPT-2-vocabulary model instead
+#                                                   (speed only: it cannot answer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 bash scripts/build.sh
 
-model=build/models/drt-random-gpt2
-if [[ ! -f "$model/model.safetensors" ]]; then
-  # No trained model is bundled yet: a randomly initialised one is made here.
-  /usr/bin/python3 weights_tools/make_random_model.py --out "$model" \
-    --tokenizer tests/fixtures/gpt2-tokenizer/tokenizer.json
+model=${MODEL:-models/drt-passkey-byte}
+require=(--require-passkey --stop .)  # the answer is " 12345."
+if [[ "$model" == random ]]; then
+  model=build/models/drt-random-gpt2
+  require=()
+  if [[ ! -f "$model/model.safetensors" ]]; then
+    /usr/bin/python3 weights_tools/make_random_model.py --out "$model" \
+      --tokenizer tests/fixtures/gpt2-tokenizer/tokenizer.json
+  fi
 fi
 
 log=$(mktemp -t drt-server.XXXXXX)
@@ -65,7 +73,7 @@ grpc_address=$(sed -E 's/^drt-server listening on ([^ ]+) \(grpc\).*/\1/' <<<"$l
 # In the background so that a signal to this script is handled at once (bash
 # runs traps only between foreground commands, but during wait).
 /usr/bin/python3 client_examples/python/drt_client.py --server "$grpc_address" \
-  --haystack-tokens "${PROMPT_TOKENS:-100000}" --max-tokens 64 "$@" &
+  --haystack-tokens "${PROMPT_TOKENS:-100000}" --max-tokens 16 "${require[@]}" "$@" &
 client_pid=$!
 client_status=0
 wait "$client_pid" || client_status=$?

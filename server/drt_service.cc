@@ -187,7 +187,8 @@ struct GenerationPlan {
 };
 
 absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& request,
-                                              const SessionSettings& settings) {
+                                              const SessionSettings& settings,
+                                              const GenerationDefaults& model_defaults) {
   GenerationPlan plan;
   if (request.max_tokens() < 0 || request.max_tokens() > kMaxTokensLimit) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -201,7 +202,8 @@ absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& re
     if (stop.empty()) return absl::InvalidArgumentError("stop sequences must not be empty");
     plan.stop.push_back(stop);
   }
-  plan.pad = request.pad_to_chunk_boundary();
+  plan.pad = request.has_pad_to_chunk_boundary() ? request.pad_to_chunk_boundary()
+                                                 : model_defaults.pad_to_chunk_boundary;
   plan.logprobs = request.return_logprobs();
   plan.ignore_eos = request.ignore_eos();
   return plan;
@@ -420,7 +422,7 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
   if (grpc::Status s = Admit(context, "Generate"); !s.ok()) return s;
   auto entry = sessions_->Find(request->session_id());
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
-  auto plan = PlanGeneration(*request, (*entry)->settings());
+  auto plan = PlanGeneration(*request, (*entry)->settings(), model_.generation);
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
   if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
   absl::Status status = RunGeneration(
@@ -442,7 +444,7 @@ grpc::Status DrtService::Complete(
   const drt::v1::GenerateRequest options = request.generate();
   SessionSettings settings;
   if (options.has_sampling()) settings.sampling = FromProto(options.sampling());
-  auto plan = PlanGeneration(options, settings);
+  auto plan = PlanGeneration(options, settings, model_.generation);
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
   auto entry = sessions_->Create(settings);
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
@@ -545,7 +547,8 @@ grpc::Status DrtService::GetModelInfo(grpc::ServerContext* context,
   response->set_pad_id(static_cast<int32_t>(c.pad_id));
   response->set_eos_id(model_.tokenizer->eos_id());
   response->set_max_context_tokens(options_.max_context_tokens);
-  response->set_tokenizer(model_.loaded.files.tokenizer_path ? "gpt2-bpe" : "bytes");
+  response->set_tokenizer(model_.tokenizer->one_id_per_byte() ? "bytes" : "gpt2-bpe");
+  response->set_pad_to_chunk_boundary(model_.generation.pad_to_chunk_boundary);
   return Finish(grpc::Status::OK);
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "engine/model_config.h"
+#include "engine/generation_defaults.h"
 #include "engine/model_dir.h"
 #include "engine/model_weights.h"
 #include "engine/safetensors.h"
@@ -985,6 +986,36 @@ TEST_CASE("model dir: tokenizer.json is optional", "[loader][model_dir]") {
   files = FindModelFiles(dir.path());
   REQUIRE(files.ok());
   CHECK(files->tokenizer_path == dir.File("tokenizer.json"));
+}
+
+TEST_CASE("model dir: generation_config.json sets the padding default", "[loader][model_dir]") {
+  TempDir dir;
+  absl::StatusOr<GenerationDefaults> defaults = LoadGenerationDefaults(dir.path());
+  REQUIRE(defaults.ok());
+  CHECK_FALSE(defaults->pad_to_chunk_boundary);  // no file: no padding
+
+  WriteFile(dir.File("generation_config.json"),
+            R"({"pad_to_chunk_boundary": true, "max_new_tokens": 8, "_from_model_config": true})");
+  defaults = LoadGenerationDefaults(dir.path());
+  REQUIRE(defaults.ok());
+  CHECK(defaults->pad_to_chunk_boundary);
+
+  WriteFile(dir.File("generation_config.json"), R"({"temperature": 0.7})");
+  defaults = LoadGenerationDefaults(dir.path());
+  REQUIRE(defaults.ok());
+  CHECK_FALSE(defaults->pad_to_chunk_boundary);
+
+  WriteFile(dir.File("generation_config.json"), R"({"pad_to_chunk_boundary": "yes"})");
+  defaults = LoadGenerationDefaults(dir.path());
+  REQUIRE_FALSE(defaults.ok());
+  CHECK(defaults.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(defaults.status().message()),
+             Contains(dir.File("generation_config.json") + ": pad_to_chunk_boundary must be true or false"));
+
+  WriteFile(dir.File("generation_config.json"), R"({"pad_to_chunk_boundary": tru)");
+  defaults = LoadGenerationDefaults(dir.path());
+  REQUIRE_FALSE(defaults.ok());
+  CHECK_THAT(std::string(defaults.status().message()), Contains("malformed JSON"));
 }
 
 }  // namespace

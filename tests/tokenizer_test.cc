@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -432,4 +433,30 @@ TEST_CASE("Byte tokenizer with an end-of-text id beyond the bytes", "[tokenizer]
   CHECK(tokenizer->vocab_size() == 257);
   CHECK(tokenizer->eos_id() == 256);
   CHECK(Decode(*tokenizer, {72, 105, 256}) == "Hi");
+}
+
+// The bundled byte-level model ships a Hugging Face tokenizer.json (written by
+// weights_tools/byte_tokenizer.py); it must tokenize exactly like the built-in
+// byte tokenizer the model was trained with: id = byte value.
+TEST_CASE("The bundled byte-level tokenizer.json equals the byte tokenizer", "[tokenizer]") {
+  const std::string path = std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte/tokenizer.json";
+  auto loaded = drt::LoadBpeTokenizer(path);
+  REQUIRE(loaded.ok());
+  auto bytes = drt::MakeByteTokenizer();
+  CHECK((*loaded)->vocab_size() == 258);
+  std::mt19937 rng(7);
+  const std::vector<std::string> pieces = {"The pass key is 12345. ", " ", "  \n\t", "é", "日本語", "🙂",
+                                           "'s", "don't", "x", "0", "What is the pass key?"};
+  for (int trial = 0; trial < 500; ++trial) {
+    std::string text;
+    const int n = static_cast<int>(rng() % 12);
+    for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
+    const Ids expected = Encode(*bytes, text);
+    REQUIRE(expected.size() == text.size());
+    for (size_t i = 0; i < text.size(); ++i) CHECK(expected[i] == static_cast<uint8_t>(text[i]));
+    CHECK(Encode(**loaded, text) == expected);
+    auto decoded = (*loaded)->Decode(expected);
+    REQUIRE(decoded.ok());
+    CHECK(*decoded == text);
+  }
 }

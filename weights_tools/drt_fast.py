@@ -37,7 +37,7 @@ def _window_mask(nb, block, prev, window, device):
         # keys before position 0 (the zero padding of the first blocks)
         absolute = torch.arange(nb)[:, None, None] * block - prev * block + j[None]
         bad = bad[None] | (absolute < 0)
-        _mask_cache[key] = (dist.to(torch.float32), bad.to(device))
+        _mask_cache[key] = (dist.to(device=device, dtype=torch.float32), bad.to(device))
     return _mask_cache[key]
 
 
@@ -81,7 +81,7 @@ class FastGCA(R.GroupedCrossAttention):
         hd, dh = self.heads, self.head_dim
         q = self.q_proj(self.pre_norm(h)).view(n, c, s, hd, dh).permute(0, 1, 3, 2, 4)  # (N,C,H,S,dh)
         kk = indices.shape[-1]
-        batch = torch.arange(n)[:, None, None]
+        batch = torch.arange(n, device=h.device)[:, None, None]
         idx = indices.clamp(min=0)
         ck = chunk_k.view(n, c, s, hd, dh).permute(0, 1, 3, 2, 4)        # (N,C,H,S,dh)
         cv = chunk_v.view(n, c, s, hd, dh).permute(0, 1, 3, 2, 4)

@@ -56,8 +56,8 @@ def rotate_half(x):
 def apply_rope(x, theta):
     """x: (..., T, dh) with positions 0..T-1 (Llama rotate_half convention)."""
     t, dh = x.shape[-2], x.shape[-1]
-    inv_freq = 1.0 / theta ** (torch.arange(0, dh, 2, dtype=torch.float64) / dh)
-    angles = torch.arange(t, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    inv_freq = 1.0 / theta ** (torch.arange(0, dh, 2, dtype=torch.float64, device=x.device) / dh)
+    angles = torch.arange(t, dtype=torch.float64, device=x.device)[:, None] * inv_freq[None, :]
     angles = torch.cat((angles, angles), dim=-1)
     return x * angles.cos().to(x.dtype) + rotate_half(x) * angles.sin().to(x.dtype)
 
@@ -73,12 +73,13 @@ def sliding_window_alibi(q, k, v, window, slopes, block=256):
     q.k/sqrt(dh) - slope_h*(i-j). q, k, v: (N, H, T, dh). Blocked over queries
     so memory is O(T*(block+window))."""
     t, dh = q.shape[-2], q.shape[-1]
-    slopes = slopes.to(q.dtype)[:, None, None]
+    slopes = slopes.to(device=q.device, dtype=q.dtype)[:, None, None]
     outs = []
     for s in range(0, t, block):
         e = min(t, s + block)
         ks = max(0, s - window)
-        dist = (torch.arange(s, e)[:, None] - torch.arange(ks, e)[None, :]).to(q.dtype)
+        dist = (torch.arange(s, e, device=q.device)[:, None]
+                - torch.arange(ks, e, device=q.device)[None, :]).to(q.dtype)
         scores = q[:, :, s:e] @ k[:, :, ks:e].transpose(-1, -2) / math.sqrt(dh) - slopes * dist
         scores = scores.masked_fill((dist < 0) | (dist > window), float("-inf"))
         outs.append(_softmax(scores) @ v[:, :, ks:e])
@@ -148,7 +149,7 @@ class GroupedCrossAttention(nn.Module):
         n, c, s, d = h.shape
         hd, dh = self.heads, self.head_dim
         q = self.q_proj(self.pre_norm(h)).view(n, c, s, hd, dh)
-        batch = torch.arange(n)[:, None, None]
+        batch = torch.arange(n, device=h.device)[:, None, None]
         idx = indices.clamp(min=0)
         keys = chunk_k[batch, idx].view(n, c, -1, s, hd, dh)    # (N, C, k, S, H, dh)
         values = chunk_v[batch, idx].view(n, c, -1, s, hd, dh)
@@ -197,11 +198,12 @@ def retrieve(queries, landmarks, topk, gumbel=False, generator=None):
     `gumbel`), top min(k, t), softmax weights of the noiseless scores."""
     n, c, d = queries.shape
     scores = queries @ landmarks.transpose(-1, -2) / math.sqrt(d)
-    future = torch.arange(c)[None, :] >= torch.arange(c)[:, None]
+    future = torch.arange(c, device=scores.device)[None, :] >= torch.arange(c, device=scores.device)[:, None]
     scores = scores.masked_fill(future, float("-inf"))
     ranking = scores
     if gumbel:
-        u = torch.rand(scores.shape, generator=generator, dtype=torch.float64)
+        u = torch.rand(scores.shape, generator=generator, dtype=torch.float64,
+                       device=generator.device if generator is not None else scores.device).to(scores.device)
         noise = -torch.log(-torch.log(u.clamp(1e-12, 1 - 1e-12)))
         ranking = scores + noise.to(scores.dtype)
     kk = min(topk, c)
@@ -260,7 +262,7 @@ class DRTModel(nn.Module):
 
         enc = self.encoder(self.enc_prenorm(h.reshape(n * c, s, -1))).view(n, c, s, -1)
         landmarks = enc[:, :, -1]
-        keep = torch.ones(s, 1, dtype=enc.dtype)
+        keep = torch.ones(s, 1, dtype=enc.dtype, device=enc.device)
         keep[-1] = 0  # landmark row of the chunk memory is zero (softmax-off-by-one)
         chunk_k = self.chunk_k_proj(enc) * keep
         chunk_v = self.chunk_v_proj(enc) * keep
@@ -294,7 +296,8 @@ class DRTForCausalLM(nn.Module):
         if length % sp:
             raise ValueError(f"input length {length} is not a multiple of enc_chunk_size {sp}")
         chunks = input_ids.reshape(n, length // sp, sp)
-        marks = torch.full((n, length // sp, 1), self.cfg["chunk_id"], dtype=input_ids.dtype)
+        marks = torch.full((n, length // sp, 1), self.cfg["chunk_id"], dtype=input_ids.dtype,
+                           device=input_ids.device)
         return torch.cat([chunks, marks], dim=2).view(n, -1)
 
     def forward(self, input_ids, gumbel=False, generator=None, compute_logits=True):

@@ -56,11 +56,12 @@ ABSL_FLAG(int32_t, top_k, 0, "0: off");
 ABSL_FLAG(double, top_p, 0, "0 or 1: off");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop sequences, comma-separated");
-ABSL_FLAG(bool, pad_to_chunk_boundary, false,
-          "pad the open chunk before generating, so the first token sees chunks retrieved with "
-          "the whole prompt in view (server default: off)");
+ABSL_FLAG(std::string, pad_to_chunk_boundary, "model",
+          "true: pad the open chunk before generating, so the first token sees chunks retrieved "
+          "with the whole prompt in view; false: do not; model: what the model was trained for");
 ABSL_FLAG(bool, keep_session, false, "do not delete the session at the end");
-ABSL_FLAG(bool, require_passkey, false, "exit 1 when the haystack's pass key is not in the answer");
+ABSL_FLAG(bool, require_passkey, false,
+          "exit 1 when the first number in the answer is not the haystack's pass key");
 
 namespace {
 
@@ -361,7 +362,9 @@ class Client {
     sampling->set_top_p(absl::GetFlag(FLAGS_top_p));
     sampling->set_seed(absl::GetFlag(FLAGS_seed));
     for (const std::string& stop : absl::GetFlag(FLAGS_stop)) request.add_stop(stop);
-    request.set_pad_to_chunk_boundary(absl::GetFlag(FLAGS_pad_to_chunk_boundary));
+    if (const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary); pad != "model") {
+      request.set_pad_to_chunk_boundary(pad == "true");
+    }
 
     auto context = NewContext();
     Interrupts interrupts(context.get());
@@ -485,8 +488,15 @@ int Run() {
   std::printf("  time per output token: %s (server: %s)\n", Ms(answer.tpot).c_str(),
               Ms(t.time_per_output_token_seconds()).c_str());
   if (prompt.passkey.empty()) return 0;
-  const bool found = absl::StrContains(answer.text, prompt.passkey);
-  std::printf("passkey found: %s (pass key %s)\n", found ? "yes" : "no", prompt.passkey.c_str());
+  // Right means: the first number in the answer is the pass key.
+  const size_t begin = answer.text.find_first_of("0123456789");
+  const std::string answered =
+      begin == std::string::npos
+          ? "no number"
+          : answer.text.substr(begin, answer.text.find_first_not_of("0123456789", begin) - begin);
+  const bool found = answered == prompt.passkey;
+  std::printf("answer correct: %s (pass key %s, answered %s)\n", found ? "yes" : "no",
+              prompt.passkey.c_str(), answered.c_str());
   return absl::GetFlag(FLAGS_require_passkey) && !found ? 1 : 0;
 }
 
@@ -513,6 +523,10 @@ int main(int argc, char** argv) {
   }
   if (!absl::GetFlag(FLAGS_prompt_file).empty() && !absl::GetFlag(FLAGS_token_ids).empty()) {
     Die("--prompt_file and --token_ids exclude each other");
+  }
+  if (const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary);
+      pad != "model" && pad != "true" && pad != "false") {
+    Die(absl::StrCat("--pad_to_chunk_boundary must be true, false or model, got '", pad, "'"));
   }
   const std::string passkey = absl::GetFlag(FLAGS_passkey);
   if (passkey.find_first_not_of("0123456789") != std::string::npos) Die("--passkey must be digits");

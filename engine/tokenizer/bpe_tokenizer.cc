@@ -45,6 +45,7 @@ struct BpeTables {
   std::vector<bool> id_known;            // ids may have gaps
   bool add_prefix_space = false;
   bool ignore_merges = false;
+  bool one_id_per_byte = false;
   int32_t eos_id = -1;
 };
 
@@ -93,6 +94,7 @@ class BpeTokenizer final : public Tokenizer {
 
   int32_t vocab_size() const override { return static_cast<int32_t>(tables_.id_to_bytes.size()); }
   int32_t eos_id() const override { return tables_.eos_id; }
+  bool one_id_per_byte() const override { return tables_.one_id_per_byte; }
 
  private:
   void EncodeWord(std::string_view word, std::vector<int32_t>* ids) const {
@@ -210,6 +212,8 @@ absl::StatusOr<BpeTables> BuildTables(const BpeTokenizerSpec& spec, const std::s
   for (const AddedTokenSpec& token : spec.added_tokens) set_bytes(token.id, token.content);
 
   tables.eos_id = FindEosId(spec, tables.vocab);
+  tables.one_id_per_byte = spec.merges.empty() && !tables.add_prefix_space;
+  for (int b = 0; b < 256; ++b) tables.one_id_per_byte &= tables.byte_ids[b] == b;
   return tables;
 }
 

@@ -32,6 +32,7 @@ class ByteTokenizer final : public Tokenizer {
 
   int32_t vocab_size() const override { return eos_id_ >= 256 ? eos_id_ + 1 : 256; }
   int32_t eos_id() const override { return eos_id_; }
+  bool one_id_per_byte() const override { return true; }
 
  private:
   const int32_t eos_id_;

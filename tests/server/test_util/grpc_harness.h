@@ -126,9 +126,12 @@ inline ServiceOptions SmallOptions() {
 
 class InProcessServer {
  public:
-  explicit InProcessServer(ServiceOptions options = SmallOptions()) {
-    FixtureModel& f = FixtureModel::Get();
-    service_ = std::make_unique<DrtService>(*f.model, *f.backend, metrics_, std::move(options));
+  explicit InProcessServer(ServiceOptions options = SmallOptions())
+      : InProcessServer(*FixtureModel::Get().model, *FixtureModel::Get().backend,
+                        std::move(options)) {}
+  // Serves another model (both must outlive the server).
+  InProcessServer(const Model& model, Backend& backend, ServiceOptions options) {
+    service_ = std::make_unique<DrtService>(model, backend, metrics_, std::move(options));
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
