@@ -115,7 +115,24 @@ TEST_CASE("chunk residency: invariants on random requests", "[chunk_residency]")
     }
     REQUIRE(static_cast<int>(p->copies.size()) == misses);
     REQUIRE(p->hits + misses == static_cast<int>(distinct.size()));
-    for (int64_t e : p->evicted) REQUIRE(distinct.count(e) == 0);
+    for (int64_t e : p->evicted) {
+      REQUIRE(distinct.count(e) == 0);
+      REQUIRE(r.slot_of(e) == -1);  // gone from the buffer
+    }
+    // Each copy has a slot of its own (no two copies race for one), and
+    // evictions are exactly the copies into slots that held a chunk.
+    std::set<int> copy_slots;
+    size_t refilled = 0;
+    for (const auto& copy : p->copies) {
+      copy_slots.insert(copy.slot);
+      if (before[copy.slot] >= 0) ++refilled;
+    }
+    REQUIRE(copy_slots.size() == p->copies.size());
+    REQUIRE(p->evicted.size() == refilled);
+    // Empty slots are used before anything is evicted.
+    if (!p->evicted.empty()) {
+      for (int s = 0; s < slots; ++s) REQUIRE(r.chunk_in_slot(s) >= 0);
+    }
   }
 }
 

@@ -13,6 +13,8 @@
 namespace drt {
 namespace {
 
+constexpr int64_t kMaxSegmentPositions = int64_t{1} << 16;
+
 absl::Status CheckSupported(const ModelConfig& c) {
   // The kernels hard-code 64-row chunks with the landmark in row 63
   // (drt-model.md, Forward pass 4 and 7).
@@ -74,8 +76,12 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
                                                          const ModelWeights& weights,
                                                          const CudaBackendOptions& options) {
   if (absl::Status s = CheckSupported(config); !s.ok()) return s;
-  if (options.max_segment_positions < 1) {
-    return absl::InvalidArgumentError("max_segment_positions must be >= 1");
+  // Rows of a segment are passed to the kernels and cuBLAS as int, and row
+  // offsets (rows x width) must stay far from 2^31.
+  if (options.max_segment_positions < 1 || options.max_segment_positions > kMaxSegmentPositions) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_segment_positions must be in 1..%d for the CUDA backend, got %d",
+                        kMaxSegmentPositions, options.max_segment_positions));
   }
   absl::StatusOr<int> count = cuda::CudaDeviceCount();
   if (!count.ok()) return count.status();

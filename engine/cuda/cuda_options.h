@@ -10,6 +10,7 @@ struct CudaBackendOptions {
   int device_index = 0;
   // Upper bound on decoder positions per internal forward batch, as for the
   // CPU backend; device scratch and the retrieved-chunk buffers are sized by it.
+  // At most 65536 (MakeCudaBackend refuses more).
   int64_t max_segment_positions = 1024;
   // The sliding-window base LM without retrieval (benchmarks only): no chunk
   // encoder, no landmark scoring, no GCA; the upper layers become plain

@@ -2,6 +2,7 @@
 // bring the chosen chunks into a group's slot buffer.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -51,10 +52,13 @@ absl::Status CudaSession::LaunchRetrieval(int64_t group, int64_t first_pos, int6
                                 static_cast<int>(lm.count), static_cast<int>(d),
                                 kLandmarkNormEps, b.lmk_queries.get(), stream),
       "LaunchRmsNormF32 (lmk_norms)");
-  // Chunk t's landmark scores the chunks strictly before t.
-  std::vector<int64_t> limits(lm.count);
+  // Chunk t's landmark scores the chunks strictly before t. The group's
+  // staging region is rewritten only once its previous upload is done.
+  DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploads_done_[group].get()),
+                           "waiting for the group's previous uploads");
+  int64_t* limits = b.lmk_limits_host.get() + group * sizes_.max_query_chunks;
   for (int64_t j = 0; j < lm.count; ++j) limits[j] = (first_pos + lm.first + j * S) / S;
-  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.lmk_limits.get(), limits.data(),
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.lmk_limits.get(), limits,
                                            lm.count * sizeof(int64_t), cudaMemcpyHostToDevice,
                                            stream),
                            "uploading landmark limits");
@@ -93,16 +97,26 @@ absl::Status CudaSession::CollectRetrieval(int64_t group, int64_t first_pos, int
   const float* weights = buffers_.topk_weights_host.get() + offset;
   for (int64_t j = 0; j < lm.count; ++j) {
     const int64_t chunk = (first_pos + lm.first + j * S) / S;
+    // Exactly min(k, chunk) distinct earlier chunks with finite weights (the
+    // kernel answers -1 / NaN when its workspace does not cover the limit).
+    const int64_t expected = std::min(k, chunk);
     Retrieval r;
     for (int64_t i = 0; i < k; ++i) {
       const int64_t c = chunks[j * k + i];
       if (c < 0) break;
-      if (c >= chunk) {
-        return absl::InternalError(absl::StrCat("landmark top-k returned chunk ", c,
-                                                " for the landmark of chunk ", chunk));
+      const float w = weights[j * k + i];
+      if (c >= chunk || !std::isfinite(w) ||
+          std::find(r.chunks.begin(), r.chunks.end(), c) != r.chunks.end()) {
+        return absl::InternalError(absl::StrCat("landmark top-k returned chunk ", c, " (weight ",
+                                                w, ") for the landmark of chunk ", chunk));
       }
       r.chunks.push_back(c);
-      r.weights.push_back(weights[j * k + i]);
+      r.weights.push_back(w);
+    }
+    if (static_cast<int64_t>(r.chunks.size()) != expected) {
+      return absl::InternalError(absl::StrCat("landmark top-k returned ", r.chunks.size(),
+                                              " chunks for the landmark of chunk ", chunk, ", ",
+                                              expected, " expected"));
     }
     if (observer_) observer_(chunk, group, r);
     made.served.emplace_back(chunk + 1, std::move(r));
@@ -133,8 +147,14 @@ absl::Status CudaSession::PrepareGroupChunks(int64_t group, int64_t first_pos, i
   std::vector<int> slots;
   DRT_RETURN_IF_ERROR(FetchChunks(group, request, &slots));
 
-  std::vector<int32_t> table(num_query_chunks * k, -1);
-  std::vector<float> table_weights(num_query_chunks * k, 0.f);
+  // The group's pinned staging region; its previous upload must be done.
+  DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploads_done_[group].get()),
+                           "waiting for the group's previous uploads");
+  const int64_t entries = num_query_chunks * k;
+  int32_t* table = buffers_.slot_table_host.get() + group * sizes_.max_query_chunks * k;
+  float* table_weights = buffers_.slot_weights_host.get() + group * sizes_.max_query_chunks * k;
+  std::fill_n(table, entries, -1);
+  std::fill_n(table_weights, entries, 0.f);
   size_t next = 0;
   for (int64_t q = 0; q < num_query_chunks; ++q) {
     for (size_t i = 0; i < serving[q]->chunks.size(); ++i) {
@@ -143,14 +163,16 @@ absl::Status CudaSession::PrepareGroupChunks(int64_t group, int64_t first_pos, i
     }
   }
   cudaStream_t stream = compute_stream_.get();
-  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.slot_table.get(), table.data(),
-                                           table.size() * sizeof(int32_t),
-                                           cudaMemcpyHostToDevice, stream),
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.slot_table.get(), table,
+                                           entries * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                           stream),
                            "uploading the GCA slot table");
-  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.slot_weights.get(), table_weights.data(),
-                                           table_weights.size() * sizeof(float),
-                                           cudaMemcpyHostToDevice, stream),
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.slot_weights.get(), table_weights,
+                                           entries * sizeof(float), cudaMemcpyHostToDevice,
+                                           stream),
                            "uploading the GCA weights");
+  DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploads_done_[group].get(), stream),
+                           "recording the group's uploads");
   // The first GCA of the group waits here for the copies (issued now or by
   // the prefetch at the end of the previous segment) and no earlier.
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetched_[group].get(), 0),

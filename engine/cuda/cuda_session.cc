@@ -53,12 +53,12 @@ absl::Status CudaSession::Init() {
     if (!made.ok()) return made.status();
     *s = *std::move(made);
   }
-  for (Event* e : {&encoded_, &stored_, &fetch_tail_}) {
+  for (Event* e : {&encoded_, &stored_, &fetch_tail_, &ids_uploaded_}) {
     auto made = Event::Create();
     if (!made.ok()) return made.status();
     *e = *std::move(made);
   }
-  for (auto* list : {&topk_ready_, &gca_done_, &fetched_}) {
+  for (auto* list : {&topk_ready_, &gca_done_, &fetched_, &uploads_done_}) {
     for (int64_t g = 0; g < sizes_.groups; ++g) {
       auto made = Event::Create();
       if (!made.ok()) return made.status();
@@ -196,10 +196,16 @@ absl::Status CudaSession::RunSegment(absl::Span<const int32_t> ids) {
   cudaStream_t stream = compute_stream_.get();
   float* h = buffers_.h.get();
 
-  // Pageable source: the runtime stages it before returning.
-  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.ids.get(), ids.data(), n * sizeof(int32_t),
-                                           cudaMemcpyHostToDevice, stream),
+  // Through pinned staging (a pageable source may synchronise the stream);
+  // the previous segment's upload must have read it first.
+  DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ids_uploaded_.get()),
+                           "waiting for the previous id upload");
+  std::memcpy(buffers_.ids_host.get(), ids.data(), n * sizeof(int32_t));
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.ids.get(), buffers_.ids_host.get(),
+                                           n * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
                            "uploading token ids");
+  DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ids_uploaded_.get(), stream),
+                           "recording the id upload");
   DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchEmbeddingGather(buffers_.ids.get(), static_cast<int>(n),
                                                           weights_.embed_tokens,
                                                           static_cast<int>(d), h, stream),
@@ -341,6 +347,11 @@ SessionMemory CudaSession::memory() const {
     m.selection_bytes +=
         r.chunks.capacity() * sizeof(int64_t) + r.weights.capacity() * sizeof(float);
   }
+  // The session's page-locked staging (top-k results, uploads, 64 rows of
+  // logits: 13 MB at a 50K vocabulary) is host memory too. SessionMemory has
+  // no kind for it; it is bounded like the selections, so it is counted there
+  // rather than left out of total(), which the server budgets.
+  m.selection_bytes += buffers_.pinned_bytes();
   m.device_bytes = buffers_.device_bytes() + landmarks_.bytes() + topk_workspace_.bytes();
   return m;
 }

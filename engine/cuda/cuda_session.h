@@ -103,6 +103,10 @@ class CudaSession final : public BackendSession {
   std::vector<Event> topk_ready_;  // per group: top-k results in pinned memory
   std::vector<Event> gca_done_;    // per group: last GCA reading its slots done
   std::vector<Event> fetched_;     // per group: its latest chunk copies done
+  // Compute-stream uploads from the pinned staging buffers done; the host
+  // waits for them before it rewrites a staging region.
+  Event ids_uploaded_;               // token ids
+  std::vector<Event> uploads_done_;  // per group: landmark limits and slot table
   SessionBuffers buffers_;
   DeviceArray<float> landmarks_;   // [capacity][d] fp32, grown by doubling
   DeviceArray<char> topk_workspace_;

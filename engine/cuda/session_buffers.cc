@@ -60,6 +60,7 @@ absl::StatusOr<SessionBuffers> SessionBuffers::Create(const SessionSizes& s, boo
   DRT_ALLOC(final_normed, bf16, s.logit_rows * d);
   DRT_ALLOC(logits, float, s.logit_rows * s.vocab);
   DRT_ALLOC_PINNED(logits_host, float, s.logit_rows * s.vocab);
+  DRT_ALLOC_PINNED(ids_host, int32_t, rows);
   if (with_gca) {
     DRT_ALLOC(enc_x, float, rows * d);
     DRT_ALLOC(enc_k, bf16, rows * d);
@@ -74,6 +75,9 @@ absl::StatusOr<SessionBuffers> SessionBuffers::Create(const SessionSizes& s, boo
     DRT_ALLOC_PINNED(topk_weights_host, float, s.groups * qc * k);
     DRT_ALLOC(slot_table, int32_t, qc * k);
     DRT_ALLOC(slot_weights, float, qc * k);
+    DRT_ALLOC_PINNED(lmk_limits_host, int64_t, s.groups * qc);
+    DRT_ALLOC_PINNED(slot_table_host, int32_t, s.groups * qc * k);
+    DRT_ALLOC_PINNED(slot_weights_host, float, s.groups * qc * k);
   }
   DRT_ALLOC(open_chunk, float, s.chunk * d);
 #undef DRT_ALLOC
@@ -117,7 +121,9 @@ size_t SessionBuffers::device_bytes() const {
 }
 
 size_t SessionBuffers::pinned_bytes() const {
-  return topk_chunks_host.bytes() + topk_weights_host.bytes() + logits_host.bytes();
+  return topk_chunks_host.bytes() + topk_weights_host.bytes() + logits_host.bytes() +
+         ids_host.bytes() + lmk_limits_host.bytes() + slot_table_host.bytes() +
+         slot_weights_host.bytes();
 }
 
 }  // namespace drt::cuda

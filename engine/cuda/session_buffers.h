@@ -71,6 +71,14 @@ struct SessionBuffers {
   PinnedArray<float> topk_weights_host;
   DeviceArray<int32_t> slot_table;    // [max_query_chunks][topk]
   DeviceArray<float> slot_weights;
+  // Pinned staging of the host -> device uploads (a pageable source may make
+  // cudaMemcpyAsync synchronise with the stream). Each region is rewritten
+  // only after the event guarding its previous upload has completed
+  // (CudaSession::ids_uploaded_, uploads_done_).
+  PinnedArray<int32_t> ids_host;            // [max_rows]
+  PinnedArray<int64_t> lmk_limits_host;     // [groups][max_query_chunks]
+  PinnedArray<int32_t> slot_table_host;     // [groups][max_query_chunks][topk]
+  PinnedArray<float> slot_weights_host;     // [groups][max_query_chunks][topk]
   // Logits of one batch of rows.
   DeviceArray<bf16> final_normed;  // [logit_rows][d]
   DeviceArray<float> logits;       // [logit_rows][V]
@@ -82,6 +90,7 @@ struct SessionBuffers {
   std::vector<GroupChunkBuffer> group_chunks;
 
   size_t device_bytes() const;
+  // Page-locked host staging (top-k results, uploads, logits).
   size_t pinned_bytes() const;
 };
 

@@ -102,6 +102,7 @@ TEST_CASE("cuda: a fork continues like the original and shares the chunk store",
   const auto prefix = testing::RandomTokens(config, 9 * 63 + 20, 22);
   const auto tail_a = testing::RandomTokens(config, 3 * 63 + 5, 23);
   const auto tail_b = testing::RandomTokens(config, 2 * 63 + 40, 24);
+  const auto more = testing::RandomTokens(config, 70, 25);
   const int64_t V = config.vocab_size;
   auto backend = MakeCudaBackend(config, weights, CudaBackendOptions{});
   REQUIRE(backend.ok());
@@ -112,24 +113,47 @@ TEST_CASE("cuda: a fork continues like the original and shares the chunk store",
   REQUIRE(fork.ok());
   CHECK((*fork)->backend_session().memory().shared_bytes > 0);
   CHECK((*fork)->backend_session().position() == (*original)->backend_session().position());
+  CHECK((*fork)->backend_session().stats().d2h_bytes == 0);  // a fork starts at zero
 
-  // The two sessions go different ways; each must match a fresh session fed
-  // its whole sequence.
-  const auto a = AppendAll(**original, tail_a, 7);
-  const auto b = AppendAll(**fork, tail_b, 1);
-  for (const auto& [tail, got] : {std::pair{tail_a, a}, std::pair{tail_b, b}}) {
-    std::vector<int32_t> all = prefix;
-    all.insert(all.end(), tail.begin(), tail.end());
+  // The two sessions go different ways, interleaved piece by piece (any
+  // device buffer or store record they wrongly shared would mix them up);
+  // each must match a fresh session fed its whole sequence.
+  std::vector<float> a, b;
+  for (size_t done_a = 0, done_b = 0; done_a < tail_a.size() || done_b < tail_b.size();) {
+    if (done_a < tail_a.size()) {
+      const size_t n = std::min<size_t>(7, tail_a.size() - done_a);
+      const auto got = AppendAll(**original, absl::MakeConstSpan(tail_a).subspan(done_a, n), n);
+      a.insert(a.end(), got.begin(), got.end());
+      done_a += n;
+    }
+    if (done_b < tail_b.size()) {
+      const auto got = AppendAll(**fork, absl::MakeConstSpan(tail_b).subspan(done_b, 1), 1);
+      b.insert(b.end(), got.begin(), got.end());
+      done_b += 1;
+    }
+  }
+  // The original still works after its fork is gone.
+  fork->reset();
+  const auto after = AppendAll(**original, more, 70);
+  a.insert(a.end(), after.begin(), after.end());
+
+  std::vector<int32_t> all_a = prefix, all_b = prefix;
+  all_a.insert(all_a.end(), tail_a.begin(), tail_a.end());
+  all_a.insert(all_a.end(), more.begin(), more.end());
+  all_b.insert(all_b.end(), tail_b.begin(), tail_b.end());
+  auto cpu_backend = MakeCpuBackend(config, weights);
+  for (const auto& [all, got] : {std::pair{all_a, a}, std::pair{all_b, b}}) {
     auto fresh = Session::Create(**backend);
     REQUIRE(fresh.ok());
     const auto expected = AppendAll(**fresh, all, all.size());
     const std::vector<float> expected_tail(expected.end() - got.size(), expected.end());
     CHECK(WorstRowDifference(got, expected_tail, V) <= 2e-2);
+    auto cpu = Session::Create(*cpu_backend);
+    REQUIRE(cpu.ok());
+    const auto reference = AppendAll(**cpu, all, all.size());
+    const std::vector<float> reference_tail(reference.end() - got.size(), reference.end());
+    CHECK(WorstRowDifference(got, reference_tail, V) <= 2e-2);
   }
-  // The original still works after its fork is gone.
-  fork->reset();
-  const auto more = testing::RandomTokens(config, 70, 25);
-  AppendAll(**original, more, 70);
 }
 
 TEST_CASE("cuda: bad input is refused and leaves the session usable", "[cuda]") {
@@ -145,19 +169,59 @@ TEST_CASE("cuda: bad input is refused and leaves the session usable", "[cuda]") 
   const int64_t row[] = {0};
   CHECK((*session)->Forward(bad, row, absl::MakeSpan(logits)).code() ==
         absl::StatusCode::kInvalidArgument);
+  const int32_t negative[] = {5, -1};
+  CHECK((*session)->Forward(negative, {}, {}).code() == absl::StatusCode::kInvalidArgument);
   const int32_t landmark[] = {static_cast<int32_t>(config.chunk_id)};
   CHECK((*session)->Forward(landmark, {}, {}).code() == absl::StatusCode::kInvalidArgument);
   const int32_t good[] = {5};
+  const int64_t outside[] = {1};
+  CHECK((*session)->Forward(good, outside, absl::MakeSpan(logits)).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK((*session)->Forward(good, row, absl::MakeSpan(logits).subspan(1)).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK((*session)->position() == 0);
   CHECK((*session)->Forward(good, row, absl::MakeSpan(logits)).ok());
   CHECK((*session)->position() == 1);
+
+  // A whole chunk, then a logit row on its landmark: refused, nothing run.
+  std::vector<int32_t> chunk(62, 7);
+  chunk.push_back(static_cast<int32_t>(config.chunk_id));
+  const int64_t landmark_row[] = {62};
+  CHECK((*session)->Forward(chunk, landmark_row, absl::MakeSpan(logits)).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK((*session)->position() == 1);
+  CHECK((*session)->Forward(chunk, {}, {}).ok());
+  CHECK((*session)->num_chunks() == 1);
+
+  // More chunks than the landmark top-k handles (2^20): refused up front
+  // with OUT_OF_RANGE, the session unchanged and usable.
+  const int64_t too_many = (int64_t{1} << 20) * 64 + 64 - (*session)->position();
+  std::vector<int32_t> huge(too_many, 7);
+  for (int64_t i = 0; i < too_many; ++i) {
+    if (((*session)->position() + i) % 64 == 63) huge[i] = static_cast<int32_t>(config.chunk_id);
+  }
+  CHECK((*session)->Forward(huge, {}, {}).code() == absl::StatusCode::kOutOfRange);
+  CHECK((*session)->position() == 64);
+  CHECK((*session)->Forward(good, row, absl::MakeSpan(logits)).ok());
 }
 
-TEST_CASE("cuda: a config the kernels do not support is refused", "[cuda]") {
-  if (!testing::HaveGpu()) return;
-  const ModelConfig config = testing::TinyConfig();  // 8-position chunks
-  const ModelWeights weights = testing::RandomWeights(config, 41);
-  auto backend = MakeCudaBackend(config, weights, CudaBackendOptions{});
-  CHECK(backend.status().code() == absl::StatusCode::kInvalidArgument);
+TEST_CASE("cuda: a config or option the kernels do not support is refused", "[cuda]") {
+  // Checked before any device is touched: runs without a GPU too.
+  const ModelWeights tiny_weights = testing::RandomWeights(testing::TinyConfig(), 41);
+  auto backend = MakeCudaBackend(testing::TinyConfig(), tiny_weights, CudaBackendOptions{});
+  CHECK(backend.status().code() == absl::StatusCode::kInvalidArgument);  // 8-position chunks
+  const ModelConfig config = Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 42);
+  for (int64_t segment : {int64_t{0}, int64_t{1} << 17}) {
+    CudaBackendOptions options;
+    options.max_segment_positions = segment;
+    CHECK(MakeCudaBackend(config, weights, options).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  }
+  ModelConfig wide_topk = config;
+  wide_topk.chunk_topk = 33;
+  CHECK(MakeCudaBackend(wide_topk, weights, CudaBackendOptions{}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("cuda: disable_gca runs the base LM without retrieval", "[cuda]") {
@@ -165,6 +229,7 @@ TEST_CASE("cuda: disable_gca runs the base LM without retrieval", "[cuda]") {
   const ModelConfig config = Chunk64Config();
   const ModelWeights weights = testing::RandomWeights(config, 51);
   const auto tokens = testing::RandomTokens(config, 5 * 63, 52);
+  const int64_t V = config.vocab_size;
   CudaBackendOptions options;
   options.disable_gca = true;
   auto backend = MakeCudaBackend(config, weights, options);
@@ -180,6 +245,25 @@ TEST_CASE("cuda: disable_gca runs the base LM without retrieval", "[cuda]") {
   CHECK(stats.h2d_bytes == 0);
   CHECK(stats.d2h_bytes == 0);
   CHECK((*session)->backend_session().memory().chunk_store_bytes == 0);
+
+  // Chunks 0 and 1 have no retrieval, so there the base LM is the model
+  // (GCA output zero: h = r + MLP(RMSNorm2(r))); from chunk 2 on GCA must
+  // change the logits by more than the parity tolerance, else the parity
+  // tests could not tell a working GCA from none.
+  auto cpu_backend = MakeCpuBackend(config, weights);
+  auto cpu = Session::Create(*cpu_backend);
+  REQUIRE(cpu.ok());
+  const auto reference = AppendAll(**cpu, tokens, tokens.size());
+  const size_t early = 2 * 63 * V;
+  const double early_worst =
+      WorstRowDifference(std::vector<float>(logits.begin(), logits.begin() + early),
+                         std::vector<float>(reference.begin(), reference.begin() + early), V);
+  const double late_worst =
+      WorstRowDifference(std::vector<float>(logits.begin() + early, logits.end()),
+                         std::vector<float>(reference.begin() + early, reference.end()), V);
+  INFO("chunks 0-1: " << early_worst << ", chunks 2-4: " << late_worst);
+  CHECK(early_worst <= 2e-2);
+  CHECK(late_worst > 2e-2);
 }
 
 }  // namespace

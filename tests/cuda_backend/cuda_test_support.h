@@ -43,6 +43,8 @@ inline void Record(BackendSession& s, RetrievalLog& log) {
 inline int64_t CompareRetrievals(const RetrievalLog& cpu, const RetrievalLog& gpu,
                                  double score_margin = 0.05, double weight_tolerance = 3e-2) {
   int64_t identical = 0;
+  // One selection per landmark and group on both sides, no extra ones.
+  CHECK(gpu.size() == cpu.size());
   for (const auto& [key, c] : cpu) {
     INFO("chunk " << key.first << " group " << key.second);
     auto it = gpu.find(key);
