@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "engine/cpu/kernels.h"
+#include "engine/forward_input.h"
 
 namespace drt::cpu {
 namespace {
@@ -46,37 +47,9 @@ absl::Status CpuSession::Forward(absl::Span<const int32_t> ids,
   const int64_t V = config_.vocab_size;
   const int64_t d = config_.hidden_size;
   const int64_t n = static_cast<int64_t>(ids.size());
-  if (static_cast<int64_t>(logits.size()) != static_cast<int64_t>(logit_rows.size()) * V) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "logits buffer holds %d floats, %d rows x vocab %d needed", logits.size(),
-        logit_rows.size(), V));
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t id = ids[i];
-    const int64_t pos = position_ + i;
-    if (id < 0 || id >= V) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "token id %d at decoder position %d is outside the vocabulary [0, %d)", id, pos, V));
-    }
-    const bool landmark_slot = pos % S == S - 1;
-    if (landmark_slot && id != config_.chunk_id) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "decoder position %d must hold the landmark id %d, got %d", pos, config_.chunk_id, id));
-    }
-    if (!landmark_slot && id == config_.chunk_id && config_.chunk_id != config_.pad_id) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "landmark id %d at decoder position %d, which is not a chunk end", id, pos));
-    }
-  }
-  for (int64_t row : logit_rows) {
-    if (row < 0 || row >= n) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("logit row %d outside the %d positions given", row, n));
-    }
-    if ((position_ + row) % S == S - 1) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("logit row %d is a landmark position; its logits are never computed", row));
-    }
+  if (absl::Status input = CheckForwardInput(config_, position_, ids, logit_rows, logits.size());
+      !input.ok()) {
+    return input;
   }
 
   const int64_t max_segment = std::max(S, options_.max_segment_positions / S * S);
