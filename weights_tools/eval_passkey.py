@@ -7,7 +7,8 @@ Haystacks are drt-niah's (bench/niah/passkey_haystack.cc: phase-0 filler, the
 needle on a filler-unit boundary, "What is the pass key? The pass key is" at
 the end), keys of 5 digits without a leading zero. Each is scored with and
 without padding the question to the chunk boundary (the engine's
-pad_to_chunk_boundary). Greedy decoding is checked under teacher forcing,
+pad_to_chunk_boundary), and also scored by the answer's log-probability (a
+margin finer than exact match). Greedy decoding is checked under teacher forcing,
 which is exact for greedy (see train_passkey.py). --fast uses drt_fast's
 kernels (the same math, checked against the reference at start).
 """
@@ -26,7 +27,10 @@ import passkey_data as P
 
 @torch.no_grad()
 def run(model, length, depth, keys, pad, batch):
+    """(exact greedy answers, the answers' log-probabilities: the sum over the
+    six answer tokens, space and five digits, of log p(target))."""
     correct = 0
+    logprobs = []
     for s in range(0, len(keys), batch):
         part = [P.eval_example(length, depth, k, pad) for k in keys[s:s + batch]]
         width = max(len(t) for t, _, _ in part)
@@ -37,7 +41,9 @@ def run(model, length, depth, keys, pad, batch):
             logits[:, [P.PAD_ID, P.CHUNK_ID]] = float("-inf")
             pred = logits.argmax(-1).numpy()
             correct += bool((pred[:6] == y[a - 1:a + 5]).all() and not (48 <= pred[6] <= 57))
-    return correct
+            target = torch.from_numpy(y[a - 1:a + 5])
+            logprobs.append(float(torch.log_softmax(logits[:6], -1).gather(1, target[:, None]).sum()))
+    return correct, logprobs
 
 
 def main(argv=None):
@@ -67,14 +73,17 @@ def main(argv=None):
             row = {"length": length, "depth": depth, "trials": args.trials}
             for pad in (True, False):
                 t0 = time.time()
-                row["pad" if pad else "nopad"] = run(model, length, depth, keys, pad, args.batch)
+                mode = "pad" if pad else "nopad"
+                row[mode], logprobs = run(model, length, depth, keys, pad, args.batch)
+                row["answer_logprob_" + mode] = round(float(np.mean(logprobs)), 4)
                 row["seconds_" + ("pad" if pad else "nopad")] = round(time.time() - t0, 1)
             results.append(row)
             print(json.dumps(row), flush=True)
     for mode in ("pad", "nopad"):
         for length in sorted({r["length"] for r in results}):
             rows = [r for r in results if r["length"] == length]
-            print(f"{mode:5s} length {length:8d}: {sum(r[mode] for r in rows)}/{sum(r['trials'] for r in rows)}")
+            print(f"{mode:5s} length {length:8d}: {sum(r[mode] for r in rows)}/{sum(r['trials'] for r in rows)}, "
+                  f"mean answer log-probability {np.mean([r['answer_logprob_' + mode] for r in rows]):.4f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
