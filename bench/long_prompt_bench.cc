@@ -61,6 +61,33 @@ size_t PeakRssBytes() {
   return 0;
 }
 
+// Parameters a decode step reads once each (the tied output head is the
+// embedding, read whole for the logits; the embedding gather reads one row).
+int64_t ParameterCount(const drt::ModelWeights& w) {
+  int64_t n = 0;
+  const auto layer = [&](const drt::LayerWeights& l) {
+    for (const auto* v : {&l.input_layernorm, &l.post_attention_layernorm, &l.self_attn.q_proj,
+                          &l.self_attn.k_proj, &l.self_attn.v_proj, &l.self_attn.o_proj,
+                          &l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) {
+      n += static_cast<int64_t>(v->size());
+    }
+  };
+  for (const auto* v : {&w.embed_tokens, &w.lm_head, &w.norm, &w.enc_prenorm, &w.encoder_norm,
+                        &w.chunk_k_proj, &w.chunk_v_proj}) {
+    n += static_cast<int64_t>(v->size());
+  }
+  for (const auto& l : w.lower_layers) layer(l);
+  for (const auto& l : w.encoder_layers) layer(l);
+  for (const auto& group : w.upper_layers) {
+    for (const auto& u : group) {
+      layer(u.base);
+      n += static_cast<int64_t>(u.gca.pre_norm.size() + u.gca.q_proj.size() + u.gca.o_proj.size());
+    }
+  }
+  for (const auto& v : w.lmk_norms) n += static_cast<int64_t>(v.size());
+  return n;
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -105,6 +132,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<drt::Backend> backend = *std::move(made);
+  // The decode step's floor: every bf16 weight read once from device memory.
+  const double weight_bytes_bf16 = 2.0 * ParameterCount((*model)->weights());
+  double gpu_bandwidth = 0;
+  if (*device == drt::Device::kCuda) {
+    auto bandwidth = drt::MeasureGpuMemoryBandwidth(options.cuda.device_index);
+    if (!bandwidth.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(bandwidth.status().message()).c_str());
+      return 1;
+    }
+    gpu_bandwidth = *bandwidth;
+    std::printf("GPU copy bandwidth %.0f GB/s; bf16 weights %.1f MB: weight-read floor %.3f ms per "
+                "token\n",
+                gpu_bandwidth / 1e9, weight_bytes_bf16 / 1e6, 1e3 * weight_bytes_bf16 / gpu_bandwidth);
+  }
 
   const int64_t want = absl::GetFlag(FLAGS_prompt_tokens);
   const std::string question = " What is the color of the sky? The sky is";
@@ -213,10 +254,12 @@ int main(int argc, char** argv) {
               st.d2h_bytes / 1048576.0);
   std::printf("bench_result device=%s disable_gca=%d context_tokens=%ld prefill_tokens_per_s=%.1f "
               "decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu session_device_bytes=%zu "
-              "session_host_bytes=%zu peak_rss_bytes=%zu h2d_bytes_per_token=%.0f\n",
+              "session_host_bytes=%zu peak_rss_bytes=%zu h2d_bytes_per_token=%.0f "
+              "weight_bytes_bf16=%.0f gpu_copy_bytes_per_s=%.0f weight_read_floor_ms=%.4f\n",
               backend->name().c_str(), absl::GetFlag(FLAGS_disable_gca) ? 1 : 0,
               static_cast<long>(prompt.size()), prompt.size() / prefill_s, Median(token_ms),
               token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
-              mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token);
+              mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes_bf16,
+              gpu_bandwidth, gpu_bandwidth > 0 ? 1e3 * weight_bytes_bf16 / gpu_bandwidth : 0.0);
   return 0;
 }

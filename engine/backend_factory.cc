@@ -35,6 +35,14 @@ bool CudaBackendBuilt() {
 #endif
 }
 
+absl::StatusOr<double> MeasureGpuMemoryBandwidth(int device_index) {
+#ifdef DRT_WITH_CUDA
+  return cuda::MeasureCopyBandwidth(device_index);
+#else
+  return absl::FailedPreconditionError("this build has no CUDA backend");
+#endif
+}
+
 absl::StatusOr<DeviceChoice> ResolveDevice(Device requested, int device_index) {
   switch (requested) {
     case Device::kCpu:

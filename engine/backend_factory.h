@@ -39,6 +39,11 @@ struct DeviceChoice {
 };
 absl::StatusOr<DeviceChoice> ResolveDevice(Device requested, int device_index = 0);
 
+// GPU `device_index`'s memory bandwidth in bytes/s (timed device-to-device
+// copies): what benchmarks divide the weight bytes by for the decode step's
+// weight-read floor. FAILED_PRECONDITION in a build without CUDA.
+absl::StatusOr<double> MeasureGpuMemoryBandwidth(int device_index);
+
 // ResolveDevice, then the backend. The model must outlive the backend.
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const ModelConfig& config,
                                                      const ModelWeights& weights,

@@ -14,5 +14,10 @@ namespace drt::cuda {
 absl::StatusOr<int> CudaDeviceCount();
 // "name (sm_XY, N MiB)" of device `index`.
 absl::StatusOr<std::string> CudaDeviceDescription(int index);
+// Device memory bandwidth in bytes per second, measured by timing
+// device-to-device copies of `bytes` (read + write counted): the figure the
+// decode step's weight-read floor is computed from. Median of `repeats`.
+absl::StatusOr<double> MeasureCopyBandwidth(int index, size_t bytes = size_t{1} << 30,
+                                            int repeats = 9);
 
 }  // namespace drt::cuda

@@ -123,17 +123,20 @@ for ctx in $contexts; do
   echo "== context $ctx tokens" >&2
   gca=$(run_bench --prompt_tokens "$ctx")
   base=$(run_bench --prompt_tokens "$ctx" --disable_gca)
+  floor=$(field weight_read_floor_ms "$gca")
   rows+=("$ctx|$(field prefill_tokens_per_s "$gca")|$(field decode_ms_median "$gca")|$(field decode_ms_median "$base")|$(field gpu_peak_mib "$gca")|$(field session_host_bytes "$gca")|$(field peak_rss_bytes "$gca")|$(field h2d_bytes_per_token "$gca")")
 done
 
 echo
 echo "drt-bench, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), model: 128M config" \
      "(random bf16 weights), $generate generated tokens per context, greedy"
-printf '%-10s %14s %12s %16s %10s %14s %14s %14s\n' context prefill_tok/s decode_ms \
-  decode_ms_no_gca gpu_MiB session_host_MiB peak_rss_MiB h2d_B/token
+echo "weight-read floor (bf16 weights / measured device copy bandwidth): $floor ms per token"
+printf '%-10s %14s %10s %10s %10s %16s %10s %14s %14s %12s\n' context prefill_tok/s decode_ms \
+  x_floor x_no_gca decode_ms_no_gca gpu_MiB session_host_MiB peak_rss_MiB h2d_B/token
 for row in "${rows[@]}"; do
   IFS='|' read -r ctx prefill decode base gpu host rss h2d <<<"$row"
-  printf '%-10s %14.0f %12.3f %16.3f %10s %14.0f %14.0f %14.0f\n' "$ctx" "$prefill" "$decode" \
-    "$base" "$gpu" "$(awk -v b="$host" 'BEGIN{print b/1048576}')" \
-    "$(awk -v b="$rss" 'BEGIN{print b/1048576}')" "$h2d"
+  printf '%-10s %14.0f %10.3f %10.2f %10.2f %16.3f %10s %14.0f %14.0f %12.0f\n' "$ctx" "$prefill" \
+    "$decode" "$(awk -v a="$decode" -v b="$floor" 'BEGIN{print (b > 0) ? a/b : 0}')" \
+    "$(awk -v a="$decode" -v b="$base" 'BEGIN{print (b > 0) ? a/b : 0}')" "$base" "$gpu" \
+    "$(awk -v b="$host" 'BEGIN{print b/1048576}')" "$(awk -v b="$rss" 'BEGIN{print b/1048576}')" "$h2d"
 done
