@@ -14,6 +14,7 @@
 #include "engine/model_dir.h"
 #include "engine/safetensors.h"
 #include "engine/session.h"
+#include "tests/test_util/fixture_dirs.h"
 #include "tests/test_util/random_model.h"
 
 namespace drt {
@@ -49,16 +50,6 @@ Golden LoadGolden(const std::string& path) {
   g.retrieval_indices = *indices;
   g.retrieval_weights = *weights;
   return g;
-}
-
-std::vector<std::string> FixtureDirs() {
-  std::vector<std::string> dirs;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(DRT_SOURCE_DIR) + "/tests/fixtures")) {
-    if (std::filesystem::exists(entry.path() / "golden.safetensors")) dirs.push_back(entry.path());
-  }
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
 }
 
 void CheckFixture(const std::string& dir, const std::vector<int64_t>& pieces_pattern) {
@@ -127,14 +118,16 @@ void CheckFixture(const std::string& dir, const std::vector<int64_t>& pieces_pat
 }
 
 TEST_CASE("golden parity with the Python reference: whole-prompt prefill", "[golden]") {
-  const auto dirs = FixtureDirs();
+  const auto dirs = testing::GoldenFixtureDirs();
   REQUIRE(dirs.size() >= 3);
   for (const auto& dir : dirs) CheckFixture(dir, {1 << 30});
 }
 
 TEST_CASE("golden parity with the Python reference: uneven pieces and single tokens", "[golden]") {
   // Pieces that cut chunks anywhere, with runs of one-token decode steps.
-  for (const auto& dir : FixtureDirs()) CheckFixture(dir, {100, 1, 1, 1, 37, 1, 250, 63, 1, 5});
+  for (const auto& dir : testing::GoldenFixtureDirs()) {
+    CheckFixture(dir, {100, 1, 1, 1, 37, 1, 250, 63, 1, 5});
+  }
 }
 
 }  // namespace

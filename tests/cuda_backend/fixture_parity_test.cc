@@ -13,20 +13,11 @@
 #include "engine/safetensors.h"
 #include "engine/session.h"
 #include "tests/cuda_backend/cuda_test_support.h"
+#include "tests/test_util/fixture_dirs.h"
 #include "tests/test_util/random_model.h"
 
 namespace drt {
 namespace {
-
-std::vector<std::string> FixtureDirs() {
-  std::vector<std::string> dirs;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(DRT_SOURCE_DIR) + "/tests/fixtures")) {
-    if (std::filesystem::exists(entry.path() / "golden.safetensors")) dirs.push_back(entry.path());
-  }
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
-}
 
 std::vector<int32_t> GoldenTokens(const std::string& dir) {
   auto file = SafetensorsFile::Open(dir + "/golden.safetensors");
@@ -88,7 +79,7 @@ void CheckFixture(const std::string& dir, const std::vector<size_t>& pieces) {
 
 TEST_CASE("cuda backend matches the cpu backend on the fixtures: whole prompt", "[cuda]") {
   if (!testing::HaveGpu()) return;
-  const auto dirs = FixtureDirs();
+  const auto dirs = testing::GoldenFixtureDirs();
   REQUIRE(dirs.size() >= 3);
   for (const auto& dir : dirs) CheckFixture(dir, {size_t{1} << 30});
 }
@@ -96,7 +87,9 @@ TEST_CASE("cuda backend matches the cpu backend on the fixtures: whole prompt", 
 TEST_CASE("cuda backend matches the cpu backend on the fixtures: uneven pieces and decode",
           "[cuda]") {
   if (!testing::HaveGpu()) return;
-  for (const auto& dir : FixtureDirs()) CheckFixture(dir, {100, 1, 1, 1, 37, 1, 250, 63, 1, 5});
+  for (const auto& dir : testing::GoldenFixtureDirs()) {
+    CheckFixture(dir, {100, 1, 1, 1, 37, 1, 250, 63, 1, 5});
+  }
 }
 
 }  // namespace
