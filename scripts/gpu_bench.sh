@@ -9,6 +9,8 @@
 #   bash scripts/gpu_bench.sh                      everything
 #   CONTEXTS="16384 131072" bash scripts/gpu_bench.sh   fewer contexts
 #   SKIP_TESTS=1 bash scripts/gpu_bench.sh         the table only
+#   PREBUILT=1 bash scripts/gpu_bench.sh           use build-gpu and .devlibs made by
+#                                                  scripts/device_bundle.sh (no apt, no build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,13 +31,29 @@ build=${BUILD_DIR:-build-gpu}
 contexts=${CONTEXTS:-"16384 131072 1048576 4194304"}
 generate=${GENERATE:-32}
 
-bash scripts/install_deps.sh
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-if [[ ! -d "$build/tests/cuda_backend" ]]; then
-  echo "gpu_bench: CMake did not enable CUDA in $build (see 'drt: CUDA toolkit found')" >&2
-  exit 2
+if [[ -n "${PREBUILT:-}" ]]; then
+  # A lent GPU machine that cannot install packages: scripts/device_bundle.sh
+  # built $build on a Debian machine and downloaded the runtime libraries
+  # into .devlibs; unpack them beside, not over, the system's.
+  if [[ -d .devlibs ]]; then
+    mkdir -p /tmp/drt-devlibs
+    for deb in .devlibs/*.deb; do dpkg-deb -x "$deb" /tmp/drt-devlibs; done
+    export LD_LIBRARY_PATH="/tmp/drt-devlibs/usr/lib/x86_64-linux-gnu:/tmp/drt-devlibs/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  # The tests find their fixtures through the source path compiled into them.
+  src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+  if [[ -n "$src" && "$src" != "$PWD" && ! -e "$src" ]]; then
+    mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
+  fi
+else
+  bash scripts/install_deps.sh
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  if [[ ! -d "$build/tests/cuda_backend" ]]; then
+    echo "gpu_bench: CMake did not enable CUDA in $build (see 'drt: CUDA toolkit found')" >&2
+    exit 2
+  fi
+  cmake --build "$build" -j"$(nproc)"
 fi
-cmake --build "$build" -j"$(nproc)"
 
 if [[ -z "${SKIP_TESTS:-}" ]]; then
   echo "== ctest -L cuda"

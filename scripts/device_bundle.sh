@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Prepares, on a Debian 12 build machine without a GPU, what
+# `PREBUILT=1 bash scripts/gpu_bench.sh` needs on a lent GPU machine that can
+# neither install packages nor build with our Debian libraries: the CUDA test
+# executables and drt-bench built into build-gpu (sm_90 only: H100/H200), and
+# the .deb files of the libraries they load beyond glibc, libstdc++ and CUDA,
+# downloaded into .devlibs (unpacked there by gpu_bench.sh). Carry both:
+#   device run: carry ["build-gpu", ".devlibs"], command
+#     "PREBUILT=1 bash scripts/gpu_bench.sh"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+build=${BUILD_DIR:-build-gpu}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+if [[ ! -d "$build/tests/cuda_backend" ]]; then
+  echo "device_bundle: CMake did not enable CUDA in $build (is nvcc at /usr/local/cuda/bin?)" >&2
+  exit 2
+fi
+targets=(drt_cuda_kernel_tests drt_cuda_backend_tests drt-bench drt-niah)
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
+
+# The packages of every shared library the executables load, except the C
+# runtime and CUDA's own (the GPU machine has those).
+exes=("$build/tests/cuda/drt_cuda_kernel_tests" "$build/tests/cuda_backend/drt_cuda_backend_tests"
+      "$build/bench/drt-bench" "$build/bench/drt-niah")
+mapfile -t packages < <(
+  for exe in "${exes[@]}"; do ldd "$exe" | awk '$3 ~ /^\// {print $3}'; done | sort -u |
+    while read -r lib; do dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true; done |
+    cut -d: -f1 | sort -u | grep -v -x -e libc6 -e libgcc-s1 -e libstdc++6)
+mkdir -p .devlibs
+rm -f .devlibs/*.deb
+(cd .devlibs && apt-get download "${packages[@]}" >/dev/null)
+grep -qx '/.devlibs/' .git/info/exclude 2>/dev/null || echo '/.devlibs/' >> .git/info/exclude
+echo "device_bundle: ${packages[*]}"
+du -sh "$build" .devlibs
