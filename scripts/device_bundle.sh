@@ -29,7 +29,10 @@ mapfile -t packages < <(
     cut -d: -f1 | sort -u | grep -v -x -e libc6 -e libgcc-s1 -e libstdc++6)
 mkdir -p .devlibs
 rm -f .devlibs/*.deb
-(cd .devlibs && apt-get download "${packages[@]}" >/dev/null)
-grep -qx '/.devlibs/' .git/info/exclude 2>/dev/null || echo '/.devlibs/' >> .git/info/exclude
+# As root, apt warns that it downloads unsandboxed; harmless here.
+(cd .devlibs && apt-get download "${packages[@]}" >/dev/null 2>&1)
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.devlibs/' "$exclude" 2>/dev/null || echo '/.devlibs/' >> "$exclude"
 echo "device_bundle: ${packages[*]}"
 du -sh "$build" .devlibs
