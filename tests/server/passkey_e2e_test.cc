@@ -21,21 +21,11 @@ constexpr char kFiller[] =
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
 constexpr char kQuestion[] = "What is the pass key? The pass key is";
 
-struct BundledModel {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Backend> backend;
-  static BundledModel& Get() {
-    static BundledModel* loaded = [] {
-      auto* m = new BundledModel;
-      auto model = LoadModel(kModelDir);
-      if (!model.ok()) throw std::runtime_error(std::string(model.status().message()));
-      m->model = *std::move(model);
-      m->backend = MakeCpuBackend(m->model->config(), m->model->weights());
-      return m;
-    }();
-    return *loaded;
-  }
-};
+// Loaded once for the whole test binary.
+FixtureModel& BundledModel() {
+  static FixtureModel* bundled = new FixtureModel(FixtureModel::Load(kModelDir));
+  return *bundled;
+}
 
 // About `bytes` bytes (= tokens for this byte-level model): whole filler
 // sentences, the needle after `depth` of them, the question last.
@@ -59,7 +49,7 @@ std::vector<std::string> Pieces(const std::string& text, size_t piece) {
 
 TEST_CASE("Bundled model: a pass key in a 60,000-token haystack comes back over gRPC",
           "[server][passkey]") {
-  BundledModel& bundled = BundledModel::Get();
+  FixtureModel& bundled = BundledModel();
   ServiceOptions options = SmallOptions();
   options.model_name = "drt-passkey-byte";
   InProcessServer server(*bundled.model, *bundled.backend, options);
@@ -99,7 +89,7 @@ TEST_CASE("Bundled model: a pass key in a 60,000-token haystack comes back over 
 // sets the field overrides it: padding shows in the session's length.
 TEST_CASE("Bundled model: Generate pads by the model's default unless the request says",
           "[server][passkey]") {
-  BundledModel& bundled = BundledModel::Get();
+  FixtureModel& bundled = BundledModel();
   InProcessServer server(*bundled.model, *bundled.backend, SmallOptions());
   const std::string prompt(100, 'a');  // 100 tokens: the open chunk holds 37 of 63
   for (int mode = 0; mode < 3; ++mode) {  // 0: unset, 1: true, 2: false

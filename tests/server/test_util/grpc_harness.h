@@ -50,15 +50,17 @@ struct FixtureModel {
   std::unique_ptr<Backend> backend;
 
   static FixtureModel& Get() {
-    static FixtureModel* fixture = [] {
-      auto* f = new FixtureModel;
-      auto loaded = LoadModel(FixtureDir());
-      if (!loaded.ok()) throw std::runtime_error(std::string(loaded.status().message()));
-      f->model = *std::move(loaded);
-      f->backend = MakeCpuBackend(f->model->config(), f->model->weights());
-      return f;
-    }();
+    static FixtureModel* fixture = new FixtureModel(Load(FixtureDir()));
     return *fixture;
+  }
+  // The model in `dir` on the CPU backend; throws when it does not load.
+  static FixtureModel Load(const std::string& dir) {
+    FixtureModel f;
+    auto loaded = LoadModel(dir);
+    if (!loaded.ok()) throw std::runtime_error(std::string(loaded.status().message()));
+    f.model = *std::move(loaded);
+    f.backend = MakeCpuBackend(f.model->config(), f.model->weights());
+    return f;
   }
   int32_t vocab() const { return static_cast<int32_t>(model->config().vocab_size); }
   int32_t pad_id() const { return static_cast<int32_t>(model->config().pad_id); }
