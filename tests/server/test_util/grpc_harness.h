@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -224,9 +225,30 @@ inline drt::v1::AppendRequest TokensMessage(const std::string& session_id, const
   return request;
 }
 
-// Streams `tokens` into a session in pieces of the given sizes, reading the
-// server's answers on a second thread, and waits for the end of the call.
-// Every message names the session (allowed: it must match).
+// Runs one Append call: writes the messages `next` produces (it returns
+// false when there are no more), reading the server's answers on a second
+// thread, and waits for the end of the call.
+inline AppendResult RunAppend(drt::v1::Drt::Stub& stub, grpc::ClientContext& context,
+                              const std::function<bool(drt::v1::AppendRequest*)>& next) {
+  auto stream = stub.Append(&context);
+  AppendResult result;
+  std::thread reader([&] {
+    drt::v1::AppendResponse response;
+    while (stream->Read(&response)) {
+      if (response.has_progress()) result.progress.push_back(response.progress());
+      if (response.has_summary()) result.summary = response.summary();
+    }
+  });
+  drt::v1::AppendRequest request;
+  while (next(&request) && stream->Write(request)) request.Clear();
+  stream->WritesDone();
+  reader.join();
+  result.status = stream->Finish();
+  return result;
+}
+
+// Streams `tokens` into a session in pieces of the given sizes and waits for
+// the end of the call. Every message names the session (allowed: it must match).
 inline AppendResult AppendTokens(drt::v1::Drt::Stub& stub, const std::string& session_id,
                                  const std::vector<int32_t>& tokens,
                                  const std::vector<size_t>& pieces, const Metadata& metadata = {},
@@ -234,24 +256,13 @@ inline AppendResult AppendTokens(drt::v1::Drt::Stub& stub, const std::string& se
   grpc::ClientContext context;
   SetDeadline(context, deadline_seconds);
   AddMetadata(context, metadata);
-  auto stream = stub.Append(&context);
-  AppendResult result;
-  std::thread reader([&] {
-    drt::v1::AppendResponse response;
-    while (stream->Read(&response)) {
-      if (response.has_progress()) result.progress.push_back(response.progress());
-      if (response.has_summary()) result.summary = response.summary();
-    }
+  size_t piece = 0, done = 0;
+  return RunAppend(stub, context, [&](drt::v1::AppendRequest* request) {
+    if (piece == pieces.size()) return false;
+    *request = TokensMessage(session_id, tokens.data() + done, pieces[piece]);
+    done += pieces[piece++];
+    return true;
   });
-  size_t done = 0;
-  for (size_t piece : pieces) {
-    if (!stream->Write(TokensMessage(session_id, tokens.data() + done, piece))) break;
-    done += piece;
-  }
-  stream->WritesDone();
-  reader.join();
-  result.status = stream->Finish();
-  return result;
 }
 
 // as_bytes: send the pieces as text_bytes (they may cut UTF-8 characters).
@@ -259,29 +270,18 @@ inline AppendResult AppendTexts(drt::v1::Drt::Stub& stub, const std::string& ses
                                 const std::vector<std::string>& texts, bool as_bytes = false) {
   grpc::ClientContext context;
   SetDeadline(context, 120);
-  auto stream = stub.Append(&context);
-  AppendResult result;
-  std::thread reader([&] {
-    drt::v1::AppendResponse response;
-    while (stream->Read(&response)) {
-      if (response.has_progress()) result.progress.push_back(response.progress());
-      if (response.has_summary()) result.summary = response.summary();
-    }
-  });
-  for (size_t i = 0; i < texts.size(); ++i) {
-    drt::v1::AppendRequest request;
-    if (i == 0) request.set_session_id(session_id);
+  size_t i = 0;
+  return RunAppend(stub, context, [&](drt::v1::AppendRequest* request) {
+    if (i == texts.size()) return false;
+    if (i == 0) request->set_session_id(session_id);
     if (as_bytes) {
-      request.set_text_bytes(texts[i]);
+      request->set_text_bytes(texts[i]);
     } else {
-      request.set_text(texts[i]);
+      request->set_text(texts[i]);
     }
-    if (!stream->Write(request)) break;
-  }
-  stream->WritesDone();
-  reader.join();
-  result.status = stream->Finish();
-  return result;
+    ++i;
+    return true;
+  });
 }
 
 struct GenerateResult {
