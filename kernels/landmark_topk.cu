@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "kernels/retrieval_softmax.h"
+
 namespace drt::kernels {
 namespace {
 
@@ -216,15 +218,12 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) found_shared = found;
   __syncthreads();
   if (threadIdx.x != 0) return;
-  // Softmax over the selected scores, as engine/cpu Retrieve computes it.
-  float sum = 0.f;
-  for (int i = 0; i < found_shared; ++i) {
-    sel_s[i] = expf(sel_s[i] - sel_s[0]);
-    sum += sel_s[i];
-  }
+  // Softmax over the selected scores, as engine/cpu Retrieve computes it
+  // (kernels/retrieval_softmax.h keeps the best score before the loop).
+  SoftmaxOfBestFirstScores(sel_s, found_shared);
   for (int i = 0; i < topk; ++i) {
     chunks_out[i] = i < found_shared ? sel_c[i] : -1;
-    weights_out[i] = i < found_shared ? sel_s[i] / sum : 0.f;
+    weights_out[i] = i < found_shared ? sel_s[i] : 0.f;
   }
 }
 
