@@ -27,6 +27,7 @@ ABSL_FLAG(float, temperature, 0.f, "sampling temperature (0: greedy)");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or auto (auto picks cpu for now)");
 ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
+ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA number format: bf16 or fp32");
 ABSL_FLAG(bool, disable_gca, false,
           "CUDA only: the sliding-window base LM without retrieval (no encoder, no GCA); "
           "its output is not the model's, for timing comparisons");
@@ -118,6 +119,13 @@ int main(int argc, char** argv) {
   options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
   options.cuda.device_index = absl::GetFlag(FLAGS_cuda_device);
   options.cuda.disable_gca = absl::GetFlag(FLAGS_disable_gca);
+  auto precision = drt::ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision));
+  if (!precision.ok()) {
+    std::fprintf(stderr, "error: --cuda_precision: %s\n",
+                 std::string(precision.status().message()).c_str());
+    return 1;
+  }
+  options.cuda.precision = *precision;
   if (options.cuda.disable_gca && *device != drt::Device::kCuda) {
     std::fprintf(stderr, "error: --disable_gca needs --device=cuda\n");
     return 1;
@@ -132,8 +140,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<drt::Backend> backend = *std::move(made);
-  // The decode step's floor: every bf16 weight read once from device memory.
-  const double weight_bytes_bf16 = 2.0 * ParameterCount((*model)->weights());
+  // The decode step's floor: every weight read once from device memory, in the
+  // CUDA backend's storage type (2 bytes in bf16, 4 in fp32).
+  const double bytes_per_weight = options.cuda.precision == drt::CudaPrecision::kFp32 ? 4.0 : 2.0;
+  const double weight_bytes = bytes_per_weight * ParameterCount((*model)->weights());
+  const char* precision_name = drt::CudaPrecisionName(options.cuda.precision);
   double gpu_bandwidth = 0;
   if (*device == drt::Device::kCuda) {
     auto bandwidth = drt::MeasureGpuMemoryBandwidth(options.cuda.device_index);
@@ -142,9 +153,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     gpu_bandwidth = *bandwidth;
-    std::printf("GPU copy bandwidth %.0f GB/s; bf16 weights %.1f MB: weight-read floor %.3f ms per "
+    std::printf("GPU copy bandwidth %.0f GB/s; %s weights %.1f MB: weight-read floor %.3f ms per "
                 "token\n",
-                gpu_bandwidth / 1e9, weight_bytes_bf16 / 1e6, 1e3 * weight_bytes_bf16 / gpu_bandwidth);
+                gpu_bandwidth / 1e9, precision_name, weight_bytes / 1e6,
+                1e3 * weight_bytes / gpu_bandwidth);
   }
 
   const int64_t want = absl::GetFlag(FLAGS_prompt_tokens);
@@ -252,14 +264,15 @@ int main(int argc, char** argv) {
               st.h2d_bytes / 1048576.0, static_cast<long>(st.h2d_chunks), h2d_per_token,
               static_cast<long>(st.d2d_chunks), static_cast<long>(st.resident_hits),
               st.d2h_bytes / 1048576.0);
-  std::printf("bench_result device=%s disable_gca=%d context_tokens=%ld prefill_tokens_per_s=%.1f "
+  std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d context_tokens=%ld "
+              "prefill_tokens_per_s=%.1f "
               "decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu session_device_bytes=%zu "
               "session_host_bytes=%zu peak_rss_bytes=%zu h2d_bytes_per_token=%.0f "
-              "weight_bytes_bf16=%.0f gpu_copy_bytes_per_s=%.0f weight_read_floor_ms=%.4f\n",
-              backend->name().c_str(), absl::GetFlag(FLAGS_disable_gca) ? 1 : 0,
+              "weight_bytes=%.0f gpu_copy_bytes_per_s=%.0f weight_read_floor_ms=%.4f\n",
+              backend->name().c_str(), precision_name, absl::GetFlag(FLAGS_disable_gca) ? 1 : 0,
               static_cast<long>(prompt.size()), prompt.size() / prefill_s, Median(token_ms),
               token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
-              mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes_bf16,
-              gpu_bandwidth, gpu_bandwidth > 0 ? 1e3 * weight_bytes_bf16 / gpu_bandwidth : 0.0);
+              mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes,
+              gpu_bandwidth, gpu_bandwidth > 0 ? 1e3 * weight_bytes / gpu_bandwidth : 0.0);
   return 0;
 }

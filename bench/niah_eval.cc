@@ -33,6 +33,7 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of the random keys");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or auto (auto picks cpu for now)");
 ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
+ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA number format: bf16 or fp32");
 ABSL_FLAG(std::string, json, "", "write the results here as JSON");
 
 namespace {
@@ -96,6 +97,9 @@ int main(int argc, char** argv) {
   options.device = *device;
   options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
   options.cuda.device_index = absl::GetFlag(FLAGS_cuda_device);
+  auto precision = drt::ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision));
+  if (!precision.ok()) return Fail(precision.status());
+  options.cuda.precision = *precision;
   auto made = drt::MakeBackend((*model)->config(), (*model)->weights(), options);
   if (!made.ok()) return Fail(made.status());
   std::unique_ptr<drt::Backend> backend = *std::move(made);

@@ -27,6 +27,21 @@ const char* DeviceName(Device device) {
   return "unknown";
 }
 
+absl::StatusOr<CudaPrecision> ParseCudaPrecision(absl::string_view name) {
+  if (name == "bf16") return CudaPrecision::kBf16;
+  if (name == "fp32") return CudaPrecision::kFp32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown CUDA precision '", name, "': expected bf16 or fp32"));
+}
+
+const char* CudaPrecisionName(CudaPrecision precision) {
+  switch (precision) {
+    case CudaPrecision::kBf16: return "bf16";
+    case CudaPrecision::kFp32: return "fp32";
+  }
+  return "unknown";
+}
+
 bool CudaBackendBuilt() {
 #ifdef DRT_WITH_CUDA
   return true;

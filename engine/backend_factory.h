@@ -18,6 +18,11 @@ enum class Device { kCpu, kCuda, kAuto };
 absl::StatusOr<Device> ParseDevice(absl::string_view name);
 const char* DeviceName(Device device);
 
+// "bf16" or "fp32" (the CUDA backend's CudaPrecision); INVALID_ARGUMENT
+// naming the choices otherwise.
+absl::StatusOr<CudaPrecision> ParseCudaPrecision(absl::string_view name);
+const char* CudaPrecisionName(CudaPrecision precision);
+
 struct BackendOptions {
   Device device = Device::kCpu;
   CpuBackendOptions cpu;

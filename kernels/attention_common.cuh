@@ -72,7 +72,8 @@ __device__ inline float WarpSum(float v) {
   return v;
 }
 
-// 8 bf16 at a 16-byte aligned address, as fp32.
+// 8 elements at a 16-byte aligned address, as fp32. T is the storage type
+// (bf16 or float; kernels/elementwise.h).
 __device__ inline void Load8(const bf16* src, float out[8]) {
   const uint4 raw = *reinterpret_cast<const uint4*>(src);
   const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
@@ -84,17 +85,50 @@ __device__ inline void Load8(const bf16* src, float out[8]) {
   }
 }
 
-// Block-cooperative copy of `rows` rows of dh bf16 into dst[r * stride + :]
-// as fp32 times `scale`. row_ptr(r) gives the row's 16-byte aligned source,
-// or nullptr for a row of zeros. dh is a multiple of 8.
-template <class RowPtr>
+__device__ inline void Load8(const float* src, float out[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(src);
+  const float4 b = *reinterpret_cast<const float4*>(src + 4);
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = a.z;
+  out[3] = a.w;
+  out[4] = b.x;
+  out[5] = b.y;
+  out[6] = b.z;
+  out[7] = b.w;
+}
+
+// 2 elements at an address aligned to their size, as fp32.
+__device__ inline float2 Load2(const bf16* src) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src));
+}
+__device__ inline float2 Load2(const float* src) { return *reinterpret_cast<const float2*>(src); }
+
+__device__ inline float ToFloat(bf16 v) { return __bfloat162float(v); }
+__device__ inline float ToFloat(float v) { return v; }
+
+template <typename T>
+__device__ inline T FromFloat(float v);
+template <>
+__device__ inline bf16 FromFloat<bf16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ inline float FromFloat<float>(float v) {
+  return v;
+}
+
+// Block-cooperative copy of `rows` rows of dh elements into dst[r * stride + :]
+// as fp32 times `scale`. row_ptr(r) gives the row's 16-byte aligned source
+// (const T*), or nullptr for a row of zeros. dh is a multiple of 8.
+template <typename T, class RowPtr>
 __device__ void LoadRows(float* dst, int stride, int rows, int dh, float scale, RowPtr row_ptr) {
   const int vecs = dh / 8;
   for (int i = threadIdx.x; i < rows * vecs; i += blockDim.x) {
     const int r = i / vecs;
     const int c = (i - r * vecs) * 8;
     float* o = dst + r * stride + c;
-    const bf16* src = row_ptr(r);
+    const T* src = row_ptr(r);
     if (src == nullptr) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[e] = 0.f;
@@ -191,20 +225,21 @@ __device__ void AttendSubtile(const float* qs, const float* ks, const float* vs,
   __syncwarp();  // ps is rewritten by the next call
 }
 
-// Writes row r of the warp (dims lane + 32 t) as bf16: acc * factor.
-template <int T>
-__device__ inline void StoreRow(bf16* dst, int dh, const float (&acc)[T], float factor) {
+// Writes row r of the warp (dims lane + 32 t) in the storage type E: acc * factor.
+template <int T, typename E>
+__device__ inline void StoreRow(E* dst, int dh, const float (&acc)[T], float factor) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int t = 0; t < T; ++t) {
     const int d = lane + 32 * t;
-    if (d < dh) dst[d] = __float2bfloat16_rn(acc[t] * factor);
+    if (d < dh) dst[d] = FromFloat<E>(acc[t] * factor);
   }
 }
 
 // q . k for a query in shared memory (fp32, dh floats) and a key row of dh
-// bf16 in global memory (16-byte aligned).
-__device__ inline float DotSharedGlobal(const float* qs, const bf16* krow, int dh) {
+// elements (bf16 or float) in global memory (16-byte aligned).
+template <typename E>
+__device__ inline float DotSharedGlobal(const float* qs, const E* krow, int dh) {
   float s = 0.f;
   for (int c = 0; c < dh; c += 8) {
     float k[8];

@@ -16,14 +16,6 @@ unsigned GridFor(size_t n) {
   return static_cast<unsigned>(std::min<size_t>(std::max<size_t>(blocks, 1), 65535u * 8u));
 }
 
-__global__ void EmbeddingGatherKernel(const int32_t* __restrict__ ids, const bf16* __restrict__ table,
-                                      int d, float* __restrict__ out) {
-  const size_t row = blockIdx.x;
-  const bf16* src = table + static_cast<size_t>(ids[row]) * d;
-  float* dst = out + row * d;
-  for (int j = threadIdx.x; j < d; j += blockDim.x) dst[j] = __bfloat162float(src[j]);
-}
-
 template <typename In>
 __device__ float ToFloat(In v);
 template <>
@@ -46,10 +38,19 @@ __device__ bf16 FromFloat<bf16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
+template <typename T>
+__global__ void EmbeddingGatherKernel(const int32_t* __restrict__ ids, const T* __restrict__ table,
+                                      int d, float* __restrict__ out) {
+  const size_t row = blockIdx.x;
+  const T* src = table + static_cast<size_t>(ids[row]) * d;
+  float* dst = out + row * d;
+  for (int j = threadIdx.x; j < d; j += blockDim.x) dst[j] = ToFloat<T>(src[j]);
+}
+
 // One block per row. Sum of squares in fp32 with a tree reduction.
-template <typename In, typename Out>
+template <typename In, typename W, typename Out>
 __global__ void __launch_bounds__(kNormThreads)
-    RmsNormKernel(const In* __restrict__ x, const bf16* __restrict__ w, int d, float eps,
+    RmsNormKernel(const In* __restrict__ x, const W* __restrict__ w, int d, float eps,
                   Out* __restrict__ out) {
   __shared__ float partial[kNormThreads / 32];
   __shared__ float scale_shared;
@@ -71,19 +72,20 @@ __global__ void __launch_bounds__(kNormThreads)
   __syncthreads();
   const float scale = scale_shared;
   for (int j = threadIdx.x; j < d; j += kNormThreads) {
-    yr[j] = FromFloat<Out>(ToFloat<In>(xr[j]) * scale * __bfloat162float(w[j]));
+    yr[j] = FromFloat<Out>(ToFloat<In>(xr[j]) * scale * ToFloat<W>(w[j]));
   }
 }
 
-__global__ void SwiGluKernel(const bf16* __restrict__ gate_up, int rows, int f, bf16* __restrict__ out) {
+template <typename T>
+__global__ void SwiGluKernel(const T* __restrict__ gate_up, int rows, int f, T* __restrict__ out) {
   const size_t total = static_cast<size_t>(rows) * f;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t r = i / f;
     const size_t c = i % f;
-    const float g = __bfloat162float(gate_up[r * 2 * f + c]);
-    const float u = __bfloat162float(gate_up[r * 2 * f + f + c]);
-    out[i] = __float2bfloat16_rn(g / (1.f + expf(-g)) * u);
+    const float g = ToFloat<T>(gate_up[r * 2 * f + c]);
+    const float u = ToFloat<T>(gate_up[r * 2 * f + f + c]);
+    out[i] = FromFloat<T>(g / (1.f + expf(-g)) * u);
   }
 }
 
@@ -101,43 +103,47 @@ __global__ void Bf16ToF32Kernel(const bf16* __restrict__ x, size_t n, float* __r
   }
 }
 
-__global__ void ZeroChunkRowKernel(bf16* __restrict__ kv, int num_chunks, int row, int width) {
+template <typename T>
+__global__ void ZeroChunkRowKernel(T* __restrict__ kv, int num_chunks, int row, int width) {
   const size_t total = static_cast<size_t>(num_chunks) * width;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t chunk = i / width;
     const size_t col = i % width;
-    kv[(chunk * 64 + row) * width + col] = __float2bfloat16_rn(0.f);
+    kv[(chunk * 64 + row) * width + col] = FromFloat<T>(0.f);
   }
 }
 
-template <typename In, typename Out>
-cudaError_t LaunchNorm(const In* x, const bf16* w, int rows, int d, float eps, Out* out,
+template <typename In, typename W, typename Out>
+cudaError_t LaunchNorm(const In* x, const W* w, int rows, int d, float eps, Out* out,
                        cudaStream_t stream) {
   if (rows < 0 || d <= 0 || !(eps >= 0.f)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (x == nullptr || w == nullptr || out == nullptr) return cudaErrorInvalidValue;
-  RmsNormKernel<In, Out><<<rows, kNormThreads, 0, stream>>>(x, w, d, eps, out);
+  RmsNormKernel<In, W, Out><<<rows, kNormThreads, 0, stream>>>(x, w, d, eps, out);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t LaunchEmbeddingGather(const int32_t* ids, int n, const bf16* table, int d, float* out,
+template <typename T>
+cudaError_t LaunchEmbeddingGather(const int32_t* ids, int n, const T* table, int d, float* out,
                                   cudaStream_t stream) {
   if (n < 0 || d <= 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (ids == nullptr || table == nullptr || out == nullptr) return cudaErrorInvalidValue;
-  EmbeddingGatherKernel<<<n, kThreads, 0, stream>>>(ids, table, d, out);
+  EmbeddingGatherKernel<T><<<n, kThreads, 0, stream>>>(ids, table, d, out);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchRmsNorm(const float* x, const bf16* w, int rows, int d, float eps, bf16* out,
+template <typename T>
+cudaError_t LaunchRmsNorm(const float* x, const T* w, int rows, int d, float eps, T* out,
                           cudaStream_t stream) {
   return LaunchNorm(x, w, rows, d, eps, out, stream);
 }
 
-cudaError_t LaunchRmsNormF32(const float* x, const bf16* w, int rows, int d, float eps, float* out,
+template <typename T>
+cudaError_t LaunchRmsNormF32(const float* x, const T* w, int rows, int d, float eps, float* out,
                              cudaStream_t stream) {
   return LaunchNorm(x, w, rows, d, eps, out, stream);
 }
@@ -147,11 +153,12 @@ cudaError_t LaunchRmsNormBf16In(const bf16* x, const bf16* w, int rows, int d, f
   return LaunchNorm(x, w, rows, d, eps, out, stream);
 }
 
-cudaError_t LaunchSwiGlu(const bf16* gate_up, int rows, int f, bf16* out, cudaStream_t stream) {
+template <typename T>
+cudaError_t LaunchSwiGlu(const T* gate_up, int rows, int f, T* out, cudaStream_t stream) {
   if (rows < 0 || f <= 0) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (gate_up == nullptr || out == nullptr) return cudaErrorInvalidValue;
-  SwiGluKernel<<<GridFor(static_cast<size_t>(rows) * f), kThreads, 0, stream>>>(gate_up, rows, f, out);
+  SwiGluKernel<T><<<GridFor(static_cast<size_t>(rows) * f), kThreads, 0, stream>>>(gate_up, rows, f, out);
   return cudaGetLastError();
 }
 
@@ -169,13 +176,27 @@ cudaError_t LaunchConvertBf16ToF32(const bf16* x, size_t n, float* out, cudaStre
   return cudaGetLastError();
 }
 
-cudaError_t LaunchZeroChunkRow(bf16* kv, int num_chunks, int row, int width, cudaStream_t stream) {
+template <typename T>
+cudaError_t LaunchZeroChunkRow(T* kv, int num_chunks, int row, int width, cudaStream_t stream) {
   if (num_chunks < 0 || row < 0 || row >= 64 || width <= 0) return cudaErrorInvalidValue;
   if (num_chunks == 0) return cudaSuccess;
   if (kv == nullptr) return cudaErrorInvalidValue;
-  ZeroChunkRowKernel<<<GridFor(static_cast<size_t>(num_chunks) * width), kThreads, 0, stream>>>(
+  ZeroChunkRowKernel<T><<<GridFor(static_cast<size_t>(num_chunks) * width), kThreads, 0, stream>>>(
       kv, num_chunks, row, width);
   return cudaGetLastError();
 }
+
+#define DRT_INSTANTIATE_ELEMENTWISE(T)                                                          \
+  template cudaError_t LaunchEmbeddingGather<T>(const int32_t*, int, const T*, int, float*,     \
+                                                cudaStream_t);                                  \
+  template cudaError_t LaunchRmsNorm<T>(const float*, const T*, int, int, float, T*,            \
+                                        cudaStream_t);                                          \
+  template cudaError_t LaunchRmsNormF32<T>(const float*, const T*, int, int, float, float*,     \
+                                           cudaStream_t);                                       \
+  template cudaError_t LaunchSwiGlu<T>(const T*, int, int, T*, cudaStream_t);                   \
+  template cudaError_t LaunchZeroChunkRow<T>(T*, int, int, int, cudaStream_t);
+DRT_INSTANTIATE_ELEMENTWISE(float)
+DRT_INSTANTIATE_ELEMENTWISE(bf16)
+#undef DRT_INSTANTIATE_ELEMENTWISE
 
 }  // namespace drt::kernels

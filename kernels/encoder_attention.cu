@@ -13,15 +13,16 @@ constexpr double kRopeTheta = 10000.0;
 // rows [0, 64) of one head of a chunk (row r at src + r * stride) rotated by
 // RoPE at position r, times scale, into dst[r * dst_stride + :]. The pairing
 // (f, f + dh/2) and fp32 cos/sin of r * inv_freq follow engine/cpu ApplyRope.
-__device__ void LoadRope(float* dst, int dst_stride, const bf16* src, size_t stride, int dh, float scale,
+template <typename E>
+__device__ void LoadRope(float* dst, int dst_stride, const E* src, size_t stride, int dh, float scale,
                          const float* inv_freq) {
   const int half = dh / 2;
   for (int i = threadIdx.x; i < kChunkRows * half; i += blockDim.x) {
     const int r = i / half;
     const int f = i - r * half;
-    const bf16* row = src + r * stride;
-    const float a = __bfloat162float(row[f]);
-    const float b = __bfloat162float(row[f + half]);
+    const E* row = src + r * stride;
+    const float a = ToFloat(row[f]);
+    const float b = ToFloat(row[f + half]);
     const float angle = static_cast<float>(r) * inv_freq[f];
     float s, c;
     sincosf(angle, &s, &c);
@@ -33,11 +34,11 @@ __device__ void LoadRope(float* dst, int dst_stride, const bf16* src, size_t str
 // One block per (chunk, head): the chunk's 64 queries, keys and values of the
 // head sit in shared memory; full bidirectional attention (drt-model.md,
 // Forward pass 4).
-template <int T>
+template <int T, typename E>
 __global__ void __launch_bounds__(kTileThreads)
-    EncoderAttentionKernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                           const bf16* __restrict__ v, int heads, int kv_heads, int dh,
-                           bf16* __restrict__ out) {
+    EncoderAttentionKernel(const E* __restrict__ q, const E* __restrict__ k,
+                           const E* __restrict__ v, int heads, int kv_heads, int dh,
+                           E* __restrict__ out) {
   extern __shared__ float4 smem_raw[];
   const TileSmem sm = CarveTileSmem(reinterpret_cast<float*>(smem_raw), dh);
   float* inv_freq = sm.extra;
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(kTileThreads)
   const float scale = 1.f / sqrtf(static_cast<float>(dh));
   LoadRope(sm.q, dh, q + chunk * kChunkRows * q_stride + h * dh, q_stride, dh, scale, inv_freq);
   LoadRope(sm.k, dh + 1, k + chunk * kChunkRows * kv_stride + kvh * dh, kv_stride, dh, 1.f, inv_freq);
-  LoadRows(sm.v, dh, kChunkRows, dh, 1.f, [&](int r) -> const bf16* {
+  LoadRows<E>(sm.v, dh, kChunkRows, dh, 1.f, [&](int r) -> const E* {
     return v + (chunk * kChunkRows + r) * kv_stride + kvh * dh;
   });
   __syncthreads();
@@ -73,20 +74,21 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
-template <int T>
-cudaError_t Launch(const bf16* q, const bf16* k, const bf16* v, int num_chunks, int heads,
-                   int kv_heads, int dh, bf16* out, cudaStream_t stream) {
+template <int T, typename E>
+cudaError_t Launch(const E* q, const E* k, const E* v, int num_chunks, int heads,
+                   int kv_heads, int dh, E* out, cudaStream_t stream) {
   const size_t smem = TileSmemBytes(dh, kMaxHeadDim / 2);
-  if (cudaError_t err = PrepareSmem(EncoderAttentionKernel<T>, smem); err != cudaSuccess) return err;
+  if (cudaError_t err = PrepareSmem(EncoderAttentionKernel<T, E>, smem); err != cudaSuccess) return err;
   const dim3 grid(num_chunks, heads);
-  EncoderAttentionKernel<T><<<grid, kTileThreads, smem, stream>>>(q, k, v, heads, kv_heads, dh, out);
+  EncoderAttentionKernel<T, E><<<grid, kTileThreads, smem, stream>>>(q, k, v, heads, kv_heads, dh, out);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t LaunchEncoderAttention(const bf16* q, const bf16* k, const bf16* v, int num_chunks,
-                                   int heads, int kv_heads, int head_dim, bf16* out,
+template <typename T>
+cudaError_t LaunchEncoderAttention(const T* q, const T* k, const T* v, int num_chunks,
+                                   int heads, int kv_heads, int head_dim, T* out,
                                    cudaStream_t stream) {
   static_assert(kChunkRows == kTileQueries && kChunkRows == kTileKeys);
   if (num_chunks < 0 || heads <= 0 || heads > 65535 || kv_heads <= 0 || heads % kv_heads != 0 ||
@@ -99,11 +101,16 @@ cudaError_t LaunchEncoderAttention(const bf16* q, const bf16* k, const bf16* v, 
     if (ptr == nullptr || !Aligned16(ptr)) return cudaErrorInvalidValue;
   }
   switch ((head_dim + 31) / 32) {
-    case 1: return Launch<1>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
-    case 2: return Launch<2>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
-    case 3: return Launch<3>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
-    default: return Launch<4>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
+    case 1: return Launch<1, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
+    case 2: return Launch<2, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
+    case 3: return Launch<3, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
+    default: return Launch<4, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
   }
 }
+
+template cudaError_t LaunchEncoderAttention<float>(const float*, const float*, const float*, int,
+                                                   int, int, int, float*, cudaStream_t);
+template cudaError_t LaunchEncoderAttention<bf16>(const bf16*, const bf16*, const bf16*, int, int,
+                                                  int, int, bf16*, cudaStream_t);
 
 }  // namespace drt::kernels

@@ -14,8 +14,10 @@ using bf16 = __nv_bfloat16;
 // softmax attention inside each chunk with scale 1/sqrt(head_dim). out is
 // [num_chunks*64][heads][head_dim]. head_dim: multiple of 8, <= 128; heads a
 // multiple of kv_heads; pointers 16-byte aligned; else cudaErrorInvalidValue.
-cudaError_t LaunchEncoderAttention(const bf16* q, const bf16* k, const bf16* v, int num_chunks,
-                                   int heads, int kv_heads, int head_dim, bf16* out,
+// T: the storage type, bf16 or float (fp32 softmax and accumulation either way).
+template <typename T>
+cudaError_t LaunchEncoderAttention(const T* q, const T* k, const T* v, int num_chunks,
+                                   int heads, int kv_heads, int head_dim, T* out,
                                    cudaStream_t stream);
 
 }  // namespace drt::kernels

@@ -18,8 +18,8 @@ constexpr int kRowKernelMaxN = 4;
 // rows of the head come into shared memory once; each warp computes o_i for
 // its 8 positions with a fresh softmax over the 64 rows and adds w_i o_i to
 // its registers. Nothing per chunk leaves the chip.
-template <int T>
-__global__ void __launch_bounds__(kTileThreads) GcaTileKernel(GcaParams p) {
+template <int T, typename E>
+__global__ void __launch_bounds__(kTileThreads) GcaTileKernel(GcaParams<E> p) {
   extern __shared__ float4 smem_raw[];
   const int dh = p.head_dim;
   const TileSmem sm = CarveTileSmem(reinterpret_cast<float*>(smem_raw), dh);
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kTileThreads) GcaTileKernel(GcaParams p) {
   const int64_t qc = chunk - p.first_query_chunk;
   const float scale = 1.f / sqrtf(static_cast<float>(dh));
 
-  LoadRows(sm.q, dh, kTileQueries, dh, scale, [&](int r) -> const bf16* {
+  LoadRows<E>(sm.q, dh, kTileQueries, dh, scale, [&](int r) -> const E* {
     return r < rows ? p.q + static_cast<size_t>(row_begin + r) * stride + h * dh : nullptr;
   });
 
@@ -52,11 +52,11 @@ __global__ void __launch_bounds__(kTileThreads) GcaTileKernel(GcaParams p) {
     const int32_t slot = p.slots[qc * p.topk + i];
     if (slot < 0) continue;
     const float w = p.weights[qc * p.topk + i];
-    const bf16* k_base = p.chunk_k + static_cast<size_t>(slot) * kChunkRows * stride + h * dh;
-    const bf16* v_base = p.chunk_v + static_cast<size_t>(slot) * kChunkRows * stride + h * dh;
+    const E* k_base = p.chunk_k + static_cast<size_t>(slot) * kChunkRows * stride + h * dh;
+    const E* v_base = p.chunk_v + static_cast<size_t>(slot) * kChunkRows * stride + h * dh;
     __syncthreads();  // the previous chunk's K/V are consumed
-    LoadRows(sm.k, dh + 1, kChunkRows, dh, 1.f, [&](int r) { return k_base + r * stride; });
-    LoadRows(sm.v, dh, kChunkRows, dh, 1.f, [&](int r) { return v_base + r * stride; });
+    LoadRows<E>(sm.k, dh + 1, kChunkRows, dh, 1.f, [&](int r) { return k_base + r * stride; });
+    LoadRows<E>(sm.v, dh, kChunkRows, dh, 1.f, [&](int r) { return v_base + r * stride; });
     __syncthreads();
     if (!warp_active) continue;
     st.Reset();
@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(kTileThreads) GcaTileKernel(GcaParams p) {
 // lane l scores rows l and l+32 of the chunk against the query, the warp
 // normalises over the 64 rows and accumulates w_i o_i (a lane owns dims
 // 2 lane + 64 t, +1). The 8 warps' sums meet in shared memory.
-template <int T2>
-__global__ void __launch_bounds__(kRowThreads) GcaRowKernel(GcaParams p) {
+template <int T2, typename E>
+__global__ void __launch_bounds__(kRowThreads) GcaRowKernel(GcaParams<E> p) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float warp_out[kRowWarps][kMaxHeadDim];
   const int dh = p.head_dim;
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kRowThreads) GcaRowKernel(GcaParams p) {
   const int64_t qc = (p.first_pos + i) / kChunkRows - p.first_query_chunk;
   const float scale = 1.f / sqrtf(static_cast<float>(dh));
   for (int d = threadIdx.x; d < dh; d += blockDim.x) {
-    qs[d] = __bfloat162float(p.q[static_cast<size_t>(i) * stride + h * dh + d]) * scale;
+    qs[d] = ToFloat(p.q[static_cast<size_t>(i) * stride + h * dh + d]) * scale;
   }
   __syncthreads();
 
@@ -108,8 +108,8 @@ __global__ void __launch_bounds__(kRowThreads) GcaRowKernel(GcaParams p) {
     const int32_t slot = p.slots[qc * p.topk + c];
     if (slot < 0) continue;
     const float w = p.weights[qc * p.topk + c];
-    const bf16* k_base = p.chunk_k + static_cast<size_t>(slot) * kChunkRows * stride + h * dh;
-    const bf16* v_base = p.chunk_v + static_cast<size_t>(slot) * kChunkRows * stride + h * dh;
+    const E* k_base = p.chunk_k + static_cast<size_t>(slot) * kChunkRows * stride + h * dh;
+    const E* v_base = p.chunk_v + static_cast<size_t>(slot) * kChunkRows * stride + h * dh;
     const float s0 = DotSharedGlobal(qs, k_base + lane * stride, dh);
     const float s1 = DotSharedGlobal(qs, k_base + (lane + 32) * stride, dh);
     const float m = WarpMax(fmaxf(s0, s1));
@@ -121,12 +121,12 @@ __global__ void __launch_bounds__(kRowThreads) GcaRowKernel(GcaParams p) {
     for (int t = 0; t < T2; ++t) acc[t][0] = acc[t][1] = 0.f;
     for (int k = 0; k < kChunkRows; ++k) {
       const float pk = __shfl_sync(0xffffffffu, k < 32 ? p0 : p1, k & 31);
-      const bf16* vrow = v_base + k * stride;
+      const E* vrow = v_base + k * stride;
 #pragma unroll
       for (int t = 0; t < T2; ++t) {
         const int d = 2 * lane + 64 * t;
         if (d < dh) {
-          const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vrow + d));
+          const float2 v = Load2(vrow + d);
           acc[t][0] = fmaf(pk, v.x, acc[t][0]);
           acc[t][1] = fmaf(pk, v.y, acc[t][1]);
         }
@@ -151,23 +151,24 @@ __global__ void __launch_bounds__(kRowThreads) GcaRowKernel(GcaParams p) {
   for (int d = threadIdx.x; d < dh; d += blockDim.x) {
     float o = 0.f;
     for (int w = 0; w < kRowWarps; ++w) o += warp_out[w][d];
-    p.out[static_cast<size_t>(i) * stride + h * dh + d] = __float2bfloat16_rn(o);
+    p.out[static_cast<size_t>(i) * stride + h * dh + d] = FromFloat<E>(o);
   }
 }
 
-template <int T>
-cudaError_t LaunchTile(const GcaParams& p, cudaStream_t stream) {
+template <int T, typename E>
+cudaError_t LaunchTile(const GcaParams<E>& p, cudaStream_t stream) {
   const size_t smem = TileSmemBytes(p.head_dim, 0);
-  if (cudaError_t err = PrepareSmem(GcaTileKernel<T>, smem); err != cudaSuccess) return err;
+  if (cudaError_t err = PrepareSmem(GcaTileKernel<T, E>, smem); err != cudaSuccess) return err;
   const int64_t query_chunks = (p.first_pos + p.n - 1) / kChunkRows - p.first_pos / kChunkRows + 1;
   const dim3 grid(static_cast<unsigned>(query_chunks), p.heads);
-  GcaTileKernel<T><<<grid, kTileThreads, smem, stream>>>(p);
+  GcaTileKernel<T, E><<<grid, kTileThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t LaunchGcaAttention(const GcaParams& p, cudaStream_t stream) {
+template <typename T>
+cudaError_t LaunchGcaAttention(const GcaParams<T>& p, cudaStream_t stream) {
   static_assert(kChunkRows == kTileQueries && kChunkRows == kTileKeys);
   if (p.n < 0 || p.first_pos < 0 || p.topk < 0 || p.heads <= 0 || p.heads > 65535 ||
       !ValidHeadDim(p.head_dim)) {
@@ -187,18 +188,21 @@ cudaError_t LaunchGcaAttention(const GcaParams& p, cudaStream_t stream) {
   if (p.n <= kRowKernelMaxN) {
     const dim3 grid(p.n, p.heads);
     if (p.head_dim <= 64) {
-      GcaRowKernel<1><<<grid, kRowThreads, 0, stream>>>(p);
+      GcaRowKernel<1, T><<<grid, kRowThreads, 0, stream>>>(p);
     } else {
-      GcaRowKernel<2><<<grid, kRowThreads, 0, stream>>>(p);
+      GcaRowKernel<2, T><<<grid, kRowThreads, 0, stream>>>(p);
     }
     return cudaGetLastError();
   }
   switch ((p.head_dim + 31) / 32) {
-    case 1: return LaunchTile<1>(p, stream);
-    case 2: return LaunchTile<2>(p, stream);
-    case 3: return LaunchTile<3>(p, stream);
-    default: return LaunchTile<4>(p, stream);
+    case 1: return LaunchTile<1, T>(p, stream);
+    case 2: return LaunchTile<2, T>(p, stream);
+    case 3: return LaunchTile<3, T>(p, stream);
+    default: return LaunchTile<4, T>(p, stream);
   }
 }
+
+template cudaError_t LaunchGcaAttention<float>(const GcaParams<float>&, cudaStream_t);
+template cudaError_t LaunchGcaAttention<bf16>(const GcaParams<bf16>&, cudaStream_t);
 
 }  // namespace drt::kernels

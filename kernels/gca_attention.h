@@ -11,17 +11,20 @@ namespace drt::kernels {
 
 using bf16 = __nv_bfloat16;
 
+// T: the storage type of q, chunk_k, chunk_v and out, bf16 or float (fp32
+// softmax and accumulation either way).
+template <typename T>
 struct GcaParams {
-  const bf16* q = nullptr;        // [n][heads][head_dim]: GCA queries of positions first_pos .. first_pos+n-1
-  const bf16* chunk_k = nullptr;  // [num_slots][64][heads][head_dim]: the group's chunk buffer (row 63 is zero)
-  const bf16* chunk_v = nullptr;
+  const T* q = nullptr;        // [n][heads][head_dim]: GCA queries of positions first_pos .. first_pos+n-1
+  const T* chunk_k = nullptr;  // [num_slots][64][heads][head_dim]: the group's chunk buffer (row 63 is zero)
+  const T* chunk_v = nullptr;
   const int32_t* slots = nullptr;  // [num_query_chunks][topk]: buffer slot of the i-th retrieved chunk; -1 = none
   const float* weights = nullptr;  // [num_query_chunks][topk]: softmax weight of that chunk
   int topk = 0;
   int64_t first_pos = 0;
   int64_t first_query_chunk = 0;  // the query chunk of position p is p/64 - first_query_chunk
   int n = 0, heads = 0, head_dim = 0;
-  bf16* out = nullptr;  // [n][heads][head_dim]
+  T* out = nullptr;  // [n][heads][head_dim]
 };
 
 // out = sum_i w_i softmax_j(q.K_i[j]/sqrt(dh)) V_i[j] over the 64 stored rows
@@ -30,6 +33,7 @@ struct GcaParams {
 // 8, <= 128; topk >= 0; 0 <= first_query_chunk <= first_pos/64; q, out,
 // chunk_k, chunk_v 16-byte aligned; else cudaErrorInvalidValue. slots and
 // weights must have a row for every query chunk the n positions touch.
-cudaError_t LaunchGcaAttention(const GcaParams& p, cudaStream_t stream);
+template <typename T>
+cudaError_t LaunchGcaAttention(const GcaParams<T>& p, cudaStream_t stream);
 
 }  // namespace drt::kernels

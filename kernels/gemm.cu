@@ -29,6 +29,14 @@ absl::Status CheckShape(const void* x, const void* w, const void* y, int m, int 
 absl::StatusOr<CublasGemm> CublasGemm::Create() {
   cublasHandle_t handle = nullptr;
   if (absl::Status s = CublasStatus(cublasCreate(&handle), "cublasCreate"); !s.ok()) return s;
+  // The default already; set explicitly because fp32 GEMMs rely on it: TF32
+  // only with CUBLAS_TF32_TENSOR_OP_MATH or a *_FAST_TF32 compute type.
+  if (absl::Status s = CublasStatus(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH),
+                                    "cublasSetMathMode");
+      !s.ok()) {
+    cublasDestroy(handle);
+    return s;
+  }
   void* workspace = nullptr;
   const cudaError_t err = cudaMalloc(&workspace, kWorkspaceBytes);
   if (err != cudaSuccess) {
@@ -71,9 +79,9 @@ namespace {
 
 // Row-major y[m][n] = x[m][k] w[n][k]^T is, read column-major,
 // y^T (n x m) = w (k x n)^T x^T (k x m): op(A) = T on w, op(B) = N on x.
-absl::Status Gemm(cublasHandle_t handle, void* workspace, size_t workspace_bytes, const bf16* x,
-                  const bf16* w, void* y, cudaDataType_t y_type, int m, int n, int k, float beta,
-                  cudaStream_t s) {
+absl::Status Gemm(cublasHandle_t handle, void* workspace, size_t workspace_bytes, const void* x,
+                  const void* w, cudaDataType_t in_type, void* y, cudaDataType_t y_type, int m,
+                  int n, int k, float beta, cudaStream_t s) {
   if (handle == nullptr) return absl::FailedPreconditionError("CublasGemm: moved-from object");
   if (absl::Status st = CheckShape(x, w, y, m, n, k); !st.ok()) return st;
   if (m == 0 || n == 0) return absl::OkStatus();
@@ -91,8 +99,8 @@ absl::Status Gemm(cublasHandle_t handle, void* workspace, size_t workspace_bytes
   // computes y = beta * y (zeros, or y unchanged when accumulating).
   const int ld = k > 0 ? k : 1;
   return CublasStatus(
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, ld, x,
-                   CUDA_R_16BF, ld, &beta, y, y_type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, in_type, ld, x, in_type,
+                   ld, &beta, y, y_type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       absl::StrFormat("cublasGemmEx(m=%d, n=%d, k=%d)", m, n, k));
 }
 
@@ -100,12 +108,24 @@ absl::Status Gemm(cublasHandle_t handle, void* workspace, size_t workspace_bytes
 
 absl::Status CublasGemm::Matmul(const bf16* x, const bf16* w, bf16* y, int m, int n, int k,
                                 cudaStream_t s) {
-  return Gemm(handle_, workspace_, workspace_bytes_, x, w, y, CUDA_R_16BF, m, n, k, 0.f, s);
+  return Gemm(handle_, workspace_, workspace_bytes_, x, w, CUDA_R_16BF, y, CUDA_R_16BF, m, n, k,
+              0.f, s);
 }
 
 absl::Status CublasGemm::Matmul(const bf16* x, const bf16* w, float* y, int m, int n, int k,
                                 bool accumulate, cudaStream_t s) {
-  return Gemm(handle_, workspace_, workspace_bytes_, x, w, y, CUDA_R_32F, m, n, k,
+  return Gemm(handle_, workspace_, workspace_bytes_, x, w, CUDA_R_16BF, y, CUDA_R_32F, m, n, k,
+              accumulate ? 1.f : 0.f, s);
+}
+
+absl::Status CublasGemm::Matmul(const float* x, const float* w, float* y, int m, int n, int k,
+                                cudaStream_t s) {
+  return Matmul(x, w, y, m, n, k, /*accumulate=*/false, s);
+}
+
+absl::Status CublasGemm::Matmul(const float* x, const float* w, float* y, int m, int n, int k,
+                                bool accumulate, cudaStream_t s) {
+  return Gemm(handle_, workspace_, workspace_bytes_, x, w, CUDA_R_32F, y, CUDA_R_32F, m, n, k,
               accumulate ? 1.f : 0.f, s);
 }
 

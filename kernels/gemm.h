@@ -1,4 +1,7 @@
-// bf16 GEMMs through cuBLAS (fp32 accumulation).
+// GEMMs through cuBLAS with fp32 accumulation: bf16 inputs (tensor cores), or
+// fp32 inputs computed in fp32 with TF32 off (the CUDA backend's fp32
+// precision, engine/cuda/cuda_options.h: the CPU backend's arithmetic up to
+// summation order).
 #pragma once
 
 #include <cublas_api.h>
@@ -32,6 +35,13 @@ class CublasGemm {
   // Same with fp32 output; accumulate=true computes y += x . w^T (residual adds).
   absl::Status Matmul(const bf16* x, const bf16* w, float* y, int m, int n, int k, bool accumulate,
                       cudaStream_t s);
+  // fp32 in and out: CUBLAS_COMPUTE_32F under CUBLAS_DEFAULT_MATH (set at
+  // Create), so no TF32 rounding of the inputs. The first form overwrites y,
+  // the second accumulates when asked, as above.
+  absl::Status Matmul(const float* x, const float* w, float* y, int m, int n, int k,
+                      cudaStream_t s);
+  absl::Status Matmul(const float* x, const float* w, float* y, int m, int n, int k,
+                      bool accumulate, cudaStream_t s);
 
  private:
   CublasGemm(cublasHandle_t handle, void* workspace, size_t workspace_bytes);

@@ -16,14 +16,15 @@ constexpr int kRowKernelMaxN = 8;
 
 // Row j's key (or value) of kv head kvh: new positions from `fresh`, older
 // ones from the ring.
-__device__ inline const bf16* KvRow(const bf16* fresh, const bf16* ring, int64_t j, int64_t first_pos,
+template <typename E>
+__device__ inline const E* KvRow(const E* fresh, const E* ring, int64_t j, int64_t first_pos,
                                     int ring_slots, int kv_stride, int kvh, int dh) {
   if (j >= first_pos) return fresh + static_cast<size_t>(j - first_pos) * kv_stride + kvh * dh;
   return ring + static_cast<size_t>(j % ring_slots) * kv_stride + kvh * dh;
 }
 
-template <int T>
-__global__ void __launch_bounds__(kTileThreads) WindowTileKernel(WindowAttentionParams p) {
+template <int T, typename E>
+__global__ void __launch_bounds__(kTileThreads) WindowTileKernel(WindowAttentionParams<E> p) {
   extern __shared__ float4 smem_raw[];
   const int dh = p.head_dim;
   const TileSmem sm = CarveTileSmem(reinterpret_cast<float*>(smem_raw), dh);
@@ -40,7 +41,7 @@ __global__ void __launch_bounds__(kTileThreads) WindowTileKernel(WindowAttention
   const float scale = 1.f / sqrtf(static_cast<float>(dh));
   const float slope = AlibiSlope(h, p.heads);
 
-  LoadRows(sm.q, dh, kTileQueries, dh, scale, [&](int r) -> const bf16* {
+  LoadRows<E>(sm.q, dh, kTileQueries, dh, scale, [&](int r) -> const E* {
     return r < rows ? p.q + static_cast<size_t>(i0 + r) * q_stride + h * dh : nullptr;
   });
 
@@ -53,12 +54,12 @@ __global__ void __launch_bounds__(kTileThreads) WindowTileKernel(WindowAttention
 
   for (int64_t kt = key_lo; kt <= key_hi; kt += kTileKeys) {
     __syncthreads();  // the previous tile is consumed (and, first time, nothing)
-    LoadRows(sm.k, dh + 1, kTileKeys, dh, 1.f, [&](int r) -> const bf16* {
+    LoadRows<E>(sm.k, dh + 1, kTileKeys, dh, 1.f, [&](int r) -> const E* {
       const int64_t j = kt + r;
       return j > key_hi ? nullptr
                         : KvRow(p.k_new, p.k_ring, j, p.first_pos, p.ring_slots, kv_stride, kvh, dh);
     });
-    LoadRows(sm.v, dh, kTileKeys, dh, 1.f, [&](int r) -> const bf16* {
+    LoadRows<E>(sm.v, dh, kTileKeys, dh, 1.f, [&](int r) -> const E* {
       const int64_t j = kt + r;
       return j > key_hi ? nullptr
                         : KvRow(p.v_new, p.v_ring, j, p.first_pos, p.ring_slots, kv_stride, kvh, dh);
@@ -92,8 +93,8 @@ __global__ void __launch_bounds__(kTileThreads) WindowTileKernel(WindowAttention
 // the query's window with its own running softmax; the 8 partial results are
 // merged in shared memory. T2 = ceil(dh / 64): a lane owns dims 2 lane + 64 t
 // and 2 lane + 64 t + 1 of the output.
-template <int T2>
-__global__ void __launch_bounds__(kRowThreads) WindowRowKernel(WindowAttentionParams p) {
+template <int T2, typename E>
+__global__ void __launch_bounds__(kRowThreads) WindowRowKernel(WindowAttentionParams<E> p) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float warp_m[kRowWarps];
   __shared__ float warp_l[kRowWarps];
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kRowThreads) WindowRowKernel(WindowAttentionPa
   const float scale = 1.f / sqrtf(static_cast<float>(dh));
   const float slope = AlibiSlope(h, p.heads);
   for (int d = threadIdx.x; d < dh; d += blockDim.x) {
-    qs[d] = __bfloat162float(p.q[static_cast<size_t>(i) * q_stride + h * dh + d]) * scale;
+    qs[d] = ToFloat(p.q[static_cast<size_t>(i) * q_stride + h * dh + d]) * scale;
   }
   __syncthreads();
 
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(kRowThreads) WindowRowKernel(WindowAttentionPa
     const int64_t j = t0 + lane;
     float s = -INFINITY;
     if (j <= pos) {
-      const bf16* krow = KvRow(p.k_new, p.k_ring, j, p.first_pos, p.ring_slots, kv_stride, kvh, dh);
+      const E* krow = KvRow(p.k_new, p.k_ring, j, p.first_pos, p.ring_slots, kv_stride, kvh, dh);
       s = DotSharedGlobal(qs, krow, dh) - slope * static_cast<float>(pos - j);
     }
     const float m_new = fmaxf(m, WarpMax(s));  // finite: key t0 is valid
@@ -140,12 +141,12 @@ __global__ void __launch_bounds__(kRowThreads) WindowRowKernel(WindowAttentionPa
     const int nk = static_cast<int>(pos - t0 + 1 < 32 ? pos - t0 + 1 : 32);
     for (int k = 0; k < nk; ++k) {
       const float pk = __shfl_sync(0xffffffffu, pj, k);
-      const bf16* vrow = KvRow(p.v_new, p.v_ring, t0 + k, p.first_pos, p.ring_slots, kv_stride, kvh, dh);
+      const E* vrow = KvRow(p.v_new, p.v_ring, t0 + k, p.first_pos, p.ring_slots, kv_stride, kvh, dh);
 #pragma unroll
       for (int t = 0; t < T2; ++t) {
         const int d = 2 * lane + 64 * t;
         if (d < dh) {
-          const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vrow + d));
+          const float2 v = Load2(vrow + d);
           acc[t][0] = fmaf(pk, v.x, acc[t][0]);
           acc[t][1] = fmaf(pk, v.y, acc[t][1]);
         }
@@ -176,19 +177,22 @@ __global__ void __launch_bounds__(kRowThreads) WindowRowKernel(WindowAttentionPa
       l_all += warp_l[w] * f;
       o += warp_acc[w][d] * f;
     }
-    p.out[static_cast<size_t>(i) * q_stride + h * dh + d] = __float2bfloat16_rn(o / l_all);
+    p.out[static_cast<size_t>(i) * q_stride + h * dh + d] = FromFloat<E>(o / l_all);
   }
 }
 
-__global__ void RingWriteKernel(const bf16* __restrict__ k_new, const bf16* __restrict__ v_new, int n,
+// Copies 16-byte vectors: 8 bf16 or 4 floats (width is a multiple of 8).
+template <typename E>
+__global__ void RingWriteKernel(const E* __restrict__ k_new, const E* __restrict__ v_new, int n,
                                 int count, int64_t first_pos, int ring_slots, int width,
-                                bf16* __restrict__ k_ring, bf16* __restrict__ v_ring) {
-  const int vecs = width / 8;
+                                E* __restrict__ k_ring, E* __restrict__ v_ring) {
+  constexpr int kPerVec = 16 / sizeof(E);
+  const int vecs = width / kPerVec;
   const size_t total = static_cast<size_t>(count) * vecs;
   for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const int r = static_cast<int>(idx / vecs);
-    const int c = static_cast<int>(idx % vecs) * 8;
+    const int c = static_cast<int>(idx % vecs) * kPerVec;
     const int i = n - count + r;
     const size_t slot = static_cast<size_t>((first_pos + i) % ring_slots);
     const size_t src = static_cast<size_t>(i) * width + c;
@@ -198,7 +202,8 @@ __global__ void RingWriteKernel(const bf16* __restrict__ k_new, const bf16* __re
   }
 }
 
-bool ValidParams(const WindowAttentionParams& p) {
+template <typename E>
+bool ValidParams(const WindowAttentionParams<E>& p) {
   if (p.n < 0 || p.first_pos < 0 || p.window < 0 || p.heads <= 0 || p.kv_heads <= 0) return false;
   if (p.heads % p.kv_heads != 0 || p.heads > 65535 || !ValidHeadDim(p.head_dim)) return false;
   if (p.ring_slots < p.window + 1) return false;
@@ -215,40 +220,42 @@ bool ValidParams(const WindowAttentionParams& p) {
   return true;
 }
 
-template <int T>
-cudaError_t LaunchTile(const WindowAttentionParams& p, cudaStream_t stream) {
+template <int T, typename E>
+cudaError_t LaunchTile(const WindowAttentionParams<E>& p, cudaStream_t stream) {
   const size_t smem = TileSmemBytes(p.head_dim, 0);
-  if (cudaError_t err = PrepareSmem(WindowTileKernel<T>, smem); err != cudaSuccess) return err;
+  if (cudaError_t err = PrepareSmem(WindowTileKernel<T, E>, smem); err != cudaSuccess) return err;
   const dim3 grid((p.n + kTileQueries - 1) / kTileQueries, p.heads);
-  WindowTileKernel<T><<<grid, kTileThreads, smem, stream>>>(p);
+  WindowTileKernel<T, E><<<grid, kTileThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t LaunchWindowAttention(const WindowAttentionParams& p, cudaStream_t stream) {
+template <typename T>
+cudaError_t LaunchWindowAttention(const WindowAttentionParams<T>& p, cudaStream_t stream) {
   if (!ValidParams(p)) return cudaErrorInvalidValue;
   if (p.n == 0) return cudaSuccess;
   if (p.n <= kRowKernelMaxN) {
     const dim3 grid(p.n, p.heads);
     if (p.head_dim <= 64) {
-      WindowRowKernel<1><<<grid, kRowThreads, 0, stream>>>(p);
+      WindowRowKernel<1, T><<<grid, kRowThreads, 0, stream>>>(p);
     } else {
-      WindowRowKernel<2><<<grid, kRowThreads, 0, stream>>>(p);
+      WindowRowKernel<2, T><<<grid, kRowThreads, 0, stream>>>(p);
     }
     return cudaGetLastError();
   }
   switch ((p.head_dim + 31) / 32) {
-    case 1: return LaunchTile<1>(p, stream);
-    case 2: return LaunchTile<2>(p, stream);
-    case 3: return LaunchTile<3>(p, stream);
-    default: return LaunchTile<4>(p, stream);
+    case 1: return LaunchTile<1, T>(p, stream);
+    case 2: return LaunchTile<2, T>(p, stream);
+    case 3: return LaunchTile<3, T>(p, stream);
+    default: return LaunchTile<4, T>(p, stream);
   }
 }
 
-cudaError_t LaunchWindowRingWrite(const bf16* k_new, const bf16* v_new, int n, int64_t first_pos,
-                                  int ring_slots, int kv_heads, int head_dim, bf16* k_ring,
-                                  bf16* v_ring, cudaStream_t stream) {
+template <typename T>
+cudaError_t LaunchWindowRingWrite(const T* k_new, const T* v_new, int n, int64_t first_pos,
+                                  int ring_slots, int kv_heads, int head_dim, T* k_ring,
+                                  T* v_ring, cudaStream_t stream) {
   if (n < 0 || first_pos < 0 || ring_slots <= 0 || kv_heads <= 0 || !ValidHeadDim(head_dim)) {
     return cudaErrorInvalidValue;
   }
@@ -259,11 +266,19 @@ cudaError_t LaunchWindowRingWrite(const bf16* k_new, const bf16* v_new, int n, i
   }
   const int count = std::min(n, ring_slots);
   const int width = kv_heads * head_dim;
-  const size_t total = static_cast<size_t>(count) * (width / 8);
+  const size_t total = static_cast<size_t>(count) * (width * sizeof(T) / 16);
   const unsigned blocks = static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 65535));
-  RingWriteKernel<<<blocks, 256, 0, stream>>>(k_new, v_new, n, count, first_pos, ring_slots, width,
+  RingWriteKernel<T><<<blocks, 256, 0, stream>>>(k_new, v_new, n, count, first_pos, ring_slots, width,
                                               k_ring, v_ring);
   return cudaGetLastError();
 }
+
+template cudaError_t LaunchWindowAttention<float>(const WindowAttentionParams<float>&,
+                                                  cudaStream_t);
+template cudaError_t LaunchWindowAttention<bf16>(const WindowAttentionParams<bf16>&, cudaStream_t);
+template cudaError_t LaunchWindowRingWrite<float>(const float*, const float*, int, int64_t, int,
+                                                  int, int, float*, float*, cudaStream_t);
+template cudaError_t LaunchWindowRingWrite<bf16>(const bf16*, const bf16*, int, int64_t, int, int,
+                                                 int, bf16*, bf16*, cudaStream_t);
 
 }  // namespace drt::kernels

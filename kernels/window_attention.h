@@ -11,17 +11,20 @@ namespace drt::kernels {
 
 using bf16 = __nv_bfloat16;
 
+// T: the storage type of every tensor, bf16 or float (fp32 softmax and
+// accumulation either way).
+template <typename T>
 struct WindowAttentionParams {
-  const bf16* q = nullptr;      // [n][heads][head_dim]: positions first_pos .. first_pos+n-1
-  const bf16* k_new = nullptr;  // [n][kv_heads][head_dim]: keys of the same positions
-  const bf16* v_new = nullptr;
-  const bf16* k_ring = nullptr;  // [ring_slots][kv_heads][head_dim]: position p < first_pos is in slot p % ring_slots
-  const bf16* v_ring = nullptr;
+  const T* q = nullptr;      // [n][heads][head_dim]: positions first_pos .. first_pos+n-1
+  const T* k_new = nullptr;  // [n][kv_heads][head_dim]: keys of the same positions
+  const T* v_new = nullptr;
+  const T* k_ring = nullptr;  // [ring_slots][kv_heads][head_dim]: position p < first_pos is in slot p % ring_slots
+  const T* v_ring = nullptr;
   int ring_slots = 0;  // window + 1
   int window = 0;      // W: query i sees keys j in [max(0, i-W), i]
   int64_t first_pos = 0;
   int n = 0, heads = 0, kv_heads = 0, head_dim = 0;  // GQA: head h reads kv head h / (heads / kv_heads)
-  bf16* out = nullptr;                               // [n][heads][head_dim]
+  T* out = nullptr;                                  // [n][heads][head_dim]
 };
 
 // score = q.k/sqrt(head_dim) - m_h*(i-j), m_h = 1/(2^(8/heads))^(h+1). Keys
@@ -30,12 +33,14 @@ struct WindowAttentionParams {
 // ring_slots >= window + 1, and every tensor pointer 16-byte aligned (cudaMalloc
 // gives 256); otherwise cudaErrorInvalidValue. The ring is read only when
 // first_pos > 0 and window > 0.
-cudaError_t LaunchWindowAttention(const WindowAttentionParams& p, cudaStream_t stream);
+template <typename T>
+cudaError_t LaunchWindowAttention(const WindowAttentionParams<T>& p, cudaStream_t stream);
 // Writes the last min(n, ring_slots) of the n new positions into their ring
 // slots. Call after LaunchWindowAttention of the same step (same stream).
 // Pointers 16-byte aligned, head_dim as above.
-cudaError_t LaunchWindowRingWrite(const bf16* k_new, const bf16* v_new, int n, int64_t first_pos,
-                                  int ring_slots, int kv_heads, int head_dim, bf16* k_ring,
-                                  bf16* v_ring, cudaStream_t stream);
+template <typename T>
+cudaError_t LaunchWindowRingWrite(const T* k_new, const T* v_new, int n, int64_t first_pos,
+                                  int ring_slots, int kv_heads, int head_dim, T* k_ring,
+                                  T* v_ring, cudaStream_t stream);
 
 }  // namespace drt::kernels

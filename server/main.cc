@@ -105,6 +105,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   backend_options.device = *device;
   backend_options.cpu.num_threads = config.threads;
   backend_options.cuda.device_index = config.cuda_device;
+  backend_options.cuda.precision = config.cuda_precision;
   absl::StatusOr<std::unique_ptr<Backend>> made_backend =
       MakeBackend((*model)->config(), (*model)->weights(), backend_options);
   if (!made_backend.ok()) return Fail(made_backend.status());

@@ -28,6 +28,9 @@ ABSL_FLAG(std::string, device, "cpu",
           "used only when asked for by name until it has been verified on a GPU; cuda fails "
           "at startup when this build has no CUDA backend or no GPU is found");
 ABSL_FLAG(int32_t, cuda_device, 0, "index of the GPU the CUDA backend uses");
+ABSL_FLAG(std::string, cuda_precision, "bf16",
+          "number format of the CUDA backend: bf16 (fast) or fp32 (fp32 storage and GEMMs "
+          "without TF32: the CPU backend's logits within 1e-4 relative)");
 ABSL_FLAG(int32_t, threads, 0, "CPU backend threads (0: all cores)");
 ABSL_FLAG(double, host_memory_budget_gb,
           static_cast<double>(drt::server::ServiceOptions{}.host_memory_budget_bytes) /
@@ -181,6 +184,11 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   check(ResolveDeviceFlag(absl::GetFlag(FLAGS_device), config));
   config.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   check(CheckAtLeast("cuda_device", config.cuda_device, 0));
+  if (auto precision = ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision)); precision.ok()) {
+    config.cuda_precision = *precision;
+  } else {
+    errors.emplace_back(absl::StrCat("--cuda_precision: ", precision.status().message()));
+  }
 
   config.threads = absl::GetFlag(FLAGS_threads);
   check(CheckAtLeast("threads", config.threads, 0));

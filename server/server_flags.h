@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/cuda/cuda_options.h"
 #include "server/drt_service.h"
 
 namespace drt::server {
@@ -33,6 +34,7 @@ struct ServerConfig {
   std::string device = "cpu";
   std::string device_note;
   int cuda_device = 0;  // GPU index for the CUDA backend
+  CudaPrecision cuda_precision = CudaPrecision::kBf16;  // --cuda_precision
   int threads = 0;  // CPU backend threads; 0: all cores
   int max_message_bytes = 4 << 20;
   std::string tls_cert_path;  // both set or both empty

@@ -22,6 +22,21 @@ TEST_CASE("ParseDevice accepts cpu, cuda, auto and names them on error", "[backe
   CHECK(std::string(DeviceName(Device::kCuda)) == "cuda");
 }
 
+TEST_CASE("ParseCudaPrecision accepts bf16 and fp32 and names them on error",
+          "[backend_factory]") {
+  CHECK(*ParseCudaPrecision("bf16") == CudaPrecision::kBf16);
+  CHECK(*ParseCudaPrecision("fp32") == CudaPrecision::kFp32);
+  for (const char* bad : {"", "float32", "FP32", "bf16 ", "fp16", "tf32"}) {
+    auto parsed = ParseCudaPrecision(bad);
+    CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(parsed.status().message().find("expected bf16 or fp32") != std::string::npos);
+  }
+  CHECK(std::string(CudaPrecisionName(CudaPrecision::kFp32)) == "fp32");
+  CHECK(std::string(CudaPrecisionName(CudaPrecision::kBf16)) == "bf16");
+  // bf16 stays the default: it is the fast one.
+  CHECK(BackendOptions{}.cuda.precision == CudaPrecision::kBf16);
+}
+
 TEST_CASE("auto resolves to cpu and says why", "[backend_factory]") {
   auto choice = ResolveDevice(Device::kAuto);
   REQUIRE(choice.ok());

@@ -15,49 +15,18 @@
 #include "engine/safetensors.h"
 #include "engine/session.h"
 #include "tests/test_util/fixture_dirs.h"
+#include "tests/test_util/golden.h"
 #include "tests/test_util/random_model.h"
 
 namespace drt {
 namespace {
-
-struct Golden {
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> logit_positions;
-  std::vector<float> logits;             // [P, V]
-  std::vector<int64_t> retrieval_shape;  // [G, C, k]
-  std::vector<int64_t> retrieval_indices;
-  std::vector<float> retrieval_weights;
-};
-
-Golden LoadGolden(const std::string& path) {
-  auto file = SafetensorsFile::Open(path);
-  REQUIRE(file.ok());
-  Golden g;
-  auto tokens = (*file)->ReadI64("tokens");
-  auto positions = (*file)->ReadI64("logit_positions");
-  auto logits = (*file)->ReadF32("logits");
-  auto indices = (*file)->ReadI64("retrieval_indices");
-  auto weights = (*file)->ReadF32("retrieval_weights");
-  REQUIRE(tokens.ok());
-  REQUIRE(positions.ok());
-  REQUIRE(logits.ok());
-  REQUIRE(indices.ok());
-  REQUIRE(weights.ok());
-  g.tokens.assign(tokens->begin(), tokens->end());
-  g.logit_positions = *positions;
-  g.logits = *logits;
-  g.retrieval_shape = (*(*file)->Get("retrieval_indices"))->shape;
-  g.retrieval_indices = *indices;
-  g.retrieval_weights = *weights;
-  return g;
-}
 
 void CheckFixture(const std::string& dir, const std::vector<int64_t>& pieces_pattern) {
   INFO("fixture " << dir);
   auto model = LoadModelDir(dir);
   REQUIRE(model.ok());
   const ModelConfig& config = model->config;
-  const Golden golden = LoadGolden(dir + "/golden.safetensors");
+  const testing::Golden golden = testing::LoadGolden(dir + "/golden.safetensors");
   const int64_t V = config.vocab_size;
   const int64_t L = static_cast<int64_t>(golden.tokens.size());
   REQUIRE(L % config.enc_chunk_size == 0);

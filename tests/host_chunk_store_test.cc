@@ -40,6 +40,8 @@ class CountingAllocator final : public HostAllocator {
   AlignedHostAllocator inner_;
 };
 
+using Bf16Store = HostChunkStore<Bf16Bits>;
+
 constexpr int64_t kRows = 4, kWidth = 3;
 constexpr size_t kChunkBytes = 2 * kRows * kWidth * sizeof(Bf16Bits);
 
@@ -49,12 +51,12 @@ std::vector<Bf16Bits> Block(int chunk, int which) {
   return b;
 }
 
-void AppendChunk(HostChunkStore& store, int chunk) {
+void AppendChunk(Bf16Store& store, int chunk) {
   const auto k = Block(chunk, 0), v = Block(chunk, 1);
   REQUIRE(store.Append(k.data(), v.data()).ok());
 }
 
-bool HoldsChunk(const HostChunkStore& store, int64_t index, int chunk) {
+bool HoldsChunk(const Bf16Store& store, int64_t index, int chunk) {
   const auto k = Block(chunk, 0), v = Block(chunk, 1);
   return std::equal(k.begin(), k.end(), store.keys(index)) &&
          std::equal(v.begin(), v.end(), store.values(index));
@@ -63,7 +65,7 @@ bool HoldsChunk(const HostChunkStore& store, int64_t index, int chunk) {
 TEST_CASE("host chunk store: slabs double up to the largest size", "[host_chunk_store]") {
   auto alloc = std::make_shared<CountingAllocator>();
   {
-    HostChunkStore store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 8});
+    Bf16Store store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 8});
     CHECK(store.size() == 0);
     CHECK(store.bytes() == 0);
     for (int c = 0; c < 2; ++c) AppendChunk(store, c);
@@ -88,7 +90,7 @@ TEST_CASE("host chunk store: slabs double up to the largest size", "[host_chunk_
 TEST_CASE("host chunk store: records written in place after AppendUninitialized",
           "[host_chunk_store]") {
   auto alloc = std::make_shared<CountingAllocator>();
-  HostChunkStore store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 2});
+  Bf16Store store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 2});
   auto first = store.AppendUninitialized(3);  // spans two slabs
   REQUIRE(first.ok());
   CHECK(*first == 0);
@@ -108,14 +110,14 @@ TEST_CASE("host chunk store: records written in place after AppendUninitialized"
 TEST_CASE("host chunk store: a fork shares every slab and neither side writes a shared one",
           "[host_chunk_store]") {
   auto alloc = std::make_shared<CountingAllocator>();
-  HostChunkStore parent(kRows, kWidth, alloc, HostChunkStoreOptions{4, 4});
+  Bf16Store parent(kRows, kWidth, alloc, HostChunkStoreOptions{4, 4});
   for (int c = 0; c < 6; ++c) AppendChunk(parent, c);  // slab 1 full, slab 2 half
   REQUIRE(parent.num_slabs() == 2);
   const size_t before = alloc->live_bytes;
   std::vector<const Bf16Bits*> parent_records;
   for (int c = 0; c < 6; ++c) parent_records.push_back(parent.keys(c));
   {
-    HostChunkStore fork = parent;
+    Bf16Store fork = parent;
     CHECK(alloc->live_bytes == before);  // nothing copied
     CHECK(fork.shared_bytes() == fork.bytes());
     CHECK(parent.shared_bytes() == parent.bytes());
@@ -143,7 +145,7 @@ TEST_CASE("host chunk store: a fork shares every slab and neither side writes a 
 
 TEST_CASE("host chunk store: an allocation failure appends nothing", "[host_chunk_store]") {
   auto alloc = std::make_shared<CountingAllocator>();
-  HostChunkStore store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 2});
+  Bf16Store store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 2});
   AppendChunk(store, 0);
   AppendChunk(store, 1);
   alloc->fail = true;
@@ -154,6 +156,31 @@ TEST_CASE("host chunk store: an allocation failure appends nothing", "[host_chun
   AppendChunk(store, 2);
   CHECK(store.size() == 3);
   CHECK(HoldsChunk(store, 2, 2));
+}
+
+TEST_CASE("host chunk store: fp32 records (the CUDA backend's fp32 precision)",
+          "[host_chunk_store]") {
+  auto alloc = std::make_shared<CountingAllocator>();
+  HostChunkStore<float> store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 2});
+  // Twice the bytes of a bf16 record, values right after the keys.
+  CHECK(store.kv_block_bytes() == kRows * kWidth * sizeof(float));
+  std::vector<float> k(kRows * kWidth), v(kRows * kWidth);
+  for (int c = 0; c < 3; ++c) {  // the third opens a second slab
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = 0.1f * c + 1e-7f * i;  // not representable in bf16
+      v[i] = -k[i];
+    }
+    REQUIRE(store.Append(k.data(), v.data()).ok());
+  }
+  CHECK(store.num_slabs() == 2);
+  CHECK(alloc->live_bytes == 2 * 2 * 2 * kRows * kWidth * sizeof(float));
+  CHECK(store.values(1) == store.keys(1) + kRows * kWidth);
+  for (int c = 0; c < 3; ++c) {
+    for (int64_t i = 0; i < kRows * kWidth; ++i) {
+      CHECK(store.keys(c)[i] == 0.1f * c + 1e-7f * i);
+      CHECK(store.values(c)[i] == -(0.1f * c + 1e-7f * i));
+    }
+  }
 }
 
 }  // namespace

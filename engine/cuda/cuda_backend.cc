@@ -45,10 +45,12 @@ absl::Status CheckSupported(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// T: the storage type of options.precision (engine/cuda/storage_type.h).
+template <typename T>
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options,
-              std::unique_ptr<cuda::DeviceWeights> weights)
+              std::unique_ptr<cuda::DeviceWeights<T>> weights)
       : config_(config),
         options_(options),
         weights_(std::move(weights)),
@@ -58,7 +60,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override { return config_; }
   absl::StatusOr<std::unique_ptr<BackendSession>> NewSession() override {
-    auto session = cuda::CudaSession::Create(config_, *weights_, options_, host_allocator_);
+    auto session = cuda::CudaSession<T>::Create(config_, *weights_, options_, host_allocator_);
     if (!session.ok()) return session.status();
     return std::unique_ptr<BackendSession>(*std::move(session));
   }
@@ -66,9 +68,18 @@ class CudaBackend final : public Backend {
  private:
   const ModelConfig& config_;
   CudaBackendOptions options_;
-  std::unique_ptr<cuda::DeviceWeights> weights_;
+  std::unique_ptr<cuda::DeviceWeights<T>> weights_;
   std::shared_ptr<cuda::HostAllocator> host_allocator_;
 };
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<Backend>> UploadAndMake(const ModelConfig& config,
+                                                       const ModelWeights& weights,
+                                                       const CudaBackendOptions& options) {
+  auto device_weights = cuda::DeviceWeights<T>::Upload(config, weights);
+  if (!device_weights.ok()) return device_weights.status();
+  return std::unique_ptr<Backend>(new CudaBackend<T>(config, options, *std::move(device_weights)));
+}
 
 }  // namespace
 
@@ -90,10 +101,11 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
                                                   options.device_index, *count));
   }
   DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device_index), "cudaSetDevice");
-  auto device_weights = cuda::DeviceWeights::Upload(config, weights);
-  if (!device_weights.ok()) return device_weights.status();
-  return std::unique_ptr<Backend>(
-      new CudaBackend(config, options, *std::move(device_weights)));
+  switch (options.precision) {
+    case CudaPrecision::kBf16: return UploadAndMake<cuda::bf16>(config, weights, options);
+    case CudaPrecision::kFp32: return UploadAndMake<float>(config, weights, options);
+  }
+  return absl::InvalidArgumentError("unknown CUDA precision");
 }
 
 }  // namespace drt

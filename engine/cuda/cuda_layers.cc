@@ -22,14 +22,15 @@ constexpr float kEncoderRmsEps = 1e-6f;
 
 }  // namespace
 
-absl::Status CudaSession::AttentionBlock(int64_t layer_index, const DeviceLayer& layer, int64_t n,
-                                         int64_t first_pos) {
+template <typename T>
+absl::Status CudaSession<T>::AttentionBlock(int64_t layer_index, const DeviceLayer<T>& layer,
+                                            int64_t n, int64_t first_pos) {
   // h = h + Attn(RMSNorm1(h)); K/V of the new positions enter the ring.
   const int d = static_cast<int>(sizes_.d);
   const int kvw = static_cast<int>(sizes_.kv_width);
   const int rows = static_cast<int>(n);
   cudaStream_t stream = compute_stream_.get();
-  SessionBuffers& b = buffers_;
+  SessionBuffers<T>& b = buffers_;
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchRmsNorm(b.h.get(), layer.input_norm, rows, d,
                              static_cast<float>(config_.rms_norm_eps), b.x.get(), stream),
@@ -37,8 +38,8 @@ absl::Status CudaSession::AttentionBlock(int64_t layer_index, const DeviceLayer&
   DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.q, b.q.get(), rows, d, d, stream));
   DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.k, b.k_new.get(), rows, kvw, d, stream));
   DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.v, b.v_new.get(), rows, kvw, d, stream));
-  WindowRing& ring = b.rings[layer_index];
-  kernels::WindowAttentionParams p;
+  WindowRing<T>& ring = b.rings[layer_index];
+  kernels::WindowAttentionParams<T> p;
   p.q = b.q.get();
   p.k_new = b.k_new.get();
   p.v_new = b.v_new.get();
@@ -61,14 +62,15 @@ absl::Status CudaSession::AttentionBlock(int64_t layer_index, const DeviceLayer&
   return gemm_->Matmul(b.attn.get(), layer.o, b.h.get(), rows, d, d, /*accumulate=*/true, stream);
 }
 
-absl::Status CudaSession::MlpBlock(const DeviceLayer& layer, const float* norm_input, float* out,
-                                   int64_t n, float eps) {
+template <typename T>
+absl::Status CudaSession<T>::MlpBlock(const DeviceLayer<T>& layer, const float* norm_input,
+                                      float* out, int64_t n, float eps) {
   // out += down(silu(gate(x)) * up(x)), x = RMSNorm2(norm_input).
   const int d = static_cast<int>(sizes_.d);
   const int f = static_cast<int>(sizes_.f);
   const int rows = static_cast<int>(n);
   cudaStream_t stream = compute_stream_.get();
-  SessionBuffers& b = buffers_;
+  SessionBuffers<T>& b = buffers_;
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchRmsNorm(norm_input, layer.post_norm, rows, d, eps, b.x.get(), stream),
       "LaunchRmsNorm (post_attention_layernorm)");
@@ -79,20 +81,21 @@ absl::Status CudaSession::MlpBlock(const DeviceLayer& layer, const float* norm_i
   return gemm_->Matmul(b.act.get(), layer.down, out, rows, d, f, /*accumulate=*/true, stream);
 }
 
-absl::Status CudaSession::GcaBlock(int64_t group, const DeviceUpperLayer& layer, int64_t n,
-                                   int64_t first_pos, int64_t first_query_chunk) {
+template <typename T>
+absl::Status CudaSession<T>::GcaBlock(int64_t group, const DeviceUpperLayer<T>& layer, int64_t n,
+                                      int64_t first_pos, int64_t first_query_chunk) {
   // Forward pass 6 after the attention: r = h; h = r + MLP(RMSNorm2(r + GCA(h))).
   // h is not written before the MLP's residual add, so h itself is r.
   const int d = static_cast<int>(sizes_.d);
   const int rows = static_cast<int>(n);
   const float eps = static_cast<float>(config_.rms_norm_eps);
   cudaStream_t stream = compute_stream_.get();
-  SessionBuffers& b = buffers_;
+  SessionBuffers<T>& b = buffers_;
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchRmsNorm(b.h.get(), layer.gca_pre_norm, rows, d, eps, b.x.get(), stream),
       "LaunchRmsNorm (gca.pre_norm)");
   DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.gca_q, b.q.get(), rows, d, d, stream));
-  kernels::GcaParams p;
+  kernels::GcaParams<T> p;
   p.q = b.q.get();
   p.chunk_k = b.group_chunks[group].k.get();
   p.chunk_v = b.group_chunks[group].v.get();
@@ -114,7 +117,8 @@ absl::Status CudaSession::GcaBlock(int64_t group, const DeviceUpperLayer& layer,
   return MlpBlock(layer.base, b.mixed.get(), b.h.get(), n, eps);
 }
 
-absl::Status CudaSession::EncodeChunks(int64_t count) {
+template <typename T>
+absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   // Forward pass 4 on `count` chunks whose lower-layer rows are in
   // buffers_.mixed. Output: landmarks (device matrix), K/V with row 63 zero
   // (enc_k/enc_v, then the host store).
@@ -123,7 +127,7 @@ absl::Status CudaSession::EncodeChunks(int64_t count) {
   const int rows = static_cast<int>(count * S);
   const int heads = static_cast<int>(sizes_.heads);
   cudaStream_t stream = compute_stream_.get();
-  SessionBuffers& b = buffers_;
+  SessionBuffers<T>& b = buffers_;
   const int64_t first = chunk_store_.size();
   DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(first + count));
   // enc_k/enc_v are rewritten below: the previous segment's store and fetch
@@ -138,7 +142,7 @@ absl::Status CudaSession::EncodeChunks(int64_t count) {
       kernels::LaunchRmsNormF32(b.mixed.get(), weights_.enc_prenorm, rows, d,
                                 static_cast<float>(config_.rms_norm_eps), x, stream),
       "LaunchRmsNormF32 (enc_prenorm)");
-  for (const DeviceLayer& layer : weights_.encoder) {
+  for (const DeviceLayer<T>& layer : weights_.encoder) {
     DRT_CUDA_RETURN_IF_ERROR(
         kernels::LaunchRmsNorm(x, layer.input_norm, rows, d, kEncoderRmsEps, b.x.get(), stream),
         "LaunchRmsNorm (encoder input_layernorm)");
@@ -206,5 +210,17 @@ absl::Status CudaSession::EncodeChunks(int64_t count) {
   segment_new_chunks_ = count;
   return absl::OkStatus();
 }
+
+#define DRT_INSTANTIATE_LAYERS(T)                                                             \
+  template absl::Status CudaSession<T>::AttentionBlock(int64_t, const DeviceLayer<T>&, int64_t, \
+                                                       int64_t);                              \
+  template absl::Status CudaSession<T>::MlpBlock(const DeviceLayer<T>&, const float*, float*,   \
+                                                 int64_t, float);                               \
+  template absl::Status CudaSession<T>::GcaBlock(int64_t, const DeviceUpperLayer<T>&, int64_t,  \
+                                                 int64_t, int64_t);                             \
+  template absl::Status CudaSession<T>::EncodeChunks(int64_t);
+DRT_INSTANTIATE_LAYERS(bf16)
+DRT_INSTANTIATE_LAYERS(float)
+#undef DRT_INSTANTIATE_LAYERS
 
 }  // namespace drt::cuda

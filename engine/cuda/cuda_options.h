@@ -6,6 +6,17 @@
 
 namespace drt {
 
+// The number format of everything the CUDA backend stores on the device
+// (weights, activations between kernels, window rings, retrieved chunks) and
+// of the pinned chunk store; accumulation, softmaxes and the residual stream
+// are fp32 in both (docs/cuda.md, "Numbers").
+enum class CudaPrecision {
+  kBf16,  // fast; logits differ from the CPU backend by bf16 rounding
+  // fp32 storage and fp32 GEMMs without TF32: the CPU backend's arithmetic up
+  // to summation order (the parity tests hold it to 1e-4 relative).
+  kFp32,
+};
+
 struct CudaBackendOptions {
   int device_index = 0;
   // Upper bound on decoder positions per internal forward batch, as for the
@@ -18,6 +29,7 @@ struct CudaBackendOptions {
   bool disable_gca = false;
   // Slabs of the pinned host chunk store double up to this many chunks.
   int64_t max_slab_chunks = 1024;
+  CudaPrecision precision = CudaPrecision::kBf16;
 };
 
 }  // namespace drt

@@ -33,14 +33,15 @@ LandmarkRows FindLandmarkRows(int64_t first_pos, int64_t n, int64_t S) {
 
 }  // namespace
 
-absl::Status CudaSession::LaunchRetrieval(int64_t group, int64_t first_pos, int64_t n) {
+template <typename T>
+absl::Status CudaSession<T>::LaunchRetrieval(int64_t group, int64_t first_pos, int64_t n) {
   const int64_t S = sizes_.chunk;
   const int64_t d = sizes_.d;
   const int64_t k = sizes_.topk;
   const LandmarkRows lm = FindLandmarkRows(first_pos, n, S);
   if (lm.count == 0) return absl::OkStatus();
   cudaStream_t stream = compute_stream_.get();
-  SessionBuffers& b = buffers_;
+  SessionBuffers<T>& b = buffers_;
   // Landmark rows are S apart: one strided copy gathers them.
   DRT_CUDA_RETURN_IF_ERROR(
       cudaMemcpy2DAsync(b.lmk_rows.get(), d * sizeof(float), b.h.get() + lm.first * d,
@@ -84,7 +85,8 @@ absl::Status CudaSession::LaunchRetrieval(int64_t group, int64_t first_pos, int6
   return absl::OkStatus();
 }
 
-absl::Status CudaSession::CollectRetrieval(int64_t group, int64_t first_pos, int64_t n) {
+template <typename T>
+absl::Status CudaSession<T>::CollectRetrieval(int64_t group, int64_t first_pos, int64_t n) {
   Made& made = made_[group];
   if (!made.launched || made.collected) return absl::OkStatus();
   const int64_t S = sizes_.chunk;
@@ -125,7 +127,8 @@ absl::Status CudaSession::CollectRetrieval(int64_t group, int64_t first_pos, int
   return absl::OkStatus();
 }
 
-absl::Status CudaSession::PrepareGroupChunks(int64_t group, int64_t first_pos, int64_t n) {
+template <typename T>
+absl::Status CudaSession<T>::PrepareGroupChunks(int64_t group, int64_t first_pos, int64_t n) {
   const int64_t S = sizes_.chunk;
   const int64_t k = sizes_.topk;
   const int64_t first_chunk = first_pos / S;
@@ -180,8 +183,9 @@ absl::Status CudaSession::PrepareGroupChunks(int64_t group, int64_t first_pos, i
   return absl::OkStatus();
 }
 
-absl::Status CudaSession::FetchChunks(int64_t group, const std::vector<int64_t>& chunks,
-                                      std::vector<int>* slots) {
+template <typename T>
+absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_t>& chunks,
+                                         std::vector<int>* slots) {
   absl::StatusOr<ChunkResidency::Plan> plan = residency_[group].Request(chunks);
   if (!plan.ok()) {
     return absl::InternalError(
@@ -204,10 +208,10 @@ absl::Status CudaSession::FetchChunks(int64_t group, const std::vector<int64_t>&
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(fetch, stored_.get(), 0),
                            "ordering chunk copies after the store copies");
   const size_t block = chunk_store_.kv_block_bytes();
-  GroupChunkBuffer& buffer = buffers_.group_chunks[group];
+  GroupChunkBuffer<T>& buffer = buffers_.group_chunks[group];
   for (const ChunkResidency::Copy& copy : plan->copies) {
-    bf16* dst_k = buffer.k.get() + copy.slot * S * d;
-    bf16* dst_v = buffer.v.get() + copy.slot * S * d;
+    T* dst_k = buffer.k.get() + copy.slot * S * d;
+    T* dst_v = buffer.v.get() + copy.slot * S * d;
     const int64_t fresh = copy.chunk - segment_first_new_chunk_;
     if (fresh >= 0 && fresh < segment_new_chunks_) {
       DRT_CUDA_RETURN_IF_ERROR(
@@ -236,5 +240,15 @@ absl::Status CudaSession::FetchChunks(int64_t group, const std::vector<int64_t>&
                            "recording the chunk copies");
   return absl::OkStatus();
 }
+
+#define DRT_INSTANTIATE_RETRIEVAL(T)                                                       \
+  template absl::Status CudaSession<T>::LaunchRetrieval(int64_t, int64_t, int64_t);          \
+  template absl::Status CudaSession<T>::CollectRetrieval(int64_t, int64_t, int64_t);         \
+  template absl::Status CudaSession<T>::PrepareGroupChunks(int64_t, int64_t, int64_t);       \
+  template absl::Status CudaSession<T>::FetchChunks(int64_t, const std::vector<int64_t>&,    \
+                                                    std::vector<int>*);
+DRT_INSTANTIATE_RETRIEVAL(bf16)
+DRT_INSTANTIATE_RETRIEVAL(float)
+#undef DRT_INSTANTIATE_RETRIEVAL
 
 }  // namespace drt::cuda

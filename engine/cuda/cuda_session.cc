@@ -24,9 +24,10 @@ constexpr int64_t kFirstLandmarkCapacity = 1024;
 
 }  // namespace
 
-CudaSession::CudaSession(const ModelConfig& config, const DeviceWeights& weights,
-                         const CudaBackendOptions& options,
-                         std::shared_ptr<HostAllocator> host_allocator)
+template <typename T>
+CudaSession<T>::CudaSession(const ModelConfig& config, const DeviceWeights<T>& weights,
+                            const CudaBackendOptions& options,
+                            std::shared_ptr<HostAllocator> host_allocator)
     : config_(config),
       weights_(weights),
       options_(options),
@@ -35,8 +36,9 @@ CudaSession::CudaSession(const ModelConfig& config, const DeviceWeights& weights
       chunk_store_(config.chunk_positions(), config.hidden_size, host_allocator_,
                    HostChunkStoreOptions{16, std::max<int64_t>(16, options.max_slab_chunks)}) {}
 
-absl::StatusOr<std::unique_ptr<CudaSession>> CudaSession::Create(
-    const ModelConfig& config, const DeviceWeights& weights, const CudaBackendOptions& options,
+template <typename T>
+absl::StatusOr<std::unique_ptr<CudaSession<T>>> CudaSession<T>::Create(
+    const ModelConfig& config, const DeviceWeights<T>& weights, const CudaBackendOptions& options,
     std::shared_ptr<HostAllocator> host_allocator) {
   auto session = std::unique_ptr<CudaSession>(
       new CudaSession(config, weights, options, std::move(host_allocator)));
@@ -44,7 +46,8 @@ absl::StatusOr<std::unique_ptr<CudaSession>> CudaSession::Create(
   return session;
 }
 
-absl::Status CudaSession::Init() {
+template <typename T>
+absl::Status CudaSession<T>::Init() {
   DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
   auto gemm = kernels::CublasGemm::Create();
   if (!gemm.ok()) return gemm.status();
@@ -66,7 +69,7 @@ absl::Status CudaSession::Init() {
       list->push_back(*std::move(made));
     }
   }
-  auto buffers = SessionBuffers::Create(sizes_, !options_.disable_gca);
+  auto buffers = SessionBuffers<T>::Create(sizes_, !options_.disable_gca);
   if (!buffers.ok()) return buffers.status();
   buffers_ = *std::move(buffers);
   if (!options_.disable_gca) DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(kFirstLandmarkCapacity));
@@ -76,7 +79,8 @@ absl::Status CudaSession::Init() {
   return absl::OkStatus();
 }
 
-CudaSession::~CudaSession() {
+template <typename T>
+CudaSession<T>::~CudaSession() {
   // Copies into the host store and kernels reading our buffers may still run:
   // finish them before any of it is freed. Errors cannot be reported here.
   if (cudaSetDevice(options_.device_index) != cudaSuccess) return;
@@ -85,7 +89,8 @@ CudaSession::~CudaSession() {
   }
 }
 
-absl::Status CudaSession::EnsureLandmarkCapacity(int64_t chunks) {
+template <typename T>
+absl::Status CudaSession<T>::EnsureLandmarkCapacity(int64_t chunks) {
   const int64_t capacity = static_cast<int64_t>(landmarks_.size()) / sizes_.d;
   if (chunks <= capacity && topk_workspace_.size() > 0) return absl::OkStatus();
   if (chunks > kMaxLandmarks) {
@@ -116,9 +121,10 @@ absl::Status CudaSession::EnsureLandmarkCapacity(int64_t chunks) {
   return absl::OkStatus();
 }
 
-absl::Status CudaSession::CheckIds(absl::Span<const int32_t> ids,
-                                   absl::Span<const int64_t> logit_rows,
-                                   absl::Span<float> logits) const {
+template <typename T>
+absl::Status CudaSession<T>::CheckIds(absl::Span<const int32_t> ids,
+                                      absl::Span<const int64_t> logit_rows,
+                                      absl::Span<float> logits) const {
   DRT_RETURN_IF_ERROR(CheckForwardInput(config_, position_, ids, logit_rows, logits.size()));
   const int64_t S = sizes_.chunk;
   const int64_t n = static_cast<int64_t>(ids.size());
@@ -130,9 +136,10 @@ absl::Status CudaSession::CheckIds(absl::Span<const int32_t> ids,
   return absl::OkStatus();
 }
 
-absl::Status CudaSession::Forward(absl::Span<const int32_t> ids,
-                                  absl::Span<const int64_t> logit_rows,
-                                  absl::Span<float> logits) {
+template <typename T>
+absl::Status CudaSession<T>::Forward(absl::Span<const int32_t> ids,
+                                     absl::Span<const int64_t> logit_rows,
+                                     absl::Span<float> logits) {
   if (!failed_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this CUDA session failed earlier and its state is lost: ", failed_.message()));
@@ -154,7 +161,8 @@ absl::Status CudaSession::Forward(absl::Span<const int32_t> ids,
   return status;
 }
 
-absl::Status CudaSession::RunSegment(absl::Span<const int32_t> ids) {
+template <typename T>
+absl::Status CudaSession<T>::RunSegment(absl::Span<const int32_t> ids) {
   const int64_t S = sizes_.chunk;
   const int64_t d = sizes_.d;
   const int64_t n = static_cast<int64_t>(ids.size());
@@ -179,7 +187,7 @@ absl::Status CudaSession::RunSegment(absl::Span<const int32_t> ids) {
                                                           static_cast<int>(d), h, stream),
                            "LaunchEmbeddingGather");
   int64_t layer_index = 0;
-  for (const DeviceLayer& layer : weights_.lower) {
+  for (const DeviceLayer<T>& layer : weights_.lower) {
     DRT_RETURN_IF_ERROR(AttentionBlock(layer_index++, layer, n, pos0));
     DRT_RETURN_IF_ERROR(MlpBlock(layer, h, h, n, eps));
   }
@@ -228,7 +236,7 @@ absl::Status CudaSession::RunSegment(absl::Span<const int32_t> ids) {
       if (last_chunk != pos0 / S) DRT_RETURN_IF_ERROR(CollectRetrieval(g, pos0, n));
       DRT_RETURN_IF_ERROR(PrepareGroupChunks(g, pos0, n));
     }
-    for (const DeviceUpperLayer& layer : weights_.upper[g]) {
+    for (const DeviceUpperLayer<T>& layer : weights_.upper[g]) {
       DRT_RETURN_IF_ERROR(AttentionBlock(layer_index++, layer.base, n, pos0));
       if (gca) {
         DRT_RETURN_IF_ERROR(GcaBlock(g, layer, n, pos0, pos0 / S));
@@ -261,9 +269,10 @@ absl::Status CudaSession::RunSegment(absl::Span<const int32_t> ids) {
   return absl::OkStatus();
 }
 
-absl::Status CudaSession::WriteLogits(int64_t segment_first, int64_t segment_rows,
-                                      absl::Span<const int64_t> logit_rows,
-                                      absl::Span<float> logits) {
+template <typename T>
+absl::Status CudaSession<T>::WriteLogits(int64_t segment_first, int64_t segment_rows,
+                                         absl::Span<const int64_t> logit_rows,
+                                         absl::Span<float> logits) {
   const int64_t d = sizes_.d;
   const int64_t V = sizes_.vocab;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -305,7 +314,8 @@ absl::Status CudaSession::WriteLogits(int64_t segment_first, int64_t segment_row
   return absl::OkStatus();
 }
 
-SessionMemory CudaSession::memory() const {
+template <typename T>
+SessionMemory CudaSession<T>::memory() const {
   SessionMemory m;
   // Host memory: the pinned chunk store and the selections; window rings,
   // open chunk and landmarks live on the GPU (device_bytes).
@@ -324,7 +334,8 @@ SessionMemory CudaSession::memory() const {
   return m;
 }
 
-absl::StatusOr<std::unique_ptr<BackendSession>> CudaSession::Fork() const {
+template <typename T>
+absl::StatusOr<std::unique_ptr<BackendSession>> CudaSession<T>::Fork() const {
   if (!failed_.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot fork a CUDA session that failed: ", failed_.message()));
@@ -373,5 +384,8 @@ absl::StatusOr<std::unique_ptr<BackendSession>> CudaSession::Fork() const {
   f.selection_ = selection_;
   return std::unique_ptr<BackendSession>(std::move(*fork));
 }
+
+template class CudaSession<bf16>;
+template class CudaSession<float>;
 
 }  // namespace drt::cuda

@@ -1,9 +1,9 @@
 // Per-session state and forward pass of the CUDA backend. Mirrors
 // engine/cpu/cpu_session.cc step by step (drt-model.md, "Forward pass"):
 // the same segments, landmarks, encoder batches and retrieval points; only
-// where the state lives and the number format (bf16 storage, fp32
-// accumulation and residual stream) differ. docs/cuda.md describes the
-// streams and events.
+// where the state lives and the number format (storage type T: bf16, or float
+// in fp32 precision; fp32 accumulation and residual stream either way)
+// differ. docs/cuda.md describes the streams and events.
 //
 // Three streams per session: `compute` runs every kernel; `store` copies the
 // K/V of closed chunks device -> pinned host store after the encoder; `fetch`
@@ -26,15 +26,19 @@
 #include "engine/cuda/host/chunk_residency.h"
 #include "engine/cuda/host/host_chunk_store.h"
 #include "engine/cuda/session_buffers.h"
+#include "engine/cuda/storage_type.h"
 #include "kernels/gemm.h"
 
 namespace drt::cuda {
 
+// Instantiated for bf16 and float: cuda_session.cc instantiates the class,
+// cuda_layers.cc and cuda_retrieval.cc the members they define.
+template <typename T>
 class CudaSession final : public BackendSession {
  public:
   static absl::StatusOr<std::unique_ptr<CudaSession>> Create(
-      const ModelConfig& config, const DeviceWeights& weights, const CudaBackendOptions& options,
-      std::shared_ptr<HostAllocator> host_allocator);
+      const ModelConfig& config, const DeviceWeights<T>& weights,
+      const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator);
   ~CudaSession() override;
 
   absl::Status Forward(absl::Span<const int32_t> ids, absl::Span<const int64_t> logit_rows,
@@ -50,7 +54,7 @@ class CudaSession final : public BackendSession {
   BackendSessionStats stats() const override { return stats_; }
 
  private:
-  CudaSession(const ModelConfig& config, const DeviceWeights& weights,
+  CudaSession(const ModelConfig& config, const DeviceWeights<T>& weights,
               const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator);
   absl::Status Init();
   absl::Status CheckIds(absl::Span<const int32_t> ids, absl::Span<const int64_t> logit_rows,
@@ -63,12 +67,12 @@ class CudaSession final : public BackendSession {
                            absl::Span<const int64_t> logit_rows, absl::Span<float> logits);
 
   // cuda_layers.cc: the blocks of drt-model.md, Forward pass 3, 4, 6, 7.
-  absl::Status AttentionBlock(int64_t layer_index, const DeviceLayer& layer, int64_t n,
+  absl::Status AttentionBlock(int64_t layer_index, const DeviceLayer<T>& layer, int64_t n,
                               int64_t first_pos);
-  // h += MLP(RMSNorm2(norm_input)) (norm_input is h or mixed).
-  absl::Status MlpBlock(const DeviceLayer& layer, const float* norm_input, float* out, int64_t n,
-                        float eps);
-  absl::Status GcaBlock(int64_t group, const DeviceUpperLayer& layer, int64_t n,
+  // out += MLP(RMSNorm2(norm_input)) (norm_input is h or mixed).
+  absl::Status MlpBlock(const DeviceLayer<T>& layer, const float* norm_input, float* out,
+                        int64_t n, float eps);
+  absl::Status GcaBlock(int64_t group, const DeviceUpperLayer<T>& layer, int64_t n,
                         int64_t first_pos, int64_t first_query_chunk);
   // Encodes `count` closed chunks whose lower-layer rows are in
   // buffers_.mixed; appends landmarks (device) and K/V (host store, async).
@@ -89,7 +93,7 @@ class CudaSession final : public BackendSession {
                            std::vector<int>* slots);
 
   const ModelConfig& config_;
-  const DeviceWeights& weights_;
+  const DeviceWeights<T>& weights_;
   CudaBackendOptions options_;
   SessionSizes sizes_;
   std::shared_ptr<HostAllocator> host_allocator_;
@@ -107,12 +111,12 @@ class CudaSession final : public BackendSession {
   // waits for them before it rewrites a staging region.
   Event ids_uploaded_;               // token ids
   std::vector<Event> uploads_done_;  // per group: landmark limits and slot table
-  SessionBuffers buffers_;
+  SessionBuffers<T> buffers_;
   DeviceArray<float> landmarks_;   // [capacity][d] fp32, grown by doubling
   DeviceArray<char> topk_workspace_;
 
   int64_t position_ = 0;
-  HostChunkStore chunk_store_;
+  HostChunkStore<HostElement<T>> chunk_store_;
   // Chunks encoded in the segment being run are read from enc_k/enc_v (not
   // yet, or not surely, in the host store): [first, first + count).
   int64_t segment_first_new_chunk_ = 0;

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <functional>
 
-#include "engine/cuda/host/bf16.h"
 #include "kernels/cuda_check.h"
 
 namespace drt::cuda {
@@ -14,8 +13,9 @@ namespace {
 // Offsets are rounded up to 256 bytes (cuBLAS's preferred alignment).
 constexpr size_t kAlignElements = 128;
 
-// Lays tensors out in one host buffer of bf16 bits; records each offset so
-// that device pointers can be set once the arena exists.
+// Lays tensors out in one host buffer of the storage type's bits; records each
+// offset so that device pointers can be set once the arena exists.
+template <typename T>
 class ArenaBuilder {
  public:
   // Appends the concatenation of `parts` as one tensor; returns its slot.
@@ -23,16 +23,16 @@ class ArenaBuilder {
     host_.resize((host_.size() + kAlignElements - 1) / kAlignElements * kAlignElements);
     const size_t offset = host_.size();
     for (const std::vector<float>* part : parts) {
-      for (float x : *part) host_.push_back(FloatToBf16(x));
+      for (float x : *part) host_.push_back(StorageTraits<T>::FromFloat(x));
     }
     offsets_.push_back(offset);
     return offsets_.size() - 1;
   }
   size_t offset(size_t slot) const { return offsets_[slot]; }
-  const std::vector<Bf16Bits>& host() const { return host_; }
+  const std::vector<HostElement<T>>& host() const { return host_; }
 
  private:
-  std::vector<Bf16Bits> host_;
+  std::vector<HostElement<T>> host_;
   std::vector<size_t> offsets_;
 };
 
@@ -40,7 +40,8 @@ struct LayerSlots {
   size_t input_norm, post_norm, q, k, v, o, gate_up, down;
 };
 
-LayerSlots AddLayer(ArenaBuilder& b, const LayerWeights& l) {
+template <typename T>
+LayerSlots AddLayer(ArenaBuilder<T>& b, const LayerWeights& l) {
   LayerSlots s;
   s.input_norm = b.Add({&l.input_layernorm});
   s.post_norm = b.Add({&l.post_attention_layernorm});
@@ -55,9 +56,10 @@ LayerSlots AddLayer(ArenaBuilder& b, const LayerWeights& l) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const ModelConfig& config,
-                                                                     const ModelWeights& w) {
-  ArenaBuilder b;
+template <typename T>
+absl::StatusOr<std::unique_ptr<DeviceWeights<T>>> DeviceWeights<T>::Upload(
+    const ModelConfig& config, const ModelWeights& w) {
+  ArenaBuilder<T> b;
   const size_t embed = b.Add({&w.embed_tokens});
   const bool separate_head = !w.lm_head.empty();
   const size_t head = separate_head ? b.Add({&w.lm_head}) : embed;
@@ -89,17 +91,17 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model
   const size_t chunk_k = b.Add({&w.chunk_k_proj});
   const size_t chunk_v = b.Add({&w.chunk_v_proj});
 
-  auto out = std::unique_ptr<DeviceWeights>(new DeviceWeights());
-  auto arena = DeviceArray<bf16>::Create(b.host().size(), "the model weights");
+  auto out = std::unique_ptr<DeviceWeights<T>>(new DeviceWeights<T>());
+  auto arena = DeviceArray<T>::Create(b.host().size(), "the model weights");
   if (!arena.ok()) return arena.status();
   out->arena_ = *std::move(arena);
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->arena_.get(), b.host().data(),
-                                      b.host().size() * sizeof(Bf16Bits), cudaMemcpyHostToDevice),
+                                      b.host().size() * sizeof(T), cudaMemcpyHostToDevice),
                            "copying the weights to the device");
-  const bf16* base = out->arena_.get();
+  const T* base = out->arena_.get();
   auto at = [&](size_t slot) { return base + b.offset(slot); };
   auto layer = [&](const LayerSlots& s) {
-    DeviceLayer d;
+    DeviceLayer<T> d;
     d.input_norm = at(s.input_norm);
     d.post_norm = at(s.post_norm);
     d.q = at(s.q);
@@ -117,7 +119,7 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model
   for (const auto& group : upper) {
     out->upper.emplace_back();
     for (const UpperSlots& s : group) {
-      DeviceUpperLayer d;
+      DeviceUpperLayer<T> d;
       d.base = layer(s.base);
       d.gca_pre_norm = at(s.pre_norm);
       d.gca_q = at(s.q);
@@ -134,5 +136,8 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model
   (void)config;
   return out;
 }
+
+template class DeviceWeights<bf16>;
+template class DeviceWeights<float>;
 
 }  // namespace drt::cuda

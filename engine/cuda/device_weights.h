@@ -1,5 +1,6 @@
-// The model's parameters on the GPU in bf16, converted and uploaded once per
-// backend and read by all its sessions. gate_proj and up_proj of every layer
+// The model's parameters on the GPU in the backend's storage type T (bf16, or
+// float in fp32 precision), converted and uploaded once per backend and read
+// by all its sessions. gate_proj and up_proj of every layer
 // are fused into one [2F][d] matrix (gate rows first), the layout
 // kernels::LaunchSwiGlu reads.
 #pragma once
@@ -9,54 +10,57 @@
 
 #include "absl/status/statusor.h"
 #include "engine/cuda/cuda_resources.h"
+#include "engine/cuda/storage_type.h"
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
 #include "kernels/gemm.h"
 
 namespace drt::cuda {
 
-using kernels::bf16;
-
+template <typename T>
 struct DeviceLayer {
-  const bf16* input_norm = nullptr;  // [d]
-  const bf16* post_norm = nullptr;   // [d]
-  const bf16* q = nullptr;           // [H*dh][d]
-  const bf16* k = nullptr;           // [kv_heads*dh][d]
-  const bf16* v = nullptr;
-  const bf16* o = nullptr;           // [d][d]
-  const bf16* gate_up = nullptr;     // [2F][d]
-  const bf16* down = nullptr;        // [d][F]
+  const T* input_norm = nullptr;  // [d]
+  const T* post_norm = nullptr;   // [d]
+  const T* q = nullptr;           // [H*dh][d]
+  const T* k = nullptr;           // [kv_heads*dh][d]
+  const T* v = nullptr;
+  const T* o = nullptr;           // [d][d]
+  const T* gate_up = nullptr;     // [2F][d]
+  const T* down = nullptr;        // [d][F]
 };
 
+template <typename T>
 struct DeviceUpperLayer {
-  DeviceLayer base;
-  const bf16* gca_pre_norm = nullptr;  // [d]
-  const bf16* gca_q = nullptr;         // [d][d]
-  const bf16* gca_o = nullptr;         // [d][d]
+  DeviceLayer<T> base;
+  const T* gca_pre_norm = nullptr;  // [d]
+  const T* gca_q = nullptr;         // [d][d]
+  const T* gca_o = nullptr;         // [d][d]
 };
 
+// Instantiated for bf16 and float (device_weights.cc).
+template <typename T>
 class DeviceWeights {
  public:
   // The current device receives the weights.
   static absl::StatusOr<std::unique_ptr<DeviceWeights>> Upload(const ModelConfig& config,
                                                                const ModelWeights& weights);
 
-  const bf16* embed_tokens = nullptr;  // [V][d]
-  const bf16* lm_head = nullptr;       // [V][d]; the embedding when tied
-  const bf16* norm = nullptr;
-  std::vector<DeviceLayer> lower;
-  std::vector<std::vector<DeviceUpperLayer>> upper;  // [group][layer]
-  std::vector<const bf16*> lmk_norms;                // [group] -> [d]
-  const bf16* enc_prenorm = nullptr;
-  std::vector<DeviceLayer> encoder;
-  const bf16* encoder_norm = nullptr;
-  const bf16* chunk_k_proj = nullptr;  // [d][d]
-  const bf16* chunk_v_proj = nullptr;
+  const T* embed_tokens = nullptr;  // [V][d]
+  const T* lm_head = nullptr;       // [V][d]; the embedding when tied
+  const T* norm = nullptr;
+  std::vector<DeviceLayer<T>> lower;
+  std::vector<std::vector<DeviceUpperLayer<T>>> upper;  // [group][layer]
+  std::vector<const T*> lmk_norms;                      // [group] -> [d]
+  const T* enc_prenorm = nullptr;
+  std::vector<DeviceLayer<T>> encoder;
+  const T* encoder_norm = nullptr;
+  const T* chunk_k_proj = nullptr;  // [d][d]
+  const T* chunk_v_proj = nullptr;
 
   size_t bytes() const { return arena_.bytes(); }
 
  private:
-  DeviceArray<bf16> arena_;
+  DeviceArray<T> arena_;
 };
 
 }  // namespace drt::cuda

@@ -29,8 +29,9 @@ SessionSizes ComputeSessionSizes(const ModelConfig& config, int64_t max_segment_
   return s;
 }
 
-absl::StatusOr<SessionBuffers> SessionBuffers::Create(const SessionSizes& s, bool with_gca) {
-  SessionBuffers b;
+template <typename T>
+absl::StatusOr<SessionBuffers<T>> SessionBuffers<T>::Create(const SessionSizes& s, bool with_gca) {
+  SessionBuffers<T> b;
   const size_t rows = s.max_rows;
   const size_t d = s.d;
   const size_t qc = s.max_query_chunks;
@@ -50,21 +51,21 @@ absl::StatusOr<SessionBuffers> SessionBuffers::Create(const SessionSizes& s, boo
   DRT_ALLOC(ids, int32_t, rows);
   DRT_ALLOC(h, float, rows * d);
   DRT_ALLOC(mixed, float, rows * d);
-  DRT_ALLOC(x, bf16, rows * d);
-  DRT_ALLOC(q, bf16, rows * d);
-  DRT_ALLOC(k_new, bf16, rows * d);
-  DRT_ALLOC(v_new, bf16, rows * d);
-  DRT_ALLOC(attn, bf16, rows * d);
-  DRT_ALLOC(gate_up, bf16, rows * 2 * s.f);
-  DRT_ALLOC(act, bf16, rows * s.f);
-  DRT_ALLOC(final_normed, bf16, s.logit_rows * d);
+  DRT_ALLOC(x, T, rows * d);
+  DRT_ALLOC(q, T, rows * d);
+  DRT_ALLOC(k_new, T, rows * d);
+  DRT_ALLOC(v_new, T, rows * d);
+  DRT_ALLOC(attn, T, rows * d);
+  DRT_ALLOC(gate_up, T, rows * 2 * s.f);
+  DRT_ALLOC(act, T, rows * s.f);
+  DRT_ALLOC(final_normed, T, s.logit_rows * d);
   DRT_ALLOC(logits, float, s.logit_rows * s.vocab);
   DRT_ALLOC_PINNED(logits_host, float, s.logit_rows * s.vocab);
   DRT_ALLOC_PINNED(ids_host, int32_t, rows);
   if (with_gca) {
     DRT_ALLOC(enc_x, float, rows * d);
-    DRT_ALLOC(enc_k, bf16, rows * d);
-    DRT_ALLOC(enc_v, bf16, rows * d);
+    DRT_ALLOC(enc_k, T, rows * d);
+    DRT_ALLOC(enc_v, T, rows * d);
     DRT_ALLOC(enc_landmark_rows, float, qc * d);
     DRT_ALLOC(lmk_rows, float, qc * d);
     DRT_ALLOC(lmk_queries, float, qc * d);
@@ -83,10 +84,10 @@ absl::StatusOr<SessionBuffers> SessionBuffers::Create(const SessionSizes& s, boo
 #undef DRT_ALLOC
 #undef DRT_ALLOC_PINNED
   for (int64_t l = 0; l < s.layers; ++l) {
-    WindowRing ring;
-    auto rk = DeviceArray<bf16>::Create(s.ring_slots * s.kv_width, "window ring keys");
+    WindowRing<T> ring;
+    auto rk = DeviceArray<T>::Create(s.ring_slots * s.kv_width, "window ring keys");
     if (!rk.ok()) return rk.status();
-    auto rv = DeviceArray<bf16>::Create(s.ring_slots * s.kv_width, "window ring values");
+    auto rv = DeviceArray<T>::Create(s.ring_slots * s.kv_width, "window ring values");
     if (!rv.ok()) return rv.status();
     ring.k = *std::move(rk);
     ring.v = *std::move(rv);
@@ -94,11 +95,11 @@ absl::StatusOr<SessionBuffers> SessionBuffers::Create(const SessionSizes& s, boo
   }
   if (with_gca) {
     for (int64_t g = 0; g < s.groups; ++g) {
-      GroupChunkBuffer buf;
+      GroupChunkBuffer<T> buf;
       const size_t n = static_cast<size_t>(s.slots_per_group) * s.chunk * d;
-      auto ck = DeviceArray<bf16>::Create(n, "retrieved chunk keys");
+      auto ck = DeviceArray<T>::Create(n, "retrieved chunk keys");
       if (!ck.ok()) return ck.status();
-      auto cv = DeviceArray<bf16>::Create(n, "retrieved chunk values");
+      auto cv = DeviceArray<T>::Create(n, "retrieved chunk values");
       if (!cv.ok()) return cv.status();
       buf.k = *std::move(ck);
       buf.v = *std::move(cv);
@@ -108,22 +109,27 @@ absl::StatusOr<SessionBuffers> SessionBuffers::Create(const SessionSizes& s, boo
   return b;
 }
 
-size_t SessionBuffers::device_bytes() const {
+template <typename T>
+size_t SessionBuffers<T>::device_bytes() const {
   size_t n = ids.bytes() + h.bytes() + mixed.bytes() + x.bytes() + q.bytes() + k_new.bytes() +
              v_new.bytes() + attn.bytes() + gate_up.bytes() + act.bytes() + enc_x.bytes() +
              enc_k.bytes() + enc_v.bytes() + enc_landmark_rows.bytes() + lmk_rows.bytes() +
              lmk_queries.bytes() + lmk_limits.bytes() + topk_chunks.bytes() +
              topk_weights.bytes() + slot_table.bytes() + slot_weights.bytes() +
              final_normed.bytes() + logits.bytes() + open_chunk.bytes();
-  for (const WindowRing& r : rings) n += r.k.bytes() + r.v.bytes();
-  for (const GroupChunkBuffer& g : group_chunks) n += g.k.bytes() + g.v.bytes();
+  for (const WindowRing<T>& r : rings) n += r.k.bytes() + r.v.bytes();
+  for (const GroupChunkBuffer<T>& g : group_chunks) n += g.k.bytes() + g.v.bytes();
   return n;
 }
 
-size_t SessionBuffers::pinned_bytes() const {
+template <typename T>
+size_t SessionBuffers<T>::pinned_bytes() const {
   return topk_chunks_host.bytes() + topk_weights_host.bytes() + logits_host.bytes() +
          ids_host.bytes() + lmk_limits_host.bytes() + slot_table_host.bytes() +
          slot_weights_host.bytes();
 }
+
+template struct SessionBuffers<bf16>;
+template struct SessionBuffers<float>;
 
 }  // namespace drt::cuda

@@ -9,12 +9,10 @@
 
 #include "absl/status/statusor.h"
 #include "engine/cuda/cuda_resources.h"
+#include "engine/cuda/storage_type.h"
 #include "engine/model_config.h"
-#include "kernels/gemm.h"
 
 namespace drt::cuda {
-
-using kernels::bf16;
 
 struct SessionSizes {
   int64_t d = 0, kv_width = 0, f = 0, vocab = 0, heads = 0, kv_heads = 0, head_dim = 0;
@@ -35,15 +33,20 @@ SessionSizes ComputeSessionSizes(const ModelConfig& config, int64_t max_segment_
 // Per-layer window ring of one decoder layer (drt-model.md, "What follows
 // for the engine"): [ring_slots][kv_heads][head_dim], position p in slot
 // p % ring_slots.
+template <typename T>
 struct WindowRing {
-  DeviceArray<bf16> k, v;
+  DeviceArray<T> k, v;
 };
 
 // Retrieved chunks of one group: [slots][64][d] keys and values.
+template <typename T>
 struct GroupChunkBuffer {
-  DeviceArray<bf16> k, v;
+  DeviceArray<T> k, v;
 };
 
+// T: the storage type (bf16 or float); the residual stream, landmarks and
+// logits are fp32 either way. Instantiated for both (session_buffers.cc).
+template <typename T>
 struct SessionBuffers {
   static absl::StatusOr<SessionBuffers> Create(const SessionSizes& s, bool with_gca);
 
@@ -51,15 +54,15 @@ struct SessionBuffers {
   DeviceArray<int32_t> ids;
   DeviceArray<float> h;       // residual stream [rows][d]
   DeviceArray<float> mixed;   // r + GCA(h) [rows][d]; the encoder's input rows
-  DeviceArray<bf16> x;        // norm outputs (GEMM inputs) [rows][d]
-  DeviceArray<bf16> q;        // [rows][d]
-  DeviceArray<bf16> k_new, v_new;  // [rows][d] (kv_width <= d)
-  DeviceArray<bf16> attn;     // [rows][d]
-  DeviceArray<bf16> gate_up;  // [rows][2F]
-  DeviceArray<bf16> act;      // [rows][F]
+  DeviceArray<T> x;        // norm outputs (GEMM inputs) [rows][d]
+  DeviceArray<T> q;        // [rows][d]
+  DeviceArray<T> k_new, v_new;  // [rows][d] (kv_width <= d)
+  DeviceArray<T> attn;     // [rows][d]
+  DeviceArray<T> gate_up;  // [rows][2F]
+  DeviceArray<T> act;      // [rows][F]
   // Chunk encoder.
   DeviceArray<float> enc_x;   // encoder residual stream [rows][d]
-  DeviceArray<bf16> enc_k, enc_v;  // chunk K/V of the segment's closed chunks [rows][d]
+  DeviceArray<T> enc_k, enc_v;  // chunk K/V of the segment's closed chunks [rows][d]
   DeviceArray<float> enc_landmark_rows;  // rows 63 gathered [max_query_chunks][d]
   // Retrieval.
   DeviceArray<float> lmk_rows;     // group-input rows of the landmarks [max_query_chunks][d]
@@ -80,14 +83,14 @@ struct SessionBuffers {
   PinnedArray<int32_t> slot_table_host;     // [groups][max_query_chunks][topk]
   PinnedArray<float> slot_weights_host;     // [groups][max_query_chunks][topk]
   // Logits of one batch of rows.
-  DeviceArray<bf16> final_normed;  // [logit_rows][d]
+  DeviceArray<T> final_normed;  // [logit_rows][d]
   DeviceArray<float> logits;       // [logit_rows][V]
   PinnedArray<float> logits_host;
 
   // Session state on the device.
-  std::vector<WindowRing> rings;       // per decoder layer
+  std::vector<WindowRing<T>> rings;    // per decoder layer
   DeviceArray<float> open_chunk;       // [64][d] lower-layer rows of the open chunk
-  std::vector<GroupChunkBuffer> group_chunks;
+  std::vector<GroupChunkBuffer<T>> group_chunks;
 
   size_t device_bytes() const;
   // Page-locked host staging (top-k results, uploads, logits).

@@ -84,7 +84,7 @@ TEST_CASE("cuda elementwise: RMSNorm variants match a double reference", "[cuda]
     INFO("bf16 in: " << bin.str());
     CHECK(bin.relative() <= 1e-2);
   }
-  CHECK(kernels::LaunchRmsNorm(nullptr, nullptr, 1, 0, 1e-5f, nullptr, nullptr) == cudaErrorInvalidValue);
+  CHECK(kernels::LaunchRmsNorm<bf16>(nullptr, nullptr, 1, 0, 1e-5f, nullptr, nullptr) == cudaErrorInvalidValue);
 }
 
 TEST_CASE("cuda elementwise: SwiGLU", "[cuda]") {

@@ -95,7 +95,7 @@ void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0) 
   DeviceBuffer<uint16_t> d_ring_v(ring_v);
   DeviceBuffer<uint16_t> d_out(static_cast<size_t>(c.n) * q_width);
 
-  kernels::WindowAttentionParams p;
+  kernels::WindowAttentionParams<bf16> p;
   p.q = d_q.as<const bf16>();
   p.k_new = d_k_new.as<const bf16>();
   p.v_new = d_v_new.as<const bf16>();
@@ -194,10 +194,90 @@ TEST_CASE("cuda window attention: ring with more than window + 1 slots", "[cuda]
   }
 }
 
+// The fp32 instantiation (the CUDA backend's fp32 precision): full fp32
+// inputs, both kernels (row and tile) and the ring write of 4-float vectors.
+// Derived, not yet measured on a GPU: fp32 scores and softmax over at most
+// 4097 keys differ from the double reference by about 1e-6 of the output's
+// scale; 1e-5 leaves room and still fails on bf16 rounding anywhere (2^-9).
+void RunWindowCaseFp32(const WindowCase& c, std::mt19937& rng) {
+  INFO("fp32: n " << c.n << " first_pos " << c.first_pos << " window " << c.window << " heads "
+                  << c.heads << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim);
+  const int kv_width = c.kv_heads * c.head_dim;
+  const int q_width = c.heads * c.head_dim;
+  const int ring_slots = c.window + 1;
+  const int64_t total = c.first_pos + c.n;
+  const std::vector<float> hist_k = RandomFloats(static_cast<size_t>(total) * kv_width, rng);
+  const std::vector<float> hist_v = RandomFloats(static_cast<size_t>(total) * kv_width, rng);
+  const std::vector<float> q = RandomFloats(static_cast<size_t>(c.n) * q_width, rng, -2.f, 2.f);
+  std::vector<float> ring_k(static_cast<size_t>(ring_slots) * kv_width, NAN);
+  std::vector<float> ring_v = ring_k;
+  for (int64_t pos = std::max<int64_t>(0, c.first_pos - ring_slots); pos < c.first_pos; ++pos) {
+    const size_t slot = static_cast<size_t>(pos % ring_slots);
+    for (int e = 0; e < kv_width; ++e) {
+      ring_k[slot * kv_width + e] = hist_k[static_cast<size_t>(pos) * kv_width + e];
+      ring_v[slot * kv_width + e] = hist_v[static_cast<size_t>(pos) * kv_width + e];
+    }
+  }
+  const auto rows = [&](const std::vector<float>& h, int64_t from, int64_t count) {
+    return std::vector<float>(h.begin() + from * kv_width, h.begin() + (from + count) * kv_width);
+  };
+  DeviceBuffer<float> d_q(q), d_k_new(rows(hist_k, c.first_pos, c.n)),
+      d_v_new(rows(hist_v, c.first_pos, c.n)), d_ring_k(ring_k), d_ring_v(ring_v),
+      d_out(static_cast<size_t>(c.n) * q_width);
+  kernels::WindowAttentionParams<float> p;
+  p.q = d_q.get();
+  p.k_new = d_k_new.get();
+  p.v_new = d_v_new.get();
+  p.k_ring = d_ring_k.get();
+  p.v_ring = d_ring_v.get();
+  p.ring_slots = ring_slots;
+  p.window = c.window;
+  p.first_pos = c.first_pos;
+  p.n = c.n;
+  p.heads = c.heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  p.out = d_out.get();
+  CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+  CUDA_REQUIRE(kernels::LaunchWindowRingWrite(p.k_new, p.v_new, c.n, c.first_pos, ring_slots,
+                                              c.kv_heads, c.head_dim, d_ring_k.get(),
+                                              d_ring_v.get(), nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  const ErrorReport e = CompareToReference(
+      d_out.Download(), WindowReference(q, hist_k, hist_v, c.first_pos, c.n, c.window, c.heads,
+                                        c.kv_heads, c.head_dim));
+  INFO(e.str());
+  CHECK(e.non_finite == 0);
+  CHECK(e.relative() <= 1e-5);
+  // The ring holds the last ring_slots positions, bit for bit.
+  const std::vector<float> got_k = d_ring_k.Download();
+  const std::vector<float> got_v = d_ring_v.Download();
+  int64_t mismatches = 0;
+  for (int64_t pos = std::max<int64_t>(0, total - ring_slots); pos < total; ++pos) {
+    const size_t slot = static_cast<size_t>(pos % ring_slots);
+    for (int e2 = 0; e2 < kv_width; ++e2) {
+      mismatches += got_k[slot * kv_width + e2] != hist_k[static_cast<size_t>(pos) * kv_width + e2];
+      mismatches += got_v[slot * kv_width + e2] != hist_v[static_cast<size_t>(pos) * kv_width + e2];
+    }
+  }
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("cuda window attention: fp32 storage, decode and prefill", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(34);
+  for (const WindowCase& c : {WindowCase{1, 1000, 512, 8, 2, 128}, WindowCase{5, 700, 64, 4, 1, 32},
+                              WindowCase{2, 77, 7, 3, 3, 40}, WindowCase{200, 130, 100, 6, 3, 40},
+                              WindowCase{64, 5000, 4096, 2, 2, 128},
+                              WindowCase{129, 3, 512, 4, 4, 128}}) {
+    RunWindowCaseFp32(c, rng);
+  }
+}
+
 TEST_CASE("cuda window attention: rejects bad shapes", "[cuda]") {
   DRT_SKIP_WITHOUT_CUDA_DEVICE();
   DeviceBuffer<uint16_t> buf(1 << 16);
-  kernels::WindowAttentionParams p;
+  kernels::WindowAttentionParams<bf16> p;
   p.q = p.k_new = p.v_new = p.k_ring = p.v_ring = buf.as<const bf16>();
   p.out = buf.as<bf16>();
   p.ring_slots = 17;

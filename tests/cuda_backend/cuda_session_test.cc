@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "engine/backend_factory.h"
 #include "engine/session.h"
 #include "tests/cuda_backend/cuda_test_support.h"
 #include "tests/test_util/random_model.h"
@@ -48,50 +49,77 @@ double WorstRowDifference(const std::vector<float>& a, const std::vector<float>&
   return worst;
 }
 
+// Limits per precision. fp32: issue 9's bound for the CUDA backend against
+// the CPU backend (the same arithmetic up to summation order). bf16: CUDA
+// prefill vs CUDA token-by-token decode measured 0.008 on an H100 (issue 9);
+// bf16 against the CPU is held to the bf16 reference's own error on the
+// golden fixtures instead (fixture_parity_test.cc).
+struct PrecisionCase {
+  CudaPrecision precision;
+  double limit;          // worst-row relative logit difference
+  size_t element_bytes;  // of the chunk store's K/V
+};
+constexpr PrecisionCase kFp32Case{CudaPrecision::kFp32, 1e-4, 4};
+constexpr PrecisionCase kBf16Case{CudaPrecision::kBf16, 2e-2, 2};
+
 TEST_CASE("cuda: prefill, pieces and token-by-token decode agree", "[cuda]") {
   if (!testing::HaveGpu()) return;
   const ModelConfig config = Chunk64Config();
   const ModelWeights weights = testing::RandomWeights(config, 11);
   const auto tokens = testing::RandomTokens(config, 25 * 63 + 17, 12);
   const int64_t V = config.vocab_size;
-  for (int64_t segment : {1024, 128, 64}) {
-    INFO("max_segment_positions " << segment);
-    CudaBackendOptions options;
-    options.max_segment_positions = segment;
-    auto backend = MakeCudaBackend(config, weights, options);
-    REQUIRE(backend.ok());
-    auto prefill = Session::Create(**backend, 1 << 20);
-    auto decode = Session::Create(**backend);
-    REQUIRE(prefill.ok());
-    REQUIRE(decode.ok());
-    testing::RetrievalLog prefill_log, decode_log;
-    testing::Record((*prefill)->backend_session(), prefill_log);
-    testing::Record((*decode)->backend_session(), decode_log);
-    const auto whole = AppendAll(**prefill, tokens, tokens.size());
-    const auto single = AppendAll(**decode, tokens, 1);
-    const double worst = WorstRowDifference(whole, single, V);
-    INFO("worst relative difference " << worst);
-    CHECK(worst <= 2e-2);
-    testing::CompareRetrievals(prefill_log, decode_log);
-    // The CPU backend on the same tokens.
-    auto cpu_backend = MakeCpuBackend(config, weights);
-    auto cpu = Session::Create(*cpu_backend);
-    REQUIRE(cpu.ok());
-    testing::RetrievalLog cpu_log;
-    testing::Record((*cpu)->backend_session(), cpu_log);
-    const auto reference = AppendAll(**cpu, tokens, 300);
-    CHECK(WorstRowDifference(whole, reference, V) <= 2e-2);
-    testing::CompareRetrievals(cpu_log, prefill_log);
+  // The CPU backend on the same tokens: the reference of the fp32 runs.
+  auto cpu_backend = MakeCpuBackend(config, weights);
+  auto cpu = Session::Create(*cpu_backend);
+  REQUIRE(cpu.ok());
+  testing::RetrievalLog cpu_log;
+  testing::Record((*cpu)->backend_session(), cpu_log);
+  const auto reference = AppendAll(**cpu, tokens, 300);
+  for (const PrecisionCase& pc : {kFp32Case, kBf16Case}) {
+    for (int64_t segment : {1024, 128, 64}) {
+      INFO("precision " << CudaPrecisionName(pc.precision) << " max_segment_positions "
+                        << segment);
+      CudaBackendOptions options = testing::PrecisionOptions(pc.precision);
+      options.max_segment_positions = segment;
+      auto backend = MakeCudaBackend(config, weights, options);
+      REQUIRE(backend.ok());
+      auto prefill = Session::Create(**backend, 1 << 20);
+      auto decode = Session::Create(**backend);
+      REQUIRE(prefill.ok());
+      REQUIRE(decode.ok());
+      testing::RetrievalLog prefill_log, decode_log;
+      testing::Record((*prefill)->backend_session(), prefill_log);
+      testing::Record((*decode)->backend_session(), decode_log);
+      const auto whole = AppendAll(**prefill, tokens, tokens.size());
+      const auto single = AppendAll(**decode, tokens, 1);
+      const double worst = WorstRowDifference(whole, single, V);
+      INFO("worst relative difference, prefill vs decode " << worst);
+      CHECK(worst <= pc.limit);
+      if (pc.precision == CudaPrecision::kFp32) {
+        // Scores agree to fp32 rounding: only chunks within 1e-3 of the
+        // k-th score may trade places.
+        testing::CompareRetrievals(prefill_log, decode_log, 1e-3, pc.limit);
+        const double cpu_worst = std::max(WorstRowDifference(whole, reference, V),
+                                          WorstRowDifference(single, reference, V));
+        INFO("worst relative difference against the cpu backend " << cpu_worst);
+        CHECK(cpu_worst <= pc.limit);
+        testing::CompareRetrievals(cpu_log, prefill_log, 1e-3, pc.limit);
+        testing::CompareRetrievals(cpu_log, decode_log, 1e-3, pc.limit);
+      } else {
+        testing::CompareRetrievals(prefill_log, decode_log);
+      }
 
-    const BackendSessionStats stats = (*decode)->backend_session().stats();
-    CHECK(stats.d2h_bytes == 25 * 2 * 64 * config.hidden_size * 2);
-    CHECK(stats.h2d_chunks + stats.d2d_chunks > 0);
-    CHECK(stats.h2d_bytes == stats.h2d_chunks * 2 * 64 * config.hidden_size * 2);
-    CHECK(stats.resident_hits > 0);  // decode reuses the selection within a chunk
-    const SessionMemory memory = (*decode)->backend_session().memory();
-    CHECK(memory.device_bytes > 0);
-    CHECK(memory.chunk_store_bytes >= size_t{25} * 2 * 64 * config.hidden_size * 2);
-    CHECK(memory.window_bytes == 0);  // on the device, in device_bytes
+      const BackendSessionStats stats = (*decode)->backend_session().stats();
+      const size_t block = 64 * config.hidden_size * pc.element_bytes;  // K or V of a chunk
+      CHECK(stats.d2h_bytes == static_cast<int64_t>(25 * 2 * block));
+      CHECK(stats.h2d_chunks + stats.d2d_chunks > 0);
+      CHECK(stats.h2d_bytes == static_cast<int64_t>(stats.h2d_chunks * 2 * block));
+      CHECK(stats.resident_hits > 0);  // decode reuses the selection within a chunk
+      const SessionMemory memory = (*decode)->backend_session().memory();
+      CHECK(memory.device_bytes > 0);
+      CHECK(memory.chunk_store_bytes >= 25 * 2 * block);
+      CHECK(memory.window_bytes == 0);  // on the device, in device_bytes
+    }
   }
 }
 
@@ -104,55 +132,60 @@ TEST_CASE("cuda: a fork continues like the original and shares the chunk store",
   const auto tail_b = testing::RandomTokens(config, 2 * 63 + 40, 24);
   const auto more = testing::RandomTokens(config, 70, 25);
   const int64_t V = config.vocab_size;
-  auto backend = MakeCudaBackend(config, weights, CudaBackendOptions{});
-  REQUIRE(backend.ok());
-  auto original = Session::Create(**backend);
-  REQUIRE(original.ok());
-  AppendAll(**original, prefix, 100);
-  auto fork = (*original)->Fork();
-  REQUIRE(fork.ok());
-  CHECK((*fork)->backend_session().memory().shared_bytes > 0);
-  CHECK((*fork)->backend_session().position() == (*original)->backend_session().position());
-  CHECK((*fork)->backend_session().stats().d2h_bytes == 0);  // a fork starts at zero
+  for (const PrecisionCase& pc : {kFp32Case, kBf16Case}) {
+    INFO("precision " << CudaPrecisionName(pc.precision));
+    auto backend = MakeCudaBackend(config, weights, testing::PrecisionOptions(pc.precision));
+    REQUIRE(backend.ok());
+    auto original = Session::Create(**backend);
+    REQUIRE(original.ok());
+    AppendAll(**original, prefix, 100);
+    auto fork = (*original)->Fork();
+    REQUIRE(fork.ok());
+    CHECK((*fork)->backend_session().memory().shared_bytes > 0);
+    CHECK((*fork)->backend_session().position() == (*original)->backend_session().position());
+    CHECK((*fork)->backend_session().stats().d2h_bytes == 0);  // a fork starts at zero
 
-  // The two sessions go different ways, interleaved piece by piece (any
-  // device buffer or store record they wrongly shared would mix them up);
-  // each must match a fresh session fed its whole sequence.
-  std::vector<float> a, b;
-  for (size_t done_a = 0, done_b = 0; done_a < tail_a.size() || done_b < tail_b.size();) {
-    if (done_a < tail_a.size()) {
-      const size_t n = std::min<size_t>(7, tail_a.size() - done_a);
-      const auto got = AppendAll(**original, absl::MakeConstSpan(tail_a).subspan(done_a, n), n);
-      a.insert(a.end(), got.begin(), got.end());
-      done_a += n;
+    // The two sessions go different ways, interleaved piece by piece (any
+    // device buffer or store record they wrongly shared would mix them up);
+    // each must match a fresh session fed its whole sequence.
+    std::vector<float> a, b;
+    for (size_t done_a = 0, done_b = 0; done_a < tail_a.size() || done_b < tail_b.size();) {
+      if (done_a < tail_a.size()) {
+        const size_t n = std::min<size_t>(7, tail_a.size() - done_a);
+        const auto got = AppendAll(**original, absl::MakeConstSpan(tail_a).subspan(done_a, n), n);
+        a.insert(a.end(), got.begin(), got.end());
+        done_a += n;
+      }
+      if (done_b < tail_b.size()) {
+        const auto got = AppendAll(**fork, absl::MakeConstSpan(tail_b).subspan(done_b, 1), 1);
+        b.insert(b.end(), got.begin(), got.end());
+        done_b += 1;
+      }
     }
-    if (done_b < tail_b.size()) {
-      const auto got = AppendAll(**fork, absl::MakeConstSpan(tail_b).subspan(done_b, 1), 1);
-      b.insert(b.end(), got.begin(), got.end());
-      done_b += 1;
-    }
-  }
-  // The original still works after its fork is gone.
-  fork->reset();
-  const auto after = AppendAll(**original, more, 70);
-  a.insert(a.end(), after.begin(), after.end());
+    // The original still works after its fork is gone.
+    fork->reset();
+    const auto after = AppendAll(**original, more, 70);
+    a.insert(a.end(), after.begin(), after.end());
 
-  std::vector<int32_t> all_a = prefix, all_b = prefix;
-  all_a.insert(all_a.end(), tail_a.begin(), tail_a.end());
-  all_a.insert(all_a.end(), more.begin(), more.end());
-  all_b.insert(all_b.end(), tail_b.begin(), tail_b.end());
-  auto cpu_backend = MakeCpuBackend(config, weights);
-  for (const auto& [all, got] : {std::pair{all_a, a}, std::pair{all_b, b}}) {
-    auto fresh = Session::Create(**backend);
-    REQUIRE(fresh.ok());
-    const auto expected = AppendAll(**fresh, all, all.size());
-    const std::vector<float> expected_tail(expected.end() - got.size(), expected.end());
-    CHECK(WorstRowDifference(got, expected_tail, V) <= 2e-2);
-    auto cpu = Session::Create(*cpu_backend);
-    REQUIRE(cpu.ok());
-    const auto reference = AppendAll(**cpu, all, all.size());
-    const std::vector<float> reference_tail(reference.end() - got.size(), reference.end());
-    CHECK(WorstRowDifference(got, reference_tail, V) <= 2e-2);
+    std::vector<int32_t> all_a = prefix, all_b = prefix;
+    all_a.insert(all_a.end(), tail_a.begin(), tail_a.end());
+    all_a.insert(all_a.end(), more.begin(), more.end());
+    all_b.insert(all_b.end(), tail_b.begin(), tail_b.end());
+    auto cpu_backend = MakeCpuBackend(config, weights);
+    for (const auto& [all, got] : {std::pair{all_a, a}, std::pair{all_b, b}}) {
+      auto fresh = Session::Create(**backend);
+      REQUIRE(fresh.ok());
+      const auto expected = AppendAll(**fresh, all, all.size());
+      const std::vector<float> expected_tail(expected.end() - got.size(), expected.end());
+      // Like prefill vs decode: the same backend fed differently.
+      CHECK(WorstRowDifference(got, expected_tail, V) <= pc.limit);
+      if (pc.precision != CudaPrecision::kFp32) continue;
+      auto cpu = Session::Create(*cpu_backend);
+      REQUIRE(cpu.ok());
+      const auto reference = AppendAll(**cpu, all, all.size());
+      const std::vector<float> reference_tail(reference.end() - got.size(), reference.end());
+      CHECK(WorstRowDifference(got, reference_tail, V) <= pc.limit);
+    }
   }
 }
 
@@ -230,7 +263,8 @@ TEST_CASE("cuda: disable_gca runs the base LM without retrieval", "[cuda]") {
   const ModelWeights weights = testing::RandomWeights(config, 51);
   const auto tokens = testing::RandomTokens(config, 5 * 63, 52);
   const int64_t V = config.vocab_size;
-  CudaBackendOptions options;
+  // fp32, so that "equal" and "different" are told apart at 1e-4.
+  CudaBackendOptions options = testing::PrecisionOptions(CudaPrecision::kFp32);
   options.disable_gca = true;
   auto backend = MakeCudaBackend(config, weights, options);
   REQUIRE(backend.ok());
@@ -248,8 +282,8 @@ TEST_CASE("cuda: disable_gca runs the base LM without retrieval", "[cuda]") {
 
   // Chunks 0 and 1 have no retrieval, so there the base LM is the model
   // (GCA output zero: h = r + MLP(RMSNorm2(r))); from chunk 2 on GCA must
-  // change the logits by more than the parity tolerance, else the parity
-  // tests could not tell a working GCA from none.
+  // change the logits by more than the fp32 parity tolerance, else the
+  // parity tests could not tell a working GCA from none.
   auto cpu_backend = MakeCpuBackend(config, weights);
   auto cpu = Session::Create(*cpu_backend);
   REQUIRE(cpu.ok());
@@ -262,8 +296,8 @@ TEST_CASE("cuda: disable_gca runs the base LM without retrieval", "[cuda]") {
       WorstRowDifference(std::vector<float>(logits.begin() + early, logits.end()),
                          std::vector<float>(reference.begin() + early, reference.end()), V);
   INFO("chunks 0-1: " << early_worst << ", chunks 2-4: " << late_worst);
-  CHECK(early_worst <= 2e-2);
-  CHECK(late_worst > 2e-2);
+  CHECK(early_worst <= kFp32Case.limit);
+  CHECK(late_worst > kFp32Case.limit);
 }
 
 }  // namespace

@@ -73,4 +73,29 @@ inline int64_t CompareRetrievals(const RetrievalLog& cpu, const RetrievalLog& gp
   return identical;
 }
 
+// fp32: the same selections at every landmark and group, chunk for chunk in
+// the same order, each weight within `weight_tolerance`.
+inline void CheckIdenticalRetrievals(const RetrievalLog& cpu, const RetrievalLog& gpu,
+                                     double weight_tolerance) {
+  CHECK(gpu.size() == cpu.size());
+  for (const auto& [key, c] : cpu) {
+    INFO("chunk " << key.first << " group " << key.second);
+    auto it = gpu.find(key);
+    REQUIRE(it != gpu.end());
+    const Retrieval& g = it->second;
+    REQUIRE(g.chunks == c.chunks);
+    REQUIRE(g.weights.size() == c.weights.size());
+    for (size_t i = 0; i < c.weights.size(); ++i) {
+      INFO("chunk " << c.chunks[i] << " weight " << g.weights[i] << " vs " << c.weights[i]);
+      CHECK(std::abs(g.weights[i] - c.weights[i]) <= weight_tolerance);
+    }
+  }
+}
+
+inline CudaBackendOptions PrecisionOptions(CudaPrecision precision) {
+  CudaBackendOptions options;
+  options.precision = precision;
+  return options;
+}
+
 }  // namespace drt::testing

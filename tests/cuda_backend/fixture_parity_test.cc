@@ -1,7 +1,13 @@
-// CUDA backend vs CPU backend on every fixture model under tests/fixtures
-// (the CPU backend itself matches the Python reference within 1e-4:
-// tests/golden_parity_test.cc): logits within 2e-2 relative, the same
-// retrieval choices where scores are not tied.
+// The CUDA backend on every fixture model under tests/fixtures, in both
+// precisions (engine/cuda/cuda_options.h CudaPrecision):
+// - fp32 against the CPU backend (which matches the Python reference within
+//   1e-4: tests/golden_parity_test.cc): worst-row relative logit difference
+//   <= 1e-4 and identical retrievals, for the whole prompt, uneven pieces and
+//   token-by-token decode. Same arithmetic up to summation order, so these
+//   are the tests that catch kernel bugs.
+// - bf16 against the float64 goldens, held to what bf16 itself costs: the
+//   project's PyTorch reference run in bf16 on an H100 against the same
+//   goldens (issue 9), per fixture.
 #include <algorithm>
 #include <filesystem>
 #include <string>
@@ -10,22 +16,19 @@
 #include <catch2/catch.hpp>
 
 #include "engine/model_dir.h"
-#include "engine/safetensors.h"
 #include "engine/session.h"
 #include "tests/cuda_backend/cuda_test_support.h"
 #include "tests/test_util/fixture_dirs.h"
+#include "tests/test_util/golden.h"
 #include "tests/test_util/random_model.h"
 
 namespace drt {
 namespace {
 
-std::vector<int32_t> GoldenTokens(const std::string& dir) {
-  auto file = SafetensorsFile::Open(dir + "/golden.safetensors");
-  REQUIRE(file.ok());
-  auto tokens = (*file)->ReadI64("tokens");
-  REQUIRE(tokens.ok());
-  return std::vector<int32_t>(tokens->begin(), tokens->end());
-}
+// The fp32 bound of issue 9 ("worst-row relative difference <= 1e-4"), the
+// same as the CPU backend's own bound against the float64 reference. It also
+// bounds each retrieval weight's absolute difference (weights are <= 1).
+constexpr double kFp32Limit = 1e-4;
 
 struct Run {
   std::vector<float> logits;  // every token
@@ -51,44 +54,158 @@ Run RunSession(Backend& backend, const std::vector<int32_t>& tokens,
   return run;
 }
 
-void CheckFixture(const std::string& dir, const std::vector<size_t>& pieces) {
+// CUDA fp32 vs CPU on one fixture, the CUDA session fed in `pieces`; the CPU
+// session takes the whole prompt (its own pieces-vs-prefill agreement is
+// tests/golden_parity_test.cc's).
+void CheckFp32Fixture(const std::string& dir, const std::vector<size_t>& pieces) {
   INFO("fixture " << dir);
   auto model = LoadModelDir(dir);
   REQUIRE(model.ok());
   const ModelConfig& config = model->config;
-  const std::vector<int32_t> tokens = GoldenTokens(dir);
+  const testing::Golden golden = testing::LoadGolden(dir + "/golden.safetensors");
   auto cpu_backend = MakeCpuBackend(config, model->weights);
-  auto cuda_backend = MakeCudaBackend(config, model->weights, CudaBackendOptions{});
+  auto cuda_backend =
+      MakeCudaBackend(config, model->weights, testing::PrecisionOptions(CudaPrecision::kFp32));
   REQUIRE(cuda_backend.ok());
-  const Run cpu = RunSession(*cpu_backend, tokens, pieces);
-  const Run gpu = RunSession(**cuda_backend, tokens, pieces);
+  const Run cpu = RunSession(*cpu_backend, golden.tokens, {golden.tokens.size()});
+  const Run gpu = RunSession(**cuda_backend, golden.tokens, pieces);
   REQUIRE(gpu.logits.size() == cpu.logits.size());
   const int64_t V = config.vocab_size;
   double worst = 0;
-  for (size_t p = 0; p < tokens.size(); ++p) {
+  for (size_t p = 0; p < golden.tokens.size(); ++p) {
     worst = std::max(worst, testing::RelativeDifference(gpu.logits.data() + p * V,
                                                         cpu.logits.data() + p * V, V));
   }
   INFO("worst relative logit difference " << worst);
-  CHECK(worst <= 2e-2);
+  CHECK(worst <= kFp32Limit);
   REQUIRE(!cpu.retrievals.empty());
-  const int64_t identical = testing::CompareRetrievals(cpu.retrievals, gpu.retrievals);
-  WARN(dir << ": worst relative logit difference " << worst << "; " << identical << " of "
-           << cpu.retrievals.size() << " selections identical");
+  testing::CheckIdenticalRetrievals(cpu.retrievals, gpu.retrievals, kFp32Limit);
+  WARN(dir << " fp32: worst relative logit difference " << worst << " over "
+           << golden.tokens.size() << " rows; " << cpu.retrievals.size()
+           << " selections identical");
 }
 
-TEST_CASE("cuda backend matches the cpu backend on the fixtures: whole prompt", "[cuda]") {
+TEST_CASE("cuda fp32 matches the cpu backend on the fixtures: whole prompt", "[cuda]") {
   if (!testing::HaveGpu()) return;
   const auto dirs = testing::GoldenFixtureDirs();
   REQUIRE(dirs.size() >= 3);
-  for (const auto& dir : dirs) CheckFixture(dir, {size_t{1} << 30});
+  for (const auto& dir : dirs) CheckFp32Fixture(dir, {size_t{1} << 30});
 }
 
-TEST_CASE("cuda backend matches the cpu backend on the fixtures: uneven pieces and decode",
+TEST_CASE("cuda fp32 matches the cpu backend on the fixtures: uneven pieces", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  for (const auto& dir : testing::GoldenFixtureDirs()) {
+    CheckFp32Fixture(dir, {100, 1, 1, 1, 37, 1, 250, 63, 1, 5});
+  }
+}
+
+TEST_CASE("cuda fp32 matches the cpu backend on the fixtures: token-by-token decode",
+          "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  for (const auto& dir : testing::GoldenFixtureDirs()) CheckFp32Fixture(dir, {1});
+}
+
+// What bf16 costs on each fixture: the project's PyTorch reference
+// (weights_tools/drt_reference.py) run in bf16 on an H100 against the
+// float64 goldens (issue 9). Per-row relative difference = max |a - b| /
+// max |golden| over the row, at the golden's stored positions.
+struct Bf16Floor {
+  const char* fixture;
+  double median;        // median row: 0.013 / 0.014 / 0.010
+  double top1;          // argmax agreement with the golden: 98.3% / 98.7% / 99.9%
+  int64_t identical;    // selections equal (as sets) to the golden's: 36/40, 78/96, 97/128
+  int64_t selections;
+};
+constexpr Bf16Floor kBf16Floors[] = {
+    {"gqa_one_group", 0.013, 0.983, 36, 40},
+    {"two_groups", 0.014, 0.987, 78, 96},
+    {"unittest_like", 0.010, 0.999, 97, 128},
+};
+// The worst row is a single-row maximum, and two bf16 implementations trade
+// places on it from fixture to fixture: on the H100 the reference's worst rows
+// were 0.274 / 0.232 / 0.096, the CUDA backend's (against the CPU) 0.158 /
+// 0.132 / 0.105. The bound is the largest the reference reached on these
+// models, for every fixture.
+constexpr double kBf16WorstRow = 0.274;
+
+void CheckBf16Fixture(const std::string& dir, const std::vector<size_t>& pieces) {
+  const std::string name = std::filesystem::path(dir).filename().string();
+  INFO("fixture " << name);
+  const Bf16Floor* floor = nullptr;
+  for (const Bf16Floor& f : kBf16Floors) {
+    if (name == f.fixture) floor = &f;
+  }
+  // A new fixture needs its bf16 reference measured first.
+  REQUIRE(floor != nullptr);
+  auto model = LoadModelDir(dir);
+  REQUIRE(model.ok());
+  const ModelConfig& config = model->config;
+  const testing::Golden golden = testing::LoadGolden(dir + "/golden.safetensors");
+  auto backend =
+      MakeCudaBackend(config, model->weights, testing::PrecisionOptions(CudaPrecision::kBf16));
+  REQUIRE(backend.ok());
+  const Run gpu = RunSession(**backend, golden.tokens, pieces);
+  const int64_t V = config.vocab_size;
+  REQUIRE(gpu.logits.size() == golden.tokens.size() * V);
+
+  std::vector<double> rows;
+  int64_t top1_agree = 0;
+  for (size_t p = 0; p < golden.logit_positions.size(); ++p) {
+    const float* mine = gpu.logits.data() + golden.logit_positions[p] * V;
+    const float* want = golden.logits.data() + p * V;
+    rows.push_back(testing::RelativeDifference(mine, want, V));
+    if (std::max_element(mine, mine + V) - mine == std::max_element(want, want + V) - want) {
+      ++top1_agree;
+    }
+  }
+  REQUIRE(!rows.empty());
+  std::sort(rows.begin(), rows.end());
+  const double worst = rows.back();
+  const double median = rows[rows.size() / 2];
+  const double top1 = static_cast<double>(top1_agree) / static_cast<double>(rows.size());
+
+  const int64_t G = golden.retrieval_shape[0], C = golden.retrieval_shape[1],
+                K = golden.retrieval_shape[2];
+  int64_t identical = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t t = 0; t < C; ++t) {
+      std::vector<int64_t> want;
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t idx = golden.retrieval_indices[(g * C + t) * K + j];
+        if (idx >= 0) want.push_back(idx);
+      }
+      auto it = gpu.retrievals.find({t, g});
+      REQUIRE(it != gpu.retrievals.end());
+      std::vector<int64_t> got = it->second.chunks;
+      REQUIRE(got.size() == want.size());
+      std::sort(got.begin(), got.end());
+      std::sort(want.begin(), want.end());
+      if (got == want) ++identical;
+    }
+  }
+  REQUIRE(G * C == floor->selections);
+  WARN(name << " bf16 vs float64 golden: worst row " << worst << ", median " << median
+            << ", top-1 " << top1 << " (" << top1_agree << "/" << rows.size() << "), "
+            << identical << "/" << G * C << " selections identical");
+  CHECK(worst <= kBf16WorstRow);
+  CHECK(median <= floor->median);
+  CHECK(top1 >= floor->top1);
+  CHECK(identical >= floor->identical);
+}
+
+TEST_CASE("cuda bf16 is within the bf16 reference's error on the fixtures: whole prompt",
+          "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const auto dirs = testing::GoldenFixtureDirs();
+  REQUIRE(dirs.size() >= 3);
+  for (const auto& dir : dirs) CheckBf16Fixture(dir, {size_t{1} << 30});
+}
+
+TEST_CASE("cuda bf16 is within the bf16 reference's error on the fixtures: uneven pieces",
           "[cuda]") {
   if (!testing::HaveGpu()) return;
   for (const auto& dir : testing::GoldenFixtureDirs()) {
-    CheckFixture(dir, {100, 1, 1, 1, 37, 1, 250, 63, 1, 5});
+    CheckBf16Fixture(dir, {100, 1, 1, 1, 37, 1, 250, 63, 1, 5});
   }
 }
 

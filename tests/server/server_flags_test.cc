@@ -87,6 +87,20 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
       CHECK(parsed.status().message().find("no CUDA backend") != std::string::npos);
     }
   }
+  SECTION("--cuda_precision: bf16 by default, fp32 on request, anything else refused") {
+    CHECK(config->cuda_precision == CudaPrecision::kBf16);
+    {
+      ScopedFlag precision("cuda_precision", "fp32");
+      auto parsed = ServerConfigFromFlags();
+      REQUIRE(parsed.ok());
+      CHECK(parsed->cuda_precision == CudaPrecision::kFp32);
+    }
+    ScopedFlag precision("cuda_precision", "tf32");
+    auto refused = ServerConfigFromFlags();
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(refused.status().message().find("--cuda_precision: unknown CUDA precision 'tf32': "
+                                          "expected bf16 or fp32") != std::string::npos);
+  }
   SECTION("an unknown device is refused with the choices") {
     ScopedFlag device("device", "gpu");
     auto refused = ServerConfigFromFlags();

@@ -8,9 +8,10 @@
 
 namespace drt::cuda {
 
-HostChunkStore::HostChunkStore(int64_t rows_per_chunk, int64_t width,
-                               std::shared_ptr<HostAllocator> allocator,
-                               HostChunkStoreOptions options)
+template <typename Element>
+HostChunkStore<Element>::HostChunkStore(int64_t rows_per_chunk, int64_t width,
+                                        std::shared_ptr<HostAllocator> allocator,
+                                        HostChunkStoreOptions options)
     : rows_(rows_per_chunk),
       width_(width),
       allocator_(std::move(allocator)),
@@ -19,7 +20,8 @@ HostChunkStore::HostChunkStore(int64_t rows_per_chunk, int64_t width,
   options_.max_slab_chunks = std::max(options_.first_slab_chunks, options_.max_slab_chunks);
 }
 
-absl::Status HostChunkStore::OpenSlab() {
+template <typename Element>
+absl::Status HostChunkStore<Element>::OpenSlab() {
   int64_t chunks = options_.first_slab_chunks;
   for (size_t i = 0; i < slabs_.size() && chunks < options_.max_slab_chunks; ++i) chunks *= 2;
   chunks = std::min(chunks, options_.max_slab_chunks);
@@ -35,7 +37,8 @@ absl::Status HostChunkStore::OpenSlab() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> HostChunkStore::AppendUninitialized(int64_t count) {
+template <typename Element>
+absl::StatusOr<int64_t> HostChunkStore<Element>::AppendUninitialized(int64_t count) {
   const int64_t first = size();
   records_.reserve(records_.size() + count);
   for (int64_t i = 0; i < count; ++i) {
@@ -47,14 +50,15 @@ absl::StatusOr<int64_t> HostChunkStore::AppendUninitialized(int64_t count) {
         return s;
       }
     }
-    auto* base = static_cast<Bf16Bits*>(slabs_.back()->data);
+    auto* base = static_cast<Element*>(slabs_.back()->data);
     records_.push_back(base + used_in_last_slab_ * 2 * rows_ * width_);
     ++used_in_last_slab_;
   }
   return first;
 }
 
-absl::Status HostChunkStore::Append(const Bf16Bits* keys, const Bf16Bits* values) {
+template <typename Element>
+absl::Status HostChunkStore<Element>::Append(const Element* keys, const Element* values) {
   absl::StatusOr<int64_t> chunk = AppendUninitialized(1);
   if (!chunk.ok()) return chunk.status();
   std::memcpy(mutable_keys(*chunk), keys, kv_block_bytes());
@@ -62,18 +66,23 @@ absl::Status HostChunkStore::Append(const Bf16Bits* keys, const Bf16Bits* values
   return absl::OkStatus();
 }
 
-size_t HostChunkStore::bytes() const {
+template <typename Element>
+size_t HostChunkStore<Element>::bytes() const {
   size_t total = 0;
   for (const auto& slab : slabs_) total += slab->bytes;
   return total;
 }
 
-size_t HostChunkStore::shared_bytes() const {
+template <typename Element>
+size_t HostChunkStore<Element>::shared_bytes() const {
   size_t total = 0;
   for (const auto& slab : slabs_) {
     if (slab.use_count() > 1) total += slab->bytes;
   }
   return total;
 }
+
+template class HostChunkStore<Bf16Bits>;
+template class HostChunkStore<float>;
 
 }  // namespace drt::cuda

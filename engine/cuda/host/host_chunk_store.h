@@ -1,5 +1,6 @@
-// Append-only host memory of closed chunks' GCA keys and values in bf16
-// (drt-model.md, Forward pass 4: K, V = 64 x d each per chunk), the part of a
+// Append-only host memory of closed chunks' GCA keys and values (drt-model.md,
+// Forward pass 4: K, V = 64 x d each per chunk) in the backend's storage type
+// (Element: Bf16Bits, or float in fp32 precision), the part of a
 // CUDA session that grows with the context. Records live in large slabs
 // (page-locked in production, so device<->host copies are asynchronous); a
 // record is written once, by one device->host copy, and then only read.
@@ -28,6 +29,8 @@ struct HostChunkStoreOptions {
   int64_t max_slab_chunks = 1024;
 };
 
+// Instantiated for Bf16Bits and float (host_chunk_store.cc).
+template <typename Element>
 class HostChunkStore {
  public:
   HostChunkStore(int64_t rows_per_chunk, int64_t width, std::shared_ptr<HostAllocator> allocator,
@@ -37,7 +40,7 @@ class HostChunkStore {
   int64_t rows_per_chunk() const { return rows_; }
   int64_t width() const { return width_; }
   // Bytes of one chunk's keys (the values are as many).
-  size_t kv_block_bytes() const { return static_cast<size_t>(rows_ * width_) * sizeof(Bf16Bits); }
+  size_t kv_block_bytes() const { return static_cast<size_t>(rows_ * width_) * sizeof(Element); }
   bool pinned() const { return allocator_->pinned(); }
 
   // Appends `count` chunks whose keys and values the caller writes next
@@ -45,13 +48,13 @@ class HostChunkStore {
   // Returns the index of the first.
   absl::StatusOr<int64_t> AppendUninitialized(int64_t count);
   // Appends one chunk, copying keys and values ([rows x width] each) in.
-  absl::Status Append(const Bf16Bits* keys, const Bf16Bits* values);
+  absl::Status Append(const Element* keys, const Element* values);
 
-  const Bf16Bits* keys(int64_t chunk) const { return records_[chunk]; }
-  const Bf16Bits* values(int64_t chunk) const { return records_[chunk] + rows_ * width_; }
+  const Element* keys(int64_t chunk) const { return records_[chunk]; }
+  const Element* values(int64_t chunk) const { return records_[chunk] + rows_ * width_; }
   // Only for chunks this store appended since it was last copied.
-  Bf16Bits* mutable_keys(int64_t chunk) { return records_[chunk]; }
-  Bf16Bits* mutable_values(int64_t chunk) { return records_[chunk] + rows_ * width_; }
+  Element* mutable_keys(int64_t chunk) { return records_[chunk]; }
+  Element* mutable_values(int64_t chunk) { return records_[chunk] + rows_ * width_; }
 
   size_t num_slabs() const { return slabs_.size(); }
   // Bytes of all slabs held, and of those another store also holds.
@@ -78,7 +81,7 @@ class HostChunkStore {
   HostChunkStoreOptions options_;
   std::vector<std::shared_ptr<Slab>> slabs_;
   int64_t used_in_last_slab_ = 0;  // records this store placed in slabs_.back()
-  std::vector<Bf16Bits*> records_;  // chunk -> its keys; its values follow
+  std::vector<Element*> records_;  // chunk -> its keys; its values follow
 };
 
 }  // namespace drt::cuda
