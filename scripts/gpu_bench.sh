@@ -9,6 +9,7 @@
 #   bash scripts/gpu_bench.sh                      everything
 #   CONTEXTS="16384 131072" bash scripts/gpu_bench.sh   fewer contexts
 #   SKIP_TESTS=1 bash scripts/gpu_bench.sh         the table only
+#   SKIP_TABLE=1 bash scripts/gpu_bench.sh         the tests and sanitizers only
 #   PREBUILT=1 bash scripts/gpu_bench.sh           use build-gpu and .devlibs made by
 #                                                  scripts/device_bundle.sh (no apt, no build)
 set -euo pipefail
@@ -64,6 +65,19 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
     exit 1
   fi
   rm -f "$ctest_log"
+  # The precision figures (passing tests WARN them; ctest hides that): fp32
+  # CUDA vs CPU (limit 1e-4, identical retrievals) and bf16 CUDA vs the
+  # float64 goldens (limits: the bf16 reference's figures, docs/cuda.md).
+  echo "== fp32 parity and bf16 error on the fixtures"
+  parity_log=$(mktemp)
+  if ! "$build/tests/cuda_backend/drt_cuda_backend_tests" "cuda fp32 *,cuda bf16 *" \
+       >"$parity_log" 2>&1; then
+    cat "$parity_log"
+    echo "gpu_bench: the fp32 parity or bf16 error tests failed" >&2
+    exit 1
+  fi
+  grep -E ' fp32: worst| bf16 vs float64 golden' "$parity_log" | sed 's/^ *//'
+  rm -f "$parity_log"
   if [[ ! -x "$sanitizer" ]]; then
     echo "gpu_bench: compute-sanitizer not found at $sanitizer" >&2
     exit 1
@@ -76,9 +90,14 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
     echo "== compute-sanitizer racecheck $(basename "$exe")"
     # racecheck is slow: the backend tests run on the fixtures only.
     filter=()
-    [[ "$exe" == *backend* ]] && filter=("cuda backend matches the cpu backend on the fixtures: whole prompt")
+    [[ "$exe" == *backend* ]] && filter=("cuda fp32 matches the cpu backend on the fixtures: whole prompt")
     "$sanitizer" --tool racecheck --error-exitcode 1 "$exe" "${filter[@]}"
   done
+fi
+
+if [[ -n "${SKIP_TABLE:-}" ]]; then
+  echo "gpu_bench: SKIP_TABLE set; tests and sanitizers done"
+  exit 0
 fi
 
 # The paper's 128M configuration (tests/fixtures/reference_configs holds a
