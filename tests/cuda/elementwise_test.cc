@@ -144,5 +144,68 @@ TEST_CASE("cuda elementwise: conversions and chunk-row zeroing", "[cuda]") {
   CHECK(kernels::LaunchZeroChunkRow(d_kv.as<bf16>(), chunks, 64, width, nullptr) == cudaErrorInvalidValue);
 }
 
+TEST_CASE("cuda elementwise: fp32 storage (gather, RMSNorm, SwiGLU, chunk-row zeroing)", "[cuda]") {
+  // The instantiations the CUDA backend's fp32 precision runs, on full fp32
+  // values (bf16 rounding anywhere would miss 1e-5 by far: 2^-9).
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(15);
+  const int vocab = 97, d = 200, n = 37;
+  const std::vector<float> table = RandomFloats(static_cast<size_t>(vocab) * d, rng);
+  std::vector<int32_t> ids(n);
+  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
+  for (int32_t& id : ids) id = pick(rng);
+  DeviceBuffer<float> d_table(table), d_rows(static_cast<size_t>(n) * d);
+  DeviceBuffer<int32_t> d_ids(ids);
+  CUDA_REQUIRE(kernels::LaunchEmbeddingGather(d_ids.get(), n, d_table.get(), d, d_rows.get(), nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  const std::vector<float> rows = d_rows.Download();
+  int64_t gather_mismatches = 0;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < d; ++j) {
+      gather_mismatches += rows[i * d + j] != table[static_cast<size_t>(ids[i]) * d + j];
+    }
+  }
+  CHECK(gather_mismatches == 0);
+
+  // RMSNorm with fp32 weights, fp32 out: the bound of the fp32-out case above.
+  const std::vector<float> w = RandomFloats(d, rng, 0.5f, 1.5f);
+  DeviceBuffer<float> d_w(w), d_normed(rows.size());
+  CUDA_REQUIRE(kernels::LaunchRmsNorm(d_rows.get(), d_w.get(), n, d, 1e-5f, d_normed.get(), nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  const ErrorReport norm = CompareToReference(d_normed.Download(), RmsNormReference(rows, w, n, d, 1e-5));
+  INFO("RMSNorm: " << norm.str());
+  CHECK(norm.relative() <= 1e-5);
+
+  const int f = 300;
+  const std::vector<float> gu = RandomFloats(static_cast<size_t>(n) * 2 * f, rng, -4.f, 4.f);
+  DeviceBuffer<float> d_gu(gu), d_act(static_cast<size_t>(n) * f);
+  CUDA_REQUIRE(kernels::LaunchSwiGlu(d_gu.get(), n, f, d_act.get(), nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  std::vector<double> ref(static_cast<size_t>(n) * f);
+  for (int r = 0; r < n; ++r) {
+    for (int c = 0; c < f; ++c) {
+      const double g = gu[static_cast<size_t>(r) * 2 * f + c];
+      const double u = gu[static_cast<size_t>(r) * 2 * f + f + c];
+      ref[static_cast<size_t>(r) * f + c] = g / (1.0 + std::exp(-g)) * u;
+    }
+  }
+  const ErrorReport act = CompareToReference(d_act.Download(), ref);
+  INFO("SwiGLU: " << act.str());
+  CHECK(act.relative() <= 1e-5);
+
+  const int chunks = 3, width = 72, row = 63;
+  const std::vector<float> kv = RandomFloats(static_cast<size_t>(chunks) * 64 * width, rng);
+  DeviceBuffer<float> d_kv(kv);
+  CUDA_REQUIRE(kernels::LaunchZeroChunkRow(d_kv.get(), chunks, row, width, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  const std::vector<float> got = d_kv.Download();
+  int64_t zero_mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool in_row = (i / width) % 64 == static_cast<size_t>(row);
+    zero_mismatches += got[i] != (in_row ? 0.f : kv[i]);
+  }
+  CHECK(zero_mismatches == 0);
+}
+
 }  // namespace
 }  // namespace drt::cuda_test
