@@ -26,8 +26,8 @@ constexpr char32_t kBlockSize = 1 << kBlockBits;
 
 // A two-stage lookup (as in Unicode's own implementations): the code point's
 // block of 256 selects one of the distinct blocks, which holds one class per
-// code point. About 120 KB; a lookup is two loads instead of a binary search
-// over the ranges.
+// code point. Unicode 16 has 133 distinct blocks: 43 KB in all. A lookup is
+// two loads instead of a binary search over the 831 ranges.
 class ClassTable {
  public:
   ClassTable() : block_index_(kCodePoints / kBlockSize) {
