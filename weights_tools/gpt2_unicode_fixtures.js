@@ -22,7 +22,7 @@
 // (3.11, unicodedata 14.0.0, the same Unicode version as Debian 12's PCRE2
 // 10.42, which the pre-tokenizer used before).
 //
-// Usage (docs/tokenizer.md), about a minute:
+// Usage (docs/tokenizer.md), about 25 s:
 //   mkdir -p /tmp/hf && cd /tmp/hf && npm install tokenizers@0.23.2
 //   cd REPO && NODE_PATH=/tmp/hf/node_modules node weights_tools/gpt2_unicode_fixtures.js
 'use strict';
