@@ -139,6 +139,30 @@ TEST_CASE("GPT-2 whitespace is Unicode White_Space, as in Oniguruma", "[tokenize
   CHECK(Encode(Gpt2(), "a\xC2\xA0" "b") == Ids{64, 1849, 65});
 }
 
+TEST_CASE("GPT-2 letters new in Unicode 15 keep the contraction after them whole", "[tokenizer]") {
+  // Hugging Face tokenizers 0.23.2 (Unicode 16) gives these ids; with Unicode
+  // 14 classes (PCRE2 10.42) "'t" and "'s" split into "'" + letter.
+  CHECK(Encode(Gpt2(), "\U00011F0B't") == Ids{172, 239, 120, 233, 470});  // Kawi letter
+  CHECK(Encode(Gpt2(), "\U00031350's") == Ids{172, 109, 235, 238, 338});  // CJK Extension H
+}
+
+TEST_CASE("GPT-2 encodings over code points new since Unicode 14 match Hugging Face",
+          "[tokenizer]") {
+  // 1,000 random strings over the letters and digits that Unicode 15 and 16
+  // added, followed by contractions (weights_tools/gpt2_unicode_fixtures.js).
+  std::ifstream in(kFixtureDir + "/hf_unicode16_encodings.jsonl");
+  REQUIRE(in);
+  std::string line;
+  int checked = 0;
+  while (std::getline(in, line)) {
+    const auto entry = nlohmann::json::parse(line);
+    INFO("text: " << entry["text"].dump());
+    CHECK(Encode(Gpt2(), entry["text"].get<std::string>()) == entry["ids"].get<Ids>());
+    ++checked;
+  }
+  CHECK(checked == 1000);
+}
+
 TEST_CASE("GPT-2 falls back to byte tokens for characters without a token", "[tokenizer]") {
   const auto& t = Gpt2();
   CHECK(Encode(t, "\xF0\x9F\x98\x80") == Ids{47249, 222});                 // 😀

@@ -51,10 +51,9 @@ struct BpeTables {
 
 class BpeTokenizer final : public Tokenizer {
  public:
-  BpeTokenizer(BpeTables tables, AddedTokenSplitter added_tokens, Gpt2PreTokenizer pretokenizer)
+  BpeTokenizer(BpeTables tables, AddedTokenSplitter added_tokens)
       : tables_(std::move(tables)),
         added_tokens_(std::move(added_tokens)),
-        pretokenizer_(std::move(pretokenizer)),
         cache_(kWordCacheCapacity) {}
 
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override {
@@ -72,9 +71,7 @@ class BpeTokenizer final : public Tokenizer {
         prefixed.append(" ").append(plain);
         plain = prefixed;
       }
-      absl::Status status =
-          pretokenizer_.Split(plain, [&](std::string_view word) { EncodeWord(word, &ids); });
-      if (!status.ok()) return status;
+      pretokenizer_.Split(plain, [&](std::string_view word) { EncodeWord(word, &ids); });
     }
     return ids;
   }
@@ -116,7 +113,7 @@ class BpeTokenizer final : public Tokenizer {
 
   const BpeTables tables_;
   const AddedTokenSplitter added_tokens_;
-  const Gpt2PreTokenizer pretokenizer_;
+  const Gpt2PreTokenizer pretokenizer_{};
   mutable WordCache cache_;
 };
 
@@ -224,10 +221,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadBpeTokenizer(const std::string& p
   if (!spec.ok()) return spec.status();
   absl::StatusOr<BpeTables> tables = BuildTables(*spec, path);
   if (!tables.ok()) return tables.status();
-  absl::StatusOr<Gpt2PreTokenizer> pretokenizer = Gpt2PreTokenizer::Create();
-  if (!pretokenizer.ok()) return pretokenizer.status();
-  return std::make_unique<BpeTokenizer>(*std::move(tables), AddedTokenSplitter(spec->added_tokens),
-                                        *std::move(pretokenizer));
+  return std::make_unique<BpeTokenizer>(*std::move(tables), AddedTokenSplitter(spec->added_tokens));
 }
 
 }  // namespace drt
