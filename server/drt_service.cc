@@ -104,9 +104,9 @@ class PromptIngest {
     const size_t pending = encoder_.pending_bytes();
     auto ids = encoder_.Finish();
     if (!ids.ok()) return ids.status();
-    return Run(*ids, absl::StrFormat("the text held back so far (%d bytes, the last word) "
+    return Run(*ids, absl::StrFormat("the text held back so far (the last word, %d byte%s) "
                                      "brings %d more",
-                                     pending, ids->size()));
+                                     pending, pending == 1 ? "" : "s", ids->size()));
   }
 
   // Called after every engine step (Append sends progress from it, so a
@@ -145,7 +145,7 @@ class PromptIngest {
     const int64_t limit = entry_.settings().max_context_tokens;
     if (entry_.tokens() + static_cast<int64_t>(ids.size()) > limit) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "session %s would exceed its context limit of %d tokens (it holds %d; %s)", entry_.id(),
+          "session %s would exceed its context limit of %d tokens (it holds %d, %s)", entry_.id(),
           limit, entry_.tokens(), brings));
     }
     if (absl::Status s = sessions_.CheckBudget(static_cast<int64_t>(ids.size())); !s.ok()) return s;

@@ -56,8 +56,8 @@ TEST_CASE("Generate at the context limit is refused and adds nothing", "[server]
     CHECK(appended.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
     CHECK_THAT(appended.error_message(), !Contains("brings 0 more"));
     CHECK_THAT(appended.error_message(),
-               Contains("would exceed its context limit of 100 tokens (it holds 100; the text "
-                        "held back so far (1 bytes, the last word) brings 1 more)"));
+               Contains("would exceed its context limit of 100 tokens (it holds 100, the text "
+                        "held back so far (the last word, 1 byte) brings 1 more)"));
     CHECK(WaitIdle(stub, id).tokens() == 100);
   }
 
