@@ -7,10 +7,14 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/support/method_handler.h>
+
 #include "absl/strings/str_format.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "engine/tokenizer/streaming_encoder.h"
+#include "server/request_parsing.h"
 #include "server/scheduler.h"
 #include "server/session_manager.h"
 #include "server/status_util.h"
@@ -31,6 +35,10 @@ constexpr int32_t kDefaultMaxTokens = 64;
 constexpr int32_t kMaxTokensLimit = 1 << 20;
 // Progress messages at most this often (plus one per message received).
 constexpr double kProgressIntervalSeconds = 0.1;
+// Generate ends itself (FINISH_REASON_DEADLINE) this long plus two of its
+// slowest steps before the call's deadline, so that every generated token
+// and the final message reach the client (docs/api.md, "Generate").
+constexpr double kDeadlineMarginSeconds = 0.2;
 
 SamplingParams FromProto(const drt::v1::SamplingParams& p) {
   SamplingParams s;
@@ -79,17 +87,26 @@ class PromptIngest {
   absl::Status AddText(const std::string& text) {
     auto ids = encoder_.Push(text);
     if (!ids.ok()) return ids.status();
-    return Run(*ids);
+    // Text is tokenized a word behind: the ids may include text held back
+    // from earlier pieces and leave this piece's last word for later.
+    return Run(*ids, absl::StrFormat("the text so far completes %d more (%d bytes of an "
+                                     "unfinished word wait for the next piece or the end of "
+                                     "the stream)",
+                                     ids->size(), encoder_.pending_bytes()));
   }
   absl::Status AddTokens(const google::protobuf::RepeatedField<int32_t>& tokens) {
     // Text before these ids is complete now.
     if (absl::Status s = Flush(); !s.ok()) return s;
-    return Run(std::vector<int32_t>(tokens.begin(), tokens.end()));
+    return Run(std::vector<int32_t>(tokens.begin(), tokens.end()),
+               absl::StrFormat("this piece brings %d more", tokens.size()));
   }
   absl::Status Flush() {
+    const size_t pending = encoder_.pending_bytes();
     auto ids = encoder_.Finish();
     if (!ids.ok()) return ids.status();
-    return Run(*ids);
+    return Run(*ids, absl::StrFormat("the text held back so far (the last word, %d byte%s) "
+                                     "brings %d more",
+                                     pending, pending == 1 ? "" : "s", ids->size()));
   }
 
   // Called after every engine step (Append sends progress from it, so a
@@ -120,20 +137,22 @@ class PromptIngest {
   double engine_seconds() const { return engine_seconds_; }
 
  private:
-  absl::Status Run(const std::vector<int32_t>& ids) {
+  // `brings` says where the ids come from, for the context-limit message.
+  absl::Status Run(const std::vector<int32_t>& ids, const std::string& brings) {
+    if (ids.empty()) return absl::OkStatus();
     // Limits are checked for the whole message before any of it runs, so a
     // refused message leaves nothing of itself behind.
     const int64_t limit = entry_.settings().max_context_tokens;
     if (entry_.tokens() + static_cast<int64_t>(ids.size()) > limit) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "session %s would exceed its context limit of %d tokens (it holds %d, this piece "
-          "brings %d more)",
-          entry_.id(), limit, entry_.tokens(), ids.size()));
+          "session %s would exceed its context limit of %d tokens (it holds %d, %s)", entry_.id(),
+          limit, entry_.tokens(), brings));
     }
-    if (!ids.empty()) {
-      if (absl::Status s = sessions_.CheckBudget(static_cast<int64_t>(ids.size())); !s.ok()) return s;
+    if (absl::Status s = sessions_.CheckBudget(static_cast<int64_t>(ids.size())); !s.ok()) return s;
+    if (absl::Status s = entry_.RunStep([&](Session& session) { return session.ValidateTokens(ids); });
+        !s.ok()) {
+      return s;
     }
-    if (absl::Status s = entry_.session().ValidateTokens(ids); !s.ok()) return s;
     for (size_t done = 0; done < ids.size();) {
       if (context_->IsCancelled()) return absl::CancelledError("the Append was cancelled");
       const size_t step = std::min<size_t>(kTokensPerStep, ids.size() - done);
@@ -142,13 +161,15 @@ class PromptIngest {
       const auto t0 = Clock::now();
       int64_t accepted = 0;
       absl::Status status = scheduler_.Run([&]() -> absl::Status {
-        AppendOptions options;
-        options.should_stop = [&] { return context_->IsCancelled(); };
-        auto result = entry_.session().Append(piece, options);
-        entry_.RefreshFigures();
-        if (!result.ok()) return result.status();
-        accepted = result->tokens_accepted;
-        return absl::OkStatus();
+        return entry_.RunStep([&](Session& session) -> absl::Status {
+          AppendOptions options;
+          // A DeleteSession ends the step at the engine's next piece.
+          options.should_stop = [&] { return context_->IsCancelled() || entry_.deleted(); };
+          auto result = session.Append(piece, options);
+          if (!result.ok()) return result.status();
+          accepted = result->tokens_accepted;
+          return absl::OkStatus();
+        });
       });
       engine_seconds_ += SecondsSince(t0);
       ingested_ += accepted;
@@ -220,7 +241,22 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
       sessions_(std::make_unique<SessionManager>(
           backend, SessionLimits{options_.max_sessions, options_.max_context_tokens,
                                  options_.idle_ttl_seconds, options_.host_memory_budget_bytes})),
-      scheduler_(std::make_unique<Scheduler>(options_.compute_workers)) {}
+      scheduler_(std::make_unique<Scheduler>(options_.compute_workers)) {
+  // The generated service adds its methods in the order of the proto file,
+  // which the descriptor's method index gives.
+  const google::protobuf::ServiceDescriptor* service =
+      drt::v1::AppendRequest::descriptor()->file()->FindServiceByName("Drt");
+  MarkMethodStreamed(
+      service->FindMethodByName("Append")->index(),
+      new grpc::internal::BidiStreamingHandler<DrtService, grpc::ByteBuffer,
+                                               drt::v1::AppendResponse>(
+          &DrtService::AppendStream, this));
+  MarkMethodStreamed(
+      service->FindMethodByName("Complete")->index(),
+      new grpc::internal::BidiStreamingHandler<DrtService, grpc::ByteBuffer,
+                                               drt::v1::GenerateResponse>(
+          &DrtService::CompleteStream, this));
+}
 
 DrtService::~DrtService() = default;
 
@@ -266,12 +302,14 @@ grpc::Status DrtService::CreateSession(grpc::ServerContext* context,
   return Finish(grpc::Status::OK);
 }
 
-grpc::Status DrtService::Append(
+grpc::Status DrtService::AppendStream(
     grpc::ServerContext* context,
-    grpc::ServerReaderWriter<drt::v1::AppendResponse, drt::v1::AppendRequest>* stream) {
+    grpc::ServerReaderWriter<drt::v1::AppendResponse, grpc::ByteBuffer>* stream) {
   if (grpc::Status s = Admit(context, "Append"); !s.ok()) return s;
   drt::v1::AppendRequest request;
-  if (!stream->Read(&request)) {
+  absl::StatusOr<bool> read = ReadRequest(*stream, 0, &request);
+  if (!read.ok()) return Finish(ToGrpc(read.status()));
+  if (!*read) {
     return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "Append needs at least one message naming the session"));
   }
@@ -305,8 +343,26 @@ grpc::Status DrtService::Append(
     if (!status.ok()) break;
     send_progress();
     ++message_index;
-  } while (stream->Read(&request));
+    read = ReadRequest(*stream, message_index, &request);
+    if (!read.ok()) {
+      // A message that does not parse: nothing of it is kept, the earlier
+      // messages are, whole (their held-back last word too).
+      status = read.status();
+      if (absl::Status flushed = ingest.Flush(); !flushed.ok()) {
+        status = absl::InvalidArgumentError(absl::StrFormat(
+            "%s (the text of the earlier messages was not completed either: %s)", status.message(),
+            flushed.message()));
+      } else {
+        status = absl::InvalidArgumentError(absl::StrFormat(
+            "%s; nothing of it was kept and nothing after it was read; the earlier messages "
+            "of this Append were kept (%d tokens)",
+            status.message(), ingest.ingested()));
+      }
+      break;
+    }
+  } while (*read);
   if (status.ok()) status = ingest.Flush();
+  if (status.ok() && (*entry)->deleted()) status = (*entry)->DeletedError();
   if (status.ok() && context->IsCancelled()) status = absl::CancelledError("the Append was cancelled");
   (*entry)->End();
   if (ingest.ingested() > 0) metrics_.ObservePrefill(ingest.ingested(), ingest.engine_seconds());
@@ -331,18 +387,44 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   const auto start = Clock::now();
   Sampler sampler(plan.sampling);
   const int32_t eos = model.tokenizer->eos_id();
-  if (plan.pad) {
-    absl::Status s = scheduler.Run([&] {
-      absl::Status padded = entry.session().PadToChunkBoundary();
-      entry.RefreshFigures();
-      return padded;
-    });
-    if (!s.ok()) return s;
+  bool empty = false;
+  if (absl::Status s = entry.RunStep([&](Session& session) {
+        empty = session.last_logits().empty();
+        return absl::OkStatus();
+      });
+      !s.ok()) {
+    return s;
   }
-  if (entry.session().last_logits().empty()) {
+  if (empty) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "session %s holds no tokens yet: Append a prompt before Generate", entry.id()));
   }
+  // Padding and at least one token must fit in the context limit, else the
+  // call is refused with the session unchanged.
+  const int64_t limit = entry.settings().max_context_tokens;
+  const int64_t held = entry.tokens();
+  const int64_t chunk = model.config().enc_chunk_size;
+  const int64_t padding = plan.pad && held % chunk != 0 ? chunk - held % chunk : 0;
+  if (held + padding + 1 > limit) {
+    if (padding > 0) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "session %s holds %d tokens of its context limit of %d: padding to the chunk boundary "
+          "needs %d more and generating at least 1, so nothing was added (without "
+          "pad_to_chunk_boundary there is room for %d tokens)",
+          entry.id(), held, limit, padding, std::max<int64_t>(0, limit - held)));
+    }
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "session %s holds %d tokens, its context limit: there is no room to generate, and "
+        "nothing was added",
+        entry.id(), held));
+  }
+  if (padding > 0) {
+    absl::Status s = scheduler.Run(
+        [&] { return entry.RunStep([](Session& session) { return session.PadToChunkBoundary(); }); });
+    if (!s.ok()) return s;
+  }
+  const auto deadline = context->deadline();  // far in the future when none
+  double slowest_step = 0;
   Utf8Streamer utf8;
   std::string text_so_far;
   drt::v1::FinishReason reason = drt::v1::FINISH_REASON_LENGTH;
@@ -353,14 +435,23 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
       reason = drt::v1::FINISH_REASON_CANCELLED;
       break;
     }
+    const double seconds_left = std::chrono::duration<double>(
+                                    deadline - std::chrono::system_clock::now())
+                                    .count();
+    if (seconds_left < kDeadlineMarginSeconds + 2 * slowest_step) {
+      reason = drt::v1::FINISH_REASON_DEADLINE;
+      break;
+    }
     if (entry.tokens() >= entry.settings().max_context_tokens) break;  // LENGTH
+    const auto step_start = Clock::now();
     Session::GeneratedToken step{};
     absl::Status s = scheduler.Run([&]() -> absl::Status {
-      auto result = entry.session().GenerateStep(sampler);
-      entry.RefreshFigures();
-      if (!result.ok()) return result.status();
-      step = *result;
-      return absl::OkStatus();
+      return entry.RunStep([&](Session& session) -> absl::Status {
+        auto result = session.GenerateStep(sampler);
+        if (!result.ok()) return result.status();
+        step = *result;
+        return absl::OkStatus();
+      });
     });
     if (!s.ok()) return s;
     ++generated;
@@ -394,6 +485,7 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
       reason = drt::v1::FINISH_REASON_CANCELLED;
       break;
     }
+    slowest_step = std::max(slowest_step, SecondsSince(step_start));
     if (stop_now) break;
   }
   if (const std::string rest = utf8.Flush(); !rest.empty()) {
@@ -411,6 +503,9 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   drt::v1::GenerateResponse done;
   done.mutable_done()->set_finish_reason(reason);
   done.mutable_done()->set_session_id(entry.id());
+  done.mutable_done()->set_padding_tokens(padding);
+  done.mutable_done()->set_tokens_appended(padding + generated);
+  done.mutable_done()->set_session_tokens(entry.tokens());
   *done.mutable_done()->mutable_timings() = timings;
   write(done);
   return absl::OkStatus();
@@ -432,12 +527,14 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
   return Finish(ToGrpc(status));
 }
 
-grpc::Status DrtService::Complete(
+grpc::Status DrtService::CompleteStream(
     grpc::ServerContext* context,
-    grpc::ServerReaderWriter<drt::v1::GenerateResponse, drt::v1::CompleteRequest>* stream) {
+    grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>* stream) {
   if (grpc::Status s = Admit(context, "Complete"); !s.ok()) return s;
   drt::v1::CompleteRequest request;
-  if (!stream->Read(&request)) {
+  absl::StatusOr<bool> read = ReadRequest(*stream, 0, &request);
+  if (!read.ok()) return Finish(ToGrpc(read.status()));
+  if (!*read) {
     return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "Complete needs a first message with the generation options"));
   }
@@ -464,7 +561,10 @@ grpc::Status DrtService::Complete(
     status = ingest.AddMessage(request, message_index);
     if (!status.ok()) break;
     ++message_index;
-  } while (stream->Read(&request));
+    read = ReadRequest(*stream, message_index, &request);
+    // A message that does not parse ends the call: no answer to part of a prompt.
+    if (!read.ok()) status = read.status();
+  } while (status.ok() && *read);
   if (status.ok()) status = ingest.Flush();
   (*entry)->End();
   if (ingest.ingested() > 0) metrics_.ObservePrefill(ingest.ingested(), ingest.engine_seconds());

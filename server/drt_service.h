@@ -41,14 +41,18 @@ class DrtService final : public drt::v1::Drt::Service {
   grpc::Status CreateSession(grpc::ServerContext* context,
                              const drt::v1::CreateSessionRequest* request,
                              drt::v1::CreateSessionResponse* response) override;
-  grpc::Status Append(
+  // Append and Complete read their requests as raw bytes and parse them
+  // (server/request_parsing.h), so that a message that does not parse ends
+  // the call with INVALID_ARGUMENT instead of looking like the end of the
+  // stream. The constructor installs them as those methods' handlers.
+  grpc::Status AppendStream(
       grpc::ServerContext* context,
-      grpc::ServerReaderWriter<drt::v1::AppendResponse, drt::v1::AppendRequest>* stream) override;
+      grpc::ServerReaderWriter<drt::v1::AppendResponse, grpc::ByteBuffer>* stream);
   grpc::Status Generate(grpc::ServerContext* context, const drt::v1::GenerateRequest* request,
                         grpc::ServerWriter<drt::v1::GenerateResponse>* writer) override;
-  grpc::Status Complete(
+  grpc::Status CompleteStream(
       grpc::ServerContext* context,
-      grpc::ServerReaderWriter<drt::v1::GenerateResponse, drt::v1::CompleteRequest>* stream) override;
+      grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>* stream);
   grpc::Status ForkSession(grpc::ServerContext* context,
                            const drt::v1::ForkSessionRequest* request,
                            drt::v1::SessionInfo* response) override;

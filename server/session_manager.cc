@@ -28,7 +28,7 @@ const char* ActivityName(Activity a) {
 SessionEntry::SessionEntry(std::string id, SessionSettings settings, std::unique_ptr<Session> session)
     : id_(std::move(id)), settings_(settings), session_(std::move(session)) {
   last_used_ns_ = NowNs();
-  RefreshFigures();
+  RefreshFiguresLocked();
 }
 
 absl::Status SessionEntry::Begin(Activity activity) {
@@ -38,17 +38,78 @@ absl::Status SessionEntry::Begin(Activity activity) {
         "session %s is busy with %s; wait for it to finish (or cancel it) and retry", id_,
         ActivityName(expected)));
   }
+  // A call that found the session just before DeleteSession removed it.
+  if (deleted_.load()) {
+    activity_ = Activity::kIdle;
+    return absl::NotFoundError(absl::StrFormat("session %s was deleted", id_));
+  }
   last_used_ns_ = NowNs();
   return absl::OkStatus();
 }
 
 void SessionEntry::End() {
-  RefreshFigures();
+  {
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    RefreshFiguresLocked();
+  }
   last_used_ns_ = NowNs();
   activity_ = Activity::kIdle;
 }
 
-void SessionEntry::RefreshFigures() {
+absl::Status SessionEntry::DeletedError() const {
+  return absl::AbortedError(absl::StrFormat(
+      "session %s was deleted while %s was running on it; the call stopped at its next engine "
+      "step and the session's memory is freed",
+      id_, ActivityName(activity_.load())));
+}
+
+absl::Status SessionEntry::RunStep(absl::FunctionRef<absl::Status(Session&)> step) {
+  Session* session = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    if (deleted_.load() || session_ == nullptr) return DeletedError();
+    in_step_ = true;
+    session = session_.get();
+  }
+  // The engine work runs without the lock, so DeleteSession never waits for it.
+  absl::Status status = step(*session);
+  std::unique_ptr<Session> freed;
+  {
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    in_step_ = false;
+    if (deleted_.load()) freed = std::move(session_);
+    RefreshFiguresLocked();
+  }
+  if (freed != nullptr) {
+    freed.reset();  // outside the lock: freeing a large session takes a while
+    return DeletedError();
+  }
+  return status;
+}
+
+void SessionEntry::MarkDeleted() {
+  std::unique_ptr<Session> freed;
+  {
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    deleted_ = true;
+    if (!in_step_) freed = std::move(session_);
+    RefreshFiguresLocked();
+  }
+}
+
+bool SessionEntry::engine_session_alive() const {
+  std::lock_guard<std::mutex> lock(engine_mutex_);
+  return session_ != nullptr;
+}
+
+void SessionEntry::RefreshFiguresLocked() {
+  if (session_ == nullptr) {  // deleted and freed
+    tokens_ = 0;
+    chunks_ = 0;
+    host_bytes_ = 0;
+    shared_bytes_ = 0;
+    return;
+  }
   tokens_ = session_->num_tokens();
   chunks_ = session_->num_chunks();
   const SessionMemory memory = session_->backend_session().memory();
@@ -126,18 +187,32 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
   if (!parent.ok()) return parent.status();
   // Holding the parent's activity keeps its engine state still while copied.
   if (absl::Status s = (*parent)->Begin(Activity::kAppending); !s.ok()) return s;
-  auto forked = (*parent)->session().Fork();
+  std::unique_ptr<Session> forked;
+  absl::Status status = (*parent)->RunStep([&](Session& session) -> absl::Status {
+    auto copy = session.Fork();
+    if (!copy.ok()) return copy.status();
+    forked = *std::move(copy);
+    return absl::OkStatus();
+  });
   (*parent)->End();
-  if (!forked.ok()) return forked.status();
-  return Insert((*parent)->settings(), *std::move(forked));
+  if (!status.ok()) return status;
+  return Insert((*parent)->settings(), std::move(forked));
 }
 
 absl::Status SessionManager::Delete(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (sessions_.erase(id) == 0) {
-    return absl::NotFoundError(absl::StrFormat("no session '%s'", id));
+  std::shared_ptr<SessionEntry> entry;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(absl::StrFormat("no session '%s'", id));
+    }
+    entry = std::move(it->second);
+    sessions_.erase(it);
   }
-  // A running Append/Generate keeps its entry alive until it ends.
+  // A running Append/Generate ends at its next step (ABORTED); the engine
+  // session is freed now, or when the step running on it returns.
+  entry->MarkDeleted();
   return absl::OkStatus();
 }
 
@@ -180,6 +255,7 @@ int SessionManager::EvictIdle() {
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     const SessionEntry& e = *it->second;
     if (e.activity() == Activity::kIdle && e.idle_seconds() > e.settings().idle_ttl_seconds) {
+      it->second->MarkDeleted();
       it = sessions_.erase(it);
       ++evicted;
     } else {

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
@@ -44,15 +45,29 @@ class SessionEntry {
   const SessionSettings& settings() const { return settings_; }
 
   // Claims the session for one activity; FAILED_PRECONDITION naming the
-  // running one when it is busy.
+  // running one when it is busy, NOT_FOUND once the session was deleted.
   absl::Status Begin(Activity activity);
   // Ends the activity, refreshes the cached figures and the idle clock.
   void End();
   Activity activity() const { return activity_.load(); }
 
-  // Engine access: only the holder of the activity calls these, from one
-  // thread at a time (the scheduler's step).
-  Session& session() { return *session_; }
+  // One engine step for the holder of the activity (one thread at a time):
+  // runs `step` on the engine session unless the session was deleted, and
+  // refreshes the figures. ABORTED ("session ... was deleted while ...")
+  // once the session was deleted, before or during the step; the engine
+  // session is then gone.
+  absl::Status RunStep(absl::FunctionRef<absl::Status(Session&)> step);
+
+  // Called by SessionManager when the session leaves its table: running
+  // work sees deleted() and ends at its next step, and the engine session
+  // (its memory) is freed now when no step runs, else when the running
+  // step returns.
+  void MarkDeleted();
+  bool deleted() const { return deleted_.load(); }
+  // False once a deleted session's engine session (its memory) is freed.
+  bool engine_session_alive() const;
+  // ABORTED: the session was deleted while the running activity used it.
+  absl::Status DeletedError() const;
 
   // Figures readable at any time without touching the engine.
   int64_t tokens() const { return tokens_.load(); }
@@ -60,13 +75,18 @@ class SessionEntry {
   int64_t host_bytes() const { return host_bytes_.load(); }
   int64_t shared_bytes() const { return shared_bytes_.load(); }
   double idle_seconds() const;
-  void RefreshFigures();
 
  private:
   friend class SessionManager;
+  void RefreshFiguresLocked();  // engine_mutex_ held (or not yet shared)
+
   std::string id_;
   SessionSettings settings_;
+  // Guards session_ (null once deleted and freed) and in_step_.
+  mutable std::mutex engine_mutex_;
   std::unique_ptr<Session> session_;
+  bool in_step_ = false;
+  std::atomic<bool> deleted_{false};
   std::atomic<Activity> activity_{Activity::kIdle};
   std::atomic<int64_t> tokens_{0}, chunks_{0}, host_bytes_{0}, shared_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};

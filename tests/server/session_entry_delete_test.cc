@@ -1,0 +1,93 @@
+// SessionEntry and SessionManager under DeleteSession: a busy session's
+// engine session (its memory) is freed at once when no step runs on it, or
+// when the running step returns; later steps and Begin are refused.
+// (delete_cancels_test.cc checks the same through the gRPC service.)
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "server/session_manager.h"
+#include "tests/server/test_util/grpc_harness.h"
+
+namespace drt::server {
+namespace {
+
+using namespace drt::server::testing;
+using Catch::Matchers::Contains;
+
+TEST_CASE("a deleted session frees its engine session now, or after the running step",
+          "[server][delete]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  auto created = manager.Create({});
+  REQUIRE(created.ok());
+  std::shared_ptr<SessionEntry> entry = *created;
+  REQUIRE(entry->Begin(Activity::kAppending).ok());
+  const auto tokens = RandomTokens(200, 5);
+  auto append = [&](Session& session) { return session.Append(tokens).status(); };
+  REQUIRE(entry->RunStep(append).ok());
+  REQUIRE(entry->tokens() == 200);
+  REQUIRE(entry->host_bytes() > 0);
+  REQUIRE(entry->engine_session_alive());
+
+  SECTION("deleted between steps: freed at once, the next step is refused") {
+    REQUIRE(manager.Delete(entry->id()).ok());
+    CHECK_FALSE(entry->engine_session_alive());
+    CHECK(entry->host_bytes() == 0);
+    CHECK(entry->tokens() == 0);
+    bool ran = false;
+    absl::Status s = entry->RunStep([&](Session&) {
+      ran = true;
+      return absl::OkStatus();
+    });
+    CHECK(s.code() == absl::StatusCode::kAborted);
+    CHECK_THAT(std::string(s.message()),
+               Contains("session " + entry->id() + " was deleted while an Append was running"));
+    CHECK_FALSE(ran);
+  }
+
+  SECTION("deleted during a step: freed when the step returns") {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool in_step = false, release = false;
+    absl::Status step_status;
+    std::thread worker([&] {
+      step_status = entry->RunStep([&](Session& session) {
+        std::unique_lock<std::mutex> lock(mutex);
+        in_step = true;
+        changed.notify_all();
+        changed.wait(lock, [&] { return release; });
+        return session.Append(tokens).status();
+      });
+    });
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      changed.wait(lock, [&] { return in_step; });
+    }
+    REQUIRE(manager.Delete(entry->id()).ok());  // does not wait for the step
+    CHECK(entry->deleted());
+    CHECK(entry->engine_session_alive());  // the step still uses it
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      release = true;
+    }
+    changed.notify_all();
+    worker.join();
+    CHECK(step_status.code() == absl::StatusCode::kAborted);
+    CHECK_FALSE(entry->engine_session_alive());
+    CHECK(entry->host_bytes() == 0);
+  }
+
+  entry->End();
+  // A call that found the entry before the delete cannot start on it.
+  absl::Status begin = entry->Begin(Activity::kGenerating);
+  CHECK(begin.code() == absl::StatusCode::kNotFound);
+  CHECK(entry->activity() == Activity::kIdle);
+}
+
+}  // namespace
+}  // namespace drt::server
