@@ -68,15 +68,17 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
   # The precision figures (passing tests WARN them; ctest hides that): fp32
   # CUDA vs CPU (limit 1e-4, identical retrievals) and bf16 CUDA vs the
   # float64 goldens (limits: the bf16 reference's figures, docs/cuda.md).
+  # The compact reporter prints each WARN on one line (the console reporter
+  # wraps them at 80 columns, which split the figures from their labels).
   echo "== fp32 parity and bf16 error on the fixtures"
   parity_log=$(mktemp)
   if ! "$build/tests/cuda_backend/drt_cuda_backend_tests" "cuda fp32 *,cuda bf16 *" \
-       >"$parity_log" 2>&1; then
+       --reporter compact >"$parity_log" 2>&1; then
     cat "$parity_log"
     echo "gpu_bench: the fp32 parity or bf16 error tests failed" >&2
     exit 1
   fi
-  grep -E ' fp32: worst| bf16 vs float64 golden' "$parity_log" | sed 's/^ *//'
+  grep -E ' fp32: worst| bf16 vs float64 golden' "$parity_log" | sed -E "s/^.*warning: '//; s/'$//"
   rm -f "$parity_log"
   if [[ ! -x "$sanitizer" ]]; then
     echo "gpu_bench: compute-sanitizer not found at $sanitizer" >&2
