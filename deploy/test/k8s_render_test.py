@@ -71,8 +71,9 @@ def matches(selector, labels):
 
 def check_server(c, name, objects, facts, gpu):
     kinds = sorted(objects)
-    c.expect(kinds == [("Deployment", "drt-server"), ("Service", "drt-server"),
-                       ("Service", "drt-server-pods")], f"{name}: a Deployment and two Services", str(kinds))
+    c.expect(kinds == [("Deployment", "drt-server"), ("PodDisruptionBudget", "drt-server"),
+                       ("Service", "drt-server"), ("Service", "drt-server-pods")],
+             f"{name}: a Deployment, its PodDisruptionBudget and two Services", str(kinds))
     deployment = objects[("Deployment", "drt-server")]
     pod = deployment["spec"]["template"]
     labels = pod["metadata"]["labels"]
@@ -144,6 +145,9 @@ def check_server(c, name, objects, facts, gpu):
         targets = [p["targetPort"] for p in service["spec"]["ports"]]
         c.expect(all(t in ports for t in targets), f"{name}: Service {service_name} targets named container ports",
                  str(targets))
+    pdb = objects[("PodDisruptionBudget", "drt-server")]["spec"]
+    c.expect(matches(pdb["selector"]["matchLabels"], labels) and pdb.get("maxUnavailable") == 1,
+             f"{name}: voluntary disruptions stop one pod at a time", str(pdb))
     headless = objects[("Service", "drt-server-pods")]["spec"]
     c.expect(headless.get("clusterIP") == "None", f"{name}: drt-server-pods is headless (one record per pod)")
     for where, annotations in (("pods", pod["metadata"].get("annotations", {})),
