@@ -94,7 +94,9 @@ step "running $image (non-root, read-only root filesystem, flags from DRT_* vari
 # DRT_MAX_CONTEXT_TOKENS reaches the client through GetModelInfo: proof that
 # the entrypoint turned it into --max_context_tokens.
 context_limit=123456
-"${podman[@]}" run -d --name "$container" --network host --read-only \
+# --health-interval=disable: no systemd timer here (podman would log errors);
+# the test runs the image's HEALTHCHECK itself with podman healthcheck run.
+"${podman[@]}" run -d --name "$container" --network host --read-only --health-interval=disable \
   -e DRT_LISTEN="127.0.0.1:$grpc_port" -e DRT_HTTP_LISTEN="127.0.0.1:$http_port" \
   -e DRT_MAX_CONTEXT_TOKENS=$context_limit -e DRT_SHUTDOWN_GRACE_SECONDS=5 \
   "$image" >/dev/null
