@@ -18,6 +18,8 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ENTRYPOINT = os.path.join(REPO, "deploy", "image", "entrypoint.sh")
@@ -125,10 +127,21 @@ def main():
         checks.expect(re.match(r"drt-server listening on 127\.0\.0\.1:\d+ \(grpc\), 127\.0\.0\.1:\d+ "
                                r"\(http\)", line) is not None,
                       "drt-server started from DRT_* variables alone listens where they say", line)
+        # It serves: GET /healthz on the port it printed. This also keeps the
+        # SIGTERM below from landing in the moment between the "listening"
+        # line and drt-server's sigwait, where it was seen to kill the server
+        # outright (status -15, with or without this entrypoint).
+        http_port = re.search(r":(\d+) \(http\)", line).group(1) if line else "0"
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/healthz", timeout=10).read().decode()
+        except OSError as e:
+            body = str(e)
+        checks.expect(body.strip() == "ok", "GET /healthz answers ok", body)
         # exec: the entrypoint's process is drt-server itself, so SIGTERM reaches it.
         with open(f"/proc/{server.pid}/comm") as f:
             comm = f.read().strip()
         checks.expect(comm == "drt-server", "the entrypoint execs drt-server (signals reach it)", comm)
+        time.sleep(0.2)
     finally:
         server.send_signal(signal.SIGTERM)
         rest, _ = server.communicate(timeout=60)
