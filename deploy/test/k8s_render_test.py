@@ -35,8 +35,10 @@ def source_facts():
     flags = set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", read("server/server_flags.cc")))
     metrics = set(re.findall(r'"(drt_[a-z_]+)"', read("server/metrics.cc")))
     slack = int(re.search(r"kForcedExitSlackSeconds = (\d+);", read("server/main.cc")).group(1))
+    http_paths = set(re.findall(r'server->Get\("([^"]+)"', read("server/http_endpoint.cc")))
     header = re.search(r'SESSION_HEADER = "([^"]+)"', read("client_examples/python/drt_client.py")).group(1)
-    return dict(uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, header=header)
+    return dict(uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, header=header,
+                http_paths=http_paths)
 
 
 class Checks:
@@ -236,6 +238,21 @@ def main():
              "examples/model-pvc: DRT_MODEL is the mounted claim", f"{mounts} {claims}")
     c.expect(pod.get("nodeSelector") and "nvidia.com/gpu" in container["resources"]["limits"],
              "examples/model-pvc: still the gpu overlay")
+
+    http = render(kubectl, "examples/http-probes")[("Deployment", "drt-server")]
+    (container,) = http["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"] for p in container["ports"]}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        handler = container[probe]
+        get = handler.get("httpGet", {})
+        c.expect("grpc" not in handler and get.get("port") in ports and get.get("path") == "/healthz"
+                 and "/healthz" in facts["http_paths"],
+                 f"examples/http-probes: {probe} is GET /healthz on a named port, with no grpc handler left",
+                 str(handler))
+    grace = int(env_of(container)["DRT_SHUTDOWN_GRACE_SECONDS"]["value"])
+    liveness = container["livenessProbe"]
+    c.expect(liveness["periodSeconds"] * liveness["failureThreshold"] > grace,
+             "examples/http-probes: liveness cannot fail within a drain")
 
     print(f"{c.passed} passed, {c.failed} failed")
     return 1 if c.failed else 0
