@@ -3,6 +3,8 @@
 # installs only what is missing. Needs root (or sudo).
 #   scripts/install_deps.sh            build + test + main job
 #   scripts/install_deps.sh --torch    also PyTorch, for weights_tools (fixtures, export)
+#   scripts/install_deps.sh --container  also podman, runc and mmdebstrap, for
+#                                        deploy/test/container_test.sh
 set -euo pipefail
 
 packages=(
@@ -11,9 +13,20 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcpp-httplib-dev
   python3 python3-numpy python3-grpcio python3-grpc-tools
+  python3-yaml
 )
-if [[ "${1:-}" == "--torch" ]]; then
-  packages+=(python3-torch)
+for option in "$@"; do
+  case "$option" in
+    --torch) packages+=(python3-torch) ;;
+    --container) packages+=(podman runc mmdebstrap uidmap) ;;
+    *) echo "install_deps.sh: unknown option $option (--torch, --container)" >&2; exit 1 ;;
+  esac
+done
+# kubectl renders deploy/k8s in the tests (kubectl kustomize). Debian 12's
+# only kubectl is kubernetes-client 1.20 (Kustomize 2.0.3), which renders the
+# manifests as written; a newer kubectl already on PATH is used as it is.
+if ! command -v kubectl >/dev/null; then
+  packages+=(kubernetes-client)
 fi
 
 missing=()

@@ -60,12 +60,34 @@ ABSL_FLAG(std::string, pad_to_chunk_boundary, "model",
           "true: pad the open chunk before generating, so the first token sees chunks retrieved "
           "with the whole prompt in view; false: do not; model: what the model was trained for");
 ABSL_FLAG(bool, keep_session, false, "do not delete the session at the end");
+ABSL_FLAG(std::string, session_key, "",
+          "routing key sent as metadata 'x-drt-session' on every call, so that a gateway "
+          "hashing on it (deploy/k8s/gateway) sends all calls of the session to the replica "
+          "that holds it; printable ASCII (default: 32 random hex digits)");
 ABSL_FLAG(bool, require_passkey, false,
           "exit 1 when the first number in the answer is not the haystack's pass key");
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The metadata key a session-affine gateway hashes on (docs/deploy.md).
+constexpr char kSessionHeader[] = "x-drt-session";
+
+std::string RandomSessionKey() {
+  std::random_device random;
+  std::string key;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&key, "%08x", random());
+  return key;
+}
+
+// gRPC metadata values must be printable ASCII.
+bool IsValidSessionKey(const std::string& key) {
+  for (char c : key) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
 
 // Ctrl-C or SIGTERM cancels the running Append or Generate, so that the
 // session is still deleted on the way out; at any other moment it exits.
@@ -260,8 +282,10 @@ class ProgressBar {
 
 class Client {
  public:
-  Client(std::shared_ptr<grpc::Channel> channel, std::string token)
-      : stub_(drt::v1::Drt::NewStub(channel)), token_(std::move(token)) {}
+  Client(std::shared_ptr<grpc::Channel> channel, std::string token, std::string session_key)
+      : stub_(drt::v1::Drt::NewStub(channel)),
+        token_(std::move(token)),
+        session_key_(std::move(session_key)) {}
 
   static std::string Describe(const grpc::Status& status) {
     return absl::StrCat(GrpcCodeName(status.error_code()), ": ", status.error_message());
@@ -407,14 +431,21 @@ class Client {
   std::unique_ptr<grpc::ClientContext> NewContext() {
     auto context = std::make_unique<grpc::ClientContext>();
     if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
+    context->AddMetadata(kSessionHeader, session_key_);
     return context;
   }
 
   std::unique_ptr<drt::v1::Drt::Stub> stub_;
   std::string token_;
+  std::string session_key_;
 };
 
 int Run() {
+  std::string session_key = absl::GetFlag(FLAGS_session_key);
+  if (session_key.empty()) session_key = RandomSessionKey();
+  if (!IsValidSessionKey(session_key)) {
+    Die("--session_key: must be printable ASCII (it is sent as gRPC metadata)");
+  }
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (const std::string ca = absl::GetFlag(FLAGS_tls_ca); !ca.empty()) {
     grpc::SslCredentialsOptions options;
@@ -430,7 +461,7 @@ int Run() {
   }
   std::string token = absl::GetFlag(FLAGS_token);
   if (const char* env = std::getenv("DRT_BEARER_TOKEN"); token.empty() && env != nullptr) token = env;
-  Client client(channel, token);
+  Client client(channel, token, session_key);
 
   const drt::v1::ModelInfo info = client.GetModelInfo();
   std::printf("model: %s on %s, vocab %s (%s), chunks of %lld, top-k %lld, window %lld, "
@@ -443,7 +474,7 @@ int Run() {
   std::printf("prompt: %s\n", prompt.description.c_str());
 
   const std::string session_id = client.CreateSession();
-  std::printf("session: %s\n", session_id.c_str());
+  std::printf("session: %s (%s: %s)\n", session_id.c_str(), kSessionHeader, session_key.c_str());
   std::fflush(stdout);
   // Deletes the session however Run returns.
   struct Cleanup {

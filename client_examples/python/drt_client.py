@@ -20,12 +20,22 @@ import random
 import re
 import sys
 import time
+import uuid
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 QUESTION = "What is the pass key? The pass key is"
 # GPT-2 BPE tokens of " " + FILLER: the separating space joins the next "The".
 GPT2_TOKENS_PER_FILLER = 24
+# The metadata key a session-affine gateway hashes on (docs/deploy.md).
+SESSION_HEADER = "x-drt-session"
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def session_key(text):
+    # gRPC metadata values must be printable ASCII.
+    if not text or not all(0x20 <= ord(c) <= 0x7E for c in text):
+        raise argparse.ArgumentTypeError("must be non-empty printable ASCII (it is sent as gRPC metadata)")
+    return text
 
 
 def parse_args(argv=None):
@@ -71,6 +81,10 @@ def parse_args(argv=None):
                      help="do not pad, whatever the model's default")
 
     p.add_argument("--keep-session", action="store_true", help="do not delete the session at the end")
+    p.add_argument("--session-key", type=session_key, default=None,
+                   help=f"routing key sent as metadata '{SESSION_HEADER}' on every call, so that a gateway "
+                        "hashing on it (deploy/k8s/gateway) sends all calls of the session to the replica "
+                        "that holds it; printable ASCII (default: 32 random hex digits)")
     p.add_argument("--require-passkey", action="store_true",
                    help="exit 1 when the first number in the answer is not the haystack's pass key")
     args = p.parse_args(argv)
@@ -275,7 +289,10 @@ def run(args, pb, pb_grpc, grpc):
     except grpc.FutureTimeoutError:
         sys.exit(f"drt_client: cannot reach drt-server at {args.server} within {args.connect_timeout:g} s")
     stub = pb_grpc.DrtStub(channel)
-    metadata = [("authorization", f"Bearer {args.token}")] if args.token else []
+    key = args.session_key or uuid.uuid4().hex
+    metadata = [(SESSION_HEADER, key)]
+    if args.token:
+        metadata.append(("authorization", f"Bearer {args.token}"))
 
     info = stub.GetModelInfo(pb.GetModelInfoRequest(), metadata=metadata)
     print(f"model: {info.name} on {info.device}, vocab {info.vocab_size:,} ({info.tokenizer}), "
@@ -285,7 +302,7 @@ def run(args, pb, pb_grpc, grpc):
     print(f"prompt: {description}", flush=True)
 
     session_id = stub.CreateSession(pb.CreateSessionRequest(), metadata=metadata).session_id
-    print(f"session: {session_id}", flush=True)
+    print(f"session: {session_id} ({SESSION_HEADER}: {key})", flush=True)
     try:
         summary, append_seconds = append(pb, stub, session_id, pieces, expected, metadata)
         print(f"append: {summary.tokens_ingested:,} tokens, {summary.session_chunks:,} chunks in "

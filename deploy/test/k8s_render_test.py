@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Renders deploy/k8s with `kubectl kustomize` and checks the objects.
+
+What the manifests must agree with is read from its source, not restated:
+the image's non-root uid from deploy/Dockerfile, drt-server's flags from
+server/server_flags.cc, its metric names from server/metrics.cc, its forced
+exit slack from server/main.cc, the routing header from the Python client.
+No cluster is involved (none exists here). Exits 77 (ctest: skipped) when no
+kubectl is installed.
+
+    k8s_render_test.py [--kubectl kubectl]
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+K8S = os.path.join(REPO, "deploy", "k8s")
+
+
+def read(path):
+    with open(os.path.join(REPO, path)) as f:
+        return f.read()
+
+
+def source_facts():
+    dockerfile = read("deploy/Dockerfile")
+    uid = int(re.search(r"useradd [^\n]*--uid (\d+)", dockerfile).group(1))
+    exposed = {int(p) for p in re.search(r"^EXPOSE ([\d ]+)$", dockerfile, re.M).group(1).split()}
+    flags = set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", read("server/server_flags.cc")))
+    metrics = set(re.findall(r'"(drt_[a-z_]+)"', read("server/metrics.cc")))
+    slack = int(re.search(r"kForcedExitSlackSeconds = (\d+);", read("server/main.cc")).group(1))
+    http_paths = set(re.findall(r'server->Get\("([^"]+)"', read("server/http_endpoint.cc")))
+    header = re.search(r'SESSION_HEADER = "([^"]+)"', read("client_examples/python/drt_client.py")).group(1)
+    return dict(uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, header=header,
+                http_paths=http_paths)
+
+
+class Checks:
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def expect(self, ok, what, detail=""):
+        if ok:
+            self.passed += 1
+            print(f"ok: {what}")
+        else:
+            self.failed += 1
+            print(f"FAILED: {what}" + (f"\n  {detail}" if detail else ""))
+
+
+def render(kubectl, directory):
+    out = subprocess.run([kubectl, "kustomize", os.path.join(K8S, directory)],
+                         capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise SystemExit(f"kubectl kustomize {directory} failed:\n{out.stderr}")
+    objects = [o for o in yaml.safe_load_all(out.stdout) if o]
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def env_of(container):
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def matches(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def check_server(c, name, objects, facts, gpu):
+    kinds = sorted(objects)
+    c.expect(kinds == [("Deployment", "drt-server"), ("PodDisruptionBudget", "drt-server"),
+                       ("Service", "drt-server"), ("Service", "drt-server-pods")],
+             f"{name}: a Deployment, its PodDisruptionBudget and two Services", str(kinds))
+    deployment = objects[("Deployment", "drt-server")]
+    pod = deployment["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    c.expect(matches(deployment["spec"]["selector"]["matchLabels"], labels),
+             f"{name}: the Deployment selects its own pods")
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    env = env_of(container)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    c.expect(ports == {"grpc": 50051, "http": 9090} and set(ports.values()) == facts["exposed"],
+             f"{name}: container ports grpc 50051 and http 9090, as the image EXPOSEs", str(ports))
+    c.expect(env["DRT_LISTEN"]["value"].endswith(":50051") and env["DRT_HTTP_LISTEN"]["value"].endswith(":9090"),
+             f"{name}: drt-server listens on the ports the pod declares")
+    unknown = [k for k in env if k.startswith("DRT_") and k[4:].lower() not in facts["flags"]]
+    c.expect(not unknown, f"{name}: every DRT_* variable is a drt-server flag", str(unknown))
+
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        grpc_probe = container.get(probe, {}).get("grpc", {})
+        c.expect(grpc_probe.get("port") == ports["grpc"], f"{name}: {probe} is a grpc.health.v1 probe on 50051",
+                 str(container.get(probe)))
+    grace = int(env["DRT_SHUTDOWN_GRACE_SECONDS"]["value"])
+    liveness = container["livenessProbe"]
+    c.expect(liveness["periodSeconds"] * liveness["failureThreshold"] > grace,
+             f"{name}: liveness cannot fail within a drain ({grace} s)")
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    pre_stop_seconds = int(pre_stop[-1]) if pre_stop[0].endswith("sleep") else 0
+    needed = pre_stop_seconds + grace + facts["slack"]
+    c.expect(spec["terminationGracePeriodSeconds"] > needed,
+             f"{name}: terminationGracePeriodSeconds {spec['terminationGracePeriodSeconds']} > preStop "
+             f"{pre_stop_seconds} + drain {grace} + forced-exit slack {facts['slack']}")
+
+    security = container["securityContext"]
+    pod_security = spec["securityContext"]
+    c.expect(security.get("readOnlyRootFilesystem") is True and security.get("allowPrivilegeEscalation") is False
+             and security.get("capabilities", {}).get("drop") == ["ALL"],
+             f"{name}: read-only root filesystem, no privilege escalation, no capabilities", str(security))
+    c.expect(pod_security.get("runAsNonRoot") is True and pod_security.get("runAsUser") == facts["uid"],
+             f"{name}: runs as non-root uid {facts['uid']}, the image's user", str(pod_security))
+    token = env.get("DRT_BEARER_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef", {})
+    c.expect(token.get("name") and token.get("key") and not token.get("optional", False),
+             f"{name}: the bearer token comes from a Secret (required)", str(token))
+    c.expect(spec.get("enableServiceLinks") is False, f"{name}: no service-link variables in the pod")
+
+    resources = container["resources"]
+    limits, requests = resources.get("limits", {}), resources.get("requests", {})
+    c.expect("cpu" in requests and "memory" in requests and "memory" in limits,
+             f"{name}: cpu and memory requests, a memory limit", str(resources))
+    limit_gib = float(re.fullmatch(r"(\d+)Gi", limits["memory"]).group(1))
+    budget = float(env["DRT_HOST_MEMORY_BUDGET_GB"]["value"])
+    c.expect(budget < limit_gib, f"{name}: host memory budget {budget} GiB < memory limit {limit_gib} GiB")
+    image = container["image"]
+    if gpu:
+        c.expect(limits.get("nvidia.com/gpu") == 1 and requests.get("nvidia.com/gpu") == 1,
+                 f"{name}: one nvidia.com/gpu requested and limited", str(resources))
+        c.expect(env["DRT_DEVICE"]["value"] == "cuda" and image.endswith(":cuda"),
+                 f"{name}: the CUDA image on --device=cuda", f"{image} {env['DRT_DEVICE']}")
+        c.expect(bool(spec.get("nodeSelector")), f"{name}: a GPU node selector", str(spec.get("nodeSelector")))
+        c.expect(any(t.get("key") == "nvidia.com/gpu" and t.get("effect") == "NoSchedule"
+                     for t in spec.get("tolerations", [])), f"{name}: tolerates the nvidia.com/gpu taint")
+    else:
+        c.expect("nvidia.com/gpu" not in limits and "nvidia.com/gpu" not in requests
+                 and not spec.get("tolerations"), f"{name}: no GPU", str(resources))
+        c.expect(env["DRT_DEVICE"]["value"] == "cpu" and image.endswith(":cpu"),
+                 f"{name}: the CPU image on --device=cpu", f"{image} {env['DRT_DEVICE']}")
+
+    for service_name in ("drt-server", "drt-server-pods"):
+        service = objects[("Service", service_name)]
+        c.expect(matches(service["spec"]["selector"], labels), f"{name}: Service {service_name} selects the pods")
+        targets = [p["targetPort"] for p in service["spec"]["ports"]]
+        c.expect(all(t in ports for t in targets), f"{name}: Service {service_name} targets named container ports",
+                 str(targets))
+    pdb = objects[("PodDisruptionBudget", "drt-server")]["spec"]
+    c.expect(matches(pdb["selector"]["matchLabels"], labels) and pdb.get("maxUnavailable") == 1,
+             f"{name}: voluntary disruptions stop one pod at a time", str(pdb))
+    headless = objects[("Service", "drt-server-pods")]["spec"]
+    c.expect(headless.get("clusterIP") == "None", f"{name}: drt-server-pods is headless (one record per pod)")
+    for where, annotations in (("pods", pod["metadata"].get("annotations", {})),
+                               ("Service", objects[("Service", "drt-server")]["metadata"].get("annotations", {}))):
+        c.expect(annotations.get("prometheus.io/scrape") == "true"
+                 and int(annotations.get("prometheus.io/port", 0)) == ports["http"]
+                 and annotations.get("prometheus.io/path") == "/metrics",
+                 f"{name}: Prometheus scrape annotations on the {where} point at http /metrics", str(annotations))
+    return objects
+
+
+def check_gateway(c, objects, server_objects, facts):
+    (config_map,) = [o for (kind, _), o in objects.items() if kind == "ConfigMap"]
+    envoy = yaml.safe_load(config_map["data"]["envoy.yaml"])
+    deployment = objects[("Deployment", "drt-gateway")]
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    c.expect(any(v.get("configMap", {}).get("name") == config_map["metadata"]["name"] for v in volumes),
+             "gateway: the Deployment mounts the (hash-suffixed) Envoy ConfigMap")
+    listener = next(l for l in envoy["static_resources"]["listeners"] if l["name"] == "grpc")
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    route = hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+    hashed = [h["header"]["header_name"] for h in route.get("hash_policy", []) if "header" in h]
+    c.expect(hashed == [facts["header"]], f"gateway: routes hash the clients' {facts['header']} header", str(hashed))
+    c.expect(route.get("timeout") in ("0s", 0), "gateway: no route timeout on long streams")
+    cluster = next(cl for cl in envoy["static_resources"]["clusters"] if cl["name"] == route["cluster"])
+    c.expect(cluster["lb_policy"] in ("RING_HASH", "MAGLEV"), "gateway: consistent-hash load balancing",
+             cluster["lb_policy"])
+    address = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+    headless = server_objects[("Service", "drt-server-pods")]
+    c.expect(cluster["type"] == "STRICT_DNS" and address["address"] == headless["metadata"]["name"]
+             and address["port_value"] == headless["spec"]["ports"][0]["port"],
+             "gateway: resolves the headless Service's pods, on its gRPC port", str(address))
+    options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    c.expect("http2_protocol_options" in options.get("explicit_http_config", {}), "gateway: HTTP/2 to drt-server")
+    c.expect(any("grpc_health_check" in h for h in cluster.get("health_checks", [])),
+             "gateway: grpc.health.v1 checks drop draining pods")
+    container_ports = {p["name"]: p["containerPort"]
+                       for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    c.expect(container_ports.get("grpc") == listener["address"]["socket_address"]["port_value"],
+             "gateway: the container port is Envoy's listener")
+    service = objects[("Service", "drt-gateway")]
+    c.expect(matches(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+             and all(p["targetPort"] in container_ports for p in service["spec"]["ports"]),
+             "gateway: its Service selects it and targets its ports")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kubectl", default=os.environ.get("KUBECTL", "kubectl"))
+    args = p.parse_args()
+    kubectl = shutil.which(args.kubectl)
+    if not kubectl:
+        print(f"SKIPPED: no {args.kubectl} (bash scripts/install_deps.sh installs one)")
+        return 77
+    version = subprocess.run([kubectl, "version", "--client"], capture_output=True, text=True).stdout
+    print(f"using {kubectl}: {' '.join(version.split())}")
+    facts = source_facts()
+    c = Checks()
+    cpu = check_server(c, "cpu", render(kubectl, "overlays/cpu"), facts, gpu=False)
+    check_server(c, "gpu", render(kubectl, "overlays/gpu"), facts, gpu=True)
+    check_gateway(c, render(kubectl, "gateway"), cpu, facts)
+
+    monitors = render(kubectl, "monitoring")
+    service_ports = {p["name"] for p in cpu[("Service", "drt-server")]["spec"]["ports"]}
+    monitor = monitors[("ServiceMonitor", "drt-server")]
+    c.expect(matches(monitor["spec"]["selector"]["matchLabels"], cpu[("Service", "drt-server")]["metadata"]["labels"])
+             and all(e["port"] in service_ports for e in monitor["spec"]["endpoints"]),
+             "monitoring: the ServiceMonitor selects drt-server's Service and a port it has")
+
+    hpa = render(kubectl, "autoscaling")[("HorizontalPodAutoscaler", "drt-server")]
+    target = hpa["spec"]["scaleTargetRef"]
+    metric = hpa["spec"]["metrics"][0]["pods"]["metric"]["name"]
+    c.expect(target["kind"] == "Deployment" and ("Deployment", target["name"]) in cpu,
+             "autoscaling: the HPA scales the drt-server Deployment")
+    c.expect(metric in facts["metrics"], f"autoscaling: {metric} is a metric drt-server exports",
+             str(sorted(facts["metrics"])))
+
+    pvc = render(kubectl, "examples/model-pvc")
+    pod = pvc[("Deployment", "drt-server")]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+              if "persistentVolumeClaim" in v}
+    c.expect(("PersistentVolumeClaim", "drt-model") in pvc and claims == {"model": "drt-model"}
+             and mounts.get("model") == env_of(container)["DRT_MODEL"]["value"],
+             "examples/model-pvc: DRT_MODEL is the mounted claim", f"{mounts} {claims}")
+    c.expect(pod.get("nodeSelector") and "nvidia.com/gpu" in container["resources"]["limits"],
+             "examples/model-pvc: still the gpu overlay")
+
+    http = render(kubectl, "examples/http-probes")[("Deployment", "drt-server")]
+    (container,) = http["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"] for p in container["ports"]}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        handler = container[probe]
+        get = handler.get("httpGet", {})
+        c.expect("grpc" not in handler and get.get("port") in ports and get.get("path") == "/healthz"
+                 and "/healthz" in facts["http_paths"],
+                 f"examples/http-probes: {probe} is GET /healthz on a named port, with no grpc handler left",
+                 str(handler))
+    grace = int(env_of(container)["DRT_SHUTDOWN_GRACE_SECONDS"]["value"])
+    liveness = container["livenessProbe"]
+    c.expect(liveness["periodSeconds"] * liveness["failureThreshold"] > grace,
+             "examples/http-probes: liveness cannot fail within a drain")
+
+    print(f"{c.passed} passed, {c.failed} failed")
+    return 1 if c.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
