@@ -7,12 +7,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cli/command_line.h"
 #include "engine/backend_factory.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -64,12 +62,9 @@ constexpr char kUsage[] =
     "Example:\n"
     "  drt-server --model models/drt-small --listen 0.0.0.0:50051 --http_listen "
     "0.0.0.0:9090\n\n"
-    "It prints 'drt-server listening on ...' once ready and drains on SIGTERM/SIGINT.";
-
-// --help lists the flags of this file; --helpfull adds gRPC's and absl's.
-bool IsServerFlagsFile(absl::string_view filename) {
-  return absl::EndsWith(filename, "server/server_flags.cc");
-}
+    "It prints 'drt-server listening on ...' once ready and drains on SIGTERM/SIGINT.\n\n"
+    "Sessions are held in memory: a restart loses them (clients get NOT_FOUND and must\n"
+    "create a session and send the prompt again).";
 
 absl::Status CheckAtLeast(const char* flag, int64_t value, int64_t minimum) {
   if (value >= minimum) return absl::OkStatus();
@@ -228,13 +223,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
 }
 
 absl::StatusOr<ServerConfig> ParseServerFlags(int argc, char** argv) {
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = IsServerFlagsFile;
-  usage_config.contains_helpshort_flags = IsServerFlagsFile;
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::SetProgramUsageMessage(kUsage);
-
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  // --help lists the flags of this file; --helpfull adds gRPC's and absl's.
+  const cli::Program program{"drt-server", kUsage, {"server/server_flags.cc"}};
+  std::vector<char*> positional = cli::ParseCommandLine(program, argc, argv);
   if (positional.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unexpected argument '", positional[1], "' (flags are --name=value; see --help)"));

@@ -41,8 +41,8 @@ struct ServerConfig {
   ServiceOptions service;  // model_name is filled by main once the model is loaded
 };
 
-// Parses argv with absl flags (--help and friends print and exit there),
-// then ServerConfigFromFlags().
+// Parses argv with absl flags (--help, --version and friends print and exit
+// 0 there; cli/command_line.h), then ServerConfigFromFlags().
 absl::StatusOr<ServerConfig> ParseServerFlags(int argc, char** argv);
 
 // Builds and validates a ServerConfig from the current flag values and the
