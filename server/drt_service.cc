@@ -12,6 +12,7 @@
 #include "engine/session.h"
 #include "engine/tokenizer/streaming_encoder.h"
 #include "server/scheduler.h"
+#include "server/session_id.h"
 #include "server/session_manager.h"
 #include "server/status_util.h"
 
@@ -296,9 +297,12 @@ grpc::Status DrtService::Append(
   int64_t message_index = 0;
   do {
     if (!request.session_id().empty() && request.session_id() != (*entry)->id()) {
-      status = absl::InvalidArgumentError(absl::StrFormat(
-          "message %d names session %s but this Append is for %s", message_index,
-          request.session_id(), (*entry)->id()));
+      status = CheckSessionIdLength(request.session_id());
+      status = absl::InvalidArgumentError(
+          status.ok() ? absl::StrFormat("message %d names session %s but this Append is for %s",
+                                        message_index, PrintableId(request.session_id()),
+                                        (*entry)->id())
+                      : absl::StrFormat("message %d: %s", message_index, status.message()));
       break;
     }
     status = ingest.AddMessage(request, message_index);

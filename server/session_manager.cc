@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "server/session_id.h"
 
 namespace drt::server {
 namespace {
@@ -112,12 +113,10 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Create(SessionSett
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::string& id) const {
+  if (absl::Status s = CheckSessionIdLength(id); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrFormat(
-        "no session '%s' (it may have been deleted or expired after being idle)", id));
-  }
+  if (it == sessions_.end()) return SessionNotFound(id, started_);
   return it->second;
 }
 
@@ -133,10 +132,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
 }
 
 absl::Status SessionManager::Delete(const std::string& id) {
+  if (absl::Status s = CheckSessionIdLength(id); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (sessions_.erase(id) == 0) {
-    return absl::NotFoundError(absl::StrFormat("no session '%s'", id));
-  }
+  if (sessions_.erase(id) == 0) return SessionNotFound(id, started_);
   // A running Append/Generate keeps its entry alive until it ends.
   return absl::OkStatus();
 }

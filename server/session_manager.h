@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -106,6 +107,7 @@ class SessionManager {
 
   Backend& backend_;
   SessionLimits limits_;
+  const absl::Time started_ = absl::Now();  // named in NOT_FOUND messages
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<SessionEntry>> sessions_;
   std::condition_variable stop_;
