@@ -39,6 +39,7 @@ absl::Status SessionEntry::Begin(Activity activity) {
         "session %s is busy with %s; wait for it to finish (or cancel it) and retry", id_,
         ActivityName(expected)));
   }
+  std::lock_guard<std::mutex> wait_for_refresh(idle_refresh_);
   last_used_ns_ = NowNs();
   return absl::OkStatus();
 }
@@ -55,6 +56,12 @@ void SessionEntry::RefreshFigures() {
   const SessionMemory memory = session_->backend_session().memory();
   host_bytes_ = static_cast<int64_t>(memory.total());
   shared_bytes_ = static_cast<int64_t>(memory.shared_bytes);
+}
+
+void SessionEntry::RefreshFiguresIfIdle() {
+  std::lock_guard<std::mutex> lock(idle_refresh_);
+  // An activity that begins from now on waits in Begin until this returns.
+  if (activity_.load() == Activity::kIdle) RefreshFigures();
 }
 
 double SessionEntry::idle_seconds() const {
@@ -133,10 +140,18 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
 
 absl::Status SessionManager::Delete(const std::string& id) {
   if (absl::Status s = CheckSessionIdLength(id); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (sessions_.erase(id) == 0) return SessionNotFound(id, started_);
-  // A running Append/Generate keeps its entry alive until it ends.
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (sessions_.erase(id) == 0) return SessionNotFound(id, started_);
+    // A running Append/Generate keeps its entry alive until it ends.
+  }
+  // Chunks the deleted session shared are now held by fewer sessions.
+  RefreshIdleFigures();
   return absl::OkStatus();
+}
+
+void SessionManager::RefreshIdleFigures() {
+  for (const auto& entry : List()) entry->RefreshFiguresIfIdle();
 }
 
 std::vector<std::shared_ptr<SessionEntry>> SessionManager::List() const {
@@ -173,17 +188,20 @@ absl::Status SessionManager::CheckBudget(int64_t tokens) const {
 }
 
 int SessionManager::EvictIdle() {
-  std::lock_guard<std::mutex> lock(mutex_);
   int evicted = 0;
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    const SessionEntry& e = *it->second;
-    if (e.activity() == Activity::kIdle && e.idle_seconds() > e.settings().idle_ttl_seconds) {
-      it = sessions_.erase(it);
-      ++evicted;
-    } else {
-      ++it;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      const SessionEntry& e = *it->second;
+      if (e.activity() == Activity::kIdle && e.idle_seconds() > e.settings().idle_ttl_seconds) {
+        it = sessions_.erase(it);
+        ++evicted;
+      } else {
+        ++it;
+      }
     }
   }
+  if (evicted > 0) RefreshIdleFigures();
   return evicted;
 }
 

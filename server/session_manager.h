@@ -62,6 +62,9 @@ class SessionEntry {
   int64_t shared_bytes() const { return shared_bytes_.load(); }
   double idle_seconds() const;
   void RefreshFigures();
+  // RefreshFigures() unless an activity runs (it refreshes them when it
+  // ends): for when another session that shared chunks with this one goes.
+  void RefreshFiguresIfIdle();
 
  private:
   friend class SessionManager;
@@ -71,6 +74,9 @@ class SessionEntry {
   std::atomic<Activity> activity_{Activity::kIdle};
   std::atomic<int64_t> tokens_{0}, chunks_{0}, host_bytes_{0}, shared_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};
+  // Held by RefreshFiguresIfIdle while it reads the engine; Begin waits for
+  // it, so that the engine is never read and changed at once.
+  std::mutex idle_refresh_;
 };
 
 class SessionManager {
@@ -101,6 +107,8 @@ class SessionManager {
 
  private:
   std::string NewId();
+  // RefreshFiguresIfIdle on every session (after a delete or an eviction).
+  void RefreshIdleFigures();
   absl::StatusOr<std::shared_ptr<SessionEntry>> Insert(SessionSettings settings,
                                                        std::unique_ptr<Session> session);
   void ReaperLoop();
