@@ -225,7 +225,22 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
 
 DrtService::~DrtService() = default;
 
+bool DrtService::WaitForRunningCalls(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(running_mutex_);
+  return running_changed_.wait_until(lock, deadline, [&] { return running_calls_ == 0; });
+}
+
+void DrtService::StopRunningCalls() {
+  scheduler_->Refuse(absl::UnavailableError(
+      "the server is shutting down: this call was still running when the grace period for "
+      "running calls ended; retry on another replica"));
+}
+
 grpc::Status DrtService::Admit(grpc::ServerContext* context, const char* method) {
+  {
+    std::lock_guard<std::mutex> lock(running_mutex_);
+    ++running_calls_;  // until Finish
+  }
   metrics_.CountRequest(method);
   if (draining_.load()) {
     return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -250,6 +265,11 @@ grpc::Status DrtService::Finish(const grpc::Status& status) {
   int64_t store = 0;
   for (const auto& entry : sessions_->List()) store += entry->host_bytes();
   metrics_.SetChunkStoreBytes(store);
+  {
+    std::lock_guard<std::mutex> lock(running_mutex_);
+    --running_calls_;
+  }
+  running_changed_.notify_all();
   return status;
 }
 

@@ -5,7 +5,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "drt/v1/drt.grpc.pb.h"
@@ -37,6 +40,13 @@ class DrtService final : public drt::v1::Drt::Service {
 
   // From now on new calls get UNAVAILABLE; running streams go on.
   void StartDraining() { draining_.store(true); }
+  // Waits until no call is running or `deadline` passes; true when none is.
+  bool WaitForRunningCalls(std::chrono::steady_clock::time_point deadline);
+  // Ends the grace period: every running call ends at its next engine step
+  // with UNAVAILABLE "the server is shutting down". (A call that waits for
+  // its client's next message sees that only when the message comes; gRPC's
+  // Shutdown cancels it before that.)
+  void StopRunningCalls();
 
   grpc::Status CreateSession(grpc::ServerContext* context,
                              const drt::v1::CreateSessionRequest* request,
@@ -75,6 +85,10 @@ class DrtService final : public drt::v1::Drt::Service {
   Metrics& metrics_;
   ServiceOptions options_;
   std::atomic<bool> draining_{false};
+  // Calls between Admit and Finish (every handler calls each once).
+  std::mutex running_mutex_;
+  std::condition_variable running_changed_;
+  int64_t running_calls_ = 0;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<Scheduler> scheduler_;
 };
