@@ -14,6 +14,7 @@
 #include "drt/v1/drt.grpc.pb.h"
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "server/limits.h"
 #include "server/metrics.h"
 
 namespace drt::server {
@@ -22,9 +23,11 @@ struct ServiceOptions {
   std::string model_name;
   std::string device = "cpu";
   int64_t max_sessions = 64;
-  int64_t max_context_tokens = 16'000'000;  // per session
+  int64_t max_context_tokens = kDefaultMaxContextTokens;  // per session
   int64_t idle_ttl_seconds = 3600;
-  int64_t host_memory_budget_bytes = 8LL << 30;  // all sessions' host memory
+  // All sessions' host memory. drt-server sets it from the machine's memory
+  // (server/host_memory.h) unless --host_memory_budget_gb is given.
+  int64_t host_memory_budget_bytes = 8LL << 30;
   int compute_workers = 2;
   std::string bearer_token;  // empty: no authentication
 };

@@ -24,6 +24,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/drt_service.h"
+#include "server/host_memory.h"
 #include "server/http_endpoint.h"
 #include "server/metrics.h"
 #include "server/server_credentials.h"
@@ -117,6 +118,23 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   Metrics metrics;
   ServiceOptions service_options = config.service;
   service_options.model_name = ModelName(config.model_dir);
+  if (service_options.host_memory_budget_bytes == 0) {
+    // Read now, with the weights loaded, so that they are not counted twice.
+    absl::StatusOr<MemorySnapshot> memory = ReadMemorySnapshot();
+    if (!memory.ok()) {
+      return Fail(absl::Status(memory.status().code(),
+                               absl::StrCat(memory.status().message(),
+                                            "; set --host_memory_budget_gb")));
+    }
+    service_options.host_memory_budget_bytes = DefaultHostBudgetBytes(*memory);
+    std::fprintf(stderr,
+                 "drt-server: host memory budget %.1f GiB (%lld/%lld of %.1f GiB usable after "
+                 "loading the model; --host_memory_budget_gb sets it)\n",
+                 static_cast<double>(service_options.host_memory_budget_bytes) / (1LL << 30),
+                 static_cast<long long>(kHostBudgetNumerator),
+                 static_cast<long long>(kHostBudgetDenominator),
+                 static_cast<double>(UsableBytes(*memory)) / (1LL << 30));
+  }
   DrtService service(**model, *backend, metrics, service_options);
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -27,15 +27,16 @@ ABSL_FLAG(std::string, device, "cpu",
           "at startup when this build has no CUDA backend or no GPU is found");
 ABSL_FLAG(int32_t, cuda_device, 0, "index of the GPU the CUDA backend uses");
 ABSL_FLAG(int32_t, threads, 0, "CPU backend threads (0: all cores)");
-ABSL_FLAG(double, host_memory_budget_gb,
-          static_cast<double>(drt::server::ServiceOptions{}.host_memory_budget_bytes) /
-              (1LL << 30),
+ABSL_FLAG(double, host_memory_budget_gb, 0,
           "host memory all sessions may hold together, in GiB (2^30 bytes); sessions that "
-          "would exceed it get RESOURCE_EXHAUSTED");
+          "would exceed it get RESOURCE_EXHAUSTED. 0: 3/4 of the memory available when the "
+          "server starts, after the model is loaded (MemAvailable, or less under a cgroup "
+          "memory limit)");
 ABSL_FLAG(int64_t, max_sessions, drt::server::ServiceOptions{}.max_sessions,
           "sessions open at once");
 ABSL_FLAG(int64_t, max_context_tokens, drt::server::ServiceOptions{}.max_context_tokens,
-          "tokens one session may hold");
+          "tokens one session may hold (CreateSession may ask for less). The default, 2^32, "
+          "leaves memory (--host_memory_budget_gb) as the real limit");
 ABSL_FLAG(int64_t, idle_ttl_seconds, drt::server::ServiceOptions{}.idle_ttl_seconds,
           "a session unused this long is deleted (default; CreateSession may ask for less)");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
@@ -182,10 +183,12 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
 
   const double budget_gb = absl::GetFlag(FLAGS_host_memory_budget_gb);
   // Beyond 2^33 GiB the byte count would overflow int64.
-  if (!(budget_gb > 0.0) || budget_gb > static_cast<double>(1LL << 33)) {
+  if (!(budget_gb >= 0.0) || budget_gb > static_cast<double>(1LL << 33)) {
     errors.emplace_back(absl::StrCat("--host_memory_budget_gb=", budget_gb,
-                                     ": must be a positive number of GiB"));
+                                     ": must be a positive number of GiB, or 0 for 3/4 of the "
+                                     "memory available at start"));
   } else {
+    // 0 stays 0: main derives the budget once the model is loaded.
     config.service.host_memory_budget_bytes =
         static_cast<int64_t>(std::llround(budget_gb * static_cast<double>(1LL << 30)));
   }

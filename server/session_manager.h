@@ -19,6 +19,7 @@
 #include "engine/backend.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "server/limits.h"
 
 namespace drt::server {
 
@@ -30,7 +31,7 @@ struct SessionSettings {
 
 struct SessionLimits {
   int64_t max_sessions = 64;
-  int64_t max_context_tokens = 16'000'000;
+  int64_t max_context_tokens = kDefaultMaxContextTokens;
   int64_t idle_ttl_seconds = 3600;
   int64_t host_memory_budget_bytes = 8LL << 30;
 };
