@@ -102,7 +102,7 @@ const Binary kBinaries[] = {
     {"drt-client", DRT_CLIENT_BINARY, "--haystack_tokens"},
 };
 
-TEST_CASE("--help and --helpfull print the flags and exit 0 for every binary", "[cli]") {
+TEST_CASE("every binary: --help and --helpfull print the flags and exit 0", "[cli]") {
   for (const Binary& binary : kBinaries) {
     for (const char* help : {"--help", "--helpfull", "--helpshort"}) {
       INFO(binary.name << " " << help);
@@ -115,7 +115,7 @@ TEST_CASE("--help and --helpfull print the flags and exit 0 for every binary", "
   }
 }
 
-TEST_CASE("--version prints the project version and exits 0", "[cli]") {
+TEST_CASE("every binary: --version prints the project version and exits 0", "[cli]") {
   for (const Binary& binary : kBinaries) {
     INFO(binary.name);
     const ProgramRun run = RunProgram(binary.path, {"--version"});
@@ -127,7 +127,7 @@ TEST_CASE("--version prints the project version and exits 0", "[cli]") {
   }
 }
 
-TEST_CASE("an unknown flag still fails with status 1", "[cli]") {
+TEST_CASE("every binary: an unknown flag still fails with status 1", "[cli]") {
   for (const Binary& binary : kBinaries) {
     INFO(binary.name);
     const ProgramRun run = RunProgram(binary.path, {"--no_such_flag_anywhere=1"});
