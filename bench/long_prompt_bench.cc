@@ -11,9 +11,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "cli/command_line.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
 #include "engine/model.h"
@@ -98,10 +97,12 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Streams a long prompt through a DRT model and generates.\n"
-      "Example: drt-bench --model models/x --prompt_tokens 100000 --generate 64 [--device cuda]");
-  absl::ParseCommandLine(argc, argv);
+  drt::cli::ParseCommandLine(
+      {"drt-bench",
+       "Streams a long prompt through a DRT model and generates.\n"
+       "Example: drt-bench --model models/x --prompt_tokens 100000 --generate 64 [--device cuda]",
+       {"bench/long_prompt_bench.cc"}},
+      argc, argv);
 
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) {

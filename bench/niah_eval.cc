@@ -10,12 +10,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/niah/passkey_haystack.h"
+#include "cli/command_line.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
 #include "engine/model.h"
@@ -66,10 +65,12 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Passkey retrieval accuracy table.\n"
-      "Example: drt-niah --model models/drt-passkey-byte --lengths 4K,64K,1M --trials 5");
-  absl::ParseCommandLine(argc, argv);
+  drt::cli::ParseCommandLine(
+      {"drt-niah",
+       "Passkey retrieval accuracy table.\n"
+       "Example: drt-niah --model models/drt-passkey-byte --lengths 4K,64K,1M --trials 5",
+       {"bench/niah_eval.cc"}},
+      argc, argv);
 
   std::vector<int64_t> lengths;
   for (const std::string& part : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_lengths), ','))) {

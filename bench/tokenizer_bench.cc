@@ -14,9 +14,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "cli/command_line.h"
 #include "engine/tokenizer/gpt2_pretokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -54,8 +53,12 @@ double Median(std::vector<double> values) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("drt-tokenizer-bench --text a.txt,b.txt [--runs 9]");
-  absl::ParseCommandLine(argc, argv);
+  drt::cli::ParseCommandLine(
+      {"drt-tokenizer-bench",
+       "Times the GPT-2 pre-tokenizer and the full encode on text files.\n"
+       "Example: drt-tokenizer-bench --text a.txt,b.txt [--runs 9]",
+       {"bench/tokenizer_bench.cc"}},
+      argc, argv);
   const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
   const std::string tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   for (const std::string& path :

@@ -18,7 +18,10 @@ struct ModelFiles {
   std::optional<std::string> tokenizer_path;  // <dir>/tokenizer.json when present
 };
 
-// Checks that the required files exist; NOT_FOUND naming the missing one.
+// Checks that the required files exist and can be read: NOT_FOUND naming a
+// missing one, PERMISSION_DENIED for a directory that cannot be entered or a
+// file that cannot be read, INVALID_ARGUMENT for a directory (or other
+// non-file) where a file belongs.
 absl::StatusOr<ModelFiles> FindModelFiles(const std::string& dir);
 
 struct LoadedModel {

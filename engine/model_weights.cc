@@ -1,6 +1,8 @@
 #include "engine/model_weights.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <set>
@@ -9,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/finite_scan.h"
 #include "engine/safetensors.h"
 
 namespace drt {
@@ -142,6 +145,27 @@ absl::Status CheckTensor(const SafetensorsFile& file, const TensorView& tensor,
   return absl::OkStatus();
 }
 
+// Every value finite: a NaN or infinity in a weight (a diverged or corrupt
+// checkpoint) would make every answer NaN or garbage without an error.
+absl::Status CheckFinite(const SafetensorsFile& file, const TensorView& tensor) {
+  const int64_t count = tensor.num_elements();
+  const int64_t bad = FirstNonFinite(tensor.data, static_cast<size_t>(count), tensor.dtype);
+  if (bad < 0) return absl::OkStatus();
+  // Widen the one bad element to tell NaN from infinity.
+  float value = 0.0f;
+  if (tensor.dtype == DType::kF32) {
+    std::memcpy(&value, tensor.data + 4 * bad, sizeof(value));
+  } else {
+    uint16_t bits;
+    std::memcpy(&bits, tensor.data + 2 * bad, sizeof(bits));
+    value = tensor.dtype == DType::kF16 ? HalfToFloat(bits) : BFloat16ToFloat(bits);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      file.path(), ": tensor '", tensor.name, "' holds ", std::isnan(value) ? "NaN" : "infinity",
+      " at element ", bad, " of ", count,
+      "; the checkpoint is corrupt or was saved after training diverged"));
+}
+
 // Every required tensor present, nothing the model does not know of.
 absl::Status CheckNames(const SafetensorsFile& file, const std::vector<TensorSlot>& required,
                         const std::vector<ExpectedTensor>& optional) {
@@ -187,6 +211,19 @@ absl::StatusOr<ModelWeights> LoadFromFile(const SafetensorsFile& file, const Mod
     auto it = file.tensors().find(expected.name);
     if (it == file.tensors().end()) continue;
     if (absl::Status status = CheckTensor(file, it->second, expected.shape); !status.ok()) {
+      return status;
+    }
+  }
+  // The values, once, on their stored bits (the ALiBi slope buffers are not
+  // used, so not checked).
+  for (const TensorSlot& slot : required) {
+    if (absl::Status status = CheckFinite(file, file.tensors().at(slot.name)); !status.ok()) {
+      return status;
+    }
+  }
+  if (config.tie_word_embeddings && file.tensors().contains("lm_head.weight")) {
+    if (absl::Status status = CheckFinite(file, file.tensors().at("lm_head.weight"));
+        !status.ok()) {
       return status;
     }
   }

@@ -1,6 +1,6 @@
 // The model's parameters in fp32, loaded from model.safetensors and checked
 // against the config: every expected tensor present with the expected shape
-// and a float dtype, no unexpected tensor. Parameter names are those of the
+// and a float dtype, no unexpected tensor, no NaN or infinity in any value. Parameter names are those of the
 // reference DRTForCausalLM state_dict (drt-model.md, "Parameter names").
 #pragma once
 

@@ -16,6 +16,7 @@
 #include "engine/tokenizer/streaming_encoder.h"
 #include "server/request_parsing.h"
 #include "server/scheduler.h"
+#include "server/session_id.h"
 #include "server/session_manager.h"
 #include "server/status_util.h"
 
@@ -260,7 +261,22 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
 
 DrtService::~DrtService() = default;
 
+bool DrtService::WaitForRunningCalls(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(running_mutex_);
+  return running_changed_.wait_until(lock, deadline, [&] { return running_calls_ == 0; });
+}
+
+void DrtService::StopRunningCalls() {
+  scheduler_->Refuse(absl::UnavailableError(
+      "the server is shutting down: this call was still running when the grace period for "
+      "running calls ended; retry on another replica"));
+}
+
 grpc::Status DrtService::Admit(grpc::ServerContext* context, const char* method) {
+  {
+    std::lock_guard<std::mutex> lock(running_mutex_);
+    ++running_calls_;  // until Finish
+  }
   metrics_.CountRequest(method);
   if (draining_.load()) {
     return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -285,6 +301,11 @@ grpc::Status DrtService::Finish(const grpc::Status& status) {
   int64_t store = 0;
   for (const auto& entry : sessions_->List()) store += entry->host_bytes();
   metrics_.SetChunkStoreBytes(store);
+  {
+    std::lock_guard<std::mutex> lock(running_mutex_);
+    --running_calls_;
+  }
+  running_changed_.notify_all();
   return status;
 }
 
@@ -334,9 +355,12 @@ grpc::Status DrtService::AppendStream(
   int64_t message_index = 0;
   do {
     if (!request.session_id().empty() && request.session_id() != (*entry)->id()) {
-      status = absl::InvalidArgumentError(absl::StrFormat(
-          "message %d names session %s but this Append is for %s", message_index,
-          request.session_id(), (*entry)->id()));
+      status = CheckSessionIdLength(request.session_id());
+      status = absl::InvalidArgumentError(
+          status.ok() ? absl::StrFormat("message %d names session %s but this Append is for %s",
+                                        message_index, PrintableId(request.session_id()),
+                                        (*entry)->id())
+                      : absl::StrFormat("message %d: %s", message_index, status.message()));
       break;
     }
     status = ingest.AddMessage(request, message_index);

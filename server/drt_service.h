@@ -5,12 +5,16 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "drt/v1/drt.grpc.pb.h"
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "server/limits.h"
 #include "server/metrics.h"
 
 namespace drt::server {
@@ -19,9 +23,11 @@ struct ServiceOptions {
   std::string model_name;
   std::string device = "cpu";
   int64_t max_sessions = 64;
-  int64_t max_context_tokens = 16'000'000;  // per session
+  int64_t max_context_tokens = kDefaultMaxContextTokens;  // per session
   int64_t idle_ttl_seconds = 3600;
-  int64_t host_memory_budget_bytes = 8LL << 30;  // all sessions' host memory
+  // All sessions' host memory. drt-server sets it from the machine's memory
+  // (server/host_memory.h) unless --host_memory_budget_gb is given.
+  int64_t host_memory_budget_bytes = 8LL << 30;
   int compute_workers = 2;
   std::string bearer_token;  // empty: no authentication
 };
@@ -37,6 +43,13 @@ class DrtService final : public drt::v1::Drt::Service {
 
   // From now on new calls get UNAVAILABLE; running streams go on.
   void StartDraining() { draining_.store(true); }
+  // Waits until no call is running or `deadline` passes; true when none is.
+  bool WaitForRunningCalls(std::chrono::steady_clock::time_point deadline);
+  // Ends the grace period: every running call ends at its next engine step
+  // with UNAVAILABLE "the server is shutting down". (A call that waits for
+  // its client's next message sees that only when the message comes; gRPC's
+  // Shutdown cancels it before that.)
+  void StopRunningCalls();
 
   grpc::Status CreateSession(grpc::ServerContext* context,
                              const drt::v1::CreateSessionRequest* request,
@@ -79,6 +92,10 @@ class DrtService final : public drt::v1::Drt::Service {
   Metrics& metrics_;
   ServiceOptions options_;
   std::atomic<bool> draining_{false};
+  // Calls between Admit and Finish (every handler calls each once).
+  std::mutex running_mutex_;
+  std::condition_variable running_changed_;
+  int64_t running_calls_ = 0;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<Scheduler> scheduler_;
 };

@@ -3,20 +3,17 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/deadline_http_server.h"
 
 namespace drt::server {
 namespace {
 
 constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
-// Scrapes and probes are rare and cheap. A kept-alive connection holds a
-// worker while idle, so connections close after one request: otherwise two
-// idle scrapers could make a health probe wait out its timeout.
-constexpr size_t kHttpWorkers = 4;
-constexpr time_t kReadTimeoutSeconds = 5;
 
 }  // namespace
 
-HttpEndpoint::HttpEndpoint(const Metrics& metrics) : metrics_(metrics) {}
+HttpEndpoint::HttpEndpoint(const Metrics& metrics, HttpEndpointOptions options)
+    : metrics_(metrics), options_(options) {}
 
 HttpEndpoint::~HttpEndpoint() { Stop(); }
 
@@ -25,10 +22,8 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("HTTP port out of range: ", port));
   }
-  auto server = std::make_unique<httplib::Server>();
-  server->new_task_queue = [] { return new httplib::ThreadPool(kHttpWorkers); };
-  server->set_keep_alive_max_count(1);
-  server->set_read_timeout(kReadTimeoutSeconds);
+  auto server = std::make_unique<DeadlineHttpServer>(
+      DeadlineHttpOptions{options_.request_deadline, options_.max_connections});
   // httplib's default sets SO_REUSEPORT, which lets a second server share a
   // busy port silently; SO_REUSEADDR alone still allows a quick restart.
   server->set_socket_options([](socket_t sock) {

@@ -1,8 +1,11 @@
 // The plain-HTTP side of the server: GET /metrics (Prometheus text) and
 // GET /healthz (200 "ok", 503 "draining"), served on a thread of its own.
+// Slow clients cannot keep probes from answering (server/deadline_http_server.h).
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,10 +19,20 @@ class Server;
 
 namespace drt::server {
 
+struct HttpEndpointOptions {
+  // Time a connection has, from being accepted, to send its request and
+  // receive the answer; then it is closed. A probe or a scrape needs
+  // milliseconds.
+  std::chrono::milliseconds request_deadline{5000};
+  // Connections served at once; more wait for one to finish (or to reach its
+  // deadline).
+  size_t max_connections = 64;
+};
+
 class HttpEndpoint {
  public:
   // metrics must outlive the endpoint.
-  explicit HttpEndpoint(const Metrics& metrics);
+  explicit HttpEndpoint(const Metrics& metrics, HttpEndpointOptions options = {});
   ~HttpEndpoint();  // Stop()s
   HttpEndpoint(const HttpEndpoint&) = delete;
   HttpEndpoint& operator=(const HttpEndpoint&) = delete;
@@ -38,6 +51,7 @@ class HttpEndpoint {
 
  private:
   const Metrics& metrics_;
+  HttpEndpointOptions options_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::atomic<bool> draining_{false};

@@ -24,6 +24,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/drt_service.h"
+#include "server/host_memory.h"
 #include "server/http_endpoint.h"
 #include "server/metrics.h"
 #include "server/server_credentials.h"
@@ -32,8 +33,12 @@
 namespace drt::server {
 namespace {
 
-// Past the grace period gRPC cancels the remaining calls; handlers get this
-// much longer to notice before the process gives up on a clean exit.
+// At the end of the grace period running calls end at their next engine
+// step (one token, or a few thousand prompt tokens) with UNAVAILABLE; after
+// this much longer gRPC cancels what is left.
+constexpr int64_t kStopSlackSeconds = 5;
+// Handlers get this much longer than grace + stop slack to return before the
+// process gives up on a clean exit.
 constexpr int64_t kForcedExitSlackSeconds = 15;
 
 int Fail(const absl::Status& status) {
@@ -114,6 +119,23 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   Metrics metrics;
   ServiceOptions service_options = config.service;
   service_options.model_name = ModelName(config.model_dir);
+  if (service_options.host_memory_budget_bytes == 0) {
+    // Read now, with the weights loaded, so that they are not counted twice.
+    absl::StatusOr<MemorySnapshot> memory = ReadMemorySnapshot();
+    if (!memory.ok()) {
+      return Fail(absl::Status(memory.status().code(),
+                               absl::StrCat(memory.status().message(),
+                                            "; set --host_memory_budget_gb")));
+    }
+    service_options.host_memory_budget_bytes = DefaultHostBudgetBytes(*memory);
+    std::fprintf(stderr,
+                 "drt-server: host memory budget %.1f GiB (%lld/%lld of %.1f GiB usable after "
+                 "loading the model; --host_memory_budget_gb sets it)\n",
+                 static_cast<double>(service_options.host_memory_budget_bytes) / (1LL << 30),
+                 static_cast<long long>(kHostBudgetNumerator),
+                 static_cast<long long>(kHostBudgetDenominator),
+                 static_cast<double>(UsableBytes(*memory)) / (1LL << 30));
+  }
   DrtService service(**model, *backend, metrics, service_options);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -166,13 +188,21 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   http.StartDraining();
   std::atomic<bool> drained{false};
   std::thread drainer([&] {
-    // Stops accepting at once, lets running calls finish until the deadline,
-    // then cancels them; returns when every handler has returned.
-    server->Shutdown(std::chrono::system_clock::now() + grace);
+    // gRPC keeps listening through the grace period, so that a call made now
+    // gets the service's UNAVAILABLE "the server is shutting down" rather
+    // than "Connection refused"; running calls go on until they end or the
+    // grace period does.
+    service.WaitForRunningCalls(std::chrono::steady_clock::now() + grace);
+    // Then the calls still running end at their next engine step with
+    // UNAVAILABLE, gRPC stops listening, and what has not ended after the
+    // slack (a call waiting for its client's next message) gRPC cancels.
+    service.StopRunningCalls();
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(kStopSlackSeconds));
     server->Wait();
     drained.store(true);
   });
-  if (!WaitUntilDrained(signals, drained, grace + std::chrono::seconds(kForcedExitSlackSeconds))) {
+  if (!WaitUntilDrained(signals, drained,
+                        grace + std::chrono::seconds(kStopSlackSeconds + kForcedExitSlackSeconds))) {
     _exit(1);  // handlers may still run; no destructors
   }
   drainer.join();

@@ -29,10 +29,16 @@ absl::Status Scheduler::Run(std::function<absl::Status()> step) {
   task.step = std::move(step);
   std::unique_lock<std::mutex> lock(mutex_);
   if (stopping_) return absl::UnavailableError("the server is shutting down");
+  if (!refusal_.ok()) return refusal_;
   queue_.push_back(&task);
   ready_.notify_one();
   task.finished.wait(lock, [&] { return task.done; });
   return task.result;
+}
+
+void Scheduler::Refuse(absl::Status status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  refusal_ = std::move(status);
 }
 
 int Scheduler::queued() const {

@@ -23,8 +23,14 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Runs step on a worker and returns its status once it has run.
+  // Runs step on a worker and returns its status once it has run; once
+  // Refuse() was called, returns Refuse's status without running it.
   absl::Status Run(std::function<absl::Status()> step);
+
+  // From now on Run() returns `status` (not OK) instead of running steps:
+  // every call that runs engine steps ends at its next step with it. Used at
+  // the end of a drain's grace period. Steps already queued still run.
+  void Refuse(absl::Status status);
 
   int queued() const;
 
@@ -36,6 +42,7 @@ class Scheduler {
   std::condition_variable ready_;
   std::deque<Task*> queue_;
   bool stopping_ = false;
+  absl::Status refusal_;  // OK until Refuse()
   std::vector<std::thread> workers_;
 };
 

@@ -7,12 +7,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cli/command_line.h"
 #include "engine/backend_factory.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -32,15 +30,16 @@ ABSL_FLAG(std::string, cuda_precision, "bf16",
           "number format of the CUDA backend: bf16 (fast) or fp32 (fp32 storage and GEMMs "
           "without TF32: the CPU backend's logits within 1e-4 relative)");
 ABSL_FLAG(int32_t, threads, 0, "CPU backend threads (0: all cores)");
-ABSL_FLAG(double, host_memory_budget_gb,
-          static_cast<double>(drt::server::ServiceOptions{}.host_memory_budget_bytes) /
-              (1LL << 30),
+ABSL_FLAG(double, host_memory_budget_gb, 0,
           "host memory all sessions may hold together, in GiB (2^30 bytes); sessions that "
-          "would exceed it get RESOURCE_EXHAUSTED");
+          "would exceed it get RESOURCE_EXHAUSTED. 0: 3/4 of the memory available when the "
+          "server starts, after the model is loaded (MemAvailable, or less under a cgroup "
+          "memory limit)");
 ABSL_FLAG(int64_t, max_sessions, drt::server::ServiceOptions{}.max_sessions,
           "sessions open at once");
 ABSL_FLAG(int64_t, max_context_tokens, drt::server::ServiceOptions{}.max_context_tokens,
-          "tokens one session may hold");
+          "tokens one session may hold (CreateSession may ask for less). The default, 2^32, "
+          "leaves memory (--host_memory_budget_gb) as the real limit");
 ABSL_FLAG(int64_t, idle_ttl_seconds, drt::server::ServiceOptions{}.idle_ttl_seconds,
           "a session unused this long is deleted (default; CreateSession may ask for less)");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
@@ -67,12 +66,9 @@ constexpr char kUsage[] =
     "Example:\n"
     "  drt-server --model models/drt-small --listen 0.0.0.0:50051 --http_listen "
     "0.0.0.0:9090\n\n"
-    "It prints 'drt-server listening on ...' once ready and drains on SIGTERM/SIGINT.";
-
-// --help lists the flags of this file; --helpfull adds gRPC's and absl's.
-bool IsServerFlagsFile(absl::string_view filename) {
-  return absl::EndsWith(filename, "server/server_flags.cc");
-}
+    "It prints 'drt-server listening on ...' once ready and drains on SIGTERM/SIGINT.\n\n"
+    "Sessions are held in memory: a restart loses them (clients get NOT_FOUND and must\n"
+    "create a session and send the prompt again).";
 
 absl::Status CheckAtLeast(const char* flag, int64_t value, int64_t minimum) {
   if (value >= minimum) return absl::OkStatus();
@@ -195,10 +191,12 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
 
   const double budget_gb = absl::GetFlag(FLAGS_host_memory_budget_gb);
   // Beyond 2^33 GiB the byte count would overflow int64.
-  if (!(budget_gb > 0.0) || budget_gb > static_cast<double>(1LL << 33)) {
+  if (!(budget_gb >= 0.0) || budget_gb > static_cast<double>(1LL << 33)) {
     errors.emplace_back(absl::StrCat("--host_memory_budget_gb=", budget_gb,
-                                     ": must be a positive number of GiB"));
+                                     ": must be a positive number of GiB, or 0 for 3/4 of the "
+                                     "memory available at start"));
   } else {
+    // 0 stays 0: main derives the budget once the model is loaded.
     config.service.host_memory_budget_bytes =
         static_cast<int64_t>(std::llround(budget_gb * static_cast<double>(1LL << 30)));
   }
@@ -236,13 +234,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
 }
 
 absl::StatusOr<ServerConfig> ParseServerFlags(int argc, char** argv) {
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = IsServerFlagsFile;
-  usage_config.contains_helpshort_flags = IsServerFlagsFile;
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::SetProgramUsageMessage(kUsage);
-
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  // --help lists the flags of this file; --helpfull adds gRPC's and absl's.
+  const cli::Program program{"drt-server", kUsage, {"server/server_flags.cc"}};
+  std::vector<char*> positional = cli::ParseCommandLine(program, argc, argv);
   if (positional.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unexpected argument '", positional[1], "' (flags are --name=value; see --help)"));

@@ -40,11 +40,13 @@ struct ServerConfig {
   std::string tls_cert_path;  // both set or both empty
   std::string tls_key_path;
   int64_t shutdown_grace_seconds = 10;
-  ServiceOptions service;  // model_name is filled by main once the model is loaded
+  // model_name is filled by main once the model is loaded, and so is
+  // host_memory_budget_bytes when it is 0 (no --host_memory_budget_gb).
+  ServiceOptions service;
 };
 
-// Parses argv with absl flags (--help and friends print and exit there),
-// then ServerConfigFromFlags().
+// Parses argv with absl flags (--help, --version and friends print and exit
+// 0 there; cli/command_line.h), then ServerConfigFromFlags().
 absl::StatusOr<ServerConfig> ParseServerFlags(int argc, char** argv);
 
 // Builds and validates a ServerConfig from the current flag values and the

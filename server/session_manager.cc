@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "server/session_id.h"
 
 namespace drt::server {
 namespace {
@@ -43,6 +44,9 @@ absl::Status SessionEntry::Begin(Activity activity) {
     activity_ = Activity::kIdle;
     return absl::NotFoundError(absl::StrFormat("session %s was deleted", id_));
   }
+  // Waits for a RefreshFiguresIfIdle that saw the session idle, so that the
+  // engine is never read and changed at once.
+  { std::lock_guard<std::mutex> wait_for_refresh(engine_mutex_); }
   last_used_ns_ = NowNs();
   return absl::OkStatus();
 }
@@ -117,6 +121,12 @@ void SessionEntry::RefreshFiguresLocked() {
   shared_bytes_ = static_cast<int64_t>(memory.shared_bytes);
 }
 
+void SessionEntry::RefreshFiguresIfIdle() {
+  std::lock_guard<std::mutex> lock(engine_mutex_);
+  // An activity that begins from now on waits in Begin until this returns.
+  if (activity_.load() == Activity::kIdle) RefreshFiguresLocked();
+}
+
 double SessionEntry::idle_seconds() const {
   if (activity_.load() != Activity::kIdle) return 0.0;
   return static_cast<double>(NowNs() - last_used_ns_.load()) * 1e-9;
@@ -173,12 +183,10 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Create(SessionSett
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::string& id) const {
+  if (absl::Status s = CheckSessionIdLength(id); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrFormat(
-        "no session '%s' (it may have been deleted or expired after being idle)", id));
-  }
+  if (it == sessions_.end()) return SessionNotFound(id, started_);
   return it->second;
 }
 
@@ -200,20 +208,25 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
 }
 
 absl::Status SessionManager::Delete(const std::string& id) {
+  if (absl::Status s = CheckSessionIdLength(id); !s.ok()) return s;
   std::shared_ptr<SessionEntry> entry;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) {
-      return absl::NotFoundError(absl::StrFormat("no session '%s'", id));
-    }
+    if (it == sessions_.end()) return SessionNotFound(id, started_);
     entry = std::move(it->second);
     sessions_.erase(it);
   }
   // A running Append/Generate ends at its next step (ABORTED); the engine
   // session is freed now, or when the step running on it returns.
   entry->MarkDeleted();
+  // Chunks the deleted session shared are now held by fewer sessions.
+  RefreshIdleFigures();
   return absl::OkStatus();
+}
+
+void SessionManager::RefreshIdleFigures() {
+  for (const auto& entry : List()) entry->RefreshFiguresIfIdle();
 }
 
 std::vector<std::shared_ptr<SessionEntry>> SessionManager::List() const {
@@ -250,18 +263,21 @@ absl::Status SessionManager::CheckBudget(int64_t tokens) const {
 }
 
 int SessionManager::EvictIdle() {
-  std::lock_guard<std::mutex> lock(mutex_);
   int evicted = 0;
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    const SessionEntry& e = *it->second;
-    if (e.activity() == Activity::kIdle && e.idle_seconds() > e.settings().idle_ttl_seconds) {
-      it->second->MarkDeleted();
-      it = sessions_.erase(it);
-      ++evicted;
-    } else {
-      ++it;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      const SessionEntry& e = *it->second;
+      if (e.activity() == Activity::kIdle && e.idle_seconds() > e.settings().idle_ttl_seconds) {
+        it->second->MarkDeleted();
+        it = sessions_.erase(it);
+        ++evicted;
+      } else {
+        ++it;
+      }
     }
   }
+  if (evicted > 0) RefreshIdleFigures();
   return evicted;
 }
 

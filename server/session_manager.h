@@ -16,9 +16,11 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "server/limits.h"
 
 namespace drt::server {
 
@@ -30,7 +32,7 @@ struct SessionSettings {
 
 struct SessionLimits {
   int64_t max_sessions = 64;
-  int64_t max_context_tokens = 16'000'000;
+  int64_t max_context_tokens = kDefaultMaxContextTokens;
   int64_t idle_ttl_seconds = 3600;
   int64_t host_memory_budget_bytes = 8LL << 30;
 };
@@ -75,6 +77,9 @@ class SessionEntry {
   int64_t host_bytes() const { return host_bytes_.load(); }
   int64_t shared_bytes() const { return shared_bytes_.load(); }
   double idle_seconds() const;
+  // Refreshes the figures unless an activity runs (it refreshes them when
+  // it ends): for when another session that shared chunks with this one goes.
+  void RefreshFiguresIfIdle();
 
  private:
   friend class SessionManager;
@@ -82,7 +87,9 @@ class SessionEntry {
 
   std::string id_;
   SessionSettings settings_;
-  // Guards session_ (null once deleted and freed) and in_step_.
+  // Guards session_ (null once deleted and freed) and in_step_. Also held by
+  // RefreshFiguresIfIdle while it reads the engine; Begin waits for it, so
+  // that the engine is never read and changed at once.
   mutable std::mutex engine_mutex_;
   std::unique_ptr<Session> session_;
   bool in_step_ = false;
@@ -120,12 +127,15 @@ class SessionManager {
 
  private:
   std::string NewId();
+  // RefreshFiguresIfIdle on every session (after a delete or an eviction).
+  void RefreshIdleFigures();
   absl::StatusOr<std::shared_ptr<SessionEntry>> Insert(SessionSettings settings,
                                                        std::unique_ptr<Session> session);
   void ReaperLoop();
 
   Backend& backend_;
   SessionLimits limits_;
+  const absl::Time started_ = absl::Now();  // named in NOT_FOUND messages
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<SessionEntry>> sessions_;
   std::condition_variable stop_;

@@ -731,26 +731,26 @@ TEST_CASE("weights: valid load converts every dtype exactly", "[loader][weights]
   const std::string dtype = GENERATE("F32", "F16", "BF16");
   TempDir dir;
   TinyModel model = MakeTinyModel(dtype);
-  // Known bit patterns in the final norm: 1.5, -2, the smallest subnormal, inf, -0.
+  // Known bit patterns in the final norm: 1.5, -2, the smallest subnormal,
+  // the largest finite value, -0. (NaN and infinity are refused at load:
+  // tests/nonfinite_weights_test.cc.)
   std::vector<float> norm;
   if (dtype == "F32") {
     norm = {
-        1.5f,  -2.0f, std::ldexp(1.0f, -149), std::numeric_limits<float>::infinity(), 1.0f, 0.0f,
+        1.5f,  -2.0f, std::ldexp(1.0f, -149), std::numeric_limits<float>::max(), 1.0f, 0.0f,
         -0.0f, 0.5f};
     model.weights.SetFloats("model.norm.weight", "F32", {8}, norm);
   } else if (dtype == "F16") {
-    const std::vector<uint16_t> bits = {0x3E00, 0xC000, 0x0001, 0x7C00,
+    const std::vector<uint16_t> bits = {0x3E00, 0xC000, 0x0001, 0x7BFF,
                                         0x3C00, 0x0000, 0x8000, 0x3800};
     model.weights.SetValues("model.norm.weight", "F16", {8}, bits);
-    norm = {1.5f,  -2.0f, std::ldexp(1.0f, -24), std::numeric_limits<float>::infinity(), 1.0f, 0.0f,
-            -0.0f, 0.5f};
+    norm = {1.5f, -2.0f, std::ldexp(1.0f, -24), 65504.0f, 1.0f, 0.0f, -0.0f, 0.5f};
   } else if (dtype == "BF16") {
-    const std::vector<uint16_t> bits = {0x3FC0, 0xC000, 0x0001, 0x7F80,
+    const std::vector<uint16_t> bits = {0x3FC0, 0xC000, 0x0001, 0x7F7F,
                                         0x3F80, 0x0000, 0x8000, 0x3F00};
     model.weights.SetValues("model.norm.weight", "BF16", {8}, bits);
-    norm = {
-        1.5f,  -2.0f, std::ldexp(1.0f, -133), std::numeric_limits<float>::infinity(), 1.0f, 0.0f,
-        -0.0f, 0.5f};
+    // 0x7F7F: exponent 254 - 127, mantissa 1 + 127/128, i.e. 255 * 2^120.
+    norm = {1.5f, -2.0f, std::ldexp(1.0f, -133), std::ldexp(255.0f, 120), 1.0f, 0.0f, -0.0f, 0.5f};
   }
   model.values["model.norm.weight"] = norm;
   WriteModelDir(dir.path(), model.config, model.weights);

@@ -24,15 +24,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "cli/command_line.h"
 #include "drt/v1/drt.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -534,17 +532,14 @@ int Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "streams a long prompt (a haystack with a hidden pass key, a text file or token ids) into "
-      "a drt-server session with a progress bar, then streams the answer and prints timings.\n"
-      "  drt-client --server 127.0.0.1:50051 --haystack_tokens 100000 --max_tokens 64");
-  absl::FlagsUsageConfig usage;
-  // --help lists this file's flags (the default matches files named like the binary).
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "client_examples/cpp/drt_client.cc");
-  };
-  absl::SetFlagsUsageConfig(usage);
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> rest = drt::cli::ParseCommandLine(
+      {"drt-client",
+       "streams a long prompt (a haystack with a hidden pass key, a text file or token ids) "
+       "into a drt-server session with a progress bar, then streams the answer and prints "
+       "timings.\n"
+       "  drt-client --server 127.0.0.1:50051 --haystack_tokens 100000 --max_tokens 64",
+       {"client_examples/cpp/drt_client.cc"}},
+      argc, argv);
   if (rest.size() > 1) Die(absl::StrCat("unexpected argument '", rest[1], "'"));
   const double depth = absl::GetFlag(FLAGS_depth);
   if (depth < 0 || depth > 1) Die("--depth must be within [0, 1]");

@@ -1,0 +1,168 @@
+#include "server/deadline_http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace drt::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A thread pool that starts a thread whenever a task would otherwise wait,
+// up to `max_threads`; started threads stay for later tasks until shutdown.
+class GrowingThreadPool : public httplib::TaskQueue {
+ public:
+  explicit GrowingThreadPool(size_t max_threads) : max_threads_(std::max<size_t>(max_threads, 1)) {}
+  ~GrowingThreadPool() override = default;
+
+  void enqueue(std::function<void()> task) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tasks_.push_back(std::move(task));
+    if (tasks_.size() > idle_ && threads_.size() < max_threads_) {
+      threads_.emplace_back([this] { Work(); });
+    }
+    ready_.notify_one();
+  }
+
+  // Runs the queued tasks, then joins every thread.
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+ private:
+  void Work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      ++idle_;
+      ready_.wait(lock, [this] { return !tasks_.empty() || stopping_; });
+      --idle_;
+      if (tasks_.empty()) return;  // stopping
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  const size_t max_threads_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> tasks_;
+  std::vector<std::thread> threads_;  // only grows; joined by shutdown()
+  size_t idle_ = 0;
+  bool stopping_ = false;
+};
+
+// A socket stream whose every read and write waits at most until one
+// deadline for the whole connection.
+class DeadlineStream : public httplib::Stream {
+ public:
+  DeadlineStream(socket_t sock, Clock::time_point deadline) : sock_(sock), deadline_(deadline) {}
+
+  bool is_readable() const override { return Wait(POLLIN); }
+  bool is_writable() const override { return Wait(POLLOUT); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    // httplib reads the request line and headers a byte at a time: serve
+    // those from a buffer filled one recv at a time.
+    if (begin_ == end_) {
+      if (!Wait(POLLIN)) return -1;
+      const ssize_t n = recv(sock_, buffer_, sizeof(buffer_), 0);
+      if (n <= 0) return n;
+      begin_ = 0;
+      end_ = static_cast<size_t>(n);
+    }
+    const size_t n = std::min(size, end_ - begin_);
+    std::copy(buffer_ + begin_, buffer_ + begin_ + n, ptr);
+    begin_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!Wait(POLLOUT)) return -1;
+    return send(sock_, ptr, size, MSG_NOSIGNAL);
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    Address(getpeername, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    Address(getsockname, ip, port);
+  }
+  socket_t socket() const override { return sock_; }
+
+ private:
+  // Whether `events` became ready before the deadline.
+  bool Wait(short events) const {
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{sock_, events, 0};
+      const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
+      if (ready > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0;
+      if (ready == 0) return false;
+      if (errno != EINTR) return false;
+    }
+  }
+
+  template <typename Get>
+  void Address(Get get, std::string& ip, int& port) const {
+    sockaddr_storage address{};
+    socklen_t length = sizeof(address);
+    ip.clear();
+    port = 0;
+    if (get(sock_, reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (address.ss_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
+      inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
+      port = ntohs(v4->sin_port);
+    } else if (address.ss_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
+      inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
+      port = ntohs(v6->sin6_port);
+    }
+    ip = text;
+  }
+
+  socket_t sock_;
+  Clock::time_point deadline_;
+  char buffer_[4096];
+  size_t begin_ = 0, end_ = 0;
+};
+
+}  // namespace
+
+DeadlineHttpServer::DeadlineHttpServer(DeadlineHttpOptions options) : options_(options) {
+  new_task_queue = [max = options_.max_connections] { return new GrowingThreadPool(max); };
+}
+
+bool DeadlineHttpServer::process_and_close_socket(socket_t sock) {
+  DeadlineStream stream(sock, Clock::now() + options_.request_deadline);
+  bool connection_closed = false;
+  const bool served =
+      process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
+  ::shutdown(sock, SHUT_RDWR);
+  ::close(sock);
+  return served;
+}
+
+}  // namespace drt::server

@@ -1,0 +1,31 @@
+// Session ids as clients send them back: a length limit (ids the server
+// makes are 26 bytes, "s-" and 24 hex digits) so that a huge id is refused
+// instead of echoed into a status message (whose metadata gRPC caps at
+// 8 KiB, turning the answer into RESOURCE_EXHAUSTED), ids printed escaped,
+// and the NOT_FOUND message.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace drt::server {
+
+// Documented in docs/api.md ("Sessions").
+inline constexpr size_t kMaxSessionIdBytes = 128;
+
+// INVALID_ARGUMENT for an id longer than kMaxSessionIdBytes, giving its
+// length but not the id.
+absl::Status CheckSessionIdLength(absl::string_view id);
+
+// The id as messages show it: control and non-ASCII bytes C-escaped.
+std::string PrintableId(absl::string_view id);
+
+// NOT_FOUND for `id`: deleted, expired, or made before this server (started
+// at `server_start`) was restarted; sessions live in memory only.
+absl::Status SessionNotFound(absl::string_view id, absl::Time server_start);
+
+}  // namespace drt::server
