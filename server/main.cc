@@ -54,6 +54,30 @@ sigset_t ShutdownSignals() {
   return signals;
 }
 
+// The main thread, for ForwardToMainThread. Written once in main, before
+// the handler is installed, and only read afterwards (a signal handler can
+// reach nothing but a global).
+pthread_t g_main_thread;
+
+// Runs only in a thread that has the shutdown signals unblocked: one started
+// by a library before main (OpenBLAS starts its pool from a constructor).
+// Without it the signal's default action would kill the process whenever the
+// kernel picks such a thread, which it does while the main thread is not
+// inside sigwait (for instance between the "listening" line and sigwait).
+// pthread_kill is async-signal-safe (signal-safety(7)).
+void ForwardToMainThread(int signal) { pthread_kill(g_main_thread, signal); }
+
+void ForwardShutdownSignalsToMainThread(const sigset_t& signals) {
+  g_main_thread = pthread_self();
+  struct sigaction action = {};
+  action.sa_handler = ForwardToMainThread;
+  action.sa_mask = signals;
+  action.sa_flags = SA_RESTART;
+  for (int signal : {SIGTERM, SIGINT}) {
+    if (sigismember(&signals, signal) == 1) sigaction(signal, &action, nullptr);
+  }
+}
+
 int WaitForSignal(const sigset_t& signals) {
   int signal = 0;
   while (sigwait(&signals, &signal) != 0) {
@@ -71,10 +95,8 @@ std::string ModelName(const std::string& dir) {
 }
 
 // Waits, in the calling thread, until `drained` is set (true), or a second
-// SIGTERM/SIGINT arrives or `limit` passes (false). Kept in the main thread:
-// threads started before main (OpenBLAS's) have these signals unblocked, and
-// the kernel hands a process signal to the main thread first only while it
-// waits for it.
+// SIGTERM/SIGINT arrives or `limit` passes (false). Kept in the main thread,
+// where ForwardToMainThread sends the signals other threads catch.
 bool WaitUntilDrained(const sigset_t& signals, const std::atomic<bool>& drained,
                       std::chrono::seconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
@@ -216,11 +238,13 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
 
 int main(int argc, char** argv) {
   // Blocked before this program starts any thread, so all of them inherit the
-  // mask and the signals reach sigwait in Run: no handler, no global flag.
-  // (Threads libraries start before main, OpenBLAS's, keep them unblocked;
-  // see WaitUntilDrained.)
+  // mask and the signals reach sigwait in Run: no handler runs in them.
+  // Threads that libraries start before main (OpenBLAS's) keep them
+  // unblocked; a signal the kernel hands to one of those is forwarded to the
+  // main thread (ForwardToMainThread), where it stays pending until sigwait.
   const sigset_t signals = drt::server::ShutdownSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  drt::server::ForwardShutdownSignalsToMainThread(signals);
 
   auto config = drt::server::ParseServerFlags(argc, argv);
   if (!config.ok()) return drt::server::Fail(config.status());
