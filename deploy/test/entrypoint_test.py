@@ -127,10 +127,7 @@ def main():
         checks.expect(re.match(r"drt-server listening on 127\.0\.0\.1:\d+ \(grpc\), 127\.0\.0\.1:\d+ "
                                r"\(http\)", line) is not None,
                       "drt-server started from DRT_* variables alone listens where they say", line)
-        # It serves: GET /healthz on the port it printed. This also keeps the
-        # SIGTERM below from landing in the moment between the "listening"
-        # line and drt-server's sigwait, where it was seen to kill the server
-        # outright (status -15, with or without this entrypoint).
+        # It serves: GET /healthz on the port it printed.
         http_port = re.search(r":(\d+) \(http\)", line).group(1) if line else "0"
         try:
             body = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/healthz", timeout=10).read().decode()
