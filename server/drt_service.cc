@@ -659,6 +659,7 @@ grpc::Status DrtService::GetModelInfo(grpc::ServerContext* context,
   const ModelConfig& c = model_.config();
   response->set_name(options_.model_name);
   response->set_device(options_.device);
+  response->set_precision(options_.precision);
   response->set_vocab_size(c.vocab_size);
   response->set_hidden_size(c.hidden_size);
   response->set_num_attention_heads(c.num_attention_heads);

@@ -22,6 +22,7 @@ namespace drt::server {
 struct ServiceOptions {
   std::string model_name;
   std::string device = "cpu";
+  std::string precision = "fp32";  // ModelInfo.precision
   int64_t max_sessions = 64;
   int64_t max_context_tokens = kDefaultMaxContextTokens;  // per session
   int64_t idle_ttl_seconds = 3600;

@@ -137,8 +137,11 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
       MakeBackend((*model)->config(), (*model)->weights(), backend_options);
   if (!made_backend.ok()) return Fail(made_backend.status());
   std::unique_ptr<Backend> backend = *std::move(made_backend);
+  std::fprintf(stderr, "drt-server: backend %s, %s storage\n", backend->name().c_str(),
+               config.service.precision.c_str());
 
   Metrics metrics;
+  metrics.SetBackend(backend->name(), config.service.precision);
   ServiceOptions service_options = config.service;
   service_options.model_name = ModelName(config.model_dir);
   if (service_options.host_memory_budget_bytes == 0) {

@@ -110,6 +110,8 @@ struct Metrics::State {
   double last_prefill_tokens_per_second = 0.0;
   int64_t generated_tokens = 0;
   int64_t active_sessions = 0;
+  std::string backend_device;  // empty until SetBackend
+  std::string backend_precision;
   int64_t chunk_store_bytes = 0;
   int64_t retrievals = 0;
   Histogram time_to_first_token;
@@ -120,6 +122,12 @@ struct Metrics::State {
 
 Metrics::Metrics() : state_(std::make_unique<State>()) {}
 Metrics::~Metrics() = default;
+
+void Metrics::SetBackend(const std::string& device, const std::string& precision) {
+  std::lock_guard lock(state_->mutex);
+  state_->backend_device = device;
+  state_->backend_precision = precision;
+}
 
 void Metrics::AddTokensIngested(int64_t tokens) {
   if (tokens <= 0) return;
@@ -200,6 +208,12 @@ std::string Metrics::RenderPrometheus() const {
                   s.time_to_first_token);
   AppendHistogram(out, "drt_time_per_output_token_seconds",
                   "Seconds per generated token after the first.", s.time_per_output_token);
+  if (!s.backend_device.empty()) {
+    AppendHeader(out, "drt_backend_info", "gauge",
+                 "The compute backend in use (device) and its storage precision; always 1.");
+    out.append("drt_backend_info{device=\"").append(EscapeLabelValue(s.backend_device));
+    out.append("\",precision=\"").append(EscapeLabelValue(s.backend_precision)).append("\"} 1\n");
+  }
   AppendScalar(out, "drt_active_sessions", "gauge", "Sessions currently open.",
                std::to_string(s.active_sessions));
   AppendScalar(out, "drt_chunk_store_bytes", "gauge",

@@ -25,6 +25,9 @@ class Metrics {
   void ObserveTimePerOutputToken(double seconds);
   // drt_generated_tokens_total
   void AddGeneratedTokens(int64_t tokens);
+  // drt_backend_info{device,precision} 1 (gauge): the backend drt-server
+  // chose (--device auto resolves to one) and its storage precision.
+  void SetBackend(const std::string& device, const std::string& precision);
   // drt_active_sessions (gauge)
   void SetActiveSessions(int64_t sessions);
   // drt_chunk_store_bytes (gauge)

@@ -229,6 +229,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   check(CheckAtLeast("shutdown_grace_seconds", config.shutdown_grace_seconds, 0));
 
   config.service.device = config.device;
+  config.service.precision =
+      config.device == "cuda" ? CudaPrecisionName(config.cuda_precision) : "fp32";
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
   return config;
 }

@@ -518,6 +518,7 @@ TEST_CASE("GetModelInfo, ListSessions and DeleteSession", "[server]") {
     REQUIRE(server.stub().GetModelInfo(&context, {}, &info).ok());
     CHECK(info.name() == "two_groups");
     CHECK(info.device() == "cpu");
+    CHECK(info.precision() == "fp32");
     CHECK(info.vocab_size() == 300);
     CHECK(info.pad_id() == 298);
     CHECK(info.chunk_id() == 299);

@@ -44,6 +44,14 @@ TEST_CASE("Metrics render counters, gauges and labels in Prometheus text", "[ser
   CHECK(text.back() == '\n');
 }
 
+TEST_CASE("Metrics name the backend in use once it is set", "[server][metrics]") {
+  Metrics metrics;
+  CHECK_FALSE(Contains(metrics.RenderPrometheus(), "drt_backend_info"));
+  metrics.SetBackend("cuda", "bf16");
+  CHECK(Contains(metrics.RenderPrometheus(),
+                 "# TYPE drt_backend_info gauge\ndrt_backend_info{device=\"cuda\",precision=\"bf16\"} 1\n"));
+}
+
 TEST_CASE("Metrics histograms are cumulative with +Inf, _sum and _count", "[server][metrics]") {
   Metrics metrics;
   metrics.ObserveTimeToFirstToken(0.0005);  // first bucket

@@ -73,6 +73,7 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     auto fallback = ServerConfigFromFlags();
     REQUIRE(fallback.ok());
     CHECK(fallback->device == "cpu");
+    CHECK(fallback->service.precision == "fp32");
     CHECK(fallback->device_note.find("verified on a GPU") != std::string::npos);
   }
   SECTION("cuda is accepted when built (the GPU is checked at startup), refused otherwise") {
@@ -82,6 +83,11 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
       REQUIRE(parsed.ok());
       CHECK(parsed->device == "cuda");
       CHECK(parsed->cuda_device == 0);
+      CHECK(parsed->service.precision == "bf16");  // GetModelInfo and the metric say so
+      ScopedFlag precision("cuda_precision", "fp32");
+      auto fp32 = ServerConfigFromFlags();
+      REQUIRE(fp32.ok());
+      CHECK(fp32->service.precision == "fp32");
     } else {
       CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
       CHECK(parsed.status().message().find("no CUDA backend") != std::string::npos);
