@@ -89,7 +89,7 @@ absl::Status AppendText(drt::Session& session, const drt::Tokenizer& tokenizer, 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Retrieval accuracy on text filler.\n"
-      "Example: drt-niah-text --model models/drt-passkey-byte --text tests/data/heldout_handbook_excerpt.txt "
+      "Example: drt-niah-text --model models/drt-passkey-byte --text tests/fixtures/heldout-text/debian_handbook_excerpt.txt "
       "--tasks passkey,keyed --lengths 4K,64K --trials 5");
   absl::ParseCommandLine(argc, argv);
 

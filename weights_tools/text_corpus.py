@@ -15,7 +15,7 @@ a blank line. The families are disjoint in package and in kind of writing:
                fortunes      fortune(6) quotations, jokes and literature excerpts
 
 Nothing here is committed except a small handbook excerpt
-(tests/data/heldout_handbook_excerpt.txt, GPL-2+ or CC-BY-SA-3.0); the
+(tests/fixtures/heldout-text/debian_handbook_excerpt.txt, GPL-2+ or CC-BY-SA-3.0); the
 training text and the rest of the held-out text stay in the cache.
 """
 import argparse
