@@ -101,6 +101,7 @@ const Binary kBinaries[] = {
     {"drt-niah", DRT_NIAH_BINARY, "--lengths"},
     {"drt-client", DRT_CLIENT_BINARY, "--haystack_tokens"},
     {"drt-tokenizer-bench", DRT_TOKENIZER_BENCH_BINARY, "--runs"},
+    {"drt-niah-text", DRT_NIAH_TEXT_BINARY, "--tasks"},
 };
 
 TEST_CASE("every binary: --help and --helpfull print the flags and exit 0", "[cli]") {

@@ -1,0 +1,239 @@
+// drt-niah-text: retrieval accuracy on filler drawn from a text file or
+// directory (bench/niah/text_tasks.h): passkey (passkey_data.py's exact
+// needle and question), passkey in held-out wordings, keyed needles, 2-hop
+// variable tracking; by task, haystack length and needle depth.
+//
+// Each (task, length, depth) cell reads the text from its own random start
+// offset; its trials differ in keys, names and the other needles' places.
+// The filler before the cell's earliest needle is prefilled once and shared
+// by the trials through session fork (exact: the fork continues the parent's
+// state). Lengths are in bytes, which are tokens for the byte-level models
+// this tool accepts (it checks the tokenizer maps bytes one to one).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/niah/passkey_haystack.h"
+#include "bench/niah/text_tasks.h"
+#include "cli/command_line.h"
+#include "engine/backend.h"
+#include "engine/backend_factory.h"
+#include "engine/model.h"
+#include "engine/session.h"
+
+ABSL_FLAG(std::string, model, "models/drt-passkey-byte", "model directory (byte-level tokenizer)");
+ABSL_FLAG(std::string, text, "", "filler text: a file, or a directory whose files are joined");
+ABSL_FLAG(std::string, tasks, "passkey,passkey_varied,keyed,two_hop", "tasks to run");
+ABSL_FLAG(std::string, lengths, "4K,16K,64K", "haystack lengths in bytes (K = 1024, M = 1048576)");
+ABSL_FLAG(std::string, depths, "0.1,0.5,0.9", "depths of the answer's needle, 0 = start, 1 = end");
+ABSL_FLAG(int32_t, trials, 20, "trials per task, length and depth");
+ABSL_FLAG(std::string, pad_to_chunk_boundary, "model", "true, false, or model (generation_config.json)");
+ABSL_FLAG(int32_t, max_new_tokens, 8, "tokens generated per answer");
+ABSL_FLAG(uint64_t, seed, 1, "seed of start offsets, keys, names and needle places");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or auto");
+ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
+ABSL_FLAG(std::string, json, "", "write the results here as JSON");
+ABSL_FLAG(bool, show_answers, false, "print every trial's expected key and generated text");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool ParseLength(std::string text, int64_t* out) {
+  int64_t scale = 1;
+  if (!text.empty() && (text.back() == 'K' || text.back() == 'k')) scale = 1024;
+  if (!text.empty() && (text.back() == 'M' || text.back() == 'm')) scale = 1024 * 1024;
+  if (scale != 1) text.pop_back();
+  double value = 0;
+  if (!absl::SimpleAtod(text, &value) || value <= 0) return false;
+  *out = static_cast<int64_t>(value * scale);
+  return true;
+}
+
+struct Cell {
+  std::string task;
+  int64_t length;
+  double depth;
+  int trials = 0, correct = 0;
+  double seconds = 0;
+};
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+// Encodes `bytes` and appends them in pieces (bounded memory for 1M+ fillers).
+absl::Status AppendText(drt::Session& session, const drt::Tokenizer& tokenizer, const std::string& bytes) {
+  constexpr size_t kPiece = 1 << 16;
+  for (size_t at = 0; at < bytes.size(); at += kPiece) {
+    auto ids = tokenizer.Encode(std::string_view(bytes).substr(at, kPiece));
+    if (!ids.ok()) return ids.status();
+    if (auto added = session.Append(*ids); !added.ok()) return added.status();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  drt::cli::ParseCommandLine(
+      {"drt-niah-text",
+       "Retrieval accuracy on text filler.\n"
+       "Example: drt-niah-text --model models/drt-passkey-byte --text "
+       "tests/fixtures/heldout-text/debian_handbook_excerpt.txt "
+       "--tasks passkey,keyed --lengths 4K,64K --trials 5",
+       {"bench/niah_text_eval.cc"}},
+      argc, argv);
+
+  std::vector<drt::niah::TextTask> tasks;
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_tasks), ','))) {
+    auto task = drt::niah::ParseTextTask(part);
+    if (!task.ok()) return Fail(task.status());
+    tasks.push_back(*task);
+  }
+  std::vector<int64_t> lengths;
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_lengths), ','))) {
+    int64_t length = 0;
+    if (!ParseLength(part, &length)) return Fail(absl::InvalidArgumentError(absl::StrFormat("bad length '%s'", part)));
+    lengths.push_back(length);
+  }
+  std::vector<double> depths;
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_depths), ','))) {
+    double depth = 0;
+    if (!absl::SimpleAtod(part, &depth) || depth < 0 || depth > 1) {
+      return Fail(absl::InvalidArgumentError(absl::StrFormat("bad depth '%s'", part)));
+    }
+    depths.push_back(depth);
+  }
+  if (absl::GetFlag(FLAGS_text).empty()) return Fail(absl::InvalidArgumentError("--text is required"));
+  auto text = drt::niah::LoadFillerText(absl::GetFlag(FLAGS_text));
+  if (!text.ok()) return Fail(text.status());
+  const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary);
+  if (pad != "model" && pad != "true" && pad != "false") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrFormat("--pad_to_chunk_boundary must be true, false or model, got '%s'", pad)));
+  }
+
+  auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
+  if (!model.ok()) return Fail(model.status());
+  const drt::Tokenizer& tokenizer = *(*model)->tokenizer;
+  {  // lengths count bytes: the tokenizer must map them one to one
+    auto probe = tokenizer.Encode(std::string_view(*text).substr(0, 4096));
+    if (!probe.ok()) return Fail(probe.status());
+    if (probe->size() != 4096) {
+      return Fail(absl::InvalidArgumentError(absl::StrFormat(
+          "drt-niah-text needs a byte-level tokenizer: 4096 bytes of the text became %d tokens", probe->size())));
+    }
+  }
+  auto device = drt::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) return Fail(device.status());
+  drt::BackendOptions options;
+  options.device = *device;
+  options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
+  options.cuda.device_index = absl::GetFlag(FLAGS_cuda_device);
+  auto made = drt::MakeBackend((*model)->config(), (*model)->weights(), options);
+  if (!made.ok()) return Fail(made.status());
+  std::unique_ptr<drt::Backend> backend = *std::move(made);
+
+  drt::GenerateOptions generate;
+  generate.max_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  generate.pad_to_chunk_boundary = pad == "model" ? (*model)->generation.pad_to_chunk_boundary : pad == "true";
+  const int trials = absl::GetFlag(FLAGS_trials);
+  uint64_t state = absl::GetFlag(FLAGS_seed);
+  std::vector<Cell> cells;
+
+  for (drt::niah::TextTask task : tasks) {
+    for (int64_t length : lengths) {
+      for (double depth : depths) {
+        Cell cell{std::string(drt::niah::TextTaskName(task)), length, depth};
+        const auto start = Clock::now();
+        const drt::niah::TextFiller filler(*text, static_cast<int64_t>(drt::niah::RandomBelow(state, text->size())));
+        std::vector<drt::niah::TextTrial> plan;
+        int64_t shared_end = length;
+        for (int t = 0; t < trials; ++t) {
+          auto trial = drt::niah::MakeTextTrial(task, filler, length, depth, state);
+          if (!trial.ok()) return Fail(trial.status());
+          shared_end = std::min(shared_end, trial->inserts.front().at);
+          plan.push_back(*std::move(trial));
+        }
+        auto shared = drt::Session::Create(*backend);
+        if (!shared.ok()) return Fail(shared.status());
+        if (auto s = AppendText(**shared, tokenizer, filler.Bytes(0, shared_end)); !s.ok()) return Fail(s);
+        for (const drt::niah::TextTrial& trial : plan) {
+          auto fork = (*shared)->Fork();
+          if (!fork.ok()) return Fail(fork.status());
+          std::string rest;
+          int64_t cursor = shared_end;
+          for (const drt::niah::Insert& insert : trial.inserts) {
+            rest += filler.Bytes(cursor, insert.at);
+            rest += insert.text;
+            cursor = insert.at;
+          }
+          rest += filler.Bytes(cursor, drt::niah::FillerBytes(trial, length));
+          rest += trial.question;
+          if (auto s = AppendText(**fork, tokenizer, rest); !s.ok()) return Fail(s);
+          auto answer = (*fork)->Generate(generate);
+          if (!answer.ok()) return Fail(answer.status());
+          auto decoded = tokenizer.Decode(answer->tokens);
+          const bool ok = decoded.ok() && drt::niah::AnswerMatches(*decoded, trial.answer);
+          if (absl::GetFlag(FLAGS_show_answers)) {
+            std::fprintf(stderr, "  %s want %s got '%s'\n", ok ? "ok " : "BAD", trial.answer.c_str(),
+                         decoded.ok() ? absl::CEscape(*decoded).c_str() : "?");
+          }
+          cell.correct += ok ? 1 : 0;
+          ++cell.trials;
+        }
+        cell.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        std::fprintf(stderr, "%s length %ld depth %.2f: %d/%d (%.1f s)\n", cell.task.c_str(),
+                     static_cast<long>(length), depth, cell.correct, cell.trials, cell.seconds);
+        cells.push_back(cell);
+      }
+    }
+  }
+
+  std::printf("%-15s %-10s", "task", "length");
+  for (double d : depths) std::printf(" depth %-5.2f", d);
+  std::printf(" %8s %9s\n", "all", "seconds");
+  for (drt::niah::TextTask task : tasks) {
+    for (int64_t length : lengths) {
+      std::printf("%-15s %-10ld", std::string(drt::niah::TextTaskName(task)).c_str(), static_cast<long>(length));
+      int correct = 0, total = 0;
+      double seconds = 0;
+      for (const Cell& c : cells) {
+        if (c.task != drt::niah::TextTaskName(task) || c.length != length) continue;
+        std::printf(" %10.1f%%", 100.0 * c.correct / std::max(1, c.trials));
+        correct += c.correct;
+        total += c.trials;
+        seconds += c.seconds;
+      }
+      std::printf(" %7.1f%% %9.1f\n", 100.0 * correct / std::max(1, total), seconds);
+    }
+  }
+
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream out(path);
+    out << "{\n  \"model\": \"" << absl::GetFlag(FLAGS_model) << "\",\n  \"text\": \""
+        << absl::CEscape(absl::GetFlag(FLAGS_text)) << "\",\n  \"pad_to_chunk_boundary\": "
+        << (generate.pad_to_chunk_boundary ? "true" : "false") << ",\n  \"seed\": " << absl::GetFlag(FLAGS_seed)
+        << ",\n  \"cells\": [\n";
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const Cell& c = cells[i];
+      out << absl::StrFormat(
+          "    {\"task\": \"%s\", \"length\": %d, \"depth\": %.4f, \"trials\": %d, \"correct\": %d, "
+          "\"seconds\": %.2f}%s\n",
+          c.task, c.length, c.depth, c.trials, c.correct, c.seconds, i + 1 < cells.size() ? "," : "");
+    }
+    out << "  ]\n}\n";
+  }
+  return 0;
+}

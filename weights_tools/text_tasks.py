@@ -1,0 +1,304 @@
+"""Training sequences on real text (train_any_text.py): plain language
+modelling and retrieval tasks whose filler is text of the training families
+of text_corpus.py.
+
+Kinds of sequence (each exactly n_chunks * 63 bytes):
+    lm        text only, next-byte loss everywhere
+    passkey   a needle in one of PASSKEY_WORDINGS (passkey_data.py's exact one
+              among them), then its question asked and answered several times
+    keyed     2 to 4 "pass key of the <colour> <thing>" needles, then questions
+              that each name one of them
+    two_hop   VAR X = N ... VAR Y = VAR X chains (2, one a distractor), then
+              questions about the second variable of a chain
+Needles and questions use the formats of bench/niah/text_tasks.cc; the
+wordings of drt-niah-text's passkey_varied task are deliberately not here
+(held out). Questions start on a new line; each is padded to the chunk
+boundary with probability pad_prob. Targets and loss kinds follow
+passkey_data.py (LM on text and prompts, ANSWER on " <key>.", pads never a
+target).
+"""
+import os
+
+import numpy as np
+
+import passkey_data as P
+
+PASSKEY_WORDINGS = [
+    (P.NEEDLE, P.QUESTION),
+    ("The secret code is {key}. ", "What is the secret code? The secret code is"),
+    ("Remember this: the magic number is {key}. ", "What is the magic number? The magic number is"),
+    ("The access code is {key}. Write it down. ", "What is the access code? The access code is"),
+    ("The password is {key}. Keep it safe. {key} is the password. ", "What is the password? The password is"),
+    ("The special number is {key}. ", "What was the special number? The special number is"),
+    ("My PIN is {key}. ", "What is my PIN? My PIN is"),
+]
+EXACT_WORDING_PROB = 0.3  # passkey_data.py's wording, the one drt-niah and the clients use
+COLOURS = ["red", "blue", "green", "yellow", "black", "white", "orange", "purple"]
+THINGS = ["door", "box", "car", "house", "book", "chair", "gate", "boat"]
+KINDS = ("lm", "passkey", "keyed", "two_hop")
+
+
+class TextSource:
+    """The training families' text (text_corpus.py's <cache>/text/<family>.txt)
+    as byte arrays; samples a family uniformly, then a uniform offset."""
+
+    def __init__(self, text_dir, families):
+        self.arrays = []
+        for fam in families:
+            path = os.path.join(text_dir, fam + ".txt")
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path} missing: run weights_tools/fetch_text.sh and text_corpus.py")
+            self.arrays.append(np.fromfile(path, dtype=np.uint8).astype(np.int64))
+        self.families = list(families)
+
+    def sample(self, rng, n):
+        arr = self.arrays[rng.randint(len(self.arrays))]
+        start = rng.randint(0, len(arr) - n)
+        return arr[start:start + n]
+
+
+def _key(rng):
+    return P.random_key(rng, leading_zero=False)
+
+
+def _keys(rng, n):
+    out = []
+    while len(out) < n:
+        k = _key(rng)
+        if k not in out:
+            out.append(k)
+    return out
+
+
+def _var(rng):
+    return "".join(chr(65 + c) for c in rng.randint(0, 26, size=5))
+
+
+def word_boundary(text, pos):
+    """Largest p <= pos right after a space or newline within 64 bytes, else pos."""
+    for back in range(0, min(64, pos)):
+        if text[pos - back - 1] in (32, 10):
+            return pos - back
+    return pos
+
+
+class Builder:
+    """Accumulates (bytes, loss kind) segments into one sequence."""
+
+    def __init__(self, total):
+        self.total = total
+        self.tokens, self.kinds = [], []
+        self.used = 0
+
+    def put(self, arr, kind):
+        arr = np.asarray(arr, dtype=np.int64)
+        self.tokens.append(arr)
+        self.kinds.append(np.full(len(arr), kind, dtype=np.int64))
+        self.used += len(arr)
+
+    def room(self):
+        return self.total - self.used
+
+    def finish(self):
+        tokens = np.concatenate(self.tokens)[:self.total]
+        kind_of_token = np.concatenate(self.kinds)[:self.total]
+        assert len(tokens) == self.total, (len(tokens), self.total)
+        targets = np.full(self.total, -100, dtype=np.int64)
+        out_kinds = np.zeros(self.total, dtype=np.int64)
+        targets[:-1] = tokens[1:]
+        out_kinds[:-1] = kind_of_token[1:]
+        targets[out_kinds == P.LOSS_NONE] = -100
+        return tokens, targets, out_kinds
+
+
+def _with_needles(rng, src, n_chunks, pad_prob, needles, qa, lead_frac=0.5, min_gap=40, max_gap=400):
+    """Text with `needles` (byte strings) at word boundaries in the first part
+    of the sequence, then questions from qa() -> (question, answer) separated
+    by text gaps until the sequence is full."""
+    total = n_chunks * P.CHUNK
+    text = src.sample(rng, total)
+    b = Builder(total)
+    cursor = 0
+    lead = int(rng.rand() * lead_frac * total)
+    spots = sorted(word_boundary(text, int(rng.rand() * max(1, lead))) for _ in needles)
+    order = rng.permutation(len(needles))
+    for spot, i in zip(spots, order):
+        spot = max(spot, cursor)
+        b.put(text[cursor:spot], P.LOSS_LM)
+        b.put(P.encode(needles[i]), P.LOSS_LM)
+        cursor = spot
+    n_q = 0
+    while True:
+        gap = rng.randint(min_gap, max_gap)
+        question, answer = qa()
+        q = P.encode("\n" + question)
+        a = P.encode(answer)
+        q_end = b.used + gap + len(q)
+        n_pad = (-q_end) % P.CHUNK if rng.rand() < pad_prob else 0
+        if q_end + n_pad + len(a) > total:
+            break
+        b.put(text[cursor:cursor + gap], P.LOSS_LM)
+        cursor += gap
+        b.put(q, P.LOSS_LM)
+        if n_pad:
+            b.put(np.full(n_pad, P.PAD_ID), P.LOSS_NONE)
+        b.put(a, P.LOSS_ANSWER)
+        n_q += 1
+    b.put(text[cursor:cursor + b.room()], P.LOSS_LM)
+    if b.room() > 0:  # text ran out (needles took its place): more text
+        b.put(src.sample(rng, b.room()), P.LOSS_LM)
+    return b.finish()
+
+
+def lm_example(rng, src, n_chunks):
+    total = n_chunks * P.CHUNK
+    b = Builder(total)
+    b.put(src.sample(rng, total), P.LOSS_LM)
+    return b.finish()
+
+
+def passkey_example(rng, src, n_chunks, pad_prob):
+    key = _key(rng)
+    if rng.rand() < EXACT_WORDING_PROB:
+        needle, question = PASSKEY_WORDINGS[0]
+    else:
+        needle, question = PASSKEY_WORDINGS[rng.randint(1, len(PASSKEY_WORDINGS))]
+    return _with_needles(rng, src, n_chunks, pad_prob, [needle.format(key=key)],
+                         lambda: (question, f" {key}."))
+
+
+def keyed_example(rng, src, n_chunks, pad_prob):
+    n = rng.randint(2, 5)
+    keys = _keys(rng, n)
+    names = []
+    while len(names) < n:
+        name = f"{COLOURS[rng.randint(len(COLOURS))]} {THINGS[rng.randint(len(THINGS))]}"
+        if name not in names:
+            names.append(name)
+    needles = [f"The pass key of the {nm} is {k}. " for nm, k in zip(names, keys)]
+
+    def qa():
+        i = rng.randint(n)
+        return (f"What is the pass key of the {names[i]}? The pass key of the {names[i]} is", f" {keys[i]}.")
+    return _with_needles(rng, src, n_chunks, pad_prob, needles, qa)
+
+
+def two_hop_example(rng, src, n_chunks, pad_prob):
+    keys = _keys(rng, 2)
+    names = []
+    while len(names) < 4:
+        v = _var(rng)
+        if v not in names:
+            names.append(v)
+    # chains (names[0] = keys[0], names[1] = names[0]) and (names[2] = keys[1], names[3] = names[2])
+    needles = [f"VAR {names[0]} = {keys[0]}. ", f"VAR {names[2]} = {keys[1]}. "]
+    seconds = [f"VAR {names[1]} = VAR {names[0]}. ", f"VAR {names[3]} = VAR {names[2]}. "]
+
+    def qa():
+        i = rng.randint(2)
+        y = names[2 * i + 1]
+        return (f"What is the value of VAR {y}? The value of VAR {y} is", f" {keys[i]}.")
+    return _two_hop_ordered(rng, src, n_chunks, pad_prob, needles, seconds, qa)
+
+
+def _two_hop_ordered(rng, src, n_chunks, pad_prob, firsts, seconds, qa):
+    """Like _with_needles, but each chain's second line comes after its first."""
+    total = n_chunks * P.CHUNK
+    text = src.sample(rng, total)
+    lead = int((0.2 + 0.3 * rng.rand()) * total)
+    spots = []
+    for _ in range(2):
+        a = int(rng.rand() * lead)
+        c = a + int(rng.rand() * (lead - a))
+        spots += [(word_boundary(text, a), 0), (word_boundary(text, max(c, a)), 1)]
+    items = sorted([(spots[0][0], 0, firsts[0]), (max(spots[1][0], spots[0][0]), 1, seconds[0]),
+                    (spots[2][0], 0, firsts[1]), (max(spots[3][0], spots[2][0]), 1, seconds[1])],
+                   key=lambda t: (t[0], t[1]))
+    b = Builder(total)
+    cursor = 0
+    for spot, _, s in items:
+        spot = max(spot, cursor)
+        b.put(text[cursor:spot], P.LOSS_LM)
+        b.put(P.encode(s), P.LOSS_LM)
+        cursor = spot
+    while True:
+        gap = rng.randint(40, 400)
+        question, answer = qa()
+        q, a = P.encode("\n" + question), P.encode(answer)
+        q_end = b.used + gap + len(q)
+        n_pad = (-q_end) % P.CHUNK if rng.rand() < pad_prob else 0
+        if q_end + n_pad + len(a) > total:
+            break
+        b.put(text[cursor:cursor + gap], P.LOSS_LM)
+        cursor += gap
+        b.put(q, P.LOSS_LM)
+        if n_pad:
+            b.put(np.full(n_pad, P.PAD_ID), P.LOSS_NONE)
+        b.put(a, P.LOSS_ANSWER)
+    b.put(text[cursor:cursor + b.room()], P.LOSS_LM)
+    if b.room() > 0:
+        b.put(src.sample(rng, b.room()), P.LOSS_LM)
+    return b.finish()
+
+
+def example(rng, src, kind, n_chunks, pad_prob):
+    if kind == "lm":
+        return lm_example(rng, src, n_chunks)
+    if kind == "passkey":
+        return passkey_example(rng, src, n_chunks, pad_prob)
+    if kind == "keyed":
+        return keyed_example(rng, src, n_chunks, pad_prob)
+    if kind == "two_hop":
+        return two_hop_example(rng, src, n_chunks, pad_prob)
+    raise ValueError(f"unknown kind {kind!r}; known: {KINDS}")
+
+
+def batch(rng, src, kind, batch_size, n_chunks, pad_prob):
+    rows = [example(rng, src, kind, n_chunks, pad_prob) for _ in range(batch_size)]
+    return tuple(np.stack(col) for col in zip(*rows))
+
+
+# ---- held-out evaluation prompts (the Python twin of bench/niah/text_tasks.cc, for
+# ---- validation during training; the published tables come from drt-niah-text)
+
+HELDOUT_WORDINGS = [
+    ("The hidden number is {key}. Do not forget it. ", "What is the hidden number? The hidden number is"),
+    ("Here is the key you will need later: the key is {key}. ", "What is the key? The key is"),
+    ("The lucky number is {key}. ", "What is the lucky number? The lucky number is"),
+]
+
+
+def eval_prompt(rng, text, task, length, depth):
+    """(prompt bytes, key) of one held-out-text trial; needle(s) placed like text_tasks.cc."""
+    if task == "passkey":
+        key = _key(rng)
+        inserts = [P.NEEDLE.format(key=key)]
+        question = "\n" + P.QUESTION
+    elif task == "passkey_varied":
+        key = _key(rng)
+        n, q = HELDOUT_WORDINGS[rng.randint(len(HELDOUT_WORDINGS))]
+        inserts, question = [n.format(key=key)], "\n" + q
+    elif task == "keyed":
+        keys = _keys(rng, 3)
+        names = []
+        while len(names) < 3:
+            nm = f"{COLOURS[rng.randint(len(COLOURS))]} {THINGS[rng.randint(len(THINGS))]}"
+            if nm not in names:
+                names.append(nm)
+        inserts = [f"The pass key of the {nm} is {k}. " for nm, k in zip(names, keys)]
+        question = f"\nWhat is the pass key of the {names[0]}? The pass key of the {names[0]} is"
+        key = keys[0]
+    else:
+        raise ValueError(task)
+    budget = length - len(question) - sum(len(s) for s in inserts)
+    start = rng.randint(0, len(text) - budget - 1)
+    filler = text[start:start + budget]
+    spots = [word_boundary(filler, int(depth * budget))] + \
+            [word_boundary(filler, rng.randint(0, budget + 1)) for _ in inserts[1:]]
+    order = sorted(range(len(inserts)), key=lambda i: (spots[i], i))
+    parts, cursor = [], 0
+    for i in order:
+        parts += [filler[cursor:spots[i]], P.encode(inserts[i])]
+        cursor = spots[i]
+    parts += [filler[cursor:], P.encode(question)]
+    return np.concatenate(parts), key

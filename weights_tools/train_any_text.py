@@ -1,0 +1,286 @@
+"""Trains a byte-level DRT to retrieve what it is asked for in any text
+(docs/training.md, "The any-text model").
+
+    bash weights_tools/fetch_text.sh && /usr/bin/python3 weights_tools/text_corpus.py
+    nice -n 10 /usr/bin/python3 weights_tools/train_any_text.py --out runs/anytext \\
+        --init models/drt-passkey-byte --steps 4000 --export models/drt-anytext-byte
+
+Data: text_tasks.py on the training families of text_corpus.py (Python and
+Perl manuals, man pages, the GCIDE dictionary): plain LM, passkeys in several
+wordings, keyed needles, 2-hop variable tracking. Validation: held-out text
+(the Debian Administrator's Handbook, text_corpus.py's "handbook" family),
+greedy exact match under teacher forcing (passkey, passkey in held-out
+wordings, keyed), as train_passkey.py does.
+
+Model, optimiser and training semantics are train_passkey.py's (Gumbel top-k
+retrieval, drt_fast kernels checked against the reference first). --init
+starts from an exported model directory (the bundled passkey model by
+default on the CPU: the copy and retrieval circuits exist, the run teaches
+them to work on text); --init none trains from scratch. The schedule follows
+--steps (reproducible) or --minutes. --device cuda is wired as in
+train_passkey.py and has not been run (no GPU where this was written).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import byte_tokenizer
+import drt_config
+import drt_fast
+import drt_reference
+import passkey_data as P
+import safetensors_io
+import text_corpus
+import text_tasks as T
+import train_passkey
+
+NOT_SAMPLED = (P.PAD_ID, P.CHUNK_ID)
+
+
+@torch.no_grad()
+def heldout_accuracy(model, text, task, length, n, seed, pad=True):
+    """Greedy exact match of the 5-digit answer on n held-out-text prompts of
+    `length` bytes, depths spread over [0.05, 0.95]."""
+    rng = np.random.RandomState(seed)
+    device = next(model.parameters()).device
+    ok = []
+    for i in range(n):
+        depth = 0.05 + 0.9 * i / max(1, n - 1)
+        prompt, key = T.eval_prompt(rng, text, task, length, depth)
+        tokens, targets, _, a = P.finish(prompt, key, pad)
+        out = model(torch.from_numpy(tokens[None]).to(device), compute_logits=False)
+        pos = torch.arange(a - 1, a + 6, device=device)
+        logits = model.lm_head(out.hidden[0, pos]).float()
+        logits[:, list(NOT_SAMPLED)] = float("-inf")
+        pred = logits.argmax(-1).cpu().numpy()
+        ok.append(bool((pred[:6] == targets[a - 1:a + 5]).all() and not (48 <= pred[6] <= 57)))
+    return float(np.mean(ok))
+
+
+def evaluate(model, text, specs, seed, log):
+    model.eval()
+    res = {}
+    for task in ("passkey", "passkey_varied", "keyed"):
+        for length, n in specs:
+            t0 = time.time()
+            acc = heldout_accuracy(model, text, task, length, n, seed + length)
+            res[f"{task}@{length}"] = acc
+            log(f"  held-out {task:15s} len {length:6d} acc {acc:.3f} ({n} prompts, {time.time() - t0:.1f}s)")
+    model.train()
+    return res
+
+
+def parse_mix(text):
+    """'lm:0.3,passkey:0.3,...' -> (kinds, probabilities)"""
+    kinds, probs = [], []
+    for part in text.split(","):
+        k, w = part.split(":")
+        if k not in T.KINDS:
+            raise ValueError(f"unknown kind {k!r} in --mix; known: {T.KINDS}")
+        kinds.append(k)
+        probs.append(float(w))
+    probs = np.array(probs) / sum(probs)
+    return kinds, probs
+
+
+def parse_phases(text):
+    """'0:16:4,0.5:32:2' -> [(start fraction, n_chunks, batch)]"""
+    out = []
+    for part in text.split(","):
+        f, c, b = part.split(":")
+        out.append((float(f), int(c), int(b)))
+    return sorted(out)
+
+
+def load_init(model, model_dir):
+    arrays = safetensors_io.load_file(os.path.join(model_dir, "model.safetensors"))
+    drt_reference.load_state_arrays(model, arrays)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--text", default=os.path.expanduser("~/.cache/drt-text/text"),
+                   help="text_corpus.py's output directory")
+    p.add_argument("--train_families", default=",".join(text_corpus.TRAIN_FAMILIES))
+    p.add_argument("--heldout_family", default="handbook")
+    p.add_argument("--init", default="models/drt-passkey-byte",
+                   help="exported model directory to start from, or 'none'")
+    p.add_argument("--export")
+    p.add_argument("--export_dtype", default="f32", choices=["f32", "bf16", "f16"])
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--threads", type=int, default=1)
+    # model (used with --init none; with --init the directory's config wins)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--ffn", type=int, default=0)
+    p.add_argument("--decoder_layers", default="2,2")
+    p.add_argument("--encoder_layers", type=int, default=1)
+    p.add_argument("--topk", type=int, default=8)
+    p.add_argument("--window", type=int, default=128)
+    p.add_argument("--init_std", type=float, default=0.088)
+    # training
+    p.add_argument("--steps", type=int, default=0, help="step budget (reproducible schedule)")
+    p.add_argument("--minutes", type=float, default=40.0, help="wall-time budget when --steps is 0")
+    p.add_argument("--mix", default="lm:0.2,passkey:0.35,keyed:0.3,two_hop:0.15")
+    p.add_argument("--phases", default="0:16:4,0.4:32:2")
+    p.add_argument("--pad_prob", type=float, default=0.5)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--min_lr_frac", type=float, default=0.1)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--weight_decay", type=float, default=0.01)
+    p.add_argument("--answer_weight", type=float, default=1.0)
+    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--log_every", type=int, default=20)
+    p.add_argument("--eval_every_min", type=float, default=8.0)
+    p.add_argument("--eval", default="2048:10,4096:10")
+    p.add_argument("--final_eval", default="2048:20,4096:20,16384:10")
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no CUDA GPU")
+    if not args.ffn:
+        args.ffn = 2 * args.hidden
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    logf = open(os.path.join(args.out, "log.txt"), "a")
+
+    def log(msg):
+        print(msg, flush=True)
+        logf.write(msg + "\n")
+        logf.flush()
+
+    log(f"args: {json.dumps(vars(args))}")
+    src = T.TextSource(args.text, args.train_families.split(","))
+    heldout_path = os.path.join(args.text, args.heldout_family + ".txt")
+    heldout = np.fromfile(heldout_path, dtype=np.uint8).astype(np.int64)
+    if args.heldout_family in src.families:
+        p.error("the held-out family is among the training families")
+    log(f"training text: {', '.join(f'{f} {len(a) / 1e6:.1f} MB' for f, a in zip(src.families, src.arrays))}; "
+        f"held-out: {args.heldout_family} {len(heldout) / 1e6:.1f} MB")
+
+    if args.init != "none":
+        cfg = drt_config.load_config(os.path.join(args.init, "config.json"))
+    else:
+        cfg = train_passkey.build_config(args)
+    drt_config.save_config(cfg, os.path.join(args.out, "config.json"))
+    model = drt_reference.from_config(cfg, torch.float32, seed=args.seed)
+    if args.init != "none":
+        load_init(model, args.init)
+        log(f"initialised from {args.init}")
+    rng = np.random.RandomState(args.seed)
+    probe = T.batch(np.random.RandomState(0), src, "keyed", 2, 8, 0.5)[0]
+    diff, same = drt_fast.check(model, torch.from_numpy(probe))
+    log(f"fast path vs reference: max |logit diff| {diff:.2e}, same retrieval {same}")
+    drt_fast.enable(model)
+    model.to(args.device)
+    nparams = sum(v.numel() for v in model.parameters())
+    log(f"model: {nparams / 1e6:.3f}M parameters")
+    decay = [v for n, v in model.named_parameters() if v.dim() >= 2]
+    no_decay = [v for n, v in model.named_parameters() if v.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
+    gen = torch.Generator(device=args.device).manual_seed(args.seed)
+    kinds, probs = parse_mix(args.mix)
+    phases = parse_phases(args.phases)
+    eval_specs = [tuple(int(x) for x in s.split(":")) for s in args.eval.split(",") if s]
+    log("eval before training")
+    history = [{"step": 0, "eval": evaluate(model, heldout, eval_specs, args.seed, log)}]
+    ckpt = os.path.join(args.out, "checkpoint.pt")
+    budget = args.minutes * 60.0
+    train_time, step = 0.0, 0
+    next_eval = args.eval_every_min * 60.0
+    stats = {}
+    t_start = time.time()
+    model.train()
+
+    def progress():
+        return step / args.steps if args.steps else train_time / budget
+
+    while progress() < 1.0:
+        frac = progress()
+        _, n_chunks, bsz = [ph for ph in phases if ph[0] <= frac][-1]
+        kind = kinds[rng.choice(len(kinds), p=probs)]
+        lr_scale = min(1.0, (step + 1) / args.warmup)
+        lr_scale *= args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+        for g in opt.param_groups:
+            g["lr"] = args.lr * lr_scale
+        t0 = time.time()
+        tokens, targets, lk = T.batch(rng, src, kind, bsz, n_chunks, args.pad_prob)
+        tokens_t = torch.from_numpy(tokens).to(args.device)
+        targets_t = torch.from_numpy(targets).to(args.device)
+        kinds_t = torch.from_numpy(lk).to(args.device)
+        out = model(tokens_t, gumbel=True, generator=gen)
+        logits = out.logits.float()
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets_t.clamp(min=0).reshape(-1),
+                             reduction="none").view_as(targets_t)
+        lm_mask = (kinds_t == P.LOSS_LM).float()
+        ans_mask = (kinds_t == P.LOSS_ANSWER).float()
+        lm_loss = (ce * lm_mask).sum() / lm_mask.sum()
+        loss = lm_loss
+        ans_loss = None
+        if ans_mask.sum() > 0:
+            ans_loss = (ce * ans_mask).sum() / ans_mask.sum()
+            loss = loss + args.answer_weight * ans_loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        opt.step()
+        train_time += time.time() - t0
+        step += 1
+        s = stats.setdefault(kind, {"lm": [], "answer": [], "tok": []})
+        s["lm"].append(lm_loss.item())
+        if ans_loss is not None:
+            s["answer"].append(ans_loss.item())
+            with torch.no_grad():
+                s["tok"].append((((logits.argmax(-1) == targets_t).float() * ans_mask).sum() / ans_mask.sum()).item())
+        if step % args.log_every == 0:
+            rec = {"step": step, "min": round(train_time / 60, 2), "n_chunks": n_chunks,
+                   "lr": round(args.lr * lr_scale, 6),
+                   "by_kind": {k: {m: round(float(np.mean(v)), 3) for m, v in d.items() if v}
+                               for k, d in stats.items()}}
+            stats = {}
+            log(json.dumps(rec))
+            history.append(rec)
+        if train_time >= next_eval:
+            next_eval += args.eval_every_min * 60.0
+            log(f"eval at step {step} ({train_time / 60:.1f} min of training)")
+            history.append({"step": step, "eval": evaluate(model, heldout, eval_specs, args.seed, log)})
+            model.to("cpu")
+            torch.save(model.state_dict(), ckpt)
+            model.to(args.device)
+
+    log(f"training done: {step} steps, {train_time / 60:.1f} min of training, "
+        f"{(time.time() - t_start) / 60:.1f} min wall with evals")
+    model.to("cpu")
+    torch.save(model.state_dict(), ckpt)
+    drt_fast.disable(model)
+    log("final eval (drt_reference forward)")
+    final_specs = [tuple(int(x) for x in s.split(":")) for s in args.final_eval.split(",") if s]
+    history.append({"step": step, "final_eval": evaluate(model, heldout, final_specs, args.seed + 1, log)})
+    with open(os.path.join(args.out, "history.json"), "w") as f:
+        json.dump(history, f, indent=1)
+    if args.export:
+        import export
+        notes, n = export.export(ckpt, os.path.join(args.out, "config.json"), args.export, args.export_dtype)
+        for note in notes:
+            log(note)
+        with open(os.path.join(args.export, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(byte_tokenizer.byte_tokenizer_json(P.PAD_ID, P.CHUNK_ID), f, ensure_ascii=False, indent=1)
+        with open(os.path.join(args.export, "generation_config.json"), "w") as f:
+            json.dump({"pad_to_chunk_boundary": True}, f, indent=2)
+            f.write("\n")
+        log(f"exported {args.export}: {n / 1e6:.3f}M parameters")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
