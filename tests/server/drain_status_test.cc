@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/waiting.h"
 
 #ifndef DRT_SERVER_BINARY
 #error "tests/CMakeLists.txt defines DRT_SERVER_BINARY as the path of drt-server"
@@ -26,18 +27,10 @@ namespace {
 
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 TEST_CASE("during a drain new and running calls get UNAVAILABLE 'shutting down'",
           "[server][process]") {
   constexpr int64_t kGrace = 3;
-  ServerProcess server(DRT_SERVER_BINARY,
-                       {"--model", FixtureDir(), "--listen", "127.0.0.1:0", "--http_listen", "",
-                        "--shutdown_grace_seconds", std::to_string(kGrace)});
+  ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(kGrace, /*http_listen=*/""));
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = drt::v1::Drt::NewStub(channel);
   const std::string id = NewSession(*stub);
@@ -57,21 +50,8 @@ TEST_CASE("during a drain new and running calls get UNAVAILABLE 'shutting down'"
     while (reader->Read(&response)) generated += response.piece().token_ids_size();
     gen_status = reader->Finish();
   });
-  struct CancelAndJoin {
-    grpc::ClientContext& context;
-    std::thread& thread;
-    ~CancelAndJoin() {
-      if (thread.joinable()) {
-        context.TryCancel();
-        thread.join();
-      }
-    }
-  } guard{gen_context, generator};
-  const auto started = Clock::now();
-  while (generated.load() < 5) {
-    REQUIRE(SecondsSince(started) < 20);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  CancelAndJoin guard(gen_context, generator);
+  WaitFor([&] { return generated.load() >= 5; }, 20, "generated tokens");
 
   const auto signalled = Clock::now();
   server.Signal(SIGTERM);

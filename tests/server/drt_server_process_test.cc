@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/waiting.h"
 
 #ifndef DRT_SERVER_BINARY
 #error "tests/CMakeLists.txt defines DRT_SERVER_BINARY as the path of drt-server"
@@ -23,31 +24,9 @@ namespace drt::server {
 namespace {
 
 using namespace drt::server::testing;
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-std::vector<std::string> ServerArgs(int64_t grace_seconds) {
-  return {"--model",         FixtureDir(),        "--listen", "127.0.0.1:0", "--http_listen",
-          "127.0.0.1:0",     "--shutdown_grace_seconds",       std::to_string(grace_seconds)};
-}
-
-// Waits until `condition` holds, failing the test after `seconds`.
-template <typename F>
-void WaitFor(F condition, double seconds, const char* what) {
-  const auto start = Clock::now();
-  while (!condition()) {
-    INFO("waiting for " << what);
-    REQUIRE(SecondsSince(start) < seconds);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
-
 TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process]") {
   constexpr int64_t kGrace = 5;
-  ServerProcess server(DRT_SERVER_BINARY, ServerArgs(kGrace));
+  ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(kGrace));
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = drt::v1::Drt::NewStub(channel);
 
@@ -74,18 +53,9 @@ TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process
     gen_status = reader->Finish();
     gen_end = Clock::now();
   });
-  // On a failed REQUIRE: cancel and join the thread (a joinable std::thread
-  // would terminate the test binary), then ~ServerProcess kills the server.
-  struct CancelAndJoin {
-    grpc::ClientContext& context;
-    std::thread& thread;
-    ~CancelAndJoin() {
-      if (thread.joinable()) {
-        context.TryCancel();
-        thread.join();
-      }
-    }
-  } guard{gen_context, generator};
+  // On a failed REQUIRE: the call is cancelled and the thread joined, then
+  // ~ServerProcess kills the server.
+  CancelAndJoin guard(gen_context, generator);
 
   // An Append the client is still streaming when the signal comes.
   const std::string app_id = NewSession(*stub);
@@ -168,7 +138,7 @@ TEST_CASE("SIGTERM right after the listening line drains and exits 0", "[server]
   // -15) in 2 of 3 tries here. Ten starts make a regression show.
   constexpr int kStarts = 10;
   for (int i = 0; i < kStarts; ++i) {
-    ServerProcess server(DRT_SERVER_BINARY, ServerArgs(1));
+    ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(1));
     server.Signal(SIGTERM);
     std::optional<int> wait_status = server.WaitExit(20);
     INFO("start " << i);
@@ -182,7 +152,7 @@ TEST_CASE("SIGTERM right after the listening line drains and exits 0", "[server]
 TEST_CASE("a 1000000-token Append through the real server completes", "[server][process][slow]") {
   constexpr int64_t kTokens = 1'000'000;
   constexpr size_t kPiece = 65536;  // about 100 KB per message, far under 4 MB
-  ServerProcess server(DRT_SERVER_BINARY, ServerArgs(10));
+  ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(10));
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = drt::v1::Drt::NewStub(channel);
   const std::string id = NewSession(*stub);

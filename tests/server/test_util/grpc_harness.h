@@ -377,6 +377,28 @@ inline drt::v1::SessionInfo WaitIdle(drt::v1::Drt::Stub& stub, const std::string
   }
 }
 
+// Owns a client thread running a call on `context`: if the test leaves the
+// scope with the thread still running (a failed REQUIRE), cancels the call
+// and joins the thread (a joinable std::thread would terminate the test
+// binary).
+class CancelAndJoin {
+ public:
+  CancelAndJoin(grpc::ClientContext& context, std::thread& thread)
+      : context_(context), thread_(thread) {}
+  ~CancelAndJoin() {
+    if (thread_.joinable()) {
+      context_.TryCancel();
+      thread_.join();
+    }
+  }
+  CancelAndJoin(const CancelAndJoin&) = delete;
+  CancelAndJoin& operator=(const CancelAndJoin&) = delete;
+
+ private:
+  grpc::ClientContext& context_;
+  std::thread& thread_;
+};
+
 // ---------------------------------------------------------------------------
 // Raw protobuf messages, for services whose generated C++ stubs are not
 // installed (grpc.health.v1, grpc.reflection.v1alpha).
@@ -544,6 +566,15 @@ inline std::string ReflectionFileContainingSymbol(grpc::Channel& channel, const 
 
 // ---------------------------------------------------------------------------
 // The real drt-server binary as a child process.
+
+// drt-server's arguments for the fixture model on 127.0.0.1:0 with the given
+// shutdown grace period; `http_listen` "" turns the HTTP endpoint off.
+inline std::vector<std::string> ServerProcessArgs(int64_t grace_seconds,
+                                                  const std::string& http_listen = "127.0.0.1:0") {
+  return {"--model",       FixtureDir(), "--listen",
+          "127.0.0.1:0",   "--http_listen", http_listen,
+          "--shutdown_grace_seconds", std::to_string(grace_seconds)};
+}
 
 class ServerProcess {
  public:
