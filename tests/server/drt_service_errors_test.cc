@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/server/test_util/check_status.h"
 #include "tests/server/test_util/grpc_harness.h"
 
 namespace drt::server {
@@ -14,20 +15,6 @@ namespace {
 
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
-
-#define CHECK_STATUS(status, code, text)                    \
-  do {                                                      \
-    const grpc::Status s_ = (status);                       \
-    INFO("message: " << s_.error_message());                \
-    CHECK(s_.error_code() == (code));                       \
-    CHECK_THAT(s_.error_message(), Contains(text));         \
-  } while (false)
-
-// An Append of one token-id message.
-grpc::Status AppendOnce(drt::v1::Drt::Stub& stub, const std::string& id,
-                        const std::vector<int32_t>& ids, const Metadata& metadata = {}) {
-  return AppendTokens(stub, id, ids, {ids.size()}, metadata).status;
-}
 
 drt::v1::GenerateRequest WithSampling(const std::string& id, float temperature, int32_t top_k,
                                       float top_p) {

@@ -284,6 +284,12 @@ inline AppendResult AppendTexts(drt::v1::Drt::Stub& stub, const std::string& ses
   });
 }
 
+// An Append of one token-id message.
+inline grpc::Status AppendOnce(drt::v1::Drt::Stub& stub, const std::string& id,
+                               const std::vector<int32_t>& ids, const Metadata& metadata = {}) {
+  return AppendTokens(stub, id, ids, {ids.size()}, metadata).status;
+}
+
 struct GenerateResult {
   grpc::Status status;
   std::vector<int32_t> tokens;
