@@ -18,6 +18,7 @@ namespace {
 
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
+
 std::vector<drt::v1::SessionInfo> ListSessions(drt::v1::Drt::Stub& stub) {
   grpc::ClientContext context;
   SetDeadline(context, 30);

@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -27,6 +26,7 @@ namespace {
 
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
+
 TEST_CASE("during a drain new and running calls get UNAVAILABLE 'shutting down'",
           "[server][process]") {
   constexpr int64_t kGrace = 3;
@@ -38,20 +38,8 @@ TEST_CASE("during a drain new and running calls get UNAVAILABLE 'shutting down'"
   REQUIRE(AppendTokens(*stub, id, prompt, EvenPieces(prompt.size(), 100)).status.ok());
 
   // A Generate far longer than the grace period.
-  std::atomic<int> generated{0};
-  grpc::Status gen_status;
-  grpc::ClientContext gen_context;
-  SetDeadline(gen_context, 60);
-  std::thread generator([&] {
-    drt::v1::GenerateRequest request = GreedyRequest(id, 1 << 20);
-    request.set_ignore_eos(true);
-    auto reader = stub->Generate(&gen_context, request);
-    drt::v1::GenerateResponse response;
-    while (reader->Read(&response)) generated += response.piece().token_ids_size();
-    gen_status = reader->Finish();
-  });
-  CancelAndJoin guard(gen_context, generator);
-  WaitFor([&] { return generated.load() >= 5; }, 20, "generated tokens");
+  BackgroundGenerate generator(*stub, id, 60);
+  WaitFor([&] { return generator.generated() >= 5; }, 20, "generated tokens");
 
   const auto signalled = Clock::now();
   server.Signal(SIGTERM);
@@ -81,7 +69,8 @@ TEST_CASE("during a drain new and running calls get UNAVAILABLE 'shutting down'"
   CHECK(SecondsSince(signalled) < kGrace);
 
   // The Generate still running when the grace period ends.
-  generator.join();
+  generator.Join();
+  const grpc::Status& gen_status = generator.status();
   INFO("Generate: " << gen_status.error_code() << " '" << gen_status.error_message() << "' after "
                     << SecondsSince(signalled) << " s");
   CHECK(gen_status.error_code() == grpc::StatusCode::UNAVAILABLE);

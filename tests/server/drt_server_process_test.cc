@@ -3,12 +3,10 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -24,6 +22,7 @@ namespace drt::server {
 namespace {
 
 using namespace drt::server::testing;
+
 TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process]") {
   constexpr int64_t kGrace = 5;
   ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(kGrace));
@@ -34,28 +33,9 @@ TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process
   const auto prompt = RandomTokens(500, 1);
   REQUIRE(AppendTokens(*stub, gen_id, prompt, EvenPieces(prompt.size(), 100)).status.ok());
 
-  // A Generate far longer than the grace period.
-  std::atomic<int> generated{0};
-  grpc::Status gen_status;
-  std::optional<drt::v1::GenerateDone> gen_done;
-  Clock::time_point gen_end;
-  grpc::ClientContext gen_context;
-  SetDeadline(gen_context, 120);
-  std::thread generator([&] {
-    drt::v1::GenerateRequest request = GreedyRequest(gen_id, 1 << 20);
-    request.set_ignore_eos(true);
-    auto reader = stub->Generate(&gen_context, request);
-    drt::v1::GenerateResponse response;
-    while (reader->Read(&response)) {
-      generated += response.piece().token_ids_size();
-      if (response.has_done()) gen_done = response.done();
-    }
-    gen_status = reader->Finish();
-    gen_end = Clock::now();
-  });
-  // On a failed REQUIRE: the call is cancelled and the thread joined, then
-  // ~ServerProcess kills the server.
-  CancelAndJoin guard(gen_context, generator);
+  // A Generate far longer than the grace period. On a failed REQUIRE it is
+  // cancelled and its thread joined, then ~ServerProcess kills the server.
+  BackgroundGenerate generator(*stub, gen_id, 120);
 
   // An Append the client is still streaming when the signal comes.
   const std::string app_id = NewSession(*stub);
@@ -65,7 +45,7 @@ TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process
   auto append = stub->Append(&app_context);
   REQUIRE(append->Write(TokensMessage(app_id, tokens.data(), 1000)));
   WaitFor([&] { return GetSession(*stub, app_id).info.busy(); }, 20, "the Append to start");
-  WaitFor([&] { return generated.load() >= 10; }, 20, "generated tokens");
+  WaitFor([&] { return generator.generated() >= 10; }, 20, "generated tokens");
 
   const auto signalled = Clock::now();
   server.Signal(SIGTERM);
@@ -109,15 +89,18 @@ TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process
   CHECK(SecondsSince(signalled) < kGrace);
 
   // The Generate is cancelled at the end of the grace period.
-  generator.join();
-  const double gen_seconds = std::chrono::duration<double>(gen_end - signalled).count();
+  generator.Join();
+  const grpc::Status& gen_status = generator.status();
+  const std::optional<drt::v1::GenerateDone>& gen_done = generator.done();
+  const double gen_seconds = std::chrono::duration<double>(generator.end() - signalled).count();
   INFO("Generate: code " << gen_status.error_code() << " '" << gen_status.error_message()
-                         << "' after " << gen_seconds << " s, " << generated.load() << " tokens");
+                         << "' after " << gen_seconds << " s, " << generator.generated()
+                         << " tokens");
   CHECK((gen_status.error_code() == grpc::StatusCode::CANCELLED ||
          gen_status.error_code() == grpc::StatusCode::UNAVAILABLE ||
          (gen_status.ok() && gen_done.has_value() &&
           gen_done->finish_reason() == drt::v1::FINISH_REASON_CANCELLED)));
-  CHECK(generated.load() < (1 << 20));
+  CHECK(generator.generated() < (1 << 20));
   CHECK(gen_seconds > kGrace - 1.0);
   CHECK(gen_seconds < kGrace + 5.0);
 

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -383,26 +384,53 @@ inline drt::v1::SessionInfo WaitIdle(drt::v1::Drt::Stub& stub, const std::string
   }
 }
 
-// Owns a client thread running a call on `context`: if the test leaves the
-// scope with the thread still running (a failed REQUIRE), cancels the call
-// and joins the thread (a joinable std::thread would terminate the test
-// binary).
-class CancelAndJoin {
+// A greedy Generate of 2^20 tokens with ignore_eos (far longer than any
+// test waits) on a thread of its own: counts the tokens as they arrive and
+// keeps the final status, the done message if one came, and when the call
+// ended. Destroyed with the call still running (a failed REQUIRE), it
+// cancels the call and joins the thread (a joinable std::thread would
+// terminate the test binary).
+class BackgroundGenerate {
  public:
-  CancelAndJoin(grpc::ClientContext& context, std::thread& thread)
-      : context_(context), thread_(thread) {}
-  ~CancelAndJoin() {
+  BackgroundGenerate(drt::v1::Drt::Stub& stub, const std::string& session_id,
+                     double deadline_seconds) {
+    SetDeadline(context_, deadline_seconds);
+    thread_ = std::thread([this, &stub, session_id] {
+      drt::v1::GenerateRequest request = GreedyRequest(session_id, 1 << 20);
+      request.set_ignore_eos(true);
+      auto reader = stub.Generate(&context_, request);
+      drt::v1::GenerateResponse response;
+      while (reader->Read(&response)) {
+        generated_ += response.piece().token_ids_size();
+        if (response.has_done()) done_ = response.done();
+      }
+      status_ = reader->Finish();
+      end_ = std::chrono::steady_clock::now();
+    });
+  }
+  ~BackgroundGenerate() {
     if (thread_.joinable()) {
       context_.TryCancel();
       thread_.join();
     }
   }
-  CancelAndJoin(const CancelAndJoin&) = delete;
-  CancelAndJoin& operator=(const CancelAndJoin&) = delete;
+  BackgroundGenerate(const BackgroundGenerate&) = delete;
+  BackgroundGenerate& operator=(const BackgroundGenerate&) = delete;
+
+  int generated() const { return generated_.load(); }
+  // Waits for the call to end; the accessors below are valid after it.
+  void Join() { thread_.join(); }
+  const grpc::Status& status() const { return status_; }
+  const std::optional<drt::v1::GenerateDone>& done() const { return done_; }
+  std::chrono::steady_clock::time_point end() const { return end_; }
 
  private:
-  grpc::ClientContext& context_;
-  std::thread& thread_;
+  grpc::ClientContext context_;
+  std::atomic<int> generated_{0};
+  grpc::Status status_;
+  std::optional<drt::v1::GenerateDone> done_;
+  std::chrono::steady_clock::time_point end_;
+  std::thread thread_;
 };
 
 // ---------------------------------------------------------------------------
