@@ -20,6 +20,7 @@
 #include "tests/test_util/safetensors_writer.h"
 #include "tests/test_util/temp_dir.h"
 #include "tests/test_util/tiny_model.h"
+#include "tests/test_util/tiny_model_dir.h"
 
 namespace drt {
 namespace {
@@ -27,6 +28,7 @@ namespace {
 using Catch::Contains;
 using nlohmann::json;
 using testing::EncodeSafetensors;
+using testing::LoadTinyDirStatus;
 using testing::MakeTinyModel;
 using testing::SafetensorsWriter;
 using testing::TempDir;
@@ -67,11 +69,6 @@ absl::Status OpenStatus(const TempDir& dir, const std::string& header, const std
 // A one-tensor header: "w", F32 [2, 2], bytes [0, 16).
 json OneTensorHeader() {
   return {{"w", {{"dtype", "F32"}, {"shape", {2, 2}}, {"data_offsets", {0, 16}}}}};
-}
-
-absl::Status LoadTinyDirStatus(const TempDir& dir, const TinyModel& model) {
-  WriteModelDir(dir.path(), model.config, model.weights);
-  return LoadModelDir(dir.path()).status();
 }
 
 // ---------------------------------------------------------------- config

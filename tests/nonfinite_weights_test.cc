@@ -12,20 +12,20 @@
 
 #include "absl/status/status.h"
 #include "engine/finite_scan.h"
-#include "engine/model_dir.h"
 #include "engine/safetensors.h"
 #include "tests/test_util/safetensors_writer.h"
 #include "tests/test_util/temp_dir.h"
 #include "tests/test_util/tiny_model.h"
+#include "tests/test_util/tiny_model_dir.h"
 
 namespace drt {
 namespace {
 
 using Catch::Contains;
+using testing::LoadTinyDirStatus;
 using testing::MakeTinyModel;
 using testing::TempDir;
 using testing::TinyModel;
-using testing::WriteModelDir;
 
 // The naive answer: convert each element and ask std::isfinite.
 int64_t NaiveFirstNonFinite(const std::vector<uint16_t>& bits, DType dtype) {
@@ -119,8 +119,7 @@ absl::Status LoadWithBadElement(const std::string& dtype, const std::string& nam
     raw[index] = static_cast<uint16_t>(bits);
     model.weights.SetValues(name, dtype, shape, raw);
   }
-  WriteModelDir(dir.path(), model.config, model.weights);
-  return LoadModelDir(dir.path()).status();
+  return LoadTinyDirStatus(dir, model);
 }
 
 TEST_CASE("weights: NaN or infinity is refused naming the tensor and element",
@@ -153,8 +152,7 @@ TEST_CASE("weights: an optional lm_head with NaN is refused too", "[loader][weig
   std::vector<float> head(11 * 8, 0.5f);
   head[87] = std::numeric_limits<float>::quiet_NaN();
   model.weights.SetFloats("lm_head.weight", "F32", {11, 8}, head);
-  WriteModelDir(dir.path(), model.config, model.weights);
-  const absl::Status status = LoadModelDir(dir.path()).status();
+  const absl::Status status = LoadTinyDirStatus(dir, model);
   CHECK(status.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(status.message()),
              Contains("tensor 'lm_head.weight' holds NaN at element 87 of 88"));

@@ -21,6 +21,8 @@ import tempfile
 import time
 import urllib.request
 
+from checks import Checks
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ENTRYPOINT = os.path.join(REPO, "deploy", "image", "entrypoint.sh")
 
@@ -28,19 +30,6 @@ ENTRYPOINT = os.path.join(REPO, "deploy", "image", "entrypoint.sh")
 def source_flags():
     with open(os.path.join(REPO, "server", "server_flags.cc")) as f:
         return re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", f.read())
-
-
-class Checks:
-    def __init__(self):
-        self.passed = self.failed = 0
-
-    def expect(self, ok, what, detail=""):
-        if ok:
-            self.passed += 1
-            print(f"ok: {what}")
-        else:
-            self.failed += 1
-            print(f"FAILED: {what}" + (f"\n  {detail}" if detail else ""))
 
 
 def base_env():
@@ -144,8 +133,7 @@ def main():
         rest, _ = server.communicate(timeout=60)
     checks.expect(server.returncode == 0 and "drt-server: stopped" in rest,
                   "SIGTERM drains and stops it with status 0", f"status {server.returncode}: {rest[-500:]}")
-    print(f"{checks.passed} passed, {checks.failed} failed")
-    return 1 if checks.failed else 0
+    return checks.summary()
 
 
 if __name__ == "__main__":

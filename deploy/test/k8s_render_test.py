@@ -19,6 +19,8 @@ import sys
 
 import yaml
 
+from checks import Checks
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 K8S = os.path.join(REPO, "deploy", "k8s")
 
@@ -39,19 +41,6 @@ def source_facts():
     header = re.search(r'SESSION_HEADER = "([^"]+)"', read("client_examples/python/drt_client.py")).group(1)
     return dict(uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, header=header,
                 http_paths=http_paths)
-
-
-class Checks:
-    def __init__(self):
-        self.passed = self.failed = 0
-
-    def expect(self, ok, what, detail=""):
-        if ok:
-            self.passed += 1
-            print(f"ok: {what}")
-        else:
-            self.failed += 1
-            print(f"FAILED: {what}" + (f"\n  {detail}" if detail else ""))
 
 
 def render(kubectl, directory):
@@ -254,8 +243,7 @@ def main():
     c.expect(liveness["periodSeconds"] * liveness["failureThreshold"] > grace,
              "examples/http-probes: liveness cannot fail within a drain")
 
-    print(f"{c.passed} passed, {c.failed} failed")
-    return 1 if c.failed else 0
+    return c.summary()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import sys
 import threading
 from concurrent import futures
 
+from checks import Checks
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 HEADER = "x-drt-session"
 # Every method the clients call in a run; each must carry the header.
@@ -82,20 +84,6 @@ def start_server(binary):
 def run_client(command):
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     return result.returncode, result.stdout + result.stderr
-
-
-class Checks:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def expect(self, ok, what, detail=""):
-        if ok:
-            self.passed += 1
-            print(f"ok: {what}")
-        else:
-            self.failed += 1
-            print(f"FAILED: {what}" + (f"\n  {detail}" if detail else ""))
 
 
 def check_run(checks, name, calls, expected_key=None):
@@ -167,8 +155,7 @@ def main():
         front.stop(0)
         server.terminate()
         server.wait(timeout=30)
-    print(f"{checks.passed} passed, {checks.failed} failed")
-    return 1 if checks.failed else 0
+    return checks.summary()
 
 
 if __name__ == "__main__":

@@ -59,6 +59,41 @@ std::vector<double> WindowReference(const std::vector<float>& q, const std::vect
 
 constexpr uint16_t kNanBits = 0x7fc0;
 
+// One step as the engine runs it on storage type T (Host: the buffers'
+// element type, uint16_t bits for bf16): window attention over the step's
+// rows and the ring, then the step's keys and values written into the ring;
+// waits for both. Returns the parameters, for a follow-up step.
+template <typename T, typename Host>
+kernels::WindowAttentionParams<T> RunWindowStep(const WindowCase& c, int ring_slots,
+                                                const DeviceBuffer<Host>& q,
+                                                const DeviceBuffer<Host>& k_new,
+                                                const DeviceBuffer<Host>& v_new,
+                                                const DeviceBuffer<Host>& ring_k,
+                                                const DeviceBuffer<Host>& ring_v,
+                                                const DeviceBuffer<Host>& out) {
+  kernels::WindowAttentionParams<T> p;
+  p.q = q.template as<const T>();
+  p.k_new = k_new.template as<const T>();
+  p.v_new = v_new.template as<const T>();
+  p.k_ring = ring_k.template as<const T>();
+  p.v_ring = ring_v.template as<const T>();
+  p.ring_slots = ring_slots;
+  p.window = c.window;
+  p.first_pos = c.first_pos;
+  p.n = c.n;
+  p.heads = c.heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  p.out = out.template as<T>();
+  CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+  CUDA_REQUIRE(kernels::LaunchWindowRingWrite(p.k_new, p.v_new, c.n, c.first_pos, ring_slots,
+                                              c.kv_heads, c.head_dim, ring_k.template as<T>(),
+                                              ring_v.template as<T>(), nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  return p;
+}
+
+
 // extra_slots: a ring larger than window + 1 (the API allows it; the CUDA
 // engine uses max(1, W) + 1 slots, so W = 0 runs with 2 slots).
 void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0) {
@@ -95,24 +130,8 @@ void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0) 
   DeviceBuffer<uint16_t> d_ring_v(ring_v);
   DeviceBuffer<uint16_t> d_out(static_cast<size_t>(c.n) * q_width);
 
-  kernels::WindowAttentionParams<bf16> p;
-  p.q = d_q.as<const bf16>();
-  p.k_new = d_k_new.as<const bf16>();
-  p.v_new = d_v_new.as<const bf16>();
-  p.k_ring = d_ring_k.as<const bf16>();
-  p.v_ring = d_ring_v.as<const bf16>();
-  p.ring_slots = ring_slots;
-  p.window = c.window;
-  p.first_pos = c.first_pos;
-  p.n = c.n;
-  p.heads = c.heads;
-  p.kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  p.out = d_out.as<bf16>();
-  CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
-  CUDA_REQUIRE(kernels::LaunchWindowRingWrite(p.k_new, p.v_new, c.n, c.first_pos, ring_slots, c.kv_heads,
-                                              c.head_dim, d_ring_k.as<bf16>(), d_ring_v.as<bf16>(), nullptr));
-  CUDA_REQUIRE(cudaDeviceSynchronize());
+  kernels::WindowAttentionParams<bf16> p =
+      RunWindowStep<bf16>(c, ring_slots, d_q, d_k_new, d_v_new, d_ring_k, d_ring_v, d_out);
 
   const ErrorReport e = CompareToReference(
       Bf16ToFloats(d_out.Download()),
@@ -224,25 +243,7 @@ void RunWindowCaseFp32(const WindowCase& c, std::mt19937& rng) {
   DeviceBuffer<float> d_q(q), d_k_new(rows(hist_k, c.first_pos, c.n)),
       d_v_new(rows(hist_v, c.first_pos, c.n)), d_ring_k(ring_k), d_ring_v(ring_v),
       d_out(static_cast<size_t>(c.n) * q_width);
-  kernels::WindowAttentionParams<float> p;
-  p.q = d_q.get();
-  p.k_new = d_k_new.get();
-  p.v_new = d_v_new.get();
-  p.k_ring = d_ring_k.get();
-  p.v_ring = d_ring_v.get();
-  p.ring_slots = ring_slots;
-  p.window = c.window;
-  p.first_pos = c.first_pos;
-  p.n = c.n;
-  p.heads = c.heads;
-  p.kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  p.out = d_out.get();
-  CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
-  CUDA_REQUIRE(kernels::LaunchWindowRingWrite(p.k_new, p.v_new, c.n, c.first_pos, ring_slots,
-                                              c.kv_heads, c.head_dim, d_ring_k.get(),
-                                              d_ring_v.get(), nullptr));
-  CUDA_REQUIRE(cudaDeviceSynchronize());
+  RunWindowStep<float>(c, ring_slots, d_q, d_k_new, d_v_new, d_ring_k, d_ring_v, d_out);
   const ErrorReport e = CompareToReference(
       d_out.Download(), WindowReference(q, hist_k, hist_v, c.first_pos, c.n, c.window, c.heads,
                                         c.kv_heads, c.head_dim));

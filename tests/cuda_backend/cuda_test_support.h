@@ -36,6 +36,20 @@ inline void Record(BackendSession& s, RetrievalLog& log) {
       [&log](int64_t chunk, int64_t group, const Retrieval& r) { log[{chunk, group}] = r; });
 }
 
+// One selection per landmark and group on both sides, no extra ones: checks
+// that, then calls `check(cpu_selection, gpu_selection)` for each landmark
+// and group (named in the failure message).
+template <typename F>
+void ForEachRetrievalPair(const RetrievalLog& cpu, const RetrievalLog& gpu, F check) {
+  CHECK(gpu.size() == cpu.size());
+  for (const auto& [key, c] : cpu) {
+    INFO("chunk " << key.first << " group " << key.second);
+    auto it = gpu.find(key);
+    REQUIRE(it != gpu.end());
+    check(c, it->second);
+  }
+}
+
 // Selections must agree except between chunks whose scores are (nearly)
 // tied: every CPU-chosen chunk whose score beats the CPU's k-th by more than
 // `score_margin` must be chosen on the GPU too, with a close weight. Returns
@@ -43,17 +57,11 @@ inline void Record(BackendSession& s, RetrievalLog& log) {
 inline int64_t CompareRetrievals(const RetrievalLog& cpu, const RetrievalLog& gpu,
                                  double score_margin = 0.05, double weight_tolerance = 3e-2) {
   int64_t identical = 0;
-  // One selection per landmark and group on both sides, no extra ones.
-  CHECK(gpu.size() == cpu.size());
-  for (const auto& [key, c] : cpu) {
-    INFO("chunk " << key.first << " group " << key.second);
-    auto it = gpu.find(key);
-    REQUIRE(it != gpu.end());
-    const Retrieval& g = it->second;
+  ForEachRetrievalPair(cpu, gpu, [&](const Retrieval& c, const Retrieval& g) {
     REQUIRE(g.chunks.size() == c.chunks.size());
     if (c.chunks.empty()) {
       ++identical;
-      continue;
+      return;
     }
     const double w_min = c.weights.back();  // best first: the k-th is last
     for (size_t i = 0; i < c.chunks.size(); ++i) {
@@ -69,7 +77,7 @@ inline int64_t CompareRetrievals(const RetrievalLog& cpu, const RetrievalLog& gp
     }
     std::set<int64_t> a(c.chunks.begin(), c.chunks.end()), b(g.chunks.begin(), g.chunks.end());
     if (a == b) ++identical;
-  }
+  });
   return identical;
 }
 
@@ -77,19 +85,14 @@ inline int64_t CompareRetrievals(const RetrievalLog& cpu, const RetrievalLog& gp
 // the same order, each weight within `weight_tolerance`.
 inline void CheckIdenticalRetrievals(const RetrievalLog& cpu, const RetrievalLog& gpu,
                                      double weight_tolerance) {
-  CHECK(gpu.size() == cpu.size());
-  for (const auto& [key, c] : cpu) {
-    INFO("chunk " << key.first << " group " << key.second);
-    auto it = gpu.find(key);
-    REQUIRE(it != gpu.end());
-    const Retrieval& g = it->second;
+  ForEachRetrievalPair(cpu, gpu, [&](const Retrieval& c, const Retrieval& g) {
     REQUIRE(g.chunks == c.chunks);
     REQUIRE(g.weights.size() == c.weights.size());
     for (size_t i = 0; i < c.weights.size(); ++i) {
       INFO("chunk " << c.chunks[i] << " weight " << g.weights[i] << " vs " << c.weights[i]);
       CHECK(std::abs(g.weights[i] - c.weights[i]) <= weight_tolerance);
     }
-  }
+  });
 }
 
 inline CudaBackendOptions PrecisionOptions(CudaPrecision precision) {

@@ -11,17 +11,13 @@
 #include <catch2/catch.hpp>
 
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/waiting.h"
 
 namespace drt::server {
 namespace {
 
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 std::vector<drt::v1::SessionInfo> ListSessions(drt::v1::Drt::Stub& stub) {
   grpc::ClientContext context;

@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -16,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/waiting.h"
 
 #ifndef DRT_SERVER_BINARY
 #error "tests/CMakeLists.txt defines DRT_SERVER_BINARY as the path of drt-server"
@@ -26,18 +26,11 @@ namespace {
 
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 TEST_CASE("during a drain new and running calls get UNAVAILABLE 'shutting down'",
           "[server][process]") {
   constexpr int64_t kGrace = 3;
-  ServerProcess server(DRT_SERVER_BINARY,
-                       {"--model", FixtureDir(), "--listen", "127.0.0.1:0", "--http_listen", "",
-                        "--shutdown_grace_seconds", std::to_string(kGrace)});
+  ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(kGrace, /*http_listen=*/""));
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = drt::v1::Drt::NewStub(channel);
   const std::string id = NewSession(*stub);
@@ -45,33 +38,8 @@ TEST_CASE("during a drain new and running calls get UNAVAILABLE 'shutting down'"
   REQUIRE(AppendTokens(*stub, id, prompt, EvenPieces(prompt.size(), 100)).status.ok());
 
   // A Generate far longer than the grace period.
-  std::atomic<int> generated{0};
-  grpc::Status gen_status;
-  grpc::ClientContext gen_context;
-  SetDeadline(gen_context, 60);
-  std::thread generator([&] {
-    drt::v1::GenerateRequest request = GreedyRequest(id, 1 << 20);
-    request.set_ignore_eos(true);
-    auto reader = stub->Generate(&gen_context, request);
-    drt::v1::GenerateResponse response;
-    while (reader->Read(&response)) generated += response.piece().token_ids_size();
-    gen_status = reader->Finish();
-  });
-  struct CancelAndJoin {
-    grpc::ClientContext& context;
-    std::thread& thread;
-    ~CancelAndJoin() {
-      if (thread.joinable()) {
-        context.TryCancel();
-        thread.join();
-      }
-    }
-  } guard{gen_context, generator};
-  const auto started = Clock::now();
-  while (generated.load() < 5) {
-    REQUIRE(SecondsSince(started) < 20);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  BackgroundGenerate generator(*stub, id, 60);
+  WaitFor([&] { return generator.generated() >= 5; }, 20, "generated tokens");
 
   const auto signalled = Clock::now();
   server.Signal(SIGTERM);
@@ -101,7 +69,8 @@ TEST_CASE("during a drain new and running calls get UNAVAILABLE 'shutting down'"
   CHECK(SecondsSince(signalled) < kGrace);
 
   // The Generate still running when the grace period ends.
-  generator.join();
+  generator.Join();
+  const grpc::Status& gen_status = generator.status();
   INFO("Generate: " << gen_status.error_code() << " '" << gen_status.error_message() << "' after "
                     << SecondsSince(signalled) << " s");
   CHECK(gen_status.error_code() == grpc::StatusCode::UNAVAILABLE);

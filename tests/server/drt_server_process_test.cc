@@ -3,17 +3,16 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/waiting.h"
 
 #ifndef DRT_SERVER_BINARY
 #error "tests/CMakeLists.txt defines DRT_SERVER_BINARY as the path of drt-server"
@@ -23,31 +22,10 @@ namespace drt::server {
 namespace {
 
 using namespace drt::server::testing;
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-std::vector<std::string> ServerArgs(int64_t grace_seconds) {
-  return {"--model",         FixtureDir(),        "--listen", "127.0.0.1:0", "--http_listen",
-          "127.0.0.1:0",     "--shutdown_grace_seconds",       std::to_string(grace_seconds)};
-}
-
-// Waits until `condition` holds, failing the test after `seconds`.
-template <typename F>
-void WaitFor(F condition, double seconds, const char* what) {
-  const auto start = Clock::now();
-  while (!condition()) {
-    INFO("waiting for " << what);
-    REQUIRE(SecondsSince(start) < seconds);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
 
 TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process]") {
   constexpr int64_t kGrace = 5;
-  ServerProcess server(DRT_SERVER_BINARY, ServerArgs(kGrace));
+  ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(kGrace));
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = drt::v1::Drt::NewStub(channel);
 
@@ -55,37 +33,9 @@ TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process
   const auto prompt = RandomTokens(500, 1);
   REQUIRE(AppendTokens(*stub, gen_id, prompt, EvenPieces(prompt.size(), 100)).status.ok());
 
-  // A Generate far longer than the grace period.
-  std::atomic<int> generated{0};
-  grpc::Status gen_status;
-  std::optional<drt::v1::GenerateDone> gen_done;
-  Clock::time_point gen_end;
-  grpc::ClientContext gen_context;
-  SetDeadline(gen_context, 120);
-  std::thread generator([&] {
-    drt::v1::GenerateRequest request = GreedyRequest(gen_id, 1 << 20);
-    request.set_ignore_eos(true);
-    auto reader = stub->Generate(&gen_context, request);
-    drt::v1::GenerateResponse response;
-    while (reader->Read(&response)) {
-      generated += response.piece().token_ids_size();
-      if (response.has_done()) gen_done = response.done();
-    }
-    gen_status = reader->Finish();
-    gen_end = Clock::now();
-  });
-  // On a failed REQUIRE: cancel and join the thread (a joinable std::thread
-  // would terminate the test binary), then ~ServerProcess kills the server.
-  struct CancelAndJoin {
-    grpc::ClientContext& context;
-    std::thread& thread;
-    ~CancelAndJoin() {
-      if (thread.joinable()) {
-        context.TryCancel();
-        thread.join();
-      }
-    }
-  } guard{gen_context, generator};
+  // A Generate far longer than the grace period. On a failed REQUIRE it is
+  // cancelled and its thread joined, then ~ServerProcess kills the server.
+  BackgroundGenerate generator(*stub, gen_id, 120);
 
   // An Append the client is still streaming when the signal comes.
   const std::string app_id = NewSession(*stub);
@@ -95,7 +45,7 @@ TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process
   auto append = stub->Append(&app_context);
   REQUIRE(append->Write(TokensMessage(app_id, tokens.data(), 1000)));
   WaitFor([&] { return GetSession(*stub, app_id).info.busy(); }, 20, "the Append to start");
-  WaitFor([&] { return generated.load() >= 10; }, 20, "generated tokens");
+  WaitFor([&] { return generator.generated() >= 10; }, 20, "generated tokens");
 
   const auto signalled = Clock::now();
   server.Signal(SIGTERM);
@@ -139,15 +89,18 @@ TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process
   CHECK(SecondsSince(signalled) < kGrace);
 
   // The Generate is cancelled at the end of the grace period.
-  generator.join();
-  const double gen_seconds = std::chrono::duration<double>(gen_end - signalled).count();
+  generator.Join();
+  const grpc::Status& gen_status = generator.status();
+  const std::optional<drt::v1::GenerateDone>& gen_done = generator.done();
+  const double gen_seconds = std::chrono::duration<double>(generator.end() - signalled).count();
   INFO("Generate: code " << gen_status.error_code() << " '" << gen_status.error_message()
-                         << "' after " << gen_seconds << " s, " << generated.load() << " tokens");
+                         << "' after " << gen_seconds << " s, " << generator.generated()
+                         << " tokens");
   CHECK((gen_status.error_code() == grpc::StatusCode::CANCELLED ||
          gen_status.error_code() == grpc::StatusCode::UNAVAILABLE ||
          (gen_status.ok() && gen_done.has_value() &&
           gen_done->finish_reason() == drt::v1::FINISH_REASON_CANCELLED)));
-  CHECK(generated.load() < (1 << 20));
+  CHECK(generator.generated() < (1 << 20));
   CHECK(gen_seconds > kGrace - 1.0);
   CHECK(gen_seconds < kGrace + 5.0);
 
@@ -168,7 +121,7 @@ TEST_CASE("SIGTERM right after the listening line drains and exits 0", "[server]
   // -15) in 2 of 3 tries here. Ten starts make a regression show.
   constexpr int kStarts = 10;
   for (int i = 0; i < kStarts; ++i) {
-    ServerProcess server(DRT_SERVER_BINARY, ServerArgs(1));
+    ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(1));
     server.Signal(SIGTERM);
     std::optional<int> wait_status = server.WaitExit(20);
     INFO("start " << i);
@@ -182,7 +135,7 @@ TEST_CASE("SIGTERM right after the listening line drains and exits 0", "[server]
 TEST_CASE("a 1000000-token Append through the real server completes", "[server][process][slow]") {
   constexpr int64_t kTokens = 1'000'000;
   constexpr size_t kPiece = 65536;  // about 100 KB per message, far under 4 MB
-  ServerProcess server(DRT_SERVER_BINARY, ServerArgs(10));
+  ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(10));
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = drt::v1::Drt::NewStub(channel);
   const std::string id = NewSession(*stub);

@@ -1,33 +1,19 @@
 // Every error code drt.v1.Drt returns, provoked over a real loopback channel,
 // with its message checked; authentication on and off; draining.
-#include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "tests/server/test_util/check_status.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/waiting.h"
 
 namespace drt::server {
 namespace {
 
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
-
-#define CHECK_STATUS(status, code, text)                    \
-  do {                                                      \
-    const grpc::Status s_ = (status);                       \
-    INFO("message: " << s_.error_message());                \
-    CHECK(s_.error_code() == (code));                       \
-    CHECK_THAT(s_.error_message(), Contains(text));         \
-  } while (false)
-
-// An Append of one token-id message.
-grpc::Status AppendOnce(drt::v1::Drt::Stub& stub, const std::string& id,
-                        const std::vector<int32_t>& ids, const Metadata& metadata = {}) {
-  return AppendTokens(stub, id, ids, {ids.size()}, metadata).status;
-}
 
 drt::v1::GenerateRequest WithSampling(const std::string& id, float temperature, int32_t top_k,
                                       float top_p) {
@@ -269,11 +255,7 @@ TEST_CASE("FAILED_PRECONDITION: busy sessions and empty sessions", "[server][err
     auto stream = stub.Append(&context);
     REQUIRE(stream->Write(TokensMessage(id, tokens.data(), 100)));
     // The session is claimed once the server has read the first message.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!GetSession(stub, id).info.busy()) {
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    WaitFor([&] { return GetSession(stub, id).info.busy(); }, 10, "the Append to start");
     const std::string busy = "session " + id + " is busy with an Append; wait for it to finish";
     CHECK_STATUS(GenerateGreedy(stub, id, 4).status, grpc::StatusCode::FAILED_PRECONDITION, busy);
     CHECK_STATUS(AppendOnce(stub, id, {1, 2}), grpc::StatusCode::FAILED_PRECONDITION, busy);
@@ -367,11 +349,7 @@ TEST_CASE("UNAVAILABLE while draining but running streams go on", "[server][erro
   SetDeadline(context, 30);
   auto stream = stub.Append(&context);
   REQUIRE(stream->Write(TokensMessage(id, tokens.data(), 200)));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!GetSession(stub, id).info.busy()) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  WaitFor([&] { return GetSession(stub, id).info.busy(); }, 10, "the Append to start");
 
   server.service().StartDraining();
   const std::string hint = "the server is shutting down; retry on another replica";

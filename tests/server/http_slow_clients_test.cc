@@ -20,15 +20,13 @@
 
 #include "server/http_endpoint.h"
 #include "server/metrics.h"
+#include "tests/server/test_util/waiting.h"
 
 namespace drt::server {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using testing::Clock;
+using testing::SecondsSince;
 
 // One connection that sends "GET /healthz HTTP/1.1\r\n..." a byte at a
 // time, `interval` apart, from a thread of its own, and notes when the

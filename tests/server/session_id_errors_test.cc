@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/server/test_util/check_status.h"
 #include "tests/server/test_util/grpc_harness.h"
 
 namespace drt::server {
@@ -17,21 +18,8 @@ namespace {
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
 
-#define CHECK_STATUS(status, code, text)            \
-  do {                                              \
-    const grpc::Status s_ = (status);               \
-    INFO("code " << s_.error_code() << " message: " << s_.error_message().substr(0, 300)); \
-    CHECK(s_.error_code() == (code));               \
-    CHECK_THAT(s_.error_message(), Contains(text)); \
-  } while (false)
-
 // The documented limit (docs/api.md, "Sessions").
 constexpr size_t kMaxIdBytes = 128;
-
-grpc::Status AppendOne(drt::v1::Drt::Stub& stub, const std::string& id) {
-  const std::vector<int32_t> ids = {65};
-  return AppendTokens(stub, id, ids, {1}).status;
-}
 
 TEST_CASE("session ids over the limit are refused and not echoed", "[server][errors]") {
   InProcessServer server;
@@ -46,7 +34,7 @@ TEST_CASE("session ids over the limit are refused and not echoed", "[server][err
     CHECK_STATUS(ForkSession(stub, id).status, grpc::StatusCode::INVALID_ARGUMENT, expected);
     CHECK_STATUS(GenerateGreedy(stub, id, 2).status, grpc::StatusCode::INVALID_ARGUMENT,
                  expected);
-    CHECK_STATUS(AppendOne(stub, id), grpc::StatusCode::INVALID_ARGUMENT, expected);
+    CHECK_STATUS(AppendOnce(stub, id, {65}), grpc::StatusCode::INVALID_ARGUMENT, expected);
     // Not echoed: the message stays short.
     CHECK(GetSession(stub, id).status.error_message().size() < 300);
   }
@@ -112,7 +100,8 @@ TEST_CASE("NOT_FOUND says sessions do not survive a restart and gives the start 
   CHECK_STATUS(DeleteSession(stub, unknown), grpc::StatusCode::NOT_FOUND, "do not survive a restart");
   CHECK_STATUS(GenerateGreedy(stub, unknown, 2).status, grpc::StatusCode::NOT_FOUND,
                "do not survive a restart");
-  CHECK_STATUS(AppendOne(stub, unknown), grpc::StatusCode::NOT_FOUND, "do not survive a restart");
+  CHECK_STATUS(AppendOnce(stub, unknown, {65}), grpc::StatusCode::NOT_FOUND,
+               "do not survive a restart");
   CHECK_STATUS(ForkSession(stub, unknown).status, grpc::StatusCode::NOT_FOUND,
                "do not survive a restart");
 }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -284,6 +285,12 @@ inline AppendResult AppendTexts(drt::v1::Drt::Stub& stub, const std::string& ses
   });
 }
 
+// An Append of one token-id message.
+inline grpc::Status AppendOnce(drt::v1::Drt::Stub& stub, const std::string& id,
+                               const std::vector<int32_t>& ids, const Metadata& metadata = {}) {
+  return AppendTokens(stub, id, ids, {ids.size()}, metadata).status;
+}
+
 struct GenerateResult {
   grpc::Status status;
   std::vector<int32_t> tokens;
@@ -376,6 +383,55 @@ inline drt::v1::SessionInfo WaitIdle(drt::v1::Drt::Stub& stub, const std::string
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
+
+// A greedy Generate of 2^20 tokens with ignore_eos (far longer than any
+// test waits) on a thread of its own: counts the tokens as they arrive and
+// keeps the final status, the done message if one came, and when the call
+// ended. Destroyed with the call still running (a failed REQUIRE), it
+// cancels the call and joins the thread (a joinable std::thread would
+// terminate the test binary).
+class BackgroundGenerate {
+ public:
+  BackgroundGenerate(drt::v1::Drt::Stub& stub, const std::string& session_id,
+                     double deadline_seconds) {
+    SetDeadline(context_, deadline_seconds);
+    thread_ = std::thread([this, &stub, session_id] {
+      drt::v1::GenerateRequest request = GreedyRequest(session_id, 1 << 20);
+      request.set_ignore_eos(true);
+      auto reader = stub.Generate(&context_, request);
+      drt::v1::GenerateResponse response;
+      while (reader->Read(&response)) {
+        generated_ += response.piece().token_ids_size();
+        if (response.has_done()) done_ = response.done();
+      }
+      status_ = reader->Finish();
+      end_ = std::chrono::steady_clock::now();
+    });
+  }
+  ~BackgroundGenerate() {
+    if (thread_.joinable()) {
+      context_.TryCancel();
+      thread_.join();
+    }
+  }
+  BackgroundGenerate(const BackgroundGenerate&) = delete;
+  BackgroundGenerate& operator=(const BackgroundGenerate&) = delete;
+
+  int generated() const { return generated_.load(); }
+  // Waits for the call to end; the accessors below are valid after it.
+  void Join() { thread_.join(); }
+  const grpc::Status& status() const { return status_; }
+  const std::optional<drt::v1::GenerateDone>& done() const { return done_; }
+  std::chrono::steady_clock::time_point end() const { return end_; }
+
+ private:
+  grpc::ClientContext context_;
+  std::atomic<int> generated_{0};
+  grpc::Status status_;
+  std::optional<drt::v1::GenerateDone> done_;
+  std::chrono::steady_clock::time_point end_;
+  std::thread thread_;
+};
 
 // ---------------------------------------------------------------------------
 // Raw protobuf messages, for services whose generated C++ stubs are not
@@ -544,6 +600,15 @@ inline std::string ReflectionFileContainingSymbol(grpc::Channel& channel, const 
 
 // ---------------------------------------------------------------------------
 // The real drt-server binary as a child process.
+
+// drt-server's arguments for the fixture model on 127.0.0.1:0 with the given
+// shutdown grace period; `http_listen` "" turns the HTTP endpoint off.
+inline std::vector<std::string> ServerProcessArgs(int64_t grace_seconds,
+                                                  const std::string& http_listen = "127.0.0.1:0") {
+  return {"--model",       FixtureDir(), "--listen",
+          "127.0.0.1:0",   "--http_listen", http_listen,
+          "--shutdown_grace_seconds", std::to_string(grace_seconds)};
+}
 
 class ServerProcess {
  public:
