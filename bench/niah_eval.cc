@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/niah/eval_options.h"
 #include "bench/niah/passkey_haystack.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
@@ -39,17 +40,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool ParseLength(std::string text, int64_t* out) {
-  int64_t scale = 1;
-  if (!text.empty() && (text.back() == 'K' || text.back() == 'k')) scale = 1024;
-  if (!text.empty() && (text.back() == 'M' || text.back() == 'm')) scale = 1024 * 1024;
-  if (scale != 1) text.pop_back();
-  double value = 0;
-  if (!absl::SimpleAtod(text, &value) || value <= 0) return false;
-  *out = static_cast<int64_t>(value * scale);
-  return true;
-}
-
 struct Cell {
   int64_t length;
   double depth;
@@ -72,36 +62,20 @@ int main(int argc, char** argv) {
        {"bench/niah_eval.cc"}},
       argc, argv);
 
-  std::vector<int64_t> lengths;
-  for (const std::string& part : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_lengths), ','))) {
-    int64_t length = 0;
-    if (!ParseLength(part, &length)) {
-      return Fail(absl::InvalidArgumentError(absl::StrFormat("bad length '%s'", part)));
-    }
-    lengths.push_back(length);
-  }
-  std::vector<double> depths;
-  for (const std::string& part : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_depths), ','))) {
-    double depth = 0;
-    if (!absl::SimpleAtod(part, &depth) || depth < 0 || depth > 1) {
-      return Fail(absl::InvalidArgumentError(absl::StrFormat("bad depth '%s'", part)));
-    }
-    depths.push_back(depth);
-  }
+  auto parsed_lengths = drt::niah::ParseLengths(absl::GetFlag(FLAGS_lengths));
+  if (!parsed_lengths.ok()) return Fail(parsed_lengths.status());
+  const std::vector<int64_t> lengths = *std::move(parsed_lengths);
+  auto parsed_depths = drt::niah::ParseDepths(absl::GetFlag(FLAGS_depths));
+  if (!parsed_depths.ok()) return Fail(parsed_depths.status());
+  std::vector<double> depths = *std::move(parsed_depths);
   std::sort(depths.begin(), depths.end());
 
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) return Fail(model.status());
-  auto device = drt::ParseDevice(absl::GetFlag(FLAGS_device));
-  if (!device.ok()) return Fail(device.status());
-  drt::BackendOptions options;
-  options.device = *device;
-  options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
-  options.cuda.device_index = absl::GetFlag(FLAGS_cuda_device);
-  auto precision = drt::ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision));
-  if (!precision.ok()) return Fail(precision.status());
-  options.cuda.precision = *precision;
-  auto made = drt::MakeBackend((*model)->config(), (*model)->weights(), options);
+  const std::string device = absl::GetFlag(FLAGS_device);
+  const std::string cuda_precision = absl::GetFlag(FLAGS_cuda_precision);
+  auto made = drt::niah::MakeEvalBackend(
+      **model, {device, absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_cuda_device), cuda_precision});
   if (!made.ok()) return Fail(made.status());
   std::unique_ptr<drt::Backend> backend = *std::move(made);
   const int64_t max_length = *std::max_element(lengths.begin(), lengths.end());
@@ -114,13 +88,9 @@ int main(int argc, char** argv) {
   const int trials = absl::GetFlag(FLAGS_trials);
   drt::GenerateOptions generate;
   generate.max_tokens = absl::GetFlag(FLAGS_max_new_tokens);
-  const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary);
-  if (pad != "model" && pad != "true" && pad != "false") {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrFormat("--pad_to_chunk_boundary must be true, false or model, got '%s'", pad)));
-  }
-  generate.pad_to_chunk_boundary =
-      pad == "model" ? (*model)->generation.pad_to_chunk_boundary : pad == "true";
+  auto pad = drt::niah::ResolvePadToChunkBoundary(absl::GetFlag(FLAGS_pad_to_chunk_boundary), **model);
+  if (!pad.ok()) return Fail(pad.status());
+  generate.pad_to_chunk_boundary = *pad;
 
   for (int64_t length : lengths) {
     auto shared = drt::Session::Create(*backend);

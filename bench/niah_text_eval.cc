@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/niah/eval_options.h"
 #include "bench/niah/passkey_haystack.h"
 #include "bench/niah/text_tasks.h"
 #include "cli/command_line.h"
@@ -41,23 +42,13 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of start offsets, keys, names and needle plac
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or auto");
 ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
+ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA number format: bf16 or fp32");
 ABSL_FLAG(std::string, json, "", "write the results here as JSON");
 ABSL_FLAG(bool, show_answers, false, "print every trial's expected key and generated text");
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool ParseLength(std::string text, int64_t* out) {
-  int64_t scale = 1;
-  if (!text.empty() && (text.back() == 'K' || text.back() == 'k')) scale = 1024;
-  if (!text.empty() && (text.back() == 'M' || text.back() == 'm')) scale = 1024 * 1024;
-  if (scale != 1) text.pop_back();
-  double value = 0;
-  if (!absl::SimpleAtod(text, &value) || value <= 0) return false;
-  *out = static_cast<int64_t>(value * scale);
-  return true;
-}
 
 struct Cell {
   std::string task;
@@ -101,29 +92,15 @@ int main(int argc, char** argv) {
     if (!task.ok()) return Fail(task.status());
     tasks.push_back(*task);
   }
-  std::vector<int64_t> lengths;
-  for (const std::string& part : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_lengths), ','))) {
-    int64_t length = 0;
-    if (!ParseLength(part, &length)) return Fail(absl::InvalidArgumentError(absl::StrFormat("bad length '%s'", part)));
-    lengths.push_back(length);
-  }
-  std::vector<double> depths;
-  for (const std::string& part : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_depths), ','))) {
-    double depth = 0;
-    if (!absl::SimpleAtod(part, &depth) || depth < 0 || depth > 1) {
-      return Fail(absl::InvalidArgumentError(absl::StrFormat("bad depth '%s'", part)));
-    }
-    depths.push_back(depth);
-  }
+  auto parsed_lengths = drt::niah::ParseLengths(absl::GetFlag(FLAGS_lengths));
+  if (!parsed_lengths.ok()) return Fail(parsed_lengths.status());
+  const std::vector<int64_t> lengths = *std::move(parsed_lengths);
+  auto parsed_depths = drt::niah::ParseDepths(absl::GetFlag(FLAGS_depths));
+  if (!parsed_depths.ok()) return Fail(parsed_depths.status());
+  const std::vector<double> depths = *std::move(parsed_depths);
   if (absl::GetFlag(FLAGS_text).empty()) return Fail(absl::InvalidArgumentError("--text is required"));
   auto text = drt::niah::LoadFillerText(absl::GetFlag(FLAGS_text));
   if (!text.ok()) return Fail(text.status());
-  const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary);
-  if (pad != "model" && pad != "true" && pad != "false") {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrFormat("--pad_to_chunk_boundary must be true, false or model, got '%s'", pad)));
-  }
-
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) return Fail(model.status());
   const drt::Tokenizer& tokenizer = *(*model)->tokenizer;
@@ -135,19 +112,18 @@ int main(int argc, char** argv) {
           "drt-niah-text needs a byte-level tokenizer: 4096 bytes of the text became %d tokens", probe->size())));
     }
   }
-  auto device = drt::ParseDevice(absl::GetFlag(FLAGS_device));
-  if (!device.ok()) return Fail(device.status());
-  drt::BackendOptions options;
-  options.device = *device;
-  options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
-  options.cuda.device_index = absl::GetFlag(FLAGS_cuda_device);
-  auto made = drt::MakeBackend((*model)->config(), (*model)->weights(), options);
+  auto pad = drt::niah::ResolvePadToChunkBoundary(absl::GetFlag(FLAGS_pad_to_chunk_boundary), **model);
+  if (!pad.ok()) return Fail(pad.status());
+  const std::string device = absl::GetFlag(FLAGS_device);
+  const std::string cuda_precision = absl::GetFlag(FLAGS_cuda_precision);
+  auto made = drt::niah::MakeEvalBackend(
+      **model, {device, absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_cuda_device), cuda_precision});
   if (!made.ok()) return Fail(made.status());
   std::unique_ptr<drt::Backend> backend = *std::move(made);
 
   drt::GenerateOptions generate;
   generate.max_tokens = absl::GetFlag(FLAGS_max_new_tokens);
-  generate.pad_to_chunk_boundary = pad == "model" ? (*model)->generation.pad_to_chunk_boundary : pad == "true";
+  generate.pad_to_chunk_boundary = *pad;
   const int trials = absl::GetFlag(FLAGS_trials);
   uint64_t state = absl::GetFlag(FLAGS_seed);
   std::vector<Cell> cells;

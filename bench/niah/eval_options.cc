@@ -1,0 +1,64 @@
+#include "bench/niah/eval_options.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "engine/backend_factory.h"
+
+namespace drt::niah {
+
+absl::StatusOr<std::vector<int64_t>> ParseLengths(absl::string_view list) {
+  std::vector<int64_t> lengths;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    std::string text(part);
+    int64_t scale = 1;
+    if (!text.empty() && (text.back() == 'K' || text.back() == 'k')) scale = 1024;
+    if (!text.empty() && (text.back() == 'M' || text.back() == 'm')) scale = 1024 * 1024;
+    if (scale != 1) text.pop_back();
+    double value = 0;
+    if (!absl::SimpleAtod(text, &value) || value * scale < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat("bad length '%s'", part));
+    }
+    lengths.push_back(static_cast<int64_t>(value * scale));
+  }
+  return lengths;
+}
+
+absl::StatusOr<std::vector<double>> ParseDepths(absl::string_view list) {
+  std::vector<double> depths;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    double depth = 0;
+    if (!absl::SimpleAtod(part, &depth) || !(depth >= 0 && depth <= 1)) {
+      return absl::InvalidArgumentError(absl::StrFormat("bad depth '%s'", part));
+    }
+    depths.push_back(depth);
+  }
+  return depths;
+}
+
+absl::StatusOr<bool> ResolvePadToChunkBoundary(absl::string_view choice, const Model& model) {
+  if (choice == "model") return model.generation.pad_to_chunk_boundary;
+  if (choice == "true") return true;
+  if (choice == "false") return false;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--pad_to_chunk_boundary must be true, false or model, got '%s'", choice));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeEvalBackend(const Model& model,
+                                                         const EvalBackendFlags& flags) {
+  absl::StatusOr<Device> device = ParseDevice(flags.device);
+  if (!device.ok()) return device.status();
+  absl::StatusOr<CudaPrecision> precision = ParseCudaPrecision(flags.cuda_precision);
+  if (!precision.ok()) return precision.status();
+  BackendOptions options;
+  options.device = *device;
+  options.cpu.num_threads = flags.threads;
+  options.cuda.device_index = flags.cuda_device;
+  options.cuda.precision = *precision;
+  return MakeBackend(model.config(), model.weights(), options);
+}
+
+}  // namespace drt::niah

@@ -1,0 +1,35 @@
+// Command-line values shared by the retrieval evaluators (drt-niah,
+// drt-niah-text): length and depth lists, the padding choice, the backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/backend.h"
+#include "engine/model.h"
+
+namespace drt::niah {
+
+// "4K,64K,1M,1000": positive lengths, K = 1024, M = 1024 * 1024 (fractions
+// allowed: "1.5K" = 1536). INVALID_ARGUMENT naming the bad entry.
+absl::StatusOr<std::vector<int64_t>> ParseLengths(absl::string_view list);
+
+// "0.1,0.5,0.9": depths in [0, 1]. INVALID_ARGUMENT naming the bad entry.
+absl::StatusOr<std::vector<double>> ParseDepths(absl::string_view list);
+
+// "true", "false", or "model" (the model's generation_config.json default).
+absl::StatusOr<bool> ResolvePadToChunkBoundary(absl::string_view choice, const Model& model);
+
+struct EvalBackendFlags {
+  absl::string_view device;          // cpu, cuda or auto
+  int threads = 0;                   // CPU threads, 0: all cores
+  int cuda_device = 0;               // GPU index
+  absl::string_view cuda_precision;  // bf16 or fp32
+};
+absl::StatusOr<std::unique_ptr<Backend>> MakeEvalBackend(const Model& model,
+                                                         const EvalBackendFlags& flags);
+
+}  // namespace drt::niah
