@@ -96,8 +96,13 @@ void SessionEntry::MarkDeleted() {
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
     deleted_ = true;
-    if (!in_step_) freed = std::move(session_);
-    RefreshFiguresLocked();
+    // A running step still changes the engine session without the lock, so
+    // it is neither freed nor read here: RunStep frees it and zeroes the
+    // figures when the step returns.
+    if (!in_step_) {
+      freed = std::move(session_);
+      RefreshFiguresLocked();
+    }
   }
 }
 

@@ -82,6 +82,43 @@ TEST_CASE("a deleted session frees its engine session now, or after the running 
     CHECK(entry->host_bytes() == 0);
   }
 
+  SECTION("deleted during a step: the engine session is not read while the step changes it") {
+    // The step changes the engine session, then waits, still running, while
+    // the session is deleted. Reading the engine then (for the figures)
+    // would race with the step; the figures must stay those from before it.
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool in_step = false, release = false;
+    absl::Status step_status;
+    const auto more = RandomTokens(64, 6);
+    std::thread worker([&] {
+      step_status = entry->RunStep([&](Session& session) {
+        absl::Status appended = session.Append(more).status();
+        std::unique_lock<std::mutex> lock(mutex);
+        in_step = true;
+        changed.notify_all();
+        changed.wait(lock, [&] { return release; });
+        return appended;
+      });
+    });
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      changed.wait(lock, [&] { return in_step; });
+    }
+    REQUIRE(manager.Delete(entry->id()).ok());
+    CHECK(entry->tokens() == 200);  // not 264: the engine was left alone
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      release = true;
+    }
+    changed.notify_all();
+    worker.join();
+    CHECK(step_status.code() == absl::StatusCode::kAborted);
+    CHECK_FALSE(entry->engine_session_alive());
+    CHECK(entry->tokens() == 0);
+    CHECK(entry->host_bytes() == 0);
+  }
+
   entry->End();
   // A call that found the entry before the delete cannot start on it.
   absl::Status begin = entry->Begin(Activity::kGenerating);
