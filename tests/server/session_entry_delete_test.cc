@@ -12,6 +12,7 @@
 
 #include "server/session_manager.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/waiting.h"
 
 namespace drt::server {
 namespace {
@@ -124,6 +125,36 @@ TEST_CASE("a deleted session frees its engine session now, or after the running 
   absl::Status begin = entry->Begin(Activity::kGenerating);
   CHECK(begin.code() == absl::StatusCode::kNotFound);
   CHECK(entry->activity() == Activity::kIdle);
+}
+
+TEST_CASE("eviction frees idle sessions past their TTL and keeps busy ones", "[server][delete]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  SessionSettings settings;
+  settings.idle_ttl_seconds = 1;  // the shortest TTL
+  auto parent = manager.Create(settings);
+  REQUIRE(parent.ok());
+  REQUIRE((*parent)->Begin(Activity::kAppending).ok());
+  const auto tokens = RandomTokens(200, 7);
+  REQUIRE((*parent)->RunStep([&](Session& s) { return s.Append(tokens).status(); }).ok());
+  (*parent)->End();
+  // The fork (same TTL) shares the parent's chunks and stays busy.
+  auto fork = manager.Fork((*parent)->id());
+  REQUIRE(fork.ok());
+  REQUIRE((*fork)->Begin(Activity::kGenerating).ok());
+  REQUIRE((*fork)->shared_bytes() > 0);
+
+  WaitFor([&] { return manager.count() == 1; }, 10.0, "the idle parent to be evicted");
+  CHECK((*parent)->deleted());
+  CHECK_FALSE((*parent)->engine_session_alive());
+  CHECK((*parent)->host_bytes() == 0);
+  CHECK_FALSE((*fork)->deleted());
+  CHECK(manager.Find((*fork)->id()).ok());
+  // The fork's figures are refreshed when its activity ends: it shares
+  // nothing any more.
+  (*fork)->End();
+  CHECK((*fork)->shared_bytes() == 0);
+  CHECK((*fork)->tokens() == 200);
 }
 
 }  // namespace
