@@ -96,8 +96,13 @@ void SessionEntry::MarkDeleted() {
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
     deleted_ = true;
-    if (!in_step_) freed = std::move(session_);
-    RefreshFiguresLocked();
+    // A running step still changes the engine session without the lock, so
+    // it is neither freed nor read here: RunStep frees it and zeroes the
+    // figures when the step returns.
+    if (!in_step_) {
+      freed = std::move(session_);
+      RefreshFiguresLocked();
+    }
   }
 }
 
@@ -263,22 +268,25 @@ absl::Status SessionManager::CheckBudget(int64_t tokens) const {
 }
 
 int SessionManager::EvictIdle() {
-  int evicted = 0;
+  std::vector<std::shared_ptr<SessionEntry>> evicted;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       const SessionEntry& e = *it->second;
       if (e.activity() == Activity::kIdle && e.idle_seconds() > e.settings().idle_ttl_seconds) {
-        it->second->MarkDeleted();
+        evicted.push_back(std::move(it->second));
         it = sessions_.erase(it);
-        ++evicted;
       } else {
         ++it;
       }
     }
   }
-  if (evicted > 0) RefreshIdleFigures();
-  return evicted;
+  // As in Delete: the engine sessions are freed (which takes a while for a
+  // large one) after mutex_ is released, so lookups of other sessions do
+  // not wait for it.
+  for (const auto& entry : evicted) entry->MarkDeleted();
+  if (!evicted.empty()) RefreshIdleFigures();
+  return static_cast<int>(evicted.size());
 }
 
 void SessionManager::ReaperLoop() {

@@ -12,6 +12,7 @@
 
 #include "server/session_manager.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/waiting.h"
 
 namespace drt::server {
 namespace {
@@ -82,11 +83,78 @@ TEST_CASE("a deleted session frees its engine session now, or after the running 
     CHECK(entry->host_bytes() == 0);
   }
 
+  SECTION("deleted during a step: the engine session is not read while the step changes it") {
+    // The step changes the engine session, then waits, still running, while
+    // the session is deleted. Reading the engine then (for the figures)
+    // would race with the step; the figures must stay those from before it.
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool in_step = false, release = false;
+    absl::Status step_status;
+    const auto more = RandomTokens(64, 6);
+    std::thread worker([&] {
+      step_status = entry->RunStep([&](Session& session) {
+        absl::Status appended = session.Append(more).status();
+        std::unique_lock<std::mutex> lock(mutex);
+        in_step = true;
+        changed.notify_all();
+        changed.wait(lock, [&] { return release; });
+        return appended;
+      });
+    });
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      changed.wait(lock, [&] { return in_step; });
+    }
+    REQUIRE(manager.Delete(entry->id()).ok());
+    CHECK(entry->tokens() == 200);  // not 264: the engine was left alone
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      release = true;
+    }
+    changed.notify_all();
+    worker.join();
+    CHECK(step_status.code() == absl::StatusCode::kAborted);
+    CHECK_FALSE(entry->engine_session_alive());
+    CHECK(entry->tokens() == 0);
+    CHECK(entry->host_bytes() == 0);
+  }
+
   entry->End();
   // A call that found the entry before the delete cannot start on it.
   absl::Status begin = entry->Begin(Activity::kGenerating);
   CHECK(begin.code() == absl::StatusCode::kNotFound);
   CHECK(entry->activity() == Activity::kIdle);
+}
+
+TEST_CASE("eviction frees idle sessions past their TTL and keeps busy ones", "[server][delete]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  SessionSettings settings;
+  settings.idle_ttl_seconds = 1;  // the shortest TTL
+  auto parent = manager.Create(settings);
+  REQUIRE(parent.ok());
+  REQUIRE((*parent)->Begin(Activity::kAppending).ok());
+  const auto tokens = RandomTokens(200, 7);
+  REQUIRE((*parent)->RunStep([&](Session& s) { return s.Append(tokens).status(); }).ok());
+  (*parent)->End();
+  // The fork (same TTL) shares the parent's chunks and stays busy.
+  auto fork = manager.Fork((*parent)->id());
+  REQUIRE(fork.ok());
+  REQUIRE((*fork)->Begin(Activity::kGenerating).ok());
+  REQUIRE((*fork)->shared_bytes() > 0);
+
+  WaitFor([&] { return manager.count() == 1; }, 10.0, "the idle parent to be evicted");
+  CHECK((*parent)->deleted());
+  CHECK_FALSE((*parent)->engine_session_alive());
+  CHECK((*parent)->host_bytes() == 0);
+  CHECK_FALSE((*fork)->deleted());
+  CHECK(manager.Find((*fork)->id()).ok());
+  // The fork's figures are refreshed when its activity ends: it shares
+  // nothing any more.
+  (*fork)->End();
+  CHECK((*fork)->shared_bytes() == 0);
+  CHECK((*fork)->tokens() == 200);
 }
 
 }  // namespace
