@@ -111,6 +111,31 @@ class Builder:
         return tokens, targets, out_kinds
 
 
+def _questions_then_text(rng, src, b, text, cursor, pad_prob, qa, min_gap=40, max_gap=400):
+    """Fills the rest of `b`: questions from qa() -> (question, answer), each
+    after a gap of `text` from `cursor` (padded to the chunk boundary with
+    probability pad_prob), until the next would not fit; then text, and more
+    text from `src` if `text` ran out (needles took its place)."""
+    while True:
+        gap = rng.randint(min_gap, max_gap)
+        question, answer = qa()
+        q, a = P.encode("\n" + question), P.encode(answer)
+        q_end = b.used + gap + len(q)
+        n_pad = (-q_end) % P.CHUNK if rng.rand() < pad_prob else 0
+        if q_end + n_pad + len(a) > b.total:
+            break
+        b.put(text[cursor:cursor + gap], P.LOSS_LM)
+        cursor += gap
+        b.put(q, P.LOSS_LM)
+        if n_pad:
+            b.put(np.full(n_pad, P.PAD_ID), P.LOSS_NONE)
+        b.put(a, P.LOSS_ANSWER)
+    b.put(text[cursor:cursor + b.room()], P.LOSS_LM)
+    if b.room() > 0:
+        b.put(src.sample(rng, b.room()), P.LOSS_LM)
+    return b.finish()
+
+
 def _with_needles(rng, src, n_chunks, pad_prob, needles, qa, lead_frac=0.5, min_gap=40, max_gap=400):
     """Text with `needles` (byte strings) at word boundaries in the first part
     of the sequence, then questions from qa() -> (question, answer) separated
@@ -127,27 +152,7 @@ def _with_needles(rng, src, n_chunks, pad_prob, needles, qa, lead_frac=0.5, min_
         b.put(text[cursor:spot], P.LOSS_LM)
         b.put(P.encode(needles[i]), P.LOSS_LM)
         cursor = spot
-    n_q = 0
-    while True:
-        gap = rng.randint(min_gap, max_gap)
-        question, answer = qa()
-        q = P.encode("\n" + question)
-        a = P.encode(answer)
-        q_end = b.used + gap + len(q)
-        n_pad = (-q_end) % P.CHUNK if rng.rand() < pad_prob else 0
-        if q_end + n_pad + len(a) > total:
-            break
-        b.put(text[cursor:cursor + gap], P.LOSS_LM)
-        cursor += gap
-        b.put(q, P.LOSS_LM)
-        if n_pad:
-            b.put(np.full(n_pad, P.PAD_ID), P.LOSS_NONE)
-        b.put(a, P.LOSS_ANSWER)
-        n_q += 1
-    b.put(text[cursor:cursor + b.room()], P.LOSS_LM)
-    if b.room() > 0:  # text ran out (needles took its place): more text
-        b.put(src.sample(rng, b.room()), P.LOSS_LM)
-    return b.finish()
+    return _questions_then_text(rng, src, b, text, cursor, pad_prob, qa, min_gap, max_gap)
 
 
 def lm_example(rng, src, n_chunks):
@@ -221,24 +226,7 @@ def _two_hop_ordered(rng, src, n_chunks, pad_prob, firsts, seconds, qa):
         b.put(text[cursor:spot], P.LOSS_LM)
         b.put(P.encode(s), P.LOSS_LM)
         cursor = spot
-    while True:
-        gap = rng.randint(40, 400)
-        question, answer = qa()
-        q, a = P.encode("\n" + question), P.encode(answer)
-        q_end = b.used + gap + len(q)
-        n_pad = (-q_end) % P.CHUNK if rng.rand() < pad_prob else 0
-        if q_end + n_pad + len(a) > total:
-            break
-        b.put(text[cursor:cursor + gap], P.LOSS_LM)
-        cursor += gap
-        b.put(q, P.LOSS_LM)
-        if n_pad:
-            b.put(np.full(n_pad, P.PAD_ID), P.LOSS_NONE)
-        b.put(a, P.LOSS_ANSWER)
-    b.put(text[cursor:cursor + b.room()], P.LOSS_LM)
-    if b.room() > 0:
-        b.put(src.sample(rng, b.room()), P.LOSS_LM)
-    return b.finish()
+    return _questions_then_text(rng, src, b, text, cursor, pad_prob, qa)
 
 
 def example(rng, src, kind, n_chunks, pad_prob):
