@@ -22,7 +22,6 @@ train_passkey.py and has not been run (no GPU where this was written).
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -31,7 +30,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import byte_tokenizer
 import drt_config
 import drt_fast
 import drt_reference
@@ -151,12 +149,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     os.makedirs(args.out, exist_ok=True)
-    logf = open(os.path.join(args.out, "log.txt"), "a")
-
-    def log(msg):
-        print(msg, flush=True)
-        logf.write(msg + "\n")
-        logf.flush()
+    log = train_passkey.open_log(args.out)
 
     log(f"args: {json.dumps(vars(args))}")
     src = T.TextSource(args.text, args.train_families.split(","))
@@ -184,10 +177,7 @@ def main(argv=None):
     model.to(args.device)
     nparams = sum(v.numel() for v in model.parameters())
     log(f"model: {nparams / 1e6:.3f}M parameters")
-    decay = [v for n, v in model.named_parameters() if v.dim() >= 2]
-    no_decay = [v for n, v in model.named_parameters() if v.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
+    opt = train_passkey.make_optimizer(model, args.lr, args.weight_decay)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     kinds, probs = parse_mix(args.mix)
     phases = parse_phases(args.phases)
@@ -209,10 +199,9 @@ def main(argv=None):
         frac = progress()
         _, n_chunks, bsz = [ph for ph in phases if ph[0] <= frac][-1]
         kind = kinds[rng.choice(len(kinds), p=probs)]
-        lr_scale = min(1.0, (step + 1) / args.warmup)
-        lr_scale *= args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+        scale = train_passkey.lr_scale(step, frac, args.warmup, args.min_lr_frac)
         for g in opt.param_groups:
-            g["lr"] = args.lr * lr_scale
+            g["lr"] = args.lr * scale
         t0 = time.time()
         tokens, targets, lk = T.batch(rng, src, kind, bsz, n_chunks, args.pad_prob)
         tokens_t = torch.from_numpy(tokens).to(args.device)
@@ -244,7 +233,7 @@ def main(argv=None):
                 s["tok"].append((((logits.argmax(-1) == targets_t).float() * ans_mask).sum() / ans_mask.sum()).item())
         if step % args.log_every == 0:
             rec = {"step": step, "min": round(train_time / 60, 2), "n_chunks": n_chunks,
-                   "lr": round(args.lr * lr_scale, 6),
+                   "lr": round(args.lr * scale, 6),
                    "by_kind": {k: {m: round(float(np.mean(v)), 3) for m, v in d.items() if v}
                                for k, d in stats.items()}}
             stats = {}
@@ -269,15 +258,8 @@ def main(argv=None):
     with open(os.path.join(args.out, "history.json"), "w") as f:
         json.dump(history, f, indent=1)
     if args.export:
-        import export
-        notes, n = export.export(ckpt, os.path.join(args.out, "config.json"), args.export, args.export_dtype)
-        for note in notes:
-            log(note)
-        with open(os.path.join(args.export, "tokenizer.json"), "w", encoding="utf-8") as f:
-            json.dump(byte_tokenizer.byte_tokenizer_json(P.PAD_ID, P.CHUNK_ID), f, ensure_ascii=False, indent=1)
-        with open(os.path.join(args.export, "generation_config.json"), "w") as f:
-            json.dump({"pad_to_chunk_boundary": True}, f, indent=2)
-            f.write("\n")
+        n = train_passkey.export_byte_model(ckpt, os.path.join(args.out, "config.json"), args.export,
+                                            args.export_dtype, True, log)
         log(f"exported {args.export}: {n / 1e6:.3f}M parameters")
     return 0
 

@@ -119,6 +119,48 @@ def parse_phases(text):
     return sorted(out)
 
 
+def open_log(out_dir):
+    """A log(msg) that prints and appends to <out_dir>/log.txt."""
+    logf = open(os.path.join(out_dir, "log.txt"), "a")
+
+    def log(msg):
+        print(msg, flush=True)
+        logf.write(msg + "\n")
+        logf.flush()
+    return log
+
+
+def make_optimizer(model, lr, weight_decay):
+    """AdamW with weight decay on matrices only (not norms or biases)."""
+    decay = [v for n, v in model.named_parameters() if v.dim() >= 2]
+    no_decay = [v for n, v in model.named_parameters() if v.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95))
+
+
+def lr_scale(step, frac, warmup, min_lr_frac):
+    """Linear warm-up over `warmup` steps, then cosine from 1 to min_lr_frac
+    over the training fraction `frac`."""
+    scale = min(1.0, (step + 1) / warmup)
+    return scale * (min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def export_byte_model(ckpt, config_path, export_dir, dtype, pad_to_chunk_boundary, log):
+    """Exports a checkpoint as a model directory with the byte-level
+    tokenizer.json and generation_config.json; returns the parameter count."""
+    import export
+    notes, n = export.export(ckpt, config_path, export_dir, dtype)
+    for note in notes:
+        log(note)
+    with open(os.path.join(export_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(byte_tokenizer.byte_tokenizer_json(P.PAD_ID, P.CHUNK_ID), f, ensure_ascii=False, indent=1)
+    with open(os.path.join(export_dir, "generation_config.json"), "w") as f:
+        json.dump({"pad_to_chunk_boundary": pad_to_chunk_boundary}, f, indent=2)
+        f.write("\n")
+    return n
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="run directory: log, checkpoint, config")
@@ -187,12 +229,7 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
-    logf = open(os.path.join(args.out, "log.txt"), "a")
-
-    def log(msg):
-        print(msg, flush=True)
-        logf.write(msg + "\n")
-        logf.flush()
+    log = open_log(args.out)
 
     log(f"args: {json.dumps(vars(args))}")
     cfg = build_config(args)
@@ -207,11 +244,7 @@ def main(argv=None):
     model.to(args.device)
     nparams = sum(v.numel() for v in model.parameters())
     log(f"model: {nparams / 1e6:.3f}M parameters, config {json.dumps({k: cfg[k] for k in ('hidden_size', 'num_attention_heads', 'intermediate_size', 'decoder_layers', 'encoder_layers', 'chunk_topk', 'slide_window', 'enc_chunk_size')})}")
-    decay = [v for n, v in model.named_parameters() if v.dim() >= 2]
-    no_decay = [v for n, v in model.named_parameters() if v.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95))
+    opt = make_optimizer(model, args.lr, args.weight_decay)
     rng = np.random.RandomState(args.seed)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     phases = parse_phases(args.phases)
@@ -236,10 +269,9 @@ def main(argv=None):
             kind, n_chunks, batch = "local", 4, 8
         elif kind == "multi" and rng.rand() < args.single_mix:
             kind = "single"
-        lr_scale = min(1.0, (step + 1) / args.warmup)
-        lr_scale *= args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+        scale = lr_scale(step, frac, args.warmup, args.min_lr_frac)
         for group in opt.param_groups:
-            group["lr"] = args.lr * lr_scale
+            group["lr"] = args.lr * scale
         t0 = time.time()
         tokens, targets, kinds = P.training_batch(
             rng, batch, n_chunks, args.pad_prob, multi=kind == "multi", local=kind == "local",
@@ -270,7 +302,7 @@ def main(argv=None):
         kind_stats.setdefault(kind, []).append(ans_loss.item())
         if step % args.log_every == 0:
             rec = {"step": step, "min": round(train_time / 60, 2), "phase": f"{phase[1]}:{phase[2]}",
-                   "lr": round(args.lr * lr_scale, 6), "loss": round(acc_loss / acc_n, 4),
+                   "lr": round(args.lr * scale, 6), "loss": round(acc_loss / acc_n, 4),
                    "lm": round(acc_lm / acc_n, 4), "answer": round(acc_ans / acc_n, 4),
                    "answer_tok_acc": round(acc_tok / acc_n, 3), "gnorm": round(float(gnorm), 3),
                    "answer_by_kind": {k: round(float(np.mean(v)), 3) for k, v in kind_stats.items()}}
@@ -299,15 +331,8 @@ def main(argv=None):
     with open(os.path.join(args.out, "history.json"), "w") as f:
         json.dump(history, f, indent=1)
     if args.export:
-        import export
-        notes, n = export.export(ckpt, os.path.join(args.out, "config.json"), args.export, args.export_dtype)
-        for note in notes:
-            log(note)
-        with open(os.path.join(args.export, "tokenizer.json"), "w", encoding="utf-8") as f:
-            json.dump(byte_tokenizer.byte_tokenizer_json(P.PAD_ID, P.CHUNK_ID), f, ensure_ascii=False, indent=1)
-        with open(os.path.join(args.export, "generation_config.json"), "w") as f:
-            json.dump({"pad_to_chunk_boundary": args.export_pad_default == "true"}, f, indent=2)
-            f.write("\n")
+        n = export_byte_model(ckpt, os.path.join(args.out, "config.json"), args.export, args.export_dtype,
+                              args.export_pad_default == "true", log)
         log(f"exported {args.export}: {n / 1e6:.3f}M parameters, {args.export_dtype}, "
             f"byte-level tokenizer.json, pad_to_chunk_boundary {args.export_pad_default}")
     return 0
