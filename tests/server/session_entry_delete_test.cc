@@ -20,6 +20,34 @@ namespace {
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
 
+// Holds a step inside RunStep until the test releases it: the step calls
+// Park(), the test WaitUntilParked() and later Release().
+class StepGate {
+ public:
+  void Park() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    parked_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return released_; });
+  }
+  void WaitUntilParked() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return parked_; });
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      released_ = true;
+    }
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool parked_ = false, released_ = false;
+};
+
 TEST_CASE("a deleted session frees its engine session now, or after the running step",
           "[server][delete]") {
   FixtureModel& f = FixtureModel::Get();
@@ -52,31 +80,19 @@ TEST_CASE("a deleted session frees its engine session now, or after the running 
   }
 
   SECTION("deleted during a step: freed when the step returns") {
-    std::mutex mutex;
-    std::condition_variable changed;
-    bool in_step = false, release = false;
+    StepGate gate;
     absl::Status step_status;
     std::thread worker([&] {
       step_status = entry->RunStep([&](Session& session) {
-        std::unique_lock<std::mutex> lock(mutex);
-        in_step = true;
-        changed.notify_all();
-        changed.wait(lock, [&] { return release; });
+        gate.Park();
         return session.Append(tokens).status();
       });
     });
-    {
-      std::unique_lock<std::mutex> lock(mutex);
-      changed.wait(lock, [&] { return in_step; });
-    }
+    gate.WaitUntilParked();
     REQUIRE(manager.Delete(entry->id()).ok());  // does not wait for the step
     CHECK(entry->deleted());
     CHECK(entry->engine_session_alive());  // the step still uses it
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      release = true;
-    }
-    changed.notify_all();
+    gate.Release();
     worker.join();
     CHECK(step_status.code() == absl::StatusCode::kAborted);
     CHECK_FALSE(entry->engine_session_alive());
@@ -87,32 +103,20 @@ TEST_CASE("a deleted session frees its engine session now, or after the running 
     // The step changes the engine session, then waits, still running, while
     // the session is deleted. Reading the engine then (for the figures)
     // would race with the step; the figures must stay those from before it.
-    std::mutex mutex;
-    std::condition_variable changed;
-    bool in_step = false, release = false;
+    StepGate gate;
     absl::Status step_status;
     const auto more = RandomTokens(64, 6);
     std::thread worker([&] {
       step_status = entry->RunStep([&](Session& session) {
         absl::Status appended = session.Append(more).status();
-        std::unique_lock<std::mutex> lock(mutex);
-        in_step = true;
-        changed.notify_all();
-        changed.wait(lock, [&] { return release; });
+        gate.Park();
         return appended;
       });
     });
-    {
-      std::unique_lock<std::mutex> lock(mutex);
-      changed.wait(lock, [&] { return in_step; });
-    }
+    gate.WaitUntilParked();
     REQUIRE(manager.Delete(entry->id()).ok());
     CHECK(entry->tokens() == 200);  // not 264: the engine was left alone
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      release = true;
-    }
-    changed.notify_all();
+    gate.Release();
     worker.join();
     CHECK(step_status.code() == absl::StatusCode::kAborted);
     CHECK_FALSE(entry->engine_session_alive());
