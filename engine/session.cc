@@ -145,7 +145,7 @@ absl::StatusOr<GenerateResult> Session::Generate(const GenerateOptions& options)
   return result;
 }
 
-absl::StatusOr<Session::GeneratedToken> Session::GenerateStep(Sampler& sampler) {
+absl::StatusOr<Session::GeneratedToken> Session::SampleNext(Sampler& sampler) const {
   if (last_logits_.empty()) {
     return absl::FailedPreconditionError("the session holds no tokens yet: append a prompt first");
   }
@@ -157,11 +157,16 @@ absl::StatusOr<Session::GeneratedToken> Session::GenerateStep(Sampler& sampler) 
     masked[config_.pad_id] = -std::numeric_limits<float>::infinity();
     token = sampler.Sample(masked);
   }
-  const float logprob = Sampler::LogProb(last_logits_, token);
+  return GeneratedToken{token, Sampler::LogProb(last_logits_, token)};
+}
+
+absl::StatusOr<Session::GeneratedToken> Session::GenerateStep(Sampler& sampler) {
+  auto next = SampleNext(sampler);
+  if (!next.ok()) return next.status();
   // Generated tokens join the context, so a later Append continues after them.
-  const int32_t next[] = {token};
-  if (auto appended = Append(next); !appended.ok()) return appended.status();
-  return GeneratedToken{token, logprob};
+  const int32_t ids[] = {next->token};
+  if (auto appended = Append(ids); !appended.ok()) return appended.status();
+  return *next;
 }
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {

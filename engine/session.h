@@ -86,6 +86,10 @@ class Session {
     float logprob;  // log-softmax at temperature 1
   };
   absl::StatusOr<GeneratedToken> GenerateStep(Sampler& sampler);
+  // The sampling half of GenerateStep, changing nothing: a scheduler that
+  // batches sessions samples each one's next token, then appends them all in
+  // one engine step (engine/batch_step.h).
+  absl::StatusOr<GeneratedToken> SampleNext(Sampler& sampler) const;
 
   // Logits of the last real token; empty before any token.
   absl::Span<const float> last_logits() const { return last_logits_; }
