@@ -14,6 +14,7 @@
 #include "absl/types/span.h"
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
+#include "engine/step_plan.h"
 
 namespace drt {
 
@@ -61,14 +62,17 @@ class BackendSession {
  public:
   virtual ~BackendSession() = default;
 
-  // Runs decoder positions `ids` (landmarks already inserted by the caller,
-  // one after every enc_chunk_size real tokens) starting at position().
-  // Writes the logits of rows `logit_rows` (indices into ids, never a
-  // landmark) to `logits` (logit_rows.size() x vocab_size). All or nothing:
-  // on error the session is unchanged.
+  // The one-session forward of a backend not yet ported onto
+  // engine/forward_pass.h (the CUDA backend): runs decoder positions `ids`
+  // (landmarks already inserted, one after every enc_chunk_size real
+  // tokens) starting at position() and writes the logits of rows
+  // `logit_rows` (indices into ids, never a landmark) to `logits`
+  // (logit_rows.size() x vocab_size). All or nothing: on error the session
+  // is unchanged. Backend::Step's default calls it slice by slice; a backend
+  // that executes plans itself (the CPU backend) leaves it UNIMPLEMENTED.
   virtual absl::Status Forward(absl::Span<const int32_t> ids,
                                absl::Span<const int64_t> logit_rows,
-                               absl::Span<float> logits) = 0;
+                               absl::Span<float> logits);
 
   // Decoder positions processed so far (landmarks included).
   virtual int64_t position() const = 0;
@@ -88,13 +92,29 @@ class Backend {
   virtual std::string name() const = 0;
   virtual const ModelConfig& config() const = 0;
   virtual absl::StatusOr<std::unique_ptr<BackendSession>> NewSession() = 0;
+
+  // The step size: decoder positions (landmarks included, all sessions of a
+  // step together) one forward holds at most. The memory of a forward is
+  // proportional to it, never to a prompt's length. At least one chunk
+  // (chunk_positions()). RunStep and Session::Append cut tokens by it.
+  virtual int64_t max_step_positions() const = 0;
+
+  // Runs one forward over `plan` (engine/step_plan.h), which holds at most
+  // max_step_positions() rows. sessions[r] is the session of the plan's
+  // request r and was made by this backend. Writes the logits of
+  // plan.logit_rows to `logits` (logit_rows.size() x vocab_size). The
+  // default runs each slice alone through BackendSession::Forward.
+  virtual absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
+                            absl::Span<float> logits);
 };
 
 struct CpuBackendOptions {
   int num_threads = 0;  // 0: all cores
-  // Upper bound on decoder positions per internal forward batch; prefill
-  // memory is proportional to it, never to the prompt length.
-  int64_t max_segment_positions = 1024;
+  // The step size (Backend::max_step_positions): decoder positions one
+  // forward holds, all sessions together; rounded down to whole chunks, at
+  // least one chunk. Prefill memory is proportional to it, never to the
+  // prompt length.
+  int64_t max_step_positions = 1024;
 };
 
 // The model must outlive the backend.

@@ -1,13 +1,122 @@
 #include "engine/batch_step.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_format.h"
+#include "engine/model_rules.h"
+#include "engine/step_plan.h"
 
 namespace drt {
 
-// Sequential version: each entry runs alone through Session::Append. The
-// batched forward replaces this (issue 11); the contract above is the same.
+// Runs the valid entries of a step through as few forwards as the backend's
+// step size allows, and applies each forward's results to the sessions.
+class StepRunner {
+ public:
+  StepRunner(Backend& backend, absl::Span<const StepEntry> entries,
+             std::vector<absl::Status>& results)
+      : backend_(backend), entries_(entries), results_(results) {}
+
+  void Run() {
+    for (size_t e = 0; e < entries_.size(); ++e) {
+      if (results_[e].ok()) pending_.push_back({e, 0});
+    }
+    while (!pending_.empty()) RunOneForward();
+  }
+
+ private:
+  struct Pending {
+    size_t entry;
+    int64_t done;  // tokens of the entry already run
+  };
+
+  void RunOneForward() {
+    const ModelConfig& config = backend_.config();
+    // Entries in order, each with as many of its remaining tokens as the
+    // step size still holds.
+    int64_t budget = backend_.max_step_positions();
+    std::vector<SliceRequest> requests;
+    std::vector<BackendSession*> sessions;
+    std::vector<size_t> members;  // indices into pending_
+    for (size_t p = 0; p < pending_.size(); ++p) {
+      const StepEntry& entry = entries_[pending_[p].entry];
+      const int64_t remaining = static_cast<int64_t>(entry.tokens.size()) - pending_[p].done;
+      const int64_t take =
+          TokensFitting(config, entry.session->num_tokens_, remaining, budget);
+      if (take == 0) break;
+      SliceRequest request;
+      request.position = entry.session->backend_session().position();
+      request.num_tokens = entry.session->num_tokens_;
+      request.tokens = entry.tokens.subspan(pending_[p].done, take);
+      request.all_logits = entry.all_logits != nullptr;
+      budget -= DecoderPositionsFor(config, request.num_tokens + take) - request.position;
+      requests.push_back(request);
+      sessions.push_back(&entry.session->backend_session());
+      members.push_back(p);
+    }
+    absl::Status status;
+    StepPlan plan;
+    if (auto planned = PlanStep(config, requests); planned.ok()) {
+      plan = *std::move(planned);
+    } else {
+      status = planned.status();
+    }
+    if (status.ok()) {
+      logits_.resize(plan.logit_rows.size() * config.vocab_size);
+      status = backend_.Step(plan, sessions, absl::MakeSpan(logits_));
+    }
+    if (!status.ok()) {
+      // Every entry of the failed forward fails; the others go on.
+      std::vector<Pending> left;
+      for (size_t p = 0, m = 0; p < pending_.size(); ++p) {
+        if (m < members.size() && members[m] == p) {
+          results_[pending_[p].entry] = status;
+          ++m;
+        } else {
+          left.push_back(pending_[p]);
+        }
+      }
+      pending_ = std::move(left);
+      return;
+    }
+    Apply(plan, requests, members);
+  }
+
+  void Apply(const StepPlan& plan, const std::vector<SliceRequest>& requests,
+             const std::vector<size_t>& members) {
+    const int64_t V = backend_.config().vocab_size;
+    for (size_t i = 0; i < plan.logit_rows.size(); ++i) {
+      const LogitRow& row = plan.logit_rows[i];
+      const SliceRequest& request = requests[plan.slices[row.slice].request];
+      const StepEntry& entry = entries_[pending_[members[plan.slices[row.slice].request]].entry];
+      const float* logits = logits_.data() + i * V;
+      if (entry.all_logits != nullptr) {
+        entry.all_logits->insert(entry.all_logits->end(), logits, logits + V);
+      }
+      if (row.token == static_cast<int64_t>(request.tokens.size()) - 1) {
+        entry.session->last_logits_.assign(logits, logits + V);
+      }
+    }
+    for (size_t r = 0; r < requests.size(); ++r) {
+      Pending& pending = pending_[members[r]];
+      entries_[pending.entry].session->num_tokens_ += static_cast<int64_t>(requests[r].tokens.size());
+      pending.done += static_cast<int64_t>(requests[r].tokens.size());
+    }
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [&](const Pending& p) {
+                                    return p.done ==
+                                           static_cast<int64_t>(entries_[p.entry].tokens.size());
+                                  }),
+                   pending_.end());
+  }
+
+  Backend& backend_;
+  absl::Span<const StepEntry> entries_;
+  std::vector<absl::Status>& results_;
+  std::vector<Pending> pending_;
+  std::vector<float> logits_;
+};
+
 std::vector<absl::Status> RunStep(Backend& backend, absl::Span<const StepEntry> entries) {
   std::vector<absl::Status> results(entries.size());
   std::set<const Session*> seen;
@@ -15,6 +124,11 @@ std::vector<absl::Status> RunStep(Backend& backend, absl::Span<const StepEntry> 
     const StepEntry& entry = entries[e];
     if (entry.session == nullptr) {
       results[e] = absl::InvalidArgumentError(absl::StrFormat("step entry %d has no session", e));
+      continue;
+    }
+    if (&entry.session->backend() != &backend) {
+      results[e] = absl::InvalidArgumentError(absl::StrFormat(
+          "step entry %d names a session of another backend than the step's", e));
       continue;
     }
     if (!seen.insert(entry.session).second) {
@@ -26,19 +140,12 @@ std::vector<absl::Status> RunStep(Backend& backend, absl::Span<const StepEntry> 
       results[e] = absl::InvalidArgumentError(absl::StrFormat("step entry %d has no tokens", e));
       continue;
     }
-    AppendOptions options;
-    options.allow_pad = entry.allow_pad;
-    options.all_logits = entry.all_logits != nullptr;
-    auto appended = entry.session->Append(entry.tokens, options);
-    if (!appended.ok()) {
-      results[e] = appended.status();
-      continue;
-    }
-    if (entry.all_logits != nullptr) {
-      entry.all_logits->insert(entry.all_logits->end(), appended->logits.begin(),
-                               appended->logits.end());
+    if (absl::Status s = entry.session->ValidateTokens(entry.tokens, entry.allow_pad); !s.ok()) {
+      results[e] = absl::InvalidArgumentError(
+          absl::StrFormat("step entry %d: %s", e, s.message()));
     }
   }
+  StepRunner(backend, entries, results).Run();
   return results;
 }
 

@@ -30,11 +30,14 @@ struct StepEntry {
 // - an entry whose tokens Session::ValidateTokens refuses, that has no
 //   tokens, or whose session is already in an earlier entry gets
 //   INVALID_ARGUMENT and is left out, unchanged; the others run;
-// - a backend failure fails every entry that ran (on the CUDA backend their
-//   sessions are then unusable, as after a failed Forward).
+// - a backend failure fails every entry of the forward that failed (on the
+//   CUDA backend their sessions are then unusable, as after a failed
+//   Forward); entries not in that forward go on.
 // Any number of tokens is accepted; the backend bounds the memory of one
-// forward by its step size (Backend's max_step_positions), running several
-// forwards when the entries hold more positions than that.
+// forward by its step size (Backend::max_step_positions), running several
+// forwards when the entries hold more positions than that: each forward
+// takes the entries in order, each with as many of its remaining tokens as
+// still fit. Tokens of an earlier forward stay applied if a later one fails.
 std::vector<absl::Status> RunStep(Backend& backend, absl::Span<const StepEntry> entries);
 
 }  // namespace drt

@@ -5,6 +5,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "engine/batch_step.h"
+#include "engine/step_plan.h"
 
 namespace drt {
 
@@ -17,20 +19,14 @@ const char* FinishReasonName(FinishReason reason) {
   return "unknown";
 }
 
-absl::StatusOr<std::unique_ptr<Session>> Session::Create(Backend& backend, int64_t piece_tokens) {
-  if (piece_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("piece_tokens must be >= 1, got %d", piece_tokens));
-  }
+absl::StatusOr<std::unique_ptr<Session>> Session::Create(Backend& backend) {
   auto backend_session = backend.NewSession();
   if (!backend_session.ok()) return backend_session.status();
-  return std::unique_ptr<Session>(
-      new Session(backend.config(), *std::move(backend_session), piece_tokens));
+  return std::unique_ptr<Session>(new Session(backend, *std::move(backend_session)));
 }
 
-Session::Session(const ModelConfig& config, std::unique_ptr<BackendSession> backend_session,
-                 int64_t piece_tokens)
-    : config_(config), backend_session_(std::move(backend_session)), piece_tokens_(piece_tokens) {}
+Session::Session(Backend& backend, std::unique_ptr<BackendSession> backend_session)
+    : backend_(backend), config_(backend.config()), backend_session_(std::move(backend_session)) {}
 
 absl::Status Session::ValidateTokens(absl::Span<const int32_t> tokens, bool allow_pad) const {
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -55,42 +51,26 @@ absl::Status Session::ValidateTokens(absl::Span<const int32_t> tokens, bool allo
 absl::StatusOr<AppendResult> Session::Append(absl::Span<const int32_t> tokens,
                                              const AppendOptions& options) {
   if (absl::Status s = ValidateTokens(tokens, options.allow_pad); !s.ok()) return s;
-  const int64_t real_per_chunk = config_.enc_chunk_size;
-  const int64_t vocab = config_.vocab_size;
   const int64_t total = static_cast<int64_t>(tokens.size());
   AppendResult result;
-  if (options.all_logits) result.logits.reserve(total * vocab);
-
-  std::vector<int32_t> ids;
-  std::vector<int64_t> rows;
-  std::vector<float> logits;
+  if (options.all_logits) result.logits.reserve(total * config_.vocab_size);
   int64_t done = 0;
   while (done < total) {
     if (done > 0 && options.should_stop && options.should_stop()) {
       result.stopped_early = true;
       break;
     }
-    // Pieces end on chunk boundaries where possible, so the backend runs
-    // whole chunks.
-    const int64_t to_boundary = real_per_chunk - num_tokens_ % real_per_chunk;
-    const int64_t piece = std::min(total - done,
-                                   to_boundary + std::max<int64_t>(0, piece_tokens_ - to_boundary) /
-                                                     real_per_chunk * real_per_chunk);
-    ids.clear();
-    rows.clear();
-    for (int64_t i = 0; i < piece; ++i) {
-      ids.push_back(tokens[done + i]);
-      if (options.all_logits || i == piece - 1) rows.push_back(static_cast<int64_t>(ids.size()) - 1);
-      if ((num_tokens_ + i + 1) % real_per_chunk == 0) ids.push_back(static_cast<int32_t>(config_.chunk_id));
-    }
-    logits.resize(rows.size() * vocab);
-    if (absl::Status s = backend_session_->Forward(ids, rows, absl::MakeSpan(logits)); !s.ok()) {
-      return s;
-    }
-    num_tokens_ += piece;
+    // One step of at most the backend's step size: a single-entry RunStep,
+    // the path every batched step takes.
+    const int64_t piece =
+        TokensFitting(config_, num_tokens_, total - done, backend_.max_step_positions());
+    StepEntry entry;
+    entry.session = this;
+    entry.tokens = tokens.subspan(done, piece);
+    entry.allow_pad = options.allow_pad;
+    entry.all_logits = options.all_logits ? &result.logits : nullptr;
+    if (absl::Status s = RunStep(backend_, {entry})[0]; !s.ok()) return s;
     done += piece;
-    last_logits_.assign(logits.end() - vocab, logits.end());
-    if (options.all_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
     result.tokens_accepted = done;
     if (options.on_progress) {
       options.on_progress({done, total, backend_session_->num_chunks()});
@@ -172,7 +152,7 @@ absl::StatusOr<Session::GeneratedToken> Session::GenerateStep(Sampler& sampler) 
 absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {
   auto forked = backend_session_->Fork();
   if (!forked.ok()) return forked.status();
-  auto session = std::unique_ptr<Session>(new Session(config_, *std::move(forked), piece_tokens_));
+  auto session = std::unique_ptr<Session>(new Session(backend_, *std::move(forked)));
   session->num_tokens_ = num_tokens_;
   session->last_logits_ = last_logits_;
   return session;

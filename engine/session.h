@@ -1,7 +1,8 @@
 // A conversation with the model: a stream of real tokens of any length. The
-// session inserts a landmark after every enc_chunk_size tokens, feeds the
-// backend in bounded pieces, keeps the logits of the last real token and
-// generates. Backend-independent (design.md, "Session state").
+// session feeds the backend in steps (engine/batch_step.h; the step plan
+// inserts a landmark after every enc_chunk_size tokens), keeps the logits of
+// the last real token and generates. Backend-independent (design.md,
+// "Session state").
 #pragma once
 
 #include <cstdint>
@@ -63,11 +64,14 @@ struct GenerateResult {
 
 class Session {
  public:
-  static absl::StatusOr<std::unique_ptr<Session>> Create(Backend& backend,
-                                                         int64_t piece_tokens = 16 * 63);
+  // The session runs on `backend`, which must outlive it.
+  static absl::StatusOr<std::unique_ptr<Session>> Create(Backend& backend);
 
-  // Appends real tokens. Rejects, before changing anything, ids outside the
-  // vocabulary, the landmark id, and pad_id unless allowed.
+  // Appends real tokens: one engine step (RunStep) per piece of at most the
+  // backend's step size (Backend::max_step_positions); should_stop and
+  // on_progress are consulted between pieces. Rejects, before changing
+  // anything, ids outside the vocabulary, the landmark id, and pad_id unless
+  // allowed.
   absl::StatusOr<AppendResult> Append(absl::Span<const int32_t> tokens,
                                       const AppendOptions& options = {});
   // The check Append makes first: INVALID_ARGUMENT for ids outside the
@@ -96,18 +100,21 @@ class Session {
   int64_t num_tokens() const { return num_tokens_; }
   int64_t num_chunks() const { return backend_session_->num_chunks(); }
   const ModelConfig& config() const { return config_; }
+  const Backend& backend() const { return backend_; }
   BackendSession& backend_session() { return *backend_session_; }
   const BackendSession& backend_session() const { return *backend_session_; }
 
   absl::StatusOr<std::unique_ptr<Session>> Fork() const;
 
  private:
-  Session(const ModelConfig& config, std::unique_ptr<BackendSession> backend_session,
-          int64_t piece_tokens);
+  // engine/batch_step.cc advances num_tokens_ and last_logits_ after a step.
+  friend class StepRunner;
 
+  Session(Backend& backend, std::unique_ptr<BackendSession> backend_session);
+
+  Backend& backend_;
   const ModelConfig& config_;
   std::unique_ptr<BackendSession> backend_session_;
-  int64_t piece_tokens_;
   int64_t num_tokens_ = 0;
   std::vector<float> last_logits_;
 };

@@ -59,7 +59,7 @@ TEST_CASE("prefill, random pieces and one-by-one decode agree", "[engine][prefil
   const ModelConfig config = testing::TinyConfig();
   const ModelWeights weights = testing::RandomWeights(config, 7);
   CpuBackendOptions small_segments;
-  small_segments.max_segment_positions = 32;  // several internal segments
+  small_segments.max_step_positions = 32;  // several steps per append
   auto backend = MakeCpuBackend(config, weights);
   auto segmented_backend = MakeCpuBackend(config, weights, small_segments);
 

@@ -178,7 +178,10 @@ TEST_CASE("padding to the chunk boundary closes the open chunk", "[session]") {
 
 TEST_CASE("an append stopped between pieces keeps exactly the accepted tokens", "[session]") {
   Fixture f;
-  auto session = Session::Create(*f.backend, /*piece_tokens=*/14);
+  CpuBackendOptions small_steps;
+  small_steps.max_step_positions = 16;  // two chunks: 100 tokens take several steps
+  auto small_backend = MakeCpuBackend(f.config, f.weights, small_steps);
+  auto session = Session::Create(*small_backend);
   REQUIRE(session.ok());
   const auto tokens = testing::RandomTokens(f.config, 100, 7);
   AppendOptions options;

@@ -1,10 +1,15 @@
 #include "engine/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <thread>
 
+#include "absl/strings/str_format.h"
 #include "engine/cpu/cpu_session.h"
+#include "engine/cpu/cpu_step.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/forward_input.h"
+#include "engine/forward_pass.h"
 
 namespace drt {
 namespace {
@@ -15,7 +20,9 @@ class CpuBackend final : public Backend {
              const CpuBackendOptions& options)
       : config_(config),
         weights_(weights),
-        options_(options),
+        max_step_positions_(std::max(config.chunk_positions(),
+                                     options.max_step_positions / config.chunk_positions() *
+                                         config.chunk_positions())),
         pool_(options.num_threads > 0 ? options.num_threads
                                       : static_cast<int>(std::thread::hardware_concurrency())) {
     cpu::UseSingleThreadedBlas();
@@ -23,13 +30,64 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   const ModelConfig& config() const override { return config_; }
   absl::StatusOr<std::unique_ptr<BackendSession>> NewSession() override {
-    return std::make_unique<cpu::CpuSession>(config_, weights_, options_, pool_);
+    return std::make_unique<cpu::CpuSession>(config_);
+  }
+  int64_t max_step_positions() const override { return max_step_positions_; }
+
+  absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
+                    absl::Span<float> logits) override {
+    if (absl::Status s = CheckPlan(plan, sessions); !s.ok()) return s;
+    std::vector<cpu::CpuSession*> cpu_sessions(sessions.size());
+    for (size_t r = 0; r < sessions.size(); ++r) {
+      cpu_sessions[r] = static_cast<cpu::CpuSession*>(sessions[r]);
+    }
+    cpu::CpuStep step(config_, weights_, pool_, cpu_sessions);
+    return RunForward(config_, plan, step, logits);
   }
 
  private:
+  // The backend-level guard before any state changes: a plan that does not
+  // fit the step size or the sessions' positions, or ids a Session would
+  // never send, is refused whole.
+  absl::Status CheckPlan(const StepPlan& plan, absl::Span<BackendSession* const> sessions) const {
+    if (plan.num_rows > max_step_positions_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a step of %d positions exceeds the step size %d", plan.num_rows, max_step_positions_));
+    }
+    for (size_t r = 0; r < sessions.size(); ++r) {
+      if (dynamic_cast<cpu::CpuSession*>(sessions[r]) == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("session %d of the step was not made by the CPU backend", r));
+      }
+    }
+    std::vector<bool> used(sessions.size(), false);
+    for (const SlicePlan& slice : plan.slices) {
+      if (slice.request < 0 || slice.request >= static_cast<int64_t>(sessions.size()) ||
+          used[slice.request]) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "a slice names request %d: not one of the %d sessions, or named twice", slice.request,
+            sessions.size()));
+      }
+      used[slice.request] = true;
+      const int64_t position = sessions[slice.request]->position();
+      if (slice.first_position != position) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "a slice starts at decoder position %d but its session is at %d",
+            slice.first_position, position));
+      }
+      if (absl::Status s = CheckForwardInput(
+              config_, position,
+              absl::MakeConstSpan(plan.ids).subspan(slice.first_row, slice.num_rows), {}, 0);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
   const ModelConfig& config_;
   const ModelWeights& weights_;
-  CpuBackendOptions options_;
+  int64_t max_step_positions_;
   cpu::ThreadPool pool_;
 };
 

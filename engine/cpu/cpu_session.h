@@ -1,5 +1,6 @@
-// Per-session state and forward pass of the CPU backend (drt-model.md,
-// "Forward pass"; design.md, "One position through the engine").
+// Per-session state of the CPU backend (design.md, "Session state"). The
+// forward pass that reads and advances it is engine/forward_pass.h, executed
+// by CpuStep (engine/cpu/cpu_step.h) over all sessions of a step at once.
 #pragma once
 
 #include <cstdint>
@@ -8,19 +9,16 @@
 
 #include "engine/backend.h"
 #include "engine/cpu/chunk_store.h"
-#include "engine/cpu/thread_pool.h"
 #include "engine/cpu/window_cache.h"
 
 namespace drt::cpu {
 
+class CpuStep;
+
 class CpuSession final : public BackendSession {
  public:
-  // The pool is the backend's, shared by all its sessions.
-  CpuSession(const ModelConfig& config, const ModelWeights& weights, const CpuBackendOptions& options,
-             ThreadPool& pool);
+  explicit CpuSession(const ModelConfig& config);
 
-  absl::Status Forward(absl::Span<const int32_t> ids, absl::Span<const int64_t> logit_rows,
-                       absl::Span<float> logits) override;
   int64_t position() const override { return position_; }
   int64_t num_chunks() const override { return store_.size(); }
   SessionMemory memory() const override;
@@ -31,22 +29,8 @@ class CpuSession final : public BackendSession {
   absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const override;
 
  private:
-  // Runs one segment of ids starting at position_, which never exceeds
-  // max_segment_positions; writes hidden states of its rows into hidden.
-  void RunSegment(absl::Span<const int32_t> ids, std::vector<float>& hidden);
-  void SelfAttentionBlock(int64_t layer_index, const LayerWeights& layer, float* h, int64_t n,
-                          float* scratch_q, float* scratch_k, float* scratch_v, float* scratch_attn);
-  void MlpBlock(const LayerWeights& layer, const float* residual, const float* normed_input,
-                float* h, int64_t n);
-  // Encodes `count` completed chunks whose 64 lower-layer rows each are in
-  // rows, and appends them to the store.
-  void EncodeChunks(const float* rows, int64_t count);
-  Retrieval Retrieve(int64_t group, const float* hidden_row, int64_t chunk) const;
-
-  const ModelConfig& config_;
-  const ModelWeights& weights_;
-  CpuBackendOptions options_;
-  ThreadPool& pool_;
+  // The executor of the forward pass reads and advances the state below.
+  friend class CpuStep;
 
   int64_t position_ = 0;
   std::vector<WindowCache> windows_;  // one per decoder layer, lower then upper

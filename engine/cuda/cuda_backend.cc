@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_session.h"
@@ -59,6 +61,12 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override { return config_; }
+  // A session's forward cuts its rows into segments of this size
+  // (CudaSession::Forward), so the step size is the same number.
+  int64_t max_step_positions() const override {
+    const int64_t S = config_.chunk_positions();
+    return std::max(S, options_.max_segment_positions / S * S);
+  }
   absl::StatusOr<std::unique_ptr<BackendSession>> NewSession() override {
     auto session = cuda::CudaSession<T>::Create(config_, *weights_, options_, host_allocator_);
     if (!session.ok()) return session.status();

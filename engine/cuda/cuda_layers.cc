@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "engine/cuda/cuda_session.h"
 #include "engine/cuda/status_macros.h"
+#include "engine/model_rules.h"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise.h"
 #include "kernels/encoder_attention.h"
@@ -14,13 +15,6 @@
 #include "kernels/window_attention.h"
 
 namespace drt::cuda {
-namespace {
-
-// As in cpu_session.cc: the chunk encoder is built without the decoder's eps
-// (drt-model.md, Forward pass 4).
-constexpr float kEncoderRmsEps = 1e-6f;
-
-}  // namespace
 
 template <typename T>
 absl::Status CudaSession<T>::AttentionBlock(int64_t layer_index, const DeviceLayer<T>& layer,
@@ -167,12 +161,14 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   // The landmark's key and value are zero: GCA's softmax off-by-one
   // (Forward pass 7).
   DRT_CUDA_RETURN_IF_ERROR(
-      kernels::LaunchZeroChunkRow(b.enc_k.get(), static_cast<int>(count), 63, d, stream),
+      kernels::LaunchZeroChunkRow(b.enc_k.get(), static_cast<int>(count),
+                                  static_cast<int>(LandmarkRowInChunk(config_)), d, stream),
       "LaunchZeroChunkRow (keys)");
   DRT_CUDA_RETURN_IF_ERROR(
-      kernels::LaunchZeroChunkRow(b.enc_v.get(), static_cast<int>(count), 63, d, stream),
+      kernels::LaunchZeroChunkRow(b.enc_v.get(), static_cast<int>(count),
+                                  static_cast<int>(LandmarkRowInChunk(config_)), d, stream),
       "LaunchZeroChunkRow (values)");
-  // Landmark = row 63 of the encoder output, in fp32: gather the rows, then
+  // Landmark = the last row of the encoder output, in fp32: gather the rows, then
   // the final norm straight into the landmark matrix.
   DRT_CUDA_RETURN_IF_ERROR(
       cudaMemcpy2DAsync(b.enc_landmark_rows.get(), d * sizeof(float), x + (S - 1) * d,

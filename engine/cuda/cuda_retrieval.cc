@@ -9,15 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_session.h"
 #include "engine/cuda/status_macros.h"
+#include "engine/model_rules.h"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise.h"
 #include "kernels/landmark_topk.h"
 
 namespace drt::cuda {
 namespace {
-
-// lmk_norms are built with RMSNorm's default eps (Forward pass 5).
-constexpr float kLandmarkNormEps = 1e-5f;
 
 struct LandmarkRows {
   int64_t first = 0;  // row of the first landmark in the segment

@@ -83,7 +83,7 @@ TEST_CASE("cuda: prefill, pieces and token-by-token decode agree", "[cuda]") {
       options.max_segment_positions = segment;
       auto backend = MakeCudaBackend(config, weights, options);
       REQUIRE(backend.ok());
-      auto prefill = Session::Create(**backend, 1 << 20);
+      auto prefill = Session::Create(**backend);
       auto decode = Session::Create(**backend);
       REQUIRE(prefill.ok());
       REQUIRE(decode.ok());

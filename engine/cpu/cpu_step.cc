@@ -1,0 +1,269 @@
+#include "engine/cpu/cpu_step.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "engine/model_rules.h"
+
+namespace drt::cpu {
+
+CpuStep::CpuStep(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
+                 absl::Span<CpuSession* const> sessions)
+    : config_(config), weights_(weights), pool_(pool), sessions_(sessions) {}
+
+const LayerWeights& CpuStep::Layer(DecoderLayerId layer) const {
+  if (layer.group < 0) return weights_.lower_layers[layer.within];
+  return weights_.upper_layers[layer.group][layer.within].base;
+}
+
+absl::Status CpuStep::Embed(const StepPlan& plan) {
+  const int64_t d = config_.hidden_size;
+  const int64_t n = plan.num_rows;
+  h_.resize(n * d);
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(h_.data() + i * d,
+                weights_.embed_tokens.data() + static_cast<int64_t>(plan.ids[i]) * d,
+                d * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuStep::Attention(const StepPlan& plan, DecoderLayerId layer_id) {
+  const int64_t d = config_.hidden_size;
+  const int64_t n = plan.num_rows;
+  const int64_t kv_width = config_.num_key_value_heads * config_.head_dim();
+  const LayerWeights& layer = Layer(layer_id);
+  x_.resize(n * d);
+  q_.resize(n * d);
+  attn_.resize(n * d);
+  k_new_.resize(n * kv_width);
+  v_new_.resize(n * kv_width);
+  RmsNorm(h_.data(), n, d, layer.input_layernorm.data(), static_cast<float>(config_.rms_norm_eps),
+          x_.data(), pool_);
+  Linear(x_.data(), n, d, layer.self_attn.q_proj.data(), d, q_.data(), pool_);
+  Linear(x_.data(), n, d, layer.self_attn.k_proj.data(), kv_width, k_new_.data(), pool_);
+  Linear(x_.data(), n, d, layer.self_attn.v_proj.data(), kv_width, v_new_.data(), pool_);
+  for (const SlicePlan& slice : plan.slices) {
+    // The slice's queries see its own session's window, then its new rows.
+    WindowCache& window = SessionOf(slice).windows_[layer_id.index];
+    const int64_t past = window.size();
+    const int64_t rows = slice.num_rows;
+    window_keys_.resize((past + rows) * kv_width);
+    window_values_.resize((past + rows) * kv_width);
+    window.CopyOut(window_keys_.data(), window_values_.data());
+    std::memcpy(window_keys_.data() + past * kv_width, k_new_.data() + slice.first_row * kv_width,
+                rows * kv_width * sizeof(float));
+    std::memcpy(window_values_.data() + past * kv_width,
+                v_new_.data() + slice.first_row * kv_width, rows * kv_width * sizeof(float));
+    WindowAttention(q_.data() + slice.first_row * d, rows, window_keys_.data(),
+                    window_values_.data(), past + rows, config_.num_attention_heads,
+                    config_.num_key_value_heads, config_.head_dim(), config_.slide_window,
+                    attn_.data() + slice.first_row * d, pool_);
+    window.Push(k_new_.data() + slice.first_row * kv_width,
+                v_new_.data() + slice.first_row * kv_width, rows);
+  }
+  Linear(attn_.data(), n, d, layer.self_attn.o_proj.data(), d, x_.data(), pool_);
+  AddInPlace(h_.data(), x_.data(), n * d);
+  return absl::OkStatus();
+}
+
+void CpuStep::MlpBlock(const LayerWeights& layer, const float* residual,
+                       const float* normed_input, float* h, int64_t n) {
+  const int64_t d = config_.hidden_size;
+  const int64_t f = config_.intermediate_size;
+  x_.resize(n * d);
+  gate_.resize(n * f);
+  up_.resize(n * f);
+  RmsNorm(normed_input, n, d, layer.post_attention_layernorm.data(),
+          static_cast<float>(config_.rms_norm_eps), x_.data(), pool_);
+  Linear(x_.data(), n, d, layer.mlp.gate_proj.data(), f, gate_.data(), pool_);
+  Linear(x_.data(), n, d, layer.mlp.up_proj.data(), f, up_.data(), pool_);
+  SwiGlu(gate_.data(), up_.data(), n * f, gate_.data(), pool_);
+  Linear(gate_.data(), n, f, layer.mlp.down_proj.data(), d, x_.data(), pool_);
+  if (residual != h) std::memcpy(h, residual, n * d * sizeof(float));
+  AddInPlace(h, x_.data(), n * d);
+}
+
+absl::Status CpuStep::Mlp(const StepPlan& plan, DecoderLayerId layer) {
+  MlpBlock(Layer(layer), h_.data(), h_.data(), h_.data(), plan.num_rows);
+  return absl::OkStatus();
+}
+
+absl::Status CpuStep::CloseChunks(const StepPlan& plan) {
+  const int64_t S = config_.chunk_positions();
+  const int64_t d = config_.hidden_size;
+  // The lower-layer rows of every chunk the step closes, in the plan's
+  // encoder order: each slice's open chunk fills up row by row.
+  std::vector<float> closed_rows(plan.num_encoded_chunks * S * d);
+  for (const SlicePlan& slice : plan.slices) {
+    std::vector<float>& open = SessionOf(slice).open_chunk_;
+    int64_t closed = slice.first_encoded;
+    for (int64_t i = 0; i < slice.num_rows; ++i) {
+      const int64_t slot = (slice.first_position + i) % S;
+      std::memcpy(open.data() + slot * d, h_.data() + (slice.first_row + i) * d,
+                  d * sizeof(float));
+      if (slot == S - 1) {
+        std::copy(open.begin(), open.end(), closed_rows.begin() + closed * S * d);
+        ++closed;
+      }
+    }
+  }
+  if (plan.num_encoded_chunks == 0) return absl::OkStatus();
+  EncodeChunks(config_, weights_, closed_rows.data(), plan.num_encoded_chunks, pool_, encoded_);
+  const int64_t landmark = LandmarkRowInChunk(config_);
+  for (const SlicePlan& slice : plan.slices) {
+    ChunkStore& store = SessionOf(slice).store_;
+    for (size_t j = 0; j < slice.landmarks.size(); ++j) {
+      const int64_t c = slice.first_encoded + static_cast<int64_t>(j);
+      store.Append(encoded_.output.data() + (c * S + landmark) * d,
+                   encoded_.keys.data() + c * S * d, encoded_.values.data() + c * S * d);
+    }
+  }
+  return absl::OkStatus();
+}
+
+Retrieval CpuStep::RetrieveAt(const ChunkStore& store, int64_t group, const float* row,
+                              int64_t chunk) const {
+  const int64_t d = config_.hidden_size;
+  const int64_t k = std::min(config_.chunk_topk, chunk);
+  Retrieval retrieval;
+  if (k <= 0) return retrieval;
+  std::vector<float> query(d);
+  RmsNorm(row, 1, d, weights_.lmk_norms[group].data(), kLandmarkNormEps, query.data(), pool_);
+  std::vector<float> scores(chunk);
+  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  for (const auto& span : store.LandmarkSpans(chunk)) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, span.count, d, scale, span.landmarks, d,
+                query.data(), 1, 0.f, scores.data() + span.first_chunk, 1);
+  }
+  std::vector<int64_t> order(chunk);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+  });
+  retrieval.chunks.assign(order.begin(), order.begin() + k);
+  retrieval.weights.resize(k);
+  const float best = scores[retrieval.chunks[0]];
+  float sum = 0.f;
+  for (int64_t i = 0; i < k; ++i) {
+    retrieval.weights[i] = std::exp(scores[retrieval.chunks[i]] - best);
+    sum += retrieval.weights[i];
+  }
+  for (float& w : retrieval.weights) w /= sum;
+  return retrieval;
+}
+
+absl::Status CpuStep::Retrieve(const StepPlan& plan, int64_t group) {
+  const int64_t d = config_.hidden_size;
+  if (made_.empty()) {
+    made_.assign(plan.slices.size(), std::vector<std::vector<Retrieval>>(config_.num_groups()));
+  }
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    const SlicePlan& slice = plan.slices[s];
+    CpuSession& session = SessionOf(slice);
+    std::vector<Retrieval>& made = made_[s][group];
+    made.clear();
+    for (const PlannedLandmark& landmark : slice.landmarks) {
+      made.push_back(
+          RetrieveAt(session.store_, group, h_.data() + landmark.row * d, landmark.chunk));
+      if (session.observer_) session.observer_(landmark.chunk, group, made.back());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuStep::AwaitSelections(const StepPlan& plan, int64_t group) {
+  return absl::OkStatus();
+}
+
+absl::Status CpuStep::PrepareGca(const StepPlan& plan, int64_t group) {
+  run_chunks_.clear();
+  gca_blocks_.clear();
+  gca_first_row_.clear();
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    const SlicePlan& slice = plan.slices[s];
+    const CpuSession& session = SessionOf(slice);
+    for (const GcaRun& run : slice.runs) {
+      const Retrieval& r = run.made_at == GcaRun::kInForce ? session.selection_[group]
+                                                           : made_[s][group][run.made_at];
+      RunChunks chunks;
+      for (int64_t c : r.chunks) {
+        chunks.k.push_back(session.store_.keys(c));
+        chunks.v.push_back(session.store_.values(c));
+      }
+      run_chunks_.push_back(std::move(chunks));
+      GcaBlock block;
+      block.n = run.num_rows;
+      block.weights = r.weights.data();
+      block.num_chunks = static_cast<int64_t>(r.chunks.size());
+      gca_blocks_.push_back(block);
+      gca_first_row_.push_back(run.first_row);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuStep::GcaMlp(const StepPlan& plan, DecoderLayerId layer_id) {
+  const int64_t d = config_.hidden_size;
+  const int64_t n = plan.num_rows;
+  const UpperLayerWeights& layer = weights_.upper_layers[layer_id.group][layer_id.within];
+  residual_.assign(h_.begin(), h_.end());
+  mixed_.resize(n * d);
+  gca_q_.resize(n * d);
+  gca_out_.resize(n * d);
+  attn_.resize(n * d);
+  // GCA (drt-model.md, Forward pass 7) on the post-attention stream.
+  RmsNorm(h_.data(), n, d, layer.gca.pre_norm.data(), static_cast<float>(config_.rms_norm_eps),
+          mixed_.data(), pool_);
+  Linear(mixed_.data(), n, d, layer.gca.q_proj.data(), d, gca_q_.data(), pool_);
+  for (size_t b = 0; b < gca_blocks_.size(); ++b) {
+    gca_blocks_[b].q = gca_q_.data() + gca_first_row_[b] * d;
+    gca_blocks_[b].out = attn_.data() + gca_first_row_[b] * d;
+    gca_blocks_[b].chunk_k = run_chunks_[b].k.data();
+    gca_blocks_[b].chunk_v = run_chunks_[b].v.data();
+  }
+  GroupedCrossAttention(gca_blocks_, GcaRowsPerChunk(config_), config_.num_attention_heads,
+                        config_.head_dim(), pool_);
+  Linear(attn_.data(), n, d, layer.gca.o_proj.data(), d, gca_out_.data(), pool_);
+  // Forward pass 6: h = r + MLP(RMSNorm2(r + GCA(h))).
+  std::memcpy(mixed_.data(), residual_.data(), n * d * sizeof(float));
+  AddInPlace(mixed_.data(), gca_out_.data(), n * d);
+  MlpBlock(layer.base, residual_.data(), mixed_.data(), h_.data(), n);
+  return absl::OkStatus();
+}
+
+absl::Status CpuStep::CommitSelections(const StepPlan& plan) {
+  for (size_t s = 0; s < made_.size(); ++s) {
+    CpuSession& session = SessionOf(plan.slices[s]);
+    for (int64_t g = 0; g < config_.num_groups(); ++g) {
+      if (!made_[s][g].empty()) session.selection_[g] = std::move(made_[s][g].back());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuStep::Logits(const StepPlan& plan, absl::Span<float> logits) {
+  const int64_t d = config_.hidden_size;
+  const int64_t m = static_cast<int64_t>(plan.logit_rows.size());
+  if (m == 0) return absl::OkStatus();
+  x_.resize(m * d);
+  for (int64_t i = 0; i < m; ++i) {
+    std::memcpy(x_.data() + i * d, h_.data() + plan.logit_rows[i].row * d, d * sizeof(float));
+  }
+  RmsNorm(x_.data(), m, d, weights_.norm.data(), static_cast<float>(config_.rms_norm_eps),
+          x_.data(), pool_);
+  Linear(x_.data(), m, d, weights_.output_embedding().data(), config_.vocab_size, logits.data(),
+         pool_);
+  return absl::OkStatus();
+}
+
+absl::Status CpuStep::Finish(const StepPlan& plan) {
+  for (const SlicePlan& slice : plan.slices) SessionOf(slice).position_ += slice.num_rows;
+  return absl::OkStatus();
+}
+
+}  // namespace drt::cpu

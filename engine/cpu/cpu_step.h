@@ -1,0 +1,75 @@
+// The CPU executor of the forward pass (engine/forward_pass.h): one step over
+// the slices of several CpuSessions. Row-wise work (embedding, RMSNorms,
+// every Linear, the MLPs, the logits) runs over all rows of the step at once,
+// so the weights are streamed once per step, not once per session; window
+// attention and retrieval run per slice against that slice's session; the
+// chunk encoder takes every closed chunk of the step as one batch; GCA takes
+// every run of every slice in one GroupedCrossAttention call.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/cpu/chunk_encoder.h"
+#include "engine/cpu/cpu_session.h"
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/thread_pool.h"
+#include "engine/forward_pass.h"
+
+namespace drt::cpu {
+
+class CpuStep final : public ForwardOps {
+ public:
+  // sessions[r] is the session of the plan's request r. Everything must
+  // outlive the step.
+  CpuStep(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
+          absl::Span<CpuSession* const> sessions);
+
+  absl::Status Embed(const StepPlan& plan) override;
+  absl::Status Attention(const StepPlan& plan, DecoderLayerId layer) override;
+  absl::Status Mlp(const StepPlan& plan, DecoderLayerId layer) override;
+  absl::Status CloseChunks(const StepPlan& plan) override;
+  absl::Status Retrieve(const StepPlan& plan, int64_t group) override;
+  // Retrieve runs synchronously on the CPU: nothing to wait for.
+  absl::Status AwaitSelections(const StepPlan& plan, int64_t group) override;
+  absl::Status PrepareGca(const StepPlan& plan, int64_t group) override;
+  absl::Status GcaMlp(const StepPlan& plan, DecoderLayerId layer) override;
+  absl::Status CommitSelections(const StepPlan& plan) override;
+  absl::Status Logits(const StepPlan& plan, absl::Span<float> logits) override;
+  absl::Status Finish(const StepPlan& plan) override;
+
+ private:
+  CpuSession& SessionOf(const SlicePlan& slice) const { return *sessions_[slice.request]; }
+  const LayerWeights& Layer(DecoderLayerId layer) const;
+  // h = residual + MLP(RMSNorm2(normed_input)) over n rows; residual may
+  // alias h.
+  void MlpBlock(const LayerWeights& layer, const float* residual, const float* normed_input,
+                float* h, int64_t n);
+  // Forward pass 5 for one landmark: chunk `chunk`'s landmark (hidden row
+  // `row`) scores every strictly earlier chunk of `store`.
+  Retrieval RetrieveAt(const ChunkStore& store, int64_t group, const float* row,
+                       int64_t chunk) const;
+
+  const ModelConfig& config_;
+  const ModelWeights& weights_;
+  ThreadPool& pool_;
+  absl::Span<CpuSession* const> sessions_;
+
+  // Row buffers of the step, [rows x width].
+  std::vector<float> h_, x_, q_, k_new_, v_new_, attn_, residual_, gca_q_, gca_out_, mixed_,
+      gate_, up_;
+  std::vector<float> window_keys_, window_values_;  // one slice's window + new rows
+  EncodedChunks encoded_;
+  // Selections made in this step: [slice][group][landmark of the slice].
+  std::vector<std::vector<std::vector<Retrieval>>> made_;
+  // The GCA runs of the group being run, over all slices.
+  struct RunChunks {
+    std::vector<const float*> k, v;
+  };
+  std::vector<RunChunks> run_chunks_;
+  std::vector<GcaBlock> gca_blocks_;
+  std::vector<int64_t> gca_first_row_;
+};
+
+}  // namespace drt::cpu
