@@ -12,8 +12,27 @@
 namespace drt::cpu {
 
 CpuStep::CpuStep(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
-                 absl::Span<CpuSession* const> sessions)
-    : config_(config), weights_(weights), pool_(pool), sessions_(sessions) {}
+                 absl::Span<CpuSession* const> sessions, CpuStepScratch& scratch)
+    : config_(config),
+      weights_(weights),
+      pool_(pool),
+      sessions_(sessions),
+      h_(scratch.h),
+      x_(scratch.x),
+      q_(scratch.q),
+      k_new_(scratch.k_new),
+      v_new_(scratch.v_new),
+      attn_(scratch.attn),
+      residual_(scratch.residual),
+      gca_q_(scratch.gca_q),
+      gca_out_(scratch.gca_out),
+      mixed_(scratch.mixed),
+      gate_(scratch.gate),
+      up_(scratch.up),
+      window_keys_(scratch.window_keys),
+      window_values_(scratch.window_values),
+      closed_rows_(scratch.closed_rows),
+      encoded_(scratch.encoded) {}
 
 const LayerWeights& CpuStep::Layer(DecoderLayerId layer) const {
   if (layer.group < 0) return weights_.lower_layers[layer.within];
@@ -23,6 +42,8 @@ const LayerWeights& CpuStep::Layer(DecoderLayerId layer) const {
 absl::Status CpuStep::Embed(const StepPlan& plan) {
   const int64_t d = config_.hidden_size;
   const int64_t n = plan.num_rows;
+  // The first op of a step: the selections it will make start empty.
+  made_.assign(plan.slices.size(), std::vector<std::vector<Retrieval>>(config_.num_groups()));
   h_.resize(n * d);
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(h_.data() + i * d,
@@ -98,7 +119,8 @@ absl::Status CpuStep::CloseChunks(const StepPlan& plan) {
   const int64_t d = config_.hidden_size;
   // The lower-layer rows of every chunk the step closes, in the plan's
   // encoder order: each slice's open chunk fills up row by row.
-  std::vector<float> closed_rows(plan.num_encoded_chunks * S * d);
+  std::vector<float>& closed_rows = closed_rows_;
+  closed_rows.resize(plan.num_encoded_chunks * S * d);
   for (const SlicePlan& slice : plan.slices) {
     std::vector<float>& open = SessionOf(slice).open_chunk_;
     int64_t closed = slice.first_encoded;
@@ -159,9 +181,6 @@ Retrieval CpuStep::RetrieveAt(const ChunkStore& store, int64_t group, const floa
 
 absl::Status CpuStep::Retrieve(const StepPlan& plan, int64_t group) {
   const int64_t d = config_.hidden_size;
-  if (made_.empty()) {
-    made_.assign(plan.slices.size(), std::vector<std::vector<Retrieval>>(config_.num_groups()));
-  }
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const SlicePlan& slice = plan.slices[s];
     CpuSession& session = SessionOf(slice);

@@ -9,6 +9,7 @@
 #include "engine/cuda/cuda_session.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
+#include "engine/model_rules.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_query.h"
 
@@ -18,9 +19,10 @@ namespace {
 constexpr int64_t kMaxSegmentPositions = int64_t{1} << 16;
 
 absl::Status CheckSupported(const ModelConfig& c) {
-  // The kernels hard-code 64-row chunks with the landmark in row 63
-  // (drt-model.md, Forward pass 4 and 7).
-  if (c.chunk_positions() != 64) {
+  // The kernels hard-code 64-row chunks with the landmark in the last row
+  // (drt-model.md, Forward pass 4 and 7): the GCA kernel reads 64 rows per
+  // chunk, which must be the model's rule (engine/model_rules.h).
+  if (c.chunk_positions() != 64 || GcaRowsPerChunk(c) != 64) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the CUDA backend needs enc_chunk_size 63 (64 decoder positions per chunk), got %d",
         c.enc_chunk_size));
