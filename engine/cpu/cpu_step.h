@@ -70,6 +70,10 @@ class CpuStep final : public ForwardOps {
   EncodedChunks& encoded_;
   // Selections made in this step: [slice][group][landmark of the slice].
   std::vector<std::vector<std::vector<Retrieval>>> made_;
+  // The window attention of a group of slices: where each slice's keys
+  // start in window_keys_, and the kernel's inputs.
+  std::vector<int64_t> key_offsets_;
+  std::vector<WindowAttentionSlice> attention_slices_;
   // The GCA runs of the group being run, over all slices.
   struct RunChunks {
     std::vector<const float*> k, v;

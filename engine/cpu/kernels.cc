@@ -139,15 +139,35 @@ float AlibiSlope(int64_t h, int64_t num_heads) {
 void WindowAttention(const float* q, int64_t n, const float* keys, const float* values,
                      int64_t num_keys, int64_t num_heads, int64_t kv_heads, int64_t head_dim,
                      int64_t window, float* out, ThreadPool& pool) {
+  const WindowAttentionSlice slice{q, n, keys, values, num_keys, out};
+  WindowAttention(absl::MakeConstSpan(&slice, 1), num_heads, kv_heads, head_dim, window, pool);
+}
+
+void WindowAttention(absl::Span<const WindowAttentionSlice> slices, int64_t num_heads,
+                     int64_t kv_heads, int64_t head_dim, int64_t window, ThreadPool& pool) {
   const int64_t q_stride = num_heads * head_dim;
   const int64_t kv_stride = kv_heads * head_dim;
   const int64_t heads_per_kv = num_heads / kv_heads;
   const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
-  const int64_t first_query_key = num_keys - n;
-  const int64_t num_blocks = (n + kQueryBlock - 1) / kQueryBlock;
-  const int64_t tasks = num_blocks * num_heads;
+  // Tasks are (slice, query block, head); first_task[s] is slice s's first.
+  std::vector<int64_t> first_task(slices.size() + 1, 0);
+  for (size_t s = 0; s < slices.size(); ++s) {
+    const int64_t num_blocks = (slices[s].n + kQueryBlock - 1) / kQueryBlock;
+    first_task[s + 1] = first_task[s] + num_blocks * num_heads;
+  }
 
-  pool.ParallelFor(tasks, [&](int64_t task) {
+  pool.ParallelFor(first_task.back(), [&](int64_t global_task) {
+    const size_t s = static_cast<size_t>(
+        std::upper_bound(first_task.begin(), first_task.end(), global_task) - first_task.begin() -
+        1);
+    const WindowAttentionSlice& slice = slices[s];
+    const int64_t task = global_task - first_task[s];
+    const int64_t n = slice.n;
+    const float* q = slice.q;
+    const float* keys = slice.keys;
+    const float* values = slice.values;
+    float* out = slice.out;
+    const int64_t first_query_key = slice.num_keys - n;
     const int64_t block = task / num_heads;
     const int64_t h = task % num_heads;
     const int64_t kvh = h / heads_per_kv;
