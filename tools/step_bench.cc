@@ -58,7 +58,8 @@ double ProcessCpuSeconds() {
 
 struct Timing {
   double wall_seconds = 0;
-  double cpu_seconds = 0;
+  double cpu_seconds = 0;       // sampling and steps
+  double step_cpu_seconds = 0;  // inside RunStep only
 };
 
 // Time to generate `generate` tokens in each of `sessions`, batched in one
@@ -72,6 +73,7 @@ Timing Generate(drt::Backend& backend, absl::Span<std::unique_ptr<drt::Session>>
   std::vector<drt::StepEntry> entries(sessions.size());
   const auto start = Clock::now();
   const double cpu_start = ProcessCpuSeconds();
+  double step_cpu = 0;
   for (int32_t t = 0; t < generate; ++t) {
     for (size_t i = 0; i < sessions.size(); ++i) {
       auto token = sessions[i]->SampleNext(sampler);
@@ -80,6 +82,7 @@ Timing Generate(drt::Backend& backend, absl::Span<std::unique_ptr<drt::Session>>
       entries[i].session = sessions[i].get();
       entries[i].tokens = absl::MakeConstSpan(&next[i], 1);
     }
+    const double step_start = ProcessCpuSeconds();
     if (batched) {
       for (const absl::Status& s : drt::RunStep(backend, entries)) {
         if (!s.ok()) Die(std::string(s.message()));
@@ -91,9 +94,10 @@ Timing Generate(drt::Backend& backend, absl::Span<std::unique_ptr<drt::Session>>
         }
       }
     }
+    step_cpu += ProcessCpuSeconds() - step_start;
   }
   return {std::chrono::duration<double>(Clock::now() - start).count(),
-          ProcessCpuSeconds() - cpu_start};
+          ProcessCpuSeconds() - cpu_start, step_cpu};
 }
 
 // The first three fields of /proc/loadavg (the machine may be shared).
@@ -166,57 +170,69 @@ int main(int argc, char** argv) {
   // Runs of every N are interleaved within each repeat, and each N's ratio
   // to one session is taken within the repeat: on a shared machine the load
   // drifts between repeats more than within one.
-  std::vector<double> cpu_rates[2];  // of the latest measure(), by `batched`
+  // Tokens per second of N sessions: wall clock, per CPU second (sampling
+  // included), per CPU second inside RunStep (the engine step alone).
+  struct Rate {
+    double wall = 0, cpu = 0, step_cpu = 0;
+  };
   auto measure = [&](int n, bool batched) {
-    const Timing timing =
+    const Timing t =
         Generate(*backend, absl::MakeSpan(pool_of_sessions).subspan(0, n), generate, batched);
-    cpu_rates[batched].push_back(n * generate / timing.cpu_seconds);
-    return n * generate / timing.wall_seconds;
+    const double tokens = static_cast<double>(n) * generate;
+    return Rate{tokens / t.wall_seconds, tokens / t.cpu_seconds, tokens / t.step_cpu_seconds};
   };
-  struct Rates {
-    std::vector<double> batched, sequential, vs_one, vs_sequential;
-    std::vector<double> batched_cpu, sequential_cpu;  // tokens per CPU second
+  struct Column {
+    std::vector<double> wall, cpu, step_cpu;
+    void Add(const Rate& r) {
+      wall.push_back(r.wall);
+      cpu.push_back(r.cpu);
+      step_cpu.push_back(r.step_cpu);
+    }
   };
-  std::vector<Rates> rates(counts.size());
+  // Per N: batched, one by one, and the batched rates over one session's
+  // in the same repeat.
+  struct Row {
+    Column batched, sequential, vs_one;
+  };
+  std::vector<Row> rows(counts.size());
   const bool sequential = absl::GetFlag(FLAGS_sequential);
   const std::string load_before = LoadAverage();
   for (int32_t r = 0; r < repeats; ++r) {
-    const double one = measure(1, true);
+    const Rate one = measure(1, true);
     for (size_t c = 0; c < counts.size(); ++c) {
-      const double batched = counts[c] == 1 ? one : measure(counts[c], true);
-      rates[c].batched.push_back(batched);
-      rates[c].batched_cpu.push_back(cpu_rates[1].back());
-      rates[c].vs_one.push_back(batched / one);
-      if (sequential) {
-        const double seq = measure(counts[c], false);
-        rates[c].sequential.push_back(seq);
-        rates[c].sequential_cpu.push_back(cpu_rates[0].back());
-        rates[c].vs_sequential.push_back(batched / seq);
-      }
+      const Rate batched = counts[c] == 1 ? one : measure(counts[c], true);
+      rows[c].batched.Add(batched);
+      rows[c].vs_one.Add(
+          {batched.wall / one.wall, batched.cpu / one.cpu, batched.step_cpu / one.step_cpu});
+      if (sequential) rows[c].sequential.Add(measure(counts[c], false));
     }
   }
+  auto median = [](const std::vector<double>& v) { return v.empty() ? 0.0 : Median(v); };
   std::printf("model %s, prompt %lld tokens, %d generated per session, median of %d runs\n",
               absl::GetFlag(FLAGS_model).c_str(), static_cast<long long>(prompt_tokens),
               generate, repeats);
   std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverage().c_str());
-  std::printf("tok/s: wall clock; tok/cpu-s: per CPU second of the process (steadier on a "
-              "shared machine)\n");
-  std::printf("%8s %13s %13s %13s %13s %16s %16s\n", "sessions", "batched tok/s",
-              "1-by-1 tok/s", "batched tok/cpu-s", "1-by-1 tok/cpu-s", "batched / 1 sess",
-              "batched / 1-by-1");
+  std::printf("tokens/s by wall clock | per CPU second of the process, sampling included | per "
+              "CPU second inside RunStep\n");
+  std::printf("%8s | %29s | %29s | %24s\n", "", "batched", "one by one",
+              "batched / 1 session");
+  std::printf("%8s | %9s %9s %9s | %9s %9s %9s | %7s %7s %8s\n", "sessions", "wall", "cpu",
+              "step cpu", "wall", "cpu", "step cpu", "wall", "cpu", "step cpu");
   for (size_t c = 0; c < counts.size(); ++c) {
-    const Rates& m = rates[c];
-    auto median_or_zero = [](const std::vector<double>& v) { return v.empty() ? 0.0 : Median(v); };
-    std::printf("%8d %13.1f %13.1f %17.1f %16.1f %16.2f %16.2f\n", counts[c], Median(m.batched),
-                median_or_zero(m.sequential), Median(m.batched_cpu),
-                median_or_zero(m.sequential_cpu), Median(m.vs_one),
-                median_or_zero(m.vs_sequential));
+    const Row& m = rows[c];
+    std::printf("%8d | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f | %7.2f %7.2f %8.2f\n", counts[c],
+                median(m.batched.wall), median(m.batched.cpu), median(m.batched.step_cpu),
+                median(m.sequential.wall), median(m.sequential.cpu),
+                median(m.sequential.step_cpu), median(m.vs_one.wall), median(m.vs_one.cpu),
+                median(m.vs_one.step_cpu));
   }
   for (size_t c = 0; c < counts.size(); ++c) {
+    const Row& m = rows[c];
     std::printf("step_bench_result sessions=%d batched_tokens_per_s=%.2f "
-                "sequential_tokens_per_s=%.2f batched_vs_one_session=%.3f\n",
-                counts[c], Median(rates[c].batched),
-                sequential ? Median(rates[c].sequential) : 0.0, Median(rates[c].vs_one));
+                "batched_tokens_per_cpu_s=%.2f sequential_tokens_per_s=%.2f "
+                "batched_vs_one_session_cpu=%.3f\n",
+                counts[c], median(m.batched.wall), median(m.batched.cpu),
+                median(m.sequential.wall), median(m.vs_one.cpu));
   }
   return 0;
 }
