@@ -239,10 +239,12 @@ TEST_CASE("Linear matches a naive matmul on both split paths", "[kernels]") {
   struct Shape {
     int64_t n, in, out;
   };
-  // n < 8*threads: the decode path (splits output features); otherwise rows.
-  const std::vector<Shape> shapes = {{1, 64, 33},  {1, 17, 1},   {3, 37, 129},  {7, 128, 256},
-                                     {8, 20, 9},   {15, 31, 65}, {16, 64, 50},  {100, 48, 70},
-                                     {257, 33, 17}, {33, 256, 3}};
+  // n < 8*threads: the decode path (splits output features; 2-4 rows go
+  // through the weights in blocks, of 64 and 32 output features at in = 512
+  // and 1024); otherwise rows.
+  const std::vector<Shape> shapes = {{1, 64, 33},   {1, 17, 1},    {3, 37, 129},  {7, 128, 256},
+                                     {8, 20, 9},    {15, 31, 65},  {16, 64, 50},  {100, 48, 70},
+                                     {257, 33, 17}, {33, 256, 3},  {2, 512, 300}, {4, 1024, 101}};
   uint32_t seed = 100;
   for (const Shape& s : shapes) {
     for (int threads : {1, 2}) {
