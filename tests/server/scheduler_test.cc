@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -498,6 +499,35 @@ TEST_CASE("after Refuse queued items end with its status at the next step and ne
   a->End();
 }
 
+TEST_CASE("a scheduler destroyed with items queued ends them with UNAVAILABLE after the "
+          "running step",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  StepLog log(/*park_at=*/1);
+  auto scheduler = std::make_unique<Scheduler>(*f.backend, log.Options(64));
+  auto g = NewEntry(manager, Activity::kAppending);
+  auto a = NewEntry(manager, Activity::kAppending);
+  const auto g_tokens = RandomTokens(10, 1);
+  const auto a_tokens = RandomTokens(100, 2);
+  Background gate{Prefill(*g, g_tokens)}, item{Prefill(*a, a_tokens)};
+  gate.Start(*scheduler);
+  log.WaitUntilParked();
+  item.Start(*scheduler);
+  WaitFor([&] { return scheduler->queued() == 2; }, 10, "A queued");
+  std::thread destroyer([&] { scheduler.reset(); });  // waits for the held step
+  log.Release();
+  destroyer.join();
+  const WorkResult rg = gate.result.get(), ra = item.result.get();
+  CHECK(rg.status.ok());  // the running step finished
+  CHECK(g->tokens() == 10);
+  CHECK(ra.status.code() == absl::StatusCode::kUnavailable);
+  CHECK(ra.tokens_done == 0);
+  CHECK(a->tokens() == 0);
+  g->End();
+  a->End();
+}
+
 TEST_CASE("the scheduler refuses an item without a session or tokens", "[server][scheduler]") {
   FixtureModel& f = FixtureModel::Get();
   SessionManager manager(*f.backend, SessionLimits{});
@@ -513,6 +543,25 @@ TEST_CASE("the scheduler refuses an item without a session or tokens", "[server]
   CHECK(scheduler.steps_formed() == 0);
   CHECK(a->tokens() == 0);
   a->End();
+}
+
+TEST_CASE("the service's steps count each Append token as prefill and each generated token as "
+          "decode",
+          "[server][scheduler]") {
+  InProcessServer server;
+  const std::string id = NewSession(server.stub());
+  const auto prompt = RandomTokens(300, 11);
+  REQUIRE(AppendTokens(server.stub(), id, prompt, EvenPieces(prompt.size(), 120)).status.ok());
+  const GenerateResult generated = GenerateGreedy(server.stub(), id, 5);
+  REQUIRE(generated.status.ok());
+  REQUIRE(generated.done.has_value());
+  REQUIRE(generated.done->padding_tokens() == 0);  // the fixture does not pad by default
+  CHECK(generated.tokens == EngineGreedy(prompt, 5));
+  const std::string text = server.metrics().RenderPrometheus();
+  const int64_t prefill = 300;
+  CHECK_THAT(text, Contains("drt_engine_step_tokens_total{kind=\"decode\"} 5\n"));
+  CHECK_THAT(text, Contains("drt_engine_step_tokens_total{kind=\"prefill\"} " +
+                            std::to_string(prefill) + "\n"));
 }
 
 }  // namespace
