@@ -29,13 +29,15 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The scheduler's step token budget, the one step-size knob: small enough
-// that a generating session's next token (which waits for at most one step)
-// and cancellation are seen often, large enough to run whole chunks.
+// The scheduler's step token budget: --step_tokens, or else the engine's
+// step size. A generating session's next token waits for at most one step,
+// and cancellation is seen between steps.
 // SWITCH HERE to the engine's knob when it exists (issue 11: the engine adds
 // Backend::max_step_positions()): positions include one landmark per
 // enc_chunk_size tokens, so tokens = positions * chunk / (chunk + 1).
-int64_t StepTokens(const Backend& /*backend*/) { return kDefaultStepTokens; }
+int64_t StepTokens(const Backend& /*backend*/, int64_t requested) {
+  return requested > 0 ? requested : kDefaultStepTokens;
+}
 
 constexpr int32_t kDefaultMaxTokens = 64;
 constexpr int32_t kMaxTokensLimit = 1 << 20;
@@ -46,9 +48,10 @@ constexpr double kProgressIntervalSeconds = 0.1;
 // and the final message reach the client (docs/api.md, "Generate").
 constexpr double kDeadlineMarginSeconds = 0.2;
 
-SchedulerOptions SchedulerOptionsFor(const Backend& backend, Metrics& metrics) {
+SchedulerOptions SchedulerOptionsFor(const Backend& backend, int64_t step_tokens,
+                                     Metrics& metrics) {
   SchedulerOptions options;
-  options.step_tokens = StepTokens(backend);
+  options.step_tokens = StepTokens(backend, step_tokens);
   options.on_step_done = [&metrics](const StepRecord& step, double seconds) {
     int64_t decode = 0, prefill = 0;
     for (const StepPiece& piece : step.pieces) {
@@ -261,7 +264,8 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
       sessions_(std::make_unique<SessionManager>(
           backend, SessionLimits{options_.max_sessions, options_.max_context_tokens,
                                  options_.idle_ttl_seconds, options_.host_memory_budget_bytes})),
-      scheduler_(std::make_unique<Scheduler>(backend, SchedulerOptionsFor(backend, metrics))) {
+      scheduler_(std::make_unique<Scheduler>(
+          backend, SchedulerOptionsFor(backend, options_.step_tokens, metrics))) {
   // The generated service adds its methods in the order of the proto file,
   // which the descriptor's method index gives.
   const google::protobuf::ServiceDescriptor* service =

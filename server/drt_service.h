@@ -30,6 +30,9 @@ struct ServiceOptions {
   // All sessions' host memory. drt-server sets it from the machine's memory
   // (server/host_memory.h) unless --host_memory_budget_gb is given.
   int64_t host_memory_budget_bytes = 8LL << 30;
+  // The scheduler's tokens per engine step (server/scheduler.h); 0: the
+  // engine's step size.
+  int64_t step_tokens = 0;
   std::string bearer_token;  // empty: no authentication
 };
 

@@ -54,6 +54,11 @@ ABSL_FLAG(std::string, bearer_token, "",
 ABSL_FLAG(int64_t, shutdown_grace_seconds, 10,
           "on SIGTERM/SIGINT, running streams get this long to finish before they are "
           "cancelled");
+ABSL_FLAG(int64_t, step_tokens, 0,
+          "tokens per engine step, shared by the sessions in it (0: the engine's step size, "
+          "4032). A generating session's next token waits for at most one step, so smaller steps "
+          "bound its time per token while others prefill; larger ones ingest long prompts with "
+          "less overhead per token (docs/api.md, Scheduling)");
 ABSL_FLAG(int32_t, compute_workers, 0,
           "deprecated and ignored: one engine thread now forms batched steps over all "
           "sessions (docs/api.md, Scheduling); --threads sets the CPU backend's threads");
@@ -208,6 +213,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   check(CheckAtLeast("max_context_tokens", config.service.max_context_tokens, 1));
   config.service.idle_ttl_seconds = absl::GetFlag(FLAGS_idle_ttl_seconds);
   check(CheckAtLeast("idle_ttl_seconds", config.service.idle_ttl_seconds, 1));
+  config.service.step_tokens = absl::GetFlag(FLAGS_step_tokens);
+  check(CheckAtLeast("step_tokens", config.service.step_tokens, 0));
   // Accepted so that existing command lines keep working; main logs that it
   // is ignored.
   if (const int32_t workers = absl::GetFlag(FLAGS_compute_workers); workers != 0) {

@@ -545,10 +545,14 @@ TEST_CASE("the scheduler refuses an item without a session or tokens", "[server]
   a->End();
 }
 
-TEST_CASE("the service's steps count each Append token as prefill and each generated token as "
-          "decode",
+TEST_CASE("the service runs --step_tokens steps and counts Append tokens as prefill, generated "
+          "tokens as decode",
           "[server][scheduler]") {
-  InProcessServer server;
+  // Steps of 100 tokens: each 120-token message takes 2 steps (100 + 20),
+  // the last 60 tokens 1, each generated token 1.
+  ServiceOptions options = SmallOptions();
+  options.step_tokens = 100;
+  InProcessServer server(options);
   const std::string id = NewSession(server.stub());
   const auto prompt = RandomTokens(300, 11);
   REQUIRE(AppendTokens(server.stub(), id, prompt, EvenPieces(prompt.size(), 120)).status.ok());
@@ -562,6 +566,7 @@ TEST_CASE("the service's steps count each Append token as prefill and each gener
   CHECK_THAT(text, Contains("drt_engine_step_tokens_total{kind=\"decode\"} 5\n"));
   CHECK_THAT(text, Contains("drt_engine_step_tokens_total{kind=\"prefill\"} " +
                             std::to_string(prefill) + "\n"));
+  CHECK_THAT(text, Contains("drt_engine_steps_total " + std::to_string(2 + 2 + 1 + 5) + "\n"));
 }
 
 }  // namespace
