@@ -142,7 +142,8 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   // 2. Decode first, oldest first.
   for (Queued* item : queue_) {
     if (left == 0) break;
-    if (item->item->kind != WorkKind::kDecode || !in_step.insert(item->item->entry).second) continue;
+    if (item->item->kind != WorkKind::kDecode) continue;
+    if (!in_step.insert(item->item->entry).second) continue;
     const int64_t count = std::min(remaining(item), left);
     plan.push_back({item, item->done, count, nullptr, absl::OkStatus()});
     left -= count;
