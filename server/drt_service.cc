@@ -29,9 +29,16 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Tokens per engine step: small enough that steps of other sessions and
-// cancellation are seen often, large enough to run whole chunks.
-constexpr int64_t kTokensPerStep = 4032;
+// The scheduler's step token budget: --step_tokens, or else the engine's
+// step size. A generating session's next token waits for at most one step,
+// and cancellation is seen between steps.
+// SWITCH HERE to the engine's knob when it exists (issue 11: the engine adds
+// Backend::max_step_positions()): positions include one landmark per
+// enc_chunk_size tokens, so tokens = positions * chunk / (chunk + 1).
+int64_t StepTokens(const Backend& /*backend*/, int64_t requested) {
+  return requested > 0 ? requested : kDefaultStepTokens;
+}
+
 constexpr int32_t kDefaultMaxTokens = 64;
 constexpr int32_t kMaxTokensLimit = 1 << 20;
 // Progress messages at most this often (plus one per message received).
@@ -40,6 +47,20 @@ constexpr double kProgressIntervalSeconds = 0.1;
 // slowest steps before the call's deadline, so that every generated token
 // and the final message reach the client (docs/api.md, "Generate").
 constexpr double kDeadlineMarginSeconds = 0.2;
+
+SchedulerOptions SchedulerOptionsFor(const Backend& backend, int64_t step_tokens,
+                                     Metrics& metrics) {
+  SchedulerOptions options;
+  options.step_tokens = StepTokens(backend, step_tokens);
+  options.on_step_done = [&metrics](const StepRecord& step, double seconds) {
+    int64_t decode = 0, prefill = 0;
+    for (const StepPiece& piece : step.pieces) {
+      (piece.kind == WorkKind::kDecode ? decode : prefill) += piece.tokens;
+    }
+    metrics.ObserveEngineStep(decode, prefill, seconds);
+  };
+  return options;
+}
 
 SamplingParams FromProto(const drt::v1::SamplingParams& p) {
   SamplingParams s;
@@ -154,35 +175,36 @@ class PromptIngest {
         !s.ok()) {
       return s;
     }
-    for (size_t done = 0; done < ids.size();) {
-      if (context_->IsCancelled()) return absl::CancelledError("the Append was cancelled");
-      const size_t step = std::min<size_t>(kTokensPerStep, ids.size() - done);
-      const auto piece = absl::MakeConstSpan(ids).subspan(done, step);
-      const int64_t chunks_before = entry_.chunks();
-      const auto t0 = Clock::now();
-      int64_t accepted = 0;
-      absl::Status status = scheduler_.Run([&]() -> absl::Status {
-        return entry_.RunStep([&](Session& session) -> absl::Status {
-          AppendOptions options;
-          // A DeleteSession ends the step at the engine's next piece.
-          options.should_stop = [&] { return context_->IsCancelled() || entry_.deleted(); };
-          auto result = session.Append(piece, options);
-          if (!result.ok()) return result.status();
-          accepted = result->tokens_accepted;
-          return absl::OkStatus();
-        });
-      });
-      engine_seconds_ += SecondsSince(t0);
-      ingested_ += accepted;
-      metrics_.AddTokensIngested(accepted);
-      metrics_.AddRetrievals((entry_.chunks() - chunks_before) * num_groups_);
-      if (!status.ok()) return status;
-      if (accepted < static_cast<int64_t>(step)) {
-        return absl::CancelledError("the Append was cancelled");
-      }
-      done += step;
+    // The whole message is one work item: the scheduler runs it in pieces
+    // over as many steps as it takes, alongside other sessions' work.
+    const int64_t ingested_before = ingested_;
+    int64_t chunks_seen = entry_.chunks();
+    auto account = [&](int64_t tokens_done) {
+      metrics_.AddTokensIngested(ingested_before + tokens_done - ingested_);
+      ingested_ = ingested_before + tokens_done;
+      const int64_t chunks = entry_.chunks();
+      metrics_.AddRetrievals((chunks - chunks_seen) * num_groups_);
+      chunks_seen = chunks;
+    };
+    WorkItem item;
+    item.entry = &entry_;
+    item.tokens = ids;
+    item.kind = WorkKind::kPrefill;
+    // A DeleteSession ends the item too: its next step finds the session gone.
+    item.should_stop = [this] { return context_->IsCancelled(); };
+    item.on_progress = [&](int64_t tokens_done) {
+      account(tokens_done);
       if (on_step_) on_step_();
+    };
+    const auto t0 = Clock::now();
+    const WorkResult result = scheduler_.Run(item);
+    engine_seconds_ += SecondsSince(t0);
+    account(result.tokens_done);
+    if (result.status.code() == absl::StatusCode::kCancelled) {
+      return absl::CancelledError("the Append was cancelled");
     }
+    if (!result.status.ok()) return result.status;
+    if (on_step_) on_step_();
     return absl::OkStatus();
   }
 
@@ -242,7 +264,8 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
       sessions_(std::make_unique<SessionManager>(
           backend, SessionLimits{options_.max_sessions, options_.max_context_tokens,
                                  options_.idle_ttl_seconds, options_.host_memory_budget_bytes})),
-      scheduler_(std::make_unique<Scheduler>(options_.compute_workers)) {
+      scheduler_(std::make_unique<Scheduler>(
+          backend, SchedulerOptionsFor(backend, options_.step_tokens, metrics))) {
   // The generated service adds its methods in the order of the proto file,
   // which the descriptor's method index gives.
   const google::protobuf::ServiceDescriptor* service =
@@ -443,9 +466,15 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
         entry.id(), held));
   }
   if (padding > 0) {
-    absl::Status s = scheduler.Run(
-        [&] { return entry.RunStep([](Session& session) { return session.PadToChunkBoundary(); }); });
-    if (!s.ok()) return s;
+    // Padding is prompt work: it shares the step budget like a prefill.
+    const std::vector<int32_t> pads(padding, static_cast<int32_t>(model.config().pad_id));
+    WorkItem item;
+    item.entry = &entry;
+    item.tokens = pads;
+    item.kind = WorkKind::kPrefill;
+    item.allow_pad = true;
+    item.should_stop = [context] { return context->IsCancelled(); };
+    if (absl::Status s = scheduler.Run(item).status; !s.ok()) return s;
   }
   const auto deadline = context->deadline();  // far in the future when none
   double slowest_step = 0;
@@ -468,15 +497,28 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     }
     if (entry.tokens() >= entry.settings().max_context_tokens) break;  // LENGTH
     const auto step_start = Clock::now();
+    // Sampling runs here, on the handler's thread (under the entry's claim,
+    // between the engine's steps on this session); the token then joins the
+    // next engine step as a decode item, batched with other sessions'.
     Session::GeneratedToken step{};
-    absl::Status s = scheduler.Run([&]() -> absl::Status {
-      return entry.RunStep([&](Session& session) -> absl::Status {
-        auto result = session.GenerateStep(sampler);
-        if (!result.ok()) return result.status();
-        step = *result;
-        return absl::OkStatus();
-      });
+    absl::Status s = entry.RunStep([&](Session& session) -> absl::Status {
+      auto next = session.SampleNext(sampler);
+      if (!next.ok()) return next.status();
+      step = *next;
+      return absl::OkStatus();
     });
+    if (!s.ok()) return s;
+    const int32_t token[] = {step.token};
+    WorkItem item;
+    item.entry = &entry;
+    item.tokens = token;
+    item.kind = WorkKind::kDecode;
+    item.should_stop = [context] { return context->IsCancelled(); };
+    s = scheduler.Run(item).status;
+    if (s.code() == absl::StatusCode::kCancelled) {  // the token was not appended
+      reason = drt::v1::FINISH_REASON_CANCELLED;
+      break;
+    }
     if (!s.ok()) return s;
     ++generated;
     last_token_at = SecondsSince(start);

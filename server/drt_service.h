@@ -1,7 +1,8 @@
 // The drt.v1.Drt gRPC service: sessions, Append, Generate, Complete, fork,
-// info. Engine work runs on the Scheduler's workers in bounded steps (one
-// prompt piece, one generated token), so sessions interleave and
-// cancellation is seen between steps.
+// info. Engine work goes through the Scheduler (server/scheduler.h), whose
+// one engine thread runs batched steps over all sessions: decode first, the
+// prompt pieces of all sessions sharing the rest of each step, so sessions
+// interleave and cancellation is seen between steps.
 #pragma once
 
 #include <atomic>
@@ -29,7 +30,9 @@ struct ServiceOptions {
   // All sessions' host memory. drt-server sets it from the machine's memory
   // (server/host_memory.h) unless --host_memory_budget_gb is given.
   int64_t host_memory_budget_bytes = 8LL << 30;
-  int compute_workers = 2;
+  // The scheduler's tokens per engine step (server/scheduler.h); 0: the
+  // engine's step size.
+  int64_t step_tokens = 0;
   std::string bearer_token;  // empty: no authentication
 };
 

@@ -116,6 +116,9 @@ bool WaitUntilDrained(const sigset_t& signals, const std::atomic<bool>& drained,
 
 int Run(const ServerConfig& config, const sigset_t& signals) {
   if (!config.device_note.empty()) std::fprintf(stderr, "drt-server: %s\n", config.device_note.c_str());
+  for (const std::string& note : config.deprecation_notes) {
+    std::fprintf(stderr, "drt-server: %s\n", note.c_str());
+  }
 
   auto credentials = MakeServerCredentials(config.tls_cert_path, config.tls_key_path);
   if (!credentials.ok()) return Fail(credentials.status());

@@ -116,6 +116,9 @@ struct Metrics::State {
   int64_t retrievals = 0;
   Histogram time_to_first_token;
   Histogram time_per_output_token;
+  int64_t engine_steps = 0;
+  std::map<std::string, int64_t> step_tokens_by_kind;
+  Histogram engine_step_seconds;
   std::map<std::string, int64_t> requests_by_method;
   std::map<std::string, int64_t> errors_by_code;
 };
@@ -177,6 +180,15 @@ void Metrics::AddRetrievals(int64_t retrievals) {
   state_->retrievals += retrievals;
 }
 
+void Metrics::ObserveEngineStep(int64_t decode_tokens, int64_t prefill_tokens, double seconds) {
+  if (decode_tokens < 0 || prefill_tokens < 0 || !IsValidObservation(seconds)) return;
+  std::lock_guard lock(state_->mutex);
+  ++state_->engine_steps;
+  state_->step_tokens_by_kind["decode"] += decode_tokens;
+  state_->step_tokens_by_kind["prefill"] += prefill_tokens;
+  state_->engine_step_seconds.Observe(seconds);
+}
+
 void Metrics::CountRequest(const std::string& method) {
   std::lock_guard lock(state_->mutex);
   ++state_->requests_by_method[method];
@@ -221,6 +233,15 @@ std::string Metrics::RenderPrometheus() const {
                std::to_string(s.chunk_store_bytes));
   AppendScalar(out, "drt_retrievals_total", "counter",
                "Chunk retrievals (one per landmark and group).", std::to_string(s.retrievals));
+  AppendScalar(out, "drt_engine_steps_total", "counter",
+               "Engine steps the scheduler ran (each over one or more sessions).",
+               std::to_string(s.engine_steps));
+  AppendLabeledCounter(out, "drt_engine_step_tokens_total",
+                       "Tokens run in engine steps, by kind (decode: generated tokens; "
+                       "prefill: prompt and padding).",
+                       "kind", s.step_tokens_by_kind);
+  AppendHistogram(out, "drt_engine_step_seconds", "Seconds per engine step.",
+                  s.engine_step_seconds);
   AppendLabeledCounter(out, "drt_requests_total", "RPCs received, by method.", "method",
                        s.requests_by_method);
   AppendLabeledCounter(out, "drt_errors_total", "RPCs that failed, by gRPC status code.", "code",

@@ -34,6 +34,10 @@ class Metrics {
   void SetChunkStoreBytes(int64_t bytes);
   // drt_retrievals_total (one per landmark and group)
   void AddRetrievals(int64_t retrievals);
+  // One engine step formed by the scheduler (server/scheduler.h):
+  // drt_engine_steps_total, drt_engine_step_tokens_total{kind} (decode,
+  // prefill) and drt_engine_step_seconds (histogram).
+  void ObserveEngineStep(int64_t decode_tokens, int64_t prefill_tokens, double seconds);
   // drt_requests_total{method} and drt_errors_total{code} (code as gRPC's
   // upper-case name, e.g. "INVALID_ARGUMENT")
   void CountRequest(const std::string& method);

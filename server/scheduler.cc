@@ -1,44 +1,102 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "absl/strings/str_format.h"
+#include "engine/batch_step.h"
+#include "engine/session.h"
+#include "server/session_manager.h"
 
 namespace drt::server {
 
-struct Scheduler::Task {
-  std::function<absl::Status()> step;
-  absl::Status result;
-  bool done = false;
-  std::condition_variable finished;
+// An item in the queue; lives on its caller's stack for the duration of Run.
+struct Scheduler::Queued {
+  const WorkItem* item = nullptr;
+  int64_t enqueued_after = 0;  // steps_formed_ when it was queued
+  int64_t done = 0;            // tokens appended so far
+  WorkResult result;
+  bool finished = false;
 };
 
-Scheduler::Scheduler(int workers) {
-  for (int i = 0; i < std::max(1, workers); ++i) workers_.emplace_back([this] { WorkerLoop(); });
+// One item's piece of the step being formed.
+struct Scheduler::Planned {
+  Queued* queued = nullptr;
+  int64_t offset = 0;  // into the item's tokens
+  int64_t count = 0;
+  Session* session = nullptr;  // set once claimed
+  absl::Status claim;          // not OK: the claim failed, the piece does not run
+};
+
+int64_t StepRecord::tokens() const {
+  int64_t total = 0;
+  for (const StepPiece& piece : pieces) total += piece.tokens;
+  return total;
 }
+
+Scheduler::Scheduler(Backend& backend, SchedulerOptions options)
+    : backend_(backend),
+      step_tokens_(std::max<int64_t>(1, options.step_tokens)),
+      options_(std::move(options)),
+      engine_([this] { EngineLoop(); }) {}
 
 Scheduler::~Scheduler() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  ready_.notify_all();
-  for (std::thread& t : workers_) t.join();
+  work_ready_.notify_all();
+  engine_.join();  // ends the queued items
+  std::unique_lock<std::mutex> lock(mutex_);
+  callers_gone_.wait(lock, [&] { return callers_ == 0; });
 }
 
-absl::Status Scheduler::Run(std::function<absl::Status()> step) {
-  Task task;
-  task.step = std::move(step);
+WorkResult Scheduler::Run(const WorkItem& item) {
+  WorkResult refused;
+  if (item.entry == nullptr || item.tokens.empty()) {
+    refused.status = absl::InvalidArgumentError(
+        "a scheduler work item needs a session and at least one token");
+    return refused;
+  }
+  Queued queued;
+  queued.item = &item;
   std::unique_lock<std::mutex> lock(mutex_);
-  if (stopping_) return absl::UnavailableError("the server is shutting down");
-  if (!refusal_.ok()) return refusal_;
-  queue_.push_back(&task);
-  ready_.notify_one();
-  task.finished.wait(lock, [&] { return task.done; });
-  return task.result;
+  if (stopping_) {
+    refused.status = absl::UnavailableError("the server is shutting down");
+    return refused;
+  }
+  if (!refusal_.ok()) {
+    refused.status = refusal_;
+    return refused;
+  }
+  ++callers_;
+  queued.enqueued_after = steps_formed_;
+  queue_.push_back(&queued);
+  work_ready_.notify_one();
+  int64_t reported = 0;
+  while (true) {
+    item_changed_.wait(lock, [&] { return queued.finished || queued.done != reported; });
+    if (queued.finished) break;
+    reported = queued.done;
+    if (item.on_progress) {
+      lock.unlock();  // the caller may write to its client; the engine goes on
+      item.on_progress(reported);
+      lock.lock();
+    }
+  }
+  WorkResult result = queued.result;
+  result.tokens_done = queued.done;
+  if (--callers_ == 0) callers_gone_.notify_all();
+  return result;
 }
 
 void Scheduler::Refuse(absl::Status status) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  refusal_ = std::move(status);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    refusal_ = std::move(status);
+  }
+  work_ready_.notify_all();
 }
 
 int Scheduler::queued() const {
@@ -46,19 +104,155 @@ int Scheduler::queued() const {
   return static_cast<int>(queue_.size());
 }
 
-void Scheduler::WorkerLoop() {
+int64_t Scheduler::steps_formed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return steps_formed_;
+}
+
+void Scheduler::CompleteLocked(Queued& item, absl::Status status) {
+  item.result.status = std::move(status);
+  item.finished = true;
+  queue_.remove(&item);
+}
+
+std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
+  // 1. Items that must not run any more leave the queue.
+  for (Queued* item : std::vector<Queued*>(queue_.begin(), queue_.end())) {
+    const int64_t size = static_cast<int64_t>(item->item->tokens.size());
+    if (!refusal_.ok()) {
+      CompleteLocked(*item, refusal_);
+    } else if (item->item->should_stop && item->item->should_stop()) {
+      CompleteLocked(*item, absl::CancelledError(absl::StrFormat(
+                                "stopped by its caller (cancelled, or past its deadline) after "
+                                "%d of %d tokens",
+                                item->done, size)));
+    }
+  }
+  std::vector<Planned> plan;
+  if (queue_.empty()) return plan;
+  record.index = ++steps_formed_;
+  int64_t left = step_tokens_;
+  // A session at most once per step (engine/batch_step.h); the caller's
+  // activity claim makes a second item of one session impossible anyway.
+  std::set<const SessionEntry*> in_step;
+  auto remaining = [](const Queued* q) {
+    return static_cast<int64_t>(q->item->tokens.size()) - q->done;
+  };
+
+  // 2. Decode first, oldest first.
+  for (Queued* item : queue_) {
+    if (left == 0) break;
+    if (item->item->kind != WorkKind::kDecode) continue;
+    if (!in_step.insert(item->item->entry).second) continue;
+    const int64_t count = std::min(remaining(item), left);
+    plan.push_back({item, item->done, count, nullptr, absl::OkStatus()});
+    left -= count;
+  }
+
+  // 3. Prefill shares the rest equally; whoever needs less leaves the
+  // remainder to the others.
+  std::vector<Queued*> prefill;
+  for (Queued* item : queue_) {
+    if (item->item->kind == WorkKind::kPrefill && in_step.insert(item->item->entry).second) {
+      prefill.push_back(item);
+    }
+  }
+  if (!prefill.empty() && left > 0) {
+    // The item served first takes the odd tokens (and all of a budget too
+    // small for everyone); that turn rotates step by step.
+    std::rotate(prefill.begin(), prefill.begin() + rotation_++ % prefill.size(), prefill.end());
+    std::vector<int64_t> share(prefill.size(), 0);
+    while (left > 0) {
+      int64_t open = 0;
+      for (size_t i = 0; i < prefill.size(); ++i) open += share[i] < remaining(prefill[i]);
+      if (open == 0) break;
+      const int64_t quota = std::max<int64_t>(1, left / open);
+      for (size_t i = 0; i < prefill.size() && left > 0; ++i) {
+        const int64_t give = std::min({quota, remaining(prefill[i]) - share[i], left});
+        share[i] += give;
+        left -= give;
+      }
+    }
+    for (size_t i = 0; i < prefill.size(); ++i) {
+      if (share[i] > 0) {
+        plan.push_back({prefill[i], prefill[i]->done, share[i], nullptr, absl::OkStatus()});
+      }
+    }
+  }
+  return plan;
+}
+
+void Scheduler::EngineLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping and drained
-    Task* task = queue_.front();
-    queue_.pop_front();
+    work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) {
+      while (!queue_.empty()) {
+        CompleteLocked(*queue_.front(), absl::UnavailableError("the server is shutting down"));
+      }
+      item_changed_.notify_all();
+      return;
+    }
+    StepRecord record;
+    std::vector<Planned> plan = FormStepLocked(record);
+    item_changed_.notify_all();  // items that were stopped
+    if (plan.empty()) continue;
     lock.unlock();
-    absl::Status result = task->step();
+
+    // 4. Claim each session; a deleted one is not run.
+    std::vector<StepEntry> entries;
+    std::vector<Planned*> running;
+    for (Planned& piece : plan) {
+      absl::StatusOr<Session*> session = piece.queued->item->entry->BeginStep();
+      if (!session.ok()) {
+        piece.claim = session.status();
+        continue;
+      }
+      piece.session = *session;
+      const WorkItem& item = *piece.queued->item;
+      entries.push_back({piece.session, item.tokens.subspan(piece.offset, piece.count),
+                         item.allow_pad, nullptr});
+      running.push_back(&piece);
+      record.pieces.push_back({item.entry, piece.count, item.kind});
+    }
+
+    // 5. Run the step, release the claims.
+    std::vector<absl::Status> results;
+    double seconds = 0;
+    if (!entries.empty()) {
+      if (options_.on_step_formed) options_.on_step_formed(record);
+      const auto start = std::chrono::steady_clock::now();
+      results = drt::RunStep(backend_, entries);
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      for (size_t i = 0; i < running.size(); ++i) {
+        results[i] = running[i]->queued->item->entry->EndStep(std::move(results[i]));
+      }
+      if (options_.on_step_done) options_.on_step_done(record, seconds);
+    }
+
     lock.lock();
-    task->result = std::move(result);
-    task->done = true;
-    task->finished.notify_one();
+    size_t next_result = 0;
+    for (Planned& piece : plan) {
+      Queued& item = *piece.queued;
+      if (!piece.claim.ok()) {
+        CompleteLocked(item, piece.claim);
+        continue;
+      }
+      const absl::Status& status = results[next_result++];
+      if (item.result.steps_waited < 0) {
+        item.result.steps_waited = record.index - 1 - item.enqueued_after;
+      }
+      ++item.result.steps_ran;
+      if (!status.ok()) {
+        CompleteLocked(item, status);
+        continue;
+      }
+      item.done += piece.count;
+      if (item.done == static_cast<int64_t>(item.item->tokens.size())) {
+        CompleteLocked(item, absl::OkStatus());
+      }
+    }
+    item_changed_.notify_all();
   }
 }
 

@@ -1,49 +1,154 @@
-// The worker pool that runs engine work. Handlers submit bounded steps (one
-// prompt piece, one generated token) and wait for them; steps of different
-// sessions are taken first come, first served, so sessions interleave and
-// none starves. The engine has no multi-session batch step yet, so decode
-// steps of sessions ready at the same time run one after another.
+// The continuous-batching scheduler: one engine thread forms engine steps
+// over many sessions and runs each as one drt::RunStep (engine/batch_step.h).
+//
+// Handlers submit work items, "append these tokens to this session" (a
+// prompt message, padding, or one generated token), and wait for them.
+// Forming a step (docs/api.md, "Scheduling"):
+//   1. Items whose caller stopped them (client cancel, deadline), and every
+//      item once Refuse() was called, leave the queue without running.
+//   2. Every queued decode item (one generated token) joins the step, oldest
+//      first, up to the step's token budget: decode has priority, so a
+//      generating session's next token is in the first step formed after it
+//      is submitted, whatever prefill is queued.
+//   3. The rest of the budget is shared equally by the queued prefill items
+//      (water-filling: an item needing less than its share leaves the rest
+//      to the others; the order that gets the odd tokens rotates each step).
+//      A long prefill runs as pieces over many steps, so it never holds up
+//      decode for more than one step.
+//   4. Each session of the step is claimed (SessionEntry::BeginStep): a
+//      session deleted meanwhile fails its item with ABORTED and is not run.
+//   5. drt::RunStep runs the step; each item's result is its own (one
+//      session's error leaves the others untouched); a session deleted
+//      during the step gets ABORTED and its memory is freed as it returns.
+// Sessions join and leave between steps: an item submitted while a step runs
+// is in the next one. The engine thread never waits for a handler.
 #pragma once
 
 #include <condition_variable>
-#include <deque>
+#include <cstdint>
 #include <functional>
+#include <list>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/backend.h"
 
 namespace drt::server {
 
+class SessionEntry;
+
+// Tokens per engine step, shared by all sessions in it, when nothing else
+// says: 64 chunks of 63 tokens (4096 positions with their landmarks).
+constexpr int64_t kDefaultStepTokens = 4032;
+
+enum class WorkKind {
+  kPrefill,  // prompt tokens or padding: shares the step budget, split over steps
+  kDecode,   // a generated token: goes first, into the next step whole
+};
+
+// One request of a handler: append `tokens` to `entry`'s session.
+struct WorkItem {
+  // The caller holds the entry's activity (SessionEntry::Begin) for as long
+  // as the item runs, so a session has at most one item at a time.
+  SessionEntry* entry = nullptr;
+  absl::Span<const int32_t> tokens;  // at least one; must outlive Run()
+  WorkKind kind = WorkKind::kPrefill;
+  bool allow_pad = false;  // the engine's own padding (Generate's pad_to_chunk_boundary)
+  // Checked under the scheduler's lock each time a step is formed; true ends
+  // the item there with CANCELLED (tokens appended in earlier steps stay).
+  // Must be cheap and must not call the scheduler.
+  std::function<bool()> should_stop;
+  // Called on the caller's thread, between its waits, with the tokens
+  // appended so far, after steps that ran part of the item (not after every
+  // step when the caller is slower than the engine). The engine goes on
+  // meanwhile.
+  std::function<void(int64_t tokens_done)> on_progress;
+};
+
+struct WorkResult {
+  // OK once every token is appended. Otherwise the reason it ended:
+  // CANCELLED (should_stop), ABORTED (session deleted), the engine's error
+  // (INVALID_ARGUMENT for tokens it refuses), or Refuse()'s status.
+  absl::Status status;
+  int64_t tokens_done = 0;  // appended before it ended, also on error
+  // Steps formed between the item's submission and the first step it ran
+  // in: 0 when it was in the very next step. -1 when it never ran.
+  int64_t steps_waited = -1;
+  int64_t steps_ran = 0;  // steps it had a piece in
+};
+
+// What a formed step holds, for tests and metrics.
+struct StepPiece {
+  const SessionEntry* entry = nullptr;
+  int64_t tokens = 0;
+  WorkKind kind = WorkKind::kPrefill;
+};
+struct StepRecord {
+  int64_t index = 0;  // 1 for the first step the scheduler formed
+  std::vector<StepPiece> pieces;  // decode items first, in the order run
+  int64_t tokens() const;
+};
+
+struct SchedulerOptions {
+  // The step's token budget, shared by decode and prefill items.
+  int64_t step_tokens = kDefaultStepTokens;
+  // Called on the engine thread with each step once formed and its sessions
+  // claimed, before it runs (a test may block it to hold the step running).
+  std::function<void(const StepRecord&)> on_step_formed;
+  // Called on the engine thread after each step ran, with its duration.
+  std::function<void(const StepRecord&, double seconds)> on_step_done;
+};
+
 class Scheduler {
  public:
-  explicit Scheduler(int workers);
-  ~Scheduler();  // finishes queued steps, then joins the workers
+  // options.step_tokens below 1 is taken as 1.
+  Scheduler(Backend& backend, SchedulerOptions options);
+  // Ends queued items with UNAVAILABLE, waits for callers still inside
+  // Run() to leave, and joins the engine thread.
+  ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Runs step on a worker and returns its status once it has run; once
-  // Refuse() was called, returns Refuse's status without running it.
-  absl::Status Run(std::function<absl::Status()> step);
+  // Queues the item and waits until it is done (see WorkResult). Once
+  // Refuse() was called, returns Refuse's status without queueing.
+  // INVALID_ARGUMENT for an item without entry or tokens.
+  WorkResult Run(const WorkItem& item);
 
-  // From now on Run() returns `status` (not OK) instead of running steps:
-  // every call that runs engine steps ends at its next step with it. Used at
-  // the end of a drain's grace period. Steps already queued still run.
+  // From now on Run() returns `status` (not OK) instead of queueing, and
+  // queued items end with it when the next step is formed (keeping what
+  // earlier steps appended): every call that runs engine work ends at its
+  // next step with it. Used at the end of a drain's grace period.
   void Refuse(absl::Status status);
 
-  int queued() const;
+  int queued() const;          // items waiting or partly done
+  int64_t steps_formed() const;
+  int64_t step_tokens() const { return step_tokens_; }
 
  private:
-  struct Task;
-  void WorkerLoop();
+  struct Queued;
+  struct Planned;
+  void EngineLoop();
+  // Under mutex_: ends stopped items, picks the pieces of the next step.
+  std::vector<Planned> FormStepLocked(StepRecord& record);
+  void CompleteLocked(Queued& item, absl::Status status);
 
+  Backend& backend_;
+  const int64_t step_tokens_;
+  SchedulerOptions options_;
   mutable std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<Task*> queue_;
+  std::condition_variable work_ready_;    // engine thread: an item was queued
+  std::condition_variable item_changed_;  // callers: progress or completion
+  std::condition_variable callers_gone_;  // destructor: no caller in Run()
+  std::list<Queued*> queue_;              // arrival order
+  int callers_ = 0;
   bool stopping_ = false;
   absl::Status refusal_;  // OK until Refuse()
-  std::vector<std::thread> workers_;
+  int64_t steps_formed_ = 0;
+  size_t rotation_ = 0;  // which prefill item gets the odd tokens first
+  std::thread engine_;   // last: starts once the members above exist
 };
 
 }  // namespace drt::server

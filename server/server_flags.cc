@@ -54,8 +54,14 @@ ABSL_FLAG(std::string, bearer_token, "",
 ABSL_FLAG(int64_t, shutdown_grace_seconds, 10,
           "on SIGTERM/SIGINT, running streams get this long to finish before they are "
           "cancelled");
-ABSL_FLAG(int32_t, compute_workers, drt::server::ServiceOptions{}.compute_workers,
-          "scheduler workers running engine steps concurrently");
+ABSL_FLAG(int64_t, step_tokens, 0,
+          "tokens per engine step, shared by the sessions in it (0: the engine's step size, "
+          "4032). A generating session's next token waits for at most one step, so smaller steps "
+          "bound its time per token while others prefill; larger ones ingest long prompts with "
+          "less overhead per token (docs/api.md, Scheduling)");
+ABSL_FLAG(int32_t, compute_workers, 0,
+          "deprecated and ignored: one engine thread now forms batched steps over all "
+          "sessions (docs/api.md, Scheduling); --threads sets the CPU backend's threads");
 
 namespace drt::server {
 namespace {
@@ -207,8 +213,16 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   check(CheckAtLeast("max_context_tokens", config.service.max_context_tokens, 1));
   config.service.idle_ttl_seconds = absl::GetFlag(FLAGS_idle_ttl_seconds);
   check(CheckAtLeast("idle_ttl_seconds", config.service.idle_ttl_seconds, 1));
-  config.service.compute_workers = absl::GetFlag(FLAGS_compute_workers);
-  check(CheckAtLeast("compute_workers", config.service.compute_workers, 1));
+  config.service.step_tokens = absl::GetFlag(FLAGS_step_tokens);
+  check(CheckAtLeast("step_tokens", config.service.step_tokens, 0));
+  // Accepted so that existing command lines keep working; main logs that it
+  // is ignored.
+  if (const int32_t workers = absl::GetFlag(FLAGS_compute_workers); workers != 0) {
+    config.deprecation_notes.push_back(absl::StrCat(
+        "--compute_workers=", workers,
+        " is deprecated and ignored: one engine thread forms batched steps over all sessions "
+        "(docs/api.md, Scheduling); --threads sets the CPU backend's threads"));
+  }
 
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   // Below this not even a small prompt piece plus headers fits.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -33,6 +34,8 @@ struct ServerConfig {
   // only when main makes the backend.
   std::string device = "cpu";
   std::string device_note;
+  // One line each, logged at start: flags that are accepted but ignored.
+  std::vector<std::string> deprecation_notes;
   int cuda_device = 0;  // GPU index for the CUDA backend
   CudaPrecision cuda_precision = CudaPrecision::kBf16;  // --cuda_precision
   int threads = 0;  // CPU backend threads; 0: all cores

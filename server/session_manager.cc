@@ -68,15 +68,20 @@ absl::Status SessionEntry::DeletedError() const {
 }
 
 absl::Status SessionEntry::RunStep(absl::FunctionRef<absl::Status(Session&)> step) {
-  Session* session = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(engine_mutex_);
-    if (deleted_.load() || session_ == nullptr) return DeletedError();
-    in_step_ = true;
-    session = session_.get();
-  }
+  absl::StatusOr<Session*> session = BeginStep();
+  if (!session.ok()) return session.status();
   // The engine work runs without the lock, so DeleteSession never waits for it.
-  absl::Status status = step(*session);
+  return EndStep(step(**session));
+}
+
+absl::StatusOr<Session*> SessionEntry::BeginStep() {
+  std::lock_guard<std::mutex> lock(engine_mutex_);
+  if (deleted_.load() || session_ == nullptr) return DeletedError();
+  in_step_ = true;
+  return session_.get();
+}
+
+absl::Status SessionEntry::EndStep(absl::Status status) {
   std::unique_ptr<Session> freed;
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);

@@ -57,8 +57,19 @@ class SessionEntry {
   // runs `step` on the engine session unless the session was deleted, and
   // refreshes the figures. ABORTED ("session ... was deleted while ...")
   // once the session was deleted, before or during the step; the engine
-  // session is then gone.
+  // session is then gone. BeginStep + step + EndStep.
   absl::Status RunStep(absl::FunctionRef<absl::Status(Session&)> step);
+
+  // RunStep in two halves, for the scheduler, which claims every session of
+  // a batched engine step, runs the step, then releases them all. BeginStep
+  // claims the engine session (ABORTED once deleted: nothing may run on it);
+  // between the two the caller may use the Session* without any lock, and
+  // DeleteSession does not free it. EndStep releases the claim, refreshes
+  // the figures and returns `status`, or ABORTED when the session was
+  // deleted meanwhile (its engine session is freed then, outside the lock).
+  // Every successful BeginStep is followed by exactly one EndStep.
+  absl::StatusOr<Session*> BeginStep();
+  absl::Status EndStep(absl::Status status);
 
   // Called by SessionManager when the session leaves its table: running
   // work sees deleted() and ends at its next step, and the engine session

@@ -285,9 +285,7 @@ TEST_CASE("Append progress is monotone and ends at the total", "[server]") {
 }
 
 TEST_CASE("10 concurrent sessions give exactly what each gives alone", "[server]") {
-  ServiceOptions options = SmallOptions();
-  options.compute_workers = 4;
-  InProcessServer server(options);
+  InProcessServer server;
   constexpr int kSessions = 10;
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < kSessions; ++i) prompts.push_back(RandomTokens(200 + 173 * i, 1000 + i));

@@ -27,6 +27,9 @@ TEST_CASE("Metrics render counters, gauges and labels in Prometheus text", "[ser
   metrics.CountRequest("Append");
   metrics.CountError("INVALID_ARGUMENT");
   metrics.CountError("weird\"code\\with\nnewline");
+  metrics.ObserveEngineStep(2, 100, 0.01);
+  metrics.ObserveEngineStep(1, 0, 0.002);
+  metrics.ObserveEngineStep(-1, 5, 0.001);  // ignored
 
   const std::string text = metrics.RenderPrometheus();
   CHECK(Contains(text, "# HELP drt_tokens_ingested_total "));
@@ -41,6 +44,11 @@ TEST_CASE("Metrics render counters, gauges and labels in Prometheus text", "[ser
   CHECK(Contains(text, "drt_requests_total{method=\"Append\"} 2\n"));
   CHECK(Contains(text, "drt_errors_total{code=\"INVALID_ARGUMENT\"} 1\n"));
   CHECK(Contains(text, "drt_errors_total{code=\"weird\\\"code\\\\with\\nnewline\"} 1\n"));
+  CHECK(Contains(text, "# TYPE drt_engine_steps_total counter\ndrt_engine_steps_total 2\n"));
+  CHECK(Contains(text, "drt_engine_step_tokens_total{kind=\"decode\"} 3\n"));
+  CHECK(Contains(text, "drt_engine_step_tokens_total{kind=\"prefill\"} 100\n"));
+  CHECK(Contains(text, "drt_engine_step_seconds_count 2\n"));
+  CHECK(Contains(text, "drt_engine_step_seconds_bucket{le=\"0.0025\"} 1\n"));
   CHECK(text.back() == '\n');
 }
 

@@ -68,6 +68,30 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
   CHECK(config->service.host_memory_budget_bytes == (3LL << 29));
   CHECK(config->service.bearer_token == "secret");
 
+  SECTION("--compute_workers is accepted, ignored, and said to be") {
+    CHECK(config->deprecation_notes.empty());  // not given
+    ScopedFlag workers("compute_workers", "4");
+    auto deprecated = ServerConfigFromFlags();
+    REQUIRE(deprecated.ok());
+    REQUIRE(deprecated->deprecation_notes.size() == 1);
+    CHECK(deprecated->deprecation_notes[0].find("--compute_workers=4 is deprecated and ignored") !=
+          std::string::npos);
+    CHECK(deprecated->deprecation_notes[0].find("--threads") != std::string::npos);
+  }
+  SECTION("--step_tokens: 0 (the engine's step size) by default, a count, never negative") {
+    CHECK(config->service.step_tokens == 0);
+    {
+      ScopedFlag step("step_tokens", "512");
+      auto small = ServerConfigFromFlags();
+      REQUIRE(small.ok());
+      CHECK(small->service.step_tokens == 512);
+    }
+    ScopedFlag step("step_tokens", "-1");
+    auto refused = ServerConfigFromFlags();
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(refused.status().message().find("--step_tokens=-1: must be at least 0") !=
+          std::string::npos);
+  }
   SECTION("auto picks cpu with a note saying why") {
     ScopedFlag device("device", "auto");
     auto fallback = ServerConfigFromFlags();

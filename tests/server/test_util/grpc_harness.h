@@ -124,7 +124,6 @@ inline ServiceOptions SmallOptions() {
   options.max_context_tokens = 4'000'000;
   options.idle_ttl_seconds = 600;
   options.host_memory_budget_bytes = 4LL << 30;
-  options.compute_workers = 2;
   return options;
 }
 

@@ -1,0 +1,573 @@
+// The continuous-batching scheduler (server/scheduler.h) driven directly on
+// the fixture model: which pieces each formed step holds (decode priority,
+// fair prefill shares, joining and leaving between steps), and that one
+// session's cancellation, deletion or bad tokens leave the others' results
+// equal to running alone. Expected step contents are computed by hand from
+// the step budget; the steps are read from the scheduler's on_step_formed
+// hook, so nothing here depends on timing.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "server/scheduler.h"
+#include "server/session_manager.h"
+#include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/waiting.h"
+
+namespace drt::server {
+namespace {
+
+using namespace drt::server::testing;
+using Catch::Matchers::Contains;
+
+// Records every formed step; can hold step `park_at` inside the hook (the
+// step is formed and its sessions claimed, it has not run) until Release().
+class StepLog {
+ public:
+  explicit StepLog(int64_t park_at = 0) : park_at_(park_at) {}
+
+  SchedulerOptions Options(int64_t step_tokens) {
+    SchedulerOptions options;
+    options.step_tokens = step_tokens;
+    options.on_step_formed = [this](const StepRecord& step) { OnStep(step); };
+    return options;
+  }
+  // Runs on the engine thread, with the step formed, before it runs.
+  std::function<void(const StepRecord&)> also;
+
+  void WaitUntilParked() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return parked_; });
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      released_ = true;
+    }
+    changed_.notify_all();
+  }
+  std::vector<StepRecord> steps() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return steps_;
+  }
+
+ private:
+  void OnStep(const StepRecord& step) {
+    if (also) also(step);
+    std::unique_lock<std::mutex> lock(mutex_);
+    steps_.push_back(step);
+    if (step.index != park_at_) return;
+    parked_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return released_; });
+  }
+
+  const int64_t park_at_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  bool parked_ = false, released_ = false;
+  std::vector<StepRecord> steps_;
+};
+
+// Tokens of each session in one step, by entry; 0 when absent.
+std::map<const SessionEntry*, int64_t> Shares(const StepRecord& step) {
+  std::map<const SessionEntry*, int64_t> shares;
+  for (const StepPiece& piece : step.pieces) shares[piece.entry] += piece.tokens;
+  return shares;
+}
+
+// A claimed session of the manager (the caller's activity, as a handler has).
+std::shared_ptr<SessionEntry> NewEntry(SessionManager& manager, Activity activity) {
+  auto created = manager.Create({});
+  if (!created.ok()) throw std::runtime_error(std::string(created.status().message()));
+  if (absl::Status s = (*created)->Begin(activity); !s.ok()) {
+    throw std::runtime_error(std::string(s.message()));
+  }
+  return *created;
+}
+
+// A prefill item run on its own thread.
+struct Background {
+  WorkItem item;
+  std::future<WorkResult> result;
+  void Start(Scheduler& scheduler) {
+    result = std::async(std::launch::async, [this, &scheduler] { return scheduler.Run(item); });
+  }
+};
+
+WorkItem Prefill(SessionEntry& entry, const std::vector<int32_t>& tokens) {
+  WorkItem item;
+  item.entry = &entry;
+  item.tokens = tokens;
+  item.kind = WorkKind::kPrefill;
+  return item;
+}
+
+std::vector<float> LastLogits(SessionEntry& entry) {
+  std::vector<float> logits;
+  REQUIRE(entry
+              .RunStep([&](Session& s) {
+                logits.assign(s.last_logits().begin(), s.last_logits().end());
+                return absl::OkStatus();
+              })
+              .ok());
+  return logits;
+}
+
+// The last token's logits of a fresh session that appended `tokens` in one
+// Session::Append: the session running alone.
+std::vector<float> AloneLogits(const std::vector<int32_t>& tokens) {
+  auto session = Session::Create(*FixtureModel::Get().backend);
+  REQUIRE(session.ok());
+  REQUIRE((*session)->Append(tokens).ok());
+  return std::vector<float>((*session)->last_logits().begin(), (*session)->last_logits().end());
+}
+
+// max |a - b| / max |b|.
+double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  REQUIRE(!b.empty());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
+  }
+  return diff / scale;
+}
+
+// Issue 11 states the invariant: a session's logits do not depend on which
+// sessions share its step, within 1e-5 relative on the CPU. Measured in these
+// tests (the sequential RunStep; only the piece boundaries differ from one
+// Append): at most 6.6e-7. The bound is the issue's.
+constexpr double kAloneTolerance = 1e-5;
+
+TEST_CASE("a generated token is in the first step formed after it is submitted, whatever "
+          "prefill is queued",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  // The prefill shares of a step holding the decode token, smallest first:
+  // with budget 63, the other 62 tokens are shared by the three prefills;
+  // with budget 2 there is one token left, for one of them (fair sharing
+  // alone, without decode priority, would make the token wait there).
+  int64_t budget = 0;
+  std::vector<int64_t> expected_shares;
+  SECTION("budget 63") {
+    budget = 63;
+    expected_shares = {20, 21, 21};
+  }
+  SECTION("budget 2, less than the sessions") {
+    budget = 2;
+    expected_shares = {0, 0, 1};
+  }
+  StepLog log;
+  Scheduler scheduler(*f.backend, log.Options(budget));
+
+  // Three sessions prefill far more than the test lasts: every step is full.
+  std::vector<std::shared_ptr<SessionEntry>> prefilling;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::unique_ptr<Background>> background;
+  std::atomic<bool> stop_prefill{false};
+  for (int i = 0; i < 3; ++i) {
+    prefilling.push_back(NewEntry(manager, Activity::kAppending));
+    prompts.push_back(RandomTokens(63 * 2000, 10 + i));
+  }
+  for (int i = 0; i < 3; ++i) {
+    background.push_back(std::make_unique<Background>());
+    background[i]->item = Prefill(*prefilling[i], prompts[i]);
+    background[i]->item.should_stop = [&] { return stop_prefill.load(); };
+    background[i]->Start(scheduler);
+  }
+  WaitFor([&] { return scheduler.steps_formed() >= 2; }, 30, "prefill steps");
+
+  // Session B generates greedily as the server's Generate does: sample on
+  // this thread, submit the token as a decode item.
+  auto generating = NewEntry(manager, Activity::kGenerating);
+  const auto prompt = RandomTokens(100, 3);
+  REQUIRE(generating->RunStep([&](Session& s) { return s.Append(prompt).status(); }).ok());
+  Sampler sampler(SamplingParams{});
+  constexpr int kTokens = 8;
+  std::vector<int32_t> generated;
+  std::vector<WorkResult> results;
+  for (int t = 0; t < kTokens; ++t) {
+    int32_t token = -1;
+    REQUIRE(generating
+                ->RunStep([&](Session& s) {
+                  auto next = s.SampleNext(sampler);
+                  if (!next.ok()) return next.status();
+                  token = next->token;
+                  return absl::OkStatus();
+                })
+                .ok());
+    const int32_t ids[] = {token};
+    WorkItem item;
+    item.entry = generating.get();
+    item.tokens = ids;
+    item.kind = WorkKind::kDecode;
+    results.push_back(scheduler.Run(item));
+    generated.push_back(token);
+  }
+  stop_prefill = true;
+  std::vector<WorkResult> prefill_results;
+  for (auto& b : background) prefill_results.push_back(b->result.get());
+
+  for (int t = 0; t < kTokens; ++t) {
+    INFO("token " << t);
+    CHECK(results[t].status.ok());
+    CHECK(results[t].steps_waited == 0);
+    CHECK(results[t].steps_ran == 1);
+  }
+  // The prefill went on meanwhile and was still queued at the end.
+  for (const WorkResult& r : prefill_results) {
+    CHECK(r.status.code() == absl::StatusCode::kCancelled);
+    CHECK(r.tokens_done > 0);
+    CHECK(r.tokens_done < 63 * 2000);
+  }
+  // Every step holding the decode token was full: 1 decode token, first,
+  // and the rest shared by the prefills.
+  int decode_steps = 0;
+  for (const StepRecord& step : log.steps()) {
+    auto shares = Shares(step);
+    if (!shares.contains(generating.get())) continue;
+    ++decode_steps;
+    INFO("step " << step.index);
+    CHECK(step.pieces.front().entry == generating.get());  // decode first
+    CHECK(step.pieces.front().kind == WorkKind::kDecode);
+    CHECK(shares[generating.get()] == 1);
+    CHECK(step.tokens() == budget);
+    std::vector<int64_t> prefill_shares;
+    for (const auto& e : prefilling) prefill_shares.push_back(shares[e.get()]);
+    std::sort(prefill_shares.begin(), prefill_shares.end());
+    CHECK(prefill_shares == expected_shares);
+  }
+  CHECK(decode_steps == kTokens);
+  // The tokens are those the session generates alone.
+  CHECK(generated == EngineGreedy(prompt, kTokens));
+  for (auto& e : prefilling) e->End();
+  generating->End();
+}
+
+TEST_CASE("prefilling sessions share each step's budget equally", "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  // Step 1 runs a one-token item of session G and is held while A and B
+  // queue, so that both are there when step 2 is formed.
+  StepLog log(/*park_at=*/1);
+  struct Case {
+    int64_t budget, a_tokens, b_tokens;
+    // (A, B) tokens of steps 2, 3, ...; with `odd_alternates`, in either
+    // order, the session with the odd token changing every step.
+    std::vector<std::pair<int64_t, int64_t>> steps;
+    bool odd_alternates = false;
+  };
+  const Case cases[] = {
+      // Even budget: half each until both are done.
+      {64, 160, 160, {{32, 32}, {32, 32}, {32, 32}, {32, 32}, {32, 32}}},
+      // Odd budget: 33 + 32, the odd token alternating.
+      {65, 130, 130, {{33, 32}, {33, 32}, {33, 32}, {33, 32}}, true},
+      // A needs less than half: B takes the rest of the step, then all of it.
+      {64, 10, 150, {{10, 54}, {0, 64}, {0, 32}}},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION("budget " << c.budget << ", A " << c.a_tokens << ", B " << c.b_tokens) {
+      Scheduler scheduler(*f.backend, log.Options(c.budget));
+      auto g = NewEntry(manager, Activity::kAppending);
+      auto a = NewEntry(manager, Activity::kAppending);
+      auto b = NewEntry(manager, Activity::kAppending);
+      const auto g_tokens = RandomTokens(1, 1);
+      const auto a_tokens = RandomTokens(c.a_tokens, 2);
+      const auto b_tokens = RandomTokens(c.b_tokens, 3);
+      Background gate{Prefill(*g, g_tokens)}, first{Prefill(*a, a_tokens)},
+          second{Prefill(*b, b_tokens)};
+      gate.Start(scheduler);
+      log.WaitUntilParked();
+      first.Start(scheduler);
+      WaitFor([&] { return scheduler.queued() == 2; }, 10, "A queued");
+      second.Start(scheduler);
+      WaitFor([&] { return scheduler.queued() == 3; }, 10, "B queued");
+      log.Release();
+      CHECK(gate.result.get().status.ok());
+      const WorkResult ra = first.result.get(), rb = second.result.get();
+      CHECK(ra.status.ok());
+      CHECK(rb.status.ok());
+      CHECK(ra.tokens_done == c.a_tokens);
+      CHECK(rb.tokens_done == c.b_tokens);
+
+      const auto steps = log.steps();
+      REQUIRE(steps.size() == 1 + c.steps.size());
+      int64_t previous_a = -1;
+      for (size_t i = 0; i < c.steps.size(); ++i) {
+        auto shares = Shares(steps[i + 1]);
+        INFO("step " << steps[i + 1].index);
+        auto got = std::make_pair(shares[a.get()], shares[b.get()]);
+        if (c.odd_alternates) {
+          CHECK(got.first != previous_a);
+          previous_a = got.first;
+          if (got.first < got.second) std::swap(got.first, got.second);
+        }
+        CHECK(got == c.steps[i]);
+      }
+      CHECK(a->tokens() == c.a_tokens);
+      CHECK(b->tokens() == c.b_tokens);
+      CHECK(RelativeDifference(LastLogits(*a), AloneLogits(a_tokens)) <= kAloneTolerance);
+      CHECK(RelativeDifference(LastLogits(*b), AloneLogits(b_tokens)) <= kAloneTolerance);
+      g->End();
+      a->End();
+      b->End();
+    }
+  }
+}
+
+TEST_CASE("an item submitted while a step runs is in the next step; a finished one leaves",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  StepLog log(/*park_at=*/1);
+  Scheduler scheduler(*f.backend, log.Options(64));
+  auto a = NewEntry(manager, Activity::kAppending);
+  auto b = NewEntry(manager, Activity::kAppending);
+  const auto a_tokens = RandomTokens(256, 4);
+  const auto b_tokens = RandomTokens(96, 5);
+  Background first{Prefill(*a, a_tokens)}, second{Prefill(*b, b_tokens)};
+  first.Start(scheduler);
+  log.WaitUntilParked();  // step 1 (A alone) is formed and held
+  second.Start(scheduler);
+  WaitFor([&] { return scheduler.queued() == 2; }, 10, "B queued");
+  log.Release();
+  const WorkResult ra = first.result.get(), rb = second.result.get();
+  CHECK(ra.status.ok());
+  CHECK(rb.status.ok());
+  CHECK(rb.steps_waited == 0);  // joined at step 2
+  CHECK(rb.steps_ran == 3);
+  CHECK(ra.steps_ran == 6);
+
+  const std::vector<std::pair<int64_t, int64_t>> expected = {
+      {64, 0}, {32, 32}, {32, 32}, {32, 32}, {64, 0}, {32, 0}};
+  const auto steps = log.steps();
+  REQUIRE(steps.size() == expected.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    auto shares = Shares(steps[i]);
+    INFO("step " << steps[i].index);
+    CHECK(std::make_pair(shares[a.get()], shares[b.get()]) == expected[i]);
+  }
+  CHECK(RelativeDifference(LastLogits(*a), AloneLogits(a_tokens)) <= kAloneTolerance);
+  CHECK(RelativeDifference(LastLogits(*b), AloneLogits(b_tokens)) <= kAloneTolerance);
+  a->End();
+  b->End();
+}
+
+TEST_CASE("cancelling, deleting or failing one session of a step leaves the others as alone",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  // Budget 96: step 2 holds A, B, C and E (24 each); E's tokens are refused
+  // there. During step 3 (A, B, C: 32 each) A is told to stop and B is
+  // deleted; C then runs alone, 96 a step.
+  StepLog log(/*park_at=*/1);
+  Scheduler scheduler(*f.backend, log.Options(96));
+  auto g = NewEntry(manager, Activity::kAppending);
+  auto a = NewEntry(manager, Activity::kAppending);
+  auto b = NewEntry(manager, Activity::kAppending);
+  auto c = NewEntry(manager, Activity::kAppending);
+  auto e = NewEntry(manager, Activity::kAppending);
+  std::atomic<bool> stop_a{false};
+  absl::Status deleted;  // checked on this thread (Catch2 asserts are not thread-safe)
+  log.also = [&](const StepRecord& step) {
+    if (step.index != 3) return;
+    stop_a = true;
+    deleted = manager.Delete(b->id());  // B is claimed by the step: freed after it
+  };
+  const auto g_tokens = RandomTokens(1, 1);
+  const auto a_tokens = RandomTokens(500, 6);
+  const auto b_tokens = RandomTokens(500, 7);
+  const auto c_tokens = RandomTokens(24 + 32 + 96 * 2, 8);
+  auto e_tokens = RandomTokens(100, 9);
+  e_tokens[3] = f.pad_id();  // not allowed without allow_pad
+  Background gate{Prefill(*g, g_tokens)}, ia{Prefill(*a, a_tokens)}, ib{Prefill(*b, b_tokens)},
+      ic{Prefill(*c, c_tokens)}, ie{Prefill(*e, e_tokens)};
+  ia.item.should_stop = [&] { return stop_a.load(); };
+  gate.Start(scheduler);
+  log.WaitUntilParked();
+  int expected_queued = 1;
+  for (Background* item : {&ia, &ib, &ic, &ie}) {
+    item->Start(scheduler);
+    ++expected_queued;
+    WaitFor([&] { return scheduler.queued() == expected_queued; }, 10, "items queued");
+  }
+  log.Release();
+  CHECK(gate.result.get().status.ok());
+  const WorkResult ra = ia.result.get(), rb = ib.result.get(), rc = ic.result.get(),
+                   re = ie.result.get();
+  REQUIRE(deleted.ok());
+
+  // A: stopped when step 4 was formed, keeping steps 2 and 3.
+  CHECK(ra.status.code() == absl::StatusCode::kCancelled);
+  CHECK(ra.tokens_done == 24 + 32);
+  CHECK(a->tokens() == 24 + 32);
+  CHECK(RelativeDifference(LastLogits(*a),
+                           AloneLogits(std::vector<int32_t>(a_tokens.begin(),
+                                                            a_tokens.begin() + 56))) <=
+        kAloneTolerance);
+  // B: deleted during step 3; ABORTED, its memory freed as the step returned.
+  CHECK(rb.status.code() == absl::StatusCode::kAborted);
+  CHECK_THAT(std::string(rb.status.message()), Contains("was deleted while"));
+  CHECK(rb.tokens_done == 24);
+  CHECK_FALSE(b->engine_session_alive());
+  CHECK(b->host_bytes() == 0);
+  // E: its tokens refused in step 2, nothing of them kept.
+  CHECK(re.status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(re.status.message()), Contains("pad id"));
+  CHECK(re.tokens_done == 0);
+  CHECK(e->tokens() == 0);
+  // C: all of it, as alone.
+  CHECK(rc.status.ok());
+  CHECK(rc.tokens_done == static_cast<int64_t>(c_tokens.size()));
+  CHECK(c->tokens() == static_cast<int64_t>(c_tokens.size()));
+  CHECK(RelativeDifference(LastLogits(*c), AloneLogits(c_tokens)) <= kAloneTolerance);
+
+  const auto steps = log.steps();
+  REQUIRE(steps.size() == 5);
+  auto s2 = Shares(steps[1]), s3 = Shares(steps[2]), s4 = Shares(steps[3]), s5 = Shares(steps[4]);
+  CHECK((s2[a.get()] == 24 && s2[b.get()] == 24 && s2[c.get()] == 24 && s2[e.get()] == 24));
+  CHECK((s3[a.get()] == 32 && s3[b.get()] == 32 && s3[c.get()] == 32 && s3[e.get()] == 0));
+  CHECK((s4.size() == 1 && s4[c.get()] == 96));
+  CHECK((s5.size() == 1 && s5[c.get()] == 96));
+  for (auto& entry : {g, a, c, e}) entry->End();
+}
+
+TEST_CASE("a session deleted while its item waits is not run", "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  StepLog log(/*park_at=*/1);
+  Scheduler scheduler(*f.backend, log.Options(64));
+  auto g = NewEntry(manager, Activity::kAppending);
+  auto a = NewEntry(manager, Activity::kAppending);
+  const auto g_tokens = RandomTokens(1, 1);
+  const auto a_tokens = RandomTokens(100, 2);
+  Background gate{Prefill(*g, g_tokens)}, item{Prefill(*a, a_tokens)};
+  gate.Start(scheduler);
+  log.WaitUntilParked();
+  item.Start(scheduler);
+  WaitFor([&] { return scheduler.queued() == 2; }, 10, "A queued");
+  REQUIRE(manager.Delete(a->id()).ok());
+  CHECK_FALSE(a->engine_session_alive());  // no step held it: freed at once
+  log.Release();
+  const WorkResult r = item.result.get();
+  CHECK(r.status.code() == absl::StatusCode::kAborted);
+  CHECK(r.tokens_done == 0);
+  CHECK(r.steps_ran == 0);
+  for (const StepRecord& step : log.steps()) CHECK_FALSE(Shares(step).contains(a.get()));
+  g->End();
+  a->End();
+}
+
+TEST_CASE("after Refuse queued items end with its status at the next step and new ones are "
+          "refused",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  StepLog log(/*park_at=*/1);
+  Scheduler scheduler(*f.backend, log.Options(64));
+  auto a = NewEntry(manager, Activity::kAppending);
+  const auto a_tokens = RandomTokens(200, 2);
+  Background item{Prefill(*a, a_tokens)};
+  item.Start(scheduler);
+  log.WaitUntilParked();  // step 1: A's first 64 tokens
+  scheduler.Refuse(absl::UnavailableError("the server is shutting down: test"));
+  log.Release();
+  const WorkResult r = item.result.get();
+  CHECK(r.status.code() == absl::StatusCode::kUnavailable);
+  CHECK_THAT(std::string(r.status.message()), Contains("shutting down: test"));
+  CHECK(r.tokens_done == 64);  // step 1 ran; nothing after it
+  CHECK(a->tokens() == 64);
+  const WorkResult refused = scheduler.Run(Prefill(*a, a_tokens));
+  CHECK(refused.status.code() == absl::StatusCode::kUnavailable);
+  CHECK(refused.steps_ran == 0);
+  CHECK(a->tokens() == 64);
+  a->End();
+}
+
+TEST_CASE("a scheduler destroyed with items queued ends them with UNAVAILABLE after the "
+          "running step",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  StepLog log(/*park_at=*/1);
+  auto scheduler = std::make_unique<Scheduler>(*f.backend, log.Options(64));
+  auto g = NewEntry(manager, Activity::kAppending);
+  auto a = NewEntry(manager, Activity::kAppending);
+  const auto g_tokens = RandomTokens(10, 1);
+  const auto a_tokens = RandomTokens(100, 2);
+  Background gate{Prefill(*g, g_tokens)}, item{Prefill(*a, a_tokens)};
+  gate.Start(*scheduler);
+  log.WaitUntilParked();
+  item.Start(*scheduler);
+  WaitFor([&] { return scheduler->queued() == 2; }, 10, "A queued");
+  std::thread destroyer([&] { scheduler.reset(); });  // waits for the held step
+  log.Release();
+  destroyer.join();
+  const WorkResult rg = gate.result.get(), ra = item.result.get();
+  CHECK(rg.status.ok());  // the running step finished
+  CHECK(g->tokens() == 10);
+  CHECK(ra.status.code() == absl::StatusCode::kUnavailable);
+  CHECK(ra.tokens_done == 0);
+  CHECK(a->tokens() == 0);
+  g->End();
+  a->End();
+}
+
+TEST_CASE("the scheduler refuses an item without a session or tokens", "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  Scheduler scheduler(*f.backend, SchedulerOptions{});
+  auto a = NewEntry(manager, Activity::kAppending);
+  WorkItem no_tokens;
+  no_tokens.entry = a.get();
+  CHECK(scheduler.Run(no_tokens).status.code() == absl::StatusCode::kInvalidArgument);
+  const auto tokens = RandomTokens(5, 1);
+  WorkItem no_entry;
+  no_entry.tokens = tokens;
+  CHECK(scheduler.Run(no_entry).status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(scheduler.steps_formed() == 0);
+  CHECK(a->tokens() == 0);
+  a->End();
+}
+
+TEST_CASE("the service runs --step_tokens steps and counts Append tokens as prefill, generated "
+          "tokens as decode",
+          "[server][scheduler]") {
+  // Steps of 100 tokens: each 120-token message takes 2 steps (100 + 20),
+  // the last 60 tokens 1, each generated token 1.
+  ServiceOptions options = SmallOptions();
+  options.step_tokens = 100;
+  InProcessServer server(options);
+  const std::string id = NewSession(server.stub());
+  const auto prompt = RandomTokens(300, 11);
+  REQUIRE(AppendTokens(server.stub(), id, prompt, EvenPieces(prompt.size(), 120)).status.ok());
+  const GenerateResult generated = GenerateGreedy(server.stub(), id, 5);
+  REQUIRE(generated.status.ok());
+  REQUIRE(generated.done.has_value());
+  REQUIRE(generated.done->padding_tokens() == 0);  // the fixture does not pad by default
+  CHECK(generated.tokens == EngineGreedy(prompt, 5));
+  const std::string text = server.metrics().RenderPrometheus();
+  const int64_t prefill = 300;
+  CHECK_THAT(text, Contains("drt_engine_step_tokens_total{kind=\"decode\"} 5\n"));
+  CHECK_THAT(text, Contains("drt_engine_step_tokens_total{kind=\"prefill\"} " +
+                            std::to_string(prefill) + "\n"));
+  CHECK_THAT(text, Contains("drt_engine_steps_total " + std::to_string(2 + 2 + 1 + 5) + "\n"));
+}
+
+}  // namespace
+}  // namespace drt::server
