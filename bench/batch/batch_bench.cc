@@ -4,9 +4,9 @@
 //   decode: N sessions (--sessions, a list) each get a --prompt_tokens
 //     prompt, then all generate --generate tokens at once (greedy,
 //     ignore_eos): aggregate tokens/s and the per-token gaps of the streams;
-//   load: one session generates alone, then while --load_sessions others
-//     stream Appends of up to --append_tokens tokens: p50/p99 of its
-//     per-token gaps, idle and under load.
+//   load: one session generates --load_generate tokens alone, then while
+//     --load_sessions others stream Appends of up to --append_tokens tokens:
+//     p50/p99 of its per-token gaps, idle and under load.
 // Medians over --repeats; a table on stdout, the same and every repeat in
 // --json. Start drt-server first (scripts/batch_bench.sh does both).
 #include <cmath>
@@ -38,9 +38,13 @@ ABSL_FLAG(int32_t, generate, 256, "tokens every Generate produces (greedy, ignor
 ABSL_FLAG(int32_t, repeats, 3, "runs of each measurement; the table shows medians");
 ABSL_FLAG(int32_t, load_sessions, 8,
           "load: sessions streaming Appends while one generates (0: skip the load measurement)");
+ABSL_FLAG(int32_t, load_generate, 0,
+          "load: tokens the measured session generates, idle and under load (0: --generate); "
+          "on a CPU each one waits behind prefill steps, so fewer keep the run short");
 ABSL_FLAG(int64_t, append_tokens, 1'000'000,
           "load: the most tokens one load session streams; the Append is cancelled when the "
-          "measured Generate ends, so this needs only to outlast it");
+          "measured Generate ends, so this needs only to outlast it. What a load session "
+          "ingests stays in server memory until the repeat ends");
 ABSL_FLAG(int64_t, piece_tokens, 16384, "token ids per Append message");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the random prompts");
 ABSL_FLAG(std::string, json, "", "also write the results, every repeat included, to this file");
@@ -121,11 +125,14 @@ int Run() {
   settings.piece_tokens = absl::GetFlag(FLAGS_piece_tokens);
   settings.load_sessions = absl::GetFlag(FLAGS_load_sessions);
   settings.append_tokens = absl::GetFlag(FLAGS_append_tokens);
+  settings.load_generate = absl::GetFlag(FLAGS_load_generate);
+  if (settings.load_generate == 0) settings.load_generate = settings.generate;
   settings.seed = absl::GetFlag(FLAGS_seed);
   const std::vector<int32_t> counts = ParseSessionCounts(absl::GetFlag(FLAGS_sessions));
   if (settings.prompt_tokens < 1) Die("--prompt_tokens must be at least 1");
   // Two tokens make the first gap; one token would measure no time per token.
   if (settings.generate < 2) Die("--generate must be at least 2 (gaps are between tokens)");
+  if (settings.load_generate < 2) Die("--load_generate must be 0 or at least 2");
   if (settings.repeats < 1) Die("--repeats must be at least 1");
   if (settings.piece_tokens < 1) Die("--piece_tokens must be at least 1");
   if (settings.load_sessions < 0) Die("--load_sessions must be 0 (skip) or more");
@@ -171,6 +178,7 @@ int Run() {
                             {"sessions", counts},
                             {"load_sessions", settings.load_sessions},
                             {"append_tokens", settings.append_tokens},
+                            {"load_generate", settings.load_generate},
                             {"piece_tokens", settings.piece_tokens},
                             {"seed", settings.seed}}},
               {"load_average_start", load_start}};
@@ -204,9 +212,10 @@ int Run() {
   }
 
   if (settings.load_sessions > 0) {
-    std::printf("\nload: one session generates, idle, then while %d sessions stream Appends "
-                "(up to %lld tokens each)\n",
-                settings.load_sessions, static_cast<long long>(settings.append_tokens));
+    std::printf("\nload: one session generates %d tokens, idle, then while %d sessions stream "
+                "Appends (up to %lld tokens each)\n",
+                settings.load_generate, settings.load_sessions,
+                static_cast<long long>(settings.append_tokens));
     auto result = drt::bench::MeasureTpotUnderLoad(settings);
     if (!result.ok()) Die(absl::StrCat("load: ", result.status().message()));
     const auto& m = result->median;

@@ -175,6 +175,8 @@ absl::StatusOr<DecodeResult> MeasureDecode(int32_t sessions, const BenchSettings
     rep.aggregate_tokens_per_second = rep.generated_tokens / rep.wall_seconds;
     rep.ttft_p50_ms = Median(ttfts);
     rep.gaps = SummarizeGaps(gaps);
+    std::fprintf(stderr, "  %d sessions, repeat %d/%d: %.1f tokens/s together\n", sessions, r + 1,
+                 settings.repeats, rep.aggregate_tokens_per_second);
     result.repeats.push_back(rep);
   }
 
@@ -208,7 +210,7 @@ absl::StatusOr<LoadResult> MeasureTpotUnderLoad(const BenchSettings& settings) {
   LoadResult result;
   for (int32_t r = 0; r < settings.repeats; ++r) {
     LoadRepeat rep;
-    auto idle = generator.Generate(owned.id(0), settings.generate);
+    auto idle = generator.Generate(owned.id(0), settings.load_generate);
     if (!idle.ok()) return idle.status();
     rep.idle = SummarizeGaps(TokenGapsMs(idle->arrivals));
     rep.idle_ttft_ms = FirstTokenMs(*idle);
@@ -253,7 +255,7 @@ absl::StatusOr<LoadResult> MeasureTpotUnderLoad(const BenchSettings& settings) {
 
     auto before = load_tokens();
     if (!before.ok()) return before.status();
-    auto loaded = generator.Generate(owned.id(0), settings.generate);
+    auto loaded = generator.Generate(owned.id(0), settings.load_generate);
     if (!loaded.ok()) return loaded.status();
     for (const auto& load : loads) rep.load_covered_generate &= !load->ended();
     auto after = load_tokens();
@@ -280,6 +282,11 @@ absl::StatusOr<LoadResult> MeasureTpotUnderLoad(const BenchSettings& settings) {
         },
         settings.client.call_timeout_seconds, "the cancelled load Appends to end");
     if (!quiet.ok()) return quiet;
+    std::fprintf(stderr,
+                 "  load repeat %d/%d: ms/token p50 %.2f idle, %.2f loaded; p99 %.2f idle, %.2f "
+                 "loaded; load ingested %lld tokens\n",
+                 r + 1, settings.repeats, rep.idle.p50_ms, rep.loaded.p50_ms, rep.idle.p99_ms,
+                 rep.loaded.p99_ms, static_cast<long long>(rep.load_tokens_ingested));
     result.repeats.push_back(rep);
   }
 

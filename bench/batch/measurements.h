@@ -26,6 +26,7 @@ struct BenchSettings {
   int32_t repeats = 3;
   int64_t piece_tokens = 16384;  // ids per Append message
   int32_t load_sessions = 8;
+  int32_t load_generate = 256;  // tokens the measured session generates, idle and under load
   int64_t append_tokens = 1'000'000;  // most a load session streams
   uint64_t seed = 1;
 };

@@ -26,6 +26,7 @@ using Catch::Matchers::Contains;
 using json = nlohmann::json;
 
 constexpr int kGenerate = 4;
+constexpr int kLoadGenerate = 5;
 constexpr int kRepeats = 2;
 
 // The checks every GapStats object of the JSON passes: `count` gaps, all
@@ -52,13 +53,13 @@ TEST_CASE("drt-batch-bench measures a real server at tiny sizes", "[server][proc
     ~Remove() { std::remove(path); }
   } remove{json_path};
 
-  // 200,000 tokens are far more than the one load session ingests while 4
+  // 200,000 tokens are far more than the one load session ingests while 5
   // tokens are generated; the tool cancels the Append then.
   const ProgramRun run = RunProgram(
       DRT_BATCH_BENCH_BINARY,
       {"--server", server.address(), "--sessions", "1,2", "--prompt_tokens", "64", "--generate",
        std::to_string(kGenerate), "--repeats", std::to_string(kRepeats), "--load_sessions", "1",
-       "--append_tokens", "200000", "--piece_tokens", "4096", "--json", json_path},
+       "--load_generate", std::to_string(kLoadGenerate), "--append_tokens", "200000", "--piece_tokens", "4096", "--json", json_path},
       120);
   INFO("stdout:\n" << run.output << "\nstderr:\n" << run.errors);
   REQUIRE(run.exit_status == 0);
@@ -105,8 +106,8 @@ TEST_CASE("drt-batch-bench measures a real server at tiny sizes", "[server][proc
   REQUIRE(load.at("repeats").size() == static_cast<size_t>(kRepeats));
   for (const json& r : load.at("repeats")) {
     INFO(r.dump());
-    CheckGaps(r.at("idle"), kGenerate - 1);
-    CheckGaps(r.at("loaded"), kGenerate - 1);
+    CheckGaps(r.at("idle"), kLoadGenerate - 1);
+    CheckGaps(r.at("loaded"), kLoadGenerate - 1);
     CHECK(r.at("load_covered_generate").get<bool>());
     CHECK(r.at("load_seconds").get<double>() > 0);
     // The load session had ingested tokens before the Generate started; it
@@ -138,6 +139,7 @@ TEST_CASE("drt-batch-bench refuses bad flags with a message naming them", "[benc
       {{"--sessions", "0"}, "--sessions: '0' is not a positive integer"},
       {{"--generate", "1"}, "--generate must be at least 2"},
       {{"--repeats", "0"}, "--repeats must be at least 1"},
+      {{"--load_generate", "1"}, "--load_generate must be 0 or at least 2"},
       {{"--sessions=", "--load_sessions", "0"}, "nothing to measure"},
       // Nothing listens on port 1; the tool says so instead of hanging.
       {{"--server", "127.0.0.1:1", "--connect_timeout", "0.5"}, "cannot reach drt-server"},
