@@ -9,6 +9,7 @@
 //     p50/p99 of its per-token gaps, idle and under load.
 // Medians over --repeats; a table on stdout, the same and every repeat in
 // --json. Start drt-server first (scripts/batch_bench.sh does both).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bench/batch/drt_load_client.h"
 #include "bench/batch/measurements.h"
@@ -186,9 +188,9 @@ int Run() {
   std::vector<DecodeResult> decode;
   if (!counts.empty()) {
     std::printf("\ndecode: N sessions generate at once\n");
-    std::printf("%8s %16s %10s %12s %12s %12s %10s %10s\n", "sessions", "aggregate_tok/s",
-                absl::StrCat("x_vs_", counts.front()).c_str(), "ms/token_p50", "ms/token_p99",
-                "ttft_ms_p50", "generated", "wall_s");
+    std::printf("%8s %16s %16s %10s %12s %12s %12s %10s %10s\n", "sessions", "aggregate_tok/s",
+                "min-max", absl::StrCat("x_vs_", counts.front()).c_str(), "ms/token_p50",
+                "ms/token_p99", "ttft_ms_p50", "generated", "wall_s");
     json rows = json::array();
     for (int32_t n : counts) {
       auto result = drt::bench::MeasureDecode(n, settings);
@@ -197,15 +199,25 @@ int Run() {
       const auto& m = result->median;
       const double ratio =
           Ratio(m.aggregate_tokens_per_second, decode.front().median.aggregate_tokens_per_second);
-      std::printf("%8d %16.1f %10.2f %12.2f %12.2f %12.1f %10lld %10.2f\n", n,
-                  m.aggregate_tokens_per_second, ratio, m.gaps.p50_ms, m.gaps.p99_ms,
-                  m.ttft_p50_ms, static_cast<long long>(m.generated_tokens), m.wall_seconds);
+      // The spread over repeats: on a shared machine one repeat can differ a lot.
+      double lowest = m.aggregate_tokens_per_second, highest = lowest;
+      for (const auto& r : result->repeats) {
+        lowest = std::min(lowest, r.aggregate_tokens_per_second);
+        highest = std::max(highest, r.aggregate_tokens_per_second);
+      }
+      std::printf("%8d %16.1f %16s %10.2f %12.2f %12.2f %12.1f %10lld %10.2f\n", n,
+                  m.aggregate_tokens_per_second,
+                  absl::StrFormat("%.0f-%.0f", lowest, highest).c_str(), ratio, m.gaps.p50_ms,
+                  m.gaps.p99_ms, m.ttft_p50_ms, static_cast<long long>(m.generated_tokens),
+                  m.wall_seconds);
       std::fflush(stdout);
       json repeats = json::array();
       for (const auto& r : result->repeats) repeats.push_back(DecodeRepeatJson(r));
       rows.push_back({{"sessions", n},
                       {"median", DecodeRepeatJson(m)},
                       {"aggregate_ratio_vs_first", ratio},
+                      {"aggregate_min", lowest},
+                      {"aggregate_max", highest},
                       {"repeats", repeats}});
     }
     out["decode"] = rows;

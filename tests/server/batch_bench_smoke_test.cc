@@ -3,6 +3,7 @@
 // reports must be consistent with what it was asked to do (token counts
 // from the flags, gaps that are positive and ordered, ratios that are the
 // quotients of the reported medians), and it must leave no session behind.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -95,6 +96,10 @@ TEST_CASE("drt-batch-bench measures a real server at tiny sizes", "[server][proc
     }
     const double median = decode[row].at("median").at("aggregate_tokens_per_second").get<double>();
     CHECK(median == Approx(0.5 * (aggregates[0] + aggregates[1])).epsilon(1e-9));
+    CHECK(decode[row].at("aggregate_min").get<double>() ==
+          Approx(std::min(aggregates[0], aggregates[1])).epsilon(1e-9));
+    CHECK(decode[row].at("aggregate_max").get<double>() ==
+          Approx(std::max(aggregates[0], aggregates[1])).epsilon(1e-9));
   }
   const double first = decode[0].at("median").at("aggregate_tokens_per_second").get<double>();
   const double second = decode[1].at("median").at("aggregate_tokens_per_second").get<double>();
