@@ -5,11 +5,16 @@
 # prints one table: prefill tokens/s, decode ms/token (median), GPU and host
 # memory and host->device bytes per generated token at 16K, 128K, 1M and 4M
 # tokens of context, with the same decode timing for --disable_gca (the
-# sliding-window base LM without retrieval) beside it.
+# sliding-window base LM without retrieval) beside it. Then drt-batch-bench
+# through drt-server --device cuda on the same model (scripts/batch_bench.sh):
+# aggregate decode with 1, 4, 16, 32 and 64 sessions generating at once, and
+# the time per output token of one session while 8 others stream 1M-token
+# Appends (issue 11's targets: >= 10x one session at 32; p99 <= 2x idle).
 #   bash scripts/gpu_bench.sh                      everything
 #   CONTEXTS="16384 131072" bash scripts/gpu_bench.sh   fewer contexts
 #   SKIP_TESTS=1 bash scripts/gpu_bench.sh         the table only
 #   SKIP_TABLE=1 bash scripts/gpu_bench.sh         the tests and sanitizers only
+#   SKIP_BATCH=1 bash scripts/gpu_bench.sh         without the drt-batch-bench step
 #   PREBUILT=1 bash scripts/gpu_bench.sh           use build-gpu and .devlibs made by
 #                                                  scripts/device_bundle.sh (no apt, no build)
 set -euo pipefail
@@ -179,3 +184,12 @@ for row in "${rows[@]}"; do
     "$(awk -v a="$decode" -v b="$base" 'BEGIN{print (b > 0) ? a/b : 0}')" "$base" "$gpu" \
     "$(awk -v b="$host" 'BEGIN{print b/1048576}')" "$(awk -v b="$rss" 'BEGIN{print b/1048576}')" "$h2d"
 done
+
+if [[ -z "${SKIP_BATCH:-}" ]]; then
+  echo
+  echo "== drt-batch-bench: drt-server --device cuda, model: 128M config (random bf16 weights)"
+  BUILD_DIR="$build" MODEL="$model" DEVICE=cuda bash scripts/batch_bench.sh \
+    --sessions "${BATCH_SESSIONS:-1,4,16,32,64}" --prompt_tokens 4000 --generate 256 \
+    --load_sessions 8 --append_tokens 1000000 --repeats 3 --json "$build/batch_bench_cuda.json"
+  echo "gpu_bench: drt-batch-bench results also in $build/batch_bench_cuda.json"
+fi
