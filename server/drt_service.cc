@@ -29,14 +29,15 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The scheduler's step token budget: --step_tokens, or else the engine's
-// step size. A generating session's next token waits for at most one step,
-// and cancellation is seen between steps.
-// SWITCH HERE to the engine's knob when it exists (issue 11: the engine adds
-// Backend::max_step_positions()): positions include one landmark per
-// enc_chunk_size tokens, so tokens = positions * chunk / (chunk + 1).
-int64_t StepTokens(const Backend& /*backend*/, int64_t requested) {
-  return requested > 0 ? requested : kDefaultStepTokens;
+// The scheduler's step token budget: --step_tokens (which main also gives
+// the backend as its forward size), or else the tokens that fill the
+// backend's step, Backend::max_step_positions (the one step-size knob):
+// positions hold one landmark per enc_chunk_size tokens.
+int64_t StepTokens(const Backend& backend, int64_t requested) {
+  if (requested > 0) return requested;
+  const ModelConfig& config = backend.config();
+  return std::max<int64_t>(1, backend.max_step_positions() / config.chunk_positions() *
+                                  config.enc_chunk_size);
 }
 
 constexpr int32_t kDefaultMaxTokens = 64;
@@ -48,10 +49,11 @@ constexpr double kProgressIntervalSeconds = 0.1;
 // and the final message reach the client (docs/api.md, "Generate").
 constexpr double kDeadlineMarginSeconds = 0.2;
 
-SchedulerOptions SchedulerOptionsFor(const Backend& backend, int64_t step_tokens,
+SchedulerOptions SchedulerOptionsFor(const Backend& backend, const ServiceOptions& service,
                                      Metrics& metrics) {
   SchedulerOptions options;
-  options.step_tokens = StepTokens(backend, step_tokens);
+  options.step_tokens = StepTokens(backend, service.step_tokens);
+  options.decode_step_prefill_tokens = service.decode_step_prefill_tokens;
   options.on_step_done = [&metrics](const StepRecord& step, double seconds) {
     int64_t decode = 0, prefill = 0;
     for (const StepPiece& piece : step.pieces) {
@@ -265,7 +267,7 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
           backend, SessionLimits{options_.max_sessions, options_.max_context_tokens,
                                  options_.idle_ttl_seconds, options_.host_memory_budget_bytes})),
       scheduler_(std::make_unique<Scheduler>(
-          backend, SchedulerOptionsFor(backend, options_.step_tokens, metrics))) {
+          backend, SchedulerOptionsFor(backend, options_, metrics))) {
   // The generated service adds its methods in the order of the proto file,
   // which the descriptor's method index gives.
   const google::protobuf::ServiceDescriptor* service =
@@ -483,6 +485,9 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   drt::v1::FinishReason reason = drt::v1::FINISH_REASON_LENGTH;
   double first_token_at = 0, last_token_at = 0;
   int32_t generated = 0;
+  // Between two tokens the engine waits for this session's next one rather
+  // than start a prefill step without it (server/scheduler.h).
+  Scheduler::Generating generating(scheduler, &entry);
   while (generated < plan.max_tokens) {
     if (context->IsCancelled()) {
       reason = drt::v1::FINISH_REASON_CANCELLED;

@@ -16,6 +16,7 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "server/limits.h"
+#include "server/scheduler.h"
 #include "server/metrics.h"
 
 namespace drt::server {
@@ -33,6 +34,8 @@ struct ServiceOptions {
   // The scheduler's tokens per engine step (server/scheduler.h); 0: the
   // engine's step size.
   int64_t step_tokens = 0;
+  // SchedulerOptions::decode_step_prefill_tokens.
+  int64_t decode_step_prefill_tokens = kDefaultDecodeStepPrefillTokens;
   std::string bearer_token;  // empty: no authentication
 };
 

@@ -136,6 +136,15 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   backend_options.cpu.num_threads = config.threads;
   backend_options.cuda.device_index = config.cuda_device;
   backend_options.cuda.precision = config.cuda_precision;
+  if (config.service.step_tokens > 0) {
+    // One knob: the scheduler's step budget is also the backend's forward
+    // size, in decoder positions (whole chunks, landmarks included).
+    const ModelConfig& model_config = (*model)->config();
+    const int64_t chunks = (config.service.step_tokens + model_config.enc_chunk_size - 1) /
+                           model_config.enc_chunk_size;
+    backend_options.cpu.max_step_positions = chunks * model_config.chunk_positions();
+    backend_options.cuda.max_segment_positions = chunks * model_config.chunk_positions();
+  }
   absl::StatusOr<std::unique_ptr<Backend>> made_backend =
       MakeBackend((*model)->config(), (*model)->weights(), backend_options);
   if (!made_backend.ok()) return Fail(made_backend.status());

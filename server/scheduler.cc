@@ -99,6 +99,31 @@ void Scheduler::Refuse(absl::Status status) {
   work_ready_.notify_all();
 }
 
+Scheduler::Generating::Generating(Scheduler& scheduler, const SessionEntry* entry)
+    : scheduler_(scheduler), entry_(entry) {
+  std::lock_guard<std::mutex> lock(scheduler_.mutex_);
+  ++scheduler_.generating_[entry_];
+}
+
+Scheduler::Generating::~Generating() {
+  {
+    std::lock_guard<std::mutex> lock(scheduler_.mutex_);
+    auto it = scheduler_.generating_.find(entry_);
+    if (--it->second == 0) scheduler_.generating_.erase(it);
+  }
+  scheduler_.work_ready_.notify_all();  // the engine may be waiting for it
+}
+
+bool Scheduler::GeneratingQueuedLocked() const {
+  for (const auto& [entry, count] : generating_) {
+    const bool queued = std::any_of(queue_.begin(), queue_.end(), [&](const Queued* q) {
+      return q->item->entry == entry;
+    });
+    if (!queued) return false;
+  }
+  return true;
+}
+
 int Scheduler::queued() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int>(queue_.size());
@@ -149,6 +174,9 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
     left -= count;
   }
 
+  // A step that carries decode stays about as short as a decode step.
+  if (!plan.empty()) left = std::min(left, options_.decode_step_prefill_tokens);
+
   // 3. Prefill shares the rest equally; whoever needs less leaves the
   // remainder to the others.
   std::vector<Queued*> prefill;
@@ -186,6 +214,9 @@ void Scheduler::EngineLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    // Generating sessions are between two tokens: let them rejoin first.
+    work_ready_.wait_for(lock, options_.decode_resubmit_wait,
+                         [&] { return stopping_ || GeneratingQueuedLocked(); });
     if (stopping_) {
       while (!queue_.empty()) {
         CompleteLocked(*queue_.front(), absl::UnavailableError("the server is shutting down"));

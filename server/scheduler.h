@@ -21,13 +21,28 @@
 //      session's error leaves the others untouched); a session deleted
 //      during the step gets ABORTED and its memory is freed as it returns.
 // Sessions join and leave between steps: an item submitted while a step runs
-// is in the next one. The engine thread never waits for a handler.
+// is in the next one.
+//
+// Two rules keep a generating session's time per token bounded while others
+// prefill (issue 11):
+//   - A handler samples its next token between steps, so for a moment after
+//     each step its decode item is not queued. While a session is marked
+//     generating (Generating), the engine waits for its next decode item, at
+//     most options.decode_resubmit_wait, before forming a step; otherwise a
+//     prefill-only step formed in that gap would hold the token up for a
+//     whole step, and generating sessions would fall into separate steps
+//     instead of one batch.
+//   - A step that holds decode items takes at most
+//     options.decode_step_prefill_tokens prefill tokens, so such a step costs
+//     about one decode step plus that much prefill.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -43,6 +58,13 @@ class SessionEntry;
 // Tokens per engine step, shared by all sessions in it, when nothing else
 // says: 64 chunks of 63 tokens (4096 positions with their landmarks).
 constexpr int64_t kDefaultStepTokens = 4032;
+
+// Prefill tokens in a step that also holds decode items: one chunk (see
+// SchedulerOptions::decode_step_prefill_tokens).
+constexpr int64_t kDefaultDecodeStepPrefillTokens = 63;
+// A handler turns a token around (write it out, sample the next) in tens of
+// microseconds; 1 ms bounds what a stalled one can cost the others per step.
+constexpr int64_t kDefaultDecodeResubmitWaitUs = 1000;
 
 enum class WorkKind {
   kPrefill,  // prompt tokens or padding: shares the step budget, split over steps
@@ -95,6 +117,13 @@ struct StepRecord {
 struct SchedulerOptions {
   // The step's token budget, shared by decode and prefill items.
   int64_t step_tokens = kDefaultStepTokens;
+  // Prefill tokens a step that holds decode items may take (at most the
+  // budget left after decode). Trades generating sessions' time per token
+  // against prefill throughput while both run (docs/api.md, Scheduling).
+  int64_t decode_step_prefill_tokens = kDefaultDecodeStepPrefillTokens;
+  // How long the engine waits, before forming a step, for a generating
+  // session's next decode item (see Generating).
+  std::chrono::microseconds decode_resubmit_wait{kDefaultDecodeResubmitWaitUs};
   // Called on the engine thread with each step once formed and its sessions
   // claimed, before it runs (a test may block it to hold the step running).
   std::function<void(const StepRecord&)> on_step_formed;
@@ -123,6 +152,21 @@ class Scheduler {
   // next step with it. Used at the end of a drain's grace period.
   void Refuse(absl::Status status);
 
+  // Marks a session as generating for the object's life (Generate's token
+  // loop): between its decode items the engine waits for the next one
+  // (SchedulerOptions::decode_resubmit_wait) before forming a step.
+  class Generating {
+   public:
+    Generating(Scheduler& scheduler, const SessionEntry* entry);
+    ~Generating();
+    Generating(const Generating&) = delete;
+    Generating& operator=(const Generating&) = delete;
+
+   private:
+    Scheduler& scheduler_;
+    const SessionEntry* entry_;
+  };
+
   int queued() const;          // items waiting or partly done
   int64_t steps_formed() const;
   int64_t step_tokens() const { return step_tokens_; }
@@ -134,6 +178,8 @@ class Scheduler {
   // Under mutex_: ends stopped items, picks the pieces of the next step.
   std::vector<Planned> FormStepLocked(StepRecord& record);
   void CompleteLocked(Queued& item, absl::Status status);
+  // Under mutex_: every generating session has an item queued.
+  bool GeneratingQueuedLocked() const;
 
   Backend& backend_;
   const int64_t step_tokens_;
@@ -148,6 +194,8 @@ class Scheduler {
   absl::Status refusal_;  // OK until Refuse()
   int64_t steps_formed_ = 0;
   size_t rotation_ = 0;  // which prefill item gets the odd tokens first
+  // Sessions inside a Generating scope (a count: nested scopes are allowed).
+  std::map<const SessionEntry*, int> generating_;
   std::thread engine_;   // last: starts once the members above exist
 };
 

@@ -55,10 +55,14 @@ ABSL_FLAG(int64_t, shutdown_grace_seconds, 10,
           "on SIGTERM/SIGINT, running streams get this long to finish before they are "
           "cancelled");
 ABSL_FLAG(int64_t, step_tokens, 0,
-          "tokens per engine step, shared by the sessions in it (0: the engine's step size, "
-          "4032). A generating session's next token waits for at most one step, so smaller steps "
-          "bound its time per token while others prefill; larger ones ingest long prompts with "
-          "less overhead per token (docs/api.md, Scheduling)");
+          "the step size, the one knob of it: tokens per engine step, shared by the sessions in "
+          "it; it also sets the backend's forward size (these tokens with their landmarks, whole "
+          "chunks). 0: the backend's own (1008 tokens, 1024 positions). Larger steps ingest long "
+          "prompts with less overhead per token and take more memory (docs/api.md, Scheduling)");
+ABSL_FLAG(int64_t, decode_step_prefill_tokens, drt::server::kDefaultDecodeStepPrefillTokens,
+          "prefill tokens a step that also carries generated tokens may take: a generating "
+          "session's time per token while others prefill is about one step of this size, at "
+          "the cost of prefill throughput meanwhile (docs/api.md, Scheduling)");
 ABSL_FLAG(int32_t, compute_workers, 0,
           "deprecated and ignored: one engine thread now forms batched steps over all "
           "sessions (docs/api.md, Scheduling); --threads sets the CPU backend's threads");
@@ -215,6 +219,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   check(CheckAtLeast("idle_ttl_seconds", config.service.idle_ttl_seconds, 1));
   config.service.step_tokens = absl::GetFlag(FLAGS_step_tokens);
   check(CheckAtLeast("step_tokens", config.service.step_tokens, 0));
+  config.service.decode_step_prefill_tokens = absl::GetFlag(FLAGS_decode_step_prefill_tokens);
+  check(CheckAtLeast("decode_step_prefill_tokens", config.service.decode_step_prefill_tokens, 0));
   // Accepted so that existing command lines keep working; main logs that it
   // is ignored.
   if (const int32_t workers = absl::GetFlag(FLAGS_compute_workers); workers != 0) {

@@ -259,6 +259,94 @@ TEST_CASE("a generated token is in the first step formed after it is submitted, 
   generating->End();
 }
 
+TEST_CASE("a generating session keeps its place between tokens, and a step carrying decode "
+          "takes at most decode_step_prefill_tokens of prefill",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  StepLog log;
+  SchedulerOptions options = log.Options(630);
+  options.decode_step_prefill_tokens = 10;
+  // Long enough that the engine always waits for the generating session
+  // here: the test then does not depend on how fast this thread is.
+  options.decode_resubmit_wait = std::chrono::seconds(30);
+  Scheduler scheduler(*f.backend, options);
+
+  std::vector<std::shared_ptr<SessionEntry>> prefilling;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::unique_ptr<Background>> background;
+  std::atomic<bool> stop_prefill{false};
+  for (int i = 0; i < 2; ++i) {
+    prefilling.push_back(NewEntry(manager, Activity::kAppending));
+    prompts.push_back(RandomTokens(63 * 2000, 20 + i));
+  }
+  for (int i = 0; i < 2; ++i) {
+    background.push_back(std::make_unique<Background>());
+    background[i]->item = Prefill(*prefilling[i], prompts[i]);
+    background[i]->item.should_stop = [&] { return stop_prefill.load(); };
+    background[i]->Start(scheduler);
+  }
+  WaitFor([&] { return scheduler.steps_formed() >= 2; }, 30, "prefill steps");
+
+  auto generating = NewEntry(manager, Activity::kGenerating);
+  const auto prompt = RandomTokens(100, 4);
+  REQUIRE(generating->RunStep([&](Session& s) { return s.Append(prompt).status(); }).ok());
+  Sampler sampler(SamplingParams{});
+  constexpr int kTokens = 6;
+  std::vector<int32_t> generated;
+  {
+    Scheduler::Generating scope(scheduler, generating.get());
+    for (int t = 0; t < kTokens; ++t) {
+      int32_t token = -1;
+      REQUIRE(generating
+                  ->RunStep([&](Session& s) {
+                    auto next = s.SampleNext(sampler);
+                    if (!next.ok()) return next.status();
+                    token = next->token;
+                    return absl::OkStatus();
+                  })
+                  .ok());
+      // A slow handler: without the wait, prefill-only steps would be
+      // formed in this gap and the token would wait behind one.
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const int32_t ids[] = {token};
+      WorkItem item;
+      item.entry = generating.get();
+      item.tokens = ids;
+      item.kind = WorkKind::kDecode;
+      REQUIRE(scheduler.Run(item).status.ok());
+      generated.push_back(token);
+    }
+  }
+  // Once the scope is gone the engine no longer waits: full prefill steps.
+  const int64_t after_scope = scheduler.steps_formed();
+  WaitFor([&] { return scheduler.steps_formed() >= after_scope + 2; }, 30, "prefill steps after");
+  stop_prefill = true;
+  for (auto& b : background) b->result.get();
+
+  std::vector<int64_t> decode_steps;
+  for (const StepRecord& step : log.steps()) {
+    auto shares = Shares(step);
+    if (!shares.contains(generating.get())) {
+      if (step.index > after_scope + 1 && step.index <= after_scope + 2) {
+        CHECK(step.tokens() == 630);  // a prefill-only step takes the whole budget
+      }
+      continue;
+    }
+    decode_steps.push_back(step.index);
+    INFO("step " << step.index);
+    CHECK(shares[generating.get()] == 1);
+    CHECK(shares[prefilling[0].get()] == 5);  // 10 prefill tokens, shared equally
+    CHECK(shares[prefilling[1].get()] == 5);
+  }
+  REQUIRE(decode_steps.size() == kTokens);
+  // No step was formed between two of the session's tokens.
+  for (int t = 1; t < kTokens; ++t) CHECK(decode_steps[t] == decode_steps[t - 1] + 1);
+  CHECK(generated == EngineGreedy(prompt, kTokens));
+  for (auto& e : prefilling) e->End();
+  generating->End();
+}
+
 TEST_CASE("prefilling sessions share each step's budget equally", "[server][scheduler]") {
   FixtureModel& f = FixtureModel::Get();
   SessionManager manager(*f.backend, SessionLimits{});
