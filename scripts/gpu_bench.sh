@@ -15,6 +15,7 @@
 #   SKIP_TESTS=1 bash scripts/gpu_bench.sh         the table only
 #   SKIP_TABLE=1 bash scripts/gpu_bench.sh         the tests and sanitizers only
 #   SKIP_BATCH=1 bash scripts/gpu_bench.sh         without the drt-batch-bench step
+#   BATCH_SESSIONS=1,32 bash scripts/gpu_bench.sh  other session counts for it
 #   PREBUILT=1 bash scripts/gpu_bench.sh           use build-gpu and .devlibs made by
 #                                                  scripts/device_bundle.sh (no apt, no build)
 set -euo pipefail

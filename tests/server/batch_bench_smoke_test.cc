@@ -96,6 +96,9 @@ TEST_CASE("drt-batch-bench measures a real server at tiny sizes", "[server][proc
     }
     const double median = decode[row].at("median").at("aggregate_tokens_per_second").get<double>();
     CHECK(median == Approx(0.5 * (aggregates[0] + aggregates[1])).epsilon(1e-9));
+    CHECK(decode[row].at("tokens_per_second_at_median_gap").get<double>() ==
+          Approx(1000.0 * n / decode[row].at("median").at("gaps").at("p50_ms").get<double>())
+              .epsilon(1e-9));
     CHECK(decode[row].at("aggregate_min").get<double>() ==
           Approx(std::min(aggregates[0], aggregates[1])).epsilon(1e-9));
     CHECK(decode[row].at("aggregate_max").get<double>() ==
