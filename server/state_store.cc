@@ -57,19 +57,27 @@ absl::Status ProbeWritable(const std::string& dir) {
   return s;
 }
 
+// A directory without FORMAT must be empty (but for what an interrupted
+// first start leaves): anything else is not ours, and nothing is written in it.
+absl::Status CheckForeign(const std::string& dir) {
+  if (fs::exists(dir + "/FORMAT")) return absl::OkStatus();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "LOCK" && name != ".probe") {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s is not empty and has no FORMAT file: it is not a drt state directory (found %s); "
+          "give an empty or new directory",
+          dir, name));
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrFormat("cannot list %s: %s", dir, ec.message()));
+  return absl::OkStatus();
+}
+
 absl::Status CheckFormatFile(const std::string& dir) {
   const std::string path = dir + "/FORMAT";
   if (!fs::exists(path)) {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name != "LOCK" && name != ".probe") {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "%s is not empty and has no FORMAT file: it is not a drt state directory (found %s); "
-            "give an empty or new directory",
-            dir, name));
-      }
-    }
     return WriteFileAtomically(path, absl::StrFormat("%s %d\n", kFormatLine, kStateFormatVersion));
   }
   auto text = ReadWholeFile(path);
@@ -124,6 +132,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
   // The directory itself is created, not its parents: a mistyped parent
   // path is an error rather than a new tree.
   if (absl::Status s = MakeDir(options.dir); !s.ok()) return s;
+  if (absl::Status s = CheckForeign(options.dir); !s.ok()) return s;
   const int lock_fd = ::open((options.dir + "/LOCK").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd < 0) return Errno("cannot open", options.dir + "/LOCK");
   if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {

@@ -17,6 +17,7 @@
 #include "server/session_manager.h"
 #include "server/state_files.h"
 #include "server/state_store.h"
+#include "engine/session_state.h"
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/test_util/temp_dir.h"
 
@@ -352,6 +353,39 @@ TEST_CASE("torn and unacknowledged chunk log tails are cut at start-up", "[state
   (*entry)->End();
 }
 
+TEST_CASE("interval sync writes at most once per interval and at the end of a call",
+          "[state_store]") {
+  drt::testing::TempDir dir;
+  FixtureModel& f = FixtureModel::Get();
+  StateStoreOptions options = Options(dir.path());
+  options.sync = StateSync::kInterval;
+  options.sync_interval_ms = 3'600'000;  // never due within the test
+  auto store = StateStore::Open(options, f.model->config());
+  REQUIRE(store.ok());
+  SessionManager sessions(*f.backend, Limits());
+  sessions.AttachStateStore(store->get());
+  auto entry = sessions.Create({});
+  REQUIRE(entry.ok());
+  const std::string path = (*store)->StatePath((*entry)->id());
+  auto tokens_on_disk = [&] {
+    auto record = DecodeSessionRecord(*ReadWholeFile(path), path);
+    REQUIRE(record.ok());
+    auto state = DecodeSessionState(record->state, f.model->config());
+    REQUIRE(state.ok());
+    return state->num_tokens;
+  };
+  REQUIRE(tokens_on_disk() == 0);  // a new session is written at once
+  REQUIRE((*entry)->Begin(Activity::kAppending).ok());
+  for (int step = 0; step < 3; ++step) {
+    REQUIRE((*entry)->RunStep([&](Session& s) {
+      return s.Append(RandomTokens(100, static_cast<uint64_t>(step))).status();
+    }).ok());
+    REQUIRE(tokens_on_disk() == 0);  // within the interval: not yet
+  }
+  (*entry)->End();
+  REQUIRE(tokens_on_disk() == 300);  // the end of the call writes it
+}
+
 TEST_CASE("bad state directories are refused by path", "[state_store]") {
   drt::testing::TempDir dir;
   const ModelConfig& config = FixtureModel::Get().model->config();
@@ -371,6 +405,7 @@ TEST_CASE("bad state directories are refused by path", "[state_store]") {
     auto s = StateStore::Open(Options(dir.path()), config);
     REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
     REQUIRE_THAT(std::string(s.status().message()), Contains("not a drt state directory"));
+    REQUIRE_FALSE(fs::exists(dir.File("LOCK")));  // nothing written in a foreign directory
   }
   SECTION("a newer directory format") {
     REQUIRE(StateStore::Open(Options(dir.path()), config).ok());
