@@ -75,6 +75,17 @@ void RequireSameContinuation(Session& original, Session& restored, const ModelCo
   REQUIRE(b.ok());
   REQUIRE(a->logits.size() == tail.size() * config.vocab_size);
   REQUIRE(b->logits == a->logits);
+  // Every closed chunk too, including the one open at the export (its rows
+  // came through the state) even when no selection has used it yet.
+  REQUIRE(restored.num_chunks() == original.num_chunks());
+  for (int64_t c = 0; c < original.num_chunks(); ++c) {
+    ChunkData x, y;
+    REQUIRE(original.backend_session().ReadChunk(c, x).ok());
+    REQUIRE(restored.backend_session().ReadChunk(c, y).ok());
+    REQUIRE(y.landmark == x.landmark);
+    REQUIRE(y.keys == x.keys);
+    REQUIRE(y.values == x.values);
+  }
   GenerateOptions greedy;
   greedy.max_tokens = 20;
   std::vector<float> logprobs_a, logprobs_b;
