@@ -56,6 +56,11 @@ struct BackendSessionStats {
 
 // Called for every landmark a session processes: the chunk whose landmark it
 // is, the group, and the selection made there.
+// engine/session_state.h
+struct BackendSessionState;
+struct ChunkData;
+using ChunkReader = std::function<absl::Status(int64_t chunk, ChunkData& out)>;
+
 using RetrievalObserver = std::function<void(int64_t chunk, int64_t group, const Retrieval&)>;
 
 class BackendSession {
@@ -84,6 +89,24 @@ class BackendSession {
   // A copy that shares the closed chunks and copies the rest.
   virtual absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const = 0;
   virtual BackendSessionStats stats() const { return {}; }
+
+  // Durable state (engine/session_state.h, docs/state_format.md). A backend
+  // that cannot export returns UNIMPLEMENTED from all three.
+  // The small state: windows, open chunk, selections, position.
+  virtual absl::Status ExportState(BackendSessionState& out) const {
+    return absl::UnimplementedError("this backend cannot export session state");
+  }
+  // Closed chunk `chunk` (< num_chunks()).
+  virtual absl::Status ReadChunk(int64_t chunk, ChunkData& out) const {
+    return absl::UnimplementedError("this backend cannot export session state");
+  }
+  // Replaces the state of a session that has processed nothing yet with
+  // `state` and its `num_chunks` closed chunks read through `read`. All or
+  // nothing: on error the session is unchanged.
+  virtual absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,
+                                   const ChunkReader& read) {
+    return absl::UnimplementedError("this backend cannot import session state");
+  }
 };
 
 class Backend {

@@ -14,6 +14,7 @@
 #include "absl/types/span.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
+#include "engine/session_state.h"
 
 namespace drt {
 
@@ -105,6 +106,18 @@ class Session {
   const BackendSession& backend_session() const { return *backend_session_; }
 
   absl::StatusOr<std::unique_ptr<Session>> Fork() const;
+
+  // Durable state (engine/session_state.h; engine/session_restore.cc). The
+  // small state (no closed chunks: read those with
+  // backend_session().ReadChunk). UNIMPLEMENTED naming the backend when it
+  // cannot export.
+  absl::StatusOr<SessionState> ExportState() const;
+  // A new session on `backend` holding `state` and its closed chunks, read
+  // through `read`; it continues exactly as the exported one would.
+  static absl::StatusOr<std::unique_ptr<Session>> Restore(Backend& backend,
+                                                          const SessionState& state,
+                                                          const ChunkReader& read,
+                                                          int64_t piece_tokens = 16 * 63);
 
  private:
   // engine/batch_step.cc advances num_tokens_ and last_logits_ after a step.

@@ -17,6 +17,7 @@
 #include "server/request_parsing.h"
 #include "server/scheduler.h"
 #include "server/session_id.h"
+#include "server/session_file.h"
 #include "server/session_manager.h"
 #include "server/status_util.h"
 
@@ -721,6 +722,60 @@ grpc::Status DrtService::GetModelInfo(grpc::ServerContext* context,
   response->set_max_context_tokens(options_.max_context_tokens);
   response->set_tokenizer(model_.tokenizer->one_id_per_byte() ? "bytes" : "gpt2-bpe");
   response->set_pad_to_chunk_boundary(model_.generation.pad_to_chunk_boundary);
+  return Finish(grpc::Status::OK);
+}
+
+// SaveSession / LoadSession: one session as one file in --session_files_dir
+// (server/session_file.h).
+grpc::Status DrtService::SaveSession(grpc::ServerContext* context,
+                                     const drt::v1::SaveSessionRequest* request,
+                                     drt::v1::SaveSessionResponse* response) {
+  if (grpc::Status s = Admit(context, "SaveSession"); !s.ok()) return s;
+  if (options_.session_files_dir.empty()) {
+    return Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                               "SaveSession needs the server to run with --session_files_dir"));
+  }
+  if (absl::Status s = CheckSessionFileName(request->file_name()); !s.ok()) {
+    return Finish(ToGrpc(s));
+  }
+  auto entry = sessions_->Find(request->session_id());
+  if (!entry.ok()) return Finish(ToGrpc(entry.status()));
+  // Holding an activity keeps the engine state still while it is written.
+  if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
+  const std::string path = options_.session_files_dir + "/" + request->file_name();
+  int64_t bytes = 0, tokens = 0;
+  absl::Status status = (*entry)->RunStep([&](Session& session) -> absl::Status {
+    auto written = SaveSessionFile(path, (*entry)->id(), (*entry)->settings(), session);
+    if (!written.ok()) return written.status();
+    bytes = *written;
+    tokens = session.num_tokens();
+    return absl::OkStatus();
+  });
+  (*entry)->End();
+  if (!status.ok()) return Finish(ToGrpc(status));
+  response->set_file_name(request->file_name());
+  response->set_bytes(bytes);
+  response->set_tokens(tokens);
+  return Finish(grpc::Status::OK);
+}
+
+grpc::Status DrtService::LoadSession(grpc::ServerContext* context,
+                                     const drt::v1::LoadSessionRequest* request,
+                                     drt::v1::SessionInfo* response) {
+  if (grpc::Status s = Admit(context, "LoadSession"); !s.ok()) return s;
+  if (options_.session_files_dir.empty()) {
+    return Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                               "LoadSession needs the server to run with --session_files_dir"));
+  }
+  if (absl::Status s = CheckSessionFileName(request->file_name()); !s.ok()) {
+    return Finish(ToGrpc(s));
+  }
+  auto loaded =
+      LoadSessionFile(options_.session_files_dir + "/" + request->file_name(), backend_);
+  if (!loaded.ok()) return Finish(ToGrpc(loaded.status()));
+  auto entry = sessions_->AddLoaded(loaded->settings, std::move(loaded->session));
+  if (!entry.ok()) return Finish(ToGrpc(entry.status()));
+  FillInfo(**entry, response);
   return Finish(grpc::Status::OK);
 }
 

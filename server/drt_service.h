@@ -37,6 +37,8 @@ struct ServiceOptions {
   // SchedulerOptions::decode_step_prefill_tokens.
   int64_t decode_step_prefill_tokens = kDefaultDecodeStepPrefillTokens;
   std::string bearer_token;  // empty: no authentication
+  // Where SaveSession writes and LoadSession reads; empty: both refused.
+  std::string session_files_dir;
 };
 
 class SessionManager;
@@ -57,6 +59,8 @@ class DrtService final : public drt::v1::Drt::Service {
   // its client's next message sees that only when the message comes; gRPC's
   // Shutdown cancels it before that.)
   void StopRunningCalls();
+  // The sessions (main restores durable ones into it before serving).
+  SessionManager& session_manager() { return *sessions_; }
 
   grpc::Status CreateSession(grpc::ServerContext* context,
                              const drt::v1::CreateSessionRequest* request,
@@ -84,6 +88,12 @@ class DrtService final : public drt::v1::Drt::Service {
   grpc::Status DeleteSession(grpc::ServerContext* context,
                              const drt::v1::DeleteSessionRequest* request,
                              drt::v1::DeleteSessionResponse* response) override;
+  grpc::Status SaveSession(grpc::ServerContext* context,
+                           const drt::v1::SaveSessionRequest* request,
+                           drt::v1::SaveSessionResponse* response) override;
+  grpc::Status LoadSession(grpc::ServerContext* context,
+                           const drt::v1::LoadSessionRequest* request,
+                           drt::v1::SessionInfo* response) override;
   grpc::Status GetModelInfo(grpc::ServerContext* context,
                             const drt::v1::GetModelInfoRequest* request,
                             drt::v1::ModelInfo* response) override;

@@ -17,9 +17,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
 #include "engine/model.h"
+#include "engine/session.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -29,6 +31,8 @@
 #include "server/metrics.h"
 #include "server/server_credentials.h"
 #include "server/server_flags.h"
+#include "server/session_manager.h"
+#include "server/state_store.h"
 
 namespace drt::server {
 namespace {
@@ -114,6 +118,54 @@ bool WaitUntilDrained(const sigset_t& signals, const std::atomic<bool>& drained,
   return true;
 }
 
+// --state_dir: the directory opened, checked and locked; refused when the
+// backend cannot export session state.
+absl::StatusOr<std::unique_ptr<StateStore>> OpenStateStore(const StateStoreOptions& options,
+                                                           Backend& backend) {
+  auto probe = Session::Create(backend);
+  if (!probe.ok()) return probe.status();
+  if (auto state = (*probe)->ExportState(); !state.ok()) {
+    return absl::Status(state.status().code(),
+                        absl::StrCat("--state_dir needs a backend that can export session state; ",
+                                     backend.name(), " cannot: ", state.status().message()));
+  }
+  return StateStore::Open(options, backend.config());
+}
+
+// Reads every durable session back into `sessions` before the server
+// listens: all of a session or, when its files are damaged, none of it
+// (moved to DIR/quarantine/ and named on stderr).
+absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager& sessions) {
+  const auto start = std::chrono::steady_clock::now();
+  auto report = store.RestoreAll(backend);
+  if (!report.ok()) return report.status();
+  for (const std::string& line : report->quarantined) {
+    std::fprintf(stderr, "drt-server: %s\n", line.c_str());
+  }
+  if (static_cast<int64_t>(report->sessions.size()) > sessions.limits().max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s holds %d sessions, more than --max_sessions=%d; raise it to restore them",
+        store.dir(), report->sessions.size(), sessions.limits().max_sessions));
+  }
+  // Attached first, so that the adopted sessions are written like new ones.
+  sessions.AttachStateStore(&store);
+  int64_t tokens = 0;
+  const size_t restored = report->sessions.size();
+  for (StateStore::Restored& r : report->sessions) {
+    tokens += r.session->num_tokens();
+    auto entry = sessions.Adopt(r.id, r.settings, std::move(r.session));
+    if (!entry.ok()) return entry.status();
+  }
+  std::fprintf(stderr,
+               "drt-server: state %s (sync %s): restored %zu sessions, %lld tokens in %.3f s; %zu "
+               "quarantined, %lld chunk log tails cut\n",
+               store.dir().c_str(), store.sync() == StateSync::kStep ? "step" : "interval",
+               restored, static_cast<long long>(tokens),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+               report->quarantined.size(), static_cast<long long>(report->torn_tails_truncated));
+  return absl::OkStatus();
+}
+
 int Run(const ServerConfig& config, const sigset_t& signals) {
   if (!config.device_note.empty()) std::fprintf(stderr, "drt-server: %s\n", config.device_note.c_str());
   for (const std::string& note : config.deprecation_notes) {
@@ -173,7 +225,25 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
                  static_cast<long long>(kHostBudgetDenominator),
                  static_cast<double>(UsableBytes(*memory)) / (1LL << 30));
   }
+  if (const std::string& files = service_options.session_files_dir;
+      !files.empty() && !std::filesystem::is_directory(files)) {
+    return Fail(absl::NotFoundError(
+        absl::StrCat("--session_files_dir ", files, " is not a directory")));
+  }
+  // Opened before the service, so that it outlives the sessions that write to it.
+  std::unique_ptr<StateStore> state_store;
+  if (!config.state.dir.empty()) {
+    auto store = OpenStateStore(config.state, *backend);
+    if (!store.ok()) return Fail(store.status());
+    state_store = *std::move(store);
+  }
   DrtService service(**model, *backend, metrics, service_options);
+  if (state_store != nullptr) {
+    if (absl::Status s = RestoreSessions(*state_store, *backend, service.session_manager());
+        !s.ok()) {
+      return Fail(s);
+    }
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

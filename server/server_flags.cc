@@ -66,6 +66,21 @@ ABSL_FLAG(int64_t, decode_step_prefill_tokens, drt::server::kDefaultDecodeStepPr
 ABSL_FLAG(int32_t, compute_workers, 0,
           "deprecated and ignored: one engine thread now forms batched steps over all "
           "sessions (docs/api.md, Scheduling); --threads sets the CPU backend's threads");
+ABSL_FLAG(std::string, session_files_dir, "",
+          "directory where SaveSession writes and LoadSession reads session files (one session "
+          "per file, movable between replicas of the same model); empty: both RPCs refused");
+ABSL_FLAG(std::string, state_dir, "",
+          "durable sessions: keep every session's state in this directory (created if "
+          "missing, not its parents) and restore them all at start-up; empty: sessions live "
+          "in memory only (docs/state_format.md)");
+ABSL_FLAG(std::string, state_sync, "step",
+          "with --state_dir, when a session's changes reach the disk: step (each Append step "
+          "and generated token is fsynced before it is acknowledged) or interval (at most every "
+          "--state_sync_interval_ms per session and at the end of each call; a crash may lose "
+          "that much acknowledged work)");
+ABSL_FLAG(int64_t, state_sync_interval_ms, 1000,
+          "with --state_sync=interval, the longest a session's acknowledged changes stay "
+          "unwritten");
 
 namespace drt::server {
 namespace {
@@ -78,7 +93,7 @@ constexpr char kUsage[] =
     "0.0.0.0:9090\n\n"
     "It prints 'drt-server listening on ...' once ready and drains on SIGTERM/SIGINT.\n\n"
     "Sessions are held in memory: a restart loses them (clients get NOT_FOUND and must\n"
-    "create a session and send the prompt again).";
+    "create a session and send the prompt again), unless --state_dir keeps them on disk.";
 
 absl::Status CheckAtLeast(const char* flag, int64_t value, int64_t minimum) {
   if (value >= minimum) return absl::OkStatus();
@@ -229,6 +244,15 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
         " is deprecated and ignored: one engine thread forms batched steps over all sessions "
         "(docs/api.md, Scheduling); --threads sets the CPU backend's threads"));
   }
+  config.service.session_files_dir = absl::GetFlag(FLAGS_session_files_dir);
+  config.state.dir = absl::GetFlag(FLAGS_state_dir);
+  if (auto sync = ParseStateSync(absl::GetFlag(FLAGS_state_sync)); sync.ok()) {
+    config.state.sync = *sync;
+  } else {
+    check(sync.status());
+  }
+  config.state.sync_interval_ms = absl::GetFlag(FLAGS_state_sync_interval_ms);
+  check(CheckAtLeast("state_sync_interval_ms", config.state.sync_interval_ms, 1));
 
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   // Below this not even a small prompt piece plus headers fits.

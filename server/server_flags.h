@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "engine/cuda/cuda_options.h"
 #include "server/drt_service.h"
+#include "server/state_store.h"
 
 namespace drt::server {
 
@@ -43,6 +44,7 @@ struct ServerConfig {
   std::string tls_cert_path;  // both set or both empty
   std::string tls_key_path;
   int64_t shutdown_grace_seconds = 10;
+  StateStoreOptions state;  // dir empty: no durable sessions
   // model_name is filled by main once the model is loaded, and so is
   // host_memory_budget_bytes when it is 0 (no --host_memory_budget_gb).
   ServiceOptions service;

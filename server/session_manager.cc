@@ -1,10 +1,13 @@
 #include "server/session_manager.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "server/session_id.h"
+#include "server/state_store.h"
 
 namespace drt::server {
 namespace {
@@ -51,9 +54,22 @@ absl::Status SessionEntry::Begin(Activity activity) {
   return absl::OkStatus();
 }
 
+absl::Status SessionEntry::PersistAfterStep(const Session& session, bool force) const {
+  if (!persister_) return absl::OkStatus();
+  return persister_(*this, session, force);
+}
+
 void SessionEntry::End() {
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
+    // Interval sync writes what the activity left unwritten (a no-op when
+    // the last step was written).
+    if (session_ != nullptr && !deleted_.load()) {
+      if (absl::Status s = PersistAfterStep(*session_, /*force=*/true); !s.ok()) {
+        std::fprintf(stderr, "drt-server: session %s: %s\n", id_.c_str(),
+                     std::string(s.message()).c_str());
+      }
+    }
     RefreshFiguresLocked();
   }
   last_used_ns_ = NowNs();
@@ -78,10 +94,17 @@ absl::StatusOr<Session*> SessionEntry::BeginStep() {
   std::lock_guard<std::mutex> lock(engine_mutex_);
   if (deleted_.load() || session_ == nullptr) return DeletedError();
   in_step_ = true;
+  tokens_before_step_ = session_->num_tokens();
   return session_.get();
 }
 
 absl::Status SessionEntry::EndStep(absl::Status status) {
+  // Persisted before the step's result reaches its caller, so before
+  // anything acknowledges it; in_step_ still keeps a concurrent delete from
+  // freeing the session, so it is read here without the lock.
+  if (status.ok() && !deleted_.load() && session_->num_tokens() != tokens_before_step_) {
+    status = PersistAfterStep(*session_);
+  }
   std::unique_ptr<Session> freed;
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
@@ -160,16 +183,25 @@ std::string SessionManager::NewId() {
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
-    SessionSettings settings, std::unique_ptr<Session> session) {
+    SessionSettings settings, std::unique_ptr<Session> session, std::string id) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (static_cast<int64_t>(sessions_.size()) >= limits_.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the server holds its maximum of %d sessions; delete one or wait for idle ones to expire",
         limits_.max_sessions));
   }
-  std::string id = NewId();
-  while (sessions_.contains(id)) id = NewId();
+  if (id.empty()) {
+    id = NewId();
+    while (sessions_.contains(id)) id = NewId();
+  } else if (sessions_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrFormat("session %s exists already", id));
+  }
   auto entry = std::make_shared<SessionEntry>(id, settings, std::move(session));
+  if (store_ != nullptr) {
+    entry->persister_ = [store = store_](const SessionEntry& e, const Session& s, bool force) {
+      return store->Persist(e.id(), e.settings(), s, force);
+    };
+  }
   sessions_[id] = entry;
   return entry;
 }
@@ -189,7 +221,46 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Create(SessionSett
   if (settings.idle_ttl_seconds == 0) settings.idle_ttl_seconds = limits_.idle_ttl_seconds;
   auto session = Session::Create(backend_);
   if (!session.ok()) return session.status();
-  return Insert(settings, *std::move(session));
+  auto entry = Insert(settings, *std::move(session));
+  if (!entry.ok()) return entry.status();
+  // Written now so that an empty session survives a restart too; it is not
+  // handed out until it is on disk.
+  if (absl::Status s = PersistNew(*entry); !s.ok()) return s;
+  return entry;
+}
+
+absl::Status SessionManager::PersistNew(const std::shared_ptr<SessionEntry>& entry) {
+  if (store_ == nullptr) return absl::OkStatus();
+  absl::Status s = entry->RunStep([&](Session& session) {
+    return store_->Persist(entry->id(), entry->settings(), session, /*force=*/true);
+  });
+  if (!s.ok()) Delete(entry->id()).IgnoreError();
+  return s;
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::AddLoaded(
+    SessionSettings settings, std::unique_ptr<Session> session) {
+  if (absl::Status s = ValidateSamplingParams(settings.sampling); !s.ok()) return s;
+  settings.max_context_tokens = std::clamp<int64_t>(settings.max_context_tokens, 1,
+                                                    limits_.max_context_tokens);
+  settings.idle_ttl_seconds = std::clamp<int64_t>(settings.idle_ttl_seconds, 1,
+                                                  limits_.idle_ttl_seconds);
+  if (session->num_tokens() > settings.max_context_tokens) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the saved session holds %d tokens, more than this server's context limit of %d",
+        session->num_tokens(), settings.max_context_tokens));
+  }
+  auto entry = Insert(settings, std::move(session));
+  if (!entry.ok()) return entry.status();
+  if (absl::Status s = PersistNew(*entry); !s.ok()) return s;
+  return entry;
+}
+
+void SessionManager::AttachStateStore(StateStore* store) { store_ = store; }
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Adopt(
+    const std::string& id, SessionSettings settings, std::unique_ptr<Session> session) {
+  return Insert(settings, std::move(session), id);
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::string& id) const {
@@ -207,6 +278,13 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
   if (absl::Status s = (*parent)->Begin(Activity::kAppending); !s.ok()) return s;
   std::unique_ptr<Session> forked;
   absl::Status status = (*parent)->RunStep([&](Session& session) -> absl::Status {
+    // The child shares the parent's chunk logs, which must hold all of them.
+    if (store_ != nullptr) {
+      if (absl::Status s = store_->Persist(id, (*parent)->settings(), session, /*force=*/true);
+          !s.ok()) {
+        return s;
+      }
+    }
     auto copy = session.Fork();
     if (!copy.ok()) return copy.status();
     forked = *std::move(copy);
@@ -214,7 +292,17 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
   });
   (*parent)->End();
   if (!status.ok()) return status;
-  return Insert((*parent)->settings(), std::move(forked));
+  auto child = Insert((*parent)->settings(), std::move(forked));
+  if (child.ok() && store_ != nullptr) {
+    absl::Status s = (*child)->RunStep([&](Session& session) {
+      return store_->RecordFork(id, (*child)->id(), (*child)->settings(), session);
+    });
+    if (!s.ok()) {
+      Delete((*child)->id()).IgnoreError();
+      return s;
+    }
+  }
+  return child;
 }
 
 absl::Status SessionManager::Delete(const std::string& id) {
@@ -230,6 +318,7 @@ absl::Status SessionManager::Delete(const std::string& id) {
   // A running Append/Generate ends at its next step (ABORTED); the engine
   // session is freed now, or when the step running on it returns.
   entry->MarkDeleted();
+  if (store_ != nullptr) store_->Remove(id);
   // Chunks the deleted session shared are now held by fewer sessions.
   RefreshIdleFigures();
   return absl::OkStatus();
@@ -289,7 +378,10 @@ int SessionManager::EvictIdle() {
   // As in Delete: the engine sessions are freed (which takes a while for a
   // large one) after mutex_ is released, so lookups of other sessions do
   // not wait for it.
-  for (const auto& entry : evicted) entry->MarkDeleted();
+  for (const auto& entry : evicted) {
+    entry->MarkDeleted();
+    if (store_ != nullptr) store_->Remove(entry->id());
+  }
   if (!evicted.empty()) RefreshIdleFigures();
   return static_cast<int>(evicted.size());
 }

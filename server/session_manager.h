@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -39,6 +40,13 @@ struct SessionLimits {
 
 enum class Activity { kIdle, kAppending, kGenerating };
 
+class SessionEntry;
+class StateStore;
+// Writes a session's durable state (server/state_store.h) after a step that
+// changed it (force false) and when an activity ends (force true).
+using SessionPersister =
+    std::function<absl::Status(const SessionEntry& entry, const Session& session, bool force)>;
+
 class SessionEntry {
  public:
   SessionEntry(std::string id, SessionSettings settings, std::unique_ptr<Session> session);
@@ -59,6 +67,11 @@ class SessionEntry {
   // once the session was deleted, before or during the step; the engine
   // session is then gone. BeginStep + step + EndStep.
   absl::Status RunStep(absl::FunctionRef<absl::Status(Session&)> step);
+  // The durability hook: RunStep calls it after every step that changed the
+  // session (before the step's result can be acknowledged), End() before
+  // the activity ends. A scheduler that runs steps without RunStep calls
+  // PersistAfterStep itself, on the thread that holds the activity.
+  absl::Status PersistAfterStep(const Session& session, bool force = false) const;
 
   // RunStep in two halves, for the scheduler, which claims every session of
   // a batched engine step, runs the step, then releases them all. BeginStep
@@ -103,7 +116,9 @@ class SessionEntry {
   // that the engine is never read and changed at once.
   mutable std::mutex engine_mutex_;
   std::unique_ptr<Session> session_;
+  SessionPersister persister_;  // empty without --state_dir
   bool in_step_ = false;
+  int64_t tokens_before_step_ = 0;  // the session's tokens when the running step began
   std::atomic<bool> deleted_{false};
   std::atomic<Activity> activity_{Activity::kIdle};
   std::atomic<int64_t> tokens_{0}, chunks_{0}, host_bytes_{0}, shared_bytes_{0};
@@ -127,6 +142,20 @@ class SessionManager {
   std::vector<std::shared_ptr<SessionEntry>> List() const;
   int64_t count() const;
 
+  // Durable sessions (--state_dir): from now on every session inserted
+  // (created, forked, adopted) is written to `store` after its steps and
+  // removed from it on delete. Call before Adopt. The store must outlive
+  // the manager.
+  void AttachStateStore(StateStore* store);
+  // Inserts a session loaded from a SaveSession file under a new id, with
+  // its settings clamped to this server's limits; written to the state
+  // store (when attached) before it is returned.
+  absl::StatusOr<std::shared_ptr<SessionEntry>> AddLoaded(SessionSettings settings,
+                                                          std::unique_ptr<Session> session);
+  // Inserts a session read back from the store under its old id (start-up).
+  absl::StatusOr<std::shared_ptr<SessionEntry>> Adopt(const std::string& id, SessionSettings settings,
+                                                      std::unique_ptr<Session> session);
+
   // Host memory of all sessions (a fork's shared chunks count in each).
   int64_t TotalHostBytes() const;
   // RESOURCE_EXHAUSTED when adding `tokens` to a session would pass the
@@ -140,9 +169,14 @@ class SessionManager {
   std::string NewId();
   // RefreshFiguresIfIdle on every session (after a delete or an eviction).
   void RefreshIdleFigures();
+  // `id` empty: a new one.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Insert(SessionSettings settings,
-                                                       std::unique_ptr<Session> session);
+                                                       std::unique_ptr<Session> session,
+                                                       std::string id = "");
   void ReaperLoop();
+  // Writes a session just inserted to the state store (when attached);
+  // deletes it again when that fails.
+  absl::Status PersistNew(const std::shared_ptr<SessionEntry>& entry);
 
   Backend& backend_;
   SessionLimits limits_;
@@ -151,6 +185,7 @@ class SessionManager {
   std::map<std::string, std::shared_ptr<SessionEntry>> sessions_;
   std::condition_variable stop_;
   bool stopping_ = false;
+  StateStore* store_ = nullptr;  // set once, before serving
   std::thread reaper_;
 };
 

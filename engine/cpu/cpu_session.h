@@ -27,6 +27,11 @@ class CpuSession final : public BackendSession {
     observer_ = std::move(observer);
   }
   absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const override;
+  // engine/cpu/cpu_session_state.cc
+  absl::Status ExportState(BackendSessionState& out) const override;
+  absl::Status ReadChunk(int64_t chunk, ChunkData& out) const override;
+  absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,
+                           const ChunkReader& read) override;
 
  private:
   // The executor of the forward pass reads and advances the state below.

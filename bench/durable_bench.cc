@@ -1,0 +1,217 @@
+// drt-durable-bench: what --state_dir costs. Appends a prompt to one session
+// through SessionManager in the server's step size (4032 tokens), with no
+// state directory, with --state_sync=step and with interval sync, and prints
+// tokens/s (median of --runs); then writes --sessions sessions of
+// --session_tokens tokens and times their restore (the server's start-up).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "cli/command_line.h"
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/session.h"
+#include "server/session_manager.h"
+#include "server/state_store.h"
+
+ABSL_FLAG(std::string, model, "models/drt-passkey-byte", "model directory");
+ABSL_FLAG(std::string, dir, "/tmp/drt-durable-bench", "scratch state directory (emptied first)");
+ABSL_FLAG(int64_t, tokens, 200000, "tokens appended per throughput run");
+ABSL_FLAG(int32_t, runs, 3, "throughput runs per mode (the median is printed)");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(int64_t, sessions, 8, "sessions written for the start-up measurement");
+ABSL_FLAG(int64_t, session_tokens, 100000, "tokens per session for the start-up measurement");
+
+namespace {
+
+using drt::server::SessionManager;
+using drt::server::StateStore;
+using drt::server::StateStoreOptions;
+using drt::server::StateSync;
+using Clock = std::chrono::steady_clock;
+
+// The server's Append step (server/drt_service.cc, kTokensPerStep).
+constexpr int64_t kStepTokens = 4032;
+
+std::vector<int32_t> Tokens(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % 256);
+  return t;
+}
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    std::exit(1);
+  }
+}
+
+struct Server {
+  std::unique_ptr<StateStore> store;
+  std::unique_ptr<SessionManager> sessions;
+  ~Server() { sessions.reset(); }
+};
+
+std::unique_ptr<Server> Start(drt::Backend& backend, const std::string& dir, StateSync sync,
+                              StateStore::RestoreReport* report = nullptr) {
+  auto owned = std::make_unique<Server>();
+  Server& server = *owned;
+  drt::server::SessionLimits limits;
+  limits.host_memory_budget_bytes = 64LL << 30;
+  limits.max_sessions = 1024;
+  server.sessions = std::make_unique<SessionManager>(backend, limits);
+  if (dir.empty()) return owned;
+  StateStoreOptions options;
+  options.dir = dir;
+  options.sync = sync;
+  auto store = StateStore::Open(options, backend.config());
+  Check(store.status());
+  server.store = *std::move(store);
+  auto restored = server.store->RestoreAll(backend);
+  Check(restored.status());
+  server.sessions->AttachStateStore(server.store.get());
+  for (auto& r : restored->sessions) {
+    Check(server.sessions->Adopt(r.id, r.settings, std::move(r.session)).status());
+  }
+  restored->sessions.clear();
+  if (report != nullptr) *report = *std::move(restored);
+  return owned;
+}
+
+void Append(SessionManager& sessions, const std::string& id, const std::vector<int32_t>& tokens) {
+  auto entry = sessions.Find(id);
+  Check(entry.status());
+  Check((*entry)->Begin(drt::server::Activity::kAppending));
+  for (size_t done = 0; done < tokens.size(); done += kStepTokens) {
+    const auto piece = absl::MakeConstSpan(tokens).subspan(
+        done, std::min<size_t>(kStepTokens, tokens.size() - done));
+    Check((*entry)->RunStep([&](drt::Session& s) { return s.Append(piece).status(); }));
+  }
+  (*entry)->End();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  drt::cli::ParseCommandLine(
+      {"drt-durable-bench",
+       "Measures Append throughput with durable sessions (--state_dir) off and on, and the\n"
+       "start-up time to restore sessions.\n"
+       "Example: drt-durable-bench --model models/drt-passkey-byte --tokens 200000",
+       {"bench/durable_bench.cc"}},
+      argc, argv);
+  auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
+  Check(model.status());
+  drt::CpuBackendOptions cpu;
+  cpu.num_threads = absl::GetFlag(FLAGS_threads);
+  auto backend = drt::MakeCpuBackend((*model)->config(), (*model)->weights(), cpu);
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  const auto tokens = Tokens(absl::GetFlag(FLAGS_tokens), 1);
+
+  struct Mode {
+    const char* name;
+    bool durable;
+    StateSync sync;
+  };
+  const Mode modes[] = {{"memory only", false, StateSync::kStep},
+                        {"--state_sync=step", true, StateSync::kStep},
+                        {"--state_sync=interval (1000 ms)", true, StateSync::kInterval}};
+  std::vector<std::vector<double>> rates(std::size(modes));
+  // Modes interleaved run by run, so that load from other processes on a
+  // shared machine falls on all of them alike.
+  for (int run = 0; run < absl::GetFlag(FLAGS_runs); ++run) {
+    for (size_t m = 0; m < std::size(modes); ++m) {
+      std::filesystem::remove_all(dir);
+      auto server = Start(*backend, modes[m].durable ? dir : "", modes[m].sync);
+      auto entry = server->sessions->Create({});
+      Check(entry.status());
+      const auto start = Clock::now();
+      Append(*server->sessions, (*entry)->id(), tokens);
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      rates[m].push_back(static_cast<double>(tokens.size()) / seconds);
+      std::printf("run %d %-32s %8.0f tokens/s\n", run, modes[m].name, rates[m].back());
+      std::fflush(stdout);
+    }
+  }
+  // The same appends with the engine step and the step-sync write timed
+  // apart in each step (the write the SessionEntry hook makes): their ratio
+  // is the cost of durability, and both halves see the same machine load.
+  std::vector<double> overheads;
+  for (int run = 0; run < absl::GetFlag(FLAGS_runs); ++run) {
+    std::filesystem::remove_all(dir);
+    auto server = Start(*backend, "", StateSync::kStep);
+    StateStoreOptions options;
+    options.dir = dir;
+    auto store = StateStore::Open(options, backend->config());
+    Check(store.status());
+    auto entry = server->sessions->Create({});
+    Check(entry.status());
+    Check((*entry)->Begin(drt::server::Activity::kAppending));
+    double engine = 0, write = 0;
+    for (size_t done = 0; done < tokens.size(); done += kStepTokens) {
+      const auto piece = absl::MakeConstSpan(tokens).subspan(
+          done, std::min<size_t>(kStepTokens, tokens.size() - done));
+      Check((*entry)->RunStep([&](drt::Session& s) -> absl::Status {
+        const auto t0 = Clock::now();
+        Check(s.Append(piece).status());
+        const auto t1 = Clock::now();
+        Check((*store)->Persist((*entry)->id(), (*entry)->settings(), s));
+        const auto t2 = Clock::now();
+        engine += std::chrono::duration<double>(t1 - t0).count();
+        write += std::chrono::duration<double>(t2 - t1).count();
+        return absl::OkStatus();
+      }));
+    }
+    (*entry)->End();
+    overheads.push_back(write / engine);
+    std::printf("run %d step sync timed apart: engine %.2f s, writes %.3f s (%.1f%% of the engine)\n",
+                run, engine, write, 100.0 * write / engine);
+    std::fflush(stdout);
+  }
+  std::printf("median step-sync write cost: %.1f%% of the engine time\n",
+              100.0 * Median(overheads));
+  const double base = Median(rates[0]);
+  for (size_t m = 0; m < std::size(modes); ++m) {
+    std::printf("median %-32s %8.0f tokens/s (%+.1f%%)\n", modes[m].name, Median(rates[m]),
+                100.0 * (Median(rates[m]) / base - 1.0));
+  }
+
+  // Start-up: N sessions of M tokens written, then a new store restores them.
+  std::filesystem::remove_all(dir);
+  const int64_t n = absl::GetFlag(FLAGS_sessions);
+  const auto session_tokens = Tokens(absl::GetFlag(FLAGS_session_tokens), 2);
+  {
+    auto server = Start(*backend, dir, StateSync::kStep);
+    for (int64_t i = 0; i < n; ++i) {
+      auto entry = server->sessions->Create({});
+      Check(entry.status());
+      Append(*server->sessions, (*entry)->id(), session_tokens);
+    }
+  }
+  uintmax_t bytes = 0;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (f.is_regular_file()) bytes += f.file_size();
+  }
+  const auto start = Clock::now();
+  StateStore::RestoreReport report;
+  auto restored = Start(*backend, dir, StateSync::kStep, &report);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("restore: %lld sessions x %lld tokens (%.1f MiB on disk) in %.3f s (%zu quarantined)\n",
+              static_cast<long long>(restored->sessions->count()),
+              static_cast<long long>(session_tokens.size()), bytes / 1048576.0, seconds,
+              report.quarantined.size());
+  std::filesystem::remove_all(dir);
+  return 0;
+}

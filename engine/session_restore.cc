@@ -1,0 +1,49 @@
+// Session::ExportState and Session::Restore (engine/session_state.h).
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "engine/session.h"
+
+namespace drt {
+namespace {
+
+// Names the backend in an UNIMPLEMENTED from a backend without export.
+absl::Status NameBackend(absl::Status s, const std::string& backend) {
+  if (s.code() != absl::StatusCode::kUnimplemented) return s;
+  return absl::UnimplementedError(absl::StrFormat(
+      "the %s backend cannot export or import session state (durable sessions, SaveSession "
+      "and LoadSession need the cpu backend): %s",
+      backend, s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<SessionState> Session::ExportState() const {
+  SessionState state;
+  state.num_tokens = num_tokens_;
+  state.last_logits = last_logits_;
+  if (absl::Status s = backend_session_->ExportState(state.backend); !s.ok()) {
+    // The backend's name is not known here; callers that have the Backend
+    // name it (Restore does).
+    return s;
+  }
+  return state;
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Restore(Backend& backend,
+                                                          const SessionState& state,
+                                                          const ChunkReader& read,
+                                                          int64_t piece_tokens) {
+  if (absl::Status s = ValidateSessionState(state, backend.config()); !s.ok()) return s;
+  auto session = Create(backend, piece_tokens);
+  if (!session.ok()) return session.status();
+  if (absl::Status s = (*session)->backend_session_->ImportState(
+          state.backend, ClosedChunks(state, backend.config()), read);
+      !s.ok()) {
+    return NameBackend(s, backend.name());
+  }
+  (*session)->num_tokens_ = state.num_tokens;
+  (*session)->last_logits_ = state.last_logits;
+  return session;
+}
+
+}  // namespace drt

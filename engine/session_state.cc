@@ -1,0 +1,236 @@
+#include "engine/session_state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "engine/byte_codec.h"
+
+namespace drt {
+namespace {
+
+int64_t KvWidth(const ModelConfig& c) { return c.num_key_value_heads * c.head_dim(); }
+int64_t NumDecoderLayers(const ModelConfig& c) {
+  return c.num_lower_layers() + c.num_upper_layers();
+}
+int64_t WindowCapacity(const ModelConfig& c) { return std::max<int64_t>(1, c.slide_window); }
+
+// The model's shape as written at the head of every small state; a state is
+// refused by a model of another shape.
+struct ShapeField {
+  const char* name;
+  int64_t value;
+};
+std::vector<ShapeField> ModelShape(const ModelConfig& c) {
+  return {{"vocab_size", c.vocab_size},
+          {"hidden_size", c.hidden_size},
+          {"kv_width", KvWidth(c)},
+          {"decoder_layers", NumDecoderLayers(c)},
+          {"num_groups", c.num_groups()},
+          {"enc_chunk_size", c.enc_chunk_size},
+          {"slide_window", c.slide_window},
+          {"chunk_topk", c.chunk_topk}};
+}
+
+absl::Status SizeIs(const char* what, size_t got, int64_t want) {
+  if (static_cast<int64_t>(got) == want) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s holds %d floats; the model needs %d", what, got, want));
+}
+
+}  // namespace
+
+absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& c) {
+  const int64_t S = c.chunk_positions();
+  const int64_t d = c.hidden_size;
+  const BackendSessionState& b = state.backend;
+  if (state.num_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("num_tokens %d < 0", state.num_tokens));
+  }
+  // A landmark follows every enc_chunk_size real tokens (design.md, "Session state").
+  const int64_t want_position = state.num_tokens + state.num_tokens / c.enc_chunk_size;
+  if (b.position != want_position) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "position %d does not match %d tokens (expected %d)", b.position, state.num_tokens,
+        want_position));
+  }
+  if (absl::Status s = SizeIs("last_logits", state.last_logits.size(),
+                              state.num_tokens == 0 ? 0 : c.vocab_size);
+      !s.ok()) {
+    return s;
+  }
+  if (static_cast<int64_t>(b.windows.size()) != NumDecoderLayers(c)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d window layers; the model has %d decoder layers", b.windows.size(), NumDecoderLayers(c)));
+  }
+  // The window holds the last min(capacity, position) rows.
+  const int64_t window_rows = std::min(WindowCapacity(c), b.position);
+  for (size_t l = 0; l < b.windows.size(); ++l) {
+    const WindowState& w = b.windows[l];
+    if (w.rows != window_rows) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "window of layer %d holds %d rows; position %d needs %d", l, w.rows, b.position,
+          window_rows));
+    }
+    if (absl::Status s = SizeIs("a window's keys", w.keys.size(), w.rows * KvWidth(c)); !s.ok()) return s;
+    if (absl::Status s = SizeIs("a window's values", w.values.size(), w.rows * KvWidth(c)); !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = SizeIs("open_chunk", b.open_chunk.size(), (b.position % S) * d); !s.ok()) {
+    return s;
+  }
+  if (static_cast<int64_t>(b.selection.size()) != c.num_groups()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d selections; the model has %d groups", b.selection.size(), c.num_groups()));
+  }
+  const int64_t chunks = b.position / S;
+  for (size_t g = 0; g < b.selection.size(); ++g) {
+    const Retrieval& r = b.selection[g];
+    if (r.chunks.size() != r.weights.size() || static_cast<int64_t>(r.chunks.size()) > c.chunk_topk) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "selection of group %d has %d chunks and %d weights (top-k %d)", g, r.chunks.size(),
+          r.weights.size(), c.chunk_topk));
+    }
+    for (int64_t chunk : r.chunks) {
+      if (chunk < 0 || chunk >= chunks) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "selection of group %d names chunk %d; the session has %d closed chunks", g, chunk,
+            chunks));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateChunkData(const ChunkData& chunk, const ModelConfig& c) {
+  const int64_t d = c.hidden_size;
+  if (absl::Status s = SizeIs("a chunk's landmark", chunk.landmark.size(), d); !s.ok()) return s;
+  if (absl::Status s = SizeIs("a chunk's keys", chunk.keys.size(), c.chunk_positions() * d); !s.ok()) {
+    return s;
+  }
+  return SizeIs("a chunk's values", chunk.values.size(), c.chunk_positions() * d);
+}
+
+std::string EncodeSessionState(const SessionState& state, const ModelConfig& config) {
+  std::string out;
+  ByteWriter w(out);
+  const auto shape = ModelShape(config);
+  w.I64(static_cast<int64_t>(shape.size()));
+  for (const ShapeField& f : shape) w.I64(f.value);
+  w.I64(state.num_tokens);
+  w.Floats(state.last_logits);
+  const BackendSessionState& b = state.backend;
+  w.I64(b.position);
+  w.I64(static_cast<int64_t>(b.windows.size()));
+  for (const WindowState& win : b.windows) {
+    w.I64(win.rows);
+    w.Floats(win.keys);
+    w.Floats(win.values);
+  }
+  w.Floats(b.open_chunk);
+  w.I64(static_cast<int64_t>(b.selection.size()));
+  for (const Retrieval& r : b.selection) {
+    w.I64(static_cast<int64_t>(r.chunks.size()));
+    w.Raw(r.chunks.data(), r.chunks.size() * sizeof(int64_t));
+    w.Floats(r.weights);
+  }
+  return out;
+}
+
+absl::StatusOr<SessionState> DecodeSessionState(std::string_view bytes, const ModelConfig& config) {
+  ByteReader r(bytes);
+  int64_t fields = 0;
+  if (absl::Status s = r.I64(fields, "model shape"); !s.ok()) return s;
+  const auto shape = ModelShape(config);
+  if (fields != static_cast<int64_t>(shape.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the state names %d model shape fields; this server writes %d", fields, shape.size()));
+  }
+  for (const ShapeField& f : shape) {
+    int64_t v = 0;
+    if (absl::Status s = r.I64(v, f.name); !s.ok()) return s;
+    if (v != f.value) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "the state was written for a model with %s %d; this model has %d", f.name, v, f.value));
+    }
+  }
+  SessionState state;
+  BackendSessionState& b = state.backend;
+  int64_t count = 0;
+  absl::Status s = r.I64(state.num_tokens, "num_tokens");
+  if (s.ok()) s = r.Floats(state.last_logits, "last_logits");
+  if (s.ok()) s = r.I64(b.position, "position");
+  if (s.ok()) s = r.I64(count, "window count");
+  if (!s.ok()) return s;
+  if (count != NumDecoderLayers(config)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d window layers; the model has %d decoder layers", count, NumDecoderLayers(config)));
+  }
+  b.windows.resize(count);
+  for (WindowState& win : b.windows) {
+    s = r.I64(win.rows, "window rows");
+    if (s.ok()) s = r.Floats(win.keys, "window keys");
+    if (s.ok()) s = r.Floats(win.values, "window values");
+    if (!s.ok()) return s;
+  }
+  s = r.Floats(b.open_chunk, "open chunk");
+  if (s.ok()) s = r.I64(count, "selection count");
+  if (!s.ok()) return s;
+  if (count != config.num_groups()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d selections; the model has %d groups", count, config.num_groups()));
+  }
+  b.selection.resize(count);
+  for (Retrieval& sel : b.selection) {
+    int64_t k = 0;
+    s = r.I64(k, "selection size");
+    if (!s.ok()) return s;
+    if (k < 0 || k > config.chunk_topk) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("a selection of %d chunks; top-k is %d", k, config.chunk_topk));
+    }
+    sel.chunks.resize(k);
+    s = r.Raw(sel.chunks.data(), k * sizeof(int64_t), "selection chunks");
+    if (s.ok()) s = r.Floats(sel.weights, "selection weights");
+    if (!s.ok()) return s;
+  }
+  if (r.remaining() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d unexpected bytes after the state", r.remaining()));
+  }
+  if (absl::Status v = ValidateSessionState(state, config); !v.ok()) return v;
+  return state;
+}
+
+size_t ChunkPayloadBytes(const ModelConfig& c) {
+  return static_cast<size_t>((2 * c.chunk_positions() + 1) * c.hidden_size) * sizeof(float);
+}
+
+void EncodeChunk(const ChunkData& chunk, std::string& out) {
+  ByteWriter w(out);
+  w.Raw(chunk.landmark.data(), chunk.landmark.size() * sizeof(float));
+  w.Raw(chunk.keys.data(), chunk.keys.size() * sizeof(float));
+  w.Raw(chunk.values.data(), chunk.values.size() * sizeof(float));
+}
+
+absl::Status DecodeChunk(std::string_view bytes, const ModelConfig& c, ChunkData& out) {
+  if (bytes.size() != ChunkPayloadBytes(c)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a chunk record holds %d bytes; the model's chunks take %d", bytes.size(),
+        ChunkPayloadBytes(c)));
+  }
+  const int64_t d = c.hidden_size;
+  const int64_t kv = c.chunk_positions() * d;
+  // memcpy, not a cast: the bytes need not be aligned for floats.
+  out.landmark.resize(d);
+  out.keys.resize(kv);
+  out.values.resize(kv);
+  std::memcpy(out.landmark.data(), bytes.data(), d * sizeof(float));
+  std::memcpy(out.keys.data(), bytes.data() + d * sizeof(float), kv * sizeof(float));
+  std::memcpy(out.values.data(), bytes.data() + (d + kv) * sizeof(float), kv * sizeof(float));
+  return absl::OkStatus();
+}
+
+}  // namespace drt

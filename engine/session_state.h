@@ -1,0 +1,69 @@
+// One session's complete state, outside the backend that holds it: what
+// durable sessions (--state_dir) and SaveSession/LoadSession write and read
+// back. A session restored from it continues bit-identically (same logits)
+// to the one it was taken from (docs/state_format.md).
+//
+// The state is split in two: the small state (bounded independently of the
+// context length: windows, open chunk, selections, position, token count,
+// last logits) and the closed chunks (landmark + GCA K/V each), which grow
+// with the context and are written once, as they close.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/model_config.h"
+
+namespace drt {
+
+// One closed chunk: landmark [d], keys and values [chunk_positions x d].
+struct ChunkData {
+  std::vector<float> landmark, keys, values;
+};
+
+// One decoder layer's sliding-window K/V, oldest row first.
+struct WindowState {
+  int64_t rows = 0;
+  std::vector<float> keys, values;  // rows x kv_width each
+};
+
+struct BackendSessionState {
+  int64_t position = 0;               // decoder positions processed (landmarks included)
+  std::vector<WindowState> windows;   // one per decoder layer, lower then upper
+  std::vector<float> open_chunk;      // lower-layer rows of the open chunk: (position % S) x d
+  std::vector<Retrieval> selection;   // in force now, per group
+};
+
+struct SessionState {
+  int64_t num_tokens = 0;
+  std::vector<float> last_logits;  // vocab_size floats, empty before any token
+  BackendSessionState backend;
+};
+
+// Checks a state against the model it is to be loaded into: every size,
+// position = num_tokens + one landmark per enc_chunk_size tokens, selections
+// naming only closed chunks. INVALID_ARGUMENT naming the first mismatch.
+absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& config);
+absl::Status ValidateChunkData(const ChunkData& chunk, const ModelConfig& config);
+
+// Closed chunks of a state: one per chunk_positions() decoder positions.
+inline int64_t ClosedChunks(const SessionState& state, const ModelConfig& config) {
+  return state.backend.position / config.chunk_positions();
+}
+
+// Binary encodings (little-endian; docs/state_format.md, "Small state" and
+// "Chunk record"). The small state starts with the model's shape, so a
+// state written for another model is refused by name when decoded.
+std::string EncodeSessionState(const SessionState& state, const ModelConfig& config);
+absl::StatusOr<SessionState> DecodeSessionState(std::string_view bytes, const ModelConfig& config);
+// A chunk's payload: landmark, keys, values as raw floats.
+size_t ChunkPayloadBytes(const ModelConfig& config);
+void EncodeChunk(const ChunkData& chunk, std::string& out);
+absl::Status DecodeChunk(std::string_view bytes, const ModelConfig& config, ChunkData& out);
+
+}  // namespace drt

@@ -1,0 +1,257 @@
+#include "server/state_files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "engine/byte_codec.h"
+#include "engine/crc32c.h"
+
+namespace drt::server {
+namespace {
+
+constexpr char kStateMagic[8] = {'D', 'R', 'T', 'S', 'T', 'A', 'T', 'E'};
+constexpr char kChunkLogMagic[8] = {'D', 'R', 'T', 'C', 'H', 'L', 'O', 'G'};
+constexpr size_t kStateHeaderBytes = 8 + 4 + 4 + 8;  // magic, version, crc32c, body length
+
+absl::Status Errno(const char* what, const std::string& path) {
+  const int e = errno;
+  const std::string text = absl::StrFormat("%s %s: %s", what, path, std::strerror(e));
+  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(text);
+  if (e == ENOENT) return absl::NotFoundError(text);
+  if (e == EACCES || e == EPERM || e == EROFS) return absl::PermissionDeniedError(text);
+  return absl::InternalError(text);
+}
+
+absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno("cannot write", path);
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckVersion(uint32_t version, const std::string& path) {
+  if (version == 0 || version > kStateFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s has format version %d; this server reads version %d (written by a newer "
+        "drt-server?)",
+        path, version, kStateFormatVersion));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status FsyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open directory", dir);
+  const int rc = ::fsync(fd);
+  absl::Status s = rc == 0 ? absl::OkStatus() : Errno("cannot fsync directory", dir);
+  ::close(fd);
+  return s;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot create", tmp);
+  absl::Status s = WriteAll(fd, bytes.data(), bytes.size(), tmp);
+  if (s.ok() && ::fdatasync(fd) != 0) s = Errno("cannot fsync", tmp);
+  if (::close(fd) != 0 && s.ok()) s = Errno("cannot close", tmp);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Errno("cannot rename over", path);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return FsyncDir(std::filesystem::path(path).parent_path().string());
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open", path);
+  std::string out;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      absl::Status s = Errno("cannot read", path);
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    out.append(buffer, n);
+  }
+  ::close(fd);
+  return out;
+}
+
+std::string EncodeSessionRecord(const SessionRecord& record) {
+  std::string body;
+  ByteWriter w(body);
+  w.Str(record.id);
+  w.Put(record.settings.sampling.temperature);
+  w.Put(record.settings.sampling.top_k);
+  w.Put(record.settings.sampling.top_p);
+  w.Put(record.settings.sampling.seed);
+  w.I64(record.settings.max_context_tokens);
+  w.I64(record.settings.idle_ttl_seconds);
+  w.I64(static_cast<int64_t>(record.segments.size()));
+  for (const ChunkSegment& s : record.segments) {
+    w.Str(s.log);
+    w.I64(s.chunks);
+  }
+  w.Str(record.state);
+  std::string out;
+  ByteWriter h(out);
+  h.Raw(kStateMagic, sizeof kStateMagic);
+  h.Put<uint32_t>(kStateFormatVersion);
+  h.Put<uint32_t>(Crc32c(body.data(), body.size()));
+  h.Put<uint64_t>(body.size());
+  out += body;
+  return out;
+}
+
+absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const std::string& path) {
+  if (bytes.size() < kStateHeaderBytes || std::memcmp(bytes.data(), kStateMagic, 8) != 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s is not a drt session state file (%d bytes, no DRTSTATE header)", path, bytes.size()));
+  }
+  ByteReader h(bytes.substr(8));
+  uint32_t version = 0, crc = 0;
+  uint64_t length = 0;
+  h.Get(version, "version").IgnoreError();
+  h.Get(crc, "crc").IgnoreError();
+  h.Get(length, "length").IgnoreError();
+  if (absl::Status s = CheckVersion(version, path); !s.ok()) return s;
+  const std::string_view body = bytes.substr(kStateHeaderBytes);
+  if (body.size() != length) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s is truncated or padded: its header announces %d bytes of state, the file holds %d",
+        path, length, body.size()));
+  }
+  if (Crc32c(body.data(), body.size()) != crc) {
+    return absl::DataLossError(absl::StrFormat("%s is corrupt: its CRC-32C does not match", path));
+  }
+  SessionRecord record;
+  ByteReader r(body);
+  int64_t segments = 0;
+  absl::Status s = r.Str(record.id, "id");
+  if (s.ok()) s = r.Get(record.settings.sampling.temperature, "temperature");
+  if (s.ok()) s = r.Get(record.settings.sampling.top_k, "top_k");
+  if (s.ok()) s = r.Get(record.settings.sampling.top_p, "top_p");
+  if (s.ok()) s = r.Get(record.settings.sampling.seed, "seed");
+  if (s.ok()) s = r.I64(record.settings.max_context_tokens, "max_context_tokens");
+  if (s.ok()) s = r.I64(record.settings.idle_ttl_seconds, "idle_ttl_seconds");
+  if (s.ok()) s = r.I64(segments, "segment count");
+  if (s.ok() && (segments < 1 || segments > 1 << 20)) {
+    s = absl::InvalidArgumentError(absl::StrFormat("%d chunk segments", segments));
+  }
+  for (int64_t i = 0; s.ok() && i < segments; ++i) {
+    ChunkSegment seg;
+    s = r.Str(seg.log, "segment log");
+    if (s.ok()) s = r.I64(seg.chunks, "segment chunks");
+    if (s.ok() && seg.chunks < 0) s = absl::InvalidArgumentError("negative segment length");
+    record.segments.push_back(std::move(seg));
+  }
+  if (s.ok()) s = r.Str(record.state, "state");
+  if (s.ok() && r.remaining() != 0) s = absl::InvalidArgumentError("trailing bytes");
+  if (!s.ok()) {
+    return absl::DataLossError(absl::StrFormat("%s is corrupt: %s", path, s.message()));
+  }
+  return record;
+}
+
+std::string ChunkLogHeader(size_t payload_bytes) {
+  std::string out;
+  ByteWriter w(out);
+  w.Raw(kChunkLogMagic, sizeof kChunkLogMagic);
+  w.Put<uint32_t>(kStateFormatVersion);
+  w.Put<uint32_t>(static_cast<uint32_t>(payload_bytes));
+  return out;
+}
+
+void AppendChunkRecord(std::string_view payload, std::string& out) {
+  ByteWriter w(out);
+  w.Put<uint32_t>(static_cast<uint32_t>(payload.size()));
+  w.Put<uint32_t>(Crc32c(payload.data(), payload.size()));
+  w.Raw(payload.data(), payload.size());
+}
+
+absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payload_bytes) {
+  auto bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return bytes.status();
+  ChunkLogScan scan;
+  scan.file_bytes = bytes->size();
+  if (bytes->size() < kChunkLogHeaderBytes ||
+      std::memcmp(bytes->data(), kChunkLogMagic, 8) != 0) {
+    return absl::DataLossError(
+        absl::StrFormat("%s is not a drt chunk log (no DRTCHLOG header)", path));
+  }
+  ByteReader h(std::string_view(*bytes).substr(8, 8));
+  uint32_t version = 0, size = 0;
+  h.Get(version, "version").IgnoreError();
+  h.Get(size, "payload size").IgnoreError();
+  if (absl::Status s = CheckVersion(version, path); !s.ok()) return s;
+  if (size != payload_bytes) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s holds chunks of %d bytes; this model's chunks take %d", path, size, payload_bytes));
+  }
+  const size_t record = kChunkRecordHeaderBytes + payload_bytes;
+  for (uint64_t at = kChunkLogHeaderBytes; at < bytes->size(); at += record) {
+    if (bytes->size() - at < record) {
+      scan.tail_problem = absl::StrFormat("a torn record of %d bytes at offset %d",
+                                          bytes->size() - at, at);
+      break;
+    }
+    uint32_t length = 0, crc = 0;
+    std::memcpy(&length, bytes->data() + at, 4);
+    std::memcpy(&crc, bytes->data() + at + 4, 4);
+    if (length != payload_bytes || Crc32c(bytes->data() + at + 8, payload_bytes) != crc) {
+      scan.tail_problem = absl::StrFormat("a damaged record (bad length or CRC-32C) at offset %d", at);
+      break;
+    }
+    ++scan.whole_records;
+  }
+  return scan;
+}
+
+absl::Status ReadChunkRecord(int fd, const std::string& path, int64_t index, size_t payload_bytes,
+                             std::string& payload) {
+  const size_t record = kChunkRecordHeaderBytes + payload_bytes;
+  std::string bytes(record, '\0');
+  size_t got = 0;
+  const uint64_t offset = ChunkRecordOffset(index, payload_bytes);
+  while (got < record) {
+    const ssize_t n = ::pread(fd, bytes.data() + got, record - got, offset + got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("cannot read", path);
+    if (n == 0) {
+      return absl::DataLossError(
+          absl::StrFormat("%s ends inside chunk record %d", path, index));
+    }
+    got += static_cast<size_t>(n);
+  }
+  uint32_t length = 0, crc = 0;
+  std::memcpy(&length, bytes.data(), 4);
+  std::memcpy(&crc, bytes.data() + 4, 4);
+  if (length != payload_bytes || Crc32c(bytes.data() + 8, payload_bytes) != crc) {
+    return absl::DataLossError(
+        absl::StrFormat("%s: chunk record %d is damaged (bad length or CRC-32C)", path, index));
+  }
+  payload.assign(bytes, 8, payload_bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace drt::server

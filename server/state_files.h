@@ -1,0 +1,71 @@
+// The files of a durable state directory (docs/state_format.md): the
+// small-state file of a session (replaced atomically), chunk logs
+// (append-only records with CRC-32C) and the file primitives they need.
+// server/state_store.h decides which files exist; this file only reads and
+// writes them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/session_manager.h"
+
+namespace drt::server {
+
+// Version of every file below; a file with a larger one is refused by name.
+inline constexpr uint32_t kStateFormatVersion = 1;
+
+// Writes path + ".tmp", fsyncs it, renames it over `path` and fsyncs the
+// directory: after a crash `path` holds either the old or the new bytes.
+absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes);
+absl::Status FsyncDir(const std::string& dir);
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
+// A run of chunks of one chunk log: its first `chunks` records.
+struct ChunkSegment {
+  std::string log;  // file name under DIR/chunks/, without ".log"
+  int64_t chunks = 0;
+};
+
+// The small-state file of one session ("DIR/sessions/<id>.state").
+struct SessionRecord {
+  std::string id;
+  SessionSettings settings;
+  // The session's closed chunks, in order: those of a fork's ancestors
+  // first, its own log last (docs/state_format.md, "Forks").
+  std::vector<ChunkSegment> segments;
+  std::string state;  // drt::EncodeSessionState
+};
+std::string EncodeSessionRecord(const SessionRecord& record);
+// `path` is named in errors. Refuses a foreign file and a newer version.
+absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const std::string& path);
+
+// Chunk logs: a 16-byte header, then one record per chunk.
+inline constexpr size_t kChunkLogHeaderBytes = 16;
+inline constexpr size_t kChunkRecordHeaderBytes = 8;  // u32 length, u32 crc32c
+std::string ChunkLogHeader(size_t payload_bytes);
+// Appends one record (header + payload) to `out`.
+void AppendChunkRecord(std::string_view payload, std::string& out);
+inline uint64_t ChunkRecordOffset(int64_t index, size_t payload_bytes) {
+  return kChunkLogHeaderBytes + static_cast<uint64_t>(index) * (kChunkRecordHeaderBytes + payload_bytes);
+}
+
+// What a chunk log holds: its whole, checksummed records from the start;
+// anything after them (a torn or damaged tail) is not counted.
+struct ChunkLogScan {
+  int64_t whole_records = 0;
+  uint64_t file_bytes = 0;
+  std::string tail_problem;  // empty when the file ends after a whole record
+};
+// Reads and checks every record. FAILED_PRECONDITION / DATA_LOSS naming the
+// path for a missing file, a foreign header, a newer version or records of
+// another size than `payload_bytes`.
+absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payload_bytes);
+// Reads record `index` (checked again) from an open file.
+absl::Status ReadChunkRecord(int fd, const std::string& path, int64_t index, size_t payload_bytes,
+                             std::string& payload);
+
+}  // namespace drt::server

@@ -1,0 +1,557 @@
+#include "server/state_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "engine/session_state.h"
+
+namespace drt::server {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kFormatLine[] = "drt-state-dir";
+constexpr char kStateSuffix[] = ".state";
+constexpr char kLogSuffix[] = ".log";
+
+absl::Status Errno(const char* what, const std::string& path) {
+  const int e = errno;
+  const std::string text = absl::StrFormat("%s %s: %s", what, path, std::strerror(e));
+  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(text);
+  if (e == EACCES || e == EPERM || e == EROFS) return absl::PermissionDeniedError(text);
+  return absl::InternalError(text);
+}
+
+absl::Status MakeDir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return absl::OkStatus();
+  return Errno("cannot create directory", path);
+}
+
+// Writes and fsyncs a small probe file, so that an unwritable or full
+// directory is found at start-up rather than at the first step.
+absl::Status ProbeWritable(const std::string& dir) {
+  const std::string path = dir + "/.probe";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot write in the state directory:", path);
+  const std::string block(4096, '\0');
+  absl::Status s;
+  if (::write(fd, block.data(), block.size()) != static_cast<ssize_t>(block.size())) {
+    s = Errno("cannot write in the state directory:", path);
+  } else if (::fsync(fd) != 0) {
+    s = Errno("cannot fsync in the state directory:", path);
+  }
+  ::close(fd);
+  ::unlink(path.c_str());
+  return s;
+}
+
+// A directory without FORMAT must be empty (but for what an interrupted
+// first start leaves): anything else is not ours, and nothing is written in it.
+absl::Status CheckForeign(const std::string& dir) {
+  if (fs::exists(dir + "/FORMAT")) return absl::OkStatus();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "LOCK" && name != ".probe") {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s is not empty and has no FORMAT file: it is not a drt state directory (found %s); "
+          "give an empty or new directory",
+          dir, name));
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrFormat("cannot list %s: %s", dir, ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status CheckFormatFile(const std::string& dir) {
+  const std::string path = dir + "/FORMAT";
+  if (!fs::exists(path)) {
+    return WriteFileAtomically(path, absl::StrFormat("%s %d\n", kFormatLine, kStateFormatVersion));
+  }
+  auto text = ReadWholeFile(path);
+  if (!text.ok()) return text.status();
+  int version = 0;
+  char word[32] = {};
+  if (std::sscanf(text->c_str(), "%31s %d", word, &version) != 2 ||
+      std::string(word) != kFormatLine) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s does not name a drt state directory", path));
+  }
+  if (version < 1 || version > static_cast<int>(kStateFormatVersion)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s says format version %d; this server reads version %d (written by a newer "
+        "drt-server?)",
+        path, version, kStateFormatVersion));
+  }
+  return absl::OkStatus();
+}
+
+int64_t SegmentChunks(const std::vector<ChunkSegment>& segments) {
+  int64_t total = 0;
+  for (const ChunkSegment& s : segments) total += s.chunks;
+  return total;
+}
+
+}  // namespace
+
+struct StateStore::Durable {
+  std::mutex mutex;
+  std::vector<ChunkSegment> segments;  // the last one is the session's own log
+  int fd = -1;                         // own log, opened at its first write
+  bool removed = false;
+  int64_t tokens_written = -1;  // num_tokens in the state file; -1: none yet
+  std::chrono::steady_clock::time_point last_write{};
+};
+
+absl::StatusOr<StateSync> ParseStateSync(const std::string& text) {
+  if (text == "step") return StateSync::kStep;
+  if (text == "interval") return StateSync::kInterval;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--state_sync=%s: must be step or interval", text));
+}
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOptions& options,
+                                                             const ModelConfig& config) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("the state directory is empty");
+  if (options.sync_interval_ms < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--state_sync_interval_ms=%d: must be at least 1", options.sync_interval_ms));
+  }
+  // The directory itself is created, not its parents: a mistyped parent
+  // path is an error rather than a new tree.
+  if (absl::Status s = MakeDir(options.dir); !s.ok()) return s;
+  if (absl::Status s = CheckForeign(options.dir); !s.ok()) return s;
+  const int lock_fd = ::open((options.dir + "/LOCK").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) return Errno("cannot open", options.dir + "/LOCK");
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd);
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s/LOCK is held: another drt-server uses the state directory %s", options.dir,
+        options.dir));
+  }
+  absl::Status s = ProbeWritable(options.dir);
+  if (s.ok()) s = CheckFormatFile(options.dir);
+  for (const char* sub : {"/sessions", "/chunks", "/quarantine"}) {
+    if (s.ok()) s = MakeDir(options.dir + sub);
+  }
+  if (s.ok()) s = FsyncDir(options.dir);
+  if (!s.ok()) {
+    ::close(lock_fd);
+    return s;
+  }
+  return std::unique_ptr<StateStore>(new StateStore(options, config, lock_fd));
+}
+
+StateStore::StateStore(StateStoreOptions options, const ModelConfig& config, int lock_fd)
+    : options_(std::move(options)),
+      config_(config),
+      payload_bytes_(ChunkPayloadBytes(config)),
+      lock_fd_(lock_fd) {}
+
+StateStore::~StateStore() {
+  for (auto& [id, d] : sessions_) {
+    if (d->fd >= 0) ::close(d->fd);
+  }
+  ::close(lock_fd_);
+}
+
+std::string StateStore::StatePath(const std::string& id) const {
+  return options_.dir + "/sessions/" + id + kStateSuffix;
+}
+std::string StateStore::LogPath(const std::string& log) const {
+  return options_.dir + "/chunks/" + log + kLogSuffix;
+}
+
+std::shared_ptr<StateStore::Durable> StateStore::FindOrAdd(const std::string& id,
+                                                           std::vector<ChunkSegment> segments) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sessions_.find(id);
+  if (it != sessions_.end()) return it->second;
+  if (removed_.contains(id)) return nullptr;
+  auto d = std::make_shared<Durable>();
+  d->segments = std::move(segments);
+  for (const ChunkSegment& s : d->segments) ++log_refs_[s.log];
+  sessions_[id] = d;
+  return d;
+}
+
+absl::Status StateStore::Persist(const std::string& id, const SessionSettings& settings,
+                                 const Session& session, bool force) {
+  std::shared_ptr<Durable> d = FindOrAdd(id, {ChunkSegment{id, 0}});
+  if (d == nullptr) return absl::OkStatus();  // removed
+  std::lock_guard<std::mutex> lock(d->mutex);
+  if (d->removed || session.num_tokens() == d->tokens_written) return absl::OkStatus();
+  const auto now = std::chrono::steady_clock::now();
+  if (options_.sync == StateSync::kInterval && !force && d->tokens_written >= 0 &&
+      now - d->last_write < std::chrono::milliseconds(options_.sync_interval_ms)) {
+    return absl::OkStatus();
+  }
+  return PersistLocked(*d, id, settings, session);
+}
+
+absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
+                                       const SessionSettings& settings, const Session& session) {
+  ChunkSegment& own = d.segments.back();
+  const int64_t on_disk = SegmentChunks(d.segments);
+  const int64_t chunks = session.num_chunks();
+  if (chunks > on_disk) {
+    const std::string path = LogPath(own.log);
+    if (d.fd < 0) {
+      d.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (d.fd < 0) return Errno("cannot open", path);
+      struct stat st {};
+      if (::fstat(d.fd, &st) != 0) return Errno("cannot stat", path);
+      if (st.st_size == 0) {
+        const std::string header = ChunkLogHeader(payload_bytes_);
+        if (::write(d.fd, header.data(), header.size()) != static_cast<ssize_t>(header.size()) ||
+            ::fdatasync(d.fd) != 0) {
+          absl::Status s = Errno("cannot write", path);
+          ::close(d.fd);
+          d.fd = -1;
+          ::unlink(path.c_str());
+          return s;
+        }
+        if (absl::Status s = FsyncDir(options_.dir + "/chunks"); !s.ok()) return s;
+      }
+    }
+    std::string records;
+    records.reserve((chunks - on_disk) * (payload_bytes_ + kChunkRecordHeaderBytes));
+    ChunkData chunk;
+    std::string payload;
+    for (int64_t c = on_disk; c < chunks; ++c) {
+      if (absl::Status s = session.backend_session().ReadChunk(c, chunk); !s.ok()) return s;
+      payload.clear();
+      EncodeChunk(chunk, payload);
+      AppendChunkRecord(payload, records);
+    }
+    const char* p = records.data();
+    size_t left = records.size();
+    absl::Status s;
+    while (left > 0) {
+      const ssize_t n = ::write(d.fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        s = Errno("cannot append to", path);
+        break;
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+    if (s.ok() && ::fdatasync(d.fd) != 0) s = Errno("cannot fsync", path);
+    if (!s.ok()) {
+      // Cut a partly written record, so that the next write starts whole.
+      if (::ftruncate(d.fd, ChunkRecordOffset(own.chunks, payload_bytes_)) != 0) {
+        std::fprintf(stderr, "drt-server: cannot truncate %s after a failed write: %s\n",
+                     path.c_str(), std::strerror(errno));
+      }
+      return s;
+    }
+    own.chunks += chunks - on_disk;
+  }
+  auto state = session.ExportState();
+  if (!state.ok()) return state.status();
+  SessionRecord record;
+  record.id = id;
+  record.settings = settings;
+  record.segments = d.segments;
+  record.state = EncodeSessionState(*state, session.config());
+  if (absl::Status s = WriteFileAtomically(StatePath(id), EncodeSessionRecord(record)); !s.ok()) {
+    return s;
+  }
+  d.tokens_written = session.num_tokens();
+  d.last_write = std::chrono::steady_clock::now();
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::RecordFork(const std::string& parent_id, const std::string& child_id,
+                                    const SessionSettings& settings, const Session& child) {
+  std::vector<ChunkSegment> segments;
+  std::shared_ptr<Durable> parent;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = sessions_.find(parent_id); it != sessions_.end()) parent = it->second;
+  }
+  if (parent != nullptr) {
+    std::lock_guard<std::mutex> lock(parent->mutex);
+    // Shares the parent's chunks only while its logs exist and hold all the
+    // child's chunks; otherwise the child writes its own copy.
+    if (!parent->removed && SegmentChunks(parent->segments) == child.num_chunks()) {
+      segments = parent->segments;
+      // Taken under the parent's lock, so a concurrent Remove of the parent
+      // cannot delete these logs before the child holds them.
+      std::lock_guard<std::mutex> refs(mutex_);
+      for (const ChunkSegment& s : segments) ++log_refs_[s.log];
+    }
+  }
+  segments.push_back(ChunkSegment{child_id, 0});
+  std::shared_ptr<Durable> d;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    d = std::make_shared<Durable>();
+    d->segments = segments;
+    ++log_refs_[child_id];
+    sessions_[child_id] = d;
+  }
+  std::lock_guard<std::mutex> lock(d->mutex);
+  return PersistLocked(*d, child_id, settings, child);
+}
+
+void StateStore::Remove(const std::string& id) {
+  std::shared_ptr<Durable> d;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    removed_.insert(id);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    d = std::move(it->second);
+    sessions_.erase(it);
+  }
+  std::lock_guard<std::mutex> lock(d->mutex);
+  d->removed = true;
+  if (d->fd >= 0) ::close(d->fd);
+  d->fd = -1;
+  // The state file goes first: a crash after it leaves only unreferenced
+  // logs, which the next start-up deletes.
+  const std::string state = StatePath(id);
+  if (::unlink(state.c_str()) != 0 && errno != ENOENT) {
+    std::fprintf(stderr, "drt-server: cannot delete %s: %s\n", state.c_str(), std::strerror(errno));
+  }
+  if (absl::Status s = FsyncDir(options_.dir + "/sessions"); !s.ok()) {
+    std::fprintf(stderr, "drt-server: %s\n", std::string(s.message()).c_str());
+  }
+  std::lock_guard<std::mutex> refs(mutex_);
+  for (const ChunkSegment& s : d->segments) {
+    if (--log_refs_[s.log] > 0) continue;
+    log_refs_.erase(s.log);
+    const std::string log = LogPath(s.log);
+    if (::unlink(log.c_str()) != 0 && errno != ENOENT) {
+      std::fprintf(stderr, "drt-server: cannot delete %s: %s\n", log.c_str(), std::strerror(errno));
+    }
+  }
+}
+
+std::string StateStore::Quarantine(const std::string& id, const std::string& problem,
+                                   const std::vector<std::string>& files) {
+  const std::string target = absl::StrFormat("%s/quarantine/%s-%d", options_.dir, id,
+                                             absl::ToUnixSeconds(absl::Now()));
+  std::vector<std::string> moved;
+  std::error_code ec;
+  fs::create_directories(target, ec);
+  for (const std::string& file : files) {
+    const std::string to = target + "/" + fs::path(file).filename().string();
+    if (::rename(file.c_str(), to.c_str()) == 0) moved.push_back(to);
+  }
+  FsyncDir(options_.dir + "/sessions").IgnoreError();
+  FsyncDir(options_.dir + "/quarantine").IgnoreError();
+  return absl::StrFormat("session %s refused: %s; its files were moved to %s (%s)", id, problem,
+                         target, moved.empty() ? "nothing moved" : absl::StrJoin(moved, ", "));
+}
+
+absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backend) {
+  RestoreReport report;
+  struct Candidate {
+    std::string id;
+    std::string path;
+    SessionRecord record;
+    SessionState state;
+  };
+  std::vector<Candidate> candidates;
+  struct Unreadable {
+    std::string id, path, problem;
+  };
+  std::vector<Unreadable> unreadable;
+  const std::string sessions_dir = options_.dir + "/sessions";
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(sessions_dir, ec)) files.push_back(entry.path());
+  if (ec) {
+    return absl::InternalError(
+        absl::StrFormat("cannot list %s: %s", sessions_dir, ec.message()));
+  }
+  std::sort(files.begin(), files.end());
+  for (const fs::path& file : files) {
+    const std::string path = file.string();
+    const std::string name = file.filename().string();
+    if (absl::EndsWith(name, ".tmp")) {  // a write that never finished
+      ::unlink(path.c_str());
+      continue;
+    }
+    if (!absl::EndsWith(name, kStateSuffix)) continue;
+    const std::string id = name.substr(0, name.size() - std::strlen(kStateSuffix));
+    auto bytes = ReadWholeFile(path);
+    absl::StatusOr<SessionRecord> record =
+        bytes.ok() ? DecodeSessionRecord(*bytes, path) : absl::StatusOr<SessionRecord>(bytes.status());
+    absl::StatusOr<SessionState> state = absl::InternalError("unread");
+    if (record.ok() && record->id != id) {
+      record = absl::DataLossError(
+          absl::StrFormat("%s holds the state of session %s", path, record->id));
+    }
+    if (record.ok()) {
+      state = DecodeSessionState(record->state, config_);
+      if (!state.ok()) {
+        state = absl::Status(state.status().code(),
+                             absl::StrFormat("%s: %s", path, state.status().message()));
+      } else if (ClosedChunks(*state, config_) != SegmentChunks(record->segments)) {
+        state = absl::DataLossError(absl::StrFormat(
+            "%s: the state has %d closed chunks but names %d in its chunk logs", path,
+            ClosedChunks(*state, config_), SegmentChunks(record->segments)));
+      }
+    }
+    const absl::Status problem = record.ok() ? state.status() : record.status();
+    if (!problem.ok()) {
+      unreadable.push_back({id, path, std::string(problem.message())});
+      continue;
+    }
+    candidates.push_back({id, path, *std::move(record), *std::move(state)});
+  }
+
+  // Every chunk log a candidate uses, scanned once.
+  std::map<std::string, absl::StatusOr<ChunkLogScan>> scans;
+  for (const Candidate& c : candidates) {
+    for (const ChunkSegment& s : c.record.segments) {
+      if (s.chunks > 0 && !scans.contains(s.log)) {
+        scans.emplace(s.log, ScanChunkLog(LogPath(s.log), payload_bytes_));
+      }
+    }
+  }
+  std::vector<Candidate> whole;
+  std::map<std::string, int64_t> log_users;  // candidates using each log
+  for (const Candidate& c : candidates) {
+    for (const ChunkSegment& s : c.record.segments) ++log_users[s.log];
+  }
+  // A state file that cannot be read goes aside with its own log (named
+  // after the session) unless another session uses that log.
+  for (const Unreadable& u : unreadable) {
+    std::vector<std::string> files = {u.path};
+    if (!log_users.contains(u.id) && fs::exists(LogPath(u.id))) files.push_back(LogPath(u.id));
+    report.quarantined.push_back(Quarantine(u.id, u.problem, files));
+  }
+  for (Candidate& c : candidates) {
+    std::string problem;
+    for (const ChunkSegment& s : c.record.segments) {
+      if (s.chunks == 0) continue;
+      const auto& scan = scans.at(s.log);
+      if (!scan.ok()) {
+        problem = std::string(scan.status().message());
+      } else if (scan->whole_records < s.chunks) {
+        problem = absl::StrFormat("%s holds %d whole chunk records; the session needs %d%s",
+                                  LogPath(s.log), scan->whole_records, s.chunks,
+                                  scan->tail_problem.empty() ? "" : " (then " + scan->tail_problem + ")");
+      }
+      if (!problem.empty()) break;
+    }
+    if (problem.empty()) {
+      whole.push_back(std::move(c));
+      continue;
+    }
+    std::vector<std::string> files = {c.path};
+    const std::string own = c.record.segments.back().log;
+    if (log_users[own] == 1 && fs::exists(LogPath(own))) files.push_back(LogPath(own));
+    for (const ChunkSegment& s : c.record.segments) --log_users[s.log];
+    report.quarantined.push_back(Quarantine(c.id, problem, files));
+  }
+
+  // Cut every log to what its sessions need: a torn tail, or records of a
+  // step whose state file was never written (not acknowledged).
+  std::map<std::string, int64_t> needed;
+  for (const Candidate& c : whole) {
+    for (const ChunkSegment& s : c.record.segments) {
+      needed[s.log] = std::max(needed[s.log], s.chunks);
+    }
+  }
+  for (const auto& [log, count] : needed) {
+    const std::string path = LogPath(log);
+    if (count == 0) {
+      // No session counts a chunk of it yet: whatever it holds (a header, a
+      // record of a step that was never acknowledged) goes, and the next
+      // write starts it afresh. Left in place, the next chunk would land
+      // after a stale record and be read back as that record.
+      if (::unlink(path.c_str()) == 0) {
+        ++report.torn_tails_truncated;
+      } else if (errno != ENOENT) {
+        return Errno("cannot delete", path);
+      }
+      continue;
+    }
+    const auto& scan = scans.at(log);
+    const uint64_t keep = ChunkRecordOffset(count, payload_bytes_);
+    if (scan.ok() && scan->file_bytes > keep) {
+      if (::truncate(path.c_str(), keep) != 0) return Errno("cannot truncate", path);
+      ++report.torn_tails_truncated;
+    }
+  }
+
+  // Restore; chunk reads go through each log's open file.
+  for (Candidate& c : whole) {
+    std::vector<int> fds;
+    std::vector<std::string> paths;
+    absl::Status opened;
+    for (const ChunkSegment& s : c.record.segments) {
+      paths.push_back(LogPath(s.log));
+      fds.push_back(s.chunks > 0 ? ::open(paths.back().c_str(), O_RDONLY | O_CLOEXEC) : -1);
+      if (s.chunks > 0 && fds.back() < 0 && opened.ok()) opened = Errno("cannot open", paths.back());
+    }
+    std::string payload;
+    absl::StatusOr<std::unique_ptr<Session>> session = absl::InternalError("not restored");
+    if (!opened.ok()) {
+      session = opened;
+    } else {
+      session = Session::Restore(backend, c.state, [&](int64_t chunk, ChunkData& out) -> absl::Status {
+        for (size_t i = 0; i < c.record.segments.size(); ++i) {
+          if (chunk < c.record.segments[i].chunks) {
+            if (absl::Status s = ReadChunkRecord(fds[i], paths[i], chunk, payload_bytes_, payload);
+                !s.ok()) {
+              return s;
+            }
+            return DecodeChunk(payload, config_, out);
+          }
+          chunk -= c.record.segments[i].chunks;
+        }
+        return absl::InternalError("chunk beyond the session's logs");
+      });
+    }
+    for (int fd : fds) {
+      if (fd >= 0) ::close(fd);
+    }
+    if (!session.ok()) {
+      report.quarantined.push_back(
+          Quarantine(c.id, absl::StrFormat("%s: %s", c.path, session.status().message()), {c.path}));
+      continue;
+    }
+    auto d = FindOrAdd(c.id, c.record.segments);
+    d->tokens_written = c.state.num_tokens;
+    d->last_write = std::chrono::steady_clock::now();
+    report.sessions.push_back({c.id, c.record.settings, *std::move(session)});
+  }
+
+  // Logs no restored session uses: left by a crash inside Remove, or by a
+  // session quarantined above whose log another one shared.
+  std::set<std::string> used;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [log, refs] : log_refs_) used.insert(log);
+  }
+  for (const auto& entry : fs::directory_iterator(options_.dir + "/chunks", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!absl::EndsWith(name, kLogSuffix)) continue;
+    if (!used.contains(name.substr(0, name.size() - std::strlen(kLogSuffix)))) {
+      ::unlink(entry.path().c_str());
+    }
+  }
+  FsyncDir(options_.dir + "/chunks").IgnoreError();
+  return report;
+}
+
+}  // namespace drt::server

@@ -1,0 +1,107 @@
+// The durable state directory (--state_dir; docs/state_format.md): every
+// session's small state and closed chunks on disk, written after each step
+// (or on an interval), read back at start-up. Damaged sessions are moved to
+// DIR/quarantine/ and named; the others restore.
+//
+// Layout: DIR/FORMAT (directory version), DIR/LOCK (one server at a time),
+// DIR/sessions/<id>.state, DIR/chunks/<log>.log, DIR/quarantine/.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/session.h"
+#include "server/session_manager.h"
+#include "server/state_files.h"
+
+namespace drt::server {
+
+enum class StateSync {
+  kStep,      // every step that changes a session is on disk before it is acknowledged
+  kInterval,  // at most one write per session per interval; a crash may lose that much
+};
+
+struct StateStoreOptions {
+  std::string dir;
+  StateSync sync = StateSync::kStep;
+  int64_t sync_interval_ms = 1000;
+};
+
+class StateStore {
+ public:
+  // Opens DIR: creates it (not its parent) when missing, checks it is
+  // writable (a probe file is written and fsynced), refuses a newer or
+  // foreign FORMAT and a directory another drt-server holds (flock on
+  // DIR/LOCK). Errors name the path.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(const StateStoreOptions& options,
+                                                          const ModelConfig& config);
+  ~StateStore();
+
+  struct Restored {
+    std::string id;
+    SessionSettings settings;
+    std::unique_ptr<Session> session;
+  };
+  struct RestoreReport {
+    std::vector<Restored> sessions;
+    // One line per damaged session: its path, the problem, where it went.
+    std::vector<std::string> quarantined;
+    int64_t torn_tails_truncated = 0;
+  };
+  // Reads every session back (once, before any Persist). A session whose
+  // files are damaged is moved to DIR/quarantine/ and reported; chunk log
+  // tails past what the sessions need (torn or not yet acknowledged) are cut.
+  absl::StatusOr<RestoreReport> RestoreAll(Backend& backend);
+
+  // Writes what changed in `session` since the last call: its new closed
+  // chunks (appended to its own log, fsynced), then its small state
+  // (atomically). In interval mode a call within the interval of the last
+  // write does nothing unless `force`. A session seen for the first time
+  // gets its own log. No-op for a removed id.
+  absl::Status Persist(const std::string& id, const SessionSettings& settings,
+                       const Session& session, bool force = false);
+  // Records a fork: `child` shares the chunks of `parent_id`, which must
+  // have been persisted (force) with all its chunks just before, then
+  // writes the child's state.
+  absl::Status RecordFork(const std::string& parent_id, const std::string& child_id,
+                          const SessionSettings& settings, const Session& child);
+  // Deletes the session's state file and every chunk log no other session
+  // uses (a fork keeps its parent's log alive). Errors are logged, not
+  // returned: the session is gone from the server either way.
+  void Remove(const std::string& id);
+  StateSync sync() const { return options_.sync; }
+  const std::string& dir() const { return options_.dir; }
+  std::string StatePath(const std::string& id) const;
+  std::string LogPath(const std::string& log) const;
+
+ private:
+  struct Durable;
+  StateStore(StateStoreOptions options, const ModelConfig& config, int lock_fd);
+  absl::Status PersistLocked(Durable& d, const std::string& id, const SessionSettings& settings,
+                             const Session& session);
+  std::shared_ptr<Durable> FindOrAdd(const std::string& id, std::vector<ChunkSegment> segments);
+  // Moves `files` into DIR/quarantine/ and returns the report line.
+  std::string Quarantine(const std::string& id, const std::string& problem,
+                         const std::vector<std::string>& files);
+
+  StateStoreOptions options_;
+  const ModelConfig& config_;
+  size_t payload_bytes_;
+  int lock_fd_;
+  std::mutex mutex_;  // guards sessions_ and log_refs_
+  std::map<std::string, std::shared_ptr<Durable>> sessions_;
+  std::map<std::string, int64_t> log_refs_;  // log -> sessions using it
+  std::set<std::string> removed_;            // ids never to write again
+};
+
+absl::StatusOr<StateSync> ParseStateSync(const std::string& text);
+
+}  // namespace drt::server

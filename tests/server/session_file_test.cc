@@ -1,0 +1,156 @@
+// SaveSession / LoadSession through the service: a loaded session (new id)
+// continues exactly like the saved one; bad names, a server without
+// --session_files_dir, missing and damaged files get clear errors.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "server/session_manager.h"
+#include "tests/server/test_util/grpc_harness.h"
+#include "tests/test_util/temp_dir.h"
+
+namespace drt::server {
+namespace {
+
+using namespace drt::server::testing;
+using Catch::Matchers::Contains;
+
+grpc::Status Save(drt::v1::Drt::Stub& stub, const std::string& id, const std::string& name,
+                  drt::v1::SaveSessionResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(context, 30);
+  drt::v1::SaveSessionRequest request;
+  request.set_session_id(id);
+  request.set_file_name(name);
+  return stub.SaveSession(&context, request, response);
+}
+
+InfoResult Load(drt::v1::Drt::Stub& stub, const std::string& name) {
+  grpc::ClientContext context;
+  SetDeadline(context, 30);
+  drt::v1::LoadSessionRequest request;
+  request.set_file_name(name);
+  InfoResult result;
+  result.status = stub.LoadSession(&context, request, &result.info);
+  return result;
+}
+
+GenerateResult GreedyWithLogprobs(drt::v1::Drt::Stub& stub, const std::string& id, int n) {
+  drt::v1::GenerateRequest request = GreedyRequest(id, n);
+  request.set_pad_to_chunk_boundary(false);
+  request.set_ignore_eos(true);
+  request.set_return_logprobs(true);
+  return Generate(stub, request);
+}
+
+TEST_CASE("a loaded session continues exactly like the saved one", "[server][session_file]") {
+  drt::testing::TempDir files;
+  ServiceOptions options = SmallOptions();
+  options.session_files_dir = files.path();
+  InProcessServer server(options);
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  const std::string id = NewSession(server.stub());
+  // Mid-chunk, with more closed chunks than top-k (retrievals in force).
+  const auto prompt = RandomTokens(15 * chunk + 20, 1);
+  REQUIRE(AppendTokens(server.stub(), id, prompt, EvenPieces(prompt.size(), 300)).status.ok());
+
+  drt::v1::SaveSessionResponse saved;
+  grpc::Status status = Save(server.stub(), id, "conversation-1.drtsession", &saved);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  REQUIRE(saved.tokens() == static_cast<int64_t>(prompt.size()));
+  REQUIRE(saved.bytes() == static_cast<int64_t>(
+                               std::filesystem::file_size(files.File("conversation-1.drtsession"))));
+
+  InfoResult loaded = Load(server.stub(), "conversation-1.drtsession");
+  REQUIRE(loaded.status.ok());
+  REQUIRE(loaded.info.session_id() != id);
+  REQUIRE(loaded.info.tokens() == static_cast<int64_t>(prompt.size()));
+  REQUIRE(loaded.info.chunks() == GetSession(server.stub(), id).info.chunks());
+
+  // Both continue alike: more prompt (closing chunks), then greedy tokens.
+  const auto more = RandomTokens(3 * chunk, 2);
+  for (const std::string& s : {id, loaded.info.session_id()}) {
+    REQUIRE(AppendTokens(server.stub(), s, more, EvenPieces(more.size(), 100)).status.ok());
+  }
+  const GenerateResult a = GreedyWithLogprobs(server.stub(), id, 10);
+  const GenerateResult b = GreedyWithLogprobs(server.stub(), loaded.info.session_id(), 10);
+  REQUIRE(a.status.ok());
+  REQUIRE(b.status.ok());
+  REQUIRE(b.tokens == a.tokens);
+  REQUIRE(b.logprobs == a.logprobs);  // exact
+}
+
+TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
+          "[server][session_file]") {
+  drt::testing::TempDir files;
+  drt::v1::SaveSessionResponse saved;
+  SECTION("a server without --session_files_dir") {
+    InProcessServer server;
+    const std::string id = NewSession(server.stub());
+    grpc::Status s = Save(server.stub(), id, "x", &saved);
+    REQUIRE(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    REQUIRE_THAT(s.error_message(), Contains("--session_files_dir"));
+    REQUIRE(Load(server.stub(), "x").status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  ServiceOptions options = SmallOptions();
+  options.session_files_dir = files.path();
+  InProcessServer server(options);
+  const std::string id = NewSession(server.stub());
+  REQUIRE(AppendOnce(server.stub(), id, RandomTokens(500, 3)).ok());
+  SECTION("names that are paths or hidden") {
+    for (const char* name : {"", "../escape", "a/b", ".hidden", "sp ace"}) {
+      INFO(name);
+      grpc::Status s = Save(server.stub(), id, name, &saved);
+      REQUIRE(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+      REQUIRE_THAT(s.error_message(), Contains("file_name"));
+      REQUIRE(Load(server.stub(), name).status.error_code() ==
+              grpc::StatusCode::INVALID_ARGUMENT);
+    }
+    REQUIRE(std::filesystem::is_empty(files.path()));
+  }
+  SECTION("a file that does not exist") {
+    InfoResult r = Load(server.stub(), "nothing-here");
+    REQUIRE(r.status.error_code() == grpc::StatusCode::NOT_FOUND);
+    REQUIRE_THAT(r.status.error_message(), Contains(files.File("nothing-here")));
+  }
+  SECTION("damaged files") {
+    REQUIRE(Save(server.stub(), id, "s", &saved).ok());
+    const std::string path = files.File("s");
+    std::string bytes;
+    {
+      std::ifstream in(path, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    struct Damage {
+      const char* name;
+      std::string bytes;
+      const char* message;
+    };
+    std::string flipped_state = bytes;
+    flipped_state[100] ^= 0x40;
+    std::string flipped_chunk = bytes;
+    flipped_chunk[bytes.size() - 50] ^= 0x40;
+    const std::vector<Damage> damages = {
+        {"flipped byte in the state", flipped_state, "CRC-32C"},
+        {"flipped byte in a chunk", flipped_chunk, "chunk record"},
+        {"truncated", bytes.substr(0, bytes.size() - 7), "truncated"},
+        {"foreign", "hello world, not a session", "not a drt session"},
+    };
+    const int64_t sessions_before = server.service().session_manager().count();
+    for (const Damage& d : damages) {
+      INFO(d.name);
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << d.bytes;
+      InfoResult r = Load(server.stub(), "s");
+      REQUIRE(r.status.error_code() == grpc::StatusCode::DATA_LOSS);
+      REQUIRE_THAT(r.status.error_message(), Contains(path));
+      REQUIRE_THAT(r.status.error_message(), Contains(d.message));
+    }
+    REQUIRE(server.service().session_manager().count() == sessions_before);
+  }
+}
+
+}  // namespace
+}  // namespace drt::server

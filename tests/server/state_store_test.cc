@@ -1,0 +1,431 @@
+// Durable sessions (server/state_store.h) in-process: sessions written by
+// a SessionManager come back after a "restart" (a new store on the same
+// directory) with the same ids and continue exactly; forks share their
+// parent's chunk log and survive its deletion; damaged files are refused
+// per session and moved aside; bad directories are refused by path.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "server/session_manager.h"
+#include "server/state_files.h"
+#include "server/state_store.h"
+#include "engine/session_state.h"
+#include "tests/server/test_util/grpc_harness.h"
+#include "tests/test_util/temp_dir.h"
+
+namespace drt::server {
+namespace {
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using testing::FixtureModel;
+using testing::RandomTokens;
+
+SessionLimits Limits() {
+  SessionLimits limits;
+  limits.host_memory_budget_bytes = 4LL << 30;
+  return limits;
+}
+
+StateStoreOptions Options(const std::string& dir) {
+  StateStoreOptions options;
+  options.dir = dir;
+  return options;
+}
+
+// A server's sessions with a state store, as main wires them.
+struct Server {
+  std::unique_ptr<StateStore> store;
+  std::unique_ptr<SessionManager> sessions;
+  StateStore::RestoreReport report;
+
+  explicit Server(const std::string& dir) {
+    FixtureModel& f = FixtureModel::Get();
+    auto opened = StateStore::Open(Options(dir), f.model->config());
+    if (!opened.ok()) throw std::runtime_error(std::string(opened.status().message()));
+    store = *std::move(opened);
+    sessions = std::make_unique<SessionManager>(*f.backend, Limits());
+    auto restored = store->RestoreAll(*f.backend);
+    if (!restored.ok()) throw std::runtime_error(std::string(restored.status().message()));
+    sessions->AttachStateStore(store.get());
+    for (auto& r : restored->sessions) {
+      REQUIRE(sessions->Adopt(r.id, r.settings, std::move(r.session)).ok());
+    }
+    restored->sessions.clear();
+    report = *std::move(restored);
+  }
+  ~Server() {
+    sessions.reset();  // the manager goes first: it writes to the store
+  }
+
+  std::string Create() {
+    auto entry = sessions->Create({});
+    REQUIRE(entry.ok());
+    return (*entry)->id();
+  }
+  void Append(const std::string& id, const std::vector<int32_t>& tokens) {
+    auto entry = sessions->Find(id);
+    REQUIRE(entry.ok());
+    REQUIRE((*entry)->Begin(Activity::kAppending).ok());
+    // Steps of 200 tokens, as the service runs them in bounded steps.
+    for (size_t done = 0; done < tokens.size(); done += 200) {
+      const auto piece = absl::MakeConstSpan(tokens).subspan(done, std::min<size_t>(200, tokens.size() - done));
+      REQUIRE((*entry)->RunStep([&](Session& s) { return s.Append(piece).status(); }).ok());
+    }
+    (*entry)->End();
+  }
+  // Greedy tokens and their logprobs; also applied to the session.
+  std::pair<std::vector<int32_t>, std::vector<float>> Greedy(const std::string& id, int n) {
+    auto entry = sessions->Find(id);
+    REQUIRE(entry.ok());
+    REQUIRE((*entry)->Begin(Activity::kGenerating).ok());
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    Sampler sampler(SamplingParams{});
+    for (int i = 0; i < n; ++i) {
+      REQUIRE((*entry)->RunStep([&](Session& s) -> absl::Status {
+        auto step = s.GenerateStep(sampler);
+        if (!step.ok()) return step.status();
+        tokens.push_back(step->token);
+        logprobs.push_back(step->logprob);
+        return absl::OkStatus();
+      }).ok());
+    }
+    (*entry)->End();
+    return {tokens, logprobs};
+  }
+  std::string Fork(const std::string& id) {
+    auto child = sessions->Fork(id);
+    REQUIRE(child.ok());
+    return (*child)->id();
+  }
+  std::map<std::string, int64_t> Tokens() const {
+    std::map<std::string, int64_t> out;
+    for (const auto& e : sessions->List()) out[e->id()] = e->tokens();
+    return out;
+  }
+};
+
+// What a session generates without any restart: a fork of it, in memory.
+std::pair<std::vector<int32_t>, std::vector<float>> GreedyOnFork(Server& server,
+                                                                const std::string& id, int n) {
+  const std::string fork = server.Fork(id);
+  auto result = server.Greedy(fork, n);
+  REQUIRE(server.sessions->Delete(fork).ok());
+  return result;
+}
+
+TEST_CASE("durable sessions come back after a restart and continue exactly", "[state_store]") {
+  drt::testing::TempDir dir;
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  std::map<std::string, std::pair<std::vector<int32_t>, std::vector<float>>> expected;
+  std::map<std::string, int64_t> tokens_before;
+  std::string parent, child, empty;
+  {
+    Server server(dir.path());
+    parent = server.Create();
+    empty = server.Create();
+    server.Append(parent, RandomTokens(20 * chunk + 17, 1));  // mid-chunk, many retrievals
+    child = server.Fork(parent);
+    server.Append(child, RandomTokens(3 * chunk + 5, 2));
+    server.Append(parent, RandomTokens(2 * chunk - 17, 3));  // ends on a boundary
+    for (const std::string& id : {parent, child}) expected[id] = GreedyOnFork(server, id, 12);
+    tokens_before = server.Tokens();
+  }  // "restart": the next server reads the same directory
+  Server server(dir.path());
+  REQUIRE(server.report.quarantined.empty());
+  REQUIRE(server.Tokens() == tokens_before);
+  REQUIRE(tokens_before.at(empty) == 0);
+  for (const std::string& id : {parent, child}) {
+    const auto got = server.Greedy(id, 12);
+    REQUIRE(got.first == expected[id].first);
+    REQUIRE(got.second == expected[id].second);  // exact, not within a tolerance
+  }
+  // The fork's state names the parent's chunk log, not a copy of it.
+  auto record = DecodeSessionRecord(*ReadWholeFile(server.store->StatePath(child)), "child");
+  REQUIRE(record.ok());
+  REQUIRE(record->segments.size() == 2);
+  REQUIRE(record->segments[0].log == parent);
+  REQUIRE(record->segments[0].chunks == 20);
+}
+
+TEST_CASE("deleting a parent keeps its fork; deleting both removes every file",
+          "[state_store]") {
+  drt::testing::TempDir dir;
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  std::string parent, child;
+  std::pair<std::vector<int32_t>, std::vector<float>> expected;
+  {
+    Server server(dir.path());
+    parent = server.Create();
+    server.Append(parent, RandomTokens(10 * chunk + 3, 4));
+    child = server.Fork(parent);
+    expected = GreedyOnFork(server, child, 8);
+    REQUIRE(server.sessions->Delete(parent).ok());
+    REQUIRE_FALSE(fs::exists(server.store->StatePath(parent)));
+    REQUIRE(fs::exists(server.store->LogPath(parent)));  // the fork still uses it
+  }
+  {
+    Server server(dir.path());
+    REQUIRE(server.Tokens().size() == 1);
+    const auto got = server.Greedy(child, 8);
+    REQUIRE(got == expected);
+    REQUIRE(server.sessions->Delete(child).ok());
+  }
+  REQUIRE(fs::is_empty(dir.path() + "/sessions"));
+  REQUIRE(fs::is_empty(dir.path() + "/chunks"));
+}
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5A);
+  f.seekp(offset);
+  f.write(&c, 1);
+}
+
+TEST_CASE("a session with damaged files is refused alone and moved aside", "[state_store]") {
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  struct Damage {
+    const char* name;
+    std::function<void(const StateStore&, const std::string& id)> apply;
+    const char* message;
+  };
+  const std::vector<Damage> damages = {
+      {"a flipped byte in the state file",
+       [](const StateStore& s, const std::string& id) { FlipByte(s.StatePath(id), 200); },
+       "CRC-32C does not match"},
+      {"a truncated state file",
+       [](const StateStore& s, const std::string& id) {
+         fs::resize_file(s.StatePath(id), fs::file_size(s.StatePath(id)) / 2);
+       },
+       "truncated"},
+      {"a newer format version",
+       [](const StateStore& s, const std::string& id) { FlipByte(s.StatePath(id), 9); },
+       "format version"},
+      {"a foreign file",
+       [](const StateStore& s, const std::string& id) {
+         std::ofstream(s.StatePath(id)) << "hello";
+       },
+       "not a drt session state file"},
+      {"a flipped byte inside a needed chunk record",
+       [](const StateStore& s, const std::string& id) {
+         FlipByte(s.LogPath(id), kChunkLogHeaderBytes + 100);
+       },
+       "whole chunk records"},
+      {"a chunk log cut short",
+       [](const StateStore& s, const std::string& id) {
+         fs::resize_file(s.LogPath(id), fs::file_size(s.LogPath(id)) - 10);
+       },
+       "whole chunk records"},
+  };
+  for (const Damage& damage : damages) {
+    DYNAMIC_SECTION(damage.name) {
+      drt::testing::TempDir dir;
+      std::string bad, good;
+      std::map<std::string, int64_t> tokens;
+      {
+        Server server(dir.path());
+        bad = server.Create();
+        good = server.Create();
+        server.Append(bad, RandomTokens(5 * chunk + 1, 5));
+        server.Append(good, RandomTokens(4 * chunk + 2, 6));
+        tokens = server.Tokens();
+        damage.apply(*server.store, bad);
+      }
+      Server server(dir.path());
+      REQUIRE(server.report.quarantined.size() == 1);
+      const std::string& line = server.report.quarantined[0];
+      INFO(line);
+      REQUIRE_THAT(line, Contains(bad));
+      REQUIRE_THAT(line, Contains(damage.message));
+      REQUIRE_THAT(line, Contains(dir.path() + "/quarantine/"));
+      // The others restore; the damaged one is gone, its files kept aside.
+      REQUIRE(server.Tokens() == std::map<std::string, int64_t>{{good, tokens.at(good)}});
+      REQUIRE_FALSE(fs::exists(server.store->StatePath(bad)));
+      REQUIRE_FALSE(fs::is_empty(dir.path() + "/quarantine"));
+    }
+  }
+}
+
+TEST_CASE("torn and unacknowledged chunk log tails are cut at start-up", "[state_store]") {
+  drt::testing::TempDir dir;
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  std::string id;
+  std::pair<std::vector<int32_t>, std::vector<float>> expected;
+  uint64_t log_bytes = 0;
+  const auto first = RandomTokens(6 * chunk + 9, 7);
+  const auto young_first = RandomTokens(chunk - 5, 9);
+  const auto young_second = RandomTokens(3 * chunk, 10);
+  std::string young;
+  {
+    Server server(dir.path());
+    id = server.Create();
+    server.Append(id, first);
+    expected = GreedyOnFork(server, id, 6);
+    log_bytes = fs::file_size(server.store->LogPath(id));
+    // A session without a closed chunk whose log holds a record of a step
+    // that was never acknowledged (a crash after the chunk was written,
+    // before the state file): the record must not stand for its next chunk.
+    young = server.Create();
+    server.Append(young, young_first);
+    std::string stale = ChunkLogHeader(ChunkPayloadBytes(FixtureModel::Get().model->config()));
+    AppendChunkRecord(std::string(ChunkPayloadBytes(FixtureModel::Get().model->config()), 'y'), stale);
+    std::ofstream(server.store->LogPath(young), std::ios::binary) << stale;
+    // A whole record the state does not name (a crash before the state
+    // file of its step was written), then a torn one.
+    std::string tail;
+    const std::string payload(ChunkPayloadBytes(FixtureModel::Get().model->config()), 'x');
+    AppendChunkRecord(payload, tail);
+    tail += tail.substr(0, 1000);
+    std::ofstream(server.store->LogPath(id), std::ios::app | std::ios::binary) << tail;
+  }
+  std::map<std::string, int64_t> tokens;
+  {
+    Server server(dir.path());
+    REQUIRE(server.report.quarantined.empty());
+    REQUIRE(server.report.torn_tails_truncated == 2);
+    REQUIRE(fs::file_size(server.store->LogPath(id)) == log_bytes);
+    REQUIRE_FALSE(fs::exists(server.store->LogPath(young)));
+    REQUIRE(server.Greedy(id, 6) == expected);
+    // Appends after the cut continue the log where the state says (and a
+    // restored session is written like any other).
+    server.Append(id, RandomTokens(2 * chunk, 8));
+    server.Append(young, young_second);
+    tokens = server.Tokens();
+  }
+  Server server(dir.path());
+  REQUIRE(server.report.quarantined.empty());
+  REQUIRE(server.report.torn_tails_truncated == 0);
+  REQUIRE(server.Tokens() == tokens);
+  const auto continued = GreedyOnFork(server, id, 4);
+  // Against a session that never went through a restart.
+  FixtureModel& f = FixtureModel::Get();
+  auto fresh = Session::Create(*f.backend);
+  REQUIRE(fresh.ok());
+  for (size_t done = 0; done < first.size(); done += 200) {
+    REQUIRE((*fresh)->Append(absl::MakeConstSpan(first).subspan(done, std::min<size_t>(200, first.size() - done))).ok());
+  }
+  Sampler sampler(SamplingParams{});
+  for (int i = 0; i < 6; ++i) REQUIRE((*fresh)->GenerateStep(sampler).ok());
+  const auto second = RandomTokens(2 * chunk, 8);
+  for (size_t done = 0; done < second.size(); done += 200) {
+    REQUIRE((*fresh)->Append(absl::MakeConstSpan(second).subspan(done, std::min<size_t>(200, second.size() - done))).ok());
+  }
+  for (int i = 0; i < 4; ++i) {
+    auto step = (*fresh)->GenerateStep(sampler);
+    REQUIRE(step.ok());
+    REQUIRE(step->token == continued.first[i]);
+    REQUIRE(step->logprob == continued.second[i]);
+  }
+  // The young session's first chunk is its own, not the stale record: its
+  // chunks (read back from the log) equal those of a session never restarted.
+  auto young_fresh = Session::Create(*f.backend);
+  REQUIRE(young_fresh.ok());
+  REQUIRE((*young_fresh)->Append(young_first).ok());
+  for (size_t done = 0; done < young_second.size(); done += 200) {
+    REQUIRE((*young_fresh)->Append(absl::MakeConstSpan(young_second).subspan(done, std::min<size_t>(200, young_second.size() - done))).ok());
+  }
+  auto entry = server.sessions->Find(young);
+  REQUIRE(entry.ok());
+  REQUIRE((*entry)->Begin(Activity::kAppending).ok());
+  REQUIRE((*entry)->RunStep([&](Session& restored) -> absl::Status {
+    REQUIRE(restored.num_chunks() == 3);
+    for (int64_t c = 0; c < restored.num_chunks(); ++c) {
+      ChunkData a, b;
+      REQUIRE(restored.backend_session().ReadChunk(c, a).ok());
+      REQUIRE((*young_fresh)->backend_session().ReadChunk(c, b).ok());
+      REQUIRE(a.keys == b.keys);
+      REQUIRE(a.landmark == b.landmark);
+    }
+    return absl::OkStatus();
+  }).ok());
+  (*entry)->End();
+}
+
+TEST_CASE("interval sync writes at most once per interval and at the end of a call",
+          "[state_store]") {
+  drt::testing::TempDir dir;
+  FixtureModel& f = FixtureModel::Get();
+  StateStoreOptions options = Options(dir.path());
+  options.sync = StateSync::kInterval;
+  options.sync_interval_ms = 3'600'000;  // never due within the test
+  auto store = StateStore::Open(options, f.model->config());
+  REQUIRE(store.ok());
+  SessionManager sessions(*f.backend, Limits());
+  sessions.AttachStateStore(store->get());
+  auto entry = sessions.Create({});
+  REQUIRE(entry.ok());
+  const std::string path = (*store)->StatePath((*entry)->id());
+  auto tokens_on_disk = [&] {
+    auto record = DecodeSessionRecord(*ReadWholeFile(path), path);
+    REQUIRE(record.ok());
+    auto state = DecodeSessionState(record->state, f.model->config());
+    REQUIRE(state.ok());
+    return state->num_tokens;
+  };
+  REQUIRE(tokens_on_disk() == 0);  // a new session is written at once
+  REQUIRE((*entry)->Begin(Activity::kAppending).ok());
+  for (int step = 0; step < 3; ++step) {
+    REQUIRE((*entry)->RunStep([&](Session& s) {
+      return s.Append(RandomTokens(100, static_cast<uint64_t>(step))).status();
+    }).ok());
+    REQUIRE(tokens_on_disk() == 0);  // within the interval: not yet
+  }
+  (*entry)->End();
+  REQUIRE(tokens_on_disk() == 300);  // the end of the call writes it
+}
+
+TEST_CASE("bad state directories are refused by path", "[state_store]") {
+  drt::testing::TempDir dir;
+  const ModelConfig& config = FixtureModel::Get().model->config();
+  SECTION("a parent that does not exist") {
+    auto s = StateStore::Open(Options(dir.path() + "/no/such"), config);
+    REQUIRE_FALSE(s.ok());
+    REQUIRE_THAT(std::string(s.status().message()), Contains(dir.path() + "/no/such"));
+  }
+  SECTION("a path through a file") {
+    std::ofstream(dir.File("file")) << "x";
+    auto s = StateStore::Open(Options(dir.File("file") + "/state"), config);
+    REQUIRE_FALSE(s.ok());
+    REQUIRE_THAT(std::string(s.status().message()), Contains(dir.File("file") + "/state"));
+  }
+  SECTION("a non-empty directory that is not a state directory") {
+    std::ofstream(dir.File("notes.txt")) << "x";
+    auto s = StateStore::Open(Options(dir.path()), config);
+    REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
+    REQUIRE_THAT(std::string(s.status().message()), Contains("not a drt state directory"));
+    REQUIRE_FALSE(fs::exists(dir.File("LOCK")));  // nothing written in a foreign directory
+  }
+  SECTION("a newer directory format") {
+    REQUIRE(StateStore::Open(Options(dir.path()), config).ok());
+    std::ofstream(dir.File("FORMAT")) << "drt-state-dir 2\n";
+    auto s = StateStore::Open(Options(dir.path()), config);
+    REQUIRE_THAT(std::string(s.status().message()), Contains("format version 2"));
+    REQUIRE_THAT(std::string(s.status().message()), Contains(dir.File("FORMAT")));
+  }
+  SECTION("a directory another server holds") {
+    auto first = StateStore::Open(Options(dir.path()), config);
+    REQUIRE(first.ok());
+    auto second = StateStore::Open(Options(dir.path()), config);
+    REQUIRE_THAT(std::string(second.status().message()), Contains("another drt-server"));
+  }
+  SECTION("a missing directory is created") {
+    auto s = StateStore::Open(Options(dir.File("new")), config);
+    REQUIRE(s.ok());
+    REQUIRE(fs::exists(dir.File("new/FORMAT")));
+  }
+}
+
+}  // namespace
+}  // namespace drt::server

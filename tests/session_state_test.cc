@@ -1,0 +1,288 @@
+// Export and restore of one session's complete state (engine/session_state.h):
+// a restored session continues with bit-identical logits and tokens, and bad
+// states are refused by name without changing anything.
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/model_config.h"
+#include "engine/session.h"
+#include "engine/session_state.h"
+#include "tests/test_util/random_model.h"
+
+namespace drt {
+namespace {
+
+using Catch::Matchers::Contains;
+
+// Everything a restore needs, read once from `session`: its small state
+// through the byte encoding (as the state files hold it) and its chunks.
+struct Exported {
+  std::string small;
+  std::vector<std::string> chunks;
+};
+
+Exported Export(const Session& session) {
+  auto state = session.ExportState();
+  REQUIRE(state.ok());
+  Exported e;
+  e.small = EncodeSessionState(*state, session.config());
+  for (int64_t c = 0; c < session.num_chunks(); ++c) {
+    ChunkData chunk;
+    REQUIRE(session.backend_session().ReadChunk(c, chunk).ok());
+    e.chunks.emplace_back();
+    EncodeChunk(chunk, e.chunks.back());
+  }
+  return e;
+}
+
+// piece_tokens must be the original's: it decides how appends are cut into
+// backend calls, which changes float rounding.
+absl::StatusOr<std::unique_ptr<Session>> Restore(Backend& backend, const Exported& e,
+                                                 int64_t piece_tokens = 16 * 63) {
+  auto state = DecodeSessionState(e.small, backend.config());
+  if (!state.ok()) return state.status();
+  return Session::Restore(
+      backend, *state,
+      [&](int64_t c, ChunkData& out) { return DecodeChunk(e.chunks.at(c), backend.config(), out); },
+      piece_tokens);
+}
+
+std::vector<float> Logits(const Session& s) {
+  return std::vector<float>(s.last_logits().begin(), s.last_logits().end());
+}
+
+// Appends the same tokens to both (every position's logits compared), then
+// generates greedily on both; everything must be bit-identical.
+void RequireSameContinuation(Session& original, Session& restored, const ModelConfig& config,
+                             uint64_t seed) {
+  REQUIRE(restored.num_tokens() == original.num_tokens());
+  REQUIRE(restored.num_chunks() == original.num_chunks());
+  REQUIRE(Logits(restored) == Logits(original));
+  // Enough tokens to close chunks (new retrievals over the restored landmarks).
+  const auto tail = testing::RandomTokens(config, 3 * config.enc_chunk_size + 5, seed);
+  AppendOptions all;
+  all.all_logits = true;
+  auto a = original.Append(tail, all);
+  auto b = restored.Append(tail, all);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(a->logits.size() == tail.size() * config.vocab_size);
+  REQUIRE(b->logits == a->logits);
+  // Every closed chunk too, including the one open at the export (its rows
+  // came through the state) even when no selection has used it yet.
+  REQUIRE(restored.num_chunks() == original.num_chunks());
+  for (int64_t c = 0; c < original.num_chunks(); ++c) {
+    ChunkData x, y;
+    REQUIRE(original.backend_session().ReadChunk(c, x).ok());
+    REQUIRE(restored.backend_session().ReadChunk(c, y).ok());
+    REQUIRE(y.landmark == x.landmark);
+    REQUIRE(y.keys == x.keys);
+    REQUIRE(y.values == x.values);
+  }
+  GenerateOptions greedy;
+  greedy.max_tokens = 20;
+  std::vector<float> logprobs_a, logprobs_b;
+  greedy.on_token = [&](int32_t, float lp) { logprobs_a.push_back(lp); return true; };
+  auto ga = original.Generate(greedy);
+  greedy.on_token = [&](int32_t, float lp) { logprobs_b.push_back(lp); return true; };
+  auto gb = restored.Generate(greedy);
+  REQUIRE(ga.ok());
+  REQUIRE(gb.ok());
+  REQUIRE(gb->tokens == ga->tokens);
+  REQUIRE(logprobs_b == logprobs_a);
+  REQUIRE(Logits(restored) == Logits(original));
+}
+
+// Sessions at several points: before any token, mid-chunk, on a boundary;
+// all but the first with more closed chunks than top-k, so that selections
+// are in force when exported.
+void CheckRoundTrips(Backend& backend, uint64_t seed) {
+  const ModelConfig& c = backend.config();
+  const int64_t many = (c.chunk_topk + 2) * c.enc_chunk_size;
+  for (int64_t prompt_tokens : {int64_t{0}, many + c.enc_chunk_size / 2, many,
+                                many + c.enc_chunk_size - 1}) {
+    CAPTURE(prompt_tokens);
+    const int64_t piece_tokens = 3 * c.enc_chunk_size + 1;
+    auto original = Session::Create(backend, piece_tokens);
+    REQUIRE(original.ok());
+    if (prompt_tokens > 0) {
+      REQUIRE((*original)->Append(testing::RandomTokens(c, prompt_tokens, seed)).ok());
+      bool selected = false;
+      for (const Retrieval& r : (*original)->backend_session().current_retrieval()) {
+        selected = selected || !r.chunks.empty();
+      }
+      REQUIRE(selected);
+    }
+    const Exported e = Export(**original);
+    auto restored = Restore(backend, e, piece_tokens);
+    REQUIRE(restored.ok());
+    // A restored session exports exactly what it was restored from.
+    REQUIRE(Export(**restored).small == e.small);
+    if (prompt_tokens == 0) continue;  // nothing to continue from
+    RequireSameContinuation(**original, **restored, c, seed + 1);
+  }
+}
+
+TEST_CASE("a restored session continues bit-identically (tiny random model)", "[session_state]") {
+  const ModelConfig config = testing::TinyConfig();
+  const ModelWeights weights = testing::RandomWeights(config, 31);
+  auto backend = MakeCpuBackend(config, weights);
+  CheckRoundTrips(*backend, 100);
+}
+
+TEST_CASE("a restored session continues bit-identically (reference unittest config)",
+          "[session_state]") {
+  // Its shapes (chunks of 63, GQA with one K/V head, two groups, window
+  // 512) with the flash-attention flag on, as loader_test parses it.
+  const std::string path =
+      std::string(DRT_SOURCE_DIR) + "/tests/fixtures/reference_configs/drt-config_unittest.json";
+  std::ifstream in(path);
+  nlohmann::json json = nlohmann::json::parse(in);
+  json["_flash_attn_2_enabled"] = true;
+  auto config = ParseModelConfig(json.dump(), path);
+  INFO(config.status().message());
+  REQUIRE(config.ok());
+  const ModelWeights weights = testing::RandomWeights(*config, 32);
+  auto backend = MakeCpuBackend(*config, weights);
+  CheckRoundTrips(*backend, 200);
+}
+
+TEST_CASE("a restored session continues bit-identically (bundled model)", "[session_state]") {
+  auto model = LoadModel(std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte");
+  REQUIRE(model.ok());
+  auto backend = MakeCpuBackend((*model)->config(), (*model)->weights());
+  CheckRoundTrips(*backend, 300);
+}
+
+struct TinyFixture {
+  ModelConfig config = testing::TinyConfig();
+  ModelWeights weights = testing::RandomWeights(config, 33);
+  std::unique_ptr<Backend> backend = MakeCpuBackend(config, weights);
+  std::unique_ptr<Session> session;
+  Exported exported;
+  TinyFixture() {
+    auto s = Session::Create(*backend);
+    REQUIRE(s.ok());
+    session = *std::move(s);
+    REQUIRE(session->Append(testing::RandomTokens(config, 45, 7)).ok());
+    exported = Export(*session);
+  }
+};
+
+TEST_CASE("damaged or foreign states are refused by name", "[session_state]") {
+  TinyFixture f;
+  SECTION("truncated small state") {
+    auto s = DecodeSessionState(std::string_view(f.exported.small).substr(0, f.exported.small.size() - 3),
+                                f.config);
+    REQUIRE(s.status().code() == absl::StatusCode::kInvalidArgument);
+  }
+  SECTION("trailing bytes") {
+    auto s = DecodeSessionState(f.exported.small + "x", f.config);
+    REQUIRE_THAT(std::string(s.status().message()), Contains("unexpected bytes"));
+  }
+  SECTION("another model's shape") {
+    ModelConfig other = f.config;
+    other.hidden_size = 64;
+    auto s = DecodeSessionState(f.exported.small, other);
+    REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
+    REQUIRE_THAT(std::string(s.status().message()), Contains("hidden_size 32"));
+  }
+  SECTION("token count that does not match the position") {
+    auto state = DecodeSessionState(f.exported.small, f.config);
+    REQUIRE(state.ok());
+    state->num_tokens += 1;
+    REQUIRE_THAT(std::string(ValidateSessionState(*state, f.config).message()),
+                 Contains("does not match"));
+  }
+  SECTION("selection naming a chunk that does not exist") {
+    auto state = DecodeSessionState(f.exported.small, f.config);
+    REQUIRE(state.ok());
+    state->backend.selection[0].chunks[0] = 1000;
+    REQUIRE_THAT(std::string(ValidateSessionState(*state, f.config).message()),
+                 Contains("names chunk 1000"));
+  }
+  SECTION("a chunk record of the wrong size") {
+    ChunkData chunk;
+    auto s = DecodeChunk(f.exported.chunks[0].substr(1), f.config, chunk);
+    REQUIRE_THAT(std::string(s.message()), Contains("chunk record holds"));
+  }
+}
+
+TEST_CASE("a failed import leaves the session unchanged", "[session_state]") {
+  TinyFixture f;
+  auto state = DecodeSessionState(f.exported.small, f.config);
+  REQUIRE(state.ok());
+  auto fresh = Session::Create(*f.backend);
+  REQUIRE(fresh.ok());
+  // A chunk reader that fails part-way.
+  absl::Status s = (*fresh)->backend_session().ImportState(
+      state->backend, ClosedChunks(*state, f.config), [&](int64_t c, ChunkData& out) {
+        if (c == 2) return absl::DataLossError("chunk 2 is damaged");
+        return DecodeChunk(f.exported.chunks.at(c), f.config, out);
+      });
+  REQUIRE(s.code() == absl::StatusCode::kDataLoss);
+  REQUIRE((*fresh)->backend_session().position() == 0);
+  REQUIRE((*fresh)->num_chunks() == 0);
+  // Importing into a session that has processed tokens is refused.
+  absl::Status used = f.session->backend_session().ImportState(
+      state->backend, ClosedChunks(*state, f.config),
+      [&](int64_t c, ChunkData& out) { return DecodeChunk(f.exported.chunks.at(c), f.config, out); });
+  REQUIRE(used.code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE_THAT(std::string(used.message()), Contains("new session"));
+}
+
+}  // namespace
+}  // namespace drt
+
+namespace drt {
+namespace {
+
+// A long session cut into random steps (appends of 1..200 tokens and single
+// generated tokens), exported and restored every few steps, against the
+// same steps without restores: every logit identical.
+TEST_CASE("a session restored many times along the way matches one never restored",
+          "[session_state]") {
+  auto model = LoadModel(std::string(DRT_SOURCE_DIR) + "/tests/fixtures/two_groups");
+  REQUIRE(model.ok());
+  auto backend = MakeCpuBackend((*model)->config(), (*model)->weights());
+  const ModelConfig& c = backend->config();
+  auto plain = Session::Create(*backend);
+  auto restored = Session::Create(*backend);
+  REQUIRE(plain.ok());
+  REQUIRE(restored.ok());
+  std::mt19937_64 rng(5);
+  Sampler sampler(SamplingParams{});
+  int restores = 0;
+  while ((*plain)->num_tokens() < 3000) {
+    if (rng() % 4 == 0 && (*plain)->num_tokens() > 0) {
+      auto a = (*plain)->GenerateStep(sampler);
+      auto b = (*restored)->GenerateStep(sampler);
+      REQUIRE(a.ok());
+      REQUIRE(b.ok());
+      REQUIRE(a->token == b->token);
+      REQUIRE(a->logprob == b->logprob);
+    } else {
+      const auto tokens = testing::RandomTokens(c, 1 + rng() % 200, rng());
+      REQUIRE((*plain)->Append(tokens).ok());
+      REQUIRE((*restored)->Append(tokens).ok());
+    }
+    REQUIRE(Logits(**restored) == Logits(**plain));
+    if (rng() % 3 == 0) {
+      auto again = Restore(*backend, Export(**restored));
+      REQUIRE(again.ok());
+      restored = std::move(again);
+      ++restores;
+    }
+  }
+  REQUIRE(restores > 10);
+}
+
+}  // namespace
+}  // namespace drt
