@@ -176,7 +176,7 @@ TEST_CASE("a step holding more than the step size runs as several forwards, same
   REQUIRE(worst <= kBatchTolerance);
 }
 
-TEST_CASE("a bad entry gets its own error; the others run exactly as without it",
+TEST_CASE("a bad entry gets its own error and the others run exactly as without it",
           "[batch_step][engine]") {
   Fixture f;
   auto with = f.NewPair(10, 1), without = f.NewPair(10, 1);
