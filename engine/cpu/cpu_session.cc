@@ -5,7 +5,8 @@
 namespace drt::cpu {
 
 CpuSession::CpuSession(const ModelConfig& config)
-    : open_chunk_(config.chunk_positions() * config.hidden_size, 0.f),
+    : config_(config),
+      open_chunk_(config.chunk_positions() * config.hidden_size, 0.f),
       store_(config.chunk_positions(), config.hidden_size),
       selection_(config.num_groups()) {
   const int64_t kv_width = config.num_key_value_heads * config.head_dim();

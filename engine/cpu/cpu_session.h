@@ -37,6 +37,7 @@ class CpuSession final : public BackendSession {
   // The executor of the forward pass reads and advances the state below.
   friend class CpuStep;
 
+  const ModelConfig& config_;  // the backend's; for the state export
   int64_t position_ = 0;
   std::vector<WindowCache> windows_;  // one per decoder layer, lower then upper
   std::vector<float> open_chunk_;     // lower-layer rows of the open chunk
