@@ -116,8 +116,7 @@ class Session {
   // through `read`; it continues exactly as the exported one would.
   static absl::StatusOr<std::unique_ptr<Session>> Restore(Backend& backend,
                                                           const SessionState& state,
-                                                          const ChunkReader& read,
-                                                          int64_t piece_tokens = 16 * 63);
+                                                          const ChunkReader& read);
 
  private:
   // engine/batch_step.cc advances num_tokens_ and last_logits_ after a step.

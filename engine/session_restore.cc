@@ -31,10 +31,9 @@ absl::StatusOr<SessionState> Session::ExportState() const {
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Restore(Backend& backend,
                                                           const SessionState& state,
-                                                          const ChunkReader& read,
-                                                          int64_t piece_tokens) {
+                                                          const ChunkReader& read) {
   if (absl::Status s = ValidateSessionState(state, backend.config()); !s.ok()) return s;
-  auto session = Create(backend, piece_tokens);
+  auto session = Create(backend);
   if (!session.ok()) return session.status();
   if (absl::Status s = (*session)->backend_session_->ImportState(
           state.backend, ClosedChunks(state, backend.config()), read);
