@@ -30,6 +30,8 @@ ABSL_FLAG(int64_t, prompt_tokens, 1000, "prompt length of every session");
 ABSL_FLAG(int32_t, generate, 32, "tokens generated per session per run");
 ABSL_FLAG(int32_t, repeats, 3, "runs per N; the median is reported");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(std::string, device, "cpu", "backend: cpu, cuda or auto");
+ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA backend number format: bf16 or fp32");
 ABSL_FLAG(bool, sequential, true,
           "also measure the N sessions stepped one at a time (the engine before batching)");
 
@@ -106,10 +108,17 @@ int main(int argc, char** argv) {
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) Die(std::string(model.status().message()));
   const drt::ModelConfig& config = (*model)->config();
-  drt::CpuBackendOptions options;
-  options.num_threads = absl::GetFlag(FLAGS_threads);
-  std::unique_ptr<drt::Backend> backend =
-      drt::MakeCpuBackend(config, (*model)->weights(), options);
+  drt::BackendOptions options;
+  auto device = drt::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) Die("--device: " + std::string(device.status().message()));
+  options.device = *device;
+  auto precision = drt::ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision));
+  if (!precision.ok()) Die("--cuda_precision: " + std::string(precision.status().message()));
+  options.cuda.precision = *precision;
+  options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
+  auto made = drt::MakeBackend(config, (*model)->weights(), options);
+  if (!made.ok()) Die(std::string(made.status().message()));
+  std::unique_ptr<drt::Backend> backend = *std::move(made);
 
   // One prefilled session; every run forks it (forks share the closed chunks).
   std::mt19937_64 rng(1);
@@ -125,9 +134,10 @@ int main(int argc, char** argv) {
     Die(std::string(appended.status().message()));
   }
 
-  std::printf("model %s, prompt %lld tokens, %d generated per session, median of %d runs\n",
-              absl::GetFlag(FLAGS_model).c_str(), static_cast<long long>(prompt_tokens),
-              generate, repeats);
+  std::printf("model %s, backend %s, prompt %lld tokens, %d generated per session, median of "
+              "%d runs\n",
+              absl::GetFlag(FLAGS_model).c_str(), backend->name().c_str(),
+              static_cast<long long>(prompt_tokens), generate, repeats);
   std::printf("%8s %18s %18s %14s\n", "sessions", "batched tok/s", "one-by-one tok/s",
               "batched/1x1");
   double single_session = 0;
