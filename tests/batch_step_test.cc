@@ -241,3 +241,69 @@ TEST_CASE("a step refuses sessions of another backend and empty entries", "[batc
 
 }  // namespace
 }  // namespace drt
+
+namespace drt {
+namespace {
+
+TEST_CASE("the CPU backend refuses a plan that does not fit its sessions, changing nothing",
+          "[batch_step][engine]") {
+  CpuBackendOptions small;
+  small.max_step_positions = 16;
+  Fixture f(small);
+  auto session = f.NewPair(10, 1);
+  BackendSession* sessions[] = {&session->alone->backend_session()};
+  const int64_t position = sessions[0]->position();
+  const std::vector<int32_t> tokens = testing::RandomTokens(f.config, 3, 2);
+  const int64_t V = f.config.vocab_size;
+
+  // Planned for the session as it was two tokens ago (a stale plan): 8
+  // tokens and 1 landmark.
+  SliceRequest stale{9, 8, tokens, false};
+  const SliceRequest stale_requests[] = {stale};
+  auto stale_plan = PlanStep(f.config, stale_requests);
+  REQUIRE(stale_plan.ok());
+  std::vector<float> logits(V);
+  absl::Status s = f.backend->Step(*stale_plan, sessions, absl::MakeSpan(logits));
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE_THAT(std::string(s.message()), Catch::Matchers::Contains("its session is at"));
+
+  // More rows than the step size.
+  const std::vector<int32_t> many = testing::RandomTokens(f.config, 20, 3);
+  const SliceRequest big_requests[] = {{position, 10, many, false}};
+  auto big_plan = PlanStep(f.config, big_requests);
+  REQUIRE(big_plan.ok());
+  s = f.backend->Step(*big_plan, sessions, absl::MakeSpan(logits));
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE_THAT(std::string(s.message()), Catch::Matchers::Contains("exceeds the step size 16"));
+
+  // A plan naming two requests for one session.
+  const SliceRequest fine_requests[] = {{position, 10, tokens, false}};
+  auto fine_plan = PlanStep(f.config, fine_requests);
+  REQUIRE(fine_plan.ok());
+  StepPlan twice = *fine_plan;
+  twice.slices.push_back(twice.slices[0]);
+  s = f.backend->Step(twice, sessions, absl::MakeSpan(logits));
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE_THAT(std::string(s.message()), Catch::Matchers::Contains("named twice"));
+
+  // A logits buffer of the wrong size.
+  std::vector<float> short_logits(V - 1);
+  s = f.backend->Step(*fine_plan, sessions, absl::MakeSpan(short_logits));
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE_THAT(std::string(s.message()), Catch::Matchers::Contains("logits buffer"));
+
+  REQUIRE(session->alone->backend_session().position() == position);
+  REQUIRE(session->alone->num_tokens() == 10);
+  REQUIRE(session->alone_log.empty());
+
+  // The session is unchanged: the same step now gives what its twin gives.
+  std::vector<float> a, b;
+  StepEntry ea{session->alone.get(), tokens, false, &a};
+  StepEntry eb{session->batched.get(), tokens, false, &b};
+  REQUIRE(RunStep(*f.backend, {ea})[0].ok());
+  REQUIRE(RunStep(*f.backend, {eb})[0].ok());
+  REQUIRE(a == b);
+}
+
+}  // namespace
+}  // namespace drt

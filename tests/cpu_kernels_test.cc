@@ -239,10 +239,12 @@ TEST_CASE("Linear matches a naive matmul on both split paths", "[kernels]") {
   struct Shape {
     int64_t n, in, out;
   };
-  // n < 8*threads: the decode path (splits output features); otherwise rows.
-  const std::vector<Shape> shapes = {{1, 64, 33},  {1, 17, 1},   {3, 37, 129},  {7, 128, 256},
-                                     {8, 20, 9},   {15, 31, 65}, {16, 64, 50},  {100, 48, 70},
-                                     {257, 33, 17}, {33, 256, 3}};
+  // n < 8*threads: the decode path (splits output features; 2-4 rows go
+  // through the weights in blocks, of 64 and 32 output features at in = 512
+  // and 1024); otherwise rows.
+  const std::vector<Shape> shapes = {{1, 64, 33},   {1, 17, 1},    {3, 37, 129},  {7, 128, 256},
+                                     {8, 20, 9},    {15, 31, 65},  {16, 64, 50},  {100, 48, 70},
+                                     {257, 33, 17}, {33, 256, 3},  {2, 512, 300}, {4, 1024, 101}};
   uint32_t seed = 100;
   for (const Shape& s : shapes) {
     for (int threads : {1, 2}) {
@@ -384,6 +386,39 @@ TEST_CASE("WindowAttention matches naive causal sliding-window ALiBi attention",
           << " keys=" << c.num_keys << " n=" << c.n << " W=" << c.window << " threads=" << threads;
       CheckClose(got, want, 1e-5, 2e-5, tag.str());
     }
+  }
+}
+
+TEST_CASE("WindowAttention over several slices computes each slice as alone, to the bit",
+          "[kernels]") {
+  drt::cpu::UseSingleThreadedBlas();
+  const int64_t heads = 4, kv_heads = 2, dh = 8, window = 30;
+  struct SliceCase {
+    int64_t num_keys, n;
+  };
+  // A decode row, a prefill crossing the 64-row blocking, a slice with no
+  // past, a short one with past.
+  const std::vector<SliceCase> cases = {{200, 1}, {150, 100}, {20, 20}, {45, 3}};
+  std::vector<std::vector<float>> q, k, v, alone, batched;
+  uint32_t seed = 900;
+  for (const SliceCase& c : cases) {
+    q.push_back(Randn(c.n * heads * dh, ++seed));
+    k.push_back(Randn(c.num_keys * kv_heads * dh, ++seed));
+    v.push_back(Randn(c.num_keys * kv_heads * dh, ++seed));
+    alone.push_back(RunWindowAttention(q.back(), c.n, k.back(), v.back(), c.num_keys, heads,
+                                       kv_heads, dh, window, 2));
+    batched.emplace_back(c.n * heads * dh, kNaN);
+  }
+  std::vector<drt::cpu::WindowAttentionSlice> slices;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    slices.push_back({q[i].data(), cases[i].n, k[i].data(), v[i].data(), cases[i].num_keys,
+                      batched[i].data()});
+  }
+  drt::cpu::ThreadPool pool(2);
+  drt::cpu::WindowAttention(slices, heads, kv_heads, dh, window, pool);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO("slice " << i);
+    REQUIRE(batched[i] == alone[i]);
   }
 }
 

@@ -1,13 +1,14 @@
 // drt-step-bench: aggregate decode tokens/s of N sessions stepped together in
 // one engine step (engine/batch_step.h, issue 11) against the same N sessions
-// stepped one at a time. Engine only, no server. Each session holds the same
-// prompt (one prefill, then forks); then every step samples one token per
-// session (greedy) and appends them. Prints one table row per N with the
+// stepped one at a time. Engine only, no server. Each session holds its own
+// random prompt; then every step samples one token per session (greedy) and
+// appends them. Prints one table row per N with the
 // median over --repeats runs; the last line per N ("step_bench_result ...")
 // is key=value for scripts.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <random>
 #include <string>
@@ -50,9 +51,22 @@ double Median(std::vector<double> v) {
   std::exit(1);
 }
 
-// Seconds to generate `generate` tokens in each of `sessions`, batched in one
+// CPU seconds this process has used (all its threads).
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+struct Timing {
+  double wall_seconds = 0;
+  double cpu_seconds = 0;       // sampling and steps
+  double step_cpu_seconds = 0;  // inside RunStep only
+};
+
+// Time to generate `generate` tokens in each of `sessions`, batched in one
 // RunStep per token or one RunStep per session and token.
-double Generate(drt::Backend& backend, std::vector<std::unique_ptr<drt::Session>>& sessions,
+Timing Generate(drt::Backend& backend, absl::Span<std::unique_ptr<drt::Session>> sessions,
                 int32_t generate, bool batched) {
   drt::SamplingParams greedy;
   greedy.temperature = 0.f;
@@ -60,6 +74,8 @@ double Generate(drt::Backend& backend, std::vector<std::unique_ptr<drt::Session>
   std::vector<int32_t> next(sessions.size());
   std::vector<drt::StepEntry> entries(sessions.size());
   const auto start = Clock::now();
+  const double cpu_start = ProcessCpuSeconds();
+  double step_cpu = 0;
   for (int32_t t = 0; t < generate; ++t) {
     for (size_t i = 0; i < sessions.size(); ++i) {
       auto token = sessions[i]->SampleNext(sampler);
@@ -68,6 +84,7 @@ double Generate(drt::Backend& backend, std::vector<std::unique_ptr<drt::Session>
       entries[i].session = sessions[i].get();
       entries[i].tokens = absl::MakeConstSpan(&next[i], 1);
     }
+    const double step_start = ProcessCpuSeconds();
     if (batched) {
       for (const absl::Status& s : drt::RunStep(backend, entries)) {
         if (!s.ok()) Die(std::string(s.message()));
@@ -79,8 +96,26 @@ double Generate(drt::Backend& backend, std::vector<std::unique_ptr<drt::Session>
         }
       }
     }
+    step_cpu += ProcessCpuSeconds() - step_start;
   }
-  return std::chrono::duration<double>(Clock::now() - start).count();
+  return {std::chrono::duration<double>(Clock::now() - start).count(),
+          ProcessCpuSeconds() - cpu_start, step_cpu};
+}
+
+// The first three fields of /proc/loadavg (the machine may be shared).
+std::string LoadAverage() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return "unknown";
+  char buffer[64] = {};
+  const size_t n = std::fread(buffer, 1, sizeof(buffer) - 1, f);
+  std::fclose(f);
+  std::string text(buffer, n);
+  size_t spaces = 0, end = 0;
+  while (end < text.size() && spaces < 3) {
+    if (text[end] == ' ') ++spaces;
+    ++end;
+  }
+  return text.substr(0, spaces == 3 ? end - 1 : end);
 }
 
 }  // namespace
@@ -120,52 +155,94 @@ int main(int argc, char** argv) {
   if (!made.ok()) Die(std::string(made.status().message()));
   std::unique_ptr<drt::Backend> backend = *std::move(made);
 
-  // One prefilled session; every run forks it (forks share the closed chunks).
+  // max(N) sessions, each with its own random prompt, prefilled once; a run
+  // with N sessions steps the first N. (Forks of one session would pay the
+  // chunk store's copy-on-write of the shared block inside the timed loop.)
+  const int max_sessions = *std::max_element(counts.begin(), counts.end());
   std::mt19937_64 rng(1);
+  std::vector<std::unique_ptr<drt::Session>> pool_of_sessions;
   std::vector<int32_t> prompt(prompt_tokens);
-  for (int32_t& id : prompt) {
-    do {
-      id = static_cast<int32_t>(rng() % config.vocab_size);
-    } while (id == config.pad_id || id == config.chunk_id);
-  }
-  auto base = drt::Session::Create(*backend);
-  if (!base.ok()) Die(std::string(base.status().message()));
-  if (auto appended = (*base)->Append(prompt); !appended.ok()) {
-    Die(std::string(appended.status().message()));
+  for (int i = 0; i < max_sessions; ++i) {
+    for (int32_t& id : prompt) {
+      do {
+        id = static_cast<int32_t>(rng() % config.vocab_size);
+      } while (id == config.pad_id || id == config.chunk_id);
+    }
+    auto session = drt::Session::Create(*backend);
+    if (!session.ok()) Die(std::string(session.status().message()));
+    if (auto appended = (*session)->Append(prompt); !appended.ok()) {
+      Die(std::string(appended.status().message()));
+    }
+    pool_of_sessions.push_back(*std::move(session));
   }
 
+  // Runs of every N are interleaved within each repeat, and each N's ratio
+  // to one session is taken within the repeat: on a shared machine the load
+  // drifts between repeats more than within one.
+  // Tokens per second of N sessions: wall clock, per CPU second (sampling
+  // included), per CPU second inside RunStep (the engine step alone).
+  struct Rate {
+    double wall = 0, cpu = 0, step_cpu = 0;
+  };
+  auto measure = [&](int n, bool batched) {
+    const Timing t =
+        Generate(*backend, absl::MakeSpan(pool_of_sessions).subspan(0, n), generate, batched);
+    const double tokens = static_cast<double>(n) * generate;
+    return Rate{tokens / t.wall_seconds, tokens / t.cpu_seconds, tokens / t.step_cpu_seconds};
+  };
+  struct Column {
+    std::vector<double> wall, cpu, step_cpu;
+    void Add(const Rate& r) {
+      wall.push_back(r.wall);
+      cpu.push_back(r.cpu);
+      step_cpu.push_back(r.step_cpu);
+    }
+  };
+  // Per N: batched, one by one, and the batched rates over one session's
+  // in the same repeat.
+  struct Row {
+    Column batched, sequential, vs_one;
+  };
+  std::vector<Row> rows(counts.size());
+  const bool sequential = absl::GetFlag(FLAGS_sequential);
+  const std::string load_before = LoadAverage();
+  for (int32_t r = 0; r < repeats; ++r) {
+    const Rate one = measure(1, true);
+    for (size_t c = 0; c < counts.size(); ++c) {
+      const Rate batched = counts[c] == 1 ? one : measure(counts[c], true);
+      rows[c].batched.Add(batched);
+      rows[c].vs_one.Add(
+          {batched.wall / one.wall, batched.cpu / one.cpu, batched.step_cpu / one.step_cpu});
+      if (sequential) rows[c].sequential.Add(measure(counts[c], false));
+    }
+  }
+  auto median = [](const std::vector<double>& v) { return v.empty() ? 0.0 : Median(v); };
   std::printf("model %s, backend %s, prompt %lld tokens, %d generated per session, median of "
               "%d runs\n",
               absl::GetFlag(FLAGS_model).c_str(), backend->name().c_str(),
               static_cast<long long>(prompt_tokens), generate, repeats);
-  std::printf("%8s %18s %18s %14s\n", "sessions", "batched tok/s", "one-by-one tok/s",
-              "batched/1x1");
-  double single_session = 0;
-  for (int n : counts) {
-    std::vector<double> batched_rates, sequential_rates;
-    for (int32_t r = 0; r < repeats; ++r) {
-      for (bool batched : {true, false}) {
-        if (!batched && !absl::GetFlag(FLAGS_sequential)) continue;
-        std::vector<std::unique_ptr<drt::Session>> sessions;
-        for (int i = 0; i < n; ++i) {
-          auto fork = (*base)->Fork();
-          if (!fork.ok()) Die(std::string(fork.status().message()));
-          sessions.push_back(*std::move(fork));
-        }
-        const double seconds = Generate(*backend, sessions, generate, batched);
-        (batched ? batched_rates : sequential_rates).push_back(n * generate / seconds);
-      }
-    }
-    const double batched = Median(batched_rates);
-    const double sequential = sequential_rates.empty() ? 0 : Median(sequential_rates);
-    if (n == 1) single_session = batched;
-    std::printf("%8d %18.1f %18.1f %14s\n", n, batched, sequential,
-                single_session > 0 ? std::to_string(batched / single_session).substr(0, 5).c_str()
-                                   : "-");
+  std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverage().c_str());
+  std::printf("tokens/s by wall clock | per CPU second of the process, sampling included | per "
+              "CPU second inside RunStep\n");
+  std::printf("%8s | %29s | %29s | %24s\n", "", "batched", "one by one",
+              "batched / 1 session");
+  std::printf("%8s | %9s %9s %9s | %9s %9s %9s | %7s %7s %8s\n", "sessions", "wall", "cpu",
+              "step cpu", "wall", "cpu", "step cpu", "wall", "cpu", "step cpu");
+  for (size_t c = 0; c < counts.size(); ++c) {
+    const Row& m = rows[c];
+    std::printf("%8d | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f | %7.2f %7.2f %8.2f\n", counts[c],
+                median(m.batched.wall), median(m.batched.cpu), median(m.batched.step_cpu),
+                median(m.sequential.wall), median(m.sequential.cpu),
+                median(m.sequential.step_cpu), median(m.vs_one.wall), median(m.vs_one.cpu),
+                median(m.vs_one.step_cpu));
+  }
+  for (size_t c = 0; c < counts.size(); ++c) {
+    const Row& m = rows[c];
     std::printf("step_bench_result sessions=%d batched_tokens_per_s=%.2f "
-                "sequential_tokens_per_s=%.2f\n",
-                n, batched, sequential);
-    std::fflush(stdout);
+                "batched_tokens_per_cpu_s=%.2f sequential_tokens_per_s=%.2f "
+                "batched_vs_one_session_cpu=%.3f\n",
+                counts[c], median(m.batched.wall), median(m.batched.cpu),
+                median(m.sequential.wall), median(m.vs_one.cpu));
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/cpu/cpu_session.h"
 #include "engine/cpu/cpu_step.h"
 #include "engine/cpu/kernels.h"
@@ -40,11 +41,28 @@ class CpuBackend final : public Backend {
     for (size_t r = 0; r < sessions.size(); ++r) {
       cpu_sessions[r] = static_cast<cpu::CpuSession*>(sessions[r]);
     }
-    cpu::CpuStep step(config_, weights_, pool_, cpu_sessions);
-    return RunForward(config_, plan, step, logits);
+    std::unique_ptr<cpu::CpuStepScratch> scratch = TakeScratch();
+    cpu::CpuStep step(config_, weights_, pool_, cpu_sessions, *scratch);
+    absl::Status status = RunForward(config_, plan, step, logits);
+    GiveBackScratch(std::move(scratch));
+    return status;
   }
 
  private:
+  // Steps may run concurrently (on different sessions): each takes its own
+  // scratch; idle ones wait here for the next step.
+  std::unique_ptr<cpu::CpuStepScratch> TakeScratch() {
+    absl::MutexLock lock(&scratch_mutex_);
+    if (idle_scratch_.empty()) return std::make_unique<cpu::CpuStepScratch>();
+    std::unique_ptr<cpu::CpuStepScratch> scratch = std::move(idle_scratch_.back());
+    idle_scratch_.pop_back();
+    return scratch;
+  }
+  void GiveBackScratch(std::unique_ptr<cpu::CpuStepScratch> scratch) {
+    absl::MutexLock lock(&scratch_mutex_);
+    idle_scratch_.push_back(std::move(scratch));
+  }
+
   // Backend::CheckStep, and every session a CpuSession.
   absl::Status CheckPlan(const StepPlan& plan, absl::Span<BackendSession* const> sessions) const {
     for (size_t r = 0; r < sessions.size(); ++r) {
@@ -60,6 +78,8 @@ class CpuBackend final : public Backend {
   const ModelWeights& weights_;
   int64_t max_step_positions_;
   cpu::ThreadPool pool_;
+  absl::Mutex scratch_mutex_;
+  std::vector<std::unique_ptr<cpu::CpuStepScratch>> idle_scratch_ ABSL_GUARDED_BY(scratch_mutex_);
 };
 
 }  // namespace

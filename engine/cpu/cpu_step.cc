@@ -10,10 +10,37 @@
 #include "engine/model_rules.h"
 
 namespace drt::cpu {
+namespace {
+
+// Window keys and values of at most this many positions are gathered at
+// once (the windows of several slices), so that a step of many sessions does
+// not need one copy of every session's window at the same time.
+constexpr int64_t kMaxGatheredKeyRows = 16384;
+
+}  // namespace
 
 CpuStep::CpuStep(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
-                 absl::Span<CpuSession* const> sessions)
-    : config_(config), weights_(weights), pool_(pool), sessions_(sessions) {}
+                 absl::Span<CpuSession* const> sessions, CpuStepScratch& scratch)
+    : config_(config),
+      weights_(weights),
+      pool_(pool),
+      sessions_(sessions),
+      h_(scratch.h),
+      x_(scratch.x),
+      q_(scratch.q),
+      k_new_(scratch.k_new),
+      v_new_(scratch.v_new),
+      attn_(scratch.attn),
+      residual_(scratch.residual),
+      gca_q_(scratch.gca_q),
+      gca_out_(scratch.gca_out),
+      mixed_(scratch.mixed),
+      gate_(scratch.gate),
+      up_(scratch.up),
+      window_keys_(scratch.window_keys),
+      window_values_(scratch.window_values),
+      closed_rows_(scratch.closed_rows),
+      encoded_(scratch.encoded) {}
 
 const LayerWeights& CpuStep::Layer(DecoderLayerId layer) const {
   if (layer.group < 0) return weights_.lower_layers[layer.within];
@@ -23,6 +50,8 @@ const LayerWeights& CpuStep::Layer(DecoderLayerId layer) const {
 absl::Status CpuStep::Embed(const StepPlan& plan) {
   const int64_t d = config_.hidden_size;
   const int64_t n = plan.num_rows;
+  // The first op of a step: the selections it will make start empty.
+  made_.assign(plan.slices.size(), std::vector<std::vector<Retrieval>>(config_.num_groups()));
   h_.resize(n * d);
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(h_.data() + i * d,
@@ -47,24 +76,57 @@ absl::Status CpuStep::Attention(const StepPlan& plan, DecoderLayerId layer_id) {
   Linear(x_.data(), n, d, layer.self_attn.q_proj.data(), d, q_.data(), pool_);
   Linear(x_.data(), n, d, layer.self_attn.k_proj.data(), kv_width, k_new_.data(), pool_);
   Linear(x_.data(), n, d, layer.self_attn.v_proj.data(), kv_width, v_new_.data(), pool_);
-  for (const SlicePlan& slice : plan.slices) {
-    // The slice's queries see its own session's window, then its new rows.
-    WindowCache& window = SessionOf(slice).windows_[layer_id.index];
-    const int64_t past = window.size();
-    const int64_t rows = slice.num_rows;
-    window_keys_.resize((past + rows) * kv_width);
-    window_values_.resize((past + rows) * kv_width);
-    window.CopyOut(window_keys_.data(), window_values_.data());
-    std::memcpy(window_keys_.data() + past * kv_width, k_new_.data() + slice.first_row * kv_width,
-                rows * kv_width * sizeof(float));
-    std::memcpy(window_values_.data() + past * kv_width,
-                v_new_.data() + slice.first_row * kv_width, rows * kv_width * sizeof(float));
-    WindowAttention(q_.data() + slice.first_row * d, rows, window_keys_.data(),
-                    window_values_.data(), past + rows, config_.num_attention_heads,
-                    config_.num_key_value_heads, config_.head_dim(), config_.slide_window,
-                    attn_.data() + slice.first_row * d, pool_);
-    window.Push(k_new_.data() + slice.first_row * kv_width,
-                v_new_.data() + slice.first_row * kv_width, rows);
+  // Each slice's queries see its own session's window, then its own new
+  // rows: gathered into one buffer per group of slices, attended in one
+  // parallel loop, then pushed into the windows.
+  const int64_t d_kv = kv_width;
+  for (size_t s0 = 0; s0 < plan.slices.size();) {
+    size_t s1 = s0;
+    int64_t gathered = 0;
+    key_offsets_.clear();
+    while (s1 < plan.slices.size()) {
+      const SlicePlan& slice = plan.slices[s1];
+      const int64_t rows = SessionOf(slice).windows_[layer_id.index].size() + slice.num_rows;
+      if (s1 > s0 && gathered + rows > kMaxGatheredKeyRows) break;
+      key_offsets_.push_back(gathered);
+      gathered += rows;
+      ++s1;
+    }
+    window_keys_.resize(gathered * d_kv);
+    window_values_.resize(gathered * d_kv);
+    pool_.ParallelFor(static_cast<int64_t>(s1 - s0), [&](int64_t i) {
+      const SlicePlan& slice = plan.slices[s0 + i];
+      const WindowCache& window = SessionOf(slice).windows_[layer_id.index];
+      float* keys = window_keys_.data() + key_offsets_[i] * d_kv;
+      float* values = window_values_.data() + key_offsets_[i] * d_kv;
+      window.CopyOut(keys, values);
+      const int64_t past = window.size();
+      std::memcpy(keys + past * d_kv, k_new_.data() + slice.first_row * d_kv,
+                  slice.num_rows * d_kv * sizeof(float));
+      std::memcpy(values + past * d_kv, v_new_.data() + slice.first_row * d_kv,
+                  slice.num_rows * d_kv * sizeof(float));
+    });
+    attention_slices_.clear();
+    for (size_t i = 0; i < s1 - s0; ++i) {
+      const SlicePlan& slice = plan.slices[s0 + i];
+      WindowAttentionSlice a;
+      a.q = q_.data() + slice.first_row * d;
+      a.n = slice.num_rows;
+      a.keys = window_keys_.data() + key_offsets_[i] * d_kv;
+      a.values = window_values_.data() + key_offsets_[i] * d_kv;
+      a.num_keys = SessionOf(slice).windows_[layer_id.index].size() + slice.num_rows;
+      a.out = attn_.data() + slice.first_row * d;
+      attention_slices_.push_back(a);
+    }
+    WindowAttention(attention_slices_, config_.num_attention_heads, config_.num_key_value_heads,
+                    config_.head_dim(), config_.slide_window, pool_);
+    pool_.ParallelFor(static_cast<int64_t>(s1 - s0), [&](int64_t i) {
+      const SlicePlan& slice = plan.slices[s0 + i];
+      SessionOf(slice).windows_[layer_id.index].Push(k_new_.data() + slice.first_row * d_kv,
+                                                    v_new_.data() + slice.first_row * d_kv,
+                                                    slice.num_rows);
+    });
+    s0 = s1;
   }
   Linear(attn_.data(), n, d, layer.self_attn.o_proj.data(), d, x_.data(), pool_);
   AddInPlace(h_.data(), x_.data(), n * d);
@@ -98,7 +160,8 @@ absl::Status CpuStep::CloseChunks(const StepPlan& plan) {
   const int64_t d = config_.hidden_size;
   // The lower-layer rows of every chunk the step closes, in the plan's
   // encoder order: each slice's open chunk fills up row by row.
-  std::vector<float> closed_rows(plan.num_encoded_chunks * S * d);
+  std::vector<float>& closed_rows = closed_rows_;
+  closed_rows.resize(plan.num_encoded_chunks * S * d);
   for (const SlicePlan& slice : plan.slices) {
     std::vector<float>& open = SessionOf(slice).open_chunk_;
     int64_t closed = slice.first_encoded;
@@ -159,9 +222,6 @@ Retrieval CpuStep::RetrieveAt(const ChunkStore& store, int64_t group, const floa
 
 absl::Status CpuStep::Retrieve(const StepPlan& plan, int64_t group) {
   const int64_t d = config_.hidden_size;
-  if (made_.empty()) {
-    made_.assign(plan.slices.size(), std::vector<std::vector<Retrieval>>(config_.num_groups()));
-  }
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const SlicePlan& slice = plan.slices[s];
     CpuSession& session = SessionOf(slice);

@@ -19,12 +19,22 @@
 
 namespace drt::cpu {
 
+// Row buffers of a step, [rows x width]. They outlive a step so that the
+// next one reuses their memory (a decode step is short; fresh buffers cost it
+// page faults and zero-fills).
+struct CpuStepScratch {
+  std::vector<float> h, x, q, k_new, v_new, attn, residual, gca_q, gca_out, mixed, gate, up;
+  std::vector<float> window_keys, window_values;  // one slice's window + new rows
+  std::vector<float> closed_rows;  // lower-layer rows of the chunks a step closes
+  EncodedChunks encoded;
+};
+
 class CpuStep final : public ForwardOps {
  public:
   // sessions[r] is the session of the plan's request r. Everything must
-  // outlive the step.
+  // outlive the step; the scratch is the step's alone while it runs.
   CpuStep(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
-          absl::Span<CpuSession* const> sessions);
+          absl::Span<CpuSession* const> sessions, CpuStepScratch& scratch);
 
   absl::Status Embed(const StepPlan& plan) override;
   absl::Status Attention(const StepPlan& plan, DecoderLayerId layer) override;
@@ -55,14 +65,15 @@ class CpuStep final : public ForwardOps {
   const ModelWeights& weights_;
   ThreadPool& pool_;
   absl::Span<CpuSession* const> sessions_;
-
-  // Row buffers of the step, [rows x width].
-  std::vector<float> h_, x_, q_, k_new_, v_new_, attn_, residual_, gca_q_, gca_out_, mixed_,
-      gate_, up_;
-  std::vector<float> window_keys_, window_values_;  // one slice's window + new rows
-  EncodedChunks encoded_;
+  std::vector<float>&h_, &x_, &q_, &k_new_, &v_new_, &attn_, &residual_, &gca_q_, &gca_out_,
+      &mixed_, &gate_, &up_, &window_keys_, &window_values_, &closed_rows_;
+  EncodedChunks& encoded_;
   // Selections made in this step: [slice][group][landmark of the slice].
   std::vector<std::vector<std::vector<Retrieval>>> made_;
+  // The window attention of a group of slices: where each slice's keys
+  // start in window_keys_, and the kernel's inputs.
+  std::vector<int64_t> key_offsets_;
+  std::vector<WindowAttentionSlice> attention_slices_;
   // The GCA runs of the group being run, over all slices.
   struct RunChunks {
     std::vector<const float*> k, v;

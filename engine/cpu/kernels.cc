@@ -56,6 +56,9 @@ void SoftmaxRow(float* row, int64_t n) {
 constexpr int64_t kQueryBlock = 64;
 // Up to this many rows, Linear uses matrix-vector products.
 constexpr int64_t kGemvRows = 4;
+// Weights (floats) of one block of output features that several rows read in
+// turn: 128 KiB, inside a core's L2 cache.
+constexpr int64_t kGemvBlockFloats = 32768;
 
 // fn(i) for i in [0, n), in contiguous ranges of at least min_per_task.
 template <typename Fn>
@@ -94,12 +97,22 @@ void Linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, 
     const int64_t c0 = t * band;
     const int64_t c1 = std::min(out, c0 + band);
     if (c0 >= c1) return;
-    if (n <= kGemvRows) {
-      // Decode: matrix-vector products stream the weights once; sgemm would
-      // pack (copy) the whole weight matrix on every call.
-      for (int64_t r = 0; r < n; ++r) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, c1 - c0, in, 1.f, w + c0 * in, in, x + r * in, 1,
-                    0.f, y + r * out + c0, 1);
+    if (n == 1) {
+      // Decode: a matrix-vector product streams the weights once; sgemm
+      // would pack (copy) the whole weight matrix on every call.
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, c1 - c0, in, 1.f, w + c0 * in, in, x, 1, 0.f,
+                  y + c0, 1);
+    } else if (n <= kGemvRows) {
+      // A few decode rows (sessions batched in one step): the same products
+      // block by block of output features, so that each block of weights is
+      // read from memory once for all rows and then from cache.
+      const int64_t block = std::max<int64_t>(16, kGemvBlockFloats / in);
+      for (int64_t b0 = c0; b0 < c1; b0 += block) {
+        const int64_t b1 = std::min(c1, b0 + block);
+        for (int64_t r = 0; r < n; ++r) {
+          cblas_sgemv(CblasRowMajor, CblasNoTrans, b1 - b0, in, 1.f, w + b0 * in, in, x + r * in,
+                      1, 0.f, y + r * out + b0, 1);
+        }
       }
     } else {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, c1 - c0, in, 1.f, x, in,
@@ -139,15 +152,35 @@ float AlibiSlope(int64_t h, int64_t num_heads) {
 void WindowAttention(const float* q, int64_t n, const float* keys, const float* values,
                      int64_t num_keys, int64_t num_heads, int64_t kv_heads, int64_t head_dim,
                      int64_t window, float* out, ThreadPool& pool) {
+  const WindowAttentionSlice slice{q, n, keys, values, num_keys, out};
+  WindowAttention(absl::MakeConstSpan(&slice, 1), num_heads, kv_heads, head_dim, window, pool);
+}
+
+void WindowAttention(absl::Span<const WindowAttentionSlice> slices, int64_t num_heads,
+                     int64_t kv_heads, int64_t head_dim, int64_t window, ThreadPool& pool) {
   const int64_t q_stride = num_heads * head_dim;
   const int64_t kv_stride = kv_heads * head_dim;
   const int64_t heads_per_kv = num_heads / kv_heads;
   const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
-  const int64_t first_query_key = num_keys - n;
-  const int64_t num_blocks = (n + kQueryBlock - 1) / kQueryBlock;
-  const int64_t tasks = num_blocks * num_heads;
+  // Tasks are (slice, query block, head); first_task[s] is slice s's first.
+  std::vector<int64_t> first_task(slices.size() + 1, 0);
+  for (size_t s = 0; s < slices.size(); ++s) {
+    const int64_t num_blocks = (slices[s].n + kQueryBlock - 1) / kQueryBlock;
+    first_task[s + 1] = first_task[s] + num_blocks * num_heads;
+  }
 
-  pool.ParallelFor(tasks, [&](int64_t task) {
+  pool.ParallelFor(first_task.back(), [&](int64_t global_task) {
+    const size_t s = static_cast<size_t>(
+        std::upper_bound(first_task.begin(), first_task.end(), global_task) - first_task.begin() -
+        1);
+    const WindowAttentionSlice& slice = slices[s];
+    const int64_t task = global_task - first_task[s];
+    const int64_t n = slice.n;
+    const float* q = slice.q;
+    const float* keys = slice.keys;
+    const float* values = slice.values;
+    float* out = slice.out;
+    const int64_t first_query_key = slice.num_keys - n;
     const int64_t block = task / num_heads;
     const int64_t h = task % num_heads;
     const int64_t kvh = h / heads_per_kv;

@@ -44,6 +44,20 @@ void WindowAttention(const float* q, int64_t n, const float* keys, const float* 
                      int64_t num_keys, int64_t num_heads, int64_t kv_heads, int64_t head_dim,
                      int64_t window, float* out, ThreadPool& pool);
 
+// The same attention for several independent slices in one parallel loop
+// (the slices of a batched step, each over its own session's window): each
+// slice is computed exactly as WindowAttention computes it alone.
+struct WindowAttentionSlice {
+  const float* q = nullptr;  // [n, num_heads*head_dim]
+  int64_t n = 0;
+  const float* keys = nullptr;  // [num_keys, kv_heads*head_dim]; queries are the last n
+  const float* values = nullptr;
+  int64_t num_keys = 0;
+  float* out = nullptr;  // [n, num_heads*head_dim]
+};
+void WindowAttention(absl::Span<const WindowAttentionSlice> slices, int64_t num_heads,
+                     int64_t kv_heads, int64_t head_dim, int64_t window, ThreadPool& pool);
+
 // Rotary embedding (rotate-half convention) for the rows of each block of
 // `rows` rows, at positions 0..rows-1, applied in place to every head of
 // x [num_blocks*rows, heads*head_dim].

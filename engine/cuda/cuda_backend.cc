@@ -12,6 +12,7 @@
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
 #include "engine/forward_pass.h"
+#include "engine/model_rules.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_query.h"
 
@@ -22,8 +23,9 @@ constexpr int64_t kMaxStepPositions = int64_t{1} << 16;
 
 absl::Status CheckSupported(const ModelConfig& c) {
   // The kernels hard-code 64-row chunks with the landmark in the last row
-  // (drt-model.md, Forward pass 4 and 7; engine/model_rules.h).
-  if (c.chunk_positions() != 64) {
+  // (drt-model.md, Forward pass 4 and 7): the GCA kernel reads 64 rows per
+  // chunk, which must be the model's rule (engine/model_rules.h).
+  if (c.chunk_positions() != 64 || GcaRowsPerChunk(c) != 64) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the CUDA backend needs enc_chunk_size 63 (64 decoder positions per chunk), got %d",
         c.enc_chunk_size));
