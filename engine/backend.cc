@@ -9,7 +9,14 @@
 namespace drt {
 
 absl::Status Backend::CheckStep(const StepPlan& plan,
-                               absl::Span<BackendSession* const> sessions) const {
+                               absl::Span<BackendSession* const> sessions,
+                               size_t logits_size) const {
+  const int64_t V = config().vocab_size;
+  if (static_cast<int64_t>(logits_size) != static_cast<int64_t>(plan.logit_rows.size()) * V) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "logits buffer holds %d floats, %d rows x vocab %d needed", logits_size,
+        plan.logit_rows.size(), V));
+  }
   if (plan.num_rows > max_step_positions()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "a step of %d positions exceeds the step size %d", plan.num_rows, max_step_positions()));

@@ -100,11 +100,13 @@ class Backend {
  protected:
   // The guard a Step makes before any state changes, the same for every
   // backend: the plan fits max_step_positions(), each slice names a distinct
-  // one of `sessions` and starts at that session's position, and its ids are
-  // ones a Session sends (engine/forward_input.h). INVALID_ARGUMENT naming
-  // the problem otherwise. Whether the sessions are the backend's own kind
-  // is the backend's to check.
-  absl::Status CheckStep(const StepPlan& plan, absl::Span<BackendSession* const> sessions) const;
+  // one of `sessions` and starts at that session's position, its ids are
+  // ones a Session sends (engine/forward_input.h), and `logits_size` floats
+  // hold its logit rows. INVALID_ARGUMENT naming the problem otherwise.
+  // Whether the sessions are the backend's own kind is the backend's to
+  // check.
+  absl::Status CheckStep(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
+                         size_t logits_size) const;
 };
 
 struct CpuBackendOptions {

@@ -36,7 +36,7 @@ class CpuBackend final : public Backend {
 
   absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
                     absl::Span<float> logits) override {
-    if (absl::Status s = CheckPlan(plan, sessions); !s.ok()) return s;
+    if (absl::Status s = CheckPlan(plan, sessions, logits.size()); !s.ok()) return s;
     std::vector<cpu::CpuSession*> cpu_sessions(sessions.size());
     for (size_t r = 0; r < sessions.size(); ++r) {
       cpu_sessions[r] = static_cast<cpu::CpuSession*>(sessions[r]);
@@ -64,14 +64,15 @@ class CpuBackend final : public Backend {
   }
 
   // Backend::CheckStep, and every session a CpuSession.
-  absl::Status CheckPlan(const StepPlan& plan, absl::Span<BackendSession* const> sessions) const {
+  absl::Status CheckPlan(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
+                         size_t logits_size) const {
     for (size_t r = 0; r < sessions.size(); ++r) {
       if (dynamic_cast<cpu::CpuSession*>(sessions[r]) == nullptr) {
         return absl::InvalidArgumentError(
             absl::StrFormat("session %d of the step was not made by the CPU backend", r));
       }
     }
-    return CheckStep(plan, sessions);
+    return CheckStep(plan, sessions, logits_size);
   }
 
   const ModelConfig& config_;

@@ -83,7 +83,7 @@ class CudaBackend final : public Backend {
             "session %d of the step was not made by a CUDA backend of this precision", r));
       }
     }
-    if (absl::Status s = CheckStep(plan, sessions); !s.ok()) return s;
+    if (absl::Status s = CheckStep(plan, sessions, logits.size()); !s.ok()) return s;
     for (const SlicePlan& slice : plan.slices) {
       if (absl::Status s = cuda_sessions[slice.request]->PrepareSlice(slice); !s.ok()) return s;
     }

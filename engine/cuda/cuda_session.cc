@@ -144,6 +144,15 @@ absl::Status CudaSession<T>::PrepareSlice(const SlicePlan& slice) {
         "this session at position %d",
         slice.num_rows, slice.first_position, closed, slice.runs.size(), position_));
   }
+  for (int64_t j = 0; j < closed; ++j) {
+    const PlannedLandmark& landmark = slice.landmarks[j];
+    const int64_t row = S - 1 - slice.open_rows_before + j * S;  // in the slice
+    if (landmark.row != slice.first_row + row || landmark.chunk != (position_ + row) / S) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the slice's landmark %d at row %d (chunk %d) is not at its chunk end", j, landmark.row,
+          landmark.chunk));
+    }
+  }
   if (options_.disable_gca) return absl::OkStatus();
   const int64_t chunks = (position_ + slice.num_rows) / S;
   if (chunks > kMaxLandmarks) {

@@ -250,6 +250,12 @@ TEST_CASE("cuda: bad input is refused and leaves the session usable", "[cuda]") 
   REQUIRE(cpu_session.ok());
   CHECK(RunPlan(**backend, single, {cpu_session->get()}).code() ==
         absl::StatusCode::kInvalidArgument);
+  // A logits buffer of the wrong size: refused up front, so the session is
+  // not marked failed (the appends below would answer FAILED_PRECONDITION).
+  std::vector<float> short_logits(config.vocab_size - 1);
+  BackendSession* just_this[] = {&state};
+  CHECK((*backend)->Step(single, just_this, absl::MakeSpan(short_logits)).code() ==
+        absl::StatusCode::kInvalidArgument);
   CHECK(state.position() == 0);
   CHECK((*session)->num_tokens() == 0);
 
