@@ -5,6 +5,7 @@
 // exactly as in a step without it.
 #include <map>
 #include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -175,7 +176,7 @@ TEST_CASE("a step holding more than the step size runs as several forwards, same
   REQUIRE(worst <= kBatchTolerance);
 }
 
-TEST_CASE("a bad entry gets its own error; the others run exactly as without it",
+TEST_CASE("a bad entry gets its own error and the others run exactly as without it",
           "[batch_step][engine]") {
   Fixture f;
   auto with = f.NewPair(10, 1), without = f.NewPair(10, 1);
@@ -303,6 +304,52 @@ TEST_CASE("the CPU backend refuses a plan that does not fit its sessions, changi
   REQUIRE(RunStep(*f.backend, {ea})[0].ok());
   REQUIRE(RunStep(*f.backend, {eb})[0].ok());
   REQUIRE(a == b);
+}
+
+}  // namespace
+}  // namespace drt
+
+namespace drt {
+namespace {
+
+TEST_CASE("steps on disjoint sessions may run on two threads at once, same results",
+          "[batch_step][engine]") {
+  // The server steps different sessions from several workers; each step
+  // takes its own scratch from the backend.
+  Fixture f;
+  std::vector<std::unique_ptr<Pair>> pairs;
+  for (int i = 0; i < 4; ++i) pairs.push_back(f.NewPair(20 + 9 * i, 40 + i));
+  std::vector<std::vector<int32_t>> tokens;
+  for (int i = 0; i < 4; ++i) tokens.push_back(testing::RandomTokens(f.config, 30 + 17 * i, 50 + i));
+  // Each thread runs 3 steps of two sessions, 10 tokens per entry and step,
+  // and keeps the statuses (Catch's assertions are for the main thread).
+  auto run = [&](bool batched_copies, int first, std::vector<absl::Status>& statuses) {
+    for (int step = 0; step < 3; ++step) {
+      StepEntry entries[2];
+      for (int j = 0; j < 2; ++j) {
+        Pair& p = *pairs[first + j];
+        entries[j].session = batched_copies ? p.batched.get() : p.alone.get();
+        entries[j].tokens = absl::MakeConstSpan(tokens[first + j]).subspan(step * 10, 10);
+      }
+      for (const absl::Status& s : RunStep(*f.backend, entries)) statuses.push_back(s);
+    }
+  };
+  std::vector<absl::Status> statuses[4];
+  run(false, 0, statuses[0]);
+  run(false, 2, statuses[1]);
+  std::thread a([&] { run(true, 0, statuses[2]); });
+  std::thread b([&] { run(true, 2, statuses[3]); });
+  a.join();
+  b.join();
+  for (const auto& list : statuses) {
+    REQUIRE(list.size() == 6);
+    for (const absl::Status& s : list) REQUIRE(s.ok());
+  }
+  for (const auto& p : pairs) {
+    REQUIRE(p->batched->num_tokens() == p->alone->num_tokens());
+    REQUIRE(std::equal(p->batched->last_logits().begin(), p->batched->last_logits().end(),
+                       p->alone->last_logits().begin(), p->alone->last_logits().end()));
+  }
 }
 
 }  // namespace

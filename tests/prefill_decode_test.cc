@@ -97,7 +97,7 @@ TEST_CASE("prefill, random pieces and one-by-one decode agree", "[engine][prefil
   }
 }
 
-TEST_CASE("chunks 0 and 1 see no retrieval; later chunks choose from earlier ones only",
+TEST_CASE("chunks 0 and 1 see no retrieval, later chunks choose from earlier ones only",
           "[engine][retrieval]") {
   const ModelConfig config = testing::TinyConfig();
   const ModelWeights weights = testing::RandomWeights(config, 5);

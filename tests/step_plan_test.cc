@@ -151,7 +151,7 @@ TEST_CASE("step plan: several slices are consecutive rows with their own chunks"
   REQUIRE(plan->logit_rows[2].slice == 2);
 }
 
-TEST_CASE("step plan: pad ids are real tokens; landmarks go by count", "[step_plan]") {
+TEST_CASE("step plan: pad ids are real tokens and landmarks go by count", "[step_plan]") {
   const std::vector<int32_t> pads = {kPad, kPad, kPad, kPad};
   const SliceRequest requests[] = {Request(0, pads)};
   auto plan = PlanStep(PlanConfig(), requests);

@@ -193,9 +193,17 @@ void WindowAttention(absl::Span<const WindowAttentionSlice> slices, int64_t num_
     const int64_t k1 = first_query_key + i1;  // exclusive
     const int64_t cols = k1 - k0;
     std::vector<float> scores(rows * cols);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, head_dim, scale,
-                q + i0 * q_stride + h * head_dim, q_stride, keys + k0 * kv_stride + kvh * head_dim,
-                kv_stride, 0.f, scores.data(), cols);
+    // One query row (decode): matrix-vector products; sgemm would spend more
+    // time packing its operands than multiplying them.
+    if (rows == 1) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, cols, head_dim, scale,
+                  keys + k0 * kv_stride + kvh * head_dim, kv_stride, q + i0 * q_stride + h * head_dim,
+                  1, 0.f, scores.data(), 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, head_dim, scale,
+                  q + i0 * q_stride + h * head_dim, q_stride,
+                  keys + k0 * kv_stride + kvh * head_dim, kv_stride, 0.f, scores.data(), cols);
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t pos = first_query_key + i0 + r;
       float* row = scores.data() + r * cols;
@@ -207,9 +215,15 @@ void WindowAttention(absl::Span<const WindowAttentionSlice> slices, int64_t num_
       for (int64_t c = lo; c <= hi; ++c) row[c] -= slope * static_cast<float>(pos - k0 - c);
       SoftmaxRow(row + lo, hi - lo + 1);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, cols, 1.f,
-                scores.data(), cols, values + k0 * kv_stride + kvh * head_dim, kv_stride, 0.f,
-                out + i0 * q_stride + h * head_dim, q_stride);
+    if (rows == 1) {
+      cblas_sgemv(CblasRowMajor, CblasTrans, cols, head_dim, 1.f,
+                  values + k0 * kv_stride + kvh * head_dim, kv_stride, scores.data(), 1, 0.f,
+                  out + i0 * q_stride + h * head_dim, 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, cols, 1.f,
+                  scores.data(), cols, values + k0 * kv_stride + kvh * head_dim, kv_stride, 0.f,
+                  out + i0 * q_stride + h * head_dim, q_stride);
+    }
   });
 }
 
@@ -278,14 +292,28 @@ void GroupedCrossAttention(absl::Span<const GcaBlock> blocks, int64_t rows_per_c
     }
     std::vector<float> scores(n * rows_per_chunk);
     for (int64_t c = 0; c < block.num_chunks; ++c) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows_per_chunk, head_dim, scale,
-                  block.q + h * head_dim, stride, block.chunk_k[c] + h * head_dim, stride, 0.f,
-                  scores.data(), rows_per_chunk);
+      // One query row (decode): matrix-vector products, which need no
+      // packing of the operands.
+      if (n == 1) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, rows_per_chunk, head_dim, scale,
+                    block.chunk_k[c] + h * head_dim, stride, block.q + h * head_dim, 1, 0.f,
+                    scores.data(), 1);
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows_per_chunk, head_dim, scale,
+                    block.q + h * head_dim, stride, block.chunk_k[c] + h * head_dim, stride, 0.f,
+                    scores.data(), rows_per_chunk);
+      }
       for (int64_t r = 0; r < n; ++r) SoftmaxRow(scores.data() + r * rows_per_chunk, rows_per_chunk);
       // out += w_c * P V_c
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, head_dim, rows_per_chunk,
-                  block.weights[c], scores.data(), rows_per_chunk, block.chunk_v[c] + h * head_dim,
-                  stride, 1.f, block.out + h * head_dim, stride);
+      if (n == 1) {
+        cblas_sgemv(CblasRowMajor, CblasTrans, rows_per_chunk, head_dim, block.weights[c],
+                    block.chunk_v[c] + h * head_dim, stride, scores.data(), 1, 1.f,
+                    block.out + h * head_dim, 1);
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, head_dim, rows_per_chunk,
+                    block.weights[c], scores.data(), rows_per_chunk,
+                    block.chunk_v[c] + h * head_dim, stride, 1.f, block.out + h * head_dim, stride);
+      }
     }
   });
 }
