@@ -1,5 +1,5 @@
 // The CUDA backend on its own terms: prefill vs token-by-token decode, small
-// segments (many copies into the slot buffers), fork, counters, bad input.
+// step sizes (many copies into the slot buffers), fork, counters, bad input.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -67,11 +67,11 @@ TEST_CASE("cuda: prefill, pieces and token-by-token decode agree", "[cuda]") {
   testing::Record((*cpu)->backend_session(), cpu_log);
   const auto reference = AppendAll(**cpu, tokens, 300);
   for (const PrecisionCase& pc : {kFp32Case, kBf16Case}) {
-    for (int64_t segment : {1024, 128, 64}) {
+    for (int64_t step_size : {1024, 128, 64}) {
       INFO("precision " << CudaPrecisionName(pc.precision) << " max_step_positions "
-                        << segment);
+                        << step_size);
       CudaBackendOptions options = testing::PrecisionOptions(pc.precision);
-      options.max_step_positions = segment;
+      options.max_step_positions = step_size;
       auto backend = MakeCudaBackend(config, weights, options);
       REQUIRE(backend.ok());
       auto prefill = Session::Create(**backend);
@@ -275,9 +275,9 @@ TEST_CASE("cuda: a config or option the kernels do not support is refused", "[cu
   CHECK(backend.status().code() == absl::StatusCode::kInvalidArgument);  // 8-position chunks
   const ModelConfig config = Chunk64Config();
   const ModelWeights weights = testing::RandomWeights(config, 42);
-  for (int64_t segment : {int64_t{0}, int64_t{1} << 17}) {
+  for (int64_t step_size : {int64_t{0}, int64_t{1} << 17}) {
     CudaBackendOptions options;
-    options.max_step_positions = segment;
+    options.max_step_positions = step_size;
     CHECK(MakeCudaBackend(config, weights, options).status().code() ==
           absl::StatusCode::kInvalidArgument);
   }
