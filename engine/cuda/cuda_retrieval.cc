@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_session.h"
+#include "engine/cuda/host/gca_slot_table.h"
 #include "engine/cuda/status_macros.h"
 #include "engine/model_rules.h"
 #include "kernels/cuda_check.h"
@@ -119,42 +120,21 @@ absl::Status CudaSession<T>::PrepareGca(const SlicePlan& slice, int64_t group) {
   const Made& made = made_[group];
   // The selection serving each run (one run per query chunk, in order): the
   // plan says which (engine/step_plan.h, GcaRun::made_at).
-  std::vector<const Retrieval*> serving;
-  serving.reserve(slice.runs.size());
-  for (const GcaRun& run : slice.runs) {
-    if (run.made_at == GcaRun::kInForce) {
-      serving.push_back(&selection_[group]);
-      continue;
-    }
-    if (!made.collected || run.made_at < 0 ||
-        run.made_at >= static_cast<int64_t>(made.at_landmark.size())) {
-      return absl::InternalError(absl::StrFormat(
-          "group %d: the selection of the slice's landmark %d serves rows of this step but was "
-          "not read back before its chunks are needed",
-          group, run.made_at));
-    }
-    serving.push_back(&made.at_landmark[run.made_at]);
+  absl::StatusOr<std::vector<const Retrieval*>> serving =
+      ServingSelections(slice.runs, selection_[group], made.at_landmark, made.collected);
+  if (!serving.ok()) {
+    return absl::InternalError(absl::StrCat("group ", group, ": ", serving.status().message()));
   }
-  std::vector<int64_t> request;
-  for (const Retrieval* r : serving) request.insert(request.end(), r->chunks.begin(), r->chunks.end());
   std::vector<int> slots;
-  DRT_RETURN_IF_ERROR(FetchChunks(group, request, &slots));
+  DRT_RETURN_IF_ERROR(FetchChunks(group, ChunksToRequest(*serving), &slots));
 
   // The group's pinned staging region; its previous upload must be done.
   DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploads_done_[group].get()),
                            "waiting for the group's previous uploads");
-  const int64_t entries = static_cast<int64_t>(serving.size()) * k;
+  const int64_t entries = static_cast<int64_t>(serving->size()) * k;
   int32_t* table = buffers_.slot_table_host.get() + group * sizes_.max_query_chunks * k;
   float* table_weights = buffers_.slot_weights_host.get() + group * sizes_.max_query_chunks * k;
-  std::fill_n(table, entries, -1);
-  std::fill_n(table_weights, entries, 0.f);
-  size_t next = 0;
-  for (size_t q = 0; q < serving.size(); ++q) {
-    for (size_t i = 0; i < serving[q]->chunks.size(); ++i) {
-      table[q * k + i] = slots[next++];
-      table_weights[q * k + i] = serving[q]->weights[i];
-    }
-  }
+  FillSlotTable(*serving, slots, k, table, table_weights);
   cudaStream_t stream = compute_stream_.get();
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.slot_table.get(), table,
                                            entries * sizeof(int32_t), cudaMemcpyHostToDevice,
