@@ -1,44 +1,53 @@
 #include "engine/backend.h"
 
+#include <set>
+#include <vector>
+
 #include "absl/strings/str_format.h"
+#include "engine/forward_input.h"
 
 namespace drt {
 
-absl::Status BackendSession::Forward(absl::Span<const int32_t> ids,
-                                     absl::Span<const int64_t> logit_rows,
-                                     absl::Span<float> logits) {
-  return absl::UnimplementedError(
-      "this backend runs positions only through Backend::Step (engine/forward_pass.h)");
-}
-
-absl::Status Backend::Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
-                           absl::Span<float> logits) {
+absl::Status Backend::CheckStep(const StepPlan& plan,
+                               absl::Span<BackendSession* const> sessions,
+                               size_t logits_size) const {
   const int64_t V = config().vocab_size;
-  if (static_cast<int64_t>(logits.size()) != static_cast<int64_t>(plan.logit_rows.size()) * V) {
+  if (static_cast<int64_t>(logits_size) != static_cast<int64_t>(plan.logit_rows.size()) * V) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "logits buffer holds %d floats, %d rows x vocab %d needed", logits.size(),
+        "logits buffer holds %d floats, %d rows x vocab %d needed", logits_size,
         plan.logit_rows.size(), V));
   }
-  size_t next_logit = 0;
-  std::vector<int64_t> rows;
-  for (size_t s = 0; s < plan.slices.size(); ++s) {
-    const SlicePlan& slice = plan.slices[s];
-    if (slice.request < 0 || slice.request >= static_cast<int64_t>(sessions.size())) {
+  if (plan.num_rows > max_step_positions()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a step of %d positions exceeds the step size %d", plan.num_rows, max_step_positions()));
+  }
+  std::vector<bool> used(sessions.size(), false);
+  std::set<const BackendSession*> distinct;
+  for (const SlicePlan& slice : plan.slices) {
+    if (slice.request < 0 || slice.request >= static_cast<int64_t>(sessions.size()) ||
+        used[slice.request]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a slice names request %d: not one of the %d sessions, or named twice", slice.request,
+          sessions.size()));
+    }
+    used[slice.request] = true;
+    if (!distinct.insert(sessions[slice.request]).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "request %d names a session that another slice of the step already holds",
+          slice.request));
+    }
+    const int64_t position = sessions[slice.request]->position();
+    if (slice.first_position != position) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("slice %d names request %d of %d sessions", s, slice.request,
-                          sessions.size()));
+          absl::StrFormat("a slice starts at decoder position %d but its session is at %d",
+                          slice.first_position, position));
     }
-    rows.clear();
-    const size_t first_logit = next_logit;
-    while (next_logit < plan.logit_rows.size() &&
-           plan.logit_rows[next_logit].slice == static_cast<int64_t>(s)) {
-      rows.push_back(plan.logit_rows[next_logit].row - slice.first_row);
-      ++next_logit;
+    if (absl::Status s = CheckForwardInput(
+            config(), position,
+            absl::MakeConstSpan(plan.ids).subspan(slice.first_row, slice.num_rows), {}, 0);
+        !s.ok()) {
+      return s;
     }
-    absl::Status status = sessions[slice.request]->Forward(
-        absl::MakeConstSpan(plan.ids).subspan(slice.first_row, slice.num_rows), rows,
-        logits.subspan(first_logit * V, rows.size() * V));
-    if (!status.ok()) return status;
   }
   return absl::OkStatus();
 }

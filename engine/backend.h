@@ -67,18 +67,6 @@ class BackendSession {
  public:
   virtual ~BackendSession() = default;
 
-  // The one-session forward of a backend not yet ported onto
-  // engine/forward_pass.h (the CUDA backend): runs decoder positions `ids`
-  // (landmarks already inserted, one after every enc_chunk_size real
-  // tokens) starting at position() and writes the logits of rows
-  // `logit_rows` (indices into ids, never a landmark) to `logits`
-  // (logit_rows.size() x vocab_size). All or nothing: on error the session
-  // is unchanged. Backend::Step's default calls it slice by slice; a backend
-  // that executes plans itself (the CPU backend) leaves it UNIMPLEMENTED.
-  virtual absl::Status Forward(absl::Span<const int32_t> ids,
-                               absl::Span<const int64_t> logit_rows,
-                               absl::Span<float> logits);
-
   // Decoder positions processed so far (landmarks included).
   virtual int64_t position() const = 0;
   virtual int64_t num_chunks() const = 0;
@@ -125,10 +113,23 @@ class Backend {
   // Runs one forward over `plan` (engine/step_plan.h), which holds at most
   // max_step_positions() rows. sessions[r] is the session of the plan's
   // request r and was made by this backend. Writes the logits of
-  // plan.logit_rows to `logits` (logit_rows.size() x vocab_size). The
-  // default runs each slice alone through BackendSession::Forward.
+  // plan.logit_rows to `logits` (logit_rows.size() x vocab_size). A plan
+  // or session CheckStep refuses changes nothing; an error after the work
+  // started may leave the step's sessions half updated (the CUDA backend
+  // then refuses them further steps).
   virtual absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
-                            absl::Span<float> logits);
+                            absl::Span<float> logits) = 0;
+
+ protected:
+  // The guard a Step makes before any state changes, the same for every
+  // backend: the plan fits max_step_positions(), each slice names a distinct
+  // one of `sessions` and starts at that session's position, its ids are
+  // ones a Session sends (engine/forward_input.h), and `logits_size` floats
+  // hold its logit rows. INVALID_ARGUMENT naming the problem otherwise.
+  // Whether the sessions are the backend's own kind is the backend's to
+  // check.
+  absl::Status CheckStep(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
+                         size_t logits_size) const;
 };
 
 struct CpuBackendOptions {

@@ -5,12 +5,15 @@
 # prints one table: prefill tokens/s, decode ms/token (median), GPU and host
 # memory and host->device bytes per generated token at 16K, 128K, 1M and 4M
 # tokens of context, with the same decode timing for --disable_gca (the
-# sliding-window base LM without retrieval) beside it. Then drt-batch-bench
+# sliding-window base LM without retrieval) beside it; then drt-step-bench's
+# aggregate decode tokens/s of N sessions stepped together (issue 11); then
+# drt-batch-bench
 # through drt-server --device cuda on the same model (scripts/batch_bench.sh):
 # aggregate decode with 1, 4, 16, 32 and 64 sessions generating at once, and
 # the time per output token of one session while 8 others stream 1M-token
 # Appends (issue 11's targets: >= 10x one session at 32; p99 <= 2x idle).
 #   bash scripts/gpu_bench.sh                      everything
+#   SKIP_STEP_BENCH=1 bash scripts/gpu_bench.sh    without drt-step-bench
 #   CONTEXTS="16384 131072" bash scripts/gpu_bench.sh   fewer contexts
 #   SKIP_TESTS=1 bash scripts/gpu_bench.sh         the table only
 #   SKIP_TABLE=1 bash scripts/gpu_bench.sh         the tests and sanitizers only
@@ -76,15 +79,18 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
   # float64 goldens (limits: the bf16 reference's figures, docs/cuda.md).
   # The compact reporter prints each WARN on one line (the console reporter
   # wraps them at 80 columns, which split the figures from their labels).
-  echo "== fp32 parity and bf16 error on the fixtures"
+  # Also the multi-session step figures (issue 11: a session batched vs
+  # alone, limit 1e-4; tests/cuda_backend/cuda_batch_step_test.cc).
+  echo "== fp32 parity and bf16 error on the fixtures; sessions batched vs alone"
   parity_log=$(mktemp)
-  if ! "$build/tests/cuda_backend/drt_cuda_backend_tests" "cuda fp32 *,cuda bf16 *" \
+  if ! "$build/tests/cuda_backend/drt_cuda_backend_tests" "cuda fp32 *,cuda bf16 *,[batch_step]" \
        --reporter compact >"$parity_log" 2>&1; then
     cat "$parity_log"
-    echo "gpu_bench: the fp32 parity or bf16 error tests failed" >&2
+    echo "gpu_bench: the fp32 parity, bf16 error or batched step tests failed" >&2
     exit 1
   fi
-  grep -E ' fp32: worst| bf16 vs float64 golden' "$parity_log" | sed -E "s/^.*warning: '//; s/'$//"
+  grep -E ' fp32: worst| bf16 vs float64 golden|worst relative difference' "$parity_log" |
+    sed -E "s/^.*warning: '//; s/'$//"
   rm -f "$parity_log"
   if [[ ! -x "$sanitizer" ]]; then
     echo "gpu_bench: compute-sanitizer not found at $sanitizer" >&2
@@ -185,6 +191,17 @@ for row in "${rows[@]}"; do
     "$(awk -v a="$decode" -v b="$base" 'BEGIN{print (b > 0) ? a/b : 0}')" "$base" "$gpu" \
     "$(awk -v b="$host" 'BEGIN{print b/1048576}')" "$(awk -v b="$rss" 'BEGIN{print b/1048576}')" "$h2d"
 done
+
+# Issue 11: aggregate decode tokens/s of N sessions stepped together
+# (engine/batch_step.h; on CUDA slice by slice, docs/cuda.md "Steps of
+# several sessions") against the same N stepped one at a time, same model.
+if [[ -z "${SKIP_STEP_BENCH:-}" ]]; then
+  echo
+  echo "== drt-step-bench (aggregate decode, N sessions in one engine step)"
+  "$build/tools/drt-step-bench" --model "$model" --device cuda \
+    --sessions "${STEP_SESSIONS:-1,4,16,32,64}" --prompt_tokens "${STEP_PROMPT:-4096}" \
+    --generate "$generate" --repeats 3
+fi
 
 if [[ -z "${SKIP_BATCH:-}" ]]; then
   echo

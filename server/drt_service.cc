@@ -370,13 +370,16 @@ grpc::Status DrtService::AppendStream(
 
   PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_,
                       model_.config().num_groups());
-  auto send_progress = [&] {
-    if (!ingest.progress_due()) return;
+  // Progress at most every kProgressIntervalSeconds during a message, and
+  // always once a message is ingested (the client may wait for it before
+  // sending the next).
+  auto send_progress = [&](bool message_done) {
+    if (!message_done && !ingest.progress_due()) return;
     drt::v1::AppendResponse progress;
     *progress.mutable_progress() = ingest.Progress();
     stream->Write(progress);
   };
-  ingest.set_on_step(send_progress);
+  ingest.set_on_step([&] { send_progress(false); });
   absl::Status status;
   int64_t message_index = 0;
   do {
@@ -391,7 +394,7 @@ grpc::Status DrtService::AppendStream(
     }
     status = ingest.AddMessage(request, message_index);
     if (!status.ok()) break;
-    send_progress();
+    send_progress(true);
     ++message_index;
     read = ReadRequest(*stream, message_index, &request);
     if (!read.ok()) {

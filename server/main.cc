@@ -195,7 +195,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     const int64_t chunks = (config.service.step_tokens + model_config.enc_chunk_size - 1) /
                            model_config.enc_chunk_size;
     backend_options.cpu.max_step_positions = chunks * model_config.chunk_positions();
-    backend_options.cuda.max_segment_positions = chunks * model_config.chunk_positions();
+    backend_options.cuda.max_step_positions = chunks * model_config.chunk_positions();
   }
   absl::StatusOr<std::unique_ptr<Backend>> made_backend =
       MakeBackend((*model)->config(), (*model)->weights(), backend_options);

@@ -31,6 +31,8 @@ ABSL_FLAG(int64_t, prompt_tokens, 1000, "prompt length of every session");
 ABSL_FLAG(int32_t, generate, 32, "tokens generated per session per run");
 ABSL_FLAG(int32_t, repeats, 3, "runs per N; the median is reported");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(std::string, device, "cpu", "backend: cpu, cuda or auto");
+ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA backend number format: bf16 or fp32");
 ABSL_FLAG(bool, sequential, true,
           "also measure the N sessions stepped one at a time (the engine before batching)");
 
@@ -141,10 +143,17 @@ int main(int argc, char** argv) {
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) Die(std::string(model.status().message()));
   const drt::ModelConfig& config = (*model)->config();
-  drt::CpuBackendOptions options;
-  options.num_threads = absl::GetFlag(FLAGS_threads);
-  std::unique_ptr<drt::Backend> backend =
-      drt::MakeCpuBackend(config, (*model)->weights(), options);
+  drt::BackendOptions options;
+  auto device = drt::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) Die("--device: " + std::string(device.status().message()));
+  options.device = *device;
+  auto precision = drt::ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision));
+  if (!precision.ok()) Die("--cuda_precision: " + std::string(precision.status().message()));
+  options.cuda.precision = *precision;
+  options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
+  auto made = drt::MakeBackend(config, (*model)->weights(), options);
+  if (!made.ok()) Die(std::string(made.status().message()));
+  std::unique_ptr<drt::Backend> backend = *std::move(made);
 
   // max(N) sessions, each with its own random prompt, prefilled once; a run
   // with N sessions steps the first N. (Forks of one session would pay the
@@ -208,9 +217,10 @@ int main(int argc, char** argv) {
     }
   }
   auto median = [](const std::vector<double>& v) { return v.empty() ? 0.0 : Median(v); };
-  std::printf("model %s, prompt %lld tokens, %d generated per session, median of %d runs\n",
-              absl::GetFlag(FLAGS_model).c_str(), static_cast<long long>(prompt_tokens),
-              generate, repeats);
+  std::printf("model %s, backend %s, prompt %lld tokens, %d generated per session, median of "
+              "%d runs\n",
+              absl::GetFlag(FLAGS_model).c_str(), backend->name().c_str(),
+              static_cast<long long>(prompt_tokens), generate, repeats);
   std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverage().c_str());
   std::printf("tokens/s by wall clock | per CPU second of the process, sampling included | per "
               "CPU second inside RunStep\n");

@@ -9,7 +9,6 @@
 #include "engine/cpu/cpu_step.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/thread_pool.h"
-#include "engine/forward_input.h"
 #include "engine/forward_pass.h"
 
 namespace drt {
@@ -37,7 +36,7 @@ class CpuBackend final : public Backend {
 
   absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
                     absl::Span<float> logits) override {
-    if (absl::Status s = CheckPlan(plan, sessions); !s.ok()) return s;
+    if (absl::Status s = CheckPlan(plan, sessions, logits.size()); !s.ok()) return s;
     std::vector<cpu::CpuSession*> cpu_sessions(sessions.size());
     for (size_t r = 0; r < sessions.size(); ++r) {
       cpu_sessions[r] = static_cast<cpu::CpuSession*>(sessions[r]);
@@ -64,43 +63,16 @@ class CpuBackend final : public Backend {
     idle_scratch_.push_back(std::move(scratch));
   }
 
-  // The backend-level guard before any state changes: a plan that does not
-  // fit the step size or the sessions' positions, or ids a Session would
-  // never send, is refused whole.
-  absl::Status CheckPlan(const StepPlan& plan, absl::Span<BackendSession* const> sessions) const {
-    if (plan.num_rows > max_step_positions_) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "a step of %d positions exceeds the step size %d", plan.num_rows, max_step_positions_));
-    }
+  // Backend::CheckStep, and every session a CpuSession.
+  absl::Status CheckPlan(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
+                         size_t logits_size) const {
     for (size_t r = 0; r < sessions.size(); ++r) {
       if (dynamic_cast<cpu::CpuSession*>(sessions[r]) == nullptr) {
         return absl::InvalidArgumentError(
             absl::StrFormat("session %d of the step was not made by the CPU backend", r));
       }
     }
-    std::vector<bool> used(sessions.size(), false);
-    for (const SlicePlan& slice : plan.slices) {
-      if (slice.request < 0 || slice.request >= static_cast<int64_t>(sessions.size()) ||
-          used[slice.request]) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "a slice names request %d: not one of the %d sessions, or named twice", slice.request,
-            sessions.size()));
-      }
-      used[slice.request] = true;
-      const int64_t position = sessions[slice.request]->position();
-      if (slice.first_position != position) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "a slice starts at decoder position %d but its session is at %d",
-            slice.first_position, position));
-      }
-      if (absl::Status s = CheckForwardInput(
-              config_, position,
-              absl::MakeConstSpan(plan.ids).subspan(slice.first_row, slice.num_rows), {}, 0);
-          !s.ok()) {
-        return s;
-      }
-    }
-    return absl::OkStatus();
+    return CheckStep(plan, sessions, logits_size);
   }
 
   const ModelConfig& config_;

@@ -3,12 +3,15 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_session.h"
+#include "engine/cuda/cuda_step.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
+#include "engine/forward_pass.h"
 #include "engine/model_rules.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_query.h"
@@ -16,7 +19,7 @@
 namespace drt {
 namespace {
 
-constexpr int64_t kMaxSegmentPositions = int64_t{1} << 16;
+constexpr int64_t kMaxStepPositions = int64_t{1} << 16;
 
 absl::Status CheckSupported(const ModelConfig& c) {
   // The kernels hard-code 64-row chunks with the landmark in the last row
@@ -63,11 +66,35 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override { return config_; }
-  // A session's forward cuts its rows into segments of this size
-  // (CudaSession::Forward), so the step size is the same number.
+  // Every session's buffers hold this many rows (engine/cuda/session_buffers.h).
   int64_t max_step_positions() const override {
     const int64_t S = config_.chunk_positions();
-    return std::max(S, options_.max_segment_positions / S * S);
+    return std::max(S, options_.max_step_positions / S * S);
+  }
+
+  absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
+                    absl::Span<float> logits) override {
+    // Everything that can be refused is refused before any state changes.
+    std::vector<cuda::CudaSession<T>*> cuda_sessions(sessions.size());
+    for (size_t r = 0; r < sessions.size(); ++r) {
+      cuda_sessions[r] = dynamic_cast<cuda::CudaSession<T>*>(sessions[r]);
+      if (cuda_sessions[r] == nullptr) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "session %d of the step was not made by a CUDA backend of this precision", r));
+      }
+    }
+    if (absl::Status s = CheckStep(plan, sessions, logits.size()); !s.ok()) return s;
+    for (const SlicePlan& slice : plan.slices) {
+      if (absl::Status s = cuda_sessions[slice.request]->PrepareSlice(slice); !s.ok()) return s;
+    }
+    DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
+    cuda::CudaStep<T> step(config_, *weights_, cuda_sessions);
+    absl::Status status = RunForward(config_, plan, step, logits);
+    if (!status.ok()) {
+      // Work started: every session of the step may be half updated.
+      for (const SlicePlan& slice : plan.slices) cuda_sessions[slice.request]->MarkFailed(status);
+    }
+    return status;
   }
   absl::StatusOr<std::unique_ptr<BackendSession>> NewSession() override {
     auto session = cuda::CudaSession<T>::Create(config_, *weights_, options_, host_allocator_);
@@ -97,12 +124,12 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
                                                          const ModelWeights& weights,
                                                          const CudaBackendOptions& options) {
   if (absl::Status s = CheckSupported(config); !s.ok()) return s;
-  // Rows of a segment are passed to the kernels and cuBLAS as int, and row
+  // Rows of a slice are passed to the kernels and cuBLAS as int, and row
   // offsets (rows x width) must stay far from 2^31.
-  if (options.max_segment_positions < 1 || options.max_segment_positions > kMaxSegmentPositions) {
+  if (options.max_step_positions < 1 || options.max_step_positions > kMaxStepPositions) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("max_segment_positions must be in 1..%d for the CUDA backend, got %d",
-                        kMaxSegmentPositions, options.max_segment_positions));
+        absl::StrFormat("max_step_positions must be in 1..%d for the CUDA backend, got %d",
+                        kMaxStepPositions, options.max_step_positions));
   }
   absl::StatusOr<int> count = cuda::CudaDeviceCount();
   if (!count.ok()) return count.status();

@@ -1,5 +1,6 @@
 // The blocks of the forward pass on the device (drt-model.md, Forward pass 3,
-// 4, 6, 7), each the twin of a CpuSession block.
+// 4, 6, 7) and the slice ops that run them, each the twin of a CpuStep op
+// (engine/cpu/cpu_step.cc).
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -15,6 +16,32 @@
 #include "kernels/window_attention.h"
 
 namespace drt::cuda {
+
+template <typename T>
+absl::Status CudaSession<T>::Attention(const SlicePlan& slice, int64_t layer_index,
+                                       const DeviceLayer<T>& layer) {
+  return AttentionBlock(layer_index, layer, slice.num_rows, slice.first_position);
+}
+
+template <typename T>
+absl::Status CudaSession<T>::Mlp(const SlicePlan& slice, const DeviceLayer<T>& layer) {
+  return MlpBlock(layer, buffers_.h.get(), buffers_.h.get(), slice.num_rows,
+                  static_cast<float>(config_.rms_norm_eps));
+}
+
+template <typename T>
+absl::Status CudaSession<T>::GcaMlp(const SlicePlan& slice, int64_t group,
+                                    const DeviceUpperLayer<T>& layer) {
+  if (options_.disable_gca) {
+    // The base LM: the upper layer without its GCA (h = h + MLP(RMSNorm2(h))).
+    return Mlp(slice, layer.base);
+  }
+  // The query chunk of position p is p / S - first_position / S: the
+  // index of its run in slice.runs, the row of the slot table PrepareGca
+  // uploaded.
+  return GcaBlock(group, layer, slice.num_rows, slice.first_position,
+                  slice.first_position / sizes_.chunk);
+}
 
 template <typename T>
 absl::Status CudaSession<T>::AttentionBlock(int64_t layer_index, const DeviceLayer<T>& layer,
@@ -103,6 +130,10 @@ absl::Status CudaSession<T>::GcaBlock(int64_t group, const DeviceUpperLayer<T>& 
   p.head_dim = static_cast<int>(sizes_.head_dim);
   p.out = b.attn.get();
   DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchGcaAttention(p, stream), "LaunchGcaAttention");
+  // The latest GCA reading the group's slots: chunk copies into them wait
+  // for it (FetchChunks).
+  DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(gca_done_[group].get(), stream),
+                           "recording the group's GCA");
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.mixed.get(), b.h.get(), n * d * sizeof(float),
                                            cudaMemcpyDeviceToDevice, stream),
                            "copying the residual");
@@ -114,7 +145,7 @@ absl::Status CudaSession<T>::GcaBlock(int64_t group, const DeviceUpperLayer<T>& 
 template <typename T>
 absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   // Forward pass 4 on `count` chunks whose lower-layer rows are in
-  // buffers_.mixed. Output: landmarks (device matrix), K/V with row 63 zero
+  // buffers_.mixed. Output: landmarks (device matrix), K/V with the landmark row zero
   // (enc_k/enc_v, then the host store).
   const int64_t S = sizes_.chunk;
   const int d = static_cast<int>(sizes_.d);
@@ -124,7 +155,7 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   SessionBuffers<T>& b = buffers_;
   const int64_t first = chunk_store_.size();
   DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(first + count));
-  // enc_k/enc_v are rewritten below: the previous segment's store and fetch
+  // enc_k/enc_v are rewritten below: the previous step's store and fetch
   // copies read them.
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, stored_.get(), 0),
                            "ordering the encoder after the store copies");
@@ -171,7 +202,7 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   // Landmark = the last row of the encoder output, in fp32: gather the rows, then
   // the final norm straight into the landmark matrix.
   DRT_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy2DAsync(b.enc_landmark_rows.get(), d * sizeof(float), x + (S - 1) * d,
+      cudaMemcpy2DAsync(b.enc_landmark_rows.get(), d * sizeof(float), x + LandmarkRowInChunk(config_) * d,
                         S * d * sizeof(float), d * sizeof(float), count,
                         cudaMemcpyDeviceToDevice, stream),
       "gathering landmark rows");
@@ -202,12 +233,17 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   }
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(stored_.get(), store), "recording the store copies");
   stats_.d2h_bytes += static_cast<int64_t>(2 * block * count);
-  segment_first_new_chunk_ = first;
-  segment_new_chunks_ = count;
+  step_first_new_chunk_ = first;
+  step_new_chunks_ = count;
   return absl::OkStatus();
 }
 
 #define DRT_INSTANTIATE_LAYERS(T)                                                             \
+  template absl::Status CudaSession<T>::Attention(const SlicePlan&, int64_t,                    \
+                                                  const DeviceLayer<T>&);                       \
+  template absl::Status CudaSession<T>::Mlp(const SlicePlan&, const DeviceLayer<T>&);          \
+  template absl::Status CudaSession<T>::GcaMlp(const SlicePlan&, int64_t,                       \
+                                               const DeviceUpperLayer<T>&);                     \
   template absl::Status CudaSession<T>::AttentionBlock(int64_t, const DeviceLayer<T>&, int64_t, \
                                                        int64_t);                              \
   template absl::Status CudaSession<T>::MlpBlock(const DeviceLayer<T>&, const float*, float*,   \

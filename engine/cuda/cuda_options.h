@@ -19,10 +19,12 @@ enum class CudaPrecision {
 
 struct CudaBackendOptions {
   int device_index = 0;
-  // Upper bound on decoder positions per internal forward batch, as for the
-  // CPU backend; device scratch and the retrieved-chunk buffers are sized by it.
-  // At most 65536 (MakeCudaBackend refuses more).
-  int64_t max_segment_positions = 1024;
+  // The step size (Backend::max_step_positions), as CpuBackendOptions':
+  // decoder positions one forward holds, all sessions together; rounded down
+  // to whole chunks, at least one chunk. Each session's device scratch and
+  // retrieved-chunk buffers are sized by it. At most 65536 (MakeCudaBackend
+  // refuses more).
+  int64_t max_step_positions = 1024;
   // The sliding-window base LM without retrieval (benchmarks only): no chunk
   // encoder, no landmark scoring, no GCA; the upper layers become plain
   // layers (h = h + MLP(RMSNorm2(h))). Its logits are NOT the model's.

@@ -7,7 +7,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_session.h"
+#include "engine/cuda/host/gca_slot_table.h"
 #include "engine/cuda/status_macros.h"
 #include "engine/model_rules.h"
 #include "kernels/cuda_check.h"
@@ -15,55 +17,43 @@
 #include "kernels/landmark_topk.h"
 
 namespace drt::cuda {
-namespace {
-
-struct LandmarkRows {
-  int64_t first = 0;  // row of the first landmark in the segment
-  int64_t count = 0;
-};
-
-LandmarkRows FindLandmarkRows(int64_t first_pos, int64_t n, int64_t S) {
-  LandmarkRows r;
-  r.first = (S - 1 - first_pos % S) % S;
-  r.count = r.first < n ? (n - 1 - r.first) / S + 1 : 0;
-  return r;
-}
-
-}  // namespace
 
 template <typename T>
-absl::Status CudaSession<T>::LaunchRetrieval(int64_t group, int64_t first_pos, int64_t n) {
+absl::Status CudaSession<T>::LaunchRetrieval(const SlicePlan& slice, int64_t group) {
+  Made& made = made_[group];
+  made = Made{};
+  if (options_.disable_gca || slice.landmarks.empty()) return absl::OkStatus();
   const int64_t S = sizes_.chunk;
   const int64_t d = sizes_.d;
   const int64_t k = sizes_.topk;
-  const LandmarkRows lm = FindLandmarkRows(first_pos, n, S);
-  if (lm.count == 0) return absl::OkStatus();
+  const int64_t count = static_cast<int64_t>(slice.landmarks.size());
+  const int64_t first_row = slice.landmarks.front().row - slice.first_row;
   cudaStream_t stream = compute_stream_.get();
   SessionBuffers<T>& b = buffers_;
-  // Landmark rows are S apart: one strided copy gathers them.
+  // Landmark rows are one chunk apart (the plan puts one after every
+  // enc_chunk_size real tokens): one strided copy gathers them.
   DRT_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy2DAsync(b.lmk_rows.get(), d * sizeof(float), b.h.get() + lm.first * d,
-                        S * d * sizeof(float), d * sizeof(float), lm.count,
+      cudaMemcpy2DAsync(b.lmk_rows.get(), d * sizeof(float), b.h.get() + first_row * d,
+                        S * d * sizeof(float), d * sizeof(float), count,
                         cudaMemcpyDeviceToDevice, stream),
       "gathering landmark query rows");
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchRmsNormF32(b.lmk_rows.get(), weights_.lmk_norms[group],
-                                static_cast<int>(lm.count), static_cast<int>(d),
-                                kLandmarkNormEps, b.lmk_queries.get(), stream),
+                                static_cast<int>(count), static_cast<int>(d), kLandmarkNormEps,
+                                b.lmk_queries.get(), stream),
       "LaunchRmsNormF32 (lmk_norms)");
   // Chunk t's landmark scores the chunks strictly before t. The group's
   // staging region is rewritten only once its previous upload is done.
   DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploads_done_[group].get()),
                            "waiting for the group's previous uploads");
   int64_t* limits = b.lmk_limits_host.get() + group * sizes_.max_query_chunks;
-  for (int64_t j = 0; j < lm.count; ++j) limits[j] = (first_pos + lm.first + j * S) / S;
-  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.lmk_limits.get(), limits,
-                                           lm.count * sizeof(int64_t), cudaMemcpyHostToDevice,
-                                           stream),
+  for (int64_t j = 0; j < count; ++j) limits[j] = slice.landmarks[j].chunk;
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.lmk_limits.get(), limits, count * sizeof(int64_t),
+                                           cudaMemcpyHostToDevice, stream),
                            "uploading landmark limits");
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchLandmarkTopK(landmarks_.get(), static_cast<int>(d), b.lmk_queries.get(),
-                                  b.lmk_limits.get(), static_cast<int>(lm.count),
+                                  b.lmk_limits.get(), static_cast<int>(count),
                                   static_cast<int>(k), 1.f / std::sqrt(static_cast<float>(d)),
                                   topk_workspace_.get(), topk_workspace_.bytes(),
                                   b.topk_chunks.get(), b.topk_weights.get(), stream),
@@ -71,32 +61,30 @@ absl::Status CudaSession<T>::LaunchRetrieval(int64_t group, int64_t first_pos, i
   const size_t offset = group * sizes_.max_query_chunks * k;
   DRT_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(b.topk_chunks_host.get() + offset, b.topk_chunks.get(),
-                      lm.count * k * sizeof(int64_t), cudaMemcpyDeviceToHost, stream),
+                      count * k * sizeof(int64_t), cudaMemcpyDeviceToHost, stream),
       "copying retrieved chunk ids to the host");
   DRT_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(b.topk_weights_host.get() + offset, b.topk_weights.get(),
-                      lm.count * k * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                      count * k * sizeof(float), cudaMemcpyDeviceToHost, stream),
       "copying retrieval weights to the host");
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(topk_ready_[group].get(), stream),
                            "recording the retrieval");
-  made_[group].launched = true;
+  made.launched = true;
   return absl::OkStatus();
 }
 
 template <typename T>
-absl::Status CudaSession<T>::CollectRetrieval(int64_t group, int64_t first_pos, int64_t n) {
+absl::Status CudaSession<T>::CollectRetrieval(const SlicePlan& slice, int64_t group) {
   Made& made = made_[group];
   if (!made.launched || made.collected) return absl::OkStatus();
-  const int64_t S = sizes_.chunk;
   const int64_t k = sizes_.topk;
   DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(topk_ready_[group].get()),
                            "waiting for the retrieval");
-  const LandmarkRows lm = FindLandmarkRows(first_pos, n, S);
   const size_t offset = group * sizes_.max_query_chunks * k;
   const int64_t* chunks = buffers_.topk_chunks_host.get() + offset;
   const float* weights = buffers_.topk_weights_host.get() + offset;
-  for (int64_t j = 0; j < lm.count; ++j) {
-    const int64_t chunk = (first_pos + lm.first + j * S) / S;
+  for (size_t j = 0; j < slice.landmarks.size(); ++j) {
+    const int64_t chunk = slice.landmarks[j].chunk;
     // Exactly min(k, chunk) distinct earlier chunks with finite weights (the
     // kernel answers -1 / NaN when its workspace does not cover the limit).
     const int64_t expected = std::min(k, chunk);
@@ -119,50 +107,34 @@ absl::Status CudaSession<T>::CollectRetrieval(int64_t group, int64_t first_pos, 
                                               expected, " expected"));
     }
     if (observer_) observer_(chunk, group, r);
-    made.served.emplace_back(chunk + 1, std::move(r));
+    made.at_landmark.push_back(std::move(r));
   }
   made.collected = true;
   return absl::OkStatus();
 }
 
 template <typename T>
-absl::Status CudaSession<T>::PrepareGroupChunks(int64_t group, int64_t first_pos, int64_t n) {
-  const int64_t S = sizes_.chunk;
+absl::Status CudaSession<T>::PrepareGca(const SlicePlan& slice, int64_t group) {
+  if (options_.disable_gca) return absl::OkStatus();
   const int64_t k = sizes_.topk;
-  const int64_t first_chunk = first_pos / S;
-  const int64_t num_query_chunks = (first_pos + n - 1) / S - first_chunk + 1;
   const Made& made = made_[group];
-  // The selection serving each query chunk: made at this segment's landmark
-  // of the chunk before, else the one in force.
-  std::vector<const Retrieval*> serving(num_query_chunks, &selection_[group]);
-  for (const auto& [served, r] : made.served) {
-    if (served >= first_chunk && served < first_chunk + num_query_chunks) {
-      serving[served - first_chunk] = &r;
-    }
+  // The selection serving each run (one run per query chunk, in order): the
+  // plan says which (engine/step_plan.h, GcaRun::made_at).
+  absl::StatusOr<std::vector<const Retrieval*>> serving =
+      ServingSelections(slice.runs, selection_[group], made.at_landmark, made.collected);
+  if (!serving.ok()) {
+    return absl::InternalError(absl::StrCat("group ", group, ": ", serving.status().message()));
   }
-  if (num_query_chunks > 1 && !made.collected) {
-    return absl::InternalError("retrieval not collected before its chunks are needed");
-  }
-  std::vector<int64_t> request;
-  for (const Retrieval* r : serving) request.insert(request.end(), r->chunks.begin(), r->chunks.end());
   std::vector<int> slots;
-  DRT_RETURN_IF_ERROR(FetchChunks(group, request, &slots));
+  DRT_RETURN_IF_ERROR(FetchChunks(group, ChunksToRequest(*serving), &slots));
 
   // The group's pinned staging region; its previous upload must be done.
   DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploads_done_[group].get()),
                            "waiting for the group's previous uploads");
-  const int64_t entries = num_query_chunks * k;
+  const int64_t entries = static_cast<int64_t>(serving->size()) * k;
   int32_t* table = buffers_.slot_table_host.get() + group * sizes_.max_query_chunks * k;
   float* table_weights = buffers_.slot_weights_host.get() + group * sizes_.max_query_chunks * k;
-  std::fill_n(table, entries, -1);
-  std::fill_n(table_weights, entries, 0.f);
-  size_t next = 0;
-  for (int64_t q = 0; q < num_query_chunks; ++q) {
-    for (size_t i = 0; i < serving[q]->chunks.size(); ++i) {
-      table[q * k + i] = slots[next++];
-      table_weights[q * k + i] = serving[q]->weights[i];
-    }
-  }
+  FillSlotTable(*serving, slots, k, table, table_weights);
   cudaStream_t stream = compute_stream_.get();
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.slot_table.get(), table,
                                            entries * sizeof(int32_t), cudaMemcpyHostToDevice,
@@ -175,7 +147,7 @@ absl::Status CudaSession<T>::PrepareGroupChunks(int64_t group, int64_t first_pos
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploads_done_[group].get(), stream),
                            "recording the group's uploads");
   // The first GCA of the group waits here for the copies (issued now or by
-  // the prefetch at the end of the previous segment) and no earlier.
+  // the prefetch at the end of the previous step) and no earlier.
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetched_[group].get(), 0),
                            "ordering the GCA after the chunk copies");
   return absl::OkStatus();
@@ -197,7 +169,7 @@ absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_
   const int64_t d = sizes_.d;
   cudaStream_t fetch = fetch_stream_.get();
   // Evicted slots may still be read by the group's last GCA; sources are the
-  // encoder's output (this segment's chunks) or host records written by the
+  // encoder's output (this step's chunks) or host records written by the
   // store stream.
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(fetch, gca_done_[group].get(), 0),
                            "ordering chunk copies after the group's GCA");
@@ -210,8 +182,8 @@ absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_
   for (const ChunkResidency::Copy& copy : plan->copies) {
     T* dst_k = buffer.k.get() + copy.slot * S * d;
     T* dst_v = buffer.v.get() + copy.slot * S * d;
-    const int64_t fresh = copy.chunk - segment_first_new_chunk_;
-    if (fresh >= 0 && fresh < segment_new_chunks_) {
+    const int64_t fresh = copy.chunk - step_first_new_chunk_;
+    if (fresh >= 0 && fresh < step_new_chunks_) {
       DRT_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(dst_k, buffers_.enc_k.get() + fresh * S * d, block,
                           cudaMemcpyDeviceToDevice, fetch),
@@ -240,9 +212,9 @@ absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_
 }
 
 #define DRT_INSTANTIATE_RETRIEVAL(T)                                                       \
-  template absl::Status CudaSession<T>::LaunchRetrieval(int64_t, int64_t, int64_t);          \
-  template absl::Status CudaSession<T>::CollectRetrieval(int64_t, int64_t, int64_t);         \
-  template absl::Status CudaSession<T>::PrepareGroupChunks(int64_t, int64_t, int64_t);       \
+  template absl::Status CudaSession<T>::LaunchRetrieval(const SlicePlan&, int64_t);          \
+  template absl::Status CudaSession<T>::CollectRetrieval(const SlicePlan&, int64_t);         \
+  template absl::Status CudaSession<T>::PrepareGca(const SlicePlan&, int64_t);               \
   template absl::Status CudaSession<T>::FetchChunks(int64_t, const std::vector<int64_t>&,    \
                                                     std::vector<int>*);
 DRT_INSTANTIATE_RETRIEVAL(bf16)

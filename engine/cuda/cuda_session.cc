@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/cuda/status_macros.h"
-#include "engine/forward_input.h"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise.h"
 #include "kernels/landmark_topk.h"
@@ -31,7 +30,7 @@ CudaSession<T>::CudaSession(const ModelConfig& config, const DeviceWeights<T>& w
     : config_(config),
       weights_(weights),
       options_(options),
-      sizes_(ComputeSessionSizes(config, options.max_segment_positions)),
+      sizes_(ComputeSessionSizes(config, options.max_step_positions)),
       host_allocator_(std::move(host_allocator)),
       chunk_store_(config.chunk_positions(), config.hidden_size, host_allocator_,
                    HostChunkStoreOptions{16, std::max<int64_t>(16, options.max_slab_chunks)}) {}
@@ -122,196 +121,203 @@ absl::Status CudaSession<T>::EnsureLandmarkCapacity(int64_t chunks) {
 }
 
 template <typename T>
-absl::Status CudaSession<T>::CheckIds(absl::Span<const int32_t> ids,
-                                      absl::Span<const int64_t> logit_rows,
-                                      absl::Span<float> logits) const {
-  DRT_RETURN_IF_ERROR(CheckForwardInput(config_, position_, ids, logit_rows, logits.size()));
-  const int64_t S = sizes_.chunk;
-  const int64_t n = static_cast<int64_t>(ids.size());
-  if (!options_.disable_gca && (position_ + n) / S > kMaxLandmarks) {
-    return absl::OutOfRangeError(absl::StrFormat(
-        "%d decoder positions: the CUDA backend holds at most %d chunks", position_ + n,
-        kMaxLandmarks));
-  }
-  return absl::OkStatus();
-}
-
-template <typename T>
-absl::Status CudaSession<T>::Forward(absl::Span<const int32_t> ids,
-                                     absl::Span<const int64_t> logit_rows,
-                                     absl::Span<float> logits) {
+absl::Status CudaSession<T>::PrepareSlice(const SlicePlan& slice) {
   if (!failed_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this CUDA session failed earlier and its state is lost: ", failed_.message()));
   }
-  DRT_RETURN_IF_ERROR(CheckIds(ids, logit_rows, logits));
-  DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
   const int64_t S = sizes_.chunk;
-  const int64_t n = static_cast<int64_t>(ids.size());
-  absl::Status status;
-  for (int64_t s0 = 0; s0 < n && status.ok();) {
-    // Segments end on chunk boundaries so that each closes whole chunks.
-    const int64_t boundary = (position_ + sizes_.max_rows) / S * S;
-    const int64_t s1 = std::min(n, s0 + (boundary - position_));
-    status = RunSegment(ids.subspan(s0, s1 - s0));
-    if (status.ok()) status = WriteLogits(s0, s1 - s0, logit_rows, logits);
-    s0 = s1;
+  const int64_t closed = static_cast<int64_t>(slice.landmarks.size());
+  // The device buffers hold max_rows rows and max_query_chunks chunks; the
+  // plan's landmarks and runs must be the ones its positions imply (the
+  // strided landmark gather and the slot table rely on it).
+  if (slice.num_rows < 1 || slice.num_rows > sizes_.max_rows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a slice of %d rows: the CUDA session holds 1..%d", slice.num_rows, sizes_.max_rows));
   }
-  if (!status.ok()) failed_ = status;
-  return status;
+  if (slice.first_position != position_ || slice.open_rows_before != position_ % S ||
+      closed != (slice.open_rows_before + slice.num_rows) / S ||
+      static_cast<int64_t>(slice.runs.size()) !=
+          (position_ + slice.num_rows - 1) / S - position_ / S + 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a slice of %d rows at position %d with %d landmarks and %d runs is not the plan of "
+        "this session at position %d",
+        slice.num_rows, slice.first_position, closed, slice.runs.size(), position_));
+  }
+  for (int64_t j = 0; j < closed; ++j) {
+    const PlannedLandmark& landmark = slice.landmarks[j];
+    const int64_t row = S - 1 - slice.open_rows_before + j * S;  // in the slice
+    if (landmark.row != slice.first_row + row || landmark.chunk != (position_ + row) / S) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the slice's landmark %d at row %d (chunk %d) is not at its chunk end", j, landmark.row,
+          landmark.chunk));
+    }
+  }
+  if (options_.disable_gca) return absl::OkStatus();
+  const int64_t chunks = (position_ + slice.num_rows) / S;
+  if (chunks > kMaxLandmarks) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "%d decoder positions: the CUDA backend holds at most %d chunks",
+        position_ + slice.num_rows, kMaxLandmarks));
+  }
+  DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
+  return EnsureLandmarkCapacity(chunks);
 }
 
 template <typename T>
-absl::Status CudaSession<T>::RunSegment(absl::Span<const int32_t> ids) {
-  const int64_t S = sizes_.chunk;
-  const int64_t d = sizes_.d;
-  const int64_t n = static_cast<int64_t>(ids.size());
-  const int64_t pos0 = position_;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const bool gca = !options_.disable_gca;
-  cudaStream_t stream = compute_stream_.get();
-  float* h = buffers_.h.get();
+void CudaSession<T>::MarkFailed(const absl::Status& status) {
+  if (failed_.ok()) failed_ = status;
+}
 
+template <typename T>
+absl::Status CudaSession<T>::Embed(const StepPlan& plan, const SlicePlan& slice) {
+  const int64_t n = slice.num_rows;
+  cudaStream_t stream = compute_stream_.get();
   // Through pinned staging (a pageable source may synchronise the stream);
-  // the previous segment's upload must have read it first.
+  // the previous step's upload must have read it first.
   DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ids_uploaded_.get()),
                            "waiting for the previous id upload");
-  std::memcpy(buffers_.ids_host.get(), ids.data(), n * sizeof(int32_t));
+  std::memcpy(buffers_.ids_host.get(), plan.ids.data() + slice.first_row, n * sizeof(int32_t));
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.ids.get(), buffers_.ids_host.get(),
                                            n * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
                            "uploading token ids");
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ids_uploaded_.get(), stream),
                            "recording the id upload");
-  DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchEmbeddingGather(buffers_.ids.get(), static_cast<int>(n),
-                                                          weights_.embed_tokens,
-                                                          static_cast<int>(d), h, stream),
-                           "LaunchEmbeddingGather");
-  int64_t layer_index = 0;
-  for (const DeviceLayer<T>& layer : weights_.lower) {
-    DRT_RETURN_IF_ERROR(AttentionBlock(layer_index++, layer, n, pos0));
-    DRT_RETURN_IF_ERROR(MlpBlock(layer, h, h, n, eps));
-  }
-
-  segment_first_new_chunk_ = chunk_store_.size();
-  segment_new_chunks_ = 0;
-  if (gca) {
-    // The lower-layer rows of every chunk this segment closes, in
-    // buffers_.mixed: the open chunk's earlier rows, then this segment's.
-    const int64_t open = pos0 % S;
-    const int64_t closed = (open + n) / S;
-    const size_t row_bytes = d * sizeof(float);
-    float* open_rows = buffers_.open_chunk.get();
-    if (closed > 0) {
-      float* rows = buffers_.mixed.get();
-      const int64_t from_segment = closed * S - open;
-      if (open > 0) {
-        DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows, open_rows, open * row_bytes,
-                                                 cudaMemcpyDeviceToDevice, stream),
-                                 "gathering the open chunk's rows");
-      }
-      DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows + open * d, h, from_segment * row_bytes,
-                                               cudaMemcpyDeviceToDevice, stream),
-                               "gathering closed chunks' rows");
-      DRT_RETURN_IF_ERROR(EncodeChunks(closed));
-      if (n > from_segment) {
-        DRT_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(open_rows, h + from_segment * d, (n - from_segment) * row_bytes,
-                            cudaMemcpyDeviceToDevice, stream),
-            "keeping the open chunk's rows");
-      }
-    } else {
-      DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(open_rows + open * d, h, n * row_bytes,
-                                               cudaMemcpyDeviceToDevice, stream),
-                               "keeping the open chunk's rows");
-    }
-  }
-
-  for (int64_t g = 0; g < sizes_.groups; ++g) {
-    made_[g] = Made{};
-    if (gca) {
-      DRT_RETURN_IF_ERROR(LaunchRetrieval(g, pos0, n));
-      // A landmark before the last row: its selection serves rows of this
-      // segment, so the copies must be planned now.
-      const int64_t last_chunk = (pos0 + n - 1) / S;
-      if (last_chunk != pos0 / S) DRT_RETURN_IF_ERROR(CollectRetrieval(g, pos0, n));
-      DRT_RETURN_IF_ERROR(PrepareGroupChunks(g, pos0, n));
-    }
-    for (const DeviceUpperLayer<T>& layer : weights_.upper[g]) {
-      DRT_RETURN_IF_ERROR(AttentionBlock(layer_index++, layer.base, n, pos0));
-      if (gca) {
-        DRT_RETURN_IF_ERROR(GcaBlock(g, layer, n, pos0, pos0 / S));
-      } else {
-        DRT_RETURN_IF_ERROR(MlpBlock(layer.base, h, h, n, eps));
-      }
-    }
-    if (gca) {
-      DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(gca_done_[g].get(), stream),
-                               "recording the end of a group's GCA");
-    }
-  }
-
-  if (gca) {
-    // Selections made at this segment's landmarks; the last one stays in
-    // force. When the segment ends on a landmark its selection serves only the
-    // next chunk: start copying it now (drt-model.md, "What follows for the
-    // engine": first needed by the next position).
-    const bool ends_on_landmark = (pos0 + n) % S == 0;
-    for (int64_t g = 0; g < sizes_.groups; ++g) {
-      DRT_RETURN_IF_ERROR(CollectRetrieval(g, pos0, n));
-      if (!made_[g].served.empty()) selection_[g] = made_[g].served.back().second;
-      if (ends_on_landmark) {
-        std::vector<int> slots;
-        DRT_RETURN_IF_ERROR(FetchChunks(g, selection_[g].chunks, &slots));
-      }
-    }
-  }
-  position_ += n;
+  step_first_new_chunk_ = chunk_store_.size();
+  step_new_chunks_ = 0;
+  for (Made& made : made_) made = Made{};
+  DRT_CUDA_RETURN_IF_ERROR(
+      kernels::LaunchEmbeddingGather(buffers_.ids.get(), static_cast<int>(n),
+                                     weights_.embed_tokens, static_cast<int>(sizes_.d),
+                                     buffers_.h.get(), stream),
+      "LaunchEmbeddingGather");
   return absl::OkStatus();
 }
 
 template <typename T>
-absl::Status CudaSession<T>::WriteLogits(int64_t segment_first, int64_t segment_rows,
-                                         absl::Span<const int64_t> logit_rows,
-                                         absl::Span<float> logits) {
+absl::Status CudaSession<T>::CloseChunks(const SlicePlan& slice) {
+  if (options_.disable_gca) return absl::OkStatus();
+  const int64_t S = sizes_.chunk;
   const int64_t d = sizes_.d;
-  const int64_t V = sizes_.vocab;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const int64_t n = slice.num_rows;
+  const int64_t open = slice.open_rows_before;
+  const int64_t closed = static_cast<int64_t>(slice.landmarks.size());
+  const size_t row_bytes = d * sizeof(float);
   cudaStream_t stream = compute_stream_.get();
-  std::vector<int64_t> wanted;  // indices into logit_rows inside this segment
-  for (size_t r = 0; r < logit_rows.size(); ++r) {
-    if (logit_rows[r] >= segment_first && logit_rows[r] < segment_first + segment_rows) {
-      wanted.push_back(static_cast<int64_t>(r));
-    }
+  float* h = buffers_.h.get();
+  float* open_rows = buffers_.open_chunk.get();
+  if (closed == 0) {
+    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(open_rows + open * d, h, n * row_bytes,
+                                             cudaMemcpyDeviceToDevice, stream),
+                             "keeping the open chunk's rows");
+    return absl::OkStatus();
   }
-  for (size_t b0 = 0; b0 < wanted.size(); b0 += sizes_.logit_rows) {
-    const int64_t m = std::min<int64_t>(sizes_.logit_rows, wanted.size() - b0);
-    // Runs of consecutive rows are normalised by one launch each.
-    for (int64_t w = 0; w < m;) {
-      const int64_t row = logit_rows[wanted[b0 + w]] - segment_first;
-      int64_t run = 1;
-      while (w + run < m && logit_rows[wanted[b0 + w + run]] - segment_first == row + run) ++run;
-      DRT_CUDA_RETURN_IF_ERROR(
-          kernels::LaunchRmsNorm(buffers_.h.get() + row * d, weights_.norm, static_cast<int>(run),
-                                 static_cast<int>(d), eps, buffers_.final_normed.get() + w * d,
-                                 stream),
-          "LaunchRmsNorm (final norm)");
-      w += run;
-    }
-    DRT_RETURN_IF_ERROR(gemm_->Matmul(buffers_.final_normed.get(), weights_.lm_head,
-                                      buffers_.logits.get(), static_cast<int>(m),
-                                      static_cast<int>(V), static_cast<int>(d),
-                                      /*accumulate=*/false, stream));
-    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.logits_host.get(), buffers_.logits.get(),
-                                             m * V * sizeof(float), cudaMemcpyDeviceToHost,
-                                             stream),
-                             "copying logits to the host");
-    DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "waiting for the logits");
-    for (int64_t w = 0; w < m; ++w) {
-      std::memcpy(logits.data() + wanted[b0 + w] * V, buffers_.logits_host.get() + w * V,
-                  V * sizeof(float));
+  // The lower-layer rows of every chunk the slice closes, in buffers_.mixed:
+  // the open chunk's earlier rows, then the slice's.
+  float* rows = buffers_.mixed.get();
+  const int64_t from_slice = closed * S - open;
+  if (open > 0) {
+    DRT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(rows, open_rows, open * row_bytes, cudaMemcpyDeviceToDevice, stream),
+        "gathering the open chunk's rows");
+  }
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows + open * d, h, from_slice * row_bytes,
+                                           cudaMemcpyDeviceToDevice, stream),
+                           "gathering closed chunks' rows");
+  DRT_RETURN_IF_ERROR(EncodeChunks(closed));
+  if (n > from_slice) {
+    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(open_rows, h + from_slice * d,
+                                             (n - from_slice) * row_bytes,
+                                             cudaMemcpyDeviceToDevice, stream),
+                             "keeping the open chunk's rows");
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaSession<T>::CommitSelections(const SlicePlan& slice) {
+  if (options_.disable_gca) return absl::OkStatus();
+  for (int64_t g = 0; g < sizes_.groups; ++g) {
+    DRT_RETURN_IF_ERROR(CollectRetrieval(slice, g));
+    if (!made_[g].at_landmark.empty()) selection_[g] = std::move(made_[g].at_landmark.back());
+    // Its selection serves only the next chunk: start copying it now
+    // (drt-model.md, "What follows for the engine": first needed by the
+    // next position), overlapping the logits, sampling and the next step's
+    // lower layers.
+    if (slice.ends_on_landmark) {
+      std::vector<int> slots;
+      DRT_RETURN_IF_ERROR(FetchChunks(g, selection_[g].chunks, &slots));
     }
   }
   return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaSession<T>::LaunchLogitBatch(const int64_t* rows, int64_t count) {
+  const int64_t d = sizes_.d;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  cudaStream_t stream = compute_stream_.get();
+  // Runs of consecutive rows are normalised by one launch each.
+  for (int64_t w = 0; w < count;) {
+    int64_t run = 1;
+    while (w + run < count && rows[w + run] == rows[w] + run) ++run;
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchRmsNorm(buffers_.h.get() + rows[w] * d, weights_.norm,
+                               static_cast<int>(run), static_cast<int>(d), eps,
+                               buffers_.final_normed.get() + w * d, stream),
+        "LaunchRmsNorm (final norm)");
+    w += run;
+  }
+  DRT_RETURN_IF_ERROR(gemm_->Matmul(buffers_.final_normed.get(), weights_.lm_head,
+                                    buffers_.logits.get(), static_cast<int>(count),
+                                    static_cast<int>(sizes_.vocab), static_cast<int>(d),
+                                    /*accumulate=*/false, stream));
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.logits_host.get(), buffers_.logits.get(),
+                                           count * sizes_.vocab * sizeof(float),
+                                           cudaMemcpyDeviceToHost, stream),
+                           "copying logits to the host");
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaSession<T>::QueueLogits(const SlicePlan& slice, absl::Span<const int64_t> rows,
+                                         absl::Span<float> logits) {
+  const int64_t V = sizes_.vocab;
+  const int64_t total = static_cast<int64_t>(rows.size());
+  std::vector<int64_t> local(total);  // rows of the session's h
+  for (int64_t i = 0; i < total; ++i) {
+    local[i] = rows[i] - slice.first_row;
+    if (local[i] < 0 || local[i] >= slice.num_rows) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit row %d lies outside its slice (rows %d..%d)", rows[i], slice.first_row,
+          slice.first_row + slice.num_rows - 1));
+    }
+  }
+  for (int64_t b0 = 0; b0 < total; b0 += sizes_.logit_rows) {
+    const int64_t m = std::min(sizes_.logit_rows, total - b0);
+    DRT_RETURN_IF_ERROR(LaunchLogitBatch(local.data() + b0, m));
+    pending_logits_ = logits.data() + b0 * V;
+    pending_logit_rows_ = m;
+    if (b0 + m < total) DRT_RETURN_IF_ERROR(FinishLogits());
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaSession<T>::FinishLogits() {
+  if (pending_logit_rows_ == 0) return absl::OkStatus();
+  DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()),
+                           "waiting for the logits");
+  std::memcpy(pending_logits_, buffers_.logits_host.get(),
+              pending_logit_rows_ * sizes_.vocab * sizeof(float));
+  pending_logits_ = nullptr;
+  pending_logit_rows_ = 0;
+  return absl::OkStatus();
+}
+
+template <typename T>
+void CudaSession<T>::Finish(const SlicePlan& slice) {
+  position_ += slice.num_rows;
 }
 
 template <typename T>

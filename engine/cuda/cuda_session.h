@@ -1,14 +1,17 @@
-// Per-session state and forward pass of the CUDA backend. Mirrors
-// engine/cpu/cpu_session.cc step by step (drt-model.md, "Forward pass"):
-// the same segments, landmarks, encoder batches and retrieval points; only
-// where the state lives and the number format (storage type T: bf16, or float
-// in fp32 precision; fp32 accumulation and residual stream either way)
-// differ. docs/cuda.md describes the streams and events.
+// Per-session state of the CUDA backend and the device work of one slice of
+// a step (engine/step_plan.h). engine/cuda/cuda_step.h walks the forward pass
+// (engine/forward_pass.h) over a plan and calls these slice ops, op by op,
+// for each slice; what the plan says (landmark rows, which selection serves
+// which run, where a slice ends) is read from it, never recomputed here.
+// Only where the state lives and the number format (storage type T: bf16,
+// or float in fp32 precision; fp32 accumulation and residual stream either
+// way) differ from the CPU backend. docs/cuda.md describes the streams and
+// events.
 //
 // Three streams per session: `compute` runs every kernel; `store` copies the
 // K/V of closed chunks device -> pinned host store after the encoder; `fetch`
 // copies retrieved chunks into a group's slot buffer (host -> device, or
-// device -> device from the same segment's encoder output). Events order
+// device -> device from the same step's encoder output). Events order
 // them; the host waits only for the top-k indices (it plans the copies) and
 // for the logits.
 #pragma once
@@ -27,6 +30,7 @@
 #include "engine/cuda/host/host_chunk_store.h"
 #include "engine/cuda/session_buffers.h"
 #include "engine/cuda/storage_type.h"
+#include "engine/step_plan.h"
 #include "kernels/gemm.h"
 
 namespace drt::cuda {
@@ -41,8 +45,6 @@ class CudaSession final : public BackendSession {
       const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator);
   ~CudaSession() override;
 
-  absl::Status Forward(absl::Span<const int32_t> ids, absl::Span<const int64_t> logit_rows,
-                       absl::Span<float> logits) override;
   int64_t position() const override { return position_; }
   int64_t num_chunks() const override { return position_ / sizes_.chunk; }
   SessionMemory memory() const override;
@@ -53,18 +55,52 @@ class CudaSession final : public BackendSession {
   absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const override;
   BackendSessionStats stats() const override { return stats_; }
 
+  // --- The ops of one slice (engine/cuda/cuda_step.h) ---
+  // Before the step changes anything: the session is usable, the slice fits
+  // the session's buffers and the chunk limit, and the landmark matrix has
+  // room for the chunks it closes (so no op reallocates mid-step).
+  absl::Status PrepareSlice(const SlicePlan& slice);
+  // Forward pass 2: the slice's ids (plan.ids) to the device, embedded into h.
+  absl::Status Embed(const StepPlan& plan, const SlicePlan& slice);
+  // Forward pass 3 (and the first line of 6) on decoder layer `layer_index`.
+  absl::Status Attention(const SlicePlan& slice, int64_t layer_index, const DeviceLayer<T>& layer);
+  // Forward pass 3, second line (lower layers).
+  absl::Status Mlp(const SlicePlan& slice, const DeviceLayer<T>& layer);
+  // Forward pass 4: keeps the open chunk's rows; encodes the chunks the
+  // slice closes (slice.landmarks) and appends them to the chunk memory.
+  absl::Status CloseChunks(const SlicePlan& slice);
+  // Forward pass 5 at the slice's landmark rows for `group`: launches top-k
+  // and the copy of its answer to pinned memory; reads nothing back.
+  absl::Status LaunchRetrieval(const SlicePlan& slice, int64_t group);
+  // Waits for that answer and turns it into Retrievals, one per landmark of
+  // the slice (calls the observer). No-op when collected already.
+  absl::Status CollectRetrieval(const SlicePlan& slice, int64_t group);
+  // Makes the chunks of every run's selection (slice.runs) resident in the
+  // group's slot buffer and uploads the slot table the GCA kernel reads.
+  absl::Status PrepareGca(const SlicePlan& slice, int64_t group);
+  // Forward pass 6 after the attention, with GCA (7) unless disable_gca.
+  absl::Status GcaMlp(const SlicePlan& slice, int64_t group, const DeviceUpperLayer<T>& layer);
+  // The selection made at the slice's last landmark comes into force; when
+  // the slice ends on a landmark its chunks start coming in now (they first
+  // serve the session's next step).
+  absl::Status CommitSelections(const SlicePlan& slice);
+  // Forward pass 8 for `rows` (rows of the step, inside the slice, no
+  // landmark) into `logits` (rows.size() x vocab). Every batch but the last
+  // is waited for here; the last is queued, and FinishLogits waits for it
+  // and copies it out, so that several sessions' logits overlap.
+  absl::Status QueueLogits(const SlicePlan& slice, absl::Span<const int64_t> rows,
+                           absl::Span<float> logits);
+  absl::Status FinishLogits();
+  // The slice's rows are processed.
+  void Finish(const SlicePlan& slice);
+  // An op failed after work started: the device state may be half updated,
+  // so the session refuses further steps with this error.
+  void MarkFailed(const absl::Status& status);
+
  private:
   CudaSession(const ModelConfig& config, const DeviceWeights<T>& weights,
               const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator);
   absl::Status Init();
-  absl::Status CheckIds(absl::Span<const int32_t> ids, absl::Span<const int64_t> logit_rows,
-                        absl::Span<float> logits) const;
-
-  // cuda_session.cc: one segment of at most max_rows positions starting at
-  // position_; then the logits of the rows asked for.
-  absl::Status RunSegment(absl::Span<const int32_t> ids);
-  absl::Status WriteLogits(int64_t segment_first, int64_t segment_rows,
-                           absl::Span<const int64_t> logit_rows, absl::Span<float> logits);
 
   // cuda_layers.cc: the blocks of drt-model.md, Forward pass 3, 4, 6, 7.
   absl::Status AttentionBlock(int64_t layer_index, const DeviceLayer<T>& layer, int64_t n,
@@ -79,18 +115,13 @@ class CudaSession final : public BackendSession {
   absl::Status EncodeChunks(int64_t count);
   absl::Status EnsureLandmarkCapacity(int64_t chunks);
 
-  // cuda_retrieval.cc: drt-model.md, Forward pass 5, and the chunk copies.
-  // Launches top-k for the landmark rows of this segment (group g's input in
-  // buffers_.h) and the copy of the results to pinned memory.
-  absl::Status LaunchRetrieval(int64_t group, int64_t first_pos, int64_t n);
-  // Waits for that copy and turns it into Retrievals (calls the observer).
-  absl::Status CollectRetrieval(int64_t group, int64_t first_pos, int64_t n);
-  // Makes every chunk that rows [first_pos, first_pos+n) of the group need
-  // resident and uploads the slot table the GCA kernel reads.
-  absl::Status PrepareGroupChunks(int64_t group, int64_t first_pos, int64_t n);
-  // Requests `chunks` in the group's buffer and issues the copies.
+  // cuda_retrieval.cc: requests `chunks` in the group's buffer and issues
+  // the copies.
   absl::Status FetchChunks(int64_t group, const std::vector<int64_t>& chunks,
                            std::vector<int>* slots);
+  // Final norm, lm_head and the copy to pinned memory of `count` rows of h
+  // (rows relative to the slice), on the compute stream.
+  absl::Status LaunchLogitBatch(const int64_t* rows, int64_t count);
 
   const ModelConfig& config_;
   const DeviceWeights<T>& weights_;
@@ -117,20 +148,24 @@ class CudaSession final : public BackendSession {
 
   int64_t position_ = 0;
   HostChunkStore<HostElement<T>> chunk_store_;
-  // Chunks encoded in the segment being run are read from enc_k/enc_v (not
+  // Chunks encoded in the step being run are read from enc_k/enc_v (not
   // yet, or not surely, in the host store): [first, first + count).
-  int64_t segment_first_new_chunk_ = 0;
-  int64_t segment_new_chunks_ = 0;
+  int64_t step_first_new_chunk_ = 0;
+  int64_t step_new_chunks_ = 0;
   std::vector<ChunkResidency> residency_;  // per group
   std::vector<Retrieval> selection_;       // in force now, per group
-  // Per group: selections made at this segment's landmarks, keyed by the
-  // chunk they serve; `collected` once read back.
+  // Per group: the selections made at the slice's landmarks, in the order
+  // of SlicePlan::landmarks (GcaRun::made_at indexes them); `collected`
+  // once read back.
   struct Made {
-    std::vector<std::pair<int64_t, Retrieval>> served;
+    std::vector<Retrieval> at_landmark;
     bool launched = false;
     bool collected = false;
   };
   std::vector<Made> made_;
+  // The last logit batch QueueLogits left in flight: where its rows go.
+  float* pending_logits_ = nullptr;
+  int64_t pending_logit_rows_ = 0;
   RetrievalObserver observer_;
   BackendSessionStats stats_;
   // Set after a CUDA error mid-step: the device state may be half updated.

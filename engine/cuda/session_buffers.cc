@@ -4,7 +4,7 @@
 
 namespace drt::cuda {
 
-SessionSizes ComputeSessionSizes(const ModelConfig& config, int64_t max_segment_positions) {
+SessionSizes ComputeSessionSizes(const ModelConfig& config, int64_t max_step_positions) {
   SessionSizes s;
   s.d = config.hidden_size;
   s.heads = config.num_attention_heads;
@@ -14,10 +14,12 @@ SessionSizes ComputeSessionSizes(const ModelConfig& config, int64_t max_segment_
   s.f = config.intermediate_size;
   s.vocab = config.vocab_size;
   s.chunk = config.chunk_positions();
-  // The same rule as the CPU backend: segments of whole chunks.
-  s.max_rows = std::max(s.chunk, max_segment_positions / s.chunk * s.chunk);
-  // A segment ends on a chunk boundary and spans at most max_rows positions,
-  // so it touches at most max_rows / chunk chunks; one more for safety.
+  // The same rule as the CPU backend: a step size of whole chunks
+  // (Backend::max_step_positions); one slice holds at most that many rows.
+  s.max_rows = std::max(s.chunk, max_step_positions / s.chunk * s.chunk);
+  // A slice of at most max_rows rows starting anywhere in a chunk touches
+  // at most max_rows / chunk + 1 chunks and closes at most max_rows / chunk
+  // (with the open chunk's earlier rows, (open + rows) / chunk).
   s.max_query_chunks = s.max_rows / s.chunk + 1;
   s.topk = config.chunk_topk;
   s.window = config.slide_window;

@@ -1,5 +1,5 @@
 // Device and pinned buffers of one CUDA session, sized once from the config
-// and the largest segment (CudaBackendOptions::max_segment_positions), so that
+// and the step size (CudaBackendOptions::max_step_positions), so that
 // nothing but the landmark matrix and the host chunk store grows with the
 // context.
 #pragma once
@@ -17,8 +17,8 @@ namespace drt::cuda {
 struct SessionSizes {
   int64_t d = 0, kv_width = 0, f = 0, vocab = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t chunk = 64;          // decoder positions per chunk
-  int64_t max_rows = 0;        // decoder positions per segment (a multiple of chunk)
-  int64_t max_query_chunks = 0;  // chunks one segment touches, and landmarks it holds
+  int64_t max_rows = 0;        // rows of one slice of a step (a multiple of chunk)
+  int64_t max_query_chunks = 0;  // chunks one slice touches (more than the landmarks it holds)
   int64_t topk = 0;
   int64_t ring_slots = 0;      // W + 1
   int64_t window = 0;          // W
@@ -28,7 +28,7 @@ struct SessionSizes {
   int64_t logit_rows = 0;      // rows of logits computed per batch
 };
 
-SessionSizes ComputeSessionSizes(const ModelConfig& config, int64_t max_segment_positions);
+SessionSizes ComputeSessionSizes(const ModelConfig& config, int64_t max_step_positions);
 
 // Per-layer window ring of one decoder layer (drt-model.md, "What follows
 // for the engine"): [ring_slots][kv_heads][head_dim], position p in slot
@@ -50,7 +50,7 @@ template <typename T>
 struct SessionBuffers {
   static absl::StatusOr<SessionBuffers> Create(const SessionSizes& s, bool with_gca);
 
-  // Activations of one segment (rows <= max_rows).
+  // Activations of the session's slice of a step (rows <= max_rows).
   DeviceArray<int32_t> ids;
   DeviceArray<float> h;       // residual stream [rows][d]
   DeviceArray<float> mixed;   // r + GCA(h) [rows][d]; the encoder's input rows
@@ -62,8 +62,8 @@ struct SessionBuffers {
   DeviceArray<T> act;      // [rows][F]
   // Chunk encoder.
   DeviceArray<float> enc_x;   // encoder residual stream [rows][d]
-  DeviceArray<T> enc_k, enc_v;  // chunk K/V of the segment's closed chunks [rows][d]
-  DeviceArray<float> enc_landmark_rows;  // rows 63 gathered [max_query_chunks][d]
+  DeviceArray<T> enc_k, enc_v;  // chunk K/V of the slice's closed chunks [rows][d]
+  DeviceArray<float> enc_landmark_rows;  // landmark rows gathered [max_query_chunks][d]
   // Retrieval.
   DeviceArray<float> lmk_rows;     // group-input rows of the landmarks [max_query_chunks][d]
   DeviceArray<float> lmk_queries;  // normalised [max_query_chunks][d]

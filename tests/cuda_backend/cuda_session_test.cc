@@ -1,5 +1,5 @@
 // The CUDA backend on its own terms: prefill vs token-by-token decode, small
-// segments (many copies into the slot buffers), fork, counters, bad input.
+// step sizes (many copies into the slot buffers), fork, counters, bad input.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -8,23 +8,14 @@
 
 #include "engine/backend_factory.h"
 #include "engine/session.h"
+#include "engine/step_plan.h"
 #include "tests/cuda_backend/cuda_test_support.h"
 #include "tests/test_util/random_model.h"
 
 namespace drt {
 namespace {
 
-// Every feature the kernels support, with 64-position chunks: GQA, two
-// groups, a window shorter than the sequences, many more chunks than top-k.
-ModelConfig Chunk64Config() {
-  ModelConfig c = testing::TinyConfig();
-  c.hidden_size = 64;  // head_dim 16
-  c.intermediate_size = 128;
-  c.enc_chunk_size = 63;
-  c.chunk_topk = 3;
-  c.slide_window = 100;
-  return c;
-}
+using testing::Chunk64Config;
 
 std::vector<float> AppendAll(Session& s, absl::Span<const int32_t> tokens, size_t piece) {
   AppendOptions options;
@@ -76,11 +67,11 @@ TEST_CASE("cuda: prefill, pieces and token-by-token decode agree", "[cuda]") {
   testing::Record((*cpu)->backend_session(), cpu_log);
   const auto reference = AppendAll(**cpu, tokens, 300);
   for (const PrecisionCase& pc : {kFp32Case, kBf16Case}) {
-    for (int64_t segment : {1024, 128, 64}) {
-      INFO("precision " << CudaPrecisionName(pc.precision) << " max_segment_positions "
-                        << segment);
+    for (int64_t step_size : {1024, 128, 64}) {
+      INFO("precision " << CudaPrecisionName(pc.precision) << " max_step_positions "
+                        << step_size);
       CudaBackendOptions options = testing::PrecisionOptions(pc.precision);
-      options.max_segment_positions = segment;
+      options.max_step_positions = step_size;
       auto backend = MakeCudaBackend(config, weights, options);
       REQUIRE(backend.ok());
       auto prefill = Session::Create(**backend);
@@ -189,53 +180,92 @@ TEST_CASE("cuda: a fork continues like the original and shares the chunk store",
   }
 }
 
+// Runs `plan` on `sessions` through the backend and returns its status.
+absl::Status RunPlan(Backend& backend, const StepPlan& plan,
+                     std::vector<BackendSession*> sessions) {
+  std::vector<float> logits(plan.logit_rows.size() * backend.config().vocab_size);
+  return backend.Step(plan, sessions, absl::MakeSpan(logits));
+}
+
+StepPlan PlanFor(const ModelConfig& config, const BackendSession& session, int64_t num_tokens,
+                 const std::vector<int32_t>& tokens) {
+  SliceRequest request;
+  request.position = session.position();
+  request.num_tokens = num_tokens;
+  request.tokens = tokens;
+  auto plan = PlanStep(config, {request});
+  REQUIRE(plan.ok());
+  return *std::move(plan);
+}
+
 TEST_CASE("cuda: bad input is refused and leaves the session usable", "[cuda]") {
   if (!testing::HaveGpu()) return;
   const ModelConfig config = Chunk64Config();
   const ModelWeights weights = testing::RandomWeights(config, 31);
-  auto backend = MakeCudaBackend(config, weights, CudaBackendOptions{});
+  CudaBackendOptions options;
+  options.max_step_positions = 128;
+  auto backend = MakeCudaBackend(config, weights, options);
   REQUIRE(backend.ok());
-  auto session = (*backend)->NewSession();
+  auto session = Session::Create(**backend);
   REQUIRE(session.ok());
-  std::vector<float> logits(config.vocab_size);
-  const int32_t bad[] = {static_cast<int32_t>(config.vocab_size)};
-  const int64_t row[] = {0};
-  CHECK((*session)->Forward(bad, row, absl::MakeSpan(logits)).code() ==
-        absl::StatusCode::kInvalidArgument);
-  const int32_t negative[] = {5, -1};
-  CHECK((*session)->Forward(negative, {}, {}).code() == absl::StatusCode::kInvalidArgument);
-  const int32_t landmark[] = {static_cast<int32_t>(config.chunk_id)};
-  CHECK((*session)->Forward(landmark, {}, {}).code() == absl::StatusCode::kInvalidArgument);
-  const int32_t good[] = {5};
-  const int64_t outside[] = {1};
-  CHECK((*session)->Forward(good, outside, absl::MakeSpan(logits)).code() ==
-        absl::StatusCode::kInvalidArgument);
-  CHECK((*session)->Forward(good, row, absl::MakeSpan(logits).subspan(1)).code() ==
-        absl::StatusCode::kInvalidArgument);
-  CHECK((*session)->position() == 0);
-  CHECK((*session)->Forward(good, row, absl::MakeSpan(logits)).ok());
-  CHECK((*session)->position() == 1);
+  BackendSession& state = (*session)->backend_session();
 
-  // A whole chunk, then a logit row on its landmark: refused, nothing run.
-  std::vector<int32_t> chunk(62, 7);
-  chunk.push_back(static_cast<int32_t>(config.chunk_id));
-  const int64_t landmark_row[] = {62};
-  CHECK((*session)->Forward(chunk, landmark_row, absl::MakeSpan(logits)).code() ==
-        absl::StatusCode::kInvalidArgument);
-  CHECK((*session)->position() == 1);
-  CHECK((*session)->Forward(chunk, {}, {}).ok());
-  CHECK((*session)->num_chunks() == 1);
-
-  // More chunks than the landmark top-k handles (2^20): refused up front
-  // with OUT_OF_RANGE, the session unchanged and usable.
-  const int64_t too_many = (int64_t{1} << 20) * 64 + 64 - (*session)->position();
-  std::vector<int32_t> huge(too_many, 7);
-  for (int64_t i = 0; i < too_many; ++i) {
-    if (((*session)->position() + i) % 64 == 63) huge[i] = static_cast<int32_t>(config.chunk_id);
+  // Ids a client may not send: refused by the step's token check.
+  const std::vector<std::vector<int32_t>> bad_tokens = {
+      {static_cast<int32_t>(config.vocab_size)}, {5, -1}, {static_cast<int32_t>(config.chunk_id)}};
+  for (const auto& tokens : bad_tokens) {
+    CHECK((*session)->Append(tokens).status().code() == absl::StatusCode::kInvalidArgument);
   }
-  CHECK((*session)->Forward(huge, {}, {}).code() == absl::StatusCode::kOutOfRange);
-  CHECK((*session)->position() == 64);
-  CHECK((*session)->Forward(good, row, absl::MakeSpan(logits)).ok());
+  CHECK(state.position() == 0);
+
+  // Plans the backend refuses before any state changes (Backend::CheckStep,
+  // CudaSession::PrepareSlice).
+  const std::vector<int32_t> one = {5};
+  const std::vector<int32_t> chunk = testing::RandomTokens(config, 63, 32);
+  StepPlan landmark_moved = PlanFor(config, state, 0, chunk);
+  REQUIRE(landmark_moved.ids.size() == 64);
+  std::swap(landmark_moved.ids[62], landmark_moved.ids[63]);  // a token in the landmark's slot
+  CHECK(RunPlan(**backend, landmark_moved, {&state}).code() == absl::StatusCode::kInvalidArgument);
+  SliceRequest ahead;
+  ahead.position = 64;  // the session is at 0
+  ahead.num_tokens = 63;
+  ahead.tokens = one;
+  auto ahead_plan = PlanStep(config, {ahead});
+  REQUIRE(ahead_plan.ok());
+  CHECK(RunPlan(**backend, *ahead_plan, {&state}).code() == absl::StatusCode::kInvalidArgument);
+  const StepPlan single = PlanFor(config, state, 0, one);
+  CHECK(RunPlan(**backend, single, {}).code() == absl::StatusCode::kInvalidArgument);
+  SliceRequest start;
+  start.tokens = one;
+  auto twice = PlanStep(config, {start, start});  // one session in two slices
+  REQUIRE(twice.ok());
+  CHECK(RunPlan(**backend, *twice, {&state, &state}).code() == absl::StatusCode::kInvalidArgument);
+  const StepPlan too_long = PlanFor(config, state, 0, testing::RandomTokens(config, 130, 33));
+  CHECK(RunPlan(**backend, too_long, {&state}).code() == absl::StatusCode::kInvalidArgument);
+  StepPlan no_landmarks = PlanFor(config, state, 0, chunk);
+  no_landmarks.slices[0].landmarks.clear();  // the device buffers follow the plan: refused
+  CHECK(RunPlan(**backend, no_landmarks, {&state}).code() == absl::StatusCode::kInvalidArgument);
+  auto cpu_backend = MakeCpuBackend(config, weights);
+  auto cpu_session = cpu_backend->NewSession();
+  REQUIRE(cpu_session.ok());
+  CHECK(RunPlan(**backend, single, {cpu_session->get()}).code() ==
+        absl::StatusCode::kInvalidArgument);
+  // A logits buffer of the wrong size: refused up front, so the session is
+  // not marked failed (the appends below would answer FAILED_PRECONDITION).
+  std::vector<float> short_logits(config.vocab_size - 1);
+  BackendSession* just_this[] = {&state};
+  CHECK((*backend)->Step(single, just_this, absl::MakeSpan(short_logits)).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(state.position() == 0);
+  CHECK((*session)->num_tokens() == 0);
+
+  // Still usable: a token, then the rest of the chunk closes it.
+  REQUIRE((*session)->Append(one).ok());
+  CHECK(state.position() == 1);
+  REQUIRE((*session)->Append(std::vector<int32_t>(62, 7)).ok());
+  CHECK(state.num_chunks() == 1);
+  // (The 2^20-chunk limit, OUT_OF_RANGE from PrepareSlice, needs 64M
+  // positions of real work to reach and is not tested.)
 }
 
 TEST_CASE("cuda: a config or option the kernels do not support is refused", "[cuda]") {
@@ -245,9 +275,9 @@ TEST_CASE("cuda: a config or option the kernels do not support is refused", "[cu
   CHECK(backend.status().code() == absl::StatusCode::kInvalidArgument);  // 8-position chunks
   const ModelConfig config = Chunk64Config();
   const ModelWeights weights = testing::RandomWeights(config, 42);
-  for (int64_t segment : {int64_t{0}, int64_t{1} << 17}) {
+  for (int64_t step_size : {int64_t{0}, int64_t{1} << 17}) {
     CudaBackendOptions options;
-    options.max_segment_positions = segment;
+    options.max_step_positions = step_size;
     CHECK(MakeCudaBackend(config, weights, options).status().code() ==
           absl::StatusCode::kInvalidArgument);
   }

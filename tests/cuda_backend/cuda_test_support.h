@@ -15,6 +15,7 @@
 #include "engine/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "kernels/device_query.h"
+#include "tests/test_util/random_model.h"
 
 namespace drt::testing {
 
@@ -93,6 +94,18 @@ inline void CheckIdenticalRetrievals(const RetrievalLog& cpu, const RetrievalLog
       CHECK(std::abs(g.weights[i] - c.weights[i]) <= weight_tolerance);
     }
   });
+}
+
+// Every feature the kernels support, with 64-position chunks: GQA, two
+// groups, a window shorter than the sequences, many more chunks than top-k.
+inline ModelConfig Chunk64Config() {
+  ModelConfig c = TinyConfig();
+  c.hidden_size = 64;  // head_dim 16
+  c.intermediate_size = 128;
+  c.enc_chunk_size = 63;
+  c.chunk_topk = 3;
+  c.slide_window = 100;
+  return c;
 }
 
 inline CudaBackendOptions PrecisionOptions(CudaPrecision precision) {

@@ -1,5 +1,5 @@
 // Which closed chunks sit in which slot of one group's device chunk buffer.
-// At each landmark (or, in prefill, once per segment for all the selections
+// At each landmark (or, in prefill, once per slice of a step for all the selections
 // its query chunks use) the caller asks for a set of chunks; chunks already
 // resident cost nothing, the others are assigned a slot that is empty or holds
 // a chunk outside the request, least recently requested first. A chunk in the
