@@ -36,6 +36,8 @@ const Binary kBinaries[] = {
     {"drt-tokenizer-bench", DRT_TOKENIZER_BENCH_BINARY, "--runs"},
     {"drt-niah-text", DRT_NIAH_TEXT_BINARY, "--tasks"},
     {"drt-batch-bench", DRT_BATCH_BENCH_BINARY, "--sessions"},
+    {"drt-step-bench", DRT_STEP_BENCH_BINARY, "--sessions"},
+    {"drt-durable-bench", DRT_DURABLE_BENCH_BINARY, "--tokens"},
 };
 
 TEST_CASE("every binary: --help and --helpfull print the flags and exit 0", "[cli]") {
