@@ -8,7 +8,6 @@ namespace {
 using namespace detail;  // NOLINT: internal helpers of this folder
 
 constexpr int kChunkRows = 64;  // a chunk is 64 decoder positions (drt-model.md, Shapes)
-constexpr double kRopeTheta = 10000.0;
 
 // rows [0, 64) of one head of a chunk (row r at src + r * stride) rotated by
 // RoPE at position r, times scale, into dst[r * dst_stride + :]. The pairing
@@ -38,7 +37,7 @@ template <int T, typename E>
 __global__ void __launch_bounds__(kTileThreads)
     EncoderAttentionKernel(const E* __restrict__ q, const E* __restrict__ k,
                            const E* __restrict__ v, int heads, int kv_heads, int dh,
-                           E* __restrict__ out) {
+                           double rope_theta, E* __restrict__ out) {
   extern __shared__ float4 smem_raw[];
   const TileSmem sm = CarveTileSmem(reinterpret_cast<float*>(smem_raw), dh);
   float* inv_freq = sm.extra;
@@ -49,7 +48,7 @@ __global__ void __launch_bounds__(kTileThreads)
   const size_t q_stride = static_cast<size_t>(heads) * dh;
   const size_t kv_stride = static_cast<size_t>(kv_heads) * dh;
   for (int f = threadIdx.x; f < dh / 2; f += blockDim.x) {
-    inv_freq[f] = static_cast<float>(1.0 / pow(kRopeTheta, static_cast<double>(2 * f) / dh));
+    inv_freq[f] = static_cast<float>(1.0 / pow(rope_theta, static_cast<double>(2 * f) / dh));
   }
   __syncthreads();
   const float scale = 1.f / sqrtf(static_cast<float>(dh));
@@ -76,11 +75,11 @@ __global__ void __launch_bounds__(kTileThreads)
 
 template <int T, typename E>
 cudaError_t Launch(const E* q, const E* k, const E* v, int num_chunks, int heads,
-                   int kv_heads, int dh, E* out, cudaStream_t stream) {
+                   int kv_heads, int dh, double rope_theta, E* out, cudaStream_t stream) {
   const size_t smem = TileSmemBytes(dh, kMaxHeadDim / 2);
   if (cudaError_t err = PrepareSmem(EncoderAttentionKernel<T, E>, smem); err != cudaSuccess) return err;
   const dim3 grid(num_chunks, heads);
-  EncoderAttentionKernel<T, E><<<grid, kTileThreads, smem, stream>>>(q, k, v, heads, kv_heads, dh, out);
+  EncoderAttentionKernel<T, E><<<grid, kTileThreads, smem, stream>>>(q, k, v, heads, kv_heads, dh, rope_theta, out);
   return cudaGetLastError();
 }
 
@@ -88,10 +87,10 @@ cudaError_t Launch(const E* q, const E* k, const E* v, int num_chunks, int heads
 
 template <typename T>
 cudaError_t LaunchEncoderAttention(const T* q, const T* k, const T* v, int num_chunks,
-                                   int heads, int kv_heads, int head_dim, T* out,
-                                   cudaStream_t stream) {
+                                   int heads, int kv_heads, int head_dim, double rope_theta,
+                                   T* out, cudaStream_t stream) {
   static_assert(kChunkRows == kTileQueries && kChunkRows == kTileKeys);
-  if (num_chunks < 0 || heads <= 0 || heads > 65535 || kv_heads <= 0 || heads % kv_heads != 0 ||
+  if (!(rope_theta > 0) || num_chunks < 0 || heads <= 0 || heads > 65535 || kv_heads <= 0 || heads % kv_heads != 0 ||
       !ValidHeadDim(head_dim)) {
     return cudaErrorInvalidValue;
   }
@@ -101,16 +100,16 @@ cudaError_t LaunchEncoderAttention(const T* q, const T* k, const T* v, int num_c
     if (ptr == nullptr || !Aligned16(ptr)) return cudaErrorInvalidValue;
   }
   switch ((head_dim + 31) / 32) {
-    case 1: return Launch<1, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
-    case 2: return Launch<2, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
-    case 3: return Launch<3, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
-    default: return Launch<4, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, out, stream);
+    case 1: return Launch<1, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, rope_theta, out, stream);
+    case 2: return Launch<2, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, rope_theta, out, stream);
+    case 3: return Launch<3, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, rope_theta, out, stream);
+    default: return Launch<4, T>(q, k, v, num_chunks, heads, kv_heads, head_dim, rope_theta, out, stream);
   }
 }
 
 template cudaError_t LaunchEncoderAttention<float>(const float*, const float*, const float*, int,
-                                                   int, int, int, float*, cudaStream_t);
+                                                   int, int, int, double, float*, cudaStream_t);
 template cudaError_t LaunchEncoderAttention<bf16>(const bf16*, const bf16*, const bf16*, int, int,
-                                                  int, int, bf16*, cudaStream_t);
+                                                  int, int, double, bf16*, cudaStream_t);
 
 }  // namespace drt::kernels

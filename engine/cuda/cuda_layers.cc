@@ -177,7 +177,8 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
     DRT_CUDA_RETURN_IF_ERROR(
         kernels::LaunchEncoderAttention(b.q.get(), b.k_new.get(), b.v_new.get(),
                                         static_cast<int>(count), heads, heads,
-                                        static_cast<int>(sizes_.head_dim), b.attn.get(), stream),
+                                        static_cast<int>(sizes_.head_dim), kEncoderRopeTheta,
+                                        b.attn.get(), stream),
         "LaunchEncoderAttention");
     DRT_RETURN_IF_ERROR(gemm_->Matmul(b.attn.get(), layer.o, x, rows, d, d, true, stream));
     DRT_RETURN_IF_ERROR(MlpBlock(layer, x, x, rows, kEncoderRmsEps));

@@ -11,13 +11,16 @@ namespace {
 
 using kernels::bf16;
 
+// The base the reference below uses; the kernel takes it as an argument.
+constexpr double kRopeTheta = 10000.0;
+
 // RoPE at `pos` in double: dims (f, f + dh/2) rotate by pos / 10000^(2f/dh)
 // (the rotate-half convention of engine/cpu ApplyRope and HF Llama).
 std::vector<double> Rope(const float* x, int dh, int pos) {
   std::vector<double> y(dh);
   const int half = dh / 2;
   for (int f = 0; f < half; ++f) {
-    const double angle = pos / std::pow(10000.0, 2.0 * f / dh);
+    const double angle = pos / std::pow(kRopeTheta, 2.0 * f / dh);
     const double a = x[f];
     const double b = x[f + half];
     y[f] = a * std::cos(angle) - b * std::sin(angle);
@@ -76,7 +79,7 @@ TEST_CASE("cuda encoder attention: RoPE + full attention inside each chunk", "[c
     DeviceBuffer<uint16_t> d_q(q.bits), d_k(k.bits), d_v(v.bits);
     DeviceBuffer<uint16_t> d_out(rows * c.heads * c.dh);
     CUDA_REQUIRE(kernels::LaunchEncoderAttention(d_q.as<const bf16>(), d_k.as<const bf16>(), d_v.as<const bf16>(),
-                                                 c.chunks, c.heads, c.kv_heads, c.dh, d_out.as<bf16>(), nullptr));
+                                                 c.chunks, c.heads, c.kv_heads, c.dh, kRopeTheta, d_out.as<bf16>(), nullptr));
     CUDA_REQUIRE(cudaDeviceSynchronize());
     const ErrorReport e = CompareToReference(
         Bf16ToFloats(d_out.Download()), EncoderReference(q.values, k.values, v.values, c.chunks, c.heads, c.kv_heads, c.dh));
@@ -101,7 +104,7 @@ TEST_CASE("cuda encoder attention: RoPE + full attention inside each chunk", "[c
     DeviceBuffer<float> d_q(q), d_k(k), d_v(v);
     DeviceBuffer<float> d_out(rows * c.heads * c.dh);
     CUDA_REQUIRE(kernels::LaunchEncoderAttention<float>(d_q.get(), d_k.get(), d_v.get(), c.chunks, c.heads,
-                                                        c.kv_heads, c.dh, d_out.get(), nullptr));
+                                                        c.kv_heads, c.dh, kRopeTheta, d_out.get(), nullptr));
     CUDA_REQUIRE(cudaDeviceSynchronize());
     const ErrorReport e = CompareToReference(
         d_out.Download(), EncoderReference(q, k, v, c.chunks, c.heads, c.kv_heads, c.dh));
@@ -112,7 +115,7 @@ TEST_CASE("cuda encoder attention: RoPE + full attention inside each chunk", "[c
   DeviceBuffer<uint16_t> buf(1 << 16);
   for (int dh : {36, 136, 0}) {
     CHECK(kernels::LaunchEncoderAttention(buf.as<const bf16>(), buf.as<const bf16>(), buf.as<const bf16>(), 1, 2, 2, dh,
-                                          buf.as<bf16>(), nullptr) == cudaErrorInvalidValue);
+                                          kRopeTheta, buf.as<bf16>(), nullptr) == cudaErrorInvalidValue);
   }
 }
 
