@@ -1,5 +1,5 @@
 // drt-durable-bench: what --state_dir costs. Appends a prompt to one session
-// through SessionManager in the server's step size (4032 tokens), with no
+// through SessionManager in the server's step size (--step_tokens), with no
 // state directory, with --state_sync=step and with interval sync, and prints
 // tokens/s (median of --runs); then writes --sessions sessions of
 // --session_tokens tokens and times their restore (the server's start-up).
@@ -27,6 +27,9 @@ ABSL_FLAG(int32_t, runs, 3, "throughput runs per mode (the median is printed)");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
 ABSL_FLAG(int64_t, sessions, 8, "sessions written for the start-up measurement");
 ABSL_FLAG(int64_t, session_tokens, 100000, "tokens per session for the start-up measurement");
+ABSL_FLAG(int64_t, step_tokens, 0,
+          "tokens per Append step, and the backend's step size, as drt-server's --step_tokens "
+          "(0: the backend's own, the server's default)");
 
 namespace {
 
@@ -36,8 +39,6 @@ using drt::server::StateStoreOptions;
 using drt::server::StateSync;
 using Clock = std::chrono::steady_clock;
 
-// The server's Append step (server/drt_service.cc, kTokensPerStep).
-constexpr int64_t kStepTokens = 4032;
 
 std::vector<int32_t> Tokens(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -85,13 +86,14 @@ std::unique_ptr<Server> Start(drt::Backend& backend, const std::string& dir, Sta
   return owned;
 }
 
-void Append(SessionManager& sessions, const std::string& id, const std::vector<int32_t>& tokens) {
+void Append(SessionManager& sessions, const std::string& id, const std::vector<int32_t>& tokens,
+            size_t step_tokens) {
   auto entry = sessions.Find(id);
   Check(entry.status());
   Check((*entry)->Begin(drt::server::Activity::kAppending));
-  for (size_t done = 0; done < tokens.size(); done += kStepTokens) {
+  for (size_t done = 0; done < tokens.size(); done += step_tokens) {
     const auto piece = absl::MakeConstSpan(tokens).subspan(
-        done, std::min<size_t>(kStepTokens, tokens.size() - done));
+        done, std::min<size_t>(step_tokens, tokens.size() - done));
     Check((*entry)->RunStep([&](drt::Session& s) { return s.Append(piece).status(); }));
   }
   (*entry)->End();
@@ -116,7 +118,19 @@ int main(int argc, char** argv) {
   Check(model.status());
   drt::CpuBackendOptions cpu;
   cpu.num_threads = absl::GetFlag(FLAGS_threads);
-  auto backend = drt::MakeCpuBackend((*model)->config(), (*model)->weights(), cpu);
+  const drt::ModelConfig& config = (*model)->config();
+  if (const int64_t asked = absl::GetFlag(FLAGS_step_tokens); asked > 0) {
+    // As drt-server does: the step's tokens with their landmarks, whole chunks.
+    cpu.max_step_positions =
+        (asked + config.enc_chunk_size - 1) / config.enc_chunk_size * config.chunk_positions();
+  }
+  auto backend = drt::MakeCpuBackend(config, (*model)->weights(), cpu);
+  const size_t step_tokens =
+      absl::GetFlag(FLAGS_step_tokens) > 0
+          ? static_cast<size_t>(absl::GetFlag(FLAGS_step_tokens))
+          : static_cast<size_t>(backend->max_step_positions() / config.chunk_positions() *
+                                config.enc_chunk_size);
+  std::printf("Append steps of %zu tokens\n", step_tokens);
   const std::string dir = absl::GetFlag(FLAGS_dir);
   const auto tokens = Tokens(absl::GetFlag(FLAGS_tokens), 1);
 
@@ -138,7 +152,7 @@ int main(int argc, char** argv) {
       auto entry = server->sessions->Create({});
       Check(entry.status());
       const auto start = Clock::now();
-      Append(*server->sessions, (*entry)->id(), tokens);
+      Append(*server->sessions, (*entry)->id(), tokens, step_tokens);
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       rates[m].push_back(static_cast<double>(tokens.size()) / seconds);
       std::printf("run %d %-32s %8.0f tokens/s\n", run, modes[m].name, rates[m].back());
@@ -160,9 +174,9 @@ int main(int argc, char** argv) {
     Check(entry.status());
     Check((*entry)->Begin(drt::server::Activity::kAppending));
     double engine = 0, write = 0;
-    for (size_t done = 0; done < tokens.size(); done += kStepTokens) {
+    for (size_t done = 0; done < tokens.size(); done += step_tokens) {
       const auto piece = absl::MakeConstSpan(tokens).subspan(
-          done, std::min<size_t>(kStepTokens, tokens.size() - done));
+          done, std::min<size_t>(step_tokens, tokens.size() - done));
       Check((*entry)->RunStep([&](drt::Session& s) -> absl::Status {
         const auto t0 = Clock::now();
         Check(s.Append(piece).status());
@@ -197,7 +211,7 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < n; ++i) {
       auto entry = server->sessions->Create({});
       Check(entry.status());
-      Append(*server->sessions, (*entry)->id(), session_tokens);
+      Append(*server->sessions, (*entry)->id(), session_tokens, step_tokens);
     }
   }
   uintmax_t bytes = 0;
