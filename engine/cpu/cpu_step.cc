@@ -1,12 +1,10 @@
 #include "engine/cpu/cpu_step.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
+#include "engine/cpu/retrieval.h"
 #include "engine/model_rules.h"
 
 namespace drt::cpu {
@@ -189,37 +187,6 @@ absl::Status CpuStep::CloseChunks(const StepPlan& plan) {
   return absl::OkStatus();
 }
 
-Retrieval CpuStep::RetrieveAt(const ChunkStore& store, int64_t group, const float* row,
-                              int64_t chunk) const {
-  const int64_t d = config_.hidden_size;
-  const int64_t k = std::min(config_.chunk_topk, chunk);
-  Retrieval retrieval;
-  if (k <= 0) return retrieval;
-  std::vector<float> query(d);
-  RmsNorm(row, 1, d, weights_.lmk_norms[group].data(), kLandmarkNormEps, query.data(), pool_);
-  std::vector<float> scores(chunk);
-  const float scale = 1.f / std::sqrt(static_cast<float>(d));
-  for (const auto& span : store.LandmarkSpans(chunk)) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, span.count, d, scale, span.landmarks, d,
-                query.data(), 1, 0.f, scores.data() + span.first_chunk, 1);
-  }
-  std::vector<int64_t> order(chunk);
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  });
-  retrieval.chunks.assign(order.begin(), order.begin() + k);
-  retrieval.weights.resize(k);
-  const float best = scores[retrieval.chunks[0]];
-  float sum = 0.f;
-  for (int64_t i = 0; i < k; ++i) {
-    retrieval.weights[i] = std::exp(scores[retrieval.chunks[i]] - best);
-    sum += retrieval.weights[i];
-  }
-  for (float& w : retrieval.weights) w /= sum;
-  return retrieval;
-}
-
 absl::Status CpuStep::Retrieve(const StepPlan& plan, int64_t group) {
   const int64_t d = config_.hidden_size;
   for (size_t s = 0; s < plan.slices.size(); ++s) {
@@ -229,7 +196,9 @@ absl::Status CpuStep::Retrieve(const StepPlan& plan, int64_t group) {
     made.clear();
     for (const PlannedLandmark& landmark : slice.landmarks) {
       made.push_back(
-          RetrieveAt(session.store_, group, h_.data() + landmark.row * d, landmark.chunk));
+          RetrieveAtLandmark(session.store_, weights_.lmk_norms[group].data(),
+                             h_.data() + landmark.row * d, landmark.chunk, d, config_.chunk_topk,
+                             pool_));
       if (session.observer_) session.observer_(landmark.chunk, group, made.back());
     }
   }

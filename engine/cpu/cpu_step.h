@@ -56,10 +56,6 @@ class CpuStep final : public ForwardOps {
   // alias h.
   void MlpBlock(const LayerWeights& layer, const float* residual, const float* normed_input,
                 float* h, int64_t n);
-  // Forward pass 5 for one landmark: chunk `chunk`'s landmark (hidden row
-  // `row`) scores every strictly earlier chunk of `store`.
-  Retrieval RetrieveAt(const ChunkStore& store, int64_t group, const float* row,
-                       int64_t chunk) const;
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
