@@ -115,6 +115,66 @@ WorkItem Prefill(SessionEntry& entry, const std::vector<int32_t>& tokens) {
   return item;
 }
 
+// Sessions that prefill far more than a test lasts, each on its own thread,
+// until Stop(): every step formed meanwhile has prefill to fill it.
+class EndlessPrefill {
+ public:
+  EndlessPrefill(SessionManager& manager, Scheduler& scheduler, int sessions, uint64_t seed) {
+    for (int i = 0; i < sessions; ++i) {
+      entries_.push_back(NewEntry(manager, Activity::kAppending));
+      prompts_.push_back(RandomTokens(63 * 2000, seed + i));
+    }
+    for (int i = 0; i < sessions; ++i) {
+      background_.push_back(std::make_unique<Background>());
+      background_[i]->item = Prefill(*entries_[i], prompts_[i]);
+      background_[i]->item.should_stop = [this] { return stop_.load(); };
+      background_[i]->Start(scheduler);
+    }
+  }
+  ~EndlessPrefill() { Stop(); }
+  const std::vector<std::shared_ptr<SessionEntry>>& entries() const { return entries_; }
+  // Ends the items (CANCELLED) and returns their results, once.
+  std::vector<WorkResult> Stop() {
+    stop_ = true;
+    std::vector<WorkResult> results;
+    for (auto& b : background_) {
+      if (b->result.valid()) results.push_back(b->result.get());
+    }
+    return results;
+  }
+
+ private:
+  std::vector<std::shared_ptr<SessionEntry>> entries_;
+  std::vector<std::vector<int32_t>> prompts_;
+  std::vector<std::unique_ptr<Background>> background_;
+  std::atomic<bool> stop_{false};
+};
+
+// The token the server's Generate would sample next for `entry` (on the
+// handler's thread, under the entry's claim, between steps).
+int32_t SampleToken(SessionEntry& entry, Sampler& sampler) {
+  int32_t token = -1;
+  REQUIRE(entry
+              .RunStep([&](Session& s) {
+                auto next = s.SampleNext(sampler);
+                if (!next.ok()) return next.status();
+                token = next->token;
+                return absl::OkStatus();
+              })
+              .ok());
+  return token;
+}
+
+// Runs one generated token of `entry` as the server's Generate does.
+WorkResult RunDecode(Scheduler& scheduler, SessionEntry& entry, int32_t token) {
+  const int32_t ids[] = {token};
+  WorkItem item;
+  item.entry = &entry;
+  item.tokens = ids;
+  item.kind = WorkKind::kDecode;
+  return scheduler.Run(item);
+}
+
 std::vector<float> LastLogits(SessionEntry& entry) {
   std::vector<float> logits;
   REQUIRE(entry
@@ -176,20 +236,8 @@ TEST_CASE("a generated token is in the first step formed after it is submitted, 
   Scheduler scheduler(*f.backend, log.Options(budget));
 
   // Three sessions prefill far more than the test lasts: every step is full.
-  std::vector<std::shared_ptr<SessionEntry>> prefilling;
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::unique_ptr<Background>> background;
-  std::atomic<bool> stop_prefill{false};
-  for (int i = 0; i < 3; ++i) {
-    prefilling.push_back(NewEntry(manager, Activity::kAppending));
-    prompts.push_back(RandomTokens(63 * 2000, 10 + i));
-  }
-  for (int i = 0; i < 3; ++i) {
-    background.push_back(std::make_unique<Background>());
-    background[i]->item = Prefill(*prefilling[i], prompts[i]);
-    background[i]->item.should_stop = [&] { return stop_prefill.load(); };
-    background[i]->Start(scheduler);
-  }
+  EndlessPrefill prefill(manager, scheduler, 3, 10);
+  const auto& prefilling = prefill.entries();
   WaitFor([&] { return scheduler.steps_formed() >= 2; }, 30, "prefill steps");
 
   // Session B generates greedily as the server's Generate does: sample on
@@ -202,26 +250,11 @@ TEST_CASE("a generated token is in the first step formed after it is submitted, 
   std::vector<int32_t> generated;
   std::vector<WorkResult> results;
   for (int t = 0; t < kTokens; ++t) {
-    int32_t token = -1;
-    REQUIRE(generating
-                ->RunStep([&](Session& s) {
-                  auto next = s.SampleNext(sampler);
-                  if (!next.ok()) return next.status();
-                  token = next->token;
-                  return absl::OkStatus();
-                })
-                .ok());
-    const int32_t ids[] = {token};
-    WorkItem item;
-    item.entry = generating.get();
-    item.tokens = ids;
-    item.kind = WorkKind::kDecode;
-    results.push_back(scheduler.Run(item));
+    const int32_t token = SampleToken(*generating, sampler);
+    results.push_back(RunDecode(scheduler, *generating, token));
     generated.push_back(token);
   }
-  stop_prefill = true;
-  std::vector<WorkResult> prefill_results;
-  for (auto& b : background) prefill_results.push_back(b->result.get());
+  const std::vector<WorkResult> prefill_results = prefill.Stop();
 
   for (int t = 0; t < kTokens; ++t) {
     INFO("token " << t);
@@ -272,20 +305,8 @@ TEST_CASE("a generating session keeps its place between tokens, and a step carry
   options.decode_resubmit_wait = std::chrono::seconds(30);
   Scheduler scheduler(*f.backend, options);
 
-  std::vector<std::shared_ptr<SessionEntry>> prefilling;
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::unique_ptr<Background>> background;
-  std::atomic<bool> stop_prefill{false};
-  for (int i = 0; i < 2; ++i) {
-    prefilling.push_back(NewEntry(manager, Activity::kAppending));
-    prompts.push_back(RandomTokens(63 * 2000, 20 + i));
-  }
-  for (int i = 0; i < 2; ++i) {
-    background.push_back(std::make_unique<Background>());
-    background[i]->item = Prefill(*prefilling[i], prompts[i]);
-    background[i]->item.should_stop = [&] { return stop_prefill.load(); };
-    background[i]->Start(scheduler);
-  }
+  EndlessPrefill prefill(manager, scheduler, 2, 20);
+  const auto& prefilling = prefill.entries();
   WaitFor([&] { return scheduler.steps_formed() >= 2; }, 30, "prefill steps");
 
   auto generating = NewEntry(manager, Activity::kGenerating);
@@ -297,32 +318,18 @@ TEST_CASE("a generating session keeps its place between tokens, and a step carry
   {
     Scheduler::Generating scope(scheduler, generating.get());
     for (int t = 0; t < kTokens; ++t) {
-      int32_t token = -1;
-      REQUIRE(generating
-                  ->RunStep([&](Session& s) {
-                    auto next = s.SampleNext(sampler);
-                    if (!next.ok()) return next.status();
-                    token = next->token;
-                    return absl::OkStatus();
-                  })
-                  .ok());
+      const int32_t token = SampleToken(*generating, sampler);
       // A slow handler: without the wait, prefill-only steps would be
       // formed in this gap and the token would wait behind one.
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      const int32_t ids[] = {token};
-      WorkItem item;
-      item.entry = generating.get();
-      item.tokens = ids;
-      item.kind = WorkKind::kDecode;
-      REQUIRE(scheduler.Run(item).status.ok());
+      REQUIRE(RunDecode(scheduler, *generating, token).status.ok());
       generated.push_back(token);
     }
   }
   // Once the scope is gone the engine no longer waits: full prefill steps.
   const int64_t after_scope = scheduler.steps_formed();
   WaitFor([&] { return scheduler.steps_formed() >= after_scope + 2; }, 30, "prefill steps after");
-  stop_prefill = true;
-  for (auto& b : background) b->result.get();
+  prefill.Stop();
 
   std::vector<int64_t> decode_steps;
   for (const StepRecord& step : log.steps()) {
