@@ -66,16 +66,6 @@ struct Fixture {
   }
 };
 
-double WorstRow(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t row = 0; row * vocab < a.size(); ++row) {
-    worst = std::max(worst, testing::RelativeDifference(a.data() + row * vocab,
-                                                        b.data() + row * vocab, vocab));
-  }
-  return worst;
-}
-
 void RequireSameRetrievals(const Pair& p) {
   REQUIRE(p.alone_log.size() == p.batched_log.size());
   for (const auto& [key, alone] : p.alone_log) {
@@ -111,7 +101,7 @@ double StepBothWays(Fixture& f, std::vector<std::unique_ptr<Pair>>& pairs,
     INFO("session " << i);
     const Pair& p = *pairs[i];
     REQUIRE(alone[i].size() == tokens[i].size() * V);
-    worst = std::max(worst, WorstRow(batched[i], alone[i], V));
+    worst = std::max(worst, testing::WorstRowRelativeDifference(batched[i], alone[i], V));
     REQUIRE(p.batched->num_tokens() == p.alone->num_tokens());
     REQUIRE(p.batched->backend_session().position() == p.alone->backend_session().position());
     REQUIRE(p.batched->num_chunks() == p.alone->num_chunks());

@@ -53,16 +53,6 @@ std::unique_ptr<Pair> NewPair(Backend& backend, int64_t history, uint64_t seed) 
   return pair;
 }
 
-double WorstRow(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t row = 0; row * vocab < a.size(); ++row) {
-    worst = std::max(worst, testing::RelativeDifference(a.data() + row * vocab,
-                                                        b.data() + row * vocab, vocab));
-  }
-  return worst;
-}
-
 // Runs `tokens[i]` on pair i: alone one by one, and batched in one RunStep.
 // Returns the worst relative difference over every token's logits.
 double StepBothWays(Backend& backend, std::vector<std::unique_ptr<Pair>>& pairs,
@@ -86,7 +76,7 @@ double StepBothWays(Backend& backend, std::vector<std::unique_ptr<Pair>>& pairs,
     INFO("session " << i);
     const Pair& p = *pairs[i];
     REQUIRE(alone[i].size() == tokens[i].size() * V);
-    worst = std::max(worst, WorstRow(batched[i], alone[i], V));
+    worst = std::max(worst, testing::WorstRowRelativeDifference(batched[i], alone[i], V));
     REQUIRE(p.batched->num_tokens() == p.alone->num_tokens());
     REQUIRE(p.batched->backend_session().position() == p.alone->backend_session().position());
     REQUIRE(p.batched->num_chunks() == p.alone->num_chunks());
@@ -197,7 +187,8 @@ TEST_CASE("cuda: a batched step agrees with the cpu backend's", "[cuda][batch_st
   }
   double worst = 0;
   for (size_t i = 0; i < histories.size(); ++i) {
-    worst = std::max(worst, WorstRow(logits[0][i], logits[1][i], config.vocab_size));
+    worst = std::max(worst, testing::WorstRowRelativeDifference(logits[0][i], logits[1][i],
+                                                                config.vocab_size));
   }
   WARN("cuda fp32 batched vs cpu batched, worst relative difference " << worst);
   CHECK(worst <= kBatchTolerance);

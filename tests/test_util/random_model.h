@@ -1,6 +1,8 @@
 // In-memory random models for tests that need a model but not a file.
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -110,6 +112,19 @@ inline double RelativeDifference(const float* a, const float* b, int64_t n) {
     max_ref = std::max(max_ref, std::abs(static_cast<double>(b[i])));
   }
   return max_diff / std::max(max_ref, 1e-30);
+}
+
+// The worst RelativeDifference over the rows of two row-major logit
+// matrices of `vocab` columns (the same shape, or the test fails here).
+inline double WorstRowRelativeDifference(const std::vector<float>& a, const std::vector<float>& b,
+                                         int64_t vocab) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t row = 0; row * vocab < a.size(); ++row) {
+    worst = std::max(worst, RelativeDifference(a.data() + row * vocab, b.data() + row * vocab,
+                                               vocab));
+  }
+  return worst;
 }
 
 }  // namespace drt::testing
