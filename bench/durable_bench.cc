@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
+#include "engine/model_rules.h"
 #include "engine/model.h"
 #include "engine/session.h"
 #include "server/session_manager.h"
@@ -121,15 +122,14 @@ int main(int argc, char** argv) {
   const drt::ModelConfig& config = (*model)->config();
   if (const int64_t asked = absl::GetFlag(FLAGS_step_tokens); asked > 0) {
     // As drt-server does: the step's tokens with their landmarks, whole chunks.
-    cpu.max_step_positions =
-        (asked + config.enc_chunk_size - 1) / config.enc_chunk_size * config.chunk_positions();
+    cpu.max_step_positions = drt::StepPositionsForTokens(config, asked);
   }
   auto backend = drt::MakeCpuBackend(config, (*model)->weights(), cpu);
   const size_t step_tokens =
       absl::GetFlag(FLAGS_step_tokens) > 0
           ? static_cast<size_t>(absl::GetFlag(FLAGS_step_tokens))
-          : static_cast<size_t>(backend->max_step_positions() / config.chunk_positions() *
-                                config.enc_chunk_size);
+          : static_cast<size_t>(
+                drt::StepTokensForPositions(config, backend->max_step_positions()));
   std::printf("Append steps of %zu tokens\n", step_tokens);
   const std::string dir = absl::GetFlag(FLAGS_dir);
   const auto tokens = Tokens(absl::GetFlag(FLAGS_tokens), 1);

@@ -3,6 +3,7 @@
 // take them from here instead of restating them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "engine/model_config.h"
@@ -34,6 +35,17 @@ inline int64_t GcaRowsPerChunk(const ModelConfig& config) {
 // Whether decoder position `position` is a landmark slot (Forward pass 1).
 inline bool IsLandmarkPosition(const ModelConfig& config, int64_t position) {
   return position % config.chunk_positions() == config.chunk_positions() - 1;
+}
+
+// The step size in both units (drt-server's --step_tokens sets the
+// backend's Backend::max_step_positions): the decoder positions of whole
+// chunks that hold `tokens` real tokens with their landmarks, and the real
+// tokens of `positions` positions' whole chunks (at least 1).
+inline int64_t StepPositionsForTokens(const ModelConfig& config, int64_t tokens) {
+  return (tokens + config.enc_chunk_size - 1) / config.enc_chunk_size * config.chunk_positions();
+}
+inline int64_t StepTokensForPositions(const ModelConfig& config, int64_t positions) {
+  return std::max<int64_t>(1, positions / config.chunk_positions() * config.enc_chunk_size);
 }
 
 // Decoder positions (landmarks included) a session holding `real_tokens`

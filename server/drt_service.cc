@@ -11,6 +11,7 @@
 #include <grpcpp/support/method_handler.h>
 
 #include "absl/strings/str_format.h"
+#include "engine/model_rules.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "engine/tokenizer/streaming_encoder.h"
@@ -36,9 +37,7 @@ double SecondsSince(Clock::time_point t) {
 // positions hold one landmark per enc_chunk_size tokens.
 int64_t StepTokens(const Backend& backend, int64_t requested) {
   if (requested > 0) return requested;
-  const ModelConfig& config = backend.config();
-  return std::max<int64_t>(1, backend.max_step_positions() / config.chunk_positions() *
-                                  config.enc_chunk_size);
+  return StepTokensForPositions(backend.config(), backend.max_step_positions());
 }
 
 constexpr int32_t kDefaultMaxTokens = 64;

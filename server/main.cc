@@ -21,6 +21,7 @@
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
 #include "engine/model.h"
+#include "engine/model_rules.h"
 #include "engine/session.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -191,11 +192,10 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   if (config.service.step_tokens > 0) {
     // One knob: the scheduler's step budget is also the backend's forward
     // size, in decoder positions (whole chunks, landmarks included).
-    const ModelConfig& model_config = (*model)->config();
-    const int64_t chunks = (config.service.step_tokens + model_config.enc_chunk_size - 1) /
-                           model_config.enc_chunk_size;
-    backend_options.cpu.max_step_positions = chunks * model_config.chunk_positions();
-    backend_options.cuda.max_step_positions = chunks * model_config.chunk_positions();
+    const int64_t positions =
+        StepPositionsForTokens((*model)->config(), config.service.step_tokens);
+    backend_options.cpu.max_step_positions = positions;
+    backend_options.cuda.max_step_positions = positions;
   }
   absl::StatusOr<std::unique_ptr<Backend>> made_backend =
       MakeBackend((*model)->config(), (*model)->weights(), backend_options);
