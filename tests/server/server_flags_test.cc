@@ -5,30 +5,12 @@
 #include "absl/flags/reflection.h"
 #include "engine/backend_factory.h"
 #include "server/server_flags.h"
+#include "tests/server/test_util/scoped_flag.h"
 
 namespace drt::server {
 namespace {
 
-// Sets a flag for the rest of the scope. (absl::FlagSaver would do, but
-// this absl version logs every value it restores.)
-class ScopedFlag {
- public:
-  ScopedFlag(const char* name, const std::string& value)
-      : flag_(absl::FindCommandLineFlag(name)) {
-    REQUIRE(flag_ != nullptr);
-    saved_ = flag_->CurrentValue();
-    std::string error;
-    REQUIRE(flag_->ParseFrom(value, &error));
-  }
-  ~ScopedFlag() {
-    std::string error;
-    flag_->ParseFrom(saved_, &error);
-  }
-
- private:
-  absl::CommandLineFlag* flag_;
-  std::string saved_;
-};
+using testing::ScopedFlag;
 
 TEST_CASE("ParseHostPort takes host:port and [ipv6]:port", "[server][flags]") {
   auto v4 = ParseHostPort("0.0.0.0:50051");

@@ -7,29 +7,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "server/server_flags.h"
+#include "tests/server/test_util/scoped_flag.h"
 
 namespace drt::server {
 namespace {
 
-// Sets a flag for the rest of the scope (as in server_flags_test.cc).
-class ScopedFlag {
- public:
-  ScopedFlag(const char* name, const std::string& value)
-      : flag_(absl::FindCommandLineFlag(name)) {
-    REQUIRE(flag_ != nullptr);
-    saved_ = flag_->CurrentValue();
-    std::string error;
-    REQUIRE(flag_->ParseFrom(value, &error));
-  }
-  ~ScopedFlag() {
-    std::string error;
-    flag_->ParseFrom(saved_, &error);
-  }
-
- private:
-  absl::CommandLineFlag* flag_;
-  std::string saved_;
-};
+using testing::ScopedFlag;
 
 TEST_CASE("durability flags are converted and checked", "[server][flags][state_store]") {
   ScopedFlag model("model", "/models/tiny");
