@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/model_config.h"
+#include "engine/mapped_chunks.h"
 #include "engine/model_weights.h"
 #include "engine/step_plan.h"
 
@@ -36,6 +37,10 @@ struct SessionMemory {
   size_t chunk_store_bytes = 0;  // K/V of closed chunks (may be shared by forks)
   size_t selection_bytes = 0;    // current retrieval per group
   size_t shared_bytes = 0;       // of chunk_store + landmarks, shared with forks
+  // K/V of closed chunks read from memory-mapped files (the disk tier,
+  // engine/mapped_chunks.h): the page cache holds what of it is resident,
+  // so it is not in total().
+  size_t mapped_chunk_bytes = 0;
   // GPU memory the session holds (all kinds and its scratch); not in total(),
   // which is host memory. 0 on the CPU backend.
   size_t device_bytes = 0;
@@ -89,11 +94,27 @@ class BackendSession {
     return absl::UnimplementedError("this backend cannot export session state");
   }
   // Replaces the state of a session that has processed nothing yet with
-  // `state` and its `num_chunks` closed chunks read through `read`. All or
-  // nothing: on error the session is unchanged.
+  // `state` and its `num_chunks` closed chunks read through `read`. With a
+  // `map` and a backend that maps chunks (chunk_map_unit() > 0), whole units
+  // of chunks are mapped through it instead of read into memory (the disk
+  // tier). All or nothing: on error the session is unchanged.
   virtual absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,
-                                   const ChunkReader& read) {
+                                   const ChunkReader& read, const ChunkMapper& map = nullptr) {
     return absl::UnimplementedError("this backend cannot import session state");
+  }
+
+  // The disk tier (engine/mapped_chunks.h). How many consecutive chunks the
+  // backend hands over to a mapping as one unit; 0 when it keeps every
+  // chunk in its own memory.
+  virtual int64_t chunk_map_unit() const { return 0; }
+  // `chunks` (closed chunks of this session, first() and size() multiples
+  // of chunk_map_unit(), contents identical to the session's) are read from
+  // the mapping from now on, and the session frees its own copy of their
+  // K/V. Forks that share those chunks keep theirs until they map them too.
+  // INVALID_ARGUMENT for a range that is not whole units of closed chunks;
+  // nothing changes then.
+  virtual absl::Status MapChunks(std::shared_ptr<const MappedChunks> chunks) {
+    return absl::UnimplementedError("this backend cannot read chunks from mapped files");
   }
 };
 

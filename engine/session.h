@@ -113,10 +113,13 @@ class Session {
   // cannot export.
   absl::StatusOr<SessionState> ExportState() const;
   // A new session on `backend` holding `state` and its closed chunks, read
-  // through `read`; it continues exactly as the exported one would.
+  // through `read` (or, for whole units of chunks, mapped through `map`:
+  // the disk tier, BackendSession::ImportState); it continues exactly as
+  // the exported one would.
   static absl::StatusOr<std::unique_ptr<Session>> Restore(Backend& backend,
                                                           const SessionState& state,
-                                                          const ChunkReader& read);
+                                                          const ChunkReader& read,
+                                                          const ChunkMapper& map = nullptr);
 
  private:
   // engine/batch_step.cc advances num_tokens_ and last_logits_ after a step.

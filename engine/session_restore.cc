@@ -31,12 +31,13 @@ absl::StatusOr<SessionState> Session::ExportState() const {
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Restore(Backend& backend,
                                                           const SessionState& state,
-                                                          const ChunkReader& read) {
+                                                          const ChunkReader& read,
+                                                          const ChunkMapper& map) {
   if (absl::Status s = ValidateSessionState(state, backend.config()); !s.ok()) return s;
   auto session = Create(backend);
   if (!session.ok()) return session.status();
   if (absl::Status s = (*session)->backend_session_->ImportState(
-          state.backend, ClosedChunks(state, backend.config()), read);
+          state.backend, ClosedChunks(state, backend.config()), read, map);
       !s.ok()) {
     return NameBackend(s, backend.name());
   }

@@ -78,6 +78,11 @@ ABSL_FLAG(std::string, state_sync, "step",
           "and generated token is fsynced before it is acknowledged) or interval (at most every "
           "--state_sync_interval_ms per session and at the end of each call; a crash may lose "
           "that much acknowledged work)");
+ABSL_FLAG(bool, disk_tier, true,
+          "with --state_dir, closed chunks on disk are read from the memory-mapped chunk logs, "
+          "64 chunks at a time, and freed from RAM: the page cache keeps what is used, and the "
+          "host memory budget bounds RAM instead of context (docs/state_format.md, \"Disk "
+          "tier\"); false keeps every chunk in RAM as well");
 ABSL_FLAG(int64_t, state_sync_interval_ms, 1000,
           "with --state_sync=interval, the longest a session's acknowledged changes stay "
           "unwritten");
@@ -252,6 +257,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     check(sync.status());
   }
   config.state.sync_interval_ms = absl::GetFlag(FLAGS_state_sync_interval_ms);
+  config.state.disk_tier = absl::GetFlag(FLAGS_disk_tier);
   check(CheckAtLeast("state_sync_interval_ms", config.state.sync_interval_ms, 1));
 
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

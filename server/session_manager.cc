@@ -54,7 +54,7 @@ absl::Status SessionEntry::Begin(Activity activity) {
   return absl::OkStatus();
 }
 
-absl::Status SessionEntry::PersistAfterStep(const Session& session, bool force) const {
+absl::Status SessionEntry::PersistAfterStep(Session& session, bool force) const {
   if (!persister_) return absl::OkStatus();
   return persister_(*this, session, force);
 }
@@ -198,7 +198,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
   }
   auto entry = std::make_shared<SessionEntry>(id, settings, std::move(session));
   if (store_ != nullptr) {
-    entry->persister_ = [store = store_](const SessionEntry& e, const Session& s, bool force) {
+    entry->persister_ = [store = store_](const SessionEntry& e, Session& s, bool force) {
       return store->Persist(e.id(), e.settings(), s, force);
     };
   }

@@ -45,7 +45,7 @@ class StateStore;
 // Writes a session's durable state (server/state_store.h) after a step that
 // changed it (force false) and when an activity ends (force true).
 using SessionPersister =
-    std::function<absl::Status(const SessionEntry& entry, const Session& session, bool force)>;
+    std::function<absl::Status(const SessionEntry& entry, Session& session, bool force)>;
 
 class SessionEntry {
  public:
@@ -71,7 +71,7 @@ class SessionEntry {
   // session (before the step's result can be acknowledged), End() before
   // the activity ends. A scheduler that runs steps without RunStep calls
   // PersistAfterStep itself, on the thread that holds the activity.
-  absl::Status PersistAfterStep(const Session& session, bool force = false) const;
+  absl::Status PersistAfterStep(Session& session, bool force = false) const;
 
   // RunStep in two halves, for the scheduler, which claims every session of
   // a batched engine step, runs the step, then releases them all. BeginStep

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "engine/session_state.h"
+#include "server/chunk_log_mapping.h"
 
 namespace drt::server {
 namespace fs = std::filesystem;
@@ -112,6 +113,8 @@ struct StateStore::Durable {
   int fd = -1;                         // own log, opened at its first write
   bool removed = false;
   int64_t tokens_written = -1;  // num_tokens in the state file; -1: none yet
+  int64_t chunks_mapped = 0;    // the disk tier: leading chunks read from the logs
+  bool mapping_failed = false;  // logged once; the session keeps its chunks in memory
   std::chrono::steady_clock::time_point last_write{};
 };
 
@@ -188,7 +191,7 @@ std::shared_ptr<StateStore::Durable> StateStore::FindOrAdd(const std::string& id
 }
 
 absl::Status StateStore::Persist(const std::string& id, const SessionSettings& settings,
-                                 const Session& session, bool force) {
+                                 Session& session, bool force) {
   std::shared_ptr<Durable> d = FindOrAdd(id, {ChunkSegment{id, 0}});
   if (d == nullptr) return absl::OkStatus();  // removed
   std::lock_guard<std::mutex> lock(d->mutex);
@@ -202,7 +205,7 @@ absl::Status StateStore::Persist(const std::string& id, const SessionSettings& s
 }
 
 absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
-                                       const SessionSettings& settings, const Session& session) {
+                                       const SessionSettings& settings, Session& session) {
   ChunkSegment& own = d.segments.back();
   const int64_t on_disk = SegmentChunks(d.segments);
   const int64_t chunks = session.num_chunks();
@@ -272,12 +275,43 @@ absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
   }
   d.tokens_written = session.num_tokens();
   d.last_write = std::chrono::steady_clock::now();
+  MapChunksOnDisk(d, id, session);
   return absl::OkStatus();
 }
 
+ChunkMapper StateStore::MapperFor(const std::vector<ChunkSegment>& segments) const {
+  std::vector<std::string> paths;
+  for (const ChunkSegment& s : segments) paths.push_back(LogPath(s.log));
+  return [segments, paths = std::move(paths), this](int64_t first, int64_t count) {
+    return MapChunkLogs(segments, paths, first, count, config_);
+  };
+}
+
+void StateStore::MapChunksOnDisk(Durable& d, const std::string& id, Session& session) {
+  BackendSession& backend = session.backend_session();
+  const int64_t unit = backend.chunk_map_unit();
+  if (!options_.disk_tier || unit <= 0 || d.mapping_failed) return;
+  const int64_t on_disk = SegmentChunks(d.segments);
+  if (d.chunks_mapped + unit > on_disk) return;
+  const ChunkMapper map = MapperFor(d.segments);
+  for (; d.chunks_mapped + unit <= on_disk; d.chunks_mapped += unit) {
+    auto mapped = map(d.chunks_mapped, unit);
+    absl::Status s = mapped.ok() ? backend.MapChunks(*std::move(mapped)) : mapped.status();
+    if (!s.ok()) {
+      std::fprintf(stderr,
+                   "drt-server: session %s keeps its chunks from %d on in memory (the disk tier "
+                   "could not map them): %s\n",
+                   id.c_str(), d.chunks_mapped, std::string(s.message()).c_str());
+      d.mapping_failed = true;
+      return;
+    }
+  }
+}
+
 absl::Status StateStore::RecordFork(const std::string& parent_id, const std::string& child_id,
-                                    const SessionSettings& settings, const Session& child) {
+                                    const SessionSettings& settings, Session& child) {
   std::vector<ChunkSegment> segments;
+  int64_t chunks_mapped = 0;  // of the parent's, which the fork shares already mapped
   std::shared_ptr<Durable> parent;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -289,6 +323,7 @@ absl::Status StateStore::RecordFork(const std::string& parent_id, const std::str
     // child's chunks; otherwise the child writes its own copy.
     if (!parent->removed && SegmentChunks(parent->segments) == child.num_chunks()) {
       segments = parent->segments;
+      chunks_mapped = parent->chunks_mapped;
       // Taken under the parent's lock, so a concurrent Remove of the parent
       // cannot delete these logs before the child holds them.
       std::lock_guard<std::mutex> refs(mutex_);
@@ -301,6 +336,7 @@ absl::Status StateStore::RecordFork(const std::string& parent_id, const std::str
     std::lock_guard<std::mutex> lock(mutex_);
     d = std::make_shared<Durable>();
     d->segments = segments;
+    d->chunks_mapped = chunks_mapped;
     ++log_refs_[child_id];
     sessions_[child_id] = d;
   }
@@ -508,6 +544,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     if (!opened.ok()) {
       session = opened;
     } else {
+      const ChunkMapper map = options_.disk_tier ? MapperFor(c.record.segments) : nullptr;
       session = Session::Restore(backend, c.state, [&](int64_t chunk, ChunkData& out) -> absl::Status {
         for (size_t i = 0; i < c.record.segments.size(); ++i) {
           if (chunk < c.record.segments[i].chunks) {
@@ -520,7 +557,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
           chunk -= c.record.segments[i].chunks;
         }
         return absl::InternalError("chunk beyond the session's logs");
-      });
+      }, map);
     }
     for (int fd : fds) {
       if (fd >= 0) ::close(fd);
@@ -532,6 +569,10 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     }
     auto d = FindOrAdd(c.id, c.record.segments);
     d->tokens_written = c.state.num_tokens;
+    const int64_t unit = (*session)->backend_session().chunk_map_unit();
+    if (options_.disk_tier && unit > 0) {
+      d->chunks_mapped = ClosedChunks(c.state, config_) / unit * unit;
+    }
     d->last_write = std::chrono::steady_clock::now();
     report.sessions.push_back({c.id, c.record.settings, *std::move(session)});
   }

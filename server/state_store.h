@@ -33,6 +33,10 @@ struct StateStoreOptions {
   std::string dir;
   StateSync sync = StateSync::kStep;
   int64_t sync_interval_ms = 1000;
+  // The disk tier (docs/state_format.md, "Disk tier"): once a whole unit of
+  // a session's closed chunks is on disk, the session reads them from the
+  // memory-mapped log and frees its own copy of their K/V.
+  bool disk_tier = true;
 };
 
 class StateStore {
@@ -65,14 +69,16 @@ class StateStore {
   // chunks (appended to its own log, fsynced), then its small state
   // (atomically). In interval mode a call within the interval of the last
   // write does nothing unless `force`. A session seen for the first time
-  // gets its own log. No-op for a removed id.
-  absl::Status Persist(const std::string& id, const SessionSettings& settings,
-                       const Session& session, bool force = false);
+  // gets its own log. No-op for a removed id. With the disk tier, the
+  // session then reads its chunks on disk from the mapped logs (which
+  // changes where they live, not what they are).
+  absl::Status Persist(const std::string& id, const SessionSettings& settings, Session& session,
+                       bool force = false);
   // Records a fork: `child` shares the chunks of `parent_id`, which must
   // have been persisted (force) with all its chunks just before, then
   // writes the child's state.
   absl::Status RecordFork(const std::string& parent_id, const std::string& child_id,
-                          const SessionSettings& settings, const Session& child);
+                          const SessionSettings& settings, Session& child);
   // Deletes the session's state file and every chunk log no other session
   // uses (a fork keeps its parent's log alive). Errors are logged, not
   // returned: the session is gone from the server either way.
@@ -86,7 +92,13 @@ class StateStore {
   struct Durable;
   StateStore(StateStoreOptions options, const ModelConfig& config, int lock_fd);
   absl::Status PersistLocked(Durable& d, const std::string& id, const SessionSettings& settings,
-                             const Session& session);
+                             Session& session);
+  // The disk tier: maps every whole unit of `session`'s chunks on disk that
+  // it still holds in memory. A failure (say, too many mappings) is logged
+  // and leaves the chunks in memory; it loses nothing.
+  void MapChunksOnDisk(Durable& d, const std::string& id, Session& session);
+  // Maps chunks [first, first + count) of a session with `segments`.
+  ChunkMapper MapperFor(const std::vector<ChunkSegment>& segments) const;
   std::shared_ptr<Durable> FindOrAdd(const std::string& id, std::vector<ChunkSegment> segments);
   // Moves `files` into DIR/quarantine/ and returns the report line.
   std::string Quarantine(const std::string& id, const std::string& problem,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_format.h"
+
 namespace drt::cpu {
 
 ChunkStore::Block& ChunkStore::WritableLastBlock() {
@@ -35,11 +37,68 @@ const float* ChunkStore::landmark(int64_t chunk) const {
 }
 const float* ChunkStore::keys(int64_t chunk) const {
   const Block& b = *blocks_[chunk / kChunksPerBlock];
+  if (b.mapped != nullptr) return b.mapped->keys(chunk);
   return b.keys.data() + (chunk % kChunksPerBlock) * rows_ * width_;
 }
 const float* ChunkStore::values(int64_t chunk) const {
   const Block& b = *blocks_[chunk / kChunksPerBlock];
+  if (b.mapped != nullptr) return b.mapped->values(chunk);
   return b.values.data() + (chunk % kChunksPerBlock) * rows_ * width_;
+}
+
+absl::Status ChunkStore::CheckMappedBlock(const MappedChunks& mapped, int64_t first) const {
+  if (mapped.first() != first || mapped.size() != kChunksPerBlock) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a mapping of chunks [%d, %d) is not block %d of the chunk store, chunks [%d, %d)",
+        mapped.first(), mapped.first() + mapped.size(), first / kChunksPerBlock, first,
+        first + kChunksPerBlock));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::AppendMappedBlock(std::shared_ptr<const MappedChunks> mapped) {
+  if (size_ % kChunksPerBlock != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "a mapped block can only follow whole blocks; the store holds %d chunks", size_));
+  }
+  if (absl::Status s = CheckMappedBlock(*mapped, size_); !s.ok()) return s;
+  auto block = std::make_shared<Block>();
+  block->landmarks.resize(kChunksPerBlock * width_);
+  for (int64_t i = 0; i < kChunksPerBlock; ++i) {
+    std::memcpy(block->landmarks.data() + i * width_, mapped->landmark(size_ + i),
+                width_ * sizeof(float));
+  }
+  block->count = kChunksPerBlock;
+  block->mapped = std::move(mapped);
+  blocks_.push_back(std::move(block));
+  size_ += kChunksPerBlock;
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::MapBlock(std::shared_ptr<const MappedChunks> mapped) {
+  const int64_t first = mapped->first();
+  if (first % kChunksPerBlock != 0 || first + kChunksPerBlock > size_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "chunks [%d, %d) are not a whole block of the %d closed chunks", first,
+        first + mapped->size(), size_));
+  }
+  if (absl::Status s = CheckMappedBlock(*mapped, first); !s.ok()) return s;
+  std::shared_ptr<Block>& slot = blocks_[first / kChunksPerBlock];
+  if (slot->mapped != nullptr) return absl::OkStatus();  // mapped already
+  if (slot.use_count() > 1) {
+    // A fork reads this block too (possibly on another thread): give this
+    // store its own block and leave the shared one untouched.
+    auto own = std::make_shared<Block>();
+    own->landmarks = slot->landmarks;
+    own->count = slot->count;
+    own->mapped = std::move(mapped);
+    slot = std::move(own);
+  } else {
+    slot->mapped = std::move(mapped);
+    std::vector<float>().swap(slot->keys);  // frees the memory, not only the size
+    std::vector<float>().swap(slot->values);
+  }
+  return absl::OkStatus();
 }
 
 std::vector<ChunkStore::LandmarkSpan> ChunkStore::LandmarkSpans(int64_t num_chunks) const {
@@ -55,6 +114,14 @@ std::vector<ChunkStore::LandmarkSpan> ChunkStore::LandmarkSpans(int64_t num_chun
 size_t ChunkStore::kv_bytes() const {
   size_t bytes = 0;
   for (const auto& b : blocks_) bytes += (b->keys.capacity() + b->values.capacity()) * sizeof(float);
+  return bytes;
+}
+
+size_t ChunkStore::mapped_bytes() const {
+  size_t bytes = 0;
+  for (const auto& b : blocks_) {
+    if (b->mapped != nullptr) bytes += b->mapped->kv_bytes();
+  }
   return bytes;
 }
 

@@ -3,11 +3,18 @@
 // blocks held by shared_ptr, so a forked session shares every closed chunk;
 // a block still shared is copied before it is written (copy on write), which
 // bounds a fork's cost by one block.
+//
+// The disk tier (engine/mapped_chunks.h): a full block's K/V can be handed
+// over to a mapping of the same chunks in files (MapBlock); the block then
+// reads keys and values there and keeps only its landmarks in memory.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "engine/mapped_chunks.h"
 
 namespace drt::cpu {
 
@@ -24,6 +31,14 @@ class ChunkStore {
 
   // Copies one chunk in: landmark [width], keys and values [rows x width].
   void Append(const float* landmark, const float* keys, const float* values);
+  // Appends a whole block (kChunksPerBlock chunks, starting at size(), which
+  // must be a multiple of kChunksPerBlock) read from `mapped`: its landmarks
+  // are copied, its K/V stay in the mapping.
+  absl::Status AppendMappedBlock(std::shared_ptr<const MappedChunks> mapped);
+  // Hands block `mapped->first() / kChunksPerBlock` (full, closed, the same
+  // contents) over to `mapped` and frees its K/V. A block a fork shares is
+  // replaced in this store only; the fork keeps its copy.
+  absl::Status MapBlock(std::shared_ptr<const MappedChunks> mapped);
 
   const float* landmark(int64_t chunk) const;
   const float* keys(int64_t chunk) const;
@@ -39,7 +54,10 @@ class ChunkStore {
   std::vector<LandmarkSpan> LandmarkSpans(int64_t num_chunks) const;
 
   // Bytes of K/V and of landmarks held (shared blocks counted in full).
+  // kv_bytes() counts K/V in memory; mapped_bytes() what is read from
+  // mapped files.
   size_t kv_bytes() const;
+  size_t mapped_bytes() const;
   size_t landmark_bytes() const;
   // The part of kv_bytes() + landmark_bytes() in blocks another session
   // (a fork or a parent) also holds.
@@ -49,7 +67,10 @@ class ChunkStore {
   struct Block {
     std::vector<float> landmarks, keys, values;
     int64_t count = 0;
+    // When set, keys and values are empty and read from here.
+    std::shared_ptr<const MappedChunks> mapped;
   };
+  absl::Status CheckMappedBlock(const MappedChunks& mapped, int64_t first) const;
   Block& WritableLastBlock();
 
   int64_t rows_;

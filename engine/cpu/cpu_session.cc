@@ -23,6 +23,7 @@ SessionMemory CpuSession::memory() const {
   m.open_chunk_bytes = open_chunk_.capacity() * sizeof(float);
   m.landmark_bytes = store_.landmark_bytes();
   m.chunk_store_bytes = store_.kv_bytes();
+  m.mapped_chunk_bytes = store_.mapped_bytes();
   m.shared_bytes = store_.shared_bytes();
   for (const Retrieval& r : selection_) {
     m.selection_bytes += r.chunks.capacity() * sizeof(int64_t) + r.weights.capacity() * sizeof(float);

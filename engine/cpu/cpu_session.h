@@ -31,7 +31,12 @@ class CpuSession final : public BackendSession {
   absl::Status ExportState(BackendSessionState& out) const override;
   absl::Status ReadChunk(int64_t chunk, ChunkData& out) const override;
   absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,
-                           const ChunkReader& read) override;
+                           const ChunkReader& read, const ChunkMapper& map = nullptr) override;
+  // The disk tier maps whole chunk-store blocks.
+  int64_t chunk_map_unit() const override { return ChunkStore::kChunksPerBlock; }
+  absl::Status MapChunks(std::shared_ptr<const MappedChunks> chunks) override {
+    return store_.MapBlock(std::move(chunks));
+  }
 
  private:
   // The executor of the forward pass reads and advances the state below.

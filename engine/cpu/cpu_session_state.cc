@@ -42,7 +42,7 @@ absl::Status CpuSession::ReadChunk(int64_t chunk, ChunkData& out) const {
 }
 
 absl::Status CpuSession::ImportState(const BackendSessionState& state, int64_t num_chunks,
-                                     const ChunkReader& read) {
+                                     const ChunkReader& read, const ChunkMapper& map) {
   if (position_ != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "state can only be imported into a new session; this one is at position %d", position_));
@@ -59,8 +59,18 @@ absl::Status CpuSession::ImportState(const BackendSessionState& state, int64_t n
   }
   // Built aside and moved in, so that an error leaves this session as it was.
   ChunkStore store(config_.chunk_positions(), config_.hidden_size);
+  // Whole blocks through the mapping when there is one (the disk tier):
+  // their K/V are not read into memory.
+  int64_t c = 0;
+  if (map != nullptr) {
+    for (; c + ChunkStore::kChunksPerBlock <= num_chunks; c += ChunkStore::kChunksPerBlock) {
+      auto mapped = map(c, ChunkStore::kChunksPerBlock);
+      if (!mapped.ok()) return mapped.status();
+      if (absl::Status s = store.AppendMappedBlock(*std::move(mapped)); !s.ok()) return s;
+    }
+  }
   ChunkData chunk;
-  for (int64_t c = 0; c < num_chunks; ++c) {
+  for (; c < num_chunks; ++c) {
     if (absl::Status s = read(c, chunk); !s.ok()) return s;
     if (absl::Status s = ValidateChunkData(chunk, config_); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrFormat("chunk %d: %s", c, s.message()));

@@ -18,6 +18,7 @@
 #include "server/state_files.h"
 #include "server/state_store.h"
 #include "engine/session_state.h"
+#include "tests/server/test_util/durable_server.h"
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/test_util/temp_dir.h"
 
@@ -28,100 +29,11 @@ namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using testing::FixtureModel;
 using testing::RandomTokens;
-
-SessionLimits Limits() {
-  SessionLimits limits;
-  limits.host_memory_budget_bytes = 4LL << 30;
-  return limits;
-}
-
-StateStoreOptions Options(const std::string& dir) {
-  StateStoreOptions options;
-  options.dir = dir;
-  return options;
-}
-
-// A server's sessions with a state store, as main wires them.
-struct Server {
-  std::unique_ptr<StateStore> store;
-  std::unique_ptr<SessionManager> sessions;
-  StateStore::RestoreReport report;
-
-  explicit Server(const std::string& dir) {
-    FixtureModel& f = FixtureModel::Get();
-    auto opened = StateStore::Open(Options(dir), f.model->config());
-    if (!opened.ok()) throw std::runtime_error(std::string(opened.status().message()));
-    store = *std::move(opened);
-    sessions = std::make_unique<SessionManager>(*f.backend, Limits());
-    auto restored = store->RestoreAll(*f.backend);
-    if (!restored.ok()) throw std::runtime_error(std::string(restored.status().message()));
-    sessions->AttachStateStore(store.get());
-    for (auto& r : restored->sessions) {
-      REQUIRE(sessions->Adopt(r.id, r.settings, std::move(r.session)).ok());
-    }
-    restored->sessions.clear();
-    report = *std::move(restored);
-  }
-  ~Server() {
-    sessions.reset();  // the manager goes first: it writes to the store
-  }
-
-  std::string Create() {
-    auto entry = sessions->Create({});
-    REQUIRE(entry.ok());
-    return (*entry)->id();
-  }
-  void Append(const std::string& id, const std::vector<int32_t>& tokens) {
-    auto entry = sessions->Find(id);
-    REQUIRE(entry.ok());
-    REQUIRE((*entry)->Begin(Activity::kAppending).ok());
-    // Steps of 200 tokens, as the service runs them in bounded steps.
-    for (size_t done = 0; done < tokens.size(); done += 200) {
-      const auto piece = absl::MakeConstSpan(tokens).subspan(done, std::min<size_t>(200, tokens.size() - done));
-      REQUIRE((*entry)->RunStep([&](Session& s) { return s.Append(piece).status(); }).ok());
-    }
-    (*entry)->End();
-  }
-  // Greedy tokens and their logprobs; also applied to the session.
-  std::pair<std::vector<int32_t>, std::vector<float>> Greedy(const std::string& id, int n) {
-    auto entry = sessions->Find(id);
-    REQUIRE(entry.ok());
-    REQUIRE((*entry)->Begin(Activity::kGenerating).ok());
-    std::vector<int32_t> tokens;
-    std::vector<float> logprobs;
-    Sampler sampler(SamplingParams{});
-    for (int i = 0; i < n; ++i) {
-      REQUIRE((*entry)->RunStep([&](Session& s) -> absl::Status {
-        auto step = s.GenerateStep(sampler);
-        if (!step.ok()) return step.status();
-        tokens.push_back(step->token);
-        logprobs.push_back(step->logprob);
-        return absl::OkStatus();
-      }).ok());
-    }
-    (*entry)->End();
-    return {tokens, logprobs};
-  }
-  std::string Fork(const std::string& id) {
-    auto child = sessions->Fork(id);
-    REQUIRE(child.ok());
-    return (*child)->id();
-  }
-  std::map<std::string, int64_t> Tokens() const {
-    std::map<std::string, int64_t> out;
-    for (const auto& e : sessions->List()) out[e->id()] = e->tokens();
-    return out;
-  }
-};
-
-// What a session generates without any restart: a fork of it, in memory.
-std::pair<std::vector<int32_t>, std::vector<float>> GreedyOnFork(Server& server,
-                                                                const std::string& id, int n) {
-  const std::string fork = server.Fork(id);
-  auto result = server.Greedy(fork, n);
-  REQUIRE(server.sessions->Delete(fork).ok());
-  return result;
-}
+using testing::DurableServer;
+using testing::GreedyOnFork;
+using Server = DurableServer;
+using testing::DurableLimits;
+using testing::DurableOptions;
 
 TEST_CASE("durable sessions come back after a restart and continue exactly", "[state_store]") {
   drt::testing::TempDir dir;
@@ -357,12 +269,12 @@ TEST_CASE("interval sync writes at most once per interval and at the end of a ca
           "[state_store]") {
   drt::testing::TempDir dir;
   FixtureModel& f = FixtureModel::Get();
-  StateStoreOptions options = Options(dir.path());
+  StateStoreOptions options = DurableOptions(dir.path());
   options.sync = StateSync::kInterval;
   options.sync_interval_ms = 3'600'000;  // never due within the test
   auto store = StateStore::Open(options, f.model->config());
   REQUIRE(store.ok());
-  SessionManager sessions(*f.backend, Limits());
+  SessionManager sessions(*f.backend, DurableLimits());
   sessions.AttachStateStore(store->get());
   auto entry = sessions.Create({});
   REQUIRE(entry.ok());
@@ -390,38 +302,38 @@ TEST_CASE("bad state directories are refused by path", "[state_store]") {
   drt::testing::TempDir dir;
   const ModelConfig& config = FixtureModel::Get().model->config();
   SECTION("a parent that does not exist") {
-    auto s = StateStore::Open(Options(dir.path() + "/no/such"), config);
+    auto s = StateStore::Open(DurableOptions(dir.path() + "/no/such"), config);
     REQUIRE_FALSE(s.ok());
     REQUIRE_THAT(std::string(s.status().message()), Contains(dir.path() + "/no/such"));
   }
   SECTION("a path through a file") {
     std::ofstream(dir.File("file")) << "x";
-    auto s = StateStore::Open(Options(dir.File("file") + "/state"), config);
+    auto s = StateStore::Open(DurableOptions(dir.File("file") + "/state"), config);
     REQUIRE_FALSE(s.ok());
     REQUIRE_THAT(std::string(s.status().message()), Contains(dir.File("file") + "/state"));
   }
   SECTION("a non-empty directory that is not a state directory") {
     std::ofstream(dir.File("notes.txt")) << "x";
-    auto s = StateStore::Open(Options(dir.path()), config);
+    auto s = StateStore::Open(DurableOptions(dir.path()), config);
     REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
     REQUIRE_THAT(std::string(s.status().message()), Contains("not a drt state directory"));
     REQUIRE_FALSE(fs::exists(dir.File("LOCK")));  // nothing written in a foreign directory
   }
   SECTION("a newer directory format") {
-    REQUIRE(StateStore::Open(Options(dir.path()), config).ok());
+    REQUIRE(StateStore::Open(DurableOptions(dir.path()), config).ok());
     std::ofstream(dir.File("FORMAT")) << "drt-state-dir 2\n";
-    auto s = StateStore::Open(Options(dir.path()), config);
+    auto s = StateStore::Open(DurableOptions(dir.path()), config);
     REQUIRE_THAT(std::string(s.status().message()), Contains("format version 2"));
     REQUIRE_THAT(std::string(s.status().message()), Contains(dir.File("FORMAT")));
   }
   SECTION("a directory another server holds") {
-    auto first = StateStore::Open(Options(dir.path()), config);
+    auto first = StateStore::Open(DurableOptions(dir.path()), config);
     REQUIRE(first.ok());
-    auto second = StateStore::Open(Options(dir.path()), config);
+    auto second = StateStore::Open(DurableOptions(dir.path()), config);
     REQUIRE_THAT(std::string(second.status().message()), Contains("another drt-server"));
   }
   SECTION("a missing directory is created") {
-    auto s = StateStore::Open(Options(dir.File("new")), config);
+    auto s = StateStore::Open(DurableOptions(dir.File("new")), config);
     REQUIRE(s.ok());
     REQUIRE(fs::exists(dir.File("new/FORMAT")));
   }

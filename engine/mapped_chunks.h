@@ -1,0 +1,40 @@
+// The disk tier (docs/state_format.md, "Disk tier"): closed chunks a session
+// reads from memory-mapped chunk files instead of holding them in RAM. The
+// page cache then decides which of them stay in memory, so host RAM bounds
+// what is resident, not how long a context can grow.
+//
+// The owner of the files (the server's state directory,
+// server/chunk_log_mapping.h) maps them; a backend only reads through this
+// interface. Landmarks are read once, when the chunks are handed over: the
+// backend keeps those in memory, because retrieval scans all of them for
+// every chunk (drt-model.md, Forward pass 5).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+
+namespace drt {
+
+// Chunks [first(), first() + size()) of one session, with the contents the
+// session wrote. The pointers stay valid while this object lives.
+class MappedChunks {
+ public:
+  virtual ~MappedChunks() = default;
+  virtual int64_t first() const = 0;
+  virtual int64_t size() const = 0;
+  // `chunk` is the session's chunk index, in [first(), first() + size()).
+  virtual const float* landmark(int64_t chunk) const = 0;  // [hidden_size]
+  virtual const float* keys(int64_t chunk) const = 0;      // [chunk_positions x hidden_size]
+  virtual const float* values(int64_t chunk) const = 0;    // [chunk_positions x hidden_size]
+  // Bytes of K/V it maps (what the session no longer holds in RAM).
+  virtual size_t kv_bytes() const = 0;
+};
+
+// Maps chunks [first, first + count) of a session.
+using ChunkMapper =
+    std::function<absl::StatusOr<std::shared_ptr<const MappedChunks>>(int64_t first, int64_t count)>;
+
+}  // namespace drt
