@@ -1,8 +1,10 @@
 #include "server/state_files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -189,17 +191,45 @@ void AppendChunkRecord(std::string_view payload, std::string& out) {
   w.Raw(payload.data(), payload.size());
 }
 
+namespace {
+
+// Reads up to `size` bytes at `offset`; fewer only at the end of the file.
+absl::StatusOr<size_t> ReadAt(int fd, const std::string& path, char* out, size_t size,
+                              uint64_t offset) {
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::pread(fd, out + got, size - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("cannot read", path);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  return got;
+}
+
+}  // namespace
+
 absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payload_bytes) {
-  auto bytes = ReadWholeFile(path);
-  if (!bytes.ok()) return bytes.status();
+  // Read in pieces of whole records: a log of a long context is larger than
+  // memory (the disk tier).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open", path);
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Errno("cannot stat", path);
   ChunkLogScan scan;
-  scan.file_bytes = bytes->size();
-  if (bytes->size() < kChunkLogHeaderBytes ||
-      std::memcmp(bytes->data(), kChunkLogMagic, 8) != 0) {
+  scan.file_bytes = static_cast<uint64_t>(st.st_size);
+  char header[kChunkLogHeaderBytes];
+  auto got = ReadAt(fd, path, header, sizeof header, 0);
+  if (!got.ok()) return got.status();
+  if (*got < kChunkLogHeaderBytes || std::memcmp(header, kChunkLogMagic, 8) != 0) {
     return absl::DataLossError(
         absl::StrFormat("%s is not a drt chunk log (no DRTCHLOG header)", path));
   }
-  ByteReader h(std::string_view(*bytes).substr(8, 8));
+  ByteReader h(std::string_view(header, sizeof header).substr(8, 8));
   uint32_t version = 0, size = 0;
   h.Get(version, "version").IgnoreError();
   h.Get(size, "payload size").IgnoreError();
@@ -209,20 +239,30 @@ absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payloa
         "%s holds chunks of %d bytes; this model's chunks take %d", path, size, payload_bytes));
   }
   const size_t record = kChunkRecordHeaderBytes + payload_bytes;
-  for (uint64_t at = kChunkLogHeaderBytes; at < bytes->size(); at += record) {
-    if (bytes->size() - at < record) {
+  constexpr size_t kRecordsPerRead = 64;
+  std::string buffer(kRecordsPerRead * record, '\0');
+  for (uint64_t at = kChunkLogHeaderBytes; at < scan.file_bytes;) {
+    const size_t want =
+        static_cast<size_t>(std::min<uint64_t>(buffer.size(), scan.file_bytes - at));
+    auto read = ReadAt(fd, path, buffer.data(), want, at);
+    if (!read.ok()) return read.status();
+    size_t used = 0;
+    for (; used + record <= *read; used += record, at += record) {
+      uint32_t length = 0, crc = 0;
+      std::memcpy(&length, buffer.data() + used, 4);
+      std::memcpy(&crc, buffer.data() + used + 4, 4);
+      if (length != payload_bytes || Crc32c(buffer.data() + used + 8, payload_bytes) != crc) {
+        scan.tail_problem =
+            absl::StrFormat("a damaged record (bad length or CRC-32C) at offset %d", at);
+        return scan;
+      }
+      ++scan.whole_records;
+    }
+    if (*read < want || used < *read) {  // what is left is less than a record
       scan.tail_problem = absl::StrFormat("a torn record of %d bytes at offset %d",
-                                          bytes->size() - at, at);
-      break;
+                                          scan.file_bytes - at, at);
+      return scan;
     }
-    uint32_t length = 0, crc = 0;
-    std::memcpy(&length, bytes->data() + at, 4);
-    std::memcpy(&crc, bytes->data() + at + 4, 4);
-    if (length != payload_bytes || Crc32c(bytes->data() + at + 8, payload_bytes) != crc) {
-      scan.tail_problem = absl::StrFormat("a damaged record (bad length or CRC-32C) at offset %d", at);
-      break;
-    }
-    ++scan.whole_records;
   }
   return scan;
 }
