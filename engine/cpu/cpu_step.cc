@@ -192,14 +192,17 @@ absl::Status CpuStep::Retrieve(const StepPlan& plan, int64_t group) {
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const SlicePlan& slice = plan.slices[s];
     CpuSession& session = SessionOf(slice);
-    std::vector<Retrieval>& made = made_[s][group];
-    made.clear();
+    std::vector<const float*> rows;
+    std::vector<int64_t> chunks;
     for (const PlannedLandmark& landmark : slice.landmarks) {
-      made.push_back(
-          RetrieveAtLandmark(session.store_, weights_.lmk_norms[group].data(),
-                             h_.data() + landmark.row * d, landmark.chunk, d, config_.chunk_topk,
-                             pool_));
-      if (session.observer_) session.observer_(landmark.chunk, group, made.back());
+      rows.push_back(h_.data() + landmark.row * d);
+      chunks.push_back(landmark.chunk);
+    }
+    std::vector<Retrieval>& made = made_[s][group];
+    made = RetrieveAtLandmarks(session.store_, weights_.lmk_norms[group].data(), rows, chunks, d,
+                               config_.chunk_topk, pool_);
+    if (session.observer_) {
+      for (size_t i = 0; i < made.size(); ++i) session.observer_(chunks[i], group, made[i]);
     }
   }
   return absl::OkStatus();
