@@ -9,7 +9,7 @@
 # reports how long the restore took, and asks the restored session the
 # question again.
 #   STATE_DIR=/path/to/empty/dir TOKENS=33554432 bash scripts/disk_tier_run.sh
-# Needs a build (scripts/build.sh). The state directory needs about
+# Needs a build (scripts/build.sh); SERVER_BIN picks another drt-server binary. The state directory needs about
 # 1,050 bytes of disk per token with the bundled model; the script refuses
 # to start when the disk has less free than that plus 5 GiB.
 set -euo pipefail
@@ -20,6 +20,7 @@ model=${MODEL:-models/drt-passkey-byte}
 passkey=${PASSKEY:-$((10000 + RANDOM % 90000))}
 out=${OUT_DIR:-$(mktemp -d -t disk-tier-run.XXXXXX)}
 step_tokens=${STEP_TOKENS:-4032}
+server_bin=${SERVER_BIN:-build/server/drt-server}
 
 mkdir -p "$state_dir" "$out"
 if [[ -n "$(ls -A "$state_dir")" ]]; then
@@ -45,7 +46,7 @@ cleanup() {
 trap cleanup EXIT
 
 start_server() {  # $1: log file; sets server_pid and grpc_address
-  build/server/drt-server --model "$model" --listen 127.0.0.1:0 --http_listen 127.0.0.1:0 \
+  "$server_bin" --model "$model" --listen 127.0.0.1:0 --http_listen 127.0.0.1:0 \
     --state_dir "$state_dir" --step_tokens "$step_tokens" --idle_ttl_seconds 86400 >"$1" 2>&1 &
   server_pid=$!
   local listening=
