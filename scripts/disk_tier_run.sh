@@ -107,7 +107,7 @@ sessions = stub.ListSessions(pb.ListSessionsRequest()).sessions
 assert len(sessions) == 1, f"{len(sessions)} sessions restored"
 s = sessions[0]
 print(f"disk_tier_run: restored session {s.session_id}: {s.tokens:,} tokens, {s.chunks:,} chunks, "
-      f"host_bytes {s.host_bytes / 2**30:.2f} GiB")
+      f"host_bytes {s.host_bytes / 2**30:.2f} GiB, mapped_bytes {s.mapped_bytes / 2**30:.2f} GiB")
 question = "\nWhat is the pass key? The pass key is"
 t = time.time()
 for _ in stub.Append(iter([pb.AppendRequest(session_id=s.session_id, text=question)])):

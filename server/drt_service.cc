@@ -661,6 +661,7 @@ static void FillInfo(const SessionEntry& entry, drt::v1::SessionInfo* info) {
   info->set_chunks(entry.chunks());
   info->set_host_bytes(entry.host_bytes());
   info->set_shared_bytes(entry.shared_bytes());
+  info->set_mapped_bytes(entry.mapped_bytes());
   info->set_busy(entry.activity() != Activity::kIdle);
   info->set_max_context_tokens(entry.settings().max_context_tokens);
   info->set_idle_ttl_seconds(entry.settings().idle_ttl_seconds);

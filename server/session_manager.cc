@@ -145,6 +145,7 @@ void SessionEntry::RefreshFiguresLocked() {
     chunks_ = 0;
     host_bytes_ = 0;
     shared_bytes_ = 0;
+    mapped_bytes_ = 0;
     return;
   }
   tokens_ = session_->num_tokens();
@@ -152,6 +153,7 @@ void SessionEntry::RefreshFiguresLocked() {
   const SessionMemory memory = session_->backend_session().memory();
   host_bytes_ = static_cast<int64_t>(memory.total());
   shared_bytes_ = static_cast<int64_t>(memory.shared_bytes);
+  mapped_bytes_ = static_cast<int64_t>(memory.mapped_chunk_bytes);
 }
 
 void SessionEntry::RefreshFiguresIfIdle() {

@@ -100,6 +100,9 @@ class SessionEntry {
   int64_t chunks() const { return chunks_.load(); }
   int64_t host_bytes() const { return host_bytes_.load(); }
   int64_t shared_bytes() const { return shared_bytes_.load(); }
+  // Chunk K/V read from memory-mapped chunk logs (the disk tier); not in
+  // host_bytes().
+  int64_t mapped_bytes() const { return mapped_bytes_.load(); }
   double idle_seconds() const;
   // Refreshes the figures unless an activity runs (it refreshes them when
   // it ends): for when another session that shared chunks with this one goes.
@@ -121,7 +124,7 @@ class SessionEntry {
   int64_t tokens_before_step_ = 0;  // the session's tokens when the running step began
   std::atomic<bool> deleted_{false};
   std::atomic<Activity> activity_{Activity::kIdle};
-  std::atomic<int64_t> tokens_{0}, chunks_{0}, host_bytes_{0}, shared_bytes_{0};
+  std::atomic<int64_t> tokens_{0}, chunks_{0}, host_bytes_{0}, shared_bytes_{0}, mapped_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};
 };
 

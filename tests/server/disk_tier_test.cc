@@ -68,6 +68,11 @@ TEST_CASE("the disk tier reads chunks from the logs and continues exactly", "[di
     REQUIRE(in_ram.mapped_chunk_bytes == 0);
     REQUIRE(in_ram.chunk_store_bytes - mapped.chunk_store_bytes == 2 * unit * chunk_kv);
     REQUIRE(mapped.landmark_bytes == in_ram.landmark_bytes);  // landmarks stay in RAM
+    // What ListSessions reports (SessionInfo.host_bytes, .mapped_bytes).
+    auto entry = tier.sessions->Find(parent);
+    REQUIRE(entry.ok());
+    REQUIRE((*entry)->mapped_bytes() == static_cast<int64_t>(mapped.mapped_chunk_bytes));
+    REQUIRE((*entry)->host_bytes() == static_cast<int64_t>(mapped.total()));
 
     REQUIRE(GreedyOnFork(tier, parent, 12) == GreedyOnFork(ram, ram_parent, 12));
 
