@@ -17,6 +17,10 @@ absl::Status Backend::CheckStep(const StepPlan& plan,
         "logits buffer holds %d floats, %d rows x vocab %d needed", logits_size,
         plan.logit_rows.size(), V));
   }
+  if (plan.lower_only && !runs_lower_only_forwards()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the %s backend does not run lower-only forwards", name()));
+  }
   if (plan.num_rows > max_step_positions()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "a step of %d positions exceeds the step size %d", plan.num_rows, max_step_positions()));
