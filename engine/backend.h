@@ -141,8 +141,8 @@ class Backend {
   // backend: the plan fits max_step_positions(), each slice names a distinct
   // one of `sessions` and starts at that session's position, its ids are
   // ones a Session sends (engine/forward_input.h), and `logits_size` floats
-  // hold its logit rows, and a lower-only plan only where
-  // runs_lower_only_forwards(). INVALID_ARGUMENT naming the problem
+  // hold its logit rows, and a lower-only plan (asking for no logits) only
+  // where runs_lower_only_forwards(). INVALID_ARGUMENT naming the problem
   // otherwise.
   // Whether the sessions are the backend's own kind is the backend's to
   // check.

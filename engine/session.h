@@ -34,6 +34,8 @@ struct AppendOptions {
   // layers, one more piece of at most Backend::upper_layer_reach() positions
   // first, which completes the session's state).
   std::function<bool()> should_stop;
+  // Called after each piece. The session's logits and upper-layer state are
+  // its own only once Append returns (StepEntry::tokens_following).
   std::function<void(const AppendProgress&)> on_progress;
 };
 

@@ -317,6 +317,20 @@ TEST_CASE("lower-only plans are refused by name where they do not run", "[upper_
   CHECK_THAT(std::string(status.message()), Catch::Matchers::Contains("lower-only"));
   CHECK(s->backend_session().position() == 0);
 
+  // A lower-only plan that asks for logits (built by hand) is refused too,
+  // on a backend that runs lower-only forwards.
+  auto cut = CpuBackend(config, weights, true, 1024);
+  std::unique_ptr<Session> t = NewSession(*cut);
+  auto with_logits = PlanStep(config, {request});
+  REQUIRE(with_logits.ok());
+  with_logits->lower_only = true;
+  std::vector<float> logits(with_logits->logit_rows.size() * config.vocab_size);
+  BackendSession* cut_sessions[] = {&t->backend_session()};
+  status = cut->Step(*with_logits, cut_sessions, absl::MakeSpan(logits));
+  CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(status.message()), Catch::Matchers::Contains("no logits"));
+  CHECK(t->backend_session().position() == 0);
+
   request.all_logits = true;
   auto refused = PlanStep(config, {request}, /*lower_only=*/true);
   CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
