@@ -223,6 +223,7 @@ int main(int argc, char** argv) {
   gen.sampling.seed = absl::GetFlag(FLAGS_seed);
   std::vector<double> token_ms;
   const drt::BackendSessionStats before_decode = (*session)->backend_session().stats();
+  const int64_t prefill_positions = (*session)->backend_session().position();
   auto last = Clock::now();
   gen.on_token = [&](int32_t, float) {
     const auto now = Clock::now();
@@ -243,6 +244,11 @@ int main(int argc, char** argv) {
               text.ok() ? text->c_str() : "<undecodable>");
   std::printf("prefill_tokens_per_s %.1f   (%ld tokens in %.2f s)\n", prompt.size() / prefill_s,
               static_cast<long>(prompt.size()), prefill_s);
+  // Lower-only forwards (docs/engine.md): positions whose upper layers could
+  // not change the state the prefill leaves.
+  std::printf("upper layers skipped on %ld of %ld prefill positions\n",
+              static_cast<long>(before_decode.upper_rows_skipped),
+              static_cast<long>(prefill_positions));
   double total_ms = 0;
   for (double ms : token_ms) total_ms += ms;
   std::printf("ms_per_generated_token median %.2f  mean %.2f  (context %ld tokens)\n",

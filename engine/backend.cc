@@ -17,6 +17,15 @@ absl::Status Backend::CheckStep(const StepPlan& plan,
         "logits buffer holds %d floats, %d rows x vocab %d needed", logits_size,
         plan.logit_rows.size(), V));
   }
+  if (plan.lower_only && !runs_lower_only_forwards()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the %s backend does not run lower-only forwards", name()));
+  }
+  if (plan.lower_only && !plan.logit_rows.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a lower-only forward computes no logits, but the plan asks for %d rows",
+        plan.logit_rows.size()));
+  }
   if (plan.num_rows > max_step_positions()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "a step of %d positions exceeds the step size %d", plan.num_rows, max_step_positions()));

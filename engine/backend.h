@@ -14,6 +14,7 @@
 #include "absl/types/span.h"
 #include "engine/model_config.h"
 #include "engine/mapped_chunks.h"
+#include "engine/model_rules.h"
 #include "engine/model_weights.h"
 #include "engine/step_plan.h"
 
@@ -49,14 +50,17 @@ struct SessionMemory {
   }
 };
 
-// Transfer counters of a session since it was created (a fork starts at
-// zero). The CPU backend copies nothing and reports zeros.
+// Counters of a session since it was created (a fork starts at zero). The
+// CPU backend copies nothing and reports zeros for the transfers.
 struct BackendSessionStats {
   int64_t h2d_bytes = 0;       // retrieved chunks' K/V copied host -> device
   int64_t h2d_chunks = 0;      // chunks copied host -> device
   int64_t d2d_chunks = 0;      // selected chunks copied from the same step's encoder output
   int64_t resident_hits = 0;   // selected chunks found already on the device
   int64_t d2h_bytes = 0;       // closed chunks' K/V copied device -> host store
+  // Rows run by lower-only forwards (StepPlan::lower_only): their upper
+  // layers, retrievals and logits were skipped.
+  int64_t upper_rows_skipped = 0;
 };
 
 // Called for every landmark a session processes: the chunk whose landmark it
@@ -79,6 +83,9 @@ class BackendSession {
   // The selection currently in force for each group.
   virtual std::vector<Retrieval> current_retrieval() const = 0;
   virtual void set_retrieval_observer(RetrievalObserver observer) = 0;
+  // An observer sees every landmark's retrieval, so RunStep never runs such
+  // a session through a lower-only forward.
+  virtual bool has_retrieval_observer() const = 0;
   // A copy that shares the closed chunks and copies the rest.
   virtual absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const = 0;
   virtual BackendSessionStats stats() const { return {}; }
@@ -131,10 +138,19 @@ class Backend {
   // (chunk_positions()). RunStep and Session::Append cut tokens by it.
   virtual int64_t max_step_positions() const = 0;
 
+  // Whether Step runs lower-only plans (StepPlan::lower_only): RunStep then
+  // runs the rows of an entry that lie more than upper_layer_reach()
+  // positions before the end of its tokens through the lower layers only
+  // (engine/model_rules.h, UpperLayerReach). False by default: a backend
+  // that has not been checked with them, or where they are switched off.
+  virtual bool runs_lower_only_forwards() const { return false; }
+  virtual int64_t upper_layer_reach() const { return UpperLayerReach(config()); }
+
   // Runs one forward over `plan` (engine/step_plan.h), which holds at most
   // max_step_positions() rows. sessions[r] is the session of the plan's
   // request r and was made by this backend. Writes the logits of
-  // plan.logit_rows to `logits` (logit_rows.size() x vocab_size). A plan
+  // plan.logit_rows to `logits` (logit_rows.size() x vocab_size). A
+  // lower-only plan needs runs_lower_only_forwards(). A plan
   // or session CheckStep refuses changes nothing; an error after the work
   // started may leave the step's sessions half updated (the CUDA backend
   // then refuses them further steps).
@@ -146,7 +162,9 @@ class Backend {
   // backend: the plan fits max_step_positions(), each slice names a distinct
   // one of `sessions` and starts at that session's position, its ids are
   // ones a Session sends (engine/forward_input.h), and `logits_size` floats
-  // hold its logit rows. INVALID_ARGUMENT naming the problem otherwise.
+  // hold its logit rows, and a lower-only plan (asking for no logits) only
+  // where runs_lower_only_forwards(). INVALID_ARGUMENT naming the problem
+  // otherwise.
   // Whether the sessions are the backend's own kind is the backend's to
   // check.
   absl::Status CheckStep(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
@@ -160,6 +178,14 @@ struct CpuBackendOptions {
   // least one chunk. Prefill memory is proportional to it, never to the
   // prompt length.
   int64_t max_step_positions = 1024;
+  // Run the rows that cannot change the kept state through the lower layers
+  // only (Backend::runs_lower_only_forwards); off: every row runs the whole
+  // forward (tests compare the two).
+  bool lower_only_forwards = true;
+  // The reach those forwards keep (Backend::upper_layer_reach); 0: the
+  // model's UpperLayerReach. Only tests set it, to show that a reach too
+  // small changes the state.
+  int64_t upper_layer_reach = 0;
 };
 
 // The model must outlive the backend.

@@ -19,7 +19,7 @@ class StepRunner {
 
   void Run() {
     for (size_t e = 0; e < entries_.size(); ++e) {
-      if (results_[e].ok()) pending_.push_back({e, 0});
+      if (results_[e].ok()) pending_.push_back({e, 0, LowerOnlyTokens(entries_[e])});
     }
     while (!pending_.empty()) RunOneForward();
   }
@@ -27,8 +27,28 @@ class StepRunner {
  private:
   struct Pending {
     size_t entry;
-    int64_t done;  // tokens of the entry already run
+    int64_t done;             // tokens of the entry already run
+    int64_t lower_only;       // its leading tokens that need only the lower layers
   };
+
+  // The leading tokens of `entry` whose rows (their landmarks included) all
+  // lie more than the backend's upper-layer reach before the end of the
+  // entry, its tokens_following counted: they need only the lower layers
+  // (engine/model_rules.h, UpperLayerReach).
+  int64_t LowerOnlyTokens(const StepEntry& entry) const {
+    if (!backend_.runs_lower_only_forwards() || entry.all_logits != nullptr ||
+        entry.session->backend_session().has_retrieval_observer()) {
+      return 0;
+    }
+    const ModelConfig& config = backend_.config();
+    const int64_t num_tokens = entry.session->num_tokens_;
+    const int64_t size = static_cast<int64_t>(entry.tokens.size());
+    const int64_t position = entry.session->backend_session().position();
+    const int64_t end = DecoderPositionsFor(config, num_tokens + size + entry.tokens_following);
+    const int64_t lower_only_end = end - backend_.upper_layer_reach();
+    if (lower_only_end <= position) return 0;
+    return TokensFitting(config, num_tokens, size, lower_only_end - position);
+  }
 
   void RunOneForward() {
     const ModelConfig& config = backend_.config();
@@ -38,12 +58,18 @@ class StepRunner {
     std::vector<SliceRequest> requests;
     std::vector<BackendSession*> sessions;
     std::vector<size_t> members;  // indices into pending_
+    // Lower-only when every slice lies in its entry's lower-only tokens. The
+    // forwards are cut as they would be without it, so every row meets the
+    // same rows in every GEMM and the lower layers round the same way: the
+    // state stays bit-identical, not merely close.
+    bool lower_only = true;
     for (size_t p = 0; p < pending_.size(); ++p) {
       const StepEntry& entry = entries_[pending_[p].entry];
       const int64_t remaining = static_cast<int64_t>(entry.tokens.size()) - pending_[p].done;
       const int64_t take =
           TokensFitting(config, entry.session->num_tokens_, remaining, budget);
       if (take == 0) break;
+      lower_only &= pending_[p].done + take <= pending_[p].lower_only;
       SliceRequest request;
       request.position = entry.session->backend_session().position();
       request.num_tokens = entry.session->num_tokens_;
@@ -56,7 +82,7 @@ class StepRunner {
     }
     absl::Status status;
     StepPlan plan;
-    if (auto planned = PlanStep(config, requests); planned.ok()) {
+    if (auto planned = PlanStep(config, requests, lower_only); planned.ok()) {
       plan = *std::move(planned);
     } else {
       status = planned.status();
@@ -138,6 +164,11 @@ std::vector<absl::Status> RunStep(Backend& backend, absl::Span<const StepEntry> 
     }
     if (entry.tokens.empty()) {
       results[e] = absl::InvalidArgumentError(absl::StrFormat("step entry %d has no tokens", e));
+      continue;
+    }
+    if (entry.tokens_following < 0) {
+      results[e] = absl::InvalidArgumentError(absl::StrFormat(
+          "step entry %d: tokens_following is %d, not >= 0", e, entry.tokens_following));
       continue;
     }
     if (absl::Status s = entry.session->ValidateTokens(entry.tokens, entry.allow_pad); !s.ok()) {

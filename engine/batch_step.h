@@ -24,6 +24,13 @@ struct StepEntry {
   // (tokens x vocab). The last token's logits always become the session's
   // last_logits().
   std::vector<float>* all_logits = nullptr;
+  // Real tokens the caller appends to this session right after this entry,
+  // before anything reads its logits or state (Session::Append's later
+  // pieces). RunStep counts them to the end of the entry, so more of its
+  // rows may skip the upper layers; until they are appended, the session's
+  // last_logits() and upper-layer state are not its own. 0: the entry's
+  // tokens end what the caller appends.
+  int64_t tokens_following = 0;
 };
 
 // Runs one step. Returns one status per entry, in order:
@@ -38,6 +45,14 @@ struct StepEntry {
 // forwards when the entries hold more positions than that: each forward
 // takes the entries in order, each with as many of its remaining tokens as
 // still fit. Tokens of an earlier forward stay applied if a later one fails.
+//
+// Where the backend runs lower-only forwards (Backend::runs_lower_only_
+// forwards), a forward whose every slice lies more than
+// Backend::upper_layer_reach() positions before the end of its entry (its
+// tokens_following counted) runs lower-only: the state the step leaves is
+// the same, bit for bit, as the forwards are cut the same way either way
+// (engine/model_rules.h, UpperLayerReach). Never for an entry that asks for
+// all logits, nor a session with a retrieval observer.
 std::vector<absl::Status> RunStep(Backend& backend, absl::Span<const StepEntry> entries);
 
 }  // namespace drt

@@ -27,6 +27,10 @@ absl::Status RunForward(const ModelConfig& config, const StepPlan& plan, Forward
     ++layer.index;
   }
   DRT_FORWARD_STEP(ops.CloseChunks(plan));
+  // Forward pass 2-4 only: the chunk memory is complete; the upper layers'
+  // results at these rows cannot reach what the session keeps
+  // (UpperLayerReach, engine/model_rules.h).
+  if (plan.lower_only) return ops.Finish(plan);
   for (layer.group = 0; layer.group < config.num_groups(); ++layer.group) {
     DRT_FORWARD_STEP(ops.Retrieve(plan, layer.group));
     if (plan.selection_serves_in_step) DRT_FORWARD_STEP(ops.AwaitSelections(plan, layer.group));

@@ -69,11 +69,14 @@ class ForwardOps {
   // Forward pass 8 for plan.logit_rows, in that order, into logits
   // (logit_rows.size() x vocab_size).
   virtual absl::Status Logits(const StepPlan& plan, absl::Span<float> logits) = 0;
-  // The step is done: each slice's session has processed its rows.
+  // The step is done: each slice's session has processed its rows (in a
+  // lower-only plan, without the upper layers).
   virtual absl::Status Finish(const StepPlan& plan) = 0;
 };
 
-// Walks the forward pass over `plan` (drt-model.md, Forward pass 1-8).
+// Walks the forward pass over `plan` (drt-model.md, Forward pass 1-8); a
+// lower-only plan (StepPlan::lower_only) stops after CloseChunks and calls
+// Finish.
 absl::Status RunForward(const ModelConfig& config, const StepPlan& plan, ForwardOps& ops,
                         absl::Span<float> logits);
 

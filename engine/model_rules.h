@@ -54,4 +54,40 @@ inline int64_t DecoderPositionsFor(const ModelConfig& config, int64_t real_token
   return real_tokens + real_tokens / config.enc_chunk_size;
 }
 
+// The upper-layer reach C: after a step that ends at decoder position E (its
+// last row is E - 1), everything a session keeps that the upper layers write
+// (each upper layer's window K/V of the last W positions, the selection in
+// force per group, the last logits) is the same whether or not the upper
+// layers ran on the rows before E - C. So RunStep may run those rows through
+// the lower layers and the chunk encoder only (StepPlan::lower_only).
+//
+// Why (drt-model.md, Forward pass 3-7; W = slide_window, S =
+// chunk_positions): the lower layers, the open chunk and the chunk memory
+// (Forward pass 3-4) never read an upper layer, so they are exact
+// everywhere. Let the upper rows start at T = E - C, with upper windows and
+// selections left stale from before the skipped rows. Number the upper
+// layers u = 1..U in order; R_u is the first position from which layer u's
+// output is exact (R_0 = T, the lower output being exact). Layer u's output
+// at p reads
+//   - its input at p (exact for p >= R_{u-1}),
+//   - its window K/V at [p - W, p], computed from its input there and
+//     pushed only by rows that ran (exact for p - W >= R_{u-1} >= T),
+//   - the selection serving p in its group g (Forward pass 5): made at the
+//     landmark L(p) = the last position of the chunk before p's, L(p) >= p - S,
+//     by a row that ran (L(p) >= T), with the query taken at the input of
+//     group g, exact for L(p) >= Q_g = R_{(g's first layer) - 1} (>= T).
+// So R_u <= max(R_{u-1} + W, Q_g + S) <= R_{u-1} + max(W, S), as Q_g <= R_{u-1}
+// inside group g, and R_U <= T + U * max(W, S). The state after the step
+// needs: window K/V of every upper layer at [E - W, E), exact when
+// R_{U-1} + W <= E; the last logits at E - 1, exact when R_U <= E - 1; the
+// selection in force per group, made at the step's last landmark (>= E - S),
+// exact when Q_g <= R_{U-1} <= E - S. C = U * max(W, S) + S meets all three.
+// We take a margin over it, C = U * (max(W, S) + 1) + 2 * S (386 positions for
+// the bundled model: U = 2, W = 128, S = 64); a wrong C is caught by
+// tests/upper_cut_test.cc, which shows a smaller reach changes the state.
+inline int64_t UpperLayerReach(const ModelConfig& config) {
+  const int64_t S = config.chunk_positions();
+  return config.num_upper_layers() * (std::max(config.slide_window, S) + 1) + 2 * S;
+}
+
 }  // namespace drt

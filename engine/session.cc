@@ -55,27 +55,43 @@ absl::StatusOr<AppendResult> Session::Append(absl::Span<const int32_t> tokens,
   AppendResult result;
   if (options.all_logits) result.logits.reserve(total * config_.vocab_size);
   int64_t done = 0;
+  // Each piece tells RunStep how many tokens follow it, so that rows far
+  // from the end of the whole append may skip the upper layers
+  // (StepEntry::tokens_following). A piece that counted followers leaves
+  // the upper-layer state short; a stop then first runs one more piece of
+  // at least the upper-layer reach with none following, which makes it
+  // whole again (engine/model_rules.h, UpperLayerReach).
+  bool followers_owed = false;
   while (done < total) {
+    int64_t piece;
+    bool stopping = false;
     if (done > 0 && options.should_stop && options.should_stop()) {
       result.stopped_early = true;
-      break;
+      if (!followers_owed) break;
+      // Tokens of at least upper_layer_reach() positions (or all left).
+      piece = TokensFitting(config_, num_tokens_, total - done, backend_.upper_layer_reach() + 1);
+      stopping = true;
+    } else {
+      // One step of at most the backend's step size: a single-entry RunStep,
+      // the path every batched step takes.
+      piece = TokensFitting(config_, num_tokens_, total - done, backend_.max_step_positions());
     }
-    // One step of at most the backend's step size: a single-entry RunStep,
-    // the path every batched step takes.
-    const int64_t piece =
-        TokensFitting(config_, num_tokens_, total - done, backend_.max_step_positions());
     StepEntry entry;
     entry.session = this;
     entry.tokens = tokens.subspan(done, piece);
     entry.allow_pad = options.allow_pad;
     entry.all_logits = options.all_logits ? &result.logits : nullptr;
+    entry.tokens_following = stopping ? 0 : total - done - piece;
+    followers_owed = entry.tokens_following > 0;
     if (absl::Status s = RunStep(backend_, {entry})[0]; !s.ok()) return s;
     done += piece;
     result.tokens_accepted = done;
     if (options.on_progress) {
       options.on_progress({done, total, backend_session_->num_chunks()});
     }
+    if (stopping) break;
   }
+  if (done == total) result.stopped_early = false;
   return result;
 }
 

@@ -30,8 +30,12 @@ struct AppendOptions {
   // Accept pad_id (the engine's own padding; clients may not send it).
   bool allow_pad = false;
   // Checked between pieces; returning true ends the append early with the
-  // tokens processed so far applied.
+  // tokens processed so far applied (and, where earlier pieces skipped upper
+  // layers, one more piece of at most Backend::upper_layer_reach() positions
+  // first, which completes the session's state).
   std::function<bool()> should_stop;
+  // Called after each piece. The session's logits and upper-layer state are
+  // its own only once Append returns (StepEntry::tokens_following).
   std::function<void(const AppendProgress&)> on_progress;
 };
 
@@ -70,7 +74,9 @@ class Session {
 
   // Appends real tokens: one engine step (RunStep) per piece of at most the
   // backend's step size (Backend::max_step_positions); should_stop and
-  // on_progress are consulted between pieces. Rejects, before changing
+  // on_progress are consulted between pieces. Rows far from the end of the
+  // whole append may skip the upper layers (StepEntry::tokens_following);
+  // the state and logits it leaves are the same. Rejects, before changing
   // anything, ids outside the vocabulary, the landmark id, and pad_id unless
   // allowed.
   absl::StatusOr<AppendResult> Append(absl::Span<const int32_t> tokens,

@@ -8,10 +8,12 @@
 namespace drt {
 
 absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
-                                  absl::Span<const SliceRequest> requests) {
+                                  absl::Span<const SliceRequest> requests,
+                                  bool lower_only) {
   const int64_t S = config.chunk_positions();
   const int64_t real_per_chunk = config.enc_chunk_size;
   StepPlan plan;
+  plan.lower_only = lower_only;
   plan.slices.reserve(requests.size());
   for (size_t r = 0; r < requests.size(); ++r) {
     const SliceRequest& request = requests[r];
@@ -24,6 +26,10 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
           "slice request %d: position %d does not match %d real tokens (%d expected)", r,
           request.position, request.num_tokens, DecoderPositionsFor(config, request.num_tokens)));
     }
+    if (lower_only && request.all_logits) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "slice request %d asks for all logits of a lower-only forward, which has none", r));
+    }
     SlicePlan slice;
     slice.request = static_cast<int64_t>(r);
     slice.first_row = plan.num_rows;
@@ -35,7 +41,7 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
     for (int64_t t = 0; t < slice.num_new_tokens; ++t) {
       const int64_t row = static_cast<int64_t>(plan.ids.size());
       plan.ids.push_back(request.tokens[t]);
-      if (request.all_logits || t == slice.num_new_tokens - 1) {
+      if (!lower_only && (request.all_logits || t == slice.num_new_tokens - 1)) {
         plan.logit_rows.push_back({row, slice_index, t});
       }
       if ((request.num_tokens + t + 1) % real_per_chunk == 0) {

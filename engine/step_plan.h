@@ -84,14 +84,22 @@ struct StepPlan {
   std::vector<LogitRow> logit_rows;  // slice by slice, in row order
   int64_t num_encoded_chunks = 0;    // chunks closed in the step, all slices
   bool selection_serves_in_step = false;  // any slice's flag
+  // A lower-only forward (engine/model_rules.h, UpperLayerReach): every row
+  // runs the embedding, the lower layers and the chunk encoder (Forward pass
+  // 2-4) and nothing more; no retrieval, no upper layer, no logits. Only for
+  // rows whose upper-layer results cannot reach the state a caller reads.
+  bool lower_only = false;
 
   int64_t num_landmarks() const { return num_encoded_chunks; }
 };
 
-// Plans one forward. INVALID_ARGUMENT when a request has no tokens or a
-// position that does not match its token count.
+// Plans one forward; a lower-only one (StepPlan::lower_only) when
+// `lower_only`. INVALID_ARGUMENT when a request has no tokens or a position
+// that does not match its token count, or asks for all logits of a
+// lower-only forward.
 absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
-                                  absl::Span<const SliceRequest> requests);
+                                  absl::Span<const SliceRequest> requests,
+                                  bool lower_only = false);
 
 // How many of `available` new real tokens of a session holding `num_tokens`
 // fit in `budget` decoder positions (the landmarks they bring count).

@@ -10,6 +10,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/forward_pass.h"
+#include "engine/model_rules.h"
 
 namespace drt {
 namespace {
@@ -23,6 +24,9 @@ class CpuBackend final : public Backend {
         max_step_positions_(std::max(config.chunk_positions(),
                                      options.max_step_positions / config.chunk_positions() *
                                          config.chunk_positions())),
+        lower_only_forwards_(options.lower_only_forwards),
+        upper_layer_reach_(options.upper_layer_reach > 0 ? options.upper_layer_reach
+                                                         : UpperLayerReach(config)),
         pool_(options.num_threads > 0 ? options.num_threads
                                       : static_cast<int>(std::thread::hardware_concurrency())) {
     cpu::UseSingleThreadedBlas();
@@ -33,6 +37,10 @@ class CpuBackend final : public Backend {
     return std::make_unique<cpu::CpuSession>(config_);
   }
   int64_t max_step_positions() const override { return max_step_positions_; }
+  // CpuStep keeps no per-position bookkeeping of the upper layers: their
+  // windows simply miss the rows a lower-only forward skips.
+  bool runs_lower_only_forwards() const override { return lower_only_forwards_; }
+  int64_t upper_layer_reach() const override { return upper_layer_reach_; }
 
   absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
                     absl::Span<float> logits) override {
@@ -78,6 +86,8 @@ class CpuBackend final : public Backend {
   const ModelConfig& config_;
   const ModelWeights& weights_;
   int64_t max_step_positions_;
+  bool lower_only_forwards_;
+  int64_t upper_layer_reach_;
   cpu::ThreadPool pool_;
   absl::Mutex scratch_mutex_;
   std::vector<std::unique_ptr<cpu::CpuStepScratch>> idle_scratch_ ABSL_GUARDED_BY(scratch_mutex_);

@@ -34,6 +34,7 @@ SessionMemory CpuSession::memory() const {
 absl::StatusOr<std::unique_ptr<BackendSession>> CpuSession::Fork() const {
   auto fork = std::make_unique<CpuSession>(*this);
   fork->observer_ = nullptr;
+  fork->stats_ = {};
   return fork;
 }
 

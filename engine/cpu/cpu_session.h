@@ -26,6 +26,8 @@ class CpuSession final : public BackendSession {
   void set_retrieval_observer(RetrievalObserver observer) override {
     observer_ = std::move(observer);
   }
+  bool has_retrieval_observer() const override { return observer_ != nullptr; }
+  BackendSessionStats stats() const override { return stats_; }
   absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const override;
   // engine/cpu/cpu_session_state.cc
   absl::Status ExportState(BackendSessionState& out) const override;
@@ -49,6 +51,7 @@ class CpuSession final : public BackendSession {
   ChunkStore store_;
   std::vector<Retrieval> selection_;  // in force now, per group
   RetrievalObserver observer_;
+  BackendSessionStats stats_;  // upper_rows_skipped only
 };
 
 }  // namespace drt::cpu

@@ -294,7 +294,20 @@ absl::Status CpuStep::Logits(const StepPlan& plan, absl::Span<float> logits) {
 }
 
 absl::Status CpuStep::Finish(const StepPlan& plan) {
-  for (const SlicePlan& slice : plan.slices) SessionOf(slice).position_ += slice.num_rows;
+  for (const SlicePlan& slice : plan.slices) {
+    CpuSession& session = SessionOf(slice);
+    session.position_ += slice.num_rows;
+    // A lower-only forward computed no rows of the upper layers' windows
+    // and made no selection: those stay stale until the rows of the next
+    // UpperLayerReach positions overwrite them. The windows move past the
+    // skipped positions all the same (WindowCache::Skip).
+    if (plan.lower_only) {
+      for (size_t l = config_.num_lower_layers(); l < session.windows_.size(); ++l) {
+        session.windows_[l].Skip(slice.num_rows);
+      }
+      session.stats_.upper_rows_skipped += slice.num_rows;
+    }
+  }
   return absl::OkStatus();
 }
 

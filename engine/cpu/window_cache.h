@@ -30,6 +30,18 @@ class WindowCache {
     }
   }
 
+  // Moves past n positions whose rows were not computed (the upper layers'
+  // windows over a lower-only forward, StepPlan::lower_only): their slots
+  // keep the finite rows they held. The ring then holds as many rows as if
+  // they had been pushed, so the attention of the next rows runs over the
+  // same number of keys, blocked and rounded as without the skip; the rows
+  // a skipped slot feeds are ones whose results cannot reach the kept state
+  // (engine/model_rules.h, UpperLayerReach).
+  void Skip(int64_t n) {
+    head_ = (head_ + n % capacity_) % capacity_;
+    size_ = std::min(capacity_, size_ + n);
+  }
+
   // Appends n rows; only the last `capacity` of all rows ever pushed remain.
   void Push(const float* keys, const float* values, int64_t n) {
     const int64_t skip = std::max<int64_t>(0, n - capacity_);

@@ -71,6 +71,10 @@ class CudaBackend final : public Backend {
     const int64_t S = config_.chunk_positions();
     return std::max(S, options_.max_step_positions / S * S);
   }
+  // Lower-only forwards (StepPlan::lower_only) have never run on a GPU
+  // here: the CUDA step's bookkeeping of its window rings, slots and
+  // prefetches is not checked against skipped upper rows. Off until it is.
+  bool runs_lower_only_forwards() const override { return false; }
 
   absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
                     absl::Span<float> logits) override {

@@ -52,6 +52,7 @@ class CudaSession final : public BackendSession {
   void set_retrieval_observer(RetrievalObserver observer) override {
     observer_ = std::move(observer);
   }
+  bool has_retrieval_observer() const override { return observer_ != nullptr; }
   absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const override;
   BackendSessionStats stats() const override { return stats_; }
 
