@@ -1,0 +1,107 @@
+// How many prefill tokens an engine step that carries generated tokens may
+// take, so that a generating session's time per output token stays bounded
+// while other sessions prefill (issue 11: p99 time per output token under
+// prefill load <= 2x idle), and prefill still moves meanwhile.
+//
+// The policy: a step carrying n generated tokens takes only as many prefill
+// tokens p as keep its predicted time
+//     decode_seconds(n) + p * prefill_seconds_per_token
+// within slowdown_limit * decode_seconds(n), i.e.
+//     p = floor((slowdown_limit - 1) * decode_seconds(n) / prefill_seconds_per_token),
+// and at least one token, so that prefill is never starved by a session that
+// generates without pause. While sessions generate, prefill therefore gets
+// about (slowdown_limit - 1) / slowdown_limit of the engine's step time (half
+// at the default 2.0).
+//
+// Both times are estimated from the steps the scheduler ran (Observe), as
+// medians of recent samples, so one stalled step does not move them:
+//   - decode_seconds(n): decode-only steps of exactly n generated tokens. A
+//     batch size never measured uses the largest smaller one measured (a
+//     smaller batch is not slower, so the allowance is conservative); none,
+//     or one kDecodeEstimateRefreshSteps steps old, gives 0 prefill tokens:
+//     that step runs decode-only and measures it (a probe).
+//   - prefill_seconds_per_token: steps that carried both, as
+//     (seconds - decode_seconds(n)) / p. It is measured at the piece sizes
+//     decode steps actually take, so the per-step and per-session costs of
+//     small pieces are in it. Prefill-only steps (large pieces, cheaper per
+//     token) are not used.
+// The allowance grows at most to 2p + 1 for the largest p measured among the
+// recent samples: a cost measured on small pieces is not extrapolated to
+// much larger ones at once.
+//
+// Only the scheduler's engine thread uses an instance; no locking.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <map>
+#include <optional>
+
+namespace drt::server {
+
+// A step carrying generated tokens may take this much longer than the same
+// step without prefill: the issue's target (p99 under load <= 2x idle). The
+// client's time per token also holds its turn-around (write, sample,
+// resubmit), which prefill does not lengthen, so its ratio stays below this.
+constexpr double kDefaultDecodeSlowdownLimit = 2.0;
+// No fixed cap on the prefill tokens of a decode step (the time limit bounds
+// them).
+constexpr int64_t kNoPrefillTokenCap = -1;
+// Samples kept per estimate; their median is the estimate.
+constexpr int kDecodeBudgetSamples = 7;
+// A decode-only time serves the steps after it until this many steps have
+// been observed since it was measured; then a step measures it again (the
+// sessions' contexts grow, the machine's load changes). While sessions
+// generate without pause, that is one decode-only step per this many.
+constexpr int64_t kDecodeEstimateRefreshSteps = 64;
+
+struct DecodeStepBudgetOptions {
+  // >= 1; 0 turns the time limit off (then only max_prefill_tokens bounds a
+  // decode step's prefill).
+  double slowdown_limit = kDefaultDecodeSlowdownLimit;
+  // A fixed cap on top of the time limit (--decode_step_prefill_tokens);
+  // kNoPrefillTokenCap: none. 0: decode steps carry no prefill (prefill then
+  // moves only while no generated token is waiting).
+  int64_t max_prefill_tokens = kNoPrefillTokenCap;
+};
+
+class DecodeStepBudget {
+ public:
+  // What PrefillTokens returns when nothing bounds the step's prefill (no
+  // time limit, no cap): the scheduler's budget then bounds it.
+  static constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
+
+  explicit DecodeStepBudget(DecodeStepBudgetOptions options);
+
+  // Prefill tokens the next step, carrying `decode_tokens` (>= 1) generated
+  // tokens, may take.
+  int64_t PrefillTokens(int64_t decode_tokens) const;
+
+  // A step ran: `decode_tokens` generated and `prefill_tokens` prompt tokens
+  // in `seconds`.
+  void Observe(int64_t decode_tokens, int64_t prefill_tokens, double seconds);
+
+  // The current estimates (for tests and the docs' arithmetic): the
+  // decode-only time PrefillTokens uses for `decode_tokens` (nullopt: none
+  // fresh), and the time per prefill token of a decode step.
+  std::optional<double> DecodeSeconds(int64_t decode_tokens) const;
+  std::optional<double> PrefillSecondsPerToken() const;
+
+ private:
+  struct DecodeSamples {
+    std::deque<double> seconds;  // newest last
+    int64_t measured_at = 0;     // steps_ observed when the newest was taken
+  };
+  struct PrefillSample {
+    double seconds_per_token;
+    int64_t tokens;
+  };
+
+  const DecodeStepBudgetOptions options_;
+  int64_t steps_ = 0;  // steps observed
+  std::map<int64_t, DecodeSamples> decode_;  // by decode tokens of the step
+  std::deque<PrefillSample> prefill_;        // newest last
+};
+
+}  // namespace drt::server
