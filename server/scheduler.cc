@@ -179,8 +179,14 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   }
 
   // A step that carries decode stays within the slowdown limit of a
-  // decode-only step (server/decode_step_budget.h).
-  if (decode_tokens > 0) left = std::min(left, decode_budget_.PrefillTokens(decode_tokens));
+  // decode-only step (server/decode_step_budget.h). So does one formed while
+  // sessions generate but none of their tokens came in time: a token
+  // arriving meanwhile waits for this step.
+  if (decode_tokens > 0) {
+    left = std::min(left, decode_budget_.PrefillTokens(decode_tokens));
+  } else if (!generating_.empty()) {
+    left = std::min(left, decode_budget_.GapPrefillTokens(static_cast<int64_t>(generating_.size())));
+  }
 
   // 3. Prefill shares the rest equally; whoever needs less leaves the
   // remainder to the others.

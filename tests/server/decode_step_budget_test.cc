@@ -57,28 +57,45 @@ TEST_CASE("decode step budget: a decode-only step is measured first, then prefil
   }
 }
 
-TEST_CASE("decode step budget: the estimates are medians of the recent samples, so one "
-          "stalled step does not move them",
+TEST_CASE("decode step budget: the decode time is the fastest recent decode-only step and the "
+          "time per prefill token the median of the recent ones, so stalls move neither",
           "[server][decode_budget]") {
   DecodeStepBudget budget = Budget();
-  budget.Observe(1, 0, 1.0);
   budget.Observe(1, 0, 3.0);
-  CHECK(budget.DecodeSeconds(1) == 2.0);  // even count: the mean of the middle two
   budget.Observe(1, 0, 1.0);
   budget.Observe(1, 0, 100.0);  // a stall
-  budget.Observe(1, 0, 1.0);
-  CHECK(budget.DecodeSeconds(1) == 1.0);  // 1 1 1 3 100
-  // Only the last kDecodeBudgetSamples (7) count: five samples of 2 s
-  // outvote what is left of the old ones (100 1).
+  CHECK(budget.DecodeSeconds(1) == 1.0);
+  // Only the last kDecodeBudgetSamples (7) count: the sixth sample of 2 s
+  // pushes the 1 s out.
   for (int i = 0; i < 5; ++i) budget.Observe(1, 0, 2.0);
+  CHECK(budget.DecodeSeconds(1) == 1.0);
+  budget.Observe(1, 0, 2.0);
   CHECK(budget.DecodeSeconds(1) == 2.0);
 
-  // A stalled mixed step: 8 tokens in 52 s against 2 s decode-only.
-  budget.Observe(1, 1, 2.25);  // 0.25 s per token
+  // Steps with prefill: 0.25 s per token, then a stall (8 tokens in 52 s).
+  budget.Observe(1, 1, 2.25);
   budget.Observe(1, 3, 2.75);
   budget.Observe(1, 8, 52.0);  // 6.25 s per token
   CHECK(budget.PrefillSecondsPerToken() == 0.25);
-  CHECK(budget.PrefillTokens(1) == 8);  // (2 - 1) x 2 / 0.25; not 0.32
+  // (2 - 1) x 2 / 0.25 = 8 fit, but the largest step that kept within the
+  // limit (4 s) carried 3 tokens: at most 2 x 3 + 1 = 7.
+  CHECK(budget.PrefillTokens(1) == 7);
+}
+
+TEST_CASE("decode step budget: a step with prefill faster than the decode-only estimate lowers "
+          "it",
+          "[server][decode_budget]") {
+  DecodeStepBudget budget = Budget();
+  budget.Observe(1, 0, 1.0);
+  budget.Observe(1, 2, 0.5);  // the machine got faster: decode takes at most 0.5 s
+  CHECK(budget.DecodeSeconds(1) == 0.5);
+  CHECK(budget.PrefillSecondsPerToken() == 0.0);  // (0.5 - 0.5) / 2
+  CHECK(budget.PrefillTokens(1) == 5);  // nothing measured to divide by: 2 x 2 + 1
+  budget.Observe(1, 5, 1.125);  // 0.125 s per token; over the limit of 2 x 0.5 s
+  CHECK(budget.PrefillSecondsPerToken() == 0.0625);  // median of 0 and 0.125
+  // 0.5 / 0.0625 = 8 fit by time, but the step of 5 broke the limit: still
+  // at most 2 x 2 + 1.
+  CHECK(budget.PrefillTokens(1) == 5);
 }
 
 TEST_CASE("decode step budget: prefill is never starved, at least one token per decode step "
@@ -89,16 +106,6 @@ TEST_CASE("decode step budget: prefill is never starved, at least one token per 
   budget.Observe(1, 1, 5.0);  // one prefill token: 4 s, four decode steps
   CHECK(budget.PrefillSecondsPerToken() == 4.0);
   CHECK(budget.PrefillTokens(1) == 1);  // 0.25 fits, 1 is the floor
-}
-
-TEST_CASE("decode step budget: a step faster than the decode-only median counts as free "
-          "prefill, and then only the doubling bounds the allowance",
-          "[server][decode_budget]") {
-  DecodeStepBudget budget = Budget();
-  budget.Observe(1, 0, 1.0);
-  budget.Observe(1, 2, 0.5);  // noise: faster than decode-only
-  CHECK(budget.PrefillSecondsPerToken() == 0.0);
-  CHECK(budget.PrefillTokens(1) == 5);  // 2 x 2 + 1
 }
 
 TEST_CASE("decode step budget: a batch size not measured uses the largest smaller one, or is "
@@ -144,6 +151,26 @@ TEST_CASE("decode step budget: a decode-only time measured kDecodeEstimateRefres
   DecodeStepBudget fresh = Budget(0.0);
   fresh.Observe(1, 5, 1.0);
   CHECK_FALSE(fresh.PrefillSecondsPerToken().has_value());
+}
+
+TEST_CASE("decode step budget: a step formed while sessions generate but without their tokens "
+          "takes what a decode step would, at least one token, without the fixed cap",
+          "[server][decode_budget]") {
+  DecodeStepBudget budget = Budget();
+  CHECK(budget.GapPrefillTokens(1) == 1);  // nothing measured
+  budget.Observe(1, 0, 1.0);
+  CHECK(budget.GapPrefillTokens(1) == 1);
+  for (int64_t p : {1, 3, 7}) budget.Observe(1, p, 1.0 + 0.125 * static_cast<double>(p));
+  CHECK(budget.PrefillTokens(1) == 8);
+  CHECK(budget.GapPrefillTokens(1) == 8);
+  CHECK(budget.GapPrefillTokens(3) == 8);  // three generating: the decode time of 1 serves
+  // The fixed cap is for steps that carry generated tokens.
+  DecodeStepBudget none = Budget(2.0, 0);
+  none.Observe(1, 0, 1.0);
+  CHECK(none.PrefillTokens(1) == 0);
+  CHECK(none.GapPrefillTokens(1) == 1);
+  // No time limit: gap steps are not bounded either (the scheduler's budget is).
+  CHECK(Budget(0.0).GapPrefillTokens(1) == DecodeStepBudget::kUnbounded);
 }
 
 TEST_CASE("decode step budget: without a time limit only the fixed cap bounds the prefill",

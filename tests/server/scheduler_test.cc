@@ -528,6 +528,75 @@ TEST_CASE("prefill is never starved by a session generating without pause: one t
   generating->End();
 }
 
+TEST_CASE("while a session generates, a step formed without its token (its handler late) takes "
+          "no more prefill than a decode step would (fake step clock)",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  FakeStepClock clock(1'000'000'000, 125'000'000);  // as above: 8 prefill tokens fit
+  StepLog log;
+  SchedulerOptions options = log.Options(630);
+  clock.Install(log, options);
+  // The engine never waits for the generating session: each of its tokens
+  // below comes only after a step was formed without it.
+  options.decode_resubmit_wait = std::chrono::microseconds(0);
+  Scheduler scheduler(*f.backend, options);
+
+  EndlessPrefill prefill(manager, scheduler, 2, 60);
+  WaitFor([&] { return scheduler.steps_formed() >= 2; }, 30, "prefill steps");
+  auto generating = NewEntry(manager, Activity::kGenerating);
+  const auto prompt = RandomTokens(100, 8);
+  REQUIRE(generating->RunStep([&](Session& s) { return s.Append(prompt).status(); }).ok());
+  Sampler sampler(SamplingParams{});
+  constexpr int kTokens = 6;
+  std::vector<int32_t> generated;
+  int64_t first_in_scope = 0, last_in_scope = 0;
+  {
+    Scheduler::Generating scope(scheduler, generating.get());
+    first_in_scope = scheduler.steps_formed() + 1;
+    for (int t = 0; t < kTokens; ++t) {
+      const int64_t before = scheduler.steps_formed();
+      WaitFor([&] { return scheduler.steps_formed() > before; }, 30, "a step without the token");
+      const int32_t token = SampleToken(*generating, sampler);
+      REQUIRE(RunDecode(scheduler, *generating, token).status.ok());
+      generated.push_back(token);
+    }
+    last_in_scope = scheduler.steps_formed();
+  }
+  prefill.Stop();
+
+  int gap_steps = 0;
+  bool decoded = false;
+  for (const StepRecord& step : log.steps()) {
+    if (step.index < first_in_scope || step.index > last_in_scope) continue;
+    INFO("step " << step.index);
+    auto shares = Shares(step);
+    const bool decode = shares.contains(generating.get());
+    const int64_t prefill_tokens = step.tokens() - (decode ? shares[generating.get()] : 0);
+    if (decode) {
+      // (Some run alone to measure the decode time: the first, and one each
+      // kDecodeEstimateRefreshSteps steps, a count the gap steps here make
+      // depend on timing.)
+      decoded = true;
+      CHECK(prefill_tokens <= 8);
+      CHECK(clock.Seconds(step.index) <= 2.0);
+      continue;
+    }
+    ++gap_steps;
+    // Nothing measured before the first decode step: one token. Then at
+    // most what fits a decode step: a token arriving meanwhile waits at
+    // most (2 - 1) x 1 s for this step (0.125 s per token).
+    if (!decoded) CHECK(prefill_tokens == 1);
+    CHECK(prefill_tokens >= 1);
+    CHECK(prefill_tokens <= 8);
+    CHECK(clock.Seconds(step.index) <= 1.0);
+  }
+  CHECK(gap_steps >= kTokens);  // one before each token, at least
+  CHECK(generated == EngineGreedy(prompt, kTokens));
+  for (auto& e : prefill.entries()) e->End();
+  generating->End();
+}
+
 TEST_CASE("with the default policy and the real clock, a prefilling session makes progress in "
           "every decode step but the first while another generates without pause",
           "[server][scheduler]") {
