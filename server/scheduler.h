@@ -37,6 +37,10 @@
 //     decode-only step of the same decode tokens, and at least one token
 //     (server/decode_step_budget.h: the estimates, the arithmetic, the share
 //     prefill keeps); options.decode_step_prefill_tokens caps it further.
+//     A step formed while a session is marked generating but without its
+//     token (its handler was later than the wait) is bounded the same way
+//     (DecodeStepBudget::GapPrefillTokens), so the token waits for a short
+//     step, not a whole prefill step.
 #pragma once
 
 #include <chrono>
