@@ -47,8 +47,9 @@ namespace drt::server {
 
 // A step carrying generated tokens may take this much longer than the same
 // step without prefill: the target (p99 under load <= 2x idle). The
-// client's time per token also holds its turn-around (write, sample,
-// resubmit), which prefill does not lengthen, so its ratio stays below this.
+// client's time per token also holds the server's turn-around (write,
+// sample, resubmit), which prefill does not lengthen; a loaded machine can
+// (docs/batching.md, "Decode time per token under prefill load").
 constexpr double kDefaultDecodeSlowdownLimit = 2.0;
 // No fixed cap on the prefill tokens of a decode step (the time limit bounds
 // them).
