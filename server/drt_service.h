@@ -34,8 +34,9 @@ struct ServiceOptions {
   // The scheduler's tokens per engine step (server/scheduler.h); 0: the
   // engine's step size.
   int64_t step_tokens = 0;
-  // SchedulerOptions::decode_step_prefill_tokens.
-  int64_t decode_step_prefill_tokens = kDefaultDecodeStepPrefillTokens;
+  // SchedulerOptions::decode_slowdown_limit and decode_step_prefill_tokens.
+  double decode_slowdown_limit = kDefaultDecodeSlowdownLimit;
+  int64_t decode_step_prefill_tokens = kNoPrefillTokenCap;
   std::string bearer_token;  // empty: no authentication
   // Where SaveSession writes and LoadSession reads; empty: both refused.
   std::string session_files_dir;

@@ -39,6 +39,8 @@ Scheduler::Scheduler(Backend& backend, SchedulerOptions options)
     : backend_(backend),
       step_tokens_(std::max<int64_t>(1, options.step_tokens)),
       options_(std::move(options)),
+      decode_budget_(DecodeStepBudgetOptions{options_.decode_slowdown_limit,
+                                             options_.decode_step_prefill_tokens}),
       engine_([this] { EngineLoop(); }) {}
 
 Scheduler::~Scheduler() {
@@ -165,6 +167,7 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   };
 
   // 2. Decode first, oldest first.
+  int64_t decode_tokens = 0;
   for (Queued* item : queue_) {
     if (left == 0) break;
     if (item->item->kind != WorkKind::kDecode) continue;
@@ -172,10 +175,18 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
     const int64_t count = std::min(remaining(item), left);
     plan.push_back({item, item->done, count, nullptr, absl::OkStatus()});
     left -= count;
+    decode_tokens += count;
   }
 
-  // A step that carries decode stays about as short as a decode step.
-  if (!plan.empty()) left = std::min(left, options_.decode_step_prefill_tokens);
+  // A step that carries decode stays within the slowdown limit of a
+  // decode-only step (server/decode_step_budget.h). So does one formed while
+  // sessions generate but none of their tokens came in time: a token
+  // arriving meanwhile waits for this step.
+  if (decode_tokens > 0) {
+    left = std::min(left, decode_budget_.PrefillTokens(decode_tokens));
+  } else if (!generating_.empty()) {
+    left = std::min(left, decode_budget_.GapPrefillTokens(static_cast<int64_t>(generating_.size())));
+  }
 
   // 3. Prefill shares the rest equally; whoever needs less leaves the
   // remainder to the others.
@@ -252,12 +263,17 @@ void Scheduler::EngineLoop() {
     double seconds = 0;
     if (!entries.empty()) {
       if (options_.on_step_formed) options_.on_step_formed(record);
-      const auto start = std::chrono::steady_clock::now();
+      const auto start = options_.clock();
       results = drt::RunStep(backend_, entries);
-      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      seconds = std::chrono::duration<double>(options_.clock() - start).count();
       for (size_t i = 0; i < running.size(); ++i) {
         results[i] = running[i]->queued->item->entry->EndStep(std::move(results[i]));
       }
+      int64_t decode = 0, prefill = 0;
+      for (const StepPiece& piece : record.pieces) {
+        (piece.kind == WorkKind::kDecode ? decode : prefill) += piece.tokens;
+      }
+      decode_budget_.Observe(decode, prefill, seconds);
       if (options_.on_step_done) options_.on_step_done(record, seconds);
     }
 

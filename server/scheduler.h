@@ -32,9 +32,15 @@
 //     prefill-only step formed in that gap would hold the token up for a
 //     whole step, and generating sessions would fall into separate steps
 //     instead of one batch.
-//   - A step that holds decode items takes at most
-//     options.decode_step_prefill_tokens prefill tokens, so such a step costs
-//     about one decode step plus that much prefill.
+//   - A step that holds decode items takes only as much prefill as keeps its
+//     predicted time within options.decode_slowdown_limit times a
+//     decode-only step of the same decode tokens, and at least one token
+//     (server/decode_step_budget.h: the estimates, the arithmetic, the share
+//     prefill keeps); options.decode_step_prefill_tokens caps it further.
+//     A step formed while a session is marked generating but without its
+//     token (its handler was later than the wait) is bounded the same way
+//     (DecodeStepBudget::GapPrefillTokens), so the token waits for a short
+//     step, not a whole prefill step.
 #pragma once
 
 #include <chrono>
@@ -50,6 +56,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "engine/backend.h"
+#include "server/decode_step_budget.h"
 
 namespace drt::server {
 
@@ -59,9 +66,6 @@ class SessionEntry;
 // says: 64 chunks of 63 tokens (4096 positions with their landmarks).
 constexpr int64_t kDefaultStepTokens = 4032;
 
-// Prefill tokens in a step that also holds decode items: one chunk (see
-// SchedulerOptions::decode_step_prefill_tokens).
-constexpr int64_t kDefaultDecodeStepPrefillTokens = 63;
 // A handler turns a token around (write it out, sample the next) in tens of
 // microseconds; 1 ms bounds what a stalled one can cost the others per step.
 constexpr int64_t kDefaultDecodeResubmitWaitUs = 1000;
@@ -117,16 +121,28 @@ struct StepRecord {
 struct SchedulerOptions {
   // The step's token budget, shared by decode and prefill items.
   int64_t step_tokens = kDefaultStepTokens;
-  // Prefill tokens a step that holds decode items may take (at most the
-  // budget left after decode). Trades generating sessions' time per token
-  // against prefill throughput while both run (docs/api.md, Scheduling).
-  int64_t decode_step_prefill_tokens = kDefaultDecodeStepPrefillTokens;
+  // A step that holds decode items takes only as much prefill as keeps its
+  // predicted time within this many times a decode-only step (>= 1; 0: no
+  // time limit). Trades generating sessions' time per token against prefill
+  // throughput while both run (server/decode_step_budget.h, docs/api.md,
+  // Scheduling).
+  double decode_slowdown_limit = kDefaultDecodeSlowdownLimit;
+  // A fixed cap on the prefill tokens of a step that holds decode items, on
+  // top of the time limit; kNoPrefillTokenCap: none. 0: such steps carry no
+  // prefill.
+  int64_t decode_step_prefill_tokens = kNoPrefillTokenCap;
   // How long the engine waits, before forming a step, for a generating
   // session's next decode item (see Generating).
   std::chrono::microseconds decode_resubmit_wait{kDefaultDecodeResubmitWaitUs};
   // Called on the engine thread with each step once formed and its sessions
   // claimed, before it runs (a test may block it to hold the step running).
   std::function<void(const StepRecord&)> on_step_formed;
+  // The clock that times steps for the decode budget and on_step_done: read
+  // once just before and once just after each step runs (a test injects a
+  // fake one that makes a step's duration a function of its contents).
+  std::function<std::chrono::steady_clock::time_point()> clock = [] {
+    return std::chrono::steady_clock::now();
+  };
   // Called on the engine thread after each step ran, with its duration.
   std::function<void(const StepRecord&, double seconds)> on_step_done;
 };
@@ -194,6 +210,8 @@ class Scheduler {
   absl::Status refusal_;  // OK until Refuse()
   int64_t steps_formed_ = 0;
   size_t rotation_ = 0;  // which prefill item gets the odd tokens first
+  // Prefill allowed in steps that hold decode; used by the engine thread only.
+  DecodeStepBudget decode_budget_;
   // Sessions inside a Generating scope (a count: nested scopes are allowed).
   std::map<const SessionEntry*, int> generating_;
   std::thread engine_;   // last: starts once the members above exist

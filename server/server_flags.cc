@@ -59,10 +59,19 @@ ABSL_FLAG(int64_t, step_tokens, 0,
           "it; it also sets the backend's forward size (these tokens with their landmarks, whole "
           "chunks). 0: the backend's own (1008 tokens, 1024 positions). Larger steps ingest long "
           "prompts with less overhead per token and take more memory (docs/api.md, Scheduling)");
-ABSL_FLAG(int64_t, decode_step_prefill_tokens, drt::server::kDefaultDecodeStepPrefillTokens,
-          "prefill tokens a step that also carries generated tokens may take: a generating "
-          "session's time per token while others prefill is about one step of this size, at "
-          "the cost of prefill throughput meanwhile (docs/api.md, Scheduling)");
+ABSL_FLAG(double, decode_slowdown_limit, drt::server::kDefaultDecodeSlowdownLimit,
+          "a step that carries generated tokens takes only as many prefill tokens (at least "
+          "one) as keep its predicted time within this many times a decode-only step, from "
+          "the measured times of recent steps: a generating session's time per token while "
+          "others prefill stays within about this factor of idle, and prefill keeps about "
+          "(limit - 1) / limit of the engine meanwhile. At least 1; 0 turns the time limit "
+          "off (docs/api.md, Scheduling)");
+ABSL_FLAG(int64_t, decode_step_prefill_tokens, drt::server::kNoPrefillTokenCap,
+          "a fixed cap on the prefill tokens of a step that carries generated tokens, on top "
+          "of --decode_slowdown_limit; -1 (default): no cap. 0: such steps carry no prefill, "
+          "so prefill moves only while no generated token waits. (Before "
+          "--decode_slowdown_limit this was the only bound, default 63; "
+          "--decode_slowdown_limit=0 --decode_step_prefill_tokens=63 is that policy)");
 ABSL_FLAG(int32_t, compute_workers, 0,
           "deprecated and ignored: one engine thread now forms batched steps over all "
           "sessions (docs/api.md, Scheduling); --threads sets the CPU backend's threads");
@@ -239,8 +248,16 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   check(CheckAtLeast("idle_ttl_seconds", config.service.idle_ttl_seconds, 1));
   config.service.step_tokens = absl::GetFlag(FLAGS_step_tokens);
   check(CheckAtLeast("step_tokens", config.service.step_tokens, 0));
+  config.service.decode_slowdown_limit = absl::GetFlag(FLAGS_decode_slowdown_limit);
+  if (const double limit = config.service.decode_slowdown_limit; !(limit == 0 || limit >= 1) ||
+                                                                  std::isinf(limit)) {
+    errors.emplace_back(absl::StrCat("--decode_slowdown_limit=", limit,
+                                     ": must be at least 1 (times a decode-only step), or 0 "
+                                     "for no time limit"));
+  }
   config.service.decode_step_prefill_tokens = absl::GetFlag(FLAGS_decode_step_prefill_tokens);
-  check(CheckAtLeast("decode_step_prefill_tokens", config.service.decode_step_prefill_tokens, 0));
+  check(CheckAtLeast("decode_step_prefill_tokens", config.service.decode_step_prefill_tokens,
+                     drt::server::kNoPrefillTokenCap));
   // Accepted so that existing command lines keep working; main logs that it
   // is ignored.
   if (const int32_t workers = absl::GetFlag(FLAGS_compute_workers); workers != 0) {

@@ -25,7 +25,15 @@ using namespace drt::server::testing;
 
 TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process]") {
   constexpr int64_t kGrace = 5;
-  ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(kGrace));
+  // How fast an Append moves while another session generates is the
+  // scheduler's policy: under the default decode time limit it gets small
+  // pieces, about 1,000 tokens/s with this model on a 2-core CPU
+  // (docs/batching.md, "Decode time per token under prefill load"). This
+  // test is about draining, so it turns the limit off: the Append's 10,000
+  // tokens then take well under the grace period whatever the limit does.
+  std::vector<std::string> args = ServerProcessArgs(kGrace);
+  args.push_back("--decode_slowdown_limit=0");
+  ServerProcess server(DRT_SERVER_BINARY, args);
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = drt::v1::Drt::NewStub(channel);
 

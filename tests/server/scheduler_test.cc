@@ -233,7 +233,9 @@ TEST_CASE("a generated token is in the first step formed after it is submitted, 
     expected_shares = {0, 0, 1};
   }
   StepLog log;
-  Scheduler scheduler(*f.backend, log.Options(budget));
+  SchedulerOptions options = log.Options(budget);
+  options.decode_slowdown_limit = 0;  // no time limit: the budget alone bounds the step
+  Scheduler scheduler(*f.backend, options);
 
   // Three sessions prefill far more than the test lasts: every step is full.
   EndlessPrefill prefill(manager, scheduler, 3, 10);
@@ -300,6 +302,7 @@ TEST_CASE("a generating session keeps its place between tokens, and a step carry
   StepLog log;
   SchedulerOptions options = log.Options(630);
   options.decode_step_prefill_tokens = 10;
+  options.decode_slowdown_limit = 0;  // the fixed cap alone (the time limit: tests below)
   // Long enough that the engine always waits for the generating session
   // here: the test then does not depend on how fast this thread is.
   options.decode_resubmit_wait = std::chrono::seconds(30);
@@ -351,6 +354,284 @@ TEST_CASE("a generating session keeps its place between tokens, and a step carry
   for (int t = 1; t < kTokens; ++t) CHECK(decode_steps[t] == decode_steps[t - 1] + 1);
   CHECK(generated == EngineGreedy(prompt, kTokens));
   for (auto& e : prefilling) e->End();
+  generating->End();
+}
+
+// Times steps by a cost model instead of the wall clock, for the decode
+// budget (SchedulerOptions::clock is read just before and just after each
+// step runs; the second read is the first plus the cost of the step formed
+// last). A step holding decode costs `decode_ns`, each prefill token
+// `prefill_ns` more. Nothing sleeps: the durations are only numbers.
+class FakeStepClock {
+ public:
+  FakeStepClock(int64_t decode_ns, int64_t prefill_ns)
+      : decode_ns_(decode_ns), prefill_ns_(prefill_ns) {}
+
+  // The hooks, on the engine thread.
+  void Formed(const StepRecord& step) { cost_ns_ = CostNs(step); }
+  std::chrono::steady_clock::time_point Now() {
+    if (reads_++ % 2 == 1) now_ns_ += cost_ns_;
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(now_ns_));
+  }
+  void Done(const StepRecord& step, double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    seconds_[step.index] = seconds;
+  }
+
+  int64_t CostNs(const StepRecord& step) const {
+    int64_t ns = 0;
+    bool decode = false;
+    for (const StepPiece& piece : step.pieces) {
+      if (piece.kind == WorkKind::kDecode) {
+        decode = true;
+      } else {
+        ns += piece.tokens * prefill_ns_;
+      }
+    }
+    return ns + (decode ? decode_ns_ : 0);
+  }
+  // The duration the scheduler reported for step `index`.
+  double Seconds(int64_t index) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = seconds_.find(index);
+    return it == seconds_.end() ? -1 : it->second;
+  }
+  // Makes `scheduler_options` time its steps with this clock.
+  void Install(StepLog& log, SchedulerOptions& scheduler_options) {
+    log.also = [this](const StepRecord& step) { Formed(step); };
+    scheduler_options.clock = [this] { return Now(); };
+    scheduler_options.on_step_done = [this](const StepRecord& step, double s) { Done(step, s); };
+  }
+
+ private:
+  const int64_t decode_ns_, prefill_ns_;
+  int64_t cost_ns_ = 0, now_ns_ = 0, reads_ = 0;
+  mutable std::mutex mutex_;
+  std::map<int64_t, double> seconds_;
+};
+
+// The prefill tokens of each step holding `entry`'s decode token, and by
+// prefilling session.
+struct DecodeSteps {
+  std::vector<int64_t> index, prefill;
+  std::vector<std::vector<int64_t>> by_session;
+};
+DecodeSteps DecodeStepsOf(const StepLog& log, const SessionEntry* entry,
+                          const std::vector<std::shared_ptr<SessionEntry>>& prefilling) {
+  DecodeSteps out;
+  for (const StepRecord& step : log.steps()) {
+    auto shares = Shares(step);
+    if (!shares.contains(entry)) continue;
+    out.index.push_back(step.index);
+    out.prefill.push_back(step.tokens() - shares[entry]);
+    std::vector<int64_t> split;
+    for (const auto& e : prefilling) split.push_back(shares[e.get()]);
+    out.by_session.push_back(split);
+  }
+  return out;
+}
+
+// Generates `tokens` tokens greedily without pause, as Generate does.
+std::vector<int32_t> GenerateWithoutPause(Scheduler& scheduler, SessionEntry& entry, int tokens) {
+  Sampler sampler(SamplingParams{});
+  std::vector<int32_t> generated;
+  Scheduler::Generating scope(scheduler, &entry);
+  for (int t = 0; t < tokens; ++t) {
+    const int32_t token = SampleToken(entry, sampler);
+    REQUIRE(RunDecode(scheduler, entry, token).status.ok());
+    generated.push_back(token);
+  }
+  return generated;
+}
+
+TEST_CASE("a step carrying a generated token takes as much prefill as keeps its time within "
+          "decode_slowdown_limit times a decode-only step (fake step clock)",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  // A decode step costs 1 s, a prefill token 0.125 s more: with the limit 2,
+  // (2 - 1) x 1 / 0.125 = 8 prefill tokens fit (server/decode_step_budget.h).
+  FakeStepClock clock(1'000'000'000, 125'000'000);
+  StepLog log;
+  SchedulerOptions options = log.Options(630);
+  clock.Install(log, options);
+  options.decode_slowdown_limit = 2.0;
+  // The engine always waits for the generating session here, so every step
+  // formed while it generates holds its token.
+  options.decode_resubmit_wait = std::chrono::seconds(30);
+  Scheduler scheduler(*f.backend, options);
+
+  EndlessPrefill prefill(manager, scheduler, 2, 30);
+  WaitFor([&] { return scheduler.steps_formed() >= 2; }, 30, "prefill steps");
+  auto generating = NewEntry(manager, Activity::kGenerating);
+  const auto prompt = RandomTokens(100, 5);
+  REQUIRE(generating->RunStep([&](Session& s) { return s.Append(prompt).status(); }).ok());
+  constexpr int kTokens = 8;
+  const std::vector<int32_t> generated = GenerateWithoutPause(scheduler, *generating, kTokens);
+  prefill.Stop();
+
+  // The first decode step runs alone and measures 1 s; the prefill then
+  // grows at most to 2p + 1 (1, 3, 7) until the 8 that fit.
+  const std::vector<int64_t> expected = {0, 1, 3, 7, 8, 8, 8, 8};
+  const DecodeSteps steps = DecodeStepsOf(log, generating.get(), prefill.entries());
+  CHECK(steps.prefill == expected);
+  REQUIRE(steps.index.size() == kTokens);
+  for (size_t i = 0; i < steps.index.size(); ++i) {
+    INFO("decode step " << i << " (step " << steps.index[i] << ")");
+    if (i > 0) CHECK(steps.index[i] == steps.index[i - 1] + 1);
+    // The scheduler timed it with the fake clock: 1 + 0.125 p seconds,
+    // within 2 x the decode-only 1 s.
+    CHECK(clock.Seconds(steps.index[i]) == 1.0 + 0.125 * static_cast<double>(steps.prefill[i]));
+    CHECK(clock.Seconds(steps.index[i]) <= 2.0);
+    // The two prefilling sessions share it equally (the odd token rotates).
+    const auto& split = steps.by_session[i];
+    CHECK(std::max(split[0], split[1]) - std::min(split[0], split[1]) <= 1);
+  }
+  CHECK(generated == EngineGreedy(prompt, kTokens));
+  for (auto& e : prefill.entries()) e->End();
+  generating->End();
+}
+
+TEST_CASE("prefill is never starved by a session generating without pause: one token per "
+          "decode step even when it costs more than the limit allows (fake step clock)",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  // A prefill token costs 4 s, four decode steps: none fits the limit.
+  FakeStepClock clock(1'000'000'000, 4'000'000'000);
+  StepLog log;
+  SchedulerOptions options = log.Options(630);
+  clock.Install(log, options);
+  options.decode_resubmit_wait = std::chrono::seconds(30);
+  Scheduler scheduler(*f.backend, options);
+
+  EndlessPrefill prefill(manager, scheduler, 2, 40);
+  WaitFor([&] { return scheduler.steps_formed() >= 2; }, 30, "prefill steps");
+  auto generating = NewEntry(manager, Activity::kGenerating);
+  const auto prompt = RandomTokens(100, 6);
+  REQUIRE(generating->RunStep([&](Session& s) { return s.Append(prompt).status(); }).ok());
+  constexpr int kTokens = 9;
+  const std::vector<int32_t> generated = GenerateWithoutPause(scheduler, *generating, kTokens);
+  prefill.Stop();
+
+  // After the decode-only measurement, one prefill token per step, to each
+  // prefilling session in turn: 4 each over the 8 steps.
+  const DecodeSteps steps = DecodeStepsOf(log, generating.get(), prefill.entries());
+  CHECK(steps.prefill == std::vector<int64_t>{0, 1, 1, 1, 1, 1, 1, 1, 1});
+  std::vector<int64_t> per_session(2, 0);
+  for (const auto& split : steps.by_session) {
+    for (size_t s = 0; s < split.size(); ++s) per_session[s] += split[s];
+  }
+  CHECK(per_session == std::vector<int64_t>{4, 4});
+  CHECK(generated == EngineGreedy(prompt, kTokens));
+  for (auto& e : prefill.entries()) e->End();
+  generating->End();
+}
+
+TEST_CASE("while a session generates, a step formed without its token (its handler late) takes "
+          "no more prefill than a decode step would (fake step clock)",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  FakeStepClock clock(1'000'000'000, 125'000'000);  // as above: 8 prefill tokens fit
+  StepLog log;
+  SchedulerOptions options = log.Options(630);
+  clock.Install(log, options);
+  // The engine never waits for the generating session: each of its tokens
+  // below comes only after a step was formed without it.
+  options.decode_resubmit_wait = std::chrono::microseconds(0);
+  Scheduler scheduler(*f.backend, options);
+
+  EndlessPrefill prefill(manager, scheduler, 2, 60);
+  WaitFor([&] { return scheduler.steps_formed() >= 2; }, 30, "prefill steps");
+  auto generating = NewEntry(manager, Activity::kGenerating);
+  const auto prompt = RandomTokens(100, 8);
+  REQUIRE(generating->RunStep([&](Session& s) { return s.Append(prompt).status(); }).ok());
+  Sampler sampler(SamplingParams{});
+  constexpr int kTokens = 6;
+  std::vector<int32_t> generated;
+  int64_t first_in_scope = 0, last_in_scope = 0;
+  {
+    Scheduler::Generating scope(scheduler, generating.get());
+    first_in_scope = scheduler.steps_formed() + 1;
+    for (int t = 0; t < kTokens; ++t) {
+      const int64_t before = scheduler.steps_formed();
+      WaitFor([&] { return scheduler.steps_formed() > before; }, 30, "a step without the token");
+      const int32_t token = SampleToken(*generating, sampler);
+      REQUIRE(RunDecode(scheduler, *generating, token).status.ok());
+      generated.push_back(token);
+    }
+    last_in_scope = scheduler.steps_formed();
+  }
+  prefill.Stop();
+
+  int gap_steps = 0;
+  bool decoded = false;
+  for (const StepRecord& step : log.steps()) {
+    if (step.index < first_in_scope || step.index > last_in_scope) continue;
+    INFO("step " << step.index);
+    auto shares = Shares(step);
+    const bool decode = shares.contains(generating.get());
+    const int64_t prefill_tokens = step.tokens() - (decode ? shares[generating.get()] : 0);
+    if (decode) {
+      // (Some run alone to measure the decode time: the first, and one each
+      // kDecodeEstimateRefreshSteps steps, a count the gap steps here make
+      // depend on timing.)
+      decoded = true;
+      CHECK(prefill_tokens <= 8);
+      CHECK(clock.Seconds(step.index) <= 2.0);
+      continue;
+    }
+    ++gap_steps;
+    // Nothing measured before the first decode step: one token. Then at
+    // most what fits a decode step: a token arriving meanwhile waits at
+    // most (2 - 1) x 1 s for this step (0.125 s per token).
+    if (!decoded) CHECK(prefill_tokens == 1);
+    CHECK(prefill_tokens >= 1);
+    CHECK(prefill_tokens <= 8);
+    CHECK(clock.Seconds(step.index) <= 1.0);
+  }
+  CHECK(gap_steps >= kTokens);  // one before each token, at least
+  CHECK(generated == EngineGreedy(prompt, kTokens));
+  for (auto& e : prefill.entries()) e->End();
+  generating->End();
+}
+
+TEST_CASE("with the default policy and the real clock, a prefilling session makes progress in "
+          "every decode step but the first while another generates without pause",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  StepLog log;
+  SchedulerOptions options = log.Options(1008);
+  options.decode_resubmit_wait = std::chrono::seconds(30);  // as above: only decode steps
+  REQUIRE(options.decode_slowdown_limit == kDefaultDecodeSlowdownLimit);
+  REQUIRE(options.decode_step_prefill_tokens == kNoPrefillTokenCap);
+  Scheduler scheduler(*f.backend, options);
+
+  EndlessPrefill prefill(manager, scheduler, 1, 50);
+  WaitFor([&] { return scheduler.steps_formed() >= 2; }, 30, "prefill steps");
+  auto generating = NewEntry(manager, Activity::kGenerating);
+  const auto prompt = RandomTokens(100, 7);
+  REQUIRE(generating->RunStep([&](Session& s) { return s.Append(prompt).status(); }).ok());
+  constexpr int kTokens = 16;
+  const std::vector<int32_t> generated = GenerateWithoutPause(scheduler, *generating, kTokens);
+  const std::vector<WorkResult> results = prefill.Stop();
+
+  // How much prefill each step takes depends on this machine's timings;
+  // that it takes some does not: only the first decode step (the
+  // decode-only measurement) runs without.
+  const DecodeSteps steps = DecodeStepsOf(log, generating.get(), prefill.entries());
+  REQUIRE(steps.prefill.size() == kTokens);
+  CHECK(steps.prefill[0] == 0);
+  for (int t = 1; t < kTokens; ++t) {
+    INFO("decode step " << t);
+    CHECK(steps.prefill[t] >= 1);
+  }
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].status.code() == absl::StatusCode::kCancelled);
+  CHECK(generated == EngineGreedy(prompt, kTokens));
+  for (auto& e : prefill.entries()) e->End();
   generating->End();
 }
 

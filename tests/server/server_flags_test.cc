@@ -74,6 +74,36 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     CHECK(refused.status().message().find("--step_tokens=-1: must be at least 0") !=
           std::string::npos);
   }
+  SECTION("--decode_slowdown_limit: 2 by default, at least 1 or 0 (off); "
+          "--decode_step_prefill_tokens: -1 (no cap) by default, never below -1") {
+    CHECK(config->service.decode_slowdown_limit == 2.0);
+    CHECK(config->service.decode_step_prefill_tokens == -1);
+    for (const char* good : {"1", "1.5", "0"}) {
+      ScopedFlag limit("decode_slowdown_limit", good);
+      auto parsed = ServerConfigFromFlags();
+      REQUIRE(parsed.ok());
+      CHECK(parsed->service.decode_slowdown_limit == std::stod(good));
+    }
+    for (const char* bad : {"0.5", "-1", "nan", "inf"}) {
+      INFO(bad);
+      ScopedFlag limit("decode_slowdown_limit", bad);
+      auto refused = ServerConfigFromFlags();
+      CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+      CHECK(refused.status().message().find("--decode_slowdown_limit=") != std::string::npos);
+      CHECK(refused.status().message().find("must be at least 1") != std::string::npos);
+    }
+    {
+      ScopedFlag cap("decode_step_prefill_tokens", "0");
+      auto parsed = ServerConfigFromFlags();
+      REQUIRE(parsed.ok());
+      CHECK(parsed->service.decode_step_prefill_tokens == 0);
+    }
+    ScopedFlag cap("decode_step_prefill_tokens", "-2");
+    auto refused = ServerConfigFromFlags();
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(refused.status().message().find("--decode_step_prefill_tokens=-2: must be at least -1") !=
+          std::string::npos);
+  }
   SECTION("auto picks cpu with a note saying why") {
     ScopedFlag device("device", "auto");
     auto fallback = ServerConfigFromFlags();

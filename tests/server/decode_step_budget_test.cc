@@ -1,0 +1,187 @@
+// The decode step's prefill allowance (server/decode_step_budget.h) on
+// hand-computed cases: step times are fed in directly, nothing is timed.
+// The times are binary fractions (1, 0.125, ...) so that the arithmetic is
+// exact and the floor() in the policy lands where the hand computation says.
+#include <catch2/catch.hpp>
+
+#include "server/decode_step_budget.h"
+
+namespace drt::server {
+namespace {
+
+DecodeStepBudget Budget(double limit = 2.0, int64_t cap = kNoPrefillTokenCap) {
+  return DecodeStepBudget(DecodeStepBudgetOptions{limit, cap});
+}
+
+TEST_CASE("decode step budget: a decode-only step is measured first, then prefill grows to "
+          "(limit - 1) x decode time / time per token",
+          "[server][decode_budget]") {
+  DecodeStepBudget budget = Budget();
+  // Nothing measured: the step runs decode-only and measures the decode time.
+  CHECK(budget.PrefillTokens(1) == 0);
+  CHECK_FALSE(budget.DecodeSeconds(1).has_value());
+
+  budget.Observe(1, 0, 1.0);  // decode-only: 1 s
+  REQUIRE(budget.DecodeSeconds(1) == 1.0);
+  // No prefill cost measured yet: one token, to measure it.
+  CHECK_FALSE(budget.PrefillSecondsPerToken().has_value());
+  CHECK(budget.PrefillTokens(1) == 1);
+
+  // Each prefill token costs 0.125 s, so (2 - 1) x 1 / 0.125 = 8 tokens fit;
+  // the allowance gets there at most doubling (2p + 1): 3, 7, then 8.
+  budget.Observe(1, 1, 1.125);
+  CHECK(budget.PrefillSecondsPerToken() == 0.125);
+  CHECK(budget.PrefillTokens(1) == 3);
+  budget.Observe(1, 3, 1.375);
+  CHECK(budget.PrefillTokens(1) == 7);
+  budget.Observe(1, 7, 1.875);
+  CHECK(budget.PrefillTokens(1) == 8);
+  budget.Observe(1, 8, 2.0);  // the predicted 1 + 8 x 0.125 = 2 x decode time
+  CHECK(budget.PrefillTokens(1) == 8);
+
+  SECTION("limit 3: twice the decode time for prefill, 16 tokens") {
+    DecodeStepBudget three = Budget(3.0);
+    three.Observe(1, 0, 1.0);
+    for (int64_t p : {1, 3, 7, 15}) {
+      INFO("after " << p << " tokens");
+      three.Observe(1, p, 1.0 + 0.125 * static_cast<double>(p));
+    }
+    CHECK(three.PrefillTokens(1) == 16);
+  }
+  SECTION("a fixed cap (--decode_step_prefill_tokens) bounds it further") {
+    DecodeStepBudget capped = Budget(2.0, 5);
+    capped.Observe(1, 0, 1.0);
+    capped.Observe(1, 1, 1.125);
+    capped.Observe(1, 3, 1.375);
+    CHECK(capped.PrefillTokens(1) == 5);  // 7 by time
+  }
+}
+
+TEST_CASE("decode step budget: the decode time is the fastest recent decode-only step and the "
+          "time per prefill token the median of the recent ones, so stalls move neither",
+          "[server][decode_budget]") {
+  DecodeStepBudget budget = Budget();
+  budget.Observe(1, 0, 3.0);
+  budget.Observe(1, 0, 1.0);
+  budget.Observe(1, 0, 100.0);  // a stall
+  CHECK(budget.DecodeSeconds(1) == 1.0);
+  // Only the last kDecodeBudgetSamples (7) count: the sixth sample of 2 s
+  // pushes the 1 s out.
+  for (int i = 0; i < 5; ++i) budget.Observe(1, 0, 2.0);
+  CHECK(budget.DecodeSeconds(1) == 1.0);
+  budget.Observe(1, 0, 2.0);
+  CHECK(budget.DecodeSeconds(1) == 2.0);
+
+  // Steps with prefill: 0.25 s per token, then a stall (8 tokens in 52 s).
+  budget.Observe(1, 1, 2.25);
+  budget.Observe(1, 3, 2.75);
+  budget.Observe(1, 8, 52.0);  // 6.25 s per token
+  CHECK(budget.PrefillSecondsPerToken() == 0.25);
+  // (2 - 1) x 2 / 0.25 = 8 fit, but the largest step that kept within the
+  // limit (4 s) carried 3 tokens: at most 2 x 3 + 1 = 7.
+  CHECK(budget.PrefillTokens(1) == 7);
+}
+
+TEST_CASE("decode step budget: a step with prefill faster than the decode-only estimate lowers "
+          "it",
+          "[server][decode_budget]") {
+  DecodeStepBudget budget = Budget();
+  budget.Observe(1, 0, 1.0);
+  budget.Observe(1, 2, 0.5);  // the machine got faster: decode takes at most 0.5 s
+  CHECK(budget.DecodeSeconds(1) == 0.5);
+  CHECK(budget.PrefillSecondsPerToken() == 0.0);  // (0.5 - 0.5) / 2
+  CHECK(budget.PrefillTokens(1) == 5);  // nothing measured to divide by: 2 x 2 + 1
+  budget.Observe(1, 5, 1.125);  // 0.125 s per token; over the limit of 2 x 0.5 s
+  CHECK(budget.PrefillSecondsPerToken() == 0.0625);  // median of 0 and 0.125
+  // 0.5 / 0.0625 = 8 fit by time, but the step of 5 broke the limit: still
+  // at most 2 x 2 + 1.
+  CHECK(budget.PrefillTokens(1) == 5);
+}
+
+TEST_CASE("decode step budget: prefill is never starved, at least one token per decode step "
+          "even when one costs more than the limit allows",
+          "[server][decode_budget]") {
+  DecodeStepBudget budget = Budget();
+  budget.Observe(1, 0, 1.0);
+  budget.Observe(1, 1, 5.0);  // one prefill token: 4 s, four decode steps
+  CHECK(budget.PrefillSecondsPerToken() == 4.0);
+  CHECK(budget.PrefillTokens(1) == 1);  // 0.25 fits, 1 is the floor
+}
+
+TEST_CASE("decode step budget: a batch size not measured uses the largest smaller one, or is "
+          "measured first",
+          "[server][decode_budget]") {
+  DecodeStepBudget budget = Budget();
+  budget.Observe(4, 0, 2.0);
+  CHECK_FALSE(budget.DecodeSeconds(2).has_value());
+  CHECK(budget.PrefillTokens(2) == 0);  // nothing at 2 or below: measure
+  budget.Observe(1, 0, 1.0);
+  CHECK(budget.DecodeSeconds(2) == 1.0);  // from 1: a smaller batch is not slower
+  CHECK(budget.DecodeSeconds(4) == 2.0);
+  CHECK(budget.DecodeSeconds(9) == 2.0);
+  // Steps of 4 decode tokens: 1 s of prefill fits in the 2 s decode step.
+  budget.Observe(4, 1, 2.125);
+  CHECK(budget.PrefillSecondsPerToken() == 0.125);
+  CHECK(budget.PrefillTokens(4) == 3);  // 16 by time, 3 by doubling
+  budget.Observe(4, 3, 2.375);
+  budget.Observe(4, 7, 2.875);
+  budget.Observe(4, 15, 3.875);
+  CHECK(budget.PrefillTokens(4) == 16);
+  CHECK(budget.PrefillTokens(2) == 8);  // (2 - 1) x 1 / 0.125
+}
+
+TEST_CASE("decode step budget: a decode-only time measured kDecodeEstimateRefreshSteps steps "
+          "ago is measured again",
+          "[server][decode_budget]") {
+  DecodeStepBudget budget = Budget();
+  budget.Observe(1, 0, 1.0);      // step 0
+  budget.Observe(1, 1, 1.125);    // step 1
+  budget.Observe(1, 3, 1.375);    // step 2
+  for (int64_t step = 3; step < kDecodeEstimateRefreshSteps - 1; ++step) {
+    budget.Observe(0, 1000, 10.0);  // prefill-only steps
+  }
+  // Steps 0 to 62 observed: the decode-only time still serves step 63.
+  CHECK(budget.PrefillTokens(1) == 7);
+  budget.Observe(0, 1000, 10.0);  // step 63; step 64 measures again
+  CHECK_FALSE(budget.DecodeSeconds(1).has_value());
+  CHECK(budget.PrefillTokens(1) == 0);  // this step measures it again
+  budget.Observe(1, 0, 1.0);
+  CHECK(budget.PrefillTokens(1) == 7);  // the prefill samples were kept
+  // A mixed step without a fresh decode time adds no prefill sample.
+  DecodeStepBudget fresh = Budget(0.0);
+  fresh.Observe(1, 5, 1.0);
+  CHECK_FALSE(fresh.PrefillSecondsPerToken().has_value());
+}
+
+TEST_CASE("decode step budget: a step formed while sessions generate but without their tokens "
+          "takes what a decode step would, at least one token, without the fixed cap",
+          "[server][decode_budget]") {
+  DecodeStepBudget budget = Budget();
+  CHECK(budget.GapPrefillTokens(1) == 1);  // nothing measured
+  budget.Observe(1, 0, 1.0);
+  CHECK(budget.GapPrefillTokens(1) == 1);
+  for (int64_t p : {1, 3, 7}) budget.Observe(1, p, 1.0 + 0.125 * static_cast<double>(p));
+  CHECK(budget.PrefillTokens(1) == 8);
+  CHECK(budget.GapPrefillTokens(1) == 8);
+  CHECK(budget.GapPrefillTokens(3) == 8);  // three generating: the decode time of 1 serves
+  // The fixed cap is for steps that carry generated tokens.
+  DecodeStepBudget none = Budget(2.0, 0);
+  none.Observe(1, 0, 1.0);
+  CHECK(none.PrefillTokens(1) == 0);
+  CHECK(none.GapPrefillTokens(1) == 1);
+  // No time limit: gap steps are not bounded either (the scheduler's budget is).
+  CHECK(Budget(0.0).GapPrefillTokens(1) == DecodeStepBudget::kUnbounded);
+}
+
+TEST_CASE("decode step budget: without a time limit only the fixed cap bounds the prefill",
+          "[server][decode_budget]") {
+  CHECK(Budget(0.0).PrefillTokens(1) == DecodeStepBudget::kUnbounded);
+  CHECK(Budget(0.0, 63).PrefillTokens(1) == 63);
+  // Cap 0: decode steps never carry prefill, whatever was measured.
+  DecodeStepBudget none = Budget(2.0, 0);
+  none.Observe(1, 0, 1.0);
+  CHECK(none.PrefillTokens(1) == 0);
+}
+
+}  // namespace
+}  // namespace drt::server
