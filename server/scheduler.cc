@@ -48,6 +48,7 @@ Scheduler::~Scheduler() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
+  if (options_.on_stopping) options_.on_stopping();
   work_ready_.notify_all();
   engine_.join();  // ends the queued items
   std::unique_lock<std::mutex> lock(mutex_);

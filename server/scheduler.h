@@ -145,6 +145,9 @@ struct SchedulerOptions {
   };
   // Called on the engine thread after each step ran, with its duration.
   std::function<void(const StepRecord&, double seconds)> on_step_done;
+  // Called by the destructor once no further step will be formed, before it
+  // waits for the running one (a test holding a step releases it then).
+  std::function<void()> on_stopping;
 };
 
 class Scheduler {

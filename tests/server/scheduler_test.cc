@@ -881,7 +881,13 @@ TEST_CASE("a scheduler destroyed with items queued ends them with UNAVAILABLE af
   FixtureModel& f = FixtureModel::Get();
   SessionManager manager(*f.backend, SessionLimits{});
   StepLog log(/*park_at=*/1);
-  auto scheduler = std::make_unique<Scheduler>(*f.backend, log.Options(64));
+  SchedulerOptions options = log.Options(64);
+  // The held step is released only once the destructor has stopped forming
+  // steps; released earlier, the engine could run A's step first (a race
+  // seen about once in 40 runs).
+  std::promise<void> stopping;
+  options.on_stopping = [&] { stopping.set_value(); };
+  auto scheduler = std::make_unique<Scheduler>(*f.backend, options);
   auto g = NewEntry(manager, Activity::kAppending);
   auto a = NewEntry(manager, Activity::kAppending);
   const auto g_tokens = RandomTokens(10, 1);
@@ -892,6 +898,7 @@ TEST_CASE("a scheduler destroyed with items queued ends them with UNAVAILABLE af
   item.Start(*scheduler);
   WaitFor([&] { return scheduler->queued() == 2; }, 10, "A queued");
   std::thread destroyer([&] { scheduler.reset(); });  // waits for the held step
+  stopping.get_future().wait();
   log.Release();
   destroyer.join();
   const WorkResult rg = gate.result.get(), ra = item.result.get();
