@@ -271,17 +271,10 @@ absl::Status ReadChunkRecord(int fd, const std::string& path, int64_t index, siz
                              std::string& payload) {
   const size_t record = kChunkRecordHeaderBytes + payload_bytes;
   std::string bytes(record, '\0');
-  size_t got = 0;
-  const uint64_t offset = ChunkRecordOffset(index, payload_bytes);
-  while (got < record) {
-    const ssize_t n = ::pread(fd, bytes.data() + got, record - got, offset + got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Errno("cannot read", path);
-    if (n == 0) {
-      return absl::DataLossError(
-          absl::StrFormat("%s ends inside chunk record %d", path, index));
-    }
-    got += static_cast<size_t>(n);
+  auto got = ReadAt(fd, path, bytes.data(), record, ChunkRecordOffset(index, payload_bytes));
+  if (!got.ok()) return got.status();
+  if (*got < record) {
+    return absl::DataLossError(absl::StrFormat("%s ends inside chunk record %d", path, index));
   }
   uint32_t length = 0, crc = 0;
   std::memcpy(&length, bytes.data(), 4);
