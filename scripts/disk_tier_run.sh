@@ -61,6 +61,8 @@ start_server() {  # $1: log file; sets server_pid and grpc_address
   grpc_address=$(sed -E 's/^drt-server listening on ([^ ]+) \(grpc\).*/\1/' <<<"$listening")
 }
 
+seconds_between() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", b - a}'; }
+
 sample_memory() {  # every 2 s: seconds, VmHWM, RssAnon, RssFile (kB) of pid $1
   local t0=$SECONDS
   while kill -0 "$1" 2>/dev/null; do
@@ -83,7 +85,7 @@ kill "$sampler_pid" 2>/dev/null || true
 sampler_pid=
 cat "$out/client1.txt"
 state_bytes=$(du -sb "$state_dir" | cut -f1)
-awk -v s="$(echo "$t1 - $t0" | bc)" -v bytes="$state_bytes" '
+awk -v s="$(seconds_between "$t0" "$t1")" -v bytes="$state_bytes" '
   {if ($2 > hwm) hwm = $2; if ($3 > anon) anon = $3}
   END {printf "disk_tier_run: first run %.0f s; peak RSS (VmHWM) %.2f GiB; peak RssAnon %.2f GiB; state directory %.2f GiB\n",
        s, hwm / 1048576, anon / 1048576, bytes / 2^30}' "$out/memory1.txt"
@@ -94,7 +96,7 @@ wait "$server_pid" 2>/dev/null || true
 t2=$(date +%s.%N)
 start_server "$out/server2.log"
 t3=$(date +%s.%N)
-echo "disk_tier_run: restart to listening (restore included): $(echo "$t3 - $t2" | bc) s"
+echo "disk_tier_run: restart to listening (restore included): $(seconds_between "$t2" "$t3") s"
 grep -i "restor" "$out/server2.log" || true
 /usr/bin/python3 - "$grpc_address" "$passkey" <<'PY'
 import sys, time
