@@ -141,6 +141,15 @@ def main(argv=None):
     p.add_argument("--eval_every_min", type=float, default=8.0)
     p.add_argument("--eval", default="2048:10,4096:10")
     p.add_argument("--final_eval", default="2048:20,4096:20,16384:10")
+    # A GPU lease runs one command for at most 10 minutes and keeps nothing:
+    # --stop_after_min ends this invocation (after a full checkpoint) when its
+    # wall time is spent, --save_every_min writes that checkpoint on the way,
+    # and --resume continues from one with the same schedule (--steps or
+    # --minutes count the whole run, not one invocation).
+    p.add_argument("--resume", help="a full checkpoint (train_state.pt) written by an earlier invocation")
+    p.add_argument("--stop_after_min", type=float, default=0.0,
+                   help="wall minutes after which this invocation saves and exits (0: run to the end)")
+    p.add_argument("--save_every_min", type=float, default=0.0)
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA GPU")
@@ -183,19 +192,46 @@ def main(argv=None):
     phases = parse_phases(args.phases)
     eval_specs = [tuple(int(x) for x in s.split(":")) for s in args.eval.split(",") if s]
     log("eval before training")
-    history = [{"step": 0, "eval": evaluate(model, heldout, eval_specs, args.seed, log)}]
     ckpt = os.path.join(args.out, "checkpoint.pt")
+    state_path = os.path.join(args.out, "train_state.pt")
     budget = args.minutes * 60.0
     train_time, step = 0.0, 0
     next_eval = args.eval_every_min * 60.0
+    if args.resume:
+        st = torch.load(args.resume, map_location="cpu", weights_only=False)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        step, train_time, next_eval, history = st["step"], st["train_time"], st["next_eval"], st["history"]
+        rng.set_state(st["np_rng"])
+        gen.set_state(st["gen"])
+        log(f"resumed from {args.resume}: step {step}, {train_time / 60:.2f} min of training")
+    else:
+        history = [{"step": 0, "eval": evaluate(model, heldout, eval_specs, args.seed, log)}]
+
+    def save_state():
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                    "train_time": train_time, "next_eval": next_eval, "history": history,
+                    "np_rng": rng.get_state(), "gen": gen.get_state()}, state_path + ".tmp")
+        os.replace(state_path + ".tmp", state_path)
+
     stats = {}
     t_start = time.time()
+    next_save = args.save_every_min * 60.0
     model.train()
 
     def progress():
         return step / args.steps if args.steps else train_time / budget
 
     while progress() < 1.0:
+        wall = time.time() - t_start
+        if args.save_every_min and wall >= next_save:
+            next_save += args.save_every_min * 60.0
+            save_state()
+        if args.stop_after_min and wall >= args.stop_after_min * 60.0:
+            save_state()
+            log(f"stopping this invocation at step {step} ({train_time / 60:.2f} min of training); "
+                f"resume with --resume {state_path}")
+            return 0
         frac = progress()
         _, n_chunks, bsz = [ph for ph in phases if ph[0] <= frac][-1]
         kind = kinds[rng.choice(len(kinds), p=probs)]
@@ -243,14 +279,14 @@ def main(argv=None):
             next_eval += args.eval_every_min * 60.0
             log(f"eval at step {step} ({train_time / 60:.1f} min of training)")
             history.append({"step": step, "eval": evaluate(model, heldout, eval_specs, args.seed, log)})
-            model.to("cpu")
-            torch.save(model.state_dict(), ckpt)
-            model.to(args.device)
+            save_state()
 
+    save_state()
     log(f"training done: {step} steps, {train_time / 60:.1f} min of training, "
         f"{(time.time() - t_start) / 60:.1f} min wall with evals")
     model.to("cpu")
     torch.save(model.state_dict(), ckpt)
+    model.to(args.device)
     drt_fast.disable(model)
     log("final eval (drt_reference forward)")
     final_specs = [tuple(int(x) for x in s.split(":")) for s in args.final_eval.split(",") if s]
