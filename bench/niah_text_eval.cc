@@ -30,7 +30,7 @@
 #include "engine/model.h"
 #include "engine/session.h"
 
-ABSL_FLAG(std::string, model, "models/drt-passkey-byte", "model directory (byte-level tokenizer)");
+ABSL_FLAG(std::string, model, "models/drt-text-byte", "model directory (byte-level tokenizer)");
 ABSL_FLAG(std::string, text, "", "filler text: a file, or a directory whose files are joined");
 ABSL_FLAG(std::string, tasks, "passkey,passkey_varied,keyed,two_hop", "tasks to run");
 ABSL_FLAG(std::string, lengths, "4K,16K,64K", "haystack lengths in bytes (K = 1024, M = 1048576)");
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   drt::cli::ParseCommandLine(
       {"drt-niah-text",
        "Retrieval accuracy on text filler.\n"
-       "Example: drt-niah-text --model models/drt-passkey-byte --text "
+       "Example: drt-niah-text --model models/drt-text-byte --text "
        "tests/fixtures/heldout-text/debian_handbook_excerpt.txt "
        "--tasks passkey,keyed --lengths 4K,64K --trials 5",
        {"bench/niah_text_eval.cc"}},

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: builds everything, starts drt-server with the bundled trained
-# model (models/drt-passkey-byte) on 127.0.0.1, streams a 100,000-token
+# model (models/drt-text-byte) on 127.0.0.1, streams a 100,000-token
 # haystack with a hidden pass key through the Python client
 # (client_examples/python/drt_client.py), prints the streamed answer, whether
 # it is right, and the timings, and stops the server with SIGTERM. Exits 1
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 bash scripts/build.sh
 
-model=${MODEL:-models/drt-passkey-byte}
+model=${MODEL:-models/drt-text-byte}
 require=(--require-passkey --stop .)  # the answer is " 12345."
 if [[ "$model" == random ]]; then
   model=build/models/drt-random-gpt2
