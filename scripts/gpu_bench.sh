@@ -22,7 +22,8 @@
 #   SANITIZER_RUNS="memcheck-backend racecheck-kernel" bash scripts/gpu_bench.sh
 #                                                  only these sanitizer runs (of memcheck-kernel,
 #                                                  memcheck-backend, racecheck-kernel,
-#                                                  racecheck-backend; all by default)
+#                                                  racecheck-backend; all by default,
+#                                                  none when set but empty)
 #   SANITIZER_TIMEOUT=900 bash scripts/gpu_bench.sh  each sanitizer run's time limit
 #                                                  (seconds; 480 by default)
 #   SKIP_BATCH=1 bash scripts/gpu_bench.sh         without the drt-batch-bench step
@@ -33,7 +34,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sanitizer_timeout=${SANITIZER_TIMEOUT:-480}
-sanitizer_runs=${SANITIZER_RUNS:-"memcheck-kernel memcheck-backend racecheck-kernel racecheck-backend"}
+# Set but empty: no sanitizer run.
+sanitizer_runs=${SANITIZER_RUNS-"memcheck-kernel memcheck-backend racecheck-kernel racecheck-backend"}
 if [[ ! "$sanitizer_timeout" =~ ^[1-9][0-9]*$ ]]; then
   echo "gpu_bench: SANITIZER_TIMEOUT=$sanitizer_timeout: expected a whole number of seconds" >&2
   exit 2
