@@ -200,8 +200,8 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   absl::StatusOr<std::unique_ptr<Backend>> made_backend =
       MakeBackend((*model)->config(), (*model)->weights(), backend_options);
   if (!made_backend.ok()) {
-    if (config.device_note.empty()) return Fail(made_backend.status());
-    // auto chose this device; say so, and how to get the other one.
+    if (config.device_note.empty() || config.device != "cuda") return Fail(made_backend.status());
+    // auto chose the GPU; say so, and how to get the CPU.
     return Fail(absl::Status(made_backend.status().code(),
                              absl::StrCat(made_backend.status().message(), " (", config.device_note,
                                           "; --device=cpu uses the CPU)")));
