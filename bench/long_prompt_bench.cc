@@ -24,7 +24,9 @@ ABSL_FLAG(int32_t, generate, 64, "tokens to generate");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
 ABSL_FLAG(float, temperature, 0.f, "sampling temperature (0: greedy)");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
-ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or auto (auto picks cpu for now)");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, cuda or auto (auto: cuda when this build has the CUDA backend and GPU "
+          "--cuda_device is visible, else cpu)");
 ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
 ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA number format: bf16 or fp32");
 ABSL_FLAG(bool, disable_gca, false,

@@ -31,7 +31,9 @@ ABSL_FLAG(std::string, pad_to_chunk_boundary, "model",
 ABSL_FLAG(int32_t, max_new_tokens, 8, "tokens generated per answer");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the random keys");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
-ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or auto (auto picks cpu for now)");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, cuda or auto (auto: cuda when this build has the CUDA backend and GPU "
+          "--cuda_device is visible, else cpu)");
 ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
 ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA number format: bf16 or fp32");
 ABSL_FLAG(std::string, json, "", "write the results here as JSON");

@@ -58,35 +58,51 @@ absl::StatusOr<double> MeasureGpuMemoryBandwidth(int device_index) {
 #endif
 }
 
-absl::StatusOr<DeviceChoice> ResolveDevice(Device requested, int device_index) {
-  switch (requested) {
-    case Device::kCpu:
-      return DeviceChoice{Device::kCpu, ""};
-    case Device::kAuto:
-      // Deliberately never CUDA: that backend has not run on a GPU yet.
+absl::StatusOr<DeviceChoice> ChooseDevice(Device requested, int device_index,
+                                          const CudaAvailability& cuda) {
+  if (requested == Device::kCpu) return DeviceChoice{Device::kCpu, ""};
+  const bool is_auto = requested == Device::kAuto;
+  // Why CUDA cannot be used; empty when it can.
+  absl::Status unusable;
+  if (!cuda.built) {
+    unusable = absl::FailedPreconditionError(
+        "this build has no CUDA backend (no CUDA toolkit at build time, or DRT_ENABLE_CUDA=OFF)");
+  } else if (!cuda.device_count.ok()) {
+    unusable = absl::UnavailableError(cuda.device_count.status().message());
+  } else if (device_index < 0 || device_index >= *cuda.device_count) {
+    unusable = absl::UnavailableError(absl::StrCat("device index ", device_index, " requested, ",
+                                                   *cuda.device_count, " CUDA device(s) found"));
+  }
+  if (is_auto) {
+    if (!unusable.ok()) {
       return DeviceChoice{Device::kCpu,
-                          "device auto: using cpu (the CUDA backend is used only with "
-                          "--device=cuda until it has been verified on a GPU)"};
-    case Device::kCuda:
-      break;
+                          absl::StrCat("device auto: using cpu (", unusable.message(), ")")};
+    }
+    return DeviceChoice{Device::kCuda,
+                        absl::StrCat("device auto: using cuda (device ", device_index, " of ",
+                                     *cuda.device_count, " visible CUDA device(s))")};
   }
-#ifdef DRT_WITH_CUDA
-  absl::StatusOr<int> count = cuda::CudaDeviceCount();
-  if (!count.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("device cuda: ", count.status().message()));
-  }
-  if (device_index < 0 || device_index >= *count) {
-    return absl::UnavailableError(absl::StrCat("device cuda: device index ", device_index,
-                                               " requested, ", *count, " CUDA device(s) found"));
+  if (!unusable.ok()) {
+    const bool not_built = unusable.code() == absl::StatusCode::kFailedPrecondition;
+    return absl::Status(unusable.code(),
+                        absl::StrCat("device cuda: ", unusable.message(),
+                                     not_built ? "; use cpu" : ""));
   }
   return DeviceChoice{Device::kCuda, ""};
-#else
-  (void)device_index;
-  return absl::FailedPreconditionError(
-      "device cuda: this build has no CUDA backend (no CUDA toolkit at build time, or "
-      "DRT_ENABLE_CUDA=OFF); use cpu");
+}
+
+CudaAvailability ProbeCuda() {
+  CudaAvailability cuda;
+#ifdef DRT_WITH_CUDA
+  cuda.built = true;
+  cuda.device_count = cuda::CudaDeviceCount();
 #endif
+  return cuda;
+}
+
+absl::StatusOr<DeviceChoice> ResolveDevice(Device requested, int device_index) {
+  if (requested == Device::kCpu) return DeviceChoice{Device::kCpu, ""};
+  return ChooseDevice(requested, device_index, ProbeCuda());
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const ModelConfig& config,
@@ -96,7 +112,13 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const ModelConfig& config,
   if (!choice.ok()) return choice.status();
   if (choice->device == Device::kCpu) return MakeCpuBackend(config, weights, options.cpu);
 #ifdef DRT_WITH_CUDA
-  return MakeCudaBackend(config, weights, options.cuda);
+  absl::StatusOr<std::unique_ptr<Backend>> cuda = MakeCudaBackend(config, weights, options.cuda);
+  if (!cuda.ok() && options.device == Device::kAuto) {
+    return absl::Status(cuda.status().code(),
+                        absl::StrCat(choice->note, ", but the CUDA backend cannot be made: ",
+                                     cuda.status().message(), "; --device=cpu uses the CPU"));
+  }
+  return cuda;
 #else
   return absl::InternalError("unreachable: cuda resolved in a build without CUDA");
 #endif

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/backend.h"
@@ -32,16 +33,37 @@ struct BackendOptions {
 // Whether this build contains the CUDA backend (DRT_WITH_CUDA).
 bool CudaBackendBuilt();
 
-// The backend `requested` resolves to here, with a note saying why when it is
-// not the one asked for. kAuto resolves to kCpu: the CUDA backend has not been
-// verified on a GPU yet (docs/cuda.md), so it is used only when asked for by
-// name. kCuda resolves to kCuda only when the CUDA backend is built
-// (FAILED_PRECONDITION otherwise) and device `device_index` exists
-// (UNAVAILABLE otherwise, with the runtime's reason).
+// The backend a request resolves to, with a note saying why when the request
+// was auto or the device asked for is not the one used.
 struct DeviceChoice {
   Device device = Device::kCpu;
-  std::string note;  // empty when the device asked for is used
+  std::string note;  // empty for an explicit cpu or cuda that is used as asked
 };
+
+// What this build and machine offer the CUDA backend: whether it is built,
+// and cuda::CudaDeviceCount() (an error when no driver or device is usable;
+// not looked at when not built).
+struct CudaAvailability {
+  bool built = false;
+  absl::StatusOr<int> device_count = absl::UnavailableError("not probed");
+};
+
+// The decision alone, so that it can be tested without a GPU:
+// - kCpu: the CPU.
+// - kAuto: CUDA when it is built and GPU `device_index` is among the
+//   device_count visible ones; the CPU otherwise. The note says which and
+//   why (the runtime's error when the probe failed).
+// - kCuda: CUDA under the same conditions, else an error, never the CPU:
+//   FAILED_PRECONDITION when not built, UNAVAILABLE (with the runtime's
+//   reason, or the index and the count) when the GPU is not there.
+absl::StatusOr<DeviceChoice> ChooseDevice(Device requested, int device_index,
+                                          const CudaAvailability& cuda);
+
+// This build and machine's CudaAvailability (probes the CUDA runtime only
+// when the backend is built).
+CudaAvailability ProbeCuda();
+
+// ChooseDevice(requested, device_index, ProbeCuda()); does not probe for cpu.
 absl::StatusOr<DeviceChoice> ResolveDevice(Device requested, int device_index = 0);
 
 // GPU `device_index`'s memory bandwidth in bytes/s (timed device-to-device
@@ -49,7 +71,11 @@ absl::StatusOr<DeviceChoice> ResolveDevice(Device requested, int device_index = 
 // weight-read floor. FAILED_PRECONDITION in a build without CUDA.
 absl::StatusOr<double> MeasureGpuMemoryBandwidth(int device_index);
 
-// ResolveDevice, then the backend. The model must outlive the backend.
+// ResolveDevice, then that backend. When auto resolved to CUDA and the CUDA
+// backend cannot be made (say, a model it does not support or a GPU too
+// small for it), that error is returned with a note that auto chose CUDA:
+// there is no silent fall back to a far slower CPU. The model must outlive
+// the backend.
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const ModelConfig& config,
                                                      const ModelWeights& weights,
                                                      const BackendOptions& options);

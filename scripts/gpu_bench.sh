@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: builds, runs the CUDA tests (ctest -L cuda)
-# and compute-sanitizer (memcheck, racecheck) on the CUDA test executables,
+# and compute-sanitizer (memcheck, racecheck) on the CUDA test executables
+# (without their slowest cases, each run under a time limit; see below),
 # makes a random model with the paper's 128M configuration in bf16, and
 # prints one table: prefill tokens/s, decode ms/token (median), GPU and host
 # memory and host->device bytes per generated token at 16K, 128K, 1M and 4M
@@ -17,12 +18,38 @@
 #   CONTEXTS="16384 131072" bash scripts/gpu_bench.sh   fewer contexts
 #   SKIP_TESTS=1 bash scripts/gpu_bench.sh         the table only
 #   SKIP_TABLE=1 bash scripts/gpu_bench.sh         the tests and sanitizers only
+#   SKIP_CTEST=1 bash scripts/gpu_bench.sh         without ctest -L cuda and the parity figures
+#   SANITIZER_RUNS="memcheck-backend racecheck-kernel" bash scripts/gpu_bench.sh
+#                                                  only these sanitizer runs (of memcheck-kernel,
+#                                                  memcheck-backend, racecheck-kernel,
+#                                                  racecheck-backend; all by default,
+#                                                  none when set but empty)
+#   SANITIZER_TIMEOUT=900 bash scripts/gpu_bench.sh  each sanitizer run's time limit
+#                                                  (seconds; 480 by default)
 #   SKIP_BATCH=1 bash scripts/gpu_bench.sh         without the drt-batch-bench step
 #   BATCH_SESSIONS=1,32 bash scripts/gpu_bench.sh  other session counts for it
 #   PREBUILT=1 bash scripts/gpu_bench.sh           use build-gpu and .devlibs made by
 #                                                  scripts/device_bundle.sh (no apt, no build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+sanitizer_timeout=${SANITIZER_TIMEOUT:-480}
+# Set but empty: no sanitizer run.
+sanitizer_runs=${SANITIZER_RUNS-"memcheck-kernel memcheck-backend racecheck-kernel racecheck-backend"}
+if [[ ! "$sanitizer_timeout" =~ ^[1-9][0-9]*$ ]]; then
+  echo "gpu_bench: SANITIZER_TIMEOUT=$sanitizer_timeout: expected a whole number of seconds" >&2
+  exit 2
+fi
+for run in $sanitizer_runs; do
+  case "$run" in
+    memcheck-kernel | memcheck-backend | racecheck-kernel | racecheck-backend) ;;
+    *)
+      echo "gpu_bench: SANITIZER_RUNS: unknown run '$run' (expected memcheck-kernel," \
+           "memcheck-backend, racecheck-kernel, racecheck-backend)" >&2
+      exit 2
+      ;;
+  esac
+done
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "gpu_bench: no NVIDIA GPU found (nvidia-smi missing or lists no GPU); this script" \
@@ -36,6 +63,15 @@ if [[ ! -x "$nvcc" ]] && ! command -v nvcc >/dev/null 2>&1; then
 fi
 sanitizer=/usr/local/cuda/bin/compute-sanitizer
 command -v compute-sanitizer >/dev/null 2>&1 && sanitizer=$(command -v compute-sanitizer)
+
+# A python3 with numpy, for making the random model: the one on PATH when it
+# has numpy (on the lent GPU machines /usr/bin/python3 has none; the python3
+# on PATH, the image's, has it), else /usr/bin/python3 (Debian's, with the
+# numpy scripts/install_deps.sh installs).
+python=/usr/bin/python3
+if command -v python3 >/dev/null 2>&1 && python3 -c 'import numpy' >/dev/null 2>&1; then
+  python=$(command -v python3)
+fi
 
 build=${BUILD_DIR:-build-gpu}
 contexts=${CONTEXTS:-"16384 131072 1048576 4194304"}
@@ -65,7 +101,7 @@ else
   cmake --build "$build" -j"$(nproc)"
 fi
 
-if [[ -z "${SKIP_TESTS:-}" ]]; then
+if [[ -z "${SKIP_TESTS:-}" && -z "${SKIP_CTEST:-}" ]]; then
   echo "== ctest -L cuda"
   ctest_log=$(mktemp)
   ctest --test-dir "$build" -L cuda --output-on-failure 2>&1 | tee "$ctest_log"
@@ -92,21 +128,97 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
   grep -E ' fp32: worst| bf16 vs float64 golden|worst relative difference' "$parity_log" |
     sed -E "s/^.*warning: '//; s/'$//"
   rm -f "$parity_log"
+fi
+
+if [[ -z "${SKIP_TESTS:-}" ]]; then
   if [[ ! -x "$sanitizer" ]]; then
     echo "gpu_bench: compute-sanitizer not found at $sanitizer" >&2
     exit 1
   fi
-  for exe in "$build/tests/cuda/drt_cuda_kernel_tests" \
-             "$build/tests/cuda_backend/drt_cuda_backend_tests"; do
+  kernel_tests="$build/tests/cuda/drt_cuda_kernel_tests"
+  backend_tests="$build/tests/cuda_backend/drt_cuda_backend_tests"
+  for exe in "$kernel_tests" "$backend_tests"; do
     [[ -x "$exe" ]] || { echo "gpu_bench: $exe was not built" >&2; exit 1; }
-    echo "== compute-sanitizer memcheck $(basename "$exe")"
-    "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$exe"
-    echo "== compute-sanitizer racecheck $(basename "$exe")"
-    # racecheck is slow: the backend tests run on the fixtures only.
-    filter=()
-    [[ "$exe" == *backend* ]] && filter=("cuda fp32 matches the cpu backend on the fixtures: whole prompt")
-    "$sanitizer" --tool racecheck --error-exitcode 1 "$exe" "${filter[@]}"
   done
+  # The sanitizers slow the tests down (in the run below: memcheck up to about
+  # 20x, racecheck up to about 90x), so the slowest cases are left out where they would
+  # not finish within a device lease; each is in ctest -L cuda above,
+  # unsanitized. Measured on an H100 on 2026-11-23 (six sanitizer jobs at
+  # once on 16 cores beside other work, so slower than alone):
+  # - memcheck of the backend tests: the two token-by-token decode cases take
+  #   ~90 s each unsanitized; memcheck was stopped at 450 s inside the first
+  #   of them. One-token decode steps also run in the batched-step cases here.
+  # - racecheck of the kernel tests: "2^20 landmarks at d = 768" took 141 s
+  #   and "2^20 landmarks" 41 s, and the sampling case (then one case for
+  #   both vocabularies, since split) had run about 220 s without finishing
+  #   when racecheck was stopped at 450 s. All three ran clean under memcheck
+  #   (0 errors, the sampling case 33 s). Racecheck still runs the same
+  #   kernels on the smaller cases: "2^14 landmarks at d = 768" (the same
+  #   shared-memory layout) and the vocabulary-1000 sampling case.
+  # - racecheck of the backend tests: the fixture case only (310 s there).
+  # Each run has a time limit (SANITIZER_TIMEOUT, seconds; 480 fits one run
+  # into a 10-minute device command): a run that does not finish in it is
+  # stopped and reported instead of using up the lease. SANITIZER_RUNS picks
+  # runs (checked at the top), so that they can be spread over commands.
+  memcheck_backend_skip=("cuda: prefill, pieces and token-by-token decode agree"
+                         "cuda fp32 matches the cpu backend on the fixtures: token-by-token decode")
+  racecheck_kernel_skip=("cuda landmark top-k: 2^20 landmarks"
+                         "cuda landmark top-k: 2^20 landmarks at d = 768"
+                         "cuda sampling: the CPU sampler's rule at GPT-2's vocabulary (50257)")
+  sanitizer_failures=()
+  # run_sanitizer TOOL EXE [CATCH TEST SPEC...]: compute-sanitizer TOOL on EXE
+  # with Catch's per-case durations; records a failure or a timeout.
+  run_sanitizer() {
+    local tool=$1 exe=$2
+    shift 2
+    local name
+    name=$(basename "$exe")
+    local options=(--tool "$tool" --error-exitcode 1)
+    [[ "$tool" == memcheck ]] && options+=(--leak-check full)
+    echo "== compute-sanitizer $tool $name (time limit $sanitizer_timeout s)"
+    local rc=0
+    timeout --kill-after=30 "$sanitizer_timeout" \
+      "$sanitizer" "${options[@]}" "$exe" "$@" --durations yes || rc=$?
+    if ((rc == 124 || rc == 137)); then
+      echo "gpu_bench: compute-sanitizer $tool $name did not finish in $sanitizer_timeout s;" \
+           "the cases with a duration above finished" >&2
+      sanitizer_failures+=("$tool $name: stopped after $sanitizer_timeout s")
+    elif ((rc != 0)); then
+      sanitizer_failures+=("$tool $name: exit status $rc")
+    fi
+  }
+  # Catch test specs that leave the named cases out: "~name", one argument
+  # each (Catch ANDs its arguments), a comma escaped (unescaped it would
+  # split the name into two specs).
+  exclusions() {
+    local name
+    for name in "$@"; do printf '~%s\n' "${name//,/\\,}"; done
+  }
+  mapfile -t memcheck_backend_filter < <(exclusions "${memcheck_backend_skip[@]}")
+  mapfile -t racecheck_kernel_filter < <(exclusions "${racecheck_kernel_skip[@]}")
+  echo "== sanitizers: left out (ctest -L cuda runs them, unsanitized):"
+  for name in "${memcheck_backend_skip[@]}"; do
+    echo "   memcheck $(basename "$backend_tests"): $name"
+  done
+  for name in "${racecheck_kernel_skip[@]}"; do
+    echo "   racecheck $(basename "$kernel_tests"): $name"
+  done
+  echo "   racecheck $(basename "$backend_tests"): all but" \
+       "\"cuda fp32 matches the cpu backend on the fixtures: whole prompt\""
+  for run in $sanitizer_runs; do
+    case "$run" in
+      memcheck-kernel) run_sanitizer memcheck "$kernel_tests" ;;
+      memcheck-backend) run_sanitizer memcheck "$backend_tests" "${memcheck_backend_filter[@]}" ;;
+      racecheck-kernel) run_sanitizer racecheck "$kernel_tests" "${racecheck_kernel_filter[@]}" ;;
+      racecheck-backend)
+        run_sanitizer racecheck "$backend_tests" \
+          "cuda fp32 matches the cpu backend on the fixtures: whole prompt" ;;
+    esac
+  done
+  if ((${#sanitizer_failures[@]} > 0)); then
+    printf 'gpu_bench: sanitizer run failed: %s\n' "${sanitizer_failures[@]}" >&2
+    exit 1
+  fi
 fi
 
 if [[ -n "${SKIP_TABLE:-}" ]]; then
@@ -120,7 +232,7 @@ model="$build/models/drt-128m-random-bf16"
 if [[ ! -f "$model/model.safetensors" ]]; then
   config=tests/fixtures/reference_configs/drt-config_63.json
   [[ -f ../shared/reference/drt-config_63.json ]] && config=../shared/reference/drt-config_63.json
-  mapfile -t args < <(/usr/bin/python3 - "$config" <<'PY'
+  mapfile -t args < <("$python" - "$config" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 pairs = [("--vocab-size", c["vocab_size"]), ("--pad-id", c["pad_id"]),
@@ -137,7 +249,7 @@ for k, v in pairs:
     print(v)
 PY
 )
-  /usr/bin/python3 weights_tools/make_random_model.py --out "$model" --dtype bf16 \
+  "$python" weights_tools/make_random_model.py --out "$model" --dtype bf16 \
     --tokenizer tests/fixtures/gpt2-tokenizer/tokenizer.json "${args[@]}"
 fi
 

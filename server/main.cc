@@ -199,7 +199,13 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   }
   absl::StatusOr<std::unique_ptr<Backend>> made_backend =
       MakeBackend((*model)->config(), (*model)->weights(), backend_options);
-  if (!made_backend.ok()) return Fail(made_backend.status());
+  if (!made_backend.ok()) {
+    if (config.device_note.empty() || config.device != "cuda") return Fail(made_backend.status());
+    // auto chose the GPU; say so, and how to get the CPU.
+    return Fail(absl::Status(made_backend.status().code(),
+                             absl::StrCat(made_backend.status().message(), " (", config.device_note,
+                                          "; --device=cpu uses the CPU)")));
+  }
   std::unique_ptr<Backend> backend = *std::move(made_backend);
   std::fprintf(stderr, "drt-server: backend %s, %s storage\n", backend->name().c_str(),
                config.service.precision.c_str());

@@ -22,9 +22,9 @@ ABSL_FLAG(std::string, http_listen, "0.0.0.0:9090",
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json, model.safetensors, optional tokenizer.json); required");
 ABSL_FLAG(std::string, device, "cpu",
-          "compute device: cpu, cuda, or auto. auto picks cpu for now: the CUDA backend is "
-          "used only when asked for by name until it has been verified on a GPU; cuda fails "
-          "at startup when this build has no CUDA backend or no GPU is found");
+          "compute device: cpu, cuda, or auto. auto picks cuda when this build has the CUDA "
+          "backend and GPU --cuda_device is visible, and cpu otherwise (the log says which and "
+          "why); cuda fails at startup when this build has no CUDA backend or no GPU is found");
 ABSL_FLAG(int32_t, cuda_device, 0, "index of the GPU the CUDA backend uses");
 ABSL_FLAG(std::string, cuda_precision, "bf16",
           "number format of the CUDA backend: bf16 (fast) or fp32 (fp32 storage and GEMMs "
@@ -126,10 +126,13 @@ absl::StatusOr<int> ParsePort(absl::string_view text, absl::string_view address)
   return port;
 }
 
-// Resolves --device to a backend name. Only the name is checked here; whether
-// this build and machine can run cuda is found out when main makes the
-// backend (engine/backend_factory.h), which fails with the reason.
-absl::Status ResolveDeviceFlag(const std::string& device, ServerConfig& config) {
+// Resolves --device to a backend name. auto is decided here, by probing for
+// GPU `cuda_device` (engine/backend_factory.h, ResolveDevice), with a note
+// saying which and why. For cuda only the build is checked here; whether the
+// GPU is there is found out when main makes the backend, which fails with the
+// reason.
+absl::Status ResolveDeviceFlag(const std::string& device, int cuda_device,
+                               ServerConfig& config) {
   absl::StatusOr<Device> parsed = ParseDevice(device);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
@@ -144,7 +147,7 @@ absl::Status ResolveDeviceFlag(const std::string& device, ServerConfig& config) 
     config.device = "cuda";
     return absl::OkStatus();
   }
-  absl::StatusOr<DeviceChoice> choice = ResolveDevice(*parsed);
+  absl::StatusOr<DeviceChoice> choice = ResolveDevice(*parsed, cuda_device);
   if (!choice.ok()) return choice.status();
   config.device = DeviceName(choice->device);
   config.device_note = choice->note;
@@ -216,9 +219,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.model_dir = absl::GetFlag(FLAGS_model);
   if (config.model_dir.empty()) errors.emplace_back("--model is required (a model directory)");
 
-  check(ResolveDeviceFlag(absl::GetFlag(FLAGS_device), config));
   config.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   check(CheckAtLeast("cuda_device", config.cuda_device, 0));
+  check(ResolveDeviceFlag(absl::GetFlag(FLAGS_device), config.cuda_device, config));
   if (auto precision = ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision)); precision.ok()) {
     config.cuda_precision = *precision;
   } else {

@@ -30,9 +30,10 @@ struct ServerConfig {
   std::string grpc_address;      // as gRPC takes it: host:port or unix:path
   std::optional<HostPort> http;  // empty: no HTTP endpoint
   std::string model_dir;
-  // "cpu" or "cuda" (engine/backend_factory.h). "auto" resolves to "cpu" with
-  // device_note saying why; "cuda" is checked against the build and the GPU
-  // only when main makes the backend.
+  // "cpu" or "cuda" (engine/backend_factory.h). "auto" resolves to "cuda"
+  // when the build has the CUDA backend and GPU cuda_device is visible, to
+  // "cpu" otherwise, with device_note saying which and why; "cuda" is checked
+  // against the GPU only when main makes the backend.
   std::string device = "cpu";
   std::string device_note;
   // One line each, logged at start: flags that are accepted but ignored.

@@ -1,5 +1,6 @@
-// Device names, the choice auto makes, and that asking for cuda never falls
-// back to the CPU silently.
+// Device names, the choice auto makes (by hand-written machines: no GPU, one,
+// two, an index out of range, a failed probe), and that asking for cuda never
+// falls back to the CPU.
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -37,11 +38,106 @@ TEST_CASE("ParseCudaPrecision accepts bf16 and fp32 and names them on error",
   CHECK(BackendOptions{}.cuda.precision == CudaPrecision::kBf16);
 }
 
-TEST_CASE("auto resolves to cpu and says why", "[backend_factory]") {
+// Hand-written machines for ChooseDevice, the decision without the probe.
+CudaAvailability NotBuilt() { return CudaAvailability{false, absl::UnavailableError("unused")}; }
+CudaAvailability Gpus(int count) { return CudaAvailability{true, count}; }
+CudaAvailability ProbeFailed() {
+  return CudaAvailability{
+      true, absl::UnavailableError("no usable CUDA device: CUDA driver version is insufficient")};
+}
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST_CASE("ChooseDevice: auto picks cuda only when built and the GPU is visible",
+          "[backend_factory]") {
+  SECTION("one GPU, device 0: cuda, and the note says so") {
+    auto choice = ChooseDevice(Device::kAuto, 0, Gpus(1));
+    REQUIRE(choice.ok());
+    CHECK(choice->device == Device::kCuda);
+    CHECK(choice->note == "device auto: using cuda (device 0 of 1 visible CUDA device(s))");
+  }
+  SECTION("two GPUs, device 1: cuda") {
+    auto choice = ChooseDevice(Device::kAuto, 1, Gpus(2));
+    REQUIRE(choice.ok());
+    CHECK(choice->device == Device::kCuda);
+    CHECK(Has(choice->note, "device 1 of 2"));
+  }
+  SECTION("no CUDA backend in the build: cpu, whatever the count says") {
+    for (const CudaAvailability& cuda : {NotBuilt(), CudaAvailability{false, 4}}) {
+      auto choice = ChooseDevice(Device::kAuto, 0, cuda);
+      REQUIRE(choice.ok());
+      CHECK(choice->device == Device::kCpu);
+      CHECK(Has(choice->note, "device auto: using cpu (this build has no CUDA backend"));
+    }
+  }
+  SECTION("the probe failed (no driver, no GPU): cpu, with the runtime's error") {
+    auto choice = ChooseDevice(Device::kAuto, 0, ProbeFailed());
+    REQUIRE(choice.ok());
+    CHECK(choice->device == Device::kCpu);
+    CHECK(choice->note ==
+          "device auto: using cpu (no usable CUDA device: CUDA driver version is insufficient)");
+  }
+  SECTION("zero devices: cpu") {
+    auto choice = ChooseDevice(Device::kAuto, 0, Gpus(0));
+    REQUIRE(choice.ok());
+    CHECK(choice->device == Device::kCpu);
+    CHECK(Has(choice->note, "device index 0 requested, 0 CUDA device(s) found"));
+  }
+  SECTION("device index out of range (or negative): cpu, naming the index and the count") {
+    for (int index : {2, 7, -1}) {
+      auto choice = ChooseDevice(Device::kAuto, index, Gpus(2));
+      REQUIRE(choice.ok());
+      CHECK(choice->device == Device::kCpu);
+      CHECK(Has(choice->note,
+                "device auto: using cpu (device index " + std::to_string(index) + " requested"));
+    }
+  }
+  SECTION("cpu is cpu on every machine, with no note") {
+    for (const CudaAvailability& cuda : {NotBuilt(), Gpus(1), ProbeFailed()}) {
+      auto choice = ChooseDevice(Device::kCpu, 0, cuda);
+      REQUIRE(choice.ok());
+      CHECK(choice->device == Device::kCpu);
+      CHECK(choice->note.empty());
+    }
+  }
+}
+
+TEST_CASE("ChooseDevice: cuda is cuda or an error naming why, never the cpu",
+          "[backend_factory]") {
+  auto used = ChooseDevice(Device::kCuda, 0, Gpus(1));
+  REQUIRE(used.ok());
+  CHECK(used->device == Device::kCuda);
+  CHECK(used->note.empty());
+
+  auto not_built = ChooseDevice(Device::kCuda, 0, NotBuilt());
+  CHECK(not_built.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Has(std::string(not_built.status().message()),
+            "device cuda: this build has no CUDA backend"));
+  CHECK(Has(std::string(not_built.status().message()), "use cpu"));
+
+  auto no_driver = ChooseDevice(Device::kCuda, 0, ProbeFailed());
+  CHECK(no_driver.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(no_driver.status().message() ==
+        "device cuda: no usable CUDA device: CUDA driver version is insufficient");
+
+  auto out_of_range = ChooseDevice(Device::kCuda, 3, Gpus(2));
+  CHECK(out_of_range.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(out_of_range.status().message() ==
+        "device cuda: device index 3 requested, 2 CUDA device(s) found");
+}
+
+TEST_CASE("ResolveDevice: auto follows this machine's probe, cpu needs none",
+          "[backend_factory]") {
+  const CudaAvailability here = ProbeCuda();
+  CHECK(here.built == CudaBackendBuilt());
   auto choice = ResolveDevice(Device::kAuto);
   REQUIRE(choice.ok());
-  CHECK(choice->device == Device::kCpu);
-  CHECK(choice->note.find("verified on a GPU") != std::string::npos);
+  const bool gpu_here = here.built && here.device_count.ok() && *here.device_count > 0;
+  CHECK(choice->device == (gpu_here ? Device::kCuda : Device::kCpu));
+  CHECK(Has(choice->note, gpu_here ? "device auto: using cuda" : "device auto: using cpu ("));
+  if (!gpu_here) WARN("auto resolves to cpu here: " << choice->note);
   auto cpu = ResolveDevice(Device::kCpu);
   REQUIRE(cpu.ok());
   CHECK(cpu->device == Device::kCpu);
@@ -65,20 +161,35 @@ TEST_CASE("cuda resolves to cuda or to a clear error, never to cpu", "[backend_f
   CHECK_FALSE(bad_index.ok());
 }
 
-TEST_CASE("MakeBackend builds the cpu backend for cpu and auto", "[backend_factory]") {
+TEST_CASE("MakeBackend builds the backend cpu and auto resolve to", "[backend_factory]") {
   const ModelConfig config = testing::TinyConfig();
   const ModelWeights weights = testing::RandomWeights(config, 3);
-  for (Device device : {Device::kCpu, Device::kAuto}) {
-    BackendOptions options;
-    options.device = device;
-    options.cpu.num_threads = 1;
-    auto backend = MakeBackend(config, weights, options);
-    REQUIRE(backend.ok());
-    CHECK((*backend)->name() == "cpu");
-    CHECK((*backend)->NewSession().ok());
+  BackendOptions cpu;
+  cpu.device = Device::kCpu;
+  cpu.cpu.num_threads = 1;
+  auto cpu_backend = MakeBackend(config, weights, cpu);
+  REQUIRE(cpu_backend.ok());
+  CHECK((*cpu_backend)->name() == "cpu");
+  CHECK((*cpu_backend)->NewSession().ok());
+
+  BackendOptions automatic = cpu;
+  automatic.device = Device::kAuto;
+  auto auto_backend = MakeBackend(config, weights, automatic);
+  if (ResolveDevice(Device::kAuto)->device == Device::kCpu) {
+    REQUIRE(auto_backend.ok());
+    CHECK((*auto_backend)->name() == "cpu");
+    CHECK((*auto_backend)->NewSession().ok());
+  } else {
+    // auto chose the GPU, and the tiny config's 8-position chunks are not
+    // supported by the CUDA kernels: the error says auto chose cuda and how
+    // to get the CPU, instead of quietly serving on the CPU.
+    REQUIRE_FALSE(auto_backend.ok());
+    const std::string message(auto_backend.status().message());
+    CHECK(Has(message, "device auto: using cuda"));
+    CHECK(Has(message, "--device=cpu uses the CPU"));
   }
-  // The tiny config's 8-position chunks are not supported by the CUDA
-  // kernels, so cuda is refused whether or not a GPU is present.
+  // The same 8-position chunks make an explicit cuda fail whether or not a
+  // GPU is present.
   BackendOptions cuda;
   cuda.device = Device::kCuda;
   auto refused = MakeBackend(config, weights, cuda);

@@ -31,7 +31,9 @@ ABSL_FLAG(int64_t, prompt_tokens, 1000, "prompt length of every session");
 ABSL_FLAG(int32_t, generate, 32, "tokens generated per session per run");
 ABSL_FLAG(int32_t, repeats, 3, "runs per N; the median is reported");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
-ABSL_FLAG(std::string, device, "cpu", "backend: cpu, cuda or auto");
+ABSL_FLAG(std::string, device, "cpu",
+          "backend: cpu, cuda or auto (auto: cuda when this build has the CUDA backend and GPU 0 "
+          "is visible, else cpu)");
 ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA backend number format: bf16 or fp32");
 ABSL_FLAG(bool, sequential, true,
           "also measure the N sessions stepped one at a time (the engine before batching)");

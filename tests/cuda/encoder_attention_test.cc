@@ -89,7 +89,7 @@ TEST_CASE("cuda encoder attention: RoPE + full attention inside each chunk", "[c
   }
   // fp32 storage (the CUDA backend's fp32 precision) on full fp32 values
   // (bf16-representable inputs would hide a kernel that rounds its inputs).
-  // Derived, not yet measured on a GPU: the kernel's fp32 RoPE angles
+  // Derived (held on an H100): the kernel's fp32 RoPE angles
   // (r * inv_freq rounded to fp32, r <= 63: about 4e-6 rad) and fp32
   // softmax over 64 keys put it some 1e-5 of the output's scale from the
   // double reference with these peaked scores; 1e-4 still fails on bf16

@@ -104,13 +104,31 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     CHECK(refused.status().message().find("--decode_step_prefill_tokens=-2: must be at least -1") !=
           std::string::npos);
   }
-  SECTION("auto picks cpu with a note saying why") {
+  SECTION("auto picks what ResolveDevice picks for --cuda_device, with a note saying why") {
     ScopedFlag device("device", "auto");
-    auto fallback = ServerConfigFromFlags();
-    REQUIRE(fallback.ok());
-    CHECK(fallback->device == "cpu");
-    CHECK(fallback->service.precision == "fp32");
-    CHECK(fallback->device_note.find("verified on a GPU") != std::string::npos);
+    auto resolved = ServerConfigFromFlags();
+    REQUIRE(resolved.ok());
+    auto expected = ResolveDevice(Device::kAuto, 0);
+    REQUIRE(expected.ok());
+    CHECK(resolved->device == DeviceName(expected->device));
+    CHECK(resolved->service.device == resolved->device);  // GetModelInfo says it
+    CHECK(resolved->device_note == expected->note);
+    if (expected->device == Device::kCuda) {
+      CHECK(resolved->service.precision == "bf16");
+    } else {
+      CHECK(resolved->service.precision == "fp32");
+      CHECK(resolved->device_note.find("device auto: using cpu (") != std::string::npos);
+    }
+    // A GPU index no machine has: cpu, naming the index.
+    ScopedFlag index("cuda_device", "4096");
+    auto far = ServerConfigFromFlags();
+    REQUIRE(far.ok());
+    CHECK(far->device == "cpu");
+    CHECK(far->service.precision == "fp32");
+    CHECK(far->device_note.find("device auto: using cpu (") != std::string::npos);
+    if (CudaBackendBuilt() && ProbeCuda().device_count.ok()) {
+      CHECK(far->device_note.find("device index 4096 requested") != std::string::npos);
+    }
   }
   SECTION("cuda is accepted when built (the GPU is checked at startup), refused otherwise") {
     ScopedFlag device("device", "cuda");

@@ -611,15 +611,20 @@ inline std::vector<std::string> ServerProcessArgs(int64_t grace_seconds,
 
 class ServerProcess {
  public:
-  // Starts `binary args...` with stdout on a pipe; waits (up to
-  // `startup_seconds`) for its "listening on host:port" line.
+  // Starts `binary args...` with stdout on a pipe (and stderr into the file
+  // `stderr_path` when it is not empty); waits (up to `startup_seconds`) for
+  // its "listening on host:port" line.
   ServerProcess(const std::string& binary, const std::vector<std::string>& args,
-                double startup_seconds = 60) {
+                double startup_seconds = 60, const std::string& stderr_path = "") {
     int fds[2];
     if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    if (!stderr_path.empty()) {
+      posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
+                                       O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    }
     posix_spawn_file_actions_addclose(&actions, fds[0]);
     posix_spawn_file_actions_addclose(&actions, fds[1]);
     // The test runner may have SIGTERM blocked or ignored in odd harnesses;
@@ -658,6 +663,8 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   const std::string& address() const { return address_; }  // host:port, gRPC
+  // What the server wrote to stdout up to its "listening on" line.
+  const std::string& startup_output() const { return stdout_; }
   pid_t pid() const { return pid_; }
   void Signal(int signal) { kill(pid_, signal); }
 
