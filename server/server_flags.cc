@@ -21,8 +21,8 @@ ABSL_FLAG(std::string, http_listen, "0.0.0.0:9090",
           "empty disables the HTTP endpoint");
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json, model.safetensors, optional tokenizer.json); required");
-ABSL_FLAG(std::string, device, "cpu",
-          "compute device: cpu, cuda, or auto. auto picks cuda when this build has the CUDA "
+ABSL_FLAG(std::string, device, "auto",
+          "compute device: cpu, cuda, or auto (the default). auto picks cuda when this build has the CUDA "
           "backend and GPU --cuda_device is visible, and cpu otherwise (the log says which and "
           "why); cuda fails at startup when this build has no CUDA backend or no GPU is found");
 ABSL_FLAG(int32_t, cuda_device, 0, "index of the GPU the CUDA backend uses");

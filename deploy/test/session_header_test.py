@@ -71,7 +71,8 @@ class RecordingProxy:
 def start_server(binary):
     process = subprocess.Popen(
         [binary, "--model", os.path.join(REPO, "models", "drt-passkey-byte"),
-         "--listen", "127.0.0.1:0", "--http_listen", "", "--shutdown_grace_seconds", "1"],
+         "--listen", "127.0.0.1:0", "--http_listen", "", "--shutdown_grace_seconds", "1",
+         "--device", "cpu"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in process.stdout:
         m = re.match(r"drt-server listening on (\S+) \(grpc\)", line)

@@ -44,7 +44,7 @@ void CheckGaps(const json& g, int64_t count) {
 TEST_CASE("drt-batch-bench measures a real server at tiny sizes", "[server][process][bench]") {
   ServerProcess server(DRT_SERVER_BINARY,
                        {"--model", std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte",
-                        "--listen", "127.0.0.1:0", "--http_listen="});
+                        "--listen", "127.0.0.1:0", "--http_listen=", "--device=cpu"});
   char json_path[] = "/tmp/drt-batch-bench-smoke.XXXXXX";
   const int fd = mkstemp(json_path);
   REQUIRE(fd >= 0);

@@ -44,7 +44,10 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
   CHECK(config->grpc_address == "0.0.0.0:50051");
   CHECK_FALSE(config->http.has_value());
   CHECK(config->model_dir == "/models/tiny");
-  CHECK(config->device == "cpu");
+  // --device defaults to auto: this machine's choice (cpu without a GPU).
+  auto expected_device = ResolveDevice(Device::kAuto, 0);
+  REQUIRE(expected_device.ok());
+  CHECK(config->device == DeviceName(expected_device->device));
   CHECK(config->max_message_bytes == 4 << 20);
   CHECK(config->shutdown_grace_seconds == 10);
   CHECK(config->service.host_memory_budget_bytes == (3LL << 29));

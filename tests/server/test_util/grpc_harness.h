@@ -601,12 +601,15 @@ inline std::string ReflectionFileContainingSymbol(grpc::Channel& channel, const 
 // The real drt-server binary as a child process.
 
 // drt-server's arguments for the fixture model on 127.0.0.1:0 with the given
-// shutdown grace period; `http_listen` "" turns the HTTP endpoint off.
+// shutdown grace period; `http_listen` "" turns the HTTP endpoint off. The
+// CPU backend explicitly: drt-server's default, auto, would pick CUDA on a
+// GPU machine, and these tests are about the server, not the backend (a
+// later --device argument overrides this one).
 inline std::vector<std::string> ServerProcessArgs(int64_t grace_seconds,
                                                   const std::string& http_listen = "127.0.0.1:0") {
   return {"--model",       FixtureDir(), "--listen",
           "127.0.0.1:0",   "--http_listen", http_listen,
-          "--shutdown_grace_seconds", std::to_string(grace_seconds)};
+          "--shutdown_grace_seconds", std::to_string(grace_seconds), "--device=cpu"};
 }
 
 class ServerProcess {
