@@ -86,9 +86,9 @@ TEST_CASE("Any-text model: pass keys in held-out prose come back over gRPC", "[s
   const std::string prose = ReadProse();
   REQUIRE(prose.size() > 100'000);
   std::mt19937 rng(20261123);
-  // Measured (docs/passkey_accuracy.md, "The bundled any-text model"): 60/60
-  // at 16K on the whole handbook, CUDA bf16; the CPU run of the same grid
-  // below. So every one of these must be right.
+  // Measured at 16K on the whole handbook (docs/passkey_accuracy.md, "The
+  // bundled any-text model"): 60/60 on the CPU and 60/60 with CUDA bf16. So
+  // every one of these must be right.
   for (double depth : {0.1, 0.5, 0.9}) {
     const std::string key = RandomKey(rng);
     const size_t start = std::uniform_int_distribution<size_t>(0, prose.size() - 20'000)(rng);
@@ -127,10 +127,11 @@ TEST_CASE("Any-text model: the question picks one of several keyed needles in he
     if (!ok) WARN("trial " << trial << ": asked " << names[ask] << " = " << keys[ask] << ", answer '" << answer << "'");
     right += ok ? 1 : 0;
   }
-  // Measured: keyed at 16K on the whole handbook, 55/60 (91.7%) with CUDA
-  // bf16 and the CPU figure of docs/passkey_accuracy.md; at most one miss in
-  // six allows for that rate, and a model that ignores the question (a third
-  // right by chance when it returns some needle) fails.
+  // Measured, keyed at 16K on the whole handbook (docs/passkey_accuracy.md):
+  // 51/60 (85%) on the CPU, 55/60 with CUDA bf16; these six haystacks: 6/6
+  // on the CPU. At most one miss in six allows for that rate; a model that
+  // ignores the question (right a third of the time at best, when it
+  // returns some needle's key) fails.
   CHECK(right >= 5);
 }
 
