@@ -338,9 +338,9 @@ void Scheduler::EngineLoop() {
       for (const StepPiece& piece : record.pieces) {
         (piece.kind == WorkKind::kDecode ? decode : prefill) += piece.tokens;
       }
-      // The decode budget predicts steps that run every layer (a step that
-      // carries decode always does), so lower-only steps do not teach it.
-      if (record.upper_rows_skipped == 0) decode_budget_.Observe(decode, prefill, seconds);
+      // (A lower-only step never carries decode: a decode row has no tokens
+      // following. The budget learns only from steps with decode.)
+      decode_budget_.Observe(decode, prefill, seconds);
       if (options_.on_step_done) options_.on_step_done(record, seconds);
     }
 

@@ -5,7 +5,9 @@
 // prompt message, padding, or one generated token), and wait for them.
 // Forming a step (docs/api.md, "Scheduling"):
 //   1. Items whose caller stopped them (client cancel, deadline), and every
-//      item once Refuse() was called, leave the queue without running.
+//      item once Refuse() was called, leave the queue without running (one
+//      whose rows skipped the upper layers first runs a closing piece: see
+//      "Prefill rows skip the upper layers" below).
 //   2. Every queued decode item (one generated token) joins the step, oldest
 //      first, up to the step's token budget: decode has priority, so a
 //      generating session's next token is in the first step formed after it
