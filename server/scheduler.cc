@@ -18,6 +18,16 @@ struct Scheduler::Queued {
   int64_t done = 0;            // tokens appended so far
   WorkResult result;
   bool finished = false;
+  // Some rows of its pieces skipped the upper layers.
+  bool skipped = false;
+  // Rows skipped, and its last piece had tokens following
+  // (StepEntry::tokens_following): the session's upper-layer state may be
+  // short until a piece with none following runs. (Without rows skipped,
+  // every row ran every layer and the state is whole.)
+  bool owed = false;
+  // Stopped while owed: its next piece is the closing one (none following),
+  // after which it ends with this status.
+  absl::Status closing;
 };
 
 // One item's piece of the step being formed.
@@ -27,7 +37,29 @@ struct Scheduler::Planned {
   int64_t count = 0;
   Session* session = nullptr;  // set once claimed
   absl::Status claim;          // not OK: the claim failed, the piece does not run
+  int64_t tokens_following = 0;  // of the item, after this piece
+  bool closing = false;          // the piece that ends a stopped item
+  int64_t rows_skipped = 0;      // of its rows, once run
+
+  // The item's next `count` tokens.
+  static Planned Next(Queued* item, int64_t count) {
+    Planned piece;
+    piece.queued = item;
+    piece.offset = item->done;
+    piece.count = count;
+    return piece;
+  }
 };
+
+namespace {
+
+absl::Status StoppedByCaller(int64_t done, int64_t size) {
+  return absl::CancelledError(absl::StrFormat(
+      "stopped by its caller (cancelled, or past its deadline) after %d of %d tokens", done,
+      size));
+}
+
+}  // namespace
 
 int64_t StepRecord::tokens() const {
   int64_t total = 0;
@@ -144,16 +176,21 @@ void Scheduler::CompleteLocked(Queued& item, absl::Status status) {
 }
 
 std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
-  // 1. Items that must not run any more leave the queue.
+  // 1. Items that must not run any more leave the queue; one whose session
+  // is owed its upper-layer state first runs a closing piece (below).
   for (Queued* item : std::vector<Queued*>(queue_.begin(), queue_.end())) {
     const int64_t size = static_cast<int64_t>(item->item->tokens.size());
+    absl::Status stop;
     if (!refusal_.ok()) {
-      CompleteLocked(*item, refusal_);
+      stop = refusal_;
     } else if (item->item->should_stop && item->item->should_stop()) {
-      CompleteLocked(*item, absl::CancelledError(absl::StrFormat(
-                                "stopped by its caller (cancelled, or past its deadline) after "
-                                "%d of %d tokens",
-                                item->done, size)));
+      stop = StoppedByCaller(item->done, size);
+    }
+    if (stop.ok()) continue;
+    if (item->owed) {
+      item->closing = std::move(stop);
+    } else {
+      CompleteLocked(*item, std::move(stop));
     }
   }
   std::vector<Planned> plan;
@@ -174,9 +211,22 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
     if (item->item->kind != WorkKind::kDecode) continue;
     if (!in_step.insert(item->item->entry).second) continue;
     const int64_t count = std::min(remaining(item), left);
-    plan.push_back({item, item->done, count, nullptr, absl::OkStatus()});
+    plan.push_back(Planned::Next(item, count));
     left -= count;
     decode_tokens += count;
+  }
+
+  // Stopped items owed their upper-layer state: a closing piece of at least
+  // the upper-layer reach (a token is at least one position), none
+  // following, makes it whole (engine/model_rules.h, UpperLayerReach). It
+  // runs whatever the budget: it is short and ends the item.
+  for (Queued* item : queue_) {
+    if (item->closing.ok() || !in_step.insert(item->item->entry).second) continue;
+    const int64_t count = std::min(remaining(item), backend_.upper_layer_reach() + 1);
+    Planned piece = Planned::Next(item, count);
+    piece.closing = true;
+    plan.push_back(piece);
+    left = std::max<int64_t>(0, left - count);
   }
 
   // A step that carries decode stays within the slowdown limit of a
@@ -214,9 +264,15 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
       }
     }
     for (size_t i = 0; i < prefill.size(); ++i) {
-      if (share[i] > 0) {
-        plan.push_back({prefill[i], prefill[i]->done, share[i], nullptr, absl::OkStatus()});
+      if (share[i] == 0) continue;
+      Planned piece = Planned::Next(prefill[i], share[i]);
+      // The item's tokens after this piece are already here: rows far from
+      // them may skip the upper layers. Never for a durable session, whose
+      // state is written after every step.
+      if (options_.skip_upper_layers && !prefill[i]->item->entry->durable()) {
+        piece.tokens_following = remaining(prefill[i]) - share[i];
       }
+      plan.push_back(piece);
     }
   }
   return plan;
@@ -254,7 +310,7 @@ void Scheduler::EngineLoop() {
       piece.session = *session;
       const WorkItem& item = *piece.queued->item;
       entries.push_back({piece.session, item.tokens.subspan(piece.offset, piece.count),
-                         item.allow_pad, nullptr});
+                         item.allow_pad, nullptr, piece.tokens_following});
       running.push_back(&piece);
       record.pieces.push_back({item.entry, piece.count, item.kind});
     }
@@ -264,9 +320,17 @@ void Scheduler::EngineLoop() {
     double seconds = 0;
     if (!entries.empty()) {
       if (options_.on_step_formed) options_.on_step_formed(record);
+      auto skipped = [&](size_t i) {
+        return entries[i].session->backend_session().stats().upper_rows_skipped;
+      };
+      for (size_t i = 0; i < running.size(); ++i) running[i]->rows_skipped = -skipped(i);
       const auto start = options_.clock();
       results = drt::RunStep(backend_, entries);
       seconds = std::chrono::duration<double>(options_.clock() - start).count();
+      for (size_t i = 0; i < running.size(); ++i) {
+        running[i]->rows_skipped += skipped(i);
+        record.upper_rows_skipped += running[i]->rows_skipped;
+      }
       for (size_t i = 0; i < running.size(); ++i) {
         results[i] = running[i]->queued->item->entry->EndStep(std::move(results[i]));
       }
@@ -274,6 +338,8 @@ void Scheduler::EngineLoop() {
       for (const StepPiece& piece : record.pieces) {
         (piece.kind == WorkKind::kDecode ? decode : prefill) += piece.tokens;
       }
+      // (A lower-only step never carries decode: a decode row has no tokens
+      // following. The budget learns only from steps with decode.)
       decode_budget_.Observe(decode, prefill, seconds);
       if (options_.on_step_done) options_.on_step_done(record, seconds);
     }
@@ -296,8 +362,17 @@ void Scheduler::EngineLoop() {
         continue;
       }
       item.done += piece.count;
-      if (item.done == static_cast<int64_t>(item.item->tokens.size())) {
+      item.skipped |= piece.rows_skipped > 0;
+      item.owed = item.skipped && piece.tokens_following > 0;
+      const int64_t size = static_cast<int64_t>(item.item->tokens.size());
+      if (item.done == size) {
         CompleteLocked(item, absl::OkStatus());
+      } else if (piece.closing) {
+        absl::Status closing = std::move(item.closing);
+        if (closing.code() == absl::StatusCode::kCancelled && refusal_.ok()) {
+          closing = StoppedByCaller(item.done, size);  // the count it ends with
+        }
+        CompleteLocked(item, std::move(closing));
       }
     }
     item_changed_.notify_all();

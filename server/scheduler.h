@@ -5,7 +5,9 @@
 // prompt message, padding, or one generated token), and wait for them.
 // Forming a step (docs/api.md, "Scheduling"):
 //   1. Items whose caller stopped them (client cancel, deadline), and every
-//      item once Refuse() was called, leave the queue without running.
+//      item once Refuse() was called, leave the queue without running (one
+//      whose rows skipped the upper layers first runs a closing piece: see
+//      "Prefill rows skip the upper layers" below).
 //   2. Every queued decode item (one generated token) joins the step, oldest
 //      first, up to the step's token budget: decode has priority, so a
 //      generating session's next token is in the first step formed after it
@@ -22,6 +24,27 @@
 //      during the step gets ABORTED and its memory is freed as it returns.
 // Sessions join and leave between steps: an item submitted while a step runs
 // is in the next one.
+//
+// Prefill rows skip the upper layers where that cannot change what anyone
+// reads (docs/batching.md, "Lower-only prefill steps"): each prefill piece
+// tells RunStep how many tokens of its item follow it
+// (StepEntry::tokens_following), so a step whose rows all lie more than
+// Backend::upper_layer_reach() positions before the end of their items runs
+// the lower layers and the chunk encoder only. Until the item's later
+// pieces run, the session's upper-layer state and last logits are short;
+// nothing reads them meanwhile, since the caller holds the session's
+// activity (no Generate, Fork or Save runs on it) and:
+//   - the item's last piece has none following, so an item that ends,
+//     ends with the state a full computation gives (bit for bit: the steps
+//     are formed the same way either way);
+//   - an item stopped (should_stop, Refuse) after such a piece first runs
+//     one more piece of at least the reach with none following (or all it
+//     has left), which makes the state whole again, then ends;
+//   - a durable session (SessionEntry::durable, --state_dir) is written
+//     after every step, so its pieces never skip: every state written is one
+//     a full computation gives;
+//   - a session deleted meanwhile is gone, nothing reads it; so is one whose
+//     item ends because the scheduler is destroyed (the server exits).
 //
 // Two rules keep a generating session's time per token bounded while others
 // prefill (issue 11):
@@ -115,6 +138,9 @@ struct StepPiece {
 struct StepRecord {
   int64_t index = 0;  // 1 for the first step the scheduler formed
   std::vector<StepPiece> pieces;  // decode items first, in the order run
+  // Rows of the step that ran through the lower layers only
+  // (BackendSessionStats::upper_rows_skipped); set once the step ran.
+  int64_t upper_rows_skipped = 0;
   int64_t tokens() const;
 };
 
@@ -134,6 +160,11 @@ struct SchedulerOptions {
   // How long the engine waits, before forming a step, for a generating
   // session's next decode item (see Generating).
   std::chrono::microseconds decode_resubmit_wait{kDefaultDecodeResubmitWaitUs};
+  // Tell the engine how many tokens of an item follow each of its prefill
+  // pieces, so that rows far from the item's end skip the upper layers
+  // where the backend runs lower-only forwards (see above). Off: every
+  // piece is run as if it ended its item (tests compare the two).
+  bool skip_upper_layers = true;
   // Called on the engine thread with each step once formed and its sessions
   // claimed, before it runs (a test may block it to hold the step running).
   std::function<void(const StepRecord&)> on_step_formed;

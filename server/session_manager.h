@@ -72,6 +72,10 @@ class SessionEntry {
   // the activity ends. A scheduler that runs steps without RunStep calls
   // PersistAfterStep itself, on the thread that holds the activity.
   absl::Status PersistAfterStep(Session& session, bool force = false) const;
+  // Whether the session is written to a state store (--state_dir) after its
+  // steps: every step's state is then observable (after a crash), so the
+  // scheduler never lets its rows skip the upper layers (server/scheduler.h).
+  bool durable() const { return static_cast<bool>(persister_); }
 
   // RunStep in two halves, for the scheduler, which claims every session of
   // a batched engine step, runs the step, then releases them all. BeginStep
