@@ -55,6 +55,7 @@ SchedulerOptions SchedulerOptionsFor(const Backend& backend, const ServiceOption
   options.step_tokens = StepTokens(backend, service.step_tokens);
   options.decode_slowdown_limit = service.decode_slowdown_limit;
   options.decode_step_prefill_tokens = service.decode_step_prefill_tokens;
+  options.durable_ack_tokens = service.durable_ack_tokens;
   options.on_step_done = [&metrics](const StepRecord& step, double seconds) {
     int64_t decode = 0, prefill = 0;
     for (const StepPiece& piece : step.pieces) {

@@ -37,6 +37,8 @@ struct ServiceOptions {
   // SchedulerOptions::decode_slowdown_limit and decode_step_prefill_tokens.
   double decode_slowdown_limit = kDefaultDecodeSlowdownLimit;
   int64_t decode_step_prefill_tokens = kNoPrefillTokenCap;
+  // SchedulerOptions::durable_ack_tokens (--state_ack_tokens).
+  int64_t durable_ack_tokens = kDefaultDurableAckTokens;
   std::string bearer_token;  // empty: no authentication
   // Where SaveSession writes and LoadSession reads; empty: both refused.
   std::string session_files_dir;

@@ -28,6 +28,10 @@ struct Scheduler::Queued {
   // Stopped while owed: its next piece is the closing one (none following),
   // after which it ends with this status.
   absl::Status closing;
+  // Tokens its caller may be told are done (on_progress): all of `done`,
+  // except for a durable session, whose tokens count only once a step left
+  // its state whole and so wrote them (SessionEntry::EndStep).
+  int64_t acknowledged = 0;
 };
 
 // One item's piece of the step being formed.
@@ -40,6 +44,7 @@ struct Scheduler::Planned {
   int64_t tokens_following = 0;  // of the item, after this piece
   bool closing = false;          // the piece that ends a stopped item
   int64_t rows_skipped = 0;      // of its rows, once run
+  bool whole = true;             // it left the session's state whole (once run)
 
   // The item's next `count` tokens.
   static Planned Next(Queued* item, int64_t count) {
@@ -111,9 +116,10 @@ WorkResult Scheduler::Run(const WorkItem& item) {
   work_ready_.notify_one();
   int64_t reported = 0;
   while (true) {
-    item_changed_.wait(lock, [&] { return queued.finished || queued.done != reported; });
+    item_changed_.wait(lock,
+                       [&] { return queued.finished || queued.acknowledged != reported; });
     if (queued.finished) break;
-    reported = queued.done;
+    reported = queued.acknowledged;
     if (item.on_progress) {
       lock.unlock();  // the caller may write to its client; the engine goes on
       item.on_progress(reported);
@@ -267,15 +273,30 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
       if (share[i] == 0) continue;
       Planned piece = Planned::Next(prefill[i], share[i]);
       // The item's tokens after this piece are already here: rows far from
-      // them may skip the upper layers. Never for a durable session, whose
-      // state is written after every step.
-      if (options_.skip_upper_layers && !prefill[i]->item->entry->durable()) {
-        piece.tokens_following = remaining(prefill[i]) - share[i];
+      // them may skip the upper layers.
+      if (options_.skip_upper_layers) {
+        piece.tokens_following = TokensFollowing(*prefill[i], share[i]);
       }
       plan.push_back(piece);
     }
   }
   return plan;
+}
+
+int64_t Scheduler::TokensFollowing(const Queued& item, int64_t count) const {
+  const int64_t size = static_cast<int64_t>(item.item->tokens.size());
+  const int64_t end = item.done + count;
+  const int64_t following = size - end;
+  if (!item.item->entry->durable()) return following;
+  // A durable session is written only at whole states, so its item is cut
+  // into stretches of durable_ack_tokens: a piece that reaches the end of
+  // its stretch has none following (it runs every layer where needed and
+  // leaves the state whole, written and acknowledged); the pieces before it
+  // count only the tokens up to that end.
+  const int64_t stretch = options_.durable_ack_tokens;
+  if (stretch <= 0) return 0;
+  const int64_t stretch_end = (item.done / stretch + 1) * stretch;
+  return end >= stretch_end ? 0 : std::min(following, stretch_end - end);
 }
 
 void Scheduler::EngineLoop() {
@@ -332,7 +353,12 @@ void Scheduler::EngineLoop() {
         record.upper_rows_skipped += running[i]->rows_skipped;
       }
       for (size_t i = 0; i < running.size(); ++i) {
-        results[i] = running[i]->queued->item->entry->EndStep(std::move(results[i]));
+        // The state is short while rows of the item skipped the upper
+        // layers and its tokens after this piece still owe them.
+        running[i]->whole = running[i]->tokens_following == 0 ||
+                            (!running[i]->queued->skipped && running[i]->rows_skipped == 0);
+        results[i] = running[i]->queued->item->entry->EndStep(std::move(results[i]),
+                                                              running[i]->whole);
       }
       int64_t decode = 0, prefill = 0;
       for (const StepPiece& piece : record.pieces) {
@@ -363,7 +389,8 @@ void Scheduler::EngineLoop() {
       }
       item.done += piece.count;
       item.skipped |= piece.rows_skipped > 0;
-      item.owed = item.skipped && piece.tokens_following > 0;
+      item.owed = !piece.whole;
+      if (piece.whole || !item.item->entry->durable()) item.acknowledged = item.done;
       const int64_t size = static_cast<int64_t>(item.item->tokens.size());
       if (item.done == size) {
         CompleteLocked(item, absl::OkStatus());

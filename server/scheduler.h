@@ -41,8 +41,12 @@
 //     one more piece of at least the reach with none following (or all it
 //     has left), which makes the state whole again, then ends;
 //   - a durable session (SessionEntry::durable, --state_dir) is written
-//     after every step, so its pieces never skip: every state written is one
-//     a full computation gives;
+//     only after steps that leave its state whole (SessionEntry::EndStep),
+//     and its caller is told of progress (on_progress) only up to those:
+//     every state written, and every token acknowledged, is one a full
+//     computation gives. Its items are cut into stretches of
+//     options.durable_ack_tokens whose last piece has none following, so
+//     a durable Append is written and acknowledged at least that often;
 //   - a session deleted meanwhile is gone, nothing reads it; so is one whose
 //     item ends because the scheduler is destroyed (the server exits).
 //
@@ -92,6 +96,13 @@ constexpr int64_t kDefaultStepTokens = 4032;
 // A handler turns a token around (write it out, sample the next) in tens of
 // microseconds; 1 ms bounds what a stalled one can cost the others per step.
 constexpr int64_t kDefaultDecodeResubmitWaitUs = 1000;
+
+// A durable session's Append is written and acknowledged at least every this
+// many tokens (SchedulerOptions::durable_ack_tokens): about 2 s of ingest at
+// the CPU's 15K tokens/s, while the rows that then run every layer (the
+// upper-layer reach, a few hundred positions, rounded up to a forward) cost
+// a few percent of a stretch.
+constexpr int64_t kDefaultDurableAckTokens = 32768;
 
 enum class WorkKind {
   kPrefill,  // prompt tokens or padding: shares the step budget, split over steps
@@ -165,6 +176,13 @@ struct SchedulerOptions {
   // where the backend runs lower-only forwards (see above). Off: every
   // piece is run as if it ended its item (tests compare the two).
   bool skip_upper_layers = true;
+  // A durable session's prefill item may skip upper-layer rows only within
+  // stretches of this many tokens (counted from the item's start): the piece
+  // that ends a stretch leaves the state whole, so it is written and
+  // acknowledged then. Bounds the acknowledged tokens' lag (and the chunks
+  // held only in memory) to a stretch plus a step. <= 0: a durable session
+  // never skips (every step written, as with skip_upper_layers off).
+  int64_t durable_ack_tokens = kDefaultDurableAckTokens;
   // Called on the engine thread with each step once formed and its sessions
   // claimed, before it runs (a test may block it to hold the step running).
   std::function<void(const StepRecord&)> on_step_formed;
@@ -227,6 +245,8 @@ class Scheduler {
   void EngineLoop();
   // Under mutex_: ends stopped items, picks the pieces of the next step.
   std::vector<Planned> FormStepLocked(StepRecord& record);
+  // StepEntry::tokens_following of the item's next `count` tokens.
+  int64_t TokensFollowing(const Queued& item, int64_t count) const;
   void CompleteLocked(Queued& item, absl::Status status);
   // Under mutex_: every generating session has an item queued.
   bool GeneratingQueuedLocked() const;

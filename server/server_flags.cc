@@ -92,6 +92,11 @@ ABSL_FLAG(bool, disk_tier, true,
           "64 chunks at a time, and freed from RAM: the page cache keeps what is used, and the "
           "host memory budget bounds RAM instead of context (docs/state_format.md, \"Disk "
           "tier\"); false keeps every chunk in RAM as well");
+ABSL_FLAG(int64_t, state_ack_tokens, drt::server::kDefaultDurableAckTokens,
+          "with --state_dir, an Append is written and acknowledged (progress) at least every "
+          "this many tokens of a message; between those points its prefill skips the upper "
+          "layers where later tokens make them unread (docs/state_format.md, \"Durability "
+          "rule\"). 0: every engine step is written and nothing is skipped");
 ABSL_FLAG(int64_t, state_sync_interval_ms, 1000,
           "with --state_sync=interval, the longest a session's acknowledged changes stay "
           "unwritten");
@@ -277,6 +282,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     check(sync.status());
   }
   config.state.sync_interval_ms = absl::GetFlag(FLAGS_state_sync_interval_ms);
+  config.service.durable_ack_tokens = absl::GetFlag(FLAGS_state_ack_tokens);
+  check(CheckAtLeast("state_ack_tokens", config.service.durable_ack_tokens, 0));
   config.state.disk_tier = absl::GetFlag(FLAGS_disk_tier);
   check(CheckAtLeast("state_sync_interval_ms", config.state.sync_interval_ms, 1));
 

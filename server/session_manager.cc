@@ -63,12 +63,23 @@ void SessionEntry::End() {
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
     // Interval sync writes what the activity left unwritten (a no-op when
-    // the last step was written).
+    // the last step was written). A state left short (an item that failed
+    // between skipping steps, server/scheduler.h) is never written: the
+    // files keep the last whole one.
     if (session_ != nullptr && !deleted_.load()) {
-      if (absl::Status s = PersistAfterStep(*session_, /*force=*/true); !s.ok()) {
+      absl::Status s = absl::OkStatus();
+      if (state_whole_) {
+        s = PersistAfterStep(*session_, /*force=*/true);
+      } else if (durable() && unwritten_) {
+        s = absl::DataLossError(
+            "its last engine step failed while upper-layer rows were owed; the state directory "
+            "keeps its last whole state, and a restart restores that");
+      }
+      if (!s.ok()) {
         std::fprintf(stderr, "drt-server: session %s: %s\n", id_.c_str(),
                      std::string(s.message()).c_str());
       }
+      if (state_whole_) unwritten_ = false;
     }
     RefreshFiguresLocked();
   }
@@ -98,12 +109,19 @@ absl::StatusOr<Session*> SessionEntry::BeginStep() {
   return session_.get();
 }
 
-absl::Status SessionEntry::EndStep(absl::Status status) {
+absl::Status SessionEntry::EndStep(absl::Status status, bool state_whole) {
   // Persisted before the step's result reaches its caller, so before
   // anything acknowledges it; in_step_ still keeps a concurrent delete from
   // freeing the session, so it is read here without the lock.
-  if (status.ok() && !deleted_.load() && session_->num_tokens() != tokens_before_step_) {
+  // (A step that changed nothing, say one that only read the session,
+  // leaves the state as whole as it was.)
+  if (!deleted_.load() && session_->num_tokens() != tokens_before_step_) {
+    unwritten_ = true;
+    state_whole_ = state_whole;
+  }
+  if (status.ok() && !deleted_.load() && unwritten_ && state_whole_) {
     status = PersistAfterStep(*session_);
+    if (status.ok()) unwritten_ = false;
   }
   std::unique_ptr<Session> freed;
   {

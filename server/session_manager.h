@@ -73,8 +73,9 @@ class SessionEntry {
   // PersistAfterStep itself, on the thread that holds the activity.
   absl::Status PersistAfterStep(Session& session, bool force = false) const;
   // Whether the session is written to a state store (--state_dir) after its
-  // steps: every step's state is then observable (after a crash), so the
-  // scheduler never lets its rows skip the upper layers (server/scheduler.h).
+  // steps: every state written is observable (after a crash), so it must be
+  // whole; the scheduler marks the steps that leave it short
+  // (server/scheduler.h) and EndStep does not write those.
   bool durable() const { return static_cast<bool>(persister_); }
 
   // RunStep in two halves, for the scheduler, which claims every session of
@@ -85,8 +86,12 @@ class SessionEntry {
   // the figures and returns `status`, or ABORTED when the session was
   // deleted meanwhile (its engine session is freed then, outside the lock).
   // Every successful BeginStep is followed by exactly one EndStep.
+  // state_whole false: the step skipped upper-layer rows that later tokens of
+  // the same item still owe (engine/model_rules.h, UpperLayerReach), so the
+  // state is not one a full computation gives and is not written; the next
+  // whole step (or End, once whole) writes everything since.
   absl::StatusOr<Session*> BeginStep();
-  absl::Status EndStep(absl::Status status);
+  absl::Status EndStep(absl::Status status, bool state_whole = true);
 
   // Called by SessionManager when the session leaves its table: running
   // work sees deleted() and ends at its next step, and the engine session
@@ -126,6 +131,11 @@ class SessionEntry {
   SessionPersister persister_;  // empty without --state_dir
   bool in_step_ = false;
   int64_t tokens_before_step_ = 0;  // the session's tokens when the running step began
+  // The last step left a state a full computation gives (see EndStep); read
+  // and written only by the holder of the activity.
+  bool state_whole_ = true;
+  // A step changed the session since it was last written.
+  bool unwritten_ = false;
   std::atomic<bool> deleted_{false};
   std::atomic<Activity> activity_{Activity::kIdle};
   std::atomic<int64_t> tokens_{0}, chunks_{0}, host_bytes_{0}, shared_bytes_{0}, mapped_bytes_{0};

@@ -299,9 +299,9 @@ void StateStore::MapChunksOnDisk(Durable& d, const std::string& id, Session& ses
     absl::Status s = mapped.ok() ? backend.MapChunks(*std::move(mapped)) : mapped.status();
     if (!s.ok()) {
       std::fprintf(stderr,
-                   "drt-server: session %s keeps its chunks from %d on in memory (the disk tier "
+                   "drt-server: session %s keeps its chunks from %lld on in memory (the disk tier "
                    "could not map them): %s\n",
-                   id.c_str(), d.chunks_mapped, std::string(s.message()).c_str());
+                   id.c_str(), static_cast<long long>(d.chunks_mapped), std::string(s.message()).c_str());
       d.mapping_failed = true;
       return;
     }

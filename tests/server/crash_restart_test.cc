@@ -38,9 +38,9 @@ using namespace drt::server::testing;
 
 constexpr int kDefaultCrashPoints = 100;
 
-// The client's record of one session: the engine steps it sent (each Append
-// message is one step, each generated token one) in order, and how many
-// tokens the server acknowledged.
+// The client's record of one session: the steps it sent (each Append
+// message, each generated token) in order, and how many tokens the server
+// acknowledged.
 struct ClientSession {
   std::vector<std::vector<int32_t>> steps;
   int64_t acked = 0;
@@ -83,10 +83,16 @@ Op ClientWork(drt::v1::Drt::Stub& stub, ClientModel& model, uint64_t seed) {
       continue;
     }
     const std::string id = ids[rng() % ids.size()];
-    if (op <= 5) {  // Append: messages of 1..200 tokens, each one engine step
-      const size_t n = 1 + rng() % 500;
+    if (op <= 5) {
+      // Append: messages of 1..200 tokens, each one engine step; or (op 5)
+      // one message of 1,500..3,000 tokens, several engine steps whose first
+      // skip the upper layers, so the server writes and acknowledges it only
+      // whole, at its end (the scheduler's durable stretches, longer than
+      // any message here).
+      const bool big = op == 5;
+      const size_t n = big ? 1500 + rng() % 1501 : 1 + rng() % 500;
       const auto tokens = RandomTokens(n, rng());
-      const auto pieces = RandomPieces(n, 200, rng());
+      const auto pieces = big ? std::vector<size_t>{n} : RandomPieces(n, 200, rng());
       grpc::ClientContext context;
       SetDeadline(context, 60);
       auto stream = stub.Append(&context);

@@ -6,8 +6,10 @@
 // without lower-only forwards) over the same steps: its logits must be equal
 // bit for bit, and rows must really have been skipped (so the test fails if
 // the cut silently stops happening). Cancellation and Refuse mid-item, and
-// durable sessions (which never skip), are covered too.
+// durable sessions (written and acknowledged only at whole states), are
+// covered too.
 #include <algorithm>
+#include <map>
 #include <condition_variable>
 #include <future>
 #include <memory>
@@ -20,8 +22,10 @@
 
 #include "engine/model_rules.h"
 #include "engine/session.h"
+#include "engine/session_state.h"
 #include "server/scheduler.h"
 #include "server/session_manager.h"
+#include "server/state_files.h"
 #include "tests/server/test_util/durable_server.h"
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/test_util/temp_dir.h"
@@ -244,29 +248,96 @@ TEST_CASE("an item stopped after a step that skipped the upper layers first runs
   CHECK(Read(*entry).logits == Read(*reference).logits);
 }
 
-TEST_CASE("a durable session's prefill never skips the upper layers: every step it writes is "
-          "whole",
-          "[server][scheduler][upper_cut]") {
-  drt::testing::TempDir dir;
-  DurableServer durable(dir.File("state"));
-  SessionManager memory_only(*FixtureModel::Get().backend, SessionLimits{});
+// What a durable session's state file holds now.
+SessionState WrittenState(const std::string& state_dir, const std::string& id) {
+  const std::string path = state_dir + "/sessions/" + id + ".state";
+  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+  REQUIRE(bytes.ok());
+  absl::StatusOr<SessionRecord> record = DecodeSessionRecord(*bytes, path);
+  REQUIRE(record.ok());
+  absl::StatusOr<SessionState> state =
+      DecodeSessionState(record->state, FixtureModel::Get().model->config());
+  REQUIRE(state.ok());
+  return *std::move(state);
+}
+
+TEST_CASE("a durable session's prefill skips the upper layers within stretches, and writes and "
+          "acknowledges only whole states",
+          "[server][scheduler][upper_cut][durable]") {
   const std::vector<int32_t> prompt = RandomTokens(3000, 7);
-  for (const bool is_durable : {true, false}) {
-    INFO((is_durable ? "durable" : "in memory"));
-    auto entry = NewEntry(is_durable ? *durable.sessions : memory_only);
-    CHECK(entry->durable() == is_durable);
-    int64_t steps = 0, skipped = 0;
+  // The expectation: every layer of every row, over the same steps; the
+  // session's last logits after each step, by token count.
+  std::map<int64_t, std::vector<float>> full;
+  {
+    SessionManager memory_only(*FixtureModel::Get().backend, SessionLimits{});
+    auto entry = NewEntry(memory_only);
     SchedulerOptions options;
     options.step_tokens = kStepTokens;
-    options.on_step_done = [&](const StepRecord& step, double) {
-      ++steps;
-      skipped += step.upper_rows_skipped;
+    options.skip_upper_layers = false;
+    options.on_step_done = [&](const StepRecord&, double) {
+      const Held held = Read(*entry);
+      full[held.tokens] = held.logits;
     };
     Scheduler scheduler(*FixtureModel::Get().backend, options);
     REQUIRE(scheduler.Run(Prefill(*entry, prompt)).status.ok());
-    CHECK(steps == 5);
-    CHECK((skipped > 0) == !is_durable);
-    CHECK((Read(*entry).skipped > 0) == !is_durable);
+    REQUIRE(full.size() == 5);  // 630, 1260, 1890, 2520, 3000
+    entry->End();
+  }
+
+  // Stretches of two steps: the pieces ending at 630 and 1890 have the
+  // rest of their stretch (630 tokens, past the fixture's reach of 330)
+  // following and skip; those ending at 1260, 2520 and 3000 end a stretch.
+  // With 0, nothing skips and every step is written.
+  for (const int64_t ack_tokens : {int64_t{2 * kStepTokens}, int64_t{0}}) {
+    INFO("durable_ack_tokens " << ack_tokens);
+    const std::vector<int64_t> whole_at =
+        ack_tokens > 0 ? std::vector<int64_t>{1260, 2520, 3000}
+                       : std::vector<int64_t>{630, 1260, 1890, 2520, 3000};
+    drt::testing::TempDir dir;
+    const std::string state_dir = dir.File("state");
+    DurableServer durable(state_dir);
+    auto entry = NewEntry(*durable.sessions);
+    REQUIRE(entry->durable());
+    // The state file after each step: its token count and last logits.
+    std::map<int64_t, std::vector<float>> written;
+    int64_t skipped = 0;
+    SchedulerOptions options;
+    options.step_tokens = kStepTokens;
+    options.durable_ack_tokens = ack_tokens;
+    options.on_step_done = [&](const StepRecord& step, double) {
+      skipped += step.upper_rows_skipped;
+      const SessionState state = WrittenState(state_dir, entry->id());
+      written[state.num_tokens] = state.last_logits;
+    };
+    Scheduler scheduler(*FixtureModel::Get().backend, options);
+    WorkItem item = Prefill(*entry, prompt);
+    std::vector<int64_t> acknowledged;
+    item.on_progress = [&](int64_t done) { acknowledged.push_back(done); };
+    const WorkResult result = scheduler.Run(item);
+    REQUIRE(result.status.ok());
+    CHECK(result.tokens_done == 3000);
+    CHECK((skipped > 0) == (ack_tokens > 0));
+
+    // Written: exactly the whole states, each the full computation's.
+    // (Before the first whole step the file still holds the empty session
+    // written at its creation.)
+    std::vector<int64_t> written_at;
+    for (const auto& [tokens, logits] : written) {
+      if (tokens == 0) continue;
+      written_at.push_back(tokens);
+      INFO("written at " << tokens << " tokens");
+      REQUIRE(full.count(tokens) == 1);
+      CHECK(logits == full.at(tokens));
+    }
+    CHECK(written_at == whole_at);
+    // Progress reaches the caller only for written tokens (the last one
+    // comes with the result).
+    for (int64_t done : acknowledged) {
+      INFO("acknowledged " << done);
+      CHECK(std::count(whole_at.begin(), whole_at.end(), done) == 1);
+    }
+    CHECK(!acknowledged.empty());
+    CHECK(Read(*entry).logits == full.at(3000));
     entry->End();
   }
 }
