@@ -161,23 +161,24 @@ std::vector<float> FastRandomFloats(size_t n, uint64_t seed) {
   return v;
 }
 
-TEST_CASE("cuda landmark top-k: 2^20 landmarks at d = 768", "[cuda]") {
-  DRT_SKIP_WITHOUT_CUDA_DEVICE();
-  // The paper model's width: 2^20 x 768 fp32 landmarks are 3 GiB, so row
-  // offsets pass 2^31 bytes; 9 queries make two stage-1 query groups of up to
-  // 8 whose shared memory (8 x (768 + 1024) floats) exceeds the 48 KiB default.
+// d = 768, the paper model's width: 9 queries make two stage-1 query groups
+// of up to 8 whose shared memory (8 x (768 + 1024) floats) exceeds the
+// 48 KiB default. Planted: query 0's best are the last landmark and an exact
+// tie at `tie` (the lower index first; scores about 4|q|^2 = 1000 against
+// about 40 for the best random one), then `third` (3|q|^2 = 770); query 2
+// (limit capacity - 1) must not see the last. limit3 and limit4: the limits
+// of queries 3 and 4.
+void CheckPlantedAtD768(int64_t capacity, int64_t tie, int64_t third, int64_t limit3,
+                        int64_t limit4, uint64_t seed) {
   const int d = 768;
-  const int64_t capacity = int64_t{1} << 20;
-  std::vector<float> landmarks = FastRandomFloats(static_cast<size_t>(capacity) * d, 81);
-  const std::vector<int64_t> limits = {capacity, 3, capacity - 1, 1000, 300000, capacity, 1, 1025, 4096};
-  const std::vector<float> queries = FastRandomFloats(limits.size() * d, 82);
-  // Query 0's best: the last landmark and an exact tie at 700000 (the lower
-  // index first), then 65537; query 2 (limit capacity - 1) must not see the last.
+  std::vector<float> landmarks = FastRandomFloats(static_cast<size_t>(capacity) * d, seed);
+  const std::vector<int64_t> limits = {capacity, 3, capacity - 1, limit3, limit4, capacity, 1, 1025, 4096};
+  const std::vector<float> queries = FastRandomFloats(limits.size() * d, seed + 1);
   for (int j = 0; j < d; ++j) {
     const float x = queries[j] * 4.f;
     landmarks[static_cast<size_t>(capacity - 1) * d + j] = x;
-    landmarks[static_cast<size_t>(700000) * d + j] = x;
-    landmarks[static_cast<size_t>(65537) * d + j] = queries[j] * 3.f;
+    landmarks[static_cast<size_t>(tie) * d + j] = x;
+    landmarks[static_cast<size_t>(third) * d + j] = queries[j] * 3.f;
   }
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
   const int topk = 8;
@@ -185,43 +186,24 @@ TEST_CASE("cuda landmark top-k: 2^20 landmarks at d = 768", "[cuda]") {
   for (size_t r = 0; r < limits.size(); ++r) {
     CheckQuery(got, static_cast<int>(r), topk, landmarks, d, &queries[r * d], limits[r], scale);
   }
-  CHECK(got.chunks[0] == 700000);
+  CHECK(got.chunks[0] == tie);
   CHECK(got.chunks[1] == capacity - 1);
-  CHECK(got.chunks[2] == 65537);
+  CHECK(got.chunks[2] == third);
   for (int i = 0; i < topk; ++i) CHECK(got.chunks[2 * topk + i] != capacity - 1);
 }
 
-// The 2^20 case's layout (d = 768: stage-1 shared memory past the 48 KiB
-// default, two query groups) on 2^14 landmarks: small enough for
-// compute-sanitizer racecheck, which scripts/gpu_bench.sh runs on this case
-// and leaves the two 2^20 cases out of (141 s and 41 s there).
+TEST_CASE("cuda landmark top-k: 2^20 landmarks at d = 768", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  // 2^20 x 768 fp32 landmarks are 3 GiB, so row offsets pass 2^31 bytes.
+  CheckPlantedAtD768(int64_t{1} << 20, 700000, 65537, 1000, 300000, 81);
+}
+
+// The same layout on 2^14 landmarks: small enough for compute-sanitizer
+// racecheck, which scripts/gpu_bench.sh runs on this case and leaves the two
+// 2^20 cases out of (141 s and 41 s there).
 TEST_CASE("cuda landmark top-k: 2^14 landmarks at d = 768", "[cuda]") {
   DRT_SKIP_WITHOUT_CUDA_DEVICE();
-  const int d = 768;
-  const int64_t capacity = int64_t{1} << 14;
-  std::vector<float> landmarks = FastRandomFloats(static_cast<size_t>(capacity) * d, 83);
-  const std::vector<int64_t> limits = {capacity, 3, capacity - 1, 1000, 5000, capacity, 1, 1025, 4096};
-  const std::vector<float> queries = FastRandomFloats(limits.size() * d, 84);
-  // Query 0's best: the last landmark and an exact tie at 10000 (the lower
-  // index first), then 4097 (scores about 4|q|^2 = 1000 and 3|q|^2 = 770
-  // against about 40 for the best random one); query 2 (limit capacity - 1)
-  // must not see the last.
-  for (int j = 0; j < d; ++j) {
-    const float x = queries[j] * 4.f;
-    landmarks[static_cast<size_t>(capacity - 1) * d + j] = x;
-    landmarks[static_cast<size_t>(10000) * d + j] = x;
-    landmarks[static_cast<size_t>(4097) * d + j] = queries[j] * 3.f;
-  }
-  const float scale = 1.f / std::sqrt(static_cast<float>(d));
-  const int topk = 8;
-  const TopKResult got = RunTopK(landmarks, d, queries, limits, topk, capacity, scale);
-  for (size_t r = 0; r < limits.size(); ++r) {
-    CheckQuery(got, static_cast<int>(r), topk, landmarks, d, &queries[r * d], limits[r], scale);
-  }
-  CHECK(got.chunks[0] == 10000);
-  CHECK(got.chunks[1] == capacity - 1);
-  CHECK(got.chunks[2] == 4097);
-  for (int i = 0; i < topk; ++i) CHECK(got.chunks[2 * topk + i] != capacity - 1);
+  CheckPlantedAtD768(int64_t{1} << 14, 10000, 4097, 1000, 5000, 83);
 }
 
 TEST_CASE("cuda landmark top-k: a limit beyond the workspace is refused visibly", "[cuda]") {

@@ -28,6 +28,7 @@
 #include "server/state_files.h"
 #include "tests/server/test_util/durable_server.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/scheduler_items.h"
 #include "tests/test_util/temp_dir.h"
 
 namespace drt::server {
@@ -38,23 +39,6 @@ using namespace drt::server::testing;
 // 10 chunks of 63 tokens: 640 positions, one forward of the fixture backend
 // (1024 positions), and about twice the fixture's upper-layer reach (330).
 constexpr int64_t kStepTokens = 630;
-
-std::shared_ptr<SessionEntry> NewEntry(SessionManager& manager) {
-  auto created = manager.Create({});
-  if (!created.ok()) throw std::runtime_error(std::string(created.status().message()));
-  if (absl::Status s = (*created)->Begin(Activity::kAppending); !s.ok()) {
-    throw std::runtime_error(std::string(s.message()));
-  }
-  return *created;
-}
-
-WorkItem Prefill(SessionEntry& entry, const std::vector<int32_t>& tokens) {
-  WorkItem item;
-  item.entry = &entry;
-  item.tokens = tokens;
-  item.kind = WorkKind::kPrefill;
-  return item;
-}
 
 // What a session holds, read under the caller's claim.
 struct Held {

@@ -24,6 +24,7 @@
 #include "server/scheduler.h"
 #include "server/session_manager.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/scheduler_items.h"
 #include "tests/server/test_util/waiting.h"
 
 namespace drt::server {
@@ -88,16 +89,6 @@ std::map<const SessionEntry*, int64_t> Shares(const StepRecord& step) {
   return shares;
 }
 
-// A claimed session of the manager (the caller's activity, as a handler has).
-std::shared_ptr<SessionEntry> NewEntry(SessionManager& manager, Activity activity) {
-  auto created = manager.Create({});
-  if (!created.ok()) throw std::runtime_error(std::string(created.status().message()));
-  if (absl::Status s = (*created)->Begin(activity); !s.ok()) {
-    throw std::runtime_error(std::string(s.message()));
-  }
-  return *created;
-}
-
 // A prefill item run on its own thread.
 struct Background {
   WorkItem item;
@@ -106,14 +97,6 @@ struct Background {
     result = std::async(std::launch::async, [this, &scheduler] { return scheduler.Run(item); });
   }
 };
-
-WorkItem Prefill(SessionEntry& entry, const std::vector<int32_t>& tokens) {
-  WorkItem item;
-  item.entry = &entry;
-  item.tokens = tokens;
-  item.kind = WorkKind::kPrefill;
-  return item;
-}
 
 // Sessions that prefill far more than a test lasts, each on its own thread,
 // until Stop(): every step formed meanwhile has prefill to fill it.
