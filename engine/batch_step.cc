@@ -123,6 +123,12 @@ class StepRunner {
         entry.session->last_logits_.assign(logits, logits + V);
       }
     }
+    if (!plan.lower_only) {
+      for (const SlicePlan& slice : plan.slices) {
+        entries_[pending_[members[slice.request]].entry].session->retrievals_ +=
+            static_cast<int64_t>(slice.landmarks.size()) * backend_.config().num_groups();
+      }
+    }
     for (size_t r = 0; r < requests.size(); ++r) {
       Pending& pending = pending_[members[r]];
       entries_[pending.entry].session->num_tokens_ += static_cast<int64_t>(requests[r].tokens.size());

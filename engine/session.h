@@ -106,6 +106,11 @@ class Session {
   absl::Span<const float> last_logits() const { return last_logits_; }
   int64_t num_tokens() const { return num_tokens_; }
   int64_t num_chunks() const { return backend_session_->num_chunks(); }
+  // Chunk retrievals this session's forwards made since it was created (a
+  // fork or a restored session starts at 0): one per landmark and group
+  // that went through the upper layers. Lower-only forwards make none
+  // (docs/engine.md, "Lower-only forwards").
+  int64_t retrievals() const { return retrievals_; }
   const ModelConfig& config() const { return config_; }
   const Backend& backend() const { return backend_; }
   BackendSession& backend_session() { return *backend_session_; }
@@ -128,7 +133,8 @@ class Session {
                                                           const ChunkMapper& map = nullptr);
 
  private:
-  // engine/batch_step.cc advances num_tokens_ and last_logits_ after a step.
+  // engine/batch_step.cc advances num_tokens_, retrievals_ and last_logits_
+  // after a step.
   friend class StepRunner;
 
   Session(Backend& backend, std::unique_ptr<BackendSession> backend_session);
@@ -137,6 +143,7 @@ class Session {
   const ModelConfig& config_;
   std::unique_ptr<BackendSession> backend_session_;
   int64_t num_tokens_ = 0;
+  int64_t retrievals_ = 0;
   std::vector<float> last_logits_;
 };
 

@@ -80,15 +80,13 @@ SamplingParams FromProto(const drt::v1::SamplingParams& p) {
 class PromptIngest {
  public:
   PromptIngest(grpc::ServerContext* context, SessionEntry& entry, const Tokenizer& tokenizer,
-               SessionManager& sessions, Scheduler& scheduler, Metrics& metrics,
-               int64_t num_groups)
+               SessionManager& sessions, Scheduler& scheduler, Metrics& metrics)
       : context_(context),
         entry_(entry),
         encoder_(tokenizer),
         sessions_(sessions),
         scheduler_(scheduler),
         metrics_(metrics),
-        num_groups_(num_groups),
         start_(Clock::now()),
         last_progress_(start_) {}
 
@@ -182,13 +180,14 @@ class PromptIngest {
     // The whole message is one work item: the scheduler runs it in pieces
     // over as many steps as it takes, alongside other sessions' work.
     const int64_t ingested_before = ingested_;
-    int64_t chunks_seen = entry_.chunks();
+    // Retrievals the forwards made (lower-only ones make none).
+    int64_t retrievals_seen = entry_.retrievals();
     auto account = [&](int64_t tokens_done) {
       metrics_.AddTokensIngested(ingested_before + tokens_done - ingested_);
       ingested_ = ingested_before + tokens_done;
-      const int64_t chunks = entry_.chunks();
-      metrics_.AddRetrievals((chunks - chunks_seen) * num_groups_);
-      chunks_seen = chunks;
+      const int64_t retrievals = entry_.retrievals();
+      metrics_.AddRetrievals(retrievals - retrievals_seen);
+      retrievals_seen = retrievals;
     };
     WorkItem item;
     item.entry = &entry_;
@@ -218,7 +217,6 @@ class PromptIngest {
   SessionManager& sessions_;
   Scheduler& scheduler_;
   Metrics& metrics_;
-  int64_t num_groups_;
   Clock::time_point start_, last_progress_;
   int64_t ingested_ = 0;
   double engine_seconds_ = 0;
@@ -369,8 +367,7 @@ grpc::Status DrtService::AppendStream(
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
-  PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_,
-                      model_.config().num_groups());
+  PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_);
   // Progress at most every kProgressIntervalSeconds during a message, and
   // always once a message is ingested (the client may wait for it before
   // sending the next).
@@ -472,6 +469,14 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
         "nothing was added",
         entry.id(), held));
   }
+  // The retrievals its steps make (padding's and generated tokens'), however
+  // the call ends.
+  struct RetrievalCount {
+    const SessionEntry& entry;
+    Metrics& metrics;
+    const int64_t before = entry.retrievals();
+    ~RetrievalCount() { metrics.AddRetrievals(entry.retrievals() - before); }
+  } retrieval_count{entry, metrics};
   if (padding > 0) {
     // Padding is prompt work: it shares the step budget like a prefill.
     const std::vector<int32_t> pads(padding, static_cast<int32_t>(model.config().pad_id));
@@ -629,8 +634,7 @@ grpc::Status DrtService::CompleteStream(
   } cleanup{*sessions_, (*entry)->id()};
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
-  PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_,
-                      model_.config().num_groups());
+  PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_);
   absl::Status status;
   int64_t message_index = 0;
   do {

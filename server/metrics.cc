@@ -232,7 +232,8 @@ std::string Metrics::RenderPrometheus() const {
                "Host bytes held by the sessions' chunk stores.",
                std::to_string(s.chunk_store_bytes));
   AppendScalar(out, "drt_retrievals_total", "counter",
-               "Chunk retrievals (one per landmark and group).", std::to_string(s.retrievals));
+               "Chunk retrievals made (one per landmark and group through the upper layers; "
+               "lower-only prefill forwards make none).", std::to_string(s.retrievals));
   AppendScalar(out, "drt_engine_steps_total", "counter",
                "Engine steps the scheduler ran (each over one or more sessions).",
                std::to_string(s.engine_steps));

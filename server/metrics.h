@@ -32,7 +32,8 @@ class Metrics {
   void SetActiveSessions(int64_t sessions);
   // drt_chunk_store_bytes (gauge)
   void SetChunkStoreBytes(int64_t bytes);
-  // drt_retrievals_total (one per landmark and group)
+  // drt_retrievals_total (one per landmark and group that went through the
+  // upper layers: Session::retrievals())
   void AddRetrievals(int64_t retrievals);
   // One engine step formed by the scheduler (server/scheduler.h):
   // drt_engine_steps_total, drt_engine_step_tokens_total{kind} (decode,

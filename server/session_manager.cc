@@ -161,6 +161,7 @@ void SessionEntry::RefreshFiguresLocked() {
   if (session_ == nullptr) {  // deleted and freed
     tokens_ = 0;
     chunks_ = 0;
+    retrievals_ = 0;
     host_bytes_ = 0;
     shared_bytes_ = 0;
     mapped_bytes_ = 0;
@@ -168,6 +169,7 @@ void SessionEntry::RefreshFiguresLocked() {
   }
   tokens_ = session_->num_tokens();
   chunks_ = session_->num_chunks();
+  retrievals_ = session_->retrievals();
   const SessionMemory memory = session_->backend_session().memory();
   host_bytes_ = static_cast<int64_t>(memory.total());
   shared_bytes_ = static_cast<int64_t>(memory.shared_bytes);

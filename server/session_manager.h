@@ -107,6 +107,8 @@ class SessionEntry {
   // Figures readable at any time without touching the engine.
   int64_t tokens() const { return tokens_.load(); }
   int64_t chunks() const { return chunks_.load(); }
+  // Session::retrievals(): chunk retrievals its forwards made.
+  int64_t retrievals() const { return retrievals_.load(); }
   int64_t host_bytes() const { return host_bytes_.load(); }
   int64_t shared_bytes() const { return shared_bytes_.load(); }
   // Chunk K/V read from memory-mapped chunk logs (the disk tier); not in
@@ -138,7 +140,7 @@ class SessionEntry {
   bool unwritten_ = false;
   std::atomic<bool> deleted_{false};
   std::atomic<Activity> activity_{Activity::kIdle};
-  std::atomic<int64_t> tokens_{0}, chunks_{0}, host_bytes_{0}, shared_bytes_{0}, mapped_bytes_{0};
+  std::atomic<int64_t> tokens_{0}, chunks_{0}, retrievals_{0}, host_bytes_{0}, shared_bytes_{0}, mapped_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};
 };
 

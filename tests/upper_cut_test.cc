@@ -181,6 +181,36 @@ TEST_CASE("lower-only forwards leave the same state and logits (bundled model)",
   }
 }
 
+TEST_CASE("a session counts the retrievals its forwards made: none in lower-only forwards",
+          "[upper_cut]") {
+  const ModelConfig config = testing::TinyConfig();
+  const ModelWeights weights = testing::RandomWeights(config, 48);
+  auto cut = CpuBackend(config, weights, true, 8 * config.chunk_positions());
+  auto whole = CpuBackend(config, weights, false, 8 * config.chunk_positions());
+  const std::vector<int32_t> tokens = testing::RandomTokens(config, 3000, 49);
+  std::unique_ptr<Session> a = NewSession(*cut);
+  std::unique_ptr<Session> b = NewSession(*whole);
+  REQUIRE(a->Append(tokens).ok());
+  REQUIRE(b->Append(tokens).ok());
+  const int64_t S = config.chunk_positions();
+  // Every landmark of the whole forward made one retrieval per group.
+  CHECK(b->retrievals() == b->num_chunks() * config.num_groups());
+  // The lower-only forwards ran the append's first positions (one append
+  // from position 0): the landmarks among them, at positions S-1, 2S-1, ...,
+  // made none.
+  const int64_t skipped = a->backend_session().stats().upper_rows_skipped;
+  REQUIRE(skipped > 0);
+  CHECK(a->retrievals() == (a->num_chunks() - skipped / S) * config.num_groups());
+  // Token by token (as generation runs), a forward retrieves only at the
+  // landmark it passes: one chunk's worth of tokens closes one chunk.
+  const int64_t retrievals_before = b->retrievals();
+  const int64_t chunks_before = b->num_chunks();
+  const std::vector<int32_t> more = testing::RandomTokens(config, config.enc_chunk_size, 50);
+  for (int32_t t : more) REQUIRE(b->Append(std::vector<int32_t>{t}).ok());
+  REQUIRE(b->num_chunks() == chunks_before + 1);
+  CHECK(b->retrievals() - retrievals_before == config.num_groups());
+}
+
 TEST_CASE("a reach smaller than the model's changes the state", "[upper_cut]") {
   // Shows that the comparison above can fail: with the upper layers cut
   // closer to the end than their receptive field, windows, selections or

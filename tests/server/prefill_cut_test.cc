@@ -348,6 +348,15 @@ int64_t SkippedRows(InProcessServer& server, const std::string& id) {
   return skipped;
 }
 
+// The server's drt_retrievals_total.
+int64_t RetrievalsTotal(InProcessServer& server) {
+  const std::string text = server.metrics().RenderPrometheus();
+  const std::string name = "\ndrt_retrievals_total ";
+  const size_t at = text.find(name);
+  REQUIRE(at != std::string::npos);
+  return std::stoll(text.substr(at + name.size()));
+}
+
 TEST_CASE("an Append streamed in large messages skips upper layers and generates exactly as a "
           "server that computes everything",
           "[server][upper_cut]") {
@@ -367,6 +376,16 @@ TEST_CASE("an Append streamed in large messages skips upper layers and generates
     CHECK(appended.summary->session_tokens() == 7000);
     CHECK(appended.summary->session_chunks() == 7000 / 63);
     CHECK((SkippedRows(*server, id) > 0) == (server == &cut));
+    // drt_retrievals_total counts the retrievals made: one per landmark and
+    // group through the upper layers, so fewer where forwards skipped them.
+    const int64_t every_landmark = (7000 / 63) * f.model->config().num_groups();
+    const int64_t retrievals = RetrievalsTotal(*server);
+    if (server == &cut) {
+      CHECK(retrievals > 0);
+      CHECK(retrievals < every_landmark);
+    } else {
+      CHECK(retrievals == every_landmark);
+    }
     drt::v1::GenerateRequest request = GreedyRequest(id, 8);
     request.set_return_logprobs(true);
     request.set_ignore_eos(true);
