@@ -32,6 +32,9 @@ ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA number format: bf16 or fp32
 ABSL_FLAG(bool, disable_gca, false,
           "CUDA only: the sliding-window base LM without retrieval (no encoder, no GCA); "
           "its output is not the model's, for timing comparisons");
+ABSL_FLAG(int32_t, window_decode_splits, 0,
+          "CUDA only: the window attention kernel of decode steps: 0 the default kernel, 1, 2, "
+          "4 or 8 the split decode kernel (not yet verified on a GPU; docs/cuda.md)");
 ABSL_FLAG(bool, random_prompt, false,
           "random token ids instead of tokenized filler text (fast for multi-million-token "
           "prompts)");
@@ -122,6 +125,7 @@ int main(int argc, char** argv) {
   options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
   options.cuda.device_index = absl::GetFlag(FLAGS_cuda_device);
   options.cuda.disable_gca = absl::GetFlag(FLAGS_disable_gca);
+  options.cuda.window_decode_splits = absl::GetFlag(FLAGS_window_decode_splits);
   auto precision = drt::ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision));
   if (!precision.ok()) {
     std::fprintf(stderr, "error: --cuda_precision: %s\n",
@@ -131,6 +135,10 @@ int main(int argc, char** argv) {
   options.cuda.precision = *precision;
   if (options.cuda.disable_gca && *device != drt::Device::kCuda) {
     std::fprintf(stderr, "error: --disable_gca needs --device=cuda\n");
+    return 1;
+  }
+  if (options.cuda.window_decode_splits != 0 && *device != drt::Device::kCuda) {
+    std::fprintf(stderr, "error: --window_decode_splits needs --device=cuda\n");
     return 1;
   }
   if (auto choice = drt::ResolveDevice(*device, options.cuda.device_index);
@@ -273,13 +281,14 @@ int main(int argc, char** argv) {
               st.h2d_bytes / 1048576.0, static_cast<long>(st.h2d_chunks), h2d_per_token,
               static_cast<long>(st.d2d_chunks), static_cast<long>(st.resident_hits),
               st.d2h_bytes / 1048576.0);
-  std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d context_tokens=%ld "
+  std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
+              "context_tokens=%ld "
               "prefill_tokens_per_s=%.1f "
               "decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu session_device_bytes=%zu "
               "session_host_bytes=%zu peak_rss_bytes=%zu h2d_bytes_per_token=%.0f "
               "weight_bytes=%.0f gpu_copy_bytes_per_s=%.0f weight_read_floor_ms=%.4f\n",
               backend->name().c_str(), precision_name, absl::GetFlag(FLAGS_disable_gca) ? 1 : 0,
-              static_cast<long>(prompt.size()), prompt.size() / prefill_s, Median(token_ms),
+              options.cuda.window_decode_splits, static_cast<long>(prompt.size()), prompt.size() / prefill_s, Median(token_ms),
               token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
               mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes,
               gpu_bandwidth, gpu_bandwidth > 0 ? 1e3 * weight_bytes / gpu_bandwidth : 0.0);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/attention_common.cuh"
+#include "kernels/window_split_decode.cuh"
 
 namespace drt::kernels {
 namespace {
@@ -10,8 +11,9 @@ namespace {
 using namespace detail;  // NOLINT: internal helpers of this folder
 
 // Up to this many new positions, a block per (query, head) spreads the window
-// over its 8 warps (decode); above it, a block per (64 queries, head) shares
-// each K/V tile among its 64 queries (prefill).
+// over its 8 warps (decode; or, with params.decode_splits > 0, the split
+// decode kernel of window_split_decode.cu); above it, a block per (64
+// queries, head) shares each K/V tile among its 64 queries (prefill).
 constexpr int kRowKernelMaxN = 8;
 
 // Row j's key (or value) of kv head kvh: new positions from `fresh`, older
@@ -207,6 +209,7 @@ bool ValidParams(const WindowAttentionParams<E>& p) {
   if (p.n < 0 || p.first_pos < 0 || p.window < 0 || p.heads <= 0 || p.kv_heads <= 0) return false;
   if (p.heads % p.kv_heads != 0 || p.heads > 65535 || !ValidHeadDim(p.head_dim)) return false;
   if (p.ring_slots < p.window + 1) return false;
+  if (p.decode_splits != 0 && !ValidDecodeSplits(p.decode_splits)) return false;
   if (p.n == 0) return true;
   for (const void* ptr : {static_cast<const void*>(p.q), static_cast<const void*>(p.k_new),
                           static_cast<const void*>(p.v_new), static_cast<const void*>(p.out)}) {
@@ -236,6 +239,7 @@ cudaError_t LaunchWindowAttention(const WindowAttentionParams<T>& p, cudaStream_
   if (!ValidParams(p)) return cudaErrorInvalidValue;
   if (p.n == 0) return cudaSuccess;
   if (p.n <= kRowKernelMaxN) {
+    if (p.decode_splits > 0) return LaunchWindowSplitDecode(p, stream);
     const dim3 grid(p.n, p.heads);
     if (p.head_dim <= 64) {
       WindowRowKernel<1, T><<<grid, kRowThreads, 0, stream>>>(p);

@@ -25,13 +25,22 @@ struct WindowAttentionParams {
   int64_t first_pos = 0;
   int n = 0, heads = 0, kv_heads = 0, head_dim = 0;  // GQA: head h reads kv head h / (heads / kv_heads)
   T* out = nullptr;                                  // [n][heads][head_dim]
+  // The kernel for steps of n <= 8 rows (decode). 0: one block per (query,
+  // head) (the default, run on GPUs). 1, 2, 4 or 8: the split decode kernel
+  // (kernels/window_split_decode.cu), the window of each (query, head) cut
+  // over that many blocks; above 1 they form a thread block cluster, which
+  // needs compute capability 9.0 (cudaErrorNotSupported below it). NOT YET
+  // RUN ON A GPU (docs/cuda.md, "Split decode"): keep 0 until its tests pass
+  // on one. Steps of more rows ignore it.
+  int decode_splits = 0;
 };
 
 // score = q.k/sqrt(head_dim) - m_h*(i-j), m_h = 1/(2^(8/heads))^(h+1). Keys
 // j >= first_pos come from k_new/v_new, j < first_pos from the ring. head_dim
 // must be a multiple of 8 and <= 128, heads a multiple of kv_heads,
-// ring_slots >= window + 1, and every tensor pointer 16-byte aligned (cudaMalloc
-// gives 256); otherwise cudaErrorInvalidValue. The ring is read only when
+// ring_slots >= window + 1, decode_splits 0, 1, 2, 4 or 8, and every tensor
+// pointer 16-byte aligned (cudaMalloc gives 256); otherwise
+// cudaErrorInvalidValue. The ring is read only when
 // first_pos > 0 and window > 0.
 template <typename T>
 cudaError_t LaunchWindowAttention(const WindowAttentionParams<T>& p, cudaStream_t stream);

@@ -30,6 +30,10 @@
 #   BATCH_SESSIONS=1,32 bash scripts/gpu_bench.sh  other session counts for it
 #   PREBUILT=1 bash scripts/gpu_bench.sh           use build-gpu and .devlibs made by
 #                                                  scripts/device_bundle.sh (no apt, no build)
+#   SKIP_WINDOW_BENCH=1 bash scripts/gpu_bench.sh  without drt-window-bench (the decode window
+#                                                  attention kernels alone: row vs split, issue 10)
+#   WINDOW_DECODE_SPLITS=8 bash scripts/gpu_bench.sh   drt-bench with --window_decode_splits 8
+#                                                  (the split decode kernel, off by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -221,6 +225,17 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
   fi
 fi
 
+# Issue 10: the window attention kernel of one decode token of the 128M
+# config alone (12 heads of 64, window 512, bf16; cudaEvent medians of 200
+# launches, rings rotated past the L2): the row kernel (the default) against
+# the split decode kernel (kernels/window_split_decode.cu, not yet verified
+# on a GPU before this run; docs/cuda.md "Split decode"), then 8 rows.
+if [[ -z "${SKIP_WINDOW_BENCH:-}" ]]; then
+  echo "== drt-window-bench (window attention of decode steps: row vs split kernel)"
+  "$build/tools/drt-window-bench" --n 1 --heads 12 --kv_heads 12 --head_dim 64 --window 512 --runs 200
+  "$build/tools/drt-window-bench" --n 8 --heads 12 --kv_heads 12 --head_dim 64 --window 512 --runs 200
+fi
+
 if [[ -n "${SKIP_TABLE:-}" ]]; then
   echo "gpu_bench: SKIP_TABLE set; tests and sanitizers done"
   exit 0
@@ -259,7 +274,7 @@ run_bench() {
   local out
   out=$(mktemp)
   "$build/bench/drt-bench" --model "$model" --device cuda --random_prompt \
-    --generate "$generate" "$@" >"$out" 2>/dev/null &
+    --generate "$generate" --window_decode_splits "${WINDOW_DECODE_SPLITS:-0}" "$@" >"$out" 2>/dev/null &
   local pid=$! peak=0 used
   while kill -0 "$pid" 2>/dev/null; do
     used=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \

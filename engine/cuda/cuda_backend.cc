@@ -135,6 +135,11 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
         absl::StrFormat("max_step_positions must be in 1..%d for the CUDA backend, got %d",
                         kMaxStepPositions, options.max_step_positions));
   }
+  const int splits = options.window_decode_splits;
+  if (splits != 0 && splits != 1 && splits != 2 && splits != 4 && splits != 8) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "window_decode_splits must be 0, 1, 2, 4 or 8, got %d", splits));
+  }
   absl::StatusOr<int> count = cuda::CudaDeviceCount();
   if (!count.ok()) return count.status();
   if (options.device_index < 0 || options.device_index >= *count) {
@@ -142,6 +147,19 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
                                                   options.device_index, *count));
   }
   DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device_index), "cudaSetDevice");
+  if (splits > 1) {
+    // The split decode kernel's blocks form a thread block cluster.
+    int major = 0;
+    DRT_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device_index),
+        "cudaDeviceGetAttribute");
+    if (major < 9) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "window_decode_splits %d needs thread block clusters (compute capability 9.0+); "
+          "CUDA device %d has %d.x (use 0 or 1)",
+          splits, options.device_index, major));
+    }
+  }
   switch (options.precision) {
     case CudaPrecision::kBf16: return UploadAndMake<cuda::bf16>(config, weights, options);
     case CudaPrecision::kFp32: return UploadAndMake<float>(config, weights, options);

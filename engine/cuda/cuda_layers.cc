@@ -74,6 +74,7 @@ absl::Status CudaSession<T>::AttentionBlock(int64_t layer_index, const DeviceLay
   p.kv_heads = static_cast<int>(sizes_.kv_heads);
   p.head_dim = static_cast<int>(sizes_.head_dim);
   p.out = b.attn.get();
+  p.decode_splits = options_.window_decode_splits;
   DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchWindowAttention(p, stream), "LaunchWindowAttention");
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchWindowRingWrite(b.k_new.get(), b.v_new.get(), rows, first_pos,

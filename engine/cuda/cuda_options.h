@@ -32,6 +32,13 @@ struct CudaBackendOptions {
   // Slabs of the pinned host chunk store double up to this many chunks.
   int64_t max_slab_chunks = 1024;
   CudaPrecision precision = CudaPrecision::kBf16;
+  // The window attention kernel of steps of at most 8 positions (decode):
+  // 0, the default, the one-block-per-(query, head) kernel; 1, 2, 4 or 8 the
+  // split decode kernel with that many blocks per (query, head) (above 1 a
+  // thread block cluster: compute capability 9.0+, else MakeCudaBackend
+  // refuses). kernels/window_attention.h decode_splits; NOT YET RUN ON A GPU
+  // (docs/cuda.md, "Split decode"), hence off by default.
+  int window_decode_splits = 0;
 };
 
 }  // namespace drt

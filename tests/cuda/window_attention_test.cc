@@ -1,6 +1,8 @@
 #include "kernels/window_attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <utility>
 #include <vector>
@@ -70,7 +72,8 @@ kernels::WindowAttentionParams<T> RunWindowStep(const WindowCase& c, int ring_sl
                                                 const DeviceBuffer<Host>& v_new,
                                                 const DeviceBuffer<Host>& ring_k,
                                                 const DeviceBuffer<Host>& ring_v,
-                                                const DeviceBuffer<Host>& out) {
+                                                const DeviceBuffer<Host>& out,
+                                                int decode_splits) {
   kernels::WindowAttentionParams<T> p;
   p.q = q.template as<const T>();
   p.k_new = k_new.template as<const T>();
@@ -85,6 +88,7 @@ kernels::WindowAttentionParams<T> RunWindowStep(const WindowCase& c, int ring_sl
   p.kv_heads = c.kv_heads;
   p.head_dim = c.head_dim;
   p.out = out.template as<T>();
+  p.decode_splits = decode_splits;
   CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
   CUDA_REQUIRE(kernels::LaunchWindowRingWrite(p.k_new, p.v_new, c.n, c.first_pos, ring_slots,
                                               c.kv_heads, c.head_dim, ring_k.template as<T>(),
@@ -96,9 +100,12 @@ kernels::WindowAttentionParams<T> RunWindowStep(const WindowCase& c, int ring_sl
 
 // extra_slots: a ring larger than window + 1 (the API allows it; the CUDA
 // engine uses max(1, W) + 1 slots, so W = 0 runs with 2 slots).
-void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0) {
+// decode_splits: WindowAttentionParams::decode_splits of both steps (0: the
+// row kernel; the follow-up decode step has n = 1 and uses the same kernel).
+void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0, int decode_splits = 0) {
   INFO("n " << c.n << " first_pos " << c.first_pos << " window " << c.window << " heads " << c.heads
-            << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim << " extra ring slots " << extra_slots);
+            << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim << " extra ring slots " << extra_slots
+            << " decode_splits " << decode_splits);
   const int kv_width = c.kv_heads * c.head_dim;
   const int q_width = c.heads * c.head_dim;
   const int ring_slots = c.window + 1 + extra_slots;
@@ -131,7 +138,7 @@ void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0) 
   DeviceBuffer<uint16_t> d_out(static_cast<size_t>(c.n) * q_width);
 
   kernels::WindowAttentionParams<bf16> p =
-      RunWindowStep<bf16>(c, ring_slots, d_q, d_k_new, d_v_new, d_ring_k, d_ring_v, d_out);
+      RunWindowStep<bf16>(c, ring_slots, d_q, d_k_new, d_v_new, d_ring_k, d_ring_v, d_out, decode_splits);
 
   const ErrorReport e = CompareToReference(
       Bf16ToFloats(d_out.Download()),
@@ -178,15 +185,26 @@ void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0) 
   CHECK(e2.relative() <= kBf16Tolerance);
 }
 
+// The decode and few-row cases (n <= 8, the row kernel's and the split
+// decode kernel's steps), bf16.
+const std::vector<WindowCase> kFewRowCases = {
+    WindowCase{1, 0, 16, 4, 4, 64},    WindowCase{1, 1000, 512, 8, 2, 128},
+    WindowCase{5, 700, 64, 4, 1, 32},  WindowCase{8, 9000, 4096, 2, 1, 128},
+    WindowCase{3, 10, 512, 12, 12, 64}, WindowCase{2, 77, 7, 3, 3, 40},
+    WindowCase{1, 50, 0, 2, 2, 32}};
+// Few-row cases with a ring of more than window + 1 slots: (case, extra slots).
+const std::vector<std::pair<WindowCase, int>> kFewRowLargeRingCases = {
+    {WindowCase{1, 50, 0, 2, 2, 32}, 1},
+    {WindowCase{3, 101, 0, 4, 2, 64}, 1},
+    {WindowCase{1, 1000, 100, 4, 4, 64}, 50}};
+// Few-row cases in fp32 storage.
+const std::vector<WindowCase> kFewRowFp32Cases = {
+    WindowCase{1, 1000, 512, 8, 2, 128}, WindowCase{5, 700, 64, 4, 1, 32}, WindowCase{2, 77, 7, 3, 3, 40}};
+
 TEST_CASE("cuda window attention: decode and few-row path", "[cuda]") {
   DRT_SKIP_WITHOUT_CUDA_DEVICE();
   std::mt19937 rng(31);
-  for (const WindowCase& c : {WindowCase{1, 0, 16, 4, 4, 64}, WindowCase{1, 1000, 512, 8, 2, 128},
-                              WindowCase{5, 700, 64, 4, 1, 32}, WindowCase{8, 9000, 4096, 2, 1, 128},
-                              WindowCase{3, 10, 512, 12, 12, 64}, WindowCase{2, 77, 7, 3, 3, 40},
-                              WindowCase{1, 50, 0, 2, 2, 32}}) {
-    RunWindowCase(c, rng);
-  }
+  for (const WindowCase& c : kFewRowCases) RunWindowCase(c, rng);
 }
 
 TEST_CASE("cuda window attention: prefill tiles", "[cuda]") {
@@ -205,9 +223,8 @@ TEST_CASE("cuda window attention: ring with more than window + 1 slots", "[cuda]
   std::mt19937 rng(33);
   // Slot = position % ring_slots, not % (window + 1): a kernel mixing the two
   // reads the wrong positions here.
-  for (const auto& [c, extra] : {std::pair{WindowCase{1, 50, 0, 2, 2, 32}, 1}, std::pair{WindowCase{3, 101, 0, 4, 2, 64}, 1},
-                                 std::pair{WindowCase{1, 1000, 100, 4, 4, 64}, 50},
-                                 std::pair{WindowCase{100, 300, 64, 4, 2, 64}, 7},
+  for (const auto& [c, extra] : kFewRowLargeRingCases) RunWindowCase(c, rng, extra);
+  for (const auto& [c, extra] : {std::pair{WindowCase{100, 300, 64, 4, 2, 64}, 7},
                                  std::pair{WindowCase{70, 513, 512, 4, 1, 128}, 3}}) {
     RunWindowCase(c, rng, extra);
   }
@@ -218,9 +235,10 @@ TEST_CASE("cuda window attention: ring with more than window + 1 slots", "[cuda]
 // Derived (held on an H100): fp32 scores and softmax over at most
 // 4097 keys differ from the double reference by about 1e-6 of the output's
 // scale; 1e-5 leaves room and still fails on bf16 rounding anywhere (2^-9).
-void RunWindowCaseFp32(const WindowCase& c, std::mt19937& rng) {
+void RunWindowCaseFp32(const WindowCase& c, std::mt19937& rng, int decode_splits = 0) {
   INFO("fp32: n " << c.n << " first_pos " << c.first_pos << " window " << c.window << " heads "
-                  << c.heads << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim);
+                  << c.heads << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim
+                  << " decode_splits " << decode_splits);
   const int kv_width = c.kv_heads * c.head_dim;
   const int q_width = c.heads * c.head_dim;
   const int ring_slots = c.window + 1;
@@ -243,7 +261,7 @@ void RunWindowCaseFp32(const WindowCase& c, std::mt19937& rng) {
   DeviceBuffer<float> d_q(q), d_k_new(rows(hist_k, c.first_pos, c.n)),
       d_v_new(rows(hist_v, c.first_pos, c.n)), d_ring_k(ring_k), d_ring_v(ring_v),
       d_out(static_cast<size_t>(c.n) * q_width);
-  RunWindowStep<float>(c, ring_slots, d_q, d_k_new, d_v_new, d_ring_k, d_ring_v, d_out);
+  RunWindowStep<float>(c, ring_slots, d_q, d_k_new, d_v_new, d_ring_k, d_ring_v, d_out, decode_splits);
   const ErrorReport e = CompareToReference(
       d_out.Download(), WindowReference(q, hist_k, hist_v, c.first_pos, c.n, c.window, c.heads,
                                         c.kv_heads, c.head_dim));
@@ -267,9 +285,8 @@ void RunWindowCaseFp32(const WindowCase& c, std::mt19937& rng) {
 TEST_CASE("cuda window attention: fp32 storage, decode and prefill", "[cuda]") {
   DRT_SKIP_WITHOUT_CUDA_DEVICE();
   std::mt19937 rng(34);
-  for (const WindowCase& c : {WindowCase{1, 1000, 512, 8, 2, 128}, WindowCase{5, 700, 64, 4, 1, 32},
-                              WindowCase{2, 77, 7, 3, 3, 40}, WindowCase{200, 130, 100, 6, 3, 40},
-                              WindowCase{64, 5000, 4096, 2, 2, 128},
+  for (const WindowCase& c : kFewRowFp32Cases) RunWindowCaseFp32(c, rng);
+  for (const WindowCase& c : {WindowCase{200, 130, 100, 6, 3, 40}, WindowCase{64, 5000, 4096, 2, 2, 128},
                               WindowCase{129, 3, 512, 4, 4, 128}}) {
     RunWindowCaseFp32(c, rng);
   }
@@ -300,5 +317,218 @@ TEST_CASE("cuda window attention: rejects bad shapes", "[cuda]") {
                                        nullptr) == cudaErrorInvalidValue);
 }
 
+
+// The split decode kernel (WindowAttentionParams::decode_splits > 0,
+// kernels/window_split_decode.cu). decode_splits values this device runs: 1
+// everywhere; 2, 4 and 8 (thread block clusters) from compute capability 9.0.
+std::vector<int> SplitDecodeVariants() {
+  int device = 0;
+  int major = 0;
+  CUDA_REQUIRE(cudaGetDevice(&device));
+  CUDA_REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major >= 9) return {1, 2, 4, 8};
+  WARN("compute capability " << major << ".x has no thread block clusters: decode_splits 2, 4 and 8 "
+                             "are not tested here (they must return cudaErrorNotSupported)");
+  return {1};
+}
+
+TEST_CASE("cuda window attention: split decode kernel on the few-row cases", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(35);
+  for (int splits : SplitDecodeVariants()) {
+    for (const WindowCase& c : kFewRowCases) RunWindowCase(c, rng, 0, splits);
+    for (const auto& [c, extra] : kFewRowLargeRingCases) RunWindowCase(c, rng, extra, splits);
+    for (const WindowCase& c : kFewRowFp32Cases) RunWindowCaseFp32(c, rng, splits);
+  }
+}
+
+// Cases aimed at the split: windows of 511 and 512 keys back (ring of 512 and
+// 513 slots) whose ring part wraps from the last slot to slot 0 inside the
+// window (first_pos not a multiple of the ring), at a split boundary or not;
+// every n up to 8; head_dim 64, 128, 8 and 40 (lane groups partly idle); GQA;
+// positions near 0 where the window is shorter than the splits (empty
+// blocks); float and bf16 storage.
+std::vector<WindowCase> SplitStressCases() {
+  std::vector<WindowCase> cases;
+  for (int n = 1; n <= 8; ++n) cases.push_back(WindowCase{n, 1224 + 37 * n, 511, 12, 12, 64});
+  for (const WindowCase& c :
+       {WindowCase{1, 1025, 511, 8, 2, 128}, WindowCase{8, 1023, 511, 4, 1, 128},
+        WindowCase{1, 1536, 511, 12, 12, 64}, WindowCase{3, 2 * 513 + 65, 512, 6, 3, 64},
+        WindowCase{2, 700, 511, 4, 4, 8}, WindowCase{4, 900, 511, 6, 2, 40},
+        WindowCase{1, 0, 511, 12, 12, 64}, WindowCase{8, 0, 511, 4, 2, 128},
+        WindowCase{2, 3, 511, 4, 4, 64}, WindowCase{5, 1, 511, 2, 1, 8},
+        // The wrap (position 1024 or 1026, slot 0) on a split boundary:
+        // 8 splits of 512 keys from 832, 8 of 513 from 961, 2 of 513 from 769.
+        WindowCase{1, 1343, 511, 12, 12, 64}, WindowCase{1, 1473, 512, 12, 12, 64},
+        WindowCase{1, 1281, 512, 4, 4, 128}, WindowCase{1, 5000, 511, 12, 12, 64}}) {
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+TEST_CASE("cuda window attention: split decode kernel, ring wrap, short windows, head dims", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(36);
+  for (int splits : SplitDecodeVariants()) {
+    for (const WindowCase& c : SplitStressCases()) {
+      RunWindowCase(c, rng, 0, splits);
+      RunWindowCaseFp32(c, rng, splits);
+    }
+  }
+}
+
+// The ring before a step at first_pos: positions [first_pos - ring_slots,
+// first_pos) that exist, `empty` (NaN) in every other slot.
+template <typename Host>
+std::vector<Host> RingBefore(const std::vector<Host>& hist, int64_t first_pos, int ring_slots, int kv_width,
+                             Host empty) {
+  std::vector<Host> ring(static_cast<size_t>(ring_slots) * kv_width, empty);
+  for (int64_t pos = std::max<int64_t>(0, first_pos - ring_slots); pos < first_pos; ++pos) {
+    const size_t slot = static_cast<size_t>(pos % ring_slots);
+    std::copy_n(hist.begin() + pos * kv_width, kv_width, ring.begin() + slot * kv_width);
+  }
+  return ring;
+}
+
+// The attention output of one step (no ring write), storage T with host
+// element type Host; hist_k/hist_v hold positions 0 .. first_pos + n - 1.
+template <typename T, typename Host>
+std::vector<Host> WindowOutput(const WindowCase& c, const std::vector<Host>& q, const std::vector<Host>& hist_k,
+                               const std::vector<Host>& hist_v, Host empty, int decode_splits) {
+  const int kv_width = c.kv_heads * c.head_dim;
+  const int ring_slots = c.window + 1;
+  const auto rows = [&](const std::vector<Host>& h) {
+    return std::vector<Host>(h.begin() + c.first_pos * kv_width, h.begin() + (c.first_pos + c.n) * kv_width);
+  };
+  DeviceBuffer<Host> d_q(q), d_k_new(rows(hist_k)), d_v_new(rows(hist_v)),
+      d_ring_k(RingBefore(hist_k, c.first_pos, ring_slots, kv_width, empty)),
+      d_ring_v(RingBefore(hist_v, c.first_pos, ring_slots, kv_width, empty)), d_out(q.size());
+  kernels::WindowAttentionParams<T> p;
+  p.q = d_q.template as<const T>();
+  p.k_new = d_k_new.template as<const T>();
+  p.v_new = d_v_new.template as<const T>();
+  p.k_ring = d_ring_k.template as<const T>();
+  p.v_ring = d_ring_v.template as<const T>();
+  p.ring_slots = ring_slots;
+  p.window = c.window;
+  p.first_pos = c.first_pos;
+  p.n = c.n;
+  p.heads = c.heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  p.out = d_out.template as<T>();
+  p.decode_splits = decode_splits;
+  CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  return d_out.Download();
+}
+
+// One bf16 step from the spacing of bf16 values at |x|: 2^(e - 7) for |x| in
+// [2^e, 2^(e+1)) (7 stored mantissa bits).
+double Bf16Step(double x) {
+  int e = 0;
+  std::frexp(std::abs(x), &e);  // |x| = m 2^e, m in [0.5, 1)
+  return std::ldexp(1.0, e - 8);
+}
+
+// Old (row) and new (split) kernels on the same inputs, element by element.
+// Both compute in fp32 and differ only in summation order; the fp32 test
+// above bounds each kernel's fp32 error at 1e-5 of the output's scale (1e-6
+// measured on an H100 for the row kernel), so the fp32 results agree to
+// 1e-5 of the scale. In bf16 storage each result is then rounded to bf16,
+// which moves it by at most half a step, so two results may also differ by
+// one bf16 step of the larger one (a rounding boundary between them).
+TEST_CASE("cuda window attention: split decode and row kernels agree", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(37);
+  for (int splits : SplitDecodeVariants()) {
+    for (const WindowCase& c : {WindowCase{1, 5000, 512, 12, 12, 64}, WindowCase{8, 1224, 511, 8, 2, 128},
+                                WindowCase{3, 2, 511, 4, 4, 64}, WindowCase{4, 5000, 4096, 4, 1, 128}}) {
+      INFO("decode_splits " << splits << " n " << c.n << " first_pos " << c.first_pos << " window " << c.window
+                            << " heads " << c.heads << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim);
+      const size_t kv_elems = static_cast<size_t>(c.first_pos + c.n) * c.kv_heads * c.head_dim;
+      const size_t q_elems = static_cast<size_t>(c.n) * c.heads * c.head_dim;
+      {
+        const Bf16Data q = RandomBf16(q_elems, rng, -2.f, 2.f);
+        const Bf16Data k = RandomBf16(kv_elems, rng);
+        const Bf16Data v = RandomBf16(kv_elems, rng);
+        const std::vector<float> row =
+            Bf16ToFloats(WindowOutput<bf16>(c, q.bits, k.bits, v.bits, kNanBits, 0));
+        const std::vector<float> split =
+            Bf16ToFloats(WindowOutput<bf16>(c, q.bits, k.bits, v.bits, kNanBits, splits));
+        double scale = 0;
+        for (float x : row) scale = std::max(scale, std::abs(static_cast<double>(x)));
+        size_t beyond = 0;
+        size_t non_finite = 0;
+        double worst = 0;
+        for (size_t e = 0; e < row.size(); ++e) {
+          if (!std::isfinite(row[e]) || !std::isfinite(split[e])) {
+            ++non_finite;
+            continue;
+          }
+          const double diff = std::abs(static_cast<double>(row[e]) - split[e]);
+          const double limit = Bf16Step(std::max(std::abs(row[e]), std::abs(split[e]))) + 1e-5 * scale;
+          worst = std::max(worst, diff / limit);
+          beyond += diff > limit;
+        }
+        INFO("bf16: elements beyond one bf16 step + 1e-5 of scale " << beyond << " of " << row.size()
+                                                                     << ", worst diff / limit " << worst);
+        CHECK(non_finite == 0);
+        CHECK(beyond == 0);
+      }
+      {
+        const std::vector<float> q = RandomFloats(q_elems, rng, -2.f, 2.f);
+        const std::vector<float> k = RandomFloats(kv_elems, rng);
+        const std::vector<float> v = RandomFloats(kv_elems, rng);
+        const std::vector<float> row = WindowOutput<float>(c, q, k, v, NAN, 0);
+        const std::vector<float> split = WindowOutput<float>(c, q, k, v, NAN, splits);
+        std::vector<double> row_as_ref(row.begin(), row.end());
+        const ErrorReport e = CompareToReference(split, row_as_ref);
+        INFO("fp32: split vs row kernel " << e.str());
+        CHECK(e.non_finite == 0);
+        CHECK(e.relative() <= 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda window attention: decode_splits values", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  DeviceBuffer<uint16_t> in(std::vector<uint16_t>(1 << 12, 0x3f80));  // bf16 1.0
+  DeviceBuffer<uint16_t> out(1 << 12);
+  kernels::WindowAttentionParams<bf16> p;
+  p.q = p.k_new = p.v_new = p.k_ring = p.v_ring = in.as<const bf16>();
+  p.out = out.as<bf16>();
+  p.ring_slots = 17;
+  p.window = 16;
+  p.first_pos = 40;
+  p.n = 1;
+  p.heads = 4;
+  p.kv_heads = 2;
+  p.head_dim = 64;
+  for (int splits : {-1, 3, 5, 16}) {
+    INFO("decode_splits " << splits);
+    p.decode_splits = splits;
+    CHECK(kernels::LaunchWindowAttention(p, nullptr) == cudaErrorInvalidValue);
+    p.n = 100;  // checked for prefill steps too (where it is not used)
+    CHECK(kernels::LaunchWindowAttention(p, nullptr) == cudaErrorInvalidValue);
+    p.n = 1;
+  }
+  int device = 0;
+  int major = 0;
+  CUDA_REQUIRE(cudaGetDevice(&device));
+  CUDA_REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  p.decode_splits = 2;
+  if (major < 9) {
+    CHECK(kernels::LaunchWindowAttention(p, nullptr) == cudaErrorNotSupported);
+  } else {
+    // Every value is 1, so every output is the mean of ones: exactly 1.
+    CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+    CUDA_REQUIRE(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = out.Download();
+    CHECK(std::count(got.begin(), got.begin() + p.heads * p.head_dim, uint16_t{0x3f80}) ==
+          p.heads * p.head_dim);
+  }
+}
 }  // namespace
 }  // namespace drt::cuda_test

@@ -4,7 +4,11 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include <catch2/catch.hpp>
+
+#include "absl/strings/match.h"
 
 #include "engine/backend_factory.h"
 #include "engine/session.h"
@@ -277,6 +281,58 @@ TEST_CASE("cuda: a config or option the kernels do not support is refused", "[cu
   wide_topk.chunk_topk = 33;
   CHECK(MakeCudaBackend(wide_topk, weights, CudaBackendOptions{}).status().code() ==
         absl::StatusCode::kInvalidArgument);
+  for (int splits : {-1, 3, 16}) {
+    CudaBackendOptions options;
+    options.window_decode_splits = splits;
+    const absl::Status status = MakeCudaBackend(config, weights, options).status();
+    INFO(status.message());
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(status.message(), "window_decode_splits"));
+  }
+}
+
+// The split decode kernel (CudaBackendOptions::window_decode_splits) in the
+// whole model: token-by-token decode and 5-position pieces (both take the
+// few-row window kernel) hold the fp32 bound against the cpu backend, as the
+// default kernel does in the first test case.
+TEST_CASE("cuda: the split window decode kernel decodes like the cpu backend", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = Chunk64Config();  // head_dim 16, window 100
+  const ModelWeights weights = testing::RandomWeights(config, 61);
+  const auto tokens = testing::RandomTokens(config, 4 * 63 + 20, 62);
+  const int64_t V = config.vocab_size;
+  auto cpu_backend = MakeCpuBackend(config, weights);
+  auto cpu = Session::Create(*cpu_backend);
+  REQUIRE(cpu.ok());
+  testing::RetrievalLog cpu_log;
+  testing::Record((*cpu)->backend_session(), cpu_log);
+  const auto reference = AppendAll(**cpu, tokens, tokens.size());
+  int major = 0;
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
+  std::vector<int> splits_list = {1};
+  if (major >= 9) {
+    splits_list.insert(splits_list.end(), {2, 8});
+  } else {
+    WARN("compute capability " << major << ".x: window_decode_splits 2 and 8 not tested");
+  }
+  for (int splits : splits_list) {
+    for (size_t piece : {size_t{1}, size_t{5}}) {
+      INFO("window_decode_splits " << splits << ", pieces of " << piece);
+      CudaBackendOptions options = testing::PrecisionOptions(CudaPrecision::kFp32);
+      options.window_decode_splits = splits;
+      auto backend = MakeCudaBackend(config, weights, options);
+      REQUIRE(backend.ok());
+      auto session = Session::Create(**backend);
+      REQUIRE(session.ok());
+      testing::RetrievalLog log;
+      testing::Record((*session)->backend_session(), log);
+      const auto logits = AppendAll(**session, tokens, piece);
+      const double worst = testing::WorstRowRelativeDifference(logits, reference, V);
+      INFO("worst relative difference against the cpu backend " << worst);
+      CHECK(worst <= kFp32Case.limit);
+      testing::CompareRetrievals(cpu_log, log, 1e-3, kFp32Case.limit);
+    }
+  }
 }
 
 TEST_CASE("cuda: disable_gca runs the base LM without retrieval", "[cuda]") {

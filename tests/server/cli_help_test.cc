@@ -38,6 +38,9 @@ const Binary kBinaries[] = {
     {"drt-batch-bench", DRT_BATCH_BENCH_BINARY, "--sessions"},
     {"drt-step-bench", DRT_STEP_BENCH_BINARY, "--sessions"},
     {"drt-durable-bench", DRT_DURABLE_BENCH_BINARY, "--tokens"},
+#ifdef DRT_WINDOW_BENCH_BINARY  // built only with the CUDA kernels
+    {"drt-window-bench", DRT_WINDOW_BENCH_BINARY, "--splits"},
+#endif
 };
 
 TEST_CASE("every binary: --help and --helpfull print the flags and exit 0", "[cli]") {
