@@ -339,6 +339,15 @@ cudaError_t LaunchWindowSplitDecode(const WindowAttentionParams<T>& p, cudaStrea
       return err;
     }
     if (major < 9) return cudaErrorNotSupported;
+    // A binary without sm_90 code runs the compute_80 PTX on an H100, where
+    // the cluster kernels only trap (a sticky error): refuse instead.
+    cudaFuncAttributes attributes{};
+    if (cudaError_t err = cudaFuncGetAttributes(
+            &attributes, WindowSplitDecodeKernel<8, 2, T>);
+        err != cudaSuccess) {
+      return err;
+    }
+    if (attributes.ptxVersion < 90 && attributes.binaryVersion < 90) return cudaErrorNotSupported;
   }
   // 8 LPK >= head_dim (<= 128).
   if (p.head_dim <= 64) return LaunchSplitLpk<8, T>(p, stream);
