@@ -32,6 +32,12 @@ struct CudaBackendOptions {
   // Slabs of the pinned host chunk store double up to this many chunks.
   int64_t max_slab_chunks = 1024;
   CudaPrecision precision = CudaPrecision::kBf16;
+  // Session state export and import (BackendSession::ExportState, ReadChunk,
+  // ImportState: durable sessions, SaveSession/LoadSession). Written but not
+  // yet run on a GPU (engine/cuda/cuda_session_state.cc), so off by default:
+  // while false the three answer UNIMPLEMENTED naming drt-server's
+  // --cuda_state_export, which sets it.
+  bool state_export = false;
 };
 
 }  // namespace drt
