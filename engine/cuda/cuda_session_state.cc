@@ -172,33 +172,40 @@ absl::Status CudaSession<T>::ImportState(const BackendSessionState& state, int64
   }
 
   // The uploads, on the compute stream, from host vectors that live until
-  // the stream is synchronised. Should one fail, position_ is still 0 and
+  // the stream is synchronised (also when one fails, so that no copy reads
+  // them after they are freed). Should one fail, position_ is still 0 and
   // nothing at position 0 reads what they wrote (no ring row, open row or
   // landmark lies before position 0), so the session is as it was.
   cudaStream_t stream = compute_stream_.get();
-  if (num_chunks > 0) {
-    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(landmarks_.get(), landmarks.data(),
-                                             num_chunks * d * sizeof(float),
-                                             cudaMemcpyHostToDevice, stream),
-                             "uploading landmarks");
-  }
-  for (size_t l = 0; l < buffers_.rings.size(); ++l) {
-    const E* keys_l = rings.data() + 2 * l * ring_elements;
-    WindowRing<T>& ring = buffers_.rings[l];
-    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ring.k.get(), keys_l, ring.k.bytes(),
-                                             cudaMemcpyHostToDevice, stream),
-                             "uploading window keys");
-    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ring.v.get(), keys_l + ring_elements,
-                                             ring.v.bytes(), cudaMemcpyHostToDevice, stream),
-                             "uploading window values");
-  }
-  if (open_rows > 0) {
-    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.open_chunk.get(), state.open_chunk.data(),
-                                             open_rows * d * sizeof(float),
-                                             cudaMemcpyHostToDevice, stream),
-                             "uploading the open chunk");
-  }
-  DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "waiting for the state uploads");
+  auto upload = [&]() -> absl::Status {
+    if (num_chunks > 0) {
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(landmarks_.get(), landmarks.data(),
+                                               num_chunks * d * sizeof(float),
+                                               cudaMemcpyHostToDevice, stream),
+                               "uploading landmarks");
+    }
+    for (size_t l = 0; l < buffers_.rings.size(); ++l) {
+      const E* keys_l = rings.data() + 2 * l * ring_elements;
+      WindowRing<T>& ring = buffers_.rings[l];
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ring.k.get(), keys_l, ring.k.bytes(),
+                                               cudaMemcpyHostToDevice, stream),
+                               "uploading window keys");
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ring.v.get(), keys_l + ring_elements,
+                                               ring.v.bytes(), cudaMemcpyHostToDevice, stream),
+                               "uploading window values");
+    }
+    if (open_rows > 0) {
+      DRT_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(buffers_.open_chunk.get(), state.open_chunk.data(),
+                          open_rows * d * sizeof(float), cudaMemcpyHostToDevice, stream),
+          "uploading the open chunk");
+    }
+    return absl::OkStatus();
+  };
+  const absl::Status uploaded = upload();
+  const cudaError_t synced = cudaStreamSynchronize(stream);
+  DRT_RETURN_IF_ERROR(uploaded);
+  DRT_CUDA_RETURN_IF_ERROR(synced, "waiting for the state uploads");
 
   chunk_store_ = std::move(store);
   selection_ = state.selection;
