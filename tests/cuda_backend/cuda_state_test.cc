@@ -126,7 +126,8 @@ void ContinueBoth(Session& leader, Session& follower, absl::Span<const int32_t> 
 }
 
 // Where each fixture's prompt is cut for the export: on a chunk boundary
-// (no open rows), one token before a landmark (63 open rows), and late
+// (no open rows), one token before a landmark (62 open rows: the first
+// greedy token closes the chunk and retrieves), and late
 // (past every fixture's window, so the rings have wrapped), each followed by
 // a 64-token golden tail.
 std::vector<size_t> Cuts(size_t tokens) { return {5 * 63, 7 * 63 - 1, tokens - 72}; }
