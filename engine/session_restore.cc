@@ -11,7 +11,7 @@ absl::Status NameBackend(absl::Status s, const std::string& backend) {
   if (s.code() != absl::StatusCode::kUnimplemented) return s;
   return absl::UnimplementedError(absl::StrFormat(
       "the %s backend cannot export or import session state (durable sessions, SaveSession "
-      "and LoadSession need the cpu backend): %s",
+      "and LoadSession need the cpu backend, or the cuda backend with --cuda_state_export): %s",
       backend, s.message()));
 }
 

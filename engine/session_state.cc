@@ -14,7 +14,6 @@ int64_t KvWidth(const ModelConfig& c) { return c.num_key_value_heads * c.head_di
 int64_t NumDecoderLayers(const ModelConfig& c) {
   return c.num_lower_layers() + c.num_upper_layers();
 }
-int64_t WindowCapacity(const ModelConfig& c) { return std::max<int64_t>(1, c.slide_window); }
 
 // The model's shape as written at the head of every small state; a state is
 // refused by a model of another shape.
@@ -64,8 +63,7 @@ absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& 
     return absl::InvalidArgumentError(absl::StrFormat(
         "%d window layers; the model has %d decoder layers", b.windows.size(), NumDecoderLayers(c)));
   }
-  // The window holds the last min(capacity, position) rows.
-  const int64_t window_rows = std::min(WindowCapacity(c), b.position);
+  const int64_t window_rows = WindowStateRows(c, b.position);
   for (size_t l = 0; l < b.windows.size(); ++l) {
     const WindowState& w = b.windows[l];
     if (w.rows != window_rows) {
@@ -100,6 +98,26 @@ absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& 
             chunks));
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+int64_t WindowStateRows(const ModelConfig& c, int64_t position) {
+  return std::min(std::max<int64_t>(1, c.slide_window), position);
+}
+
+absl::Status ValidateBackendSessionState(const BackendSessionState& state, int64_t num_chunks,
+                                         const ModelConfig& c) {
+  const int64_t S = c.chunk_positions();
+  SessionState whole;
+  whole.backend = state;
+  whole.num_tokens = state.position - state.position / S;
+  whole.last_logits.resize(whole.num_tokens == 0 ? 0 : c.vocab_size);
+  if (absl::Status s = ValidateSessionState(whole, c); !s.ok()) return s;
+  if (num_chunks != state.position / S) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d chunks given; position %d has %d closed chunks", num_chunks,
+                        state.position, state.position / S));
   }
   return absl::OkStatus();
 }

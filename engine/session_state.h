@@ -50,6 +50,18 @@ struct SessionState {
 // naming only closed chunks. INVALID_ARGUMENT naming the first mismatch.
 absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& config);
 absl::Status ValidateChunkData(const ChunkData& chunk, const ModelConfig& config);
+// What a backend's ImportState checks of `state` and the `num_chunks` closed
+// chunks offered with it: ValidateSessionState for the token count its
+// position implies (last logits are not a backend's), and num_chunks equal
+// to the state's closed chunks. INVALID_ARGUMENT naming the first mismatch.
+absl::Status ValidateBackendSessionState(const BackendSessionState& state, int64_t num_chunks,
+                                         const ModelConfig& config);
+
+// Rows a decoder layer's window holds at `position`: the last
+// min(max(1, slide_window), position) positions' K/V. Attention at position i
+// reads keys i - W .. i (drt-model.md, "What follows for the engine"), so W
+// past rows are all a continuation needs (one when W is 0).
+int64_t WindowStateRows(const ModelConfig& config, int64_t position);
 
 // Closed chunks of a state: one per chunk_positions() decoder positions.
 inline int64_t ClosedChunks(const SessionState& state, const ModelConfig& config) {

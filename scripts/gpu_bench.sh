@@ -120,13 +120,16 @@ if [[ -z "${SKIP_TESTS:-}" && -z "${SKIP_CTEST:-}" ]]; then
   # The compact reporter prints each WARN on one line (the console reporter
   # wraps them at 80 columns, which split the figures from their labels).
   # Also the multi-session step figures (issue 11: a session batched vs
-  # alone, limit 1e-4; tests/cuda_backend/cuda_batch_step_test.cc).
-  echo "== fp32 parity and bf16 error on the fixtures; sessions batched vs alone"
+  # alone, limit 1e-4; tests/cuda_backend/cuda_batch_step_test.cc), and a
+  # session's state moved CUDA fp32 <-> CPU (limit 1e-4;
+  # tests/cuda_backend/cuda_state_test.cc, CudaBackendOptions::state_export).
+  echo "== fp32 parity and bf16 error on the fixtures; sessions batched vs alone; state moved"
   parity_log=$(mktemp)
-  if ! "$build/tests/cuda_backend/drt_cuda_backend_tests" "cuda fp32 *,cuda bf16 *,[batch_step]" \
+  if ! "$build/tests/cuda_backend/drt_cuda_backend_tests" \
+       "cuda fp32 *,cuda bf16 *,[batch_step],cuda state: *" \
        --reporter compact >"$parity_log" 2>&1; then
     cat "$parity_log"
-    echo "gpu_bench: the fp32 parity, bf16 error or batched step tests failed" >&2
+    echo "gpu_bench: the fp32 parity, bf16 error, batched step or state tests failed" >&2
     exit 1
   fi
   grep -E ' fp32: worst| bf16 vs float64 golden|worst relative difference' "$parity_log" |

@@ -29,6 +29,11 @@ ABSL_FLAG(int32_t, cuda_device, 0, "index of the GPU the CUDA backend uses");
 ABSL_FLAG(std::string, cuda_precision, "bf16",
           "number format of the CUDA backend: bf16 (fast) or fp32 (fp32 storage and GEMMs "
           "without TF32: the CPU backend's logits within 1e-4 relative)");
+ABSL_FLAG(bool, cuda_state_export, false,
+          "lets the CUDA backend export and import session state, which --state_dir "
+          "(durable sessions) and SaveSession/LoadSession need. Written but not yet run on a "
+          "GPU, so off by default (docs/state_format.md); without it those are refused with "
+          "--device cuda");
 ABSL_FLAG(int32_t, threads, 0, "CPU backend threads (0: all cores)");
 ABSL_FLAG(double, host_memory_budget_gb, 0,
           "host memory all sessions may hold together, in GiB (2^30 bytes); sessions that "
@@ -232,6 +237,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   } else {
     errors.emplace_back(absl::StrCat("--cuda_precision: ", precision.status().message()));
   }
+  config.cuda_state_export = absl::GetFlag(FLAGS_cuda_state_export);
 
   config.threads = absl::GetFlag(FLAGS_threads);
   check(CheckAtLeast("threads", config.threads, 0));

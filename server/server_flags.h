@@ -40,6 +40,7 @@ struct ServerConfig {
   std::vector<std::string> deprecation_notes;
   int cuda_device = 0;  // GPU index for the CUDA backend
   CudaPrecision cuda_precision = CudaPrecision::kBf16;  // --cuda_precision
+  bool cuda_state_export = false;  // --cuda_state_export (CudaBackendOptions::state_export)
   int threads = 0;  // CPU backend threads; 0: all cores
   int max_message_bytes = 4 << 20;
   std::string tls_cert_path;  // both set or both empty

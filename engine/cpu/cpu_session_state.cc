@@ -47,15 +47,8 @@ absl::Status CpuSession::ImportState(const BackendSessionState& state, int64_t n
     return absl::FailedPreconditionError(absl::StrFormat(
         "state can only be imported into a new session; this one is at position %d", position_));
   }
-  SessionState whole;
-  whole.backend = state;
-  whole.num_tokens = state.position - state.position / config_.chunk_positions();
-  whole.last_logits.resize(whole.num_tokens == 0 ? 0 : config_.vocab_size);
-  if (absl::Status s = ValidateSessionState(whole, config_); !s.ok()) return s;
-  if (num_chunks != state.position / config_.chunk_positions()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%d chunks given; position %d has %d closed chunks", num_chunks, state.position,
-        state.position / config_.chunk_positions()));
+  if (absl::Status s = ValidateBackendSessionState(state, num_chunks, config_); !s.ok()) {
+    return s;
   }
   // Built aside and moved in, so that an error leaves this session as it was.
   ChunkStore store(config_.chunk_positions(), config_.hidden_size);

@@ -39,6 +39,12 @@ struct CudaBackendOptions {
   // refuses). kernels/window_attention.h decode_splits; NOT YET RUN ON A GPU
   // (docs/cuda.md, "Split decode"), hence off by default.
   int window_decode_splits = 0;
+  // Session state export and import (BackendSession::ExportState, ReadChunk,
+  // ImportState: durable sessions, SaveSession/LoadSession). Written but not
+  // yet run on a GPU (engine/cuda/cuda_session_state.cc), so off by default:
+  // while false the three answer UNIMPLEMENTED naming drt-server's
+  // --cuda_state_export, which sets it.
+  bool state_export = false;
 };
 
 }  // namespace drt

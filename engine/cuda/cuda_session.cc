@@ -32,8 +32,16 @@ CudaSession<T>::CudaSession(const ModelConfig& config, const DeviceWeights<T>& w
       options_(options),
       sizes_(ComputeSessionSizes(config, options.max_step_positions)),
       host_allocator_(std::move(host_allocator)),
-      chunk_store_(config.chunk_positions(), config.hidden_size, host_allocator_,
-                   HostChunkStoreOptions{16, std::max<int64_t>(16, options.max_slab_chunks)}) {}
+      chunk_store_(NewChunkStore(config, options, host_allocator_)) {}
+
+template <typename T>
+HostChunkStore<HostElement<T>> CudaSession<T>::NewChunkStore(
+    const ModelConfig& config, const CudaBackendOptions& options,
+    std::shared_ptr<HostAllocator> allocator) {
+  return HostChunkStore<HostElement<T>>(
+      config.chunk_positions(), config.hidden_size, std::move(allocator),
+      HostChunkStoreOptions{16, std::max<int64_t>(16, options.max_slab_chunks)});
+}
 
 template <typename T>
 absl::StatusOr<std::unique_ptr<CudaSession<T>>> CudaSession<T>::Create(

@@ -56,6 +56,17 @@ class CudaSession final : public BackendSession {
   absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const override;
   BackendSessionStats stats() const override { return stats_; }
 
+  // Durable state (cuda_session_state.cc), only with
+  // CudaBackendOptions::state_export; UNIMPLEMENTED naming the flag
+  // otherwise. Device -> host copies on the compute stream (and a wait for
+  // the store stream's chunk copies), converted to the state format's
+  // floats. No chunk mapping (chunk_map_unit() stays 0): ImportState reads
+  // every chunk into the host chunk store and ignores `map`.
+  absl::Status ExportState(BackendSessionState& out) const override;
+  absl::Status ReadChunk(int64_t chunk, ChunkData& out) const override;
+  absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,
+                           const ChunkReader& read, const ChunkMapper& map = nullptr) override;
+
   // --- The ops of one slice (engine/cuda/cuda_step.h) ---
   // Before the step changes anything: the session is usable, the slice fits
   // the session's buffers and the chunk limit, and the landmark matrix has
@@ -102,6 +113,13 @@ class CudaSession final : public BackendSession {
   CudaSession(const ModelConfig& config, const DeviceWeights<T>& weights,
               const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator);
   absl::Status Init();
+  // An empty chunk store with the session's slab sizes.
+  static HostChunkStore<HostElement<T>> NewChunkStore(const ModelConfig& config,
+                                                      const CudaBackendOptions& options,
+                                                      std::shared_ptr<HostAllocator> allocator);
+  // cuda_session_state.cc: OK when this session may export or import state
+  // (state_export on, GCA on, not failed), and the device is set.
+  absl::Status CheckStateAccess() const;
 
   // cuda_layers.cc: the blocks of drt-model.md, Forward pass 3, 4, 6, 7.
   absl::Status AttentionBlock(int64_t layer_index, const DeviceLayer<T>& layer, int64_t n,

@@ -45,7 +45,7 @@ struct PrecisionCase {
   double limit;          // worst-row relative logit difference
   size_t element_bytes;  // of the chunk store's K/V
 };
-constexpr PrecisionCase kFp32Case{CudaPrecision::kFp32, 1e-4, 4};
+constexpr PrecisionCase kFp32Case{CudaPrecision::kFp32, testing::kFp32VsCpuLimit, 4};
 constexpr PrecisionCase kBf16Case{CudaPrecision::kBf16, 2e-2, 2};
 
 TEST_CASE("cuda: prefill, pieces and token-by-token decode agree", "[cuda]") {

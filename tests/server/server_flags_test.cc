@@ -164,6 +164,13 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     CHECK(refused.status().message().find("--cuda_precision: unknown CUDA precision 'tf32': "
                                           "expected bf16 or fp32") != std::string::npos);
   }
+  SECTION("--cuda_state_export: off by default, on when given") {
+    CHECK_FALSE(config->cuda_state_export);
+    ScopedFlag on("cuda_state_export", "true");
+    auto parsed = ServerConfigFromFlags();
+    REQUIRE(parsed.ok());
+    CHECK(parsed->cuda_state_export);
+  }
   SECTION("an unknown device is refused with the choices") {
     ScopedFlag device("device", "gpu");
     auto refused = ServerConfigFromFlags();

@@ -1,0 +1,456 @@
+// The CUDA backend's session state export and import (engine/cuda/
+// cuda_session_state.cc, CudaBackendOptions::state_export) on the golden
+// fixture models: a state moves CUDA -> CPU, CPU -> CUDA and CUDA -> CUDA and
+// continues as the session it was taken from; with the option off, or for a
+// bad state, it is refused and nothing changes. Written without a GPU: these
+// tests skip visibly until run on one (scripts/gpu_bench.sh).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "engine/backend_factory.h"
+#include "engine/model_dir.h"
+#include "engine/session.h"
+#include "engine/session_state.h"
+#include "tests/cuda_backend/cuda_test_support.h"
+#include "tests/test_util/fixture_dirs.h"
+#include "tests/test_util/golden.h"
+#include "tests/test_util/random_model.h"
+
+namespace drt {
+namespace {
+
+using Catch::Matchers::Contains;
+
+CudaBackendOptions ExportOptions(CudaPrecision precision, bool state_export = true) {
+  CudaBackendOptions options = testing::PrecisionOptions(precision);
+  options.state_export = state_export;
+  return options;
+}
+
+// A session's small state and closed chunks, as Session::ExportState and
+// ReadChunk give them.
+struct Exported {
+  SessionState state;
+  std::vector<ChunkData> chunks;
+};
+
+Exported Export(const Session& session) {
+  auto state = session.ExportState();
+  INFO(state.status().message());
+  REQUIRE(state.ok());
+  Exported e{*std::move(state), {}};
+  for (int64_t c = 0; c < session.num_chunks(); ++c) {
+    ChunkData chunk;
+    absl::Status s = session.backend_session().ReadChunk(c, chunk);
+    INFO("chunk " << c << ": " << s.message());
+    REQUIRE(s.ok());
+    e.chunks.push_back(std::move(chunk));
+  }
+  return e;
+}
+
+ChunkReader ReaderOf(const Exported& e) {
+  return [&e](int64_t c, ChunkData& out) -> absl::Status {
+    if (c < 0 || c >= static_cast<int64_t>(e.chunks.size())) {
+      return absl::OutOfRangeError("no such chunk");
+    }
+    out = e.chunks[c];
+    return absl::OkStatus();
+  };
+}
+
+// Through the byte encoding the state files hold, as a server restores.
+std::unique_ptr<Session> Restore(Backend& backend, const Exported& e) {
+  auto decoded =
+      DecodeSessionState(EncodeSessionState(e.state, backend.config()), backend.config());
+  REQUIRE(decoded.ok());
+  auto restored = Session::Restore(backend, *decoded, ReaderOf(e));
+  INFO(restored.status().message());
+  REQUIRE(restored.ok());
+  return *std::move(restored);
+}
+
+// Bit-for-bit equality of two exports (small state through its encoding).
+void RequireSameExport(const Exported& a, const Exported& b, const ModelConfig& config) {
+  REQUIRE(EncodeSessionState(a.state, config) == EncodeSessionState(b.state, config));
+  REQUIRE(a.chunks.size() == b.chunks.size());
+  for (size_t c = 0; c < a.chunks.size(); ++c) {
+    INFO("chunk " << c);
+    REQUIRE(a.chunks[c].landmark == b.chunks[c].landmark);
+    REQUIRE(a.chunks[c].keys == b.chunks[c].keys);
+    REQUIRE(a.chunks[c].values == b.chunks[c].values);
+  }
+}
+
+struct Continued {
+  std::vector<float> logits;  // the last logits before, then every token's
+  testing::RetrievalLog retrievals;
+};
+
+int32_t Argmax(absl::Span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// Continues both sessions alike: 8 greedy steps on the leader's choice (the
+// argmax of its logits, fed to both, so a near-tie cannot split them), then
+// `tail` in one piece, which closes at least one chunk (a retrieval over the
+// imported landmarks).
+void ContinueBoth(Session& leader, Session& follower, absl::Span<const int32_t> tail,
+                  Continued& a, Continued& b) {
+  testing::Record(leader.backend_session(), a.retrievals);
+  testing::Record(follower.backend_session(), b.retrievals);
+  a.logits.assign(leader.last_logits().begin(), leader.last_logits().end());
+  b.logits.assign(follower.last_logits().begin(), follower.last_logits().end());
+  AppendOptions all;
+  all.all_logits = true;
+  for (int step = 0; step < 8; ++step) {
+    const int32_t token = Argmax(leader.last_logits());
+    auto ra = leader.Append({token}, all);
+    auto rb = follower.Append({token}, all);
+    REQUIRE(ra.ok());
+    REQUIRE(rb.ok());
+    a.logits.insert(a.logits.end(), ra->logits.begin(), ra->logits.end());
+    b.logits.insert(b.logits.end(), rb->logits.begin(), rb->logits.end());
+  }
+  auto ra = leader.Append(tail, all);
+  auto rb = follower.Append(tail, all);
+  REQUIRE(ra.ok());
+  REQUIRE(rb.ok());
+  a.logits.insert(a.logits.end(), ra->logits.begin(), ra->logits.end());
+  b.logits.insert(b.logits.end(), rb->logits.begin(), rb->logits.end());
+  leader.backend_session().set_retrieval_observer(nullptr);
+  follower.backend_session().set_retrieval_observer(nullptr);
+}
+
+// Where each fixture's prompt is cut for the export: on a chunk boundary
+// (no open rows), one token before a landmark (62 open rows: the first
+// greedy token closes the chunk and retrieves), and late
+// (past every fixture's window, so the rings have wrapped), each followed by
+// a 64-token golden tail.
+std::vector<size_t> Cuts(size_t tokens) { return {5 * 63, 7 * 63 - 1, tokens - 72}; }
+
+std::unique_ptr<Session> Prompted(Backend& backend, const std::vector<int32_t>& tokens,
+                                  size_t cut) {
+  auto session = Session::Create(backend);
+  REQUIRE(session.ok());
+  REQUIRE((*session)->Append(absl::MakeConstSpan(tokens).first(cut)).ok());
+  return *std::move(session);
+}
+
+absl::Span<const int32_t> TailAfter(const std::vector<int32_t>& tokens, size_t cut) {
+  return absl::MakeConstSpan(tokens).subspan(cut, 64);
+}
+
+TEST_CASE("cuda state: a CUDA fp32 session continues on the CPU as on the GPU", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const auto dirs = testing::GoldenFixtureDirs();
+  REQUIRE(dirs.size() >= 3);
+  for (const auto& dir : dirs) {
+    INFO("fixture " << dir);
+    auto model = LoadModelDir(dir);
+    REQUIRE(model.ok());
+    const ModelConfig& config = model->config;
+    const auto tokens = testing::LoadGolden(dir + "/golden.safetensors").tokens;
+    auto cpu_backend = MakeCpuBackend(config, model->weights);
+    auto cuda_backend = MakeCudaBackend(config, model->weights, ExportOptions(CudaPrecision::kFp32));
+    REQUIRE(cuda_backend.ok());
+    for (size_t cut : Cuts(tokens.size())) {
+      INFO("cut after " << cut << " tokens");
+      auto gpu = Prompted(**cuda_backend, tokens, cut);
+      const Exported e = Export(*gpu);
+      REQUIRE(e.state.backend.position == gpu->backend_session().position());
+      auto cpu = Restore(*cpu_backend, e);
+      Continued on_gpu, on_cpu;
+      ContinueBoth(*gpu, *cpu, TailAfter(tokens, cut), on_gpu, on_cpu);
+      const double worst =
+          testing::WorstRowRelativeDifference(on_cpu.logits, on_gpu.logits, config.vocab_size);
+      WARN(dir << " state CUDA fp32 -> CPU after " << cut
+               << " tokens: worst relative difference " << worst << " over "
+               << on_gpu.logits.size() / config.vocab_size << " rows");
+      CHECK(worst <= testing::kFp32VsCpuLimit);
+      REQUIRE(!on_gpu.retrievals.empty());
+      testing::CheckIdenticalRetrievals(on_gpu.retrievals, on_cpu.retrievals,
+                                        testing::kFp32VsCpuLimit);
+    }
+  }
+}
+
+TEST_CASE("cuda state: a CPU session continues on the GPU (fp32) as on the CPU", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const auto dirs = testing::GoldenFixtureDirs();
+  REQUIRE(dirs.size() >= 3);
+  for (const auto& dir : dirs) {
+    INFO("fixture " << dir);
+    auto model = LoadModelDir(dir);
+    REQUIRE(model.ok());
+    const ModelConfig& config = model->config;
+    const auto tokens = testing::LoadGolden(dir + "/golden.safetensors").tokens;
+    auto cpu_backend = MakeCpuBackend(config, model->weights);
+    auto cuda_backend = MakeCudaBackend(config, model->weights, ExportOptions(CudaPrecision::kFp32));
+    REQUIRE(cuda_backend.ok());
+    for (size_t cut : Cuts(tokens.size())) {
+      INFO("cut after " << cut << " tokens");
+      auto cpu = Prompted(*cpu_backend, tokens, cut);
+      const Exported e = Export(*cpu);
+      auto gpu = Restore(**cuda_backend, e);
+      // fp32 passes through the device unchanged: the GPU session exports
+      // exactly what it was given.
+      RequireSameExport(Export(*gpu), e, config);
+      Continued on_cpu, on_gpu;
+      ContinueBoth(*cpu, *gpu, TailAfter(tokens, cut), on_cpu, on_gpu);
+      const double worst =
+          testing::WorstRowRelativeDifference(on_gpu.logits, on_cpu.logits, config.vocab_size);
+      WARN(dir << " state CPU -> CUDA fp32 after " << cut
+               << " tokens: worst relative difference " << worst << " over "
+               << on_cpu.logits.size() / config.vocab_size << " rows");
+      CHECK(worst <= testing::kFp32VsCpuLimit);
+      REQUIRE(!on_cpu.retrievals.empty());
+      testing::CheckIdenticalRetrievals(on_cpu.retrievals, on_gpu.retrievals,
+                                        testing::kFp32VsCpuLimit);
+    }
+  }
+}
+
+// CUDA -> state -> CUDA in `precision`: the restored session exports the
+// same bits and continues bit-identically (same backend, same pieces, so the
+// same kernels over the same values; bf16 -> float -> bf16 is exact).
+void CheckCudaRoundTrip(CudaPrecision precision) {
+  const auto dirs = testing::GoldenFixtureDirs();
+  REQUIRE(dirs.size() >= 3);
+  for (const auto& dir : dirs) {
+    INFO("fixture " << dir << ", " << CudaPrecisionName(precision));
+    auto model = LoadModelDir(dir);
+    REQUIRE(model.ok());
+    const ModelConfig& config = model->config;
+    const auto tokens = testing::LoadGolden(dir + "/golden.safetensors").tokens;
+    auto backend = MakeCudaBackend(config, model->weights, ExportOptions(precision));
+    REQUIRE(backend.ok());
+    for (size_t cut : Cuts(tokens.size())) {
+      INFO("cut after " << cut << " tokens");
+      auto original = Prompted(**backend, tokens, cut);
+      const Exported e = Export(*original);
+      auto restored = Restore(**backend, e);
+      RequireSameExport(Export(*restored), e, config);
+      Continued a, b;
+      ContinueBoth(*original, *restored, TailAfter(tokens, cut), a, b);
+      REQUIRE(b.logits == a.logits);
+      REQUIRE(!a.retrievals.empty());
+      REQUIRE(b.retrievals.size() == a.retrievals.size());
+      for (const auto& [key, r] : a.retrievals) {
+        INFO("chunk " << key.first << " group " << key.second);
+        REQUIRE(b.retrievals.count(key) == 1);
+        CHECK(b.retrievals.at(key).chunks == r.chunks);
+        CHECK(b.retrievals.at(key).weights == r.weights);
+      }
+      // After the continuation too: the chunks closed since the import.
+      RequireSameExport(Export(*restored), Export(*original), config);
+    }
+  }
+}
+
+TEST_CASE("cuda state: CUDA fp32 -> CUDA continues bit-identically", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  CheckCudaRoundTrip(CudaPrecision::kFp32);
+}
+
+TEST_CASE("cuda state: CUDA bf16 -> CUDA continues bit-identically", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  CheckCudaRoundTrip(CudaPrecision::kBf16);
+}
+
+TEST_CASE("cuda state: off by default, refused by name", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const auto dirs = testing::GoldenFixtureDirs();
+  REQUIRE(!dirs.empty());
+  auto model = LoadModelDir(dirs.front());
+  REQUIRE(model.ok());
+  const ModelConfig& config = model->config;
+  const auto tokens = testing::LoadGolden(dirs.front() + "/golden.safetensors").tokens;
+  REQUIRE(!CudaBackendOptions{}.state_export);
+  auto cuda_backend = MakeCudaBackend(config, model->weights, ExportOptions(CudaPrecision::kFp32,
+                                                                            /*state_export=*/false));
+  REQUIRE(cuda_backend.ok());
+  auto cpu_backend = MakeCpuBackend(config, model->weights);
+  auto gpu = Prompted(**cuda_backend, tokens, 3 * 63 + 5);
+  REQUIRE(gpu->num_chunks() == 3);
+
+  auto state = gpu->ExportState();
+  CHECK(state.status().code() == absl::StatusCode::kUnimplemented);
+  CHECK_THAT(std::string(state.status().message()), Contains("--cuda_state_export"));
+  ChunkData chunk;
+  absl::Status read = gpu->backend_session().ReadChunk(0, chunk);
+  CHECK(read.code() == absl::StatusCode::kUnimplemented);
+  CHECK_THAT(std::string(read.message()), Contains("--cuda_state_export"));
+
+  auto cpu = Prompted(*cpu_backend, tokens, 3 * 63 + 5);
+  const Exported e = Export(*cpu);
+  auto fresh = Session::Create(**cuda_backend);
+  REQUIRE(fresh.ok());
+  absl::Status imported = (*fresh)->backend_session().ImportState(
+      e.state.backend, static_cast<int64_t>(e.chunks.size()), ReaderOf(e));
+  CHECK(imported.code() == absl::StatusCode::kUnimplemented);
+  CHECK_THAT(std::string(imported.message()), Contains("--cuda_state_export"));
+  CHECK((*fresh)->backend_session().position() == 0);
+  // Session::Restore names the backend too (what LoadSession reports).
+  auto restored = Session::Restore(**cuda_backend, e.state, ReaderOf(e));
+  CHECK(restored.status().code() == absl::StatusCode::kUnimplemented);
+  CHECK_THAT(std::string(restored.status().message()), Contains("the cuda backend"));
+  CHECK_THAT(std::string(restored.status().message()), Contains("--cuda_state_export"));
+}
+
+// A fresh CUDA session must be untouched by a refused import: position 0,
+// no chunks, no selection, and the same logits for a prompt as a session
+// that never saw the import.
+void RequireUntouched(Backend& backend, Session& session, const std::vector<int32_t>& tokens) {
+  REQUIRE(session.backend_session().position() == 0);
+  REQUIRE(session.num_chunks() == 0);
+  for (const Retrieval& r : session.backend_session().current_retrieval()) {
+    REQUIRE(r.chunks.empty());
+  }
+  AppendOptions all;
+  all.all_logits = true;
+  auto fresh = Session::Create(backend);
+  REQUIRE(fresh.ok());
+  const auto prompt = absl::MakeConstSpan(tokens).first(2 * 63 + 10);
+  auto want = (*fresh)->Append(prompt, all);
+  auto got = session.Append(prompt, all);
+  REQUIRE(want.ok());
+  REQUIRE(got.ok());
+  REQUIRE(got->logits == want->logits);
+}
+
+TEST_CASE("cuda state: a bad state is refused by name and changes nothing", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const auto dirs = testing::GoldenFixtureDirs();
+  REQUIRE(dirs.size() >= 2);
+  auto model = LoadModelDir(dirs.front());
+  REQUIRE(model.ok());
+  const ModelConfig& config = model->config;
+  const auto tokens = testing::LoadGolden(dirs.front() + "/golden.safetensors").tokens;
+  auto cuda_backend = MakeCudaBackend(config, model->weights, ExportOptions(CudaPrecision::kFp32));
+  REQUIRE(cuda_backend.ok());
+  auto cpu_backend = MakeCpuBackend(config, model->weights);
+  // Mid-chunk, with selections in force.
+  auto cpu = Prompted(*cpu_backend, tokens, 5 * 63 + 20);
+  const Exported good = Export(*cpu);
+  const int64_t chunks = static_cast<int64_t>(good.chunks.size());
+  const int64_t kv_width = config.num_key_value_heads * config.head_dim();
+
+  struct Case {
+    std::string name;
+    BackendSessionState state;
+    int64_t num_chunks;
+    ChunkReader read;
+    absl::StatusCode code;
+    std::string message;  // a part of the error's
+  };
+  std::vector<Case> cases;
+  {
+    Case c{"window rows", good.state.backend, chunks, ReaderOf(good),
+           absl::StatusCode::kInvalidArgument, "window of layer 0 holds"};
+    WindowState& w = c.state.windows[0];
+    w.rows -= 1;
+    w.keys.resize(w.rows * kv_width);
+    w.values.resize(w.rows * kv_width);
+    cases.push_back(std::move(c));
+  }
+  {
+    Case c{"window keys", good.state.backend, chunks, ReaderOf(good),
+           absl::StatusCode::kInvalidArgument, "a window's keys"};
+    c.state.windows.back().keys.pop_back();
+    cases.push_back(std::move(c));
+  }
+  {
+    Case c{"open chunk", good.state.backend, chunks, ReaderOf(good),
+           absl::StatusCode::kInvalidArgument, "open_chunk"};
+    c.state.open_chunk.resize(c.state.open_chunk.size() - config.hidden_size);
+    cases.push_back(std::move(c));
+  }
+  {
+    Case c{"selection", good.state.backend, chunks, ReaderOf(good),
+           absl::StatusCode::kInvalidArgument, "names chunk"};
+    REQUIRE(!c.state.selection[0].chunks.empty());
+    c.state.selection[0].chunks[0] = chunks;
+    cases.push_back(std::move(c));
+  }
+  cases.push_back(Case{"chunk count", good.state.backend, chunks - 1, ReaderOf(good),
+                       absl::StatusCode::kInvalidArgument, "chunks given"});
+  {
+    // The last chunk's landmark is short: found after every other chunk was
+    // read.
+    Case c{"chunk size", good.state.backend, chunks, nullptr,
+           absl::StatusCode::kInvalidArgument, "landmark"};
+    c.read = [&good, chunks](int64_t i, ChunkData& out) -> absl::Status {
+      out = good.chunks.at(i);
+      if (i == chunks - 1) out.landmark.pop_back();
+      return absl::OkStatus();
+    };
+    cases.push_back(std::move(c));
+  }
+  {
+    Case c{"reader error", good.state.backend, chunks, nullptr, absl::StatusCode::kDataLoss,
+           "torn record"};
+    c.read = [&good, chunks](int64_t i, ChunkData& out) -> absl::Status {
+      if (i == chunks - 1) return absl::DataLossError("torn record");
+      out = good.chunks.at(i);
+      return absl::OkStatus();
+    };
+    cases.push_back(std::move(c));
+  }
+  {
+    // A state of another model's shape (a second fixture with other sizes).
+    auto other = LoadModelDir(dirs.back());
+    REQUIRE(other.ok());
+    const bool other_shape = other->config.hidden_size != config.hidden_size ||
+                             other->config.slide_window != config.slide_window ||
+                             other->config.num_key_value_heads != config.num_key_value_heads;
+    REQUIRE(other_shape);
+    auto other_backend = MakeCpuBackend(other->config, other->weights);
+    const auto other_tokens = testing::LoadGolden(dirs.back() + "/golden.safetensors").tokens;
+    auto other_session = Prompted(*other_backend, other_tokens, 5 * 63 + 20);
+    Exported foreign = Export(*other_session);
+    cases.push_back(Case{"another model's shape", foreign.state.backend,
+                         static_cast<int64_t>(foreign.chunks.size()), nullptr,
+                         absl::StatusCode::kInvalidArgument, "window"});
+    cases.back().read = [foreign](int64_t i, ChunkData& out) -> absl::Status {
+      out = foreign.chunks.at(i);
+      return absl::OkStatus();
+    };
+  }
+  for (const Case& c : cases) {
+    INFO("case " << c.name);
+    auto session = Session::Create(**cuda_backend);
+    REQUIRE(session.ok());
+    absl::Status s = (*session)->backend_session().ImportState(c.state, c.num_chunks, c.read);
+    INFO(s.message());
+    CHECK(s.code() == c.code);
+    CHECK_THAT(std::string(s.message()), Contains(c.message));
+    RequireUntouched(**cuda_backend, **session, tokens);
+  }
+
+  // Into a session that has processed tokens: refused, and it continues as
+  // its twin that was left alone.
+  auto used = Prompted(**cuda_backend, tokens, 100);
+  auto twin = Prompted(**cuda_backend, tokens, 100);
+  absl::Status s = used->backend_session().ImportState(good.state.backend, chunks, ReaderOf(good));
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  AppendOptions all;
+  all.all_logits = true;
+  auto a = used->Append(absl::MakeConstSpan(tokens).subspan(100, 70), all);
+  auto b = twin->Append(absl::MakeConstSpan(tokens).subspan(100, 70), all);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a->logits == b->logits);
+
+  // A chunk that does not exist.
+  ChunkData out;
+  CHECK(used->backend_session().ReadChunk(used->num_chunks(), out).code() ==
+        absl::StatusCode::kOutOfRange);
+  CHECK(used->backend_session().ReadChunk(-1, out).code() == absl::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace drt
