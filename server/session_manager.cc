@@ -78,8 +78,9 @@ void SessionEntry::End() {
       if (!s.ok()) {
         std::fprintf(stderr, "drt-server: session %s: %s\n", id_.c_str(),
                      std::string(s.message()).c_str());
+      } else if (state_whole_) {
+        unwritten_ = false;  // (a failed write stays owed: the next step retries it)
       }
-      if (state_whole_) unwritten_ = false;
     }
     RefreshFiguresLocked();
   }
