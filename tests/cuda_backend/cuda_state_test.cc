@@ -144,8 +144,13 @@ absl::Span<const int32_t> TailAfter(const std::vector<int32_t>& tokens, size_t c
   return absl::MakeConstSpan(tokens).subspan(cut, 64);
 }
 
-TEST_CASE("cuda state: a CUDA fp32 session continues on the CPU as on the GPU", "[cuda]") {
-  if (!testing::HaveGpu()) return;
+// Which backend a state is taken from; it continues on the other.
+enum class ExportFrom { kCuda, kCpu };
+
+// A state exported by one backend (CUDA fp32 or CPU) and restored on the
+// other continues as the session it was taken from, within the fp32
+// CUDA-vs-CPU limit, with the same retrievals.
+void CheckCrossBackendContinuation(ExportFrom from) {
   const auto dirs = testing::GoldenFixtureDirs();
   REQUIRE(dirs.size() >= 3);
   for (const auto& dir : dirs) {
@@ -157,61 +162,41 @@ TEST_CASE("cuda state: a CUDA fp32 session continues on the CPU as on the GPU", 
     auto cpu_backend = MakeCpuBackend(config, model->weights);
     auto cuda_backend = MakeCudaBackend(config, model->weights, ExportOptions(CudaPrecision::kFp32));
     REQUIRE(cuda_backend.ok());
+    Backend& source_backend = from == ExportFrom::kCuda ? **cuda_backend : *cpu_backend;
+    Backend& target_backend = from == ExportFrom::kCuda ? *cpu_backend : **cuda_backend;
+    const char* direction = from == ExportFrom::kCuda ? "CUDA fp32 -> CPU" : "CPU -> CUDA fp32";
     for (size_t cut : Cuts(tokens.size())) {
       INFO("cut after " << cut << " tokens");
-      auto gpu = Prompted(**cuda_backend, tokens, cut);
-      const Exported e = Export(*gpu);
-      REQUIRE(e.state.backend.position == gpu->backend_session().position());
-      auto cpu = Restore(*cpu_backend, e);
-      Continued on_gpu, on_cpu;
-      ContinueBoth(*gpu, *cpu, TailAfter(tokens, cut), on_gpu, on_cpu);
-      const double worst =
-          testing::WorstRowRelativeDifference(on_cpu.logits, on_gpu.logits, config.vocab_size);
-      WARN(dir << " state CUDA fp32 -> CPU after " << cut
+      auto source = Prompted(source_backend, tokens, cut);
+      const Exported e = Export(*source);
+      REQUIRE(e.state.backend.position == source->backend_session().position());
+      auto target = Restore(target_backend, e);
+      // fp32 passes through either backend unchanged: the restored session
+      // exports exactly what it was given.
+      RequireSameExport(Export(*target), e, config);
+      Continued on_source, on_target;
+      ContinueBoth(*source, *target, TailAfter(tokens, cut), on_source, on_target);
+      const double worst = testing::WorstRowRelativeDifference(on_target.logits, on_source.logits,
+                                                               config.vocab_size);
+      WARN(dir << " state " << direction << " after " << cut
                << " tokens: worst relative difference " << worst << " over "
-               << on_gpu.logits.size() / config.vocab_size << " rows");
+               << on_source.logits.size() / config.vocab_size << " rows");
       CHECK(worst <= testing::kFp32VsCpuLimit);
-      REQUIRE(!on_gpu.retrievals.empty());
-      testing::CheckIdenticalRetrievals(on_gpu.retrievals, on_cpu.retrievals,
+      REQUIRE(!on_source.retrievals.empty());
+      testing::CheckIdenticalRetrievals(on_source.retrievals, on_target.retrievals,
                                         testing::kFp32VsCpuLimit);
     }
   }
 }
 
+TEST_CASE("cuda state: a CUDA fp32 session continues on the CPU as on the GPU", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  CheckCrossBackendContinuation(ExportFrom::kCuda);
+}
+
 TEST_CASE("cuda state: a CPU session continues on the GPU (fp32) as on the CPU", "[cuda]") {
   if (!testing::HaveGpu()) return;
-  const auto dirs = testing::GoldenFixtureDirs();
-  REQUIRE(dirs.size() >= 3);
-  for (const auto& dir : dirs) {
-    INFO("fixture " << dir);
-    auto model = LoadModelDir(dir);
-    REQUIRE(model.ok());
-    const ModelConfig& config = model->config;
-    const auto tokens = testing::LoadGolden(dir + "/golden.safetensors").tokens;
-    auto cpu_backend = MakeCpuBackend(config, model->weights);
-    auto cuda_backend = MakeCudaBackend(config, model->weights, ExportOptions(CudaPrecision::kFp32));
-    REQUIRE(cuda_backend.ok());
-    for (size_t cut : Cuts(tokens.size())) {
-      INFO("cut after " << cut << " tokens");
-      auto cpu = Prompted(*cpu_backend, tokens, cut);
-      const Exported e = Export(*cpu);
-      auto gpu = Restore(**cuda_backend, e);
-      // fp32 passes through the device unchanged: the GPU session exports
-      // exactly what it was given.
-      RequireSameExport(Export(*gpu), e, config);
-      Continued on_cpu, on_gpu;
-      ContinueBoth(*cpu, *gpu, TailAfter(tokens, cut), on_cpu, on_gpu);
-      const double worst =
-          testing::WorstRowRelativeDifference(on_gpu.logits, on_cpu.logits, config.vocab_size);
-      WARN(dir << " state CPU -> CUDA fp32 after " << cut
-               << " tokens: worst relative difference " << worst << " over "
-               << on_cpu.logits.size() / config.vocab_size << " rows");
-      CHECK(worst <= testing::kFp32VsCpuLimit);
-      REQUIRE(!on_cpu.retrievals.empty());
-      testing::CheckIdenticalRetrievals(on_cpu.retrievals, on_gpu.retrievals,
-                                        testing::kFp32VsCpuLimit);
-    }
-  }
+  CheckCrossBackendContinuation(ExportFrom::kCpu);
 }
 
 // CUDA -> state -> CUDA in `precision`: the restored session exports the
