@@ -29,6 +29,10 @@ ABSL_FLAG(int32_t, cuda_device, 0, "index of the GPU the CUDA backend uses");
 ABSL_FLAG(std::string, cuda_precision, "bf16",
           "number format of the CUDA backend: bf16 (fast) or fp32 (fp32 storage and GEMMs "
           "without TF32: the CPU backend's logits within 1e-4 relative)");
+ABSL_FLAG(bool, cuda_batched_step_rows, false,
+          "CUDA only: runs the row-wise work of all sessions of a step as one op over "
+          "step-wide buffers (one GEMM for the decode rows of N sessions). Written but not yet "
+          "run on a GPU, so off by default (docs/cuda.md, \"Batched steps\")");
 ABSL_FLAG(bool, cuda_state_export, false,
           "lets the CUDA backend export and import session state, which --state_dir "
           "(durable sessions) and SaveSession/LoadSession need. Written but not yet run on a "
@@ -238,6 +242,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     errors.emplace_back(absl::StrCat("--cuda_precision: ", precision.status().message()));
   }
   config.cuda_state_export = absl::GetFlag(FLAGS_cuda_state_export);
+  config.cuda_batched_step_rows = absl::GetFlag(FLAGS_cuda_batched_step_rows);
 
   config.threads = absl::GetFlag(FLAGS_threads);
   check(CheckAtLeast("threads", config.threads, 0));

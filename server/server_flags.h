@@ -41,6 +41,8 @@ struct ServerConfig {
   int cuda_device = 0;  // GPU index for the CUDA backend
   CudaPrecision cuda_precision = CudaPrecision::kBf16;  // --cuda_precision
   bool cuda_state_export = false;  // --cuda_state_export (CudaBackendOptions::state_export)
+  // --cuda_batched_step_rows (CudaBackendOptions::batched_step_rows)
+  bool cuda_batched_step_rows = false;
   int threads = 0;  // CPU backend threads; 0: all cores
   int max_message_bytes = 4 << 20;
   std::string tls_cert_path;  // both set or both empty

@@ -35,6 +35,9 @@ ABSL_FLAG(std::string, device, "cpu",
           "backend: cpu, cuda or auto (auto: cuda when this build has the CUDA backend and GPU 0 "
           "is visible, else cpu)");
 ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA backend number format: bf16 or fp32");
+ABSL_FLAG(bool, batched_step_rows, false,
+          "CUDA only: one op over all sessions' rows per step (CudaBackendOptions::"
+          "batched_step_rows; not yet verified on a GPU, docs/cuda.md \"Batched steps\")");
 ABSL_FLAG(bool, sequential, true,
           "also measure the N sessions stepped one at a time (the engine before batching)");
 
@@ -152,6 +155,10 @@ int main(int argc, char** argv) {
   auto precision = drt::ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision));
   if (!precision.ok()) Die("--cuda_precision: " + std::string(precision.status().message()));
   options.cuda.precision = *precision;
+  options.cuda.batched_step_rows = absl::GetFlag(FLAGS_batched_step_rows);
+  if (options.cuda.batched_step_rows && *device == drt::Device::kCpu) {
+    Die("--batched_step_rows needs --device=cuda (the CPU backend always batches rows)");
+  }
   options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
   auto made = drt::MakeBackend(config, (*model)->weights(), options);
   if (!made.ok()) Die(std::string(made.status().message()));
@@ -219,9 +226,10 @@ int main(int argc, char** argv) {
     }
   }
   auto median = [](const std::vector<double>& v) { return v.empty() ? 0.0 : Median(v); };
-  std::printf("model %s, backend %s, prompt %lld tokens, %d generated per session, median of "
-              "%d runs\n",
+  std::printf("model %s, backend %s%s, prompt %lld tokens, %d generated per session, median "
+              "of %d runs\n",
               absl::GetFlag(FLAGS_model).c_str(), backend->name().c_str(),
+              options.cuda.batched_step_rows ? " (batched_step_rows)" : "",
               static_cast<long long>(prompt_tokens), generate, repeats);
   std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverage().c_str());
   std::printf("tokens/s by wall clock | per CPU second of the process, sampling included | per "

@@ -3,12 +3,15 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_session.h"
+#include "engine/cuda/cuda_batched_step.h"
 #include "engine/cuda/cuda_step.h"
+#include "engine/cuda/host/step_rows.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
 #include "engine/forward_pass.h"
@@ -92,8 +95,18 @@ class CudaBackend final : public Backend {
       if (absl::Status s = cuda_sessions[slice.request]->PrepareSlice(slice); !s.ok()) return s;
     }
     DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
-    cuda::CudaStep<T> step(config_, *weights_, cuda_sessions);
-    absl::Status status = RunForward(config_, plan, step, logits);
+    absl::Status status;
+    if (options_.batched_step_rows) {
+      // One set of step-wide buffers: batched steps run one at a time.
+      std::lock_guard<std::mutex> lock(step_buffers_mutex_);
+      if (absl::Status s = ReserveStepBuffers(plan); !s.ok()) return s;
+      cuda::CudaBatchedStep<T> step(config_, *weights_, options_.disable_gca, cuda_sessions,
+                                    *step_buffers_);
+      status = RunForward(config_, plan, step, logits);
+    } else {
+      cuda::CudaStep<T> step(config_, *weights_, cuda_sessions);
+      status = RunForward(config_, plan, step, logits);
+    }
     if (!status.ok()) {
       // Work started: every session of the step may be half updated.
       for (const SlicePlan& slice : plan.slices) cuda_sessions[slice.request]->MarkFailed(status);
@@ -107,10 +120,27 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Before a batched step changes anything: the plan's rows fit the
+  // step-wide buffers' layout, which are made or grown to hold them.
+  absl::Status ReserveStepBuffers(const StepPlan& plan) {
+    if (absl::Status s = cuda::CheckStepRows(plan, max_step_positions()); !s.ok()) return s;
+    if (step_buffers_ == nullptr) {
+      auto made = cuda::StepBuffers<T>::Create(
+          cuda::ComputeSessionSizes(config_, options_.max_step_positions));
+      if (!made.ok()) return made.status();
+      step_buffers_ = *std::move(made);
+    }
+    return step_buffers_->Reserve(plan.num_rows, static_cast<int64_t>(plan.logit_rows.size()),
+                                  static_cast<int64_t>(plan.slices.size()));
+  }
+
   const ModelConfig& config_;
   CudaBackendOptions options_;
   std::unique_ptr<cuda::DeviceWeights<T>> weights_;
   std::shared_ptr<cuda::HostAllocator> host_allocator_;
+  // CudaBackendOptions::batched_step_rows: made at the first batched step.
+  std::mutex step_buffers_mutex_;
+  std::unique_ptr<cuda::StepBuffers<T>> step_buffers_;
 };
 
 template <typename T>

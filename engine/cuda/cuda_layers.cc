@@ -44,6 +44,62 @@ absl::Status CudaSession<T>::GcaMlp(const SlicePlan& slice, int64_t group,
 }
 
 template <typename T>
+absl::Status CudaSession<T>::WindowAttentionRows(int64_t layer_index, const AttentionRows<T>& rows,
+                                                 int64_t n, int64_t first_pos,
+                                                 cudaStream_t stream) {
+  // Attention of the n new positions over the window (ring + themselves),
+  // then their keys and values enter the ring.
+  WindowRing<T>& ring = buffers_.rings[layer_index];
+  kernels::WindowAttentionParams<T> p;
+  p.q = rows.q;
+  p.k_new = rows.k_new;
+  p.v_new = rows.v_new;
+  p.k_ring = ring.k.get();
+  p.v_ring = ring.v.get();
+  p.ring_slots = static_cast<int>(sizes_.ring_slots);
+  p.window = static_cast<int>(sizes_.window);
+  p.first_pos = first_pos;
+  p.n = static_cast<int>(n);
+  p.heads = static_cast<int>(sizes_.heads);
+  p.kv_heads = static_cast<int>(sizes_.kv_heads);
+  p.head_dim = static_cast<int>(sizes_.head_dim);
+  p.out = rows.out;
+  p.decode_splits = options_.window_decode_splits;
+  DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchWindowAttention(p, stream), "LaunchWindowAttention");
+  DRT_CUDA_RETURN_IF_ERROR(
+      kernels::LaunchWindowRingWrite(rows.k_new, rows.v_new, p.n, first_pos, p.ring_slots,
+                                     p.kv_heads, p.head_dim, ring.k.get(), ring.v.get(), stream),
+      "LaunchWindowRingWrite");
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaSession<T>::GcaAttentionRows(int64_t group, const T* q, T* out, int64_t n,
+                                              int64_t first_pos, int64_t first_query_chunk,
+                                              cudaStream_t stream) {
+  SessionBuffers<T>& b = buffers_;
+  kernels::GcaParams<T> p;
+  p.q = q;
+  p.chunk_k = b.group_chunks[group].k.get();
+  p.chunk_v = b.group_chunks[group].v.get();
+  p.slots = b.slot_table.get();
+  p.weights = b.slot_weights.get();
+  p.topk = static_cast<int>(sizes_.topk);
+  p.first_pos = first_pos;
+  p.first_query_chunk = first_query_chunk;
+  p.n = static_cast<int>(n);
+  p.heads = static_cast<int>(sizes_.heads);
+  p.head_dim = static_cast<int>(sizes_.head_dim);
+  p.out = out;
+  DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchGcaAttention(p, stream), "LaunchGcaAttention");
+  // The latest GCA reading the group's slots: chunk copies into them wait
+  // for it (FetchChunks), whichever stream it ran on.
+  DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(gca_done_[group].get(), stream),
+                           "recording the group's GCA");
+  return absl::OkStatus();
+}
+
+template <typename T>
 absl::Status CudaSession<T>::AttentionBlock(int64_t layer_index, const DeviceLayer<T>& layer,
                                             int64_t n, int64_t first_pos) {
   // h = h + Attn(RMSNorm1(h)); K/V of the new positions enter the ring.
@@ -59,28 +115,9 @@ absl::Status CudaSession<T>::AttentionBlock(int64_t layer_index, const DeviceLay
   DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.q, b.q.get(), rows, d, d, stream));
   DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.k, b.k_new.get(), rows, kvw, d, stream));
   DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.v, b.v_new.get(), rows, kvw, d, stream));
-  WindowRing<T>& ring = b.rings[layer_index];
-  kernels::WindowAttentionParams<T> p;
-  p.q = b.q.get();
-  p.k_new = b.k_new.get();
-  p.v_new = b.v_new.get();
-  p.k_ring = ring.k.get();
-  p.v_ring = ring.v.get();
-  p.ring_slots = static_cast<int>(sizes_.ring_slots);
-  p.window = static_cast<int>(sizes_.window);
-  p.first_pos = first_pos;
-  p.n = rows;
-  p.heads = static_cast<int>(sizes_.heads);
-  p.kv_heads = static_cast<int>(sizes_.kv_heads);
-  p.head_dim = static_cast<int>(sizes_.head_dim);
-  p.out = b.attn.get();
-  p.decode_splits = options_.window_decode_splits;
-  DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchWindowAttention(p, stream), "LaunchWindowAttention");
-  DRT_CUDA_RETURN_IF_ERROR(
-      kernels::LaunchWindowRingWrite(b.k_new.get(), b.v_new.get(), rows, first_pos,
-                                     p.ring_slots, p.kv_heads, p.head_dim, ring.k.get(),
-                                     ring.v.get(), stream),
-      "LaunchWindowRingWrite");
+  DRT_RETURN_IF_ERROR(WindowAttentionRows(
+      layer_index, AttentionRows<T>{b.q.get(), b.k_new.get(), b.v_new.get(), b.attn.get()}, n,
+      first_pos, stream));
   return gemm_->Matmul(b.attn.get(), layer.o, b.h.get(), rows, d, d, /*accumulate=*/true, stream);
 }
 
@@ -117,24 +154,8 @@ absl::Status CudaSession<T>::GcaBlock(int64_t group, const DeviceUpperLayer<T>& 
       kernels::LaunchRmsNorm(b.h.get(), layer.gca_pre_norm, rows, d, eps, b.x.get(), stream),
       "LaunchRmsNorm (gca.pre_norm)");
   DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.gca_q, b.q.get(), rows, d, d, stream));
-  kernels::GcaParams<T> p;
-  p.q = b.q.get();
-  p.chunk_k = b.group_chunks[group].k.get();
-  p.chunk_v = b.group_chunks[group].v.get();
-  p.slots = b.slot_table.get();
-  p.weights = b.slot_weights.get();
-  p.topk = static_cast<int>(sizes_.topk);
-  p.first_pos = first_pos;
-  p.first_query_chunk = first_query_chunk;
-  p.n = rows;
-  p.heads = static_cast<int>(sizes_.heads);
-  p.head_dim = static_cast<int>(sizes_.head_dim);
-  p.out = b.attn.get();
-  DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchGcaAttention(p, stream), "LaunchGcaAttention");
-  // The latest GCA reading the group's slots: chunk copies into them wait
-  // for it (FetchChunks).
-  DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(gca_done_[group].get(), stream),
-                           "recording the group's GCA");
+  DRT_RETURN_IF_ERROR(
+      GcaAttentionRows(group, b.q.get(), b.attn.get(), n, first_pos, first_query_chunk, stream));
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.mixed.get(), b.h.get(), n * d * sizeof(float),
                                            cudaMemcpyDeviceToDevice, stream),
                            "copying the residual");
@@ -252,7 +273,11 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
                                                  int64_t, float);                               \
   template absl::Status CudaSession<T>::GcaBlock(int64_t, const DeviceUpperLayer<T>&, int64_t,  \
                                                  int64_t, int64_t);                             \
-  template absl::Status CudaSession<T>::EncodeChunks(int64_t);
+  template absl::Status CudaSession<T>::EncodeChunks(int64_t);                                  \
+  template absl::Status CudaSession<T>::WindowAttentionRows(int64_t, const AttentionRows<T>&,    \
+                                                            int64_t, int64_t, cudaStream_t);    \
+  template absl::Status CudaSession<T>::GcaAttentionRows(int64_t, const T*, T*, int64_t, int64_t, \
+                                                         int64_t, cudaStream_t);
 DRT_INSTANTIATE_LAYERS(bf16)
 DRT_INSTANTIATE_LAYERS(float)
 #undef DRT_INSTANTIATE_LAYERS

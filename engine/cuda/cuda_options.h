@@ -45,6 +45,14 @@ struct CudaBackendOptions {
   // while false the three answer UNIMPLEMENTED naming drt-server's
   // --cuda_state_export, which sets it.
   bool state_export = false;
+  // Batched steps (engine/cuda/cuda_batched_step.h): the row-wise work of
+  // all slices of a step (embedding, RMSNorms, the Q/K/V/O projections, the
+  // MLPs, GCA's projections, lm_head) runs as one op over step-wide buffers,
+  // so decode rows of N sessions share one GEMM; window attention, GCA, the
+  // chunk encoder and retrieval stay per session. Written but NOT YET RUN ON
+  // A GPU (docs/cuda.md, "Batched steps"), hence off by default: while false
+  // a step runs slice by slice (engine/cuda/cuda_step.h).
+  bool batched_step_rows = false;
 };
 
 }  // namespace drt

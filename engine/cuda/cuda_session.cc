@@ -191,14 +191,31 @@ absl::Status CudaSession<T>::Embed(const StepPlan& plan, const SlicePlan& slice)
                            "uploading token ids");
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ids_uploaded_.get(), stream),
                            "recording the id upload");
-  step_first_new_chunk_ = chunk_store_.size();
-  step_new_chunks_ = 0;
-  for (Made& made : made_) made = Made{};
+  BeginStep();
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchEmbeddingGather(buffers_.ids.get(), static_cast<int>(n),
                                      weights_.embed_tokens, static_cast<int>(sizes_.d),
                                      buffers_.h.get(), stream),
       "LaunchEmbeddingGather");
+  return absl::OkStatus();
+}
+
+template <typename T>
+void CudaSession<T>::BeginStep() {
+  step_first_new_chunk_ = chunk_store_.size();
+  step_new_chunks_ = 0;
+  for (Made& made : made_) made = Made{};
+}
+
+template <typename T>
+absl::Status CudaSession<T>::LoadRows(const float* h, int64_t n) {
+  if (n < 1 || n > sizes_.max_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d rows: the CUDA session holds 1..%d", n, sizes_.max_rows));
+  }
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.h.get(), h, n * sizes_.d * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, compute_stream_.get()),
+                           "copying the slice's rows from the step's buffer");
   return absl::OkStatus();
 }
 

@@ -35,6 +35,17 @@
 
 namespace drt::cuda {
 
+// The rows of one slice in step-wide activation buffers (a batched step,
+// engine/cuda/cuda_batched_step.h): queries, the new positions' keys and
+// values, and where the attention output goes.
+template <typename T>
+struct AttentionRows {
+  const T* q = nullptr;      // [n][d]
+  const T* k_new = nullptr;  // [n][kv_width]
+  const T* v_new = nullptr;
+  T* out = nullptr;          // [n][d]
+};
+
 // Instantiated for bf16 and float: cuda_session.cc instantiates the class,
 // cuda_layers.cc and cuda_retrieval.cc the members they define.
 template <typename T>
@@ -108,6 +119,28 @@ class CudaSession final : public BackendSession {
   // An op failed after work started: the device state may be half updated,
   // so the session refuses further steps with this error.
   void MarkFailed(const absl::Status& status);
+
+  // --- The per-session parts of a batched step (engine/cuda/cuda_batched_step.h) ---
+  // There the row-wise work runs on the step's own stream over step-wide
+  // buffers; these run a slice's per-session work on `stream`, reading and
+  // writing the slice's rows of those buffers. The caller orders `stream`
+  // against compute_stream() with events: these touch the session's rings
+  // and slot buffers, which the session's own ops use on compute_stream().
+  cudaStream_t compute_stream() const { return compute_stream_.get(); }
+  // What Embed does to the session's bookkeeping when a step starts.
+  void BeginStep();
+  // Forward pass 3: window attention of the slice's n rows (the first at
+  // decoder position first_pos) on decoder layer `layer_index`; their keys
+  // and values then enter the ring.
+  absl::Status WindowAttentionRows(int64_t layer_index, const AttentionRows<T>& rows, int64_t n,
+                                   int64_t first_pos, cudaStream_t stream);
+  // Forward pass 7: GCA of n rows against group `group`'s slot buffer and
+  // the slot table PrepareGca uploaded.
+  absl::Status GcaAttentionRows(int64_t group, const T* q, T* out, int64_t n, int64_t first_pos,
+                                int64_t first_query_chunk, cudaStream_t stream);
+  // Copies n rows of the residual stream into the session's own h, on
+  // compute_stream(), so that CloseChunks and LaunchRetrieval read them.
+  absl::Status LoadRows(const float* h, int64_t n);
 
  private:
   CudaSession(const ModelConfig& config, const DeviceWeights<T>& weights,

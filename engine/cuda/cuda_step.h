@@ -3,9 +3,10 @@
 // slice in plan order, that slice's part on its own session's buffers and
 // streams (CudaSession's slice ops), so the sessions' kernels of one op are
 // queued back to back on different streams and may overlap on the GPU. The
-// weights are still read once per session, not once per step: decode rows of
-// N sessions do not yet share one GEMM (docs/cuda.md, "Steps of several
-// sessions").
+// weights are read once per session, not once per step: decode rows of N
+// sessions do not share one GEMM here; CudaBackendOptions::batched_step_rows
+// runs engine/cuda/cuda_batched_step.h instead, which does (docs/cuda.md,
+// "Steps of several sessions").
 #pragma once
 
 #include <cstdint>

@@ -171,6 +171,13 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     REQUIRE(parsed.ok());
     CHECK(parsed->cuda_state_export);
   }
+  SECTION("--cuda_batched_step_rows: off by default, on when given") {
+    CHECK_FALSE(config->cuda_batched_step_rows);
+    ScopedFlag on("cuda_batched_step_rows", "true");
+    auto parsed = ServerConfigFromFlags();
+    REQUIRE(parsed.ok());
+    CHECK(parsed->cuda_batched_step_rows);
+  }
   SECTION("an unknown device is refused with the choices") {
     ScopedFlag device("device", "gpu");
     auto refused = ServerConfigFromFlags();

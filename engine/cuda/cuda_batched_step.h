@@ -1,0 +1,77 @@
+// The batched CUDA executor of the forward pass (engine/forward_pass.h), opt
+// in (CudaBackendOptions::batched_step_rows): every row-wise op runs once
+// over all rows of all slices in step-wide buffers (engine/cuda/step_buffers.h)
+// on the step's own stream, so the decode rows of N sessions are one GEMM
+// of N rows and the weights are read once per step, not once per session.
+// Window attention, GCA, the chunk encoder and retrieval stay per slice,
+// against each session's own rings, slot buffers, landmarks and store,
+// reading and writing the slice's rows of the step-wide buffers
+// (docs/cuda.md, "Batched steps").
+//
+// Streams: the row-wise kernels and the per-slice window attention and GCA
+// run on the step stream; the session ops that keep their own stream
+// (CloseChunks, LaunchRetrieval, PrepareGca, CommitSelections and the
+// fetch/store copies they start) run on the session's streams. At each
+// hand-off the side that goes on waits for the other with an event
+// (StepAfterSessions / SessionsAfterStep), so that the session's later
+// work (the next step, Fork, ExportState) follows everything this step did.
+//
+// Written without a GPU; NOT YET RUN ON ONE, hence off by default.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "engine/cuda/cuda_session.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/step_buffers.h"
+#include "engine/forward_pass.h"
+
+namespace drt::cuda {
+
+template <typename T>
+class CudaBatchedStep final : public ForwardOps {
+ public:
+  // sessions[r] is the session of the plan's request r; `buffers` has been
+  // Reserved for the plan. Everything must outlive the step.
+  CudaBatchedStep(const ModelConfig& config, const DeviceWeights<T>& weights, bool disable_gca,
+                  absl::Span<CudaSession<T>* const> sessions, StepBuffers<T>& buffers)
+      : config_(config),
+        weights_(weights),
+        disable_gca_(disable_gca),
+        sessions_(sessions),
+        b_(buffers) {}
+
+  absl::Status Embed(const StepPlan& plan) override;
+  absl::Status Attention(const StepPlan& plan, DecoderLayerId layer) override;
+  absl::Status Mlp(const StepPlan& plan, DecoderLayerId layer) override;
+  absl::Status CloseChunks(const StepPlan& plan) override;
+  absl::Status Retrieve(const StepPlan& plan, int64_t group) override;
+  absl::Status AwaitSelections(const StepPlan& plan, int64_t group) override;
+  absl::Status PrepareGca(const StepPlan& plan, int64_t group) override;
+  absl::Status GcaMlp(const StepPlan& plan, DecoderLayerId layer) override;
+  absl::Status CommitSelections(const StepPlan& plan) override;
+  absl::Status Logits(const StepPlan& plan, absl::Span<float> logits) override;
+  absl::Status Finish(const StepPlan& plan) override;
+
+ private:
+  CudaSession<T>& SessionOf(const SlicePlan& slice) const { return *sessions_[slice.request]; }
+  const DeviceLayer<T>& Layer(DecoderLayerId layer) const;
+  // The step stream waits for everything queued so far on the compute
+  // stream of every slice's session (of `slices` that `needed`).
+  absl::Status StepAfterSessions(const StepPlan& plan);
+  absl::Status StepAfterSession(const StepPlan& plan, size_t slice);
+  // Every slice's session's compute stream waits for the step stream.
+  absl::Status SessionsAfterStep(const StepPlan& plan);
+  // out += MLP(RMSNorm2(norm_input)) over the step's `rows` rows.
+  absl::Status MlpRows(const DeviceLayer<T>& layer, const float* norm_input, float* out,
+                       int64_t rows);
+
+  const ModelConfig& config_;
+  const DeviceWeights<T>& weights_;
+  const bool disable_gca_;
+  absl::Span<CudaSession<T>* const> sessions_;
+  StepBuffers<T>& b_;
+};
+
+}  // namespace drt::cuda
