@@ -84,13 +84,18 @@ absl::Status CudaBatchedStep<T>::Attention(const StepPlan& plan, DecoderLayerId 
   DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.q, b_.q.get(), rows, d, d, stream));
   DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.k, b_.k_new.get(), rows, kvw, d, stream));
   DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.v, b_.v_new.get(), rows, kvw, d, stream));
+  // The kernels need 16-byte aligned rows: d and kv_width are multiples of
+  // head_dim, itself a multiple of 8 (CheckSupported), so every row offset
+  // is a multiple of 16 bytes in bf16 and fp32 alike.
+  DRT_RETURN_IF_ERROR(SessionsAfterStep(plan));
   for (const SlicePlan& slice : plan.slices) {
     const int64_t r = slice.first_row;
     const AttentionRows<T> at{b_.q.get() + r * d, b_.k_new.get() + r * kvw,
                               b_.v_new.get() + r * kvw, b_.attn.get() + r * d};
     DRT_RETURN_IF_ERROR(SessionOf(slice).WindowAttentionRows(id.index, at, slice.num_rows,
-                                                             slice.first_position, stream));
+                                                             slice.first_position));
   }
+  DRT_RETURN_IF_ERROR(StepAfterSessions(plan));
   return gemm.Matmul(b_.attn.get(), layer.o, b_.h.get(), rows, d, d, /*accumulate=*/true, stream);
 }
 
@@ -172,15 +177,13 @@ absl::Status CudaBatchedStep<T>::AwaitSelections(const StepPlan& plan, int64_t g
 
 template <typename T>
 absl::Status CudaBatchedStep<T>::PrepareGca(const StepPlan& plan, int64_t group) {
-  if (disable_gca_) return absl::OkStatus();
-  // The session rewrites its slot table on its compute stream: after the
-  // previous group's GCA (step stream) has read it; the step's GCA of this
-  // group reads the new table and the chunks fetched for it.
-  DRT_RETURN_IF_ERROR(SessionsAfterStep(plan));
+  // Entirely the session's: the slot table upload and the chunk copies are
+  // ordered on its own streams before its GCA (compute stream), as in the
+  // slice-by-slice path.
   for (const SlicePlan& slice : plan.slices) {
     DRT_RETURN_IF_ERROR(SessionOf(slice).PrepareGca(slice, group));
   }
-  return StepAfterSessions(plan);
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -201,14 +204,17 @@ absl::Status CudaBatchedStep<T>::GcaMlp(const StepPlan& plan, DecoderLayerId id)
                              static_cast<float>(config_.rms_norm_eps), b_.x.get(), stream),
       "LaunchRmsNorm (gca.pre_norm)");
   DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.gca_q, b_.q.get(), rows, d, d, stream));
+  DRT_RETURN_IF_ERROR(SessionsAfterStep(plan));
   for (const SlicePlan& slice : plan.slices) {
     const int64_t r = slice.first_row;
     // The query chunk of the slice's first row indexes the slot table's
     // first row (CudaSession::GcaMlp).
-    DRT_RETURN_IF_ERROR(SessionOf(slice).GcaAttentionRows(
-        id.group, b_.q.get() + r * d, b_.attn.get() + r * d, slice.num_rows,
-        slice.first_position, slice.first_position / S, stream));
+    DRT_RETURN_IF_ERROR(SessionOf(slice).GcaAttentionRows(id.group, b_.q.get() + r * d,
+                                                          b_.attn.get() + r * d, slice.num_rows,
+                                                          slice.first_position,
+                                                          slice.first_position / S));
   }
+  DRT_RETURN_IF_ERROR(StepAfterSessions(plan));
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_.mixed.get(), b_.h.get(), n * d * sizeof(float),
                                            cudaMemcpyDeviceToDevice, stream),
                            "copying the residual");
@@ -259,9 +265,8 @@ absl::Status CudaBatchedStep<T>::Logits(const StepPlan& plan, absl::Span<float> 
 
 template <typename T>
 absl::Status CudaBatchedStep<T>::Finish(const StepPlan& plan) {
-  // Whatever the sessions do next (a step, Fork, ExportState) follows the
-  // rings and rows this step wrote.
-  DRT_RETURN_IF_ERROR(SessionsAfterStep(plan));
+  // The session state this step changed was written on the sessions' own
+  // streams, and Logits waited for the step stream: nothing to order.
   for (const SlicePlan& slice : plan.slices) SessionOf(slice).Finish(slice);
   return absl::OkStatus();
 }

@@ -8,13 +8,14 @@
 // reading and writing the slice's rows of the step-wide buffers
 // (docs/cuda.md, "Batched steps").
 //
-// Streams: the row-wise kernels and the per-slice window attention and GCA
-// run on the step stream; the session ops that keep their own stream
-// (CloseChunks, LaunchRetrieval, PrepareGca, CommitSelections and the
-// fetch/store copies they start) run on the session's streams. At each
-// hand-off the side that goes on waits for the other with an event
-// (StepAfterSessions / SessionsAfterStep), so that the session's later
-// work (the next step, Fork, ExportState) follows everything this step did.
+// Streams: the row-wise kernels run on the step stream; everything that
+// touches a session's own state (window attention and the ring write, GCA,
+// CloseChunks, retrieval, PrepareGca and the fetch/store copies they start)
+// runs on that session's streams, as in the slice-by-slice path, so the
+// sessions' per-slice kernels overlap on the GPU. Each hand-off is a fork
+// (SessionsAfterStep: every session's compute stream waits for the rows the
+// step stream produced) and a join (StepAfterSessions: the step stream waits
+// for every session before it overwrites or reads those rows again).
 //
 // Written without a GPU; NOT YET RUN ON ONE, hence off by default.
 #pragma once
@@ -57,11 +58,12 @@ class CudaBatchedStep final : public ForwardOps {
  private:
   CudaSession<T>& SessionOf(const SlicePlan& slice) const { return *sessions_[slice.request]; }
   const DeviceLayer<T>& Layer(DecoderLayerId layer) const;
-  // The step stream waits for everything queued so far on the compute
-  // stream of every slice's session (of `slices` that `needed`).
+  // Join: the step stream waits for everything queued so far on the compute
+  // stream of every slice's session (of slice `slice` only).
   absl::Status StepAfterSessions(const StepPlan& plan);
   absl::Status StepAfterSession(const StepPlan& plan, size_t slice);
-  // Every slice's session's compute stream waits for the step stream.
+  // Fork: every slice's session's compute stream waits for everything queued
+  // so far on the step stream.
   absl::Status SessionsAfterStep(const StepPlan& plan);
   // out += MLP(RMSNorm2(norm_input)) over the step's `rows` rows.
   absl::Status MlpRows(const DeviceLayer<T>& layer, const float* norm_input, float* out,

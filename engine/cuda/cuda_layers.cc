@@ -45,10 +45,10 @@ absl::Status CudaSession<T>::GcaMlp(const SlicePlan& slice, int64_t group,
 
 template <typename T>
 absl::Status CudaSession<T>::WindowAttentionRows(int64_t layer_index, const AttentionRows<T>& rows,
-                                                 int64_t n, int64_t first_pos,
-                                                 cudaStream_t stream) {
+                                                 int64_t n, int64_t first_pos) {
   // Attention of the n new positions over the window (ring + themselves),
   // then their keys and values enter the ring.
+  cudaStream_t stream = compute_stream_.get();
   WindowRing<T>& ring = buffers_.rings[layer_index];
   kernels::WindowAttentionParams<T> p;
   p.q = rows.q;
@@ -75,8 +75,8 @@ absl::Status CudaSession<T>::WindowAttentionRows(int64_t layer_index, const Atte
 
 template <typename T>
 absl::Status CudaSession<T>::GcaAttentionRows(int64_t group, const T* q, T* out, int64_t n,
-                                              int64_t first_pos, int64_t first_query_chunk,
-                                              cudaStream_t stream) {
+                                              int64_t first_pos, int64_t first_query_chunk) {
+  cudaStream_t stream = compute_stream_.get();
   SessionBuffers<T>& b = buffers_;
   kernels::GcaParams<T> p;
   p.q = q;
@@ -93,7 +93,7 @@ absl::Status CudaSession<T>::GcaAttentionRows(int64_t group, const T* q, T* out,
   p.out = out;
   DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchGcaAttention(p, stream), "LaunchGcaAttention");
   // The latest GCA reading the group's slots: chunk copies into them wait
-  // for it (FetchChunks), whichever stream it ran on.
+  // for it (FetchChunks).
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(gca_done_[group].get(), stream),
                            "recording the group's GCA");
   return absl::OkStatus();
@@ -117,7 +117,7 @@ absl::Status CudaSession<T>::AttentionBlock(int64_t layer_index, const DeviceLay
   DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.v, b.v_new.get(), rows, kvw, d, stream));
   DRT_RETURN_IF_ERROR(WindowAttentionRows(
       layer_index, AttentionRows<T>{b.q.get(), b.k_new.get(), b.v_new.get(), b.attn.get()}, n,
-      first_pos, stream));
+      first_pos));
   return gemm_->Matmul(b.attn.get(), layer.o, b.h.get(), rows, d, d, /*accumulate=*/true, stream);
 }
 
@@ -155,7 +155,7 @@ absl::Status CudaSession<T>::GcaBlock(int64_t group, const DeviceUpperLayer<T>& 
       "LaunchRmsNorm (gca.pre_norm)");
   DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.gca_q, b.q.get(), rows, d, d, stream));
   DRT_RETURN_IF_ERROR(
-      GcaAttentionRows(group, b.q.get(), b.attn.get(), n, first_pos, first_query_chunk, stream));
+      GcaAttentionRows(group, b.q.get(), b.attn.get(), n, first_pos, first_query_chunk));
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.mixed.get(), b.h.get(), n * d * sizeof(float),
                                            cudaMemcpyDeviceToDevice, stream),
                            "copying the residual");
@@ -275,9 +275,9 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
                                                  int64_t, int64_t);                             \
   template absl::Status CudaSession<T>::EncodeChunks(int64_t);                                  \
   template absl::Status CudaSession<T>::WindowAttentionRows(int64_t, const AttentionRows<T>&,    \
-                                                            int64_t, int64_t, cudaStream_t);    \
+                                                            int64_t, int64_t);                  \
   template absl::Status CudaSession<T>::GcaAttentionRows(int64_t, const T*, T*, int64_t, int64_t, \
-                                                         int64_t, cudaStream_t);
+                                                         int64_t);
 DRT_INSTANTIATE_LAYERS(bf16)
 DRT_INSTANTIATE_LAYERS(float)
 #undef DRT_INSTANTIATE_LAYERS

@@ -122,10 +122,10 @@ class CudaSession final : public BackendSession {
 
   // --- The per-session parts of a batched step (engine/cuda/cuda_batched_step.h) ---
   // There the row-wise work runs on the step's own stream over step-wide
-  // buffers; these run a slice's per-session work on `stream`, reading and
-  // writing the slice's rows of those buffers. The caller orders `stream`
-  // against compute_stream() with events: these touch the session's rings
-  // and slot buffers, which the session's own ops use on compute_stream().
+  // buffers; these run a slice's per-session work on compute_stream(),
+  // reading and writing the slice's rows of those buffers. The caller orders
+  // compute_stream() after the step stream's work producing those rows, and
+  // the step stream's next use of them after these, with events.
   cudaStream_t compute_stream() const { return compute_stream_.get(); }
   // What Embed does to the session's bookkeeping when a step starts.
   void BeginStep();
@@ -133,11 +133,11 @@ class CudaSession final : public BackendSession {
   // decoder position first_pos) on decoder layer `layer_index`; their keys
   // and values then enter the ring.
   absl::Status WindowAttentionRows(int64_t layer_index, const AttentionRows<T>& rows, int64_t n,
-                                   int64_t first_pos, cudaStream_t stream);
+                                   int64_t first_pos);
   // Forward pass 7: GCA of n rows against group `group`'s slot buffer and
   // the slot table PrepareGca uploaded.
   absl::Status GcaAttentionRows(int64_t group, const T* q, T* out, int64_t n, int64_t first_pos,
-                                int64_t first_query_chunk, cudaStream_t stream);
+                                int64_t first_query_chunk);
   // Copies n rows of the residual stream into the session's own h, on
   // compute_stream(), so that CloseChunks and LaunchRetrieval read them.
   absl::Status LoadRows(const float* h, int64_t n);
