@@ -49,11 +49,11 @@ absl::Status CudaBatchedStep<T>::SessionsAfterStep(const StepPlan& plan) {
 template <typename T>
 absl::Status CudaBatchedStep<T>::Embed(const StepPlan& plan) {
   // The previous batched step has read the pinned ids (it waited for its
-  // logits, so this returns at once); then the sessions' earlier work (their
-  // previous steps, a grown landmark matrix) comes first.
+  // logits, so this returns at once). The sessions' earlier work needs no
+  // wait here: the step stream touches only the step's buffers, and each
+  // session's part of this step queues behind it on the session's own stream.
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(b_.stream()),
                            "waiting for the previous batched step");
-  DRT_RETURN_IF_ERROR(StepAfterSessions(plan));
   const int64_t n = plan.num_rows;
   std::memcpy(b_.ids_host.get(), plan.ids.data(), n * sizeof(int32_t));
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_.ids.get(), b_.ids_host.get(), n * sizeof(int32_t),
