@@ -8,6 +8,7 @@
 # tokens of context, with the same decode timing for --disable_gca (the
 # sliding-window base LM without retrieval) beside it; then drt-step-bench's
 # aggregate decode tokens/s of N sessions stepped together (issue 11); then
+# the same with --batched_step_rows (one GEMM for all sessions' rows); then
 # drt-batch-bench
 # through drt-server --device cuda on the same model (scripts/batch_bench.sh):
 # aggregate decode with 1, 4, 16, 32 and 64 sessions generating at once, and
@@ -334,6 +335,14 @@ if [[ -z "${SKIP_STEP_BENCH:-}" ]]; then
   "$build/tools/drt-step-bench" --model "$model" --device cuda \
     --sessions "${STEP_SESSIONS:-1,4,16,32,64}" --prompt_tokens "${STEP_PROMPT:-4096}" \
     --generate "$generate" --repeats 3
+  # The same with the step's rows in one op (CudaBackendOptions::
+  # batched_step_rows, off by default until this and its tests have run on a
+  # GPU; docs/cuda.md "Batched steps"): one GEMM for the decode rows of all N.
+  echo
+  echo "== drt-step-bench --batched_step_rows"
+  "$build/tools/drt-step-bench" --model "$model" --device cuda --batched_step_rows \
+    --sessions "${STEP_SESSIONS:-1,4,16,32,64}" --prompt_tokens "${STEP_PROMPT:-4096}" \
+    --generate "$generate" --repeats 3 --sequential=false
 fi
 
 if [[ -z "${SKIP_BATCH:-}" ]]; then
