@@ -384,5 +384,44 @@ TEST_CASE("cuda: batched_step_rows over several forwards and after a fork, same 
   CHECK(worst_decode <= kBatchTolerance);
 }
 
+TEST_CASE("cuda: batched_step_rows with disable_gca gives the slice-by-slice base LM's logits",
+          "[cuda][batch_step]") {
+  if (!testing::HaveGpu()) return;
+  // The base LM (no encoder, no retrieval, upper layers as plain layers):
+  // the batched step's CloseChunks, PrepareGca and GcaMlp take their
+  // disable_gca branches. fp32, issue 11's 1e-4.
+  const ModelConfig config = testing::Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 66);
+  CudaBackendOptions options = testing::PrecisionOptions(CudaPrecision::kFp32);
+  options.disable_gca = true;
+  auto off = MakeCudaBackend(config, weights, options);
+  options.batched_step_rows = true;
+  auto on = MakeCudaBackend(config, weights, options);
+  REQUIRE(off.ok());
+  REQUIRE(on.ok());
+  std::vector<std::unique_ptr<Triple>> triples;
+  const std::vector<int64_t> histories = {0, 70, 3 * 63 + 62};
+  for (size_t i = 0; i < histories.size(); ++i) {
+    triples.push_back(NewTriple(**off, **on, histories[i], 7 + i));
+  }
+  Worst worst;
+  StepThreeWays(**off, **on, triples,
+                {testing::RandomTokens(config, 80, 71), testing::RandomTokens(config, 1, 72),
+                 testing::RandomTokens(config, 1, 73)},
+                worst);
+  for (int step = 0; step < 3; ++step) {
+    StepThreeWays(**off, **on, triples,
+                  {testing::RandomTokens(config, 1, 80 + step),
+                   testing::RandomTokens(config, 1, 90 + step),
+                   testing::RandomTokens(config, 1, 100 + step)},
+                  worst);
+  }
+  WARN("cuda fp32 disable_gca batched_step_rows vs slice by slice, worst relative difference: "
+       "alone "
+       << worst.alone << ", batched " << worst.batched);
+  CHECK(worst.alone <= kBatchTolerance);
+  CHECK(worst.batched <= kBatchTolerance);
+}
+
 }  // namespace
 }  // namespace drt
