@@ -103,6 +103,16 @@ class CudaBackend final : public Backend {
       cuda::CudaBatchedStep<T> step(config_, *weights_, options_.disable_gca, cuda_sessions,
                                     *step_buffers_);
       status = RunForward(config_, plan, step, logits);
+      if (!status.ok()) {
+        // Slices launched before the failure may still read and write the
+        // step-wide buffers on their sessions' streams, which the step
+        // stream never waited for: drain them before the next batched step
+        // can reuse (or Reserve free) those buffers. Errors here add
+        // nothing to `status`.
+        for (const SlicePlan& slice : plan.slices) {
+          (void)cudaStreamSynchronize(cuda_sessions[slice.request]->compute_stream());
+        }
+      }
     } else {
       cuda::CudaStep<T> step(config_, *weights_, cuda_sessions);
       status = RunForward(config_, plan, step, logits);

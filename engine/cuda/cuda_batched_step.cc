@@ -130,9 +130,11 @@ absl::Status CudaBatchedStep<T>::CloseChunks(const StepPlan& plan) {
   // The base LM keeps no chunk memory (CudaSession::CloseChunks).
   if (disable_gca_) return absl::OkStatus();
   // Each session's encoder reads the slice's lower-layer rows from its own
-  // h: copy them there (compute stream, after the lower layers), and let the
-  // step go on once the copy is queued, so the upper layers may overlap the
-  // encoders.
+  // h: copy them there (compute stream, after the lower layers). The step
+  // stream waits for the copy only, but the upper layers' first hand-off
+  // (Attention) waits for each session's compute stream, where the encoder
+  // and top-k run: they do not overlap the upper layers today (an encoder
+  // stream of its own would allow it).
   DRT_RETURN_IF_ERROR(SessionsAfterStep(plan));
   const int64_t d = b_.sizes().d;
   for (size_t s = 0; s < plan.slices.size(); ++s) {
@@ -148,15 +150,19 @@ absl::Status CudaBatchedStep<T>::CloseChunks(const StepPlan& plan) {
 template <typename T>
 absl::Status CudaBatchedStep<T>::Retrieve(const StepPlan& plan, int64_t group) {
   // Top-k reads the landmark rows (group g's input) from the session's own
-  // h: copy the slices that have landmarks there first.
+  // h: copy the slices that have landmarks there first. Group 0's input is
+  // the lower layers' output, which CloseChunks copied there already (the
+  // encoder leaves h as it is, as in the slice-by-slice path).
   bool any_landmark = false;
-  for (const SlicePlan& slice : plan.slices) any_landmark |= !slice.landmarks.empty();
+  if (group > 0) {
+    for (const SlicePlan& slice : plan.slices) any_landmark |= !slice.landmarks.empty();
+  }
   if (any_landmark && !disable_gca_) DRT_RETURN_IF_ERROR(SessionsAfterStep(plan));
   const int64_t d = b_.sizes().d;
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const SlicePlan& slice = plan.slices[s];
     CudaSession<T>& session = SessionOf(slice);
-    if (!slice.landmarks.empty() && !disable_gca_) {
+    if (group > 0 && !slice.landmarks.empty() && !disable_gca_) {
       DRT_RETURN_IF_ERROR(session.LoadRows(b_.h.get() + slice.first_row * d, slice.num_rows));
       DRT_RETURN_IF_ERROR(StepAfterSession(plan, s));
     }

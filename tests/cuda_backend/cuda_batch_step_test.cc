@@ -309,8 +309,11 @@ TEST_CASE("cuda: batched_step_rows gives each session the logits and retrievals 
     }
     REQUIRE(triples[3]->off->num_chunks() > config.chunk_topk);
     Worst mixed, decode;
+    // 200 + 1 + 1 + 1 + 100 = 303 logit rows in one forward: more than
+    // StepBuffers::kMaxLogitRows (256), so the batched Logits runs a second
+    // batch.
     StepThreeWays(**off, **on, triples,
-                  {testing::RandomTokens(config, 150, 11), testing::RandomTokens(config, 1, 12),
+                  {testing::RandomTokens(config, 200, 11), testing::RandomTokens(config, 1, 12),
                    testing::RandomTokens(config, 1, 13), testing::RandomTokens(config, 1, 14),
                    testing::RandomTokens(config, 100, 15)},
                   mixed);
@@ -352,36 +355,48 @@ TEST_CASE("cuda: batched_step_rows over several forwards and after a fork, same 
           "[cuda][batch_step]") {
   if (!testing::HaveGpu()) return;
   // More rows than the step size (several forwards, the step buffers grown
-  // past their first 64 rows), within one backend with the option on:
-  // batched against each session alone, fp32.
+  // past their first 64 rows): the option on, each session alone (a fork)
+  // and all together, against the option off, fp32.
   const ModelConfig config = testing::Chunk64Config();
   const ModelWeights weights = testing::RandomWeights(config, 65);
   CudaBackendOptions options = testing::PrecisionOptions(CudaPrecision::kFp32);
   options.max_step_positions = 128;  // two chunks
+  auto off = MakeCudaBackend(config, weights, options);
   options.batched_step_rows = true;
-  auto backend = MakeCudaBackend(config, weights, options);
-  REQUIRE(backend.ok());
-  std::vector<std::unique_ptr<Pair>> pairs;
-  pairs.push_back(NewPair(**backend, 40, 1));
-  pairs.push_back(NewPair(**backend, 4 * 63 + 10, 2));
-  pairs.push_back(NewPair(**backend, 0, 3));
-  const double worst = StepBothWays(**backend, pairs,
-                                    {testing::RandomTokens(config, 300, 21),
-                                     testing::RandomTokens(config, 1, 22),
-                                     testing::RandomTokens(config, 90, 23)});
-  double worst_decode = 0;
+  auto on = MakeCudaBackend(config, weights, options);
+  REQUIRE(off.ok());
+  REQUIRE(on.ok());
+  std::vector<std::unique_ptr<Triple>> triples;
+  triples.push_back(NewTriple(**off, **on, 40, 1));
+  triples.push_back(NewTriple(**off, **on, 4 * 63 + 10, 2));
+  triples.push_back(NewTriple(**off, **on, 0, 3));
+  Worst first, decode;
+  StepThreeWays(**off, **on, triples,
+                {testing::RandomTokens(config, 300, 21), testing::RandomTokens(config, 1, 22),
+                 testing::RandomTokens(config, 90, 23)},
+                first);
   for (int step = 0; step < 4; ++step) {
-    worst_decode = std::max(
-        worst_decode, StepBothWays(**backend, pairs,
-                                   {testing::RandomTokens(config, 1, 30 + step),
-                                    testing::RandomTokens(config, 1, 40 + step),
-                                    testing::RandomTokens(config, 1, 50 + step)}));
+    StepThreeWays(**off, **on, triples,
+                  {testing::RandomTokens(config, 1, 30 + step),
+                   testing::RandomTokens(config, 1, 40 + step),
+                   testing::RandomTokens(config, 1, 50 + step)},
+                  decode);
   }
-  WARN("cuda fp32 batched_step_rows several forwards, worst relative difference " << worst
-                                                                                  << ", decode "
-                                                                                  << worst_decode);
-  CHECK(worst <= kBatchTolerance);
-  CHECK(worst_decode <= kBatchTolerance);
+  WARN("cuda fp32 batched_step_rows several forwards vs option off, worst relative difference: "
+       "alone "
+       << first.alone << " / " << decode.alone << ", batched " << first.batched << " / "
+       << decode.batched << " (first step / decode steps)");
+  CHECK(first.alone <= kBatchTolerance);
+  CHECK(first.batched <= kBatchTolerance);
+  CHECK(decode.alone <= kBatchTolerance);
+  CHECK(decode.batched <= kBatchTolerance);
+  for (size_t i = 0; i < triples.size(); ++i) {
+    INFO("session " << i);
+    testing::CheckIdenticalRetrievals(triples[i]->off_log, triples[i]->on_alone_log,
+                                      kBatchTolerance);
+    testing::CheckIdenticalRetrievals(triples[i]->off_log, triples[i]->on_batched_log,
+                                      kBatchTolerance);
+  }
 }
 
 TEST_CASE("cuda: batched_step_rows with disable_gca gives the slice-by-slice base LM's logits",
