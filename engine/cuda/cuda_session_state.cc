@@ -11,7 +11,8 @@
 // - open chunk's lower-layer rows: device, fp32;
 // - landmarks: device, fp32, one row per closed chunk;
 // - closed chunks' K/V: the host chunk store, storage type, written by the
-//   store stream's device -> host copies;
+//   store stream's device -> host copies; or, for chunks the disk tier
+//   mapped (cuda_disk_tier.cc), the mapping's floats;
 // - selections: host (selection_).
 // The state format is fp32: bf16 values are widened exactly on export and
 // rounded back exactly on import, so bf16 -> state -> bf16 is the identity,
