@@ -55,6 +55,7 @@ struct SessionMemory {
 struct BackendSessionStats {
   int64_t h2d_bytes = 0;       // retrieved chunks' K/V copied host -> device
   int64_t h2d_chunks = 0;      // chunks copied host -> device
+  int64_t mapped_h2d_chunks = 0;  // of those: read from mapped chunk files (the disk tier)
   int64_t d2d_chunks = 0;      // selected chunks copied from the same step's encoder output
   int64_t resident_hits = 0;   // selected chunks found already on the device
   int64_t d2h_bytes = 0;       // closed chunks' K/V copied device -> host store

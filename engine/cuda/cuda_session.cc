@@ -361,6 +361,9 @@ SessionMemory CudaSession<T>::memory() const {
   // no kind for it; it is bounded like the selections, so it is counted there
   // rather than left out of total(), which the server budgets.
   m.selection_bytes += buffers_.pinned_bytes();
+  // The disk tier's staging likewise (a few chunks, only once it maps).
+  if (staging_ != nullptr) m.selection_bytes += staging_->bytes();
+  m.mapped_chunk_bytes = mapped_chunks_.kv_bytes();
   m.device_bytes = buffers_.device_bytes() + landmarks_.bytes() + topk_workspace_.bytes();
   return m;
 }
@@ -412,6 +415,7 @@ absl::StatusOr<std::unique_ptr<BackendSession>> CudaSession<T>::Fork() const {
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "waiting for the fork's copies");
   f.position_ = position_;
   f.chunk_store_ = chunk_store_;  // shares every slab
+  f.mapped_chunks_ = mapped_chunks_;  // and every mapping (its staging is its own)
   f.selection_ = selection_;
   return std::unique_ptr<BackendSession>(std::move(*fork));
 }

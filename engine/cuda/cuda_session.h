@@ -27,7 +27,9 @@
 #include "engine/cuda/cuda_resources.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/host/chunk_residency.h"
+#include "engine/cuda/host/chunk_staging.h"
 #include "engine/cuda/host/host_chunk_store.h"
+#include "engine/cuda/host/mapped_chunk_table.h"
 #include "engine/cuda/session_buffers.h"
 #include "engine/cuda/storage_type.h"
 #include "engine/step_plan.h"
@@ -71,12 +73,23 @@ class CudaSession final : public BackendSession {
   // CudaBackendOptions::state_export; UNIMPLEMENTED naming the flag
   // otherwise. Device -> host copies on the compute stream (and a wait for
   // the store stream's chunk copies), converted to the state format's
-  // floats. No chunk mapping (chunk_map_unit() stays 0): ImportState reads
-  // every chunk into the host chunk store and ignores `map`.
+  // floats. ImportState maps whole units of chunks through `map` (when
+  // given) and reads the rest into the host chunk store.
   absl::Status ExportState(BackendSessionState& out) const override;
   absl::Status ReadChunk(int64_t chunk, ChunkData& out) const override;
   absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,
                            const ChunkReader& read, const ChunkMapper& map = nullptr) override;
+
+  // The disk tier (cuda_disk_tier.cc, docs/state_format.md "Disk tier"),
+  // only with state_export like the state above (chunk_map_unit() is 0
+  // otherwise, and MapChunks UNIMPLEMENTED): mapped chunks' records leave
+  // the host chunk store; a fetch of one converts its fp32 K/V from the
+  // mapping into pinned staging and copies them to the device from there.
+  static constexpr int64_t kChunkMapUnit = 64;
+  int64_t chunk_map_unit() const override {
+    return options_.state_export && !options_.disable_gca ? kChunkMapUnit : 0;
+  }
+  absl::Status MapChunks(std::shared_ptr<const MappedChunks> chunks) override;
 
   // --- The ops of one slice (engine/cuda/cuda_step.h) ---
   // Before the step changes anything: the session is usable, the slice fits
@@ -171,6 +184,10 @@ class CudaSession final : public BackendSession {
   // the copies.
   absl::Status FetchChunks(int64_t group, const std::vector<int64_t>& chunks,
                            std::vector<int>* slots);
+  // cuda_disk_tier.cc: queues on the fetch stream the copy of mapped chunk
+  // `chunk` (read from `mapped`) into a slot's keys and values, through the
+  // pinned staging.
+  absl::Status CopyMappedChunk(const MappedChunks& mapped, int64_t chunk, T* keys, T* values);
   // Final norm, lm_head and the copy to pinned memory of `count` rows of h
   // (rows relative to the slice), on the compute stream.
   absl::Status LaunchLogitBatch(const int64_t* rows, int64_t count);
@@ -200,6 +217,13 @@ class CudaSession final : public BackendSession {
 
   int64_t position_ = 0;
   HostChunkStore<HostElement<T>> chunk_store_;
+  // The disk tier: chunks read from mapped files (their records are
+  // released from chunk_store_), and the pinned staging their fetches go
+  // through, made on first use; staging_copied_[i]: the fetch stream's
+  // latest copy from staging slot i done.
+  MappedChunkTable mapped_chunks_;
+  std::unique_ptr<ChunkStaging<HostElement<T>>> staging_;
+  std::vector<Event> staging_copied_;
   // Chunks encoded in the step being run are read from enc_k/enc_v (not
   // yet, or not surely, in the host store): [first, first + count).
   int64_t step_first_new_chunk_ = 0;

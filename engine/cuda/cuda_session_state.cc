@@ -11,7 +11,8 @@
 // - open chunk's lower-layer rows: device, fp32;
 // - landmarks: device, fp32, one row per closed chunk;
 // - closed chunks' K/V: the host chunk store, storage type, written by the
-//   store stream's device -> host copies;
+//   store stream's device -> host copies; or, for chunks the disk tier
+//   mapped (cuda_disk_tier.cc), the mapping's floats;
 // - selections: host (selection_).
 // The state format is fp32: bf16 values are widened exactly on export and
 // rounded back exactly on import, so bf16 -> state -> bf16 is the identity,
@@ -118,6 +119,13 @@ absl::Status CudaSession<T>::ReadChunk(int64_t chunk, ChunkData& out) const {
       "copying a landmark to the host");
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()),
                            "waiting for the landmark copy");
+  // A mapped chunk (the disk tier, cuda_disk_tier.cc) is read from its
+  // mapping, which holds the floats this function gave when it was written.
+  if (const MappedChunks* mapped = mapped_chunks_.Find(chunk); mapped != nullptr) {
+    out.keys.assign(mapped->keys(chunk), mapped->keys(chunk) + kv);
+    out.values.assign(mapped->values(chunk), mapped->values(chunk) + kv);
+    return absl::OkStatus();
+  }
   out.keys.resize(kv);
   out.values.resize(kv);
   ElementsToFloats(chunk_store_.keys(chunk), kv, out.keys.data());
@@ -143,8 +151,8 @@ absl::Status CudaSession<T>::ImportState(const BackendSessionState& state, int64
   // Everything that can be refused is refused before the device is written:
   // the landmark matrix's room (growing it changes no state), the rings in
   // their device layout, every chunk read and checked into a store built
-  // aside. `map` is not used: this backend maps no chunks (chunk_map_unit()
-  // is 0), so every chunk is read into host memory.
+  // aside. With `map`, whole units of chunks are mapped (the disk tier:
+  // only their landmarks are read) and the rest read into host memory.
   DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(num_chunks));
   std::vector<E> rings(state.windows.size() * 2 * ring_elements, E{});
   for (size_t l = 0; l < state.windows.size(); ++l) {
@@ -159,8 +167,33 @@ absl::Status CudaSession<T>::ImportState(const BackendSessionState& state, int64
   std::vector<float> landmarks(num_chunks * d);
   const int64_t kv = store.rows_per_chunk() * store.width();
   std::vector<E> keys(kv), values(kv);
+  MappedChunkTable mapped_chunks;
+  int64_t c = 0;
+  const int64_t unit = chunk_map_unit();
+  if (map != nullptr && unit > 0) {
+    for (; c + unit <= num_chunks; c += unit) {
+      absl::StatusOr<std::shared_ptr<const MappedChunks>> mapped = map(c, unit);
+      if (!mapped.ok()) return mapped.status();
+      if (*mapped == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("mapping chunks [%d, %d) gave nothing", c, c + unit));
+      }
+      const MappedChunks& m = **mapped;
+      if (m.first() != c || m.size() != unit) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "mapping chunks [%d, %d) gave chunks [%d, %d)", c, c + unit, m.first(),
+            m.first() + m.size()));
+      }
+      DRT_RETURN_IF_ERROR(mapped_chunks.CheckNew(m, unit, num_chunks));
+      for (int64_t i = c; i < c + unit; ++i) {
+        std::copy(m.landmark(i), m.landmark(i) + d, landmarks.begin() + i * d);
+      }
+      store.AppendReleased(unit);
+      mapped_chunks.Add(*std::move(mapped));
+    }
+  }
   ChunkData chunk;
-  for (int64_t c = 0; c < num_chunks; ++c) {
+  for (; c < num_chunks; ++c) {
     DRT_RETURN_IF_ERROR(read(c, chunk));
     if (absl::Status s = ValidateChunkData(chunk, config_); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrFormat("chunk %d: %s", c, s.message()));
@@ -208,6 +241,7 @@ absl::Status CudaSession<T>::ImportState(const BackendSessionState& state, int64
   DRT_CUDA_RETURN_IF_ERROR(synced, "waiting for the state uploads");
 
   chunk_store_ = std::move(store);
+  mapped_chunks_ = std::move(mapped_chunks);
   selection_ = state.selection;
   // No retrieved chunk is on the device: the first step's PrepareGca
   // requests the selections in force, and they are copied in from the

@@ -102,5 +102,79 @@ TEST_CASE("cuda durable: --cuda_state_export --state_dir restores after kill -9 
   CHECK(after.logprobs == before.logprobs);
 }
 
+// The CUDA disk tier (engine/cuda/cuda_disk_tier.cc; docs/state_format.md,
+// "Disk tier"): with --cuda_state_export the server maps whole units of 64
+// chunks of a CUDA session from its chunk logs. A session past one unit
+// holds less host memory than with --disk_tier=false, reports the mapped
+// K/V, and generates the same tokens and log-probabilities, before and
+// after a restart (which maps instead of reading).
+TEST_CASE("cuda durable: the disk tier maps a CUDA session's chunks, same tokens",
+          "[server][process][cuda]") {
+  if (!HaveCudaDevice()) return;
+  drt::testing::TempDir dir;
+  auto args_for = [&](const std::string& state, bool tier) {
+    std::vector<std::string> args = ServerProcessArgs(1, "");
+    for (std::string& a : args) {
+      if (a == "--device=cpu") a = "--device=cuda";
+    }
+    args.insert(args.end(), {"--state_dir", dir.File(state), "--cuda_state_export",
+                             tier ? "--disk_tier=true" : "--disk_tier=false"});
+    return args;
+  };
+  // 70 closed chunks (one unit of 64 mapped, 6 held) and 20 open rows.
+  const auto prompt = RandomTokens(70 * 63 + 20, 43);
+
+  GenerateResult want;
+  int64_t held_bytes = 0;
+  {
+    ServerProcess server(DRT_SERVER_BINARY, args_for("held", false));
+    auto stub = drt::v1::Drt::NewStub(
+        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+    const std::string id = NewSession(*stub);
+    REQUIRE(AppendTokens(*stub, id, prompt, EvenPieces(prompt.size(), 500)).status.ok());
+    const InfoResult info = GetSession(*stub, id);
+    REQUIRE(info.status.ok());
+    CHECK(info.info.mapped_bytes() == 0);
+    held_bytes = info.info.host_bytes();
+    want = Generate(*stub, Continuation(id));
+    REQUIRE(want.status.ok());
+    REQUIRE(want.tokens.size() == 24);
+  }
+
+  std::string twin;
+  {
+    ServerProcess server(DRT_SERVER_BINARY, args_for("tier", true));
+    auto stub = drt::v1::Drt::NewStub(
+        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+    const std::string first = NewSession(*stub);
+    twin = NewSession(*stub);
+    REQUIRE(AppendTokens(*stub, first, prompt, EvenPieces(prompt.size(), 500)).status.ok());
+    REQUIRE(AppendTokens(*stub, twin, prompt, EvenPieces(prompt.size(), 500)).status.ok());
+    const InfoResult info = GetSession(*stub, first);
+    REQUIRE(info.status.ok());
+    WARN("CUDA session of 70 chunks: host bytes " << info.info.host_bytes() << " with the tier, "
+                                                  << held_bytes << " without; mapped "
+                                                  << info.info.mapped_bytes());
+    CHECK(info.info.mapped_bytes() > 0);
+    CHECK(info.info.host_bytes() < held_bytes);
+    const GenerateResult got = Generate(*stub, Continuation(first));
+    REQUIRE(got.status.ok());
+    CHECK(got.tokens == want.tokens);
+    CHECK(got.logprobs == want.logprobs);
+    server.Signal(SIGKILL);
+    REQUIRE(server.WaitExit(10).has_value());
+  }
+  ServerProcess server(DRT_SERVER_BINARY, args_for("tier", true));
+  auto stub = drt::v1::Drt::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  const InfoResult info = GetSession(*stub, twin);
+  REQUIRE(info.status.ok());
+  CHECK(info.info.mapped_bytes() > 0);
+  const GenerateResult after = Generate(*stub, Continuation(twin));
+  REQUIRE(after.status.ok());
+  CHECK(after.tokens == want.tokens);
+  CHECK(after.logprobs == want.logprobs);
+}
+
 }  // namespace
 }  // namespace drt::server

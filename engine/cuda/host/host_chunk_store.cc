@@ -33,6 +33,7 @@ absl::Status HostChunkStore<Element>::OpenSlab() {
                                         bytes, data.status().message()));
   }
   slabs_.push_back(std::make_shared<Slab>(allocator_, *data, bytes, chunks));
+  held_in_slab_.push_back(0);
   used_in_last_slab_ = 0;
   return absl::OkStatus();
 }
@@ -41,17 +42,24 @@ template <typename Element>
 absl::StatusOr<int64_t> HostChunkStore<Element>::AppendUninitialized(int64_t count) {
   const int64_t first = size();
   records_.reserve(records_.size() + count);
+  record_slab_.reserve(record_slab_.size() + count);
   for (int64_t i = 0; i < count; ++i) {
-    // A slab another store also holds is read-only for both (see the header).
-    if (slabs_.empty() || used_in_last_slab_ == slabs_.back()->capacity ||
-        slabs_.back().use_count() > 1) {
+    // A slab another store also holds is read-only for both (see the header);
+    // a freed one is gone.
+    if (slabs_.empty() || slabs_.back() == nullptr ||
+        used_in_last_slab_ == slabs_.back()->capacity || slabs_.back().use_count() > 1) {
       if (absl::Status s = OpenSlab(); !s.ok()) {
-        records_.resize(first);  // all or nothing; a fresh empty slab may stay
+        // All or nothing; a fresh empty slab may stay.
+        for (int64_t c = first; c < size(); ++c) --held_in_slab_[record_slab_[c]];
+        records_.resize(first);
+        record_slab_.resize(first);
         return s;
       }
     }
     auto* base = static_cast<Element*>(slabs_.back()->data);
     records_.push_back(base + used_in_last_slab_ * 2 * rows_ * width_);
+    record_slab_.push_back(static_cast<int32_t>(slabs_.size() - 1));
+    ++held_in_slab_.back();
     ++used_in_last_slab_;
   }
   return first;
@@ -67,9 +75,52 @@ absl::Status HostChunkStore<Element>::Append(const Element* keys, const Element*
 }
 
 template <typename Element>
+void HostChunkStore<Element>::AppendReleased(int64_t count) {
+  records_.insert(records_.end(), count, nullptr);
+  record_slab_.insert(record_slab_.end(), count, -1);
+  released_count_ += count;
+}
+
+template <typename Element>
+absl::Status HostChunkStore<Element>::Release(int64_t first, int64_t count) {
+  if (first < 0 || count < 0 || first > size() || count > size() - first) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cannot release chunks [%d, %d): the store holds chunks [0, %d)", first,
+        first + count, size()));
+  }
+  for (int64_t c = first; c < first + count; ++c) {
+    if (records_[c] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cannot release chunks [%d, %d): chunk %d is released already", first,
+                          first + count, c));
+    }
+  }
+  for (int64_t c = first; c < first + count; ++c) {
+    const int32_t slab = record_slab_[c];
+    records_[c] = nullptr;
+    record_slab_[c] = -1;
+    // This store's last record in the slab: drop our reference (a fork may
+    // keep the slab alive). The last slab, once freed, is never written
+    // again: the next append opens a new one.
+    if (--held_in_slab_[slab] == 0) slabs_[slab].reset();
+  }
+  released_count_ += count;
+  return absl::OkStatus();
+}
+
+template <typename Element>
+size_t HostChunkStore<Element>::num_slabs() const {
+  size_t n = 0;
+  for (const auto& slab : slabs_) n += slab != nullptr;
+  return n;
+}
+
+template <typename Element>
 size_t HostChunkStore<Element>::bytes() const {
   size_t total = 0;
-  for (const auto& slab : slabs_) total += slab->bytes;
+  for (const auto& slab : slabs_) {
+    if (slab != nullptr) total += slab->bytes;
+  }
   return total;
 }
 
@@ -77,7 +128,7 @@ template <typename Element>
 size_t HostChunkStore<Element>::shared_bytes() const {
   size_t total = 0;
   for (const auto& slab : slabs_) {
-    if (slab.use_count() > 1) total += slab->bytes;
+    if (slab != nullptr && slab.use_count() > 1) total += slab->bytes;
   }
   return total;
 }

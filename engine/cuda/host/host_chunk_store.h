@@ -10,6 +10,12 @@
 // next chunk), so a fork costs no record copies; at most the unused tail of
 // one slab per side is wasted. The landmark vectors are not here: they stay
 // on the device.
+//
+// The disk tier (engine/cuda/host/map_host_chunks.h) releases records whose
+// chunks are then read from mapped files: a released record has no memory
+// here, and a slab is freed once none of this store's records in it is
+// held. A fork holds its own reference to every slab, so it keeps the
+// records its parent released until it releases them too.
 #pragma once
 
 #include <cstddef>
@@ -49,14 +55,28 @@ class HostChunkStore {
   absl::StatusOr<int64_t> AppendUninitialized(int64_t count);
   // Appends one chunk, copying keys and values ([rows x width] each) in.
   absl::Status Append(const Element* keys, const Element* values);
+  // Appends `count` chunks released already (read from elsewhere: a session
+  // imported with mapped chunks).
+  void AppendReleased(int64_t count);
+  // Drops the records of chunks [first, first + count), all held now, and
+  // frees every slab left with none of this store's records held.
+  // INVALID_ARGUMENT naming the problem (a range outside the store, a
+  // chunk released already) changes nothing.
+  absl::Status Release(int64_t first, int64_t count);
+  bool released(int64_t chunk) const { return records_[chunk] == nullptr; }
+  int64_t released_count() const { return released_count_; }
 
+  // Null for a released chunk.
   const Element* keys(int64_t chunk) const { return records_[chunk]; }
-  const Element* values(int64_t chunk) const { return records_[chunk] + rows_ * width_; }
+  const Element* values(int64_t chunk) const {
+    return records_[chunk] == nullptr ? nullptr : records_[chunk] + rows_ * width_;
+  }
   // Only for chunks this store appended since it was last copied.
   Element* mutable_keys(int64_t chunk) { return records_[chunk]; }
   Element* mutable_values(int64_t chunk) { return records_[chunk] + rows_ * width_; }
 
-  size_t num_slabs() const { return slabs_.size(); }
+  // Slabs held (freed ones not counted).
+  size_t num_slabs() const;
   // Bytes of all slabs held, and of those another store also holds.
   size_t bytes() const;
   size_t shared_bytes() const;
@@ -79,9 +99,13 @@ class HostChunkStore {
   int64_t width_;
   std::shared_ptr<HostAllocator> allocator_;
   HostChunkStoreOptions options_;
+  // Null once freed (Release). slabs_.back() is where records go next.
   std::vector<std::shared_ptr<Slab>> slabs_;
-  int64_t used_in_last_slab_ = 0;  // records this store placed in slabs_.back()
-  std::vector<Element*> records_;  // chunk -> its keys; its values follow
+  std::vector<int64_t> held_in_slab_;  // per slab: this store's records in it, not released
+  int64_t used_in_last_slab_ = 0;      // records this store placed in slabs_.back()
+  std::vector<Element*> records_;      // chunk -> its keys, its values follow; null: released
+  std::vector<int32_t> record_slab_;   // chunk -> index in slabs_; -1: released
+  int64_t released_count_ = 0;
 };
 
 }  // namespace drt::cuda

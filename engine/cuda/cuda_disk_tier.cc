@@ -1,0 +1,90 @@
+// CudaSession's disk tier (docs/state_format.md, "Disk tier"): closed chunks
+// handed over to mappings of the session's chunk files leave the pinned host
+// chunk store, and fetches of them go through a pinned staging buffer. The
+// host-side logic (which records are released, the checks, the conversion,
+// the staging slots) is engine/cuda/host/map_host_chunks.h and
+// chunk_staging.h, tested without a GPU; this file orders it with the
+// streams. Written without a GPU and not yet run on one, hence behind
+// CudaBackendOptions::state_export (off by default) like the state export;
+// tests/cuda_backend/cuda_disk_tier_test.cc checks it on a GPU.
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "engine/cuda/cuda_session.h"
+#include "engine/cuda/host/map_host_chunks.h"
+#include "engine/cuda/status_macros.h"
+#include "kernels/cuda_check.h"
+
+namespace drt::cuda {
+namespace {
+
+// Chunks a fetch can have converted ahead of their copies before it waits
+// for the oldest copy to finish (a group fetches up to top-k chunks).
+constexpr int64_t kStagingSlots = 8;
+
+}  // namespace
+
+template <typename T>
+absl::Status CudaSession<T>::MapChunks(std::shared_ptr<const MappedChunks> chunks) {
+  // UNIMPLEMENTED naming the flag without state_export (chunk_map_unit() is
+  // 0 then), FAILED_PRECONDITION without GCA or after a failure.
+  DRT_RETURN_IF_ERROR(CheckStateAccess());
+  if (chunks == nullptr) return absl::InvalidArgumentError("no mapped chunks given");
+  // Refused before any wait, so that a bad range changes nothing.
+  DRT_RETURN_IF_ERROR(
+      mapped_chunks_.CheckNew(*chunks, chunk_map_unit(), chunk_store_.size()));
+  // The store stream writes the records (EncodeChunks) and the fetch stream
+  // reads them (FetchChunks): both are done with them before they are freed.
+  DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(store_stream_.get()),
+                           "waiting for the chunk store copies");
+  DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(fetch_stream_.get()),
+                           "waiting for the chunk copies");
+  return MapHostChunks(std::move(chunks), chunk_map_unit(), chunk_store_, mapped_chunks_);
+}
+
+template <typename T>
+absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks& mapped, int64_t chunk, T* keys,
+                                             T* values) {
+  using E = HostElement<T>;
+  const int64_t kv = chunk_store_.rows_per_chunk() * chunk_store_.width();
+  if (staging_ == nullptr) {
+    std::vector<Event> copied;
+    for (int64_t i = 0; i < kStagingSlots; ++i) {
+      absl::StatusOr<Event> e = Event::Create();
+      if (!e.ok()) return e.status();
+      copied.push_back(*std::move(e));
+    }
+    staging_ = std::make_unique<ChunkStaging<E>>(kStagingSlots, kv, host_allocator_);
+    staging_copied_ = std::move(copied);
+  }
+  absl::StatusOr<typename ChunkStaging<E>::Slot> slot = staging_->Next();
+  if (!slot.ok()) return slot.status();
+  // The slot's previous copy (queued on the fetch stream) must have read it
+  // before the host rewrites it.
+  if (slot->must_wait) {
+    DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staging_copied_[slot->index].get()),
+                             "waiting for a staging slot's previous copy");
+  }
+  MappedChunkToElements<E>(mapped, chunk, kv, slot->keys, slot->values);
+  const size_t block = chunk_store_.kv_block_bytes();
+  cudaStream_t fetch = fetch_stream_.get();
+  DRT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(keys, slot->keys, block, cudaMemcpyHostToDevice, fetch),
+      "copying mapped chunk keys host -> device");
+  DRT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(values, slot->values, block, cudaMemcpyHostToDevice, fetch),
+      "copying mapped chunk values host -> device");
+  DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging_copied_[slot->index].get(), fetch),
+                           "recording a staging slot's copy");
+  staging_->Queued(slot->index);
+  return absl::OkStatus();
+}
+
+#define DRT_INSTANTIATE_DISK_TIER(T)                                                        \
+  template absl::Status CudaSession<T>::MapChunks(std::shared_ptr<const MappedChunks>);      \
+  template absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks&, int64_t, T*, T*);
+DRT_INSTANTIATE_DISK_TIER(bf16)
+DRT_INSTANTIATE_DISK_TIER(float)
+#undef DRT_INSTANTIATE_DISK_TIER
+
+}  // namespace drt::cuda

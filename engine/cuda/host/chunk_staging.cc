@@ -1,0 +1,44 @@
+#include "engine/cuda/host/chunk_staging.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "engine/cuda/host/bf16.h"
+
+namespace drt::cuda {
+
+template <typename Element>
+ChunkStaging<Element>::ChunkStaging(int64_t slots, int64_t kv,
+                                    std::shared_ptr<HostAllocator> allocator)
+    : kv_(kv),
+      allocator_(std::move(allocator)),
+      queued_(std::max<int64_t>(1, slots), false),
+      bytes_(queued_.size() * 2 * static_cast<size_t>(kv) * sizeof(Element)) {}
+
+template <typename Element>
+ChunkStaging<Element>::~ChunkStaging() {
+  if (data_ != nullptr) allocator_->Free(data_, bytes_);
+}
+
+template <typename Element>
+absl::StatusOr<typename ChunkStaging<Element>::Slot> ChunkStaging<Element>::Next() {
+  if (data_ == nullptr) {
+    absl::StatusOr<void*> data = allocator_->Allocate(bytes_);
+    if (!data.ok()) {
+      return absl::Status(data.status().code(),
+                          absl::StrFormat("staging for mapped chunks (%d bytes): %s", bytes_,
+                                          data.status().message()));
+    }
+    data_ = *data;
+  }
+  const int64_t index = next_;
+  next_ = (next_ + 1) % slots();
+  Element* keys = static_cast<Element*>(data_) + index * 2 * kv_;
+  return Slot{index, queued_[index], keys, keys + kv_};
+}
+
+template class ChunkStaging<Bf16Bits>;
+template class ChunkStaging<float>;
+
+}  // namespace drt::cuda

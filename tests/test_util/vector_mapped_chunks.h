@@ -1,0 +1,36 @@
+// A MappedChunks (engine/mapped_chunks.h) over chunks held in vectors: the
+// disk tier's mapping without files, for tests of what a backend does with
+// mapped chunks.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "engine/mapped_chunks.h"
+#include "engine/session_state.h"
+
+namespace drt::testing {
+
+class VectorMappedChunks final : public MappedChunks {
+ public:
+  // `chunks` are the session's chunks first, first + 1, ...
+  VectorMappedChunks(int64_t first, std::vector<ChunkData> chunks)
+      : first_(first), chunks_(std::move(chunks)) {}
+  int64_t first() const override { return first_; }
+  int64_t size() const override { return static_cast<int64_t>(chunks_.size()); }
+  const float* landmark(int64_t c) const override { return chunks_[c - first_].landmark.data(); }
+  const float* keys(int64_t c) const override { return chunks_[c - first_].keys.data(); }
+  const float* values(int64_t c) const override { return chunks_[c - first_].values.data(); }
+  size_t kv_bytes() const override {
+    size_t bytes = 0;
+    for (const ChunkData& c : chunks_) bytes += (c.keys.size() + c.values.size()) * sizeof(float);
+    return bytes;
+  }
+
+ private:
+  int64_t first_;
+  std::vector<ChunkData> chunks_;
+};
+
+}  // namespace drt::testing
