@@ -100,7 +100,9 @@ ABSL_FLAG(bool, disk_tier, true,
           "with --state_dir, closed chunks on disk are read from the memory-mapped chunk logs, "
           "64 chunks at a time, and freed from RAM: the page cache keeps what is used, and the "
           "host memory budget bounds RAM instead of context (docs/state_format.md, \"Disk "
-          "tier\"); false keeps every chunk in RAM as well");
+          "tier\"); false keeps every chunk in RAM as well. On --device cuda only with "
+          "--cuda_state_export (not yet run on a GPU): fetches of mapped chunks then go through "
+          "a pinned staging buffer");
 ABSL_FLAG(int64_t, state_ack_tokens, drt::server::kDefaultDurableAckTokens,
           "with --state_dir, an Append is written and acknowledged (progress) at least every "
           "this many tokens of a message; between those points its prefill skips the upper "

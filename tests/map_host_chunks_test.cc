@@ -209,6 +209,18 @@ TEST_CASE("mapped chunk table: whole units of closed chunks, no overlap") {
   CHECK(table.Find(8) == nullptr);
   CHECK(table.mapped_chunks() == 4);
   CHECK(table.kv_bytes() == 4 * kChunkBytes);
+
+  // Covers: every chunk of the range mapped (what CudaSession::MapChunks
+  // accepts again as a no-op, like the CPU's ChunkStore::MapBlock).
+  CHECK(table.Covers(2, 2));
+  CHECK(table.Covers(3, 1));
+  CHECK(table.Covers(6, 2));
+  CHECK_FALSE(table.Covers(2, 4));  // 4 and 5 are not mapped
+  CHECK_FALSE(table.Covers(0, 2));
+  CHECK_FALSE(table.Covers(6, 4));  // past the last mapping
+  CHECK_FALSE(table.Covers(2, 0));
+  table.Add(MappingOf(4, 2));
+  CHECK(table.Covers(2, 6));  // three adjacent mappings
 }
 
 TEST_CASE("MapHostChunks: releases the mapped records, refuses bad ranges changing nothing") {
@@ -279,7 +291,14 @@ TEST_CASE("chunk staging: slots in turn, allocated on first use, reuse of a queu
   absl::StatusOr<ChunkStaging<Bf16Bits>::Slot> failed = staging.Next();
   CHECK(failed.status().code() == absl::StatusCode::kResourceExhausted);
   CHECK_THAT(std::string(failed.status().message()), Catch::Contains("staging"));
+  CHECK(staging.Allocate().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(staging.bytes() == 0);
   allocator->fail = false;
+  // Allocate ahead of use (what MapChunks does before it releases records);
+  // Next then allocates nothing more.
+  REQUIRE(staging.Allocate().ok());
+  REQUIRE(staging.Allocate().ok());
+  CHECK(allocator->allocations == 1);
 
   std::vector<ChunkStaging<Bf16Bits>::Slot> slots;
   for (int i = 0; i < 3; ++i) {

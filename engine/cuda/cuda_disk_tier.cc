@@ -30,6 +30,7 @@ absl::Status CudaSession<T>::MapChunks(std::shared_ptr<const MappedChunks> chunk
   // 0 then), FAILED_PRECONDITION without GCA or after a failure.
   DRT_RETURN_IF_ERROR(CheckStateAccess());
   if (chunks == nullptr) return absl::InvalidArgumentError("no mapped chunks given");
+  if (mapped_chunks_.Covers(chunks->first(), chunks->size())) return absl::OkStatus();
   // Refused before any wait, so that a bad range changes nothing.
   DRT_RETURN_IF_ERROR(
       mapped_chunks_.CheckNew(*chunks, chunk_map_unit(), chunk_store_.size()));
@@ -39,7 +40,29 @@ absl::Status CudaSession<T>::MapChunks(std::shared_ptr<const MappedChunks> chunk
                            "waiting for the chunk store copies");
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(fetch_stream_.get()),
                            "waiting for the chunk copies");
+  // The staging its fetches will go through, before the records are
+  // released: a session short of pinned memory is refused the mapping
+  // (nothing changes) rather than failing a later step.
+  DRT_RETURN_IF_ERROR(EnsureStaging());
   return MapHostChunks(std::move(chunks), chunk_map_unit(), chunk_store_, mapped_chunks_);
+}
+
+template <typename T>
+absl::Status CudaSession<T>::EnsureStaging() {
+  using E = HostElement<T>;
+  if (staging_ != nullptr) return absl::OkStatus();
+  const int64_t kv = chunk_store_.rows_per_chunk() * chunk_store_.width();
+  std::vector<Event> copied;
+  for (int64_t i = 0; i < kStagingSlots; ++i) {
+    absl::StatusOr<Event> e = Event::Create();
+    if (!e.ok()) return e.status();
+    copied.push_back(*std::move(e));
+  }
+  auto staging = std::make_unique<ChunkStaging<E>>(kStagingSlots, kv, host_allocator_);
+  DRT_RETURN_IF_ERROR(staging->Allocate());
+  staging_ = std::move(staging);
+  staging_copied_ = std::move(copied);
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -47,16 +70,9 @@ absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks& mapped, int64_t
                                              T* values) {
   using E = HostElement<T>;
   const int64_t kv = chunk_store_.rows_per_chunk() * chunk_store_.width();
-  if (staging_ == nullptr) {
-    std::vector<Event> copied;
-    for (int64_t i = 0; i < kStagingSlots; ++i) {
-      absl::StatusOr<Event> e = Event::Create();
-      if (!e.ok()) return e.status();
-      copied.push_back(*std::move(e));
-    }
-    staging_ = std::make_unique<ChunkStaging<E>>(kStagingSlots, kv, host_allocator_);
-    staging_copied_ = std::move(copied);
-  }
+  // Made by MapChunks or ImportState before any chunk was released; this
+  // only covers a path that forgot to.
+  DRT_RETURN_IF_ERROR(EnsureStaging());
   absl::StatusOr<typename ChunkStaging<E>::Slot> slot = staging_->Next();
   if (!slot.ok()) return slot.status();
   // The slot's previous copy (queued on the fetch stream) must have read it
@@ -82,6 +98,7 @@ absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks& mapped, int64_t
 
 #define DRT_INSTANTIATE_DISK_TIER(T)                                                        \
   template absl::Status CudaSession<T>::MapChunks(std::shared_ptr<const MappedChunks>);      \
+  template absl::Status CudaSession<T>::EnsureStaging();                                      \
   template absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks&, int64_t, T*, T*);
 DRT_INSTANTIATE_DISK_TIER(bf16)
 DRT_INSTANTIATE_DISK_TIER(float)

@@ -200,6 +200,10 @@ absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_
       ++stats_.mapped_h2d_chunks;
       stats_.h2d_bytes += static_cast<int64_t>(2 * block);
     } else {
+      if (chunk_store_.released(copy.chunk)) {
+        return absl::InternalError(absl::StrFormat(
+            "chunk %d left the host store but is in no mapping", copy.chunk));
+      }
       DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst_k, chunk_store_.keys(copy.chunk), block,
                                                cudaMemcpyHostToDevice, fetch),
                                "copying chunk keys host -> device");

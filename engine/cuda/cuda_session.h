@@ -188,6 +188,8 @@ class CudaSession final : public BackendSession {
   // `chunk` (read from `mapped`) into a slot's keys and values, through the
   // pinned staging.
   absl::Status CopyMappedChunk(const MappedChunks& mapped, int64_t chunk, T* keys, T* values);
+  // Makes the pinned staging and its events if there are none yet.
+  absl::Status EnsureStaging();
   // Final norm, lm_head and the copy to pinned memory of `count` rows of h
   // (rows relative to the slice), on the compute stream.
   absl::Status LaunchLogitBatch(const int64_t* rows, int64_t count);

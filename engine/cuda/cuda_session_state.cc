@@ -122,9 +122,21 @@ absl::Status CudaSession<T>::ReadChunk(int64_t chunk, ChunkData& out) const {
   // A mapped chunk (the disk tier, cuda_disk_tier.cc) is read from its
   // mapping, which holds the floats this function gave when it was written.
   if (const MappedChunks* mapped = mapped_chunks_.Find(chunk); mapped != nullptr) {
-    out.keys.assign(mapped->keys(chunk), mapped->keys(chunk) + kv);
-    out.values.assign(mapped->values(chunk), mapped->values(chunk) + kv);
+    // Through the storage type, so that the values are the ones the device
+    // reads (a log written by an fp32 session and restored into bf16 holds
+    // floats that bf16 rounds; bf16 values come back unchanged).
+    std::vector<HostElement<T>> rounded(kv);
+    out.keys.resize(kv);
+    out.values.resize(kv);
+    FloatsToElements(mapped->keys(chunk), kv, rounded.data());
+    ElementsToFloats(rounded.data(), kv, out.keys.data());
+    FloatsToElements(mapped->values(chunk), kv, rounded.data());
+    ElementsToFloats(rounded.data(), kv, out.values.data());
     return absl::OkStatus();
+  }
+  if (chunk_store_.released(chunk)) {
+    return absl::InternalError(
+        absl::StrFormat("chunk %d left the host store but is in no mapping", chunk));
   }
   out.keys.resize(kv);
   out.values.resize(kv);
@@ -203,6 +215,11 @@ absl::Status CudaSession<T>::ImportState(const BackendSessionState& state, int64
     DRT_RETURN_IF_ERROR(store.Append(keys.data(), values.data()));
     std::copy(chunk.landmark.begin(), chunk.landmark.end(), landmarks.begin() + c * d);
   }
+
+  // Mapped chunks are fetched through the pinned staging: made now, so that
+  // a session short of pinned memory is refused here, unchanged (a staging
+  // that is never used changes nothing the session computes).
+  if (!mapped_chunks.empty()) DRT_RETURN_IF_ERROR(EnsureStaging());
 
   // The uploads, on the compute stream, from host vectors that live until
   // the stream is synchronised (also when one fails, so that no copy reads

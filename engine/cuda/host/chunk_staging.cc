@@ -22,16 +22,21 @@ ChunkStaging<Element>::~ChunkStaging() {
 }
 
 template <typename Element>
-absl::StatusOr<typename ChunkStaging<Element>::Slot> ChunkStaging<Element>::Next() {
-  if (data_ == nullptr) {
-    absl::StatusOr<void*> data = allocator_->Allocate(bytes_);
-    if (!data.ok()) {
-      return absl::Status(data.status().code(),
-                          absl::StrFormat("staging for mapped chunks (%d bytes): %s", bytes_,
-                                          data.status().message()));
-    }
-    data_ = *data;
+absl::Status ChunkStaging<Element>::Allocate() {
+  if (data_ != nullptr) return absl::OkStatus();
+  absl::StatusOr<void*> data = allocator_->Allocate(bytes_);
+  if (!data.ok()) {
+    return absl::Status(data.status().code(),
+                        absl::StrFormat("staging for mapped chunks (%d bytes): %s", bytes_,
+                                        data.status().message()));
   }
+  data_ = *data;
+  return absl::OkStatus();
+}
+
+template <typename Element>
+absl::StatusOr<typename ChunkStaging<Element>::Slot> ChunkStaging<Element>::Next() {
+  if (absl::Status s = Allocate(); !s.ok()) return s;
   const int64_t index = next_;
   next_ = (next_ + 1) % slots();
   Element* keys = static_cast<Element*>(data_) + index * 2 * kv_;

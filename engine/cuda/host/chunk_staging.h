@@ -34,6 +34,9 @@ class ChunkStaging {
     Element* keys;
     Element* values;
   };
+  // Allocates the slots now (a no-op once done), so that a caller can fail
+  // before it commits to reading through them.
+  absl::Status Allocate();
   // The next slot in turn; allocates the slots on first use.
   absl::StatusOr<Slot> Next();
   // A copy reading slot `index` was queued.

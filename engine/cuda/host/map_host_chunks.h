@@ -32,9 +32,10 @@ absl::Status MapHostChunks(std::shared_ptr<const MappedChunks> chunks, int64_t u
 }
 
 // Chunk `chunk`'s fp32 keys and values in `mapped` ([kv] floats each, the
-// state format) rounded to Element exactly as the device -> host path
-// stores them (bf16: round to nearest even, engine/cuda/host/bf16.h; fp32:
-// unchanged) into `keys` and `values`, e.g. a pinned staging slot.
+// state format) rounded to Element (bf16: round to nearest even,
+// engine/cuda/host/bf16.h, which gives a bf16 value widened to float back
+// exactly; fp32: unchanged) into `keys` and `values`, e.g. a pinned staging
+// slot.
 template <typename Element>
 void MappedChunkToElements(const MappedChunks& mapped, int64_t chunk, int64_t kv, Element* keys,
                            Element* values) {

@@ -51,6 +51,17 @@ void MappedChunkTable::Add(std::shared_ptr<const MappedChunks> chunks) {
   ranges_.insert(RangeAfter(ranges_, chunks->first()), std::move(chunks));
 }
 
+bool MappedChunkTable::Covers(int64_t first, int64_t count) const {
+  if (count <= 0) return false;
+  int64_t c = first;
+  while (c < first + count) {
+    const MappedChunks* r = Find(c);
+    if (r == nullptr) return false;
+    c = r->first() + r->size();
+  }
+  return true;
+}
+
 const MappedChunks* MappedChunkTable::Find(int64_t chunk) const {
   auto after = RangeAfter(ranges_, chunk);
   if (after == ranges_.begin()) return nullptr;

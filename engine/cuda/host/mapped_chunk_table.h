@@ -25,6 +25,11 @@ class MappedChunkTable {
   // After CheckNew said OK.
   void Add(std::shared_ptr<const MappedChunks> chunks);
 
+  // Whether every chunk of [first, first + count) is mapped already (count
+  // > 0). Mapping such a range again is a no-op, as on the CPU backend
+  // (ChunkStore::MapBlock): a fork inherits its parent's mappings and the
+  // server may map them for it again.
+  bool Covers(int64_t first, int64_t count) const;
   // The mapping that holds `chunk`, or null when it is not mapped.
   const MappedChunks* Find(int64_t chunk) const;
   int64_t mapped_chunks() const { return mapped_chunks_; }
