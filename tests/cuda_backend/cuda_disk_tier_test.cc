@@ -93,6 +93,12 @@ TEST_CASE("cuda disk tier: mapped chunks free host memory and give the same logi
     REQUIRE(m.chunk_map_unit() == kUnit);
     REQUIRE(m.num_chunks() == kPromptChunks);
 
+    // A fork made before the mapping shares the parent's slabs; it keeps
+    // them (and its chunks' records) when the parent releases its own.
+    auto early_fork = mapped->Fork();
+    REQUIRE(early_fork.ok());
+    const SessionMemory early_before = (*early_fork)->backend_session().memory();
+
     const SessionMemory before = m.memory();
     REQUIRE(m.MapChunks(std::make_shared<VectorMappedChunks>(0, ReadChunks(m, 0, kUnit))).ok());
     const SessionMemory after = m.memory();
@@ -103,6 +109,9 @@ TEST_CASE("cuda disk tier: mapped chunks free host memory and give the same logi
           48 * 2 * kv_floats * pc.element_bytes);
     CHECK(after.mapped_chunk_bytes == kUnit * 2 * kv_floats * sizeof(float));
     CHECK(held->backend_session().memory().chunk_store_bytes == before.chunk_store_bytes);
+    CHECK((*early_fork)->backend_session().memory().chunk_store_bytes ==
+          early_before.chunk_store_bytes);
+    CHECK((*early_fork)->backend_session().memory().mapped_chunk_bytes == 0);
 
     // Mapped already: a no-op, as on the CPU (ChunkStore::MapBlock).
     absl::Status again =
@@ -128,6 +137,8 @@ TEST_CASE("cuda disk tier: mapped chunks free host memory and give the same logi
     const std::vector<float> want = Continue(*held, tail);
     const std::vector<float> got = Continue(*mapped, tail);
     const std::vector<float> forked = Continue(**fork, tail);
+    const std::vector<float> early = Continue(**early_fork, tail);
+    CHECK((*early_fork)->backend_session().stats().mapped_h2d_chunks == 0);
     const int64_t fetched = m.stats().mapped_h2d_chunks;
     WARN(CudaPrecisionName(pc.precision) << ": " << fetched << " mapped chunks fetched through "
                                           << "the staging");
@@ -135,6 +146,7 @@ TEST_CASE("cuda disk tier: mapped chunks free host memory and give the same logi
     REQUIRE((*fork)->backend_session().stats().mapped_h2d_chunks > 0);
     CHECK(got == want);
     CHECK(forked == want);
+    CHECK(early == want);
   }
 }
 
