@@ -8,37 +8,12 @@
 #include <catch2/catch.hpp>
 
 #include "engine/cuda/host/host_chunk_store.h"
+#include "tests/test_util/counting_host_allocator.h"
 
 namespace drt::cuda {
 namespace {
 
-// Counts live allocations; can be told to fail.
-class CountingAllocator final : public HostAllocator {
- public:
-  absl::StatusOr<void*> Allocate(size_t bytes) override {
-    if (fail) return absl::ResourceExhaustedError("test allocator refuses");
-    absl::StatusOr<void*> p = inner_.Allocate(bytes);
-    if (p.ok()) {
-      live_bytes += bytes;
-      ++allocations;
-      sizes.push_back(bytes);
-    }
-    return p;
-  }
-  void Free(void* p, size_t bytes) override {
-    live_bytes -= bytes;
-    inner_.Free(p, bytes);
-  }
-  bool pinned() const override { return false; }
-
-  bool fail = false;
-  size_t live_bytes = 0;
-  int allocations = 0;
-  std::vector<size_t> sizes;
-
- private:
-  AlignedHostAllocator inner_;
-};
+using CountingAllocator = drt::testing::CountingHostAllocator;
 
 using Bf16Store = HostChunkStore<Bf16Bits>;
 

@@ -12,6 +12,7 @@
 
 #include "engine/cuda/host/chunk_staging.h"
 #include "engine/cuda/host/host_chunk_store.h"
+#include "tests/test_util/counting_host_allocator.h"
 #include "engine/cuda/host/map_host_chunks.h"
 #include "engine/cuda/host/mapped_chunk_table.h"
 #include "tests/test_util/vector_mapped_chunks.h"
@@ -21,31 +22,7 @@ namespace {
 
 using drt::testing::VectorMappedChunks;
 
-// Counts live bytes; can be told to fail.
-class CountingAllocator final : public HostAllocator {
- public:
-  absl::StatusOr<void*> Allocate(size_t bytes) override {
-    if (fail) return absl::ResourceExhaustedError("test allocator refuses");
-    absl::StatusOr<void*> p = inner_.Allocate(bytes);
-    if (p.ok()) {
-      live_bytes += bytes;
-      ++allocations;
-    }
-    return p;
-  }
-  void Free(void* p, size_t bytes) override {
-    live_bytes -= bytes;
-    inner_.Free(p, bytes);
-  }
-  bool pinned() const override { return false; }
-
-  bool fail = false;
-  size_t live_bytes = 0;
-  int allocations = 0;
-
- private:
-  AlignedHostAllocator inner_;
-};
+using CountingAllocator = drt::testing::CountingHostAllocator;
 
 using Store = HostChunkStore<float>;
 constexpr int64_t kRows = 4, kWidth = 3, kKv = kRows * kWidth;

@@ -6,31 +6,15 @@
 #include <catch2/catch.hpp>
 
 #include "engine/step_plan.h"
+#include "tests/test_util/tiny_step_plan.h"
 
 namespace drt {
 namespace {
 
-constexpr int32_t kLandmark = 99;
-constexpr int32_t kPad = 98;
-
-ModelConfig PlanConfig() {
-  ModelConfig c;
-  c.vocab_size = 100;
-  c.enc_chunk_size = 3;  // decoder positions 3, 7, 11, ... are landmarks
-  c.chunk_id = kLandmark;
-  c.pad_id = kPad;
-  return c;
-}
-
-SliceRequest Request(int64_t num_tokens, const std::vector<int32_t>& tokens,
-                     bool all_logits = false) {
-  SliceRequest r;
-  r.num_tokens = num_tokens;
-  r.position = num_tokens + num_tokens / 3;
-  r.tokens = tokens;
-  r.all_logits = all_logits;
-  return r;
-}
+using testing::TinyPlanConfig;
+using testing::TinyPlanRequest;
+constexpr int32_t kLandmark = testing::kTinyPlanLandmark;
+constexpr int32_t kPad = testing::kTinyPlanPad;
 
 void RequireRun(const GcaRun& run, int64_t first_row, int64_t num_rows, int64_t chunk,
                 int64_t made_at) {
@@ -45,8 +29,8 @@ TEST_CASE("step plan: a slice ending exactly on a landmark", "[step_plan]") {
   // One token held (position 1): tokens at positions 1 and 2, then chunk
   // 0's landmark at position 3 closes the slice.
   const std::vector<int32_t> tokens = {10, 11};
-  const SliceRequest requests[] = {Request(1, tokens)};
-  auto plan = PlanStep(PlanConfig(), requests);
+  const SliceRequest requests[] = {TinyPlanRequest(1, tokens)};
+  auto plan = PlanStep(TinyPlanConfig(), requests);
   REQUIRE(plan.ok());
   REQUIRE(plan->ids == std::vector<int32_t>{10, 11, kLandmark});
   REQUIRE(plan->num_rows == 3);
@@ -74,8 +58,8 @@ TEST_CASE("step plan: a slice of one token", "[step_plan]") {
   // position 5, chunk 1, still served by the selection in force, and leaves
   // the chunk open.
   const std::vector<int32_t> tokens = {7};
-  const SliceRequest requests[] = {Request(4, tokens)};
-  auto plan = PlanStep(PlanConfig(), requests);
+  const SliceRequest requests[] = {TinyPlanRequest(4, tokens)};
+  auto plan = PlanStep(TinyPlanConfig(), requests);
   REQUIRE(plan.ok());
   REQUIRE(plan->ids == std::vector<int32_t>{7});
   const SlicePlan& s = plan->slices.at(0);
@@ -96,8 +80,8 @@ TEST_CASE("step plan: a slice spanning three chunks, every token's logits", "[st
   // made at chunk 0's landmark (landmark 0 of the slice), chunk 2's by the
   // one made at chunk 1's (landmark 1).
   const std::vector<int32_t> tokens = {1, 2, 3, 4, 5};
-  const SliceRequest requests[] = {Request(2, tokens, /*all_logits=*/true)};
-  auto plan = PlanStep(PlanConfig(), requests);
+  const SliceRequest requests[] = {TinyPlanRequest(2, tokens, /*all_logits=*/true)};
+  auto plan = PlanStep(TinyPlanConfig(), requests);
   REQUIRE(plan.ok());
   REQUIRE(plan->ids == std::vector<int32_t>{1, kLandmark, 2, 3, 4, kLandmark, 5});
   const SlicePlan& s = plan->slices.at(0);
@@ -125,8 +109,9 @@ TEST_CASE("step plan: a slice spanning three chunks, every token's logits", "[st
 TEST_CASE("step plan: several slices are consecutive rows with their own chunks",
           "[step_plan]") {
   const std::vector<int32_t> a = {10, 11}, b = {1, 2, 3, 4, 5}, c = {7};
-  const SliceRequest requests[] = {Request(1, a), Request(2, b), Request(4, c)};
-  auto plan = PlanStep(PlanConfig(), requests);
+  const SliceRequest requests[] = {TinyPlanRequest(1, a), TinyPlanRequest(2, b),
+                                   TinyPlanRequest(4, c)};
+  auto plan = PlanStep(TinyPlanConfig(), requests);
   REQUIRE(plan.ok());
   REQUIRE(plan->num_rows == 3 + 7 + 1);
   REQUIRE(plan->num_encoded_chunks == 3);
@@ -153,17 +138,17 @@ TEST_CASE("step plan: several slices are consecutive rows with their own chunks"
 
 TEST_CASE("step plan: pad ids are real tokens and landmarks go by count", "[step_plan]") {
   const std::vector<int32_t> pads = {kPad, kPad, kPad, kPad};
-  const SliceRequest requests[] = {Request(0, pads)};
-  auto plan = PlanStep(PlanConfig(), requests);
+  const SliceRequest requests[] = {TinyPlanRequest(0, pads)};
+  auto plan = PlanStep(TinyPlanConfig(), requests);
   REQUIRE(plan.ok());
   REQUIRE(plan->ids == std::vector<int32_t>{kPad, kPad, kPad, kLandmark, kPad});
   REQUIRE(plan->slices[0].landmarks.size() == 1);
 
   // A model whose pad id is its landmark id: pads never count as landmarks.
-  ModelConfig same = PlanConfig();
+  ModelConfig same = TinyPlanConfig();
   same.pad_id = kLandmark;
   const std::vector<int32_t> landmark_pads = {kLandmark, kLandmark};
-  const SliceRequest pad_requests[] = {Request(0, landmark_pads)};
+  const SliceRequest pad_requests[] = {TinyPlanRequest(0, landmark_pads)};
   auto padded = PlanStep(same, pad_requests);
   REQUIRE(padded.ok());
   REQUIRE(padded->ids == std::vector<int32_t>{kLandmark, kLandmark});
@@ -173,22 +158,22 @@ TEST_CASE("step plan: pad ids are real tokens and landmarks go by count", "[step
 TEST_CASE("step plan: requests without tokens or with a wrong position are refused",
           "[step_plan]") {
   const std::vector<int32_t> none, one = {5};
-  const SliceRequest empty[] = {Request(0, none)};
-  auto refused = PlanStep(PlanConfig(), empty);
+  const SliceRequest empty[] = {TinyPlanRequest(0, none)};
+  auto refused = PlanStep(TinyPlanConfig(), empty);
   REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
   REQUIRE_THAT(std::string(refused.status().message()), Catch::Matchers::Contains("no tokens"));
 
-  SliceRequest wrong = Request(3, one);
+  SliceRequest wrong = TinyPlanRequest(3, one);
   wrong.position = 3;  // 3 tokens mean positions 0-2 plus the landmark at 3: 4
   const SliceRequest wrong_requests[] = {wrong};
-  auto mismatch = PlanStep(PlanConfig(), wrong_requests);
+  auto mismatch = PlanStep(TinyPlanConfig(), wrong_requests);
   REQUIRE(mismatch.status().code() == absl::StatusCode::kInvalidArgument);
   REQUIRE_THAT(std::string(mismatch.status().message()),
                Catch::Matchers::Contains("position 3 does not match 3 real tokens"));
 }
 
 TEST_CASE("step plan: tokens fitting a step size count their landmarks", "[step_plan]") {
-  const ModelConfig c = PlanConfig();
+  const ModelConfig c = TinyPlanConfig();
   // Two tokens held: the next token closes chunk 0 and brings its landmark
   // (2 positions), then 1 each: 2 + 1 + 1 = 4 positions for 3 tokens.
   REQUIRE(TokensFitting(c, 2, 10, 4) == 3);

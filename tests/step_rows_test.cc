@@ -1,7 +1,8 @@
 // The host side of the batched CUDA step (engine/cuda/host/step_rows.h):
 // which plans its step-wide buffers hold, and how the logit rows split into
 // runs of consecutive rows, against hand-computed cases. A tiny chunk (3
-// real tokens + 1 landmark) as in tests/step_plan_test.cc.
+// real tokens + 1 landmark, tests/test_util/tiny_step_plan.h) as in
+// tests/step_plan_test.cc.
 #include <string>
 #include <vector>
 
@@ -9,35 +10,22 @@
 
 #include "engine/cuda/host/step_rows.h"
 #include "engine/step_plan.h"
+#include "tests/test_util/tiny_step_plan.h"
 
 namespace drt::cuda {
 namespace {
 
-ModelConfig TinyChunkConfig() {
-  ModelConfig c;
-  c.vocab_size = 100;
-  c.enc_chunk_size = 3;  // decoder positions 3, 7, 11, ... are landmarks
-  c.chunk_id = 99;
-  c.pad_id = 98;
-  return c;
-}
-
-SliceRequest Request(int64_t num_tokens, const std::vector<int32_t>& tokens, bool all_logits) {
-  SliceRequest r;
-  r.num_tokens = num_tokens;
-  r.position = num_tokens + num_tokens / 3;
-  r.tokens = tokens;
-  r.all_logits = all_logits;
-  return r;
-}
+using testing::TinyPlanConfig;
+using testing::TinyPlanRequest;
 
 // A new session's 5 tokens with all logits (rows t t t L t t: 0..5) and a
 // decode token of a session holding 1 token (row 6).
 StepPlan MixedPlan() {
   static const std::vector<int32_t> five = {1, 2, 3, 4, 5};
   static const std::vector<int32_t> one = {6};
-  const std::vector<SliceRequest> requests = {Request(0, five, true), Request(1, one, false)};
-  auto plan = PlanStep(TinyChunkConfig(), requests);
+  const std::vector<SliceRequest> requests = {TinyPlanRequest(0, five, true),
+                                              TinyPlanRequest(1, one, false)};
+  auto plan = PlanStep(TinyPlanConfig(), requests);
   REQUIRE(plan.ok());
   REQUIRE(plan->num_rows == 7);
   REQUIRE(plan->slices.size() == 2);
@@ -89,8 +77,8 @@ TEST_CASE("step rows: a plan whose rows are not laid out slice after slice is re
   }
   SECTION("a lower-only plan") {
     static const std::vector<int32_t> two = {1, 2};
-    const std::vector<SliceRequest> requests = {Request(0, two, false)};
-    auto plan = PlanStep(TinyChunkConfig(), requests, /*lower_only=*/true);
+    const std::vector<SliceRequest> requests = {TinyPlanRequest(0, two, false)};
+    auto plan = PlanStep(TinyPlanConfig(), requests, /*lower_only=*/true);
     REQUIRE(plan.ok());
     CHECK(Mentions(CheckStepRows(*plan, 64), "lower-only"));
   }
