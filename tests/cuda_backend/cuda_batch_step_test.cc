@@ -284,6 +284,54 @@ void StepThreeWays(Backend& off, Backend& on, std::vector<std::unique_ptr<Triple
   }
 }
 
+// Two backends alike but for batched_step_rows: off (the reference) and on.
+struct OffAndOn {
+  std::unique_ptr<Backend> off, on;
+};
+
+OffAndOn MakeOffAndOn(const ModelConfig& config, const ModelWeights& weights,
+                      CudaBackendOptions options) {
+  options.batched_step_rows = false;
+  auto off = MakeCudaBackend(config, weights, options);
+  options.batched_step_rows = true;
+  auto on = MakeCudaBackend(config, weights, options);
+  REQUIRE(off.ok());
+  REQUIRE(on.ok());
+  return {*std::move(off), *std::move(on)};
+}
+
+// One decode token per session; session i's drawn with seed
+// first_seed + i * seed_stride.
+std::vector<std::vector<int32_t>> OneTokenEach(const ModelConfig& config, size_t sessions,
+                                               uint64_t first_seed, uint64_t seed_stride) {
+  std::vector<std::vector<int32_t>> tokens;
+  for (size_t i = 0; i < sessions; ++i) {
+    tokens.push_back(testing::RandomTokens(config, 1, first_seed + i * seed_stride));
+  }
+  return tokens;
+}
+
+void CheckWithin(const Worst& worst, double limit) {
+  CHECK(worst.alone <= limit);
+  CHECK(worst.batched <= limit);
+}
+
+// Each session's selections with the option on against off: identical in
+// fp32, tie-tolerant in bf16 (see kBatchedBf16WorstRow).
+void CheckRetrievals(const std::vector<std::unique_ptr<Triple>>& triples, CudaPrecision precision) {
+  for (size_t i = 0; i < triples.size(); ++i) {
+    INFO("session " << i);
+    const Triple& t = *triples[i];
+    if (precision == CudaPrecision::kFp32) {
+      testing::CheckIdenticalRetrievals(t.off_log, t.on_alone_log, kBatchTolerance);
+      testing::CheckIdenticalRetrievals(t.off_log, t.on_batched_log, kBatchTolerance);
+    } else {
+      testing::CompareRetrievals(t.off_log, t.on_alone_log);
+      testing::CompareRetrievals(t.off_log, t.on_batched_log);
+    }
+  }
+}
+
 TEST_CASE("cuda: batched_step_rows gives each session the logits and retrievals of the "
           "slice-by-slice path",
           "[cuda][batch_step]") {
@@ -293,26 +341,21 @@ TEST_CASE("cuda: batched_step_rows gives each session the logits and retrievals 
   const int64_t k = config.enc_chunk_size;  // 63 real tokens per chunk
   for (CudaPrecision precision : {CudaPrecision::kFp32, CudaPrecision::kBf16}) {
     INFO("precision " << CudaPrecisionName(precision));
-    CudaBackendOptions options = testing::PrecisionOptions(precision);
-    auto off = MakeCudaBackend(config, weights, options);
-    options.batched_step_rows = true;
-    auto on = MakeCudaBackend(config, weights, options);
-    REQUIRE(off.ok());
-    REQUIRE(on.ok());
+    auto [off, on] = MakeOffAndOn(config, weights, testing::PrecisionOptions(precision));
     // The sessions of the slice-by-slice test above: prefill pieces, decode
     // tokens mid-chunk and on a boundary, one that retrieves and closes a
     // chunk with its token.
     std::vector<std::unique_ptr<Triple>> triples;
     const std::vector<int64_t> histories = {0, 5 * k + 3, 6 * k, 30 * k + 62, 12 * k + 2};
     for (size_t i = 0; i < histories.size(); ++i) {
-      triples.push_back(NewTriple(**off, **on, histories[i], 1 + i));
+      triples.push_back(NewTriple(*off, *on, histories[i], 1 + i));
     }
     REQUIRE(triples[3]->off->num_chunks() > config.chunk_topk);
     Worst mixed, decode;
     // 200 + 1 + 1 + 1 + 100 = 303 logit rows in one forward: more than
     // StepBuffers::kMaxLogitRows (256), so the batched Logits runs a second
     // batch.
-    StepThreeWays(**off, **on, triples,
+    StepThreeWays(*off, *on, triples,
                   {testing::RandomTokens(config, 200, 11), testing::RandomTokens(config, 1, 12),
                    testing::RandomTokens(config, 1, 13), testing::RandomTokens(config, 1, 14),
                    testing::RandomTokens(config, 100, 15)},
@@ -321,11 +364,8 @@ TEST_CASE("cuda: batched_step_rows gives each session the logits and retrievals 
     // session, or 6 when the long one's token closes a chunk and brings its
     // landmark), across the long one's next chunk boundary.
     for (int step = 0; step < 9; ++step) {
-      std::vector<std::vector<int32_t>> next;
-      for (size_t i = 0; i < triples.size(); ++i) {
-        next.push_back(testing::RandomTokens(config, 1, 100 + step * 10 + i));
-      }
-      StepThreeWays(**off, **on, triples, next, decode);
+      StepThreeWays(*off, *on, triples, OneTokenEach(config, triples.size(), 100 + step * 10, 1),
+                    decode);
     }
     WARN("cuda " << CudaPrecisionName(precision)
                  << " batched_step_rows vs slice by slice, worst relative difference: alone "
@@ -333,21 +373,9 @@ TEST_CASE("cuda: batched_step_rows gives each session the logits and retrievals 
                  << " / " << decode.batched << " (mixed step / decode steps)");
     const double limit =
         precision == CudaPrecision::kFp32 ? kBatchTolerance : kBatchedBf16WorstRow;
-    CHECK(mixed.alone <= limit);
-    CHECK(mixed.batched <= limit);
-    CHECK(decode.alone <= limit);
-    CHECK(decode.batched <= limit);
-    for (size_t i = 0; i < triples.size(); ++i) {
-      INFO("session " << i);
-      const Triple& t = *triples[i];
-      if (precision == CudaPrecision::kFp32) {
-        testing::CheckIdenticalRetrievals(t.off_log, t.on_alone_log, kBatchTolerance);
-        testing::CheckIdenticalRetrievals(t.off_log, t.on_batched_log, kBatchTolerance);
-      } else {
-        testing::CompareRetrievals(t.off_log, t.on_alone_log);
-        testing::CompareRetrievals(t.off_log, t.on_batched_log);
-      }
-    }
+    CheckWithin(mixed, limit);
+    CheckWithin(decode, limit);
+    CheckRetrievals(triples, precision);
   }
 }
 
@@ -361,42 +389,27 @@ TEST_CASE("cuda: batched_step_rows over several forwards and after a fork, same 
   const ModelWeights weights = testing::RandomWeights(config, 65);
   CudaBackendOptions options = testing::PrecisionOptions(CudaPrecision::kFp32);
   options.max_step_positions = 128;  // two chunks
-  auto off = MakeCudaBackend(config, weights, options);
-  options.batched_step_rows = true;
-  auto on = MakeCudaBackend(config, weights, options);
-  REQUIRE(off.ok());
-  REQUIRE(on.ok());
+  auto [off, on] = MakeOffAndOn(config, weights, options);
   std::vector<std::unique_ptr<Triple>> triples;
-  triples.push_back(NewTriple(**off, **on, 40, 1));
-  triples.push_back(NewTriple(**off, **on, 4 * 63 + 10, 2));
-  triples.push_back(NewTriple(**off, **on, 0, 3));
+  triples.push_back(NewTriple(*off, *on, 40, 1));
+  triples.push_back(NewTriple(*off, *on, 4 * 63 + 10, 2));
+  triples.push_back(NewTriple(*off, *on, 0, 3));
   Worst first, decode;
-  StepThreeWays(**off, **on, triples,
+  StepThreeWays(*off, *on, triples,
                 {testing::RandomTokens(config, 300, 21), testing::RandomTokens(config, 1, 22),
                  testing::RandomTokens(config, 90, 23)},
                 first);
   for (int step = 0; step < 4; ++step) {
-    StepThreeWays(**off, **on, triples,
-                  {testing::RandomTokens(config, 1, 30 + step),
-                   testing::RandomTokens(config, 1, 40 + step),
-                   testing::RandomTokens(config, 1, 50 + step)},
+    StepThreeWays(*off, *on, triples, OneTokenEach(config, triples.size(), 30 + step, 10),
                   decode);
   }
   WARN("cuda fp32 batched_step_rows several forwards vs option off, worst relative difference: "
        "alone "
        << first.alone << " / " << decode.alone << ", batched " << first.batched << " / "
        << decode.batched << " (first step / decode steps)");
-  CHECK(first.alone <= kBatchTolerance);
-  CHECK(first.batched <= kBatchTolerance);
-  CHECK(decode.alone <= kBatchTolerance);
-  CHECK(decode.batched <= kBatchTolerance);
-  for (size_t i = 0; i < triples.size(); ++i) {
-    INFO("session " << i);
-    testing::CheckIdenticalRetrievals(triples[i]->off_log, triples[i]->on_alone_log,
-                                      kBatchTolerance);
-    testing::CheckIdenticalRetrievals(triples[i]->off_log, triples[i]->on_batched_log,
-                                      kBatchTolerance);
-  }
+  CheckWithin(first, kBatchTolerance);
+  CheckWithin(decode, kBatchTolerance);
+  CheckRetrievals(triples, CudaPrecision::kFp32);
 }
 
 TEST_CASE("cuda: batched_step_rows with disable_gca gives the slice-by-slice base LM's logits",
@@ -409,33 +422,24 @@ TEST_CASE("cuda: batched_step_rows with disable_gca gives the slice-by-slice bas
   const ModelWeights weights = testing::RandomWeights(config, 66);
   CudaBackendOptions options = testing::PrecisionOptions(CudaPrecision::kFp32);
   options.disable_gca = true;
-  auto off = MakeCudaBackend(config, weights, options);
-  options.batched_step_rows = true;
-  auto on = MakeCudaBackend(config, weights, options);
-  REQUIRE(off.ok());
-  REQUIRE(on.ok());
+  auto [off, on] = MakeOffAndOn(config, weights, options);
   std::vector<std::unique_ptr<Triple>> triples;
   const std::vector<int64_t> histories = {0, 70, 3 * 63 + 62};
   for (size_t i = 0; i < histories.size(); ++i) {
-    triples.push_back(NewTriple(**off, **on, histories[i], 7 + i));
+    triples.push_back(NewTriple(*off, *on, histories[i], 7 + i));
   }
   Worst worst;
-  StepThreeWays(**off, **on, triples,
+  StepThreeWays(*off, *on, triples,
                 {testing::RandomTokens(config, 80, 71), testing::RandomTokens(config, 1, 72),
                  testing::RandomTokens(config, 1, 73)},
                 worst);
   for (int step = 0; step < 3; ++step) {
-    StepThreeWays(**off, **on, triples,
-                  {testing::RandomTokens(config, 1, 80 + step),
-                   testing::RandomTokens(config, 1, 90 + step),
-                   testing::RandomTokens(config, 1, 100 + step)},
-                  worst);
+    StepThreeWays(*off, *on, triples, OneTokenEach(config, triples.size(), 80 + step, 10), worst);
   }
   WARN("cuda fp32 disable_gca batched_step_rows vs slice by slice, worst relative difference: "
        "alone "
        << worst.alone << ", batched " << worst.batched);
-  CHECK(worst.alone <= kBatchTolerance);
-  CHECK(worst.batched <= kBatchTolerance);
+  CheckWithin(worst, kBatchTolerance);
 }
 
 }  // namespace

@@ -71,15 +71,33 @@ std::vector<float> Continue(Session& s, absl::Span<const int32_t> tail) {
   return logits;
 }
 
+// A prompt of kPromptChunks closed chunks and `open_tokens` more, then a
+// tail of 8 chunks' tokens to continue with.
+struct PromptAndTail {
+  std::vector<int32_t> tokens;
+  size_t prompt_tokens = 0;
+  absl::Span<const int32_t> prompt() const {
+    return absl::MakeConstSpan(tokens).first(prompt_tokens);
+  }
+  absl::Span<const int32_t> tail() const {
+    return absl::MakeConstSpan(tokens).subspan(prompt_tokens);
+  }
+};
+
+PromptAndTail MakePromptAndTail(const ModelConfig& config, int64_t open_tokens, uint64_t seed) {
+  const int64_t tokens_per_chunk = config.chunk_positions() - 1;
+  const int64_t prompt_tokens = kPromptChunks * tokens_per_chunk + open_tokens;
+  return {testing::RandomTokens(config, prompt_tokens + 8 * tokens_per_chunk, seed),
+          static_cast<size_t>(prompt_tokens)};
+}
+
 TEST_CASE("cuda disk tier: mapped chunks free host memory and give the same logits", "[cuda]") {
   if (!testing::HaveGpu()) return;
   const ModelConfig config = testing::Chunk64Config();
   const ModelWeights weights = testing::RandomWeights(config, 71);
-  const int64_t tokens_per_chunk = config.chunk_positions() - 1;
-  const auto tokens =
-      testing::RandomTokens(config, kPromptChunks * tokens_per_chunk + 10 + 8 * 63, 72);
-  const auto prompt = absl::MakeConstSpan(tokens).first(kPromptChunks * tokens_per_chunk + 10);
-  const auto tail = absl::MakeConstSpan(tokens).subspan(prompt.size());
+  const PromptAndTail tokens = MakePromptAndTail(config, 10, 72);
+  const auto prompt = tokens.prompt();
+  const auto tail = tokens.tail();
   const size_t kv_floats = config.chunk_positions() * config.hidden_size;
   for (PrecisionCase pc : {PrecisionCase{CudaPrecision::kFp32, 4}, {CudaPrecision::kBf16, 2}}) {
     INFO("precision " << CudaPrecisionName(pc.precision));
@@ -155,11 +173,9 @@ TEST_CASE("cuda disk tier: a session restored with mapped chunks continues as on
   if (!testing::HaveGpu()) return;
   const ModelConfig config = testing::Chunk64Config();
   const ModelWeights weights = testing::RandomWeights(config, 73);
-  const int64_t tokens_per_chunk = config.chunk_positions() - 1;
-  const auto tokens =
-      testing::RandomTokens(config, kPromptChunks * tokens_per_chunk + 30 + 8 * 63, 74);
-  const auto prompt = absl::MakeConstSpan(tokens).first(kPromptChunks * tokens_per_chunk + 30);
-  const auto tail = absl::MakeConstSpan(tokens).subspan(prompt.size());
+  const PromptAndTail tokens = MakePromptAndTail(config, 30, 74);
+  const auto prompt = tokens.prompt();
+  const auto tail = tokens.tail();
   for (CudaPrecision precision : {CudaPrecision::kFp32, CudaPrecision::kBf16}) {
     INFO("precision " << CudaPrecisionName(precision));
     CudaBackendOptions options = testing::PrecisionOptions(precision);
