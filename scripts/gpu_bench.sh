@@ -28,6 +28,8 @@
 #   SANITIZER_TIMEOUT=900 bash scripts/gpu_bench.sh  each sanitizer run's time limit
 #                                                  (seconds; 480 by default)
 #   SKIP_BATCH=1 bash scripts/gpu_bench.sh         without the drt-batch-bench step
+#   SKIP_PEER=1 bash scripts/gpu_bench.sh          without the full-attention peer
+#                                                  (bench/full_attention_peer.py, PyTorch)
 #   BATCH_SESSIONS=1,32 bash scripts/gpu_bench.sh  other session counts for it
 #   PREBUILT=1 bash scripts/gpu_bench.sh           use build-gpu and .devlibs made by
 #                                                  scripts/device_bundle.sh (no apt, no build)
@@ -325,6 +327,25 @@ for row in "${rows[@]}"; do
     "$(awk -v a="$decode" -v b="$base" 'BEGIN{print (b > 0) ? a/b : 0}')" "$base" "$gpu" \
     "$(awk -v b="$host" 'BEGIN{print b/1048576}')" "$(awk -v b="$rss" 'BEGIN{print b/1048576}')" "$h2d"
 done
+
+# Issue 10, deliver 5: beside the table, the peer a user would otherwise
+# pick, a full-attention Transformer of the same size (12 layers, d 768, the
+# 128M config without encoder and GCA) decoding from a KV cache with PyTorch's
+# scaled-dot-product attention in a CUDA graph (bench/full_attention_peer.py;
+# it prints "does not fit" where its KV cache outgrows the GPU). Needs a
+# python3 with torch and CUDA: on the lent GPU machines, the image's.
+if [[ -z "${SKIP_PEER:-}" ]]; then
+  echo
+  echo "== full-attention peer (bench/full_attention_peer.py)"
+  if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+    python3 bench/full_attention_peer.py --dtype fp32 --layers 2 --hidden 256 --heads 4 \
+      --intermediate 512 --vocab 1000 --contexts 1024 --tokens 4 --self_check 64 | grep '^# self check'
+    python3 bench/full_attention_peer.py --contexts "${PEER_CONTEXTS:-16384,131072,1048576,2097152,4194304}" \
+      | grep -v '^json '
+  else
+    echo "gpu_bench: no python3 with CUDA torch on PATH; the peer was not measured" >&2
+  fi
+fi
 
 # Issue 11: aggregate decode tokens/s of N sessions stepped together
 # (engine/batch_step.h; on CUDA slice by slice, docs/cuda.md "Steps of
