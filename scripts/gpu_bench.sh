@@ -37,6 +37,8 @@
 #                                                  attention kernels alone: row vs split, issue 10)
 #   WINDOW_DECODE_SPLITS=8 bash scripts/gpu_bench.sh   drt-bench with --window_decode_splits 8
 #                                                  (the split decode kernel, off by default)
+#   WINDOW_PREFILL_TENSOR_CORES=true bash scripts/gpu_bench.sh   drt-bench with the tensor-core
+#                                                  window prefill kernel (off by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -283,7 +285,8 @@ run_bench() {
   local out
   out=$(mktemp)
   "$build/bench/drt-bench" --model "$model" --device cuda --random_prompt \
-    --generate "$generate" --window_decode_splits "${WINDOW_DECODE_SPLITS:-0}" "$@" >"$out" 2>/dev/null &
+    --generate "$generate" --window_decode_splits "${WINDOW_DECODE_SPLITS:-0}" \
+    --window_prefill_tensor_cores="${WINDOW_PREFILL_TENSOR_CORES:-false}" "$@" >"$out" 2>/dev/null &
   local pid=$! peak=0 used
   while kill -0 "$pid" 2>/dev/null; do
     used=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
