@@ -37,7 +37,7 @@ struct WindowAttentionParams {
   // 16: true runs the tensor-core kernel (kernels/window_mma_prefill.cu,
   // bf16 mma.sync, P rounded to bf16 for the P V product; compute capability
   // 8.0+, else cudaErrorNotSupported). NOT YET RUN ON A GPU (docs/cuda.md,
-  // "Tensor-core window prefill"): keep false until its tests pass on one.
+  // "Tensor-core prefill"): keep false until its tests pass on one.
   // fp32 storage, other head sizes and steps of <= 8 rows ignore it.
   bool prefill_tensor_cores = false;
 };

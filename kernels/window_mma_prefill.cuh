@@ -6,13 +6,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/attention_common.cuh"
+#include "kernels/mma_bf16.cuh"
 #include "kernels/window_attention.h"
 
 namespace drt::kernels::detail {
-
-// Head sizes the kernel has: mma.sync's k step is 16 elements.
-inline bool MmaPrefillHeadDim(int dh) { return dh % 16 == 0 && dh > 0 && dh <= kMaxHeadDim; }
 
 // p has been validated by LaunchWindowAttention, p.n > kRowKernelMaxN and
 // MmaPrefillHeadDim(p.head_dim). Needs compute capability 8.0 (bf16

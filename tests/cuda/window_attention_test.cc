@@ -151,7 +151,7 @@ void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0, 
                       c.head_dim));
   INFO("step: " << e.str());
   // The tensor-core kernel's figures are printed: they have not been seen
-  // on a GPU yet (docs/cuda.md, "Tensor-core window prefill").
+  // on a GPU yet (docs/cuda.md, "Tensor-core prefill").
   if (tensor_cores) WARN("tensor-core prefill, n " << c.n << " head_dim " << c.head_dim << ": " << e.str());
   CHECK(e.non_finite == 0);
   CHECK(e.relative() <= kBf16Tolerance);

@@ -335,16 +335,17 @@ TEST_CASE("cuda: the split window decode kernel decodes like the cpu backend", "
   }
 }
 
-// The tensor-core window prefill kernel (CudaBackendOptions::
-// window_prefill_tensor_cores, bf16 only) in the whole model: whole-prompt
-// prefill and 100-position pieces (both take it; token-by-token decode takes
-// the row kernel) against token-by-token decode, and against prefill with the
-// option off. Limit: kBf16Case's prefill-vs-decode bound (2e-2; the default
-// kernels measured 0.008 on an H100). The option changes only how the
-// prefill kernel rounds (it also rounds softmax probabilities to bf16, each
-// by at most 2^-9 relative), well inside that bound; the figures are printed
-// because they have not been seen on a GPU yet.
-TEST_CASE("cuda: the tensor-core window prefill kernel agrees with decode", "[cuda]") {
+// The tensor-core prefill kernels, window attention and GCA
+// (CudaBackendOptions::prefill_tensor_cores, bf16 only), in the whole model:
+// whole-prompt prefill and 100-position pieces (both take them;
+// token-by-token decode takes the row kernels) against token-by-token decode,
+// and against prefill with the option off. Limit: kBf16Case's
+// prefill-vs-decode bound (2e-2; the default kernels measured 0.008 on an
+// H100). The option changes only how the prefill kernels round (they also
+// round softmax probabilities to bf16, each by at most 2^-9 relative), well
+// inside that bound; the figures are printed because they have not been seen
+// on a GPU yet.
+TEST_CASE("cuda: the tensor-core prefill kernels agree with decode", "[cuda]") {
   if (!testing::HaveGpu()) return;
   const ModelConfig config = Chunk64Config();  // head_dim 16, window 100
   const ModelWeights weights = testing::RandomWeights(config, 71);
@@ -352,7 +353,7 @@ TEST_CASE("cuda: the tensor-core window prefill kernel agrees with decode", "[cu
   const int64_t V = config.vocab_size;
   CudaBackendOptions off_options = testing::PrecisionOptions(CudaPrecision::kBf16);
   CudaBackendOptions on_options = off_options;
-  on_options.window_prefill_tensor_cores = true;
+  on_options.prefill_tensor_cores = true;
   auto off_backend = MakeCudaBackend(config, weights, off_options);
   auto on_backend = MakeCudaBackend(config, weights, on_options);
   REQUIRE(off_backend.ok());
