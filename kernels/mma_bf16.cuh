@@ -52,13 +52,20 @@ __device__ inline uint32_t PackBf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// d += a b (m16n8k16, bf16 in, fp32 accumulate).
+// d += a b (m16n8k16, bf16 in, fp32 accumulate). A build for an older
+// architecture compiles a trap instead (CheckMmaDevice refuses such devices
+// before any launch).
 __device__ inline void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)d, (void)a, (void)b0, (void)b1;
+  __trap();
+#endif
 }
 
 // Two adjacent bf16 (4-byte aligned).
