@@ -30,6 +30,11 @@ absl::Status CudaSession<T>::MapChunks(std::shared_ptr<const MappedChunks> chunk
   // 0 then), FAILED_PRECONDITION without GCA or after a failure.
   DRT_RETURN_IF_ERROR(CheckStateAccess());
   if (chunks == nullptr) return absl::InvalidArgumentError("no mapped chunks given");
+  // A mapping holds encoder rows (engine/mapped_chunks.h); refused before
+  // anything is released, so the session keeps its K/V and is unchanged.
+  return absl::UnimplementedError(
+      "mapping chunks: the CUDA backend's chunk store of encoder rows (issue 10) is not written "
+      "yet");
   if (mapped_chunks_.Covers(chunks->first(), chunks->size())) return absl::OkStatus();
   // Refused before any wait, so that a bad range changes nothing.
   DRT_RETURN_IF_ERROR(
@@ -68,6 +73,10 @@ absl::Status CudaSession<T>::EnsureStaging() {
 template <typename T>
 absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks& mapped, int64_t chunk, T* keys,
                                              T* values) {
+  // A mapping holds encoder rows (engine/mapped_chunks.h); the device reads
+  // K/V, which this backend does not make from them yet.
+  return absl::UnimplementedError(
+      "fetching a mapped chunk: the CUDA backend's chunk store of encoder rows (issue 10) is not written yet");
   using E = HostElement<T>;
   const int64_t kv = chunk_store_.rows_per_chunk() * chunk_store_.width();
   // Made by MapChunks or ImportState before any chunk was released; this
@@ -81,7 +90,7 @@ absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks& mapped, int64_t
     DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staging_copied_[slot->index].get()),
                              "waiting for a staging slot's previous copy");
   }
-  MappedChunkToElements<E>(mapped, chunk, kv, slot->keys, slot->values);
+  MappedRowsToElements<E>(mapped, chunk, kv, slot->keys);
   const size_t block = chunk_store_.kv_block_bytes();
   cudaStream_t fetch = fetch_stream_.get();
   DRT_CUDA_RETURN_IF_ERROR(

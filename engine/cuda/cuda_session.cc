@@ -363,7 +363,7 @@ SessionMemory CudaSession<T>::memory() const {
   m.selection_bytes += buffers_.pinned_bytes();
   // The disk tier's staging likewise (a few chunks, only once it maps).
   if (staging_ != nullptr) m.selection_bytes += staging_->bytes();
-  m.mapped_chunk_bytes = mapped_chunks_.kv_bytes();
+  m.mapped_chunk_bytes = mapped_chunks_.encoder_row_bytes();
   m.device_bytes = buffers_.device_bytes() + landmarks_.bytes() + topk_workspace_.bytes();
   return m;
 }
