@@ -17,9 +17,11 @@ namespace drt::cpu {
 //
 // Always one single-threaded GEMM of exactly S' rows per projection, so the
 // result of a chunk is bit-identical whichever other chunks are made with it,
-// whenever it is made and on however many threads: prefill, piecewise and
-// token-by-token decoding, a fork and a restored session must give the same
-// logits (tests/session_test.cc and others assert it). Linear's row banding
+// whenever it is made and on however many threads: a fork, a restored
+// session and sessions with different cache reserves give the same logits
+// (tests/chunk_kv_test.cc, the restore and fork tests), and late K/V add no
+// difference between prefill and decode (which differ only by the rounding
+// of the encoder's own Linear over a step's chunks, as before). Linear's row banding
 // depends on how many rows one call holds, and BLAS may round a row
 // differently in another band shape, so it is not used here. Callers
 // parallelise across chunks. The BLAS library must be single-threaded

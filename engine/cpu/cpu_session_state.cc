@@ -78,6 +78,9 @@ absl::Status CpuSession::ImportState(const BackendSessionState& state, int64_t n
   std::copy(state.open_chunk.begin(), state.open_chunk.end(), open_chunk_.begin());
   selection_ = state.selection;
   position_ = state.position;
+  // Nothing made for another state may serve this one (an import needs a
+  // new session today, so this only hardens that rule).
+  kv_cache_ = ChunkKvCache(kv_cache_.reserve());
   return absl::OkStatus();
 }
 

@@ -261,7 +261,10 @@ void CpuStep::MakeMissingKeysValues(const StepPlan& plan, int64_t group) {
     CpuSession& session = SessionOf(plan.slices[s]);
     for (const GcaRun& run : plan.slices[s].runs) {
       for (int64_t c : RunSelection(plan, s, run, group).chunks) {
-        if (session.kv_cache_.Contains(c)) continue;
+        if (session.kv_cache_.Contains(c)) {
+          ++session.stats_.kv_cache_hits;
+          continue;
+        }
         missing.push_back({&session.store_, c, &session.kv_cache_.Add(c, floats)});
         ++session.stats_.kv_made_chunks;
       }
