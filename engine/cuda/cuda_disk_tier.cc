@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_session.h"
 #include "engine/cuda/host/map_host_chunks.h"
 #include "engine/cuda/status_macros.h"
@@ -82,7 +83,7 @@ absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks& mapped, int64_t
                              "waiting for a staging slot's previous copy");
   }
   MappedChunkToElements<E>(mapped, chunk, kv, slot->keys, slot->values);
-  const size_t block = chunk_store_.kv_block_bytes();
+  const size_t block = chunk_store_.block_bytes();
   cudaStream_t fetch = fetch_stream_.get();
   DRT_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(keys, slot->keys, block, cudaMemcpyHostToDevice, fetch),
@@ -96,10 +97,17 @@ absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks& mapped, int64_t
   return absl::OkStatus();
 }
 
+template <typename T>
+absl::Status CudaSession<T>::CopyMappedRows(const MappedChunks& mapped, int64_t chunk, T* rows) {
+  return absl::UnimplementedError(absl::StrCat(
+      "chunk ", chunk, ": mapped chunks hold K/V, the encoder-rows chunk store needs rows"));
+}
+
 #define DRT_INSTANTIATE_DISK_TIER(T)                                                        \
   template absl::Status CudaSession<T>::MapChunks(std::shared_ptr<const MappedChunks>);      \
   template absl::Status CudaSession<T>::EnsureStaging();                                      \
-  template absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks&, int64_t, T*, T*);
+  template absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks&, int64_t, T*, T*); \
+  template absl::Status CudaSession<T>::CopyMappedRows(const MappedChunks&, int64_t, T*);
 DRT_INSTANTIATE_DISK_TIER(bf16)
 DRT_INSTANTIATE_DISK_TIER(float)
 #undef DRT_INSTANTIATE_DISK_TIER

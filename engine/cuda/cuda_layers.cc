@@ -168,7 +168,7 @@ template <typename T>
 absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   // Forward pass 4 on `count` chunks whose lower-layer rows are in
   // buffers_.mixed. Output: landmarks (device matrix), K/V with the landmark row zero
-  // (enc_k/enc_v, then the host store).
+  // (enc_k/enc_v), and to the host store K/V or, with encoder rows, C.
   const int64_t S = sizes_.chunk;
   const int d = static_cast<int>(sizes_.d);
   const int rows = static_cast<int>(count * S);
@@ -205,13 +205,17 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
     DRT_RETURN_IF_ERROR(gemm_->Matmul(b.attn.get(), layer.o, x, rows, d, d, true, stream));
     DRT_RETURN_IF_ERROR(MlpBlock(layer, x, x, rows, kEncoderRmsEps));
   }
+  // C = encoder.norm(x): into b.x, or, when the host store keeps C, into
+  // enc_rows, which only the encoder writes (the store stream copies it
+  // out while later kernels rewrite b.x).
+  T* c_rows = stores_encoder_rows() ? b.enc_rows.get() : b.x.get();
   DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchRmsNorm(x, weights_.encoder_norm, rows, d,
-                                                  kEncoderRmsEps, b.x.get(), stream),
+                                                  kEncoderRmsEps, c_rows, stream),
                            "LaunchRmsNorm (encoder norm)");
   DRT_RETURN_IF_ERROR(
-      gemm_->Matmul(b.x.get(), weights_.chunk_k_proj, b.enc_k.get(), rows, d, d, stream));
+      gemm_->Matmul(c_rows, weights_.chunk_k_proj, b.enc_k.get(), rows, d, d, stream));
   DRT_RETURN_IF_ERROR(
-      gemm_->Matmul(b.x.get(), weights_.chunk_v_proj, b.enc_v.get(), rows, d, d, stream));
+      gemm_->Matmul(c_rows, weights_.chunk_v_proj, b.enc_v.get(), rows, d, d, stream));
   // The landmark's key and value are zero: GCA's softmax off-by-one
   // (Forward pass 7).
   DRT_CUDA_RETURN_IF_ERROR(
@@ -236,14 +240,30 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
       "LaunchRmsNormF32 (landmarks)");
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(encoded_.get(), stream), "recording the encoder");
 
-  // K/V to the pinned host store on the store stream (Forward pass 4: "the
-  // chunk memory that may live in host memory").
+  // K/V (or C's real rows) to the pinned host store on the store stream
+  // (Forward pass 4: "the chunk memory that may live in host memory").
   absl::StatusOr<int64_t> appended = chunk_store_.AppendUninitialized(count);
   if (!appended.ok()) return appended.status();
   cudaStream_t store = store_stream_.get();
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(store, encoded_.get(), 0),
                            "ordering the store copies after the encoder");
-  const size_t block = chunk_store_.kv_block_bytes();
+  if (stores_encoder_rows()) {
+    // Rows 0..S'-1 of each chunk; the landmark row's K/V are zero, so it is
+    // not kept (engine/cuda/host/chunk_record_layout.h).
+    const size_t record = chunk_store_.record_bytes();
+    for (int64_t c = 0; c < count; ++c) {
+      DRT_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(chunk_store_.mutable_record(*appended + c), b.enc_rows.get() + c * S * d,
+                          record, cudaMemcpyDeviceToHost, store),
+          "copying chunk encoder rows to the host store");
+    }
+    DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(stored_.get(), store), "recording the store copies");
+    stats_.d2h_bytes += static_cast<int64_t>(record * count);
+    step_first_new_chunk_ = first;
+    step_new_chunks_ = count;
+    return absl::OkStatus();
+  }
+  const size_t block = chunk_store_.block_bytes();
   for (int64_t c = 0; c < count; ++c) {
     DRT_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(chunk_store_.mutable_keys(*appended + c), b.enc_k.get() + c * S * d, block,

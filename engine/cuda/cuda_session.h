@@ -9,11 +9,13 @@
 // events.
 //
 // Three streams per session: `compute` runs every kernel; `store` copies the
-// K/V of closed chunks device -> pinned host store after the encoder; `fetch`
-// copies retrieved chunks into a group's slot buffer (host -> device, or
-// device -> device from the same step's encoder output). Events order
-// them; the host waits only for the top-k indices (it plans the copies) and
-// for the logits.
+// K/V of closed chunks (or their encoder rows, CudaChunkStore::kEncoderRows)
+// device -> pinned host store after the encoder; `fetch` copies retrieved
+// chunks into a group's slot buffer (host -> device, or device -> device
+// from the same step's encoder output) and, with encoder rows, runs the two
+// GEMMs that make K/V of the rows it brought in (its own cuBLAS handle and
+// workspace). Events order them; the host waits only for the top-k indices
+// (it plans the copies) and for the logits.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/host/chunk_residency.h"
 #include "engine/cuda/host/chunk_staging.h"
+#include "engine/cuda/host/fetch_batches.h"
 #include "engine/cuda/host/host_chunk_store.h"
 #include "engine/cuda/host/mapped_chunk_table.h"
 #include "engine/cuda/session_buffers.h"
@@ -184,10 +187,19 @@ class CudaSession final : public BackendSession {
   // the copies.
   absl::Status FetchChunks(int64_t group, const std::vector<int64_t>& chunks,
                            std::vector<int>* slots);
+  // FetchChunks' copies with a store of encoder rows (engine/cuda/host/
+  // fetch_batches.h), on the fetch stream after its waits.
+  absl::Status FetchEncoderRows(int64_t group, const std::vector<ChunkResidency::Copy>& copies);
+  bool stores_encoder_rows() const {
+    return options_.chunk_store == CudaChunkStore::kEncoderRows;
+  }
   // cuda_disk_tier.cc: queues on the fetch stream the copy of mapped chunk
   // `chunk` (read from `mapped`) into a slot's keys and values, through the
   // pinned staging.
   absl::Status CopyMappedChunk(const MappedChunks& mapped, int64_t chunk, T* keys, T* values);
+  // The same for a store of encoder rows: chunk `chunk`'s rows into `rows`
+  // (a device staging entry of FetchEncoderRows).
+  absl::Status CopyMappedRows(const MappedChunks& mapped, int64_t chunk, T* rows);
   // Makes the pinned staging and its events if there are none yet.
   absl::Status EnsureStaging();
   // Final norm, lm_head and the copy to pinned memory of `count` rows of h
@@ -201,8 +213,11 @@ class CudaSession final : public BackendSession {
   std::shared_ptr<HostAllocator> host_allocator_;
 
   Stream compute_stream_, fetch_stream_, store_stream_;
-  // Declared after the streams so that it is destroyed before them.
+  // Declared after the streams so that they are destroyed before them.
   std::unique_ptr<kernels::CublasGemm> gemm_;
+  // The fetch stream's GEMMs (encoder rows only): a CublasGemm's workspace
+  // must not serve two streams at once.
+  std::unique_ptr<kernels::CublasGemm> fetch_gemm_;
   Event encoded_;                  // compute: enc_k/enc_v written
   Event stored_;                   // store: D2H of the latest closed chunks done
   Event fetch_tail_;               // fetch: the latest chunk copies done

@@ -41,6 +41,11 @@ absl::Status CudaSession<T>::CheckStateAccess() const {
         "on a GPU; drt-server --cuda_state_export (CudaBackendOptions::state_export) turns "
         "them on");
   }
+  if (stores_encoder_rows()) {
+    return absl::UnimplementedError(
+        "CUDA session state export and import with the encoder-rows chunk store "
+        "(--cuda_chunk_store=encoder_rows) are not written yet");
+  }
   if (options_.disable_gca) {
     return absl::FailedPreconditionError(
         "a CUDA session without GCA (disable_gca, the benchmark base LM) holds no model state "
