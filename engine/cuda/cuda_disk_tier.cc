@@ -52,14 +52,14 @@ template <typename T>
 absl::Status CudaSession<T>::EnsureStaging() {
   using E = HostElement<T>;
   if (staging_ != nullptr) return absl::OkStatus();
-  const int64_t kv = chunk_store_.rows_per_chunk() * chunk_store_.width();
+  const int64_t record = chunk_store_.layout().elements();
   std::vector<Event> copied;
   for (int64_t i = 0; i < kStagingSlots; ++i) {
     absl::StatusOr<Event> e = Event::Create();
     if (!e.ok()) return e.status();
     copied.push_back(*std::move(e));
   }
-  auto staging = std::make_unique<ChunkStaging<E>>(kStagingSlots, kv, host_allocator_);
+  auto staging = std::make_unique<ChunkStaging<E>>(kStagingSlots, record, host_allocator_);
   DRT_RETURN_IF_ERROR(staging->Allocate());
   staging_ = std::move(staging);
   staging_copied_ = std::move(copied);
@@ -82,14 +82,14 @@ absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks& mapped, int64_t
     DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staging_copied_[slot->index].get()),
                              "waiting for a staging slot's previous copy");
   }
-  MappedChunkToElements<E>(mapped, chunk, kv, slot->keys, slot->values);
+  MappedChunkToElements<E>(mapped, chunk, kv, slot->data, slot->data + kv);
   const size_t block = chunk_store_.block_bytes();
   cudaStream_t fetch = fetch_stream_.get();
   DRT_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(keys, slot->keys, block, cudaMemcpyHostToDevice, fetch),
+      cudaMemcpyAsync(keys, slot->data, block, cudaMemcpyHostToDevice, fetch),
       "copying mapped chunk keys host -> device");
   DRT_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(values, slot->values, block, cudaMemcpyHostToDevice, fetch),
+      cudaMemcpyAsync(values, slot->data + kv, block, cudaMemcpyHostToDevice, fetch),
       "copying mapped chunk values host -> device");
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging_copied_[slot->index].get(), fetch),
                            "recording a staging slot's copy");
