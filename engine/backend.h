@@ -35,10 +35,17 @@ struct SessionMemory {
   size_t window_bytes = 0;       // per-layer sliding-window K/V rings
   size_t open_chunk_bytes = 0;   // lower-layer rows of the open chunk
   size_t landmark_bytes = 0;     // one d-vector per closed chunk
-  size_t chunk_store_bytes = 0;  // K/V of closed chunks (may be shared by forks)
+  // Encoder rows of closed chunks (engine/session_state.h, ChunkData; may
+  // be shared by forks).
+  size_t chunk_store_bytes = 0;
+  // GCA keys and values made from the encoder rows of the chunks the
+  // selections read (the CPU backend's ChunkKvCache): bounded by the
+  // selections in force plus the cache's reserve, and the chunks one step's
+  // selections name.
+  size_t chunk_kv_cache_bytes = 0;
   size_t selection_bytes = 0;    // current retrieval per group
   size_t shared_bytes = 0;       // of chunk_store + landmarks, shared with forks
-  // K/V of closed chunks read from memory-mapped files (the disk tier,
+  // Encoder rows of closed chunks read from memory-mapped files (the disk tier,
   // engine/mapped_chunks.h): the page cache holds what of it is resident,
   // so it is not in total().
   size_t mapped_chunk_bytes = 0;
@@ -46,7 +53,8 @@ struct SessionMemory {
   // which is host memory. 0 on the CPU backend.
   size_t device_bytes = 0;
   size_t total() const {
-    return window_bytes + open_chunk_bytes + landmark_bytes + chunk_store_bytes + selection_bytes;
+    return window_bytes + open_chunk_bytes + landmark_bytes + chunk_store_bytes +
+           chunk_kv_cache_bytes + selection_bytes;
   }
 };
 
@@ -59,6 +67,11 @@ struct BackendSessionStats {
   int64_t d2d_chunks = 0;      // selected chunks copied from the same step's encoder output
   int64_t resident_hits = 0;   // selected chunks found already on the device
   int64_t d2h_bytes = 0;       // closed chunks' K/V copied device -> host store
+  // Chunks whose GCA keys and values were made from their encoder rows
+  // (the CPU backend's ChunkKvCache misses), and selected chunks whose keys
+  // and values were found made already (its hits).
+  int64_t kv_made_chunks = 0;
+  int64_t kv_cache_hits = 0;
   // Rows run by lower-only forwards (StepPlan::lower_only): their upper
   // layers, retrievals and logits were skipped.
   int64_t upper_rows_skipped = 0;
@@ -118,7 +131,7 @@ class BackendSession {
   // `chunks` (closed chunks of this session, first() and size() multiples
   // of chunk_map_unit(), contents identical to the session's) are read from
   // the mapping from now on, and the session frees its own copy of their
-  // K/V. Forks that share those chunks keep theirs until they map them too.
+  // encoder rows. Forks that share those chunks keep theirs until they map them too.
   // INVALID_ARGUMENT for a range that is not whole units of closed chunks;
   // nothing changes then.
   virtual absl::Status MapChunks(std::shared_ptr<const MappedChunks> chunks) {
@@ -187,6 +200,13 @@ struct CpuBackendOptions {
   // model's UpperLayerReach. Only tests set it, to show that a reach too
   // small changes the state.
   int64_t upper_layer_reach = 0;
+  // Chunks whose GCA keys and values a session keeps made beyond those its
+  // selections in force name, the most recently read first
+  // (engine/cpu/chunk_kv_cache.h); each takes 2 x chunk_positions x
+  // hidden_size floats. 0: only the chunks in force. Logits do not depend
+  // on it, only speed and memory (docs/engine.md, "Chunk store of encoder
+  // rows").
+  int64_t chunk_kv_reserve = 0;
 };
 
 // The model must outlive the backend.

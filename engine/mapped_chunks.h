@@ -27,10 +27,11 @@ class MappedChunks {
   virtual int64_t size() const = 0;
   // `chunk` is the session's chunk index, in [first(), first() + size()).
   virtual const float* landmark(int64_t chunk) const = 0;  // [hidden_size]
-  virtual const float* keys(int64_t chunk) const = 0;      // [chunk_positions x hidden_size]
-  virtual const float* values(int64_t chunk) const = 0;    // [chunk_positions x hidden_size]
-  // Bytes of K/V it maps (what the session no longer holds in RAM).
-  virtual size_t kv_bytes() const = 0;
+  // The chunk's encoder output rows (engine/session_state.h, ChunkData::rows):
+  // [enc_chunk_size x hidden_size].
+  virtual const float* encoder_rows(int64_t chunk) const = 0;
+  // Bytes of encoder rows it maps (what the session no longer holds in RAM).
+  virtual size_t encoder_row_bytes() const = 0;
 };
 
 // Maps chunks [first, first + count) of a session.

@@ -125,10 +125,7 @@ absl::Status ValidateBackendSessionState(const BackendSessionState& state, int64
 absl::Status ValidateChunkData(const ChunkData& chunk, const ModelConfig& c) {
   const int64_t d = c.hidden_size;
   if (absl::Status s = SizeIs("a chunk's landmark", chunk.landmark.size(), d); !s.ok()) return s;
-  if (absl::Status s = SizeIs("a chunk's keys", chunk.keys.size(), c.chunk_positions() * d); !s.ok()) {
-    return s;
-  }
-  return SizeIs("a chunk's values", chunk.values.size(), c.chunk_positions() * d);
+  return SizeIs("a chunk's encoder rows", chunk.rows.size(), c.enc_chunk_size * d);
 }
 
 std::string EncodeSessionState(const SessionState& state, const ModelConfig& config) {
@@ -223,14 +220,14 @@ absl::StatusOr<SessionState> DecodeSessionState(std::string_view bytes, const Mo
 }
 
 size_t ChunkPayloadBytes(const ModelConfig& c) {
-  return static_cast<size_t>((2 * c.chunk_positions() + 1) * c.hidden_size) * sizeof(float);
+  // The landmark row plus the enc_chunk_size real-token rows of C.
+  return static_cast<size_t>(c.chunk_positions() * c.hidden_size) * sizeof(float);
 }
 
 void EncodeChunk(const ChunkData& chunk, std::string& out) {
   ByteWriter w(out);
   w.Raw(chunk.landmark.data(), chunk.landmark.size() * sizeof(float));
-  w.Raw(chunk.keys.data(), chunk.keys.size() * sizeof(float));
-  w.Raw(chunk.values.data(), chunk.values.size() * sizeof(float));
+  w.Raw(chunk.rows.data(), chunk.rows.size() * sizeof(float));
 }
 
 absl::Status DecodeChunk(std::string_view bytes, const ModelConfig& c, ChunkData& out) {
@@ -240,14 +237,12 @@ absl::Status DecodeChunk(std::string_view bytes, const ModelConfig& c, ChunkData
         ChunkPayloadBytes(c)));
   }
   const int64_t d = c.hidden_size;
-  const int64_t kv = c.chunk_positions() * d;
+  const int64_t rows = c.enc_chunk_size * d;
   // memcpy, not a cast: the bytes need not be aligned for floats.
   out.landmark.resize(d);
-  out.keys.resize(kv);
-  out.values.resize(kv);
+  out.rows.resize(rows);
   std::memcpy(out.landmark.data(), bytes.data(), d * sizeof(float));
-  std::memcpy(out.keys.data(), bytes.data() + d * sizeof(float), kv * sizeof(float));
-  std::memcpy(out.values.data(), bytes.data() + (d + kv) * sizeof(float), kv * sizeof(float));
+  std::memcpy(out.rows.data(), bytes.data() + d * sizeof(float), rows * sizeof(float));
   return absl::OkStatus();
 }
 

@@ -5,8 +5,8 @@
 //
 // The state is split in two: the small state (bounded independently of the
 // context length: windows, open chunk, selections, position, token count,
-// last logits) and the closed chunks (landmark + GCA K/V each), which grow
-// with the context and are written once, as they close.
+// last logits) and the closed chunks (landmark + encoder rows each), which
+// grow with the context and are written once, as they close.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +21,14 @@
 
 namespace drt {
 
-// One closed chunk: landmark [d], keys and values [chunk_positions x d].
+// One closed chunk: the encoder output C of its chunk_positions rows
+// (drt-model.md, Forward pass 4), split as landmark [d] = C's landmark row
+// and rows [enc_chunk_size x d] = C's real-token rows 0..S'-1, in order.
+// Its GCA keys and values are not stored: K = C W_k^T and V = C W_v^T with
+// the landmark row zero are made from these when the chunk is read for GCA,
+// which halves the bytes a chunk takes (issue 10).
 struct ChunkData {
-  std::vector<float> landmark, keys, values;
+  std::vector<float> landmark, rows;
 };
 
 // One decoder layer's sliding-window K/V, oldest row first.
@@ -73,7 +78,8 @@ inline int64_t ClosedChunks(const SessionState& state, const ModelConfig& config
 // state written for another model is refused by name when decoded.
 std::string EncodeSessionState(const SessionState& state, const ModelConfig& config);
 absl::StatusOr<SessionState> DecodeSessionState(std::string_view bytes, const ModelConfig& config);
-// A chunk's payload: landmark, keys, values as raw floats.
+// A chunk's payload: landmark, then encoder rows, as raw floats:
+// chunk_positions() * hidden_size floats.
 size_t ChunkPayloadBytes(const ModelConfig& config);
 void EncodeChunk(const ChunkData& chunk, std::string& out);
 absl::Status DecodeChunk(std::string_view bytes, const ModelConfig& config, ChunkData& out);

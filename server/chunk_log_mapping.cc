@@ -29,7 +29,7 @@ class ChunkLogMapping final : public MappedChunks {
       : first_(first),
         count_(count),
         width_(config.hidden_size),
-        rows_(config.chunk_positions()),
+        rows_(config.enc_chunk_size),
         record_bytes_(kChunkRecordHeaderBytes + ChunkPayloadBytes(config)) {}
   ~ChunkLogMapping() override {
     for (const Piece& p : pieces_) ::munmap(p.base, p.length);
@@ -39,15 +39,12 @@ class ChunkLogMapping final : public MappedChunks {
 
   int64_t first() const override { return first_; }
   int64_t size() const override { return count_; }
-  // Payload layout (docs/state_format.md): landmark [d], keys [rows x d],
-  // values [rows x d].
+  // Payload layout (docs/state_format.md, version 2): landmark [d], encoder
+  // rows [enc_chunk_size x d].
   const float* landmark(int64_t chunk) const override { return Payload(chunk); }
-  const float* keys(int64_t chunk) const override { return Payload(chunk) + width_; }
-  const float* values(int64_t chunk) const override {
-    return Payload(chunk) + width_ + rows_ * width_;
-  }
-  size_t kv_bytes() const override {
-    return static_cast<size_t>(count_) * 2 * rows_ * width_ * sizeof(float);
+  const float* encoder_rows(int64_t chunk) const override { return Payload(chunk) + width_; }
+  size_t encoder_row_bytes() const override {
+    return static_cast<size_t>(count_) * rows_ * width_ * sizeof(float);
   }
 
   std::vector<Piece>& pieces() { return pieces_; }

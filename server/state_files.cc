@@ -44,6 +44,10 @@ absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& 
 }
 
 absl::Status CheckVersion(uint32_t version, const std::string& path) {
+  if (version == 1) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s %s", path, kStateFormatVersion1Refusal));
+  }
   if (version == 0 || version > kStateFormatVersion) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s has format version %d; this server reads version %d (written by a newer "

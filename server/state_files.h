@@ -15,8 +15,19 @@
 
 namespace drt::server {
 
-// Version of every file below; a file with a larger one is refused by name.
-inline constexpr uint32_t kStateFormatVersion = 1;
+// Version of every file below; a file with a larger one is refused by name,
+// and so is one of version 1 (kStateFormatVersion1Refusal).
+// 2: a chunk record holds the chunk's landmark and encoder rows
+// (engine/session_state.h, ChunkData); 1 held its landmark and GCA K/V.
+inline constexpr uint32_t kStateFormatVersion = 2;
+// Why a version-1 file or directory cannot be read, after its path: its
+// chunks hold K/V, and the encoder rows they were made from cannot be had
+// back from them (K = C W_k^T keeps only what W_k passes).
+inline constexpr char kStateFormatVersion1Refusal[] =
+    "has format version 1, whose chunk records hold GCA keys and values; version 2 stores "
+    "each chunk's encoder output rows instead, and keys and values cannot be converted back "
+    "to encoder rows: re-ingest the context (send its tokens to a new session) with this "
+    "server, or read the file with the drt-server that wrote it";
 
 // Writes path + ".tmp", fsyncs it, renames it over `path` and fsyncs the
 // directory: after a crash `path` holds either the old or the new bytes.

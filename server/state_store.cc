@@ -90,6 +90,10 @@ absl::Status CheckFormatFile(const std::string& dir) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s does not name a drt state directory", path));
   }
+  if (version == 1) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s %s", path, kStateFormatVersion1Refusal));
+  }
   if (version < 1 || version > static_cast<int>(kStateFormatVersion)) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s says format version %d; this server reads version %d (written by a newer "

@@ -25,7 +25,7 @@ TEST_CASE("batched retrieval picks what a naive top-k picks", "[retrieval]") {
   const int64_t num_chunks = 3 * ChunkStore::kChunksPerBlock + 7;
   ChunkStore store(kRows, kD);
   std::vector<std::vector<float>> landmarks(num_chunks, std::vector<float>(kD));
-  const std::vector<float> kv(kRows * kD, 0.f);
+  const std::vector<float> encoder_rows(kRows * kD, 0.f);
   for (int64_t c = 0; c < num_chunks; ++c) {
     // Chunk 100 repeats chunk 30 and 150 repeats 100: exact ties.
     if (c == 100 || c == 150) {
@@ -33,7 +33,7 @@ TEST_CASE("batched retrieval picks what a naive top-k picks", "[retrieval]") {
     } else {
       for (float& x : landmarks[c]) x = normal(rng);
     }
-    store.Append(landmarks[c].data(), kv.data(), kv.data());
+    store.Append(landmarks[c].data(), encoder_rows.data());
   }
   std::vector<float> norm(kD);
   for (float& w : norm) w = 0.5f + 0.05f * normal(rng);

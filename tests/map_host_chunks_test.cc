@@ -55,10 +55,7 @@ std::shared_ptr<const MappedChunks> MappingOf(int64_t first, int64_t count) {
   std::vector<ChunkData> chunks(count);
   for (int64_t c = 0; c < count; ++c) {
     chunks[c].landmark.assign(kWidth, static_cast<float>(first + c));
-    for (int64_t i = 0; i < kKv; ++i) {
-      chunks[c].keys.push_back(Value(first + c, 0, i));
-      chunks[c].values.push_back(Value(first + c, 1, i));
-    }
+    for (int64_t i = 0; i < kKv; ++i) chunks[c].rows.push_back(Value(first + c, 0, i));
   }
   return std::make_shared<VectorMappedChunks>(first, std::move(chunks));
 }
@@ -185,7 +182,7 @@ TEST_CASE("mapped chunk table: whole units of closed chunks, no overlap") {
   CHECK(table.Find(7)->first() == 6);
   CHECK(table.Find(8) == nullptr);
   CHECK(table.mapped_chunks() == 4);
-  CHECK(table.kv_bytes() == 4 * kChunkBytes);
+  CHECK(table.encoder_row_bytes() == 4 * kKv * sizeof(float));  // the mappings' rows
 
   // Covers: every chunk of the range mapped (what CudaSession::MapChunks
   // accepts again as a no-op, like the CPU's ChunkStore::MapBlock).
@@ -240,22 +237,24 @@ TEST_CASE("mapped chunk to staging: fp32 kept, bf16 rounded to nearest even") {
   const int64_t kv = static_cast<int64_t>(floats.size());
   std::vector<ChunkData> chunks(2);
   for (ChunkData& c : chunks) c.landmark.assign(1, 0.f);
-  chunks[1].keys = floats;
-  chunks[1].values.resize(kv);
-  for (int64_t i = 0; i < kv; ++i) chunks[1].values[i] = -floats[i];
+  chunks[0].rows.resize(kv);
+  for (int64_t i = 0; i < kv; ++i) chunks[0].rows[i] = -floats[i];
+  chunks[1].rows = floats;
   VectorMappedChunks mapped(4, std::move(chunks));
 
-  std::vector<Bf16Bits> keys(kv), values(kv);
-  MappedChunkToElements<Bf16Bits>(mapped, 5, kv, keys.data(), values.data());
+  std::vector<Bf16Bits> rows(kv), other(kv);
+  MappedRowsToElements<Bf16Bits>(mapped, 5, kv, rows.data());
+  MappedRowsToElements<Bf16Bits>(mapped, 4, kv, other.data());
   for (int64_t i = 0; i < kv; ++i) {
-    CHECK(keys[i] == expected[i]);
-    CHECK(values[i] == static_cast<Bf16Bits>(expected[i] ^ 0x8000));  // the sign bit
-    CHECK(keys[i] == FloatToBf16(floats[i]));  // what the store path rounds to
+    CHECK(rows[i] == expected[i]);
+    CHECK(other[i] == static_cast<Bf16Bits>(expected[i] ^ 0x8000));  // the sign bit
+    CHECK(rows[i] == FloatToBf16(floats[i]));  // what the store path rounds to
   }
-  std::vector<float> fkeys(kv), fvalues(kv);
-  MappedChunkToElements<float>(mapped, 5, kv, fkeys.data(), fvalues.data());
-  CHECK(std::memcmp(fkeys.data(), floats.data(), kv * sizeof(float)) == 0);
-  CHECK(fvalues[2] == -1.01171875f);
+  std::vector<float> frows(kv), fother(kv);
+  MappedRowsToElements<float>(mapped, 5, kv, frows.data());
+  MappedRowsToElements<float>(mapped, 4, kv, fother.data());
+  CHECK(std::memcmp(frows.data(), floats.data(), kv * sizeof(float)) == 0);
+  CHECK(fother[2] == -1.01171875f);
 }
 
 TEST_CASE("chunk staging: slots in turn, allocated on first use, reuse of a queued slot waits") {

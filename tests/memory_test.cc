@@ -47,8 +47,15 @@ TEST_CASE("200,000 tokens: memory besides the chunk store stays flat", "[engine]
   REQUIRE(at_200k.window_bytes == at_50k.window_bytes);
   REQUIRE(at_200k.open_chunk_bytes == at_50k.open_chunk_bytes);
   REQUIRE(at_200k.selection_bytes == at_50k.selection_bytes);
-  // The store grows with the chunks: K and V, 64 rows x d floats each.
-  const size_t per_chunk = 2 * 64 * config.hidden_size * sizeof(float);
+  // K/V made for the selections in force: at most top-k chunks per group,
+  // 2 x 64 rows x d floats each (the backend's default keeps no reserve).
+  const size_t kv_per_chunk = 2 * 64 * config.hidden_size * sizeof(float);
+  REQUIRE(at_200k.chunk_kv_cache_bytes > 0);
+  REQUIRE(at_200k.chunk_kv_cache_bytes <=
+          static_cast<size_t>(config.num_groups() * config.chunk_topk) * kv_per_chunk);
+  // The store grows with the chunks: their encoder rows, 63 rows x d floats
+  // each (K and V are made when read; they took 2 x 64 rows before).
+  const size_t per_chunk = 63 * config.hidden_size * sizeof(float);
   REQUIRE(at_200k.chunk_store_bytes >= per_chunk * (200000 / 63));
   REQUIRE(at_200k.chunk_store_bytes <= per_chunk * (200000 / 63 + 64));  // one partly filled block
 

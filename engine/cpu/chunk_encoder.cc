@@ -1,7 +1,5 @@
 #include "engine/cpu/chunk_encoder.h"
 
-#include <algorithm>
-
 #include "engine/cpu/kernels.h"
 #include "engine/model_rules.h"
 
@@ -16,8 +14,8 @@ void EncodeChunks(const ModelConfig& config, const ModelWeights& weights, const 
   const int64_t f = config.intermediate_size;
   const int64_t n = count * S;
   std::vector<float>& x = encoded.output;
-  std::vector<float>& k = encoded.keys;
-  std::vector<float>& v = encoded.values;
+  std::vector<float>& k = encoded.layer_keys;
+  std::vector<float>& v = encoded.layer_values;
   x.resize(n * d);
   k.resize(n * d);
   v.resize(n * d);
@@ -44,14 +42,8 @@ void EncodeChunks(const ModelConfig& config, const ModelWeights& weights, const 
     AddInPlace(x.data(), xn.data(), n * d);
   }
   RmsNorm(x.data(), n, d, weights.encoder_norm.data(), kEncoderRmsEps, x.data(), pool);
-  Linear(x.data(), n, d, weights.chunk_k_proj.data(), d, k.data(), pool);
-  Linear(x.data(), n, d, weights.chunk_v_proj.data(), d, v.data(), pool);
-  const int64_t landmark = LandmarkRowInChunk(config);
-  for (int64_t c = 0; c < count; ++c) {
-    // The landmark's key and value are zero: the off-by-one of GCA's softmax.
-    std::fill_n(k.data() + (c * S + landmark) * d, d, 0.f);
-    std::fill_n(v.data() + (c * S + landmark) * d, d, 0.f);
-  }
+  // C is the result. Its GCA keys and values are not made here but when a
+  // selection reads the chunk (engine/cpu/chunk_kv.h).
 }
 
 }  // namespace drt::cpu

@@ -13,10 +13,13 @@
 namespace drt::cpu {
 
 struct EncodedChunks {
-  // count x chunk_positions x d each: the encoder output C (its last row of
-  // each chunk is the landmark vector) and the chunk keys and values, whose
-  // landmark rows are zero.
-  std::vector<float> output, keys, values;
+  // count x chunk_positions x d: the encoder output C (after encoder.norm;
+  // the last row of each chunk is the landmark vector). The chunk store
+  // keeps it; GCA keys and values are made from it when read
+  // (engine/cpu/chunk_kv.h).
+  std::vector<float> output;
+  // Scratch of the encoder layers' own attention, kept to reuse its memory.
+  std::vector<float> layer_keys, layer_values;
 };
 
 // `rows`: the count x chunk_positions lower-layer rows of the chunks.

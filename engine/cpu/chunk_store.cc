@@ -16,17 +16,14 @@ ChunkStore::Block& ChunkStore::WritableLastBlock() {
   Block& block = *blocks_.back();
   // Full capacity up front: no reallocation (and no 2x slack) while filling.
   block.landmarks.reserve(kChunksPerBlock * width_);
-  block.keys.reserve(kChunksPerBlock * rows_ * width_);
-  block.values.reserve(kChunksPerBlock * rows_ * width_);
+  block.rows.reserve(kChunksPerBlock * rows_ * width_);
   return block;
 }
 
-void ChunkStore::Append(const float* landmark, const float* keys, const float* values) {
+void ChunkStore::Append(const float* landmark, const float* rows) {
   Block& block = WritableLastBlock();
-  const int64_t kv = rows_ * width_;
   block.landmarks.insert(block.landmarks.end(), landmark, landmark + width_);
-  block.keys.insert(block.keys.end(), keys, keys + kv);
-  block.values.insert(block.values.end(), values, values + kv);
+  block.rows.insert(block.rows.end(), rows, rows + rows_ * width_);
   ++block.count;
   ++size_;
 }
@@ -35,15 +32,10 @@ const float* ChunkStore::landmark(int64_t chunk) const {
   const Block& b = *blocks_[chunk / kChunksPerBlock];
   return b.landmarks.data() + (chunk % kChunksPerBlock) * width_;
 }
-const float* ChunkStore::keys(int64_t chunk) const {
+const float* ChunkStore::encoder_rows(int64_t chunk) const {
   const Block& b = *blocks_[chunk / kChunksPerBlock];
-  if (b.mapped != nullptr) return b.mapped->keys(chunk);
-  return b.keys.data() + (chunk % kChunksPerBlock) * rows_ * width_;
-}
-const float* ChunkStore::values(int64_t chunk) const {
-  const Block& b = *blocks_[chunk / kChunksPerBlock];
-  if (b.mapped != nullptr) return b.mapped->values(chunk);
-  return b.values.data() + (chunk % kChunksPerBlock) * rows_ * width_;
+  if (b.mapped != nullptr) return b.mapped->encoder_rows(chunk);
+  return b.rows.data() + (chunk % kChunksPerBlock) * rows_ * width_;
 }
 
 absl::Status ChunkStore::CheckMappedBlock(const MappedChunks& mapped, int64_t first) const {
@@ -95,8 +87,7 @@ absl::Status ChunkStore::MapBlock(std::shared_ptr<const MappedChunks> mapped) {
     slot = std::move(own);
   } else {
     slot->mapped = std::move(mapped);
-    std::vector<float>().swap(slot->keys);  // frees the memory, not only the size
-    std::vector<float>().swap(slot->values);
+    std::vector<float>().swap(slot->rows);  // frees the memory, not only the size
   }
   return absl::OkStatus();
 }
@@ -111,16 +102,16 @@ std::vector<ChunkStore::LandmarkSpan> ChunkStore::LandmarkSpans(int64_t num_chun
   return spans;
 }
 
-size_t ChunkStore::kv_bytes() const {
+size_t ChunkStore::encoder_row_bytes() const {
   size_t bytes = 0;
-  for (const auto& b : blocks_) bytes += (b->keys.capacity() + b->values.capacity()) * sizeof(float);
+  for (const auto& b : blocks_) bytes += b->rows.capacity() * sizeof(float);
   return bytes;
 }
 
 size_t ChunkStore::mapped_bytes() const {
   size_t bytes = 0;
   for (const auto& b : blocks_) {
-    if (b->mapped != nullptr) bytes += b->mapped->kv_bytes();
+    if (b->mapped != nullptr) bytes += b->mapped->encoder_row_bytes();
   }
   return bytes;
 }
@@ -129,7 +120,7 @@ size_t ChunkStore::shared_bytes() const {
   size_t bytes = 0;
   for (const auto& b : blocks_) {
     if (b.use_count() > 1) {
-      bytes += (b->keys.capacity() + b->values.capacity() + b->landmarks.capacity()) * sizeof(float);
+      bytes += (b->rows.capacity() + b->landmarks.capacity()) * sizeof(float);
     }
   }
   return bytes;

@@ -1,12 +1,15 @@
 // Append-only memory of closed chunks: per chunk its landmark vector (d) and
-// its GCA keys and values (rows x d each). Chunks live in fixed-capacity
+// its encoder output rows (rows x d; engine/session_state.h, ChunkData). GCA
+// keys and values are made from the rows when a selection reads the chunk
+// (engine/cpu/chunk_kv_cache.h), so the store holds half the bytes K and V
+// would take. Chunks live in fixed-capacity
 // blocks held by shared_ptr, so a forked session shares every closed chunk;
 // a block still shared is copied before it is written (copy on write), which
 // bounds a fork's cost by one block.
 //
-// The disk tier (engine/mapped_chunks.h): a full block's K/V can be handed
-// over to a mapping of the same chunks in files (MapBlock); the block then
-// reads keys and values there and keeps only its landmarks in memory.
+// The disk tier (engine/mapped_chunks.h): a full block's encoder rows can be
+// handed over to a mapping of the same chunks in files (MapBlock); the block
+// then reads its rows there and keeps only its landmarks in memory.
 #pragma once
 
 #include <cstdint>
@@ -29,20 +32,19 @@ class ChunkStore {
   int64_t rows_per_chunk() const { return rows_; }
   int64_t width() const { return width_; }
 
-  // Copies one chunk in: landmark [width], keys and values [rows x width].
-  void Append(const float* landmark, const float* keys, const float* values);
+  // Copies one chunk in: landmark [width], encoder rows [rows x width].
+  void Append(const float* landmark, const float* rows);
   // Appends a whole block (kChunksPerBlock chunks, starting at size(), which
   // must be a multiple of kChunksPerBlock) read from `mapped`: its landmarks
-  // are copied, its K/V stay in the mapping.
+  // are copied, its encoder rows stay in the mapping.
   absl::Status AppendMappedBlock(std::shared_ptr<const MappedChunks> mapped);
   // Hands block `mapped->first() / kChunksPerBlock` (full, closed, the same
-  // contents) over to `mapped` and frees its K/V. A block a fork shares is
+  // contents) over to `mapped` and frees its encoder rows. A block a fork shares is
   // replaced in this store only; the fork keeps its copy.
   absl::Status MapBlock(std::shared_ptr<const MappedChunks> mapped);
 
   const float* landmark(int64_t chunk) const;
-  const float* keys(int64_t chunk) const;
-  const float* values(int64_t chunk) const;
+  const float* encoder_rows(int64_t chunk) const;  // [rows x width]
 
   // Landmarks of chunks [first, first + count) are contiguous when they lie in
   // one block; Blocks() exposes them that way for scoring.
@@ -53,21 +55,21 @@ class ChunkStore {
   };
   std::vector<LandmarkSpan> LandmarkSpans(int64_t num_chunks) const;
 
-  // Bytes of K/V and of landmarks held (shared blocks counted in full).
-  // kv_bytes() counts K/V in memory; mapped_bytes() what is read from
-  // mapped files.
-  size_t kv_bytes() const;
+  // Bytes of encoder rows and of landmarks held (shared blocks counted in
+  // full). encoder_row_bytes() counts rows in memory; mapped_bytes() what is
+  // read from mapped files.
+  size_t encoder_row_bytes() const;
   size_t mapped_bytes() const;
   size_t landmark_bytes() const;
-  // The part of kv_bytes() + landmark_bytes() in blocks another session
+  // The part of encoder_row_bytes() + landmark_bytes() in blocks another session
   // (a fork or a parent) also holds.
   size_t shared_bytes() const;
 
  private:
   struct Block {
-    std::vector<float> landmarks, keys, values;
+    std::vector<float> landmarks, rows;
     int64_t count = 0;
-    // When set, keys and values are empty and read from here.
+    // When set, rows is empty and the rows are read from here.
     std::shared_ptr<const MappedChunks> mapped;
   };
   absl::Status CheckMappedBlock(const MappedChunks& mapped, int64_t first) const;

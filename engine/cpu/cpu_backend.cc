@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
         lower_only_forwards_(options.lower_only_forwards),
         upper_layer_reach_(options.upper_layer_reach > 0 ? options.upper_layer_reach
                                                          : UpperLayerReach(config)),
+        chunk_kv_reserve_(std::max<int64_t>(0, options.chunk_kv_reserve)),
         pool_(options.num_threads > 0 ? options.num_threads
                                       : static_cast<int>(std::thread::hardware_concurrency())) {
     cpu::UseSingleThreadedBlas();
@@ -34,7 +35,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   const ModelConfig& config() const override { return config_; }
   absl::StatusOr<std::unique_ptr<BackendSession>> NewSession() override {
-    return std::make_unique<cpu::CpuSession>(config_);
+    return std::make_unique<cpu::CpuSession>(config_, chunk_kv_reserve_);
   }
   int64_t max_step_positions() const override { return max_step_positions_; }
   // CpuStep keeps no per-position bookkeeping of the upper layers: their
@@ -88,6 +89,7 @@ class CpuBackend final : public Backend {
   int64_t max_step_positions_;
   bool lower_only_forwards_;
   int64_t upper_layer_reach_;
+  int64_t chunk_kv_reserve_;
   cpu::ThreadPool pool_;
   absl::Mutex scratch_mutex_;
   std::vector<std::unique_ptr<cpu::CpuStepScratch>> idle_scratch_ ABSL_GUARDED_BY(scratch_mutex_);

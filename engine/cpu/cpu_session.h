@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cpu/chunk_kv_cache.h"
 #include "engine/cpu/chunk_store.h"
 #include "engine/cpu/window_cache.h"
 
@@ -17,7 +18,8 @@ class CpuStep;
 
 class CpuSession final : public BackendSession {
  public:
-  explicit CpuSession(const ModelConfig& config);
+  // `chunk_kv_reserve`: CpuBackendOptions::chunk_kv_reserve.
+  CpuSession(const ModelConfig& config, int64_t chunk_kv_reserve);
 
   int64_t position() const override { return position_; }
   int64_t num_chunks() const override { return store_.size(); }
@@ -49,9 +51,11 @@ class CpuSession final : public BackendSession {
   std::vector<WindowCache> windows_;  // one per decoder layer, lower then upper
   std::vector<float> open_chunk_;     // lower-layer rows of the open chunk
   ChunkStore store_;
+  // GCA K/V of the chunks the selections read, made from store_'s rows.
+  ChunkKvCache kv_cache_;
   std::vector<Retrieval> selection_;  // in force now, per group
   RetrievalObserver observer_;
-  BackendSessionStats stats_;  // upper_rows_skipped only
+  BackendSessionStats stats_;  // upper_rows_skipped and kv_made_chunks only
 };
 
 }  // namespace drt::cpu

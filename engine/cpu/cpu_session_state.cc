@@ -34,10 +34,9 @@ absl::Status CpuSession::ReadChunk(int64_t chunk, ChunkData& out) const {
         absl::StrFormat("chunk %d does not exist; the session has %d", chunk, store_.size()));
   }
   const int64_t d = config_.hidden_size;
-  const int64_t kv = store_.rows_per_chunk() * d;
+  const int64_t rows = store_.rows_per_chunk() * d;
   out.landmark.assign(store_.landmark(chunk), store_.landmark(chunk) + d);
-  out.keys.assign(store_.keys(chunk), store_.keys(chunk) + kv);
-  out.values.assign(store_.values(chunk), store_.values(chunk) + kv);
+  out.rows.assign(store_.encoder_rows(chunk), store_.encoder_rows(chunk) + rows);
   return absl::OkStatus();
 }
 
@@ -51,9 +50,9 @@ absl::Status CpuSession::ImportState(const BackendSessionState& state, int64_t n
     return s;
   }
   // Built aside and moved in, so that an error leaves this session as it was.
-  ChunkStore store(config_.chunk_positions(), config_.hidden_size);
+  ChunkStore store(config_.enc_chunk_size, config_.hidden_size);
   // Whole blocks through the mapping when there is one (the disk tier):
-  // their K/V are not read into memory.
+  // their encoder rows are not read into memory.
   int64_t c = 0;
   if (map != nullptr) {
     for (; c + ChunkStore::kChunksPerBlock <= num_chunks; c += ChunkStore::kChunksPerBlock) {
@@ -68,7 +67,7 @@ absl::Status CpuSession::ImportState(const BackendSessionState& state, int64_t n
     if (absl::Status s = ValidateChunkData(chunk, config_); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrFormat("chunk %d: %s", c, s.message()));
     }
-    store.Append(chunk.landmark.data(), chunk.keys.data(), chunk.values.data());
+    store.Append(chunk.landmark.data(), chunk.rows.data());
   }
   store_ = std::move(store);
   for (size_t l = 0; l < windows_.size(); ++l) {

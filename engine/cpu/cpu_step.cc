@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/cpu/chunk_kv.h"
 #include "engine/cpu/retrieval.h"
 #include "engine/model_rules.h"
 
@@ -175,13 +176,15 @@ absl::Status CpuStep::CloseChunks(const StepPlan& plan) {
   }
   if (plan.num_encoded_chunks == 0) return absl::OkStatus();
   EncodeChunks(config_, weights_, closed_rows.data(), plan.num_encoded_chunks, pool_, encoded_);
+  // The store keeps C: its landmark row and its real-token rows 0..S'-1,
+  // which precede the landmark row (LandmarkRowInChunk is the last).
   const int64_t landmark = LandmarkRowInChunk(config_);
   for (const SlicePlan& slice : plan.slices) {
     ChunkStore& store = SessionOf(slice).store_;
     for (size_t j = 0; j < slice.landmarks.size(); ++j) {
       const int64_t c = slice.first_encoded + static_cast<int64_t>(j);
       store.Append(encoded_.output.data() + (c * S + landmark) * d,
-                   encoded_.keys.data() + c * S * d, encoded_.values.data() + c * S * d);
+                   encoded_.output.data() + c * S * d);
     }
   }
   return absl::OkStatus();
@@ -212,20 +215,58 @@ absl::Status CpuStep::AwaitSelections(const StepPlan& plan, int64_t group) {
   return absl::OkStatus();
 }
 
+const Retrieval& CpuStep::RunSelection(const StepPlan& plan, size_t slice, const GcaRun& run,
+                                       int64_t group) const {
+  return run.made_at == GcaRun::kInForce ? SessionOf(plan.slices[slice]).selection_[group]
+                                         : made_[slice][group][run.made_at];
+}
+
+void CpuStep::MakeMissingKeysValues(const StepPlan& plan, int64_t group) {
+  // Every chunk the group's runs read whose K/V its session has not made
+  // yet: an entry is added for each (once per session), then all are filled
+  // in parallel, one chunk per task (MakeChunkKeysValues is the same for a
+  // chunk however the work is split).
+  struct Missing {
+    const ChunkStore* store;
+    int64_t chunk;
+    ChunkKv* kv;
+  };
+  std::vector<Missing> missing;
+  const int64_t floats = config_.chunk_positions() * config_.hidden_size;
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    CpuSession& session = SessionOf(plan.slices[s]);
+    for (const GcaRun& run : plan.slices[s].runs) {
+      for (int64_t c : RunSelection(plan, s, run, group).chunks) {
+        if (session.kv_cache_.Contains(c)) continue;
+        missing.push_back({&session.store_, c, &session.kv_cache_.Add(c, floats)});
+        ++session.stats_.kv_made_chunks;
+      }
+    }
+  }
+  pool_.ParallelFor(static_cast<int64_t>(missing.size()), [&](int64_t i) {
+    const Missing& m = missing[i];
+    MakeChunkKeysValues(config_, weights_, m.store->encoder_rows(m.chunk), m.kv->keys.data(),
+                        m.kv->values.data());
+  });
+}
+
 absl::Status CpuStep::PrepareGca(const StepPlan& plan, int64_t group) {
   run_chunks_.clear();
   gca_blocks_.clear();
   gca_first_row_.clear();
+  MakeMissingKeysValues(plan, group);
+  // The cache keeps every entry until Finish trims it, so these pointers
+  // hold through the group's GcaMlp calls.
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const SlicePlan& slice = plan.slices[s];
-    const CpuSession& session = SessionOf(slice);
+    CpuSession& session = SessionOf(slice);
     for (const GcaRun& run : slice.runs) {
-      const Retrieval& r = run.made_at == GcaRun::kInForce ? session.selection_[group]
-                                                           : made_[s][group][run.made_at];
+      const Retrieval& r = RunSelection(plan, s, run, group);
       RunChunks chunks;
       for (int64_t c : r.chunks) {
-        chunks.k.push_back(session.store_.keys(c));
-        chunks.v.push_back(session.store_.values(c));
+        const ChunkKv* kv = session.kv_cache_.Use(c);
+        chunks.k.push_back(kv->keys.data());
+        chunks.v.push_back(kv->values.data());
       }
       run_chunks_.push_back(std::move(chunks));
       GcaBlock block;
@@ -307,6 +348,13 @@ absl::Status CpuStep::Finish(const StepPlan& plan) {
       }
       session.stats_.upper_rows_skipped += slice.num_rows;
     }
+    // K/V of the chunks the selections in force name stay made (each step
+    // reads them), and the cache's reserve of the others.
+    std::vector<int64_t> in_force;
+    for (const Retrieval& r : session.selection_) {
+      in_force.insert(in_force.end(), r.chunks.begin(), r.chunks.end());
+    }
+    session.kv_cache_.Trim(in_force);
   }
   return absl::OkStatus();
 }

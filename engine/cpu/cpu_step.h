@@ -4,7 +4,8 @@
 // so the weights are streamed once per step, not once per session; window
 // attention and retrieval run per slice against that slice's session; the
 // chunk encoder takes every closed chunk of the step as one batch; GCA takes
-// every run of every slice in one GroupedCrossAttention call.
+// every run of every slice in one GroupedCrossAttention call, over K/V made
+// from the stored encoder rows of the chunks it reads (ChunkKvCache).
 #pragma once
 
 #include <cstdint>
@@ -56,6 +57,12 @@ class CpuStep final : public ForwardOps {
   // alias h.
   void MlpBlock(const LayerWeights& layer, const float* residual, const float* normed_input,
                 float* h, int64_t n);
+  // The selection GCA run `run` of slice `slice` reads in `group`.
+  const Retrieval& RunSelection(const StepPlan& plan, size_t slice, const GcaRun& run,
+                                int64_t group) const;
+  // Makes the K/V of every chunk the group's runs read that its session's
+  // ChunkKvCache lacks.
+  void MakeMissingKeysValues(const StepPlan& plan, int64_t group);
 
   const ModelConfig& config_;
   const ModelWeights& weights_;

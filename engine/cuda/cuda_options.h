@@ -66,8 +66,17 @@ struct CudaBackendOptions {
   // A GPU (docs/cuda.md, "Batched steps"), hence off by default: while false
   // a step runs slice by slice (engine/cuda/cuda_step.h).
   bool batched_step_rows = false;
-  // drt-server --cuda_chunk_store=kv|encoder_rows.
+  // drt-server --cuda_chunk_store=kv|encoder_rows. state_export selects
+  // kEncoderRows whatever this says (EffectiveChunkStore).
   CudaChunkStore chunk_store = CudaChunkStore::kKeysValues;
 };
+
+// The chunk store a CUDA backend with `options` uses: encoder rows when
+// asked, and always with state_export, because the state format holds a
+// closed chunk's encoder rows (engine/session_state.h, ChunkData) and K/V
+// cannot give them back (K = C W_k^T loses C).
+inline CudaChunkStore EffectiveChunkStore(const CudaBackendOptions& options) {
+  return options.state_export ? CudaChunkStore::kEncoderRows : options.chunk_store;
+}
 
 }  // namespace drt

@@ -201,16 +201,13 @@ absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_
                           cudaMemcpyDeviceToDevice, fetch),
           "copying fresh chunk values into a slot");
       ++stats_.d2d_chunks;
-    } else if (const MappedChunks* mapped = mapped_chunks_.Find(copy.chunk); mapped != nullptr) {
-      // The disk tier (cuda_disk_tier.cc): through the pinned staging.
-      DRT_RETURN_IF_ERROR(CopyMappedChunk(*mapped, copy.chunk, dst_k, dst_v));
-      ++stats_.h2d_chunks;
-      ++stats_.mapped_h2d_chunks;
-      stats_.h2d_bytes += static_cast<int64_t>(2 * block);
     } else {
+      // A store of K/V maps nothing: mappings hold encoder rows, and the
+      // disk tier comes with state_export, which selects them
+      // (FetchEncoderRows reads mapped chunks).
       if (chunk_store_.released(copy.chunk)) {
         return absl::InternalError(absl::StrFormat(
-            "chunk %d left the host store but is in no mapping", copy.chunk));
+            "chunk %d left the host store of K/V", copy.chunk));
       }
       DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst_k, chunk_store_.keys(copy.chunk), block,
                                                cudaMemcpyHostToDevice, fetch),

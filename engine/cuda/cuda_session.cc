@@ -39,7 +39,7 @@ HostChunkStore<HostElement<T>> CudaSession<T>::NewChunkStore(
     const ModelConfig& config, const CudaBackendOptions& options,
     std::shared_ptr<HostAllocator> allocator) {
   return HostChunkStore<HostElement<T>>(
-      ChunkRecordLayoutFor(config, options.chunk_store), std::move(allocator),
+      ChunkRecordLayoutFor(config, EffectiveChunkStore(options)), std::move(allocator),
       HostChunkStoreOptions{16, std::max<int64_t>(16, options.max_slab_chunks)});
 }
 
@@ -370,7 +370,7 @@ SessionMemory CudaSession<T>::memory() const {
   m.selection_bytes += buffers_.pinned_bytes();
   // The disk tier's staging likewise (a few chunks, only once it maps).
   if (staging_ != nullptr) m.selection_bytes += staging_->bytes();
-  m.mapped_chunk_bytes = mapped_chunks_.kv_bytes();
+  m.mapped_chunk_bytes = mapped_chunks_.encoder_row_bytes();
   m.device_bytes = buffers_.device_bytes() + landmarks_.bytes() + topk_workspace_.bytes();
   return m;
 }

@@ -73,11 +73,13 @@ class CudaSession final : public BackendSession {
   BackendSessionStats stats() const override { return stats_; }
 
   // Durable state (cuda_session_state.cc), only with
-  // CudaBackendOptions::state_export; UNIMPLEMENTED naming the flag
-  // otherwise. Device -> host copies on the compute stream (and a wait for
-  // the store stream's chunk copies), converted to the state format's
-  // floats. ImportState maps whole units of chunks through `map` (when
-  // given) and reads the rest into the host chunk store.
+  // CudaBackendOptions::state_export (which selects the chunk store of
+  // encoder rows: the state format holds a chunk's rows C, and K/V cannot
+  // give them back); UNIMPLEMENTED naming the flag otherwise. Device ->
+  // host copies on the compute stream (and a wait for the store stream's
+  // chunk copies), converted to the state format's floats. ImportState maps
+  // whole units of chunks through `map` (when given) and reads the rest
+  // into the host chunk store.
   absl::Status ExportState(BackendSessionState& out) const override;
   absl::Status ReadChunk(int64_t chunk, ChunkData& out) const override;
   absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,
@@ -86,8 +88,9 @@ class CudaSession final : public BackendSession {
   // The disk tier (cuda_disk_tier.cc, docs/state_format.md "Disk tier"),
   // only with state_export like the state above (chunk_map_unit() is 0
   // otherwise, and MapChunks UNIMPLEMENTED): mapped chunks' records leave
-  // the host chunk store; a fetch of one converts its fp32 K/V from the
-  // mapping into pinned staging and copies them to the device from there.
+  // the host chunk store; a fetch of one converts its fp32 encoder rows from
+  // the mapping into pinned staging and copies them to the device from
+  // there, where the fetch GEMMs make its K/V (FetchEncoderRows).
   static constexpr int64_t kChunkMapUnit = 64;
   int64_t chunk_map_unit() const override {
     return options_.state_export && !options_.disable_gca ? kChunkMapUnit : 0;
@@ -191,14 +194,11 @@ class CudaSession final : public BackendSession {
   // fetch_batches.h), on the fetch stream after its waits.
   absl::Status FetchEncoderRows(int64_t group, const std::vector<ChunkResidency::Copy>& copies);
   bool stores_encoder_rows() const {
-    return options_.chunk_store == CudaChunkStore::kEncoderRows;
+    return EffectiveChunkStore(options_) == CudaChunkStore::kEncoderRows;
   }
   // cuda_disk_tier.cc: queues on the fetch stream the copy of mapped chunk
-  // `chunk` (read from `mapped`) into a slot's keys and values, through the
-  // pinned staging.
-  absl::Status CopyMappedChunk(const MappedChunks& mapped, int64_t chunk, T* keys, T* values);
-  // The same for a store of encoder rows: chunk `chunk`'s rows into `rows`
-  // (a device staging entry of FetchEncoderRows).
+  // `chunk`'s encoder rows (read from `mapped`, through the pinned staging)
+  // into `rows` (a device staging entry of FetchEncoderRows).
   absl::Status CopyMappedRows(const MappedChunks& mapped, int64_t chunk, T* rows);
   // Makes the pinned staging and its events if there are none yet.
   absl::Status EnsureStaging();

@@ -45,8 +45,9 @@ SessionMemory Memory(DurableServer& server, const std::string& id) {
 TEST_CASE("the disk tier reads chunks from the logs and continues exactly", "[disk_tier]") {
   const ModelConfig& config = FixtureModel::Get().model->config();
   const int64_t chunk = config.enc_chunk_size;
-  // K/V bytes of one closed chunk (fp32 keys and values, chunk_positions x d each).
-  const size_t chunk_kv = 2 * config.chunk_positions() * config.hidden_size * sizeof(float);
+  // Stored bytes of one closed chunk besides its landmark (fp32 encoder
+  // rows, enc_chunk_size x d; K/V are made from them when read).
+  const size_t chunk_kv = config.enc_chunk_size * config.hidden_size * sizeof(float);
   drt::testing::TempDir tier_dir, ram_dir;
   StateStoreOptions ram_options = DurableOptions(ram_dir.path());
   ram_options.disk_tier = false;
@@ -90,7 +91,7 @@ TEST_CASE("the disk tier reads chunks from the logs and continues exactly", "[di
     child_next = GreedyOnFork(ram, ram_child, 12);
   }
   // After a restart the sessions are restored through the mapping: their
-  // mapped blocks' K/V are never read into RAM.
+  // mapped blocks' encoder rows are never read into RAM.
   DurableServer tier(tier_dir.path());
   REQUIRE(tier.report.quarantined.empty());
   REQUIRE(Memory(tier, parent).mapped_chunk_bytes == 2 * 64 * chunk_kv);

@@ -150,6 +150,29 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
     }
     REQUIRE(server.service().session_manager().count() == sessions_before);
   }
+  SECTION("a file of format version 1 (chunk K/V) is refused, not converted") {
+    REQUIRE(Save(server.stub(), id, "v1", &saved).ok());
+    const std::string path = files.File("v1");
+    std::string bytes;
+    {
+      std::ifstream in(path, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    // The header is magic (8 bytes), then the u32 version: version 1 files
+    // had the same header.
+    bytes[8] = 1, bytes[9] = 0, bytes[10] = 0, bytes[11] = 0;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    const int64_t sessions_before = server.service().session_manager().count();
+    InfoResult r = Load(server.stub(), "v1");
+    REQUIRE(r.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    REQUIRE_THAT(r.status.error_message(), Contains(path));
+    REQUIRE_THAT(r.status.error_message(), Contains("format version 1"));
+    REQUIRE_THAT(r.status.error_message(), Contains("keys and values"));
+    REQUIRE_THAT(r.status.error_message(), Contains("re-ingest"));
+    REQUIRE(server.service().session_manager().count() == sessions_before);
+    std::ifstream in(path, std::ios::binary);
+    REQUIRE(std::string(std::istreambuf_iterator<char>(in), {}) == bytes);  // left as it was
+  }
 }
 
 }  // namespace

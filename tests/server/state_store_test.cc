@@ -257,7 +257,7 @@ TEST_CASE("torn and unacknowledged chunk log tails are cut at start-up", "[state
       ChunkData a, b;
       REQUIRE(restored.backend_session().ReadChunk(c, a).ok());
       REQUIRE((*young_fresh)->backend_session().ReadChunk(c, b).ok());
-      REQUIRE(a.keys == b.keys);
+      REQUIRE(a.rows == b.rows);
       REQUIRE(a.landmark == b.landmark);
     }
     return absl::OkStatus();
@@ -321,10 +321,44 @@ TEST_CASE("bad state directories are refused by path", "[state_store]") {
   }
   SECTION("a newer directory format") {
     REQUIRE(StateStore::Open(DurableOptions(dir.path()), config).ok());
-    std::ofstream(dir.File("FORMAT")) << "drt-state-dir 2\n";
+    std::ofstream(dir.File("FORMAT")) << "drt-state-dir 3\n";
     auto s = StateStore::Open(DurableOptions(dir.path()), config);
-    REQUIRE_THAT(std::string(s.status().message()), Contains("format version 2"));
+    REQUIRE_THAT(std::string(s.status().message()), Contains("format version 3"));
     REQUIRE_THAT(std::string(s.status().message()), Contains(dir.File("FORMAT")));
+  }
+  SECTION("a directory of format version 1 (chunk K/V) is refused, unchanged") {
+    {
+      Server server(dir.path());
+      server.Append(server.Create(), RandomTokens(3 * FixtureModel::Get().chunk_size(), 12));
+    }
+    std::ofstream(dir.File("FORMAT")) << "drt-state-dir 1\n";
+    std::map<std::string, std::string> before;
+    for (const auto& e : fs::recursive_directory_iterator(dir.path())) {
+      if (e.is_regular_file()) before[e.path().string()] = *ReadWholeFile(e.path().string());
+    }
+    auto s = StateStore::Open(DurableOptions(dir.path()), config);
+    REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
+    REQUIRE_THAT(std::string(s.status().message()), Contains(dir.File("FORMAT")));
+    REQUIRE_THAT(std::string(s.status().message()), Contains("format version 1"));
+    REQUIRE_THAT(std::string(s.status().message()), Contains("keys and values"));
+    REQUIRE_THAT(std::string(s.status().message()), Contains("re-ingest"));
+    std::map<std::string, std::string> after;
+    for (const auto& e : fs::recursive_directory_iterator(dir.path())) {
+      if (e.is_regular_file()) after[e.path().string()] = *ReadWholeFile(e.path().string());
+    }
+    REQUIRE(after == before);
+  }
+  SECTION("a chunk log of format version 1 (chunk K/V) is refused by path") {
+    const size_t payload = ChunkPayloadBytes(FixtureModel::Get().model->config());
+    std::string log = ChunkLogHeader(payload);
+    AppendChunkRecord(std::string(payload, 'z'), log);
+    log[8] = 1, log[9] = 0, log[10] = 0, log[11] = 0;  // u32 version after the magic
+    const std::string path = dir.File("old.log");
+    std::ofstream(path, std::ios::binary) << log;
+    auto scan = ScanChunkLog(path, payload);
+    REQUIRE(scan.status().code() == absl::StatusCode::kFailedPrecondition);
+    REQUIRE_THAT(std::string(scan.status().message()), Contains(path));
+    REQUIRE_THAT(std::string(scan.status().message()), Contains("format version 1"));
   }
   SECTION("a directory another server holds") {
     auto first = StateStore::Open(DurableOptions(dir.path()), config);

@@ -20,11 +20,10 @@ class VectorMappedChunks final : public MappedChunks {
   int64_t first() const override { return first_; }
   int64_t size() const override { return static_cast<int64_t>(chunks_.size()); }
   const float* landmark(int64_t c) const override { return chunks_[c - first_].landmark.data(); }
-  const float* keys(int64_t c) const override { return chunks_[c - first_].keys.data(); }
-  const float* values(int64_t c) const override { return chunks_[c - first_].values.data(); }
-  size_t kv_bytes() const override {
+  const float* encoder_rows(int64_t c) const override { return chunks_[c - first_].rows.data(); }
+  size_t encoder_row_bytes() const override {
     size_t bytes = 0;
-    for (const ChunkData& c : chunks_) bytes += (c.keys.size() + c.values.size()) * sizeof(float);
+    for (const ChunkData& c : chunks_) bytes += c.rows.size() * sizeof(float);
     return bytes;
   }
 

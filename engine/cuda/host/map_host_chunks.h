@@ -31,16 +31,14 @@ absl::Status MapHostChunks(std::shared_ptr<const MappedChunks> chunks, int64_t u
   return absl::OkStatus();
 }
 
-// Chunk `chunk`'s fp32 keys and values in `mapped` ([kv] floats each, the
-// state format) rounded to Element (bf16: round to nearest even,
-// engine/cuda/host/bf16.h, which gives a bf16 value widened to float back
-// exactly; fp32: unchanged) into `keys` and `values`, e.g. a pinned staging
-// slot.
+// The first `count` of chunk `chunk`'s fp32 encoder rows' floats in
+// `mapped` (the state format) rounded to Element (bf16: round to nearest
+// even, engine/cuda/host/bf16.h, which gives a bf16 value widened to float
+// back exactly; fp32: unchanged) into `rows`, e.g. a pinned staging slot.
 template <typename Element>
-void MappedChunkToElements(const MappedChunks& mapped, int64_t chunk, int64_t kv, Element* keys,
-                           Element* values) {
-  FloatsToElements(mapped.keys(chunk), kv, keys);
-  FloatsToElements(mapped.values(chunk), kv, values);
+void MappedRowsToElements(const MappedChunks& mapped, int64_t chunk, int64_t count,
+                          Element* rows) {
+  FloatsToElements(mapped.encoder_rows(chunk), count, rows);
 }
 
 }  // namespace drt::cuda

@@ -47,7 +47,7 @@ absl::Status MappedChunkTable::CheckNew(const MappedChunks& chunks, int64_t unit
 
 void MappedChunkTable::Add(std::shared_ptr<const MappedChunks> chunks) {
   mapped_chunks_ += chunks->size();
-  kv_bytes_ += chunks->kv_bytes();
+  encoder_row_bytes_ += chunks->encoder_row_bytes();
   ranges_.insert(RangeAfter(ranges_, chunks->first()), std::move(chunks));
 }
 

@@ -33,13 +33,13 @@ class MappedChunkTable {
   // The mapping that holds `chunk`, or null when it is not mapped.
   const MappedChunks* Find(int64_t chunk) const;
   int64_t mapped_chunks() const { return mapped_chunks_; }
-  size_t kv_bytes() const { return kv_bytes_; }
+  size_t encoder_row_bytes() const { return encoder_row_bytes_; }
   bool empty() const { return ranges_.empty(); }
 
  private:
   std::vector<std::shared_ptr<const MappedChunks>> ranges_;  // sorted by first(), disjoint
   int64_t mapped_chunks_ = 0;
-  size_t kv_bytes_ = 0;
+  size_t encoder_row_bytes_ = 0;
 };
 
 }  // namespace drt::cuda
