@@ -229,83 +229,86 @@ absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_
 template <typename T>
 absl::Status CudaSession<T>::FetchEncoderRows(int64_t group,
                                               const std::vector<ChunkResidency::Copy>& copies) {
-  absl::StatusOr<FetchLayout> layout = PlanFetchBatches(
-      copies, step_first_new_chunk_, step_new_chunks_,
-      static_cast<int64_t>(buffers_.fetch_rows.size()) / (sizes_.chunk * sizes_.d),
-      [this](int64_t chunk) { return mapped_chunks_.Find(chunk) != nullptr; });
-  if (!layout.ok()) {
-    return absl::InternalError(
-        absl::StrCat("fetch for group ", group, ": ", layout.status().message()));
-  }
   const FetchBatchShape shape{sizes_.chunk, chunk_store_.rows_per_chunk(), sizes_.d};
+  const int64_t capacity =
+      static_cast<int64_t>(buffers_.fetch_rows.size()) / shape.entry_elements();
+  absl::StatusOr<FetchBatches> batches = PlanFetchBatches(
+      copies, step_first_new_chunk_, step_new_chunks_, capacity,
+      [this](int64_t chunk) { return mapped_chunks_.Find(chunk) != nullptr; });
+  if (!batches.ok()) {
+    return absl::InternalError(
+        absl::StrCat("fetch for group ", group, ": ", batches.status().message()));
+  }
   const int d = static_cast<int>(sizes_.d);
   const size_t slot_bytes = shape.entry_elements() * sizeof(T);
   const size_t record_bytes = chunk_store_.record_bytes();
+  const int gemm_rows = static_cast<int>(shape.gemm_rows(capacity));
   cudaStream_t fetch = fetch_stream_.get();
   GroupChunkBuffer<T>& buffer = buffers_.group_chunks[group];
-  // The step's own chunks: their K/V are in enc_k/enc_v (as in K/V mode).
-  for (const FreshChunkCopy& copy : layout->fresh) {
-    const int64_t from = shape.entry_offset(copy.encoder_index);
-    const int64_t to = shape.entry_offset(copy.slot);
-    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffer.k.get() + to, buffers_.enc_k.get() + from,
-                                             slot_bytes, cudaMemcpyDeviceToDevice, fetch),
-                             "copying fresh chunk keys into a slot");
-    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffer.v.get() + to, buffers_.enc_v.get() + from,
-                                             slot_bytes, cudaMemcpyDeviceToDevice, fetch),
-                             "copying fresh chunk values into a slot");
-    ++stats_.d2d_chunks;
-  }
-  // The others, a batch at a time: rows host -> device staging, K and V of
-  // all of the batch's rows by one GEMM each, their landmark rows zeroed,
-  // then into the slots. The staging is rewritten only by this stream, so
-  // stream order keeps a batch from overwriting rows the previous batch's
-  // GEMMs still read.
-  for (const std::vector<StagedChunk>& batch : layout->batches) {
+  SessionBuffers<T>& b = buffers_;
+  // A batch at a time: each chunk's rows into its staging entry, K and V of
+  // the whole staging by one GEMM each (always all `capacity` entries: one
+  // GEMM shape for every chunk, engine/cuda/host/fetch_batches.h; entries
+  // past the batch hold stale rows whose K/V nobody reads), the landmark rows
+  // zeroed, then each entry's K/V into its slot. The staging is written only
+  // by this stream, so stream order keeps a batch from overwriting rows an
+  // earlier batch's GEMMs still read.
+  for (const std::vector<StagedChunk>& batch : *batches) {
     for (const StagedChunk& staged : batch) {
-      T* rows = buffers_.fetch_rows.get() + shape.entry_offset(staged.entry);
-      if (staged.mapped) {
-        DRT_RETURN_IF_ERROR(
-            CopyMappedRows(*mapped_chunks_.Find(staged.chunk), staged.chunk, rows));
-        ++stats_.mapped_h2d_chunks;
-      } else {
-        if (chunk_store_.released(staged.chunk)) {
-          return absl::InternalError(absl::StrFormat(
-              "chunk %d left the host store but is in no mapping", staged.chunk));
-        }
-        DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows, chunk_store_.record(staged.chunk),
-                                                 record_bytes, cudaMemcpyHostToDevice, fetch),
-                                 "copying chunk encoder rows host -> device");
+      T* rows = b.fetch_rows.get() + shape.entry_offset(staged.entry);
+      switch (staged.source) {
+        case RowSource::kEncoder:
+          // Written by this step's encoder (the fetch stream waits for it).
+          DRT_CUDA_RETURN_IF_ERROR(
+              cudaMemcpyAsync(rows, b.enc_rows.get() + shape.entry_offset(staged.encoder_index),
+                              record_bytes, cudaMemcpyDeviceToDevice, fetch),
+              "staging a fresh chunk's encoder rows");
+          ++stats_.d2d_chunks;
+          break;
+        case RowSource::kMapped:
+          DRT_RETURN_IF_ERROR(
+              CopyMappedRows(*mapped_chunks_.Find(staged.chunk), staged.chunk, rows));
+          ++stats_.h2d_chunks;
+          ++stats_.mapped_h2d_chunks;
+          stats_.h2d_bytes += static_cast<int64_t>(record_bytes);
+          break;
+        case RowSource::kHostStore:
+          if (chunk_store_.released(staged.chunk)) {
+            return absl::InternalError(absl::StrFormat(
+                "chunk %d left the host store but is in no mapping", staged.chunk));
+          }
+          DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows, chunk_store_.record(staged.chunk),
+                                                   record_bytes, cudaMemcpyHostToDevice, fetch),
+                                   "copying chunk encoder rows host -> device");
+          ++stats_.h2d_chunks;
+          stats_.h2d_bytes += static_cast<int64_t>(record_bytes);
+          break;
       }
-      ++stats_.h2d_chunks;
-      stats_.h2d_bytes += static_cast<int64_t>(record_bytes);
     }
-    // Rows S'..S-1 of each entry (the landmark's) hold whatever was there:
-    // a GEMM row depends on its input row only, and that row is zeroed
+    // Row S - 1 of each entry (the landmark's) is not staged: a GEMM row
+    // depends on its input row only, and that row of K and V is zeroed
     // after (Forward pass 7: the landmark's K/V are zero).
+    DRT_RETURN_IF_ERROR(fetch_gemm_->Matmul(b.fetch_rows.get(), weights_.chunk_k_proj,
+                                            b.fetch_k.get(), gemm_rows, d, d, fetch));
+    DRT_RETURN_IF_ERROR(fetch_gemm_->Matmul(b.fetch_rows.get(), weights_.chunk_v_proj,
+                                            b.fetch_v.get(), gemm_rows, d, d, fetch));
     const int entries = static_cast<int>(batch.size());
-    const int gemm_rows = static_cast<int>(shape.gemm_rows(entries));
-    DRT_RETURN_IF_ERROR(fetch_gemm_->Matmul(buffers_.fetch_rows.get(), weights_.chunk_k_proj,
-                                            buffers_.fetch_k.get(), gemm_rows, d, d, fetch));
-    DRT_RETURN_IF_ERROR(fetch_gemm_->Matmul(buffers_.fetch_rows.get(), weights_.chunk_v_proj,
-                                            buffers_.fetch_v.get(), gemm_rows, d, d, fetch));
     const int landmark_row = static_cast<int>(shape.landmark_row());
     DRT_CUDA_RETURN_IF_ERROR(
-        kernels::LaunchZeroChunkRow(buffers_.fetch_k.get(), entries, landmark_row, d, fetch),
+        kernels::LaunchZeroChunkRow(b.fetch_k.get(), entries, landmark_row, d, fetch),
         "LaunchZeroChunkRow (fetched keys)");
     DRT_CUDA_RETURN_IF_ERROR(
-        kernels::LaunchZeroChunkRow(buffers_.fetch_v.get(), entries, landmark_row, d, fetch),
+        kernels::LaunchZeroChunkRow(b.fetch_v.get(), entries, landmark_row, d, fetch),
         "LaunchZeroChunkRow (fetched values)");
     for (const StagedChunk& staged : batch) {
       const int64_t from = shape.entry_offset(staged.entry);
       const int64_t to = shape.entry_offset(staged.slot);
-      DRT_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(buffer.k.get() + to, buffers_.fetch_k.get() + from, slot_bytes,
-                          cudaMemcpyDeviceToDevice, fetch),
-          "copying made chunk keys into a slot");
-      DRT_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(buffer.v.get() + to, buffers_.fetch_v.get() + from, slot_bytes,
-                          cudaMemcpyDeviceToDevice, fetch),
-          "copying made chunk values into a slot");
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffer.k.get() + to, b.fetch_k.get() + from,
+                                               slot_bytes, cudaMemcpyDeviceToDevice, fetch),
+                               "copying made chunk keys into a slot");
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffer.v.get() + to, b.fetch_v.get() + from,
+                                               slot_bytes, cudaMemcpyDeviceToDevice, fetch),
+                               "copying made chunk values into a slot");
     }
   }
   return absl::OkStatus();

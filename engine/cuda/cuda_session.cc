@@ -86,6 +86,17 @@ absl::Status CudaSession<T>::Init() {
   auto buffers = SessionBuffers<T>::Create(sizes_, !options_.disable_gca, fetch_batch_chunks);
   if (!buffers.ok()) return buffers.status();
   buffers_ = *std::move(buffers);
+  if (buffers_.fetch_rows.size() > 0) {
+    // Every fetch GEMM reads all staging entries (cuda_retrieval.cc,
+    // FetchEncoderRows): rows never staged are zeros, not whatever the
+    // allocation held. The host waits, so the fetch stream's first use
+    // comes after.
+    DRT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(buffers_.fetch_rows.get(), 0,
+                                             buffers_.fetch_rows.bytes(), compute_stream_.get()),
+                             "zeroing the fetch staging");
+    DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()),
+                             "waiting for the fetch staging");
+  }
   if (!options_.disable_gca) DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(kFirstLandmarkCapacity));
   residency_.assign(sizes_.groups, ChunkResidency(static_cast<int>(sizes_.slots_per_group)));
   selection_.assign(sizes_.groups, Retrieval{});

@@ -67,8 +67,10 @@ absl::StatusOr<SessionBuffers<T>> SessionBuffers<T>::Create(const SessionSizes& 
   DRT_ALLOC_PINNED(ids_host, int32_t, rows);
   if (with_gca) {
     DRT_ALLOC(enc_x, float, rows * d);
-    DRT_ALLOC(enc_k, T, rows * d);
-    DRT_ALLOC(enc_v, T, rows * d);
+    if (fetch_batch_chunks == 0) {
+      DRT_ALLOC(enc_k, T, rows * d);
+      DRT_ALLOC(enc_v, T, rows * d);
+    }
     DRT_ALLOC(enc_landmark_rows, float, qc * d);
     DRT_ALLOC(lmk_rows, float, qc * d);
     DRT_ALLOC(lmk_queries, float, qc * d);

@@ -3,12 +3,12 @@
 // store of K/V (the default, verified): the same sessions on two backends
 // alike but for the option.
 //
-// Both modes compute K/V of a chunk with the same GEMM of the same encoder
-// output C (after encoder.norm, in the storage type) by the same weights;
-// only where that happens differs: K/V mode once, in the encoder, then the
-// K/V go through the host; encoder-rows mode a second time, after the rows
-// came back, in GEMMs of another row count (cuBLAS may pick another
-// summation order). fp32 is held to 1e-4 worst-row relative, issue 9's
+// Both modes make a chunk's K/V with a GEMM of the same encoder output C
+// (after encoder.norm, in the storage type) by the same weights; K/V mode
+// once, in the encoder, with as many rows as the slice closes chunks;
+// encoder-rows mode in the fetch GEMMs, after the rows came back, always
+// over the whole staging (cuBLAS may pick another summation order for
+// another row count). fp32 is held to 1e-4 worst-row relative, issue 9's
 // fp32 parity bound, with identical retrievals (the landmarks do not depend
 // on the option at all). bf16 rounds each K/V element once in both modes,
 // but a changed summation order can move one by a bf16 step: held to the
@@ -108,8 +108,8 @@ TEST_CASE("cuda: the encoder-rows chunk store gives the K/V store's logits and r
     auto t = NewTwins(backends);
     // A prefill of 40 chunks in steps of the backend's size (1024
     // positions): a slice's fetch brings more chunks than one batch of the
-    // staging holds (up to 17 query chunks x top-k), and the chunks come
-    // from the host store and from the step's own encoder.
+    // staging holds (16; up to 17 query chunks x top-k), and the chunks
+    // come from the host store and from the step's own encoder.
     double worst_prefill = 0;
     const std::vector<int32_t> prompt = testing::RandomTokens(config, 40 * k + 17, 5);
     for (size_t at = 0; at < prompt.size(); at += 1000) {
