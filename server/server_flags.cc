@@ -38,7 +38,8 @@ ABSL_FLAG(std::string, cuda_chunk_store, "kv",
           "values, the default) or encoder_rows (the encoder output C: half the host memory "
           "and host->device bytes; K/V are made on the GPU after each fetch by two GEMMs). "
           "encoder_rows is written but not yet run on a GPU (docs/cuda.md, \"Chunk store of "
-          "C\")");
+          "C\"). --cuda_state_export selects encoder_rows (the state format holds a chunk's "
+          "encoder rows)");
 ABSL_FLAG(bool, cuda_state_export, false,
           "lets the CUDA backend export and import session state, which --state_dir "
           "(durable sessions) and SaveSession/LoadSession need. Written but not yet run on a "
