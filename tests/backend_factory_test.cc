@@ -53,6 +53,17 @@ TEST_CASE("ParseCudaChunkStore accepts kv and encoder_rows and names them on err
   CHECK(BackendOptions{}.cuda.chunk_store == CudaChunkStore::kKeysValues);
 }
 
+TEST_CASE("the CUDA state export selects the chunk store of encoder rows", "[backend_factory]") {
+  // The state format holds a chunk's encoder rows; K/V cannot give them back.
+  CudaBackendOptions options;
+  CHECK(EffectiveChunkStore(options) == CudaChunkStore::kKeysValues);
+  options.chunk_store = CudaChunkStore::kEncoderRows;
+  CHECK(EffectiveChunkStore(options) == CudaChunkStore::kEncoderRows);
+  options.chunk_store = CudaChunkStore::kKeysValues;
+  options.state_export = true;
+  CHECK(EffectiveChunkStore(options) == CudaChunkStore::kEncoderRows);
+}
+
 // Hand-written machines for ChooseDevice, the decision without the probe.
 CudaAvailability NotBuilt() { return CudaAvailability{false, absl::UnavailableError("unused")}; }
 CudaAvailability Gpus(int count) { return CudaAvailability{true, count}; }
