@@ -35,6 +35,9 @@ ABSL_FLAG(bool, disable_gca, false,
 ABSL_FLAG(int32_t, window_decode_splits, 0,
           "CUDA only: the window attention kernel of decode steps: 0 the default kernel, 1, 2, "
           "4 or 8 the split decode kernel (not yet verified on a GPU; docs/cuda.md)");
+ABSL_FLAG(bool, prefill_tensor_cores, false,
+          "CUDA bf16 only: the tensor-core window attention and GCA kernels for prefill steps "
+          "(CudaBackendOptions::prefill_tensor_cores; not yet verified on a GPU)");
 ABSL_FLAG(bool, batched_step_rows, false,
           "CUDA only: one op over all sessions' rows per step (CudaBackendOptions::"
           "batched_step_rows; not yet verified on a GPU, docs/cuda.md)");
@@ -133,6 +136,7 @@ int main(int argc, char** argv) {
   options.cuda.device_index = absl::GetFlag(FLAGS_cuda_device);
   options.cuda.disable_gca = absl::GetFlag(FLAGS_disable_gca);
   options.cuda.window_decode_splits = absl::GetFlag(FLAGS_window_decode_splits);
+  options.cuda.prefill_tensor_cores = absl::GetFlag(FLAGS_prefill_tensor_cores);
   options.cuda.batched_step_rows = absl::GetFlag(FLAGS_batched_step_rows);
   auto precision = drt::ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision));
   if (!precision.ok()) {
@@ -159,6 +163,10 @@ int main(int argc, char** argv) {
   }
   if (options.cuda.batched_step_rows && *device != drt::Device::kCuda) {
     std::fprintf(stderr, "error: --batched_step_rows needs --device=cuda\n");
+    return 1;
+  }
+  if (options.cuda.prefill_tensor_cores && *device != drt::Device::kCuda) {
+    std::fprintf(stderr, "error: --prefill_tensor_cores needs --device=cuda\n");
     return 1;
   }
   if (options.cuda.window_decode_splits != 0 && *device != drt::Device::kCuda) {
@@ -306,13 +314,15 @@ int main(int argc, char** argv) {
               static_cast<long>(st.d2d_chunks), static_cast<long>(st.resident_hits),
               st.d2h_bytes / 1048576.0);
   std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
-              "batched_step_rows=%d cuda_chunk_store=%s context_tokens=%ld "
+              "prefill_tensor_cores=%d batched_step_rows=%d cuda_chunk_store=%s "
+              "context_tokens=%ld "
               "prefill_tokens_per_s=%.1f "
               "decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu session_device_bytes=%zu "
               "session_host_bytes=%zu peak_rss_bytes=%zu h2d_bytes_per_token=%.0f "
               "weight_bytes=%.0f gpu_copy_bytes_per_s=%.0f weight_read_floor_ms=%.4f\n",
               backend->name().c_str(), precision_name, absl::GetFlag(FLAGS_disable_gca) ? 1 : 0,
-              options.cuda.window_decode_splits, options.cuda.batched_step_rows ? 1 : 0,
+              options.cuda.window_decode_splits, options.cuda.prefill_tensor_cores ? 1 : 0,
+              options.cuda.batched_step_rows ? 1 : 0,
               drt::CudaChunkStoreName(options.cuda.chunk_store),
               static_cast<long>(prompt.size()), prompt.size() / prefill_s, Median(token_ms),
               token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),

@@ -1,6 +1,9 @@
 #include "kernels/gca_attention.h"
 
+#include <type_traits>
+
 #include "kernels/attention_common.cuh"
+#include "kernels/gca_mma_prefill.cuh"
 
 namespace drt::kernels {
 namespace {
@@ -193,6 +196,9 @@ cudaError_t LaunchGcaAttention(const GcaParams<T>& p, cudaStream_t stream) {
       GcaRowKernel<2, T><<<grid, kRowThreads, 0, stream>>>(p);
     }
     return cudaGetLastError();
+  }
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (p.prefill_tensor_cores && MmaPrefillHeadDim(p.head_dim)) return LaunchGcaMmaPrefill(p, stream);
   }
   switch ((p.head_dim + 31) / 32) {
     case 1: return LaunchTile<1, T>(p, stream);

@@ -25,6 +25,14 @@ struct GcaParams {
   int64_t first_query_chunk = 0;  // the query chunk of position p is p/64 - first_query_chunk
   int n = 0, heads = 0, head_dim = 0;
   T* out = nullptr;  // [n][heads][head_dim]
+  // Steps of more than 4 rows (prefill) in bf16 with head_dim a multiple of
+  // 16: true runs the tensor-core kernel (kernels/gca_mma_prefill.cu, bf16
+  // mma.sync, the weighted probabilities rounded to bf16 for the P V
+  // product; compute capability 8.0+, else cudaErrorNotSupported). NOT YET
+  // RUN ON A GPU (docs/cuda.md, "Tensor-core prefill"): keep false until
+  // its tests pass on one. fp32 storage, other head sizes and steps of <= 4
+  // rows ignore it.
+  bool prefill_tensor_cores = false;
 };
 
 // out = sum_i w_i softmax_j(q.K_i[j]/sqrt(dh)) V_i[j] over the 64 stored rows

@@ -1,8 +1,10 @@
 #include "kernels/window_attention.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/attention_common.cuh"
+#include "kernels/window_mma_prefill.cuh"
 #include "kernels/window_split_decode.cuh"
 
 namespace drt::kernels {
@@ -247,6 +249,9 @@ cudaError_t LaunchWindowAttention(const WindowAttentionParams<T>& p, cudaStream_
       WindowRowKernel<2, T><<<grid, kRowThreads, 0, stream>>>(p);
     }
     return cudaGetLastError();
+  }
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (p.prefill_tensor_cores && MmaPrefillHeadDim(p.head_dim)) return LaunchWindowMmaPrefill(p, stream);
   }
   switch ((p.head_dim + 31) / 32) {
     case 1: return LaunchTile<1, T>(p, stream);

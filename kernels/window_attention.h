@@ -33,6 +33,13 @@ struct WindowAttentionParams {
   // RUN ON A GPU (docs/cuda.md, "Split decode"): keep 0 until its tests pass
   // on one. Steps of more rows ignore it.
   int decode_splits = 0;
+  // Steps of more than 8 rows (prefill) in bf16 with head_dim a multiple of
+  // 16: true runs the tensor-core kernel (kernels/window_mma_prefill.cu,
+  // bf16 mma.sync, P rounded to bf16 for the P V product; compute capability
+  // 8.0+, else cudaErrorNotSupported). NOT YET RUN ON A GPU (docs/cuda.md,
+  // "Tensor-core prefill"): keep false until its tests pass on one.
+  // fp32 storage, other head sizes and steps of <= 8 rows ignore it.
+  bool prefill_tensor_cores = false;
 };
 
 // score = q.k/sqrt(head_dim) - m_h*(i-j), m_h = 1/(2^(8/heads))^(h+1). Keys

@@ -30,6 +30,10 @@
 #   SKIP_BATCH=1 bash scripts/gpu_bench.sh         without the drt-batch-bench step
 #   SKIP_ENCODER_ROWS=1 bash scripts/gpu_bench.sh  without the table's rerun with
 #                                                  --cuda_chunk_store=encoder_rows
+#   SKIP_TABLE3=1 bash scripts/gpu_bench.sh        without the Table 3 layout (ratios to the base
+#                                                  LM at TABLE3_CONTEXTS, 16384 49152 by default)
+#   SKIP_PEER=1 bash scripts/gpu_bench.sh          without the full-attention peer
+#                                                  (bench/full_attention_peer.py, PyTorch)
 #   BATCH_SESSIONS=1,32 bash scripts/gpu_bench.sh  other session counts for it
 #   PREBUILT=1 bash scripts/gpu_bench.sh           use build-gpu and .devlibs made by
 #                                                  scripts/device_bundle.sh (no apt, no build)
@@ -37,6 +41,8 @@
 #                                                  attention kernels alone: row vs split, issue 10)
 #   WINDOW_DECODE_SPLITS=8 bash scripts/gpu_bench.sh   drt-bench with --window_decode_splits 8
 #                                                  (the split decode kernel, off by default)
+#   PREFILL_TENSOR_CORES=true bash scripts/gpu_bench.sh   drt-bench with the tensor-core
+#                                                  window and GCA prefill kernels (off by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -283,7 +289,8 @@ run_bench() {
   local out
   out=$(mktemp)
   "$build/bench/drt-bench" --model "$model" --device cuda --random_prompt \
-    --generate "$generate" --window_decode_splits "${WINDOW_DECODE_SPLITS:-0}" "$@" >"$out" 2>/dev/null &
+    --generate "$generate" --window_decode_splits "${WINDOW_DECODE_SPLITS:-0}" \
+    --prefill_tensor_cores="${PREFILL_TENSOR_CORES:-false}" "$@" >"$out" 2>/dev/null &
   local pid=$! peak=0 used
   while kill -0 "$pid" 2>/dev/null; do
     used=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
@@ -348,6 +355,48 @@ if [[ -z "${SKIP_ENCODER_ROWS:-}" ]]; then
       "$(awk -v a="$host" -v b="$kv_host" 'BEGIN{print (b > 0) ? a/b : 0}')"
     i=$((i + 1))
   done
+fi
+
+# Issue 10, deliver 5: the paper's Table 3 layout. Time per token and GPU
+# memory of DRT as ratios to the base LM (--disable_gca, the sliding-window
+# model without retrieval) at 16K and 48K tokens. "With CPU offload" is the
+# chunk store in pinned host memory (today's only kind); "without offload"
+# would keep it on the device, an option not written yet, so that column
+# is not measured.
+if [[ -z "${SKIP_TABLE3:-}" ]]; then
+  echo
+  echo "== Table 3 layout: DRT / base LM, with CPU offload (the chunk store in pinned host memory)"
+  printf '%-10s %16s %16s %16s %16s\n' context time_ratio memory_ratio decode_ms gpu_MiB
+  for ctx in ${TABLE3_CONTEXTS:-16384 49152}; do
+    gca=$(run_bench --prompt_tokens "$ctx")
+    base=$(run_bench --prompt_tokens "$ctx" --disable_gca)
+    d_gca=$(field decode_ms_median "$gca"); d_base=$(field decode_ms_median "$base")
+    m_gca=$(field gpu_peak_mib "$gca"); m_base=$(field gpu_peak_mib "$base")
+    printf '%-10s %16.3f %16.3f %16s %16s\n' "$ctx" \
+      "$(awk -v a="$d_gca" -v b="$d_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \
+      "$(awk -v a="$m_gca" -v b="$m_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \
+      "$d_gca / $d_base" "$m_gca / $m_base"
+  done
+  echo "(without offload: not measured; the chunk store has no device tier yet)"
+fi
+
+# Issue 10, deliver 5: beside the table, the peer a user would otherwise
+# pick, a full-attention Transformer of the same size (12 layers, d 768, the
+# 128M config without encoder and GCA) decoding from a KV cache with PyTorch's
+# scaled-dot-product attention in a CUDA graph (bench/full_attention_peer.py;
+# it prints "does not fit" where its KV cache outgrows the GPU). Needs a
+# python3 with torch and CUDA: on the lent GPU machines, the image's.
+if [[ -z "${SKIP_PEER:-}" ]]; then
+  echo
+  echo "== full-attention peer (bench/full_attention_peer.py)"
+  if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+    python3 bench/full_attention_peer.py --dtype fp32 --layers 2 --hidden 256 --heads 4 \
+      --intermediate 512 --vocab 1000 --contexts 1024 --tokens 4 --self_check 64 | grep '^# self check'
+    python3 bench/full_attention_peer.py --contexts "${PEER_CONTEXTS:-16384,131072,1048576,2097152,4194304}" \
+      | grep -v '^json '
+  else
+    echo "gpu_bench: no python3 with CUDA torch on PATH; the peer was not measured" >&2
+  fi
 fi
 
 # Issue 11: aggregate decode tokens/s of N sessions stepped together

@@ -65,6 +65,7 @@ absl::Status CudaSession<T>::WindowAttentionRows(int64_t layer_index, const Atte
   p.head_dim = static_cast<int>(sizes_.head_dim);
   p.out = rows.out;
   p.decode_splits = options_.window_decode_splits;
+  p.prefill_tensor_cores = options_.prefill_tensor_cores;
   DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchWindowAttention(p, stream), "LaunchWindowAttention");
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchWindowRingWrite(rows.k_new, rows.v_new, p.n, first_pos, p.ring_slots,
@@ -91,6 +92,7 @@ absl::Status CudaSession<T>::GcaAttentionRows(int64_t group, const T* q, T* out,
   p.heads = static_cast<int>(sizes_.heads);
   p.head_dim = static_cast<int>(sizes_.head_dim);
   p.out = out;
+  p.prefill_tensor_cores = options_.prefill_tensor_cores;
   DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchGcaAttention(p, stream), "LaunchGcaAttention");
   // The latest GCA reading the group's slots: chunk copies into them wait
   // for it (FetchChunks).

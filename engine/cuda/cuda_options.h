@@ -52,6 +52,14 @@ struct CudaBackendOptions {
   // refuses). kernels/window_attention.h decode_splits; NOT YET RUN ON A GPU
   // (docs/cuda.md, "Split decode"), hence off by default.
   int window_decode_splits = 0;
+  // The window attention and GCA kernels of bf16 prefill steps (more than 8
+  // and 4 positions) when head_dim is a multiple of 16: true runs the
+  // tensor-core kernels (kernels/window_mma_prefill.cu, gca_mma_prefill.cu;
+  // `prefill_tensor_cores` of kernels/window_attention.h and
+  // gca_attention.h). NOT YET RUN ON A GPU (docs/cuda.md, "Tensor-core
+  // prefill"), hence off by default. fp32 precision ignores it (its kernels
+  // stay fp32 throughout, for the exact parity tests).
+  bool prefill_tensor_cores = false;
   // Session state export and import (BackendSession::ExportState, ReadChunk,
   // ImportState: durable sessions, SaveSession/LoadSession). Written but not
   // yet run on a GPU (engine/cuda/cuda_session_state.cc), so off by default:

@@ -63,9 +63,11 @@ std::vector<double> GcaReference(const GcaCase& c, const std::vector<float>& q, 
 // dh 32, over 50% at dh 128). A kernel that drops row 63 (softmax over 63
 // rows, or a loop bound of 63) is then off by far more than the tolerance;
 // with random signs the row weighs about 1/150 and such a bug would pass.
+// tensor_cores: GcaParams::prefill_tensor_cores (bf16 steps of > 4 rows
+// with dh a multiple of 16 take kernels/gca_mma_prefill.cu).
 void RunGcaCase(const GcaCase& c, std::mt19937& rng, bool zero_row_dominant = false,
-                bool fp32 = false) {
-  INFO("fp32 " << fp32 << " first_pos " << c.first_pos << " n " << c.n << " first_query_chunk " << c.first_query_chunk << " topk "
+                bool fp32 = false, bool tensor_cores = false) {
+  INFO("fp32 " << fp32 << " tensor cores " << tensor_cores << " first_pos " << c.first_pos << " n " << c.n << " first_query_chunk " << c.first_query_chunk << " topk "
                     << c.topk << " heads " << c.heads << " dh " << c.dh << " zero_row_dominant "
                     << zero_row_dominant);
   const size_t stride = static_cast<size_t>(c.heads) * c.dh;
@@ -112,7 +114,8 @@ void RunGcaCase(const GcaCase& c, std::mt19937& rng, bool zero_row_dominant = fa
   DeviceBuffer<int32_t> d_slots(slots);
   DeviceBuffer<float> d_weights(weights);
   // Launches the kernel of storage type T on device copies of q, ck, cv.
-  auto run = [&](auto tag, const auto& q_in, const auto& ck_in, const auto& cv_in) {
+  auto run = [&](auto tag, const auto& q_in, const auto& ck_in, const auto& cv_in,
+                 bool use_tensor_cores) {
     using T = decltype(tag);
     using Host = typename std::decay_t<decltype(q_in)>::value_type;
     DeviceBuffer<Host> d_q(q_in), d_ck(ck_in), d_cv(cv_in);
@@ -130,6 +133,7 @@ void RunGcaCase(const GcaCase& c, std::mt19937& rng, bool zero_row_dominant = fa
     p.heads = c.heads;
     p.head_dim = c.dh;
     p.out = d_out.template as<T>();
+    p.prefill_tensor_cores = use_tensor_cores;
     CUDA_REQUIRE(kernels::LaunchGcaAttention(p, nullptr));
     CUDA_REQUIRE(cudaDeviceSynchronize());
     return d_out.Download();
@@ -139,12 +143,20 @@ void RunGcaCase(const GcaCase& c, std::mt19937& rng, bool zero_row_dominant = fa
   // softmax and sums over 64 rows x topk chunks stay near 1e-6 of the
   // output's scale; 1e-5 fails on any bf16 rounding of inputs or output.
   const std::vector<float> got =
-      fp32 ? run(float{}, q.values, ck.values, cv.values)
-           : Bf16ToFloats(run(bf16{}, q.bits, ck.bits, cv.bits));
+      fp32 ? run(float{}, q.values, ck.values, cv.values, tensor_cores)
+           : Bf16ToFloats(run(bf16{}, q.bits, ck.bits, cv.bits, tensor_cores));
+  if (tensor_cores && !fp32 && c.n > 4 && c.dh % 16 == 0) {
+    // The option reaches the tensor-core kernel: rounding the probabilities
+    // to bf16 makes its output differ from the tile kernel's somewhere (a
+    // silent fallback would pass every tolerance check).
+    CHECK(Bf16ToFloats(run(bf16{}, q.bits, ck.bits, cv.bits, false)) != got);
+  }
   const double tolerance = fp32 ? 1e-5 : kBf16Tolerance;
   const std::vector<double> ref = GcaReference(c, q.values, ck.values, cv.values, slots, weights);
   const ErrorReport e = CompareToReference(got, ref);
   INFO(e.str());
+  // The tensor-core kernel's figures are printed: not yet seen on a GPU.
+  if (tensor_cores) WARN("tensor-core GCA prefill, n " << c.n << " dh " << c.dh << ": " << e.str());
   CHECK(e.non_finite == 0);
   CHECK(e.relative() <= tolerance);
   // Positions whose chunk retrieved nothing are exactly zero.
@@ -164,6 +176,32 @@ TEST_CASE("cuda GCA: prefill tiles per query chunk", "[cuda]") {
                            GcaCase{64 * 3 + 1, 70, 2, 8, 3, 40, 9}, GcaCase{0, 1000, 0, 8, 12, 64, 30},
                            GcaCase{64 * 7 + 63, 5, 7, 3, 2, 128, 4}, GcaCase{64 * 2, 129, 2, 1, 4, 96, 3}}) {
     RunGcaCase(c, rng);
+  }
+}
+
+// The tensor-core prefill kernel (GcaParams::prefill_tensor_cores) on the
+// prefill cases above (the dh 40 case is not a multiple of 16: the fp32-core
+// tile kernel runs) and with the zero row 63 dominant; n = 5 is the fewest
+// rows it takes. Tolerance: kBf16Tolerance, derived for the tile kernel
+// (bf16 output rounding). This kernel also rounds each weighted probability
+// w_i p_ij to bf16 (relative error <= 2^-9), which moves an output by at
+// most 2^-9 sum_ij w_i p_ij |v_ij| <= 2^-9 max|v| = 2^-9 here; relative()
+// divides by max|ref|, about 0.25 to 0.5 in these cases, so the worst case
+// is 0.4 to 0.8% plus the output rounding: inside 1e-2 by about 1.5 to 2x.
+// Typically far less (the errors' signs are independent). Each case WARNs
+// its figure.
+TEST_CASE("cuda GCA: tensor-core prefill tiles", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(55);
+  for (const GcaCase& c : {GcaCase{64 * 5 + 17, 200, 5, 4, 4, 64, 12}, GcaCase{64 * 4, 64, 4, 16, 2, 32, 20},
+                           GcaCase{64 * 3 + 1, 70, 2, 8, 3, 40, 9}, GcaCase{0, 1000, 0, 8, 12, 64, 30},
+                           GcaCase{64 * 7 + 63, 5, 7, 3, 2, 128, 4}, GcaCase{64 * 2, 129, 2, 1, 4, 96, 3},
+                           GcaCase{64 * 3 + 30, 90, 3, 8, 4, 16, 10}, GcaCase{64 * 8, 300, 8, 8, 4, 48, 24},
+                           GcaCase{64 * 2 + 9, 80, 2, 4, 2, 80, 6}, GcaCase{64 * 5, 100, 5, 3, 2, 112, 5}}) {
+    RunGcaCase(c, rng, /*zero_row_dominant=*/false, /*fp32=*/false, /*tensor_cores=*/true);
+  }
+  for (const GcaCase& c : {GcaCase{64 * 3 + 5, 150, 3, 4, 2, 64, 6}, GcaCase{64 * 4 + 1, 66, 4, 2, 2, 128, 4}}) {
+    RunGcaCase(c, rng, /*zero_row_dominant=*/true, /*fp32=*/false, /*tensor_cores=*/true);
   }
 }
 

@@ -73,7 +73,7 @@ kernels::WindowAttentionParams<T> RunWindowStep(const WindowCase& c, int ring_sl
                                                 const DeviceBuffer<Host>& ring_k,
                                                 const DeviceBuffer<Host>& ring_v,
                                                 const DeviceBuffer<Host>& out,
-                                                int decode_splits) {
+                                                int decode_splits, bool tensor_cores = false) {
   kernels::WindowAttentionParams<T> p;
   p.q = q.template as<const T>();
   p.k_new = k_new.template as<const T>();
@@ -89,6 +89,7 @@ kernels::WindowAttentionParams<T> RunWindowStep(const WindowCase& c, int ring_sl
   p.head_dim = c.head_dim;
   p.out = out.template as<T>();
   p.decode_splits = decode_splits;
+  p.prefill_tensor_cores = tensor_cores;
   CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
   CUDA_REQUIRE(kernels::LaunchWindowRingWrite(p.k_new, p.v_new, c.n, c.first_pos, ring_slots,
                                               c.kv_heads, c.head_dim, ring_k.template as<T>(),
@@ -102,10 +103,13 @@ kernels::WindowAttentionParams<T> RunWindowStep(const WindowCase& c, int ring_sl
 // engine uses max(1, W) + 1 slots, so W = 0 runs with 2 slots).
 // decode_splits: WindowAttentionParams::decode_splits of both steps (0: the
 // row kernel; the follow-up decode step has n = 1 and uses the same kernel).
-void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0, int decode_splits = 0) {
+// tensor_cores: WindowAttentionParams::prefill_tensor_cores of the step (the
+// follow-up decode step has n = 1, which ignores it).
+void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0, int decode_splits = 0,
+                   bool tensor_cores = false) {
   INFO("n " << c.n << " first_pos " << c.first_pos << " window " << c.window << " heads " << c.heads
             << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim << " extra ring slots " << extra_slots
-            << " decode_splits " << decode_splits);
+            << " decode_splits " << decode_splits << " tensor cores " << tensor_cores);
   const int kv_width = c.kv_heads * c.head_dim;
   const int q_width = c.heads * c.head_dim;
   const int ring_slots = c.window + 1 + extra_slots;
@@ -138,13 +142,17 @@ void RunWindowCase(const WindowCase& c, std::mt19937& rng, int extra_slots = 0, 
   DeviceBuffer<uint16_t> d_out(static_cast<size_t>(c.n) * q_width);
 
   kernels::WindowAttentionParams<bf16> p =
-      RunWindowStep<bf16>(c, ring_slots, d_q, d_k_new, d_v_new, d_ring_k, d_ring_v, d_out, decode_splits);
+      RunWindowStep<bf16>(c, ring_slots, d_q, d_k_new, d_v_new, d_ring_k, d_ring_v, d_out, decode_splits,
+                          tensor_cores);
 
   const ErrorReport e = CompareToReference(
       Bf16ToFloats(d_out.Download()),
       WindowReference(q.values, hist_k.values, hist_v.values, c.first_pos, c.n, c.window, c.heads, c.kv_heads,
                       c.head_dim));
   INFO("step: " << e.str());
+  // The tensor-core kernel's figures are printed: they have not been seen
+  // on a GPU yet (docs/cuda.md, "Tensor-core prefill").
+  if (tensor_cores) WARN("tensor-core prefill, n " << c.n << " head_dim " << c.head_dim << ": " << e.str());
   CHECK(e.non_finite == 0);
   CHECK(e.relative() <= kBf16Tolerance);
 
@@ -216,6 +224,53 @@ TEST_CASE("cuda window attention: prefill tiles", "[cuda]") {
                               WindowCase{1024, 0, 512, 4, 4, 64}, WindowCase{65, 640, 63, 2, 2, 32}}) {
     RunWindowCase(c, rng);
   }
+}
+
+// The tensor-core prefill kernel (WindowAttentionParams::prefill_tensor_cores,
+// kernels/window_mma_prefill.cu) on the prefill cases above whose head_dim
+// is a multiple of 16, plus partial last tiles, W = 0, a window shorter
+// than a tile, GQA, a wrapped ring with extra slots, and head_dim 40 (not a
+// multiple of 16: the fp32-core tile kernel runs instead).
+// Tolerance: kBf16Tolerance, derived for the tile kernel (bf16 output
+// rounding, 2^-9 relative, at most 2^-8 of max|ref|). This kernel also
+// rounds each probability to bf16 (relative error <= 2^-9) before P V; that
+// moves an output by at most 2^-9 * sum_j p_j |v_j| <= 2^-9 max|v| = 2^-9
+// here (values in [-1, 1]). relative() divides by max|ref|, which is about
+// 0.25 to 0.5 in these cases (the steep ALiBi heads), so the worst case is
+// 0.4 to 0.8% plus the output rounding: inside 1e-2, but only by about 1.5
+// to 2x. The typical error is far smaller (the rounding errors of many keys
+// have independent signs). Each case WARNs its figure; if a GPU shows them
+// near the limit, this derivation is what to revisit, not the limit.
+TEST_CASE("cuda window attention: tensor-core prefill tiles", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(34);
+  for (const WindowCase& c : {WindowCase{37, 0, 16, 4, 2, 64}, WindowCase{64, 5000, 4096, 2, 2, 128},
+                              WindowCase{129, 3, 512, 4, 4, 128}, WindowCase{300, 1500, 512, 4, 4, 64},
+                              WindowCase{9, 20, 5, 8, 4, 96}, WindowCase{1024, 0, 512, 4, 4, 64},
+                              WindowCase{65, 640, 63, 2, 2, 32}, WindowCase{100, 200, 0, 2, 1, 16},
+                              WindowCase{250, 4000, 128, 4, 4, 48}, WindowCase{200, 130, 100, 6, 3, 40},
+                              WindowCase{90, 700, 60, 2, 2, 80}, WindowCase{140, 64, 200, 3, 1, 112}}) {
+    RunWindowCase(c, rng, 0, 0, true);
+  }
+  RunWindowCase(WindowCase{70, 513, 512, 4, 1, 128}, rng, 3, 0, true);
+  RunWindowCase(WindowCase{100, 300, 64, 4, 2, 64}, rng, 7, 0, true);
+
+  // The option reaches the tensor-core kernel: rounding P to bf16 makes its
+  // output differ from the tile kernel's somewhere (a silent fallback to the
+  // tile kernel would pass every case above). first_pos 0: no ring read.
+  const WindowCase c{300, 0, 128, 4, 4, 64};
+  auto output_bits = [&](bool tensor_cores) {
+    std::mt19937 data_rng(35);
+    const size_t kv = static_cast<size_t>(c.n) * c.kv_heads * c.head_dim;
+    DeviceBuffer<uint16_t> q(RandomBf16(static_cast<size_t>(c.n) * c.heads * c.head_dim, data_rng, -2.f, 2.f).bits);
+    DeviceBuffer<uint16_t> k(RandomBf16(kv, data_rng).bits), v(RandomBf16(kv, data_rng).bits);
+    DeviceBuffer<uint16_t> ring_k(std::vector<uint16_t>(static_cast<size_t>(c.window + 1) * c.kv_heads * c.head_dim));
+    DeviceBuffer<uint16_t> ring_v(std::vector<uint16_t>(static_cast<size_t>(c.window + 1) * c.kv_heads * c.head_dim));
+    DeviceBuffer<uint16_t> out(static_cast<size_t>(c.n) * c.heads * c.head_dim);
+    RunWindowStep<bf16>(c, c.window + 1, q, k, v, ring_k, ring_v, out, 0, tensor_cores);
+    return out.Download();
+  };
+  CHECK(output_bits(true) != output_bits(false));
 }
 
 TEST_CASE("cuda window attention: ring with more than window + 1 slots", "[cuda]") {

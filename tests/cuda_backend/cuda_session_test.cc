@@ -335,6 +335,55 @@ TEST_CASE("cuda: the split window decode kernel decodes like the cpu backend", "
   }
 }
 
+// The tensor-core prefill kernels, window attention and GCA
+// (CudaBackendOptions::prefill_tensor_cores, bf16 only), in the whole model:
+// whole-prompt prefill and 100-position pieces (both take them;
+// token-by-token decode takes the row kernels) against token-by-token decode,
+// and against prefill with the option off. Limit: kBf16Case's
+// prefill-vs-decode bound (2e-2; the default kernels measured 0.008 on an
+// H100). The option changes only how the prefill kernels round (they also
+// round softmax probabilities to bf16, each by at most 2^-9 relative), well
+// inside that bound; the figures are printed because they have not been seen
+// on a GPU yet.
+TEST_CASE("cuda: the tensor-core prefill kernels agree with decode", "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = Chunk64Config();  // head_dim 16, window 100
+  const ModelWeights weights = testing::RandomWeights(config, 71);
+  const auto tokens = testing::RandomTokens(config, 12 * 63 + 30, 72);
+  const int64_t V = config.vocab_size;
+  CudaBackendOptions off_options = testing::PrecisionOptions(CudaPrecision::kBf16);
+  CudaBackendOptions on_options = off_options;
+  on_options.prefill_tensor_cores = true;
+  auto off_backend = MakeCudaBackend(config, weights, off_options);
+  auto on_backend = MakeCudaBackend(config, weights, on_options);
+  REQUIRE(off_backend.ok());
+  REQUIRE(on_backend.ok());
+  auto decode = Session::Create(**on_backend);
+  auto off_prefill = Session::Create(**off_backend);
+  REQUIRE(decode.ok());
+  REQUIRE(off_prefill.ok());
+  testing::RetrievalLog decode_log;
+  testing::Record((*decode)->backend_session(), decode_log);
+  const auto single = AppendAll(**decode, tokens, 1);
+  const auto off_whole = AppendAll(**off_prefill, tokens, tokens.size());
+  for (size_t piece : {tokens.size(), size_t{100}}) {
+    INFO("pieces of " << piece);
+    auto prefill = Session::Create(**on_backend);
+    REQUIRE(prefill.ok());
+    testing::RetrievalLog prefill_log;
+    testing::Record((*prefill)->backend_session(), prefill_log);
+    const auto on = AppendAll(**prefill, tokens, piece);
+    const double vs_decode = testing::WorstRowRelativeDifference(on, single, V);
+    const double vs_off = testing::WorstRowRelativeDifference(on, off_whole, V);
+    WARN("tensor-core prefill, pieces of " << piece << ": worst row vs decode " << vs_decode
+                                           << ", vs the default prefill kernel " << vs_off);
+    CHECK(vs_decode <= kBf16Case.limit);
+    CHECK(vs_off <= kBf16Case.limit);
+    CHECK(vs_off > 0);  // the option reached the kernels (their rounding differs)
+    testing::CompareRetrievals(prefill_log, decode_log);
+  }
+}
+
 TEST_CASE("cuda: disable_gca runs the base LM without retrieval", "[cuda]") {
   if (!testing::HaveGpu()) return;
   const ModelConfig config = Chunk64Config();
