@@ -22,6 +22,13 @@ ABSL_FLAG(std::string, model, "build/models/drt-random-gpt2", "model directory")
 ABSL_FLAG(int64_t, prompt_tokens, 100000, "prompt length in tokens");
 ABSL_FLAG(int32_t, generate, 64, "tokens to generate");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(bool, lower_only_forwards, true,
+          "CPU only: prefill rows that cannot change the kept state skip the upper layers "
+          "(CpuBackendOptions::lower_only_forwards); false runs every row through GCA, as a "
+          "server with --state_ack_tokens=0 or a conversation of short messages does");
+ABSL_FLAG(int64_t, chunk_kv_reserve, 0,
+          "CPU only: chunks whose GCA K/V a session keeps made beyond its selections in force "
+          "(CpuBackendOptions::chunk_kv_reserve; speed and memory only, never the logits)");
 ABSL_FLAG(float, temperature, 0.f, "sampling temperature (0: greedy)");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 ABSL_FLAG(std::string, device, "cpu",
@@ -133,6 +140,8 @@ int main(int argc, char** argv) {
   drt::BackendOptions options;
   options.device = *device;
   options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
+  options.cpu.chunk_kv_reserve = absl::GetFlag(FLAGS_chunk_kv_reserve);
+  options.cpu.lower_only_forwards = absl::GetFlag(FLAGS_lower_only_forwards);
   options.cuda.device_index = absl::GetFlag(FLAGS_cuda_device);
   options.cuda.disable_gca = absl::GetFlag(FLAGS_disable_gca);
   options.cuda.window_decode_splits = absl::GetFlag(FLAGS_window_decode_splits);
@@ -301,6 +310,13 @@ int main(int argc, char** argv) {
               mem.chunk_store_bytes / 1048576.0, mem.landmark_bytes / 1048576.0,
               mem.window_bytes / 1048576.0, mem.open_chunk_bytes / 1048576.0,
               static_cast<long>((*session)->num_chunks()));
+  std::printf("chunk K/V made from encoder rows: %.2f MiB held (reserve %ld chunks), %ld chunks "
+              "made (%ld while decoding); host bytes per context token %.1f\n",
+              mem.chunk_kv_cache_bytes / 1048576.0,
+              static_cast<long>(options.cpu.chunk_kv_reserve),
+              static_cast<long>(after_decode.kv_made_chunks),
+              static_cast<long>(after_decode.kv_made_chunks - before_decode.kv_made_chunks),
+              static_cast<double>(mem.total()) / std::max<int64_t>(1, (*session)->num_tokens()));
   const double generated_count = std::max<double>(1.0, generated->tokens.size());
   const double h2d_per_token =
       static_cast<double>(after_decode.h2d_bytes - before_decode.h2d_bytes) / generated_count;

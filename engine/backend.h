@@ -39,9 +39,8 @@ struct SessionMemory {
   // be shared by forks).
   size_t chunk_store_bytes = 0;
   // GCA keys and values made from the encoder rows of the chunks the
-  // selections read (the CPU backend's ChunkKvCache): bounded by the
-  // selections in force plus the cache's reserve, and the chunks one step's
-  // selections name.
+  // selections read (the CPU backend's ChunkKvCache): between steps, the
+  // chunks the selections in force name plus the cache's reserve.
   size_t chunk_kv_cache_bytes = 0;
   size_t selection_bytes = 0;    // current retrieval per group
   size_t shared_bytes = 0;       // of chunk_store + landmarks, shared with forks

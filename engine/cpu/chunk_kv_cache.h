@@ -2,8 +2,10 @@
 // encoder rows (engine/cpu/chunk_kv.h) when a selection first reads them.
 // The chunk store holds only encoder rows; this cache holds K/V of the
 // chunks the selections in force name (each step reads them again) plus a
-// reserve of the most recently read others, which later selections often
-// name again (docs/engine.md, "Chunk store of encoder rows").
+// reserve of the most recently read others, which later selections may
+// name again (docs/engine.md, "Chunk store of encoder rows"). Within a step
+// it also holds the chunks one group's selections read (CpuStep trims it
+// before each group).
 //
 // Entries are immutable once made and shared by pointer, so a fork copies
 // the cache without copying K/V. What an entry holds never depends on the

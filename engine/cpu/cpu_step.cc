@@ -221,7 +221,31 @@ const Retrieval& CpuStep::RunSelection(const StepPlan& plan, size_t slice, const
                                          : made_[slice][group][run.made_at];
 }
 
+std::vector<int64_t> CpuStep::ChunksInForceAfter(const StepPlan& plan, size_t slice) const {
+  const CpuSession& session = SessionOf(plan.slices[slice]);
+  std::vector<int64_t> chunks;
+  for (int64_t g = 0; g < config_.num_groups(); ++g) {
+    const std::vector<Retrieval>& made = made_[slice][g];
+    const Retrieval& r = made.empty() ? session.selection_[g] : made.back();
+    chunks.insert(chunks.end(), r.chunks.begin(), r.chunks.end());
+  }
+  return chunks;
+}
+
 void CpuStep::MakeMissingKeysValues(const StepPlan& plan, int64_t group) {
+  // First the K/V the groups before read in this step go, but for the
+  // chunks this group reads and those that will be in force after the step
+  // (and the cache's reserve): one group's chunks at a time, so that a step
+  // of many landmarks does not hold K/V for every selection of every group
+  // at once.
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    std::vector<int64_t> keep = ChunksInForceAfter(plan, s);
+    for (const GcaRun& run : plan.slices[s].runs) {
+      const std::vector<int64_t>& read = RunSelection(plan, s, run, group).chunks;
+      keep.insert(keep.end(), read.begin(), read.end());
+    }
+    SessionOf(plan.slices[s]).kv_cache_.Trim(keep);
+  }
   // Every chunk the group's runs read whose K/V its session has not made
   // yet: an entry is added for each (once per session), then all are filled
   // in parallel, one chunk per task (MakeChunkKeysValues is the same for a
@@ -255,8 +279,8 @@ absl::Status CpuStep::PrepareGca(const StepPlan& plan, int64_t group) {
   gca_blocks_.clear();
   gca_first_row_.clear();
   MakeMissingKeysValues(plan, group);
-  // The cache keeps every entry until Finish trims it, so these pointers
-  // hold through the group's GcaMlp calls.
+  // The cache keeps every entry until the next group's PrepareGca or Finish
+  // trims it, so these pointers hold through the group's GcaMlp calls.
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const SlicePlan& slice = plan.slices[s];
     CpuSession& session = SessionOf(slice);

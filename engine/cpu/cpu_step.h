@@ -60,8 +60,13 @@ class CpuStep final : public ForwardOps {
   // The selection GCA run `run` of slice `slice` reads in `group`.
   const Retrieval& RunSelection(const StepPlan& plan, size_t slice, const GcaRun& run,
                                 int64_t group) const;
-  // Makes the K/V of every chunk the group's runs read that its session's
-  // ChunkKvCache lacks.
+  // The chunks the selections in force after this step will name, for
+  // slice `slice`: per group the last selection the step made so far, or
+  // the one in force when it made none.
+  std::vector<int64_t> ChunksInForceAfter(const StepPlan& plan, size_t slice) const;
+  // Trims every session's ChunkKvCache to the chunks the group reads and
+  // ChunksInForceAfter (and its reserve), then makes the K/V of every chunk the group's runs read that
+  // the cache lacks.
   void MakeMissingKeysValues(const StepPlan& plan, int64_t group);
 
   const ModelConfig& config_;
