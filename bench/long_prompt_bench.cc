@@ -48,6 +48,10 @@ ABSL_FLAG(bool, prefill_tensor_cores, false,
 ABSL_FLAG(bool, batched_step_rows, false,
           "CUDA only: one op over all sessions' rows per step (CudaBackendOptions::"
           "batched_step_rows; not yet verified on a GPU, docs/cuda.md)");
+ABSL_FLAG(std::string, cuda_chunk_store, "kv",
+          "CUDA only: what the host chunk store keeps per closed chunk: kv or encoder_rows "
+          "(CudaBackendOptions::chunk_store; encoder_rows not yet verified on a GPU, "
+          "docs/cuda.md \"Chunk store of C\")");
 ABSL_FLAG(bool, random_prompt, false,
           "random token ids instead of tokenized filler text (fast for multi-million-token "
           "prompts)");
@@ -150,6 +154,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.cuda.precision = *precision;
+  auto chunk_store = drt::ParseCudaChunkStore(absl::GetFlag(FLAGS_cuda_chunk_store));
+  if (!chunk_store.ok()) {
+    std::fprintf(stderr, "error: --cuda_chunk_store: %s\n",
+                 std::string(chunk_store.status().message()).c_str());
+    return 1;
+  }
+  options.cuda.chunk_store = *chunk_store;
+  if (options.cuda.chunk_store != drt::CudaChunkStore::kKeysValues &&
+      *device != drt::Device::kCuda) {
+    std::fprintf(stderr, "error: --cuda_chunk_store=encoder_rows needs --device=cuda\n");
+    return 1;
+  }
   if (options.cuda.disable_gca && *device != drt::Device::kCuda) {
     std::fprintf(stderr, "error: --disable_gca needs --device=cuda\n");
     return 1;
@@ -314,7 +330,8 @@ int main(int argc, char** argv) {
               static_cast<long>(st.d2d_chunks), static_cast<long>(st.resident_hits),
               st.d2h_bytes / 1048576.0);
   std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
-              "prefill_tensor_cores=%d batched_step_rows=%d context_tokens=%ld "
+              "prefill_tensor_cores=%d batched_step_rows=%d cuda_chunk_store=%s "
+              "context_tokens=%ld "
               "prefill_tokens_per_s=%.1f "
               "decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu session_device_bytes=%zu "
               "session_host_bytes=%zu peak_rss_bytes=%zu h2d_bytes_per_token=%.0f "
@@ -322,6 +339,7 @@ int main(int argc, char** argv) {
               backend->name().c_str(), precision_name, absl::GetFlag(FLAGS_disable_gca) ? 1 : 0,
               options.cuda.window_decode_splits, options.cuda.prefill_tensor_cores ? 1 : 0,
               options.cuda.batched_step_rows ? 1 : 0,
+              drt::CudaChunkStoreName(options.cuda.chunk_store),
               static_cast<long>(prompt.size()), prompt.size() / prefill_s, Median(token_ms),
               token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
               mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes,

@@ -42,6 +42,21 @@ const char* CudaPrecisionName(CudaPrecision precision) {
   return "unknown";
 }
 
+absl::StatusOr<CudaChunkStore> ParseCudaChunkStore(absl::string_view name) {
+  if (name == "kv") return CudaChunkStore::kKeysValues;
+  if (name == "encoder_rows") return CudaChunkStore::kEncoderRows;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown CUDA chunk store '", name, "': expected kv or encoder_rows"));
+}
+
+const char* CudaChunkStoreName(CudaChunkStore store) {
+  switch (store) {
+    case CudaChunkStore::kKeysValues: return "kv";
+    case CudaChunkStore::kEncoderRows: return "encoder_rows";
+  }
+  return "unknown";
+}
+
 bool CudaBackendBuilt() {
 #ifdef DRT_WITH_CUDA
   return true;

@@ -24,6 +24,11 @@ const char* DeviceName(Device device);
 absl::StatusOr<CudaPrecision> ParseCudaPrecision(absl::string_view name);
 const char* CudaPrecisionName(CudaPrecision precision);
 
+// "kv" or "encoder_rows" (the CUDA backend's CudaChunkStore, drt-server
+// --cuda_chunk_store); INVALID_ARGUMENT naming the choices otherwise.
+absl::StatusOr<CudaChunkStore> ParseCudaChunkStore(absl::string_view name);
+const char* CudaChunkStoreName(CudaChunkStore store);
+
 struct BackendOptions {
   Device device = Device::kCpu;
   CpuBackendOptions cpu;

@@ -28,6 +28,8 @@
 #   SANITIZER_TIMEOUT=900 bash scripts/gpu_bench.sh  each sanitizer run's time limit
 #                                                  (seconds; 480 by default)
 #   SKIP_BATCH=1 bash scripts/gpu_bench.sh         without the drt-batch-bench step
+#   SKIP_ENCODER_ROWS=1 bash scripts/gpu_bench.sh  without the table's rerun with
+#                                                  --cuda_chunk_store=encoder_rows
 #   SKIP_TABLE3=1 bash scripts/gpu_bench.sh        without the Table 3 layout (ratios to the base
 #                                                  LM at TABLE3_CONTEXTS, 16384 49152 by default)
 #   SKIP_PEER=1 bash scripts/gpu_bench.sh          without the full-attention peer
@@ -332,6 +334,28 @@ for row in "${rows[@]}"; do
     "$(awk -v a="$decode" -v b="$base" 'BEGIN{print (b > 0) ? a/b : 0}')" "$base" "$gpu" \
     "$(awk -v b="$host" 'BEGIN{print b/1048576}')" "$(awk -v b="$rss" 'BEGIN{print b/1048576}')" "$h2d"
 done
+
+# Issue 10, item 4: the same GCA runs with the host chunk store of encoder
+# rows (--cuda_chunk_store=encoder_rows, off by default; docs/cuda.md "Chunk
+# store of C"): host bytes and H2D bytes should halve; the prefill and decode
+# columns show what the fetch GEMMs cost.
+if [[ -z "${SKIP_ENCODER_ROWS:-}" ]]; then
+  echo
+  echo "== drt-bench --cuda_chunk_store=encoder_rows (the same contexts; kv figures above)"
+  printf '%-10s %14s %10s %14s %12s %14s\n' context prefill_tok/s decode_ms session_host_MiB \
+    h2d_B/token host_vs_kv
+  i=0
+  for ctx in $contexts; do
+    rows_run=$(run_bench --prompt_tokens "$ctx" --cuda_chunk_store encoder_rows)
+    IFS='|' read -r _ _ _ _ _ kv_host _ _ <<<"${rows[$i]}"
+    host=$(field session_host_bytes "$rows_run")
+    printf '%-10s %14.0f %10.3f %14.0f %12.0f %14.3f\n' "$ctx" \
+      "$(field prefill_tokens_per_s "$rows_run")" "$(field decode_ms_median "$rows_run")" \
+      "$(awk -v b="$host" 'BEGIN{print b/1048576}')" "$(field h2d_bytes_per_token "$rows_run")" \
+      "$(awk -v a="$host" -v b="$kv_host" 'BEGIN{print (b > 0) ? a/b : 0}')"
+    i=$((i + 1))
+  done
+fi
 
 # Issue 10, deliver 5: the paper's Table 3 layout. Time per token and GPU
 # memory of DRT as ratios to the base LM (--disable_gca, the sliding-window

@@ -33,6 +33,13 @@ ABSL_FLAG(bool, cuda_batched_step_rows, false,
           "CUDA only: runs the row-wise work of all sessions of a step as one op over "
           "step-wide buffers (one GEMM for the decode rows of N sessions). Written but not yet "
           "run on a GPU, so off by default (docs/cuda.md, \"Batched steps\")");
+ABSL_FLAG(std::string, cuda_chunk_store, "kv",
+          "CUDA only: what the pinned host chunk store keeps per closed chunk: kv (keys and "
+          "values, the default) or encoder_rows (the encoder output C: half the host memory "
+          "and host->device bytes; K/V are made on the GPU after each fetch by two GEMMs). "
+          "encoder_rows is written but not yet run on a GPU (docs/cuda.md, \"Chunk store of "
+          "C\"). --cuda_state_export selects encoder_rows (the state format holds a chunk's "
+          "encoder rows)");
 ABSL_FLAG(bool, cuda_state_export, false,
           "lets the CUDA backend export and import session state, which --state_dir "
           "(durable sessions) and SaveSession/LoadSession need. Written but not yet run on a "
@@ -242,6 +249,11 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     config.cuda_precision = *precision;
   } else {
     errors.emplace_back(absl::StrCat("--cuda_precision: ", precision.status().message()));
+  }
+  if (auto store = ParseCudaChunkStore(absl::GetFlag(FLAGS_cuda_chunk_store)); store.ok()) {
+    config.cuda_chunk_store = *store;
+  } else {
+    errors.emplace_back(absl::StrCat("--cuda_chunk_store: ", store.status().message()));
   }
   config.cuda_state_export = absl::GetFlag(FLAGS_cuda_state_export);
   config.cuda_batched_step_rows = absl::GetFlag(FLAGS_cuda_batched_step_rows);

@@ -40,6 +40,8 @@ struct ServerConfig {
   std::vector<std::string> deprecation_notes;
   int cuda_device = 0;  // GPU index for the CUDA backend
   CudaPrecision cuda_precision = CudaPrecision::kBf16;  // --cuda_precision
+  // --cuda_chunk_store (CudaBackendOptions::chunk_store)
+  CudaChunkStore cuda_chunk_store = CudaChunkStore::kKeysValues;
   bool cuda_state_export = false;  // --cuda_state_export (CudaBackendOptions::state_export)
   // --cuda_batched_step_rows (CudaBackendOptions::batched_step_rows)
   bool cuda_batched_step_rows = false;

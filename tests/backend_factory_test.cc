@@ -38,6 +38,32 @@ TEST_CASE("ParseCudaPrecision accepts bf16 and fp32 and names them on error",
   CHECK(BackendOptions{}.cuda.precision == CudaPrecision::kBf16);
 }
 
+TEST_CASE("ParseCudaChunkStore accepts kv and encoder_rows and names them on error",
+          "[backend_factory]") {
+  CHECK(*ParseCudaChunkStore("kv") == CudaChunkStore::kKeysValues);
+  CHECK(*ParseCudaChunkStore("encoder_rows") == CudaChunkStore::kEncoderRows);
+  for (const char* bad : {"", "KV", "c", "rows", "encoder-rows", "kv "}) {
+    auto parsed = ParseCudaChunkStore(bad);
+    CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(parsed.status().message().find("expected kv or encoder_rows") != std::string::npos);
+  }
+  CHECK(std::string(CudaChunkStoreName(CudaChunkStore::kKeysValues)) == "kv");
+  CHECK(std::string(CudaChunkStoreName(CudaChunkStore::kEncoderRows)) == "encoder_rows");
+  // K/V stays the default: it is the one verified on a GPU.
+  CHECK(BackendOptions{}.cuda.chunk_store == CudaChunkStore::kKeysValues);
+}
+
+TEST_CASE("the CUDA state export selects the chunk store of encoder rows", "[backend_factory]") {
+  // The state format holds a chunk's encoder rows; K/V cannot give them back.
+  CudaBackendOptions options;
+  CHECK(EffectiveChunkStore(options) == CudaChunkStore::kKeysValues);
+  options.chunk_store = CudaChunkStore::kEncoderRows;
+  CHECK(EffectiveChunkStore(options) == CudaChunkStore::kEncoderRows);
+  options.chunk_store = CudaChunkStore::kKeysValues;
+  options.state_export = true;
+  CHECK(EffectiveChunkStore(options) == CudaChunkStore::kEncoderRows);
+}
+
 // Hand-written machines for ChooseDevice, the decision without the probe.
 CudaAvailability NotBuilt() { return CudaAvailability{false, absl::UnavailableError("unused")}; }
 CudaAvailability Gpus(int count) { return CudaAvailability{true, count}; }

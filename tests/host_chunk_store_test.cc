@@ -1,13 +1,17 @@
 // The CUDA backend's pinned host chunk store, with plain memory standing in
 // for cudaHostAlloc: slab growth, record contents, fork sharing, failures.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "engine/cuda/host/chunk_record_layout.h"
 #include "engine/cuda/host/host_chunk_store.h"
+#include "engine/model_config.h"
 #include "tests/test_util/counting_host_allocator.h"
 
 namespace drt::cuda {
@@ -79,7 +83,7 @@ TEST_CASE("host chunk store: records written in place after AppendUninitialized"
   for (int c = 0; c < 3; ++c) CHECK(HoldsChunk(store, c, c));
   // Keys and values of one chunk are one contiguous record.
   CHECK(store.values(0) == store.keys(0) + kRows * kWidth);
-  CHECK(store.kv_block_bytes() == kRows * kWidth * sizeof(Bf16Bits));
+  CHECK(store.block_bytes() == kRows * kWidth * sizeof(Bf16Bits));
 }
 
 TEST_CASE("host chunk store: a fork shares every slab and neither side writes a shared one",
@@ -138,7 +142,7 @@ TEST_CASE("host chunk store: fp32 records (the CUDA backend's fp32 precision)",
   auto alloc = std::make_shared<CountingAllocator>();
   HostChunkStore<float> store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 2});
   // Twice the bytes of a bf16 record, values right after the keys.
-  CHECK(store.kv_block_bytes() == kRows * kWidth * sizeof(float));
+  CHECK(store.block_bytes() == kRows * kWidth * sizeof(float));
   std::vector<float> k(kRows * kWidth), v(kRows * kWidth);
   for (int c = 0; c < 3; ++c) {  // the third opens a second slab
     for (size_t i = 0; i < k.size(); ++i) {
@@ -156,6 +160,69 @@ TEST_CASE("host chunk store: fp32 records (the CUDA backend's fp32 precision)",
       CHECK(store.values(c)[i] == -(0.1f * c + 1e-7f * i));
     }
   }
+}
+
+TEST_CASE("chunk record layout: encoder rows hold half the bytes of K/V (128M config)",
+          "[host_chunk_store]") {
+  ModelConfig config;  // the 128M configuration's chunk and width
+  config.hidden_size = 768;
+  config.enc_chunk_size = 63;
+  const ChunkRecordLayout kv = ChunkRecordLayoutFor(config, CudaChunkStore::kKeysValues);
+  const ChunkRecordLayout rows = ChunkRecordLayoutFor(config, CudaChunkStore::kEncoderRows);
+  CHECK(kv == ChunkRecordLayout{64, 768, 2});    // keys and values, landmark row included
+  CHECK(rows == ChunkRecordLayout{63, 768, 1});  // C's real rows only
+  auto alloc = std::make_shared<CountingAllocator>();
+  HostChunkStore<Bf16Bits> kv_store(kv, alloc, HostChunkStoreOptions{1, 1});
+  HostChunkStore<Bf16Bits> rows_store(rows, alloc, HostChunkStoreOptions{1, 1});
+  HostChunkStore<float> rows_fp32(rows, alloc, HostChunkStoreOptions{1, 1});
+  // bf16: 2 x 64 x 768 x 2 = 196,608 bytes per chunk (3,120.8 per real
+  // token) against 63 x 768 x 2 = 96,768 (1,536 per real token).
+  CHECK(kv_store.record_bytes() == 196608);
+  CHECK(rows_store.record_bytes() == 96768);
+  CHECK(rows_store.record_bytes() / 63 == 1536);
+  CHECK(rows_fp32.record_bytes() == 193536);
+  // The slabs are sized by the record: one chunk each here.
+  REQUIRE(kv_store.AppendUninitialized(1).ok());
+  REQUIRE(rows_store.AppendUninitialized(1).ok());
+  REQUIRE(rows_fp32.AppendUninitialized(1).ok());
+  CHECK(alloc->sizes == std::vector<size_t>{196608, 96768, 193536});
+  CHECK(kv_store.bytes() == 196608);
+  CHECK(rows_store.bytes() == 96768);
+}
+
+TEST_CASE("host chunk store: encoder-row records, one block each, one after the other",
+          "[host_chunk_store]") {
+  const ChunkRecordLayout layout{kRows - 1, kWidth, 1};  // S' = S - 1 rows
+  const int64_t elements = (kRows - 1) * kWidth;
+  auto alloc = std::make_shared<CountingAllocator>();
+  Bf16Store store(layout, alloc, HostChunkStoreOptions{2, 2});
+  CHECK(store.record_bytes() == elements * sizeof(Bf16Bits));
+  CHECK(store.block_bytes() == store.record_bytes());
+  std::vector<std::vector<Bf16Bits>> written;
+  for (int c = 0; c < 3; ++c) {  // the third opens a second slab
+    std::vector<Bf16Bits> record(elements);
+    for (int64_t i = 0; i < elements; ++i) record[i] = static_cast<Bf16Bits>(c * 100 + i);
+    REQUIRE(store.AppendRecord(record.data()).ok());
+    written.push_back(record);
+  }
+  CHECK(store.size() == 3);
+  CHECK(alloc->sizes ==
+        std::vector<size_t>{2 * elements * sizeof(Bf16Bits), 2 * elements * sizeof(Bf16Bits)});
+  CHECK(store.record(1) == store.record(0) + elements);  // same slab, back to back
+  for (int c = 0; c < 3; ++c) {
+    CHECK(std::equal(written[c].begin(), written[c].end(), store.record(c)));
+  }
+  // Keys and values do not fit a one-block record: refused, nothing appended.
+  const auto k = Block(9, 0), v = Block(9, 1);
+  const absl::Status refused = store.Append(k.data(), v.data());
+  CHECK(refused.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(refused.message()) ==
+        "Append(keys, values) on a chunk store of 1-block records (encoder rows)");
+  CHECK(store.size() == 3);
+  // Release and forks work on records whatever their layout.
+  REQUIRE(store.Release(0, 2).ok());
+  CHECK(store.num_slabs() == 1);
+  CHECK(std::equal(written[2].begin(), written[2].end(), store.record(2)));
 }
 
 }  // namespace

@@ -38,6 +38,10 @@ ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA backend number format: bf16
 ABSL_FLAG(bool, batched_step_rows, false,
           "CUDA only: one op over all sessions' rows per step (CudaBackendOptions::"
           "batched_step_rows; not yet verified on a GPU, docs/cuda.md \"Batched steps\")");
+ABSL_FLAG(std::string, cuda_chunk_store, "kv",
+          "CUDA only: what the host chunk store keeps per closed chunk: kv or encoder_rows "
+          "(CudaBackendOptions::chunk_store; encoder_rows not yet verified on a GPU, "
+          "docs/cuda.md \"Chunk store of C\")");
 ABSL_FLAG(bool, sequential, true,
           "also measure the N sessions stepped one at a time (the engine before batching)");
 
@@ -155,6 +159,15 @@ int main(int argc, char** argv) {
   auto precision = drt::ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision));
   if (!precision.ok()) Die("--cuda_precision: " + std::string(precision.status().message()));
   options.cuda.precision = *precision;
+  auto chunk_store = drt::ParseCudaChunkStore(absl::GetFlag(FLAGS_cuda_chunk_store));
+  if (!chunk_store.ok()) {
+    Die("--cuda_chunk_store: " + std::string(chunk_store.status().message()));
+  }
+  options.cuda.chunk_store = *chunk_store;
+  if (options.cuda.chunk_store != drt::CudaChunkStore::kKeysValues &&
+      *device == drt::Device::kCpu) {
+    Die("--cuda_chunk_store=encoder_rows needs --device=cuda");
+  }
   options.cuda.batched_step_rows = absl::GetFlag(FLAGS_batched_step_rows);
   if (options.cuda.batched_step_rows && *device == drt::Device::kCpu) {
     Die("--batched_step_rows needs --device=cuda (the CPU backend always batches rows)");
@@ -226,10 +239,13 @@ int main(int argc, char** argv) {
     }
   }
   auto median = [](const std::vector<double>& v) { return v.empty() ? 0.0 : Median(v); };
-  std::printf("model %s, backend %s%s, prompt %lld tokens, %d generated per session, median "
+  std::printf("model %s, backend %s%s%s, prompt %lld tokens, %d generated per session, median "
               "of %d runs\n",
               absl::GetFlag(FLAGS_model).c_str(), backend->name().c_str(),
               options.cuda.batched_step_rows ? " (batched_step_rows)" : "",
+              options.cuda.chunk_store == drt::CudaChunkStore::kEncoderRows
+                  ? " (chunk store: encoder rows)"
+                  : "",
               static_cast<long long>(prompt_tokens), generate, repeats);
   std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverage().c_str());
   std::printf("tokens/s by wall clock | per CPU second of the process, sampling included | per "

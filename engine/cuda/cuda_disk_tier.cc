@@ -4,9 +4,12 @@
 // host-side logic (which records are released, the checks, the conversion,
 // the staging slots) is engine/cuda/host/map_host_chunks.h and
 // chunk_staging.h, tested without a GPU; this file orders it with the
-// streams. Written without a GPU and not yet run on one, hence behind
-// CudaBackendOptions::state_export (off by default) like the state export;
-// tests/cuda_backend/cuda_disk_tier_test.cc checks it on a GPU.
+// streams. A mapping holds encoder rows (engine/mapped_chunks.h), so the
+// disk tier needs the chunk store of encoder rows, which state_export
+// selects (CudaBackendOptions): a fetched mapped chunk's rows go to the
+// device staging of FetchEncoderRows, whose GEMMs make its K/V. Written
+// without a GPU and not yet run on one, hence behind state_export (off by
+// default); tests/cuda_backend/cuda_disk_tier_test.cc checks it on a GPU.
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
@@ -30,11 +33,6 @@ absl::Status CudaSession<T>::MapChunks(std::shared_ptr<const MappedChunks> chunk
   // 0 then), FAILED_PRECONDITION without GCA or after a failure.
   DRT_RETURN_IF_ERROR(CheckStateAccess());
   if (chunks == nullptr) return absl::InvalidArgumentError("no mapped chunks given");
-  // A mapping holds encoder rows (engine/mapped_chunks.h); refused before
-  // anything is released, so the session keeps its K/V and is unchanged.
-  return absl::UnimplementedError(
-      "mapping chunks: the CUDA backend's chunk store of encoder rows (issue 10) is not written "
-      "yet");
   if (mapped_chunks_.Covers(chunks->first(), chunks->size())) return absl::OkStatus();
   // Refused before any wait, so that a bad range changes nothing.
   DRT_RETURN_IF_ERROR(
@@ -56,14 +54,14 @@ template <typename T>
 absl::Status CudaSession<T>::EnsureStaging() {
   using E = HostElement<T>;
   if (staging_ != nullptr) return absl::OkStatus();
-  const int64_t kv = chunk_store_.rows_per_chunk() * chunk_store_.width();
   std::vector<Event> copied;
   for (int64_t i = 0; i < kStagingSlots; ++i) {
     absl::StatusOr<Event> e = Event::Create();
     if (!e.ok()) return e.status();
     copied.push_back(*std::move(e));
   }
-  auto staging = std::make_unique<ChunkStaging<E>>(kStagingSlots, kv, host_allocator_);
+  auto staging = std::make_unique<ChunkStaging<E>>(
+      kStagingSlots, chunk_store_.layout().elements(), host_allocator_);
   DRT_RETURN_IF_ERROR(staging->Allocate());
   staging_ = std::move(staging);
   staging_copied_ = std::move(copied);
@@ -71,14 +69,8 @@ absl::Status CudaSession<T>::EnsureStaging() {
 }
 
 template <typename T>
-absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks& mapped, int64_t chunk, T* keys,
-                                             T* values) {
-  // A mapping holds encoder rows (engine/mapped_chunks.h); the device reads
-  // K/V, which this backend does not make from them yet.
-  return absl::UnimplementedError(
-      "fetching a mapped chunk: the CUDA backend's chunk store of encoder rows (issue 10) is not written yet");
+absl::Status CudaSession<T>::CopyMappedRows(const MappedChunks& mapped, int64_t chunk, T* rows) {
   using E = HostElement<T>;
-  const int64_t kv = chunk_store_.rows_per_chunk() * chunk_store_.width();
   // Made by MapChunks or ImportState before any chunk was released; this
   // only covers a path that forgot to.
   DRT_RETURN_IF_ERROR(EnsureStaging());
@@ -90,15 +82,13 @@ absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks& mapped, int64_t
     DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staging_copied_[slot->index].get()),
                              "waiting for a staging slot's previous copy");
   }
-  MappedRowsToElements<E>(mapped, chunk, kv, slot->keys);
-  const size_t block = chunk_store_.kv_block_bytes();
+  // The mapping's fp32 rows in the storage type: a record, as the host
+  // store would hold it.
+  MappedRowsToElements<E>(mapped, chunk, chunk_store_.layout().elements(), slot->data);
   cudaStream_t fetch = fetch_stream_.get();
-  DRT_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(keys, slot->keys, block, cudaMemcpyHostToDevice, fetch),
-      "copying mapped chunk keys host -> device");
-  DRT_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(values, slot->values, block, cudaMemcpyHostToDevice, fetch),
-      "copying mapped chunk values host -> device");
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows, slot->data, chunk_store_.record_bytes(),
+                                           cudaMemcpyHostToDevice, fetch),
+                           "copying mapped chunk encoder rows host -> device");
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging_copied_[slot->index].get(), fetch),
                            "recording a staging slot's copy");
   staging_->Queued(slot->index);
@@ -108,7 +98,7 @@ absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks& mapped, int64_t
 #define DRT_INSTANTIATE_DISK_TIER(T)                                                        \
   template absl::Status CudaSession<T>::MapChunks(std::shared_ptr<const MappedChunks>);      \
   template absl::Status CudaSession<T>::EnsureStaging();                                      \
-  template absl::Status CudaSession<T>::CopyMappedChunk(const MappedChunks&, int64_t, T*, T*);
+  template absl::Status CudaSession<T>::CopyMappedRows(const MappedChunks&, int64_t, T*);
 DRT_INSTANTIATE_DISK_TIER(bf16)
 DRT_INSTANTIATE_DISK_TIER(float)
 #undef DRT_INSTANTIATE_DISK_TIER

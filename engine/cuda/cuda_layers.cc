@@ -169,8 +169,9 @@ absl::Status CudaSession<T>::GcaBlock(int64_t group, const DeviceUpperLayer<T>& 
 template <typename T>
 absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   // Forward pass 4 on `count` chunks whose lower-layer rows are in
-  // buffers_.mixed. Output: landmarks (device matrix), K/V with the landmark row zero
-  // (enc_k/enc_v, then the host store).
+  // buffers_.mixed. Output: landmarks (device matrix); K/V with the landmark
+  // row zero (enc_k/enc_v, then the host store), or with a store of encoder
+  // rows C (enc_rows, then the host store).
   const int64_t S = sizes_.chunk;
   const int d = static_cast<int>(sizes_.d);
   const int rows = static_cast<int>(count * S);
@@ -179,8 +180,8 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   SessionBuffers<T>& b = buffers_;
   const int64_t first = chunk_store_.size();
   DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(first + count));
-  // enc_k/enc_v are rewritten below: the previous step's store and fetch
-  // copies read them.
+  // enc_k/enc_v (or enc_rows) are rewritten below: the previous step's
+  // store and fetch copies read them.
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, stored_.get(), 0),
                            "ordering the encoder after the store copies");
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetch_tail_.get(), 0),
@@ -207,23 +208,33 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
     DRT_RETURN_IF_ERROR(gemm_->Matmul(b.attn.get(), layer.o, x, rows, d, d, true, stream));
     DRT_RETURN_IF_ERROR(MlpBlock(layer, x, x, rows, kEncoderRmsEps));
   }
-  DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchRmsNorm(x, weights_.encoder_norm, rows, d,
-                                                  kEncoderRmsEps, b.x.get(), stream),
-                           "LaunchRmsNorm (encoder norm)");
-  DRT_RETURN_IF_ERROR(
-      gemm_->Matmul(b.x.get(), weights_.chunk_k_proj, b.enc_k.get(), rows, d, d, stream));
-  DRT_RETURN_IF_ERROR(
-      gemm_->Matmul(b.x.get(), weights_.chunk_v_proj, b.enc_v.get(), rows, d, d, stream));
-  // The landmark's key and value are zero: GCA's softmax off-by-one
-  // (Forward pass 7).
-  DRT_CUDA_RETURN_IF_ERROR(
-      kernels::LaunchZeroChunkRow(b.enc_k.get(), static_cast<int>(count),
-                                  static_cast<int>(LandmarkRowInChunk(config_)), d, stream),
-      "LaunchZeroChunkRow (keys)");
-  DRT_CUDA_RETURN_IF_ERROR(
-      kernels::LaunchZeroChunkRow(b.enc_v.get(), static_cast<int>(count),
-                                  static_cast<int>(LandmarkRowInChunk(config_)), d, stream),
-      "LaunchZeroChunkRow (values)");
+  if (stores_encoder_rows()) {
+    // C = encoder.norm(x) into enc_rows, which only the encoder writes (the
+    // store stream and the fetches read it while later kernels rewrite
+    // b.x). Its K/V are made by the fetch GEMMs when the chunk is fetched,
+    // also in this step (cuda_retrieval.cc, FetchEncoderRows).
+    DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchRmsNorm(x, weights_.encoder_norm, rows, d,
+                                                    kEncoderRmsEps, b.enc_rows.get(), stream),
+                             "LaunchRmsNorm (encoder norm)");
+  } else {
+    DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchRmsNorm(x, weights_.encoder_norm, rows, d,
+                                                    kEncoderRmsEps, b.x.get(), stream),
+                             "LaunchRmsNorm (encoder norm)");
+    DRT_RETURN_IF_ERROR(
+        gemm_->Matmul(b.x.get(), weights_.chunk_k_proj, b.enc_k.get(), rows, d, d, stream));
+    DRT_RETURN_IF_ERROR(
+        gemm_->Matmul(b.x.get(), weights_.chunk_v_proj, b.enc_v.get(), rows, d, d, stream));
+    // The landmark's key and value are zero: GCA's softmax off-by-one
+    // (Forward pass 7).
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchZeroChunkRow(b.enc_k.get(), static_cast<int>(count),
+                                    static_cast<int>(LandmarkRowInChunk(config_)), d, stream),
+        "LaunchZeroChunkRow (keys)");
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchZeroChunkRow(b.enc_v.get(), static_cast<int>(count),
+                                    static_cast<int>(LandmarkRowInChunk(config_)), d, stream),
+        "LaunchZeroChunkRow (values)");
+  }
   // Landmark = the last row of the encoder output, in fp32: gather the rows, then
   // the final norm straight into the landmark matrix.
   DRT_CUDA_RETURN_IF_ERROR(
@@ -238,14 +249,30 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
       "LaunchRmsNormF32 (landmarks)");
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(encoded_.get(), stream), "recording the encoder");
 
-  // K/V to the pinned host store on the store stream (Forward pass 4: "the
-  // chunk memory that may live in host memory").
+  // K/V (or C's real rows) to the pinned host store on the store stream
+  // (Forward pass 4: "the chunk memory that may live in host memory").
   absl::StatusOr<int64_t> appended = chunk_store_.AppendUninitialized(count);
   if (!appended.ok()) return appended.status();
   cudaStream_t store = store_stream_.get();
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(store, encoded_.get(), 0),
                            "ordering the store copies after the encoder");
-  const size_t block = chunk_store_.kv_block_bytes();
+  if (stores_encoder_rows()) {
+    // Rows 0..S'-1 of each chunk; the landmark row's K/V are zero, so it is
+    // not kept (engine/cuda/host/chunk_record_layout.h).
+    const size_t record = chunk_store_.record_bytes();
+    for (int64_t c = 0; c < count; ++c) {
+      DRT_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(chunk_store_.mutable_record(*appended + c), b.enc_rows.get() + c * S * d,
+                          record, cudaMemcpyDeviceToHost, store),
+          "copying chunk encoder rows to the host store");
+    }
+    DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(stored_.get(), store), "recording the store copies");
+    stats_.d2h_bytes += static_cast<int64_t>(record * count);
+    step_first_new_chunk_ = first;
+    step_new_chunks_ = count;
+    return absl::OkStatus();
+  }
+  const size_t block = chunk_store_.block_bytes();
   for (int64_t c = 0; c < count; ++c) {
     DRT_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(chunk_store_.mutable_keys(*appended + c), b.enc_k.get() + c * S * d, block,

@@ -17,6 +17,19 @@ enum class CudaPrecision {
   kFp32,
 };
 
+// What the pinned host chunk store keeps per closed chunk
+// (engine/cuda/host/chunk_record_layout.h; docs/cuda.md, "Chunk store of C").
+enum class CudaChunkStore {
+  // Keys and values, [64 x d] each: fetches copy them host -> device as they
+  // are. The default, verified on a GPU.
+  kKeysValues,
+  // The encoder output C, [63 x d]: half the host bytes and the host ->
+  // device bytes; a fetch copies the rows in and two GEMMs per fetch batch
+  // make K and V on the device (drt-model.md, Forward pass 4). Written but
+  // NOT YET RUN ON A GPU, hence off by default.
+  kEncoderRows,
+};
+
 struct CudaBackendOptions {
   int device_index = 0;
   // The step size (Backend::max_step_positions), as CpuBackendOptions':
@@ -61,6 +74,17 @@ struct CudaBackendOptions {
   // A GPU (docs/cuda.md, "Batched steps"), hence off by default: while false
   // a step runs slice by slice (engine/cuda/cuda_step.h).
   bool batched_step_rows = false;
+  // drt-server --cuda_chunk_store=kv|encoder_rows. state_export selects
+  // kEncoderRows whatever this says (EffectiveChunkStore).
+  CudaChunkStore chunk_store = CudaChunkStore::kKeysValues;
 };
+
+// The chunk store a CUDA backend with `options` uses: encoder rows when
+// asked, and always with state_export, because the state format holds a
+// closed chunk's encoder rows (engine/session_state.h, ChunkData) and K/V
+// cannot give them back (K = C W_k^T loses C).
+inline CudaChunkStore EffectiveChunkStore(const CudaBackendOptions& options) {
+  return options.state_export ? CudaChunkStore::kEncoderRows : options.chunk_store;
+}
 
 }  // namespace drt

@@ -177,7 +177,15 @@ absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_
                            "ordering chunk copies after the encoder");
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(fetch, stored_.get(), 0),
                            "ordering chunk copies after the store copies");
-  const size_t block = chunk_store_.kv_block_bytes();
+  if (stores_encoder_rows()) {
+    DRT_RETURN_IF_ERROR(FetchEncoderRows(group, plan->copies));
+    DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(fetched_[group].get(), fetch),
+                             "recording the chunk copies");
+    DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(fetch_tail_.get(), fetch),
+                             "recording the chunk copies");
+    return absl::OkStatus();
+  }
+  const size_t block = chunk_store_.block_bytes();
   GroupChunkBuffer<T>& buffer = buffers_.group_chunks[group];
   for (const ChunkResidency::Copy& copy : plan->copies) {
     T* dst_k = buffer.k.get() + copy.slot * S * d;
@@ -193,16 +201,13 @@ absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_
                           cudaMemcpyDeviceToDevice, fetch),
           "copying fresh chunk values into a slot");
       ++stats_.d2d_chunks;
-    } else if (const MappedChunks* mapped = mapped_chunks_.Find(copy.chunk); mapped != nullptr) {
-      // The disk tier (cuda_disk_tier.cc): through the pinned staging.
-      DRT_RETURN_IF_ERROR(CopyMappedChunk(*mapped, copy.chunk, dst_k, dst_v));
-      ++stats_.h2d_chunks;
-      ++stats_.mapped_h2d_chunks;
-      stats_.h2d_bytes += static_cast<int64_t>(2 * block);
     } else {
+      // A store of K/V maps nothing: mappings hold encoder rows, and the
+      // disk tier comes with state_export, which selects them
+      // (FetchEncoderRows reads mapped chunks).
       if (chunk_store_.released(copy.chunk)) {
         return absl::InternalError(absl::StrFormat(
-            "chunk %d left the host store but is in no mapping", copy.chunk));
+            "chunk %d left the host store of K/V", copy.chunk));
       }
       DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst_k, chunk_store_.keys(copy.chunk), block,
                                                cudaMemcpyHostToDevice, fetch),
@@ -221,12 +226,102 @@ absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_
   return absl::OkStatus();
 }
 
+template <typename T>
+absl::Status CudaSession<T>::FetchEncoderRows(int64_t group,
+                                              const std::vector<ChunkResidency::Copy>& copies) {
+  const FetchBatchShape shape{sizes_.chunk, chunk_store_.rows_per_chunk(), sizes_.d};
+  const int64_t capacity =
+      static_cast<int64_t>(buffers_.fetch_rows.size()) / shape.entry_elements();
+  absl::StatusOr<FetchBatches> batches = PlanFetchBatches(
+      copies, step_first_new_chunk_, step_new_chunks_, capacity,
+      [this](int64_t chunk) { return mapped_chunks_.Find(chunk) != nullptr; });
+  if (!batches.ok()) {
+    return absl::InternalError(
+        absl::StrCat("fetch for group ", group, ": ", batches.status().message()));
+  }
+  const int d = static_cast<int>(sizes_.d);
+  const size_t slot_bytes = shape.entry_elements() * sizeof(T);
+  const size_t record_bytes = chunk_store_.record_bytes();
+  const int gemm_rows = static_cast<int>(shape.gemm_rows(capacity));
+  cudaStream_t fetch = fetch_stream_.get();
+  GroupChunkBuffer<T>& buffer = buffers_.group_chunks[group];
+  SessionBuffers<T>& b = buffers_;
+  // A batch at a time: each chunk's rows into its staging entry, K and V of
+  // the whole staging by one GEMM each (always all `capacity` entries: one
+  // GEMM shape for every chunk, engine/cuda/host/fetch_batches.h; entries
+  // past the batch hold stale rows whose K/V nobody reads), the landmark rows
+  // zeroed, then each entry's K/V into its slot. The staging is written only
+  // by this stream, so stream order keeps a batch from overwriting rows an
+  // earlier batch's GEMMs still read.
+  for (const std::vector<StagedChunk>& batch : *batches) {
+    for (const StagedChunk& staged : batch) {
+      T* rows = b.fetch_rows.get() + shape.entry_offset(staged.entry);
+      switch (staged.source) {
+        case RowSource::kEncoder:
+          // Written by this step's encoder (the fetch stream waits for it).
+          DRT_CUDA_RETURN_IF_ERROR(
+              cudaMemcpyAsync(rows, b.enc_rows.get() + shape.entry_offset(staged.encoder_index),
+                              record_bytes, cudaMemcpyDeviceToDevice, fetch),
+              "staging a fresh chunk's encoder rows");
+          ++stats_.d2d_chunks;
+          break;
+        case RowSource::kMapped:
+          DRT_RETURN_IF_ERROR(
+              CopyMappedRows(*mapped_chunks_.Find(staged.chunk), staged.chunk, rows));
+          ++stats_.h2d_chunks;
+          ++stats_.mapped_h2d_chunks;
+          stats_.h2d_bytes += static_cast<int64_t>(record_bytes);
+          break;
+        case RowSource::kHostStore:
+          if (chunk_store_.released(staged.chunk)) {
+            return absl::InternalError(absl::StrFormat(
+                "chunk %d left the host store but is in no mapping", staged.chunk));
+          }
+          DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows, chunk_store_.record(staged.chunk),
+                                                   record_bytes, cudaMemcpyHostToDevice, fetch),
+                                   "copying chunk encoder rows host -> device");
+          ++stats_.h2d_chunks;
+          stats_.h2d_bytes += static_cast<int64_t>(record_bytes);
+          break;
+      }
+    }
+    // Row S - 1 of each entry (the landmark's) is not staged: a GEMM row
+    // depends on its input row only, and that row of K and V is zeroed
+    // after (Forward pass 7: the landmark's K/V are zero).
+    DRT_RETURN_IF_ERROR(fetch_gemm_->Matmul(b.fetch_rows.get(), weights_.chunk_k_proj,
+                                            b.fetch_k.get(), gemm_rows, d, d, fetch));
+    DRT_RETURN_IF_ERROR(fetch_gemm_->Matmul(b.fetch_rows.get(), weights_.chunk_v_proj,
+                                            b.fetch_v.get(), gemm_rows, d, d, fetch));
+    const int entries = static_cast<int>(batch.size());
+    const int landmark_row = static_cast<int>(shape.landmark_row());
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchZeroChunkRow(b.fetch_k.get(), entries, landmark_row, d, fetch),
+        "LaunchZeroChunkRow (fetched keys)");
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchZeroChunkRow(b.fetch_v.get(), entries, landmark_row, d, fetch),
+        "LaunchZeroChunkRow (fetched values)");
+    for (const StagedChunk& staged : batch) {
+      const int64_t from = shape.entry_offset(staged.entry);
+      const int64_t to = shape.entry_offset(staged.slot);
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffer.k.get() + to, b.fetch_k.get() + from,
+                                               slot_bytes, cudaMemcpyDeviceToDevice, fetch),
+                               "copying made chunk keys into a slot");
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffer.v.get() + to, b.fetch_v.get() + from,
+                                               slot_bytes, cudaMemcpyDeviceToDevice, fetch),
+                               "copying made chunk values into a slot");
+    }
+  }
+  return absl::OkStatus();
+}
+
 #define DRT_INSTANTIATE_RETRIEVAL(T)                                                       \
   template absl::Status CudaSession<T>::LaunchRetrieval(const SlicePlan&, int64_t);          \
   template absl::Status CudaSession<T>::CollectRetrieval(const SlicePlan&, int64_t);         \
   template absl::Status CudaSession<T>::PrepareGca(const SlicePlan&, int64_t);               \
   template absl::Status CudaSession<T>::FetchChunks(int64_t, const std::vector<int64_t>&,    \
-                                                    std::vector<int>*);
+                                                    std::vector<int>*);                        \
+  template absl::Status CudaSession<T>::FetchEncoderRows(                                    \
+      int64_t, const std::vector<ChunkResidency::Copy>&);
 DRT_INSTANTIATE_RETRIEVAL(bf16)
 DRT_INSTANTIATE_RETRIEVAL(float)
 #undef DRT_INSTANTIATE_RETRIEVAL

@@ -39,7 +39,7 @@ HostChunkStore<HostElement<T>> CudaSession<T>::NewChunkStore(
     const ModelConfig& config, const CudaBackendOptions& options,
     std::shared_ptr<HostAllocator> allocator) {
   return HostChunkStore<HostElement<T>>(
-      config.chunk_positions(), config.hidden_size, std::move(allocator),
+      ChunkRecordLayoutFor(config, EffectiveChunkStore(options)), std::move(allocator),
       HostChunkStoreOptions{16, std::max<int64_t>(16, options.max_slab_chunks)});
 }
 
@@ -76,9 +76,27 @@ absl::Status CudaSession<T>::Init() {
       list->push_back(*std::move(made));
     }
   }
-  auto buffers = SessionBuffers<T>::Create(sizes_, !options_.disable_gca);
+  int64_t fetch_batch_chunks = 0;
+  if (stores_encoder_rows() && !options_.disable_gca) {
+    fetch_batch_chunks = FetchBatchCapacity(sizes_.topk, sizes_.slots_per_group);
+    auto fetch_gemm = kernels::CublasGemm::Create();
+    if (!fetch_gemm.ok()) return fetch_gemm.status();
+    fetch_gemm_ = std::make_unique<kernels::CublasGemm>(*std::move(fetch_gemm));
+  }
+  auto buffers = SessionBuffers<T>::Create(sizes_, !options_.disable_gca, fetch_batch_chunks);
   if (!buffers.ok()) return buffers.status();
   buffers_ = *std::move(buffers);
+  if (buffers_.fetch_rows.size() > 0) {
+    // Every fetch GEMM reads all staging entries (cuda_retrieval.cc,
+    // FetchEncoderRows): rows never staged are zeros, not whatever the
+    // allocation held. The host waits, so the fetch stream's first use
+    // comes after.
+    DRT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(buffers_.fetch_rows.get(), 0,
+                                             buffers_.fetch_rows.bytes(), compute_stream_.get()),
+                             "zeroing the fetch staging");
+    DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()),
+                             "waiting for the fetch staging");
+  }
   if (!options_.disable_gca) DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(kFirstLandmarkCapacity));
   residency_.assign(sizes_.groups, ChunkResidency(static_cast<int>(sizes_.slots_per_group)));
   selection_.assign(sizes_.groups, Retrieval{});

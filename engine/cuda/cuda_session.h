@@ -9,11 +9,13 @@
 // events.
 //
 // Three streams per session: `compute` runs every kernel; `store` copies the
-// K/V of closed chunks device -> pinned host store after the encoder; `fetch`
-// copies retrieved chunks into a group's slot buffer (host -> device, or
-// device -> device from the same step's encoder output). Events order
-// them; the host waits only for the top-k indices (it plans the copies) and
-// for the logits.
+// K/V of closed chunks (or their encoder rows, CudaChunkStore::kEncoderRows)
+// device -> pinned host store after the encoder; `fetch` copies retrieved
+// chunks into a group's slot buffer (host -> device, or device -> device
+// from the same step's encoder output) and, with encoder rows, runs the two
+// GEMMs that make K/V of the rows it brought in (its own cuBLAS handle and
+// workspace). Events order them; the host waits only for the top-k indices
+// (it plans the copies) and for the logits.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/host/chunk_residency.h"
 #include "engine/cuda/host/chunk_staging.h"
+#include "engine/cuda/host/fetch_batches.h"
 #include "engine/cuda/host/host_chunk_store.h"
 #include "engine/cuda/host/mapped_chunk_table.h"
 #include "engine/cuda/session_buffers.h"
@@ -70,11 +73,13 @@ class CudaSession final : public BackendSession {
   BackendSessionStats stats() const override { return stats_; }
 
   // Durable state (cuda_session_state.cc), only with
-  // CudaBackendOptions::state_export; UNIMPLEMENTED naming the flag
-  // otherwise. Device -> host copies on the compute stream (and a wait for
-  // the store stream's chunk copies), converted to the state format's
-  // floats. ImportState maps whole units of chunks through `map` (when
-  // given) and reads the rest into the host chunk store.
+  // CudaBackendOptions::state_export (which selects the chunk store of
+  // encoder rows: the state format holds a chunk's rows C, and K/V cannot
+  // give them back); UNIMPLEMENTED naming the flag otherwise. Device ->
+  // host copies on the compute stream (and a wait for the store stream's
+  // chunk copies), converted to the state format's floats. ImportState maps
+  // whole units of chunks through `map` (when given) and reads the rest
+  // into the host chunk store.
   absl::Status ExportState(BackendSessionState& out) const override;
   absl::Status ReadChunk(int64_t chunk, ChunkData& out) const override;
   absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,
@@ -83,8 +88,9 @@ class CudaSession final : public BackendSession {
   // The disk tier (cuda_disk_tier.cc, docs/state_format.md "Disk tier"),
   // only with state_export like the state above (chunk_map_unit() is 0
   // otherwise, and MapChunks UNIMPLEMENTED): mapped chunks' records leave
-  // the host chunk store; a fetch of one converts its fp32 K/V from the
-  // mapping into pinned staging and copies them to the device from there.
+  // the host chunk store; a fetch of one converts its fp32 encoder rows from
+  // the mapping into pinned staging and copies them to the device from
+  // there, where the fetch GEMMs make its K/V (FetchEncoderRows).
   static constexpr int64_t kChunkMapUnit = 64;
   int64_t chunk_map_unit() const override {
     return options_.state_export && !options_.disable_gca ? kChunkMapUnit : 0;
@@ -184,10 +190,16 @@ class CudaSession final : public BackendSession {
   // the copies.
   absl::Status FetchChunks(int64_t group, const std::vector<int64_t>& chunks,
                            std::vector<int>* slots);
+  // FetchChunks' copies with a store of encoder rows (engine/cuda/host/
+  // fetch_batches.h), on the fetch stream after its waits.
+  absl::Status FetchEncoderRows(int64_t group, const std::vector<ChunkResidency::Copy>& copies);
+  bool stores_encoder_rows() const {
+    return EffectiveChunkStore(options_) == CudaChunkStore::kEncoderRows;
+  }
   // cuda_disk_tier.cc: queues on the fetch stream the copy of mapped chunk
-  // `chunk` (read from `mapped`) into a slot's keys and values, through the
-  // pinned staging.
-  absl::Status CopyMappedChunk(const MappedChunks& mapped, int64_t chunk, T* keys, T* values);
+  // `chunk`'s encoder rows (read from `mapped`, through the pinned staging)
+  // into `rows` (a device staging entry of FetchEncoderRows).
+  absl::Status CopyMappedRows(const MappedChunks& mapped, int64_t chunk, T* rows);
   // Makes the pinned staging and its events if there are none yet.
   absl::Status EnsureStaging();
   // Final norm, lm_head and the copy to pinned memory of `count` rows of h
@@ -201,8 +213,11 @@ class CudaSession final : public BackendSession {
   std::shared_ptr<HostAllocator> host_allocator_;
 
   Stream compute_stream_, fetch_stream_, store_stream_;
-  // Declared after the streams so that it is destroyed before them.
+  // Declared after the streams so that they are destroyed before them.
   std::unique_ptr<kernels::CublasGemm> gemm_;
+  // The fetch stream's GEMMs (encoder rows only): a CublasGemm's workspace
+  // must not serve two streams at once.
+  std::unique_ptr<kernels::CublasGemm> fetch_gemm_;
   Event encoded_;                  // compute: enc_k/enc_v written
   Event stored_;                   // store: D2H of the latest closed chunks done
   Event fetch_tail_;               // fetch: the latest chunk copies done

@@ -10,9 +10,12 @@
 //   oldest first (engine/cuda/host/ring_state.h does the index arithmetic);
 // - open chunk's lower-layer rows: device, fp32;
 // - landmarks: device, fp32, one row per closed chunk;
-// - closed chunks' K/V: the host chunk store, storage type, written by the
+// - closed chunks' encoder rows C (the state format's ChunkData::rows):
+//   the host chunk store of encoder rows, which state_export selects
+//   (CudaBackendOptions, EffectiveChunkStore), storage type, written by the
 //   store stream's device -> host copies; or, for chunks the disk tier
-//   mapped (cuda_disk_tier.cc), the mapping's floats;
+//   mapped (cuda_disk_tier.cc), the mapping's floats. Their K/V are made on
+//   the device when fetched (cuda_retrieval.cc, FetchEncoderRows);
 // - selections: host (selection_).
 // The state format is fp32: bf16 values are widened exactly on export and
 // rounded back exactly on import, so bf16 -> state -> bf16 is the identity,
@@ -26,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_session.h"
+#include "engine/cuda/host/map_host_chunks.h"
 #include "engine/cuda/host/ring_state.h"
 #include "engine/cuda/status_macros.h"
 #include "engine/session_state.h"
@@ -106,8 +110,8 @@ absl::Status CudaSession<T>::ReadChunk(int64_t chunk, ChunkData& out) const {
                                                  chunk, chunk_store_.size()));
   }
   const int64_t d = sizes_.d;
-  const int64_t kv = chunk_store_.rows_per_chunk() * chunk_store_.width();
-  // The chunk's K/V reach the host store through the store stream's
+  const int64_t elements = chunk_store_.layout().elements();
+  // The chunk's rows reach the host store through the store stream's
   // device -> host copies (EncodeChunks), queued after the step's encoder.
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(store_stream_.get()),
                            "waiting for the chunk store copies");
@@ -119,11 +123,25 @@ absl::Status CudaSession<T>::ReadChunk(int64_t chunk, ChunkData& out) const {
       "copying a landmark to the host");
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()),
                            "waiting for the landmark copy");
-  // ChunkData holds the chunk's encoder rows (engine/session_state.h); this
-  // store still holds K/V, which cannot be turned back into encoder rows.
-  (void)kv;
-  return absl::UnimplementedError(
-      "exporting a chunk: the CUDA backend's chunk store of encoder rows (issue 10) is not written yet");
+  out.rows.resize(elements);
+  // A mapped chunk (the disk tier, cuda_disk_tier.cc) is read from its
+  // mapping, which holds the floats this function gave when it was written.
+  if (const MappedChunks* mapped = mapped_chunks_.Find(chunk); mapped != nullptr) {
+    // Through the storage type, so that the values are the ones the device
+    // reads (a log written by an fp32 session and restored into bf16 holds
+    // floats that bf16 rounds; bf16 values come back unchanged).
+    std::vector<HostElement<T>> rounded(elements);
+    MappedRowsToElements(*mapped, chunk, elements, rounded.data());
+    ElementsToFloats(rounded.data(), elements, out.rows.data());
+    return absl::OkStatus();
+  }
+  if (chunk_store_.released(chunk)) {
+    return absl::InternalError(
+        absl::StrFormat("chunk %d left the host store but is in no mapping", chunk));
+  }
+  // The record is the rows in the storage type: widened exactly.
+  ElementsToFloats(chunk_store_.record(chunk), elements, out.rows.data());
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -135,12 +153,6 @@ absl::Status CudaSession<T>::ImportState(const BackendSessionState& state, int64
         "state can only be imported into a new session; this one is at position %d", position_));
   }
   DRT_RETURN_IF_ERROR(ValidateBackendSessionState(state, num_chunks, config_));
-  if (num_chunks > 0) {
-    // Chunks arrive as encoder rows (engine/session_state.h, ChunkData), and
-    // mapped chunks hold encoder rows; this store holds K/V.
-    return absl::UnimplementedError(
-        "importing closed chunks: the CUDA backend's chunk store of encoder rows (issue 10) is not written yet");
-  }
   using E = HostElement<T>;
   const int64_t d = sizes_.d;
   const int64_t open_rows = state.position % sizes_.chunk;
@@ -164,8 +176,8 @@ absl::Status CudaSession<T>::ImportState(const BackendSessionState& state, int64
   }
   HostChunkStore<E> store = NewChunkStore(config_, options_, host_allocator_);
   std::vector<float> landmarks(num_chunks * d);
-  const int64_t kv = store.rows_per_chunk() * store.width();
-  std::vector<E> keys(kv), values(kv);
+  const int64_t elements = store.layout().elements();
+  std::vector<E> record(elements);
   MappedChunkTable mapped_chunks;
   int64_t c = 0;
   const int64_t unit = chunk_map_unit();
@@ -190,6 +202,18 @@ absl::Status CudaSession<T>::ImportState(const BackendSessionState& state, int64
       store.AppendReleased(unit);
       mapped_chunks.Add(*std::move(mapped));
     }
+  }
+  // The rest into host records: a chunk's encoder rows in the storage type
+  // (its K/V are made on the device when it is fetched).
+  ChunkData chunk;
+  for (; c < num_chunks; ++c) {
+    DRT_RETURN_IF_ERROR(read(c, chunk));
+    if (absl::Status s = ValidateChunkData(chunk, config_); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat("chunk %d: %s", c, s.message()));
+    }
+    FloatsToElements(chunk.rows.data(), elements, record.data());
+    DRT_RETURN_IF_ERROR(store.AppendRecord(record.data()));
+    std::copy(chunk.landmark.begin(), chunk.landmark.end(), landmarks.begin() + c * d);
   }
 
   // Mapped chunks are fetched through the pinned staging: made now, so that

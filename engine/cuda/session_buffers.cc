@@ -32,7 +32,8 @@ SessionSizes ComputeSessionSizes(const ModelConfig& config, int64_t max_step_pos
 }
 
 template <typename T>
-absl::StatusOr<SessionBuffers<T>> SessionBuffers<T>::Create(const SessionSizes& s, bool with_gca) {
+absl::StatusOr<SessionBuffers<T>> SessionBuffers<T>::Create(const SessionSizes& s, bool with_gca,
+                                                            int64_t fetch_batch_chunks) {
   SessionBuffers<T> b;
   const size_t rows = s.max_rows;
   const size_t d = s.d;
@@ -66,8 +67,10 @@ absl::StatusOr<SessionBuffers<T>> SessionBuffers<T>::Create(const SessionSizes& 
   DRT_ALLOC_PINNED(ids_host, int32_t, rows);
   if (with_gca) {
     DRT_ALLOC(enc_x, float, rows * d);
-    DRT_ALLOC(enc_k, T, rows * d);
-    DRT_ALLOC(enc_v, T, rows * d);
+    if (fetch_batch_chunks == 0) {
+      DRT_ALLOC(enc_k, T, rows * d);
+      DRT_ALLOC(enc_v, T, rows * d);
+    }
     DRT_ALLOC(enc_landmark_rows, float, qc * d);
     DRT_ALLOC(lmk_rows, float, qc * d);
     DRT_ALLOC(lmk_queries, float, qc * d);
@@ -81,6 +84,13 @@ absl::StatusOr<SessionBuffers<T>> SessionBuffers<T>::Create(const SessionSizes& 
     DRT_ALLOC_PINNED(lmk_limits_host, int64_t, s.groups * qc);
     DRT_ALLOC_PINNED(slot_table_host, int32_t, s.groups * qc * k);
     DRT_ALLOC_PINNED(slot_weights_host, float, s.groups * qc * k);
+    if (fetch_batch_chunks > 0) {
+      const size_t staged = static_cast<size_t>(fetch_batch_chunks) * s.chunk * d;
+      DRT_ALLOC(enc_rows, T, rows * d);
+      DRT_ALLOC(fetch_rows, T, staged);
+      DRT_ALLOC(fetch_k, T, staged);
+      DRT_ALLOC(fetch_v, T, staged);
+    }
   }
   DRT_ALLOC(open_chunk, float, s.chunk * d);
 #undef DRT_ALLOC
@@ -118,7 +128,8 @@ size_t SessionBuffers<T>::device_bytes() const {
              enc_k.bytes() + enc_v.bytes() + enc_landmark_rows.bytes() + lmk_rows.bytes() +
              lmk_queries.bytes() + lmk_limits.bytes() + topk_chunks.bytes() +
              topk_weights.bytes() + slot_table.bytes() + slot_weights.bytes() +
-             final_normed.bytes() + logits.bytes() + open_chunk.bytes();
+             final_normed.bytes() + logits.bytes() + open_chunk.bytes() + enc_rows.bytes() +
+             fetch_rows.bytes() + fetch_k.bytes() + fetch_v.bytes();
   for (const WindowRing<T>& r : rings) n += r.k.bytes() + r.v.bytes();
   for (const GroupChunkBuffer<T>& g : group_chunks) n += g.k.bytes() + g.v.bytes();
   return n;

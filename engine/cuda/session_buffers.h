@@ -48,7 +48,12 @@ struct GroupChunkBuffer {
 // logits are fp32 either way. Instantiated for both (session_buffers.cc).
 template <typename T>
 struct SessionBuffers {
-  static absl::StatusOr<SessionBuffers> Create(const SessionSizes& s, bool with_gca);
+  // fetch_batch_chunks > 0: the host chunk store holds encoder rows
+  // (CudaChunkStore::kEncoderRows), and enc_rows and the fetch staging are
+  // made, with that many staging entries, instead of enc_k/enc_v; 0 (K/V)
+  // makes enc_k/enc_v.
+  static absl::StatusOr<SessionBuffers> Create(const SessionSizes& s, bool with_gca,
+                                               int64_t fetch_batch_chunks = 0);
 
   // Activations of the session's slice of a step (rows <= max_rows).
   DeviceArray<int32_t> ids;
@@ -62,8 +67,15 @@ struct SessionBuffers {
   DeviceArray<T> act;      // [rows][F]
   // Chunk encoder.
   DeviceArray<float> enc_x;   // encoder residual stream [rows][d]
-  DeviceArray<T> enc_k, enc_v;  // chunk K/V of the slice's closed chunks [rows][d]
+  DeviceArray<T> enc_k, enc_v;  // chunk K/V of the slice's closed chunks [rows][d] (K/V store)
   DeviceArray<float> enc_landmark_rows;  // landmark rows gathered [max_query_chunks][d]
+  // Encoder rows only (engine/cuda/host/fetch_batches.h): the encoder
+  // output C after encoder.norm [rows][d], which the store stream copies to
+  // the host store and fetches of the step's own chunks stage; the staging
+  // of fetched chunks' rows and the K/V the fetch GEMMs make of them,
+  // [fetch_batch_chunks][chunk][d] each.
+  DeviceArray<T> enc_rows;
+  DeviceArray<T> fetch_rows, fetch_k, fetch_v;
   // Retrieval.
   DeviceArray<float> lmk_rows;     // group-input rows of the landmarks [max_query_chunks][d]
   DeviceArray<float> lmk_queries;  // normalised [max_query_chunks][d]

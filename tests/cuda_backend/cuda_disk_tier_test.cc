@@ -33,7 +33,7 @@ constexpr int64_t kPromptChunks = 70;  // one unit mapped, 6 closed chunks held
 
 struct PrecisionCase {
   CudaPrecision precision;
-  size_t element_bytes;  // of the host chunk store's K/V
+  size_t element_bytes;  // of the host chunk store's records
 };
 
 std::vector<ChunkData> ReadChunks(const BackendSession& s, int64_t first, int64_t count) {
@@ -98,7 +98,9 @@ TEST_CASE("cuda disk tier: mapped chunks free host memory and give the same logi
   const PromptAndTail tokens = MakePromptAndTail(config, 10, 72);
   const auto prompt = tokens.prompt();
   const auto tail = tokens.tail();
-  const size_t kv_floats = config.chunk_positions() * config.hidden_size;
+  // state_export selects the chunk store of encoder rows: a record (and a
+  // mapped chunk) is the chunk's S' x d rows.
+  const size_t row_floats = config.enc_chunk_size * config.hidden_size;
   for (PrecisionCase pc : {PrecisionCase{CudaPrecision::kFp32, 4}, {CudaPrecision::kBf16, 2}}) {
     INFO("precision " << CudaPrecisionName(pc.precision));
     CudaBackendOptions options = testing::PrecisionOptions(pc.precision);
@@ -124,8 +126,8 @@ TEST_CASE("cuda disk tier: mapped chunks free host memory and give the same logi
     // first two lie inside [0, 64) and are freed; the third holds chunks
     // 48..69 and stays.
     CHECK(before.chunk_store_bytes - after.chunk_store_bytes ==
-          48 * 2 * kv_floats * pc.element_bytes);
-    CHECK(after.mapped_chunk_bytes == kUnit * 2 * kv_floats * sizeof(float));
+          48 * row_floats * pc.element_bytes);
+    CHECK(after.mapped_chunk_bytes == kUnit * row_floats * sizeof(float));
     CHECK(held->backend_session().memory().chunk_store_bytes == before.chunk_store_bytes);
     CHECK((*early_fork)->backend_session().memory().chunk_store_bytes ==
           early_before.chunk_store_bytes);
@@ -206,7 +208,7 @@ TEST_CASE("cuda disk tier: a session restored with mapped chunks continues as on
     const SessionMemory m = (*mapped)->backend_session().memory();
     CHECK(m.chunk_store_bytes < r.chunk_store_bytes);
     CHECK(m.mapped_chunk_bytes ==
-          kUnit * 2 * config.chunk_positions() * config.hidden_size * sizeof(float));
+          kUnit * config.enc_chunk_size * config.hidden_size * sizeof(float));
     const std::vector<float> want = Continue(**read_in, tail);
     const std::vector<float> got = Continue(**mapped, tail);
     REQUIRE((*mapped)->backend_session().stats().mapped_h2d_chunks > 0);

@@ -200,7 +200,11 @@ TEST_CASE("cuda state: a CPU session continues on the GPU (fp32) as on the CPU",
 
 // CUDA -> state -> CUDA in `precision`: the restored session exports the
 // same bits and continues bit-identically (same backend, same pieces, so the
-// same kernels over the same values; bf16 -> float -> bf16 is exact).
+// same kernels over the same values; bf16 -> float -> bf16 is exact). The
+// state export selects the chunk store of encoder rows, where the restored
+// session makes K/V of every chunk it fetches and the original made some
+// in other batches: the same bits only because every fetch GEMM has one
+// shape (engine/cuda/host/fetch_batches.h), which this checks.
 void CheckCudaRoundTrip(CudaPrecision precision) {
   const auto dirs = testing::GoldenFixtureDirs();
   REQUIRE(dirs.size() >= 3);

@@ -164,6 +164,20 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     CHECK(refused.status().message().find("--cuda_precision: unknown CUDA precision 'tf32': "
                                           "expected bf16 or fp32") != std::string::npos);
   }
+  SECTION("--cuda_chunk_store: kv by default, encoder_rows on request, anything else refused") {
+    CHECK(config->cuda_chunk_store == CudaChunkStore::kKeysValues);
+    {
+      ScopedFlag store("cuda_chunk_store", "encoder_rows");
+      auto parsed = ServerConfigFromFlags();
+      REQUIRE(parsed.ok());
+      CHECK(parsed->cuda_chunk_store == CudaChunkStore::kEncoderRows);
+    }
+    ScopedFlag store("cuda_chunk_store", "c");
+    auto refused = ServerConfigFromFlags();
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(refused.status().message().find("--cuda_chunk_store: unknown CUDA chunk store 'c': "
+                                          "expected kv or encoder_rows") != std::string::npos);
+  }
   SECTION("--cuda_state_export: off by default, on when given") {
     CHECK_FALSE(config->cuda_state_export);
     ScopedFlag on("cuda_state_export", "true");

@@ -9,12 +9,12 @@
 namespace drt::cuda {
 
 template <typename Element>
-ChunkStaging<Element>::ChunkStaging(int64_t slots, int64_t kv,
+ChunkStaging<Element>::ChunkStaging(int64_t slots, int64_t elements,
                                     std::shared_ptr<HostAllocator> allocator)
-    : kv_(kv),
+    : elements_(elements),
       allocator_(std::move(allocator)),
       queued_(std::max<int64_t>(1, slots), false),
-      bytes_(queued_.size() * 2 * static_cast<size_t>(kv) * sizeof(Element)) {}
+      bytes_(queued_.size() * static_cast<size_t>(elements) * sizeof(Element)) {}
 
 template <typename Element>
 ChunkStaging<Element>::~ChunkStaging() {
@@ -39,8 +39,7 @@ absl::StatusOr<typename ChunkStaging<Element>::Slot> ChunkStaging<Element>::Next
   if (absl::Status s = Allocate(); !s.ok()) return s;
   const int64_t index = next_;
   next_ = (next_ + 1) % slots();
-  Element* keys = static_cast<Element*>(data_) + index * 2 * kv_;
-  return Slot{index, queued_[index], keys, keys + kv_};
+  return Slot{index, queued_[index], static_cast<Element*>(data_) + index * elements_};
 }
 
 template class ChunkStaging<Bf16Bits>;

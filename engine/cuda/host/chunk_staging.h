@@ -1,11 +1,11 @@
 // The pinned staging of the disk tier: a CUDA session converts a mapped
-// chunk's fp32 K/V (engine/cuda/host/map_host_chunks.h) into one of these
-// slots, then copies it host -> device asynchronously from there (a copy
-// from page-locked memory; the mapping itself is pageable). Slots are used
-// in turn; a slot a queued copy may still read is handed out with
-// `must_wait`, and the caller waits for that copy (its event) before
-// writing. Allocated on first use, so a session that maps nothing holds
-// none.
+// chunk's fp32 record (engine/cuda/host/map_host_chunks.h) into one of these
+// slots in the storage type, then copies it host -> device asynchronously
+// from there (a copy from page-locked memory; the mapping itself is
+// pageable). Slots are used in turn; a slot a queued copy may still read is
+// handed out with `must_wait`, and the caller waits for that copy (its
+// event) before writing. Allocated on first use, so a session that maps
+// nothing holds none.
 #pragma once
 
 #include <cstddef>
@@ -22,8 +22,8 @@ namespace drt::cuda {
 template <typename Element>
 class ChunkStaging {
  public:
-  // `slots` slots of one chunk's keys and values, `kv` elements each.
-  ChunkStaging(int64_t slots, int64_t kv, std::shared_ptr<HostAllocator> allocator);
+  // `slots` slots of `elements` elements each (one chunk's record).
+  ChunkStaging(int64_t slots, int64_t elements, std::shared_ptr<HostAllocator> allocator);
   ~ChunkStaging();
   ChunkStaging(const ChunkStaging&) = delete;
   ChunkStaging& operator=(const ChunkStaging&) = delete;
@@ -31,8 +31,7 @@ class ChunkStaging {
   struct Slot {
     int64_t index;
     bool must_wait;  // a copy from it was queued (Queued) and may still run
-    Element* keys;
-    Element* values;
+    Element* data;   // `elements` elements
   };
   // Allocates the slots now (a no-op once done), so that a caller can fail
   // before it commits to reading through them.
@@ -46,7 +45,7 @@ class ChunkStaging {
   size_t bytes() const { return data_ == nullptr ? 0 : bytes_; }
 
  private:
-  int64_t kv_;
+  int64_t elements_;
   std::shared_ptr<HostAllocator> allocator_;
   std::vector<bool> queued_;
   size_t bytes_;

@@ -9,11 +9,10 @@
 namespace drt::cuda {
 
 template <typename Element>
-HostChunkStore<Element>::HostChunkStore(int64_t rows_per_chunk, int64_t width,
+HostChunkStore<Element>::HostChunkStore(ChunkRecordLayout layout,
                                         std::shared_ptr<HostAllocator> allocator,
                                         HostChunkStoreOptions options)
-    : rows_(rows_per_chunk),
-      width_(width),
+    : layout_(layout),
       allocator_(std::move(allocator)),
       options_(options) {
   options_.first_slab_chunks = std::max<int64_t>(1, options_.first_slab_chunks);
@@ -25,7 +24,7 @@ absl::Status HostChunkStore<Element>::OpenSlab() {
   int64_t chunks = options_.first_slab_chunks;
   for (size_t i = 0; i < slabs_.size() && chunks < options_.max_slab_chunks; ++i) chunks *= 2;
   chunks = std::min(chunks, options_.max_slab_chunks);
-  const size_t bytes = static_cast<size_t>(chunks) * 2 * kv_block_bytes();
+  const size_t bytes = static_cast<size_t>(chunks) * record_bytes();
   absl::StatusOr<void*> data = allocator_->Allocate(bytes);
   if (!data.ok()) {
     return absl::Status(data.status().code(),
@@ -57,7 +56,7 @@ absl::StatusOr<int64_t> HostChunkStore<Element>::AppendUninitialized(int64_t cou
       }
     }
     auto* base = static_cast<Element*>(slabs_.back()->data);
-    records_.push_back(base + used_in_last_slab_ * 2 * rows_ * width_);
+    records_.push_back(base + used_in_last_slab_ * layout_.elements());
     record_slab_.push_back(static_cast<int32_t>(slabs_.size() - 1));
     ++held_in_slab_.back();
     ++used_in_last_slab_;
@@ -66,11 +65,24 @@ absl::StatusOr<int64_t> HostChunkStore<Element>::AppendUninitialized(int64_t cou
 }
 
 template <typename Element>
-absl::Status HostChunkStore<Element>::Append(const Element* keys, const Element* values) {
+absl::Status HostChunkStore<Element>::AppendRecord(const Element* record) {
   absl::StatusOr<int64_t> chunk = AppendUninitialized(1);
   if (!chunk.ok()) return chunk.status();
-  std::memcpy(mutable_keys(*chunk), keys, kv_block_bytes());
-  std::memcpy(mutable_values(*chunk), values, kv_block_bytes());
+  std::memcpy(mutable_record(*chunk), record, record_bytes());
+  return absl::OkStatus();
+}
+
+template <typename Element>
+absl::Status HostChunkStore<Element>::Append(const Element* keys, const Element* values) {
+  if (layout_.blocks != 2) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "Append(keys, values) on a chunk store of %d-block records (encoder rows)",
+        layout_.blocks));
+  }
+  absl::StatusOr<int64_t> chunk = AppendUninitialized(1);
+  if (!chunk.ok()) return chunk.status();
+  std::memcpy(mutable_keys(*chunk), keys, block_bytes());
+  std::memcpy(mutable_values(*chunk), values, block_bytes());
   return absl::OkStatus();
 }
 

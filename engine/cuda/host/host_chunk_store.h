@@ -1,7 +1,9 @@
-// Append-only host memory of closed chunks' GCA keys and values (drt-model.md,
-// Forward pass 4: K, V = 64 x d each per chunk) in the backend's storage type
-// (Element: Bf16Bits, or float in fp32 precision), the part of a
-// CUDA session that grows with the context. Records live in large slabs
+// Append-only host memory of closed chunks in the backend's storage type
+// (Element: Bf16Bits, or float in fp32 precision), the part of a CUDA
+// session that grows with the context. A chunk's record is laid out by a
+// ChunkRecordLayout (engine/cuda/host/chunk_record_layout.h): its GCA keys
+// and values (drt-model.md, Forward pass 4: K, V = 64 x d each), or its
+// encoder rows C (63 x d, half the bytes). Records live in large slabs
 // (page-locked in production, so device<->host copies are asynchronous); a
 // record is written once, by one device->host copy, and then only read.
 //
@@ -25,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/cuda/host/bf16.h"
+#include "engine/cuda/host/chunk_record_layout.h"
 #include "engine/cuda/host/host_allocator.h"
 
 namespace drt::cuda {
@@ -39,21 +42,34 @@ struct HostChunkStoreOptions {
 template <typename Element>
 class HostChunkStore {
  public:
-  HostChunkStore(int64_t rows_per_chunk, int64_t width, std::shared_ptr<HostAllocator> allocator,
+  HostChunkStore(ChunkRecordLayout layout, std::shared_ptr<HostAllocator> allocator,
                  HostChunkStoreOptions options = {});
+  // Records of keys and values, [rows_per_chunk x width] each.
+  HostChunkStore(int64_t rows_per_chunk, int64_t width, std::shared_ptr<HostAllocator> allocator,
+                 HostChunkStoreOptions options = {})
+      : HostChunkStore(ChunkRecordLayout{rows_per_chunk, width, 2}, std::move(allocator),
+                       options) {}
 
   int64_t size() const { return static_cast<int64_t>(records_.size()); }
-  int64_t rows_per_chunk() const { return rows_; }
-  int64_t width() const { return width_; }
-  // Bytes of one chunk's keys (the values are as many).
-  size_t kv_block_bytes() const { return static_cast<size_t>(rows_ * width_) * sizeof(Element); }
+  const ChunkRecordLayout& layout() const { return layout_; }
+  int64_t rows_per_chunk() const { return layout_.rows; }
+  int64_t width() const { return layout_.width; }
+  // Bytes of one block of a record (the keys; the values are as many), and
+  // of the whole record.
+  size_t block_bytes() const {
+    return static_cast<size_t>(layout_.block_elements()) * sizeof(Element);
+  }
+  size_t record_bytes() const { return static_cast<size_t>(layout_.elements()) * sizeof(Element); }
   bool pinned() const { return allocator_->pinned(); }
 
-  // Appends `count` chunks whose keys and values the caller writes next
-  // (through mutable_keys/mutable_values, e.g. by an asynchronous copy).
-  // Returns the index of the first.
+  // Appends `count` chunks whose records the caller writes next (through
+  // mutable_record, or mutable_keys/mutable_values, e.g. by an asynchronous
+  // copy). Returns the index of the first.
   absl::StatusOr<int64_t> AppendUninitialized(int64_t count);
-  // Appends one chunk, copying keys and values ([rows x width] each) in.
+  // Appends one chunk, copying its record (layout().elements()) in.
+  absl::Status AppendRecord(const Element* record);
+  // Appends one chunk of a two-block layout, copying keys and values
+  // ([rows x width] each) in.
   absl::Status Append(const Element* keys, const Element* values);
   // Appends `count` chunks released already (read from elsewhere: a session
   // imported with mapped chunks).
@@ -66,14 +82,16 @@ class HostChunkStore {
   bool released(int64_t chunk) const { return records_[chunk] == nullptr; }
   int64_t released_count() const { return released_count_; }
 
-  // Null for a released chunk.
+  // Null for a released chunk. keys/values: the two blocks of a K/V record.
+  const Element* record(int64_t chunk) const { return records_[chunk]; }
   const Element* keys(int64_t chunk) const { return records_[chunk]; }
   const Element* values(int64_t chunk) const {
-    return records_[chunk] == nullptr ? nullptr : records_[chunk] + rows_ * width_;
+    return records_[chunk] == nullptr ? nullptr : records_[chunk] + layout_.block_elements();
   }
   // Only for chunks this store appended since it was last copied.
+  Element* mutable_record(int64_t chunk) { return records_[chunk]; }
   Element* mutable_keys(int64_t chunk) { return records_[chunk]; }
-  Element* mutable_values(int64_t chunk) { return records_[chunk] + rows_ * width_; }
+  Element* mutable_values(int64_t chunk) { return records_[chunk] + layout_.block_elements(); }
 
   // Slabs held (freed ones not counted).
   size_t num_slabs() const;
@@ -95,15 +113,14 @@ class HostChunkStore {
   };
   absl::Status OpenSlab();
 
-  int64_t rows_;
-  int64_t width_;
+  ChunkRecordLayout layout_;
   std::shared_ptr<HostAllocator> allocator_;
   HostChunkStoreOptions options_;
   // Null once freed (Release). slabs_.back() is where records go next.
   std::vector<std::shared_ptr<Slab>> slabs_;
   std::vector<int64_t> held_in_slab_;  // per slab: this store's records in it, not released
   int64_t used_in_last_slab_ = 0;      // records this store placed in slabs_.back()
-  std::vector<Element*> records_;      // chunk -> its keys, its values follow; null: released
+  std::vector<Element*> records_;      // chunk -> its record; null: released
   std::vector<int32_t> record_slab_;   // chunk -> index in slabs_; -1: released
   int64_t released_count_ = 0;
 };
