@@ -151,6 +151,13 @@ class Backend {
   // (chunk_positions()). RunStep and Session::Append cut tokens by it.
   virtual int64_t max_step_positions() const = 0;
 
+  // Host memory one more closed chunk adds to a session's chunk store: what
+  // the server's memory budget expects new tokens to take
+  // (SessionManager::CheckBudget). The CPU backend keeps the landmark and
+  // encoder rows in fp32; the CUDA backend its pinned record (K/V or encoder
+  // rows, in the storage type; landmarks live on the device).
+  virtual int64_t host_bytes_per_chunk() const = 0;
+
   // Whether Step runs lower-only plans (StepPlan::lower_only): RunStep then
   // runs the rows of an entry that lie more than upper_layer_reach()
   // positions before the end of its tokens through the lower layers only

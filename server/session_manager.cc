@@ -371,8 +371,7 @@ int64_t SessionManager::TotalHostBytes() const {
 
 absl::Status SessionManager::CheckBudget(int64_t tokens) const {
   const ModelConfig& c = backend_.config();
-  // Per chunk: K and V rows plus the landmark, fp32.
-  const int64_t per_chunk = (2 * c.chunk_positions() + 1) * c.hidden_size * 4;
+  const int64_t per_chunk = backend_.host_bytes_per_chunk();
   const int64_t chunks = tokens / c.enc_chunk_size + 1;
   const int64_t total = TotalHostBytes();
   if (total + chunks * per_chunk > limits_.host_memory_budget_bytes) {

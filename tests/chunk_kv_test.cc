@@ -206,6 +206,11 @@ TEST_CASE("a session's chunk store holds encoder rows: half the bytes of K/V, to
   CHECK(m.chunk_store_bytes == rows_bytes);
   CHECK(kv_bytes == 2 * rows_bytes + 3 * 64 * 2 * d * sizeof(float));  // 2 x 63 rows + 2 zero rows
   CHECK(m.landmark_bytes == 3 * 64 * d * sizeof(float));
+  // What the server's memory budget expects one more chunk to take
+  // (SessionManager::CheckBudget): the store's and the landmarks' growth per
+  // chunk, as held here.
+  CHECK(backend->host_bytes_per_chunk() ==
+        static_cast<int64_t>((m.chunk_store_bytes + m.landmark_bytes) / (3 * 64)));
   // A record of the state format: the landmark and 63 rows, 64 x d floats,
   // against (2 x 64 + 1) x d floats of landmark + K + V.
   CHECK(ChunkPayloadBytes(c) == 64 * d * sizeof(float));

@@ -10,6 +10,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/forward_pass.h"
+#include "engine/session_state.h"
 #include "engine/model_rules.h"
 
 namespace drt {
@@ -38,6 +39,9 @@ class CpuBackend final : public Backend {
     return std::make_unique<cpu::CpuSession>(config_, chunk_kv_reserve_);
   }
   int64_t max_step_positions() const override { return max_step_positions_; }
+  int64_t host_bytes_per_chunk() const override {
+    return static_cast<int64_t>(ChunkPayloadBytes(config_));
+  }
   // CpuStep keeps no per-position bookkeeping of the upper layers: their
   // windows simply miss the rows a lower-only forward skips.
   bool runs_lower_only_forwards() const override { return lower_only_forwards_; }

@@ -11,6 +11,7 @@
 #include "engine/cuda/cuda_session.h"
 #include "engine/cuda/cuda_batched_step.h"
 #include "engine/cuda/cuda_step.h"
+#include "engine/cuda/host/chunk_record_layout.h"
 #include "engine/cuda/host/step_rows.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
@@ -78,6 +79,10 @@ class CudaBackend final : public Backend {
   // here: the CUDA step's bookkeeping of its window rings, slots and
   // prefetches is not checked against skipped upper rows. Off until it is.
   bool runs_lower_only_forwards() const override { return false; }
+  int64_t host_bytes_per_chunk() const override {
+    const int64_t element = options_.precision == CudaPrecision::kFp32 ? 4 : 2;
+    return cuda::ChunkRecordLayoutFor(config_, EffectiveChunkStore(options_)).elements() * element;
+  }
 
   absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
                     absl::Span<float> logits) override {

@@ -218,7 +218,7 @@ class CudaSession final : public BackendSession {
   // The fetch stream's GEMMs (encoder rows only): a CublasGemm's workspace
   // must not serve two streams at once.
   std::unique_ptr<kernels::CublasGemm> fetch_gemm_;
-  Event encoded_;                  // compute: enc_k/enc_v written
+  Event encoded_;                  // compute: enc_k/enc_v (or enc_rows) written
   Event stored_;                   // store: D2H of the latest closed chunks done
   Event fetch_tail_;               // fetch: the latest chunk copies done
   std::vector<Event> topk_ready_;  // per group: top-k results in pinned memory
@@ -241,8 +241,9 @@ class CudaSession final : public BackendSession {
   MappedChunkTable mapped_chunks_;
   std::unique_ptr<ChunkStaging<HostElement<T>>> staging_;
   std::vector<Event> staging_copied_;
-  // Chunks encoded in the step being run are read from enc_k/enc_v (not
-  // yet, or not surely, in the host store): [first, first + count).
+  // Chunks encoded in the step being run are read from enc_k/enc_v, or
+  // enc_rows in the encoder-rows store (not yet, or not surely, in the host
+  // store): [first, first + count).
   int64_t step_first_new_chunk_ = 0;
   int64_t step_new_chunks_ = 0;
   std::vector<ChunkResidency> residency_;  // per group

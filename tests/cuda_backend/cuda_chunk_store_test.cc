@@ -11,12 +11,14 @@
 // another row count). fp32 is held to 1e-4 worst-row relative, issue 9's
 // fp32 parity bound, with identical retrievals (the landmarks do not depend
 // on the option at all). bf16 rounds each K/V element once in both modes,
-// but a changed summation order can move one by a bf16 step: held to the
-// bf16 bound the fixture parity test measured between two bf16
-// implementations (tests/cuda_backend/fixture_parity_test.cc,
-// kBf16WorstRow) and the tie-tolerant retrieval comparison. Written without
-// a GPU and NOT YET RUN: each case WARNs what it saw for the first GPU run
-// to record.
+// but a changed summation order can move one by a bf16 step: the same kind
+// of difference as CUDA bf16 prefill against its own token-by-token decode
+// (other GEMM shapes, same kernels), measured 0.008 on an H100 and held to
+// 2e-2 in cuda_session_test.cc (kBf16Case); the same bound here, with the
+// tie-tolerant retrieval comparison. (The 0.2745 of the fixture parity test
+// is the bf16 reference's own error against float64, far looser than two
+// runs of one GPU implementation should differ.) Written without a GPU and
+// NOT YET RUN: each case WARNs what it saw for the first GPU run to record.
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -33,7 +35,7 @@ namespace drt {
 namespace {
 
 constexpr double kFp32Limit = testing::kFp32VsCpuLimit;
-constexpr double kBf16WorstRow = 0.2745;
+constexpr double kBf16WorstRow = 2e-2;
 
 struct KvAndRows {
   std::unique_ptr<Backend> kv, rows;
