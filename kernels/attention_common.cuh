@@ -259,6 +259,22 @@ cudaError_t PrepareSmem(Kernel kernel, size_t bytes) {
                               static_cast<int>(bytes));
 }
 
+// Window attention: row j's key (or value) of kv head kvh; new positions
+// (j >= first_pos) from `fresh`, older ones from the ring slot j % ring_slots.
+template <typename E>
+__device__ inline const E* KvRow(const E* fresh, const E* ring, int64_t j, int64_t first_pos,
+                                    int ring_slots, int kv_stride, int kvh, int dh) {
+  if (j >= first_pos) return fresh + static_cast<size_t>(j - first_pos) * kv_stride + kvh * dh;
+  return ring + static_cast<size_t>(j % ring_slots) * kv_stride + kvh * dh;
+}
+
+// The current device's compute capability major version.
+inline cudaError_t CurrentDeviceMajor(int& major) {
+  int device = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+}
+
 // ALiBi slope of head h of `heads` (drt-model.md, Forward pass 3), computed in
 // double and rounded as engine/cpu AlibiSlope does.
 __device__ inline float AlibiSlope(int h, int heads) {

@@ -129,17 +129,7 @@ cudaError_t Launch(const GcaParams<bf16>& p, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t LaunchGcaMmaPrefill(const GcaParams<bf16>& p, cudaStream_t stream) {
-  if (cudaError_t err = CheckMmaDevice(); err != cudaSuccess) return err;
-  switch (p.head_dim) {
-    case 16: return Launch<16>(p, stream);
-    case 32: return Launch<32>(p, stream);
-    case 48: return Launch<48>(p, stream);
-    case 64: return Launch<64>(p, stream);
-    case 80: return Launch<80>(p, stream);
-    case 96: return Launch<96>(p, stream);
-    case 112: return Launch<112>(p, stream);
-    default: return Launch<128>(p, stream);
-  }
+  return DispatchMmaHeadDim(p.head_dim, [&](auto dh) { return Launch<decltype(dh)::value>(p, stream); });
 }
 
 }  // namespace drt::kernels::detail

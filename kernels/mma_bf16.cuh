@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention_common.cuh"
 
@@ -23,16 +24,25 @@ namespace drt::kernels::detail {
 // Head sizes the prefill kernels have: mma.sync's k step is 16 elements.
 inline bool MmaPrefillHeadDim(int dh) { return dh % 16 == 0 && dh > 0 && dh <= kMaxHeadDim; }
 
-// cudaErrorNotSupported below compute capability 8.0 (no bf16 mma.sync).
-inline cudaError_t CheckMmaDevice() {
-  int device = 0;
-  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+// Runs launch(std::integral_constant<int, DH>{}) for head_dim dh, one of
+// the sizes MmaPrefillHeadDim accepts (the kernels are instantiated per
+// size, so that fragment arrays live in registers); cudaErrorNotSupported
+// below compute capability 8.0 (no bf16 mma.sync), launching nothing.
+template <typename Launch>
+cudaError_t DispatchMmaHeadDim(int dh, Launch&& launch) {
   int major = 0;
-  if (cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-      err != cudaSuccess) {
-    return err;
+  if (cudaError_t err = CurrentDeviceMajor(major); err != cudaSuccess) return err;
+  if (major < 8) return cudaErrorNotSupported;
+  switch (dh) {
+    case 16: return launch(std::integral_constant<int, 16>{});
+    case 32: return launch(std::integral_constant<int, 32>{});
+    case 48: return launch(std::integral_constant<int, 48>{});
+    case 64: return launch(std::integral_constant<int, 64>{});
+    case 80: return launch(std::integral_constant<int, 80>{});
+    case 96: return launch(std::integral_constant<int, 96>{});
+    case 112: return launch(std::integral_constant<int, 112>{});
+    default: return launch(std::integral_constant<int, 128>{});
   }
-  return major < 8 ? cudaErrorNotSupported : cudaSuccess;
 }
 
 // Shared-memory rows of the prefill kernels are head_dim + 8 bf16 long: 16

@@ -18,15 +18,6 @@ using namespace detail;  // NOLINT: internal helpers of this folder
 // queries, head) shares each K/V tile among its 64 queries (prefill).
 constexpr int kRowKernelMaxN = 8;
 
-// Row j's key (or value) of kv head kvh: new positions from `fresh`, older
-// ones from the ring.
-template <typename E>
-__device__ inline const E* KvRow(const E* fresh, const E* ring, int64_t j, int64_t first_pos,
-                                    int ring_slots, int kv_stride, int kvh, int dh) {
-  if (j >= first_pos) return fresh + static_cast<size_t>(j - first_pos) * kv_stride + kvh * dh;
-  return ring + static_cast<size_t>(j % ring_slots) * kv_stride + kvh * dh;
-}
-
 template <int T, typename E>
 __global__ void __launch_bounds__(kTileThreads) WindowTileKernel(WindowAttentionParams<E> p) {
   extern __shared__ float4 smem_raw[];

@@ -84,9 +84,7 @@ __global__ void __launch_bounds__(kMmaThreads) WindowMmaPrefillKernel(WindowAtte
     __syncthreads();  // the previous tile is consumed
     auto key_row = [&](const bf16* fresh, const bf16* ring, int r) -> const bf16* {
       const int64_t j = kt + r;
-      if (j > key_hi) return nullptr;
-      if (j >= p.first_pos) return fresh + static_cast<size_t>(j - p.first_pos) * kv_stride + kvh * DH;
-      return ring + static_cast<size_t>(j % p.ring_slots) * kv_stride + kvh * DH;
+      return j > key_hi ? nullptr : KvRow(fresh, ring, j, p.first_pos, p.ring_slots, kv_stride, kvh, DH);
     };
     LoadMmaTile<DH, kMmaThreads>(ks, kMmaKeys, [&](int r) { return key_row(p.k_new, p.k_ring, r); });
     LoadMmaTile<DH, kMmaThreads>(vs, kMmaKeys, [&](int r) { return key_row(p.v_new, p.v_ring, r); });
@@ -165,17 +163,7 @@ cudaError_t Launch(const WindowAttentionParams<bf16>& p, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t LaunchWindowMmaPrefill(const WindowAttentionParams<bf16>& p, cudaStream_t stream) {
-  if (cudaError_t err = CheckMmaDevice(); err != cudaSuccess) return err;
-  switch (p.head_dim) {
-    case 16: return Launch<16>(p, stream);
-    case 32: return Launch<32>(p, stream);
-    case 48: return Launch<48>(p, stream);
-    case 64: return Launch<64>(p, stream);
-    case 80: return Launch<80>(p, stream);
-    case 96: return Launch<96>(p, stream);
-    case 112: return Launch<112>(p, stream);
-    default: return Launch<128>(p, stream);
-  }
+  return DispatchMmaHeadDim(p.head_dim, [&](auto dh) { return Launch<decltype(dh)::value>(p, stream); });
 }
 
 }  // namespace drt::kernels::detail

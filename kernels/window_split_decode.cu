@@ -331,13 +331,8 @@ cudaError_t LaunchSplitLpk(const WindowAttentionParams<E>& p, cudaStream_t strea
 template <typename T>
 cudaError_t LaunchWindowSplitDecode(const WindowAttentionParams<T>& p, cudaStream_t stream) {
   if (p.decode_splits > 1) {
-    int device = 0;
-    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
     int major = 0;
-    if (cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-        err != cudaSuccess) {
-      return err;
-    }
+    if (cudaError_t err = CurrentDeviceMajor(major); err != cudaSuccess) return err;
     if (major < 9) return cudaErrorNotSupported;
     // A binary without sm_90 code runs the compute_80 PTX on an H100, where
     // the cluster kernels only trap (a sticky error): refuse instead.
