@@ -27,7 +27,8 @@ inline bool MmaPrefillHeadDim(int dh) { return dh % 16 == 0 && dh > 0 && dh <= k
 // Runs launch(std::integral_constant<int, DH>{}) for head_dim dh, one of
 // the sizes MmaPrefillHeadDim accepts (the kernels are instantiated per
 // size, so that fragment arrays live in registers); cudaErrorNotSupported
-// below compute capability 8.0 (no bf16 mma.sync), launching nothing.
+// below compute capability 8.0 (no bf16 mma.sync) and cudaErrorInvalidValue
+// for any other dh, launching nothing.
 template <typename Launch>
 cudaError_t DispatchMmaHeadDim(int dh, Launch&& launch) {
   int major = 0;
@@ -41,7 +42,10 @@ cudaError_t DispatchMmaHeadDim(int dh, Launch&& launch) {
     case 80: return launch(std::integral_constant<int, 80>{});
     case 96: return launch(std::integral_constant<int, 96>{});
     case 112: return launch(std::integral_constant<int, 112>{});
-    default: return launch(std::integral_constant<int, 128>{});
+    case 128: return launch(std::integral_constant<int, 128>{});
+    // MmaPrefillHeadDim admits only the sizes above; anything else would
+    // read past a row of the kernels' shared tiles.
+    default: return cudaErrorInvalidValue;
   }
 }
 

@@ -192,12 +192,21 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
                                                   options.device_index, *count));
   }
   DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device_index), "cudaSetDevice");
+  int major = 0;
+  DRT_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device_index),
+      "cudaDeviceGetAttribute");
+  // The tensor-core prefill kernels use bf16 mma.sync (compute capability
+  // 8.0+); fp32 precision ignores the option. Refused here rather than
+  // failing at the first prefill step (kernels/mma_bf16.cuh).
+  if (options.prefill_tensor_cores && options.precision == CudaPrecision::kBf16 && major < 8) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "prefill_tensor_cores needs bf16 tensor cores (compute capability 8.0+); CUDA device "
+        "%d has %d.x (leave it off)",
+        options.device_index, major));
+  }
   if (splits > 1) {
     // The split decode kernel's blocks form a thread block cluster.
-    int major = 0;
-    DRT_CUDA_RETURN_IF_ERROR(
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device_index),
-        "cudaDeviceGetAttribute");
     if (major < 9) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "window_decode_splits %d needs thread block clusters (compute capability 9.0+); "
