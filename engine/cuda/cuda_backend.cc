@@ -77,6 +77,11 @@ absl::Status CheckChunkTier(const CudaBackendOptions& options) {
         "device tier keeps keys and values (use --cuda_chunk_store=kv)",
         tier));
   }
+  if (options.auto_tier_budget_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "auto_tier_budget_bytes must be 0 (90%% of the free device memory) or positive, got %d",
+        options.auto_tier_budget_bytes));
+  }
   if (options.chunk_tier == CudaChunkTier::kAuto && options.auto_tier_max_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--cuda_chunk_tier=auto needs the largest session context (auto_tier_max_tokens, "
@@ -207,10 +212,14 @@ absl::StatusOr<std::unique_ptr<Backend>> UploadAndMake(const ModelConfig& config
   if (options.chunk_tier == CudaChunkTier::kAuto) {
     // Measured once, with the weights on the device: what kAuto's sessions
     // may share (engine/cuda/host/chunk_tier_policy.h).
-    size_t free_bytes = 0, total_bytes = 0;
-    DRT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-    tier_ledger = std::make_shared<cuda::DeviceTierLedger>(cuda::DeviceTierBudgetBytes(
-        static_cast<int64_t>(free_bytes), cuda::kDeviceTierReserveFraction));
+    int64_t budget = options.auto_tier_budget_bytes;
+    if (budget == 0) {
+      size_t free_bytes = 0, total_bytes = 0;
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+      budget = cuda::DeviceTierBudgetBytes(static_cast<int64_t>(free_bytes),
+                                           cuda::kDeviceTierReserveFraction);
+    }
+    tier_ledger = std::make_shared<cuda::DeviceTierLedger>(budget);
   }
   return std::unique_ptr<Backend>(
       new CudaBackend<T>(config, options, *std::move(device_weights), std::move(tier_ledger)));

@@ -102,6 +102,10 @@ struct CudaBackendOptions {
   // --max_context_tokens); a session goes to the device tier only when a
   // store of that many tokens fits. Ignored by the other tiers.
   int64_t auto_tier_max_tokens = 0;
+  // kAuto: the device bytes all sessions' chunk stores may take together;
+  // 0, the default, is 90% of the device memory free once the weights are
+  // uploaded (kDeviceTierReserveFraction).
+  int64_t auto_tier_budget_bytes = 0;
 };
 
 // The chunk store a CUDA backend with `options` uses: encoder rows when

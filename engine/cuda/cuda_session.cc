@@ -34,8 +34,8 @@ CudaSession<T>::CudaSession(const ModelConfig& config, const DeviceWeights<T>& w
       sizes_(ComputeSessionSizes(config, options.max_step_positions)),
       host_allocator_(std::move(host_allocator)),
       chunk_store_(NewChunkStore(config, options, host_allocator_)),
-      device_store_(sizes_.chunk * sizes_.d),
-      tier_ledger_(std::move(tier_ledger)) {}
+      tier_ledger_(std::move(tier_ledger)),
+      device_store_(sizes_.chunk * sizes_.d) {}
 
 template <typename T>
 HostChunkStore<HostElement<T>> CudaSession<T>::NewChunkStore(
@@ -131,11 +131,15 @@ absl::Status CudaSession<T>::Init(bool allow_device_tier) {
                              "waiting for the fetch staging");
   }
   if (!options_.disable_gca) DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(kFirstLandmarkCapacity));
-  // kAuto's device store is made whole now (its grant covers exactly this):
-  // it never grows while the session stays within auto_tier_max_tokens.
-  if (auto_store_chunks > 0) {
-    DRT_RETURN_IF_ERROR(
-        device_store_.Reserve(auto_store_chunks, /*exact=*/true, compute_stream_.get()));
+  // The device store exists from the start: GCA runs before the first
+  // chunk closes (every slot -1), and the kernel refuses null chunk arrays.
+  // kAuto's is made whole now (its grant covers exactly this), so it never
+  // grows while the session stays within auto_tier_max_tokens; kDevice's
+  // starts at the first doubling capacity.
+  if (device_tier_) {
+    DRT_RETURN_IF_ERROR(device_store_.Reserve(
+        auto_store_chunks > 0 ? auto_store_chunks : DeviceChunkStore<T>::kFirstCapacity,
+        /*exact=*/true, compute_stream_.get()));
   }
   residency_.assign(sizes_.groups, ChunkResidency(static_cast<int>(sizes_.slots_per_group)));
   selection_.assign(sizes_.groups, Retrieval{});

@@ -268,10 +268,12 @@ class CudaSession final : public BackendSession {
   // session, fixed at creation): closed chunks' K/V live in device_store_
   // and chunk_store_ stays empty; kAuto's grant of device bytes is given
   // back when the session goes.
+  // (Declared before the store, so that the grant goes back after the
+  // store's memory is freed.)
   bool device_tier_ = false;
-  DeviceChunkStore<T> device_store_;
   std::shared_ptr<DeviceTierLedger> tier_ledger_;
   DeviceTierGrant tier_grant_;
+  DeviceChunkStore<T> device_store_;
   // The disk tier: chunks read from mapped files (their records are
   // released from chunk_store_), and the pinned staging their fetches go
   // through, made on first use; staging_copied_[i]: the fetch stream's
