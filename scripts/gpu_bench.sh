@@ -33,7 +33,8 @@
 #   SKIP_TABLE3=1 bash scripts/gpu_bench.sh        without the Table 3 layout (ratios to the base
 #                                                  LM at TABLE3_CONTEXTS, 16384 49152 by default,
 #                                                  with and without offload: --chunk_tier host,
-#                                                  device)
+#                                                  device; TABLE3_NO_OFFLOAD=auto sizes the
+#                                                  device store exactly instead of by doubling)
 #   SKIP_PEER=1 bash scripts/gpu_bench.sh          without the full-attention peer
 #                                                  (bench/full_attention_peer.py, PyTorch)
 #   BATCH_SESSIONS=1,32 bash scripts/gpu_bench.sh  other session counts for it
@@ -370,19 +371,19 @@ if [[ -z "${SKIP_TABLE3:-}" ]]; then
   echo
   echo "== Table 3 layout: DRT / base LM, with CPU offload (--chunk_tier host) and without" \
        "(--chunk_tier device)"
-  printf '%-10s %-12s %16s %16s %16s %16s\n' context offload time_ratio memory_ratio \
-    decode_ms gpu_MiB
+  printf '%-10s %-16s %16s %16s %16s %16s %14s\n' context offload time_ratio memory_ratio \
+    decode_ms gpu_MiB prefill_tok_s
   for ctx in ${TABLE3_CONTEXTS:-16384 49152}; do
     base=$(run_bench --prompt_tokens "$ctx" --disable_gca)
     d_base=$(field decode_ms_median "$base"); m_base=$(field gpu_peak_mib "$base")
-    for tier in host device; do
+    for tier in host "${TABLE3_NO_OFFLOAD:-device}"; do
       gca=$(run_bench --prompt_tokens "$ctx" --chunk_tier "$tier")
       d_gca=$(field decode_ms_median "$gca"); m_gca=$(field gpu_peak_mib "$gca")
-      label=with; [[ "$tier" == device ]] && label=without
-      printf '%-10s %-12s %16.3f %16.3f %16s %16s\n' "$ctx" "$label" \
+      label=with; [[ "$tier" != host ]] && label="without($tier)"
+      printf '%-10s %-16s %16.3f %16.3f %16s %16s %14s\n' "$ctx" "$label" \
         "$(awk -v a="$d_gca" -v b="$d_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \
         "$(awk -v a="$m_gca" -v b="$m_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \
-        "$d_gca / $d_base" "$m_gca / $m_base"
+        "$d_gca / $d_base" "$m_gca / $m_base" "$(field prefill_tokens_per_s "$gca")"
     done
   done
 fi
