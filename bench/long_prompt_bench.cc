@@ -52,6 +52,12 @@ ABSL_FLAG(std::string, cuda_chunk_store, "kv",
           "CUDA only: what the host chunk store keeps per closed chunk: kv or encoder_rows "
           "(CudaBackendOptions::chunk_store; encoder_rows not yet verified on a GPU, "
           "docs/cuda.md \"Chunk store of C\")");
+ABSL_FLAG(std::string, chunk_tier, "host",
+          "CUDA only: where closed chunks' K/V live: host (pinned host store, \"with CPU "
+          "offload\"), device (a device store read in place by GCA, \"without offload\") or "
+          "auto (device when a store for this run's prompt and generated tokens fits) "
+          "(CudaBackendOptions::chunk_tier; device and auto not yet verified on a GPU, "
+          "docs/cuda.md \"Device tier\")");
 ABSL_FLAG(bool, random_prompt, false,
           "random token ids instead of tokenized filler text (fast for multi-million-token "
           "prompts)");
@@ -164,6 +170,21 @@ int main(int argc, char** argv) {
   if (options.cuda.chunk_store != drt::CudaChunkStore::kKeysValues &&
       *device != drt::Device::kCuda) {
     std::fprintf(stderr, "error: --cuda_chunk_store=encoder_rows needs --device=cuda\n");
+    return 1;
+  }
+  auto chunk_tier = drt::ParseCudaChunkTier(absl::GetFlag(FLAGS_chunk_tier));
+  if (!chunk_tier.ok()) {
+    std::fprintf(stderr, "error: --chunk_tier: %s\n",
+                 std::string(chunk_tier.status().message()).c_str());
+    return 1;
+  }
+  options.cuda.chunk_tier = *chunk_tier;
+  // auto sizes the session's device store for everything this run holds.
+  options.cuda.auto_tier_max_tokens =
+      absl::GetFlag(FLAGS_prompt_tokens) + std::max<int64_t>(0, absl::GetFlag(FLAGS_generate));
+  if (options.cuda.chunk_tier != drt::CudaChunkTier::kHost && *device != drt::Device::kCuda) {
+    std::fprintf(stderr, "error: --chunk_tier=%s needs --device=cuda\n",
+                 drt::CudaChunkTierName(options.cuda.chunk_tier));
     return 1;
   }
   if (options.cuda.disable_gca && *device != drt::Device::kCuda) {
@@ -330,7 +351,7 @@ int main(int argc, char** argv) {
               static_cast<long>(st.d2d_chunks), static_cast<long>(st.resident_hits),
               st.d2h_bytes / 1048576.0);
   std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
-              "prefill_tensor_cores=%d batched_step_rows=%d cuda_chunk_store=%s "
+              "prefill_tensor_cores=%d batched_step_rows=%d cuda_chunk_store=%s chunk_tier=%s "
               "context_tokens=%ld "
               "prefill_tokens_per_s=%.1f "
               "decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu session_device_bytes=%zu "
@@ -340,6 +361,7 @@ int main(int argc, char** argv) {
               options.cuda.window_decode_splits, options.cuda.prefill_tensor_cores ? 1 : 0,
               options.cuda.batched_step_rows ? 1 : 0,
               drt::CudaChunkStoreName(options.cuda.chunk_store),
+              drt::CudaChunkTierName(options.cuda.chunk_tier),
               static_cast<long>(prompt.size()), prompt.size() / prefill_s, Median(token_ms),
               token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
               mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes,

@@ -57,6 +57,23 @@ const char* CudaChunkStoreName(CudaChunkStore store) {
   return "unknown";
 }
 
+absl::StatusOr<CudaChunkTier> ParseCudaChunkTier(absl::string_view name) {
+  if (name == "host") return CudaChunkTier::kHost;
+  if (name == "device") return CudaChunkTier::kDevice;
+  if (name == "auto") return CudaChunkTier::kAuto;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown CUDA chunk tier '", name, "': expected host, device or auto"));
+}
+
+const char* CudaChunkTierName(CudaChunkTier tier) {
+  switch (tier) {
+    case CudaChunkTier::kHost: return "host";
+    case CudaChunkTier::kDevice: return "device";
+    case CudaChunkTier::kAuto: return "auto";
+  }
+  return "unknown";
+}
+
 bool CudaBackendBuilt() {
 #ifdef DRT_WITH_CUDA
   return true;

@@ -29,6 +29,11 @@ const char* CudaPrecisionName(CudaPrecision precision);
 absl::StatusOr<CudaChunkStore> ParseCudaChunkStore(absl::string_view name);
 const char* CudaChunkStoreName(CudaChunkStore store);
 
+// "host", "device" or "auto" (the CUDA backend's CudaChunkTier, drt-server
+// --cuda_chunk_tier); INVALID_ARGUMENT naming the choices otherwise.
+absl::StatusOr<CudaChunkTier> ParseCudaChunkTier(absl::string_view name);
+const char* CudaChunkTierName(CudaChunkTier tier);
+
 struct BackendOptions {
   Device device = Device::kCpu;
   CpuBackendOptions cpu;

@@ -31,7 +31,10 @@
 #   SKIP_ENCODER_ROWS=1 bash scripts/gpu_bench.sh  without the table's rerun with
 #                                                  --cuda_chunk_store=encoder_rows
 #   SKIP_TABLE3=1 bash scripts/gpu_bench.sh        without the Table 3 layout (ratios to the base
-#                                                  LM at TABLE3_CONTEXTS, 16384 49152 by default)
+#                                                  LM at TABLE3_CONTEXTS, 16384 49152 by default,
+#                                                  with and without offload: --chunk_tier host,
+#                                                  device; TABLE3_NO_OFFLOAD=auto sizes the
+#                                                  device store exactly instead of by doubling)
 #   SKIP_PEER=1 bash scripts/gpu_bench.sh          without the full-attention peer
 #                                                  (bench/full_attention_peer.py, PyTorch)
 #   BATCH_SESSIONS=1,32 bash scripts/gpu_bench.sh  other session counts for it
@@ -360,24 +363,29 @@ fi
 # Issue 10, deliver 5: the paper's Table 3 layout. Time per token and GPU
 # memory of DRT as ratios to the base LM (--disable_gca, the sliding-window
 # model without retrieval) at 16K and 48K tokens. "With CPU offload" is the
-# chunk store in pinned host memory (today's only kind); "without offload"
-# would keep it on the device, an option not written yet, so that column
-# is not measured.
+# chunk store in pinned host memory (--chunk_tier host, the default);
+# "without offload" keeps it on the device (--chunk_tier device, docs/cuda.md
+# "Device tier": NOT YET RUN ON A GPU, hence off by default; these rows are
+# its first measurement, and decide the default).
 if [[ -z "${SKIP_TABLE3:-}" ]]; then
   echo
-  echo "== Table 3 layout: DRT / base LM, with CPU offload (the chunk store in pinned host memory)"
-  printf '%-10s %16s %16s %16s %16s\n' context time_ratio memory_ratio decode_ms gpu_MiB
+  echo "== Table 3 layout: DRT / base LM, with CPU offload (--chunk_tier host) and without" \
+       "(--chunk_tier device)"
+  printf '%-10s %-16s %16s %16s %16s %16s %14s\n' context offload time_ratio memory_ratio \
+    decode_ms gpu_MiB prefill_tok_s
   for ctx in ${TABLE3_CONTEXTS:-16384 49152}; do
-    gca=$(run_bench --prompt_tokens "$ctx")
     base=$(run_bench --prompt_tokens "$ctx" --disable_gca)
-    d_gca=$(field decode_ms_median "$gca"); d_base=$(field decode_ms_median "$base")
-    m_gca=$(field gpu_peak_mib "$gca"); m_base=$(field gpu_peak_mib "$base")
-    printf '%-10s %16.3f %16.3f %16s %16s\n' "$ctx" \
-      "$(awk -v a="$d_gca" -v b="$d_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \
-      "$(awk -v a="$m_gca" -v b="$m_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \
-      "$d_gca / $d_base" "$m_gca / $m_base"
+    d_base=$(field decode_ms_median "$base"); m_base=$(field gpu_peak_mib "$base")
+    for tier in host "${TABLE3_NO_OFFLOAD:-device}"; do
+      gca=$(run_bench --prompt_tokens "$ctx" --chunk_tier "$tier")
+      d_gca=$(field decode_ms_median "$gca"); m_gca=$(field gpu_peak_mib "$gca")
+      label=with; [[ "$tier" != host ]] && label="without($tier)"
+      printf '%-10s %-16s %16.3f %16.3f %16s %16s %14s\n' "$ctx" "$label" \
+        "$(awk -v a="$d_gca" -v b="$d_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \
+        "$(awk -v a="$m_gca" -v b="$m_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \
+        "$d_gca / $d_base" "$m_gca / $m_base" "$(field prefill_tokens_per_s "$gca")"
+    done
   done
-  echo "(without offload: not measured; the chunk store has no device tier yet)"
 fi
 
 # Issue 10, deliver 5: beside the table, the peer a user would otherwise

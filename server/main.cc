@@ -191,6 +191,10 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   backend_options.cuda.precision = config.cuda_precision;
   backend_options.cuda.state_export = config.cuda_state_export;
   backend_options.cuda.chunk_store = config.cuda_chunk_store;
+  backend_options.cuda.chunk_tier = config.cuda_chunk_tier;
+  // auto sizes each session's device store for the largest context a
+  // session may reach.
+  backend_options.cuda.auto_tier_max_tokens = config.service.max_context_tokens;
   backend_options.cuda.batched_step_rows = config.cuda_batched_step_rows;
   if (config.service.step_tokens > 0) {
     // One knob: the scheduler's step budget is also the backend's forward

@@ -40,6 +40,15 @@ ABSL_FLAG(std::string, cuda_chunk_store, "kv",
           "encoder_rows is written but not yet run on a GPU (docs/cuda.md, \"Chunk store of "
           "C\"). --cuda_state_export selects encoder_rows (the state format holds a chunk's "
           "encoder rows)");
+ABSL_FLAG(std::string, cuda_chunk_tier, "host",
+          "CUDA only: where closed chunks' keys and values live: host (the pinned host "
+          "chunk store, fetched to the GPU per landmark; the default), device (a device "
+          "store per session, read in place by GCA: no host memory per chunk, no "
+          "host->device fetches) or auto (per session at creation: device when a store for "
+          "--max_context_tokens fits in 90% of the GPU memory free after the weights, else "
+          "host). device and auto need --cuda_chunk_store=kv and no --cuda_state_export. "
+          "Written but NOT YET RUN ON A GPU, hence host by default (docs/cuda.md, \"Device "
+          "tier\")");
 ABSL_FLAG(bool, cuda_state_export, false,
           "lets the CUDA backend export and import session state, which --state_dir "
           "(durable sessions) and SaveSession/LoadSession need. Written but not yet run on a "
@@ -254,6 +263,11 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     config.cuda_chunk_store = *store;
   } else {
     errors.emplace_back(absl::StrCat("--cuda_chunk_store: ", store.status().message()));
+  }
+  if (auto tier = ParseCudaChunkTier(absl::GetFlag(FLAGS_cuda_chunk_tier)); tier.ok()) {
+    config.cuda_chunk_tier = *tier;
+  } else {
+    errors.emplace_back(absl::StrCat("--cuda_chunk_tier: ", tier.status().message()));
   }
   config.cuda_state_export = absl::GetFlag(FLAGS_cuda_state_export);
   config.cuda_batched_step_rows = absl::GetFlag(FLAGS_cuda_batched_step_rows);

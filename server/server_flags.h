@@ -42,6 +42,8 @@ struct ServerConfig {
   CudaPrecision cuda_precision = CudaPrecision::kBf16;  // --cuda_precision
   // --cuda_chunk_store (CudaBackendOptions::chunk_store)
   CudaChunkStore cuda_chunk_store = CudaChunkStore::kKeysValues;
+  // --cuda_chunk_tier (CudaBackendOptions::chunk_tier)
+  CudaChunkTier cuda_chunk_tier = CudaChunkTier::kHost;
   bool cuda_state_export = false;  // --cuda_state_export (CudaBackendOptions::state_export)
   // --cuda_batched_step_rows (CudaBackendOptions::batched_step_rows)
   bool cuda_batched_step_rows = false;

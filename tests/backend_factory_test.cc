@@ -53,6 +53,23 @@ TEST_CASE("ParseCudaChunkStore accepts kv and encoder_rows and names them on err
   CHECK(BackendOptions{}.cuda.chunk_store == CudaChunkStore::kKeysValues);
 }
 
+TEST_CASE("ParseCudaChunkTier accepts host, device and auto and names them on error",
+          "[backend_factory]") {
+  CHECK(*ParseCudaChunkTier("host") == CudaChunkTier::kHost);
+  CHECK(*ParseCudaChunkTier("device") == CudaChunkTier::kDevice);
+  CHECK(*ParseCudaChunkTier("auto") == CudaChunkTier::kAuto);
+  for (const char* bad : {"", "Host", "gpu", "dev", "device "}) {
+    auto parsed = ParseCudaChunkTier(bad);
+    CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(parsed.status().message().find("expected host, device or auto") != std::string::npos);
+  }
+  for (CudaChunkTier tier : {CudaChunkTier::kHost, CudaChunkTier::kDevice, CudaChunkTier::kAuto}) {
+    CHECK(*ParseCudaChunkTier(CudaChunkTierName(tier)) == tier);
+  }
+  // The host tier stays the default: the device tier has not run on a GPU.
+  CHECK(BackendOptions{}.cuda.chunk_tier == CudaChunkTier::kHost);
+}
+
 TEST_CASE("the CUDA state export selects the chunk store of encoder rows", "[backend_factory]") {
   // The state format holds a chunk's encoder rows; K/V cannot give them back.
   CudaBackendOptions options;

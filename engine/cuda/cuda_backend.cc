@@ -12,6 +12,7 @@
 #include "engine/cuda/cuda_batched_step.h"
 #include "engine/cuda/cuda_step.h"
 #include "engine/cuda/host/chunk_record_layout.h"
+#include "engine/cuda/host/chunk_tier_policy.h"
 #include "engine/cuda/host/step_rows.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
@@ -56,16 +57,54 @@ absl::Status CheckSupported(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// The device tier (CudaChunkTier::kDevice, and kAuto, which may choose it)
+// keeps K/V: it is refused with a store of encoder rows, which
+// state_export selects (the state format and the disk tier move encoder
+// rows; docs/cuda.md, "Device tier").
+absl::Status CheckChunkTier(const CudaBackendOptions& options) {
+  if (options.chunk_tier == CudaChunkTier::kHost) return absl::OkStatus();
+  const char* tier = options.chunk_tier == CudaChunkTier::kDevice ? "device" : "auto";
+  if (options.state_export) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--cuda_chunk_tier=%s cannot be combined with --cuda_state_export: the device tier "
+        "keeps keys and values, and state export (and the disk tier) needs the chunk store of "
+        "encoder rows",
+        tier));
+  }
+  if (options.chunk_store == CudaChunkStore::kEncoderRows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--cuda_chunk_tier=%s cannot be combined with --cuda_chunk_store=encoder_rows: the "
+        "device tier keeps keys and values (use --cuda_chunk_store=kv)",
+        tier));
+  }
+  if (options.auto_tier_budget_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "auto_tier_budget_bytes must be 0 (90%% of the free device memory) or positive, got %d",
+        options.auto_tier_budget_bytes));
+  }
+  if (options.chunk_tier == CudaChunkTier::kAuto && options.auto_tier_max_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--cuda_chunk_tier=auto needs the largest session context (auto_tier_max_tokens, "
+        "drt-server's --max_context_tokens) to be at least 1, got %d",
+        options.auto_tier_max_tokens));
+  }
+  return absl::OkStatus();
+}
+
 // T: the storage type of options.precision (engine/cuda/storage_type.h).
 template <typename T>
 class CudaBackend final : public Backend {
  public:
+  // tier_ledger: CudaChunkTier::kAuto's budget of device bytes for chunk
+  // stores; null otherwise.
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options,
-              std::unique_ptr<cuda::DeviceWeights<T>> weights)
+              std::unique_ptr<cuda::DeviceWeights<T>> weights,
+              std::shared_ptr<cuda::DeviceTierLedger> tier_ledger)
       : config_(config),
         options_(options),
         weights_(std::move(weights)),
-        host_allocator_(std::make_shared<cuda::PinnedHostAllocator>()) {}
+        host_allocator_(std::make_shared<cuda::PinnedHostAllocator>()),
+        tier_ledger_(std::move(tier_ledger)) {}
   ~CudaBackend() override { cudaSetDevice(options_.device_index); }
 
   std::string name() const override { return "cuda"; }
@@ -80,6 +119,9 @@ class CudaBackend final : public Backend {
   // prefetches is not checked against skipped upper rows. Off until it is.
   bool runs_lower_only_forwards() const override { return false; }
   int64_t host_bytes_per_chunk() const override {
+    // The device tier keeps chunks off the host. kAuto may put a session on
+    // either tier, so the budget expects the host's figure.
+    if (options_.chunk_tier == CudaChunkTier::kDevice) return 0;
     const int64_t element = options_.precision == CudaPrecision::kFp32 ? 4 : 2;
     return cuda::ChunkRecordLayoutFor(config_, EffectiveChunkStore(options_)).elements() * element;
   }
@@ -129,7 +171,8 @@ class CudaBackend final : public Backend {
     return status;
   }
   absl::StatusOr<std::unique_ptr<BackendSession>> NewSession() override {
-    auto session = cuda::CudaSession<T>::Create(config_, *weights_, options_, host_allocator_);
+    auto session =
+        cuda::CudaSession<T>::Create(config_, *weights_, options_, host_allocator_, tier_ledger_);
     if (!session.ok()) return session.status();
     return std::unique_ptr<BackendSession>(*std::move(session));
   }
@@ -153,6 +196,7 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   std::unique_ptr<cuda::DeviceWeights<T>> weights_;
   std::shared_ptr<cuda::HostAllocator> host_allocator_;
+  std::shared_ptr<cuda::DeviceTierLedger> tier_ledger_;
   // CudaBackendOptions::batched_step_rows: made at the first batched step.
   std::mutex step_buffers_mutex_;
   std::unique_ptr<cuda::StepBuffers<T>> step_buffers_;
@@ -164,7 +208,21 @@ absl::StatusOr<std::unique_ptr<Backend>> UploadAndMake(const ModelConfig& config
                                                        const CudaBackendOptions& options) {
   auto device_weights = cuda::DeviceWeights<T>::Upload(config, weights);
   if (!device_weights.ok()) return device_weights.status();
-  return std::unique_ptr<Backend>(new CudaBackend<T>(config, options, *std::move(device_weights)));
+  std::shared_ptr<cuda::DeviceTierLedger> tier_ledger;
+  if (options.chunk_tier == CudaChunkTier::kAuto) {
+    // Measured once, with the weights on the device: what kAuto's sessions
+    // may share (engine/cuda/host/chunk_tier_policy.h).
+    int64_t budget = options.auto_tier_budget_bytes;
+    if (budget == 0) {
+      size_t free_bytes = 0, total_bytes = 0;
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+      budget = cuda::DeviceTierBudgetBytes(static_cast<int64_t>(free_bytes),
+                                           cuda::kDeviceTierReserveFraction);
+    }
+    tier_ledger = std::make_shared<cuda::DeviceTierLedger>(budget);
+  }
+  return std::unique_ptr<Backend>(
+      new CudaBackend<T>(config, options, *std::move(device_weights), std::move(tier_ledger)));
 }
 
 }  // namespace
@@ -180,6 +238,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
         absl::StrFormat("max_step_positions must be in 1..%d for the CUDA backend, got %d",
                         kMaxStepPositions, options.max_step_positions));
   }
+  if (absl::Status s = CheckChunkTier(options); !s.ok()) return s;
   const int splits = options.window_decode_splits;
   if (splits != 0 && splits != 1 && splits != 2 && splits != 4 && splits != 8) {
     return absl::InvalidArgumentError(absl::StrFormat(

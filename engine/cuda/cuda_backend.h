@@ -1,6 +1,6 @@
 // The CUDA backend: weights and session state on one GPU in bf16 or fp32
 // (CudaBackendOptions::precision), closed chunks' K/V in pinned host memory
-// (docs/cuda.md). Includes no CUDA header; built
+// (or, with CudaBackendOptions::chunk_tier, in a device store; docs/cuda.md). Includes no CUDA header; built
 // only when CUDA is (DRT_WITH_CUDA). Use MakeBackend (engine/backend_factory.h)
 // rather than this directly.
 #pragma once

@@ -30,7 +30,15 @@ constexpr int64_t kStagingSlots = 8;
 template <typename T>
 absl::Status CudaSession<T>::MapChunks(std::shared_ptr<const MappedChunks> chunks) {
   // UNIMPLEMENTED naming the flag without state_export (chunk_map_unit() is
-  // 0 then), FAILED_PRECONDITION without GCA or after a failure.
+  // 0 then), FAILED_PRECONDITION without GCA or after a failure. The disk
+  // tier replaces host records; a device-tier session has none
+  // (MakeCudaBackend refuses the device tier with state_export, so this is
+  // a second line).
+  if (device_tier_) {
+    return absl::FailedPreconditionError(
+        "MapChunks: this session keeps its chunks in the device tier (--cuda_chunk_tier), "
+        "which the disk tier (--cuda_state_export) cannot map");
+  }
   DRT_RETURN_IF_ERROR(CheckStateAccess());
   if (chunks == nullptr) return absl::InvalidArgumentError("no mapped chunks given");
   if (mapped_chunks_.Covers(chunks->first(), chunks->size())) return absl::OkStatus();

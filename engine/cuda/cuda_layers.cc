@@ -81,8 +81,10 @@ absl::Status CudaSession<T>::GcaAttentionRows(int64_t group, const T* q, T* out,
   SessionBuffers<T>& b = buffers_;
   kernels::GcaParams<T> p;
   p.q = q;
-  p.chunk_k = b.group_chunks[group].k.get();
-  p.chunk_v = b.group_chunks[group].v.get();
+  // The device tier's slot table holds chunk ids: the kernel reads the
+  // session's device store in place (cuda_retrieval.cc, PrepareGca).
+  p.chunk_k = device_tier_ ? device_store_.keys() : b.group_chunks[group].k.get();
+  p.chunk_v = device_tier_ ? device_store_.values() : b.group_chunks[group].v.get();
   p.slots = b.slot_table.get();
   p.weights = b.slot_weights.get();
   p.topk = static_cast<int>(sizes_.topk);
@@ -178,8 +180,15 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   const int heads = static_cast<int>(sizes_.heads);
   cudaStream_t stream = compute_stream_.get();
   SessionBuffers<T>& b = buffers_;
-  const int64_t first = chunk_store_.size();
+  const int64_t first = closed_chunks();
   DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(first + count));
+  // The device tier's room was made by PrepareSlice: growing here would
+  // wait for the compute stream mid-step, and it must not be needed.
+  if (device_tier_ && first + count > device_store_.capacity()) {
+    return absl::InternalError(absl::StrFormat(
+        "%d chunks to encode after %d: the device chunk store holds %d", count, first,
+        device_store_.capacity()));
+  }
   // enc_k/enc_v (or enc_rows) are rewritten below: the previous step's
   // store and fetch copies read them.
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, stored_.get(), 0),
@@ -220,18 +229,25 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
     DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchRmsNorm(x, weights_.encoder_norm, rows, d,
                                                     kEncoderRmsEps, b.x.get(), stream),
                              "LaunchRmsNorm (encoder norm)");
+    // The device tier: K/V go straight into the store at the new chunks'
+    // records (room made by PrepareSlice). The same GEMMs of the same shape
+    // as into enc_k/enc_v, and the destination is as aligned (a chunk is
+    // 64 x d x sizeof(T) bytes, a multiple of 1024 as d is of 8), so the
+    // values are bit for bit those the host tier stores.
+    T* keys = device_tier_ ? device_store_.keys(first) : b.enc_k.get();
+    T* values = device_tier_ ? device_store_.values(first) : b.enc_v.get();
     DRT_RETURN_IF_ERROR(
-        gemm_->Matmul(b.x.get(), weights_.chunk_k_proj, b.enc_k.get(), rows, d, d, stream));
+        gemm_->Matmul(b.x.get(), weights_.chunk_k_proj, keys, rows, d, d, stream));
     DRT_RETURN_IF_ERROR(
-        gemm_->Matmul(b.x.get(), weights_.chunk_v_proj, b.enc_v.get(), rows, d, d, stream));
+        gemm_->Matmul(b.x.get(), weights_.chunk_v_proj, values, rows, d, d, stream));
     // The landmark's key and value are zero: GCA's softmax off-by-one
     // (Forward pass 7).
     DRT_CUDA_RETURN_IF_ERROR(
-        kernels::LaunchZeroChunkRow(b.enc_k.get(), static_cast<int>(count),
+        kernels::LaunchZeroChunkRow(keys, static_cast<int>(count),
                                     static_cast<int>(LandmarkRowInChunk(config_)), d, stream),
         "LaunchZeroChunkRow (keys)");
     DRT_CUDA_RETURN_IF_ERROR(
-        kernels::LaunchZeroChunkRow(b.enc_v.get(), static_cast<int>(count),
+        kernels::LaunchZeroChunkRow(values, static_cast<int>(count),
                                     static_cast<int>(LandmarkRowInChunk(config_)), d, stream),
         "LaunchZeroChunkRow (values)");
   }
@@ -248,6 +264,14 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
                                 landmarks_.get() + first * d, stream),
       "LaunchRmsNormF32 (landmarks)");
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(encoded_.get(), stream), "recording the encoder");
+  if (device_tier_) {
+    // Nothing to copy: the chunks are in the store, and everything that
+    // reads them (GCA) runs after this on the compute stream.
+    DRT_RETURN_IF_ERROR(device_store_.Append(count));
+    step_first_new_chunk_ = first;
+    step_new_chunks_ = count;
+    return absl::OkStatus();
+  }
 
   // K/V (or C's real rows) to the pinned host store on the store stream
   // (Forward pass 4: "the chunk memory that may live in host memory").

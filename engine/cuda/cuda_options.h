@@ -30,6 +30,25 @@ enum class CudaChunkStore {
   kEncoderRows,
 };
 
+// Where closed chunks' K/V live (docs/cuda.md, "Device tier").
+enum class CudaChunkTier {
+  // The pinned host chunk store ("with CPU offload"): each landmark's
+  // selection is copied host -> device into the group's slot buffer. The
+  // default, verified on a GPU.
+  kHost,
+  // A device chunk store per session ("without offload"): the encoder
+  // writes K/V into it and GCA reads the selected chunks there in place (no
+  // fetch, no slot buffer). K/V store only: MakeCudaBackend refuses it with
+  // chunk_store kEncoderRows or state_export. NOT YET RUN ON A GPU, hence
+  // off by default.
+  kDevice,
+  // Per session, at creation: the device tier when the session's whole
+  // store for auto_tier_max_tokens tokens fits in the device memory left
+  // for chunk stores, else the host tier (engine/cuda/host/
+  // chunk_tier_policy.h). NOT YET RUN ON A GPU, hence off by default.
+  kAuto,
+};
+
 struct CudaBackendOptions {
   int device_index = 0;
   // The step size (Backend::max_step_positions), as CpuBackendOptions':
@@ -77,6 +96,16 @@ struct CudaBackendOptions {
   // drt-server --cuda_chunk_store=kv|encoder_rows. state_export selects
   // kEncoderRows whatever this says (EffectiveChunkStore).
   CudaChunkStore chunk_store = CudaChunkStore::kKeysValues;
+  // drt-server --cuda_chunk_tier=host|device|auto.
+  CudaChunkTier chunk_tier = CudaChunkTier::kHost;
+  // kAuto: the most tokens a session will hold (drt-server passes its
+  // --max_context_tokens); a session goes to the device tier only when a
+  // store of that many tokens fits. Ignored by the other tiers.
+  int64_t auto_tier_max_tokens = 0;
+  // kAuto: the device bytes all sessions' chunk stores may take together;
+  // 0, the default, is 90% of the device memory free once the weights are
+  // uploaded (kDeviceTierReserveFraction).
+  int64_t auto_tier_budget_bytes = 0;
 };
 
 // The chunk store a CUDA backend with `options` uses: encoder rows when

@@ -126,7 +126,23 @@ absl::Status CudaSession<T>::PrepareGca(const SlicePlan& slice, int64_t group) {
     return absl::InternalError(absl::StrCat("group ", group, ": ", serving.status().message()));
   }
   std::vector<int> slots;
-  DRT_RETURN_IF_ERROR(FetchChunks(group, ChunksToRequest(*serving), &slots));
+  if (device_tier_) {
+    // Every closed chunk is in the device store, which the kernel reads in
+    // place: the slot of chunk c is c (no copy, nothing to wait for; the
+    // encoder wrote this step's chunks earlier on the compute stream).
+    const std::vector<int64_t> request = ChunksToRequest(*serving);
+    absl::StatusOr<std::vector<int>> in_store = DeviceStoreSlots(request, device_store_.size());
+    if (!in_store.ok()) {
+      return absl::InternalError(absl::StrCat("group ", group, ": ", in_store.status().message()));
+    }
+    slots = *std::move(in_store);
+    std::vector<int64_t> distinct = request;
+    std::sort(distinct.begin(), distinct.end());
+    stats_.resident_hits +=
+        std::unique(distinct.begin(), distinct.end()) - distinct.begin();
+  } else {
+    DRT_RETURN_IF_ERROR(FetchChunks(group, ChunksToRequest(*serving), &slots));
+  }
 
   // The group's pinned staging region; its previous upload must be done.
   DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploads_done_[group].get()),
@@ -148,8 +164,10 @@ absl::Status CudaSession<T>::PrepareGca(const SlicePlan& slice, int64_t group) {
                            "recording the group's uploads");
   // The first GCA of the group waits here for the copies (issued now or by
   // the prefetch at the end of the previous step) and no earlier.
-  DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetched_[group].get(), 0),
-                           "ordering the GCA after the chunk copies");
+  if (!device_tier_) {
+    DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetched_[group].get(), 0),
+                             "ordering the GCA after the chunk copies");
+  }
   return absl::OkStatus();
 }
 

@@ -26,13 +26,16 @@ constexpr int64_t kFirstLandmarkCapacity = 1024;
 template <typename T>
 CudaSession<T>::CudaSession(const ModelConfig& config, const DeviceWeights<T>& weights,
                             const CudaBackendOptions& options,
-                            std::shared_ptr<HostAllocator> host_allocator)
+                            std::shared_ptr<HostAllocator> host_allocator,
+                            std::shared_ptr<DeviceTierLedger> tier_ledger)
     : config_(config),
       weights_(weights),
       options_(options),
       sizes_(ComputeSessionSizes(config, options.max_step_positions)),
       host_allocator_(std::move(host_allocator)),
-      chunk_store_(NewChunkStore(config, options, host_allocator_)) {}
+      chunk_store_(NewChunkStore(config, options, host_allocator_)),
+      tier_ledger_(std::move(tier_ledger)),
+      device_store_(sizes_.chunk * sizes_.d) {}
 
 template <typename T>
 HostChunkStore<HostElement<T>> CudaSession<T>::NewChunkStore(
@@ -46,16 +49,45 @@ HostChunkStore<HostElement<T>> CudaSession<T>::NewChunkStore(
 template <typename T>
 absl::StatusOr<std::unique_ptr<CudaSession<T>>> CudaSession<T>::Create(
     const ModelConfig& config, const DeviceWeights<T>& weights, const CudaBackendOptions& options,
-    std::shared_ptr<HostAllocator> host_allocator) {
-  auto session = std::unique_ptr<CudaSession>(
-      new CudaSession(config, weights, options, std::move(host_allocator)));
-  if (absl::Status s = session->Init(); !s.ok()) return s;
+    std::shared_ptr<HostAllocator> host_allocator, std::shared_ptr<DeviceTierLedger> tier_ledger) {
+  return CreateOnTier(config, weights, options, std::move(host_allocator), std::move(tier_ledger),
+                      /*allow_device_tier=*/true);
+}
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<CudaSession<T>>> CudaSession<T>::CreateOnTier(
+    const ModelConfig& config, const DeviceWeights<T>& weights, const CudaBackendOptions& options,
+    std::shared_ptr<HostAllocator> host_allocator, std::shared_ptr<DeviceTierLedger> tier_ledger,
+    bool allow_device_tier) {
+  auto session = std::unique_ptr<CudaSession>(new CudaSession(
+      config, weights, options, std::move(host_allocator), std::move(tier_ledger)));
+  if (absl::Status s = session->Init(allow_device_tier); !s.ok()) return s;
   return session;
 }
 
 template <typename T>
-absl::Status CudaSession<T>::Init() {
+absl::Status CudaSession<T>::Init(bool allow_device_tier) {
   DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
+  // The tier, once for the session's life (docs/cuda.md, "Device tier").
+  // MakeCudaBackend refuses kDevice and kAuto with a store of encoder rows.
+  int64_t auto_store_chunks = 0;
+  if (allow_device_tier && !options_.disable_gca && !stores_encoder_rows()) {
+    switch (options_.chunk_tier) {
+      case CudaChunkTier::kHost:
+        break;
+      case CudaChunkTier::kDevice:
+        device_tier_ = true;
+        break;
+      case CudaChunkTier::kAuto: {
+        AutoTierChoice choice = ChooseAutoTier(tier_ledger_, options_.auto_tier_max_tokens,
+                                               config_.enc_chunk_size, device_chunk_bytes());
+        device_tier_ = choice.device;
+        auto_store_chunks = choice.store_chunks;
+        tier_grant_ = std::move(choice.grant);
+        break;
+      }
+    }
+  }
   auto gemm = kernels::CublasGemm::Create();
   if (!gemm.ok()) return gemm.status();
   gemm_ = std::make_unique<kernels::CublasGemm>(*std::move(gemm));
@@ -83,7 +115,8 @@ absl::Status CudaSession<T>::Init() {
     if (!fetch_gemm.ok()) return fetch_gemm.status();
     fetch_gemm_ = std::make_unique<kernels::CublasGemm>(*std::move(fetch_gemm));
   }
-  auto buffers = SessionBuffers<T>::Create(sizes_, !options_.disable_gca, fetch_batch_chunks);
+  auto buffers =
+      SessionBuffers<T>::Create(sizes_, !options_.disable_gca, fetch_batch_chunks, device_tier_);
   if (!buffers.ok()) return buffers.status();
   buffers_ = *std::move(buffers);
   if (buffers_.fetch_rows.size() > 0) {
@@ -98,6 +131,16 @@ absl::Status CudaSession<T>::Init() {
                              "waiting for the fetch staging");
   }
   if (!options_.disable_gca) DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(kFirstLandmarkCapacity));
+  // The device store exists from the start: GCA runs before the first
+  // chunk closes (every slot -1), and the kernel refuses null chunk arrays.
+  // kAuto's is made whole now (its grant covers exactly this), so it never
+  // grows while the session stays within auto_tier_max_tokens; kDevice's
+  // starts at the first doubling capacity.
+  if (device_tier_) {
+    DRT_RETURN_IF_ERROR(device_store_.Reserve(
+        auto_store_chunks > 0 ? auto_store_chunks : DeviceChunkStore<T>::kFirstCapacity,
+        /*exact=*/true, compute_stream_.get()));
+  }
   residency_.assign(sizes_.groups, ChunkResidency(static_cast<int>(sizes_.slots_per_group)));
   selection_.assign(sizes_.groups, Retrieval{});
   made_.assign(sizes_.groups, Made{});
@@ -131,7 +174,7 @@ absl::Status CudaSession<T>::EnsureLandmarkCapacity(int64_t chunks) {
       grown, static_cast<int>(sizes_.max_query_chunks), static_cast<int>(sizes_.topk));
   auto workspace = DeviceArray<char>::Create(std::max<size_t>(ws_bytes, 1), "landmark top-k");
   if (!workspace.ok()) return workspace.status();
-  const int64_t held = chunk_store_.size();
+  const int64_t held = closed_chunks();
   if (held > 0) {
     DRT_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(landmarks->get(), landmarks_.get(), held * sizes_.d * sizeof(float),
@@ -187,7 +230,23 @@ absl::Status CudaSession<T>::PrepareSlice(const SlicePlan& slice) {
         position_ + slice.num_rows, kMaxLandmarks));
   }
   DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
-  return EnsureLandmarkCapacity(chunks);
+  DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(chunks));
+  // The encoder writes the slice's chunks into the device store in place:
+  // room for them now, before anything is queued (a growth waits for the
+  // compute stream, so no queued kernel reads the old arrays after).
+  if (device_tier_) DRT_RETURN_IF_ERROR(ReserveDeviceStore(chunks));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaSession<T>::ReserveDeviceStore(int64_t chunks) {
+  DRT_RETURN_IF_ERROR(device_store_.Reserve(chunks, /*exact=*/false, compute_stream_.get()));
+  // kAuto: a session past auto_tier_max_tokens (the server stops it there;
+  // a direct caller may not) still grows, and the ledger counts the bytes.
+  if (tier_grant_.bytes() > 0 && device_store_.bytes() > tier_grant_.bytes()) {
+    tier_grant_.Grow(device_store_.bytes() - tier_grant_.bytes());
+  }
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -220,7 +279,7 @@ absl::Status CudaSession<T>::Embed(const StepPlan& plan, const SlicePlan& slice)
 
 template <typename T>
 void CudaSession<T>::BeginStep() {
-  step_first_new_chunk_ = chunk_store_.size();
+  step_first_new_chunk_ = closed_chunks();
   step_new_chunks_ = 0;
   for (Made& made : made_) made = Made{};
 }
@@ -286,8 +345,8 @@ absl::Status CudaSession<T>::CommitSelections(const SlicePlan& slice) {
     // Its selection serves only the next chunk: start copying it now
     // (drt-model.md, "What follows for the engine": first needed by the
     // next position), overlapping the logits, sampling and the next step's
-    // lower layers.
-    if (slice.ends_on_landmark) {
+    // lower layers. The device tier has nothing to copy.
+    if (slice.ends_on_landmark && !device_tier_) {
       std::vector<int> slots;
       DRT_RETURN_IF_ERROR(FetchChunks(g, selection_[g].chunks, &slots));
     }
@@ -382,7 +441,8 @@ SessionMemory CudaSession<T>::memory() const {
   // The disk tier's staging likewise (a few chunks, only once it maps).
   if (staging_ != nullptr) m.selection_bytes += staging_->bytes();
   m.mapped_chunk_bytes = mapped_chunks_.encoder_row_bytes();
-  m.device_bytes = buffers_.device_bytes() + landmarks_.bytes() + topk_workspace_.bytes();
+  m.device_bytes = buffers_.device_bytes() + landmarks_.bytes() + topk_workspace_.bytes() +
+                   device_store_.bytes();
   return m;
 }
 
@@ -397,7 +457,11 @@ absl::StatusOr<std::unique_ptr<BackendSession>> CudaSession<T>::Fork() const {
   for (const Stream* s : {&compute_stream_, &fetch_stream_, &store_stream_}) {
     DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s->get()), "waiting for the session to fork");
   }
-  auto fork = Create(config_, weights_, options_, host_allocator_);
+  // A host-tier session's fork stays on the host (it shares the records); a
+  // device-tier session's fork takes the device tier again when it may
+  // (kDevice always, kAuto when the ledger grants it).
+  auto fork = CreateOnTier(config_, weights_, options_, host_allocator_, tier_ledger_,
+                           /*allow_device_tier=*/device_tier_);
   if (!fork.ok()) return fork.status();
   CudaSession& f = **fork;
   cudaStream_t stream = f.compute_stream_.get();
@@ -416,9 +480,10 @@ absl::StatusOr<std::unique_ptr<BackendSession>> CudaSession<T>::Fork() const {
   DRT_RETURN_IF_ERROR(copy(f.buffers_.open_chunk.get(), buffers_.open_chunk.get(),
                            buffers_.open_chunk.bytes(), "forking the open chunk"));
   if (!options_.disable_gca) {
-    DRT_RETURN_IF_ERROR(f.EnsureLandmarkCapacity(chunk_store_.size()));
+    DRT_RETURN_IF_ERROR(f.EnsureLandmarkCapacity(closed_chunks()));
     DRT_RETURN_IF_ERROR(copy(f.landmarks_.get(), landmarks_.get(),
-                             chunk_store_.size() * sizes_.d * sizeof(float), "forking landmarks"));
+                             closed_chunks() * sizes_.d * sizeof(float), "forking landmarks"));
+    if (device_tier_) DRT_RETURN_IF_ERROR(ForkDeviceChunks(f));
     // The retrieved chunks too, so the fork's first steps need no refetch.
     for (size_t g = 0; g < buffers_.group_chunks.size(); ++g) {
       DRT_RETURN_IF_ERROR(copy(f.buffers_.group_chunks[g].k.get(),
@@ -432,10 +497,42 @@ absl::StatusOr<std::unique_ptr<BackendSession>> CudaSession<T>::Fork() const {
   }
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "waiting for the fork's copies");
   f.position_ = position_;
-  f.chunk_store_ = chunk_store_;  // shares every slab
+  if (!device_tier_) f.chunk_store_ = chunk_store_;  // shares every slab
   f.mapped_chunks_ = mapped_chunks_;  // and every mapping (its staging is its own)
   f.selection_ = selection_;
   return std::unique_ptr<BackendSession>(std::move(*fork));
+}
+
+template <typename T>
+absl::Status CudaSession<T>::ForkDeviceChunks(CudaSession& f) const {
+  const int64_t n = device_store_.size();
+  cudaStream_t stream = f.compute_stream_.get();
+  if (f.device_tier_) {
+    // Copied, not shared: both append their own chunks from n on. (A shared
+    // read-only prefix would need a second array per store for the GCA
+    // kernel's one base pointer.)
+    DRT_RETURN_IF_ERROR(f.device_store_.CopyFrom(device_store_, n, /*exact=*/false, stream));
+    if (f.tier_grant_.bytes() > 0 && f.device_store_.bytes() > f.tier_grant_.bytes()) {
+      f.tier_grant_.Grow(f.device_store_.bytes() - f.tier_grant_.bytes());
+    }
+    return absl::OkStatus();
+  }
+  // kAuto had no room for the fork on the device: its chunks go to its
+  // pinned host store, record by record (K block, V block).
+  absl::StatusOr<int64_t> first = f.chunk_store_.AppendUninitialized(n);
+  if (!first.ok()) return first.status();
+  const size_t block = static_cast<size_t>(device_store_.block_bytes());
+  for (int64_t c = 0; c < n; ++c) {
+    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.chunk_store_.mutable_keys(*first + c),
+                                             device_store_.keys(c), block,
+                                             cudaMemcpyDeviceToHost, stream),
+                             "forking chunk keys to the host tier");
+    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.chunk_store_.mutable_values(*first + c),
+                                             device_store_.values(c), block,
+                                             cudaMemcpyDeviceToHost, stream),
+                             "forking chunk values to the host tier");
+  }
+  return absl::OkStatus();
 }
 
 template class CudaSession<bf16>;

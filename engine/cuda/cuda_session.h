@@ -15,7 +15,10 @@
 // from the same step's encoder output) and, with encoder rows, runs the two
 // GEMMs that make K/V of the rows it brought in (its own cuBLAS handle and
 // workspace). Events order them; the host waits only for the top-k indices
-// (it plans the copies) and for the logits.
+// (it plans the copies) and for the logits. In the device tier
+// (CudaChunkTier::kDevice, docs/cuda.md "Device tier") the store and fetch
+// streams stay idle: the encoder writes K/V into the session's device chunk
+// store on the compute stream and GCA reads them there.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +30,9 @@
 #include "engine/backend.h"
 #include "engine/cuda/cuda_options.h"
 #include "engine/cuda/cuda_resources.h"
+#include "engine/cuda/device_chunk_store.h"
 #include "engine/cuda/device_weights.h"
+#include "engine/cuda/host/chunk_tier_policy.h"
 #include "engine/cuda/host/chunk_residency.h"
 #include "engine/cuda/host/chunk_staging.h"
 #include "engine/cuda/host/fetch_batches.h"
@@ -56,9 +61,12 @@ struct AttentionRows {
 template <typename T>
 class CudaSession final : public BackendSession {
  public:
+  // tier_ledger: CudaChunkTier::kAuto's budget (the backend's; null for
+  // the other tiers).
   static absl::StatusOr<std::unique_ptr<CudaSession>> Create(
       const ModelConfig& config, const DeviceWeights<T>& weights,
-      const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator);
+      const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator,
+      std::shared_ptr<DeviceTierLedger> tier_ledger = nullptr);
   ~CudaSession() override;
 
   int64_t position() const override { return position_; }
@@ -163,8 +171,30 @@ class CudaSession final : public BackendSession {
 
  private:
   CudaSession(const ModelConfig& config, const DeviceWeights<T>& weights,
-              const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator);
-  absl::Status Init();
+              const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator,
+              std::shared_ptr<DeviceTierLedger> tier_ledger);
+  // allow_device_tier false keeps the session on the host tier whatever the
+  // options say (the fork of a host-tier session under kAuto).
+  static absl::StatusOr<std::unique_ptr<CudaSession>> CreateOnTier(
+      const ModelConfig& config, const DeviceWeights<T>& weights,
+      const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator,
+      std::shared_ptr<DeviceTierLedger> tier_ledger, bool allow_device_tier);
+  absl::Status Init(bool allow_device_tier);
+  // Closed chunks, in whichever tier holds them.
+  int64_t closed_chunks() const {
+    return device_tier_ ? device_store_.size() : chunk_store_.size();
+  }
+  // Bytes one chunk takes in the device store (K and V).
+  int64_t device_chunk_bytes() const {
+    return 2 * sizes_.chunk * sizes_.d * static_cast<int64_t>(sizeof(T));
+  }
+  // Device tier: room in the device store for `chunks` chunks (grown by
+  // doubling; kAuto's grant follows the bytes).
+  absl::Status ReserveDeviceStore(int64_t chunks);
+  // The fork's closed chunks from this (device-tier) session: copied into
+  // the fork's device store, or device -> host into its host store when
+  // kAuto put the fork on the host tier. Queued on the fork's compute stream.
+  absl::Status ForkDeviceChunks(CudaSession& fork) const;
   // An empty chunk store with the session's slab sizes.
   static HostChunkStore<HostElement<T>> NewChunkStore(const ModelConfig& config,
                                                       const CudaBackendOptions& options,
@@ -234,6 +264,16 @@ class CudaSession final : public BackendSession {
 
   int64_t position_ = 0;
   HostChunkStore<HostElement<T>> chunk_store_;
+  // The device tier (CudaChunkTier::kDevice, or kAuto's choice for this
+  // session, fixed at creation): closed chunks' K/V live in device_store_
+  // and chunk_store_ stays empty; kAuto's grant of device bytes is given
+  // back when the session goes.
+  // (Declared before the store, so that the grant goes back after the
+  // store's memory is freed.)
+  bool device_tier_ = false;
+  std::shared_ptr<DeviceTierLedger> tier_ledger_;
+  DeviceTierGrant tier_grant_;
+  DeviceChunkStore<T> device_store_;
   // The disk tier: chunks read from mapped files (their records are
   // released from chunk_store_), and the pinned staging their fetches go
   // through, made on first use; staging_copied_[i]: the fetch stream's

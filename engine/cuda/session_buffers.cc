@@ -33,7 +33,8 @@ SessionSizes ComputeSessionSizes(const ModelConfig& config, int64_t max_step_pos
 
 template <typename T>
 absl::StatusOr<SessionBuffers<T>> SessionBuffers<T>::Create(const SessionSizes& s, bool with_gca,
-                                                            int64_t fetch_batch_chunks) {
+                                                            int64_t fetch_batch_chunks,
+                                                            bool device_chunk_tier) {
   SessionBuffers<T> b;
   const size_t rows = s.max_rows;
   const size_t d = s.d;
@@ -67,7 +68,7 @@ absl::StatusOr<SessionBuffers<T>> SessionBuffers<T>::Create(const SessionSizes& 
   DRT_ALLOC_PINNED(ids_host, int32_t, rows);
   if (with_gca) {
     DRT_ALLOC(enc_x, float, rows * d);
-    if (fetch_batch_chunks == 0) {
+    if (fetch_batch_chunks == 0 && !device_chunk_tier) {
       DRT_ALLOC(enc_k, T, rows * d);
       DRT_ALLOC(enc_v, T, rows * d);
     }
@@ -105,7 +106,7 @@ absl::StatusOr<SessionBuffers<T>> SessionBuffers<T>::Create(const SessionSizes& 
     ring.v = *std::move(rv);
     b.rings.push_back(std::move(ring));
   }
-  if (with_gca) {
+  if (with_gca && !device_chunk_tier) {
     for (int64_t g = 0; g < s.groups; ++g) {
       GroupChunkBuffer<T> buf;
       const size_t n = static_cast<size_t>(s.slots_per_group) * s.chunk * d;

@@ -51,9 +51,13 @@ struct SessionBuffers {
   // fetch_batch_chunks > 0: the host chunk store holds encoder rows
   // (CudaChunkStore::kEncoderRows), and enc_rows and the fetch staging are
   // made, with that many staging entries, instead of enc_k/enc_v; 0 (K/V)
-  // makes enc_k/enc_v.
+  // makes enc_k/enc_v. device_chunk_tier (CudaChunkTier::kDevice, K/V
+  // only): the encoder writes K/V into the session's device chunk store and
+  // GCA reads them there, so neither enc_k/enc_v nor the groups' slot
+  // buffers are made.
   static absl::StatusOr<SessionBuffers> Create(const SessionSizes& s, bool with_gca,
-                                               int64_t fetch_batch_chunks = 0);
+                                               int64_t fetch_batch_chunks = 0,
+                                               bool device_chunk_tier = false);
 
   // Activations of the session's slice of a step (rows <= max_rows).
   DeviceArray<int32_t> ids;

@@ -1,6 +1,7 @@
 // drt-server's flag validation and address parsing.
 #include <catch2/catch.hpp>
 #include <string>
+#include <utility>
 
 #include "absl/flags/reflection.h"
 #include "engine/backend_factory.h"
@@ -177,6 +178,22 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK(refused.status().message().find("--cuda_chunk_store: unknown CUDA chunk store 'c': "
                                           "expected kv or encoder_rows") != std::string::npos);
+  }
+  SECTION("--cuda_chunk_tier: host by default, device or auto on request, anything else refused") {
+    CHECK(config->cuda_chunk_tier == CudaChunkTier::kHost);
+    for (const auto& [name, tier] : {std::pair{"device", CudaChunkTier::kDevice},
+                                     std::pair{"auto", CudaChunkTier::kAuto},
+                                     std::pair{"host", CudaChunkTier::kHost}}) {
+      ScopedFlag flag("cuda_chunk_tier", name);
+      auto parsed = ServerConfigFromFlags();
+      REQUIRE(parsed.ok());
+      CHECK(parsed->cuda_chunk_tier == tier);
+    }
+    ScopedFlag flag("cuda_chunk_tier", "gpu");
+    auto refused = ServerConfigFromFlags();
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(refused.status().message().find("--cuda_chunk_tier: unknown CUDA chunk tier 'gpu': "
+                                          "expected host, device or auto") != std::string::npos);
   }
   SECTION("--cuda_state_export: off by default, on when given") {
     CHECK_FALSE(config->cuda_state_export);

@@ -1,6 +1,8 @@
 #include "engine/cuda/host/gca_slot_table.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 
@@ -31,6 +33,23 @@ std::vector<int64_t> ChunksToRequest(absl::Span<const Retrieval* const> serving)
   std::vector<int64_t> request;
   for (const Retrieval* r : serving) request.insert(request.end(), r->chunks.begin(), r->chunks.end());
   return request;
+}
+
+absl::StatusOr<std::vector<int>> DeviceStoreSlots(absl::Span<const int64_t> chunks,
+                                                  int64_t stored_chunks) {
+  std::vector<int> slots;
+  slots.reserve(chunks.size());
+  for (const int64_t c : chunks) {
+    // Slots are int32 in the table; the store holds far fewer chunks
+    // (at most 2^20 landmarks, kernels/landmark_topk.h).
+    if (c < 0 || c >= stored_chunks || c > std::numeric_limits<int32_t>::max()) {
+      return absl::InternalError(absl::StrFormat(
+          "chunk %d is selected but the device chunk store holds chunks 0..%d", c,
+          stored_chunks - 1));
+    }
+    slots.push_back(static_cast<int>(c));
+  }
+  return slots;
 }
 
 void FillSlotTable(absl::Span<const Retrieval* const> serving, absl::Span<const int> slots,

@@ -27,6 +27,15 @@ absl::StatusOr<std::vector<const Retrieval*>> ServingSelections(
 // request for ChunkResidency, whose answer `slots` follows the same order.
 std::vector<int64_t> ChunksToRequest(absl::Span<const Retrieval* const> serving);
 
+// The slots of `chunks` when the group's chunk array is the session's
+// device chunk store (CudaChunkTier::kDevice, docs/cuda.md "Device tier"):
+// chunk c sits in "slot" c, its index in the store, so the GCA kernel reads
+// it in place. INTERNAL naming the chunk when one is negative or not stored
+// yet (>= stored_chunks): the kernel would read memory the store does not
+// hold.
+absl::StatusOr<std::vector<int>> DeviceStoreSlots(absl::Span<const int64_t> chunks,
+                                                  int64_t stored_chunks);
+
 // Row q of table / weights (each serving.size() x topk) holds the slots and
 // weights of serving[q]'s chunks, then -1 / 0 where it has fewer than topk.
 void FillSlotTable(absl::Span<const Retrieval* const> serving, absl::Span<const int> slots,
