@@ -74,6 +74,10 @@ struct BackendSessionStats {
   // Rows run by lower-only forwards (StepPlan::lower_only): their upper
   // layers, retrievals and logits were skipped.
   int64_t upper_rows_skipped = 0;
+  // Not a counter: whether the session keeps its closed chunks in device
+  // memory (the CUDA device tier, chosen at creation; kAuto may choose
+  // either). False for the host tier and the CPU backend.
+  bool chunks_on_device = false;
 };
 
 // Called for every landmark a session processes: the chunk whose landmark it
@@ -101,6 +105,13 @@ class BackendSession {
   virtual bool has_retrieval_observer() const = 0;
   // A copy that shares the closed chunks and copies the rest.
   virtual absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const = 0;
+  // Host memory a Fork() may allocate that memory() does not count for
+  // this session already (so that a server's host budget can refuse the
+  // fork first): the CUDA backend's kAuto tier forks a device-tier session
+  // onto the host tier when the device has no room for another store, and
+  // copies its chunks into pinned host memory then. 0 by default (a fork
+  // shares the closed chunks).
+  virtual int64_t fork_host_bytes_at_most() const { return 0; }
   virtual BackendSessionStats stats() const { return {}; }
 
   // Durable state (engine/session_state.h, docs/state_format.md). A backend
@@ -176,6 +187,18 @@ class Backend {
   // then refuses them further steps).
   virtual absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
                             absl::Span<float> logits) = 0;
+
+  // Before RunStep puts `session` (made by this backend) into a forward
+  // that takes it to `end_position` decoder positions: the per-session
+  // preparation that may fail for that session alone (the CUDA backend
+  // refuses a session that failed earlier, and grows the device tier's
+  // chunk store here, which may find no room). An error keeps the session
+  // out of the forward and fails its entry alone, with that error; the
+  // other entries run as in a step without it. Nothing a session computes
+  // depends on it (room made stays made). OK by default.
+  virtual absl::Status PrepareSessionForStep(BackendSession& session, int64_t end_position) {
+    return absl::OkStatus();
+  }
 
  protected:
   // The guard a Step makes before any state changes, the same for every

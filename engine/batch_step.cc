@@ -1,7 +1,9 @@
 #include "engine/batch_step.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "engine/model_rules.h"
@@ -69,6 +71,17 @@ class StepRunner {
       const int64_t take =
           TokensFitting(config, entry.session->num_tokens_, remaining, budget);
       if (take == 0) break;
+      // What the backend cannot make for this session fails its entry
+      // alone, before the forward is formed: the others run as without it.
+      if (absl::Status s = backend_.PrepareSessionForStep(
+              entry.session->backend_session(),
+              DecoderPositionsFor(config, entry.session->num_tokens_ + take));
+          !s.ok()) {
+        results_[pending_[p].entry] = std::move(s);
+        pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(p));
+        --p;
+        continue;
+      }
       lower_only &= pending_[p].done + take <= pending_[p].lower_only;
       SliceRequest request;
       request.position = entry.session->backend_session().position();
@@ -80,6 +93,7 @@ class StepRunner {
       sessions.push_back(&entry.session->backend_session());
       members.push_back(p);
     }
+    if (requests.empty()) return;  // every candidate was refused (pending_ shrank)
     absl::Status status;
     StepPlan plan;
     if (auto planned = PlanStep(config, requests, lower_only); planned.ok()) {

@@ -16,7 +16,10 @@ using bf16 = __nv_bfloat16;
 template <typename T>
 struct GcaParams {
   const T* q = nullptr;        // [n][heads][head_dim]: GCA queries of positions first_pos .. first_pos+n-1
-  const T* chunk_k = nullptr;  // [num_slots][64][heads][head_dim]: the group's chunk buffer (row 63 is zero)
+  // [num_slots][64][heads][head_dim] (row 63 is zero): the group's slot
+  // buffer (host chunk tier), or the session's device chunk store, where
+  // slot = chunk id (device tier, engine/cuda/device_chunk_store.h).
+  const T* chunk_k = nullptr;
   const T* chunk_v = nullptr;
   const int32_t* slots = nullptr;  // [num_query_chunks][topk]: buffer slot of the i-th retrieved chunk; -1 = none
   const float* weights = nullptr;  // [num_query_chunks][topk]: softmax weight of that chunk

@@ -45,8 +45,9 @@ ABSL_FLAG(std::string, cuda_chunk_tier, "host",
           "chunk store, fetched to the GPU per landmark; the default), device (a device "
           "store per session, read in place by GCA: no host memory per chunk, no "
           "host->device fetches) or auto (per session at creation: device when a store for "
-          "--max_context_tokens fits in 90% of the GPU memory free after the weights, else "
-          "host). device and auto need --cuda_chunk_store=kv and no --cuda_state_export. "
+          "--max_context_tokens still fits beside the stores granted before (all sessions' "
+          "stores together get 90% of the GPU memory free after the weights, and the GPU "
+          "keeps 10% of it free for everything else), else host). device and auto need --cuda_chunk_store=kv and no --cuda_state_export. "
           "Written but NOT YET RUN ON A GPU, hence host by default (docs/cuda.md, \"Device "
           "tier\")");
 ABSL_FLAG(bool, cuda_state_export, false,

@@ -308,6 +308,12 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
         return s;
       }
     }
+    // A fork that may copy chunks into new host memory (the CUDA auto
+    // tier's device-tier session forked onto the host) must fit the budget.
+    if (absl::Status s = CheckForkBudget(session.backend_session().fork_host_bytes_at_most());
+        !s.ok()) {
+      return s;
+    }
     auto copy = session.Fork();
     if (!copy.ok()) return copy.status();
     forked = *std::move(copy);
@@ -379,6 +385,19 @@ absl::Status SessionManager::CheckBudget(int64_t tokens) const {
         "host memory budget exhausted: sessions hold %d MiB of %d MiB and %d more tokens need "
         "about %d MiB; delete sessions or raise --host_memory_budget_gb",
         total >> 20, limits_.host_memory_budget_bytes >> 20, tokens, (chunks * per_chunk) >> 20));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionManager::CheckForkBudget(int64_t bytes) const {
+  if (bytes <= 0) return absl::OkStatus();
+  const int64_t total = TotalHostBytes();
+  if (total + bytes > limits_.host_memory_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "host memory budget exhausted: sessions hold %d MiB of %d MiB and the fork may copy "
+        "%d MiB of chunks into host memory (the CUDA auto chunk tier, when the device has no "
+        "room for the fork's store); delete sessions or raise --host_memory_budget_gb",
+        total >> 20, limits_.host_memory_budget_bytes >> 20, bytes >> 20));
   }
   return absl::OkStatus();
 }

@@ -180,6 +180,9 @@ class SessionManager {
   // RESOURCE_EXHAUSTED when adding `tokens` to a session would pass the
   // host-memory budget.
   absl::Status CheckBudget(int64_t tokens) const;
+  // RESOURCE_EXHAUSTED when a fork that may allocate `bytes` of host memory
+  // (BackendSession::fork_host_bytes_at_most) would pass the budget.
+  absl::Status CheckForkBudget(int64_t bytes) const;
 
   // Deletes sessions idle past their TTL; returns how many.
   int EvictIdle();

@@ -13,8 +13,10 @@
 
 #include "engine/backend.h"
 #include "engine/batch_step.h"
+#include "engine/model_rules.h"
 #include "engine/session.h"
 #include "tests/test_util/random_model.h"
+#include "tests/test_util/wrapping_backend.h"
 
 namespace drt {
 namespace {
@@ -211,6 +213,73 @@ TEST_CASE("a bad entry gets its own error and the others run exactly as without 
   REQUIRE(logits_with == logits_without);
   REQUIRE(other_logits_with == other_logits_without);
   REQUIRE(with->batched_log.size() == without->batched_log.size());
+}
+
+TEST_CASE("a session the backend cannot prepare fails alone; the others run as without it",
+          "[batch_step][engine]") {
+  // The CUDA device tier grows a session's chunk store in
+  // PrepareSessionForStep and may find no room (RESOURCE_EXHAUSTED): here a
+  // wrapper around the CPU backend refuses one session the same way.
+  // Several forwards (a step size of 128 positions), so the refused
+  // session's tokens would have shared forwards with both others.
+  const ModelConfig config = testing::TinyConfig();
+  const ModelWeights weights = testing::RandomWeights(config, 31);
+  CpuBackendOptions small;
+  small.max_step_positions = 128;
+  testing::WrappingBackend backend(MakeCpuBackend(config, weights, small));
+  auto make = [&](int64_t history, uint64_t seed) {
+    auto session = Session::Create(backend);
+    REQUIRE(session.ok());
+    REQUIRE((*session)->Append(testing::RandomTokens(config, history, seed)).ok());
+    return *std::move(session);
+  };
+  auto a = make(10, 1), growing = make(30, 2), b = make(23, 3);
+  auto a_clean = a->Fork(), b_clean = b->Fork();
+  REQUIRE(a_clean.ok());
+  REQUIRE(b_clean.ok());
+  const std::vector<float> growing_logits(growing->last_logits().begin(),
+                                          growing->last_logits().end());
+  const int64_t growing_position = growing->backend_session().position();
+  backend.Refuse(&growing->backend_session(),
+                 absl::ResourceExhaustedError("the device chunk store cannot grow (test)"));
+
+  const std::vector<int32_t> a_tokens = testing::RandomTokens(config, 150, 7);
+  const std::vector<int32_t> growing_tokens = testing::RandomTokens(config, 90, 8);
+  const std::vector<int32_t> b_tokens = testing::RandomTokens(config, 40, 9);
+  std::vector<float> a_logits, b_logits, a_clean_logits, b_clean_logits;
+  StepEntry entries[3];
+  entries[0] = {a.get(), a_tokens, false, &a_logits};
+  entries[1] = {growing.get(), growing_tokens, false, nullptr};
+  entries[2] = {b.get(), b_tokens, false, &b_logits};
+  const std::vector<absl::Status> results = RunStep(backend, entries);
+  REQUIRE(results[0].ok());
+  REQUIRE(results[2].ok());
+  REQUIRE(results[1].code() == absl::StatusCode::kResourceExhausted);
+  REQUIRE_THAT(std::string(results[1].message()), Catch::Matchers::Contains("cannot grow (test)"));
+  // The refused session is unchanged.
+  CHECK(growing->num_tokens() == 30);
+  CHECK(growing->backend_session().position() == growing_position);
+  CHECK(std::equal(growing->last_logits().begin(), growing->last_logits().end(),
+                   growing_logits.begin(), growing_logits.end()));
+  // Each session was prepared for the end of each forward it took part in:
+  // the last call for a session names the position it reached.
+  int64_t a_end = -1, b_end = -1;
+  for (const auto& [session, end] : backend.prepared()) {
+    if (session == &a->backend_session()) a_end = end;
+    if (session == &b->backend_session()) b_end = end;
+  }
+  CHECK(a_end == a->backend_session().position());
+  CHECK(a_end == DecoderPositionsFor(config, 10 + 150));
+  CHECK(b_end == b->backend_session().position());
+
+  StepEntry clean[2];
+  clean[0] = {a_clean->get(), a_tokens, false, &a_clean_logits};
+  clean[1] = {b_clean->get(), b_tokens, false, &b_clean_logits};
+  for (const absl::Status& s : RunStep(backend, clean)) REQUIRE(s.ok());
+  // The same forwards ran: identical to the bit.
+  REQUIRE(a_logits.size() == a_tokens.size() * config.vocab_size);
+  CHECK(a_logits == a_clean_logits);
+  CHECK(b_logits == b_clean_logits);
 }
 
 TEST_CASE("a step refuses sessions of another backend and empty entries", "[batch_step][engine]") {

@@ -3,6 +3,8 @@
 // (engine/cuda/host/gca_slot_table.h, DeviceStoreSlots), plain C++, against
 // hand-computed cases.
 #include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -74,38 +76,160 @@ TEST_CASE("chunk tier: the ledger grants within its budget and takes grants back
   CHECK(ledger->granted_bytes() == 0);
 }
 
+// Free device memory far above any store of these tests: only the ledger
+// decides.
+constexpr int64_t kPlentyFree = int64_t{1} << 50;
+
+// ChooseAutoTier with an allocation that succeeds and records its size.
+AutoTierChoice Choose(const std::shared_ptr<DeviceTierLedger>& ledger, int64_t max_tokens,
+                      int64_t bytes_per_chunk, int64_t free_bytes = kPlentyFree,
+                      std::vector<int64_t>* allocated = nullptr) {
+  auto choice = ChooseAutoTier(ledger, free_bytes, max_tokens, 63, bytes_per_chunk,
+                               [allocated](int64_t chunks) {
+                                 if (allocated != nullptr) allocated->push_back(chunks);
+                                 return absl::OkStatus();
+                               });
+  REQUIRE(choice.ok());
+  return *std::move(choice);
+}
+
 TEST_CASE("chunk tier: auto puts sessions on the device while their whole store fits",
           "[cuda_host]") {
   // A budget for 1600 chunks of the 128M config: sessions of 48K tokens
   // (781 chunks each) fit twice, the third goes to the host; once one is
   // gone, a new one fits again.
   auto ledger = std::make_shared<DeviceTierLedger>(1600 * kRecord128M);
-  AutoTierChoice a = ChooseAutoTier(ledger, 49152, 63, kRecord128M);
+  std::vector<int64_t> allocated;
+  AutoTierChoice a = Choose(ledger, 49152, kRecord128M, kPlentyFree, &allocated);
   CHECK(a.device);
   CHECK(a.store_chunks == 781);
   CHECK(a.grant.bytes() == 781 * kRecord128M);
-  AutoTierChoice b = ChooseAutoTier(ledger, 49152, 63, kRecord128M);
+  CHECK(allocated == std::vector<int64_t>{781});  // the whole store, at once
+  AutoTierChoice b = Choose(ledger, 49152, kRecord128M);
   CHECK(b.device);
-  AutoTierChoice c = ChooseAutoTier(ledger, 49152, 63, kRecord128M);
+  AutoTierChoice c = Choose(ledger, 49152, kRecord128M, kPlentyFree, &allocated);
   CHECK_FALSE(c.device);
   CHECK(c.store_chunks == 0);
   CHECK(c.grant.bytes() == 0);
+  CHECK(allocated.size() == 1);  // the host tier allocates no store
   CHECK(ledger->granted_bytes() == 2 * 781 * kRecord128M);
   // A smaller session still fits beside them: 38 chunks of room left.
-  AutoTierChoice small = ChooseAutoTier(ledger, 38 * 63, 63, kRecord128M);
+  AutoTierChoice small = Choose(ledger, 38 * 63, kRecord128M);
   CHECK(small.device);
   CHECK(small.store_chunks == 38);
-  CHECK_FALSE(ChooseAutoTier(ledger, 1, 63, kRecord128M).device);
+  CHECK_FALSE(Choose(ledger, 1, kRecord128M).device);
   a.grant.Reset();
-  CHECK(ChooseAutoTier(ledger, 49152, 63, kRecord128M).device);
+  CHECK(Choose(ledger, 49152, kRecord128M).device);
   // The server's default context (2^32 tokens) never fits: the host tier.
-  CHECK_FALSE(ChooseAutoTier(ledger, int64_t{1} << 32, 63, kRecord128M).device);
+  CHECK_FALSE(Choose(ledger, int64_t{1} << 32, kRecord128M).device);
   // No ledger, no context or no record size: the host tier.
-  CHECK_FALSE(ChooseAutoTier(nullptr, 49152, 63, kRecord128M).device);
-  CHECK_FALSE(ChooseAutoTier(ledger, 0, 63, kRecord128M).device);
-  CHECK_FALSE(ChooseAutoTier(ledger, 100, 63, 0).device);
+  CHECK_FALSE(Choose(nullptr, 49152, kRecord128M).device);
+  CHECK_FALSE(Choose(ledger, 0, kRecord128M).device);
+  CHECK_FALSE(Choose(ledger, 100, 0).device);
   // A product that would overflow is the host tier, not a wrapped grant.
-  CHECK_FALSE(ChooseAutoTier(ledger, int64_t{1} << 62, 1, int64_t{1} << 20).device);
+  CHECK_FALSE(ChooseAutoTier(ledger, kPlentyFree, int64_t{1} << 62, 1, int64_t{1} << 20,
+                             [](int64_t) { return absl::OkStatus(); })
+                  ->device);
+}
+
+TEST_CASE("chunk tier: auto leaves the reserve free on the device, whatever the ledger says",
+          "[cuda_host]") {
+  // The ledger has room for everything; the device's free memory measured
+  // at the decision, less the reserve of 1000 bytes, decides. Host-tier
+  // sessions' own buffers, which the ledger does not count, show up there.
+  auto ledger = std::make_shared<DeviceTierLedger>(int64_t{1} << 40, 1000);
+  CHECK(ledger->reserve_bytes() == 1000);
+  const int64_t store = 781 * kRecord128M;
+  {
+    AutoTierChoice fits = Choose(ledger, 49152, kRecord128M, store + 1000);  // exactly
+    CHECK(fits.device);
+    CHECK(ledger->granted_bytes() == store);
+  }
+  CHECK(ledger->granted_bytes() == 0);
+  std::vector<int64_t> allocated;
+  AutoTierChoice refused = Choose(ledger, 49152, kRecord128M, store + 999, &allocated);
+  CHECK_FALSE(refused.device);
+  CHECK(allocated.empty());
+  CHECK(ledger->granted_bytes() == 0);
+  CHECK_FALSE(Choose(ledger, 49152, kRecord128M, 0).device);
+}
+
+TEST_CASE("chunk tier: auto falls back to the host when the store cannot be allocated",
+          "[cuda_host]") {
+  auto ledger = std::make_shared<DeviceTierLedger>(int64_t{1} << 40);
+  // RESOURCE_EXHAUSTED (the memory went since the measurement): the host
+  // tier, the grant given back.
+  int64_t asked = 0;
+  auto fallback = ChooseAutoTier(ledger, kPlentyFree, 49152, 63, kRecord128M,
+                                 [&](int64_t chunks) {
+                                   asked = chunks;
+                                   CHECK(ledger->granted_bytes() == chunks * kRecord128M);
+                                   return absl::ResourceExhaustedError("out of memory");
+                                 });
+  REQUIRE(fallback.ok());
+  CHECK(asked == 781);
+  CHECK_FALSE(fallback->device);
+  CHECK(fallback->store_chunks == 0);
+  CHECK(fallback->grant.bytes() == 0);
+  CHECK(ledger->granted_bytes() == 0);
+  // Any other error is the session's error, the grant given back too.
+  auto failed = ChooseAutoTier(ledger, kPlentyFree, 49152, 63, kRecord128M,
+                               [](int64_t) { return absl::InternalError("cudaErrorLaunchFailure"); });
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.status().code() == absl::StatusCode::kInternal);
+  CHECK(ledger->granted_bytes() == 0);
+}
+
+TEST_CASE("chunk tier: concurrent grants never pass the budget and all come back",
+          "[cuda_host]") {
+  // Sessions are created and destroyed on several threads. Each thread
+  // grants and gives back sizes whose sum over the threads is about twice
+  // the budget, so that grants are refused under contention; after every
+  // grant the total is read under the ledger's lock and must be within it.
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 20000;
+  constexpr int64_t kBudget = 1000;
+  auto ledger = std::make_shared<DeviceTierLedger>(kBudget);
+  std::vector<int64_t> over(kThreads, 0), granted(kThreads, 0), refused(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kRounds; ++i) {
+        const int64_t bytes = 100 + 37 * ((i + t) % 11);  // 100..470
+        if (i % 2 == 0) {
+          // No Catch2 assertion on these threads (it is not thread-safe):
+          // counted, checked after the join. One chunk of `bytes`.
+          auto c = ChooseAutoTier(ledger, kPlentyFree, 63, 63, bytes,
+                                  [](int64_t) { return absl::OkStatus(); });
+          if (!c.ok()) {
+            ++over[t];
+          } else if (c->device) {
+            ++granted[t];
+            if (ledger->granted_bytes() > kBudget) ++over[t];
+          } else {
+            ++refused[t];
+          }
+        } else if (ledger->TryGrant(bytes)) {
+          ++granted[t];
+          if (ledger->granted_bytes() > kBudget) ++over[t];
+          ledger->Release(bytes);
+        } else {
+          ++refused[t];
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  int64_t total_granted = 0, total_refused = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    CHECK(over[t] == 0);
+    total_granted += granted[t];
+    total_refused += refused[t];
+  }
+  INFO("granted " << total_granted << ", refused " << total_refused);
+  CHECK(total_granted + total_refused == kThreads * kRounds);
+  CHECK(total_granted > 0);
+  CHECK(ledger->granted_bytes() == 0);  // every grant came back
 }
 
 TEST_CASE("device tier slot table: chunk c is slot c, stored chunks only", "[cuda_host]") {
@@ -117,6 +241,9 @@ TEST_CASE("device tier slot table: chunk c is slot c, stored chunks only", "[cud
   CHECK(missing.status().code() == absl::StatusCode::kInternal);
   CHECK(std::string(missing.status().message()).find("chunk 10") != std::string::npos);
   CHECK_FALSE(DeviceStoreSlots({-1}, 10).ok());
+  auto empty = DeviceStoreSlots({0}, 0);
+  REQUIRE_FALSE(empty.ok());
+  CHECK(std::string(empty.status().message()).find("holds 0 chunks") != std::string::npos);
   CHECK(DeviceStoreSlots({}, 0).ok());
 }
 

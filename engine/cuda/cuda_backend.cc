@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "engine/backend_factory.h"
 #include "engine/cuda/cuda_session.h"
 #include "engine/cuda/cuda_batched_step.h"
 #include "engine/cuda/cuda_step.h"
@@ -63,18 +65,23 @@ absl::Status CheckSupported(const ModelConfig& c) {
 // rows; docs/cuda.md, "Device tier").
 absl::Status CheckChunkTier(const CudaBackendOptions& options) {
   if (options.chunk_tier == CudaChunkTier::kHost) return absl::OkStatus();
-  const char* tier = options.chunk_tier == CudaChunkTier::kDevice ? "device" : "auto";
+  // The option as both binaries spell it (drt-bench has no state export).
+  const std::string tier = absl::StrFormat(
+      "chunk tier %s (drt-server --cuda_chunk_tier=%s, drt-bench --chunk_tier=%s)",
+      CudaChunkTierName(options.chunk_tier), CudaChunkTierName(options.chunk_tier),
+      CudaChunkTierName(options.chunk_tier));
   if (options.state_export) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--cuda_chunk_tier=%s cannot be combined with --cuda_state_export: the device tier "
-        "keeps keys and values, and state export (and the disk tier) needs the chunk store of "
-        "encoder rows",
+        "%s cannot be combined with state export (drt-server --cuda_state_export): the device "
+        "tier keeps keys and values, and state export (and the disk tier) needs the chunk "
+        "store of encoder rows",
         tier));
   }
   if (options.chunk_store == CudaChunkStore::kEncoderRows) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--cuda_chunk_tier=%s cannot be combined with --cuda_chunk_store=encoder_rows: the "
-        "device tier keeps keys and values (use --cuda_chunk_store=kv)",
+        "%s cannot be combined with the chunk store of encoder rows (--cuda_chunk_store="
+        "encoder_rows, in drt-server and drt-bench): the device tier keeps keys and values "
+        "(use --cuda_chunk_store=kv)",
         tier));
   }
   if (options.auto_tier_budget_bytes < 0) {
@@ -84,9 +91,10 @@ absl::Status CheckChunkTier(const CudaBackendOptions& options) {
   }
   if (options.chunk_tier == CudaChunkTier::kAuto && options.auto_tier_max_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--cuda_chunk_tier=auto needs the largest session context (auto_tier_max_tokens, "
-        "drt-server's --max_context_tokens) to be at least 1, got %d",
-        options.auto_tier_max_tokens));
+        "%s needs the largest session context (auto_tier_max_tokens: drt-server's "
+        "--max_context_tokens, drt-bench's --prompt_tokens + --generate) to be at least 1, "
+        "got %d",
+        tier, options.auto_tier_max_tokens));
   }
   return absl::OkStatus();
 }
@@ -170,6 +178,14 @@ class CudaBackend final : public Backend {
     }
     return status;
   }
+  absl::Status PrepareSessionForStep(BackendSession& session, int64_t end_position) override {
+    auto* cuda_session = dynamic_cast<cuda::CudaSession<T>*>(&session);
+    if (cuda_session == nullptr) {
+      return absl::InvalidArgumentError(
+          "the session was not made by a CUDA backend of this precision");
+    }
+    return cuda_session->ReserveForStep(end_position);
+  }
   absl::StatusOr<std::unique_ptr<BackendSession>> NewSession() override {
     auto session =
         cuda::CudaSession<T>::Create(config_, *weights_, options_, host_allocator_, tier_ledger_);
@@ -211,15 +227,16 @@ absl::StatusOr<std::unique_ptr<Backend>> UploadAndMake(const ModelConfig& config
   std::shared_ptr<cuda::DeviceTierLedger> tier_ledger;
   if (options.chunk_tier == CudaChunkTier::kAuto) {
     // Measured once, with the weights on the device: what kAuto's sessions
-    // may share (engine/cuda/host/chunk_tier_policy.h).
-    int64_t budget = options.auto_tier_budget_bytes;
-    if (budget == 0) {
-      size_t free_bytes = 0, total_bytes = 0;
-      DRT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-      budget = cuda::DeviceTierBudgetBytes(static_cast<int64_t>(free_bytes),
-                                           cuda::kDeviceTierReserveFraction);
-    }
-    tier_ledger = std::make_shared<cuda::DeviceTierLedger>(budget);
+    // may share, and the reserve every decision leaves free
+    // (engine/cuda/host/chunk_tier_policy.h).
+    size_t free_bytes = 0, total_bytes = 0;
+    DRT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    const int64_t free_now = static_cast<int64_t>(free_bytes);
+    const int64_t measured_budget =
+        cuda::DeviceTierBudgetBytes(free_now, cuda::kDeviceTierReserveFraction);
+    const int64_t budget = options.auto_tier_budget_bytes > 0 ? options.auto_tier_budget_bytes
+                                                              : measured_budget;
+    tier_ledger = std::make_shared<cuda::DeviceTierLedger>(budget, free_now - measured_budget);
   }
   return std::unique_ptr<Backend>(
       new CudaBackend<T>(config, options, *std::move(device_weights), std::move(tier_ledger)));

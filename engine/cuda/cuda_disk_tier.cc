@@ -34,12 +34,14 @@ absl::Status CudaSession<T>::MapChunks(std::shared_ptr<const MappedChunks> chunk
   // tier replaces host records; a device-tier session has none
   // (MakeCudaBackend refuses the device tier with state_export, so this is
   // a second line).
+  DRT_RETURN_IF_ERROR(CheckStateAccess());
+  // After CheckStateAccess, so that a session without state_export gets the
+  // documented UNIMPLEMENTED first.
   if (device_tier_) {
     return absl::FailedPreconditionError(
         "MapChunks: this session keeps its chunks in the device tier (--cuda_chunk_tier), "
         "which the disk tier (--cuda_state_export) cannot map");
   }
-  DRT_RETURN_IF_ERROR(CheckStateAccess());
   if (chunks == nullptr) return absl::InvalidArgumentError("no mapped chunks given");
   if (mapped_chunks_.Covers(chunks->first(), chunks->size())) return absl::OkStatus();
   // Refused before any wait, so that a bad range changes nothing.

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/backend_factory.h"
 #include "engine/cuda/status_macros.h"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise.h"
@@ -68,26 +69,6 @@ absl::StatusOr<std::unique_ptr<CudaSession<T>>> CudaSession<T>::CreateOnTier(
 template <typename T>
 absl::Status CudaSession<T>::Init(bool allow_device_tier) {
   DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
-  // The tier, once for the session's life (docs/cuda.md, "Device tier").
-  // MakeCudaBackend refuses kDevice and kAuto with a store of encoder rows.
-  int64_t auto_store_chunks = 0;
-  if (allow_device_tier && !options_.disable_gca && !stores_encoder_rows()) {
-    switch (options_.chunk_tier) {
-      case CudaChunkTier::kHost:
-        break;
-      case CudaChunkTier::kDevice:
-        device_tier_ = true;
-        break;
-      case CudaChunkTier::kAuto: {
-        AutoTierChoice choice = ChooseAutoTier(tier_ledger_, options_.auto_tier_max_tokens,
-                                               config_.enc_chunk_size, device_chunk_bytes());
-        device_tier_ = choice.device;
-        auto_store_chunks = choice.store_chunks;
-        tier_grant_ = std::move(choice.grant);
-        break;
-      }
-    }
-  }
   auto gemm = kernels::CublasGemm::Create();
   if (!gemm.ok()) return gemm.status();
   gemm_ = std::make_unique<kernels::CublasGemm>(*std::move(gemm));
@@ -108,6 +89,7 @@ absl::Status CudaSession<T>::Init(bool allow_device_tier) {
       list->push_back(*std::move(made));
     }
   }
+  DRT_RETURN_IF_ERROR(ChooseTier(allow_device_tier));
   int64_t fetch_batch_chunks = 0;
   if (stores_encoder_rows() && !options_.disable_gca) {
     fetch_batch_chunks = FetchBatchCapacity(sizes_.topk, sizes_.slots_per_group);
@@ -131,20 +113,58 @@ absl::Status CudaSession<T>::Init(bool allow_device_tier) {
                              "waiting for the fetch staging");
   }
   if (!options_.disable_gca) DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(kFirstLandmarkCapacity));
-  // The device store exists from the start: GCA runs before the first
-  // chunk closes (every slot -1), and the kernel refuses null chunk arrays.
-  // kAuto's is made whole now (its grant covers exactly this), so it never
-  // grows while the session stays within auto_tier_max_tokens; kDevice's
-  // starts at the first doubling capacity.
-  if (device_tier_) {
-    DRT_RETURN_IF_ERROR(device_store_.Reserve(
-        auto_store_chunks > 0 ? auto_store_chunks : DeviceChunkStore<T>::kFirstCapacity,
-        /*exact=*/true, compute_stream_.get()));
-  }
   residency_.assign(sizes_.groups, ChunkResidency(static_cast<int>(sizes_.slots_per_group)));
   selection_.assign(sizes_.groups, Retrieval{});
   made_.assign(sizes_.groups, Made{});
   return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaSession<T>::ChooseTier(bool allow_device_tier) {
+  // The tier, once for the session's life (docs/cuda.md, "Device tier").
+  // MakeCudaBackend refuses kDevice and kAuto with a store of encoder rows.
+  if (!allow_device_tier || options_.disable_gca || stores_encoder_rows()) return absl::OkStatus();
+  // The device store exists from the start: GCA runs before the first
+  // chunk closes (every slot -1), and the kernel refuses null chunk arrays.
+  // kAuto's is made whole now, before the session's other buffers (its
+  // grant covers exactly this), so it never grows while the session stays
+  // within auto_tier_max_tokens; kDevice's starts at the first doubling
+  // capacity.
+  auto allocate = [this](int64_t chunks) {
+    return TierStatus(device_store_.Reserve(chunks, /*exact=*/true, compute_stream_.get()));
+  };
+  switch (options_.chunk_tier) {
+    case CudaChunkTier::kHost:
+      return absl::OkStatus();
+    case CudaChunkTier::kDevice:
+      device_tier_ = true;
+      stats_.chunks_on_device = true;
+      return allocate(DeviceChunkStore<T>::kFirstCapacity);
+    case CudaChunkTier::kAuto: {
+      size_t free_bytes = 0, total_bytes = 0;
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+      absl::StatusOr<AutoTierChoice> choice =
+          ChooseAutoTier(tier_ledger_, static_cast<int64_t>(free_bytes),
+                         options_.auto_tier_max_tokens, config_.enc_chunk_size,
+                         device_chunk_bytes(), allocate);
+      if (!choice.ok()) return choice.status();
+      device_tier_ = choice->device;
+      tier_grant_ = std::move(choice->grant);
+      stats_.chunks_on_device = device_tier_;
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaSession<T>::TierStatus(absl::Status status) const {
+  if (status.code() != absl::StatusCode::kResourceExhausted) return status;
+  const bool automatic = options_.chunk_tier == CudaChunkTier::kAuto;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "chunk tier ", CudaChunkTierName(options_.chunk_tier),
+      automatic ? " (which chose the device for this session)" : "",
+      " (drt-server --cuda_chunk_tier, drt-bench --chunk_tier): ", status.message()));
 }
 
 template <typename T>
@@ -222,16 +242,30 @@ absl::Status CudaSession<T>::PrepareSlice(const SlicePlan& slice) {
           landmark.chunk));
     }
   }
+  // Made by ReserveForStep already when the step came through RunStep.
+  return ReserveForStep(position_ + slice.num_rows);
+}
+
+template <typename T>
+absl::Status CudaSession<T>::ReserveForStep(int64_t end_position) {
+  if (!failed_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this CUDA session failed earlier and its state is lost: ", failed_.message()));
+  }
+  if (end_position < position_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a step to decoder position %d: the session is at %d already", end_position, position_));
+  }
   if (options_.disable_gca) return absl::OkStatus();
-  const int64_t chunks = (position_ + slice.num_rows) / S;
+  const int64_t chunks = end_position / sizes_.chunk;
   if (chunks > kMaxLandmarks) {
     return absl::OutOfRangeError(absl::StrFormat(
-        "%d decoder positions: the CUDA backend holds at most %d chunks",
-        position_ + slice.num_rows, kMaxLandmarks));
+        "%d decoder positions: the CUDA backend holds at most %d chunks", end_position,
+        kMaxLandmarks));
   }
   DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
   DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(chunks));
-  // The encoder writes the slice's chunks into the device store in place:
+  // The encoder writes the step's chunks into the device store in place:
   // room for them now, before anything is queued (a growth waits for the
   // compute stream, so no queued kernel reads the old arrays after).
   if (device_tier_) DRT_RETURN_IF_ERROR(ReserveDeviceStore(chunks));
@@ -240,7 +274,8 @@ absl::Status CudaSession<T>::PrepareSlice(const SlicePlan& slice) {
 
 template <typename T>
 absl::Status CudaSession<T>::ReserveDeviceStore(int64_t chunks) {
-  DRT_RETURN_IF_ERROR(device_store_.Reserve(chunks, /*exact=*/false, compute_stream_.get()));
+  DRT_RETURN_IF_ERROR(
+      TierStatus(device_store_.Reserve(chunks, /*exact=*/false, compute_stream_.get())));
   // kAuto: a session past auto_tier_max_tokens (the server stops it there;
   // a direct caller may not) still grows, and the ledger counts the bytes.
   if (tier_grant_.bytes() > 0 && device_store_.bytes() > tier_grant_.bytes()) {

@@ -78,6 +78,12 @@ class CudaSession final : public BackendSession {
   }
   bool has_retrieval_observer() const override { return observer_ != nullptr; }
   absl::StatusOr<std::unique_ptr<BackendSession>> Fork() const override;
+  // A kAuto device-tier session: its chunks' pinned records, should the
+  // fork find no room on the device (ForkDeviceChunks).
+  int64_t fork_host_bytes_at_most() const override {
+    if (!device_tier_ || options_.chunk_tier != CudaChunkTier::kAuto) return 0;
+    return closed_chunks() * static_cast<int64_t>(chunk_store_.record_bytes());
+  }
   BackendSessionStats stats() const override { return stats_; }
 
   // Durable state (cuda_session_state.cc), only with
@@ -104,6 +110,14 @@ class CudaSession final : public BackendSession {
     return options_.state_export && !options_.disable_gca ? kChunkMapUnit : 0;
   }
   absl::Status MapChunks(std::shared_ptr<const MappedChunks> chunks) override;
+
+  // Backend::PrepareSessionForStep: before a step takes the session to
+  // `end_position` decoder positions, the room it needs that may be
+  // missing (the landmark matrix, the device tier's chunk store), so that a
+  // growth that finds no room fails this session alone (engine/batch_step.cc
+  // keeps it out of the forward). FAILED_PRECONDITION after a failure,
+  // RESOURCE_EXHAUSTED naming the tier when the store cannot grow.
+  absl::Status ReserveForStep(int64_t end_position);
 
   // --- The ops of one slice (engine/cuda/cuda_step.h) ---
   // Before the step changes anything: the session is usable, the slice fits
@@ -180,6 +194,13 @@ class CudaSession final : public BackendSession {
       const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator,
       std::shared_ptr<DeviceTierLedger> tier_ledger, bool allow_device_tier);
   absl::Status Init(bool allow_device_tier);
+  // Init's choice of the tier, and the device store allocated when it is
+  // the device (kAuto: ChooseAutoTier, falling back to the host tier when
+  // the store cannot be allocated).
+  absl::Status ChooseTier(bool allow_device_tier);
+  // A RESOURCE_EXHAUSTED of the device store naming the tier in use and its
+  // options; other statuses unchanged.
+  absl::Status TierStatus(absl::Status status) const;
   // Closed chunks, in whichever tier holds them.
   int64_t closed_chunks() const {
     return device_tier_ ? device_store_.size() : chunk_store_.size();

@@ -14,8 +14,9 @@
 namespace drt::cuda {
 namespace {
 
-// A failed cudaMalloc as RESOURCE_EXHAUSTED naming the tier, any other
-// failure as the runtime's error.
+// A failed cudaMalloc as RESOURCE_EXHAUSTED naming the store (CudaSession
+// adds the tier in use, device or auto), any other failure as the
+// runtime's error.
 template <typename T>
 absl::StatusOr<DeviceArray<T>> AllocateStoreArray(int64_t elements, const char* what) {
   auto made = DeviceArray<T>::Create(static_cast<size_t>(elements), what);
@@ -24,7 +25,7 @@ absl::StatusOr<DeviceArray<T>> AllocateStoreArray(int64_t elements, const char* 
     // Not a sticky error: clear it so that later calls do not report it.
     (void)cudaGetLastError();
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "the device chunk store (--cuda_chunk_tier=device) cannot grow to %d bytes of %s: %s",
+        "the device chunk store cannot grow to %d bytes of %s: %s",
         elements * static_cast<int64_t>(sizeof(T)), what, made.status().message()));
   }
   return made.status();

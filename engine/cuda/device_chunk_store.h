@@ -48,7 +48,8 @@ class DeviceChunkStore {
   // `chunks` (exact) or of GrownDeviceStoreCapacity (doubling from
   // kFirstCapacity), the held chunks copied on `stream`, which is then
   // waited for before the old arrays go. RESOURCE_EXHAUSTED naming the
-  // device tier when the device has no room; nothing changes then.
+  // device chunk store when the device has no room; nothing changes then
+  // (the failed allocation's error is cleared, so the next launch is clean).
   absl::Status Reserve(int64_t chunks, bool exact, cudaStream_t stream);
   // Counts `count` more chunks, whose K/V the caller writes (or has queued)
   // at keys(size()) and values(size()) before anything reads them. Room

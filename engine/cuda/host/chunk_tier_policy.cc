@@ -75,9 +75,10 @@ void DeviceTierGrant::Reset() {
   bytes_ = 0;
 }
 
-AutoTierChoice ChooseAutoTier(const std::shared_ptr<DeviceTierLedger>& ledger,
-                              int64_t max_tokens, int64_t chunk_tokens,
-                              int64_t bytes_per_chunk) {
+absl::StatusOr<AutoTierChoice> ChooseAutoTier(const std::shared_ptr<DeviceTierLedger>& ledger,
+                                              int64_t free_device_bytes, int64_t max_tokens,
+                                              int64_t chunk_tokens, int64_t bytes_per_chunk,
+                                              const AllocateDeviceStore& allocate) {
   AutoTierChoice choice;
   const int64_t chunks = MaxChunksForTokens(max_tokens, chunk_tokens);
   if (ledger == nullptr || chunks == 0 || bytes_per_chunk <= 0 ||
@@ -85,10 +86,18 @@ AutoTierChoice ChooseAutoTier(const std::shared_ptr<DeviceTierLedger>& ledger,
     return choice;
   }
   const int64_t bytes = chunks * bytes_per_chunk;
+  // The free memory now, not only the ledger: the sessions' own buffers
+  // (host-tier sessions' slot buffers above all) are not in the ledger.
+  if (bytes > free_device_bytes - ledger->reserve_bytes()) return choice;
   if (!ledger->TryGrant(bytes)) return choice;
+  DeviceTierGrant grant(ledger, bytes);
+  if (absl::Status s = allocate(chunks); !s.ok()) {
+    if (s.code() == absl::StatusCode::kResourceExhausted) return choice;  // grant goes back
+    return s;
+  }
   choice.device = true;
   choice.store_chunks = chunks;
-  choice.grant = DeviceTierGrant(ledger, bytes);
+  choice.grant = std::move(grant);
   return choice;
 }
 

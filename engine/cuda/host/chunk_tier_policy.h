@@ -4,31 +4,44 @@
 //
 // The rule: the backend measures the device's free memory once, after the
 // weights are uploaded (cudaMemGetInfo); a fixed fraction of it
-// (kDeviceTierReserveFraction) is kept for everything that is not a chunk
-// store (each session's buffers, the batched step's buffers, cuBLAS
-// workspaces, the landmark matrices). The rest is the device tier's budget.
-// Each new session asks, once, for the whole store of a session of the
-// largest context the server allows (max_context_tokens): the device tier
-// when that still fits beside the stores already granted, the host tier
-// otherwise. Deciding once per session from its largest context means a
-// device-tier session can never run out later (the server stops a session
-// at max_context_tokens), and no session mixes tiers (the GCA kernel reads
-// one chunk array per group); the price is that a session holds its whole
-// store from its first token, and that the server's default
+// (kDeviceTierReserveFraction) is the reserve, kept for everything that is
+// not a chunk store (each session's own buffers, the batched step's
+// buffers, cuBLAS workspaces, the landmark matrices). The rest is the
+// device tier's budget. Each new session asks, once, for the whole store of
+// a session of the largest context the server allows (max_context_tokens):
+// the device tier when that store fits both the budget beside the stores
+// already granted and the free memory measured again at that moment less
+// the reserve (so that the buffers of sessions on either tier, which the
+// budget does not count, are seen as they grow), the host tier otherwise.
+// The store is allocated at once; when that fails (the memory went between
+// the measurement and the allocation) the grant goes back and the session
+// takes the host tier. Deciding once per session from its largest context
+// means a device-tier session can never run out later (the server stops a
+// session at max_context_tokens), and no session mixes tiers (the GCA kernel
+// reads one chunk array per group); the price is that a session holds its
+// whole store from its first token, and that the server's default
 // max_context_tokens (2^32) puts every session on the host.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <utility>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
 namespace drt::cuda {
 
 // Of the free device memory measured at start, the part kAuto leaves to
-// everything but chunk stores: a session's own buffers are ~60 MiB at the
-// 128M config and the default step (docs/cuda.md, "Memory"), so 10% of an
-// 80 GB H100 (~8 GB) leaves room for ~100 sessions' buffers. A choice, not a
+// everything but chunk stores. A session's own device memory is ~60 MiB on
+// the device tier at the 128M config and the default step, but ~200 MiB on
+// the host tier (its slot buffers, ~153 MiB, and a 32 MiB cuBLAS workspace;
+// docs/cuda.md, "Memory"): 10% of an 80 GB H100 (~8 GB) holds ~40 host-tier
+// sessions' buffers beside full chunk stores. Sessions past that still get
+// the host tier (each decision checks the free memory against the reserve)
+// until their own buffers no longer fit at all. A choice, not a
 // measurement; NOT YET RUN ON A GPU.
 inline constexpr double kDeviceTierReserveFraction = 0.10;
 
@@ -55,9 +68,13 @@ int64_t GrownDeviceStoreCapacity(int64_t capacity, int64_t needed, int64_t first
 // hence the mutex).
 class DeviceTierLedger {
  public:
-  explicit DeviceTierLedger(int64_t budget_bytes) : budget_bytes_(budget_bytes) {}
+  // budget_bytes: what all stores together may be granted; reserve_bytes:
+  // the device memory a grant must leave free (ChooseAutoTier).
+  explicit DeviceTierLedger(int64_t budget_bytes, int64_t reserve_bytes = 0)
+      : budget_bytes_(budget_bytes), reserve_bytes_(reserve_bytes) {}
 
   int64_t budget_bytes() const { return budget_bytes_; }
+  int64_t reserve_bytes() const { return reserve_bytes_; }
   int64_t granted_bytes() const;
 
   // Grants `bytes` when granted + bytes <= budget (bytes >= 0); false, and
@@ -72,6 +89,7 @@ class DeviceTierLedger {
 
  private:
   const int64_t budget_bytes_;
+  const int64_t reserve_bytes_;
   mutable std::mutex mutex_;
   int64_t granted_bytes_ = 0;
 };
@@ -100,18 +118,25 @@ class DeviceTierGrant {
   int64_t bytes_ = 0;
 };
 
-// kAuto's decision for a new session: a grant of the whole store of a
-// session of `max_tokens` tokens (MaxChunksForTokens x bytes_per_chunk)
-// when the ledger has room for it (the device tier), else an empty grant
-// (the host tier). Also the host tier for max_tokens <= 0 or a
-// non-positive bytes_per_chunk.
+// kAuto's decision for a new session: the device tier with a grant of the
+// whole store of a session of `max_tokens` tokens (MaxChunksForTokens x
+// bytes_per_chunk) when that fits the ledger's room and
+// free_device_bytes (the device's free memory measured now) less the
+// ledger's reserve, and allocate(store_chunks) then makes the store; else
+// the host tier with an empty grant. An allocation failing with
+// RESOURCE_EXHAUSTED gives the grant back and takes the host tier (another
+// session or process took the memory since the measurement); any other
+// error is returned, the grant given back. Also the host tier for
+// max_tokens <= 0 or a non-positive bytes_per_chunk.
 struct AutoTierChoice {
   bool device = false;
-  int64_t store_chunks = 0;  // the store to allocate up front (device only)
+  int64_t store_chunks = 0;  // the store allocated (device only)
   DeviceTierGrant grant;
 };
-AutoTierChoice ChooseAutoTier(const std::shared_ptr<DeviceTierLedger>& ledger,
-                              int64_t max_tokens, int64_t chunk_tokens,
-                              int64_t bytes_per_chunk);
+using AllocateDeviceStore = std::function<absl::Status(int64_t store_chunks)>;
+absl::StatusOr<AutoTierChoice> ChooseAutoTier(const std::shared_ptr<DeviceTierLedger>& ledger,
+                                              int64_t free_device_bytes, int64_t max_tokens,
+                                              int64_t chunk_tokens, int64_t bytes_per_chunk,
+                                              const AllocateDeviceStore& allocate);
 
 }  // namespace drt::cuda

@@ -44,8 +44,8 @@ absl::StatusOr<std::vector<int>> DeviceStoreSlots(absl::Span<const int64_t> chun
     // (at most 2^20 landmarks, kernels/landmark_topk.h).
     if (c < 0 || c >= stored_chunks || c > std::numeric_limits<int32_t>::max()) {
       return absl::InternalError(absl::StrFormat(
-          "chunk %d is selected but the device chunk store holds chunks 0..%d", c,
-          stored_chunks - 1));
+          "chunk %d is selected but the device chunk store holds %d chunks", c,
+          stored_chunks));
     }
     slots.push_back(static_cast<int>(c));
   }
