@@ -352,7 +352,7 @@ int main(int argc, char** argv) {
               st.d2h_bytes / 1048576.0);
   std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
               "prefill_tensor_cores=%d batched_step_rows=%d cuda_chunk_store=%s chunk_tier=%s "
-              "context_tokens=%ld "
+              "chunk_tier_used=%s context_tokens=%ld "
               "prefill_tokens_per_s=%.1f "
               "decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu session_device_bytes=%zu "
               "session_host_bytes=%zu peak_rss_bytes=%zu h2d_bytes_per_token=%.0f "
@@ -362,7 +362,9 @@ int main(int argc, char** argv) {
               options.cuda.batched_step_rows ? 1 : 0,
               drt::CudaChunkStoreName(options.cuda.chunk_store),
               drt::CudaChunkTierName(options.cuda.chunk_tier),
-              static_cast<long>(prompt.size()), prompt.size() / prefill_s, Median(token_ms),
+              // The tier the session got (auto may give either): what was
+              // measured.
+              st.chunks_on_device ? "device" : "host", static_cast<long>(prompt.size()), prompt.size() / prefill_s, Median(token_ms),
               token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
               mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes,
               gpu_bandwidth, gpu_bandwidth > 0 ? 1e3 * weight_bytes / gpu_bandwidth : 0.0);

@@ -379,7 +379,13 @@ if [[ -z "${SKIP_TABLE3:-}" ]]; then
     for tier in host "${TABLE3_NO_OFFLOAD:-device}"; do
       gca=$(run_bench --prompt_tokens "$ctx" --chunk_tier "$tier")
       d_gca=$(field decode_ms_median "$gca"); m_gca=$(field gpu_peak_mib "$gca")
-      label=with; [[ "$tier" != host ]] && label="without($tier)"
+      # The tier the session got (auto may fall back to the host): a
+      # "without" row measured on the host tier is labelled so.
+      used=$(field chunk_tier_used "$gca")
+      label=with; [[ "$tier" != host ]] && label="without($tier:$used)"
+      if [[ "$tier" != host && "$used" != device ]]; then
+        echo "warning: --chunk_tier $tier at $ctx tokens ran on the $used tier" >&2
+      fi
       printf '%-10s %-16s %16.3f %16.3f %16s %16s %14s\n' "$ctx" "$label" \
         "$(awk -v a="$d_gca" -v b="$d_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \
         "$(awk -v a="$m_gca" -v b="$m_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \

@@ -71,6 +71,9 @@ class CudaSession final : public BackendSession {
 
   int64_t position() const override { return position_; }
   int64_t num_chunks() const override { return position_ / sizes_.chunk; }
+  // Closed chunks held by the tier in use (its store's own count, not
+  // derived from the position: what the tests compare).
+  int64_t stored_chunks() const { return closed_chunks(); }
   SessionMemory memory() const override;
   std::vector<Retrieval> current_retrieval() const override { return selection_; }
   void set_retrieval_observer(RetrievalObserver observer) override {

@@ -19,11 +19,16 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include <catch2/catch.hpp>
 
 #include "engine/backend_factory.h"
 #include "engine/batch_step.h"
+#include "engine/cuda/cuda_session.h"
+#include "engine/cuda/device_chunk_store.h"
 #include "engine/cuda/host/chunk_tier_policy.h"
+#include "kernels/elementwise.h"
 #include "engine/session.h"
 #include "tests/cuda_backend/cuda_test_support.h"
 #include "tests/test_util/random_model.h"
@@ -68,6 +73,37 @@ std::unique_ptr<Twins> NewTwins(const HostAndDevice& backends) {
   return twins;
 }
 
+// The closed chunks a CUDA session's store holds (its own count, not the
+// position's).
+int64_t StoredChunks(BackendSession& session) {
+  if (auto* f = dynamic_cast<cuda::CudaSession<float>*>(&session)) return f->stored_chunks();
+  auto* b = dynamic_cast<cuda::CudaSession<cuda::bf16>*>(&session);
+  REQUIRE(b != nullptr);
+  return b->stored_chunks();
+}
+
+int64_t DifferingBits(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  int64_t differing = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    // Bits, not values: NaN != NaN would count, -0 vs +0 too.
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) ++differing;
+  }
+  return differing;
+}
+
+// Landmarks after the first at which group `group`'s selection changed.
+int64_t SelectionChanges(const testing::RetrievalLog& log, int64_t group) {
+  int64_t changes = 0;
+  const Retrieval* last = nullptr;
+  for (const auto& [key, r] : log) {
+    if (key.second != group) continue;
+    if (last != nullptr && r.chunks != last->chunks) ++changes;
+    last = &r;
+  }
+  return changes;
+}
+
 // Runs `tokens` on both as one step each; returns how many logits differ in
 // their bits (0 expected) and REQUIREs both steps ok.
 int64_t StepBoth(const HostAndDevice& backends, Twins& t, const std::vector<int32_t>& tokens) {
@@ -84,13 +120,10 @@ int64_t StepBoth(const HostAndDevice& backends, Twins& t, const std::vector<int3
   REQUIRE(RunStep(*backends.device, {device})[0].ok());
   REQUIRE(host_logits.size() == tokens.size() * V);
   REQUIRE(device_logits.size() == host_logits.size());
-  REQUIRE(t.device->num_chunks() == t.host->num_chunks());
-  int64_t differing = 0;
-  for (size_t i = 0; i < host_logits.size(); ++i) {
-    // Bits, not values: NaN != NaN would count, -0 vs +0 too.
-    if (std::memcmp(&host_logits[i], &device_logits[i], sizeof(float)) != 0) ++differing;
-  }
-  return differing;
+  // Each tier's store holds every chunk the position has closed.
+  REQUIRE(StoredChunks(t.device->backend_session()) == t.host->num_chunks());
+  REQUIRE(StoredChunks(t.host->backend_session()) == t.host->num_chunks());
+  return DifferingBits(host_logits, device_logits);
 }
 
 // The same selections, chunk for chunk, with the same weights to the bit.
@@ -204,17 +237,12 @@ TEST_CASE("cuda: the device tier gives the host tier's logits and retrievals bit
     CHECK(prefill_differing == 0);
     CHECK(decode_differing == 0);
     CheckSameRetrievals(*t);
-    // The selections changed along the way (else the test would not
-    // exercise retrieval): the CPU backend with these weights and tokens
-    // changes group 0's selection at 39 of its 41 landmarks after the first.
-    int64_t changes = 0;
-    const Retrieval* last = nullptr;
-    for (const auto& [key, r] : t->device_log) {
-      if (key.second != 0) continue;
-      if (last != nullptr && r.chunks != last->chunks) ++changes;
-      last = &r;
-    }
-    CHECK(changes > 10);
+    // The selections changed along the way, else equal logits would not
+    // show that the device tier serves the right chunks: the CPU backend
+    // with these weights and tokens changes group 0's selection at most
+    // landmarks (the CPU-run case "the bit-identity case's tokens change the
+    // selection", below, measures and checks it).
+    CHECK(SelectionChanges(t->device_log, 0) > 10);
 
     // Nothing crossed the bus, nothing is on the host.
     const BackendSessionStats host_stats = t->host->backend_session().stats();
@@ -245,6 +273,39 @@ TEST_CASE("cuda: the device tier gives the host tier's logits and retrievals bit
               static_cast<int64_t>(host_memory.device_bytes) ==
           capacity * ChunkBytes(config, precision) - slot_buffers - encoder_kv);
   }
+}
+
+TEST_CASE("the bit-identity case's tokens change the selection at most landmarks (CPU)",
+          "[cuda][device_tier]") {
+  // The premise of the case above (its CHECK of more than 10 changes), on
+  // the CPU backend with the same weights and tokens, so that it is seen
+  // without a GPU: group 0's selection changes at 39 of the 41 landmarks
+  // after the first (measured here, on this machine's CPU backend; the GPU
+  // case counts its own selections' changes).
+  const ModelConfig config = testing::Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 81);
+  const int64_t k = config.enc_chunk_size;
+  auto backend = MakeCpuBackend(config, weights, {});
+  auto session = Session::Create(*backend);
+  REQUIRE(session.ok());
+  testing::RetrievalLog log;
+  testing::Record((*session)->backend_session(), log);
+  const std::vector<int32_t> prompt = testing::RandomTokens(config, 40 * k + 17, 5);
+  for (size_t at = 0; at < prompt.size(); at += 1000) {
+    const size_t n = std::min<size_t>(1000, prompt.size() - at);
+    REQUIRE((*session)
+                ->Append(std::vector<int32_t>(prompt.begin() + at, prompt.begin() + at + n))
+                .ok());
+  }
+  for (int step = 0; step < 2 * k; ++step) {
+    REQUIRE((*session)->Append(testing::RandomTokens(config, 1, 1000 + step)).ok());
+  }
+  int64_t landmarks = 0;
+  for (const auto& [key, r] : log) landmarks += key.second == 0 ? 1 : 0;
+  const int64_t changes = SelectionChanges(log, 0);
+  INFO("group 0: " << changes << " changes over " << landmarks << " landmarks");
+  CHECK(landmarks == 42);
+  CHECK(changes == 39);
 }
 
 TEST_CASE("cuda: the device store grows by doubling, counted in device_bytes",
@@ -378,6 +439,8 @@ TEST_CASE("cuda: auto puts a session on the device while its store fits, else on
   }
   const SessionMemory fork_memory = forks.device->backend_session().memory();
   CHECK(fork_memory.chunk_store_bytes > 0);  // on the host
+  CHECK(t->device->backend_session().stats().chunks_on_device);
+  CHECK_FALSE(forks.device->backend_session().stats().chunks_on_device);
   CHECK(forks.device->backend_session().stats().h2d_chunks > 0);
   CHECK(t->device->backend_session().stats().h2d_chunks == 0);  // the parent stays on the device
   WARN("cuda fp32 auto vs host tier: logits differing: parents " << differing << ", forks "
@@ -406,6 +469,227 @@ TEST_CASE("cuda: auto puts a session on the device while its store fits, else on
             // output instead: (256/64 + 1) x top-k slots per group, 256 rows
             config.num_groups() * (256 / 64 + 1) * config.chunk_topk * chunk_bytes +
             2 * 256 * config.hidden_size * ElementBytes(precision));
+}
+
+// Runs tokens[i] on twins i, all in one RunStep per backend; returns the
+// logits differing in their bits over every twin.
+int64_t StepAllBoth(const HostAndDevice& backends, std::vector<std::unique_ptr<Twins>>& twins,
+                    const std::vector<std::vector<int32_t>>& tokens) {
+  const int64_t V = backends.host->config().vocab_size;
+  const size_t n = twins.size();
+  std::vector<std::vector<float>> host_logits(n), device_logits(n);
+  std::vector<StepEntry> host(n), device(n);
+  for (size_t i = 0; i < n; ++i) {
+    host[i].session = twins[i]->host.get();
+    host[i].tokens = tokens[i];
+    host[i].all_logits = &host_logits[i];
+    device[i] = host[i];
+    device[i].session = twins[i]->device.get();
+    device[i].all_logits = &device_logits[i];
+  }
+  for (const absl::Status& s : RunStep(*backends.host, host)) REQUIRE(s.ok());
+  for (const absl::Status& s : RunStep(*backends.device, device)) REQUIRE(s.ok());
+  int64_t differing = 0;
+  for (size_t i = 0; i < n; ++i) {
+    INFO("session " << i);
+    REQUIRE(host_logits[i].size() == tokens[i].size() * V);
+    REQUIRE(StoredChunks(twins[i]->device->backend_session()) == twins[i]->host->num_chunks());
+    differing += DifferingBits(host_logits[i], device_logits[i]);
+  }
+  return differing;
+}
+
+TEST_CASE("cuda: batched steps of several device-tier sessions, one growing, match the host tier",
+          "[cuda][device_tier]") {
+  if (!testing::HaveGpu()) return;
+  // batched_step_rows: the sessions' rows share the step's GEMMs, and each
+  // session's GCA reads its own store (device) or slot buffers (host). One
+  // session crosses its store's first capacity (16 chunks) inside a
+  // batched step: the growth happens before the forward (RunStep's
+  // PrepareSessionForStep) and the others' rows are unaffected.
+  const ModelConfig config = testing::Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 85);
+  const int64_t k = config.enc_chunk_size;
+  for (CudaPrecision precision : {CudaPrecision::kFp32, CudaPrecision::kBf16}) {
+    INFO("precision " << CudaPrecisionName(precision));
+    CudaBackendOptions host_options = testing::PrecisionOptions(precision);
+    host_options.batched_step_rows = true;
+    host_options.max_step_positions = 512;
+    CudaBackendOptions device_options = host_options;
+    device_options.chunk_tier = CudaChunkTier::kDevice;
+    const HostAndDevice backends = MakeBackends(config, weights, host_options, device_options);
+    std::vector<std::unique_ptr<Twins>> twins;
+    int64_t differing = 0;
+    const int64_t histories[] = {15 * k + 3, 5 * k + 10, 30};
+    for (int i = 0; i < 3; ++i) {
+      twins.push_back(NewTwins(backends));
+      differing += PrefillBoth(backends, *twins.back(),
+                               testing::RandomTokens(config, histories[i], 20 + i), 400);
+    }
+    const int64_t chunk_bytes = ChunkBytes(config, precision);
+    auto device_bytes = [&](int i) {
+      return static_cast<int64_t>(twins[i]->device->backend_session().memory().device_bytes);
+    };
+    const int64_t before = device_bytes(0);
+    REQUIRE(twins[0]->device->num_chunks() == 15);
+    // Session 0 closes two chunks (15 -> 17: its store doubles to 32).
+    differing += StepAllBoth(backends, twins,
+                             {testing::RandomTokens(config, 2 * k, 30),
+                              testing::RandomTokens(config, 7, 31),
+                              testing::RandomTokens(config, 100, 32)});
+    CHECK(twins[0]->device->num_chunks() == 17);
+    CHECK(device_bytes(0) - before == 16 * chunk_bytes);
+    for (int step = 0; step < 70; ++step) {
+      differing += StepAllBoth(backends, twins,
+                               {testing::RandomTokens(config, 1, 100 + step),
+                                testing::RandomTokens(config, 1, 200 + step),
+                                testing::RandomTokens(config, 1, 300 + step)});
+    }
+    WARN("cuda " << CudaPrecisionName(precision)
+                 << " batched steps, device vs host tier: logits differing " << differing);
+    CHECK(differing == 0);
+    for (const auto& t : twins) CheckSameRetrievals(*t);
+  }
+}
+
+TEST_CASE("cuda: tensor-core prefill reads the device store as it reads the slot buffers",
+          "[cuda][device_tier]") {
+  if (!testing::HaveGpu()) return;
+  // prefill_tensor_cores (bf16 mma.sync GCA and window kernels): the
+  // kernel reads chunk K/V through the slot table, slot = chunk id in the
+  // device tier; same values in the same order, so the same bits.
+  const ModelConfig config = testing::Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 86);
+  const int64_t k = config.enc_chunk_size;
+  CudaBackendOptions host_options = testing::PrecisionOptions(CudaPrecision::kBf16);
+  host_options.prefill_tensor_cores = true;
+  CudaBackendOptions device_options = host_options;
+  device_options.chunk_tier = CudaChunkTier::kDevice;
+  const HostAndDevice backends = MakeBackends(config, weights, host_options, device_options);
+  auto t = NewTwins(backends);
+  const int64_t prefill_differing =
+      PrefillBoth(backends, *t, testing::RandomTokens(config, 40 * k + 17, 12), 1000);
+  int64_t decode_differing = 0;
+  for (int step = 0; step < k + 2; ++step) {
+    decode_differing += StepBoth(backends, *t, testing::RandomTokens(config, 1, 400 + step));
+  }
+  WARN("cuda bf16 tensor-core prefill, device vs host tier: logits differing: prefill "
+       << prefill_differing << ", decode " << decode_differing);
+  CHECK(prefill_differing == 0);
+  CHECK(decode_differing == 0);
+  CheckSameRetrievals(*t);
+  CHECK(SelectionChanges(t->device_log, 0) > 10);
+}
+
+TEST_CASE("cuda: an auto fork with room gets the device tier, bit for bit the host fork",
+          "[cuda][device_tier]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = testing::Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 87);
+  const CudaPrecision precision = CudaPrecision::kBf16;
+  const int64_t chunk_bytes = ChunkBytes(config, precision);
+  const int64_t max_tokens = 1400;  // 23 chunks a store
+  const int64_t store_chunks = cuda::MaxChunksForTokens(max_tokens, config.enc_chunk_size);
+  CudaBackendOptions host_options = testing::PrecisionOptions(precision);
+  host_options.max_step_positions = 256;
+  CudaBackendOptions auto_options = host_options;
+  auto_options.chunk_tier = CudaChunkTier::kAuto;
+  auto_options.auto_tier_max_tokens = max_tokens;
+  // Room for two stores: the parent's and its fork's; a third session
+  // finds none.
+  auto_options.auto_tier_budget_bytes = 2 * store_chunks * chunk_bytes;
+  const HostAndDevice backends = MakeBackends(config, weights, host_options, auto_options);
+  auto t = NewTwins(backends);
+  int64_t differing =
+      PrefillBoth(backends, *t, testing::RandomTokens(config, 12 * 63 + 5, 13), 250);
+  Twins forks;
+  auto host_fork = t->host->Fork();
+  auto auto_fork = t->device->Fork();
+  REQUIRE(host_fork.ok());
+  REQUIRE(auto_fork.ok());
+  Attach(forks, *std::move(host_fork), *std::move(auto_fork));
+  BackendSession& fork = forks.device->backend_session();
+  CHECK(t->device->backend_session().stats().chunks_on_device);
+  CHECK(fork.stats().chunks_on_device);
+  CHECK(fork.memory().chunk_store_bytes == 0);
+  CHECK(StoredChunks(fork) == 12);
+  // Its store made whole at creation, like its parent's.
+  CHECK(fork.memory().device_bytes == t->device->backend_session().memory().device_bytes);
+  auto third = Session::Create(*backends.device);
+  REQUIRE(third.ok());
+  CHECK_FALSE((*third)->backend_session().stats().chunks_on_device);
+  int64_t fork_differing = 0;
+  for (int step = 0; step < 70; ++step) {
+    fork_differing += StepBoth(backends, forks, testing::RandomTokens(config, 1, 80 + step));
+    differing += StepBoth(backends, *t, testing::RandomTokens(config, 1, 800 + step));
+  }
+  CHECK(fork.stats().h2d_chunks == 0);
+  WARN("cuda bf16 auto fork on the device vs host fork: logits differing: parents "
+       << differing << ", forks " << fork_differing);
+  CHECK(differing == 0);
+  CHECK(fork_differing == 0);
+  CheckSameRetrievals(*t);
+  CheckSameRetrievals(forks);
+}
+
+TEST_CASE("cuda: a device store that cannot grow says so and changes nothing",
+          "[cuda][device_tier]") {
+  if (!testing::HaveGpu()) return;
+  // 4 chunks of 64 rows x 16 floats, 3 held with known values; a Reserve
+  // of 2^40 chunks (2^52 bytes a array) must fail as RESOURCE_EXHAUSTED,
+  // keep the capacity, the count and the contents, and leave no error
+  // behind for the next launch (cudaGetLastError is cleared).
+  constexpr int64_t kWidth = 16, kElements = 64 * kWidth;
+  cuda::DeviceChunkStore<float> store(kElements);
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  REQUIRE(store.Reserve(4, /*exact=*/true, stream).ok());
+  REQUIRE(store.capacity() == 4);
+  std::vector<float> keys(4 * kElements), values(4 * kElements);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i] = static_cast<float>(i);
+    values[i] = -static_cast<float>(i);
+  }
+  REQUIRE(cudaMemcpy(store.keys(), keys.data(), keys.size() * 4, cudaMemcpyHostToDevice) ==
+          cudaSuccess);
+  REQUIRE(cudaMemcpy(store.values(), values.data(), values.size() * 4,
+                     cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(store.Append(3).ok());
+  const int64_t bytes = store.bytes();
+  const float* keys_before = store.keys();
+
+  const absl::Status refused = store.Reserve(int64_t{1} << 40, /*exact=*/true, stream);
+  CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(refused.message()).find("device chunk store cannot grow") !=
+        std::string::npos);
+  CHECK(store.capacity() == 4);
+  CHECK(store.size() == 3);
+  CHECK(store.bytes() == bytes);
+  CHECK(store.keys() == keys_before);
+  CHECK(cudaGetLastError() == cudaSuccess);
+
+  // The next launch is clean: zero row 5 of every chunk's keys.
+  CHECK(kernels::LaunchZeroChunkRow(store.keys(), 4, 5, static_cast<int>(kWidth), stream) ==
+        cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  std::vector<float> keys_after(keys.size()), values_after(values.size());
+  REQUIRE(cudaMemcpy(keys_after.data(), store.keys(), keys.size() * 4, cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  REQUIRE(cudaMemcpy(values_after.data(), store.values(), values.size() * 4,
+                     cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(values_after == values);
+  for (int64_t c = 0; c < 4; ++c) {
+    for (int64_t e = 0; e < kElements; ++e) {
+      const size_t i = static_cast<size_t>(c * kElements + e);
+      const float expected = e / kWidth == 5 ? 0.f : keys[i];
+      if (keys_after[i] != expected) {
+        FAIL_CHECK("chunk " << c << " element " << e << ": " << keys_after[i] << " vs "
+                            << expected);
+      }
+    }
+  }
+  REQUIRE(cudaStreamDestroy(stream) == cudaSuccess);
 }
 
 }  // namespace

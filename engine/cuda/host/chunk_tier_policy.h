@@ -35,14 +35,15 @@
 namespace drt::cuda {
 
 // Of the free device memory measured at start, the part kAuto leaves to
-// everything but chunk stores. A session's own device memory is ~60 MiB on
-// the device tier at the 128M config and the default step, but ~200 MiB on
-// the host tier (its slot buffers, ~153 MiB, and a 32 MiB cuBLAS workspace;
-// docs/cuda.md, "Memory"): 10% of an 80 GB H100 (~8 GB) holds ~40 host-tier
-// sessions' buffers beside full chunk stores. Sessions past that still get
-// the host tier (each decision checks the free memory against the reserve)
-// until their own buffers no longer fit at all. A choice, not a
-// measurement; NOT YET RUN ON A GPU.
+// everything but chunk stores. A host-tier session's own device memory at
+// the 128M config and the default step is ~200 MiB: its slot buffers (6
+// groups x (1024/64 + 1) x 8 slots x 192 KiB of K/V in bf16 = 153 MiB), a
+// 32 MiB cuBLAS workspace, rings, landmarks and activations; a device-tier
+// session has no slot buffers. 10% of an 80 GB H100 (~8 GB) holds ~40
+// host-tier sessions' buffers beside full chunk stores; past that, each
+// decision's check of the free memory against the reserve keeps new stores
+// out, and host-tier sessions go on until their own buffers no longer fit.
+// A choice, not a measurement; NOT YET RUN ON A GPU.
 inline constexpr double kDeviceTierReserveFraction = 0.10;
 
 // The bytes kAuto may grant to device chunk stores:
