@@ -37,6 +37,11 @@ struct StepEntry {
 // - an entry whose tokens Session::ValidateTokens refuses, that has no
 //   tokens, or whose session is already in an earlier entry gets
 //   INVALID_ARGUMENT and is left out, unchanged; the others run;
+// - an entry whose session Backend::PrepareSessionForStep refuses when a
+//   forward is formed (the CUDA device tier's chunk store finding no room
+//   to grow, a CUDA session that failed earlier) gets that error and is
+//   left out of that forward and the later ones, its session unchanged by
+//   them; the others run as in a step without it;
 // - a backend failure fails every entry of the forward that failed (on the
 //   CUDA backend their sessions are then unusable, as after a failed
 //   Forward); entries not in that forward go on.

@@ -349,6 +349,10 @@ TEST_CASE("cuda: the device store grows by doubling, counted in device_bytes",
   REQUIRE((*session)->num_chunks() == 33);
   CHECK(device_bytes() - created == 48 * chunk_bytes);
   CHECK((*session)->backend_session().memory().chunk_store_bytes == 0);
+  // Without state export the disk tier is UNIMPLEMENTED (naming the flag),
+  // as for any session, before the device tier's own refusal.
+  const absl::Status map = (*session)->backend_session().MapChunks(nullptr);
+  CHECK(map.code() == absl::StatusCode::kUnimplemented);
 }
 
 TEST_CASE("cuda: device-tier forks match host-tier forks bit for bit", "[cuda][device_tier]") {
