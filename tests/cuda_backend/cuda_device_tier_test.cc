@@ -191,6 +191,9 @@ TEST_CASE("cuda: the device tier is refused with encoder rows and state export, 
     const std::string message(made.status().message());
     CHECK(message.find(c.tier_flag) != std::string::npos);
     CHECK(message.find(c.other_flag) != std::string::npos);
+    // drt-bench spells the tier option its own way: named too.
+    CHECK(message.find("drt-bench --chunk_tier=" + std::string(CudaChunkTierName(c.tier))) !=
+          std::string::npos);
   }
   // auto needs a context to size its stores by, and a budget is not negative.
   CudaBackendOptions options;
