@@ -43,6 +43,8 @@
 #                                                  (the split decode kernel, off by default)
 #   PREFILL_TENSOR_CORES=true bash scripts/gpu_bench.sh   drt-bench with the tensor-core
 #                                                  window and GCA prefill kernels (off by default)
+#   DECODE_GRAPHS=true bash scripts/gpu_bench.sh   drt-bench with --decode_graphs (decode steps
+#                                                  replay a CUDA graph; off by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -290,7 +292,8 @@ run_bench() {
   out=$(mktemp)
   "$build/bench/drt-bench" --model "$model" --device cuda --random_prompt \
     --generate "$generate" --window_decode_splits "${WINDOW_DECODE_SPLITS:-0}" \
-    --prefill_tensor_cores="${PREFILL_TENSOR_CORES:-false}" "$@" >"$out" 2>/dev/null &
+    --prefill_tensor_cores="${PREFILL_TENSOR_CORES:-false}" \
+    --decode_graphs="${DECODE_GRAPHS:-false}" "$@" >"$out" 2>/dev/null &
   local pid=$! peak=0 used
   while kill -0 "$pid" 2>/dev/null; do
     used=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \

@@ -192,6 +192,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   backend_options.cuda.state_export = config.cuda_state_export;
   backend_options.cuda.chunk_store = config.cuda_chunk_store;
   backend_options.cuda.batched_step_rows = config.cuda_batched_step_rows;
+  backend_options.cuda.decode_graphs = config.cuda_decode_graphs;
   if (config.service.step_tokens > 0) {
     // One knob: the scheduler's step budget is also the backend's forward
     // size, in decoder positions (whole chunks, landmarks included).

@@ -77,6 +77,13 @@ struct CudaBackendOptions {
   // drt-server --cuda_chunk_store=kv|encoder_rows. state_export selects
   // kEncoderRows whatever this says (EffectiveChunkStore).
   CudaChunkStore chunk_store = CudaChunkStore::kKeysValues;
+  // CUDA graphs for decode steps (engine/cuda/cuda_decode_graph.h): a
+  // session's one-row steps that close no chunk replay one captured graph
+  // instead of launching their ~160 kernels one by one
+  // (engine/cuda/host/decode_graph_plan.h says which steps). Written but NOT
+  // YET RUN ON A GPU (docs/cuda.md, "Decode graphs"), hence off by default.
+  // Not with batched_step_rows (MakeCudaBackend refuses the pair).
+  bool decode_graphs = false;
 };
 
 // The chunk store a CUDA backend with `options` uses: encoder rows when
