@@ -129,9 +129,10 @@ class CudaBackend final : public Backend {
         for (size_t s = 0; s < plan.slices.size() && status.ok(); ++s) {
           const cuda::DecodeGraphDecision decision =
               cuda::DecideDecodeGraph(plan, static_cast<int64_t>(s));
-          if (!decision.replays()) continue;
           const SlicePlan& slice = plan.slices[s];
-          status = cuda_sessions[slice.request]->LaunchDecodeGraph(plan, slice, decision.key);
+          cuda::CudaSession<T>& session = *cuda_sessions[slice.request];
+          if (!decision.replays() || !session.UseDecodeGraph(decision.key)) continue;
+          status = session.LaunchDecodeGraph(plan, slice, decision.key);
           replayed[s] = 1;
         }
       }

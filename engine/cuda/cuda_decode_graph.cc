@@ -44,6 +44,14 @@ const GraphExec* DecodeGraphs::Find(const DecodeGraphKey& key) const {
   return nullptr;
 }
 
+bool DecodeGraphs::WarmedUp(const DecodeGraphKey& key) {
+  for (const DecodeGraphKey& k : warmed_) {
+    if (k == key) return true;
+  }
+  warmed_.push_back(key);
+  return false;
+}
+
 void DecodeGraphs::Add(const DecodeGraphKey& key, GraphExec exec) {
   graphs_.emplace_back(key, std::move(exec));
 }

@@ -71,14 +71,26 @@ class DecodeGraphs {
   // The graph of `key`, or nullptr when none is captured.
   const GraphExec* Find(const DecodeGraphKey& key) const;
   void Add(const DecodeGraphKey& key, GraphExec exec);
-  // Forgets every graph (a captured pointer or shape may have changed).
-  void Clear() { graphs_.clear(); }
+  // Whether a step of `key` may replay (or capture) its graph now: once a
+  // step of that shape has run eagerly since the graphs were last cleared.
+  // The first call for a key answers false and remembers the key: that
+  // step runs kernel by kernel, so that every kernel module and cuBLAS's
+  // per-shape state are loaded before any capture (the warm-up CUDA graph
+  // capture is usually given; nothing then gets loaded inside a capture).
+  bool WarmedUp(const DecodeGraphKey& key);
+  // Forgets every graph and warm-up (a captured pointer or shape may have
+  // changed).
+  void Clear() {
+    graphs_.clear();
+    warmed_.clear();
+  }
   size_t size() const { return graphs_.size(); }
 
  private:
   PinnedArray<int64_t> host_position_;
   DeviceArray<int64_t> device_position_;
   std::vector<std::pair<DecodeGraphKey, GraphExec>> graphs_;
+  std::vector<DecodeGraphKey> warmed_;
 };
 
 }  // namespace drt::cuda

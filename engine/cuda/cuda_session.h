@@ -163,6 +163,12 @@ class CudaSession final : public BackendSession {
   absl::Status LoadRows(const float* h, int64_t n);
 
   // --- Decode graphs (cuda_session_graph.cc; CudaBackendOptions::decode_graphs) ---
+  // Whether a slice that DecideDecodeGraph lets replay the graph of `key`
+  // does so now: false the first time for the key (the step then runs
+  // eagerly, as a warm-up before the capture; DecodeGraphs::WarmedUp).
+  bool UseDecodeGraph(const DecodeGraphKey& key) {
+    return options_.decode_graphs && graphs_.WarmedUp(key);
+  }
   // Runs the device work of `slice` (DecideDecodeGraph says it replays the
   // graph of `key`; PrepareSlice passed) as one graph launch on the compute
   // stream, capturing the graph first when the session has none for `key`:

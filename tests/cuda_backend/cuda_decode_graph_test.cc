@@ -5,7 +5,8 @@
 // the position is read from device memory, and the open chunk's row is
 // copied by a kernel instead of a memcpy: both exact), across landmarks, the
 // window boundary and a fork; its counters show one capture per shape and a
-// replay for every decode step that does not close a chunk (counted here
+// replay for every decode step that does not close a chunk but the first,
+// which runs eagerly as the warm-up before the capture (counted here
 // independently of engine/cuda/host/decode_graph_plan.h: a token closes a
 // chunk when it is the 63rd of its chunk). Written without a GPU: NOT YET
 // RUN ON ONE.
@@ -42,12 +43,13 @@ std::vector<float> DecodeOneByOne(Session& s, absl::Span<const int32_t> tokens) 
 }
 
 // Decode steps of `count` tokens appended one by one to a session holding
-// `held` real tokens that do not close a chunk: those replay a graph.
+// `held` real tokens that do not close a chunk, but for the first of them
+// (the warm-up, run eagerly before the capture): those replay a graph.
 int64_t ExpectedReplays(const ModelConfig& config, int64_t held, int64_t count) {
   const int64_t k = config.enc_chunk_size;
-  int64_t replays = 0;
-  for (int64_t t = held; t < held + count; ++t) replays += (t + 1) % k != 0;
-  return replays;
+  int64_t eligible = 0;
+  for (int64_t t = held; t < held + count; ++t) eligible += (t + 1) % k != 0;
+  return eligible - 1;
 }
 
 void CheckSameRetrievals(const testing::RetrievalLog& off, const testing::RetrievalLog& on) {
@@ -240,10 +242,40 @@ TEST_CASE("cuda: decode graphs in steps of several sessions, replayed and eager 
       CHECK(stats.graph_replays > 0);
     }
     // Session 0 decodes one token per step: 70 steps from 3k + 10 held
-    // close one chunk (its 63rd token), so 69 replays.
-    CHECK(on->sessions[0]->backend_session().stats().graph_replays ==
-          ExpectedReplays(config, histories[0], 70));
+    // close one chunk (its 63rd token), and the first is the warm-up: 68.
+    CHECK(on->sessions[0]->backend_session().stats().graph_replays == 68);
   }
+}
+
+TEST_CASE("cuda: decode graphs of the base LM (disable_gca) give its eager logits",
+          "[cuda][decode_graphs]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 87);
+  const auto prompt = testing::RandomTokens(config, 30, 88);
+  const auto decode = testing::RandomTokens(config, 150, 89);
+  CudaBackendOptions options = testing::PrecisionOptions(CudaPrecision::kBf16);
+  options.disable_gca = true;
+  auto off_backend = MakeCudaBackend(config, weights, options);
+  options.decode_graphs = true;
+  auto on_backend = MakeCudaBackend(config, weights, options);
+  REQUIRE(off_backend.ok());
+  REQUIRE(on_backend.ok());
+  std::vector<std::vector<float>> logits;
+  std::vector<BackendSessionStats> stats;
+  for (Backend* backend : {off_backend->get(), on_backend->get()}) {
+    auto session = Session::Create(*backend);
+    REQUIRE(session.ok());
+    REQUIRE((*session)->Append(prompt).ok());
+    logits.push_back(DecodeOneByOne(**session, decode));
+    stats.push_back((*session)->backend_session().stats());
+  }
+  CHECK(logits[1] == logits[0]);
+  CHECK(stats[0].graph_replays == 0);
+  CHECK(stats[1].graph_captures == 1);
+  CHECK(stats[1].graph_replays ==
+        ExpectedReplays(config, static_cast<int64_t>(prompt.size()),
+                        static_cast<int64_t>(decode.size())));
 }
 
 TEST_CASE("cuda: decode_graphs with batched_step_rows is refused", "[cuda][decode_graphs]") {
