@@ -337,9 +337,11 @@ int main(int argc, char** argv) {
               st.h2d_bytes / 1048576.0, static_cast<long>(st.h2d_chunks), h2d_per_token,
               static_cast<long>(st.d2d_chunks), static_cast<long>(st.resident_hits),
               st.d2h_bytes / 1048576.0);
-  std::printf("decode graphs: %ld captured, %ld steps replayed (%ld while decoding)\n",
-              static_cast<long>(st.graph_captures), static_cast<long>(st.graph_replays),
-              static_cast<long>(st.graph_replays - before_decode.graph_replays));
+  if (options.cuda.decode_graphs) {
+    std::printf("decode graphs: %ld captured, %ld steps replayed (%ld while decoding)\n",
+                static_cast<long>(st.graph_captures), static_cast<long>(st.graph_replays),
+                static_cast<long>(st.graph_replays - before_decode.graph_replays));
+  }
   std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
               "prefill_tensor_cores=%d batched_step_rows=%d decode_graphs=%d cuda_chunk_store=%s "
               "context_tokens=%ld "

@@ -43,8 +43,9 @@
 #                                                  (the split decode kernel, off by default)
 #   PREFILL_TENSOR_CORES=true bash scripts/gpu_bench.sh   drt-bench with the tensor-core
 #                                                  window and GCA prefill kernels (off by default)
-#   DECODE_GRAPHS=true bash scripts/gpu_bench.sh   drt-bench with --decode_graphs (decode steps
-#                                                  replay a CUDA graph; off by default)
+#   DECODE_GRAPHS=true bash scripts/gpu_bench.sh   drt-bench and the slice-by-slice drt-step-bench
+#                                                  with --decode_graphs (decode steps replay a
+#                                                  CUDA graph; off by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -410,7 +411,7 @@ if [[ -z "${SKIP_STEP_BENCH:-}" ]]; then
   echo "== drt-step-bench (aggregate decode, N sessions in one engine step)"
   "$build/tools/drt-step-bench" --model "$model" --device cuda \
     --sessions "${STEP_SESSIONS:-1,4,16,32,64}" --prompt_tokens "${STEP_PROMPT:-4096}" \
-    --generate "$generate" --repeats 3
+    --generate "$generate" --repeats 3 --decode_graphs="${DECODE_GRAPHS:-false}"
   # The same with the step's rows in one op (CudaBackendOptions::
   # batched_step_rows, off by default until this and its tests have run on a
   # GPU; docs/cuda.md "Batched steps"): one GEMM for the decode rows of all N.
