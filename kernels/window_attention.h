@@ -58,7 +58,7 @@ struct WindowAttentionParams {
 // ring_slots >= window + 1, decode_splits 0, 1, 2, 4 or 8, and every tensor
 // pointer 16-byte aligned (cudaMalloc gives 256); otherwise
 // cudaErrorInvalidValue. The ring is read only when
-// first_pos > 0 and window > 0.
+// first_pos > 0 (or device_first_pos is given) and window > 0.
 template <typename T>
 cudaError_t LaunchWindowAttention(const WindowAttentionParams<T>& p, cudaStream_t stream);
 // Writes the last min(n, ring_slots) of the n new positions into their ring
