@@ -48,6 +48,9 @@ ABSL_FLAG(bool, prefill_tensor_cores, false,
 ABSL_FLAG(bool, batched_step_rows, false,
           "CUDA only: one op over all sessions' rows per step (CudaBackendOptions::"
           "batched_step_rows; not yet verified on a GPU, docs/cuda.md)");
+ABSL_FLAG(bool, decode_graphs, false,
+          "CUDA only: decode steps replay a captured CUDA graph (CudaBackendOptions::"
+          "decode_graphs; not yet verified on a GPU, docs/cuda.md \"Decode graphs\")");
 ABSL_FLAG(std::string, cuda_chunk_store, "kv",
           "CUDA only: what the host chunk store keeps per closed chunk: kv or encoder_rows "
           "(CudaBackendOptions::chunk_store; encoder_rows not yet verified on a GPU, "
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
   options.cuda.window_decode_splits = absl::GetFlag(FLAGS_window_decode_splits);
   options.cuda.prefill_tensor_cores = absl::GetFlag(FLAGS_prefill_tensor_cores);
   options.cuda.batched_step_rows = absl::GetFlag(FLAGS_batched_step_rows);
+  options.cuda.decode_graphs = absl::GetFlag(FLAGS_decode_graphs);
   auto precision = drt::ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision));
   if (!precision.ok()) {
     std::fprintf(stderr, "error: --cuda_precision: %s\n",
@@ -193,6 +197,10 @@ int main(int argc, char** argv) {
   }
   if (options.cuda.batched_step_rows && *device != drt::Device::kCuda) {
     std::fprintf(stderr, "error: --batched_step_rows needs --device=cuda\n");
+    return 1;
+  }
+  if (options.cuda.decode_graphs && *device != drt::Device::kCuda) {
+    std::fprintf(stderr, "error: --decode_graphs needs --device=cuda\n");
     return 1;
   }
   if (options.cuda.prefill_tensor_cores && *device != drt::Device::kCuda) {
@@ -350,21 +358,28 @@ int main(int argc, char** argv) {
               st.h2d_bytes / 1048576.0, static_cast<long>(st.h2d_chunks), h2d_per_token,
               static_cast<long>(st.d2d_chunks), static_cast<long>(st.resident_hits),
               st.d2h_bytes / 1048576.0);
+  if (options.cuda.decode_graphs) {
+    std::printf("decode graphs: %ld captured, %ld steps replayed (%ld while decoding)\n",
+                static_cast<long>(st.graph_captures), static_cast<long>(st.graph_replays),
+                static_cast<long>(st.graph_replays - before_decode.graph_replays));
+  }
   std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
-              "prefill_tensor_cores=%d batched_step_rows=%d cuda_chunk_store=%s chunk_tier=%s "
-              "chunk_tier_used=%s context_tokens=%ld "
+              "prefill_tensor_cores=%d batched_step_rows=%d decode_graphs=%d cuda_chunk_store=%s "
+              "chunk_tier=%s chunk_tier_used=%s "
+              "context_tokens=%ld "
               "prefill_tokens_per_s=%.1f "
               "decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu session_device_bytes=%zu "
               "session_host_bytes=%zu peak_rss_bytes=%zu h2d_bytes_per_token=%.0f "
               "weight_bytes=%.0f gpu_copy_bytes_per_s=%.0f weight_read_floor_ms=%.4f\n",
               backend->name().c_str(), precision_name, absl::GetFlag(FLAGS_disable_gca) ? 1 : 0,
               options.cuda.window_decode_splits, options.cuda.prefill_tensor_cores ? 1 : 0,
-              options.cuda.batched_step_rows ? 1 : 0,
+              options.cuda.batched_step_rows ? 1 : 0, options.cuda.decode_graphs ? 1 : 0,
               drt::CudaChunkStoreName(options.cuda.chunk_store),
               drt::CudaChunkTierName(options.cuda.chunk_tier),
               // The tier the session got (auto may give either): what was
               // measured.
-              st.chunks_on_device ? "device" : "host", static_cast<long>(prompt.size()), prompt.size() / prefill_s, Median(token_ms),
+              st.chunks_on_device ? "device" : "host", static_cast<long>(prompt.size()),
+              prompt.size() / prefill_s, Median(token_ms),
               token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
               mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes,
               gpu_bandwidth, gpu_bandwidth > 0 ? 1e3 * weight_bytes / gpu_bandwidth : 0.0);

@@ -74,6 +74,11 @@ struct BackendSessionStats {
   // Rows run by lower-only forwards (StepPlan::lower_only): their upper
   // layers, retrievals and logits were skipped.
   int64_t upper_rows_skipped = 0;
+  // CUDA decode graphs (CudaBackendOptions::decode_graphs): graphs captured
+  // and instantiated, and steps run by launching one (the first launch
+  // after a capture included).
+  int64_t graph_captures = 0;
+  int64_t graph_replays = 0;
   // Not a counter: whether the session keeps its closed chunks in device
   // memory (the CUDA device tier, chosen at creation; kAuto may choose
   // either). False for the host tier and the CPU backend.

@@ -114,6 +114,18 @@ __global__ void ZeroChunkRowKernel(T* __restrict__ kv, int num_chunks, int row, 
   }
 }
 
+__global__ void CopyRowsAtChunkOffsetKernel(const float* __restrict__ src, int n, int d,
+                                            const int64_t* __restrict__ device_pos,
+                                            int chunk_rows, float* __restrict__ dst) {
+  const int64_t first = *device_pos % chunk_rows;
+  const size_t total = static_cast<size_t>(n) * d;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = first + static_cast<int64_t>(i / d);
+    if (row < chunk_rows) dst[row * d + static_cast<int64_t>(i % d)] = src[i];
+  }
+}
+
 template <typename In, typename W, typename Out>
 cudaError_t LaunchNorm(const In* x, const W* w, int rows, int d, float eps, Out* out,
                        cudaStream_t stream) {
@@ -183,6 +195,17 @@ cudaError_t LaunchZeroChunkRow(T* kv, int num_chunks, int row, int width, cudaSt
   if (kv == nullptr) return cudaErrorInvalidValue;
   ZeroChunkRowKernel<T><<<GridFor(static_cast<size_t>(num_chunks) * width), kThreads, 0, stream>>>(
       kv, num_chunks, row, width);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCopyRowsAtChunkOffset(const float* src, int n, int d,
+                                        const int64_t* device_pos, int chunk_rows, float* dst,
+                                        cudaStream_t stream) {
+  if (n < 0 || d <= 0 || chunk_rows <= 0 || n > chunk_rows) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (src == nullptr || dst == nullptr || device_pos == nullptr) return cudaErrorInvalidValue;
+  CopyRowsAtChunkOffsetKernel<<<GridFor(static_cast<size_t>(n) * d), kThreads, 0, stream>>>(
+      src, n, d, device_pos, chunk_rows, dst);
   return cudaGetLastError();
 }
 

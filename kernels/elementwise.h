@@ -39,5 +39,14 @@ cudaError_t LaunchConvertBf16ToF32(const bf16* x, size_t n, float* out, cudaStre
 // kv is [num_chunks][64][width]; zeroes row `row` (0..63) of every chunk.
 template <typename T>
 cudaError_t LaunchZeroChunkRow(T* kv, int num_chunks, int row, int width, cudaStream_t stream);
+// dst[(*device_pos % chunk_rows) + i][:] = src[i][:] for the n rows of [n][d]
+// fp32 src, into [chunk_rows][d] dst: the rows of a step entering the open
+// chunk at a position read on the device (a captured CUDA graph replays it at
+// later positions; CudaBackendOptions::decode_graphs). Rows that would fall
+// past chunk_rows are not written (the caller keeps n within the chunk;
+// the device value must be >= 0). A plain copy: bit-exact.
+cudaError_t LaunchCopyRowsAtChunkOffset(const float* src, int n, int d,
+                                        const int64_t* device_pos, int chunk_rows, float* dst,
+                                        cudaStream_t stream);
 
 }  // namespace drt::kernels

@@ -97,7 +97,10 @@ __global__ void __launch_bounds__(kRowThreads) GcaRowKernel(GcaParams<E> p) {
   const int i = blockIdx.x;
   const int h = blockIdx.y;
   const size_t stride = static_cast<size_t>(p.heads) * dh;
-  const int64_t qc = (p.first_pos + i) / kChunkRows - p.first_query_chunk;
+  const int64_t first_pos = p.device_first_pos != nullptr ? *p.device_first_pos : p.first_pos;
+  const int64_t first_query_chunk =
+      p.device_first_pos != nullptr ? first_pos / kChunkRows : p.first_query_chunk;
+  const int64_t qc = (first_pos + i) / kChunkRows - first_query_chunk;
   const float scale = 1.f / sqrtf(static_cast<float>(dh));
   for (int d = threadIdx.x; d < dh; d += blockDim.x) {
     qs[d] = ToFloat(p.q[static_cast<size_t>(i) * stride + h * dh + d]) * scale;
@@ -178,6 +181,10 @@ cudaError_t LaunchGcaAttention(const GcaParams<T>& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.first_query_chunk < 0 || p.first_query_chunk > p.first_pos / kChunkRows) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.device_first_pos != nullptr &&
+      (p.n > kRowKernelMaxN || p.first_query_chunk != p.first_pos / kChunkRows)) {
     return cudaErrorInvalidValue;
   }
   if (p.n == 0) return cudaSuccess;

@@ -36,6 +36,18 @@ struct GcaParams {
   // its tests pass on one. fp32 storage, other head sizes and steps of <= 4
   // rows ignore it.
   bool prefill_tensor_cores = false;
+  // nullptr: first_pos and first_query_chunk say where q's rows are (as
+  // always). Otherwise the position of q's first row is read from this
+  // device scalar when the kernel runs, and the slot table's first row is
+  // that position's query chunk (first_query_chunk = *device_first_pos / 64,
+  // what the CUDA session passes): a captured CUDA graph replays the launch
+  // at later positions (CudaBackendOptions::decode_graphs). first_pos and
+  // first_query_chunk are then validated on the host and must satisfy
+  // first_query_chunk == first_pos / 64. Only the kernel of n <= 4 rows
+  // (decode) reads it; more rows with it are cudaErrorInvalidValue. The
+  // device value must be >= 0 and the table must have a row for every query
+  // chunk its n positions touch.
+  const int64_t* device_first_pos = nullptr;
 };
 
 // out = sum_i w_i softmax_j(q.K_i[j]/sqrt(dh)) V_i[j] over the 64 stored rows

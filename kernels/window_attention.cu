@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(kRowThreads) WindowRowKernel(WindowAttentionPa
   const int kvh = h / (p.heads / p.kv_heads);
   const int q_stride = p.heads * dh;
   const int kv_stride = p.kv_heads * dh;
-  const int64_t pos = p.first_pos + i;
+  const int64_t first_pos = p.device_first_pos != nullptr ? *p.device_first_pos : p.first_pos;
+  const int64_t pos = first_pos + i;
   const int64_t lo = pos - p.window > 0 ? pos - p.window : 0;
   const float scale = 1.f / sqrtf(static_cast<float>(dh));
   const float slope = AlibiSlope(h, p.heads);
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(kRowThreads) WindowRowKernel(WindowAttentionPa
     const int64_t j = t0 + lane;
     float s = -INFINITY;
     if (j <= pos) {
-      const E* krow = KvRow(p.k_new, p.k_ring, j, p.first_pos, p.ring_slots, kv_stride, kvh, dh);
+      const E* krow = KvRow(p.k_new, p.k_ring, j, first_pos, p.ring_slots, kv_stride, kvh, dh);
       s = DotSharedGlobal(qs, krow, dh) - slope * static_cast<float>(pos - j);
     }
     const float m_new = fmaxf(m, WarpMax(s));  // finite: key t0 is valid
@@ -136,7 +137,7 @@ __global__ void __launch_bounds__(kRowThreads) WindowRowKernel(WindowAttentionPa
     const int nk = static_cast<int>(pos - t0 + 1 < 32 ? pos - t0 + 1 : 32);
     for (int k = 0; k < nk; ++k) {
       const float pk = __shfl_sync(0xffffffffu, pj, k);
-      const E* vrow = KvRow(p.v_new, p.v_ring, t0 + k, p.first_pos, p.ring_slots, kv_stride, kvh, dh);
+      const E* vrow = KvRow(p.v_new, p.v_ring, t0 + k, first_pos, p.ring_slots, kv_stride, kvh, dh);
 #pragma unroll
       for (int t = 0; t < T2; ++t) {
         const int d = 2 * lane + 64 * t;
@@ -179,8 +180,10 @@ __global__ void __launch_bounds__(kRowThreads) WindowRowKernel(WindowAttentionPa
 // Copies 16-byte vectors: 8 bf16 or 4 floats (width is a multiple of 8).
 template <typename E>
 __global__ void RingWriteKernel(const E* __restrict__ k_new, const E* __restrict__ v_new, int n,
-                                int count, int64_t first_pos, int ring_slots, int width,
-                                E* __restrict__ k_ring, E* __restrict__ v_ring) {
+                                int count, int64_t host_first_pos, const int64_t* device_first_pos,
+                                int ring_slots, int width, E* __restrict__ k_ring,
+                                E* __restrict__ v_ring) {
+  const int64_t first_pos = device_first_pos != nullptr ? *device_first_pos : host_first_pos;
   constexpr int kPerVec = 16 / sizeof(E);
   const int vecs = width / kPerVec;
   const size_t total = static_cast<size_t>(count) * vecs;
@@ -208,7 +211,10 @@ bool ValidParams(const WindowAttentionParams<E>& p) {
                           static_cast<const void*>(p.v_new), static_cast<const void*>(p.out)}) {
     if (ptr == nullptr || !Aligned16(ptr)) return false;
   }
-  if (p.first_pos > 0 && p.window > 0) {
+  // A position read on the device is known only there: only the decode
+  // kernels read it, and the ring must be there whatever first_pos says.
+  if (p.device_first_pos != nullptr && p.n > kRowKernelMaxN) return false;
+  if ((p.first_pos > 0 || p.device_first_pos != nullptr) && p.window > 0) {
     if (p.k_ring == nullptr || p.v_ring == nullptr || !Aligned16(p.k_ring) || !Aligned16(p.v_ring)) {
       return false;
     }
@@ -255,7 +261,8 @@ cudaError_t LaunchWindowAttention(const WindowAttentionParams<T>& p, cudaStream_
 template <typename T>
 cudaError_t LaunchWindowRingWrite(const T* k_new, const T* v_new, int n, int64_t first_pos,
                                   int ring_slots, int kv_heads, int head_dim, T* k_ring,
-                                  T* v_ring, cudaStream_t stream) {
+                                  T* v_ring, cudaStream_t stream,
+                                  const int64_t* device_first_pos) {
   if (n < 0 || first_pos < 0 || ring_slots <= 0 || kv_heads <= 0 || !ValidHeadDim(head_dim)) {
     return cudaErrorInvalidValue;
   }
@@ -268,8 +275,9 @@ cudaError_t LaunchWindowRingWrite(const T* k_new, const T* v_new, int n, int64_t
   const int width = kv_heads * head_dim;
   const size_t total = static_cast<size_t>(count) * (width * sizeof(T) / 16);
   const unsigned blocks = static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 65535));
-  RingWriteKernel<T><<<blocks, 256, 0, stream>>>(k_new, v_new, n, count, first_pos, ring_slots, width,
-                                              k_ring, v_ring);
+  RingWriteKernel<T><<<blocks, 256, 0, stream>>>(k_new, v_new, n, count, first_pos,
+                                                 device_first_pos, ring_slots, width, k_ring,
+                                                 v_ring);
   return cudaGetLastError();
 }
 
@@ -277,8 +285,9 @@ template cudaError_t LaunchWindowAttention<float>(const WindowAttentionParams<fl
                                                   cudaStream_t);
 template cudaError_t LaunchWindowAttention<bf16>(const WindowAttentionParams<bf16>&, cudaStream_t);
 template cudaError_t LaunchWindowRingWrite<float>(const float*, const float*, int, int64_t, int,
-                                                  int, int, float*, float*, cudaStream_t);
+                                                  int, int, float*, float*, cudaStream_t,
+                                                  const int64_t*);
 template cudaError_t LaunchWindowRingWrite<bf16>(const bf16*, const bf16*, int, int64_t, int, int,
-                                                 int, bf16*, bf16*, cudaStream_t);
+                                                 int, bf16*, bf16*, cudaStream_t, const int64_t*);
 
 }  // namespace drt::kernels

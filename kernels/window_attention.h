@@ -40,6 +40,16 @@ struct WindowAttentionParams {
   // "Tensor-core prefill"): keep false until its tests pass on one.
   // fp32 storage, other head sizes and steps of <= 8 rows ignore it.
   bool prefill_tensor_cores = false;
+  // nullptr: first_pos is the position (as always). Otherwise the position
+  // of q's first row is read from this device scalar when the kernel runs,
+  // and first_pos is only validated on the host: a captured CUDA graph
+  // replays the launch at later positions (CudaBackendOptions::
+  // decode_graphs). Only the kernels of n <= 8 rows (decode) read it;
+  // more rows with it are cudaErrorInvalidValue. The device value must be
+  // >= 0, and the ring must hold the window's keys before it (positions
+  // < value in their slots), as for first_pos; the ring pointers are then
+  // required whatever first_pos says.
+  const int64_t* device_first_pos = nullptr;
 };
 
 // score = q.k/sqrt(head_dim) - m_h*(i-j), m_h = 1/(2^(8/heads))^(h+1). Keys
@@ -48,15 +58,18 @@ struct WindowAttentionParams {
 // ring_slots >= window + 1, decode_splits 0, 1, 2, 4 or 8, and every tensor
 // pointer 16-byte aligned (cudaMalloc gives 256); otherwise
 // cudaErrorInvalidValue. The ring is read only when
-// first_pos > 0 and window > 0.
+// first_pos > 0 (or device_first_pos is given) and window > 0.
 template <typename T>
 cudaError_t LaunchWindowAttention(const WindowAttentionParams<T>& p, cudaStream_t stream);
 // Writes the last min(n, ring_slots) of the n new positions into their ring
 // slots. Call after LaunchWindowAttention of the same step (same stream).
-// Pointers 16-byte aligned, head_dim as above.
+// Pointers 16-byte aligned, head_dim as above. device_first_pos as in
+// WindowAttentionParams: when given, the position of the first new row is
+// read from it on the device (first_pos is validated only).
 template <typename T>
 cudaError_t LaunchWindowRingWrite(const T* k_new, const T* v_new, int n, int64_t first_pos,
                                   int ring_slots, int kv_heads, int head_dim, T* k_ring,
-                                  T* v_ring, cudaStream_t stream);
+                                  T* v_ring, cudaStream_t stream,
+                                  const int64_t* device_first_pos = nullptr);
 
 }  // namespace drt::kernels

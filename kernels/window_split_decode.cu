@@ -126,7 +126,8 @@ __global__ void __launch_bounds__(kSplitThreads) WindowSplitDecodeKernel(WindowA
   const int kvh = h / (p.heads / p.kv_heads);
   const int q_stride = p.heads * dh;
   const int kv_stride = p.kv_heads * dh;
-  const int64_t pos = p.first_pos + i;
+  const int64_t first_pos = p.device_first_pos != nullptr ? *p.device_first_pos : p.first_pos;
+  const int64_t pos = first_pos + i;
   const int64_t lo = pos - p.window > 0 ? pos - p.window : 0;
   // Keys [lo, pos] (at least key pos) in S ranges of `chunk`; the last ranges
   // are short or empty (b_lo > b_hi) when the window is short.
@@ -168,8 +169,8 @@ __global__ void __launch_bounds__(kSplitThreads) WindowSplitDecodeKernel(WindowA
       const E* krow = nullptr;
       const E* vrow = nullptr;
       if (j <= b_hi && dims_active) {
-        if (j >= p.first_pos) {
-          const size_t off = static_cast<size_t>(j - p.first_pos) * kv_stride + col;
+        if (j >= first_pos) {
+          const size_t off = static_cast<size_t>(j - first_pos) * kv_stride + col;
           krow = p.k_new + off;
           vrow = p.v_new + off;
         } else {

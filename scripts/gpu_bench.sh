@@ -46,6 +46,9 @@
 #                                                  (the split decode kernel, off by default)
 #   PREFILL_TENSOR_CORES=true bash scripts/gpu_bench.sh   drt-bench with the tensor-core
 #                                                  window and GCA prefill kernels (off by default)
+#   DECODE_GRAPHS=true bash scripts/gpu_bench.sh   drt-bench and the slice-by-slice drt-step-bench
+#                                                  with --decode_graphs (decode steps replay a
+#                                                  CUDA graph; off by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -293,7 +296,8 @@ run_bench() {
   out=$(mktemp)
   "$build/bench/drt-bench" --model "$model" --device cuda --random_prompt \
     --generate "$generate" --window_decode_splits "${WINDOW_DECODE_SPLITS:-0}" \
-    --prefill_tensor_cores="${PREFILL_TENSOR_CORES:-false}" "$@" >"$out" 2>/dev/null &
+    --prefill_tensor_cores="${PREFILL_TENSOR_CORES:-false}" \
+    --decode_graphs="${DECODE_GRAPHS:-false}" "$@" >"$out" 2>/dev/null &
   local pid=$! peak=0 used
   while kill -0 "$pid" 2>/dev/null; do
     used=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
@@ -421,7 +425,7 @@ if [[ -z "${SKIP_STEP_BENCH:-}" ]]; then
   echo "== drt-step-bench (aggregate decode, N sessions in one engine step)"
   "$build/tools/drt-step-bench" --model "$model" --device cuda \
     --sessions "${STEP_SESSIONS:-1,4,16,32,64}" --prompt_tokens "${STEP_PROMPT:-4096}" \
-    --generate "$generate" --repeats 3
+    --generate "$generate" --repeats 3 --decode_graphs="${DECODE_GRAPHS:-false}"
   # The same with the step's rows in one op (CudaBackendOptions::
   # batched_step_rows, off by default until this and its tests have run on a
   # GPU; docs/cuda.md "Batched steps"): one GEMM for the decode rows of all N.

@@ -33,6 +33,10 @@ ABSL_FLAG(bool, cuda_batched_step_rows, false,
           "CUDA only: runs the row-wise work of all sessions of a step as one op over "
           "step-wide buffers (one GEMM for the decode rows of N sessions). Written but not yet "
           "run on a GPU, so off by default (docs/cuda.md, \"Batched steps\")");
+ABSL_FLAG(bool, cuda_decode_graphs, false,
+          "CUDA only: a session's decode steps (one token, no chunk closed) replay a captured "
+          "CUDA graph instead of launching each kernel. Written but not yet run on a GPU, so "
+          "off by default (docs/cuda.md, \"Decode graphs\")");
 ABSL_FLAG(std::string, cuda_chunk_store, "kv",
           "CUDA only: what the pinned host chunk store keeps per closed chunk: kv (keys and "
           "values, the default) or encoder_rows (the encoder output C: half the host memory "
@@ -272,6 +276,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   }
   config.cuda_state_export = absl::GetFlag(FLAGS_cuda_state_export);
   config.cuda_batched_step_rows = absl::GetFlag(FLAGS_cuda_batched_step_rows);
+  config.cuda_decode_graphs = absl::GetFlag(FLAGS_cuda_decode_graphs);
 
   config.threads = absl::GetFlag(FLAGS_threads);
   check(CheckAtLeast("threads", config.threads, 0));

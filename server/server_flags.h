@@ -47,6 +47,8 @@ struct ServerConfig {
   bool cuda_state_export = false;  // --cuda_state_export (CudaBackendOptions::state_export)
   // --cuda_batched_step_rows (CudaBackendOptions::batched_step_rows)
   bool cuda_batched_step_rows = false;
+  // --cuda_decode_graphs (CudaBackendOptions::decode_graphs)
+  bool cuda_decode_graphs = false;
   int threads = 0;  // CPU backend threads; 0: all cores
   int max_message_bytes = 4 << 20;
   std::string tls_cert_path;  // both set or both empty

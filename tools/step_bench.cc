@@ -38,6 +38,10 @@ ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA backend number format: bf16
 ABSL_FLAG(bool, batched_step_rows, false,
           "CUDA only: one op over all sessions' rows per step (CudaBackendOptions::"
           "batched_step_rows; not yet verified on a GPU, docs/cuda.md \"Batched steps\")");
+ABSL_FLAG(bool, decode_graphs, false,
+          "CUDA only: each session's decode steps replay a captured CUDA graph "
+          "(CudaBackendOptions::decode_graphs; not with --batched_step_rows; not yet verified "
+          "on a GPU, docs/cuda.md \"Decode graphs\")");
 ABSL_FLAG(std::string, cuda_chunk_store, "kv",
           "CUDA only: what the host chunk store keeps per closed chunk: kv or encoder_rows "
           "(CudaBackendOptions::chunk_store; encoder_rows not yet verified on a GPU, "
@@ -172,6 +176,10 @@ int main(int argc, char** argv) {
   if (options.cuda.batched_step_rows && *device == drt::Device::kCpu) {
     Die("--batched_step_rows needs --device=cuda (the CPU backend always batches rows)");
   }
+  options.cuda.decode_graphs = absl::GetFlag(FLAGS_decode_graphs);
+  if (options.cuda.decode_graphs && *device == drt::Device::kCpu) {
+    Die("--decode_graphs needs --device=cuda");
+  }
   options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
   auto made = drt::MakeBackend(config, (*model)->weights(), options);
   if (!made.ok()) Die(std::string(made.status().message()));
@@ -239,10 +247,11 @@ int main(int argc, char** argv) {
     }
   }
   auto median = [](const std::vector<double>& v) { return v.empty() ? 0.0 : Median(v); };
-  std::printf("model %s, backend %s%s%s, prompt %lld tokens, %d generated per session, median "
-              "of %d runs\n",
+  std::printf("model %s, backend %s%s%s%s, prompt %lld tokens, %d generated per session, "
+              "median of %d runs\n",
               absl::GetFlag(FLAGS_model).c_str(), backend->name().c_str(),
               options.cuda.batched_step_rows ? " (batched_step_rows)" : "",
+              options.cuda.decode_graphs ? " (decode_graphs)" : "",
               options.cuda.chunk_store == drt::CudaChunkStore::kEncoderRows
                   ? " (chunk store: encoder rows)"
                   : "",

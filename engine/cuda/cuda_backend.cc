@@ -15,6 +15,7 @@
 #include "engine/cuda/cuda_step.h"
 #include "engine/cuda/host/chunk_record_layout.h"
 #include "engine/cuda/host/chunk_tier_policy.h"
+#include "engine/cuda/host/decode_graph_plan.h"
 #include "engine/cuda/host/step_rows.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
@@ -169,8 +170,26 @@ class CudaBackend final : public Backend {
         }
       }
     } else {
-      cuda::CudaStep<T> step(config_, *weights_, cuda_sessions);
-      status = RunForward(config_, plan, step, logits);
+      // CudaBackendOptions::decode_graphs: the slices that may replay their
+      // session's graph launch it first (engine/cuda/host/decode_graph_plan.h);
+      // the forward walk then runs the others and collects every slice's
+      // logits.
+      std::vector<char> replayed(plan.slices.size(), 0);
+      if (options_.decode_graphs) {
+        for (size_t s = 0; s < plan.slices.size() && status.ok(); ++s) {
+          const cuda::DecodeGraphDecision decision =
+              cuda::DecideDecodeGraph(plan, static_cast<int64_t>(s));
+          const SlicePlan& slice = plan.slices[s];
+          cuda::CudaSession<T>& session = *cuda_sessions[slice.request];
+          if (!decision.replays() || !session.UseDecodeGraph(decision.key)) continue;
+          status = session.LaunchDecodeGraph(plan, slice, decision.key);
+          replayed[s] = 1;
+        }
+      }
+      if (status.ok()) {
+        cuda::CudaStep<T> step(config_, *weights_, cuda_sessions, replayed);
+        status = RunForward(config_, plan, step, logits);
+      }
     }
     if (!status.ok()) {
       // Work started: every session of the step may be half updated.
@@ -260,6 +279,13 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
   if (splits != 0 && splits != 1 && splits != 2 && splits != 4 && splits != 8) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "window_decode_splits must be 0, 1, 2, 4 or 8, got %d", splits));
+  }
+  if (options.decode_graphs && options.batched_step_rows) {
+    // A batched step runs the row-wise work of all slices over step-wide
+    // buffers; the decode graphs capture a session's own slice ops.
+    return absl::InvalidArgumentError(
+        "decode_graphs and batched_step_rows cannot be combined: decode graphs capture the "
+        "slice-by-slice step (docs/cuda.md, \"Decode graphs\")");
   }
   absl::StatusOr<int> count = cuda::CudaDeviceCount();
   if (!count.ok()) return count.status();

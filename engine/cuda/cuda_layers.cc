@@ -66,10 +66,12 @@ absl::Status CudaSession<T>::WindowAttentionRows(int64_t layer_index, const Atte
   p.out = rows.out;
   p.decode_splits = options_.window_decode_splits;
   p.prefill_tensor_cores = options_.prefill_tensor_cores;
+  p.device_first_pos = captured_position();  // nullptr outside a decode graph's capture
   DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchWindowAttention(p, stream), "LaunchWindowAttention");
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchWindowRingWrite(rows.k_new, rows.v_new, p.n, first_pos, p.ring_slots,
-                                     p.kv_heads, p.head_dim, ring.k.get(), ring.v.get(), stream),
+                                     p.kv_heads, p.head_dim, ring.k.get(), ring.v.get(), stream,
+                                     p.device_first_pos),
       "LaunchWindowRingWrite");
   return absl::OkStatus();
 }
@@ -95,9 +97,13 @@ absl::Status CudaSession<T>::GcaAttentionRows(int64_t group, const T* q, T* out,
   p.head_dim = static_cast<int>(sizes_.head_dim);
   p.out = out;
   p.prefill_tensor_cores = options_.prefill_tensor_cores;
+  p.device_first_pos = captured_position();  // nullptr outside a decode graph's capture
   DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchGcaAttention(p, stream), "LaunchGcaAttention");
   // The latest GCA reading the group's slots: chunk copies into them wait
-  // for it (FetchChunks).
+  // for it (FetchChunks). An event recorded inside a capture is a node of
+  // the graph that nothing outside it can wait for: LaunchDecodeGraph
+  // records it after the launch instead.
+  if (capturing_) return absl::OkStatus();
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(gca_done_[group].get(), stream),
                            "recording the group's GCA");
   return absl::OkStatus();

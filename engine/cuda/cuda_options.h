@@ -106,6 +106,13 @@ struct CudaBackendOptions {
   // 0, the default, is 90% of the device memory free once the weights are
   // uploaded (kDeviceTierReserveFraction).
   int64_t auto_tier_budget_bytes = 0;
+  // CUDA graphs for decode steps (engine/cuda/cuda_decode_graph.h): a
+  // session's one-row steps that close no chunk replay one captured graph
+  // instead of launching their ~160 kernels one by one
+  // (engine/cuda/host/decode_graph_plan.h says which steps). Written but NOT
+  // YET RUN ON A GPU (docs/cuda.md, "Decode graphs"), hence off by default.
+  // Not with batched_step_rows (MakeCudaBackend refuses the pair).
+  bool decode_graphs = false;
 };
 
 // The chunk store a CUDA backend with `options` uses: encoder rows when

@@ -116,6 +116,29 @@ absl::Status CudaSession<T>::CollectRetrieval(const SlicePlan& slice, int64_t gr
 template <typename T>
 absl::Status CudaSession<T>::PrepareGca(const SlicePlan& slice, int64_t group) {
   if (options_.disable_gca) return absl::OkStatus();
+  if (capturing_) {
+    // In a decode graph: LaunchDecodeGraph staged the table (one run) and
+    // ordered the launch after the chunk copies before it launches.
+    return UploadSlotTable(group, static_cast<int64_t>(slice.runs.size()) * sizes_.topk);
+  }
+  absl::StatusOr<int64_t> entries = StageSlotTable(slice, group);
+  if (!entries.ok()) return entries.status();
+  DRT_RETURN_IF_ERROR(UploadSlotTable(group, *entries));
+  cudaStream_t stream = compute_stream_.get();
+  DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploads_done_[group].get(), stream),
+                           "recording the group's uploads");
+  // The first GCA of the group waits here for the copies (issued now or by
+  // the prefetch at the end of the previous step) and no earlier. The
+  // device tier copies nothing.
+  if (!device_tier_) {
+    DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetched_[group].get(), 0),
+                             "ordering the GCA after the chunk copies");
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<int64_t> CudaSession<T>::StageSlotTable(const SlicePlan& slice, int64_t group) {
   const int64_t k = sizes_.topk;
   const Made& made = made_[group];
   // The selection serving each run (one run per query chunk, in order): the
@@ -151,23 +174,23 @@ absl::Status CudaSession<T>::PrepareGca(const SlicePlan& slice, int64_t group) {
   int32_t* table = buffers_.slot_table_host.get() + group * sizes_.max_query_chunks * k;
   float* table_weights = buffers_.slot_weights_host.get() + group * sizes_.max_query_chunks * k;
   FillSlotTable(*serving, slots, k, table, table_weights);
+  return entries;
+}
+
+template <typename T>
+absl::Status CudaSession<T>::UploadSlotTable(int64_t group, int64_t entries) {
+  const int64_t offset = group * sizes_.max_query_chunks * sizes_.topk;
   cudaStream_t stream = compute_stream_.get();
-  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.slot_table.get(), table,
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.slot_table.get(),
+                                           buffers_.slot_table_host.get() + offset,
                                            entries * sizeof(int32_t), cudaMemcpyHostToDevice,
                                            stream),
                            "uploading the GCA slot table");
-  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.slot_weights.get(), table_weights,
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.slot_weights.get(),
+                                           buffers_.slot_weights_host.get() + offset,
                                            entries * sizeof(float), cudaMemcpyHostToDevice,
                                            stream),
                            "uploading the GCA weights");
-  DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploads_done_[group].get(), stream),
-                           "recording the group's uploads");
-  // The first GCA of the group waits here for the copies (issued now or by
-  // the prefetch at the end of the previous step) and no earlier.
-  if (!device_tier_) {
-    DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetched_[group].get(), 0),
-                             "ordering the GCA after the chunk copies");
-  }
   return absl::OkStatus();
 }
 
@@ -336,6 +359,8 @@ absl::Status CudaSession<T>::FetchEncoderRows(int64_t group,
   template absl::Status CudaSession<T>::LaunchRetrieval(const SlicePlan&, int64_t);          \
   template absl::Status CudaSession<T>::CollectRetrieval(const SlicePlan&, int64_t);         \
   template absl::Status CudaSession<T>::PrepareGca(const SlicePlan&, int64_t);               \
+  template absl::StatusOr<int64_t> CudaSession<T>::StageSlotTable(const SlicePlan&, int64_t);  \
+  template absl::Status CudaSession<T>::UploadSlotTable(int64_t, int64_t);                    \
   template absl::Status CudaSession<T>::FetchChunks(int64_t, const std::vector<int64_t>&,    \
                                                     std::vector<int>*);                        \
   template absl::Status CudaSession<T>::FetchEncoderRows(                                    \

@@ -113,6 +113,11 @@ absl::Status CudaSession<T>::Init(bool allow_device_tier) {
                              "waiting for the fetch staging");
   }
   if (!options_.disable_gca) DRT_RETURN_IF_ERROR(EnsureLandmarkCapacity(kFirstLandmarkCapacity));
+  if (options_.decode_graphs) {
+    auto graphs = DecodeGraphs::Create();
+    if (!graphs.ok()) return graphs.status();
+    graphs_ = *std::move(graphs);
+  }
   residency_.assign(sizes_.groups, ChunkResidency(static_cast<int>(sizes_.slots_per_group)));
   selection_.assign(sizes_.groups, Retrieval{});
   made_.assign(sizes_.groups, Made{});
@@ -274,8 +279,13 @@ absl::Status CudaSession<T>::ReserveForStep(int64_t end_position) {
 
 template <typename T>
 absl::Status CudaSession<T>::ReserveDeviceStore(int64_t chunks) {
+  const T* keys_before = device_store_.keys();
   DRT_RETURN_IF_ERROR(
       TierStatus(device_store_.Reserve(chunks, /*exact=*/false, compute_stream_.get())));
+  // A decode graph captured the store's arrays as GCA arguments: a growth
+  // moved them (and waited for the compute stream, so no replay is in
+  // flight), so the graphs are captured again.
+  if (device_store_.keys() != keys_before) graphs_.Clear();
   // kAuto: a session past auto_tier_max_tokens (the server stops it there;
   // a direct caller may not) still grows, and the ledger counts the bytes.
   if (tier_grant_.bytes() > 0 && device_store_.bytes() > tier_grant_.bytes()) {
@@ -287,12 +297,36 @@ absl::Status CudaSession<T>::ReserveDeviceStore(int64_t chunks) {
 template <typename T>
 void CudaSession<T>::MarkFailed(const absl::Status& status) {
   if (failed_.ok()) failed_ = status;
+  // Never launched again. A launch may still be in flight: let it end before
+  // its executable graph is destroyed (its error, if any, is failed_'s).
+  if (graphs_.size() > 0) {
+    (void)cudaStreamSynchronize(compute_stream_.get());
+    graphs_.Clear();
+  }
 }
 
 template <typename T>
 absl::Status CudaSession<T>::Embed(const StepPlan& plan, const SlicePlan& slice) {
   const int64_t n = slice.num_rows;
   cudaStream_t stream = compute_stream_.get();
+  if (capturing_) {
+    // The head of a decode graph: the token id and the position, which
+    // LaunchDecodeGraph writes to pinned staging before each launch, to the
+    // device (memcpy nodes reading the staging when the graph runs).
+    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.ids.get(), buffers_.ids_host.get(),
+                                             n * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
+                             "uploading token ids (captured)");
+    DRT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(graphs_.mutable_device_position(), graphs_.host_position(),
+                        sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+        "uploading the position (captured)");
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchEmbeddingGather(buffers_.ids.get(), static_cast<int>(n),
+                                       weights_.embed_tokens, static_cast<int>(sizes_.d),
+                                       buffers_.h.get(), stream),
+        "LaunchEmbeddingGather");
+    return absl::OkStatus();
+  }
   // Through pinned staging (a pageable source may synchronise the stream);
   // the previous step's upload must have read it first.
   DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ids_uploaded_.get()),
@@ -343,6 +377,18 @@ absl::Status CudaSession<T>::CloseChunks(const SlicePlan& slice) {
   cudaStream_t stream = compute_stream_.get();
   float* h = buffers_.h.get();
   float* open_rows = buffers_.open_chunk.get();
+  if (capturing_) {
+    // A decode graph's row enters the open chunk at the row its position
+    // (read on the device) says; a graph never closes a chunk
+    // (DecideDecodeGraph).
+    if (closed != 0) return absl::InternalError("a decode graph cannot close a chunk");
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchCopyRowsAtChunkOffset(h, static_cast<int>(n), static_cast<int>(d),
+                                             captured_position(), static_cast<int>(S), open_rows,
+                                             stream),
+        "LaunchCopyRowsAtChunkOffset (the open chunk's rows)");
+    return absl::OkStatus();
+  }
   if (closed == 0) {
     DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(open_rows + open * d, h, n * row_bytes,
                                              cudaMemcpyDeviceToDevice, stream),

@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
+#include "engine/cuda/cuda_decode_graph.h"
 #include "engine/cuda/cuda_options.h"
 #include "engine/cuda/cuda_resources.h"
 #include "engine/cuda/device_chunk_store.h"
@@ -186,6 +187,25 @@ class CudaSession final : public BackendSession {
   // compute_stream(), so that CloseChunks and LaunchRetrieval read them.
   absl::Status LoadRows(const float* h, int64_t n);
 
+  // --- Decode graphs (cuda_session_graph.cc; CudaBackendOptions::decode_graphs) ---
+  // Whether a slice that DecideDecodeGraph lets replay the graph of `key`
+  // does so now: false the first time for the key (the step then runs
+  // eagerly, as a warm-up before the capture; DecodeGraphs::WarmedUp).
+  bool UseDecodeGraph(const DecodeGraphKey& key) {
+    return options_.decode_graphs && graphs_.WarmedUp(key);
+  }
+  // Runs the device work of `slice` (DecideDecodeGraph says it replays the
+  // graph of `key`; PrepareSlice passed) as one graph launch on the compute
+  // stream, capturing the graph first when the session has none for `key`:
+  // the host work of the step happens before the launch, and the logits
+  // stay in flight (ExpectGraphLogits). Requires decode_graphs.
+  absl::Status LaunchDecodeGraph(const StepPlan& plan, const SlicePlan& slice,
+                                 const DecodeGraphKey& key);
+  // The launched graph's logits of `rows` (the slice's one row) go to
+  // `logits` when FinishLogits has waited for them.
+  absl::Status ExpectGraphLogits(const SlicePlan& slice, absl::Span<const int64_t> rows,
+                                 absl::Span<float> logits);
+
  private:
   CudaSession(const ModelConfig& config, const DeviceWeights<T>& weights,
               const CudaBackendOptions& options, std::shared_ptr<HostAllocator> host_allocator,
@@ -259,6 +279,18 @@ class CudaSession final : public BackendSession {
   // Final norm, lm_head and the copy to pinned memory of `count` rows of h
   // (rows relative to the slice), on the compute stream.
   absl::Status LaunchLogitBatch(const int64_t* rows, int64_t count);
+  // PrepareGca's two halves. The host's: the selections serving the slice's
+  // runs in `group`, their chunks made resident (copies queued on the fetch
+  // stream), the slot table written to the group's pinned staging once its
+  // previous upload is done; returns the table's entries. The device's: the
+  // table's upload from that staging on the compute stream.
+  absl::StatusOr<int64_t> StageSlotTable(const SlicePlan& slice, int64_t group);
+  absl::Status UploadSlotTable(int64_t group, int64_t entries);
+  // While a decode graph is captured: the device scalar its kernels read the
+  // position from (kernels' device_first_pos); nullptr otherwise.
+  const int64_t* captured_position() const {
+    return capturing_ ? graphs_.device_position() : nullptr;
+  }
 
   const ModelConfig& config_;
   const DeviceWeights<T>& weights_;
@@ -328,6 +360,13 @@ class CudaSession final : public BackendSession {
   BackendSessionStats stats_;
   // Set after a CUDA error mid-step: the device state may be half updated.
   absl::Status failed_;
+  // CudaBackendOptions::decode_graphs: the session's graphs (made at Init
+  // with the option, else empty), and whether the slice ops are being
+  // captured into one now: they then read the position from the device,
+  // and leave the host waits, the host staging and the event records to
+  // LaunchDecodeGraph, around the launch.
+  DecodeGraphs graphs_;
+  bool capturing_ = false;
 };
 
 }  // namespace drt::cuda

@@ -265,6 +265,10 @@ absl::Status CudaSession<T>::ImportState(const BackendSessionState& state, int64
   // store as after any eviction (cuda_retrieval.cc, FetchChunks).
   for (ChunkResidency& r : residency_) r.Clear();
   position_ = state.position;
+  // Nothing a decode graph captured has moved (the buffers stay), but the
+  // state they hold is another session's: capture afresh rather than rely
+  // on that.
+  graphs_.Clear();
   return absl::OkStatus();
 }
 

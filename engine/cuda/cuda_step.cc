@@ -14,14 +14,27 @@ const DeviceLayer<T>& CudaStep<T>::Layer(DecoderLayerId layer) const {
 }
 
 template <typename T>
+std::vector<const SlicePlan*> CudaStep<T>::EagerSlices(const StepPlan& plan) const {
+  std::vector<const SlicePlan*> eager;
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    if (!Replayed(static_cast<int64_t>(s))) eager.push_back(&plan.slices[s]);
+  }
+  return eager;
+}
+
+template <typename T>
 absl::Status CudaStep<T>::Embed(const StepPlan& plan) {
-  for (const SlicePlan& slice : plan.slices) DRT_RETURN_IF_ERROR(SessionOf(slice).Embed(plan, slice));
+  for (const SlicePlan* eager : EagerSlices(plan)) {
+    const SlicePlan& slice = *eager;
+    DRT_RETURN_IF_ERROR(SessionOf(slice).Embed(plan, slice));
+  }
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status CudaStep<T>::Attention(const StepPlan& plan, DecoderLayerId layer) {
-  for (const SlicePlan& slice : plan.slices) {
+  for (const SlicePlan* eager : EagerSlices(plan)) {
+    const SlicePlan& slice = *eager;
     DRT_RETURN_IF_ERROR(SessionOf(slice).Attention(slice, layer.index, Layer(layer)));
   }
   return absl::OkStatus();
@@ -29,19 +42,26 @@ absl::Status CudaStep<T>::Attention(const StepPlan& plan, DecoderLayerId layer) 
 
 template <typename T>
 absl::Status CudaStep<T>::Mlp(const StepPlan& plan, DecoderLayerId layer) {
-  for (const SlicePlan& slice : plan.slices) DRT_RETURN_IF_ERROR(SessionOf(slice).Mlp(slice, Layer(layer)));
+  for (const SlicePlan* eager : EagerSlices(plan)) {
+    const SlicePlan& slice = *eager;
+    DRT_RETURN_IF_ERROR(SessionOf(slice).Mlp(slice, Layer(layer)));
+  }
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status CudaStep<T>::CloseChunks(const StepPlan& plan) {
-  for (const SlicePlan& slice : plan.slices) DRT_RETURN_IF_ERROR(SessionOf(slice).CloseChunks(slice));
+  for (const SlicePlan* eager : EagerSlices(plan)) {
+    const SlicePlan& slice = *eager;
+    DRT_RETURN_IF_ERROR(SessionOf(slice).CloseChunks(slice));
+  }
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status CudaStep<T>::Retrieve(const StepPlan& plan, int64_t group) {
-  for (const SlicePlan& slice : plan.slices) {
+  for (const SlicePlan* eager : EagerSlices(plan)) {
+    const SlicePlan& slice = *eager;
     DRT_RETURN_IF_ERROR(SessionOf(slice).LaunchRetrieval(slice, group));
   }
   return absl::OkStatus();
@@ -49,7 +69,8 @@ absl::Status CudaStep<T>::Retrieve(const StepPlan& plan, int64_t group) {
 
 template <typename T>
 absl::Status CudaStep<T>::AwaitSelections(const StepPlan& plan, int64_t group) {
-  for (const SlicePlan& slice : plan.slices) {
+  for (const SlicePlan* eager : EagerSlices(plan)) {
+    const SlicePlan& slice = *eager;
     if (slice.selection_serves_in_step) {
       DRT_RETURN_IF_ERROR(SessionOf(slice).CollectRetrieval(slice, group));
     }
@@ -59,14 +80,18 @@ absl::Status CudaStep<T>::AwaitSelections(const StepPlan& plan, int64_t group) {
 
 template <typename T>
 absl::Status CudaStep<T>::PrepareGca(const StepPlan& plan, int64_t group) {
-  for (const SlicePlan& slice : plan.slices) DRT_RETURN_IF_ERROR(SessionOf(slice).PrepareGca(slice, group));
+  for (const SlicePlan* eager : EagerSlices(plan)) {
+    const SlicePlan& slice = *eager;
+    DRT_RETURN_IF_ERROR(SessionOf(slice).PrepareGca(slice, group));
+  }
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status CudaStep<T>::GcaMlp(const StepPlan& plan, DecoderLayerId layer) {
   const DeviceUpperLayer<T>& weights = weights_.upper[layer.group][layer.within];
-  for (const SlicePlan& slice : plan.slices) {
+  for (const SlicePlan* eager : EagerSlices(plan)) {
+    const SlicePlan& slice = *eager;
     DRT_RETURN_IF_ERROR(SessionOf(slice).GcaMlp(slice, layer.group, weights));
   }
   return absl::OkStatus();
@@ -74,7 +99,10 @@ absl::Status CudaStep<T>::GcaMlp(const StepPlan& plan, DecoderLayerId layer) {
 
 template <typename T>
 absl::Status CudaStep<T>::CommitSelections(const StepPlan& plan) {
-  for (const SlicePlan& slice : plan.slices) DRT_RETURN_IF_ERROR(SessionOf(slice).CommitSelections(slice));
+  for (const SlicePlan* eager : EagerSlices(plan)) {
+    const SlicePlan& slice = *eager;
+    DRT_RETURN_IF_ERROR(SessionOf(slice).CommitSelections(slice));
+  }
   return absl::OkStatus();
 }
 
@@ -100,8 +128,10 @@ absl::Status CudaStep<T>::Logits(const StepPlan& plan, absl::Span<float> logits)
       ++i;
     }
     const SlicePlan& slice = plan.slices[s];
-    DRT_RETURN_IF_ERROR(SessionOf(slice).QueueLogits(
-        slice, rows, logits.subspan(first * V, rows.size() * V)));
+    const absl::Span<float> out = logits.subspan(first * V, rows.size() * V);
+    // A replayed slice's graph has queued its logits already.
+    DRT_RETURN_IF_ERROR(Replayed(s) ? SessionOf(slice).ExpectGraphLogits(slice, rows, out)
+                                    : SessionOf(slice).QueueLogits(slice, rows, out));
     queued.push_back(&slice);
   }
   for (const SlicePlan* slice : queued) DRT_RETURN_IF_ERROR(SessionOf(*slice).FinishLogits());

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "engine/cuda/cuda_session.h"
@@ -21,11 +22,14 @@ namespace drt::cuda {
 template <typename T>
 class CudaStep final : public ForwardOps {
  public:
-  // sessions[r] is the session of the plan's request r. Everything must
-  // outlive the step.
+  // sessions[r] is the session of the plan's request r. replayed[s] true:
+  // slice s launched its session's decode graph already
+  // (CudaSession::LaunchDecodeGraph), so the ops leave it alone but for
+  // collecting its logits (Logits) and finishing it (Finish); empty: none
+  // did. Everything must outlive the step.
   CudaStep(const ModelConfig& config, const DeviceWeights<T>& weights,
-           absl::Span<CudaSession<T>* const> sessions)
-      : config_(config), weights_(weights), sessions_(sessions) {}
+           absl::Span<CudaSession<T>* const> sessions, absl::Span<const char> replayed = {})
+      : config_(config), weights_(weights), sessions_(sessions), replayed_(replayed) {}
 
   absl::Status Embed(const StepPlan& plan) override;
   absl::Status Attention(const StepPlan& plan, DecoderLayerId layer) override;
@@ -45,11 +49,18 @@ class CudaStep final : public ForwardOps {
 
  private:
   CudaSession<T>& SessionOf(const SlicePlan& slice) const { return *sessions_[slice.request]; }
+  // Whether plan.slices[s] replayed a graph.
+  bool Replayed(int64_t s) const {
+    return s < static_cast<int64_t>(replayed_.size()) && replayed_[s] != 0;
+  }
+  // The slices of `plan` the ops run (those that did not replay a graph).
+  std::vector<const SlicePlan*> EagerSlices(const StepPlan& plan) const;
   const DeviceLayer<T>& Layer(DecoderLayerId layer) const;
 
   const ModelConfig& config_;
   const DeviceWeights<T>& weights_;
   absl::Span<CudaSession<T>* const> sessions_;
+  absl::Span<const char> replayed_;
 };
 
 }  // namespace drt::cuda

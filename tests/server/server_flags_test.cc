@@ -209,6 +209,13 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     REQUIRE(parsed.ok());
     CHECK(parsed->cuda_batched_step_rows);
   }
+  SECTION("--cuda_decode_graphs: off by default, on when given") {
+    CHECK_FALSE(config->cuda_decode_graphs);
+    ScopedFlag on("cuda_decode_graphs", "true");
+    auto parsed = ServerConfigFromFlags();
+    REQUIRE(parsed.ok());
+    CHECK(parsed->cuda_decode_graphs);
+  }
   SECTION("an unknown device is refused with the choices") {
     ScopedFlag device("device", "gpu");
     auto refused = ServerConfigFromFlags();
