@@ -79,6 +79,9 @@ struct BackendSessionStats {
   // after a capture included).
   int64_t graph_captures = 0;
   int64_t graph_replays = 0;
+  // Captures or instantiations that failed: the first disables the
+  // session's graphs, which then decodes eagerly.
+  int64_t graph_capture_failures = 0;
 };
 
 // Called for every landmark a session processes: the chunk whose landmark it
