@@ -359,9 +359,19 @@ int main(int argc, char** argv) {
               static_cast<long>(st.d2d_chunks), static_cast<long>(st.resident_hits),
               st.d2h_bytes / 1048576.0);
   if (options.cuda.decode_graphs) {
-    std::printf("decode graphs: %ld captured, %ld steps replayed (%ld while decoding)\n",
+    std::printf("decode graphs: %ld captured, %ld steps replayed (%ld while decoding), %ld "
+                "capture failures\n",
                 static_cast<long>(st.graph_captures), static_cast<long>(st.graph_replays),
-                static_cast<long>(st.graph_replays - before_decode.graph_replays));
+                static_cast<long>(st.graph_replays - before_decode.graph_replays),
+                static_cast<long>(st.graph_capture_failures));
+    // The capture and instantiation run on the host before the second
+    // eligible decode token's launch (docs/cuda.md, "Decode graphs"): on a
+    // short run the slowest token is usually that one.
+    if (!token_ms.empty()) {
+      const auto slowest = std::max_element(token_ms.begin(), token_ms.end());
+      std::printf("slowest decode token %.2f ms (generated token %ld; median %.2f ms)\n",
+                  *slowest, static_cast<long>(slowest - token_ms.begin()), Median(token_ms));
+    }
   }
   std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
               "prefill_tensor_cores=%d batched_step_rows=%d decode_graphs=%d cuda_chunk_store=%s "

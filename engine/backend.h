@@ -83,6 +83,9 @@ struct BackendSessionStats {
   // memory (the CUDA device tier, chosen at creation; kAuto may choose
   // either). False for the host tier and the CPU backend.
   bool chunks_on_device = false;
+  // Captures or instantiations that failed: the first disables the
+  // session's graphs, which then decodes eagerly.
+  int64_t graph_capture_failures = 0;
 };
 
 // Called for every landmark a session processes: the chunk whose landmark it

@@ -182,8 +182,14 @@ class CudaBackend final : public Backend {
           const SlicePlan& slice = plan.slices[s];
           cuda::CudaSession<T>& session = *cuda_sessions[slice.request];
           if (!decision.replays() || !session.UseDecodeGraph(decision.key)) continue;
-          status = session.LaunchDecodeGraph(plan, slice, decision.key);
-          replayed[s] = 1;
+          // false: the capture failed and the session's graphs are off; the
+          // eager walk runs the slice.
+          absl::StatusOr<bool> launched = session.LaunchDecodeGraph(plan, slice, decision.key);
+          if (!launched.ok()) {
+            status = launched.status();
+          } else if (*launched) {
+            replayed[s] = 1;
+          }
         }
       }
       if (status.ok()) {

@@ -85,12 +85,21 @@ class DecodeGraphs {
     warmed_.clear();
   }
   size_t size() const { return graphs_.size(); }
+  // After a capture or instantiation failed: the session runs every later
+  // step eagerly (a failed capture is not a failed step; docs/cuda.md,
+  // "Decode graphs"). Clear() keeps this.
+  void Disable() {
+    graphs_.clear();
+    disabled_ = true;
+  }
+  bool disabled() const { return disabled_; }
 
  private:
   PinnedArray<int64_t> host_position_;
   DeviceArray<int64_t> device_position_;
   std::vector<std::pair<DecodeGraphKey, GraphExec>> graphs_;
   std::vector<DecodeGraphKey> warmed_;
+  bool disabled_ = false;
 };
 
 }  // namespace drt::cuda

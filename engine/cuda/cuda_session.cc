@@ -117,6 +117,23 @@ absl::Status CudaSession<T>::Init(bool allow_device_tier) {
     auto graphs = DecodeGraphs::Create();
     if (!graphs.ok()) return graphs.status();
     graphs_ = *std::move(graphs);
+    if (!options_.disable_gca) {
+      // The one kernel only a capture runs (CloseChunks copies the row with
+      // a memcpy in an eager step): launched once here, so that its module
+      // is loaded outside any capture. One row of the open chunk into the
+      // step's rows (written by every step before they are read), at a
+      // zeroed device position.
+      cudaStream_t stream = compute_stream_.get();
+      DRT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(graphs_.mutable_device_position(), 0,
+                                               sizeof(int64_t), stream),
+                               "zeroing the decode graphs' position");
+      DRT_CUDA_RETURN_IF_ERROR(
+          kernels::LaunchCopyRowsAtChunkOffset(buffers_.open_chunk.get(), 1,
+                                               static_cast<int>(sizes_.d),
+                                               graphs_.device_position(), 1, buffers_.h.get(),
+                                               stream),
+          "LaunchCopyRowsAtChunkOffset (loading its module before any capture)");
+    }
   }
   residency_.assign(sizes_.groups, ChunkResidency(static_cast<int>(sizes_.slots_per_group)));
   selection_.assign(sizes_.groups, Retrieval{});
@@ -280,12 +297,15 @@ absl::Status CudaSession<T>::ReserveForStep(int64_t end_position) {
 template <typename T>
 absl::Status CudaSession<T>::ReserveDeviceStore(int64_t chunks) {
   const T* keys_before = device_store_.keys();
+  const T* values_before = device_store_.values();
   DRT_RETURN_IF_ERROR(
       TierStatus(device_store_.Reserve(chunks, /*exact=*/false, compute_stream_.get())));
   // A decode graph captured the store's arrays as GCA arguments: a growth
   // moved them (and waited for the compute stream, so no replay is in
   // flight), so the graphs are captured again.
-  if (device_store_.keys() != keys_before) graphs_.Clear();
+  if (device_store_.keys() != keys_before || device_store_.values() != values_before) {
+    graphs_.Clear();
+  }
   // kAuto: a session past auto_tier_max_tokens (the server stops it there;
   // a direct caller may not) still grows, and the ledger counts the bytes.
   if (tier_grant_.bytes() > 0 && device_store_.bytes() > tier_grant_.bytes()) {

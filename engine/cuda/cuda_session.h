@@ -191,16 +191,22 @@ class CudaSession final : public BackendSession {
   // Whether a slice that DecideDecodeGraph lets replay the graph of `key`
   // does so now: false the first time for the key (the step then runs
   // eagerly, as a warm-up before the capture; DecodeGraphs::WarmedUp).
+  // Always false once a capture failed (DecodeGraphs::Disable).
   bool UseDecodeGraph(const DecodeGraphKey& key) {
-    return options_.decode_graphs && graphs_.WarmedUp(key);
+    return options_.decode_graphs && !graphs_.disabled() && graphs_.WarmedUp(key);
   }
   // Runs the device work of `slice` (DecideDecodeGraph says it replays the
   // graph of `key`; PrepareSlice passed) as one graph launch on the compute
   // stream, capturing the graph first when the session has none for `key`:
   // the host work of the step happens before the launch, and the logits
-  // stay in flight (ExpectGraphLogits). Requires decode_graphs.
-  absl::Status LaunchDecodeGraph(const StepPlan& plan, const SlicePlan& slice,
-                                 const DecodeGraphKey& key);
+  // stay in flight (ExpectGraphLogits). Requires decode_graphs. Answers
+  // whether the graph ran: false when its capture or instantiation failed,
+  // which disables the session's graphs (counted in
+  // BackendSessionStats::graph_capture_failures, logged once) and leaves the
+  // slice for the eager walk to run (the host work done here is safe to
+  // repeat). An error is a failed step (a launch that failed, say).
+  absl::StatusOr<bool> LaunchDecodeGraph(const StepPlan& plan, const SlicePlan& slice,
+                                         const DecodeGraphKey& key);
   // The launched graph's logits of `rows` (the slice's one row) go to
   // `logits` when FinishLogits has waited for them.
   absl::Status ExpectGraphLogits(const SlicePlan& slice, absl::Span<const int64_t> rows,

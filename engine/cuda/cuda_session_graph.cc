@@ -8,7 +8,11 @@
 // launch, instead of inside the graph.
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_session.h"
 #include "engine/cuda/cuda_step.h"
@@ -66,8 +70,9 @@ class CapturedSliceOps final : public ForwardOps {
 }  // namespace
 
 template <typename T>
-absl::Status CudaSession<T>::LaunchDecodeGraph(const StepPlan& plan, const SlicePlan& slice,
-                                               const DecodeGraphKey& key) {
+absl::StatusOr<bool> CudaSession<T>::LaunchDecodeGraph(const StepPlan& plan,
+                                                       const SlicePlan& slice,
+                                                       const DecodeGraphKey& key) {
   if (!options_.decode_graphs) {
     return absl::FailedPreconditionError("decode graphs are off (CudaBackendOptions::decode_graphs)");
   }
@@ -84,6 +89,10 @@ absl::Status CudaSession<T>::LaunchDecodeGraph(const StepPlan& plan, const Slice
                            "waiting for the previous id upload");
   buffers_.ids_host.get()[0] = plan.ids[slice.first_row];
   graphs_.host_position()[0] = slice.first_position;
+  // Restored if the capture fails: the eager walk then stages again and
+  // counts the same chunks (on the host tier, the chunks this staging
+  // copied count once more as resident hits there; one step per session).
+  const int64_t resident_hits_before = stats_.resident_hits;
   BeginStep();
   if (!options_.disable_gca) {
     for (int64_t g = 0; g < sizes_.groups; ++g) {
@@ -99,8 +108,11 @@ absl::Status CudaSession<T>::LaunchDecodeGraph(const StepPlan& plan, const Slice
       // The graph starts after the group's chunk copies (an eager step waits
       // only before its first GCA of the group; a replay waits before its
       // head: the wait is outside the graph, on an event recorded outside).
-      DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetched_[g].get(), 0),
-                               "ordering the decode graph after the chunk copies");
+      // The device tier copies nothing (as the eager PrepareGca).
+      if (!device_tier_) {
+        DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetched_[g].get(), 0),
+                                 "ordering the decode graph after the chunk copies");
+      }
     }
   }
 
@@ -120,7 +132,30 @@ absl::Status CudaSession<T>::LaunchDecodeGraph(const StepPlan& plan, const Slice
     // says where they go (ExpectGraphLogits).
     pending_logits_ = nullptr;
     pending_logit_rows_ = 0;
-    if (!captured.ok()) return captured.status();
+    if (!captured.ok()) {
+      // Likely a call the capture does not allow, or an instantiation the
+      // device refuses: not a failed step. CaptureGraph ended the capture;
+      // the runtime's last error is cleared so that the eager walk's checks
+      // do not report it. Nothing captured ran, so the eager walk runs the
+      // slice from the same state.
+      (void)cudaGetLastError();
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      DRT_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture),
+                               "checking the compute stream after a failed capture");
+      if (capture != cudaStreamCaptureStatusNone) {
+        return absl::InternalError(absl::StrCat(
+            "the compute stream is still capturing after a failed capture: ",
+            captured.status().message()));
+      }
+      ++stats_.graph_capture_failures;
+      stats_.resident_hits = resident_hits_before;
+      graphs_.Disable();
+      std::fprintf(stderr,
+                   "drt-server: a CUDA decode graph could not be captured (%s); this session "
+                   "decodes without graphs\n",
+                   std::string(captured.status().message()).c_str());
+      return false;
+    }
     graphs_.Add(key, *std::move(captured));
     ++stats_.graph_captures;
     exec = graphs_.Find(key);
@@ -141,7 +176,7 @@ absl::Status CudaSession<T>::LaunchDecodeGraph(const StepPlan& plan, const Slice
                                "recording the group's GCA");
     }
   }
-  return absl::OkStatus();
+  return true;
 }
 
 template <typename T>
@@ -159,10 +194,12 @@ absl::Status CudaSession<T>::ExpectGraphLogits(const SlicePlan& slice,
   return absl::OkStatus();
 }
 
-template absl::Status CudaSession<bf16>::LaunchDecodeGraph(const StepPlan&, const SlicePlan&,
-                                                           const DecodeGraphKey&);
-template absl::Status CudaSession<float>::LaunchDecodeGraph(const StepPlan&, const SlicePlan&,
-                                                            const DecodeGraphKey&);
+template absl::StatusOr<bool> CudaSession<bf16>::LaunchDecodeGraph(const StepPlan&,
+                                                                   const SlicePlan&,
+                                                                   const DecodeGraphKey&);
+template absl::StatusOr<bool> CudaSession<float>::LaunchDecodeGraph(const StepPlan&,
+                                                                    const SlicePlan&,
+                                                                    const DecodeGraphKey&);
 template absl::Status CudaSession<bf16>::ExpectGraphLogits(const SlicePlan&,
                                                            absl::Span<const int64_t>,
                                                            absl::Span<float>);

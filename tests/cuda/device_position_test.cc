@@ -125,13 +125,122 @@ TEST_CASE("cuda device position: refused outside the decode window kernels", "[c
   p.kv_heads = 2;
   p.head_dim = 64;
   p.device_first_pos = d_pos.get();
-  p.n = 9;  // the prefill kernels take their grid from the host position
-  CHECK(kernels::LaunchWindowAttention(p, nullptr) == cudaErrorInvalidValue);
-  p.n = 1;  // the ring is read at any device position: it must be given
-  CHECK(kernels::LaunchWindowAttention(p, nullptr) == cudaErrorInvalidValue);
   p.k_ring = p.v_ring = in.as<const bf16>();
+  // The ring is given: 9 rows are refused only because the prefill kernels
+  // take their grid from the host position.
+  p.n = 9;
+  CHECK(kernels::LaunchWindowAttention(p, nullptr) == cudaErrorInvalidValue);
+  p.n = 1;
   CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
   CUDA_REQUIRE(cudaDeviceSynchronize());
+  // The ring is read at any device position: it must be given.
+  p.k_ring = p.v_ring = nullptr;
+  CHECK(kernels::LaunchWindowAttention(p, nullptr) == cudaErrorInvalidValue);
+}
+
+// The fp32 instantiations (CudaPrecision::kFp32 sessions capture them too):
+// window attention, ring write and GCA, host position against device
+// position, bit-identical; position 0 is another answer.
+TEST_CASE("cuda device position: fp32 window attention, ring write and GCA", "[cuda]") {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  std::mt19937 rng(93);
+  const int heads = 4, kv_heads = 2, head_dim = 64, window = 100, ring_slots = window + 1;
+  const int kv_width = kv_heads * head_dim;
+  const int64_t first_pos = 357;
+  const int n = 1;
+  const std::vector<float> q = RandomFloats(static_cast<size_t>(n) * heads * head_dim, rng, -2.f, 2.f);
+  const std::vector<float> k_new = RandomFloats(static_cast<size_t>(n) * kv_width, rng);
+  const std::vector<float> v_new = RandomFloats(static_cast<size_t>(n) * kv_width, rng);
+  const std::vector<float> k_ring = RandomFloats(static_cast<size_t>(ring_slots) * kv_width, rng);
+  const std::vector<float> v_ring = RandomFloats(static_cast<size_t>(ring_slots) * kv_width, rng);
+  DeviceBuffer<float> d_q(q), d_k(k_new), d_v(v_new), d_kr(k_ring), d_vr(v_ring),
+      out_host(q.size()), out_device(q.size());
+  DeviceBuffer<int64_t> d_pos(std::vector<int64_t>{first_pos});
+  for (int splits : DecodeKernelVariants()) {
+    INFO("decode_splits " << splits);
+    kernels::WindowAttentionParams<float> p;
+    p.q = d_q.get();
+    p.k_new = d_k.get();
+    p.v_new = d_v.get();
+    p.k_ring = d_kr.get();
+    p.v_ring = d_vr.get();
+    p.ring_slots = ring_slots;
+    p.window = window;
+    p.n = n;
+    p.heads = heads;
+    p.kv_heads = kv_heads;
+    p.head_dim = head_dim;
+    p.decode_splits = splits;
+    p.first_pos = first_pos;
+    p.out = out_host.get();
+    CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+    p.first_pos = 0;
+    p.device_first_pos = d_pos.get();
+    p.out = out_device.get();
+    CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+    CUDA_REQUIRE(cudaDeviceSynchronize());
+    CHECK(SameBits(out_host.Download(), out_device.Download()));
+    p.device_first_pos = nullptr;
+    CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+    CUDA_REQUIRE(cudaDeviceSynchronize());
+    CHECK_FALSE(SameBits(out_host.Download(), out_device.Download()));
+  }
+  {
+    DeviceBuffer<float> ring_k_host(k_ring), ring_v_host(v_ring), ring_k_device(k_ring),
+        ring_v_device(v_ring);
+    CUDA_REQUIRE(kernels::LaunchWindowRingWrite(d_k.get(), d_v.get(), n, first_pos, ring_slots,
+                                                kv_heads, head_dim, ring_k_host.get(),
+                                                ring_v_host.get(), nullptr));
+    CUDA_REQUIRE(kernels::LaunchWindowRingWrite(d_k.get(), d_v.get(), n, 0, ring_slots, kv_heads,
+                                                head_dim, ring_k_device.get(),
+                                                ring_v_device.get(), nullptr, d_pos.get()));
+    CUDA_REQUIRE(cudaDeviceSynchronize());
+    const std::vector<float> written = ring_k_host.Download();
+    CHECK(SameBits(written, ring_k_device.Download()));
+    CHECK(SameBits(ring_v_host.Download(), ring_v_device.Download()));
+    const size_t slot = static_cast<size_t>(first_pos % ring_slots);
+    CHECK(std::memcmp(written.data() + slot * kv_width, k_new.data(),
+                      kv_width * sizeof(float)) == 0);
+  }
+  {
+    // Two rows across query chunks 1 and 2 (positions 127, 128): table rows
+    // 0 and 1 differ; at position 0 both rows would read row 0.
+    const int topk = 3, num_slots = 6, rows = 2;
+    const int64_t gca_pos = 127;
+    const size_t stride = static_cast<size_t>(heads) * head_dim;
+    DeviceBuffer<float> d_ck(RandomFloats(num_slots * 64 * stride, rng)),
+        d_cv(RandomFloats(num_slots * 64 * stride, rng));
+    DeviceBuffer<int32_t> d_slots(std::vector<int32_t>{0, 1, -1, 2, 4, 5});
+    DeviceBuffer<float> d_weights(std::vector<float>{0.6f, 0.4f, 0.f, 0.5f, 0.3f, 0.2f});
+    DeviceBuffer<float> gca_q(RandomFloats(rows * stride, rng, -2.f, 2.f)),
+        gca_host(rows * stride), gca_device(rows * stride);
+    DeviceBuffer<int64_t> d_gca_pos(std::vector<int64_t>{gca_pos});
+    kernels::GcaParams<float> p;
+    p.q = gca_q.get();
+    p.chunk_k = d_ck.get();
+    p.chunk_v = d_cv.get();
+    p.slots = d_slots.get();
+    p.weights = d_weights.get();
+    p.topk = topk;
+    p.n = rows;
+    p.heads = heads;
+    p.head_dim = head_dim;
+    p.first_pos = gca_pos;
+    p.first_query_chunk = gca_pos / 64;
+    p.out = gca_host.get();
+    CUDA_REQUIRE(kernels::LaunchGcaAttention(p, nullptr));
+    p.first_pos = 0;
+    p.first_query_chunk = 0;
+    p.device_first_pos = d_gca_pos.get();
+    p.out = gca_device.get();
+    CUDA_REQUIRE(kernels::LaunchGcaAttention(p, nullptr));
+    CUDA_REQUIRE(cudaDeviceSynchronize());
+    CHECK(SameBits(gca_host.Download(), gca_device.Download()));
+    p.device_first_pos = nullptr;  // positions 0, 1: both rows in table row 0
+    CUDA_REQUIRE(kernels::LaunchGcaAttention(p, nullptr));
+    CUDA_REQUIRE(cudaDeviceSynchronize());
+    CHECK_FALSE(SameBits(gca_host.Download(), gca_device.Download()));
+  }
 }
 
 TEST_CASE("cuda device position: GCA reads it and its query chunk bit-identically", "[cuda]") {

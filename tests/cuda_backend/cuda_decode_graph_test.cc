@@ -4,7 +4,10 @@
 // bit for bit (the graph holds the same kernels with the same arguments; only
 // the position is read from device memory, and the open chunk's row is
 // copied by a kernel instead of a memcpy: both exact), across landmarks, the
-// window boundary and a fork; its counters show one capture per shape and a
+// window boundary and a fork, on the device chunk tier past two store
+// growths (each clears the graphs), with the encoder-row store,
+// window_decode_splits 1, and while other threads make, fork and free
+// sessions; its counters show one capture per shape (and growth) and a
 // replay for every decode step that does not close a chunk but the first,
 // which runs eagerly as the warm-up before the capture (counted here
 // independently of engine/cuda/host/decode_graph_plan.h: a token closes a
@@ -12,7 +15,9 @@
 // RUN ON ONE.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -63,6 +68,56 @@ void CheckSameRetrievals(const testing::RetrievalLog& off, const testing::Retrie
   }
 }
 
+// A session of `backend` given `prompt` at once, then `decode` one token
+// at a time: its logits (all rows), retrievals and counters.
+struct DecodeRun {
+  std::vector<float> logits;
+  testing::RetrievalLog log;
+  BackendSessionStats stats;
+};
+DecodeRun PrefillAndDecode(Backend& backend, absl::Span<const int32_t> prompt,
+                           absl::Span<const int32_t> decode) {
+  DecodeRun run;
+  auto session = Session::Create(backend);
+  REQUIRE(session.ok());
+  testing::Record((*session)->backend_session(), run.log);
+  AppendOptions all;
+  all.all_logits = true;
+  auto prefill = (*session)->Append(prompt, all);
+  REQUIRE(prefill.ok());
+  run.logits = prefill->logits;
+  const std::vector<float> decoded = DecodeOneByOne(**session, decode);
+  run.logits.insert(run.logits.end(), decoded.begin(), decoded.end());
+  run.stats = (*session)->backend_session().stats();
+  return run;
+}
+
+// `options` with decode_graphs off and on: the same logits and retrievals
+// bit for bit, the same transfers; the graphs' counters are returned.
+BackendSessionStats CheckGraphsMatchEager(const ModelConfig& config, const ModelWeights& weights,
+                                          CudaBackendOptions options,
+                                          absl::Span<const int32_t> prompt,
+                                          absl::Span<const int32_t> decode) {
+  options.decode_graphs = false;
+  auto off_backend = MakeCudaBackend(config, weights, options);
+  options.decode_graphs = true;
+  auto on_backend = MakeCudaBackend(config, weights, options);
+  REQUIRE(off_backend.ok());
+  REQUIRE(on_backend.ok());
+  const DecodeRun off = PrefillAndDecode(**off_backend, prompt, decode);
+  const DecodeRun on = PrefillAndDecode(**on_backend, prompt, decode);
+  REQUIRE(on.logits.size() == (prompt.size() + decode.size()) * config.vocab_size);
+  REQUIRE(on.logits.size() == off.logits.size());
+  CHECK(on.logits == off.logits);
+  CheckSameRetrievals(off.log, on.log);
+  CHECK(off.stats.graph_captures == 0);
+  CHECK(off.stats.graph_replays == 0);
+  CHECK(on.stats.graph_capture_failures == 0);
+  CHECK(on.stats.h2d_chunks == off.stats.h2d_chunks);
+  CHECK(on.stats.resident_hits == off.stats.resident_hits);
+  return on.stats;
+}
+
 struct GraphCase {
   CudaPrecision precision;
   int window_decode_splits;
@@ -88,7 +143,8 @@ TEST_CASE("cuda: decode graphs give the eager decode's logits bit for bit, acros
   const ModelWeights weights = testing::RandomWeights(config, 81);
   // A 40-token prompt leaves the first decode steps inside the window;
   // 300 decode tokens cross position 100 and close 5 chunks; the fork at 150
-  // decodes 120 tokens of its own (2 more landmarks).
+  // decodes 120 tokens of its own, tokens 190..309, which close one chunk
+  // (token 251, the 63rd of chunk 3).
   const auto prompt = testing::RandomTokens(config, 40, 82);
   const auto decode = testing::RandomTokens(config, 300, 83);
   const auto fork_tokens = testing::RandomTokens(config, 120, 84);
@@ -276,6 +332,142 @@ TEST_CASE("cuda: decode graphs of the base LM (disable_gca) give its eager logit
   CHECK(stats[1].graph_replays ==
         ExpectedReplays(config, static_cast<int64_t>(prompt.size()),
                         static_cast<int64_t>(decode.size())));
+}
+
+TEST_CASE("cuda: decode graphs on the device chunk tier are captured again when the store grows",
+          "[cuda][decode_graphs]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 91);
+  const int64_t k = config.enc_chunk_size;  // real tokens per chunk
+  // 14 chunks closed by the prompt; the decode closes chunks 15..34: the
+  // store (docs/cuda.md, "Device tier": 16 chunks at first, doubling) grows
+  // when chunk 17 and chunk 33 close, both during the decode.
+  const auto prompt = testing::RandomTokens(config, 14 * k + 20, 92);
+  const auto decode = testing::RandomTokens(config, 20 * k + 10, 93);
+  const int64_t closed_before = static_cast<int64_t>(prompt.size()) / k;
+  const int64_t closed_after = static_cast<int64_t>(prompt.size() + decode.size()) / k;
+  int64_t growths = 0;
+  for (int64_t capacity = 16; capacity < closed_after; capacity *= 2) {
+    if (capacity >= closed_before) ++growths;  // chunk capacity + 1 closes while decoding
+  }
+  REQUIRE(growths == 2);
+  for (CudaPrecision precision : {CudaPrecision::kFp32, CudaPrecision::kBf16}) {
+    INFO("precision " << CudaPrecisionName(precision));
+    CudaBackendOptions options = testing::PrecisionOptions(precision);
+    options.chunk_tier = CudaChunkTier::kDevice;
+    const BackendSessionStats stats =
+        CheckGraphsMatchEager(config, weights, options, prompt, decode);
+    // Each growth clears the graphs: the next eligible step warms up again
+    // and the one after captures.
+    CHECK(stats.graph_captures == 1 + growths);
+    CHECK(stats.graph_replays == ExpectedReplays(config, static_cast<int64_t>(prompt.size()),
+                                                 static_cast<int64_t>(decode.size())) -
+                                     growths);
+  }
+}
+
+TEST_CASE("cuda: decode graphs with the encoder-row chunk store and window_decode_splits 1 give "
+          "the eager logits",
+          "[cuda][decode_graphs]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 94);
+  // Past the window and 4 landmarks.
+  const auto prompt = testing::RandomTokens(config, 70, 95);
+  const auto decode = testing::RandomTokens(config, 200, 96);
+  const int64_t replays = ExpectedReplays(config, static_cast<int64_t>(prompt.size()),
+                                          static_cast<int64_t>(decode.size()));
+  SECTION("chunk_store encoder_rows") {
+    for (CudaPrecision precision : {CudaPrecision::kFp32, CudaPrecision::kBf16}) {
+      INFO("precision " << CudaPrecisionName(precision));
+      CudaBackendOptions options = testing::PrecisionOptions(precision);
+      options.chunk_store = CudaChunkStore::kEncoderRows;
+      const BackendSessionStats stats =
+          CheckGraphsMatchEager(config, weights, options, prompt, decode);
+      CHECK(stats.graph_captures == 1);
+      CHECK(stats.graph_replays == replays);
+    }
+  }
+  SECTION("window_decode_splits 1") {
+    for (CudaPrecision precision : {CudaPrecision::kFp32, CudaPrecision::kBf16}) {
+      INFO("precision " << CudaPrecisionName(precision));
+      CudaBackendOptions options = testing::PrecisionOptions(precision);
+      options.window_decode_splits = 1;
+      const BackendSessionStats stats =
+          CheckGraphsMatchEager(config, weights, options, prompt, decode);
+      CHECK(stats.graph_captures == 1);
+      CHECK(stats.graph_replays == replays);
+    }
+  }
+}
+
+// Stream capture is thread-local (cudaStreamCaptureModeThreadLocal): other
+// threads' sessions being made (allocations, a cuBLAS handle for the
+// encoder-row store), forked, stepped and freed while one session captures
+// and replays must neither break its capture nor change its logits.
+TEST_CASE("cuda: decode graphs while other threads make, fork and free sessions",
+          "[cuda][decode_graphs]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 97);
+  const auto prompt = testing::RandomTokens(config, 40, 98);
+  const auto decode = testing::RandomTokens(config, 200, 99);
+  const auto churn_prompt = testing::RandomTokens(config, 70, 100);
+  CudaBackendOptions options = testing::PrecisionOptions(CudaPrecision::kBf16);
+  options.chunk_store = CudaChunkStore::kEncoderRows;
+  auto off_backend = MakeCudaBackend(config, weights, options);
+  options.decode_graphs = true;
+  auto on_backend = MakeCudaBackend(config, weights, options);
+  REQUIRE(off_backend.ok());
+  REQUIRE(on_backend.ok());
+  const DecodeRun off = PrefillAndDecode(**off_backend, prompt, decode);
+
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> churned{0};
+  std::atomic<bool> churn_failed{false};
+  std::vector<std::thread> churners;
+  for (int t = 0; t < 2; ++t) {
+    churners.emplace_back([&, t] {
+      // No Catch assertions off the main thread: failures are flagged.
+      while (!done.load()) {
+        auto session = Session::Create(**on_backend);
+        if (!session.ok() || !(*session)->Append(churn_prompt).ok()) {
+          churn_failed = true;
+          return;
+        }
+        auto fork = (*session)->Fork();
+        if (!fork.ok()) {
+          churn_failed = true;
+          return;
+        }
+        // Three decode steps: a warm-up, a capture and a replay of the
+        // fork's own graph, on this thread.
+        for (int i = 0; i < 3; ++i) {
+          if (!(*fork)->Append(absl::MakeConstSpan(churn_prompt).subspan(t + i, 1)).ok()) {
+            churn_failed = true;
+            return;
+          }
+        }
+        ++churned;  // both freed here
+      }
+    });
+  }
+  // The decode (and its capture) starts once the others are under way.
+  while (churned.load() == 0 && !churn_failed.load()) std::this_thread::yield();
+  const DecodeRun on = PrefillAndDecode(**on_backend, prompt, decode);
+  const int64_t churned_during = churned.load();
+  done = true;
+  for (std::thread& t : churners) t.join();
+  CHECK_FALSE(churn_failed.load());
+  // The other threads ran until the decode ended (none failed).
+  INFO("sessions made and freed by the other threads while decoding: " << churned_during);
+  CHECK(on.logits == off.logits);
+  CheckSameRetrievals(off.log, on.log);
+  CHECK(on.stats.graph_capture_failures == 0);
+  CHECK(on.stats.graph_captures == 1);
+  CHECK(on.stats.graph_replays == ExpectedReplays(config, static_cast<int64_t>(prompt.size()),
+                                                  static_cast<int64_t>(decode.size())));
 }
 
 TEST_CASE("cuda: decode_graphs with batched_step_rows is refused", "[cuda][decode_graphs]") {
