@@ -329,35 +329,31 @@ template <typename T>
 absl::Status CudaSession<T>::Embed(const StepPlan& plan, const SlicePlan& slice) {
   const int64_t n = slice.num_rows;
   cudaStream_t stream = compute_stream_.get();
+  if (!capturing_) {
+    // Through pinned staging (a pageable source may synchronise the
+    // stream); the previous step's upload must have read it first. A
+    // decode graph's head reads the staging LaunchDecodeGraph wrote before
+    // the launch instead.
+    DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ids_uploaded_.get()),
+                             "waiting for the previous id upload");
+    std::memcpy(buffers_.ids_host.get(), plan.ids.data() + slice.first_row, n * sizeof(int32_t));
+  }
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.ids.get(), buffers_.ids_host.get(),
+                                           n * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
+                           "uploading token ids");
   if (capturing_) {
-    // The head of a decode graph: the token id and the position, which
-    // LaunchDecodeGraph writes to pinned staging before each launch, to the
-    // device (memcpy nodes reading the staging when the graph runs).
-    DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.ids.get(), buffers_.ids_host.get(),
-                                             n * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
-                             "uploading token ids (captured)");
+    // The graph's other head node: the position, from its pinned staging.
+    // The events and the step's bookkeeping are LaunchDecodeGraph's, around
+    // the launch (events recorded in a capture are internal to the graph).
     DRT_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(graphs_.mutable_device_position(), graphs_.host_position(),
                         sizeof(int64_t), cudaMemcpyHostToDevice, stream),
         "uploading the position (captured)");
-    DRT_CUDA_RETURN_IF_ERROR(
-        kernels::LaunchEmbeddingGather(buffers_.ids.get(), static_cast<int>(n),
-                                       weights_.embed_tokens, static_cast<int>(sizes_.d),
-                                       buffers_.h.get(), stream),
-        "LaunchEmbeddingGather");
-    return absl::OkStatus();
+  } else {
+    DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ids_uploaded_.get(), stream),
+                             "recording the id upload");
+    BeginStep();
   }
-  // Through pinned staging (a pageable source may synchronise the stream);
-  // the previous step's upload must have read it first.
-  DRT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ids_uploaded_.get()),
-                           "waiting for the previous id upload");
-  std::memcpy(buffers_.ids_host.get(), plan.ids.data() + slice.first_row, n * sizeof(int32_t));
-  DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffers_.ids.get(), buffers_.ids_host.get(),
-                                           n * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
-                           "uploading token ids");
-  DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ids_uploaded_.get(), stream),
-                           "recording the id upload");
-  BeginStep();
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchEmbeddingGather(buffers_.ids.get(), static_cast<int>(n),
                                      weights_.embed_tokens, static_cast<int>(sizes_.d),

@@ -40,6 +40,27 @@ bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
+// Window attention `p` (its first_pos the step's position) into out_host;
+// then with first_pos 0 and the position read from `device_pos` into
+// out_device: bit-identical. Then with no device position (position 0):
+// another answer, so that the check could fail.
+template <typename T, typename Host>
+void CheckWindowReadsDevicePosition(kernels::WindowAttentionParams<T> p, const int64_t* device_pos,
+                                    DeviceBuffer<Host>& out_host, DeviceBuffer<Host>& out_device) {
+  p.out = out_host.template as<T>();
+  CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+  p.first_pos = 0;
+  p.device_first_pos = device_pos;
+  p.out = out_device.template as<T>();
+  CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK(SameBits(out_host.Download(), out_device.Download()));
+  p.device_first_pos = nullptr;
+  CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK_FALSE(SameBits(out_host.Download(), out_device.Download()));
+}
+
 TEST_CASE("cuda device position: window attention and ring write read it bit-identically",
           "[cuda]") {
   DRT_SKIP_WITHOUT_CUDA_DEVICE();
@@ -74,19 +95,7 @@ TEST_CASE("cuda device position: window attention and ring write read it bit-ide
         p.head_dim = head_dim;
         p.decode_splits = splits;
         p.first_pos = first_pos;
-        p.out = out_host.as<bf16>();
-        CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
-        p.first_pos = 0;
-        p.device_first_pos = d_pos.get();
-        p.out = out_device.as<bf16>();
-        CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
-        CUDA_REQUIRE(cudaDeviceSynchronize());
-        CHECK(SameBits(out_host.Download(), out_device.Download()));
-        // Position 0 really is another answer (the test could fail).
-        p.device_first_pos = nullptr;
-        CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
-        CUDA_REQUIRE(cudaDeviceSynchronize());
-        CHECK_FALSE(SameBits(out_host.Download(), out_device.Download()));
+        CheckWindowReadsDevicePosition(p, d_pos.get(), out_host, out_device);
 
         // The ring write: the same slots written either way.
         DeviceBuffer<uint16_t> ring_k_host(k_ring.bits), ring_v_host(v_ring.bits),
@@ -172,18 +181,7 @@ TEST_CASE("cuda device position: fp32 window attention, ring write and GCA", "[c
     p.head_dim = head_dim;
     p.decode_splits = splits;
     p.first_pos = first_pos;
-    p.out = out_host.get();
-    CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
-    p.first_pos = 0;
-    p.device_first_pos = d_pos.get();
-    p.out = out_device.get();
-    CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
-    CUDA_REQUIRE(cudaDeviceSynchronize());
-    CHECK(SameBits(out_host.Download(), out_device.Download()));
-    p.device_first_pos = nullptr;
-    CUDA_REQUIRE(kernels::LaunchWindowAttention(p, nullptr));
-    CUDA_REQUIRE(cudaDeviceSynchronize());
-    CHECK_FALSE(SameBits(out_host.Download(), out_device.Download()));
+    CheckWindowReadsDevicePosition(p, d_pos.get(), out_host, out_device);
   }
   {
     DeviceBuffer<float> ring_k_host(k_ring), ring_v_host(v_ring), ring_k_device(k_ring),
