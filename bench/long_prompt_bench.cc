@@ -51,6 +51,10 @@ ABSL_FLAG(bool, batched_step_rows, false,
 ABSL_FLAG(bool, decode_graphs, false,
           "CUDA only: decode steps replay a captured CUDA graph (CudaBackendOptions::"
           "decode_graphs; not yet verified on a GPU, docs/cuda.md \"Decode graphs\")");
+ABSL_FLAG(bool, decode_fused_gemv, false,
+          "CUDA only: slices of at most 8 rows run the fused decode GEMV kernels "
+          "(CudaBackendOptions::decode_fused_gemv; not yet verified on a GPU, docs/cuda.md "
+          "\"Fused decode GEMVs\")");
 ABSL_FLAG(std::string, cuda_chunk_store, "kv",
           "CUDA only: what the host chunk store keeps per closed chunk: kv or encoder_rows "
           "(CudaBackendOptions::chunk_store; encoder_rows not yet verified on a GPU, "
@@ -157,6 +161,7 @@ int main(int argc, char** argv) {
   options.cuda.prefill_tensor_cores = absl::GetFlag(FLAGS_prefill_tensor_cores);
   options.cuda.batched_step_rows = absl::GetFlag(FLAGS_batched_step_rows);
   options.cuda.decode_graphs = absl::GetFlag(FLAGS_decode_graphs);
+  options.cuda.decode_fused_gemv = absl::GetFlag(FLAGS_decode_fused_gemv);
   auto precision = drt::ParseCudaPrecision(absl::GetFlag(FLAGS_cuda_precision));
   if (!precision.ok()) {
     std::fprintf(stderr, "error: --cuda_precision: %s\n",
@@ -201,6 +206,10 @@ int main(int argc, char** argv) {
   }
   if (options.cuda.decode_graphs && *device != drt::Device::kCuda) {
     std::fprintf(stderr, "error: --decode_graphs needs --device=cuda\n");
+    return 1;
+  }
+  if (options.cuda.decode_fused_gemv && *device != drt::Device::kCuda) {
+    std::fprintf(stderr, "error: --decode_fused_gemv needs --device=cuda\n");
     return 1;
   }
   if (options.cuda.prefill_tensor_cores && *device != drt::Device::kCuda) {
@@ -374,7 +383,8 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
-              "prefill_tensor_cores=%d batched_step_rows=%d decode_graphs=%d cuda_chunk_store=%s "
+              "prefill_tensor_cores=%d batched_step_rows=%d decode_graphs=%d decode_fused_gemv=%d "
+              "cuda_chunk_store=%s "
               "chunk_tier=%s chunk_tier_used=%s "
               "context_tokens=%ld "
               "prefill_tokens_per_s=%.1f "
@@ -384,6 +394,7 @@ int main(int argc, char** argv) {
               backend->name().c_str(), precision_name, absl::GetFlag(FLAGS_disable_gca) ? 1 : 0,
               options.cuda.window_decode_splits, options.cuda.prefill_tensor_cores ? 1 : 0,
               options.cuda.batched_step_rows ? 1 : 0, options.cuda.decode_graphs ? 1 : 0,
+              options.cuda.decode_fused_gemv ? 1 : 0,
               drt::CudaChunkStoreName(options.cuda.chunk_store),
               drt::CudaChunkTierName(options.cuda.chunk_tier),
               // The tier the session got (auto may give either): what was

@@ -73,7 +73,11 @@ struct DecodeGemvLaunch {
   int64_t blocks = 0;
   int64_t shared_bytes = 0;  // dynamic: the normed rows, m x k x sizeof(T)
 
-  bool operator==(const DecodeGemvLaunch&) const = default;
+  // Written out: kernels/ compiles as C++17 under nvcc (no defaulted ==).
+  bool operator==(const DecodeGemvLaunch& o) const {
+    return threads == o.threads && rows_per_warp == o.rows_per_warp && blocks == o.blocks &&
+           shared_bytes == o.shared_bytes;
+  }
 };
 
 inline const char* DecodeGemvKindName(DecodeGemvKind kind) {

@@ -49,6 +49,10 @@
 #   DECODE_GRAPHS=true bash scripts/gpu_bench.sh   drt-bench and the slice-by-slice drt-step-bench
 #                                                  with --decode_graphs (decode steps replay a
 #                                                  CUDA graph; off by default)
+#   DECODE_FUSED_GEMV=true bash scripts/gpu_bench.sh   drt-bench and both drt-step-bench runs
+#                                                  with --decode_fused_gemv (fused norm/GEMV/
+#                                                  SwiGLU/residual kernels for slices of <= 8
+#                                                  rows; off by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -297,7 +301,8 @@ run_bench() {
   "$build/bench/drt-bench" --model "$model" --device cuda --random_prompt \
     --generate "$generate" --window_decode_splits "${WINDOW_DECODE_SPLITS:-0}" \
     --prefill_tensor_cores="${PREFILL_TENSOR_CORES:-false}" \
-    --decode_graphs="${DECODE_GRAPHS:-false}" "$@" >"$out" 2>/dev/null &
+    --decode_graphs="${DECODE_GRAPHS:-false}" \
+    --decode_fused_gemv="${DECODE_FUSED_GEMV:-false}" "$@" >"$out" 2>/dev/null &
   local pid=$! peak=0 used
   while kill -0 "$pid" 2>/dev/null; do
     used=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
@@ -425,7 +430,8 @@ if [[ -z "${SKIP_STEP_BENCH:-}" ]]; then
   echo "== drt-step-bench (aggregate decode, N sessions in one engine step)"
   "$build/tools/drt-step-bench" --model "$model" --device cuda \
     --sessions "${STEP_SESSIONS:-1,4,16,32,64}" --prompt_tokens "${STEP_PROMPT:-4096}" \
-    --generate "$generate" --repeats 3 --decode_graphs="${DECODE_GRAPHS:-false}"
+    --generate "$generate" --repeats 3 --decode_graphs="${DECODE_GRAPHS:-false}" \
+    --decode_fused_gemv="${DECODE_FUSED_GEMV:-false}"
   # The same with the step's rows in one op (CudaBackendOptions::
   # batched_step_rows, off by default until this and its tests have run on a
   # GPU; docs/cuda.md "Batched steps"): one GEMM for the decode rows of all N.
@@ -433,7 +439,8 @@ if [[ -z "${SKIP_STEP_BENCH:-}" ]]; then
   echo "== drt-step-bench --batched_step_rows"
   "$build/tools/drt-step-bench" --model "$model" --device cuda --batched_step_rows \
     --sessions "${STEP_SESSIONS:-1,4,16,32,64}" --prompt_tokens "${STEP_PROMPT:-4096}" \
-    --generate "$generate" --repeats 3 --sequential=false
+    --generate "$generate" --repeats 3 --sequential=false \
+    --decode_fused_gemv="${DECODE_FUSED_GEMV:-false}"
 fi
 
 if [[ -z "${SKIP_BATCH:-}" ]]; then

@@ -197,6 +197,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   backend_options.cuda.auto_tier_max_tokens = config.service.max_context_tokens;
   backend_options.cuda.batched_step_rows = config.cuda_batched_step_rows;
   backend_options.cuda.decode_graphs = config.cuda_decode_graphs;
+  backend_options.cuda.decode_fused_gemv = config.cuda_decode_fused_gemv;
   if (config.service.step_tokens > 0) {
     // One knob: the scheduler's step budget is also the backend's forward
     // size, in decoder positions (whole chunks, landmarks included).

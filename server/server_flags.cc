@@ -37,6 +37,11 @@ ABSL_FLAG(bool, cuda_decode_graphs, false,
           "CUDA only: a session's decode steps (one token, no chunk closed) replay a captured "
           "CUDA graph instead of launching each kernel. Written but not yet run on a GPU, so "
           "off by default (docs/cuda.md, \"Decode graphs\")");
+ABSL_FLAG(bool, cuda_decode_fused_gemv, false,
+          "CUDA only: decode-sized slices (at most 8 rows) run fused GEMV kernels (the RMSNorm "
+          "in the projection's prologue, SwiGLU and residual adds in epilogues) instead of "
+          "norm + cuBLAS launches. Written but not yet run on a GPU, so off by default "
+          "(docs/cuda.md, \"Fused decode GEMVs\")");
 ABSL_FLAG(std::string, cuda_chunk_store, "kv",
           "CUDA only: what the pinned host chunk store keeps per closed chunk: kv (keys and "
           "values, the default) or encoder_rows (the encoder output C: half the host memory "
@@ -277,6 +282,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.cuda_state_export = absl::GetFlag(FLAGS_cuda_state_export);
   config.cuda_batched_step_rows = absl::GetFlag(FLAGS_cuda_batched_step_rows);
   config.cuda_decode_graphs = absl::GetFlag(FLAGS_cuda_decode_graphs);
+  config.cuda_decode_fused_gemv = absl::GetFlag(FLAGS_cuda_decode_fused_gemv);
 
   config.threads = absl::GetFlag(FLAGS_threads);
   check(CheckAtLeast("threads", config.threads, 0));

@@ -49,6 +49,8 @@ struct ServerConfig {
   bool cuda_batched_step_rows = false;
   // --cuda_decode_graphs (CudaBackendOptions::decode_graphs)
   bool cuda_decode_graphs = false;
+  // --cuda_decode_fused_gemv (CudaBackendOptions::decode_fused_gemv)
+  bool cuda_decode_fused_gemv = false;
   int threads = 0;  // CPU backend threads; 0: all cores
   int max_message_bytes = 4 << 20;
   std::string tls_cert_path;  // both set or both empty

@@ -42,6 +42,10 @@ ABSL_FLAG(bool, decode_graphs, false,
           "CUDA only: each session's decode steps replay a captured CUDA graph "
           "(CudaBackendOptions::decode_graphs; not with --batched_step_rows; not yet verified "
           "on a GPU, docs/cuda.md \"Decode graphs\")");
+ABSL_FLAG(bool, decode_fused_gemv, false,
+          "CUDA only: slices of at most 8 rows run the fused decode GEMV kernels "
+          "(CudaBackendOptions::decode_fused_gemv; not yet verified on a GPU, docs/cuda.md "
+          "\"Fused decode GEMVs\")");
 ABSL_FLAG(std::string, cuda_chunk_store, "kv",
           "CUDA only: what the host chunk store keeps per closed chunk: kv or encoder_rows "
           "(CudaBackendOptions::chunk_store; encoder_rows not yet verified on a GPU, "
@@ -180,6 +184,10 @@ int main(int argc, char** argv) {
   if (options.cuda.decode_graphs && *device == drt::Device::kCpu) {
     Die("--decode_graphs needs --device=cuda");
   }
+  options.cuda.decode_fused_gemv = absl::GetFlag(FLAGS_decode_fused_gemv);
+  if (options.cuda.decode_fused_gemv && *device == drt::Device::kCpu) {
+    Die("--decode_fused_gemv needs --device=cuda");
+  }
   options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
   auto made = drt::MakeBackend(config, (*model)->weights(), options);
   if (!made.ok()) Die(std::string(made.status().message()));
@@ -247,11 +255,12 @@ int main(int argc, char** argv) {
     }
   }
   auto median = [](const std::vector<double>& v) { return v.empty() ? 0.0 : Median(v); };
-  std::printf("model %s, backend %s%s%s%s, prompt %lld tokens, %d generated per session, "
+  std::printf("model %s, backend %s%s%s%s%s, prompt %lld tokens, %d generated per session, "
               "median of %d runs\n",
               absl::GetFlag(FLAGS_model).c_str(), backend->name().c_str(),
               options.cuda.batched_step_rows ? " (batched_step_rows)" : "",
               options.cuda.decode_graphs ? " (decode_graphs)" : "",
+              options.cuda.decode_fused_gemv ? " (decode_fused_gemv)" : "",
               options.cuda.chunk_store == drt::CudaChunkStore::kEncoderRows
                   ? " (chunk store: encoder rows)"
                   : "",

@@ -22,6 +22,7 @@
 #include "engine/forward_pass.h"
 #include "engine/model_rules.h"
 #include "kernels/cuda_check.h"
+#include "kernels/decode_gemv_plan.h"
 #include "kernels/device_query.h"
 
 namespace drt {
@@ -156,8 +157,8 @@ class CudaBackend final : public Backend {
       // One set of step-wide buffers: batched steps run one at a time.
       std::lock_guard<std::mutex> lock(step_buffers_mutex_);
       if (absl::Status s = ReserveStepBuffers(plan); !s.ok()) return s;
-      cuda::CudaBatchedStep<T> step(config_, *weights_, options_.disable_gca, cuda_sessions,
-                                    *step_buffers_);
+      cuda::CudaBatchedStep<T> step(config_, *weights_, options_.disable_gca,
+                                    options_.decode_fused_gemv, cuda_sessions, *step_buffers_);
       status = RunForward(config_, plan, step, logits);
       if (!status.ok()) {
         // Slices launched before the failure may still read and write the
@@ -292,6 +293,17 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
     return absl::InvalidArgumentError(
         "decode_graphs and batched_step_rows cannot be combined: decode graphs capture the "
         "slice-by-slice step (docs/cuda.md, \"Decode graphs\")");
+  }
+  if (options.decode_fused_gemv) {
+    // Refused here rather than at the first decode step: every fused launch
+    // the model would make, at 8 rows.
+    const int64_t element_bytes = options.precision == CudaPrecision::kFp32 ? 4 : 2;
+    if (absl::Status s = kernels::CheckDecodeGemvModel(
+            config.hidden_size, config.num_key_value_heads * config.head_dim(),
+            config.intermediate_size, element_bytes);
+        !s.ok()) {
+      return s;
+    }
   }
   absl::StatusOr<int> count = cuda::CudaDeviceCount();
   if (!count.ok()) return count.status();

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/cuda/fused_decode_ops.h"
 #include "engine/cuda/host/step_rows.h"
 #include "engine/cuda/status_macros.h"
 #include "kernels/cuda_check.h"
+#include "kernels/decode_gemv_plan.h"
 #include "kernels/elementwise.h"
 
 namespace drt::cuda {
@@ -77,13 +79,20 @@ absl::Status CudaBatchedStep<T>::Attention(const StepPlan& plan, DecoderLayerId 
   const int rows = static_cast<int>(plan.num_rows);
   cudaStream_t stream = b_.stream();
   kernels::CublasGemm& gemm = b_.gemm();
-  DRT_CUDA_RETURN_IF_ERROR(
-      kernels::LaunchRmsNorm(b_.h.get(), layer.input_norm, rows, static_cast<int>(d),
-                             static_cast<float>(config_.rms_norm_eps), b_.x.get(), stream),
-      "LaunchRmsNorm (input_layernorm)");
-  DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.q, b_.q.get(), rows, d, d, stream));
-  DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.k, b_.k_new.get(), rows, kvw, d, stream));
-  DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.v, b_.v_new.get(), rows, kvw, d, stream));
+  const bool fused = kernels::UseDecodeGemv(fused_gemv_, plan.num_rows);
+  if (fused) {
+    DRT_RETURN_IF_ERROR(FusedNormQkv(b_.h.get(), layer, rows, FusedDecodeSizesOf(b_.sizes()),
+                                     static_cast<float>(config_.rms_norm_eps), b_.q.get(),
+                                     b_.k_new.get(), b_.v_new.get(), stream));
+  } else {
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchRmsNorm(b_.h.get(), layer.input_norm, rows, static_cast<int>(d),
+                               static_cast<float>(config_.rms_norm_eps), b_.x.get(), stream),
+        "LaunchRmsNorm (input_layernorm)");
+    DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.q, b_.q.get(), rows, d, d, stream));
+    DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.k, b_.k_new.get(), rows, kvw, d, stream));
+    DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.v, b_.v_new.get(), rows, kvw, d, stream));
+  }
   // The kernels need 16-byte aligned rows: d and kv_width are multiples of
   // head_dim, itself a multiple of 8 (CheckSupported), so every row offset
   // is a multiple of 16 bytes in bf16 and fp32 alike.
@@ -96,6 +105,10 @@ absl::Status CudaBatchedStep<T>::Attention(const StepPlan& plan, DecoderLayerId 
                                                              slice.first_position));
   }
   DRT_RETURN_IF_ERROR(StepAfterSessions(plan));
+  if (fused) {
+    return FusedProjectAdd(b_.attn.get(), layer.o, nullptr, rows, static_cast<int>(d),
+                           static_cast<int>(d), b_.h.get(), stream);
+  }
   return gemm.Matmul(b_.attn.get(), layer.o, b_.h.get(), rows, d, d, /*accumulate=*/true, stream);
 }
 
@@ -109,6 +122,13 @@ absl::Status CudaBatchedStep<T>::MlpRows(const DeviceLayer<T>& layer, const floa
   const int rows = static_cast<int>(n);
   cudaStream_t stream = b_.stream();
   kernels::CublasGemm& gemm = b_.gemm();
+  if (kernels::UseDecodeGemv(fused_gemv_, n)) {
+    DRT_RETURN_IF_ERROR(FusedNormSwiGlu(norm_input, layer.post_norm, layer.gate_up, rows,
+                                        FusedDecodeSizesOf(b_.sizes()),
+                                        static_cast<float>(config_.rms_norm_eps), b_.act.get(),
+                                        stream));
+    return FusedProjectAdd(b_.act.get(), layer.down, nullptr, rows, d, f, out, stream);
+  }
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchRmsNorm(norm_input, layer.post_norm, rows, d,
                              static_cast<float>(config_.rms_norm_eps), b_.x.get(), stream),
@@ -205,11 +225,19 @@ absl::Status CudaBatchedStep<T>::GcaMlp(const StepPlan& plan, DecoderLayerId id)
   const int rows = static_cast<int>(n);
   cudaStream_t stream = b_.stream();
   kernels::CublasGemm& gemm = b_.gemm();
-  DRT_CUDA_RETURN_IF_ERROR(
-      kernels::LaunchRmsNorm(b_.h.get(), layer.gca_pre_norm, rows, static_cast<int>(d),
-                             static_cast<float>(config_.rms_norm_eps), b_.x.get(), stream),
-      "LaunchRmsNorm (gca.pre_norm)");
-  DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.gca_q, b_.q.get(), rows, d, d, stream));
+  const bool fused = kernels::UseDecodeGemv(fused_gemv_, n);
+  if (fused) {
+    DRT_RETURN_IF_ERROR(FusedNormProject(b_.h.get(), layer.gca_pre_norm, layer.gca_q, rows,
+                                         FusedDecodeSizesOf(b_.sizes()),
+                                         static_cast<float>(config_.rms_norm_eps), b_.q.get(),
+                                         stream));
+  } else {
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchRmsNorm(b_.h.get(), layer.gca_pre_norm, rows, static_cast<int>(d),
+                               static_cast<float>(config_.rms_norm_eps), b_.x.get(), stream),
+        "LaunchRmsNorm (gca.pre_norm)");
+    DRT_RETURN_IF_ERROR(gemm.Matmul(b_.x.get(), layer.gca_q, b_.q.get(), rows, d, d, stream));
+  }
   DRT_RETURN_IF_ERROR(SessionsAfterStep(plan));
   for (const SlicePlan& slice : plan.slices) {
     const int64_t r = slice.first_row;
@@ -221,6 +249,13 @@ absl::Status CudaBatchedStep<T>::GcaMlp(const StepPlan& plan, DecoderLayerId id)
                                                           slice.first_position / S));
   }
   DRT_RETURN_IF_ERROR(StepAfterSessions(plan));
+  if (fused) {
+    // mixed = h + gca_o(attn) in one launch: no copy of the residual.
+    DRT_RETURN_IF_ERROR(FusedProjectAdd(b_.attn.get(), layer.gca_o, b_.h.get(), rows,
+                                        static_cast<int>(d), static_cast<int>(d),
+                                        b_.mixed.get(), stream));
+    return MlpRows(layer.base, b_.mixed.get(), b_.h.get(), n);
+  }
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_.mixed.get(), b_.h.get(), n * d * sizeof(float),
                                            cudaMemcpyDeviceToDevice, stream),
                            "copying the residual");

@@ -34,12 +34,16 @@ template <typename T>
 class CudaBatchedStep final : public ForwardOps {
  public:
   // sessions[r] is the session of the plan's request r; `buffers` has been
-  // Reserved for the plan. Everything must outlive the step.
+  // Reserved for the plan. Everything must outlive the step. fused_gemv:
+  // CudaBackendOptions::decode_fused_gemv (a step of at most 8 rows runs
+  // the fused decode GEMVs, engine/cuda/fused_decode_ops.h).
   CudaBatchedStep(const ModelConfig& config, const DeviceWeights<T>& weights, bool disable_gca,
-                  absl::Span<CudaSession<T>* const> sessions, StepBuffers<T>& buffers)
+                  bool fused_gemv, absl::Span<CudaSession<T>* const> sessions,
+                  StepBuffers<T>& buffers)
       : config_(config),
         weights_(weights),
         disable_gca_(disable_gca),
+        fused_gemv_(fused_gemv),
         sessions_(sessions),
         b_(buffers) {}
 
@@ -72,6 +76,7 @@ class CudaBatchedStep final : public ForwardOps {
   const ModelConfig& config_;
   const DeviceWeights<T>& weights_;
   const bool disable_gca_;
+  const bool fused_gemv_;
   absl::Span<CudaSession<T>* const> sessions_;
   StepBuffers<T>& b_;
 };

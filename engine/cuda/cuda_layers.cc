@@ -7,9 +7,11 @@
 
 #include "absl/status/status.h"
 #include "engine/cuda/cuda_session.h"
+#include "engine/cuda/fused_decode_ops.h"
 #include "engine/cuda/status_macros.h"
 #include "engine/model_rules.h"
 #include "kernels/cuda_check.h"
+#include "kernels/decode_gemv_plan.h"
 #include "kernels/elementwise.h"
 #include "kernels/encoder_attention.h"
 #include "kernels/gca_attention.h"
@@ -118,16 +120,24 @@ absl::Status CudaSession<T>::AttentionBlock(int64_t layer_index, const DeviceLay
   const int rows = static_cast<int>(n);
   cudaStream_t stream = compute_stream_.get();
   SessionBuffers<T>& b = buffers_;
-  DRT_CUDA_RETURN_IF_ERROR(
-      kernels::LaunchRmsNorm(b.h.get(), layer.input_norm, rows, d,
-                             static_cast<float>(config_.rms_norm_eps), b.x.get(), stream),
-      "LaunchRmsNorm (input_layernorm)");
-  DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.q, b.q.get(), rows, d, d, stream));
-  DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.k, b.k_new.get(), rows, kvw, d, stream));
-  DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.v, b.v_new.get(), rows, kvw, d, stream));
+  const bool fused = FusedGemvRows(n);
+  if (fused) {
+    DRT_RETURN_IF_ERROR(FusedNormQkv(b.h.get(), layer, rows, FusedDecodeSizesOf(sizes_),
+                                     static_cast<float>(config_.rms_norm_eps), b.q.get(),
+                                     b.k_new.get(), b.v_new.get(), stream));
+  } else {
+    DRT_CUDA_RETURN_IF_ERROR(
+        kernels::LaunchRmsNorm(b.h.get(), layer.input_norm, rows, d,
+                               static_cast<float>(config_.rms_norm_eps), b.x.get(), stream),
+        "LaunchRmsNorm (input_layernorm)");
+    DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.q, b.q.get(), rows, d, d, stream));
+    DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.k, b.k_new.get(), rows, kvw, d, stream));
+    DRT_RETURN_IF_ERROR(gemm_->Matmul(b.x.get(), layer.v, b.v_new.get(), rows, kvw, d, stream));
+  }
   DRT_RETURN_IF_ERROR(WindowAttentionRows(
       layer_index, AttentionRows<T>{b.q.get(), b.k_new.get(), b.v_new.get(), b.attn.get()}, n,
       first_pos));
+  if (fused) return FusedProjectAdd(b.attn.get(), layer.o, nullptr, rows, d, d, b.h.get(), stream);
   return gemm_->Matmul(b.attn.get(), layer.o, b.h.get(), rows, d, d, /*accumulate=*/true, stream);
 }
 
@@ -140,6 +150,11 @@ absl::Status CudaSession<T>::MlpBlock(const DeviceLayer<T>& layer, const float* 
   const int rows = static_cast<int>(n);
   cudaStream_t stream = compute_stream_.get();
   SessionBuffers<T>& b = buffers_;
+  if (FusedGemvRows(n)) {
+    DRT_RETURN_IF_ERROR(FusedNormSwiGlu(norm_input, layer.post_norm, layer.gate_up, rows,
+                                        FusedDecodeSizesOf(sizes_), eps, b.act.get(), stream));
+    return FusedProjectAdd(b.act.get(), layer.down, nullptr, rows, d, f, out, stream);
+  }
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchRmsNorm(norm_input, layer.post_norm, rows, d, eps, b.x.get(), stream),
       "LaunchRmsNorm (post_attention_layernorm)");
@@ -160,6 +175,16 @@ absl::Status CudaSession<T>::GcaBlock(int64_t group, const DeviceUpperLayer<T>& 
   const float eps = static_cast<float>(config_.rms_norm_eps);
   cudaStream_t stream = compute_stream_.get();
   SessionBuffers<T>& b = buffers_;
+  if (FusedGemvRows(n)) {
+    // mixed = h + gca_o(GCA(q)) in one launch: no copy of the residual.
+    DRT_RETURN_IF_ERROR(FusedNormProject(b.h.get(), layer.gca_pre_norm, layer.gca_q, rows,
+                                         FusedDecodeSizesOf(sizes_), eps, b.q.get(), stream));
+    DRT_RETURN_IF_ERROR(
+        GcaAttentionRows(group, b.q.get(), b.attn.get(), n, first_pos, first_query_chunk));
+    DRT_RETURN_IF_ERROR(FusedProjectAdd(b.attn.get(), layer.gca_o, b.h.get(), rows, d, d,
+                                        b.mixed.get(), stream));
+    return MlpBlock(layer.base, b.mixed.get(), b.h.get(), n, eps);
+  }
   DRT_CUDA_RETURN_IF_ERROR(
       kernels::LaunchRmsNorm(b.h.get(), layer.gca_pre_norm, rows, d, eps, b.x.get(), stream),
       "LaunchRmsNorm (gca.pre_norm)");

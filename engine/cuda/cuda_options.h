@@ -113,6 +113,16 @@ struct CudaBackendOptions {
   // YET RUN ON A GPU (docs/cuda.md, "Decode graphs"), hence off by default.
   // Not with batched_step_rows (MakeCudaBackend refuses the pair).
   bool decode_graphs = false;
+  // Fused GEMVs for slices of at most 8 rows (decode), both precisions
+  // (kernels/decode_gemv.h): the RMSNorm and Q, K, V in one launch over the
+  // stacked [q; k; v] weight, the norm, gate/up and SwiGLU in one, the O and
+  // down projections with their residual adds in one each, and the GCA
+  // query and output likewise; larger slices keep cuBLAS. Works with and
+  // without decode_graphs and batched_step_rows (a batched step of at most 8
+  // rows takes it). MakeCudaBackend refuses a model whose shapes the kernels
+  // cannot take (kernels/decode_gemv_plan.h). Written but NOT YET RUN ON A
+  // GPU (docs/cuda.md, "Fused decode GEMVs"), hence off by default.
+  bool decode_fused_gemv = false;
 };
 
 // The chunk store a CUDA backend with `options` uses: encoder rows when

@@ -42,6 +42,7 @@
 #include "engine/cuda/session_buffers.h"
 #include "engine/cuda/storage_type.h"
 #include "engine/step_plan.h"
+#include "kernels/decode_gemv_plan.h"
 #include "kernels/gemm.h"
 
 namespace drt::cuda {
@@ -296,6 +297,12 @@ class CudaSession final : public BackendSession {
   // position from (kernels' device_first_pos); nullptr otherwise.
   const int64_t* captured_position() const {
     return capturing_ ? graphs_.device_position() : nullptr;
+  }
+  // CudaBackendOptions::decode_fused_gemv: whether a slice of n rows runs
+  // the fused decode GEMVs (engine/cuda/fused_decode_ops.h) instead of the
+  // norm and cuBLAS launches (at most 8 rows: kernels/decode_gemv_plan.h).
+  bool FusedGemvRows(int64_t n) const {
+    return kernels::UseDecodeGemv(options_.decode_fused_gemv, n);
   }
 
   const ModelConfig& config_;

@@ -37,7 +37,8 @@ class ArenaBuilder {
 };
 
 struct LayerSlots {
-  size_t input_norm, post_norm, q, k, v, o, gate_up, down;
+  size_t input_norm, post_norm, qkv, o, gate_up, down;
+  size_t q_elements, k_elements;  // where k and v start within qkv
 };
 
 template <typename T>
@@ -45,9 +46,9 @@ LayerSlots AddLayer(ArenaBuilder<T>& b, const LayerWeights& l) {
   LayerSlots s;
   s.input_norm = b.Add({&l.input_layernorm});
   s.post_norm = b.Add({&l.post_attention_layernorm});
-  s.q = b.Add({&l.self_attn.q_proj});
-  s.k = b.Add({&l.self_attn.k_proj});
-  s.v = b.Add({&l.self_attn.v_proj});
+  s.qkv = b.Add({&l.self_attn.q_proj, &l.self_attn.k_proj, &l.self_attn.v_proj});
+  s.q_elements = l.self_attn.q_proj.size();
+  s.k_elements = l.self_attn.k_proj.size();
   s.o = b.Add({&l.self_attn.o_proj});
   s.gate_up = b.Add({&l.mlp.gate_proj, &l.mlp.up_proj});
   s.down = b.Add({&l.mlp.down_proj});
@@ -104,9 +105,10 @@ absl::StatusOr<std::unique_ptr<DeviceWeights<T>>> DeviceWeights<T>::Upload(
     DeviceLayer<T> d;
     d.input_norm = at(s.input_norm);
     d.post_norm = at(s.post_norm);
-    d.q = at(s.q);
-    d.k = at(s.k);
-    d.v = at(s.v);
+    d.qkv = at(s.qkv);
+    d.q = d.qkv;
+    d.k = d.q + s.q_elements;
+    d.v = d.k + s.k_elements;
     d.o = at(s.o);
     d.gate_up = at(s.gate_up);
     d.down = at(s.down);

@@ -21,9 +21,14 @@ template <typename T>
 struct DeviceLayer {
   const T* input_norm = nullptr;  // [d]
   const T* post_norm = nullptr;   // [d]
-  const T* q = nullptr;           // [H*dh][d]
-  const T* k = nullptr;           // [kv_heads*dh][d]
-  const T* v = nullptr;
+  // q, k and v are stacked in one [H*dh + 2*kv_heads*dh][d] matrix, q rows
+  // first: the fused decode GEMV reads it in one launch
+  // (CudaBackendOptions::decode_fused_gemv), the cuBLAS path reads the three
+  // sub-matrices. No extra device bytes: the same weights, adjacent.
+  const T* qkv = nullptr;
+  const T* q = nullptr;           // [H*dh][d], = qkv
+  const T* k = nullptr;           // [kv_heads*dh][d], right after q
+  const T* v = nullptr;           // right after k
   const T* o = nullptr;           // [d][d]
   const T* gate_up = nullptr;     // [2F][d]
   const T* down = nullptr;        // [d][F]

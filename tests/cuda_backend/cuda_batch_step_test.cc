@@ -339,9 +339,16 @@ TEST_CASE("cuda: batched_step_rows gives each session the logits and retrievals 
   const ModelConfig config = testing::Chunk64Config();
   const ModelWeights weights = testing::RandomWeights(config, 64);
   const int64_t k = config.enc_chunk_size;  // 63 real tokens per chunk
+  // decode_fused_gemv on both sides too: the 5- and 6-row decode steps
+  // then run the fused decode GEMVs over the step's rows (at most 8), the
+  // slices over their 1 or 2 (engine/cuda/fused_decode_ops.h); each row's
+  // arithmetic is the same either way.
+  for (const bool fused : {false, true})
   for (CudaPrecision precision : {CudaPrecision::kFp32, CudaPrecision::kBf16}) {
-    INFO("precision " << CudaPrecisionName(precision));
-    auto [off, on] = MakeOffAndOn(config, weights, testing::PrecisionOptions(precision));
+    INFO("precision " << CudaPrecisionName(precision) << ", decode_fused_gemv " << fused);
+    CudaBackendOptions options = testing::PrecisionOptions(precision);
+    options.decode_fused_gemv = fused;
+    auto [off, on] = MakeOffAndOn(config, weights, options);
     // The sessions of the slice-by-slice test above: prefill pieces, decode
     // tokens mid-chunk and on a boundary, one that retrieves and closes a
     // chunk with its token.
@@ -367,7 +374,7 @@ TEST_CASE("cuda: batched_step_rows gives each session the logits and retrievals 
       StepThreeWays(*off, *on, triples, OneTokenEach(config, triples.size(), 100 + step * 10, 1),
                     decode);
     }
-    WARN("cuda " << CudaPrecisionName(precision)
+    WARN("cuda " << CudaPrecisionName(precision) << (fused ? " decode_fused_gemv" : "")
                  << " batched_step_rows vs slice by slice, worst relative difference: alone "
                  << mixed.alone << " / " << decode.alone << ", batched " << mixed.batched
                  << " / " << decode.batched << " (mixed step / decode steps)");

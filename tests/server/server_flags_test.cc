@@ -216,6 +216,13 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     REQUIRE(parsed.ok());
     CHECK(parsed->cuda_decode_graphs);
   }
+  SECTION("--cuda_decode_fused_gemv: off by default, on when given") {
+    CHECK_FALSE(config->cuda_decode_fused_gemv);
+    ScopedFlag on("cuda_decode_fused_gemv", "true");
+    auto parsed = ServerConfigFromFlags();
+    REQUIRE(parsed.ok());
+    CHECK(parsed->cuda_decode_fused_gemv);
+  }
   SECTION("an unknown device is refused with the choices") {
     ScopedFlag device("device", "gpu");
     auto refused = ServerConfigFromFlags();
