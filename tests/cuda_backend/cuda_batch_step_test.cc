@@ -341,8 +341,10 @@ TEST_CASE("cuda: batched_step_rows gives each session the logits and retrievals 
   const int64_t k = config.enc_chunk_size;  // 63 real tokens per chunk
   // decode_fused_gemv on both sides too: the 5- and 6-row decode steps
   // then run the fused decode GEMVs over the step's rows (at most 8), the
-  // slices over their 1 or 2 (engine/cuda/fused_decode_ops.h); each row's
-  // arithmetic is the same either way.
+  // slices over their 1 or 2 (engine/cuda/fused_decode_ops.h), each row's
+  // arithmetic the same either way; in the mixed step (303 rows) the
+  // batched side runs cuBLAS where the one-row slices run fused, a
+  // difference of summation order only, held to the same bounds.
   for (const bool fused : {false, true})
   for (CudaPrecision precision : {CudaPrecision::kFp32, CudaPrecision::kBf16}) {
     INFO("precision " << CudaPrecisionName(precision) << ", decode_fused_gemv " << fused);
