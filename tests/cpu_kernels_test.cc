@@ -445,7 +445,9 @@ TEST_CASE("WindowCache keeps the window in one stretch, and a small push right a
   // moves on as a push would (its rows are whatever the slots held).
   const int64_t capacity = 12, width = 3;
   const int64_t slack = drt::cpu::WindowCache::SlackRows(capacity);
-  REQUIRE(slack == 8);
+  REQUIRE(slack == 8);  // the row-by-row bound: a quarter of 12 would be less
+  CHECK(drt::cpu::WindowCache::SlackRows(128) == 32);     // a quarter
+  CHECK(drt::cpu::WindowCache::SlackRows(8192) == 256);   // capped
   drt::cpu::WindowCache cache(capacity, width);
   std::vector<float> all_keys, all_values;  // every row pushed, in order
   float next = 1.f;

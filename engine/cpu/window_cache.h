@@ -3,7 +3,7 @@
 // Attention at position i needs keys i-W..i, so W past positions suffice.
 //
 // The rows lie oldest first in one contiguous stretch of a buffer with room
-// for kSlackRows(capacity) rows more, so that attention reads them where they
+// for SlackRows(capacity) rows more, so that attention reads them where they
 // are: a push writes after the newest row, and only when the buffer's end is
 // reached are the rows kept moved to its start (capacity rows every slack
 // rows pushed, instead of copying the whole window out for every step). The
@@ -17,15 +17,18 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/cpu/kernels.h"
+
 namespace drt::cpu {
 
 class WindowCache {
  public:
-  // Rows of room beyond the window: a quarter of it, and at least 8 (the
-  // row-by-row window attention's slices, kRowByRowQueryRows, push at most
-  // that many rows before reading them in place).
+  // Rows of room beyond the window: a quarter of it, at most 256 (a large
+  // window would otherwise hold much memory for little: moving W rows every
+  // 256 pushed is already cheap), and at least kRowByRowQueryRows (the
+  // slices that read their keys in place push that many rows at most).
   static constexpr int64_t SlackRows(int64_t capacity) {
-    return std::max<int64_t>(8, capacity / 4);
+    return std::max<int64_t>(kRowByRowQueryRows, std::min<int64_t>(256, capacity / 4));
   }
 
   WindowCache(int64_t capacity, int64_t row_width)
