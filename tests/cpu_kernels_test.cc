@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/window_cache.h"
 
 namespace {
 
@@ -369,6 +370,12 @@ TEST_CASE("WindowAttention matches naive causal sliding-window ALiBi attention",
       {6, 3, 8, 90, 70, 16},      // non-power-of-two heads
       {2, 2, 32, 80, 65, 0},      // window 0: each query sees only itself
       {12, 12, 8, 600, 3, 512},   // paper's window and head count
+      // Blocks of at most kRowByRowQueryRows (8) rows go row by row, each row
+      // over exactly the keys it sees; 9 rows and more through the GEMM.
+      {4, 2, 8, 200, 5, 30},      // a small prefill piece after a long past, window clips
+      {4, 4, 16, 70, 8, 64},      // 8 rows: the largest row-by-row block
+      {4, 2, 8, 12, 9, 100},      // 9 rows: the smallest GEMM block
+      {4, 2, 8, 131, 67, 40},     // a full 64-row block, then a 3-row one row by row
   };
   uint32_t seed = 500;
   for (const Case& c : cases) {
@@ -411,8 +418,14 @@ TEST_CASE("WindowAttention over several slices computes each slice as alone, to 
   }
   std::vector<drt::cpu::WindowAttentionSlice> slices;
   for (size_t i = 0; i < cases.size(); ++i) {
-    slices.push_back({q[i].data(), cases[i].n, k[i].data(), v[i].data(), cases[i].num_keys,
-                      batched[i].data()});
+    drt::cpu::WindowAttentionSlice slice;
+    slice.q = q[i].data();
+    slice.n = cases[i].n;
+    slice.keys = k[i].data();
+    slice.values = v[i].data();
+    slice.num_keys = cases[i].num_keys;
+    slice.out = batched[i].data();
+    slices.push_back(slice);
   }
   drt::cpu::ThreadPool pool(2);
   drt::cpu::WindowAttention(slices, heads, kv_heads, dh, window, pool);
@@ -420,6 +433,65 @@ TEST_CASE("WindowAttention over several slices computes each slice as alone, to 
     INFO("slice " << i);
     REQUIRE(batched[i] == alone[i]);
   }
+}
+
+TEST_CASE("WindowCache keeps the window in one stretch, and a small push right after it",
+          "[kernels]") {
+  // Against a plain list of every row pushed: after each push (of sizes
+  // that fill the buffer's slack, move the rows to its start several times,
+  // and exceed the window), CopyOut gives the last `capacity` rows, and
+  // after a push of at most the slack, RecentKeys gives the window as it
+  // was before the push followed by the pushed rows, in one stretch. Skip
+  // moves on as a push would (its rows are whatever the slots held).
+  const int64_t capacity = 12, width = 3;
+  const int64_t slack = drt::cpu::WindowCache::SlackRows(capacity);
+  REQUIRE(slack == 8);  // the row-by-row bound: a quarter of 12 would be less
+  CHECK(drt::cpu::WindowCache::SlackRows(128) == 32);     // a quarter
+  CHECK(drt::cpu::WindowCache::SlackRows(8192) == 256);   // capped
+  drt::cpu::WindowCache cache(capacity, width);
+  std::vector<float> all_keys, all_values;  // every row pushed, in order
+  float next = 1.f;
+  const std::vector<int64_t> pushes = {1, 3, 8, 2, 1, 1, 5, 7, 8, 12, 1, 20, 4, 8, 8, 8, 1, 13};
+  for (size_t step = 0; step < pushes.size(); ++step) {
+    const int64_t n = pushes[step];
+    INFO("push " << step << " of " << n << " rows");
+    std::vector<float> keys(n * width), values(n * width);
+    for (int64_t i = 0; i < n * width; ++i) {
+      keys[i] = next;
+      values[i] = -next;
+      next += 1.f;
+    }
+    const int64_t before = cache.size();
+    const int64_t rows_before = static_cast<int64_t>(all_keys.size()) / width;
+    cache.Push(keys.data(), values.data(), n);
+    all_keys.insert(all_keys.end(), keys.begin(), keys.end());
+    all_values.insert(all_values.end(), values.begin(), values.end());
+    const int64_t total = rows_before + n;
+    REQUIRE(cache.size() == std::min(capacity, total));
+    std::vector<float> got_k(cache.size() * width), got_v(cache.size() * width);
+    cache.CopyOut(got_k.data(), got_v.data());
+    CHECK(std::equal(got_k.begin(), got_k.end(), all_keys.end() - cache.size() * width));
+    CHECK(std::equal(got_v.begin(), got_v.end(), all_values.end() - cache.size() * width));
+    if (n <= slack) {
+      const int64_t recent = before + n;
+      REQUIRE(cache.recent_rows() >= recent);
+      CHECK(std::equal(cache.RecentKeys(recent), cache.RecentKeys(recent) + recent * width,
+                       all_keys.end() - recent * width));
+      CHECK(std::equal(cache.RecentValues(recent), cache.RecentValues(recent) + recent * width,
+                       all_values.end() - recent * width));
+    }
+  }
+  // Skip: the window keeps its size and the rows pushed after it are the
+  // newest.
+  cache.Skip(5);
+  CHECK(cache.size() == capacity);
+  std::vector<float> last = {1000.f, 1001.f, 1002.f}, last_v = {-1.f, -2.f, -3.f};
+  cache.Push(last.data(), last_v.data(), 1);
+  std::vector<float> got_k(capacity * width), got_v(capacity * width);
+  cache.CopyOut(got_k.data(), got_v.data());
+  CHECK(std::equal(last.begin(), last.end(), got_k.end() - width));
+  // The rows before the skip that are still in the window: 12 - 5 - 1 = 6.
+  CHECK(std::equal(got_k.begin(), got_k.begin() + 6 * width, all_keys.end() - 6 * width));
 }
 
 TEST_CASE("WindowAttention ignores keys outside the window and in the future", "[kernels]") {
@@ -583,7 +655,9 @@ TEST_CASE("GroupedCrossAttention matches the off-by-one formula", "[kernels]") {
     // Blocks: (n, chunk indices into the pool). Chunks are shared between blocks.
     const std::vector<std::pair<int64_t, std::vector<int>>> spec = {
         {3, {2, 0}}, {1, {}}, {70, {1, 3, 4, 6, 0}}, {5, {5}}, {2, {}}, {1, {6, 2, 1}},
-        {0, {4}}};  // an empty run of rows must be harmless
+        {0, {4}},  // an empty run of rows must be harmless
+        // The row-by-row bound (kRowByRowQueryRows = 8) and the first GEMM run.
+        {8, {3, 5, 1}}, {9, {0, 6}}};
     std::vector<std::vector<float>> qs, outs, ws;
     std::vector<std::vector<const float*>> ks, vs;
     for (const auto& [n, idx] : spec) {

@@ -5,6 +5,12 @@
 // appends them. Prints one table row per N with the
 // median over --repeats runs; the last line per N ("step_bench_result ...")
 // is key=value for scripts.
+//
+// With --mixed_prefill_tokens it measures instead the steps a server forms
+// while a session generates and others ingest prompts (docs/batching.md,
+// "Decode time per token under prefill load"): one generating session's next
+// token together with p prompt tokens of each of --load_sessions other
+// sessions, all in one RunStep, for every p of the list (0: decode-only).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -52,6 +58,13 @@ ABSL_FLAG(std::string, cuda_chunk_store, "kv",
           "docs/cuda.md \"Chunk store of C\")");
 ABSL_FLAG(bool, sequential, true,
           "also measure the N sessions stepped one at a time (the engine before batching)");
+ABSL_FLAG(std::string, mixed_prefill_tokens, "",
+          "mixed-step mode (instead of --sessions): comma-separated prompt tokens p that each "
+          "load session ingests per step beside one generating session's token, e.g. "
+          "0,1,2,4,8,16,32,63; every session first holds --prompt_tokens tokens, each p runs "
+          "--generate steps per repeat, the p values interleaved within each repeat; the "
+          "decode-only step (p = 0) is always measured");
+ABSL_FLAG(int32_t, load_sessions, 1, "mixed-step mode: sessions that ingest p tokens per step");
 
 namespace {
 
@@ -135,6 +148,167 @@ std::string LoadAverage() {
   return text.substr(0, spaces == 3 ? end - 1 : end);
 }
 
+// Tokens a load session still has to send after each piece, as the server
+// passes them (StepEntry::tokens_following) while it streams a long Append.
+// A forward that holds a decode row runs every layer for all its slices, so
+// in the mixed steps this changes nothing; it is set as the server sets it.
+constexpr int64_t kAppendStillToCome = int64_t{1} << 20;
+
+// n random token ids, neither pad nor chunk.
+void RandomTokens(std::mt19937_64& rng, const drt::ModelConfig& config, std::vector<int32_t>& ids) {
+  for (int32_t& id : ids) {
+    do {
+      id = static_cast<int32_t>(rng() % config.vocab_size);
+    } while (id == config.pad_id || id == config.chunk_id);
+  }
+}
+
+// One mixed step's times, milliseconds, and whether a load session closed a
+// chunk in it (its encoder and landmark retrieval ran).
+struct MixedStepTime {
+  double wall_ms = 0;
+  double cpu_ms = 0;  // CPU time of the process inside RunStep (all engine threads)
+  bool closed_load_chunk = false;
+};
+
+// `steps` steps, each the generating session's next greedy token plus
+// `prefill` random prompt tokens of every load session, in one RunStep
+// (prefill 0: decode-only steps).
+std::vector<MixedStepTime> RunMixedSteps(drt::Backend& backend, drt::Session& generating,
+                                         absl::Span<std::unique_ptr<drt::Session>> load,
+                                         int prefill, int32_t steps, std::mt19937_64& rng) {
+  const drt::ModelConfig& config = backend.config();
+  drt::SamplingParams greedy;
+  greedy.temperature = 0.f;
+  drt::Sampler sampler(greedy);
+  std::vector<std::vector<int32_t>> pieces(load.size(), std::vector<int32_t>(prefill));
+  std::vector<drt::StepEntry> entries(prefill > 0 ? 1 + load.size() : 1);
+  std::vector<MixedStepTime> times;
+  times.reserve(steps);
+  int32_t next = 0;
+  for (int32_t t = 0; t < steps; ++t) {
+    auto token = generating.SampleNext(sampler);
+    if (!token.ok()) Die(std::string(token.status().message()));
+    next = token->token;
+    entries[0].session = &generating;
+    entries[0].tokens = absl::MakeConstSpan(&next, 1);
+    int64_t load_chunks_before = 0;
+    for (size_t i = 0; prefill > 0 && i < load.size(); ++i) {
+      RandomTokens(rng, config, pieces[i]);
+      entries[1 + i].session = load[i].get();
+      entries[1 + i].tokens = pieces[i];
+      entries[1 + i].tokens_following = kAppendStillToCome;
+      load_chunks_before += load[i]->num_chunks();
+    }
+    const auto wall_start = Clock::now();
+    const double cpu_start = ProcessCpuSeconds();
+    for (const absl::Status& s : drt::RunStep(backend, entries)) {
+      if (!s.ok()) Die(std::string(s.message()));
+    }
+    MixedStepTime time;
+    time.cpu_ms = 1e3 * (ProcessCpuSeconds() - cpu_start);
+    time.wall_ms = 1e3 * std::chrono::duration<double>(Clock::now() - wall_start).count();
+    int64_t load_chunks_after = 0;
+    for (size_t i = 0; prefill > 0 && i < load.size(); ++i) {
+      load_chunks_after += load[i]->num_chunks();
+    }
+    time.closed_load_chunk = load_chunks_after != load_chunks_before;
+    times.push_back(time);
+  }
+  return times;
+}
+
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+}
+
+// The mixed-step mode (--mixed_prefill_tokens): prints one row per p.
+void MeasureMixedSteps(drt::Backend& backend, const std::vector<int>& prefill_counts,
+                       int load_sessions, int64_t context_tokens, int32_t steps,
+                       int32_t repeats) {
+  const drt::ModelConfig& config = backend.config();
+  std::mt19937_64 rng(1);
+  // The generating session and the load sessions each hold a random prompt
+  // of context_tokens first, so that every slice reads a full window and
+  // retrieves from a chunk store of some size.
+  auto prefilled_session = [&]() {
+    std::vector<int32_t> prompt(context_tokens);
+    RandomTokens(rng, config, prompt);
+    auto session = drt::Session::Create(backend);
+    if (!session.ok()) Die(std::string(session.status().message()));
+    if (auto appended = (*session)->Append(prompt); !appended.ok()) {
+      Die(std::string(appended.status().message()));
+    }
+    return *std::move(session);
+  };
+  std::unique_ptr<drt::Session> generating = prefilled_session();
+  std::vector<std::unique_ptr<drt::Session>> load;
+  for (int i = 0; i < load_sessions; ++i) load.push_back(prefilled_session());
+
+  // Per p and repeat: the median and mean step (wall, CPU), the mean CPU of
+  // the steps in which a load session closed a chunk, and the median CPU
+  // over the decode-only step's of the same repeat.
+  struct Cell {
+    std::vector<double> wall_median, wall_mean, cpu_median, cpu_mean, closing_cpu_mean,
+        cpu_median_vs_decode, closing_share;
+  };
+  std::vector<Cell> cells(prefill_counts.size());
+  const std::string load_before = LoadAverage();
+  for (int32_t r = 0; r < repeats; ++r) {
+    double decode_cpu_median = 0;
+    for (size_t c = 0; c < prefill_counts.size(); ++c) {
+      const std::vector<MixedStepTime> times = RunMixedSteps(
+          backend, *generating, absl::MakeSpan(load), prefill_counts[c], steps, rng);
+      std::vector<double> wall, cpu, closing_cpu;
+      for (const MixedStepTime& t : times) {
+        wall.push_back(t.wall_ms);
+        cpu.push_back(t.cpu_ms);
+        if (t.closed_load_chunk) closing_cpu.push_back(t.cpu_ms);
+      }
+      Cell& cell = cells[c];
+      cell.wall_median.push_back(Median(wall));
+      cell.wall_mean.push_back(Mean(wall));
+      cell.cpu_median.push_back(Median(cpu));
+      cell.cpu_mean.push_back(Mean(cpu));
+      if (!closing_cpu.empty()) cell.closing_cpu_mean.push_back(Mean(closing_cpu));
+      cell.closing_share.push_back(static_cast<double>(closing_cpu.size()) / times.size());
+      if (prefill_counts[c] == 0) decode_cpu_median = Median(cpu);
+      cell.cpu_median_vs_decode.push_back(Median(cpu) / decode_cpu_median);
+    }
+  }
+  auto median = [](const std::vector<double>& v) { return v.empty() ? 0.0 : Median(v); };
+  std::printf("model %s, backend %s, mixed steps: 1 generating session + %d load session(s) "
+              "of p prompt tokens each, all holding %lld tokens first; %d steps per p, median "
+              "of %d repeats\n",
+              absl::GetFlag(FLAGS_model).c_str(), backend.name().c_str(), load_sessions,
+              static_cast<long long>(context_tokens), steps, repeats);
+  std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverage().c_str());
+  std::printf("step times in ms; cpu: CPU time of the process inside RunStep; closing: steps in "
+              "which a load session closed a chunk (encoder + landmark)\n");
+  std::printf("%4s | %9s %9s | %9s %9s | %11s | %8s %12s | %13s\n", "p", "wall med",
+              "wall mean", "cpu med", "cpu mean", "cpu med / p=0", "closing", "closing cpu",
+              "prefill tok/s");
+  for (size_t c = 0; c < prefill_counts.size(); ++c) {
+    const Cell& m = cells[c];
+    const double prefill_rate = static_cast<double>(prefill_counts[c]) * load_sessions /
+                                (1e-3 * median(m.wall_mean));
+    std::printf("%4d | %9.3f %9.3f | %9.3f %9.3f | %13.2f | %7.0f%% %12.3f | %13.0f\n",
+                prefill_counts[c], median(m.wall_median), median(m.wall_mean),
+                median(m.cpu_median), median(m.cpu_mean), median(m.cpu_median_vs_decode),
+                100.0 * median(m.closing_share), median(m.closing_cpu_mean), prefill_rate);
+  }
+  for (size_t c = 0; c < prefill_counts.size(); ++c) {
+    const Cell& m = cells[c];
+    std::printf("step_bench_mixed prefill=%d load_sessions=%d wall_ms_median=%.4f "
+                "wall_ms_mean=%.4f cpu_ms_median=%.4f cpu_ms_mean=%.4f "
+                "cpu_median_vs_decode_only=%.3f\n",
+                prefill_counts[c], load_sessions, median(m.wall_median), median(m.wall_mean),
+                median(m.cpu_median), median(m.cpu_mean), median(m.cpu_median_vs_decode));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,6 +366,22 @@ int main(int argc, char** argv) {
   auto made = drt::MakeBackend(config, (*model)->weights(), options);
   if (!made.ok()) Die(std::string(made.status().message()));
   std::unique_ptr<drt::Backend> backend = *std::move(made);
+
+  if (const std::string mixed = absl::GetFlag(FLAGS_mixed_prefill_tokens); !mixed.empty()) {
+    // The decode-only step first: every ratio is taken against it.
+    std::vector<int> prefill_counts = {0};
+    for (absl::string_view part : absl::StrSplit(mixed, ',')) {
+      int p = 0;
+      if (!absl::SimpleAtoi(part, &p) || p < 0) {
+        Die("--mixed_prefill_tokens: a list of prompt token counts >= 0, got \"" + mixed + "\"");
+      }
+      if (p > 0) prefill_counts.push_back(p);
+    }
+    const int load_sessions = absl::GetFlag(FLAGS_load_sessions);
+    if (load_sessions < 1) Die("--load_sessions must be positive");
+    MeasureMixedSteps(*backend, prefill_counts, load_sessions, prompt_tokens, generate, repeats);
+    return 0;
+  }
 
   // max(N) sessions, each with its own random prompt, prefilled once; a run
   // with N sessions steps the first N. (Forks of one session would pay the

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/str_format.h"
 #include "engine/cpu/chunk_kv.h"
 #include "engine/cpu/retrieval.h"
 #include "engine/model_rules.h"
@@ -76,25 +77,54 @@ absl::Status CpuStep::Attention(const StepPlan& plan, DecoderLayerId layer_id) {
   Linear(x_.data(), n, d, layer.self_attn.k_proj.data(), kv_width, k_new_.data(), pool_);
   Linear(x_.data(), n, d, layer.self_attn.v_proj.data(), kv_width, v_new_.data(), pool_);
   // Each slice's queries see its own session's window, then its own new
-  // rows: gathered into one buffer per group of slices, attended in one
-  // parallel loop, then pushed into the windows.
+  // rows. A slice of few rows (a decode row, a small prefill piece) pushes
+  // its rows into its window first and reads window and rows where they lie
+  // (WindowCache::RecentKeys: one stretch, as the GEMM path would have
+  // gathered them); a larger slice's window is gathered with its new rows
+  // into one buffer, a group of slices at a time, and pushed after.
   const int64_t d_kv = kv_width;
-  for (size_t s0 = 0; s0 < plan.slices.size();) {
-    size_t s1 = s0;
+  attention_slices_.clear();
+  gathered_slices_.clear();
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    const SlicePlan& slice = plan.slices[s];
+    if (slice.num_rows > kRowByRowQueryRows) {
+      gathered_slices_.push_back(s);
+      continue;
+    }
+    WindowCache& window = SessionOf(slice).windows_[layer_id.index];
+    const int64_t num_keys = window.size() + slice.num_rows;
+    window.Push(k_new_.data() + slice.first_row * d_kv, v_new_.data() + slice.first_row * d_kv,
+                slice.num_rows);
+    if (window.recent_rows() < num_keys) {
+      return absl::InternalError(absl::StrFormat(
+          "window of layer %d keeps %d rows in one stretch, attention needs %d",
+          layer_id.index, window.recent_rows(), num_keys));
+    }
+    WindowAttentionSlice a;
+    a.q = q_.data() + slice.first_row * d;
+    a.n = slice.num_rows;
+    a.keys = window.RecentKeys(num_keys);
+    a.values = window.RecentValues(num_keys);
+    a.num_keys = num_keys;
+    a.out = attn_.data() + slice.first_row * d;
+    attention_slices_.push_back(a);
+  }
+  for (size_t g0 = 0; g0 < gathered_slices_.size() || !attention_slices_.empty();) {
+    size_t g1 = g0;
     int64_t gathered = 0;
     key_offsets_.clear();
-    while (s1 < plan.slices.size()) {
-      const SlicePlan& slice = plan.slices[s1];
+    while (g1 < gathered_slices_.size()) {
+      const SlicePlan& slice = plan.slices[gathered_slices_[g1]];
       const int64_t rows = SessionOf(slice).windows_[layer_id.index].size() + slice.num_rows;
-      if (s1 > s0 && gathered + rows > kMaxGatheredKeyRows) break;
+      if (g1 > g0 && gathered + rows > kMaxGatheredKeyRows) break;
       key_offsets_.push_back(gathered);
       gathered += rows;
-      ++s1;
+      ++g1;
     }
     window_keys_.resize(gathered * d_kv);
     window_values_.resize(gathered * d_kv);
-    pool_.ParallelFor(static_cast<int64_t>(s1 - s0), [&](int64_t i) {
-      const SlicePlan& slice = plan.slices[s0 + i];
+    pool_.ParallelFor(static_cast<int64_t>(g1 - g0), [&](int64_t i) {
+      const SlicePlan& slice = plan.slices[gathered_slices_[g0 + i]];
       const WindowCache& window = SessionOf(slice).windows_[layer_id.index];
       float* keys = window_keys_.data() + key_offsets_[i] * d_kv;
       float* values = window_values_.data() + key_offsets_[i] * d_kv;
@@ -105,9 +135,8 @@ absl::Status CpuStep::Attention(const StepPlan& plan, DecoderLayerId layer_id) {
       std::memcpy(values + past * d_kv, v_new_.data() + slice.first_row * d_kv,
                   slice.num_rows * d_kv * sizeof(float));
     });
-    attention_slices_.clear();
-    for (size_t i = 0; i < s1 - s0; ++i) {
-      const SlicePlan& slice = plan.slices[s0 + i];
+    for (size_t i = 0; i < g1 - g0; ++i) {
+      const SlicePlan& slice = plan.slices[gathered_slices_[g0 + i]];
       WindowAttentionSlice a;
       a.q = q_.data() + slice.first_row * d;
       a.n = slice.num_rows;
@@ -117,15 +146,17 @@ absl::Status CpuStep::Attention(const StepPlan& plan, DecoderLayerId layer_id) {
       a.out = attn_.data() + slice.first_row * d;
       attention_slices_.push_back(a);
     }
+    // The slices read in place go with the first group.
     WindowAttention(attention_slices_, config_.num_attention_heads, config_.num_key_value_heads,
                     config_.head_dim(), config_.slide_window, pool_);
-    pool_.ParallelFor(static_cast<int64_t>(s1 - s0), [&](int64_t i) {
-      const SlicePlan& slice = plan.slices[s0 + i];
+    attention_slices_.clear();
+    pool_.ParallelFor(static_cast<int64_t>(g1 - g0), [&](int64_t i) {
+      const SlicePlan& slice = plan.slices[gathered_slices_[g0 + i]];
       SessionOf(slice).windows_[layer_id.index].Push(k_new_.data() + slice.first_row * d_kv,
                                                     v_new_.data() + slice.first_row * d_kv,
                                                     slice.num_rows);
     });
-    s0 = s1;
+    g0 = g1;
   }
   Linear(attn_.data(), n, d, layer.self_attn.o_proj.data(), d, x_.data(), pool_);
   AddInPlace(h_.data(), x_.data(), n * d);

@@ -78,10 +78,13 @@ class CpuStep final : public ForwardOps {
   EncodedChunks& encoded_;
   // Selections made in this step: [slice][group][landmark of the slice].
   std::vector<std::vector<std::vector<Retrieval>>> made_;
-  // The window attention of a group of slices: where each slice's keys
-  // start in window_keys_, and the kernel's inputs.
+  // The window attention of a group of slices: where each gathered slice's
+  // keys start in window_keys_, and the kernel's inputs.
   std::vector<int64_t> key_offsets_;
   std::vector<WindowAttentionSlice> attention_slices_;
+  // The slices of more than kRowByRowQueryRows rows, whose windows are
+  // gathered.
+  std::vector<size_t> gathered_slices_;
   // The GCA runs of the group being run, over all slices.
   struct RunChunks {
     std::vector<const float*> k, v;

@@ -152,7 +152,13 @@ float AlibiSlope(int64_t h, int64_t num_heads) {
 void WindowAttention(const float* q, int64_t n, const float* keys, const float* values,
                      int64_t num_keys, int64_t num_heads, int64_t kv_heads, int64_t head_dim,
                      int64_t window, float* out, ThreadPool& pool) {
-  const WindowAttentionSlice slice{q, n, keys, values, num_keys, out};
+  WindowAttentionSlice slice;
+  slice.q = q;
+  slice.n = n;
+  slice.keys = keys;
+  slice.values = values;
+  slice.num_keys = num_keys;
+  slice.out = out;
   WindowAttention(absl::MakeConstSpan(&slice, 1), num_heads, kv_heads, head_dim, window, pool);
 }
 
@@ -177,8 +183,6 @@ void WindowAttention(absl::Span<const WindowAttentionSlice> slices, int64_t num_
     const int64_t task = global_task - first_task[s];
     const int64_t n = slice.n;
     const float* q = slice.q;
-    const float* keys = slice.keys;
-    const float* values = slice.values;
     float* out = slice.out;
     const int64_t first_query_key = slice.num_keys - n;
     const int64_t block = task / num_heads;
@@ -188,22 +192,37 @@ void WindowAttention(absl::Span<const WindowAttentionSlice> slices, int64_t num_
     const int64_t i0 = block * kQueryBlock;
     const int64_t i1 = std::min(n, i0 + kQueryBlock);
     const int64_t rows = i1 - i0;
-    // Keys seen by any query of the block.
+    const float* keys = slice.keys;
+    const float* values = slice.values;
+    if (rows <= kRowByRowQueryRows) {
+      // Row by row: matrix-vector products over exactly the keys each row
+      // sees (for one row, what the GEMM below would compute, without
+      // packing its operands).
+      std::vector<float> scores(std::min(window + 1, slice.num_keys));
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t pos = first_query_key + i0 + r;
+        const int64_t lo = std::max<int64_t>(0, pos - window);
+        const int64_t cols = pos - lo + 1;
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, cols, head_dim, scale,
+                    keys + lo * kv_stride + kvh * head_dim, kv_stride,
+                    q + (i0 + r) * q_stride + h * head_dim, 1, 0.f, scores.data(), 1);
+        for (int64_t c = 0; c < cols; ++c) scores[c] -= slope * static_cast<float>(pos - lo - c);
+        SoftmaxRow(scores.data(), cols);
+        cblas_sgemv(CblasRowMajor, CblasTrans, cols, head_dim, 1.f,
+                    values + lo * kv_stride + kvh * head_dim, kv_stride, scores.data(), 1, 0.f,
+                    out + (i0 + r) * q_stride + h * head_dim, 1);
+      }
+      return;
+    }
+    // A block of more rows: one GEMM over the keys any of its rows sees,
+    // masked per row.
     const int64_t k0 = std::max<int64_t>(0, first_query_key + i0 - window);
     const int64_t k1 = first_query_key + i1;  // exclusive
     const int64_t cols = k1 - k0;
     std::vector<float> scores(rows * cols);
-    // One query row (decode): matrix-vector products; sgemm would spend more
-    // time packing its operands than multiplying them.
-    if (rows == 1) {
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, cols, head_dim, scale,
-                  keys + k0 * kv_stride + kvh * head_dim, kv_stride, q + i0 * q_stride + h * head_dim,
-                  1, 0.f, scores.data(), 1);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, head_dim, scale,
-                  q + i0 * q_stride + h * head_dim, q_stride,
-                  keys + k0 * kv_stride + kvh * head_dim, kv_stride, 0.f, scores.data(), cols);
-    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, head_dim, scale,
+                q + i0 * q_stride + h * head_dim, q_stride, keys + k0 * kv_stride + kvh * head_dim,
+                kv_stride, 0.f, scores.data(), cols);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t pos = first_query_key + i0 + r;
       float* row = scores.data() + r * cols;
@@ -215,15 +234,9 @@ void WindowAttention(absl::Span<const WindowAttentionSlice> slices, int64_t num_
       for (int64_t c = lo; c <= hi; ++c) row[c] -= slope * static_cast<float>(pos - k0 - c);
       SoftmaxRow(row + lo, hi - lo + 1);
     }
-    if (rows == 1) {
-      cblas_sgemv(CblasRowMajor, CblasTrans, cols, head_dim, 1.f,
-                  values + k0 * kv_stride + kvh * head_dim, kv_stride, scores.data(), 1, 0.f,
-                  out + i0 * q_stride + h * head_dim, 1);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, cols, 1.f,
-                  scores.data(), cols, values + k0 * kv_stride + kvh * head_dim, kv_stride, 0.f,
-                  out + i0 * q_stride + h * head_dim, q_stride);
-    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, cols, 1.f,
+                scores.data(), cols, values + k0 * kv_stride + kvh * head_dim, kv_stride, 0.f,
+                out + i0 * q_stride + h * head_dim, q_stride);
   });
 }
 
@@ -292,28 +305,31 @@ void GroupedCrossAttention(absl::Span<const GcaBlock> blocks, int64_t rows_per_c
     }
     std::vector<float> scores(n * rows_per_chunk);
     for (int64_t c = 0; c < block.num_chunks; ++c) {
-      // One query row (decode): matrix-vector products, which need no
-      // packing of the operands.
-      if (n == 1) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, rows_per_chunk, head_dim, scale,
-                    block.chunk_k[c] + h * head_dim, stride, block.q + h * head_dim, 1, 0.f,
-                    scores.data(), 1);
-      } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows_per_chunk, head_dim, scale,
-                    block.q + h * head_dim, stride, block.chunk_k[c] + h * head_dim, stride, 0.f,
-                    scores.data(), rows_per_chunk);
+      if (n <= kRowByRowQueryRows) {
+        // A few rows (decode rows, small prefill pieces): matrix-vector
+        // products row by row, which need no packing of the operands; the
+        // chunk's keys and values stay in cache from one row to the next.
+        for (int64_t r = 0; r < n; ++r) {
+          float* row_scores = scores.data() + r * rows_per_chunk;
+          cblas_sgemv(CblasRowMajor, CblasNoTrans, rows_per_chunk, head_dim, scale,
+                      block.chunk_k[c] + h * head_dim, stride, block.q + r * stride + h * head_dim,
+                      1, 0.f, row_scores, 1);
+          SoftmaxRow(row_scores, rows_per_chunk);
+          // out += w_c * P V_c
+          cblas_sgemv(CblasRowMajor, CblasTrans, rows_per_chunk, head_dim, block.weights[c],
+                      block.chunk_v[c] + h * head_dim, stride, row_scores, 1, 1.f,
+                      block.out + r * stride + h * head_dim, 1);
+        }
+        continue;
       }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows_per_chunk, head_dim, scale,
+                  block.q + h * head_dim, stride, block.chunk_k[c] + h * head_dim, stride, 0.f,
+                  scores.data(), rows_per_chunk);
       for (int64_t r = 0; r < n; ++r) SoftmaxRow(scores.data() + r * rows_per_chunk, rows_per_chunk);
       // out += w_c * P V_c
-      if (n == 1) {
-        cblas_sgemv(CblasRowMajor, CblasTrans, rows_per_chunk, head_dim, block.weights[c],
-                    block.chunk_v[c] + h * head_dim, stride, scores.data(), 1, 1.f,
-                    block.out + h * head_dim, 1);
-      } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, head_dim, rows_per_chunk,
-                    block.weights[c], scores.data(), rows_per_chunk,
-                    block.chunk_v[c] + h * head_dim, stride, 1.f, block.out + h * head_dim, stride);
-      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, head_dim, rows_per_chunk,
+                  block.weights[c], scores.data(), rows_per_chunk, block.chunk_v[c] + h * head_dim,
+                  stride, 1.f, block.out + h * head_dim, stride);
     }
   });
 }

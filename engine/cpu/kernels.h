@@ -44,6 +44,14 @@ void WindowAttention(const float* q, int64_t n, const float* keys, const float* 
                      int64_t num_keys, int64_t num_heads, int64_t kv_heads, int64_t head_dim,
                      int64_t window, float* out, ThreadPool& pool);
 
+// Query rows up to which window attention (per block of query rows) and GCA
+// (per run) take each row through matrix-vector products of its own, over
+// exactly the keys it sees, instead of one GEMM for the block: for a few rows
+// a GEMM spends more time packing its operands than multiplying them
+// (docs/batching.md, "What a mixed step costs"). A row computed this way
+// gives the same floats whatever rows it is computed with.
+constexpr int64_t kRowByRowQueryRows = 8;
+
 // The same attention for several independent slices in one parallel loop
 // (the slices of a batched step, each over its own session's window): each
 // slice is computed exactly as WindowAttention computes it alone.
