@@ -1,6 +1,7 @@
 #include "engine/session_state.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -58,6 +59,16 @@ absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& 
                               state.num_tokens == 0 ? 0 : c.vocab_size);
       !s.ok()) {
     return s;
+  }
+  // The next token is sampled from these; a NaN or infinity (damaged or
+  // hand-made state: a forward that made one fails its sampling step) would
+  // make sampling fail later, or, unchecked, pick an arbitrary token.
+  for (size_t i = 0; i < state.last_logits.size(); ++i) {
+    if (!std::isfinite(state.last_logits[i])) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "last_logits[%d] is %s; a state's logits must be finite", i,
+          std::isnan(state.last_logits[i]) ? "NaN" : state.last_logits[i] > 0 ? "+inf" : "-inf"));
+    }
   }
   if (static_cast<int64_t>(b.windows.size()) != NumDecoderLayers(c)) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -51,8 +51,9 @@ struct SessionState {
 };
 
 // Checks a state against the model it is to be loaded into: every size,
-// position = num_tokens + one landmark per enc_chunk_size tokens, selections
-// naming only closed chunks. INVALID_ARGUMENT naming the first mismatch.
+// position = num_tokens + one landmark per enc_chunk_size tokens, finite
+// last logits, selections naming only closed chunks. INVALID_ARGUMENT naming
+// the first mismatch.
 absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& config);
 absl::Status ValidateChunkData(const ChunkData& chunk, const ModelConfig& config);
 // What a backend's ImportState checks of `state` and the `num_chunks` closed

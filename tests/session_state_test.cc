@@ -1,7 +1,9 @@
 // Export and restore of one session's complete state (engine/session_state.h):
 // a restored session continues with bit-identical logits and tokens, and bad
 // states are refused by name without changing anything.
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -197,6 +199,28 @@ TEST_CASE("damaged or foreign states are refused by name", "[session_state]") {
     state->num_tokens += 1;
     REQUIRE_THAT(std::string(ValidateSessionState(*state, f.config).message()),
                  Contains("does not match"));
+  }
+  SECTION("non-finite last logits (the sampler would pick an arbitrary token)") {
+    auto state = DecodeSessionState(f.exported.small, f.config);
+    REQUIRE(state.ok());
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      SessionState damaged = *state;
+      damaged.last_logits[3] = bad;
+      const std::string want = std::isnan(bad) ? "last_logits[3] is NaN"
+                               : bad > 0       ? "last_logits[3] is +inf"
+                                               : "last_logits[3] is -inf";
+      INFO(want);
+      REQUIRE_THAT(std::string(ValidateSessionState(damaged, f.config).message()), Contains(want));
+      // Refused when read back from bytes, and by Session::Restore.
+      auto decoded = DecodeSessionState(EncodeSessionState(damaged, f.config), f.config);
+      REQUIRE(decoded.status().code() == absl::StatusCode::kInvalidArgument);
+      REQUIRE_THAT(std::string(decoded.status().message()), Contains(want));
+      auto restored = Session::Restore(*f.backend, damaged, [&](int64_t c, ChunkData& out) {
+        return DecodeChunk(f.exported.chunks.at(c), f.config, out);
+      });
+      REQUIRE_THAT(std::string(restored.status().message()), Contains(want));
+    }
   }
   SECTION("selection naming a chunk that does not exist") {
     auto state = DecodeSessionState(f.exported.small, f.config);
