@@ -74,27 +74,31 @@ size_t UnsettledFrom(std::string_view text, const std::vector<Span>& whole,
   return unsettled;
 }
 
-// Cuts to try, largest first, before `limit`.
-std::vector<size_t> Candidates(std::string_view text, const std::vector<Span>& whole, size_t limit,
-                               bool add_prefix_space) {
-  std::vector<size_t> cuts;
-  for (const Span& span : whole) {
-    if (span.begin >= limit) break;
-    if (span.begin > 0) cuts.push_back(span.begin);
-    if (span.added_id >= 0) continue;
-    for (size_t c = span.begin + 1; c < std::min(span.end, limit); ++c) {
-      const bool space = add_prefix_space ? text[c] == ' ' : IsAsciiSpace(text[c]);
-      if (space && IsAsciiVisible(text[c - 1])) cuts.push_back(c);
-    }
-  }
-  std::reverse(cuts.begin(), cuts.end());
-  return cuts;
-}
-
 // Candidates checked before giving up until more text comes: a failed check
 // needs a rare single_word arrangement, so the next candidate nearly always
 // passes; the bound keeps a Push linear in the text held back.
-constexpr int kMaxCutsChecked = 4;
+constexpr size_t kMaxCutsChecked = 4;
+
+// The largest kMaxCutsChecked cuts before `limit`, largest first.
+std::vector<size_t> Candidates(std::string_view text, const std::vector<Span>& whole, size_t limit,
+                               bool add_prefix_space) {
+  std::vector<size_t> cuts;
+  for (auto span = whole.rbegin(); span != whole.rend() && cuts.size() < kMaxCutsChecked; ++span) {
+    if (span->begin >= limit) continue;
+    if (span->added_id < 0) {
+      for (size_t c = std::min(span->end, limit); c-- > span->begin + 1;) {
+        const bool space = add_prefix_space ? text[c] == ' ' : IsAsciiSpace(text[c]);
+        if (space && IsAsciiVisible(text[c - 1])) {
+          cuts.push_back(c);
+          if (cuts.size() == kMaxCutsChecked) return cuts;
+        }
+      }
+    }
+    if (span->begin > 0) cuts.push_back(span->begin);
+  }
+  if (cuts.size() > kMaxCutsChecked) cuts.resize(kMaxCutsChecked);
+  return cuts;
+}
 
 }  // namespace
 
@@ -104,8 +108,8 @@ size_t FindStreamCut(std::string_view text, const AddedTokenSplitter& added_toke
   const std::vector<Span> whole = Spans(text, added_tokens.Split(text), 0);
   const size_t limit = UnsettledFrom(text, whole, added_tokens);
   const std::vector<size_t> cuts = Candidates(text, whole, limit, add_prefix_space);
-  for (size_t i = 0; i < cuts.size() && i < kMaxCutsChecked; ++i) {
-    if (SplitsAlikeAt(text, cuts[i], whole, added_tokens)) return cuts[i];
+  for (size_t cut : cuts) {
+    if (SplitsAlikeAt(text, cut, whole, added_tokens)) return cut;
   }
   return 0;
 }
