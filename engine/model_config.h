@@ -27,6 +27,11 @@ struct ModelConfig {
   int64_t chunk_id = 0;             // landmark token id
   int64_t pad_id = 0;
   bool tie_word_embeddings = true;
+  // Not a config.json key: CRC-32C of config.json and model.safetensors,
+  // set by LoadModelDir (engine/model_fingerprint.h); 0 for a config made
+  // otherwise. Session states carry it, so a state is refused by another
+  // model of the same shape (docs/state_format.md, "Model fingerprint").
+  uint32_t model_fingerprint = 0;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t num_lower_layers() const { return decoder_layers.empty() ? 0 : decoder_layers[0]; }

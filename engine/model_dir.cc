@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/model_fingerprint.h"
 
 namespace drt {
 namespace {
@@ -108,6 +109,11 @@ absl::StatusOr<LoadedModel> LoadModelDir(const std::string& dir) {
   if (!config.ok()) return config.status();
   absl::StatusOr<ModelWeights> weights = LoadModelWeights(files->weights_path, *config);
   if (!weights.ok()) return weights.status();
+  // After the weights: their loader has named any problem with the file.
+  absl::StatusOr<uint32_t> fingerprint =
+      ComputeModelFingerprint(files->config_path, files->weights_path);
+  if (!fingerprint.ok()) return fingerprint.status();
+  config->model_fingerprint = *fingerprint;
   return LoadedModel{*std::move(files), *std::move(config), *std::move(weights)};
 }
 

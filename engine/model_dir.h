@@ -30,7 +30,8 @@ struct LoadedModel {
   ModelWeights weights;
 };
 
-// FindModelFiles, then the config, then the weights checked against it.
+// FindModelFiles, then the config, then the weights checked against it,
+// then the model's fingerprint (config.model_fingerprint).
 absl::StatusOr<LoadedModel> LoadModelDir(const std::string& dir);
 
 }  // namespace drt

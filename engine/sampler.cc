@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -25,7 +26,28 @@ absl::Status ValidateSamplingParams(const SamplingParams& params) {
   return absl::OkStatus();
 }
 
-int32_t Sampler::Sample(absl::Span<const float> logits) {
+absl::Status CheckSamplableLogits(absl::Span<const float> logits) {
+  if (logits.empty()) return absl::InvalidArgumentError("no logits to sample from");
+  bool any_finite = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float l = logits[i];
+    if (std::isnan(l) || l == std::numeric_limits<float>::infinity()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit %d of %d is %s; sampling needs finite logits (-inf marks a token that cannot "
+          "be chosen)",
+          i, logits.size(), std::isnan(l) ? "NaN" : "+inf"));
+    }
+    any_finite = any_finite || std::isfinite(l);
+  }
+  if (!any_finite) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "all %d logits are -inf: no token can be chosen", logits.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits) {
+  if (absl::Status s = CheckSamplableLogits(logits); !s.ok()) return s;
   const int32_t n = static_cast<int32_t>(logits.size());
   if (params_.temperature == 0.f) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -64,11 +86,21 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
     acc += probs[i];
     if (u < acc) return order[i];
   }
-  return order[keep - 1];
+  // Unreachable (acc ends at total > u, summed in the same order), but
+  // never hand out a token of probability zero (a -inf logit).
+  int32_t last = keep - 1;
+  while (last > 0 && probs[last] == 0.0) --last;
+  return order[last];
 }
 
-float Sampler::LogProb(absl::Span<const float> logits, int32_t index) {
-  const float best = *std::max_element(logits.begin(), logits.end());
+absl::StatusOr<float> Sampler::LogProb(absl::Span<const float> logits, int32_t index) {
+  if (absl::Status s = CheckSamplableLogits(logits); !s.ok()) return s;
+  if (index < 0 || static_cast<size_t>(index) >= logits.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("log-probability of token %d asked; there are %d logits", index,
+                        logits.size()));
+  }
+  const float best = *std::max_element(logits.begin(), logits.end());  // finite
   double sum = 0.0;
   for (float l : logits) sum += std::exp(static_cast<double>(l) - best);
   return static_cast<float>(logits[index] - best - std::log(sum));

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 namespace drt {
@@ -20,13 +21,24 @@ struct SamplingParams {
 // INVALID_ARGUMENT naming the bad field.
 absl::Status ValidateSamplingParams(const SamplingParams& params);
 
+// Logits the sampler accepts: finite values and -inf (a token that cannot be
+// chosen, as Session masks the landmark and pad ids), at least one of them
+// finite. NaN or +inf (a forward pass that overflowed, or damaged input)
+// orders nothing, so it is refused: INVALID_ARGUMENT naming the first such
+// logit, or saying that every logit is -inf (docs/engine.md, "Sampling").
+absl::Status CheckSamplableLogits(absl::Span<const float> logits);
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
-  // Index of the chosen logit; ties in greedy go to the lowest index.
-  int32_t Sample(absl::Span<const float> logits);
-  // log-softmax of logits at `index`, at temperature 1.
-  static float LogProb(absl::Span<const float> logits, int32_t index);
+  // Index of the chosen logit; ties in greedy go to the lowest index; a -inf
+  // logit is never chosen. CheckSamplableLogits's error, drawing nothing,
+  // for logits it refuses.
+  absl::StatusOr<int32_t> Sample(absl::Span<const float> logits);
+  // log-softmax of logits at `index`, at temperature 1 (-inf for a -inf
+  // logit). CheckSamplableLogits's error for logits it refuses, and
+  // INVALID_ARGUMENT for an index outside them.
+  static absl::StatusOr<float> LogProb(absl::Span<const float> logits, int32_t index);
 
  private:
   SamplingParams params_;

@@ -145,15 +145,25 @@ absl::StatusOr<Session::GeneratedToken> Session::SampleNext(Sampler& sampler) co
   if (last_logits_.empty()) {
     return absl::FailedPreconditionError("the session holds no tokens yet: append a prompt first");
   }
-  int32_t token = sampler.Sample(last_logits_);
+  // Logits are checked here, not after each forward: a NaN or +inf (which
+  // finite weights, checked at load, make only by overflow) fails the step
+  // that would sample from it, naming the logit (docs/engine.md, "Sampling").
+  auto token = sampler.Sample(last_logits_);
   // The model may score the engine's own ids; never emit them.
-  if (token == config_.chunk_id || token == config_.pad_id) {
+  if (token.ok() && (*token == config_.chunk_id || *token == config_.pad_id)) {
     std::vector<float> masked = last_logits_;
     masked[config_.chunk_id] = -std::numeric_limits<float>::infinity();
     masked[config_.pad_id] = -std::numeric_limits<float>::infinity();
     token = sampler.Sample(masked);
   }
-  return GeneratedToken{token, Sampler::LogProb(last_logits_, token)};
+  absl::StatusOr<float> logprob =
+      token.ok() ? Sampler::LogProb(last_logits_, *token) : absl::StatusOr<float>(token.status());
+  if (!logprob.ok()) {
+    return absl::InternalError(
+        absl::StrFormat("the model's logits after %d tokens cannot be sampled: %s", num_tokens_,
+                        logprob.status().message()));
+  }
+  return GeneratedToken{*token, *logprob};
 }
 
 absl::StatusOr<Session::GeneratedToken> Session::GenerateStep(Sampler& sampler) {

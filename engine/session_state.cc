@@ -1,6 +1,7 @@
 #include "engine/session_state.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -15,8 +16,16 @@ int64_t NumDecoderLayers(const ModelConfig& c) {
   return c.num_lower_layers() + c.num_upper_layers();
 }
 
+// An engine state starts with this magic and its version. Version 1 had
+// neither: it began with its count of model shape fields, an i64 8, and named
+// no head counts and no fingerprint (docs/state_format.md).
+constexpr char kEngineStateMagic[8] = {'D', 'R', 'T', 'E', 'N', 'G', 'S', 'T'};
+constexpr uint32_t kEngineStateVersion = 2;
+constexpr int64_t kVersion1ShapeFields = 8;
+
 // The model's shape as written at the head of every small state; a state is
-// refused by a model of another shape.
+// refused by a model of another shape, naming the field, and then by a model
+// of another fingerprint (the same shape, other weights or config).
 struct ShapeField {
   const char* name;
   int64_t value;
@@ -24,12 +33,65 @@ struct ShapeField {
 std::vector<ShapeField> ModelShape(const ModelConfig& c) {
   return {{"vocab_size", c.vocab_size},
           {"hidden_size", c.hidden_size},
-          {"kv_width", KvWidth(c)},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_key_value_heads", c.num_key_value_heads},
           {"decoder_layers", NumDecoderLayers(c)},
           {"num_groups", c.num_groups()},
           {"enc_chunk_size", c.enc_chunk_size},
           {"slide_window", c.slide_window},
           {"chunk_topk", c.chunk_topk}};
+}
+
+// Magic, version, shape and fingerprint: OK when `r` holds a state of this
+// engine state version written for `config`'s model.
+absl::Status ReadModelHeader(ByteReader& r, const ModelConfig& config) {
+  if (r.remaining() >= sizeof(int64_t)) {
+    int64_t first = 0;
+    std::memcpy(&first, r.rest().data(), sizeof first);
+    if (first == kVersion1ShapeFields) {
+      return absl::FailedPreconditionError(
+          "the state has engine state version 1, which names neither the model's head counts "
+          "nor its fingerprint, so it cannot be checked against this model; version 2 is "
+          "read (re-ingest the context: send its tokens to a new session)");
+    }
+  }
+  char magic[sizeof kEngineStateMagic] = {};
+  if (absl::Status s = r.Raw(magic, sizeof magic, "engine state magic"); !s.ok()) return s;
+  if (std::memcmp(magic, kEngineStateMagic, sizeof magic) != 0) {
+    return absl::InvalidArgumentError("not an engine session state (its magic is not DRTENGST)");
+  }
+  uint32_t version = 0;
+  if (absl::Status s = r.Get(version, "engine state version"); !s.ok()) return s;
+  if (version != kEngineStateVersion) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the state has engine state version %d; this server reads version %d%s", version,
+        kEngineStateVersion, version > kEngineStateVersion ? " (written by a newer drt-server?)" : ""));
+  }
+  int64_t fields = 0;
+  if (absl::Status s = r.I64(fields, "model shape"); !s.ok()) return s;
+  const auto shape = ModelShape(config);
+  if (fields != static_cast<int64_t>(shape.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the state names %d model shape fields; this server writes %d", fields, shape.size()));
+  }
+  for (const ShapeField& f : shape) {
+    int64_t v = 0;
+    if (absl::Status s = r.I64(v, f.name); !s.ok()) return s;
+    if (v != f.value) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "the state was written for a model with %s %d; this model has %d", f.name, v, f.value));
+    }
+  }
+  uint32_t fingerprint = 0;
+  if (absl::Status s = r.Get(fingerprint, "model fingerprint"); !s.ok()) return s;
+  if (fingerprint != config.model_fingerprint) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the state was written for the model with fingerprint %08x; this model's is %08x (the "
+        "same shape, but other weights or another config.json: a different checkpoint or a "
+        "fine-tune)",
+        fingerprint, config.model_fingerprint));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SizeIs(const char* what, size_t got, int64_t want) {
@@ -58,6 +120,16 @@ absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& 
                               state.num_tokens == 0 ? 0 : c.vocab_size);
       !s.ok()) {
     return s;
+  }
+  // The next token is sampled from these; a NaN or infinity (damaged or
+  // hand-made state: a forward that made one fails its sampling step) would
+  // make sampling fail later, or, unchecked, pick an arbitrary token.
+  for (size_t i = 0; i < state.last_logits.size(); ++i) {
+    if (!std::isfinite(state.last_logits[i])) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "last_logits[%d] is %s; a state's logits must be finite", i,
+          std::isnan(state.last_logits[i]) ? "NaN" : state.last_logits[i] > 0 ? "+inf" : "-inf"));
+    }
   }
   if (static_cast<int64_t>(b.windows.size()) != NumDecoderLayers(c)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -131,9 +203,12 @@ absl::Status ValidateChunkData(const ChunkData& chunk, const ModelConfig& c) {
 std::string EncodeSessionState(const SessionState& state, const ModelConfig& config) {
   std::string out;
   ByteWriter w(out);
+  w.Raw(kEngineStateMagic, sizeof kEngineStateMagic);
+  w.Put<uint32_t>(kEngineStateVersion);
   const auto shape = ModelShape(config);
   w.I64(static_cast<int64_t>(shape.size()));
   for (const ShapeField& f : shape) w.I64(f.value);
+  w.Put<uint32_t>(config.model_fingerprint);
   w.I64(state.num_tokens);
   w.Floats(state.last_logits);
   const BackendSessionState& b = state.backend;
@@ -156,21 +231,7 @@ std::string EncodeSessionState(const SessionState& state, const ModelConfig& con
 
 absl::StatusOr<SessionState> DecodeSessionState(std::string_view bytes, const ModelConfig& config) {
   ByteReader r(bytes);
-  int64_t fields = 0;
-  if (absl::Status s = r.I64(fields, "model shape"); !s.ok()) return s;
-  const auto shape = ModelShape(config);
-  if (fields != static_cast<int64_t>(shape.size())) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the state names %d model shape fields; this server writes %d", fields, shape.size()));
-  }
-  for (const ShapeField& f : shape) {
-    int64_t v = 0;
-    if (absl::Status s = r.I64(v, f.name); !s.ok()) return s;
-    if (v != f.value) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "the state was written for a model with %s %d; this model has %d", f.name, v, f.value));
-    }
-  }
+  if (absl::Status s = ReadModelHeader(r, config); !s.ok()) return s;
   SessionState state;
   BackendSessionState& b = state.backend;
   int64_t count = 0;

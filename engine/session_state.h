@@ -51,8 +51,9 @@ struct SessionState {
 };
 
 // Checks a state against the model it is to be loaded into: every size,
-// position = num_tokens + one landmark per enc_chunk_size tokens, selections
-// naming only closed chunks. INVALID_ARGUMENT naming the first mismatch.
+// position = num_tokens + one landmark per enc_chunk_size tokens, finite
+// last logits, selections naming only closed chunks. INVALID_ARGUMENT naming
+// the first mismatch.
 absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& config);
 absl::Status ValidateChunkData(const ChunkData& chunk, const ModelConfig& config);
 // What a backend's ImportState checks of `state` and the `num_chunks` closed
@@ -74,8 +75,11 @@ inline int64_t ClosedChunks(const SessionState& state, const ModelConfig& config
 }
 
 // Binary encodings (little-endian; docs/state_format.md, "Small state" and
-// "Chunk record"). The small state starts with the model's shape, so a
-// state written for another model is refused by name when decoded.
+// "Chunk record"). The small state starts with a magic, its engine state
+// version (2), the model's shape and the model's fingerprint
+// (ModelConfig::model_fingerprint), so a state written for another model is
+// refused (FAILED_PRECONDITION) naming the field or both fingerprints when
+// decoded, and so is a version-1 state (no fingerprint to check).
 std::string EncodeSessionState(const SessionState& state, const ModelConfig& config);
 absl::StatusOr<SessionState> DecodeSessionState(std::string_view bytes, const ModelConfig& config);
 // A chunk's payload: landmark, then encoder rows, as raw floats:

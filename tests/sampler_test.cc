@@ -65,7 +65,7 @@ void CheckFrequencies(const std::vector<float>& logits, const SamplingParams& pa
   std::vector<int> counts(logits.size(), 0);
   int out_of_range = 0;
   for (int i = 0; i < draws; ++i) {
-    const int32_t t = sampler.Sample(logits);
+    const int32_t t = *sampler.Sample(logits);
     if (t < 0 || t >= static_cast<int32_t>(logits.size())) {
       ++out_of_range;
     } else {
@@ -93,13 +93,13 @@ TEST_CASE("Greedy returns the argmax, lowest index on ties", "[sampler]") {
   Sampler greedy(Params(0.f));
   for (uint32_t seed = 1; seed <= 50; ++seed) {
     const auto logits = RandomLogits(100 + seed, seed);
-    CHECK(greedy.Sample(logits) == Argmax(logits));
+    CHECK(*greedy.Sample(logits) == Argmax(logits));
   }
-  CHECK(greedy.Sample(std::vector<float>{1.f, 3.f, 3.f, 2.f}) == 1);
-  CHECK(greedy.Sample(std::vector<float>{5.f, 5.f, 5.f}) == 0);
-  CHECK(greedy.Sample(std::vector<float>{-1.f, -2.f, 0.5f}) == 2);
-  CHECK(greedy.Sample(std::vector<float>{-3.f, -1e30f, -2.f, -2.f}) == 2);
-  CHECK(greedy.Sample(std::vector<float>{7.f}) == 0);
+  CHECK(*greedy.Sample(std::vector<float>{1.f, 3.f, 3.f, 2.f}) == 1);
+  CHECK(*greedy.Sample(std::vector<float>{5.f, 5.f, 5.f}) == 0);
+  CHECK(*greedy.Sample(std::vector<float>{-1.f, -2.f, 0.5f}) == 2);
+  CHECK(*greedy.Sample(std::vector<float>{-3.f, -1e30f, -2.f, -2.f}) == 2);
+  CHECK(*greedy.Sample(std::vector<float>{7.f}) == 0);
 }
 
 TEST_CASE("top_k = 1 equals greedy at any temperature", "[sampler]") {
@@ -108,9 +108,9 @@ TEST_CASE("top_k = 1 equals greedy at any temperature", "[sampler]") {
     for (uint32_t seed = 1; seed <= 40; ++seed) {
       const auto logits = RandomLogits(64, seed + 1000);
       INFO("T=" << temperature << " seed=" << seed);
-      CHECK(sampler.Sample(logits) == Argmax(logits));
+      CHECK(*sampler.Sample(logits) == Argmax(logits));
     }
-    CHECK(sampler.Sample(std::vector<float>{1.f, 4.f, 0.f, 4.f}) == 1);  // tie: lowest index
+    CHECK(*sampler.Sample(std::vector<float>{1.f, 4.f, 0.f, 4.f}) == 1);  // tie: lowest index
   }
 }
 
@@ -120,9 +120,9 @@ TEST_CASE("A tiny top_p equals greedy", "[sampler]") {
     for (uint32_t seed = 1; seed <= 40; ++seed) {
       const auto logits = RandomLogits(64, seed + 2000);
       INFO("T=" << temperature << " seed=" << seed);
-      CHECK(sampler.Sample(logits) == Argmax(logits));
+      CHECK(*sampler.Sample(logits) == Argmax(logits));
     }
-    CHECK(sampler.Sample(std::vector<float>{2.f, 0.f, 2.f}) == 0);
+    CHECK(*sampler.Sample(std::vector<float>{2.f, 0.f, 2.f}) == 0);
   }
 }
 
@@ -159,7 +159,7 @@ TEST_CASE("top_k = 2 never leaves the top two", "[sampler]") {
   Sampler sampler(Params(4.f, 2, 1.f, 2024));
   int seen1 = 0, seen3 = 0;
   for (int i = 0; i < 3000; ++i) {
-    const int32_t t = sampler.Sample(logits);
+    const int32_t t = *sampler.Sample(logits);
     REQUIRE((t == 1 || t == 3));
     (t == 1 ? seen1 : seen3)++;
   }
@@ -174,13 +174,13 @@ TEST_CASE("Masked (-inf) logits are never sampled", "[sampler]") {
     Sampler sampler(Params(1.5f, top_k, 1.f, 11));
     bool only_finite = true;
     for (int i = 0; i < 2000; ++i) {
-      const int32_t t = sampler.Sample(logits);
+      const int32_t t = *sampler.Sample(logits);
       only_finite = only_finite && (t == 1 || t == 3);
     }
     INFO("top_k=" << top_k);
     CHECK(only_finite);
   }
-  CHECK(Sampler(Params(0.f)).Sample(logits) == 1);
+  CHECK(*Sampler(Params(0.f)).Sample(logits) == 1);
 }
 
 TEST_CASE("The seed fixes the sequence", "[sampler]") {
@@ -188,7 +188,7 @@ TEST_CASE("The seed fixes the sequence", "[sampler]") {
   auto draw = [&](uint64_t seed, int32_t top_k, float top_p) {
     Sampler sampler(Params(1.f, top_k, top_p, seed));
     std::vector<int32_t> seq;
-    for (int i = 0; i < 200; ++i) seq.push_back(sampler.Sample(logits));
+    for (int i = 0; i < 200; ++i) seq.push_back(*sampler.Sample(logits));
     return seq;
   };
   for (auto [top_k, top_p] : std::vector<std::pair<int32_t, float>>{{0, 1.f}, {10, 1.f}, {0, 0.9f}}) {
@@ -209,17 +209,53 @@ TEST_CASE("LogProb is log_softmax at temperature 1", "[sampler]") {
     for (int32_t i = 0; i < 1000; i += 37) {
       const double want = double(logits[i]) - lse;
       INFO("scale " << scale << " index " << i);
-      CHECK(Sampler::LogProb(logits, i) == Approx(want).epsilon(1e-5).margin(1e-5));
+      CHECK(*Sampler::LogProb(logits, i) == Approx(want).epsilon(1e-5).margin(1e-5));
     }
   }
   // Large logits must not overflow: log_softmax({1000, 1001})[0] = -log(1 + e).
-  CHECK(Sampler::LogProb(std::vector<float>{1000.f, 1001.f}, 0) ==
+  CHECK(*Sampler::LogProb(std::vector<float>{1000.f, 1001.f}, 0) ==
         Approx(-std::log1p(std::exp(1.0))).epsilon(1e-6));
-  CHECK(Sampler::LogProb(std::vector<float>{1000.f, 1001.f}, 1) ==
+  CHECK(*Sampler::LogProb(std::vector<float>{1000.f, 1001.f}, 1) ==
         Approx(-std::log1p(std::exp(-1.0))).epsilon(1e-6));
-  CHECK(Sampler::LogProb(std::vector<float>{3.f}, 0) == 0.f);
+  CHECK(*Sampler::LogProb(std::vector<float>{3.f}, 0) == 0.f);
   // Uniform logits: -log(n).
-  CHECK(Sampler::LogProb(std::vector<float>(8, 0.25f), 5) == Approx(-std::log(8.0)).epsilon(1e-6));
+  CHECK(*Sampler::LogProb(std::vector<float>(8, 0.25f), 5) == Approx(-std::log(8.0)).epsilon(1e-6));
+}
+
+TEST_CASE("Non-finite logits are refused by name, not sampled", "[sampler]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto expect_refused = [](const absl::StatusOr<int32_t>& got, const std::string& words) {
+    INFO(got.status().ToString());
+    REQUIRE(got.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(got.status().message()).find(words) != std::string::npos);
+  };
+  // The reviewer's cases: +inf made every probability NaN and the worst
+  // token (4) came out; greedy took a NaN at index 0.
+  for (float temperature : {0.f, 1.f}) {
+    INFO("T=" << temperature);
+    Sampler sampler(Params(temperature, 0, 1.f, 5));
+    expect_refused(sampler.Sample(std::vector<float>{1.f, 5.f, inf, 2.f, -3.f}), "logit 2 of 5 is +inf");
+    expect_refused(sampler.Sample(std::vector<float>{1.f, 5.f, nan, 2.f, -3.f}), "logit 2 of 5 is NaN");
+    expect_refused(sampler.Sample(std::vector<float>{nan, 5.f, 1.f}), "logit 0 of 3 is NaN");
+    expect_refused(sampler.Sample(std::vector<float>{-inf, -inf, -inf}), "all 3 logits are -inf");
+    expect_refused(sampler.Sample(std::vector<float>{}), "no logits");
+  }
+  // A refused call draws nothing: the sequence goes on as a fresh sampler's.
+  const auto logits = RandomLogits(20, 3, 1.f);
+  Sampler fresh(Params(1.f, 0, 1.f, 9)), refused(Params(1.f, 0, 1.f, 9));
+  REQUIRE_FALSE(refused.Sample(std::vector<float>{inf, 0.f}).ok());
+  for (int i = 0; i < 50; ++i) REQUIRE(*refused.Sample(logits) == *fresh.Sample(logits));
+
+  const auto logprob_inf = Sampler::LogProb(std::vector<float>{1.f, 5.f, inf, 2.f, -3.f}, 1);
+  CHECK(logprob_inf.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(logprob_inf.status().message()).find("+inf") != std::string::npos);
+  const auto out_of_range = Sampler::LogProb(std::vector<float>{1.f, 2.f}, 2);
+  CHECK(out_of_range.status().code() == absl::StatusCode::kInvalidArgument);
+  // -inf is a token of probability zero: log 0 = -inf; the others as without it.
+  CHECK(*Sampler::LogProb(std::vector<float>{-inf, 0.f, 0.f}, 0) == -inf);
+  CHECK(*Sampler::LogProb(std::vector<float>{-inf, 0.f, 0.f}, 1) ==
+        Approx(-std::log(2.0)).epsilon(1e-6));
 }
 
 TEST_CASE("ValidateSamplingParams names the bad field", "[sampler]") {

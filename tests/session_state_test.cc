@@ -1,7 +1,10 @@
 // Export and restore of one session's complete state (engine/session_state.h):
 // a restored session continues with bit-identical logits and tokens, and bad
 // states are refused by name without changing anything.
+#include <cmath>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -9,12 +12,17 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_format.h"
 #include "engine/backend.h"
+#include "engine/crc32c.h"
 #include "engine/model.h"
 #include "engine/model_config.h"
+#include "engine/model_dir.h"
 #include "engine/session.h"
 #include "engine/session_state.h"
 #include "tests/test_util/random_model.h"
+#include "tests/test_util/temp_dir.h"
+#include "tests/test_util/tiny_model.h"
 
 namespace drt {
 namespace {
@@ -191,12 +199,81 @@ TEST_CASE("damaged or foreign states are refused by name", "[session_state]") {
     REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
     REQUIRE_THAT(std::string(s.status().message()), Contains("hidden_size 32"));
   }
+  SECTION("another model's head counts with the same kv_width") {
+    // H=4, 2 K/V heads of 8 against H=2, 1 K/V head of 16: every stored size
+    // is the same, so only the head counts tell the models apart.
+    ModelConfig other = f.config;
+    other.num_attention_heads = 2;
+    other.num_key_value_heads = 1;
+    REQUIRE(other.num_key_value_heads * other.head_dim() ==
+            f.config.num_key_value_heads * f.config.head_dim());
+    auto s = DecodeSessionState(f.exported.small, other);
+    REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
+    REQUIRE_THAT(std::string(s.status().message()),
+                 Contains("num_attention_heads 4; this model has 2"));
+    other.num_attention_heads = f.config.num_attention_heads;
+    s = DecodeSessionState(f.exported.small, other);
+    REQUIRE_THAT(std::string(s.status().message()),
+                 Contains("num_key_value_heads 2; this model has 1"));
+  }
+  SECTION("another model's fingerprint") {
+    ModelConfig other = f.config;
+    other.model_fingerprint = 0x1234abcd;
+    auto s = DecodeSessionState(f.exported.small, other);
+    REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
+    REQUIRE_THAT(std::string(s.status().message()),
+                 Contains("fingerprint 00000000; this model's is 1234abcd"));
+  }
+  SECTION("an engine state of version 1 (shape count 8 first, no fingerprint)") {
+    std::string v1(8, '\0');
+    v1[0] = 8;
+    v1 += f.exported.small.substr(12);  // whatever follows: refused before it is read
+    auto s = DecodeSessionState(v1, f.config);
+    REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
+    REQUIRE_THAT(std::string(s.status().message()), Contains("engine state version 1"));
+  }
+  SECTION("a newer engine state version, and a foreign magic") {
+    std::string newer = f.exported.small;
+    newer[8] = 3;  // the u32 version after the 8-byte magic
+    auto s = DecodeSessionState(newer, f.config);
+    REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
+    REQUIRE_THAT(std::string(s.status().message()),
+                 Contains("engine state version 3; this server reads version 2") &&
+                     Contains("newer"));
+    std::string foreign = f.exported.small;
+    foreign[0] = 'X';
+    s = DecodeSessionState(foreign, f.config);
+    REQUIRE(s.status().code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE_THAT(std::string(s.status().message()), Contains("not an engine session state"));
+  }
   SECTION("token count that does not match the position") {
     auto state = DecodeSessionState(f.exported.small, f.config);
     REQUIRE(state.ok());
     state->num_tokens += 1;
     REQUIRE_THAT(std::string(ValidateSessionState(*state, f.config).message()),
                  Contains("does not match"));
+  }
+  SECTION("non-finite last logits (the sampler would pick an arbitrary token)") {
+    auto state = DecodeSessionState(f.exported.small, f.config);
+    REQUIRE(state.ok());
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      SessionState damaged = *state;
+      damaged.last_logits[3] = bad;
+      const std::string want = std::isnan(bad) ? "last_logits[3] is NaN"
+                               : bad > 0       ? "last_logits[3] is +inf"
+                                               : "last_logits[3] is -inf";
+      INFO(want);
+      REQUIRE_THAT(std::string(ValidateSessionState(damaged, f.config).message()), Contains(want));
+      // Refused when read back from bytes, and by Session::Restore.
+      auto decoded = DecodeSessionState(EncodeSessionState(damaged, f.config), f.config);
+      REQUIRE(decoded.status().code() == absl::StatusCode::kInvalidArgument);
+      REQUIRE_THAT(std::string(decoded.status().message()), Contains(want));
+      auto restored = Session::Restore(*f.backend, damaged, [&](int64_t c, ChunkData& out) {
+        return DecodeChunk(f.exported.chunks.at(c), f.config, out);
+      });
+      REQUIRE_THAT(std::string(restored.status().message()), Contains(want));
+    }
   }
   SECTION("selection naming a chunk that does not exist") {
     auto state = DecodeSessionState(f.exported.small, f.config);
@@ -210,6 +287,55 @@ TEST_CASE("damaged or foreign states are refused by name", "[session_state]") {
     auto s = DecodeChunk(f.exported.chunks[0].substr(1), f.config, chunk);
     REQUIRE_THAT(std::string(s.message()), Contains("chunk record holds"));
   }
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Two model directories of one shape whose weights differ in one value (a
+// fine-tune in the same --state_dir): each loaded model restores its own
+// states exactly and refuses the other's, naming both fingerprints.
+TEST_CASE("a state is refused by a model of the same shape with other weights",
+          "[session_state]") {
+  testing::TempDir dir_a, dir_b;
+  const testing::TinyModel model_a = testing::MakeTinyModel();
+  testing::TinyModel model_b = testing::MakeTinyModel();
+  std::vector<float> norm = model_b.values.at("model.norm.weight");
+  norm[0] += 0.125f;
+  model_b.weights.SetFloats("model.norm.weight", "F32", {static_cast<int64_t>(norm.size())}, norm);
+  testing::WriteModelDir(dir_a.path(), model_a.config, model_a.weights);
+  testing::WriteModelDir(dir_b.path(), model_b.config, model_b.weights);
+  auto a = LoadModelDir(dir_a.path());
+  auto b = LoadModelDir(dir_b.path());
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+
+  // The fingerprint is CRC-32C of config.json then model.safetensors, as
+  // one independent pass over the two files' bytes gives it.
+  const std::string bytes_a =
+      ReadBytes(dir_a.File("config.json")) + ReadBytes(dir_a.File("model.safetensors"));
+  REQUIRE(a->config.model_fingerprint == Crc32c(bytes_a.data(), bytes_a.size()));
+  REQUIRE(a->config.model_fingerprint != b->config.model_fingerprint);
+  auto a_again = LoadModelDir(dir_a.path());
+  REQUIRE(a_again.ok());
+  REQUIRE(a_again->config.model_fingerprint == a->config.model_fingerprint);
+
+  auto backend_a = MakeCpuBackend(a->config, a->weights);
+  auto backend_b = MakeCpuBackend(b->config, b->weights);
+  CheckRoundTrips(*backend_a, 400);  // its own states: exact
+
+  auto session = Session::Create(*backend_a);
+  REQUIRE(session.ok());
+  REQUIRE((*session)->Append(testing::RandomTokens(a->config, 10, 5)).ok());
+  const Exported e = Export(**session);
+  auto refused = Restore(*backend_b, e);
+  REQUIRE(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE_THAT(std::string(refused.status().message()),
+               Contains(absl::StrFormat("fingerprint %08x; this model's is %08x",
+                                        a->config.model_fingerprint,
+                                        b->config.model_fingerprint)));
 }
 
 TEST_CASE("a failed import leaves the session unchanged", "[session_state]") {

@@ -1,5 +1,8 @@
 // Session behaviour: input validation that changes nothing, generation,
 // padding, early stop, fork.
+#include <algorithm>
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -235,6 +238,34 @@ TEST_CASE("a fork continues exactly like its parent and leaves it untouched", "[
   REQUIRE(reference2->Append(all2).ok());
   REQUIRE(testing::RelativeDifference(parent->last_logits().data(), reference2->last_logits().data(),
                                       f.config.vocab_size) <= 1e-5);
+}
+
+// Finite weights (all the loader accepts) can still overflow: a final norm
+// of 3e38 makes the normalized hidden state, and so the logits, infinite or
+// NaN. Sampling then fails the step by name instead of emitting a token.
+TEST_CASE("non-finite logits from the forward fail the generation step", "[session]") {
+  Fixture f;
+  ModelWeights overflowing = f.weights;
+  for (float& w : overflowing.norm) w = 3e38f;
+  auto backend = MakeCpuBackend(f.config, overflowing);
+  auto session = Session::Create(*backend);
+  REQUIRE(session.ok());
+  REQUIRE((*session)->Append(testing::RandomTokens(f.config, 5, 3)).ok());
+  const auto logits = (*session)->last_logits();
+  REQUIRE(std::any_of(logits.begin(), logits.end(), [](float l) { return !std::isfinite(l); }));
+  const int64_t tokens_before = (*session)->num_tokens();
+
+  GenerateOptions options;
+  options.max_tokens = 3;
+  for (float temperature : {0.f, 1.f}) {
+    INFO("T=" << temperature);
+    options.sampling.temperature = temperature;
+    auto result = (*session)->Generate(options);
+    REQUIRE(result.status().code() == absl::StatusCode::kInternal);
+    REQUIRE_THAT(std::string(result.status().message()),
+                 Contains("logits after 5 tokens cannot be sampled") && Contains("logit"));
+    REQUIRE((*session)->num_tokens() == tokens_before);  // nothing appended
+  }
 }
 
 }  // namespace

@@ -1,12 +1,16 @@
 // Text streamed in pieces tokenizes exactly like the whole text.
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
+#include "engine/tokenizer/byte_level_alphabet.h"
 #include "engine/tokenizer/streaming_encoder.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/test_util/temp_dir.h"
 
 namespace drt {
 namespace {
@@ -66,6 +70,132 @@ TEST_CASE("a piece ending inside a UTF-8 character is held back", "[tokenizer][s
   auto decoded = tokenizer->Decode(all);
   REQUIRE(decoded.ok());
   REQUIRE(*decoded == "price " + euro + " now");
+}
+
+// Added tokens chosen for the ways a match can depend on text around it.
+nlohmann::json AddedToken(int id, const std::string& content, bool lstrip, bool rstrip,
+                          bool single_word, bool normalized = false) {
+  return {{"id", id},           {"content", content},         {"special", !normalized},
+          {"lstrip", lstrip},   {"rstrip", rstrip},           {"single_word", single_word},
+          {"normalized", normalized}};
+}
+
+nlohmann::json TrickyAddedTokens(int first_id) {
+  int id = first_id;
+  nlohmann::json tokens = nlohmann::json::array();
+  tokens.push_back(AddedToken(id++, "<sep>", false, true, false));  // takes whitespace after it
+  tokens.push_back(AddedToken(id++, "a b", false, false, false));   // holds whitespace
+  tokens.push_back(AddedToken(id++, "<l>", true, false, false));    // takes whitespace before it
+  tokens.push_back(AddedToken(id++, "<w>", false, false, true));    // not inside a word
+  tokens.push_back(AddedToken(id++, "abcd", false, false, false));  // "ab" grows into it
+  tokens.push_back(AddedToken(id++, "ab", false, false, false));
+  tokens.push_back(AddedToken(id++, "xyzw", false, false, false));  // overrides "yz" once complete
+  tokens.push_back(AddedToken(id++, "yz", false, false, false));
+  tokens.push_back(AddedToken(id++, "q z", false, false, true));    // its rejection hides "z"
+  tokens.push_back(AddedToken(id++, "z", false, false, false));
+  tokens.push_back(AddedToken(id++, " s", false, false, true));     // judged by the byte before a space
+  tokens.push_back(AddedToken(id++, "<n>", false, true, false, /*normalized=*/true));  // second pass
+  return tokens;
+}
+
+// A tokenizer.json in `dir` with the 256 bytes as ids 0..255, no merges,
+// and `added`.
+std::string WriteByteVocabTokenizer(const testing::TempDir& dir, const std::string& name,
+                                    const nlohmann::json& added, bool add_prefix_space) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[ByteLevelEncode(std::string(1, static_cast<char>(b)))] = b;
+  const nlohmann::json j = {
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"use_regex", true}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+      {"added_tokens", added}};
+  const std::string path = dir.File(name + ".json");
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+// The GPT-2 fixture (real merges) with the tricky added tokens after its vocabulary.
+std::string WriteGpt2WithAddedTokens(const testing::TempDir& dir) {
+  std::ifstream in(std::string(DRT_SOURCE_DIR) + "/tests/fixtures/gpt2-tokenizer/tokenizer.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (const auto& token : TrickyAddedTokens(50257)) j["added_tokens"].push_back(token);
+  const std::string path = dir.File("gpt2.json");
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+std::vector<int32_t> PushWholeThenFinish(const Tokenizer& tokenizer, const std::string& text) {
+  StreamingEncoder encoder(tokenizer);
+  auto a = encoder.Push(text);
+  REQUIRE(a.ok());
+  auto b = encoder.Finish();
+  REQUIRE(b.ok());
+  a->insert(a->end(), b->begin(), b->end());
+  return *a;
+}
+
+TEST_CASE("an added token's match is not cut by the stream", "[tokenizer][streaming]") {
+  nlohmann::json added = nlohmann::json::array();
+  added.push_back(AddedToken(256, "<sep>", false, true, false));
+  added.push_back(AddedToken(257, "a b", false, false, false));
+  testing::TempDir dir;
+  auto tokenizer = LoadBpeTokenizer(WriteByteVocabTokenizer(dir, "review", added, false));
+  REQUIRE(tokenizer.ok());
+  // Hand-derived ids (id = byte for plain text): rstrip takes the space
+  // after <sep>; "a b" is one token although it holds a space.
+  const std::vector<std::pair<std::string, std::vector<int32_t>>> cases = {
+      {"<sep> hi", {256, 104, 105}},
+      {"x a b", {120, 32, 257}},
+  };
+  for (const auto& [text, expected] : cases) {
+    INFO("text \"" << text << "\"");
+    REQUIRE(*(*tokenizer)->Encode(text) == expected);
+    REQUIRE(PushWholeThenFinish(**tokenizer, text) == expected);
+    std::mt19937_64 rng(1);
+    for (int trial = 0; trial < 20; ++trial) {
+      REQUIRE(EncodeInPieces(**tokenizer, text, rng, 3) == expected);
+    }
+  }
+}
+
+// Random texts of fragments that make and break added-token matches,
+// streamed in random pieces, against the non-streaming encoder.
+TEST_CASE("streamed text with added tokens gives the ids of the whole text",
+          "[tokenizer][streaming]") {
+  const std::vector<std::string> fragments = {
+      "<sep>", "a b", "<l>", "<w>", "abcd", "ab", "a", "b", "c", "d", "xyzw", "xyz", "yz", "q z",
+      "q", "z", " s", "s", "<n>", "<", ">", "x", "hi", "word", " ", "  ", "\t", "\n", " \n",
+      "\xC3\xA9" /* é */, "\xE5\x8C\x97" /* 北 */, "\xE3\x80\x80" /* ideographic space */,
+      "'s", ".", "7"};
+  struct Variant {
+    std::string name;
+    std::string path;
+  };
+  testing::TempDir dir;
+  const std::vector<Variant> variants = {
+      {"byte vocabulary", WriteByteVocabTokenizer(dir, "tricky", TrickyAddedTokens(256), false)},
+      {"byte vocabulary, add_prefix_space",
+       WriteByteVocabTokenizer(dir, "tricky_prefix", TrickyAddedTokens(256), true)},
+      {"GPT-2 merges", WriteGpt2WithAddedTokens(dir)},
+  };
+  for (const Variant& variant : variants) {
+    auto tokenizer = LoadBpeTokenizer(variant.path);
+    REQUIRE(tokenizer.ok());
+    std::mt19937_64 rng(7);
+    for (int text_index = 0; text_index < 1500; ++text_index) {
+      std::string text;
+      const int parts = 1 + static_cast<int>(rng() % 12);
+      for (int p = 0; p < parts; ++p) text += fragments[rng() % fragments.size()];
+      const auto whole = (*tokenizer)->Encode(text);
+      REQUIRE(whole.ok());
+      INFO(variant.name << ", text \"" << text << "\"");
+      REQUIRE(PushWholeThenFinish(**tokenizer, text) == *whole);
+      for (size_t max_piece : {1, 2, 5}) {
+        REQUIRE(EncodeInPieces(**tokenizer, text, rng, max_piece) == *whole);
+      }
+    }
+  }
 }
 
 }  // namespace

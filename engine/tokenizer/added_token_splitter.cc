@@ -58,6 +58,7 @@ void AddedTokenSplitter::MatchSet::Add(const AddedTokenSpec& token) {
   tokens_.push_back(token);
   by_first_byte_[first_byte].push_back(static_cast<uint32_t>(tokens_.size() - 1));
   is_first_byte_[first_byte] = true;
+  longest_ = std::max(longest_, token.content.size());
 }
 
 void AddedTokenSplitter::MatchSet::OrderLongestFirst() {
@@ -108,6 +109,21 @@ void AddedTokenSplitter::MatchSet::Split(std::string_view text,
   if (plain_start < text.size()) out->push_back({text.substr(plain_start), -1});
 }
 
+size_t AddedTokenSplitter::MatchSet::IncompleteMatchStart(std::string_view text) const {
+  // Only a start within the last longest_ - 1 bytes leaves a content longer
+  // than what follows it.
+  const size_t first = text.size() >= longest_ ? text.size() - longest_ + 1 : 0;
+  for (size_t pos = first; pos < text.size(); ++pos) {
+    if (!is_first_byte_[static_cast<uint8_t>(text[pos])]) continue;
+    const std::string_view rest = text.substr(pos);
+    for (uint32_t index : by_first_byte_[static_cast<uint8_t>(text[pos])]) {
+      const std::string& content = tokens_[index].content;
+      if (content.size() > rest.size() && content.compare(0, rest.size(), rest) == 0) return pos;
+    }
+  }
+  return text.size();
+}
+
 AddedTokenSplitter::AddedTokenSplitter(const std::vector<AddedTokenSpec>& tokens) {
   for (const AddedTokenSpec& token : tokens) {
     if (token.content.empty()) continue;  // never matches (Hugging Face skips them too)
@@ -131,6 +147,13 @@ std::vector<TextSegment> AddedTokenSplitter::Split(std::string_view text) const 
     }
   }
   return segments;
+}
+
+size_t AddedTokenSplitter::IncompleteMatchStart(std::string_view text) const {
+  // Normalized tokens are matched only inside the raw pass's plain text, but
+  // looking for them over all of it only ever answers earlier: safe.
+  return std::min(raw_tokens_.IncompleteMatchStart(text),
+                  normalized_tokens_.IncompleteMatchStart(text));
 }
 
 }  // namespace drt

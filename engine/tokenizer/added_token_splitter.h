@@ -26,6 +26,11 @@ class AddedTokenSplitter {
   // Segments that together cover `text`, in order. Empty text yields none.
   std::vector<TextSegment> Split(std::string_view text) const;
 
+  // The first position p where text[p..] is a proper prefix of some token's
+  // content, so that more text could complete a match starting there (and
+  // change how everything from p on is split); text.size() when none.
+  size_t IncompleteMatchStart(std::string_view text) const;
+
  private:
   // One set of tokens matched in one pass.
   class MatchSet {
@@ -36,6 +41,8 @@ class AddedTokenSplitter {
     bool empty() const { return tokens_.empty(); }
     // Appends the segments of `text` (plain text or tokens of this set).
     void Split(std::string_view text, std::vector<TextSegment>* out) const;
+    // As AddedTokenSplitter::IncompleteMatchStart, for this set's tokens.
+    size_t IncompleteMatchStart(std::string_view text) const;
 
    private:
     // The longest token starting at text[pos], or null.
@@ -45,6 +52,7 @@ class AddedTokenSplitter {
     // For each first byte, indices into tokens_, longest content first.
     std::array<std::vector<uint32_t>, 256> by_first_byte_;
     std::array<bool, 256> is_first_byte_{};  // a compact index for the scan
+    size_t longest_ = 0;                     // bytes of the longest content
   };
 
   MatchSet raw_tokens_;

@@ -13,6 +13,7 @@
 #include "engine/tokenizer/bpe_merges.h"
 #include "engine/tokenizer/byte_level_alphabet.h"
 #include "engine/tokenizer/gpt2_pretokenizer.h"
+#include "engine/tokenizer/stream_cut.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/tokenizer_json.h"
 #include "engine/tokenizer/word_cache.h"
@@ -92,6 +93,9 @@ class BpeTokenizer final : public Tokenizer {
   int32_t vocab_size() const override { return static_cast<int32_t>(tables_.id_to_bytes.size()); }
   int32_t eos_id() const override { return tables_.eos_id; }
   bool one_id_per_byte() const override { return tables_.one_id_per_byte; }
+  size_t StreamCut(std::string_view text) const override {
+    return FindStreamCut(text, added_tokens_, tables_.add_prefix_space);
+  }
 
  private:
   void EncodeWord(std::string_view word, std::vector<int32_t>* ids) const {

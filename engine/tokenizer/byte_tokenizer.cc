@@ -1,5 +1,7 @@
 // MakeByteTokenizer: ids 0..255 are the bytes themselves.
 #include "absl/strings/str_format.h"
+#include "engine/tokenizer/added_token_splitter.h"
+#include "engine/tokenizer/stream_cut.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace drt {
@@ -33,9 +35,15 @@ class ByteTokenizer final : public Tokenizer {
   int32_t vocab_size() const override { return eos_id_ >= 256 ? eos_id_ + 1 : 256; }
   int32_t eos_id() const override { return eos_id_; }
   bool one_id_per_byte() const override { return true; }
+  // Ids are bytes, so any cut would do; cutting where the BPE tokenizer does
+  // keeps the two streaming alike (a partial UTF-8 character waits).
+  size_t StreamCut(std::string_view text) const override {
+    return FindStreamCut(text, no_added_tokens_, /*add_prefix_space=*/false);
+  }
 
  private:
   const int32_t eos_id_;
+  const AddedTokenSplitter no_added_tokens_{{}};
 };
 
 }  // namespace

@@ -1,9 +1,11 @@
 // Tokenizes text that arrives in pieces (a prompt streamed over the network)
-// so that the ids equal those of the whole text tokenized at once. A GPT-2
-// pre-token never ends in whitespace after a non-space character, so the text
-// before the last non-space-to-space transition can be encoded now; the rest
-// (the last word, a partial UTF-8 character, a partial special token) waits
-// for the next piece or Finish().
+// so that the ids equal those of the whole text tokenized at once. The text
+// before the tokenizer's StreamCut is encoded now: the added tokens are split
+// out first, and a cut falls between their matches or inside plain text
+// where the GPT-2 pre-tokenizer always splits (a visible character then
+// whitespace). The rest (the last word, a partial UTF-8 character, an added
+// token that more text could still extend or that may take whitespace still
+// to come) waits for the next piece or Finish().
 #pragma once
 
 #include <cstdint>

@@ -30,6 +30,11 @@ class Tokenizer {
   // merges; special tokens written literally aside): clients can then count
   // tokens as bytes.
   virtual bool one_id_per_byte() const = 0;
+  // For text arriving in pieces (StreamingEncoder): the length n of the
+  // longest prefix known to be final, i.e. Encode(text[0, n)) followed by the
+  // ids of text[n, end) plus whatever comes next equals Encode of the whole;
+  // 0 when no such prefix is known yet (docs/tokenizer.md, "Streamed text").
+  virtual size_t StreamCut(std::string_view text) const = 0;
 };
 
 // Incremental decoding that never emits half a UTF-8 character: bytes of an

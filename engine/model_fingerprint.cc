@@ -1,0 +1,52 @@
+#include "engine/model_fingerprint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/crc32c.h"
+
+namespace drt {
+namespace {
+
+// Continues `crc` over the whole file at `path`, read in pieces (weights may
+// be larger than memory).
+absl::Status CrcOfFile(const std::string& path, uint32_t& crc) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat(path, ": cannot open to fingerprint the model: ", std::strerror(errno)));
+  }
+  std::vector<char> buffer(4 << 20);
+  absl::Status status;
+  while (true) {
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
+    if (got == 0) break;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      status = absl::InternalError(
+          absl::StrCat(path, ": read error while fingerprinting the model: ", std::strerror(errno)));
+      break;
+    }
+    crc = Crc32c(buffer.data(), static_cast<size_t>(got), crc);
+  }
+  ::close(fd);
+  return status;
+}
+
+}  // namespace
+
+absl::StatusOr<uint32_t> ComputeModelFingerprint(const std::string& config_path,
+                                                 const std::string& weights_path) {
+  uint32_t crc = 0;
+  if (absl::Status s = CrcOfFile(config_path, crc); !s.ok()) return s;
+  if (absl::Status s = CrcOfFile(weights_path, crc); !s.ok()) return s;
+  return crc;
+}
+
+}  // namespace drt
