@@ -79,6 +79,13 @@ struct BackendSessionStats {
   // after a capture included).
   int64_t graph_captures = 0;
   int64_t graph_replays = 0;
+  // Fused decode GEMV kernels (CudaBackendOptions::decode_fused_gemv)
+  // enqueued for this session's rows: launched eagerly, or recorded into a
+  // decode graph while it was captured (a replay adds none: graph_replays
+  // counts those; a failed capture's are taken back). A batched step's
+  // launch covers every session in it and counts in each. Zero with the
+  // option off: the tests' evidence that the option reached the engine.
+  int64_t fused_gemv_launches = 0;
   // Not a counter: whether the session keeps its closed chunks in device
   // memory (the CUDA device tier, chosen at creation; kAuto may choose
   // either). False for the host tier and the CPU backend.

@@ -130,12 +130,15 @@ __device__ __forceinline__ void WarpSums(float (&acc)[R][M]) {
 // xor-shuffles, thread 0 adds the 8 warp sums in order, scale =
 // rsqrtf(total / k + eps), x = (h * scale) * w rounded to T. The same
 // operations in the same order, so the same bits as LaunchRmsNorm.
+// `scratch` (shared, m x kDecodeGemvNormScratchBytesPerRow bytes) holds the
+// warp sums, [m][kNormWarps], then the m scales: part of the dynamic
+// allocation the plan counts, not static arrays it would not see.
 template <typename T, int M>
 __device__ __forceinline__ void NormRowsToShared(const float* __restrict__ h,
                                                  const T* __restrict__ norm_w, float eps, int m,
-                                                 int k, T* xs) {
-  __shared__ float partial[M][kNormWarps];
-  __shared__ float scale[M];
+                                                 int k, T* xs, float* scratch) {
+  float* partial = scratch;              // [m][kNormWarps]
+  float* scale = scratch + m * kNormWarps;  // [m]
   float sum[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) {
@@ -153,13 +156,13 @@ __device__ __forceinline__ void NormRowsToShared(const float* __restrict__ h,
     for (int offset = 16; offset > 0; offset >>= 1) {
       sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], offset);
     }
-    if ((threadIdx.x & 31) == 0) partial[r][threadIdx.x >> 5] = sum[r];
+    if (r < m && (threadIdx.x & 31) == 0) partial[r * kNormWarps + (threadIdx.x >> 5)] = sum[r];
   }
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int r = 0; r < m; ++r) {
       float total = 0.f;
-      for (int i = 0; i < kNormWarps; ++i) total += partial[r][i];
+      for (int i = 0; i < kNormWarps; ++i) total += partial[r * kNormWarps + i];
       scale[r] = rsqrtf(total / static_cast<float>(k) + eps);
     }
   }
@@ -175,8 +178,16 @@ __device__ __forceinline__ void NormRowsToShared(const float* __restrict__ h,
   __syncthreads();
 }
 
-// Dynamic shared memory of the norm kernels: the m normed rows as T.
+// Dynamic shared memory of the norm kernels (DecodeGemvLaunch::shared_bytes):
+// the m normed rows as T, then the reduction scratch. m x k x sizeof(T) is a
+// multiple of 16 bytes (k is a multiple of 8), so the rows start 16-byte
+// aligned (16-byte loads) and the scratch float-aligned.
 extern __shared__ __align__(16) unsigned char normed_rows[];
+
+template <typename T>
+__device__ __forceinline__ float* NormScratch(int m, int k) {
+  return reinterpret_cast<float*>(normed_rows + static_cast<size_t>(m) * k * sizeof(T));
+}
 
 // Grid: ceil(n / (8 * R)) blocks of 256 threads; warp w of block b takes W
 // rows (8b + w) R .. (8b + w) R + R - 1 (kernels/decode_gemv_plan.h).
@@ -184,7 +195,7 @@ template <typename T, int R, int M>
 __global__ void __launch_bounds__(kNormThreads)
     NormGemvKernel(NormGemvParams<T> p, int n) {
   T* xs = reinterpret_cast<T*>(normed_rows);
-  NormRowsToShared<T, M>(p.h, p.norm_w, p.eps, p.m, p.k, xs);
+  NormRowsToShared<T, M>(p.h, p.norm_w, p.eps, p.m, p.k, xs, NormScratch<T>(p.m, p.k));
   const int warp = threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   const int first = (blockIdx.x * kNormWarps + warp) * R;
@@ -233,7 +244,7 @@ __global__ void __launch_bounds__(kNormThreads)
                          const T* __restrict__ gate_up, int m, int f, int k,
                          T* __restrict__ act) {
   T* xs = reinterpret_cast<T*>(normed_rows);
-  NormRowsToShared<T, M>(h, norm_w, eps, m, k, xs);
+  NormRowsToShared<T, M>(h, norm_w, eps, m, k, xs, NormScratch<T>(m, k));
   const int lane = threadIdx.x % kWarp;
   const int j = blockIdx.x * kNormWarps + threadIdx.x / kWarp;
   if (j >= f) return;  // no __syncthreads follows

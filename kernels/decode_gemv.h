@@ -13,6 +13,13 @@
 // rounded to T. Only the order of each dot product's sum differs from
 // cuBLAS's.
 //
+// Overlap: no input may overlap an output (the kernels read their inputs
+// through __restrict__ pointers and other blocks write the outputs while a
+// block still reads): h, norm_w and w none of a norm kernel's outputs, x
+// and w not y. The one exception is LaunchGemvAccumulate's residual, which
+// may be y itself (each element is read once, by the lane that then writes
+// it).
+//
 // Every launcher returns cudaErrorInvalidValue without launching when
 // PlanDecodeGemv refuses the shape or a pointer is null, else
 // cudaGetLastError() after the launch. No launch allocates or synchronises:
@@ -60,7 +67,8 @@ cudaError_t LaunchNormGemvSwiGlu(const float* h, const T* norm_w, float eps, con
 
 // y[m][n] = base[m][n] + x[m][k] . w[n][k]^T in fp32, base = residual when
 // given, else y itself (y += x . w^T: the O and down projections' residual
-// adds). residual may not overlap y unless it is y.
+// adds). residual may not overlap y unless it is y; x (read through a
+// __restrict__ pointer) and w must not overlap y at all.
 template <typename T>
 cudaError_t LaunchGemvAccumulate(const T* x, const T* w, const float* residual, int m, int n,
                                  int k, float* y, cudaStream_t stream);

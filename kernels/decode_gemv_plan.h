@@ -24,6 +24,15 @@
 //   but fewer blocks than SMs would leave SMs without work.
 // - kNormSwiGlu gives each warp the pair gate row j, up row F + j (two rows
 //   already), F / 8 blocks.
+// - The norm kernels' shared memory is all dynamic: the normed rows, then
+//   the reduction scratch, counted together against the 48 KiB a launch
+//   gets by default. Bounded there rather than raised with
+//   cudaFuncSetAttribute(MaxDynamicSharedMemorySize): an opt-in must be
+//   made for every kernel instantiation on every device before its first
+//   launch and outside any graph capture, by every caller (the engine and
+//   the kernel tests alike), and no model this server targets needs it
+//   (the 128M config's 8 rows of d = 768 bf16 take 12,576 bytes); the
+//   limit is bf16 d <= 3048 and fp32 d <= 1520 at 8 rows.
 // - kAccumulate (no prologue) runs 128 threads (4 warps), 1 W row per warp:
 //   its n is d (768 in the 128M model), and 4 warps per block make
 //   d / 4 = 192 blocks, more than the 132 SMs (8 warps would give 96).
@@ -44,14 +53,22 @@ inline constexpr int kMaxDecodeGemvRows = 8;
 // load; a multiple of 8 serves both types and every row starts 16-byte
 // aligned).
 inline constexpr int kDecodeGemvKAlign = 8;
-// Shared memory the norm kernels may use for the normed rows (m x k x
-// sizeof(T)) without opting in to more: the default limit of a launch.
+// Shared memory a norm kernel's block may use without opting in to more
+// (cudaFuncAttributeMaxDynamicSharedMemorySize): the default limit, which
+// holds static and dynamic shared memory together. The norm kernels declare
+// no static shared memory: all of theirs is the dynamic allocation the plan
+// sizes (shared_bytes below), so this one number bounds it.
 inline constexpr int64_t kDecodeGemvMaxSharedBytes = 48 * 1024;
 // One block per SM of an H100 SXM (132 SMs): the block count below which a
 // launch leaves SMs idle.
 inline constexpr int64_t kDecodeGemvTargetBlocks = 132;
 inline constexpr int kDecodeGemvNormThreads = 256;  // RmsNormKernel's block
 inline constexpr int kDecodeGemvAccumulateThreads = 128;
+// The norm kernels' reduction scratch per input row, after the normed rows
+// in the same dynamic allocation: one fp32 partial sum of squares per warp
+// and the row's fp32 scale (kernels/decode_gemv.cu, NormRowsToShared).
+inline constexpr int64_t kDecodeGemvNormScratchBytesPerRow =
+    (kDecodeGemvNormThreads / 32 + 1) * 4;
 
 enum class DecodeGemvKind {
   kNorm,        // y = RMSNorm(h) . W^T, output T
@@ -71,7 +88,10 @@ struct DecodeGemvLaunch {
   int threads = 0;        // per block
   int rows_per_warp = 0;  // W rows (kNormSwiGlu: gate/up pairs) per warp
   int64_t blocks = 0;
-  int64_t shared_bytes = 0;  // dynamic: the normed rows, m x k x sizeof(T)
+  // Dynamic shared memory (the norm kernels' only shared memory): the
+  // normed rows, m x k x sizeof(T), then m x kDecodeGemvNormScratchBytesPerRow
+  // of reduction scratch. 0 for kAccumulate.
+  int64_t shared_bytes = 0;
 
   // Written out: kernels/ compiles as C++17 under nvcc (no defaulted ==).
   bool operator==(const DecodeGemvLaunch& o) const {
@@ -123,11 +143,16 @@ inline absl::StatusOr<DecodeGemvLaunch> PlanDecodeGemv(const DecodeGemvShape& sh
     launch.rows_per_warp = 1;
   } else {
     launch.threads = kDecodeGemvNormThreads;
-    launch.shared_bytes = shape.m * shape.k * shape.element_bytes;
+    // m x k <= 8 x (2^31 - 1): no overflow in int64.
+    launch.shared_bytes =
+        shape.m * shape.k * shape.element_bytes + shape.m * kDecodeGemvNormScratchBytesPerRow;
     if (launch.shared_bytes > kDecodeGemvMaxSharedBytes) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: %d normed rows of %d x %d bytes need %d bytes of shared memory, past %d", name,
-          shape.m, shape.k, shape.element_bytes, launch.shared_bytes, kDecodeGemvMaxSharedBytes));
+          "%s: %d normed rows of %d x %d bytes and their %d bytes of reduction scratch need "
+          "%d bytes of shared memory, past %d",
+          name, shape.m, shape.k, shape.element_bytes,
+          shape.m * kDecodeGemvNormScratchBytesPerRow, launch.shared_bytes,
+          kDecodeGemvMaxSharedBytes));
     }
     const int64_t warps = launch.threads / 32;
     launch.rows_per_warp =

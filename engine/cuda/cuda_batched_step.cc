@@ -21,6 +21,11 @@ const DeviceLayer<T>& CudaBatchedStep<T>::Layer(DecoderLayerId layer) const {
 }
 
 template <typename T>
+void CudaBatchedStep<T>::CountFused(const StepPlan& plan, int64_t launches) const {
+  for (const SlicePlan& slice : plan.slices) SessionOf(slice).CountFusedGemvLaunches(launches);
+}
+
+template <typename T>
 absl::Status CudaBatchedStep<T>::StepAfterSession(const StepPlan& plan, size_t slice) {
   cudaStream_t compute = SessionOf(plan.slices[slice]).compute_stream();
   DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(b_.session_done(slice), compute),
@@ -84,6 +89,7 @@ absl::Status CudaBatchedStep<T>::Attention(const StepPlan& plan, DecoderLayerId 
     DRT_RETURN_IF_ERROR(FusedNormQkv(b_.h.get(), layer, rows, FusedDecodeSizesOf(b_.sizes()),
                                      static_cast<float>(config_.rms_norm_eps), b_.q.get(),
                                      b_.k_new.get(), b_.v_new.get(), stream));
+    CountFused(plan, 1);
   } else {
     DRT_CUDA_RETURN_IF_ERROR(
         kernels::LaunchRmsNorm(b_.h.get(), layer.input_norm, rows, static_cast<int>(d),
@@ -106,6 +112,7 @@ absl::Status CudaBatchedStep<T>::Attention(const StepPlan& plan, DecoderLayerId 
   }
   DRT_RETURN_IF_ERROR(StepAfterSessions(plan));
   if (fused) {
+    CountFused(plan, 1);
     return FusedProjectAdd(b_.attn.get(), layer.o, nullptr, rows, static_cast<int>(d),
                            static_cast<int>(d), b_.h.get(), stream);
   }
@@ -113,8 +120,9 @@ absl::Status CudaBatchedStep<T>::Attention(const StepPlan& plan, DecoderLayerId 
 }
 
 template <typename T>
-absl::Status CudaBatchedStep<T>::MlpRows(const DeviceLayer<T>& layer, const float* norm_input,
-                                         float* out, int64_t n) {
+absl::Status CudaBatchedStep<T>::MlpRows(const StepPlan& plan, const DeviceLayer<T>& layer,
+                                         const float* norm_input, float* out) {
+  const int64_t n = plan.num_rows;
   // out += down(silu(gate(x)) * up(x)), x = RMSNorm2(norm_input), as
   // CudaSession::MlpBlock.
   const int d = static_cast<int>(b_.sizes().d);
@@ -127,6 +135,7 @@ absl::Status CudaBatchedStep<T>::MlpRows(const DeviceLayer<T>& layer, const floa
                                         FusedDecodeSizesOf(b_.sizes()),
                                         static_cast<float>(config_.rms_norm_eps), b_.act.get(),
                                         stream));
+    CountFused(plan, 2);  // with the down projection's, next
     return FusedProjectAdd(b_.act.get(), layer.down, nullptr, rows, d, f, out, stream);
   }
   DRT_CUDA_RETURN_IF_ERROR(
@@ -142,7 +151,7 @@ absl::Status CudaBatchedStep<T>::MlpRows(const DeviceLayer<T>& layer, const floa
 
 template <typename T>
 absl::Status CudaBatchedStep<T>::Mlp(const StepPlan& plan, DecoderLayerId layer) {
-  return MlpRows(Layer(layer), b_.h.get(), b_.h.get(), plan.num_rows);
+  return MlpRows(plan, Layer(layer), b_.h.get(), b_.h.get());
 }
 
 template <typename T>
@@ -217,7 +226,7 @@ absl::Status CudaBatchedStep<T>::GcaMlp(const StepPlan& plan, DecoderLayerId id)
   const DeviceUpperLayer<T>& layer = weights_.upper[id.group][id.within];
   const int64_t n = plan.num_rows;
   // The base LM: the upper layer without its GCA (CudaSession::GcaMlp).
-  if (disable_gca_) return MlpRows(layer.base, b_.h.get(), b_.h.get(), n);
+  if (disable_gca_) return MlpRows(plan, layer.base, b_.h.get(), b_.h.get());
   // Forward pass 6 after the attention: r = h; h = r + MLP(RMSNorm2(r + GCA(h))),
   // as CudaSession::GcaBlock; the GCA itself slice by slice.
   const int64_t d = b_.sizes().d;
@@ -254,14 +263,15 @@ absl::Status CudaBatchedStep<T>::GcaMlp(const StepPlan& plan, DecoderLayerId id)
     DRT_RETURN_IF_ERROR(FusedProjectAdd(b_.attn.get(), layer.gca_o, b_.h.get(), rows,
                                         static_cast<int>(d), static_cast<int>(d),
                                         b_.mixed.get(), stream));
-    return MlpRows(layer.base, b_.mixed.get(), b_.h.get(), n);
+    CountFused(plan, 2);  // the query's and the output's
+    return MlpRows(plan, layer.base, b_.mixed.get(), b_.h.get());
   }
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_.mixed.get(), b_.h.get(), n * d * sizeof(float),
                                            cudaMemcpyDeviceToDevice, stream),
                            "copying the residual");
   DRT_RETURN_IF_ERROR(
       gemm.Matmul(b_.attn.get(), layer.gca_o, b_.mixed.get(), rows, d, d, true, stream));
-  return MlpRows(layer.base, b_.mixed.get(), b_.h.get(), n);
+  return MlpRows(plan, layer.base, b_.mixed.get(), b_.h.get());
 }
 
 template <typename T>

@@ -69,9 +69,12 @@ class CudaBatchedStep final : public ForwardOps {
   // Fork: every slice's session's compute stream waits for everything queued
   // so far on the step stream.
   absl::Status SessionsAfterStep(const StepPlan& plan);
-  // out += MLP(RMSNorm2(norm_input)) over the step's `rows` rows.
-  absl::Status MlpRows(const DeviceLayer<T>& layer, const float* norm_input, float* out,
-                       int64_t rows);
+  // out += MLP(RMSNorm2(norm_input)) over the plan's rows.
+  absl::Status MlpRows(const StepPlan& plan, const DeviceLayer<T>& layer,
+                       const float* norm_input, float* out);
+  // `launches` fused decode GEMV kernels ran over the plan's rows: counted
+  // in every slice's session (BackendSessionStats::fused_gemv_launches).
+  void CountFused(const StepPlan& plan, int64_t launches) const;
 
   const ModelConfig& config_;
   const DeviceWeights<T>& weights_;

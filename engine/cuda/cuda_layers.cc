@@ -125,6 +125,7 @@ absl::Status CudaSession<T>::AttentionBlock(int64_t layer_index, const DeviceLay
     DRT_RETURN_IF_ERROR(FusedNormQkv(b.h.get(), layer, rows, FusedDecodeSizesOf(sizes_),
                                      static_cast<float>(config_.rms_norm_eps), b.q.get(),
                                      b.k_new.get(), b.v_new.get(), stream));
+    ++stats_.fused_gemv_launches;
   } else {
     DRT_CUDA_RETURN_IF_ERROR(
         kernels::LaunchRmsNorm(b.h.get(), layer.input_norm, rows, d,
@@ -137,7 +138,10 @@ absl::Status CudaSession<T>::AttentionBlock(int64_t layer_index, const DeviceLay
   DRT_RETURN_IF_ERROR(WindowAttentionRows(
       layer_index, AttentionRows<T>{b.q.get(), b.k_new.get(), b.v_new.get(), b.attn.get()}, n,
       first_pos));
-  if (fused) return FusedProjectAdd(b.attn.get(), layer.o, nullptr, rows, d, d, b.h.get(), stream);
+  if (fused) {
+    ++stats_.fused_gemv_launches;
+    return FusedProjectAdd(b.attn.get(), layer.o, nullptr, rows, d, d, b.h.get(), stream);
+  }
   return gemm_->Matmul(b.attn.get(), layer.o, b.h.get(), rows, d, d, /*accumulate=*/true, stream);
 }
 
@@ -153,6 +157,7 @@ absl::Status CudaSession<T>::MlpBlock(const DeviceLayer<T>& layer, const float* 
   if (FusedGemvRows(n)) {
     DRT_RETURN_IF_ERROR(FusedNormSwiGlu(norm_input, layer.post_norm, layer.gate_up, rows,
                                         FusedDecodeSizesOf(sizes_), eps, b.act.get(), stream));
+    stats_.fused_gemv_launches += 2;  // with the down projection's, next
     return FusedProjectAdd(b.act.get(), layer.down, nullptr, rows, d, f, out, stream);
   }
   DRT_CUDA_RETURN_IF_ERROR(
@@ -183,6 +188,7 @@ absl::Status CudaSession<T>::GcaBlock(int64_t group, const DeviceUpperLayer<T>& 
         GcaAttentionRows(group, b.q.get(), b.attn.get(), n, first_pos, first_query_chunk));
     DRT_RETURN_IF_ERROR(FusedProjectAdd(b.attn.get(), layer.gca_o, b.h.get(), rows, d, d,
                                         b.mixed.get(), stream));
+    stats_.fused_gemv_launches += 2;  // the query's and the output's
     return MlpBlock(layer.base, b.mixed.get(), b.h.get(), n, eps);
   }
   DRT_CUDA_RETURN_IF_ERROR(

@@ -175,6 +175,9 @@ class CudaSession final : public BackendSession {
   cudaStream_t compute_stream() const { return compute_stream_.get(); }
   // What Embed does to the session's bookkeeping when a step starts.
   void BeginStep();
+  // The batched step ran `launches` fused decode GEMV kernels over rows of
+  // this session (BackendSessionStats::fused_gemv_launches).
+  void CountFusedGemvLaunches(int64_t launches) { stats_.fused_gemv_launches += launches; }
   // Forward pass 3: window attention of the slice's n rows (the first at
   // decoder position first_pos) on decoder layer `layer_index`; their keys
   // and values then enter the ring.

@@ -93,6 +93,7 @@ absl::StatusOr<bool> CudaSession<T>::LaunchDecodeGraph(const StepPlan& plan,
   // counts the same chunks (on the host tier, the chunks this staging
   // copied count once more as resident hits there; one step per session).
   const int64_t resident_hits_before = stats_.resident_hits;
+  const int64_t fused_launches_before = stats_.fused_gemv_launches;
   BeginStep();
   if (!options_.disable_gca) {
     for (int64_t g = 0; g < sizes_.groups; ++g) {
@@ -149,6 +150,7 @@ absl::StatusOr<bool> CudaSession<T>::LaunchDecodeGraph(const StepPlan& plan,
       }
       ++stats_.graph_capture_failures;
       stats_.resident_hits = resident_hits_before;
+      stats_.fused_gemv_launches = fused_launches_before;  // the eager walk counts its own
       graphs_.Disable();
       std::fprintf(stderr,
                    "drt-server: a CUDA decode graph could not be captured (%s); this session "

@@ -1,10 +1,14 @@
 // The fused decode GEMVs (kernels/decode_gemv.h) against naive double
-// references, in fp32 and bf16 storage, m = 1, 3 and 8 rows, k = 192 and
-// 768, n not a multiple of a block's rows; each output element is held to a
-// bound derived below from the roundings the kernel performs. Also: the
-// normed inputs are bit for bit LaunchRmsNorm's, writes stay inside their
-// outputs, bad shapes launch nothing, and a captured CUDA graph replays the
-// eager launches' bits. Written without a GPU: NOT YET RUN ON ONE.
+// references, in fp32 and bf16 storage, m = 1, 3 and 8 rows, k = 192, 768
+// and 776 (bf16: 24 16-byte vectors, under one pass of the 32 lanes; 96,
+// exactly 3 passes; 97, 3 passes and one lane more), n not a multiple of a
+// block's rows; each output element is held to a bound derived below from
+// the roundings the kernel performs. Also: the normed inputs are bit for
+// bit LaunchRmsNorm's, writes stay inside their outputs, the residual given
+// as y itself, the largest k the plan takes at 8 rows launches (its shared
+// memory, scratch included, fits), bad shapes launch nothing, and a
+// captured CUDA graph replays the eager launches' bits. Written without a
+// GPU: NOT YET RUN ON ONE.
 #include "kernels/decode_gemv.h"
 
 #include <cmath>
@@ -215,7 +219,7 @@ TEMPLATE_TEST_CASE("cuda decode gemv: norm GEMV matches a double reference", "[c
   DRT_SKIP_WITHOUT_CUDA_DEVICE();
   std::mt19937 rng(2024);
   for (int m : {1, 3, 8}) {
-    for (int k : {192, 768}) {
+    for (int k : {192, 768, 776}) {
       // Three segments (Q, K, V): n = k + 106, not a multiple of the 8 rows
       // of a block; one segment (the GCA query) of 8 * 13 + 5 rows.
       CheckNormGemv<TestType>(m, k, {k, 53, 53}, rng);
@@ -240,7 +244,8 @@ TEMPLATE_TEST_CASE("cuda decode gemv: the normed inputs are LaunchRmsNorm's bit 
   using H = typename S::Host;
   std::mt19937 rng(77);
   for (int m : {1, 3, 8}) {
-    for (int k : {192, 768}) {
+    // 776: RmsNormKernel's 256 threads take 3 elements each and 8 a fourth.
+    for (int k : {192, 768, 776}) {
       INFO(S::kName << " m " << m << " k " << k);
       const float eps = 1e-5f;
       const std::vector<float> h = RandomFloats(static_cast<size_t>(m) * k, rng, -3.f, 3.f);
@@ -329,7 +334,7 @@ TEMPLATE_TEST_CASE("cuda decode gemv: norm GEMV SwiGLU matches a double referenc
   DRT_SKIP_WITHOUT_CUDA_DEVICE();
   std::mt19937 rng(2025);
   for (int m : {1, 3, 8}) {
-    for (int k : {192, 768}) {
+    for (int k : {192, 768, 776}) {
       // f = 8 * 25 + 3 and 8 * 128 + 5: the last block partly empty.
       CheckNormGemvSwiGlu<TestType>(m, k, 203, rng);
       CheckNormGemvSwiGlu<TestType>(m, k, 1029, rng);
@@ -337,12 +342,27 @@ TEMPLATE_TEST_CASE("cuda decode gemv: norm GEMV SwiGLU matches a double referenc
   }
 }
 
+// Where the accumulating GEMV's base comes from.
+enum class Base {
+  kY,                 // residual == nullptr: y += x . w^T
+  kSeparateResidual,  // y = residual + x . w^T, residual another buffer
+  kResidualIsY,       // the residual pointer is y itself (allowed: same as kY)
+};
+const char* BaseName(Base b) {
+  switch (b) {
+    case Base::kY: return " y +=";
+    case Base::kSeparateResidual: return " residual given";
+    case Base::kResidualIsY: return " residual == y";
+  }
+  return "";
+}
+
 template <typename T>
-void CheckGemvAccumulate(int m, int n, int k, bool separate_residual, std::mt19937& rng) {
+void CheckGemvAccumulate(int m, int n, int k, Base base_from, std::mt19937& rng) {
   using S = Storage<T>;
   using H = typename S::Host;
-  INFO(S::kName << " m " << m << " n " << n << " k " << k
-                << (separate_residual ? " residual given" : " y +="));
+  const bool separate_residual = base_from == Base::kSeparateResidual;
+  INFO(S::kName << " m " << m << " n " << n << " k " << k << BaseName(base_from));
   const HostTensor<T> x = RandomTensor<T>(static_cast<size_t>(m) * k, rng, -1.f, 1.f);
   const HostTensor<T> w = RandomTensor<T>(static_cast<size_t>(n) * k, rng, -0.1f, 0.1f);
   const std::vector<float> base = RandomFloats(static_cast<size_t>(m) * n, rng, -4.f, 4.f);
@@ -354,9 +374,12 @@ void CheckGemvAccumulate(int m, int n, int k, bool separate_residual, std::mt199
     CUDA_REQUIRE(cudaMemcpy(d_y->get(), base.data(), base.size() * sizeof(float),
                             cudaMemcpyHostToDevice));
   }
-  CUDA_REQUIRE(kernels::LaunchGemvAccumulate(
-      d_x.template as<const T>(), d_w.template as<const T>(),
-      separate_residual ? d_residual.get() : nullptr, m, n, k, d_y->get(), nullptr));
+  const float* residual = base_from == Base::kSeparateResidual ? d_residual.get()
+                          : base_from == Base::kResidualIsY    ? d_y->get()
+                                                               : nullptr;
+  CUDA_REQUIRE(kernels::LaunchGemvAccumulate(d_x.template as<const T>(),
+                                             d_w.template as<const T>(), residual, m, n, k,
+                                             d_y->get(), nullptr));
   CUDA_REQUIRE(cudaDeviceSynchronize());
   const std::vector<float> got_raw = d_y->Download();
   CheckCanary(got_raw, static_cast<size_t>(m) * n);
@@ -380,16 +403,75 @@ TEMPLATE_TEST_CASE("cuda decode gemv: accumulating GEMV matches a double referen
   DRT_SKIP_WITHOUT_CUDA_DEVICE();
   std::mt19937 rng(2026);
   for (int m : {1, 3, 8}) {
-    for (int k : {192, 768}) {
+    for (int k : {192, 768, 776}) {
       // n = 4 * 50 + 3 and 4 * 192 + 3: the last block partly empty.
       for (int n : {203, 771}) {
-        CheckGemvAccumulate<TestType>(m, n, k, false, rng);
-        CheckGemvAccumulate<TestType>(m, n, k, true, rng);
+        for (Base b : {Base::kY, Base::kSeparateResidual, Base::kResidualIsY}) {
+          CheckGemvAccumulate<TestType>(m, n, k, b, rng);
+        }
       }
     }
   }
   // The down projection's k (F = 2048 in the 128M model).
-  CheckGemvAccumulate<TestType>(8, 771, 2048, false, rng);
+  CheckGemvAccumulate<TestType>(8, 771, 2048, Base::kY, rng);
+}
+
+// The largest k (a multiple of 8) PlanDecodeGemv takes for 8 rows of T.
+template <typename T>
+int LargestPlannedK(kernels::DecodeGemvKind kind) {
+  for (int k = 8192; k > 0; k -= kernels::kDecodeGemvKAlign) {
+    if (kernels::PlanDecodeGemv({kind, 8, 256, k, static_cast<int64_t>(sizeof(T))}).ok()) {
+      return k;
+    }
+  }
+  return 0;
+}
+
+TEMPLATE_TEST_CASE("cuda decode gemv: the largest k the plan takes at 8 rows launches, the "
+                   "next is refused",
+                   "[cuda]", float, bf16) {
+  DRT_SKIP_WITHOUT_CUDA_DEVICE();
+  // A shape the plan takes must launch: its shared memory (normed rows and
+  // reduction scratch, all dynamic) fits the 48 KiB a launch gets without
+  // opting in. Before the scratch was counted the plan took bf16 k = 3072
+  // (fp32 1536), whose launch the static scratch pushed past the limit.
+  // 8 k e + 288 <= 49152 (kernels/decode_gemv_plan.h): bf16 3048, fp32 1520.
+  using S = Storage<TestType>;
+  using H = typename S::Host;
+  const int want = std::is_same_v<TestType, float> ? 1520 : 3048;
+  for (auto kind : {kernels::DecodeGemvKind::kNorm, kernels::DecodeGemvKind::kNormSwiGlu}) {
+    INFO(kernels::DecodeGemvKindName(kind));
+    REQUIRE(LargestPlannedK<TestType>(kind) == want);
+  }
+  std::mt19937 rng(3048);
+  CheckNormGemv<TestType>(8, want, {109}, rng);
+  CheckNormGemvSwiGlu<TestType>(8, want, 203, rng);
+  // k + 8 launches nothing: the output keeps its sentinel.
+  const int k = want + kernels::kDecodeGemvKAlign, n = 64;
+  const std::vector<float> h = RandomFloats(static_cast<size_t>(8) * k, rng, -3.f, 3.f);
+  const HostTensor<TestType> norm_w = RandomTensor<TestType>(k, rng, 0.5f, 1.5f);
+  const HostTensor<TestType> w =
+      RandomTensor<TestType>(static_cast<size_t>(2) * n * k, rng, -0.1f, 0.1f);
+  DeviceBuffer<float> d_h(h);
+  DeviceBuffer<H> d_norm(norm_w.raw), d_w(w.raw);
+  const std::vector<H> sentinel(static_cast<size_t>(8) * n, S::From(42.f));
+  DeviceBuffer<H> d_out(sentinel);
+  kernels::NormGemvParams<TestType> p;
+  p.h = d_h.get();
+  p.norm_w = d_norm.template as<const TestType>();
+  p.eps = 1e-5f;
+  p.w = d_w.template as<const TestType>();
+  p.m = 8;
+  p.k = k;
+  p.out[0] = d_out.template as<TestType>();
+  p.cols[0] = n;
+  CHECK(kernels::LaunchNormGemv(p, nullptr) == cudaErrorInvalidValue);
+  CHECK(kernels::LaunchNormGemvSwiGlu(d_h.get(), d_norm.template as<const TestType>(), 1e-5f,
+                                      d_w.template as<const TestType>(), 8, n, k,
+                                      d_out.template as<TestType>(),
+                                      nullptr) == cudaErrorInvalidValue);
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK(d_out.Download() == sentinel);
 }
 
 TEST_CASE("cuda decode gemv: bad shapes and pointers launch nothing", "[cuda]") {

@@ -385,6 +385,23 @@ TEST_CASE("cuda: batched_step_rows gives each session the logits and retrievals 
     CheckWithin(mixed, limit);
     CheckWithin(decode, limit);
     CheckRetrievals(triples, precision);
+    // The option reached both engines: every session (slice by slice, alone
+    // after a fork, and batched) ran fused launches in its 9 decode steps,
+    // at least 4 per decoder layer per step, and none with the option off.
+    const int64_t min_launches =
+        9 * 4 * (config.num_lower_layers() + config.num_upper_layers());
+    for (size_t i = 0; i < triples.size(); ++i) {
+      INFO("session " << i);
+      const Triple& t = *triples[i];
+      for (const Session* session : {t.off.get(), t.on_alone.get(), t.on_batched.get()}) {
+        const int64_t launches = session->backend_session().stats().fused_gemv_launches;
+        if (fused) {
+          CHECK(launches >= min_launches);
+        } else {
+          CHECK(launches == 0);
+        }
+      }
+    }
   }
 }
 
