@@ -107,13 +107,16 @@ absl::StatusOr<LoadedModel> LoadModelDir(const std::string& dir) {
   if (!files.ok()) return files.status();
   absl::StatusOr<ModelConfig> config = LoadModelConfig(files->config_path);
   if (!config.ok()) return config.status();
-  absl::StatusOr<ModelWeights> weights = LoadModelWeights(files->weights_path, *config);
-  if (!weights.ok()) return weights.status();
-  // After the weights: their loader has named any problem with the file.
-  absl::StatusOr<uint32_t> fingerprint =
-      ComputeModelFingerprint(files->config_path, files->weights_path);
+  // The fingerprint (engine/model_fingerprint.h): the config file's CRC,
+  // continued over the weights file by its loader from the mapping it reads
+  // the tensors from, so the weights are read once and the fingerprint is
+  // of the bytes actually loaded.
+  absl::StatusOr<uint32_t> fingerprint = ConfigFileCrc32c(files->config_path);
   if (!fingerprint.ok()) return fingerprint.status();
-  config->model_fingerprint = *fingerprint;
+  uint32_t crc = *fingerprint;
+  absl::StatusOr<ModelWeights> weights = LoadModelWeights(files->weights_path, *config, &crc);
+  if (!weights.ok()) return weights.status();
+  config->model_fingerprint = crc;
   return LoadedModel{*std::move(files), *std::move(config), *std::move(weights)};
 }
 

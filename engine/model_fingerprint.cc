@@ -49,4 +49,10 @@ absl::StatusOr<uint32_t> ComputeModelFingerprint(const std::string& config_path,
   return crc;
 }
 
+absl::StatusOr<uint32_t> ConfigFileCrc32c(const std::string& config_path) {
+  uint32_t crc = 0;
+  if (absl::Status s = CrcOfFile(config_path, crc); !s.ok()) return s;
+  return crc;
+}
+
 }  // namespace drt

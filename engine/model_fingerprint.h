@@ -16,4 +16,9 @@ namespace drt {
 absl::StatusOr<uint32_t> ComputeModelFingerprint(const std::string& config_path,
                                                  const std::string& weights_path);
 
+// The first part of the fingerprint: CRC-32C of the bytes of `config_path`.
+// LoadModelDir continues it over the weights file as LoadModelWeights maps
+// it, which gives ComputeModelFingerprint's value without a second read.
+absl::StatusOr<uint32_t> ConfigFileCrc32c(const std::string& config_path);
+
 }  // namespace drt

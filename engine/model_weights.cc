@@ -263,11 +263,14 @@ std::vector<ExpectedTensor> OptionalTensors(const ModelConfig& config) {
   return out;
 }
 
-absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& path, const ModelConfig& config) {
+absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& path, const ModelConfig& config,
+                                              uint32_t* file_crc) {
   try {
     absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(path);
     if (!file.ok()) return file.status();
-    return LoadFromFile(**file, config);
+    absl::StatusOr<ModelWeights> weights = LoadFromFile(**file, config);
+    if (weights.ok() && file_crc != nullptr) *file_crc = (*file)->ContentCrc32c(*file_crc);
+    return weights;
   } catch (const std::exception& e) {
     // std::bad_alloc from a checkpoint larger than memory, for one.
     return absl::ResourceExhaustedError(absl::StrCat(path, ": error loading weights: ", e.what()));

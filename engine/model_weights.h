@@ -61,8 +61,11 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config);
 // saves for every decoder layer (ignored: the engine computes the slopes).
 std::vector<ExpectedTensor> OptionalTensors(const ModelConfig& config);
 
-// Loads `path` (a .safetensors file) for `config`.
-absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& path,
-                                              const ModelConfig& config);
+// Loads `path` (a .safetensors file) for `config`. When `file_crc` is given,
+// the CRC-32C of every byte of the file is continued into it, from the same
+// mapping the tensors were read from (the model fingerprint,
+// engine/model_fingerprint.h: no second open or read of the file).
+absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& path, const ModelConfig& config,
+                                              uint32_t* file_crc = nullptr);
 
 }  // namespace drt

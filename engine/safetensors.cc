@@ -14,6 +14,7 @@
 #include <limits>
 #include <optional>
 
+#include "engine/crc32c.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -390,6 +391,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
 
 SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) munmap(map_, map_size_);
+}
+
+uint32_t SafetensorsFile::ContentCrc32c(uint32_t crc) const {
+  return Crc32c(map_, map_size_, crc);
 }
 
 absl::StatusOr<const TensorView*> SafetensorsFile::Get(const std::string& name) const {

@@ -46,6 +46,8 @@ class SafetensorsFile {
   // NOT_FOUND naming the file and the tensor when absent.
   absl::StatusOr<const TensorView*> Get(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // CRC-32C of every byte of the file (header and data), continuing `crc`.
+  uint32_t ContentCrc32c(uint32_t crc) const;
 
   // Copies any float tensor (f32/f16/bf16) into fp32; error for integer dtypes.
   absl::StatusOr<std::vector<float>> ReadF32(const std::string& name) const;

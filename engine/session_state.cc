@@ -121,14 +121,17 @@ absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& 
       !s.ok()) {
     return s;
   }
-  // The next token is sampled from these; a NaN or infinity (damaged or
+  // The next token is sampled from these; a NaN or +inf (damaged or
   // hand-made state: a forward that made one fails its sampling step) would
-  // make sampling fail later, or, unchecked, pick an arbitrary token.
+  // make sampling fail later. -inf is a token that cannot be chosen, which
+  // the sampler accepts (CheckSamplableLogits), so a state holding one is
+  // not refused here either.
   for (size_t i = 0; i < state.last_logits.size(); ++i) {
-    if (!std::isfinite(state.last_logits[i])) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "last_logits[%d] is %s; a state's logits must be finite", i,
-          std::isnan(state.last_logits[i]) ? "NaN" : state.last_logits[i] > 0 ? "+inf" : "-inf"));
+    const float logit = state.last_logits[i];
+    if (std::isnan(logit) || (std::isinf(logit) && logit > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("last_logits[%d] is %s; a state's logits must be finite or -inf", i,
+                          std::isnan(logit) ? "NaN" : "+inf"));
     }
   }
   if (static_cast<int64_t>(b.windows.size()) != NumDecoderLayers(c)) {
