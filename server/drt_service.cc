@@ -172,7 +172,10 @@ class PromptIngest {
           "session %s would exceed its context limit of %d tokens (it holds %d, %s)", entry_.id(),
           limit, entry_.tokens(), brings));
     }
-    if (absl::Status s = sessions_.CheckBudget(static_cast<int64_t>(ids.size())); !s.ok()) return s;
+    // The memory the message may take is reserved until its item ends, so
+    // that concurrent messages cannot all pass one check of the budget.
+    auto reservation = sessions_.ReserveForTokens(static_cast<int64_t>(ids.size()));
+    if (!reservation.ok()) return reservation.status();
     if (absl::Status s = entry_.RunStep([&](Session& session) { return session.ValidateTokens(ids); });
         !s.ok()) {
       return s;
@@ -415,7 +418,9 @@ grpc::Status DrtService::AppendStream(
   if (status.ok()) status = ingest.Flush();
   if (status.ok() && (*entry)->deleted()) status = (*entry)->DeletedError();
   if (status.ok() && context->IsCancelled()) status = absl::CancelledError("the Append was cancelled");
-  (*entry)->End();
+  // With --state_sync=interval the last tokens are written here: the summary
+  // (and OK) only once they are on disk.
+  if (absl::Status ended = (*entry)->EndAndReport(); status.ok()) status = ended;
   if (ingest.ingested() > 0) metrics_.ObservePrefill(ingest.ingested(), ingest.engine_seconds());
   if (!status.ok()) return Finish(ToGrpc(status));
 
@@ -428,13 +433,16 @@ grpc::Status DrtService::AppendStream(
   return Finish(grpc::Status::OK);
 }
 
-// Generates on an entry the caller has claimed; writes pieces and the final
-// message through `write`. Shared by Generate and Complete.
+// Generates on an entry the caller has claimed; writes pieces through
+// `write` and leaves the final message in `done` for the caller, who sends
+// it once the activity ended (and, with --state_sync=interval, the session
+// was written). Shared by Generate and Complete.
 static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& entry,
                                   const GenerationPlan& plan, const Model& model,
-                                  Scheduler& scheduler, Metrics& metrics,
+                                  SessionManager& sessions, Scheduler& scheduler, Metrics& metrics,
                                   const std::function<bool(const drt::v1::GenerateResponse&)>& write,
-                                  drt::v1::GenerateTimings timings) {
+                                  drt::v1::GenerateTimings timings,
+                                  drt::v1::GenerateResponse& done) {
   const auto start = Clock::now();
   Sampler sampler(plan.sampling);
   const int32_t eos = model.tokenizer->eos_id();
@@ -478,6 +486,10 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     ~RetrievalCount() { metrics.AddRetrievals(entry.retrievals() - before); }
   } retrieval_count{entry, metrics};
   if (padding > 0) {
+    // Padding completes a chunk: its memory is reserved (and checked
+    // against the budget) until the padding ran, as an Append's is.
+    auto reservation = sessions.ReserveForTokens(padding);
+    if (!reservation.ok()) return reservation.status();
     // Padding is prompt work: it shares the step budget like a prefill.
     const std::vector<int32_t> pads(padding, static_cast<int32_t>(model.config().pad_id));
     WorkItem item;
@@ -523,6 +535,21 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
       return absl::OkStatus();
     });
     if (!s.ok()) return s;
+    // A token that completes a chunk adds the chunk's memory: it is reserved
+    // against the host-memory budget until the token ran (then the session
+    // holds it), and a generation that would pass the budget ends here.
+    HostReservation chunk_memory;
+    if ((entry.tokens() + 1) % chunk == 0) {
+      auto reserved = sessions.Reserve(
+          sessions.HostBytesForTokens(1),
+          absl::StrFormat("generated token %d and the chunk it completes", generated + 1));
+      if (!reserved.ok()) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "Generate stopped after %d generated tokens (they stay in session %s): %s", generated,
+            entry.id(), reserved.status().message()));
+      }
+      chunk_memory = *std::move(reserved);
+    }
     const int32_t token[] = {step.token};
     WorkItem item;
     item.entry = &entry;
@@ -581,14 +608,12 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   if (generated > 0) metrics.ObserveTimeToFirstToken(first_token_at);
   if (generated > 1) metrics.ObserveTimePerOutputToken(timings.time_per_output_token_seconds());
   metrics.AddGeneratedTokens(generated);
-  drt::v1::GenerateResponse done;
   done.mutable_done()->set_finish_reason(reason);
   done.mutable_done()->set_session_id(entry.id());
   done.mutable_done()->set_padding_tokens(padding);
   done.mutable_done()->set_tokens_appended(padding + generated);
   done.mutable_done()->set_session_tokens(entry.tokens());
   *done.mutable_done()->mutable_timings() = timings;
-  write(done);
   return absl::OkStatus();
 }
 
@@ -601,10 +626,12 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
   auto plan = PlanGeneration(*request, (*entry)->settings(), model_.generation);
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
   if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
+  drt::v1::GenerateResponse done;
   absl::Status status = RunGeneration(
-      context, **entry, *plan, model_, *scheduler_, metrics_,
-      [&](const drt::v1::GenerateResponse& r) { return writer->Write(r); }, {});
-  (*entry)->End();
+      context, **entry, *plan, model_, *sessions_, *scheduler_, metrics_,
+      [&](const drt::v1::GenerateResponse& r) { return writer->Write(r); }, {}, done);
+  if (absl::Status ended = (*entry)->EndAndReport(); status.ok()) status = ended;
+  if (status.ok()) writer->Write(done);
   return Finish(ToGrpc(status));
 }
 
@@ -654,10 +681,12 @@ grpc::Status DrtService::CompleteStream(
   drt::v1::GenerateTimings timings;
   timings.set_prefill_seconds(ingest.engine_seconds());
   timings.set_prompt_tokens(ingest.ingested());
+  drt::v1::GenerateResponse done;
   status = RunGeneration(
-      context, **entry, *plan, model_, *scheduler_, metrics_,
-      [&](const drt::v1::GenerateResponse& r) { return stream->Write(r); }, timings);
-  (*entry)->End();
+      context, **entry, *plan, model_, *sessions_, *scheduler_, metrics_,
+      [&](const drt::v1::GenerateResponse& r) { return stream->Write(r); }, timings, done);
+  (*entry)->End();  // (an ephemeral session: nothing is written)
+  if (status.ok()) stream->Write(done);
   return Finish(ToGrpc(status));
 }
 
