@@ -808,10 +808,24 @@ grpc::Status DrtService::LoadSession(grpc::ServerContext* context,
   if (absl::Status s = CheckSessionFileName(request->file_name()); !s.ok()) {
     return Finish(ToGrpc(s));
   }
-  auto loaded =
-      LoadSessionFile(options_.session_files_dir + "/" + request->file_name(), backend_);
+  // The chunks' memory is reserved against the host-memory budget before
+  // any is read, and held until the session is in the table (then it
+  // counts itself): a file too large for the budget is refused with the
+  // server unchanged.
+  HostReservation reservation;
+  auto loaded = LoadSessionFile(
+      options_.session_files_dir + "/" + request->file_name(), backend_,
+      [&](int64_t chunks) -> absl::Status {
+        auto reserved = sessions_->Reserve(
+            chunks * backend_.host_bytes_per_chunk(),
+            absl::StrFormat("the %d chunks of %s", chunks, request->file_name()));
+        if (!reserved.ok()) return reserved.status();
+        reservation = *std::move(reserved);
+        return absl::OkStatus();
+      });
   if (!loaded.ok()) return Finish(ToGrpc(loaded.status()));
   auto entry = sessions_->AddLoaded(loaded->settings, std::move(loaded->session));
+  reservation.Release();
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   FillInfo(**entry, response);
   return Finish(grpc::Status::OK);

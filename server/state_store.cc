@@ -65,7 +65,8 @@ absl::Status CheckForeign(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name != "LOCK" && name != ".probe") {
+    // (".FORMAT.tmp-XXXXXX": the FORMAT write of an interrupted first start.)
+    if (name != "LOCK" && name != ".probe" && !absl::StartsWith(name, ".FORMAT.tmp-")) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s is not empty and has no FORMAT file: it is not a drt state directory (found %s); "
           "give an empty or new directory",
@@ -424,7 +425,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
   for (const fs::path& file : files) {
     const std::string path = file.string();
     const std::string name = file.filename().string();
-    if (absl::EndsWith(name, ".tmp")) {  // a write that never finished
+    if (IsTemporaryFileName(name)) {  // a write that never finished
       ::unlink(path.c_str());
       continue;
     }
