@@ -20,6 +20,7 @@
 #include "server/session_manager.h"
 #include "server/state_files.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/peak_memory.h"
 #include "tests/test_util/temp_dir.h"
 
 namespace drt::server {
@@ -175,16 +176,6 @@ TEST_CASE("AtomicFileWriter writes each piece through to a hidden temporary file
   CHECK(DirectoryNames(dir.path()) == std::vector<std::string>{"target"});
 }
 
-// VmHWM / VmRSS of this process, in bytes (/proc/self/status).
-int64_t ProcStatusBytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
-  }
-  return -1;
-}
-
 TEST_CASE("a save holds one chunk record in memory, not the session: its peak resident memory "
           "grows far less than the file",
           "[server][session_file]") {
@@ -195,13 +186,7 @@ TEST_CASE("a save holds one chunk record in memory, not the session: its peak re
   const int64_t chunk = f.chunk_size();
   REQUIRE((*session)->Append(RandomTokens(400 * chunk + 3, 5)).ok());
   REQUIRE((*session)->num_chunks() == 400);
-  // Writing 5 to /proc/self/clear_refs resets the peak (VmHWM) to the
-  // current resident size (Linux, proc(5)).
-  {
-    std::ofstream clear("/proc/self/clear_refs");
-    clear << "5";
-  }
-  const int64_t rss = ProcStatusBytes("VmRSS");
+  const int64_t rss = ResetPeakResident();
   const int64_t peak_before = ProcStatusBytes("VmHWM");
   REQUIRE(rss > 0);
   REQUIRE(peak_before <= rss + (1 << 20));  // the reset took
