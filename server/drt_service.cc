@@ -56,6 +56,7 @@ SchedulerOptions SchedulerOptionsFor(const Backend& backend, const ServiceOption
   options.decode_slowdown_limit = service.decode_slowdown_limit;
   options.decode_step_prefill_tokens = service.decode_step_prefill_tokens;
   options.durable_ack_tokens = service.durable_ack_tokens;
+  options.before_progress = service.before_progress_for_test;
   options.on_step_done = [&metrics](const StepRecord& step, double seconds) {
     int64_t decode = 0, prefill = 0;
     for (const StepPiece& piece : step.pieces) {
@@ -79,10 +80,14 @@ SamplingParams FromProto(const drt::v1::SamplingParams& p) {
 // in a stream, checks limits, runs the engine in bounded steps, reports.
 class PromptIngest {
  public:
+  // `chunk_size`: the model's enc_chunk_size (the chunks reported).
   PromptIngest(grpc::ServerContext* context, SessionEntry& entry, const Tokenizer& tokenizer,
-               SessionManager& sessions, Scheduler& scheduler, Metrics& metrics)
+               int64_t chunk_size, SessionManager& sessions, Scheduler& scheduler,
+               Metrics& metrics)
       : context_(context),
         entry_(entry),
+        chunk_size_(chunk_size),
+        acknowledged_tokens_(entry.tokens()),
         encoder_(tokenizer),
         sessions_(sessions),
         scheduler_(scheduler),
@@ -138,12 +143,17 @@ class PromptIngest {
   void set_on_step(std::function<void()> on_step) { on_step_ = std::move(on_step); }
 
   bool progress_due() const { return SecondsSince(last_progress_) >= kProgressIntervalSeconds; }
+  // What the scheduler acknowledged (WorkItem::on_progress), not the live
+  // figures of the session: the engine runs ahead of the acknowledgement,
+  // and for a durable session (--state_dir) only acknowledged tokens are on
+  // disk, so a client that resends from session_tokens after a crash loses
+  // nothing.
   drt::v1::AppendProgress Progress() {
     last_progress_ = Clock::now();
     drt::v1::AppendProgress p;
     p.set_tokens_ingested(ingested_);
-    p.set_chunks_ingested(entry_.chunks());
-    p.set_session_tokens(entry_.tokens());
+    p.set_chunks_ingested(acknowledged_tokens_ / chunk_size_);
+    p.set_session_tokens(acknowledged_tokens_);
     p.set_elapsed_seconds(SecondsSince(start_));
     return p;
   }
@@ -183,11 +193,13 @@ class PromptIngest {
     // The whole message is one work item: the scheduler runs it in pieces
     // over as many steps as it takes, alongside other sessions' work.
     const int64_t ingested_before = ingested_;
+    const int64_t session_before = entry_.tokens();  // still: this call holds the activity
     // Retrievals the forwards made (lower-only ones make none).
     int64_t retrievals_seen = entry_.retrievals();
     auto account = [&](int64_t tokens_done) {
       metrics_.AddTokensIngested(ingested_before + tokens_done - ingested_);
       ingested_ = ingested_before + tokens_done;
+      acknowledged_tokens_ = session_before + tokens_done;
       const int64_t retrievals = entry_.retrievals();
       metrics_.AddRetrievals(retrievals - retrievals_seen);
       retrievals_seen = retrievals;
@@ -216,6 +228,9 @@ class PromptIngest {
 
   grpc::ServerContext* context_;
   SessionEntry& entry_;
+  const int64_t chunk_size_;
+  // The session's tokens as of the last acknowledgement (WorkItem::on_progress).
+  int64_t acknowledged_tokens_;
   StreamingEncoder encoder_;
   SessionManager& sessions_;
   Scheduler& scheduler_;
@@ -370,7 +385,8 @@ grpc::Status DrtService::AppendStream(
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
-  PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_);
+  PromptIngest ingest(context, **entry, *model_.tokenizer, model_.config().enc_chunk_size,
+                      *sessions_, *scheduler_, metrics_);
   // Progress at most every kProgressIntervalSeconds during a message, and
   // always once a message is ingested (the client may wait for it before
   // sending the next).
@@ -651,7 +667,8 @@ grpc::Status DrtService::CompleteStream(
   if (options.has_sampling()) settings.sampling = FromProto(options.sampling());
   auto plan = PlanGeneration(options, settings, model_.generation);
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
-  auto entry = sessions_->Create(settings);
+  // Not written to --state_dir: it lives only as long as this call.
+  auto entry = sessions_->CreateEphemeral(settings);
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   // The temporary session goes when the call ends, whatever happens.
   struct Cleanup {
@@ -661,7 +678,8 @@ grpc::Status DrtService::CompleteStream(
   } cleanup{*sessions_, (*entry)->id()};
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
-  PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_);
+  PromptIngest ingest(context, **entry, *model_.tokenizer, model_.config().enc_chunk_size,
+                      *sessions_, *scheduler_, metrics_);
   absl::Status status;
   int64_t message_index = 0;
   do {
@@ -673,7 +691,7 @@ grpc::Status DrtService::CompleteStream(
     if (!read.ok()) status = read.status();
   } while (status.ok() && *read);
   if (status.ok()) status = ingest.Flush();
-  (*entry)->End();
+  (*entry)->End();  // (an ephemeral session: nothing is written)
   if (ingest.ingested() > 0) metrics_.ObservePrefill(ingest.ingested(), ingest.engine_seconds());
   if (!status.ok()) return Finish(ToGrpc(status));
 

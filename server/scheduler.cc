@@ -122,6 +122,7 @@ WorkResult Scheduler::Run(const WorkItem& item) {
     reported = queued.acknowledged;
     if (item.on_progress) {
       lock.unlock();  // the caller may write to its client; the engine goes on
+      if (options_.before_progress) options_.before_progress();
       item.on_progress(reported);
       lock.lock();
     }

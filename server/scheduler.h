@@ -218,6 +218,10 @@ struct SchedulerOptions {
   };
   // Called on the engine thread after each step ran, with its duration.
   std::function<void(const StepRecord&, double seconds)> on_step_done;
+  // Called on a caller's thread in Run() just before item.on_progress, with
+  // no lock held (a test delays it there, as a descheduled handler on a
+  // loaded machine is delayed, while the engine runs on).
+  std::function<void()> before_progress;
   // Called by the destructor once no further step will be formed, before it
   // waits for the running one (a test holding a step releases it then).
   std::function<void()> on_stopping;

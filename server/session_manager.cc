@@ -213,7 +213,7 @@ std::string SessionManager::NewId() {
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
-    SessionSettings settings, std::unique_ptr<Session> session, std::string id) {
+    SessionSettings settings, std::unique_ptr<Session> session, std::string id, bool durable) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (static_cast<int64_t>(sessions_.size()) >= limits_.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -227,7 +227,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
     return absl::AlreadyExistsError(absl::StrFormat("session %s exists already", id));
   }
   auto entry = std::make_shared<SessionEntry>(id, settings, std::move(session));
-  if (store_ != nullptr) {
+  if (store_ != nullptr && durable) {
     entry->persister_ = [store = store_](const SessionEntry& e, Session& s, bool force) {
       return store->Persist(e.id(), e.settings(), s, force);
     };
@@ -237,6 +237,16 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Create(SessionSettings settings) {
+  return CreateSession(settings, /*durable=*/true);
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::CreateEphemeral(
+    SessionSettings settings) {
+  return CreateSession(settings, /*durable=*/false);
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::CreateSession(
+    SessionSettings settings, bool durable) {
   if (absl::Status s = ValidateSamplingParams(settings.sampling); !s.ok()) return s;
   if (settings.max_context_tokens < 0 || settings.max_context_tokens > limits_.max_context_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -251,10 +261,11 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Create(SessionSett
   if (settings.idle_ttl_seconds == 0) settings.idle_ttl_seconds = limits_.idle_ttl_seconds;
   auto session = Session::Create(backend_);
   if (!session.ok()) return session.status();
-  auto entry = Insert(settings, *std::move(session));
+  auto entry = Insert(settings, *std::move(session), "", durable);
   if (!entry.ok()) return entry.status();
   // Written now so that an empty session survives a restart too; it is not
   // handed out until it is on disk.
+  if (!durable) return entry;
   if (absl::Status s = PersistNew(*entry); !s.ok()) return s;
   return entry;
 }
@@ -354,7 +365,7 @@ absl::Status SessionManager::Delete(const std::string& id) {
   // A running Append/Generate ends at its next step (ABORTED); the engine
   // session is freed now, or when the step running on it returns.
   entry->MarkDeleted();
-  if (store_ != nullptr) store_->Remove(id);
+  if (store_ != nullptr && entry->durable()) store_->Remove(id);
   // Chunks the deleted session shared are now held by fewer sessions.
   RefreshIdleFigures();
   return absl::OkStatus();
@@ -482,7 +493,7 @@ int SessionManager::EvictIdle() {
   // not wait for it.
   for (const auto& entry : evicted) {
     entry->MarkDeleted();
-    if (store_ != nullptr) store_->Remove(entry->id());
+    if (store_ != nullptr && entry->durable()) store_->Remove(entry->id());
   }
   if (!evicted.empty()) RefreshIdleFigures();
   return static_cast<int>(evicted.size());

@@ -184,6 +184,10 @@ class SessionManager {
   // RESOURCE_EXHAUSTED at max_sessions; INVALID_ARGUMENT for settings beyond
   // the server's limits. Zero settings take the server's values.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Create(SessionSettings settings);
+  // Create for a session that lives only as long as one call (Complete's):
+  // never written to the state store, so it costs no writes and a crash
+  // leaves nothing of it to restore.
+  absl::StatusOr<std::shared_ptr<SessionEntry>> CreateEphemeral(SessionSettings settings);
   absl::StatusOr<std::shared_ptr<SessionEntry>> Find(const std::string& id) const;
   // FAILED_PRECONDITION while the parent is busy.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Fork(const std::string& id);
@@ -236,10 +240,12 @@ class SessionManager {
   std::string NewId();
   // RefreshFiguresIfIdle on every session (after a delete or an eviction).
   void RefreshIdleFigures();
-  // `id` empty: a new one.
+  // `id` empty: a new one. `durable` false: not written to the state store.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Insert(SessionSettings settings,
                                                        std::unique_ptr<Session> session,
-                                                       std::string id = "");
+                                                       std::string id = "", bool durable = true);
+  absl::StatusOr<std::shared_ptr<SessionEntry>> CreateSession(SessionSettings settings,
+                                                              bool durable);
   void ReaperLoop();
   // Writes a session just inserted to the state store (when attached);
   // deletes it again when that fails.

@@ -350,6 +350,15 @@ absl::Status StateStore::RecordFork(const std::string& parent_id, const std::str
   std::shared_ptr<Durable> d;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // The child was deleted since it was inserted (Remove ran before it was
+    // known here): nothing of it may be written, or it would come back at
+    // the next start.
+    if (removed_.contains(child_id)) {
+      for (size_t i = 0; i + 1 < segments.size(); ++i) {
+        if (--log_refs_[segments[i].log] == 0) log_refs_.erase(segments[i].log);
+      }
+      return absl::OkStatus();
+    }
     d = std::make_shared<Durable>();
     d->segments = segments;
     d->chunks_mapped = chunks_mapped;

@@ -126,6 +126,36 @@ TEST_CASE("the first write of a loaded session writes its chunks in bounded batc
   CHECK(growth < chunk_bytes / 4);
 }
 
+TEST_CASE("a fork deleted before its fork record is written leaves no files to come back",
+          "[state_store]") {
+  // The race SessionManager::Fork has with DeleteSession: the child is in
+  // the table, a delete removes it (StateStore::Remove of an id the store
+  // does not know yet), then the fork's RecordFork runs.
+  drt::testing::TempDir dir;
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  {
+    Server server(dir.path());
+    const std::string parent = server.Create();
+    server.Append(parent, RandomTokens(6 * chunk + 3, 8));
+    auto entry = server.sessions->Find(parent);
+    REQUIRE(entry.ok());
+    std::unique_ptr<Session> copy;
+    REQUIRE((*entry)->RunStep([&](Session& s) {
+      auto forked = s.Fork();
+      if (!forked.ok()) return forked.status();
+      copy = *std::move(forked);
+      return absl::OkStatus();
+    }).ok());
+    const std::string child = "s-deletedbeforerecord";
+    server.store->Remove(child);
+    REQUIRE(server.store->RecordFork(parent, child, SessionSettings{}, *copy).ok());
+    CHECK_FALSE(fs::exists(server.store->StatePath(child)));
+    CHECK_FALSE(fs::exists(server.store->LogPath(child)));
+  }
+  Server restarted(dir.path());
+  CHECK(restarted.Tokens().size() == 1);  // the parent only
+}
+
 void FlipByte(const std::string& path, uint64_t offset) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(offset);
