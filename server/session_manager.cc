@@ -213,7 +213,8 @@ std::string SessionManager::NewId() {
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
-    SessionSettings settings, std::unique_ptr<Session> session, std::string id, bool durable) {
+    SessionSettings settings, std::unique_ptr<Session> session, std::string id, bool durable,
+    bool claimed) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (static_cast<int64_t>(sessions_.size()) >= limits_.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -232,6 +233,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
       return store->Persist(e.id(), e.settings(), s, force);
     };
   }
+  // Claimed before anyone can find it (ListSessions shows it at once): the
+  // caller's first write runs alone on it.
+  if (claimed) entry->activity_ = Activity::kAppending;
   sessions_[id] = entry;
   return entry;
 }
@@ -261,7 +265,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::CreateSession(
   if (settings.idle_ttl_seconds == 0) settings.idle_ttl_seconds = limits_.idle_ttl_seconds;
   auto session = Session::Create(backend_);
   if (!session.ok()) return session.status();
-  auto entry = Insert(settings, *std::move(session), "", durable);
+  auto entry = Insert(settings, *std::move(session), "", durable,
+                      /*claimed=*/durable && store_ != nullptr);
   if (!entry.ok()) return entry.status();
   // Written now so that an empty session survives a restart too; it is not
   // handed out until it is on disk.
@@ -276,6 +281,7 @@ absl::Status SessionManager::PersistNew(const std::shared_ptr<SessionEntry>& ent
     return store_->Persist(entry->id(), entry->settings(), session, /*force=*/true);
   });
   if (!s.ok()) Delete(entry->id()).IgnoreError();
+  entry->End();  // the claim Insert took (nothing is left to write)
   return s;
 }
 
@@ -291,7 +297,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::AddLoaded(
         "the saved session holds %d tokens, more than this server's context limit of %d",
         session->num_tokens(), settings.max_context_tokens));
   }
-  auto entry = Insert(settings, std::move(session));
+  auto entry = Insert(settings, std::move(session), "", /*durable=*/true,
+                      /*claimed=*/store_ != nullptr);
   if (!entry.ok()) return entry.status();
   if (absl::Status s = PersistNew(*entry); !s.ok()) return s;
   return entry;
@@ -339,11 +346,13 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
   });
   (*parent)->End();
   if (!status.ok()) return status;
-  auto child = Insert((*parent)->settings(), std::move(forked));
+  auto child = Insert((*parent)->settings(), std::move(forked), "", /*durable=*/true,
+                      /*claimed=*/store_ != nullptr);
   if (child.ok() && store_ != nullptr) {
     absl::Status s = (*child)->RunStep([&](Session& session) {
       return store_->RecordFork(id, (*child)->id(), (*child)->settings(), session);
     });
+    (*child)->End();  // the claim Insert took
     if (!s.ok()) {
       Delete((*child)->id()).IgnoreError();
       return s;

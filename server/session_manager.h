@@ -241,9 +241,13 @@ class SessionManager {
   // RefreshFiguresIfIdle on every session (after a delete or an eviction).
   void RefreshIdleFigures();
   // `id` empty: a new one. `durable` false: not written to the state store.
+  // `claimed`: inserted with an activity claimed (Begin) for the caller, who
+  // ends it (End) after writing it to the store, so no call that found the
+  // new id meanwhile runs a step on it at the same time.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Insert(SessionSettings settings,
                                                        std::unique_ptr<Session> session,
-                                                       std::string id = "", bool durable = true);
+                                                       std::string id = "", bool durable = true,
+                                                       bool claimed = false);
   absl::StatusOr<std::shared_ptr<SessionEntry>> CreateSession(SessionSettings settings,
                                                               bool durable);
   void ReaperLoop();
