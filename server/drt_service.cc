@@ -56,6 +56,7 @@ SchedulerOptions SchedulerOptionsFor(const Backend& backend, const ServiceOption
   options.decode_slowdown_limit = service.decode_slowdown_limit;
   options.decode_step_prefill_tokens = service.decode_step_prefill_tokens;
   options.durable_ack_tokens = service.durable_ack_tokens;
+  options.before_progress = service.before_progress_for_test;
   options.on_step_done = [&metrics](const StepRecord& step, double seconds) {
     int64_t decode = 0, prefill = 0;
     for (const StepPiece& piece : step.pieces) {
@@ -79,10 +80,14 @@ SamplingParams FromProto(const drt::v1::SamplingParams& p) {
 // in a stream, checks limits, runs the engine in bounded steps, reports.
 class PromptIngest {
  public:
+  // `chunk_size`: the model's enc_chunk_size (the chunks reported).
   PromptIngest(grpc::ServerContext* context, SessionEntry& entry, const Tokenizer& tokenizer,
-               SessionManager& sessions, Scheduler& scheduler, Metrics& metrics)
+               int64_t chunk_size, SessionManager& sessions, Scheduler& scheduler,
+               Metrics& metrics)
       : context_(context),
         entry_(entry),
+        chunk_size_(chunk_size),
+        acknowledged_tokens_(entry.tokens()),
         encoder_(tokenizer),
         sessions_(sessions),
         scheduler_(scheduler),
@@ -138,12 +143,17 @@ class PromptIngest {
   void set_on_step(std::function<void()> on_step) { on_step_ = std::move(on_step); }
 
   bool progress_due() const { return SecondsSince(last_progress_) >= kProgressIntervalSeconds; }
+  // What the scheduler acknowledged (WorkItem::on_progress), not the live
+  // figures of the session: the engine runs ahead of the acknowledgement,
+  // and for a durable session (--state_dir) only acknowledged tokens are on
+  // disk, so a client that resends from session_tokens after a crash loses
+  // nothing.
   drt::v1::AppendProgress Progress() {
     last_progress_ = Clock::now();
     drt::v1::AppendProgress p;
     p.set_tokens_ingested(ingested_);
-    p.set_chunks_ingested(entry_.chunks());
-    p.set_session_tokens(entry_.tokens());
+    p.set_chunks_ingested(acknowledged_tokens_ / chunk_size_);
+    p.set_session_tokens(acknowledged_tokens_);
     p.set_elapsed_seconds(SecondsSince(start_));
     return p;
   }
@@ -172,7 +182,10 @@ class PromptIngest {
           "session %s would exceed its context limit of %d tokens (it holds %d, %s)", entry_.id(),
           limit, entry_.tokens(), brings));
     }
-    if (absl::Status s = sessions_.CheckBudget(static_cast<int64_t>(ids.size())); !s.ok()) return s;
+    // The memory the message may take is reserved until its item ends, so
+    // that concurrent messages cannot all pass one check of the budget.
+    auto reservation = sessions_.ReserveForTokens(static_cast<int64_t>(ids.size()));
+    if (!reservation.ok()) return reservation.status();
     if (absl::Status s = entry_.RunStep([&](Session& session) { return session.ValidateTokens(ids); });
         !s.ok()) {
       return s;
@@ -180,11 +193,13 @@ class PromptIngest {
     // The whole message is one work item: the scheduler runs it in pieces
     // over as many steps as it takes, alongside other sessions' work.
     const int64_t ingested_before = ingested_;
+    const int64_t session_before = entry_.tokens();  // still: this call holds the activity
     // Retrievals the forwards made (lower-only ones make none).
     int64_t retrievals_seen = entry_.retrievals();
     auto account = [&](int64_t tokens_done) {
       metrics_.AddTokensIngested(ingested_before + tokens_done - ingested_);
       ingested_ = ingested_before + tokens_done;
+      acknowledged_tokens_ = session_before + tokens_done;
       const int64_t retrievals = entry_.retrievals();
       metrics_.AddRetrievals(retrievals - retrievals_seen);
       retrievals_seen = retrievals;
@@ -213,6 +228,9 @@ class PromptIngest {
 
   grpc::ServerContext* context_;
   SessionEntry& entry_;
+  const int64_t chunk_size_;
+  // The session's tokens as of the last acknowledgement (WorkItem::on_progress).
+  int64_t acknowledged_tokens_;
   StreamingEncoder encoder_;
   SessionManager& sessions_;
   Scheduler& scheduler_;
@@ -367,7 +385,8 @@ grpc::Status DrtService::AppendStream(
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
-  PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_);
+  PromptIngest ingest(context, **entry, *model_.tokenizer, model_.config().enc_chunk_size,
+                      *sessions_, *scheduler_, metrics_);
   // Progress at most every kProgressIntervalSeconds during a message, and
   // always once a message is ingested (the client may wait for it before
   // sending the next).
@@ -415,7 +434,9 @@ grpc::Status DrtService::AppendStream(
   if (status.ok()) status = ingest.Flush();
   if (status.ok() && (*entry)->deleted()) status = (*entry)->DeletedError();
   if (status.ok() && context->IsCancelled()) status = absl::CancelledError("the Append was cancelled");
-  (*entry)->End();
+  // With --state_sync=interval the last tokens are written here: the summary
+  // (and OK) only once they are on disk.
+  if (absl::Status ended = (*entry)->EndAndReport(); status.ok()) status = ended;
   if (ingest.ingested() > 0) metrics_.ObservePrefill(ingest.ingested(), ingest.engine_seconds());
   if (!status.ok()) return Finish(ToGrpc(status));
 
@@ -428,13 +449,16 @@ grpc::Status DrtService::AppendStream(
   return Finish(grpc::Status::OK);
 }
 
-// Generates on an entry the caller has claimed; writes pieces and the final
-// message through `write`. Shared by Generate and Complete.
+// Generates on an entry the caller has claimed; writes pieces through
+// `write` and leaves the final message in `done` for the caller, who sends
+// it once the activity ended (and, with --state_sync=interval, the session
+// was written). Shared by Generate and Complete.
 static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& entry,
                                   const GenerationPlan& plan, const Model& model,
-                                  Scheduler& scheduler, Metrics& metrics,
+                                  SessionManager& sessions, Scheduler& scheduler, Metrics& metrics,
                                   const std::function<bool(const drt::v1::GenerateResponse&)>& write,
-                                  drt::v1::GenerateTimings timings) {
+                                  drt::v1::GenerateTimings timings,
+                                  drt::v1::GenerateResponse& done) {
   const auto start = Clock::now();
   Sampler sampler(plan.sampling);
   const int32_t eos = model.tokenizer->eos_id();
@@ -478,6 +502,10 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     ~RetrievalCount() { metrics.AddRetrievals(entry.retrievals() - before); }
   } retrieval_count{entry, metrics};
   if (padding > 0) {
+    // Padding completes a chunk: its memory is reserved (and checked
+    // against the budget) until the padding ran, as an Append's is.
+    auto reservation = sessions.ReserveForTokens(padding);
+    if (!reservation.ok()) return reservation.status();
     // Padding is prompt work: it shares the step budget like a prefill.
     const std::vector<int32_t> pads(padding, static_cast<int32_t>(model.config().pad_id));
     WorkItem item;
@@ -523,6 +551,21 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
       return absl::OkStatus();
     });
     if (!s.ok()) return s;
+    // A token that completes a chunk adds the chunk's memory: it is reserved
+    // against the host-memory budget until the token ran (then the session
+    // holds it), and a generation that would pass the budget ends here.
+    HostReservation chunk_memory;
+    if ((entry.tokens() + 1) % chunk == 0) {
+      auto reserved = sessions.Reserve(
+          sessions.HostBytesForTokens(1),
+          absl::StrFormat("generated token %d and the chunk it completes", generated + 1));
+      if (!reserved.ok()) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "Generate stopped after %d generated tokens (they stay in session %s): %s", generated,
+            entry.id(), reserved.status().message()));
+      }
+      chunk_memory = *std::move(reserved);
+    }
     const int32_t token[] = {step.token};
     WorkItem item;
     item.entry = &entry;
@@ -581,14 +624,12 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   if (generated > 0) metrics.ObserveTimeToFirstToken(first_token_at);
   if (generated > 1) metrics.ObserveTimePerOutputToken(timings.time_per_output_token_seconds());
   metrics.AddGeneratedTokens(generated);
-  drt::v1::GenerateResponse done;
   done.mutable_done()->set_finish_reason(reason);
   done.mutable_done()->set_session_id(entry.id());
   done.mutable_done()->set_padding_tokens(padding);
   done.mutable_done()->set_tokens_appended(padding + generated);
   done.mutable_done()->set_session_tokens(entry.tokens());
   *done.mutable_done()->mutable_timings() = timings;
-  write(done);
   return absl::OkStatus();
 }
 
@@ -601,10 +642,12 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
   auto plan = PlanGeneration(*request, (*entry)->settings(), model_.generation);
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
   if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
+  drt::v1::GenerateResponse done;
   absl::Status status = RunGeneration(
-      context, **entry, *plan, model_, *scheduler_, metrics_,
-      [&](const drt::v1::GenerateResponse& r) { return writer->Write(r); }, {});
-  (*entry)->End();
+      context, **entry, *plan, model_, *sessions_, *scheduler_, metrics_,
+      [&](const drt::v1::GenerateResponse& r) { return writer->Write(r); }, {}, done);
+  if (absl::Status ended = (*entry)->EndAndReport(); status.ok()) status = ended;
+  if (status.ok()) writer->Write(done);
   return Finish(ToGrpc(status));
 }
 
@@ -624,7 +667,8 @@ grpc::Status DrtService::CompleteStream(
   if (options.has_sampling()) settings.sampling = FromProto(options.sampling());
   auto plan = PlanGeneration(options, settings, model_.generation);
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
-  auto entry = sessions_->Create(settings);
+  // Not written to --state_dir: it lives only as long as this call.
+  auto entry = sessions_->CreateEphemeral(settings);
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   // The temporary session goes when the call ends, whatever happens.
   struct Cleanup {
@@ -634,7 +678,8 @@ grpc::Status DrtService::CompleteStream(
   } cleanup{*sessions_, (*entry)->id()};
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
-  PromptIngest ingest(context, **entry, *model_.tokenizer, *sessions_, *scheduler_, metrics_);
+  PromptIngest ingest(context, **entry, *model_.tokenizer, model_.config().enc_chunk_size,
+                      *sessions_, *scheduler_, metrics_);
   absl::Status status;
   int64_t message_index = 0;
   do {
@@ -646,7 +691,7 @@ grpc::Status DrtService::CompleteStream(
     if (!read.ok()) status = read.status();
   } while (status.ok() && *read);
   if (status.ok()) status = ingest.Flush();
-  (*entry)->End();
+  (*entry)->End();  // (an ephemeral session: nothing is written)
   if (ingest.ingested() > 0) metrics_.ObservePrefill(ingest.ingested(), ingest.engine_seconds());
   if (!status.ok()) return Finish(ToGrpc(status));
 
@@ -654,10 +699,12 @@ grpc::Status DrtService::CompleteStream(
   drt::v1::GenerateTimings timings;
   timings.set_prefill_seconds(ingest.engine_seconds());
   timings.set_prompt_tokens(ingest.ingested());
+  drt::v1::GenerateResponse done;
   status = RunGeneration(
-      context, **entry, *plan, model_, *scheduler_, metrics_,
-      [&](const drt::v1::GenerateResponse& r) { return stream->Write(r); }, timings);
-  (*entry)->End();
+      context, **entry, *plan, model_, *sessions_, *scheduler_, metrics_,
+      [&](const drt::v1::GenerateResponse& r) { return stream->Write(r); }, timings, done);
+  (*entry)->End();  // (an ephemeral session: nothing is written)
+  if (status.ok()) stream->Write(done);
   return Finish(ToGrpc(status));
 }
 
@@ -779,10 +826,24 @@ grpc::Status DrtService::LoadSession(grpc::ServerContext* context,
   if (absl::Status s = CheckSessionFileName(request->file_name()); !s.ok()) {
     return Finish(ToGrpc(s));
   }
-  auto loaded =
-      LoadSessionFile(options_.session_files_dir + "/" + request->file_name(), backend_);
+  // The chunks' memory is reserved against the host-memory budget before
+  // any is read, and held until the session is in the table (then it
+  // counts itself): a file too large for the budget is refused with the
+  // server unchanged.
+  HostReservation reservation;
+  auto loaded = LoadSessionFile(
+      options_.session_files_dir + "/" + request->file_name(), backend_,
+      [&](int64_t chunks) -> absl::Status {
+        auto reserved = sessions_->Reserve(
+            chunks * backend_.host_bytes_per_chunk(),
+            absl::StrFormat("the %d chunks of %s", chunks, request->file_name()));
+        if (!reserved.ok()) return reserved.status();
+        reservation = *std::move(reserved);
+        return absl::OkStatus();
+      });
   if (!loaded.ok()) return Finish(ToGrpc(loaded.status()));
   auto entry = sessions_->AddLoaded(loaded->settings, std::move(loaded->session));
+  reservation.Release();
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   FillInfo(**entry, response);
   return Finish(grpc::Status::OK);

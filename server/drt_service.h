@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,6 +43,8 @@ struct ServiceOptions {
   std::string bearer_token;  // empty: no authentication
   // Where SaveSession writes and LoadSession reads; empty: both refused.
   std::string session_files_dir;
+  // SchedulerOptions::before_progress (tests only).
+  std::function<void()> before_progress_for_test;
 };
 
 class SessionManager;

@@ -27,6 +27,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/drt_service.h"
+#include "server/grpc_keepalive.h"
 #include "server/host_memory.h"
 #include "server/http_endpoint.h"
 #include "server/metrics.h"
@@ -268,6 +269,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   // gRPC sets SO_REUSEPORT by default, which would let a second server share
   // a busy port silently instead of failing with "address in use".
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  AddKeepaliveArguments(builder);
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   builder.RegisterService(&service);

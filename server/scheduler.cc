@@ -122,6 +122,7 @@ WorkResult Scheduler::Run(const WorkItem& item) {
     reported = queued.acknowledged;
     if (item.on_progress) {
       lock.unlock();  // the caller may write to its client; the engine goes on
+      if (options_.before_progress) options_.before_progress();
       item.on_progress(reported);
       lock.lock();
     }
@@ -143,26 +144,43 @@ void Scheduler::Refuse(absl::Status status) {
 Scheduler::Generating::Generating(Scheduler& scheduler, const SessionEntry* entry)
     : scheduler_(scheduler), entry_(entry) {
   std::lock_guard<std::mutex> lock(scheduler_.mutex_);
-  ++scheduler_.generating_[entry_];
+  GeneratingSession& session = scheduler_.generating_[entry_];
+  // Its handler is about to submit its first token: it counts as turning
+  // one around from now.
+  if (session.scopes++ == 0) session.last_ended = std::chrono::steady_clock::now();
 }
 
 Scheduler::Generating::~Generating() {
   {
     std::lock_guard<std::mutex> lock(scheduler_.mutex_);
     auto it = scheduler_.generating_.find(entry_);
-    if (--it->second == 0) scheduler_.generating_.erase(it);
+    if (--it->second.scopes == 0) scheduler_.generating_.erase(it);
   }
   scheduler_.work_ready_.notify_all();  // the engine may be waiting for it
 }
 
-bool Scheduler::GeneratingQueuedLocked() const {
-  for (const auto& [entry, count] : generating_) {
-    const bool queued = std::any_of(queue_.begin(), queue_.end(), [&](const Queued* q) {
-      return q->item->entry == entry;
-    });
-    if (!queued) return false;
+bool Scheduler::QueuedLocked(const SessionEntry* entry) const {
+  return std::any_of(queue_.begin(), queue_.end(),
+                     [&](const Queued* q) { return q->item->entry == entry; });
+}
+
+std::optional<Scheduler::TimePoint> Scheduler::ResubmitDeadlineLocked(TimePoint now) const {
+  std::optional<TimePoint> until;
+  for (const auto& [entry, session] : generating_) {
+    const TimePoint deadline = session.last_ended + options_.decode_resubmit_wait;
+    if (deadline <= now || QueuedLocked(entry)) continue;
+    if (!until.has_value() || deadline > *until) until = deadline;
   }
-  return true;
+  return until;
+}
+
+int64_t Scheduler::ActiveGeneratingLocked(TimePoint now) const {
+  const auto stall_after = std::max(options_.decode_stall_after, options_.decode_resubmit_wait);
+  int64_t active = 0;
+  for (const auto& [entry, session] : generating_) {
+    active += now < session.last_ended + stall_after || QueuedLocked(entry);
+  }
+  return active;
 }
 
 int Scheduler::queued() const {
@@ -179,6 +197,10 @@ void Scheduler::CompleteLocked(Queued& item, absl::Status status) {
   item.result.status = std::move(status);
   item.finished = true;
   queue_.remove(&item);
+  // A generating session's handler turns the next token around from now.
+  if (auto it = generating_.find(item.item->entry); it != generating_.end()) {
+    it->second.last_ended = std::chrono::steady_clock::now();
+  }
 }
 
 std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
@@ -238,11 +260,14 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   // A step that carries decode stays within the slowdown limit of a
   // decode-only step (server/decode_step_budget.h). So does one formed while
   // sessions generate but none of their tokens came in time: a token
-  // arriving meanwhile waits for this step.
+  // arriving meanwhile waits for this step. (Not for stalled handlers: one
+  // blocked writing to a client that stopped reading would otherwise hold
+  // every step short for as long as its connection lives.)
   if (decode_tokens > 0) {
     left = std::min(left, decode_budget_.PrefillTokens(decode_tokens));
-  } else if (!generating_.empty()) {
-    left = std::min(left, decode_budget_.GapPrefillTokens(static_cast<int64_t>(generating_.size())));
+  } else if (const int64_t active = ActiveGeneratingLocked(std::chrono::steady_clock::now());
+             active > 0) {
+    left = std::min(left, decode_budget_.GapPrefillTokens(active));
   }
 
   // 3. Prefill shares the rest equally; whoever needs less leaves the
@@ -303,9 +328,15 @@ void Scheduler::EngineLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    // Generating sessions are between two tokens: let them rejoin first.
-    work_ready_.wait_for(lock, options_.decode_resubmit_wait,
-                         [&] { return stopping_ || GeneratingQueuedLocked(); });
+    // Generating sessions are between two tokens: let them rejoin first
+    // (each for at most decode_resubmit_wait after its last item ended, so
+    // a stalled handler is not waited for at all).
+    while (!stopping_) {
+      const std::optional<TimePoint> until =
+          ResubmitDeadlineLocked(std::chrono::steady_clock::now());
+      if (!until.has_value()) break;
+      work_ready_.wait_until(lock, *until);
+    }
     if (stopping_) {
       while (!queue_.empty()) {
         CompleteLocked(*queue_.front(), absl::UnavailableError("the server is shutting down"));

@@ -68,6 +68,12 @@
 //     token (its handler was later than the wait) is bounded the same way
 //     (DecodeStepBudget::GapPrefillTokens), so the token waits for a short
 //     step, not a whole prefill step.
+// Both rules apply only to a handler that is turning a token around: one
+// whose last item ended within decode_resubmit_wait (the wait) or
+// decode_stall_after (the gap bound). A handler away longer, say blocked
+// writing to a client that stopped reading, is stalled: the engine neither
+// waits for it nor bounds prefill for it, so it costs the other sessions
+// nothing until it submits again (its token then goes first, as any decode).
 #pragma once
 
 #include <chrono>
@@ -77,6 +83,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -96,6 +103,15 @@ constexpr int64_t kDefaultStepTokens = 4032;
 // A handler turns a token around (write it out, sample the next) in tens of
 // microseconds; 1 ms bounds what a stalled one can cost the others per step.
 constexpr int64_t kDefaultDecodeResubmitWaitUs = 1000;
+
+// A generating session's handler that has not submitted its next token this
+// long after its last one was appended is stalled (SchedulerOptions::
+// decode_stall_after): a healthy handler turns a token around in tens of
+// microseconds, and a gRPC Write blocks only once a client left about 4 MB
+// of messages unread, hundreds of thousands of tokens. Until then steps
+// formed without its token stay short; 200 ms bounds that cost to a few
+// steps, and a handler late by more pays at most one whole prefill step.
+constexpr int64_t kDefaultDecodeStallAfterMs = 200;
 
 // A durable session's Append is written and acknowledged at least every this
 // many tokens (SchedulerOptions::durable_ack_tokens): about 2 s of ingest at
@@ -170,7 +186,15 @@ struct SchedulerOptions {
   int64_t decode_step_prefill_tokens = kNoPrefillTokenCap;
   // How long the engine waits, before forming a step, for a generating
   // session's next decode item (see Generating).
+  // Measured from the end of the session's last item (or the start of its
+  // Generating scope): a handler later than this is not waited for.
   std::chrono::microseconds decode_resubmit_wait{kDefaultDecodeResubmitWaitUs};
+  // A generating session whose handler has not submitted for this long after
+  // its last item ended (or its Generating scope began) is stalled: steps
+  // formed without its token are no longer bounded for it (nor waited for).
+  // Taken as at least decode_resubmit_wait.
+  std::chrono::microseconds decode_stall_after{
+      std::chrono::milliseconds(kDefaultDecodeStallAfterMs)};
   // Tell the engine how many tokens of an item follow each of its prefill
   // pieces, so that rows far from the item's end skip the upper layers
   // where the backend runs lower-only forwards (see above). Off: every
@@ -194,6 +218,10 @@ struct SchedulerOptions {
   };
   // Called on the engine thread after each step ran, with its duration.
   std::function<void(const StepRecord&, double seconds)> on_step_done;
+  // Called on a caller's thread in Run() just before item.on_progress, with
+  // no lock held (a test delays it there, as a descheduled handler on a
+  // loaded machine is delayed, while the engine runs on).
+  std::function<void()> before_progress;
   // Called by the destructor once no further step will be formed, before it
   // waits for the running one (a test holding a step releases it then).
   std::function<void()> on_stopping;
@@ -222,7 +250,9 @@ class Scheduler {
 
   // Marks a session as generating for the object's life (Generate's token
   // loop): between its decode items the engine waits for the next one
-  // (SchedulerOptions::decode_resubmit_wait) before forming a step.
+  // (SchedulerOptions::decode_resubmit_wait) before forming a step, and
+  // bounds the prefill of steps formed without it, for as long as its
+  // handler is not stalled (SchedulerOptions::decode_stall_after).
   class Generating {
    public:
     Generating(Scheduler& scheduler, const SessionEntry* entry);
@@ -248,8 +278,19 @@ class Scheduler {
   // StepEntry::tokens_following of the item's next `count` tokens.
   int64_t TokensFollowing(const Queued& item, int64_t count) const;
   void CompleteLocked(Queued& item, absl::Status status);
-  // Under mutex_: every generating session has an item queued.
-  bool GeneratingQueuedLocked() const;
+  using TimePoint = std::chrono::steady_clock::time_point;
+  // A session inside a Generating scope.
+  struct GeneratingSession {
+    int scopes = 0;          // nested scopes are allowed
+    TimePoint last_ended{};  // its last item ended, or its first scope began
+  };
+  // Under mutex_: the latest time until which the engine waits for a
+  // generating session without an item queued (its last item ended less
+  // than decode_resubmit_wait before); nullopt when it waits for none.
+  std::optional<TimePoint> ResubmitDeadlineLocked(TimePoint now) const;
+  // Under mutex_: generating sessions whose handlers are not stalled at `now`.
+  int64_t ActiveGeneratingLocked(TimePoint now) const;
+  bool QueuedLocked(const SessionEntry* entry) const;
 
   Backend& backend_;
   const int64_t step_tokens_;
@@ -266,8 +307,8 @@ class Scheduler {
   size_t rotation_ = 0;  // which prefill item gets the odd tokens first
   // Prefill allowed in steps that hold decode; used by the engine thread only.
   DecodeStepBudget decode_budget_;
-  // Sessions inside a Generating scope (a count: nested scopes are allowed).
-  std::map<const SessionEntry*, int> generating_;
+  // Sessions inside a Generating scope.
+  std::map<const SessionEntry*, GeneratingSession> generating_;
   std::thread engine_;   // last: starts once the members above exist
 };
 

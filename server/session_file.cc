@@ -1,5 +1,10 @@
 #include "server/session_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -38,63 +43,98 @@ absl::StatusOr<int64_t> SaveSessionFile(const std::string& path, const std::stri
   record.settings = settings;
   record.segments = {ChunkSegment{kInlineChunks, session.num_chunks()}};
   record.state = EncodeSessionState(*state, session.config());
-  std::string bytes = EncodeSessionRecord(record);
+  auto file = AtomicFileWriter::Create(path);
+  if (!file.ok()) return file.status();
+  AtomicFileWriter& writer = **file;
+  if (absl::Status s = writer.Append(EncodeSessionRecord(record)); !s.ok()) return s;
   ChunkData chunk;
-  std::string payload;
+  std::string payload, one_record;
   for (int64_t c = 0; c < session.num_chunks(); ++c) {
     if (absl::Status s = session.backend_session().ReadChunk(c, chunk); !s.ok()) return s;
     payload.clear();
     EncodeChunk(chunk, payload);
-    AppendChunkRecord(payload, bytes);
+    one_record.clear();
+    AppendChunkRecord(payload, one_record);
+    if (absl::Status s = writer.Append(one_record); !s.ok()) return s;
   }
-  if (absl::Status s = WriteFileAtomically(path, bytes); !s.ok()) return s;
-  return static_cast<int64_t>(bytes.size());
+  const int64_t bytes = writer.bytes_written();
+  if (absl::Status s = writer.Commit(); !s.ok()) return s;
+  return bytes;
 }
 
-absl::StatusOr<LoadedSession> LoadSessionFile(const std::string& path, Backend& backend) {
-  auto bytes = ReadWholeFile(path);
-  if (!bytes.ok()) return bytes.status();
-  if (bytes->size() < kStateHeaderBytes) {
+absl::StatusOr<LoadedSession> LoadSessionFile(
+    const std::string& path, Backend& backend,
+    absl::FunctionRef<absl::Status(int64_t chunks)> admit) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    const std::string text = absl::StrFormat("cannot open %s: %s", path, std::strerror(e));
+    if (e == ENOENT) return absl::NotFoundError(text);
+    if (e == EACCES || e == EPERM) return absl::PermissionDeniedError(text);
+    return absl::InternalError(text);
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return absl::InternalError(absl::StrFormat("cannot stat %s: %s", path, std::strerror(errno)));
+  }
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  if (file_bytes < kStateHeaderBytes) {
     return absl::DataLossError(absl::StrFormat("%s is not a drt session file", path));
   }
+  // The header announces the small state's length; it is read whole (a
+  // few KiB to MiB: the state, not the chunks).
+  char header[kStateHeaderBytes];
+  if (absl::Status s = ReadExactlyAt(fd, path, header, sizeof header, 0); !s.ok()) return s;
   uint64_t body = 0;
-  std::memcpy(&body, bytes->data() + 16, sizeof body);
+  std::memcpy(&body, header + 16, sizeof body);
   const uint64_t record_bytes =
-      body <= bytes->size() - kStateHeaderBytes ? kStateHeaderBytes + body : bytes->size();
-  auto record = DecodeSessionRecord(std::string_view(*bytes).substr(0, record_bytes), path);
+      body <= file_bytes - kStateHeaderBytes ? kStateHeaderBytes + body : file_bytes;
+  std::string record_text(record_bytes, '\0');
+  if (absl::Status s = ReadExactlyAt(fd, path, record_text.data(), record_bytes, 0); !s.ok()) {
+    return s;
+  }
+  auto record = DecodeSessionRecord(record_text, path);
   if (!record.ok()) return record.status();
+  record_text = std::string();
   if (record->segments.size() != 1 || record->segments[0].log != kInlineChunks) {
     return absl::DataLossError(absl::StrFormat(
         "%s is a state directory's session file, not a SaveSession file", path));
   }
   const int64_t chunks = record->segments[0].chunks;
   const size_t payload_bytes = ChunkPayloadBytes(backend.config());
-  const size_t record_size = kChunkRecordHeaderBytes + payload_bytes;
-  const std::string_view tail = std::string_view(*bytes).substr(record_bytes);
-  if (tail.size() != static_cast<uint64_t>(chunks) * record_size) {
+  const uint64_t record_size = kChunkRecordHeaderBytes + payload_bytes;
+  const uint64_t tail = file_bytes - record_bytes;
+  if (tail % record_size != 0 || tail / record_size != static_cast<uint64_t>(chunks)) {
     return absl::DataLossError(absl::StrFormat(
         "%s is truncated or padded: it names %d chunks of %d bytes but holds %d bytes after its "
         "state (or the chunks are another model's)",
-        path, chunks, record_size, tail.size()));
+        path, chunks, record_size, tail));
   }
   auto state = DecodeSessionState(record->state, backend.config());
   if (!state.ok()) {
     return absl::Status(state.status().code(),
                         absl::StrFormat("%s: %s", path, state.status().message()));
   }
+  // The state's own count of closed chunks must be the records' (a file
+  // whose CRC-valid record says otherwise was not written by SaveSession).
+  if (ClosedChunks(*state, backend.config()) != chunks) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: the state has %d closed chunks but the file holds %d chunk records", path,
+        ClosedChunks(*state, backend.config()), chunks));
+  }
+  if (absl::Status s = admit(chunks); !s.ok()) return s;
+  std::string payload;
   auto session = Session::Restore(backend, *state, [&](int64_t c, ChunkData& out) -> absl::Status {
-    const std::string_view rec = tail.substr(c * record_size, record_size);
-    uint32_t length = 0, crc = 0;
-    std::memcpy(&length, rec.data(), 4);
-    std::memcpy(&crc, rec.data() + 4, 4);
-    const std::string_view payload = rec.substr(kChunkRecordHeaderBytes);
-    std::string one;
-    AppendChunkRecord(payload, one);
-    uint32_t want = 0;
-    std::memcpy(&want, one.data() + 4, 4);
-    if (length != payload_bytes || crc != want) {
-      return absl::DataLossError(
-          absl::StrFormat("%s: chunk record %d is damaged (bad length or CRC-32C)", path, c));
+    if (c < 0 || c >= chunks) {
+      return absl::DataLossError(absl::StrFormat("%s has no chunk record %d", path, c));
+    }
+    const uint64_t offset = record_bytes + static_cast<uint64_t>(c) * record_size;
+    if (absl::Status s = ReadChunkRecordAt(fd, path, offset, c, payload_bytes, payload); !s.ok()) {
+      return s;
     }
     return DecodeChunk(payload, backend.config(), out);
   });

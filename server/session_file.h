@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/session.h"
@@ -19,8 +20,10 @@ namespace drt::server {
 // server's --session_files_dir).
 absl::Status CheckSessionFileName(const std::string& name);
 
-// Writes the session to `path` atomically (temp file, fsync, rename, fsync
-// of the directory); returns the bytes written.
+// Writes the session to `path` atomically (a temporary file of a unique
+// name, fsync, rename, fsync of the directory: AtomicFileWriter); returns
+// the bytes written. The chunks are written one record at a time: the save
+// holds one chunk's record in memory, not the session's.
 absl::StatusOr<int64_t> SaveSessionFile(const std::string& path, const std::string& id,
                                         const SessionSettings& settings, const Session& session);
 
@@ -31,6 +34,12 @@ struct LoadedSession {
 };
 // Reads a file SaveSessionFile wrote; DATA_LOSS / FAILED_PRECONDITION naming
 // the path for a foreign, newer, truncated or corrupt file or another model.
-absl::StatusOr<LoadedSession> LoadSessionFile(const std::string& path, Backend& backend);
+// Once the header and the small state are read and checked, and before any
+// chunk is, calls `admit` with the session's closed chunks: a status other
+// than OK (say, the host-memory budget) ends the load with it. Chunk records
+// are then read one at a time from the file (never the whole file at once).
+absl::StatusOr<LoadedSession> LoadSessionFile(
+    const std::string& path, Backend& backend,
+    absl::FunctionRef<absl::Status(int64_t chunks)> admit);
 
 }  // namespace drt::server

@@ -59,7 +59,8 @@ absl::Status SessionEntry::PersistAfterStep(Session& session, bool force) const 
   return persister_(*this, session, force);
 }
 
-void SessionEntry::End() {
+absl::Status SessionEntry::EndAndReport() {
+  absl::Status written;
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
     // Interval sync writes what the activity left unwritten (a no-op when
@@ -78,6 +79,11 @@ void SessionEntry::End() {
       if (!s.ok()) {
         std::fprintf(stderr, "drt-server: session %s: %s\n", id_.c_str(),
                      std::string(s.message()).c_str());
+        written = absl::Status(
+            s.code(), absl::StrFormat("session %s: its state could not be written to the state "
+                                      "directory (the session in memory holds every token; a "
+                                      "restart would restore its last written state): %s",
+                                      id_, s.message()));
       } else if (state_whole_) {
         unwritten_ = false;  // (a failed write stays owed: the next step retries it)
       }
@@ -86,6 +92,7 @@ void SessionEntry::End() {
   }
   last_used_ns_ = NowNs();
   activity_ = Activity::kIdle;
+  return written;
 }
 
 absl::Status SessionEntry::DeletedError() const {
@@ -206,7 +213,8 @@ std::string SessionManager::NewId() {
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
-    SessionSettings settings, std::unique_ptr<Session> session, std::string id) {
+    SessionSettings settings, std::unique_ptr<Session> session, std::string id, bool durable,
+    bool claimed) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (static_cast<int64_t>(sessions_.size()) >= limits_.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -220,16 +228,29 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
     return absl::AlreadyExistsError(absl::StrFormat("session %s exists already", id));
   }
   auto entry = std::make_shared<SessionEntry>(id, settings, std::move(session));
-  if (store_ != nullptr) {
+  if (store_ != nullptr && durable) {
     entry->persister_ = [store = store_](const SessionEntry& e, Session& s, bool force) {
       return store->Persist(e.id(), e.settings(), s, force);
     };
   }
+  // Claimed before anyone can find it (ListSessions shows it at once): the
+  // caller's first write runs alone on it.
+  if (claimed) entry->activity_ = Activity::kAppending;
   sessions_[id] = entry;
   return entry;
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Create(SessionSettings settings) {
+  return CreateSession(settings, /*durable=*/true);
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::CreateEphemeral(
+    SessionSettings settings) {
+  return CreateSession(settings, /*durable=*/false);
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::CreateSession(
+    SessionSettings settings, bool durable) {
   if (absl::Status s = ValidateSamplingParams(settings.sampling); !s.ok()) return s;
   if (settings.max_context_tokens < 0 || settings.max_context_tokens > limits_.max_context_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -244,10 +265,12 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Create(SessionSett
   if (settings.idle_ttl_seconds == 0) settings.idle_ttl_seconds = limits_.idle_ttl_seconds;
   auto session = Session::Create(backend_);
   if (!session.ok()) return session.status();
-  auto entry = Insert(settings, *std::move(session));
+  auto entry = Insert(settings, *std::move(session), "", durable,
+                      /*claimed=*/durable && store_ != nullptr);
   if (!entry.ok()) return entry.status();
   // Written now so that an empty session survives a restart too; it is not
   // handed out until it is on disk.
+  if (!durable) return entry;
   if (absl::Status s = PersistNew(*entry); !s.ok()) return s;
   return entry;
 }
@@ -258,6 +281,7 @@ absl::Status SessionManager::PersistNew(const std::shared_ptr<SessionEntry>& ent
     return store_->Persist(entry->id(), entry->settings(), session, /*force=*/true);
   });
   if (!s.ok()) Delete(entry->id()).IgnoreError();
+  entry->End();  // the claim Insert took (nothing is left to write)
   return s;
 }
 
@@ -273,7 +297,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::AddLoaded(
         "the saved session holds %d tokens, more than this server's context limit of %d",
         session->num_tokens(), settings.max_context_tokens));
   }
-  auto entry = Insert(settings, std::move(session));
+  auto entry = Insert(settings, std::move(session), "", /*durable=*/true,
+                      /*claimed=*/store_ != nullptr);
   if (!entry.ok()) return entry.status();
   if (absl::Status s = PersistNew(*entry); !s.ok()) return s;
   return entry;
@@ -321,11 +346,13 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
   });
   (*parent)->End();
   if (!status.ok()) return status;
-  auto child = Insert((*parent)->settings(), std::move(forked));
+  auto child = Insert((*parent)->settings(), std::move(forked), "", /*durable=*/true,
+                      /*claimed=*/store_ != nullptr);
   if (child.ok() && store_ != nullptr) {
     absl::Status s = (*child)->RunStep([&](Session& session) {
       return store_->RecordFork(id, (*child)->id(), (*child)->settings(), session);
     });
+    (*child)->End();  // the claim Insert took
     if (!s.ok()) {
       Delete((*child)->id()).IgnoreError();
       return s;
@@ -347,7 +374,7 @@ absl::Status SessionManager::Delete(const std::string& id) {
   // A running Append/Generate ends at its next step (ABORTED); the engine
   // session is freed now, or when the step running on it returns.
   entry->MarkDeleted();
-  if (store_ != nullptr) store_->Remove(id);
+  if (store_ != nullptr && entry->durable()) store_->Remove(id);
   // Chunks the deleted session shared are now held by fewer sessions.
   RefreshIdleFigures();
   return absl::OkStatus();
@@ -369,32 +396,86 @@ int64_t SessionManager::count() const {
   return static_cast<int64_t>(sessions_.size());
 }
 
-int64_t SessionManager::TotalHostBytes() const {
+HostReservation::HostReservation(HostReservation&& other) noexcept
+    : manager_(other.manager_), bytes_(other.bytes_) {
+  other.manager_ = nullptr;
+  other.bytes_ = 0;
+}
+
+HostReservation& HostReservation::operator=(HostReservation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    manager_ = other.manager_;
+    bytes_ = other.bytes_;
+    other.manager_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+void HostReservation::Release() {
+  if (manager_ != nullptr) manager_->ReleaseHostBytes(bytes_);
+  manager_ = nullptr;
+  bytes_ = 0;
+}
+
+int64_t SessionManager::TotalHostBytesLocked() const {
   int64_t total = 0;
-  for (const auto& entry : List()) total += entry->host_bytes();
+  for (const auto& [id, entry] : sessions_) total += entry->host_bytes();
   return total;
 }
 
-absl::Status SessionManager::CheckBudget(int64_t tokens) const {
-  const ModelConfig& c = backend_.config();
-  const int64_t per_chunk = backend_.host_bytes_per_chunk();
-  const int64_t chunks = tokens / c.enc_chunk_size + 1;
-  const int64_t total = TotalHostBytes();
-  if (total + chunks * per_chunk > limits_.host_memory_budget_bytes) {
+int64_t SessionManager::TotalHostBytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return TotalHostBytesLocked();
+}
+
+int64_t SessionManager::ReservedHostBytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return reserved_bytes_;
+}
+
+int64_t SessionManager::HostBytesForTokens(int64_t tokens) const {
+  const int64_t chunks = tokens / backend_.config().enc_chunk_size + 1;
+  return chunks * backend_.host_bytes_per_chunk();
+}
+
+absl::StatusOr<HostReservation> SessionManager::Reserve(int64_t bytes, const std::string& what) {
+  bytes = std::max<int64_t>(0, bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t total = TotalHostBytesLocked();
+  if (total + reserved_bytes_ + bytes > limits_.host_memory_budget_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "host memory budget exhausted: sessions hold %d MiB of %d MiB and %d more tokens need "
-        "about %d MiB; delete sessions or raise --host_memory_budget_gb",
-        total >> 20, limits_.host_memory_budget_bytes >> 20, tokens, (chunks * per_chunk) >> 20));
+        "host memory budget exhausted: sessions hold %d MiB of %d MiB, running requests have "
+        "reserved %d MiB more, and %s need about %d MiB; wait for running requests, delete "
+        "sessions or raise --host_memory_budget_gb",
+        total >> 20, limits_.host_memory_budget_bytes >> 20, reserved_bytes_ >> 20, what,
+        bytes >> 20));
   }
-  return absl::OkStatus();
+  reserved_bytes_ += bytes;
+  return HostReservation(this, bytes);
+}
+
+absl::StatusOr<HostReservation> SessionManager::ReserveForTokens(int64_t tokens) {
+  return Reserve(HostBytesForTokens(tokens), absl::StrFormat("%d more tokens", tokens));
+}
+
+void SessionManager::ReleaseHostBytes(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reserved_bytes_ -= bytes;
 }
 
 absl::Status SessionManager::CheckForkBudget(int64_t bytes) const {
   if (bytes <= 0) return absl::OkStatus();
-  const int64_t total = TotalHostBytes();
+  int64_t total = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    total = TotalHostBytesLocked() + reserved_bytes_;
+  }
   if (total + bytes > limits_.host_memory_budget_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "host memory budget exhausted: sessions hold %d MiB of %d MiB and the fork may copy "
+        "host memory budget exhausted: sessions hold (or running requests reserved) %d MiB of "
+        "%d MiB and the fork may copy "
         "%d MiB of chunks into host memory (the CUDA auto chunk tier, when the device has no "
         "room for the fork's store); delete sessions or raise --host_memory_budget_gb",
         total >> 20, limits_.host_memory_budget_bytes >> 20, bytes >> 20));
@@ -421,7 +502,7 @@ int SessionManager::EvictIdle() {
   // not wait for it.
   for (const auto& entry : evicted) {
     entry->MarkDeleted();
-    if (store_ != nullptr) store_->Remove(entry->id());
+    if (store_ != nullptr && entry->durable()) store_->Remove(entry->id());
   }
   if (!evicted.empty()) RefreshIdleFigures();
   return static_cast<int>(evicted.size());

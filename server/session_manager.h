@@ -57,8 +57,13 @@ class SessionEntry {
   // Claims the session for one activity; FAILED_PRECONDITION naming the
   // running one when it is busy, NOT_FOUND once the session was deleted.
   absl::Status Begin(Activity activity);
-  // Ends the activity, refreshes the cached figures and the idle clock.
-  void End();
+  // Ends the activity, refreshes the cached figures and the idle clock. For
+  // a durable session, first writes what the activity left unwritten
+  // (--state_sync=interval); a failed write is logged.
+  void End() { EndAndReport().IgnoreError(); }
+  // End, and returns that failed write, so that a call does not report
+  // success for state that is not on disk; the activity ends either way.
+  absl::Status EndAndReport();
   Activity activity() const { return activity_.load(); }
 
   // One engine step for the holder of the activity (one thread at a time):
@@ -144,6 +149,31 @@ class SessionEntry {
   std::atomic<int64_t> last_used_ns_{0};
 };
 
+class SessionManager;
+
+// Host memory promised to work that will allocate it (an Append's message, a
+// LoadSession's chunks, a chunk a Generate is about to close): counted
+// against the budget with the sessions' own memory until released (by
+// Release or the destructor), so that concurrent requests cannot all pass a
+// check that each passes alone. Movable; released once.
+class HostReservation {
+ public:
+  HostReservation() = default;
+  HostReservation(SessionManager* manager, int64_t bytes) : manager_(manager), bytes_(bytes) {}
+  ~HostReservation() { Release(); }
+  HostReservation(HostReservation&& other) noexcept;
+  HostReservation& operator=(HostReservation&& other) noexcept;
+  HostReservation(const HostReservation&) = delete;
+  HostReservation& operator=(const HostReservation&) = delete;
+
+  void Release();
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  SessionManager* manager_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
 class SessionManager {
  public:
   SessionManager(Backend& backend, SessionLimits limits);
@@ -154,6 +184,10 @@ class SessionManager {
   // RESOURCE_EXHAUSTED at max_sessions; INVALID_ARGUMENT for settings beyond
   // the server's limits. Zero settings take the server's values.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Create(SessionSettings settings);
+  // Create for a session that lives only as long as one call (Complete's):
+  // never written to the state store, so it costs no writes and a crash
+  // leaves nothing of it to restore.
+  absl::StatusOr<std::shared_ptr<SessionEntry>> CreateEphemeral(SessionSettings settings);
   absl::StatusOr<std::shared_ptr<SessionEntry>> Find(const std::string& id) const;
   // FAILED_PRECONDITION while the parent is busy.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Fork(const std::string& id);
@@ -177,24 +211,45 @@ class SessionManager {
 
   // Host memory of all sessions (a fork's shared chunks count in each).
   int64_t TotalHostBytes() const;
-  // RESOURCE_EXHAUSTED when adding `tokens` to a session would pass the
-  // host-memory budget.
-  absl::Status CheckBudget(int64_t tokens) const;
+  // Host memory reserved (HostReservation) and not yet released.
+  int64_t ReservedHostBytes() const;
+  // The host memory that adding `tokens` to a session may take: a chunk per
+  // enc_chunk_size tokens, and one more (the chunk they complete).
+  int64_t HostBytesForTokens(int64_t tokens) const;
+  // Reserves `bytes` of the host-memory budget, checked and taken at once
+  // under the manager's lock: RESOURCE_EXHAUSTED naming the budget, what
+  // the sessions hold and what is reserved, when the sessions' memory plus
+  // the reservations plus `bytes` would pass it. `what` says what needs the
+  // memory ("2000 more tokens"), for the message.
+  absl::StatusOr<HostReservation> Reserve(int64_t bytes, const std::string& what);
+  // Reserve(HostBytesForTokens(tokens)).
+  absl::StatusOr<HostReservation> ReserveForTokens(int64_t tokens);
   // RESOURCE_EXHAUSTED when a fork that may allocate `bytes` of host memory
-  // (BackendSession::fork_host_bytes_at_most) would pass the budget.
+  // (BackendSession::fork_host_bytes_at_most) would pass the budget
+  // (reservations included).
   absl::Status CheckForkBudget(int64_t bytes) const;
 
   // Deletes sessions idle past their TTL; returns how many.
   int EvictIdle();
 
  private:
+  friend class HostReservation;
+  void ReleaseHostBytes(int64_t bytes);
+  // Under mutex_: the sessions' host memory.
+  int64_t TotalHostBytesLocked() const;
   std::string NewId();
   // RefreshFiguresIfIdle on every session (after a delete or an eviction).
   void RefreshIdleFigures();
-  // `id` empty: a new one.
+  // `id` empty: a new one. `durable` false: not written to the state store.
+  // `claimed`: inserted with an activity claimed (Begin) for the caller, who
+  // ends it (End) after writing it to the store, so no call that found the
+  // new id meanwhile runs a step on it at the same time.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Insert(SessionSettings settings,
                                                        std::unique_ptr<Session> session,
-                                                       std::string id = "");
+                                                       std::string id = "", bool durable = true,
+                                                       bool claimed = false);
+  absl::StatusOr<std::shared_ptr<SessionEntry>> CreateSession(SessionSettings settings,
+                                                              bool durable);
   void ReaperLoop();
   // Writes a session just inserted to the state store (when attached);
   // deletes it again when that fails.
@@ -205,6 +260,7 @@ class SessionManager {
   const absl::Time started_ = absl::Now();  // named in NOT_FOUND messages
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<SessionEntry>> sessions_;
+  int64_t reserved_bytes_ = 0;  // HostReservations not yet released
   std::condition_variable stop_;
   bool stopping_ = false;
   StateStore* store_ = nullptr;  // set once, before serving

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -68,19 +69,57 @@ absl::Status FsyncDir(const std::string& dir) {
   return s;
 }
 
-absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
-  absl::Status s = WriteAll(fd, bytes.data(), bytes.size(), tmp);
-  if (s.ok() && ::fdatasync(fd) != 0) s = Errno("cannot fsync", tmp);
-  if (::close(fd) != 0 && s.ok()) s = Errno("cannot close", tmp);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Errno("cannot rename over", path);
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
+absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path) {
+  const std::filesystem::path p(path);
+  std::string temp = (p.parent_path() / ("." + p.filename().string() + ".tmp-XXXXXX")).string();
+  const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
+  if (fd < 0) return Errno("cannot create a temporary file for", path);
+  if (::fchmod(fd, 0644) != 0) {
+    absl::Status s = Errno("cannot set the mode of", temp);
+    ::close(fd);
+    ::unlink(temp.c_str());
     return s;
   }
-  return FsyncDir(std::filesystem::path(path).parent_path().string());
+  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, std::move(temp), fd));
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path, std::string temp, int fd)
+    : path_(std::move(path)), temp_(std::move(temp)), fd_(fd) {}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_.c_str());
+}
+
+absl::Status AtomicFileWriter::Append(std::string_view bytes) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrFormat("%s is closed", temp_));
+  if (absl::Status s = WriteAll(fd_, bytes.data(), bytes.size(), temp_); !s.ok()) return s;
+  written_ += static_cast<int64_t>(bytes.size());
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFileWriter::Commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrFormat("%s is closed", temp_));
+  absl::Status s;
+  if (::fdatasync(fd_) != 0) s = Errno("cannot fsync", temp_);
+  if (::close(fd_) != 0 && s.ok()) s = Errno("cannot close", temp_);
+  fd_ = -1;
+  if (s.ok() && ::rename(temp_.c_str(), path_.c_str()) != 0) s = Errno("cannot rename over", path_);
+  if (!s.ok()) return s;  // the destructor deletes the temporary file
+  committed_ = true;
+  return FsyncDir(std::filesystem::path(path_).parent_path().string());
+}
+
+bool IsTemporaryFileName(std::string_view name) {
+  if (name.size() >= 4 && name.substr(name.size() - 4) == ".tmp") return true;
+  return !name.empty() && name[0] == '.' && name.find(".tmp-") != std::string_view::npos;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
+  auto writer = AtomicFileWriter::Create(path);
+  if (!writer.ok()) return writer.status();
+  if (absl::Status s = (*writer)->Append(bytes); !s.ok()) return s;
+  return (*writer)->Commit();
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
@@ -271,11 +310,22 @@ absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payloa
   return scan;
 }
 
-absl::Status ReadChunkRecord(int fd, const std::string& path, int64_t index, size_t payload_bytes,
-                             std::string& payload) {
+absl::Status ReadExactlyAt(int fd, const std::string& path, char* out, size_t size,
+                           uint64_t offset) {
+  auto got = ReadAt(fd, path, out, size, offset);
+  if (!got.ok()) return got.status();
+  if (*got < size) {
+    return absl::DataLossError(absl::StrFormat("%s ends at byte %d, inside what it announces",
+                                               path, offset + *got));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadChunkRecordAt(int fd, const std::string& path, uint64_t offset, int64_t index,
+                               size_t payload_bytes, std::string& payload) {
   const size_t record = kChunkRecordHeaderBytes + payload_bytes;
   std::string bytes(record, '\0');
-  auto got = ReadAt(fd, path, bytes.data(), record, ChunkRecordOffset(index, payload_bytes));
+  auto got = ReadAt(fd, path, bytes.data(), record, offset);
   if (!got.ok()) return got.status();
   if (*got < record) {
     return absl::DataLossError(absl::StrFormat("%s ends inside chunk record %d", path, index));
@@ -289,6 +339,12 @@ absl::Status ReadChunkRecord(int fd, const std::string& path, int64_t index, siz
   }
   payload.assign(bytes, 8, payload_bytes);
   return absl::OkStatus();
+}
+
+absl::Status ReadChunkRecord(int fd, const std::string& path, int64_t index, size_t payload_bytes,
+                             std::string& payload) {
+  return ReadChunkRecordAt(fd, path, ChunkRecordOffset(index, payload_bytes), index,
+                           payload_bytes, payload);
 }
 
 }  // namespace drt::server

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,8 +30,40 @@ inline constexpr char kStateFormatVersion1Refusal[] =
     "to encoder rows: re-ingest the context (send its tokens to a new session) with this "
     "server, or read the file with the drt-server that wrote it";
 
-// Writes path + ".tmp", fsyncs it, renames it over `path` and fsyncs the
-// directory: after a crash `path` holds either the old or the new bytes.
+// Writes a file atomically, in pieces: the bytes go to a temporary file of
+// a unique name in the same directory (".<name>.tmp-XXXXXX", made by
+// mkstemp: a leading dot, which no session file name or state file has, so
+// it never is another file, and two writers of one path never share one),
+// which Commit fsyncs, renames over the path and follows with an fsync of the
+// directory: after a crash the path holds either the old or the new bytes.
+// Destroyed without a successful Commit, it deletes the temporary file.
+// Append writes through (a piece at a time): a large file is never held in
+// memory whole.
+class AtomicFileWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  absl::Status Append(std::string_view bytes);
+  absl::Status Commit();
+  int64_t bytes_written() const { return written_; }
+  const std::string& temp_path() const { return temp_; }
+
+ private:
+  AtomicFileWriter(std::string path, std::string temp, int fd);
+  std::string path_, temp_;
+  int fd_;
+  int64_t written_ = 0;
+  bool committed_ = false;
+};
+// Whether a directory entry is a temporary file of AtomicFileWriter (or of
+// the servers before it, "<name>.tmp"): what a write interrupted by a crash
+// leaves behind.
+bool IsTemporaryFileName(std::string_view name);
+
+// AtomicFileWriter with all of `bytes` at once.
 absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 absl::Status FsyncDir(const std::string& dir);
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
@@ -78,5 +111,13 @@ absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payloa
 // Reads record `index` (checked again) from an open file.
 absl::Status ReadChunkRecord(int fd, const std::string& path, int64_t index, size_t payload_bytes,
                              std::string& payload);
+// Reads the chunk record at byte `offset` of an open file (record `index`,
+// named in errors) and checks its length and CRC-32C.
+absl::Status ReadChunkRecordAt(int fd, const std::string& path, uint64_t offset, int64_t index,
+                               size_t payload_bytes, std::string& payload);
+// Reads exactly `size` bytes at `offset`; DATA_LOSS naming the path when the
+// file ends before.
+absl::Status ReadExactlyAt(int fd, const std::string& path, char* out, size_t size,
+                           uint64_t offset);
 
 }  // namespace drt::server

@@ -65,7 +65,8 @@ absl::Status CheckForeign(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name != "LOCK" && name != ".probe") {
+    // (".FORMAT.tmp-XXXXXX": the FORMAT write of an interrupted first start.)
+    if (name != "LOCK" && name != ".probe" && !absl::StartsWith(name, ".FORMAT.tmp-")) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s is not empty and has no FORMAT file: it is not a drt state directory (found %s); "
           "give an empty or new directory",
@@ -233,32 +234,43 @@ absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
         if (absl::Status s = FsyncDir(options_.dir + "/chunks"); !s.ok()) return s;
       }
     }
+    // Written in batches of at most kChunksPerWrite records: the first write
+    // of a loaded session, or a fork's own copy, holds the whole session
+    // otherwise.
+    constexpr int64_t kChunksPerWrite = 64;
     std::string records;
-    records.reserve((chunks - on_disk) * (payload_bytes_ + kChunkRecordHeaderBytes));
     ChunkData chunk;
     std::string payload;
-    for (int64_t c = on_disk; c < chunks; ++c) {
-      if (absl::Status s = session.backend_session().ReadChunk(c, chunk); !s.ok()) return s;
-      payload.clear();
-      EncodeChunk(chunk, payload);
-      AppendChunkRecord(payload, records);
-    }
-    const char* p = records.data();
-    size_t left = records.size();
     absl::Status s;
-    while (left > 0) {
-      const ssize_t n = ::write(d.fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        s = Errno("cannot append to", path);
-        break;
+    for (int64_t first = on_disk; s.ok() && first < chunks; first += kChunksPerWrite) {
+      const int64_t last = std::min(chunks, first + kChunksPerWrite);
+      records.clear();
+      for (int64_t c = first; c < last; ++c) {
+        if (absl::Status r = session.backend_session().ReadChunk(c, chunk); !r.ok()) {
+          s = r;
+          break;
+        }
+        payload.clear();
+        EncodeChunk(chunk, payload);
+        AppendChunkRecord(payload, records);
       }
-      p += n;
-      left -= static_cast<size_t>(n);
+      const char* p = records.data();
+      size_t left = s.ok() ? records.size() : 0;
+      while (left > 0) {
+        const ssize_t n = ::write(d.fd, p, left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+          s = Errno("cannot append to", path);
+          break;
+        }
+        p += n;
+        left -= static_cast<size_t>(n);
+      }
     }
     if (s.ok() && ::fdatasync(d.fd) != 0) s = Errno("cannot fsync", path);
     if (!s.ok()) {
-      // Cut a partly written record, so that the next write starts whole.
+      // Cut what this call wrote (a partly written record, or whole ones of
+      // a batch that failed later), so that the next write starts whole.
       if (::ftruncate(d.fd, ChunkRecordOffset(own.chunks, payload_bytes_)) != 0) {
         std::fprintf(stderr, "drt-server: cannot truncate %s after a failed write: %s\n",
                      path.c_str(), std::strerror(errno));
@@ -338,6 +350,15 @@ absl::Status StateStore::RecordFork(const std::string& parent_id, const std::str
   std::shared_ptr<Durable> d;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // The child was deleted since it was inserted (Remove ran before it was
+    // known here): nothing of it may be written, or it would come back at
+    // the next start.
+    if (removed_.contains(child_id)) {
+      for (size_t i = 0; i + 1 < segments.size(); ++i) {
+        if (--log_refs_[segments[i].log] == 0) log_refs_.erase(segments[i].log);
+      }
+      return absl::OkStatus();
+    }
     d = std::make_shared<Durable>();
     d->segments = segments;
     d->chunks_mapped = chunks_mapped;
@@ -424,7 +445,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
   for (const fs::path& file : files) {
     const std::string path = file.string();
     const std::string name = file.filename().string();
-    if (absl::EndsWith(name, ".tmp")) {  // a write that never finished
+    if (IsTemporaryFileName(name)) {  // a write that never finished
       ::unlink(path.c_str());
       continue;
     }

@@ -523,6 +523,8 @@ TEST_CASE("while a session generates, a step formed without its token (its handl
   // The engine never waits for the generating session: each of its tokens
   // below comes only after a step was formed without it.
   options.decode_resubmit_wait = std::chrono::microseconds(0);
+  // However slow this thread is, the handler counts as late, not stalled.
+  options.decode_stall_after = std::chrono::seconds(30);
   Scheduler scheduler(*f.backend, options);
 
   EndlessPrefill prefill(manager, scheduler, 2, 60);
@@ -576,6 +578,79 @@ TEST_CASE("while a session generates, a step formed without its token (its handl
   }
   CHECK(gap_steps >= kTokens);  // one before each token, at least
   CHECK(generated == EngineGreedy(prompt, kTokens));
+  for (auto& e : prefill.entries()) e->End();
+  generating->End();
+}
+
+TEST_CASE("a generating session whose handler stops submitting (blocked writing to a client "
+          "that stopped reading) is neither waited for nor bounds prefill once stalled",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  StepLog log;
+  SchedulerOptions options = log.Options(630);
+  // Long enough that a step formed while the engine waits for the handler
+  // shows: the engine paused this long between two steps.
+  options.decode_resubmit_wait = std::chrono::milliseconds(50);
+  options.decode_stall_after = std::chrono::milliseconds(100);
+  using SteadyClock = std::chrono::steady_clock;
+  std::mutex times_mutex;
+  std::map<int64_t, SteadyClock::time_point> formed_at, done_at;
+  log.also = [&](const StepRecord& step) {
+    std::lock_guard<std::mutex> lock(times_mutex);
+    formed_at[step.index] = SteadyClock::now();
+  };
+  options.on_step_done = [&](const StepRecord& step, double) {
+    std::lock_guard<std::mutex> lock(times_mutex);
+    done_at[step.index] = SteadyClock::now();
+  };
+  Scheduler scheduler(*f.backend, options);
+
+  EndlessPrefill prefill(manager, scheduler, 1, 70);
+  WaitFor([&] { return scheduler.steps_formed() >= 2; }, 30, "prefill steps");
+  auto generating = NewEntry(manager, Activity::kGenerating);
+  const auto prompt = RandomTokens(100, 9);
+  REQUIRE(generating->RunStep([&](Session& s) { return s.Append(prompt).status(); }).ok());
+  Sampler sampler(SamplingParams{});
+  int64_t stalled_from = 0;
+  {
+    Scheduler::Generating scope(scheduler, generating.get());
+    REQUIRE(RunDecode(scheduler, *generating, SampleToken(*generating, sampler)).status.ok());
+    // The handler now stops, as one blocked in Write does, with its scope
+    // held. Past decode_stall_after it is stalled: every step formed from
+    // then on takes the whole budget, and none waits for it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    stalled_from = scheduler.steps_formed() + 1;
+    WaitFor([&] { return scheduler.steps_formed() >= stalled_from + 10; }, 60,
+            "steps while the handler is stalled");
+  }
+  prefill.Stop();
+
+  const std::vector<StepRecord> steps = log.steps();
+  std::vector<double> pauses_ms;
+  for (const StepRecord& step : steps) {
+    if (step.index < stalled_from || step.index >= stalled_from + 10) continue;
+    INFO("step " << step.index);
+    CHECK(Shares(step).count(generating.get()) == 0);
+    // The prefilling session needs more than a step: a full budget, not
+    // the gap bound (1 token until a decode-only time is measured, at most
+    // 2p + 1 after).
+    CHECK(step.tokens() == 630);
+    std::lock_guard<std::mutex> lock(times_mutex);
+    if (done_at.contains(step.index - 1)) {
+      pauses_ms.push_back(
+          std::chrono::duration<double, std::milli>(formed_at[step.index] - done_at[step.index - 1])
+              .count());
+    }
+  }
+  REQUIRE(pauses_ms.size() >= 5);
+  // Waiting for the stalled handler would put at least the 50 ms wait
+  // between every two steps (condition_variable::wait_until returns no
+  // earlier). Without it the engine forms the next step at once: the median
+  // pause stays far below, however loaded this machine is.
+  std::sort(pauses_ms.begin(), pauses_ms.end());
+  INFO("median pause between steps " << pauses_ms[pauses_ms.size() / 2] << " ms");
+  CHECK(pauses_ms[pauses_ms.size() / 2] < 50.0);
   for (auto& e : prefill.entries()) e->End();
   generating->End();
 }

@@ -20,6 +20,7 @@
 #include "engine/session_state.h"
 #include "tests/server/test_util/durable_server.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/peak_memory.h"
 #include "tests/test_util/temp_dir.h"
 
 namespace drt::server {
@@ -94,6 +95,65 @@ TEST_CASE("deleting a parent keeps its fork; deleting both removes every file",
   }
   REQUIRE(fs::is_empty(dir.path() + "/sessions"));
   REQUIRE(fs::is_empty(dir.path() + "/chunks"));
+}
+
+TEST_CASE("the first write of a loaded session writes its chunks in bounded batches, not in one "
+          "buffer",
+          "[state_store]") {
+  drt::testing::TempDir dir;
+  FixtureModel& f = FixtureModel::Get();
+  auto session = Session::Create(*f.backend);
+  REQUIRE(session.ok());
+  REQUIRE((*session)->Append(RandomTokens(800 * f.chunk_size() + 3, 9)).ok());
+  const int64_t chunk_bytes = static_cast<int64_t>(800 * ChunkPayloadBytes(f.model->config()));
+  Server server(dir.path());
+  const int64_t rss = testing::ResetPeakResident();
+  REQUIRE(rss > 0);
+  // AddLoaded writes the session before returning it: all 800 chunks at once.
+  SessionSettings settings;
+  settings.max_context_tokens = 1 << 20;
+  settings.idle_ttl_seconds = 600;
+  auto entry = server.sessions->AddLoaded(settings, *std::move(session));
+  INFO(entry.status().message());
+  REQUIRE(entry.ok());
+  const int64_t growth = testing::ProcStatusBytes("VmHWM") - rss;
+  INFO("chunk records " << chunk_bytes << " bytes, peak resident growth " << growth << " bytes");
+  REQUIRE(fs::file_size(server.store->LogPath((*entry)->id())) >
+          static_cast<uintmax_t>(chunk_bytes));
+  // One buffer for all 800 records would raise the peak by their 27 MB; a
+  // batch of 64 records is 2.2 MB (the fixture's 34 KiB records). A quarter
+  // of the records leaves room for the allocator and the other threads.
+  CHECK(growth < chunk_bytes / 4);
+}
+
+TEST_CASE("a fork deleted before its fork record is written leaves no files to come back",
+          "[state_store]") {
+  // The race SessionManager::Fork has with DeleteSession: the child is in
+  // the table, a delete removes it (StateStore::Remove of an id the store
+  // does not know yet), then the fork's RecordFork runs.
+  drt::testing::TempDir dir;
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  {
+    Server server(dir.path());
+    const std::string parent = server.Create();
+    server.Append(parent, RandomTokens(6 * chunk + 3, 8));
+    auto entry = server.sessions->Find(parent);
+    REQUIRE(entry.ok());
+    std::unique_ptr<Session> copy;
+    REQUIRE((*entry)->RunStep([&](Session& s) {
+      auto forked = s.Fork();
+      if (!forked.ok()) return forked.status();
+      copy = *std::move(forked);
+      return absl::OkStatus();
+    }).ok());
+    const std::string child = "s-deletedbeforerecord";
+    server.store->Remove(child);
+    REQUIRE(server.store->RecordFork(parent, child, SessionSettings{}, *copy).ok());
+    CHECK_FALSE(fs::exists(server.store->StatePath(child)));
+    CHECK_FALSE(fs::exists(server.store->LogPath(child)));
+  }
+  Server restarted(dir.path());
+  CHECK(restarted.Tokens().size() == 1);  // the parent only
 }
 
 void FlipByte(const std::string& path, uint64_t offset) {

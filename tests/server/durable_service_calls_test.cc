@@ -1,0 +1,189 @@
+// The service with a state directory attached (as drt-server --state_dir
+// wires it): Complete's temporary session never reaches the directory, and
+// a durable Append's progress reports only tokens that are on disk.
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "engine/session_state.h"
+#include "server/session_manager.h"
+#include "server/state_files.h"
+#include "server/state_store.h"
+#include "tests/server/test_util/grpc_harness.h"
+#include "tests/test_util/temp_dir.h"
+
+namespace drt::server {
+namespace {
+
+using namespace drt::server::testing;
+
+// An in-process server whose sessions are written to `dir`.
+struct DurableService {
+  std::unique_ptr<StateStore> store;
+  InProcessServer server;
+  DurableService(const std::string& dir, ServiceOptions options,
+                 StateSync sync = StateSync::kStep)
+      : server(std::move(options)) {
+    StateStoreOptions store_options;
+    store_options.dir = dir;
+    store_options.sync = sync;
+    store_options.sync_interval_ms = 3'600'000;  // (interval mode: only forced writes)
+    auto opened = StateStore::Open(store_options, FixtureModel::Get().model->config());
+    REQUIRE(opened.ok());
+    store = *std::move(opened);
+    REQUIRE(store->RestoreAll(*FixtureModel::Get().backend).ok());
+    server.service().session_manager().AttachStateStore(store.get());
+  }
+};
+
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  return names;
+}
+
+TEST_CASE("with a state directory, Complete's temporary session is never written to it",
+          "[server][state_store]") {
+  drt::testing::TempDir dir;
+  DurableService durable(dir.path(), SmallOptions());
+  auto& stub = durable.server.stub();
+  grpc::ClientContext context;
+  SetDeadline(context, 60);
+  auto stream = stub.Complete(&context);
+  drt::v1::CompleteRequest first;
+  first.mutable_generate()->set_max_tokens(100000);
+  first.mutable_generate()->set_ignore_eos(true);
+  const auto prompt = RandomTokens(500, 11);
+  first.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.end());
+  REQUIRE(stream->Write(first));
+  stream->WritesDone();
+  // Generating: the prompt was ingested and tokens are appended.
+  drt::v1::GenerateResponse response;
+  int pieces = 0;
+  while (pieces < 5 && stream->Read(&response)) pieces += response.has_piece();
+  REQUIRE(pieces == 5);
+  CHECK(durable.server.service().session_manager().count() == 1);
+  // Nothing of it on disk: no state file, no chunk log.
+  CHECK(Names(dir.path() + "/sessions").empty());
+  CHECK(Names(dir.path() + "/chunks").empty());
+  context.TryCancel();
+  while (stream->Read(&response)) {}
+  stream->Finish();
+  CHECK(Names(dir.path() + "/sessions").empty());
+  // A session created by CreateSession still is written.
+  const std::string id = NewSession(stub);
+  CHECK(Names(dir.path() + "/sessions") == std::vector<std::string>{id + ".state"});
+}
+
+// The tokens of session `id`'s state file in `dir` (-1: none readable).
+int64_t TokensOnDisk(const std::string& dir, const std::string& id) {
+  const std::string path = dir + "/sessions/" + id + ".state";
+  auto bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return -1;
+  auto record = DecodeSessionRecord(*bytes, path);
+  if (!record.ok()) return -1;
+  auto state = DecodeSessionState(record->state, FixtureModel::Get().model->config());
+  if (!state.ok()) return -1;
+  return state->num_tokens;
+}
+
+TEST_CASE("a durable Append's progress reports only acknowledged tokens, which are on disk",
+          "[server][state_store]") {
+  drt::testing::TempDir dir;
+  ServiceOptions options = SmallOptions();
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  // Written and acknowledged every 40 chunks (2520 tokens), in steps of one
+  // chunk: the steps more than the upper-layer reach (386 positions) before
+  // a stretch's end skip the upper layers and are neither written nor
+  // acknowledged, so after each acknowledgement the engine runs on with
+  // dozens of steps that are not on disk.
+  options.durable_ack_tokens = 40 * chunk;
+  options.step_tokens = chunk;
+  // The handler is late to report each acknowledgement (as a descheduled
+  // thread on a loaded machine is): the engine runs steps meanwhile.
+  options.before_progress_for_test = [] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
+  DurableService durable(dir.path(), options);
+  auto& stub = durable.server.stub();
+  const std::string id = NewSession(stub);
+  const auto prompt = RandomTokens(1200 * chunk, 12);
+  grpc::ClientContext context;
+  SetDeadline(context, 300);
+  auto stream = stub.Append(&context);
+  struct Seen {
+    int64_t session_tokens, tokens_ingested, chunks_ingested, on_disk;
+  };
+  std::vector<Seen> seen;
+  std::thread reader([&] {
+    drt::v1::AppendResponse response;
+    while (stream->Read(&response)) {
+      if (!response.has_progress()) continue;
+      const auto& p = response.progress();
+      // Read the state file as the progress arrives: what a crash now
+      // would leave.
+      seen.push_back({p.session_tokens(), p.tokens_ingested(), p.chunks_ingested(),
+                      TokensOnDisk(dir.path(), id)});
+    }
+  });
+  drt::v1::AppendRequest request;
+  request.set_session_id(id);
+  request.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.end());
+  REQUIRE(stream->Write(request));
+  stream->WritesDone();
+  reader.join();
+  grpc::Status status = stream->Finish();
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  INFO("progress messages: " << seen.size());
+  REQUIRE(seen.size() >= 3);
+  for (const Seen& s : seen) {
+    INFO("session_tokens " << s.session_tokens << ", on disk " << s.on_disk);
+    // The session started empty: everything it holds came from this call.
+    CHECK(s.session_tokens == s.tokens_ingested);
+    CHECK(s.chunks_ingested == s.session_tokens / chunk);
+    // A client resending from session_tokens after a crash loses nothing.
+    CHECK(s.session_tokens <= s.on_disk);
+  }
+}
+
+TEST_CASE("with --state_sync=interval, an Append or Generate whose final write fails ends with "
+          "its error, not OK",
+          "[server][state_store]") {
+  drt::testing::TempDir dir;
+  DurableService durable(dir.path(), SmallOptions(), StateSync::kInterval);
+  auto& stub = durable.server.stub();
+  const std::string id = NewSession(stub);  // written at once (forced)
+  REQUIRE(std::filesystem::exists(dir.path() + "/sessions/" + id + ".state"));
+  // From now on no state file can be written: the directory is gone.
+  std::filesystem::rename(dir.path() + "/sessions", dir.path() + "/sessions-away");
+  AppendResult append = AppendTokens(stub, id, RandomTokens(300, 13), {300});
+  INFO(append.status.error_message());
+  CHECK_FALSE(append.status.ok());
+  CHECK_THAT(append.status.error_message(),
+             Catch::Matchers::Contains("could not be written to the state directory"));
+  CHECK_FALSE(append.summary.has_value());
+  // The tokens are in memory: the session answers, and a Generate's done
+  // message is not sent while its write fails either.
+  CHECK(GetSession(stub, id).info.tokens() == 300);
+  drt::v1::GenerateRequest request = GreedyRequest(id, 3);
+  request.set_pad_to_chunk_boundary(false);
+  GenerateResult g = Generate(stub, request);
+  CHECK_FALSE(g.status.ok());
+  CHECK_THAT(g.status.error_message(),
+             Catch::Matchers::Contains("could not be written to the state directory"));
+  CHECK_FALSE(g.done.has_value());
+  // Once writes work again, the next call writes everything.
+  std::filesystem::rename(dir.path() + "/sessions-away", dir.path() + "/sessions");
+  REQUIRE(AppendOnce(stub, id, RandomTokens(10, 14)).ok());
+}
+
+}  // namespace
+}  // namespace drt::server
