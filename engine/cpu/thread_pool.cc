@@ -4,7 +4,8 @@
 
 namespace drt::cpu {
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, int64_t min_parallel_macs)
+    : min_parallel_macs_(min_parallel_macs) {
   const int workers = std::max(1, num_threads) - 1;
   workers_.reserve(workers);
   for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -33,11 +34,16 @@ void ThreadPool::WorkerLoop() {
       work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
       if (stopping_) return;
       seen = generation_;
+      // A worker woken after the caller closed the call (it ran out of tasks
+      // first) has nothing to do: it goes back to waiting without touching
+      // fn_, which may be gone.
+      if (!open_) continue;
+      ++joined_workers_;
     }
     RunTasks();
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--active_workers_ == 0) work_done_.notify_one();
+      if (--joined_workers_ == 0 && !open_) work_done_.notify_one();
     }
   }
 }
@@ -49,18 +55,23 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) 
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mutex_);
+  dispatches_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fn_ = &fn;
     num_tasks_ = n;
     next_task_.store(0);
-    active_workers_ = static_cast<int>(workers_.size());
+    open_ = true;
     ++generation_;
   }
   work_ready_.notify_all();
   RunTasks();
+  // Every task has been taken. Close the call so that workers not yet awake
+  // stay out, then wait only for those that joined (each finishing the task
+  // it took): the caller does not wait out a wake-up it no longer needs.
   std::unique_lock<std::mutex> lock(mutex_);
-  work_done_.wait(lock, [&] { return active_workers_ == 0; });
+  open_ = false;
+  work_done_.wait(lock, [&] { return joined_workers_ == 0; });
   fn_ = nullptr;
 }
 
