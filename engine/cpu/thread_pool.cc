@@ -34,16 +34,11 @@ void ThreadPool::WorkerLoop() {
       work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
       if (stopping_) return;
       seen = generation_;
-      // A worker woken after the caller closed the call (it ran out of tasks
-      // first) has nothing to do: it goes back to waiting without touching
-      // fn_, which may be gone.
-      if (!open_) continue;
-      ++joined_workers_;
     }
     RunTasks();
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--joined_workers_ == 0 && !open_) work_done_.notify_one();
+      if (--active_workers_ == 0) work_done_.notify_one();
     }
   }
 }
@@ -61,17 +56,13 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) 
     fn_ = &fn;
     num_tasks_ = n;
     next_task_.store(0);
-    open_ = true;
+    active_workers_ = static_cast<int>(workers_.size());
     ++generation_;
   }
   work_ready_.notify_all();
   RunTasks();
-  // Every task has been taken. Close the call so that workers not yet awake
-  // stay out, then wait only for those that joined (each finishing the task
-  // it took): the caller does not wait out a wake-up it no longer needs.
   std::unique_lock<std::mutex> lock(mutex_);
-  open_ = false;
-  work_done_.wait(lock, [&] { return joined_workers_ == 0; });
+  work_done_.wait(lock, [&] { return active_workers_ == 0; });
   fn_ = nullptr;
 }
 

@@ -2,9 +2,6 @@
 // condition variable (no spinning), so an engine sharing the machine with
 // other work — a server's I/O threads, other sessions — does not burn cores
 // waiting. One ParallelFor runs at a time; concurrent callers take turns.
-// The caller runs tasks too; a worker joins a call only while tasks may remain,
-// so a call whose tasks the caller finished alone does not wait for a worker
-// that the scheduler has not run yet.
 #pragma once
 
 #include <atomic>
@@ -61,8 +58,7 @@ class ThreadPool {
   const std::function<void(int64_t)>* fn_ = nullptr;
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_task_{0};
-  bool open_ = false;       // workers may join the current call
-  int joined_workers_ = 0;  // workers that joined it and have not finished
+  int active_workers_ = 0;
   std::atomic<int64_t> dispatches_{0};
 };
 
