@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -724,6 +725,126 @@ TEST_CASE("GroupedCrossAttention matches the off-by-one formula", "[kernels]") {
     // scores: -40 for the 3 real rows, 0 for the landmark row.
     const double e = std::exp(-40.0);
     for (float o : out) CHECK(o == Approx(3 * e / (3 * e + 1)).margin(1e-20));
+  }
+}
+
+// Small ops run their tasks on the calling thread (kDefaultMinParallelMacs):
+// a default pool of two wakes its worker only for ops at or above the
+// threshold. The same op on pools of two that always split and never split
+// gives the same bits at sizes on both sides (the tasks do not depend on the
+// choice), and is close to the naive twin.
+TEST_CASE("Ops below kDefaultMinParallelMacs run on the caller, to the same bits", "[kernels]") {
+  drt::cpu::UseSingleThreadedBlas();
+  constexpr int64_t kThreshold = drt::cpu::kDefaultMinParallelMacs;
+  drt::cpu::ThreadPool by_default(2), always(2, 0),
+      never(2, std::numeric_limits<int64_t>::max());
+  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  // Runs op on the three pools; checks their dispatches and bits; returns the
+  // default pool's output.
+  const auto run_three = [&](int64_t macs, size_t size, const auto& op) {
+    std::vector<float> d(size, kNaN), a(size, kNaN), n(size, kNaN);
+    const int64_t d0 = by_default.dispatches(), a0 = always.dispatches(), n0 = never.dispatches();
+    op(by_default, d.data());
+    op(always, a.data());
+    op(never, n.data());
+    CHECK(by_default.dispatches() - d0 == (macs >= kThreshold ? 1 : 0));
+    CHECK(always.dispatches() - a0 == 1);
+    CHECK(never.dispatches() - n0 == 0);
+    CHECK(same_bits(d, a));
+    CHECK(same_bits(d, n));
+    return d;
+  };
+  uint32_t seed = 1200;
+  SECTION("Linear") {
+    struct Shape {
+      int64_t n, in, out;
+    };
+    // Each path of Linear (one row, a few rows, row bands) below and above.
+    for (const Shape s : std::vector<Shape>{{1, 192, 384},
+                                            {1, 192, 768},
+                                            {3, 128, 192},
+                                            {3, 192, 384},
+                                            {16, 64, 64},
+                                            {16, 128, 128}}) {
+      const int64_t macs = s.n * s.in * s.out;
+      const std::string tag = "Linear n=" + std::to_string(s.n) + " in=" + std::to_string(s.in) +
+                              " out=" + std::to_string(s.out) + " macs=" + std::to_string(macs);
+      INFO(tag);
+      const auto x = Randn(s.n * s.in, ++seed);
+      const auto w = Randn(s.out * s.in, ++seed);
+      const auto y = run_three(macs, s.n * s.out, [&](drt::cpu::ThreadPool& pool, float* out) {
+        drt::cpu::Linear(x.data(), s.n, s.in, w.data(), s.out, out, pool);
+      });
+      CheckClose(y, NaiveLinear(x, s.n, s.in, w, s.out), 1e-5, 1e-5 * std::sqrt(double(s.in)),
+                 tag);
+    }
+  }
+  SECTION("WindowAttention") {
+    struct Case {
+      int64_t n, num_keys;  // 4 heads of 48, window 128
+    };
+    // macs = n * min(keys, window + 64) * 48 * 2 * 4: 73,728 and 294,912.
+    for (const Case c : std::vector<Case>{{1, 200}, {4, 300}}) {
+      const int64_t heads = 4, dh = 48, window = 128;
+      const int64_t macs = c.n * std::min<int64_t>(c.num_keys, window + 64) * dh * 2 * heads;
+      INFO("WindowAttention n=" << c.n << " keys=" << c.num_keys << " macs=" << macs);
+      const auto q = Randn(c.n * heads * dh, ++seed);
+      const auto k = Randn(c.num_keys * heads * dh, ++seed);
+      const auto v = Randn(c.num_keys * heads * dh, ++seed);
+      const auto o = run_three(macs, c.n * heads * dh, [&](drt::cpu::ThreadPool& pool, float* out) {
+        drt::cpu::WindowAttention(q.data(), c.n, k.data(), v.data(), c.num_keys, heads, heads, dh,
+                                  window, out, pool);
+      });
+      CheckClose(o, NaiveWindowAttention(q, c.n, k, v, c.num_keys, heads, heads, dh, window),
+                 1e-5, 2e-5, "WindowAttention");
+    }
+  }
+  SECTION("GroupedCrossAttention") {
+    const int64_t rows = 65, heads = 4, dh = 48, width = heads * dh;
+    // One decode row over 3 chunks (74,880 macs) and over 8 (199,680).
+    for (const int64_t num_chunks : {3, 8}) {
+      const int64_t macs = num_chunks * rows * dh * 2 * heads;
+      INFO("GCA chunks=" << num_chunks << " macs=" << macs);
+      std::vector<std::vector<float>> ks, vs;
+      std::vector<const float*> kp, vp;
+      for (int64_t c = 0; c < num_chunks; ++c) {
+        ks.push_back(Randn(rows * width, ++seed));
+        vs.push_back(Randn(rows * width, ++seed));
+        // The landmark row is stored as zeros (as in the engine's chunk K/V).
+        std::fill(ks.back().end() - width, ks.back().end(), 0.f);
+        std::fill(vs.back().end() - width, vs.back().end(), 0.f);
+      }
+      for (int64_t c = 0; c < num_chunks; ++c) {
+        kp.push_back(ks[c].data());
+        vp.push_back(vs[c].data());
+      }
+      const std::vector<float> weights(num_chunks, 1.f / static_cast<float>(num_chunks));
+      const auto q = Randn(width, ++seed);
+      const auto o = run_three(macs, width, [&](drt::cpu::ThreadPool& pool, float* out) {
+        GcaBlock g{q.data(), 1, kp.data(), vp.data(), weights.data(), num_chunks, out};
+        drt::cpu::GroupedCrossAttention(absl::MakeConstSpan(&g, 1), rows, heads, dh, pool);
+      });
+      CheckClose(o, NaiveGca(q, 1, kp, vp, weights, rows, heads, dh), 1e-5, 2e-5, "GCA");
+    }
+  }
+}
+
+TEST_CASE("ThreadPool runs every task once; a call whose tasks the caller took alone returns",
+          "[kernels]") {
+  // Many short calls in a row: workers woken late for a call the caller
+  // already finished must skip it and must not run a later call's tasks twice.
+  for (int threads : {2, 3}) {
+    drt::cpu::ThreadPool pool(threads);
+    for (int64_t n : {2, 3, 7, 64}) {
+      for (int call = 0; call < 300; ++call) {
+        std::vector<int> hits(n, 0);
+        pool.ParallelFor(n, [&](int64_t i) { ++hits[i]; });
+        INFO("threads=" << threads << " n=" << n << " call " << call);
+        REQUIRE(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+      }
+    }
   }
 }
 

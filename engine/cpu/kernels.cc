@@ -71,6 +71,27 @@ void ForEachRange(ThreadPool& pool, int64_t n, int64_t min_per_task, Fn fn) {
   });
 }
 
+// kDefaultMinParallelMacs (thread_pool.h), measured 2026-11-24 01:24 UTC on the 2-core
+// VM (load average 10.5, temporary micro-benchmark, medians of 15 x 2,000
+// calls, A and B interleaved): one sgemv of in = 192 against the same
+// products split into two bands through a 2-thread ParallelFor. Split / serial
+// time: 33x at 12k multiply-adds, 3.3x at 74k, 1.85x at 111k, 0.96x at 147k,
+// 0.81x at 221k, 0.49x from 442k. An empty 2-thread ParallelFor took 9 us
+// (median) there, while a serial sgemv of up to ~100k multiply-adds whose
+// weights sit in cache takes 0.5-12 us: below 2^17 (131k) the wake-up costs
+// more than the halved work saves. Attention ops use the same count.
+//
+// Runs fn(t) for t in [0, tasks): on the pool when the op has at least
+// pool.min_parallel_macs() multiply-adds, else in order on the calling thread.
+template <typename Fn>
+void RunTasks(ThreadPool& pool, int64_t tasks, int64_t macs, const Fn& fn) {
+  if (macs < pool.min_parallel_macs()) {
+    for (int64_t t = 0; t < tasks; ++t) fn(t);
+    return;
+  }
+  pool.ParallelFor(tasks, fn);
+}
+
 }  // namespace
 
 void UseSingleThreadedBlas() { openblas_set_num_threads(1); }
@@ -79,10 +100,11 @@ void Linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, 
             ThreadPool& pool) {
   if (n <= 0 || out <= 0) return;
   const int threads = pool.size();
+  const int64_t macs = n * in * out;
   if (n >= 8 * threads) {
     // Split rows of x: each thread computes a horizontal band of y.
     const int64_t band = (n + threads - 1) / threads;
-    pool.ParallelFor(threads, [&](int64_t t) {
+    RunTasks(pool, threads, macs, [&](int64_t t) {
       const int64_t r0 = t * band;
       const int64_t r1 = std::min(n, r0 + band);
       if (r0 >= r1) return;
@@ -93,7 +115,7 @@ void Linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, 
   }
   // Few rows: split the output features.
   const int64_t band = (out + threads - 1) / threads;
-  pool.ParallelFor(threads, [&](int64_t t) {
+  RunTasks(pool, threads, macs, [&](int64_t t) {
     const int64_t c0 = t * band;
     const int64_t c1 = std::min(out, c0 + band);
     if (c0 >= c1) return;
@@ -170,12 +192,17 @@ void WindowAttention(absl::Span<const WindowAttentionSlice> slices, int64_t num_
   const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
   // Tasks are (slice, query block, head); first_task[s] is slice s's first.
   std::vector<int64_t> first_task(slices.size() + 1, 0);
+  // Multiply-adds: scores and values, each row over at most window + a query
+  // block of keys (an upper bound for the row-by-row path).
+  int64_t macs = 0;
   for (size_t s = 0; s < slices.size(); ++s) {
     const int64_t num_blocks = (slices[s].n + kQueryBlock - 1) / kQueryBlock;
     first_task[s + 1] = first_task[s] + num_blocks * num_heads;
+    macs += slices[s].n * std::min(slices[s].num_keys, window + kQueryBlock) * head_dim * 2 *
+            num_heads;
   }
 
-  pool.ParallelFor(first_task.back(), [&](int64_t global_task) {
+  RunTasks(pool, first_task.back(), macs, [&](int64_t global_task) {
     const size_t s = static_cast<size_t>(
         std::upper_bound(first_task.begin(), first_task.end(), global_task) - first_task.begin() -
         1);
@@ -296,7 +323,11 @@ void GroupedCrossAttention(absl::Span<const GcaBlock> blocks, int64_t rows_per_c
   const int64_t stride = num_heads * head_dim;
   const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
   const int64_t tasks = static_cast<int64_t>(blocks.size()) * num_heads;
-  pool.ParallelFor(tasks, [&](int64_t task) {
+  int64_t macs = 0;  // scores and values of every row over its chunks
+  for (const GcaBlock& block : blocks) {
+    macs += block.n * block.num_chunks * rows_per_chunk * head_dim * 2 * num_heads;
+  }
+  RunTasks(pool, tasks, macs, [&](int64_t task) {
     const GcaBlock& block = blocks[task / num_heads];
     const int64_t h = task % num_heads;
     const int64_t n = block.n;

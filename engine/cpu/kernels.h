@@ -15,6 +15,12 @@ namespace drt::cpu {
 // Makes the BLAS library single-threaded (the kernels parallelise around it).
 void UseSingleThreadedBlas();
 
+// Linear, WindowAttention and GroupedCrossAttention run their tasks one after
+// another on the calling thread when the op has fewer multiply-adds than
+// pool.min_parallel_macs() (kDefaultMinParallelMacs, derived in kernels.cc).
+// The tasks are the same either way (they depend on pool.size(), not on this
+// choice), so the result is bit-identical.
+
 // y[n, out] = x[n, in] * w[out, in]^T. y may not alias x.
 void Linear(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y,
             ThreadPool& pool);

@@ -4,7 +4,8 @@
 
 namespace drt::cpu {
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, int64_t min_parallel_macs)
+    : min_parallel_macs_(min_parallel_macs) {
   const int workers = std::max(1, num_threads) - 1;
   workers_.reserve(workers);
   for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -49,6 +50,7 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) 
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mutex_);
+  dispatches_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fn_ = &fn;
