@@ -327,7 +327,10 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
   std::unique_ptr<Session> forked;
   absl::Status status = (*parent)->RunStep([&](Session& session) -> absl::Status {
     // The child shares the parent's chunk logs, which must hold all of them.
-    if (store_ != nullptr) {
+    // A parent that is not durable (a Complete call's temporary session) is
+    // never written: RecordFork then gives the child its own copy, and the
+    // parent leaves nothing on disk when its call deletes it.
+    if (store_ != nullptr && (*parent)->durable()) {
       if (absl::Status s = store_->Persist(id, (*parent)->settings(), session, /*force=*/true);
           !s.ok()) {
         return s;
@@ -352,11 +355,11 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
     absl::Status s = (*child)->RunStep([&](Session& session) {
       return store_->RecordFork(id, (*child)->id(), (*child)->settings(), session);
     });
-    (*child)->End();  // the claim Insert took
-    if (!s.ok()) {
-      Delete((*child)->id()).IgnoreError();
-      return s;
-    }
+    // Deleted before the claim Insert took ends (as PersistNew does), so no
+    // other call can begin on a child that is going away.
+    if (!s.ok()) Delete((*child)->id()).IgnoreError();
+    (*child)->End();
+    if (!s.ok()) return s;
   }
   return child;
 }

@@ -82,6 +82,28 @@ TEST_CASE("with a state directory, Complete's temporary session is never written
   CHECK(Names(dir.path() + "/sessions") == std::vector<std::string>{id + ".state"});
 }
 
+TEST_CASE("forking a Complete call's temporary session writes only the child",
+          "[server][state_store]") {
+  // The temporary session is listed (ListSessions) and can be forked by
+  // another client while its call runs; the fork must not write the parent,
+  // which its call deletes without touching the directory.
+  drt::testing::TempDir dir;
+  DurableService durable(dir.path(), SmallOptions());
+  SessionManager& manager = durable.server.service().session_manager();
+  auto parent = manager.CreateEphemeral(SessionSettings{});
+  REQUIRE(parent.ok());
+  const std::string parent_id = (*parent)->id();
+  auto child = manager.Fork(parent_id);
+  REQUIRE(child.ok());
+  const std::string child_id = (*child)->id();
+  CHECK(Names(dir.path() + "/sessions") == std::vector<std::string>{child_id + ".state"});
+  REQUIRE(manager.Delete(parent_id).ok());
+  CHECK(Names(dir.path() + "/sessions") == std::vector<std::string>{child_id + ".state"});
+  for (const std::string& name : Names(dir.path() + "/chunks")) {
+    CHECK(name.find(parent_id) == std::string::npos);
+  }
+}
+
 // The tokens of session `id`'s state file in `dir` (-1: none readable).
 int64_t TokensOnDisk(const std::string& dir, const std::string& id) {
   const std::string path = dir + "/sessions/" + id + ".state";
