@@ -91,8 +91,11 @@ absl::StatusOr<LoadedSession> LoadSessionFile(
   if (absl::Status s = ReadExactlyAt(fd, path, header, sizeof header, 0); !s.ok()) return s;
   uint64_t body = 0;
   std::memcpy(&body, header + 16, sizeof body);
+  // A state longer than the file: only the header is passed on, whose
+  // decoding names the problem (not a session file, a foreign version, or
+  // truncated), without reading the rest of a possibly large file.
   const uint64_t record_bytes =
-      body <= file_bytes - kStateHeaderBytes ? kStateHeaderBytes + body : file_bytes;
+      body <= file_bytes - kStateHeaderBytes ? kStateHeaderBytes + body : kStateHeaderBytes;
   std::string record_text(record_bytes, '\0');
   if (absl::Status s = ReadExactlyAt(fd, path, record_text.data(), record_bytes, 0); !s.ok()) {
     return s;

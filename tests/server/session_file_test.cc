@@ -137,6 +137,7 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
         {"flipped byte in the state", flipped_state, "CRC-32C"},
         {"flipped byte in a chunk", flipped_chunk, "chunk record"},
         {"truncated", bytes.substr(0, bytes.size() - 7), "truncated"},
+        {"truncated inside the state", bytes.substr(0, 200), "truncated"},
         {"foreign", "hello world, not a session", "not a drt session"},
     };
     const int64_t sessions_before = server.service().session_manager().count();
