@@ -447,8 +447,8 @@ TEST_CASE("WindowCache keeps the window in one stretch, and a small push right a
   // least), where a push of at most the slack can exceed the window and
   // must still keep the window before it adjacent (the in-place reads of
   // CpuStep::Attention rely on it).
-  CHECK(drt::cpu::WindowCache::SlackRows(1) == 8);        // the row-by-row bound
-  CHECK(drt::cpu::WindowCache::SlackRows(12) == 8);       // a quarter of 12 would be less
+  CHECK(drt::cpu::WindowCache::SlackRows(1) == drt::cpu::kInPlaceWindowRows);
+  CHECK(drt::cpu::WindowCache::SlackRows(12) == 8);  // kInPlaceWindowRows: more than a quarter
   CHECK(drt::cpu::WindowCache::SlackRows(128) == 32);     // a quarter
   CHECK(drt::cpu::WindowCache::SlackRows(8192) == 256);   // capped
   const int64_t width = 3;

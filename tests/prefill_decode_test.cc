@@ -100,7 +100,7 @@ TEST_CASE("prefill, random pieces and one-by-one decode agree", "[engine][prefil
 TEST_CASE("windows of at most 8 rows: prefill, pieces of 5 and 8 and decode agree",
           "[engine][prefill_decode]") {
   // Windows no larger than the 8 rows a slice may read in place
-  // (kRowByRowQueryRows): a push of up to 8 rows can exceed the window, and
+  // (kInPlaceWindowRows): a push of up to 8 rows can exceed the window, and
   // the window before it must still lie right before the pushed rows. Every
   // way of feeding the tokens must give the prefill's logits and retrievals
   // (the prefill gathers its keys; the others read them in place).

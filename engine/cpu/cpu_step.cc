@@ -91,7 +91,7 @@ absl::Status CpuStep::Attention(const StepPlan& plan, DecoderLayerId layer_id) {
     // CanReadInPlace always leaves window and rows in one stretch, so no
     // check after it can fail with this layer's window already moved on
     // (and earlier layers' too).
-    if (slice.num_rows > kRowByRowQueryRows || !window.CanReadInPlace(slice.num_rows)) {
+    if (slice.num_rows > kInPlaceWindowRows || !window.CanReadInPlace(slice.num_rows)) {
       gathered_slices_.push_back(s);
       continue;
     }

@@ -17,18 +17,24 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/cpu/kernels.h"
-
 namespace drt::cpu {
+
+// Slices of at most this many rows read their window in place
+// (CpuStep::Attention): they push their rows first and attend over window
+// and rows where they lie, instead of gathering both into one buffer. It
+// sets the buffer's least spare rows (WindowCache::SlackRows). Which
+// attention kernel a slice's rows then take is kRowByRowQueryRows's
+// business (engine/cpu/kernels.h), a separate bound.
+constexpr int64_t kInPlaceWindowRows = 8;
 
 class WindowCache {
  public:
   // Rows of room beyond the window: a quarter of it, at most 256 (a large
   // window would otherwise hold much memory for little: moving W rows every
-  // 256 pushed is already cheap), and at least kRowByRowQueryRows (the
+  // 256 pushed is already cheap), and at least kInPlaceWindowRows (the
   // slices that read their keys in place push that many rows at most).
   static constexpr int64_t SlackRows(int64_t capacity) {
-    return std::max<int64_t>(kRowByRowQueryRows, std::min<int64_t>(256, capacity / 4));
+    return std::max<int64_t>(kInPlaceWindowRows, std::min<int64_t>(256, capacity / 4));
   }
 
   WindowCache(int64_t capacity, int64_t row_width)
