@@ -444,44 +444,60 @@ TEST_CASE("WindowCache keeps the window in one stretch, and a small push right a
   // after a push of at most the slack, RecentKeys gives the window as it
   // was before the push followed by the pushed rows, in one stretch. Skip
   // moves on as a push would (its rows are whatever the slots held).
-  const int64_t capacity = 12, width = 3;
-  const int64_t slack = drt::cpu::WindowCache::SlackRows(capacity);
-  REQUIRE(slack == 8);  // the row-by-row bound: a quarter of 12 would be less
+  // Capacities 1, 4 and 8 are windows no larger than the slack (8 rows at
+  // least), where a push of at most the slack can exceed the window and
+  // must still keep the window before it adjacent (the in-place reads of
+  // CpuStep::Attention rely on it).
+  CHECK(drt::cpu::WindowCache::SlackRows(1) == drt::cpu::kInPlaceWindowRows);
+  CHECK(drt::cpu::WindowCache::SlackRows(12) == 8);  // kInPlaceWindowRows: more than a quarter
   CHECK(drt::cpu::WindowCache::SlackRows(128) == 32);     // a quarter
   CHECK(drt::cpu::WindowCache::SlackRows(8192) == 256);   // capped
-  drt::cpu::WindowCache cache(capacity, width);
-  std::vector<float> all_keys, all_values;  // every row pushed, in order
-  float next = 1.f;
-  const std::vector<int64_t> pushes = {1, 3, 8, 2, 1, 1, 5, 7, 8, 12, 1, 20, 4, 8, 8, 8, 1, 13};
-  for (size_t step = 0; step < pushes.size(); ++step) {
-    const int64_t n = pushes[step];
-    INFO("push " << step << " of " << n << " rows");
-    std::vector<float> keys(n * width), values(n * width);
-    for (int64_t i = 0; i < n * width; ++i) {
-      keys[i] = next;
-      values[i] = -next;
-      next += 1.f;
-    }
-    const int64_t before = cache.size();
-    const int64_t rows_before = static_cast<int64_t>(all_keys.size()) / width;
-    cache.Push(keys.data(), values.data(), n);
-    all_keys.insert(all_keys.end(), keys.begin(), keys.end());
-    all_values.insert(all_values.end(), values.begin(), values.end());
-    const int64_t total = rows_before + n;
-    REQUIRE(cache.size() == std::min(capacity, total));
-    std::vector<float> got_k(cache.size() * width), got_v(cache.size() * width);
-    cache.CopyOut(got_k.data(), got_v.data());
-    CHECK(std::equal(got_k.begin(), got_k.end(), all_keys.end() - cache.size() * width));
-    CHECK(std::equal(got_v.begin(), got_v.end(), all_values.end() - cache.size() * width));
-    if (n <= slack) {
-      const int64_t recent = before + n;
-      REQUIRE(cache.recent_rows() >= recent);
-      CHECK(std::equal(cache.RecentKeys(recent), cache.RecentKeys(recent) + recent * width,
-                       all_keys.end() - recent * width));
-      CHECK(std::equal(cache.RecentValues(recent), cache.RecentValues(recent) + recent * width,
-                       all_values.end() - recent * width));
+  const int64_t width = 3;
+  for (int64_t capacity : {int64_t{1}, int64_t{4}, int64_t{8}, int64_t{12}}) {
+    INFO("capacity " << capacity);
+    const int64_t slack = drt::cpu::WindowCache::SlackRows(capacity);
+    drt::cpu::WindowCache cache(capacity, width);
+    std::vector<float> all_keys, all_values;  // every row pushed, in order
+    float next = 1.f;
+    const std::vector<int64_t> pushes = {1, 3, 8, 2, 1, 1, 5, 7, 8, 12, 1, 20,
+                                         4, 8, 8, 8, 1, 13, 1, 1, 9, 5, 8, 1};
+    for (size_t step = 0; step < pushes.size(); ++step) {
+      const int64_t n = pushes[step];
+      INFO("push " << step << " of " << n << " rows");
+      std::vector<float> keys(n * width), values(n * width);
+      for (int64_t i = 0; i < n * width; ++i) {
+        keys[i] = next;
+        values[i] = -next;
+        next += 1.f;
+      }
+      const int64_t before = cache.size();
+      const int64_t rows_before = static_cast<int64_t>(all_keys.size()) / width;
+      REQUIRE(cache.CanReadInPlace(n) == (n <= slack));
+      cache.Push(keys.data(), values.data(), n);
+      all_keys.insert(all_keys.end(), keys.begin(), keys.end());
+      all_values.insert(all_values.end(), values.begin(), values.end());
+      const int64_t total = rows_before + n;
+      REQUIRE(cache.size() == std::min(capacity, total));
+      std::vector<float> got_k(cache.size() * width), got_v(cache.size() * width);
+      cache.CopyOut(got_k.data(), got_v.data());
+      CHECK(std::equal(got_k.begin(), got_k.end(), all_keys.end() - cache.size() * width));
+      CHECK(std::equal(got_v.begin(), got_v.end(), all_values.end() - cache.size() * width));
+      if (n <= slack) {
+        const int64_t recent = before + n;
+        REQUIRE(cache.recent_rows() >= recent);
+        CHECK(std::equal(cache.RecentKeys(recent), cache.RecentKeys(recent) + recent * width,
+                         all_keys.end() - recent * width));
+        CHECK(std::equal(cache.RecentValues(recent), cache.RecentValues(recent) + recent * width,
+                         all_values.end() - recent * width));
+      }
     }
   }
+  const int64_t capacity = 12;
+  drt::cpu::WindowCache cache(capacity, width);
+  std::vector<float> all_keys;
+  for (int64_t i = 0; i < 20 * width; ++i) all_keys.push_back(static_cast<float>(i + 1));
+  std::vector<float> all_values(all_keys.size(), 0.f);
+  cache.Push(all_keys.data(), all_values.data(), 20);
   // Skip: the window keeps its size and the rows pushed after it are the
   // newest.
   cache.Skip(5);
@@ -500,7 +516,9 @@ TEST_CASE("WindowAttention ignores keys outside the window and in the future", "
   const int64_t heads = 4, kv_heads = 2, dh = 8, width = heads * dh;
   const int64_t num_keys = 100, window = 10;
   const int64_t kv_width = kv_heads * dh;
-  for (int64_t n : {int64_t{1}, int64_t{64}, int64_t{80}}) {
+  // n = 1 and 5 go row by row (at most kRowByRowQueryRows), 64 is one GEMM
+  // block, 67 a block and a remainder of 3 rows, 80 a block and 16.
+  for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{64}, int64_t{67}, int64_t{80}}) {
     const auto q = Randn(n * width, 601 + n);
     const auto k = Randn(num_keys * kv_width, 602 + n);
     const auto v = Randn(num_keys * kv_width, 603 + n);

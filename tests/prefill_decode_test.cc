@@ -97,6 +97,35 @@ TEST_CASE("prefill, random pieces and one-by-one decode agree", "[engine][prefil
   }
 }
 
+TEST_CASE("windows of at most 8 rows: prefill, pieces of 5 and 8 and decode agree",
+          "[engine][prefill_decode]") {
+  // Windows no larger than the 8 rows a slice may read in place
+  // (kInPlaceWindowRows): a push of up to 8 rows can exceed the window, and
+  // the window before it must still lie right before the pushed rows. Every
+  // way of feeding the tokens must give the prefill's logits and retrievals
+  // (the prefill gathers its keys; the others read them in place).
+  for (int64_t window : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{8}}) {
+    INFO("slide_window " << window);
+    ModelConfig config = testing::TinyConfig();
+    config.slide_window = window;
+    const ModelWeights weights = testing::RandomWeights(config, 17);
+    auto backend = MakeCpuBackend(config, weights);
+    const int64_t n = 6 * config.enc_chunk_size + 3;  // several steps past the window
+    const std::vector<int32_t> tokens = testing::RandomTokens(config, n, 19);
+    const Run at_once = AppendInPieces(*backend, tokens, {n});
+    for (int64_t piece : {int64_t{1}, int64_t{5}, int64_t{8}}) {
+      INFO("pieces of " << piece);
+      std::vector<int64_t> pieces;
+      for (int64_t left = n; left > 0; left -= std::min(left, piece)) {
+        pieces.push_back(std::min(left, piece));
+      }
+      const Run run = AppendInPieces(*backend, tokens, pieces);
+      RequireSameLogits(run, at_once, config.vocab_size);
+      REQUIRE(run.retrievals == at_once.retrievals);
+    }
+  }
+}
+
 TEST_CASE("chunks 0 and 1 see no retrieval, later chunks choose from earlier ones only",
           "[engine][retrieval]") {
   const ModelConfig config = testing::TinyConfig();

@@ -62,7 +62,8 @@ ABSL_FLAG(std::string, mixed_prefill_tokens, "",
           "mixed-step mode (instead of --sessions): comma-separated prompt tokens p that each "
           "load session ingests per step beside one generating session's token, e.g. "
           "0,1,2,4,8,16,32,63; every session first holds --prompt_tokens tokens, each p runs "
-          "--generate steps per repeat, the p values interleaved within each repeat; the "
+          "--generate steps per repeat, the p values interleaved within each repeat in an order "
+          "rotated by one place per repeat (the load sessions' contexts grow through the run); the "
           "decode-only step (p = 0) is always measured");
 ABSL_FLAG(int32_t, load_sessions, 1, "mixed-step mode: sessions that ingest p tokens per step");
 
@@ -256,9 +257,16 @@ void MeasureMixedSteps(drt::Backend& backend, const std::vector<int>& prefill_co
   };
   std::vector<Cell> cells(prefill_counts.size());
   const std::string load_before = LoadAverage();
+  // The p values run in a rotated order, one place further each repeat:
+  // the load sessions' contexts grow by p x steps with every run, so a fixed
+  // order would always measure the larger p later, at longer contexts.
+  // (Their contexts still grow through the run: --prompt_tokens much larger
+  // than the tokens the runs add keeps that growth small.)
+  const size_t num_counts = prefill_counts.size();
+  std::vector<double> repeat_cpu_median(num_counts);
   for (int32_t r = 0; r < repeats; ++r) {
-    double decode_cpu_median = 0;
-    for (size_t c = 0; c < prefill_counts.size(); ++c) {
+    for (size_t k = 0; k < num_counts; ++k) {
+      const size_t c = (k + static_cast<size_t>(r)) % num_counts;
       const std::vector<MixedStepTime> times = RunMixedSteps(
           backend, *generating, absl::MakeSpan(load), prefill_counts[c], steps, rng);
       std::vector<double> wall, cpu, closing_cpu;
@@ -274,14 +282,17 @@ void MeasureMixedSteps(drt::Backend& backend, const std::vector<int>& prefill_co
       cell.cpu_mean.push_back(Mean(cpu));
       if (!closing_cpu.empty()) cell.closing_cpu_mean.push_back(Mean(closing_cpu));
       cell.closing_share.push_back(static_cast<double>(closing_cpu.size()) / times.size());
-      if (prefill_counts[c] == 0) decode_cpu_median = Median(cpu);
-      cell.cpu_median_vs_decode.push_back(Median(cpu) / decode_cpu_median);
+      repeat_cpu_median[c] = Median(cpu);
+    }
+    // Against the decode-only step of the same repeat (prefill_counts[0] is 0).
+    for (size_t c = 0; c < num_counts; ++c) {
+      cells[c].cpu_median_vs_decode.push_back(repeat_cpu_median[c] / repeat_cpu_median[0]);
     }
   }
   auto median = [](const std::vector<double>& v) { return v.empty() ? 0.0 : Median(v); };
   std::printf("model %s, backend %s, mixed steps: 1 generating session + %d load session(s) "
               "of p prompt tokens each, all holding %lld tokens first; %d steps per p, median "
-              "of %d repeats\n",
+              "of %d repeats, p order rotated per repeat\n",
               absl::GetFlag(FLAGS_model).c_str(), backend.name().c_str(), load_sessions,
               static_cast<long long>(context_tokens), steps, repeats);
   std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverage().c_str());

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "absl/strings/str_format.h"
 #include "engine/cpu/chunk_kv.h"
 #include "engine/cpu/retrieval.h"
 #include "engine/model_rules.h"
@@ -87,19 +86,18 @@ absl::Status CpuStep::Attention(const StepPlan& plan, DecoderLayerId layer_id) {
   gathered_slices_.clear();
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const SlicePlan& slice = plan.slices[s];
-    if (slice.num_rows > kRowByRowQueryRows) {
+    WindowCache& window = SessionOf(slice).windows_[layer_id.index];
+    // Decided before the push, from the push's size alone: a push that
+    // CanReadInPlace always leaves window and rows in one stretch, so no
+    // check after it can fail with this layer's window already moved on
+    // (and earlier layers' too).
+    if (slice.num_rows > kInPlaceWindowRows || !window.CanReadInPlace(slice.num_rows)) {
       gathered_slices_.push_back(s);
       continue;
     }
-    WindowCache& window = SessionOf(slice).windows_[layer_id.index];
     const int64_t num_keys = window.size() + slice.num_rows;
     window.Push(k_new_.data() + slice.first_row * d_kv, v_new_.data() + slice.first_row * d_kv,
                 slice.num_rows);
-    if (window.recent_rows() < num_keys) {
-      return absl::InternalError(absl::StrFormat(
-          "window of layer %d keeps %d rows in one stretch, attention needs %d",
-          layer_id.index, window.recent_rows(), num_keys));
-    }
     WindowAttentionSlice a;
     a.q = q_.data() + slice.first_row * d;
     a.n = slice.num_rows;

@@ -82,7 +82,7 @@ class CpuStep final : public ForwardOps {
   // keys start in window_keys_, and the kernel's inputs.
   std::vector<int64_t> key_offsets_;
   std::vector<WindowAttentionSlice> attention_slices_;
-  // The slices of more than kRowByRowQueryRows rows, whose windows are
+  // The slices of more than kInPlaceWindowRows rows, whose windows are
   // gathered.
   std::vector<size_t> gathered_slices_;
   // The GCA runs of the group being run, over all slices.

@@ -56,6 +56,13 @@ void WindowAttention(const float* q, int64_t n, const float* keys, const float* 
 // a GEMM spends more time packing its operands than multiplying them
 // (docs/batching.md, "What a mixed step costs"). A row computed this way
 // gives the same floats whatever rows it is computed with.
+//
+// Why 8: the A/B against the GEMM path (docs/batching.md, "What a mixed
+// step costs") shows gains at 1 and 2 rows and no loss that the noise of
+// this shared machine could tell at 4 (new / old 0.90-1.00) and 8
+// (0.98-1.07); a lower bound (2 to 4) may be as good or better, and needs an
+// A/B at 3 to 8 rows on a quiet machine before it changes. Independent of
+// kInPlaceWindowRows (engine/cpu/window_cache.h): either may change alone.
 constexpr int64_t kRowByRowQueryRows = 8;
 
 // The same attention for several independent slices in one parallel loop

@@ -17,18 +17,24 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/cpu/kernels.h"
-
 namespace drt::cpu {
+
+// Slices of at most this many rows read their window in place
+// (CpuStep::Attention): they push their rows first and attend over window
+// and rows where they lie, instead of gathering both into one buffer. It
+// sets the buffer's least spare rows (WindowCache::SlackRows). Which
+// attention kernel a slice's rows then take is kRowByRowQueryRows's
+// business (engine/cpu/kernels.h), a separate bound.
+constexpr int64_t kInPlaceWindowRows = 8;
 
 class WindowCache {
  public:
   // Rows of room beyond the window: a quarter of it, at most 256 (a large
   // window would otherwise hold much memory for little: moving W rows every
-  // 256 pushed is already cheap), and at least kRowByRowQueryRows (the
+  // 256 pushed is already cheap), and at least kInPlaceWindowRows (the
   // slices that read their keys in place push that many rows at most).
   static constexpr int64_t SlackRows(int64_t capacity) {
-    return std::max<int64_t>(kRowByRowQueryRows, std::min<int64_t>(256, capacity / 4));
+    return std::max<int64_t>(kInPlaceWindowRows, std::min<int64_t>(256, capacity / 4));
   }
 
   WindowCache(int64_t capacity, int64_t row_width)
@@ -49,14 +55,22 @@ class WindowCache {
   // The last `rows` rows pushed, oldest first, in one stretch: keys and
   // values [rows, row_width]. Valid until the next Push or Skip. `rows` may
   // exceed size() by the rows of the last Push when that Push held at most
-  // SlackRows(capacity) rows: then the rows before it are still there (the
-  // window as it was, then the pushed rows).
+  // SlackRows(capacity) rows (CanReadInPlace): then the rows before it are
+  // still there (the window as it was, then all the pushed rows, even when
+  // they are more than the window).
   const float* RecentKeys(int64_t rows) const { return keys_.data() + (end_ - rows) * width_; }
   const float* RecentValues(int64_t rows) const {
     return values_.data() + (end_ - rows) * width_;
   }
   // Rows RecentKeys/RecentValues may be asked for now.
   int64_t recent_rows() const { return recent_; }
+
+  // Whether a push of n rows leaves the window as it was before the push,
+  // then the n rows, in one stretch (recent_rows() >= size() + n after it),
+  // whatever the window's history: true for any n <= SlackRows(capacity),
+  // including n >= capacity. Known before the push, so a caller can choose
+  // between reading in place and gathering without advancing anything.
+  bool CanReadInPlace(int64_t n) const { return n <= SlackRows(capacity_); }
 
   // Moves past n positions whose rows were not computed (the upper layers'
   // windows over a lower-only forward, StepPlan::lower_only): their slots
@@ -76,13 +90,20 @@ class WindowCache {
   // keys/values are given.
   void Advance(const float* keys, const float* values, int64_t n) {
     if (n <= 0) return;
-    const int64_t written = std::min(n, capacity_);  // the first n - written drop out at once
-    // Rows right before the new ones, in the same stretch: the whole window
-    // as it was when it fits beside them (a push of at most the slack),
-    // else the rows that stay in the window.
-    const int64_t before = n >= capacity_ ? 0
-                     : size_ + written <= buffer_rows_ ? size_
-                                                       : capacity_ - written;
+    // A push of at most the slack writes all its rows, even when n exceeds
+    // the window (a window of fewer than SlackRows rows): the window as it
+    // was, then all n rows, fit the buffer (size_ + n <= capacity + slack),
+    // so a slice read in place finds all its keys in one stretch
+    // (CanReadInPlace). A larger push writes only the rows that can stay in
+    // the window: the first n - written drop out at once.
+    const int64_t written = n <= SlackRows(capacity_) ? n : std::min(n, capacity_);
+    // Rows right before the new ones, in the same stretch: none when pushed
+    // rows were dropped (the stretch would skip them), the whole window as
+    // it was when it fits beside the new rows, else the rows that stay in
+    // the window.
+    const int64_t before = written < n                           ? 0
+                           : size_ + written <= buffer_rows_    ? size_
+                                                                 : capacity_ - written;
     if (end_ + written > buffer_rows_) {
       // Move those rows to the buffer's start (memmove: the two may overlap).
       const int64_t kept = before;
