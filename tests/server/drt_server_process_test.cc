@@ -119,7 +119,14 @@ TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process
   INFO("exited after " << exit_seconds << " s");
   CHECK(WIFEXITED(*wait_status));
   CHECK(WEXITSTATUS(*wait_status) == 0);
-  CHECK(exit_seconds < kGrace + 5.0);
+  // The server's bound (server/main.cc): the grace period, then at most its
+  // stop slack (kStopSlackSeconds, 5 s) before gRPC cancels what is left,
+  // then the process's teardown. A run on a loaded machine (load average
+  // ~9, 2026-11-24) used the whole slack and exited at 10.06 s, so teardown
+  // took ~0.06 s; 2 s of teardown allowance leaves 30x that.
+  constexpr double kStopSlack = 5.0;
+  constexpr double kTeardown = 2.0;
+  CHECK(exit_seconds < kGrace + kStopSlack + kTeardown);
 }
 
 TEST_CASE("SIGTERM right after the listening line drains and exits 0", "[server][process]") {
