@@ -17,26 +17,6 @@ namespace {
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
 
-grpc::Status Save(drt::v1::Drt::Stub& stub, const std::string& id, const std::string& name,
-                  drt::v1::SaveSessionResponse* response) {
-  grpc::ClientContext context;
-  SetDeadline(context, 30);
-  drt::v1::SaveSessionRequest request;
-  request.set_session_id(id);
-  request.set_file_name(name);
-  return stub.SaveSession(&context, request, response);
-}
-
-InfoResult Load(drt::v1::Drt::Stub& stub, const std::string& name) {
-  grpc::ClientContext context;
-  SetDeadline(context, 30);
-  drt::v1::LoadSessionRequest request;
-  request.set_file_name(name);
-  InfoResult result;
-  result.status = stub.LoadSession(&context, request, &result.info);
-  return result;
-}
-
 GenerateResult GreedyWithLogprobs(drt::v1::Drt::Stub& stub, const std::string& id, int n) {
   drt::v1::GenerateRequest request = GreedyRequest(id, n);
   request.set_pad_to_chunk_boundary(false);
@@ -57,14 +37,14 @@ TEST_CASE("a loaded session continues exactly like the saved one", "[server][ses
   REQUIRE(AppendTokens(server.stub(), id, prompt, EvenPieces(prompt.size(), 300)).status.ok());
 
   drt::v1::SaveSessionResponse saved;
-  grpc::Status status = Save(server.stub(), id, "conversation-1.drtsession", &saved);
+  grpc::Status status = SaveSession(server.stub(), id, "conversation-1.drtsession", &saved);
   INFO(status.error_message());
   REQUIRE(status.ok());
   REQUIRE(saved.tokens() == static_cast<int64_t>(prompt.size()));
   REQUIRE(saved.bytes() == static_cast<int64_t>(
                                std::filesystem::file_size(files.File("conversation-1.drtsession"))));
 
-  InfoResult loaded = Load(server.stub(), "conversation-1.drtsession");
+  InfoResult loaded = LoadSession(server.stub(), "conversation-1.drtsession");
   REQUIRE(loaded.status.ok());
   REQUIRE(loaded.info.session_id() != id);
   REQUIRE(loaded.info.tokens() == static_cast<int64_t>(prompt.size()));
@@ -90,10 +70,10 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
   SECTION("a server without --session_files_dir") {
     InProcessServer server;
     const std::string id = NewSession(server.stub());
-    grpc::Status s = Save(server.stub(), id, "x", &saved);
+    grpc::Status s = SaveSession(server.stub(), id, "x", &saved);
     REQUIRE(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
     REQUIRE_THAT(s.error_message(), Contains("--session_files_dir"));
-    REQUIRE(Load(server.stub(), "x").status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    REQUIRE(LoadSession(server.stub(), "x").status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   }
   ServiceOptions options = SmallOptions();
   options.session_files_dir = files.path();
@@ -103,21 +83,21 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
   SECTION("names that are paths or hidden") {
     for (const char* name : {"", "../escape", "a/b", ".hidden", "sp ace"}) {
       INFO(name);
-      grpc::Status s = Save(server.stub(), id, name, &saved);
+      grpc::Status s = SaveSession(server.stub(), id, name, &saved);
       REQUIRE(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
       REQUIRE_THAT(s.error_message(), Contains("file_name"));
-      REQUIRE(Load(server.stub(), name).status.error_code() ==
+      REQUIRE(LoadSession(server.stub(), name).status.error_code() ==
               grpc::StatusCode::INVALID_ARGUMENT);
     }
     REQUIRE(std::filesystem::is_empty(files.path()));
   }
   SECTION("a file that does not exist") {
-    InfoResult r = Load(server.stub(), "nothing-here");
+    InfoResult r = LoadSession(server.stub(), "nothing-here");
     REQUIRE(r.status.error_code() == grpc::StatusCode::NOT_FOUND);
     REQUIRE_THAT(r.status.error_message(), Contains(files.File("nothing-here")));
   }
   SECTION("damaged files") {
-    REQUIRE(Save(server.stub(), id, "s", &saved).ok());
+    REQUIRE(SaveSession(server.stub(), id, "s", &saved).ok());
     const std::string path = files.File("s");
     std::string bytes;
     {
@@ -144,7 +124,7 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
     for (const Damage& d : damages) {
       INFO(d.name);
       std::ofstream(path, std::ios::binary | std::ios::trunc) << d.bytes;
-      InfoResult r = Load(server.stub(), "s");
+      InfoResult r = LoadSession(server.stub(), "s");
       REQUIRE(r.status.error_code() == grpc::StatusCode::DATA_LOSS);
       REQUIRE_THAT(r.status.error_message(), Contains(path));
       REQUIRE_THAT(r.status.error_message(), Contains(d.message));
@@ -152,7 +132,7 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
     REQUIRE(server.service().session_manager().count() == sessions_before);
   }
   SECTION("a file of format version 1 (chunk K/V) is refused, not converted") {
-    REQUIRE(Save(server.stub(), id, "v1", &saved).ok());
+    REQUIRE(SaveSession(server.stub(), id, "v1", &saved).ok());
     const std::string path = files.File("v1");
     std::string bytes;
     {
@@ -164,7 +144,7 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
     bytes[8] = 1, bytes[9] = 0, bytes[10] = 0, bytes[11] = 0;
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
     const int64_t sessions_before = server.service().session_manager().count();
-    InfoResult r = Load(server.stub(), "v1");
+    InfoResult r = LoadSession(server.stub(), "v1");
     REQUIRE(r.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
     REQUIRE_THAT(r.status.error_message(), Contains(path));
     REQUIRE_THAT(r.status.error_message(), Contains("format version 1"));

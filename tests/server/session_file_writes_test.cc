@@ -29,27 +29,6 @@ namespace {
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
 
-grpc::Status Save(drt::v1::Drt::Stub& stub, const std::string& id, const std::string& name,
-                  drt::v1::SaveSessionResponse* response = nullptr) {
-  drt::v1::SaveSessionResponse ignored;
-  grpc::ClientContext context;
-  SetDeadline(context, 60);
-  drt::v1::SaveSessionRequest request;
-  request.set_session_id(id);
-  request.set_file_name(name);
-  return stub.SaveSession(&context, request, response != nullptr ? response : &ignored);
-}
-
-InfoResult Load(drt::v1::Drt::Stub& stub, const std::string& name) {
-  grpc::ClientContext context;
-  SetDeadline(context, 60);
-  drt::v1::LoadSessionRequest request;
-  request.set_file_name(name);
-  InfoResult result;
-  result.status = stub.LoadSession(&context, request, &result.info);
-  return result;
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -80,14 +59,14 @@ TEST_CASE("saving to a name ending in .tmp and then to the name without it keeps
   InProcessServer server(options);
   const std::string a = SessionWith(server, 300, 1);
   const std::string b = SessionWith(server, 700, 2);
-  REQUIRE(Save(server.stub(), a, "x.tmp").ok());
+  REQUIRE(SaveSession(server.stub(), a, "x.tmp").ok());
   const std::string first = ReadFile(files.File("x.tmp"));
-  REQUIRE(Save(server.stub(), b, "x").ok());
+  REQUIRE(SaveSession(server.stub(), b, "x").ok());
   // The second save's temporary file was not "x.tmp": the first file is
   // intact, and both load with their own sessions.
   CHECK(ReadFile(files.File("x.tmp")) == first);
-  InfoResult loaded_a = Load(server.stub(), "x.tmp");
-  InfoResult loaded_b = Load(server.stub(), "x");
+  InfoResult loaded_a = LoadSession(server.stub(), "x.tmp");
+  InfoResult loaded_b = LoadSession(server.stub(), "x");
   REQUIRE(loaded_a.status.ok());
   REQUIRE(loaded_b.status.ok());
   CHECK(loaded_a.info.tokens() == 300);
@@ -113,11 +92,11 @@ TEST_CASE("concurrent saves to one name each write a whole file: the last rename
     grpc::Status status_a, status_b;
     std::thread ta([&] {
       while (!go.load()) {}
-      status_a = Save(server.stub(), a, "shared");
+      status_a = SaveSession(server.stub(), a, "shared");
     });
     std::thread tb([&] {
       while (!go.load()) {}
-      status_b = Save(server.stub(), b, "shared");
+      status_b = SaveSession(server.stub(), b, "shared");
     });
     go = true;
     ta.join();
@@ -126,7 +105,7 @@ TEST_CASE("concurrent saves to one name each write a whole file: the last rename
     REQUIRE(status_b.ok());
     // Whichever save renamed last, the file is one whole save: it loads
     // (its CRCs hold) and holds one of the two sessions.
-    InfoResult loaded = Load(server.stub(), "shared");
+    InfoResult loaded = LoadSession(server.stub(), "shared");
     INFO(loaded.status.error_message());
     REQUIRE(loaded.status.ok());
     const int64_t tokens = loaded.info.tokens();
@@ -215,7 +194,7 @@ TEST_CASE("LoadSession past the host-memory budget is refused before it reads a 
     options.session_files_dir = files.path();
     InProcessServer server(options);
     const std::string id = SessionWith(server, 150 * chunk + 10, 6);
-    REQUIRE(Save(server.stub(), id, "big").ok());
+    REQUIRE(SaveSession(server.stub(), id, "big").ok());
   }
   ServiceOptions options = SmallOptions();
   options.session_files_dir = files.path();
@@ -225,7 +204,7 @@ TEST_CASE("LoadSession past the host-memory budget is refused before it reads a 
   InProcessServer server(options);
   SessionManager& sessions = server.service().session_manager();
   const std::string before = ReadFile(files.File("big"));
-  InfoResult r = Load(server.stub(), "big");
+  InfoResult r = LoadSession(server.stub(), "big");
   CHECK(r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK_THAT(r.status.error_message(), Contains("host memory budget exhausted"));
   CHECK_THAT(r.status.error_message(), Contains("the 150 chunks of big"));
@@ -238,7 +217,7 @@ TEST_CASE("LoadSession past the host-memory budget is refused before it reads a 
   ServiceOptions roomy = SmallOptions();
   roomy.session_files_dir = files.path();
   InProcessServer other(roomy);
-  InfoResult ok = Load(other.stub(), "big");
+  InfoResult ok = LoadSession(other.stub(), "big");
   REQUIRE(ok.status.ok());
   CHECK(ok.info.tokens() == 150 * chunk + 10);
   CHECK(other.service().session_manager().ReservedHostBytes() == 0);
@@ -253,7 +232,7 @@ TEST_CASE("a CRC-valid session file whose state names more closed chunks than it
   InProcessServer server(options);
   const int64_t chunk = FixtureModel::Get().chunk_size();
   const std::string id = SessionWith(server, 20 * chunk + 7, 7);
-  REQUIRE(Save(server.stub(), id, "whole").ok());
+  REQUIRE(SaveSession(server.stub(), id, "whole").ok());
   const std::string bytes = ReadFile(files.File("whole"));
   // Rewrite the record to name 19 chunk records and drop the last one: the
   // header, the CRC and the record count all agree; the state (20 closed
@@ -270,7 +249,7 @@ TEST_CASE("a CRC-valid session file whose state names more closed chunks than it
   const std::string crafted = EncodeSessionRecord(*record) +
                               bytes.substr(record_bytes, 19 * one);
   std::ofstream(files.File("crafted"), std::ios::binary) << crafted;
-  InfoResult r = Load(server.stub(), "crafted");
+  InfoResult r = LoadSession(server.stub(), "crafted");
   CHECK(r.status.error_code() == grpc::StatusCode::DATA_LOSS);
   CHECK_THAT(r.status.error_message(), Contains(files.File("crafted")));
   CHECK_THAT(r.status.error_message(), Contains("20 closed chunks"));

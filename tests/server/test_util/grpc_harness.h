@@ -359,6 +359,30 @@ inline InfoResult ForkSession(drt::v1::Drt::Stub& stub, const std::string& sessi
   return result;
 }
 
+// SaveSession of `session_id` into the server's --session_files_dir as
+// `file_name`; the response is written where given.
+inline grpc::Status SaveSession(drt::v1::Drt::Stub& stub, const std::string& session_id,
+                                const std::string& file_name,
+                                drt::v1::SaveSessionResponse* response = nullptr) {
+  drt::v1::SaveSessionResponse ignored;
+  grpc::ClientContext context;
+  SetDeadline(context, 30);
+  drt::v1::SaveSessionRequest request;
+  request.set_session_id(session_id);
+  request.set_file_name(file_name);
+  return stub.SaveSession(&context, request, response != nullptr ? response : &ignored);
+}
+
+inline InfoResult LoadSession(drt::v1::Drt::Stub& stub, const std::string& file_name) {
+  grpc::ClientContext context;
+  SetDeadline(context, 30);
+  drt::v1::LoadSessionRequest request;
+  request.set_file_name(file_name);
+  InfoResult result;
+  result.status = stub.LoadSession(&context, request, &result.info);
+  return result;
+}
+
 inline grpc::Status DeleteSession(drt::v1::Drt::Stub& stub, const std::string& session_id) {
   grpc::ClientContext context;
   SetDeadline(context, 30);
