@@ -21,6 +21,15 @@ absl::Status Backend::CheckStep(const StepPlan& plan,
     return absl::InvalidArgumentError(absl::StrFormat(
         "the %s backend does not run lower-only forwards", name()));
   }
+  if (plan.mixed_lower_only() && !runs_mixed_lower_only_forwards()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the %s backend does not run forwards in which only some slices are lower-only",
+        name()));
+  }
+  if (plan.skips_some_logits() && !runs_mixed_lower_only_forwards()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the %s backend does not run forwards in which a slice asks for no logits", name()));
+  }
   if (plan.lower_only && !plan.logit_rows.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "a lower-only forward computes no logits, but the plan asks for %d rows",

@@ -71,9 +71,13 @@ struct BackendSessionStats {
   // and values were found made already (its hits).
   int64_t kv_made_chunks = 0;
   int64_t kv_cache_hits = 0;
-  // Rows run by lower-only forwards (StepPlan::lower_only): their upper
-  // layers, retrievals and logits were skipped.
+  // Rows run by lower-only forwards or lower-only slices
+  // (StepPlan::lower_only, SlicePlan::lower_only): their upper layers,
+  // retrievals and logits were skipped.
   int64_t upper_rows_skipped = 0;
+  // Rows whose logits the lm_head computed (StepPlan::logit_rows). Counted
+  // by the CPU backend only.
+  int64_t logit_rows = 0;
   // CUDA decode graphs (CudaBackendOptions::decode_graphs): graphs captured
   // and instantiated, and steps run by launching one (the first launch
   // after a capture included).
@@ -191,6 +195,15 @@ class Backend {
   // that has not been checked with them, or where they are switched off.
   virtual bool runs_lower_only_forwards() const { return false; }
   virtual int64_t upper_layer_reach() const { return UpperLayerReach(config()); }
+  // Whether Step also runs plans in which only some slices are lower-only
+  // (StepPlan::mixed_lower_only: the upper layers over a prefix of the
+  // rows) and plans in which a slice that runs the upper layers asks for no
+  // logits (StepPlan::skips_some_logits). RunStep then skips the upper
+  // layers per slice, also in a forward that holds a decode row, and
+  // computes no logits for an entry with tokens following. False by
+  // default (the CUDA backend runs neither); implies
+  // runs_lower_only_forwards().
+  virtual bool runs_mixed_lower_only_forwards() const { return false; }
 
   // Runs one forward over `plan` (engine/step_plan.h), which holds at most
   // max_step_positions() rows. sessions[r] is the session of the plan's
@@ -240,6 +253,11 @@ struct CpuBackendOptions {
   // only (Backend::runs_lower_only_forwards); off: every row runs the whole
   // forward (tests compare the two).
   bool lower_only_forwards = true;
+  // With lower_only_forwards: also per slice, in forwards where other slices
+  // (a decode row) run every layer, and no logits for entries with tokens
+  // following (Backend::runs_mixed_lower_only_forwards); off: a forward
+  // skips the upper layers only when every slice may.
+  bool mixed_lower_only_forwards = true;
   // The reach those forwards keep (Backend::upper_layer_reach); 0: the
   // model's UpperLayerReach. Only tests set it, to show that a reach too
   // small changes the state.

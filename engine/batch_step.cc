@@ -60,10 +60,15 @@ class StepRunner {
     std::vector<SliceRequest> requests;
     std::vector<BackendSession*> sessions;
     std::vector<size_t> members;  // indices into pending_
-    // Lower-only when every slice lies in its entry's lower-only tokens. The
-    // forwards are cut as they would be without it, so every row meets the
-    // same rows in every GEMM and the lower layers round the same way: the
-    // state stays bit-identical, not merely close.
+    // A slice is lower-only when it lies in its entry's lower-only tokens.
+    // The forwards are cut as they would be without it, so every row meets
+    // the same rows in the lower layers' GEMMs. Without
+    // runs_mixed_lower_only_forwards the forward is lower-only only when
+    // every slice is; then every row also meets the same rows in the upper
+    // layers' and the state stays bit-identical, not merely close. With it,
+    // the rows that run the upper layers share their GEMMs with fewer rows
+    // (docs/batching.md, "Lower-only slices in mixed steps").
+    const bool per_slice = backend_.runs_mixed_lower_only_forwards();
     bool lower_only = true;
     for (size_t p = 0; p < pending_.size(); ++p) {
       const StepEntry& entry = entries_[pending_[p].entry];
@@ -82,18 +87,42 @@ class StepRunner {
         --p;
         continue;
       }
-      lower_only &= pending_[p].done + take <= pending_[p].lower_only;
+      const bool slice_lower_only = pending_[p].done + take <= pending_[p].lower_only;
+      lower_only &= slice_lower_only;
       SliceRequest request;
       request.position = entry.session->backend_session().position();
       request.num_tokens = entry.session->num_tokens_;
       request.tokens = entry.tokens.subspan(pending_[p].done, take);
       request.all_logits = entry.all_logits != nullptr;
+      request.lower_only = per_slice && slice_lower_only;
+      request.last_logits = !RunStepSkipsLastLogits(backend_, entry);
       budget -= DecoderPositionsFor(config, request.num_tokens + take) - request.position;
       requests.push_back(request);
       sessions.push_back(&entry.session->backend_session());
       members.push_back(p);
     }
     if (requests.empty()) return;  // every candidate was refused (pending_ shrank)
+    if (per_slice) {
+      // The lower-only slices go last, so that the upper layers run over a
+      // prefix of the rows (StepPlan::upper_rows); the others keep their order.
+      std::vector<size_t> order(requests.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_partition(order.begin(), order.end(),
+                            [&](size_t i) { return !requests[i].lower_only; });
+      std::vector<SliceRequest> ordered_requests;
+      std::vector<BackendSession*> ordered_sessions;
+      std::vector<size_t> ordered_members;
+      for (size_t i : order) {
+        ordered_requests.push_back(requests[i]);
+        ordered_sessions.push_back(sessions[i]);
+        ordered_members.push_back(members[i]);
+      }
+      requests = std::move(ordered_requests);
+      sessions = std::move(ordered_sessions);
+      members = std::move(ordered_members);
+      // pending_ indices in members are no longer ascending: the failure
+      // path below matches them as a set.
+    }
     absl::Status status;
     StepPlan plan;
     if (auto planned = PlanStep(config, requests, lower_only); planned.ok()) {
@@ -108,10 +137,10 @@ class StepRunner {
     if (!status.ok()) {
       // Every entry of the failed forward fails; the others go on.
       std::vector<Pending> left;
-      for (size_t p = 0, m = 0; p < pending_.size(); ++p) {
-        if (m < members.size() && members[m] == p) {
+      const std::set<size_t> failed(members.begin(), members.end());
+      for (size_t p = 0; p < pending_.size(); ++p) {
+        if (failed.count(p) > 0) {
           results_[pending_[p].entry] = status;
-          ++m;
         } else {
           left.push_back(pending_[p]);
         }
@@ -137,11 +166,10 @@ class StepRunner {
         entry.session->last_logits_.assign(logits, logits + V);
       }
     }
-    if (!plan.lower_only) {
-      for (const SlicePlan& slice : plan.slices) {
-        entries_[pending_[members[slice.request]].entry].session->retrievals_ +=
-            static_cast<int64_t>(slice.landmarks.size()) * backend_.config().num_groups();
-      }
+    for (const SlicePlan& slice : plan.slices) {
+      if (slice.lower_only) continue;  // it retrieved nothing
+      entries_[pending_[members[slice.request]].entry].session->retrievals_ +=
+          static_cast<int64_t>(slice.landmarks.size()) * backend_.config().num_groups();
     }
     for (size_t r = 0; r < requests.size(); ++r) {
       Pending& pending = pending_[members[r]];
@@ -162,6 +190,11 @@ class StepRunner {
   std::vector<Pending> pending_;
   std::vector<float> logits_;
 };
+
+bool RunStepSkipsLastLogits(const Backend& backend, const StepEntry& entry) {
+  return backend.runs_mixed_lower_only_forwards() && entry.tokens_following > 0 &&
+         entry.all_logits == nullptr;
+}
 
 std::vector<absl::Status> RunStep(Backend& backend, absl::Span<const StepEntry> entries) {
   std::vector<absl::Status> results(entries.size());

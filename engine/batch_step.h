@@ -27,7 +27,8 @@ struct StepEntry {
   // Real tokens the caller appends to this session right after this entry,
   // before anything reads its logits or state (Session::Append's later
   // pieces). RunStep counts them to the end of the entry, so more of its
-  // rows may skip the upper layers; until they are appended, the session's
+  // rows may skip the upper layers, and may compute no logits for it
+  // (RunStepSkipsLastLogits); until they are appended, the session's
   // last_logits() and upper-layer state are not its own. 0: the entry's
   // tokens end what the caller appends.
   int64_t tokens_following = 0;
@@ -58,6 +59,25 @@ struct StepEntry {
 // the same, bit for bit, as the forwards are cut the same way either way
 // (engine/model_rules.h, UpperLayerReach). Never for an entry that asks for
 // all logits, nor a session with a retrieval observer.
+//
+// Where the backend also runs mixed lower-only forwards
+// (Backend::runs_mixed_lower_only_forwards), each slice that lies in those
+// rows runs lower-only by itself, also beside slices that run every layer
+// (a decode row): the lower-only slices go last in the forward, and the
+// upper layers run over the rows before them. The rows that run the upper
+// layers then share their GEMMs with fewer rows than without it, so their
+// results may differ from those of a step without the skipping in the last
+// bits (docs/batching.md, "Lower-only slices in mixed steps"). And an entry
+// with tokens following gets no logits at all (RunStepSkipsLastLogits).
 std::vector<absl::Status> RunStep(Backend& backend, absl::Span<const StepEntry> entries);
+
+// Whether RunStep computes no logits for `entry`: on a backend that runs
+// mixed lower-only forwards, for an entry with tokens_following > 0 that
+// does not ask for all logits (nobody reads them before the following
+// tokens replace them). Its session's last_logits() are then stale until a
+// step without tokens following, like its upper-layer state after rows
+// that skipped the upper layers; a caller that may stop before appending
+// the following tokens must run a closing piece (server/scheduler.h).
+bool RunStepSkipsLastLogits(const Backend& backend, const StepEntry& entry);
 
 }  // namespace drt

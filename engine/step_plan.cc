@@ -13,10 +13,10 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
   const int64_t S = config.chunk_positions();
   const int64_t real_per_chunk = config.enc_chunk_size;
   StepPlan plan;
-  plan.lower_only = lower_only;
   plan.slices.reserve(requests.size());
   for (size_t r = 0; r < requests.size(); ++r) {
     const SliceRequest& request = requests[r];
+    const bool slice_lower_only = lower_only || request.lower_only;
     if (request.tokens.empty()) {
       return absl::InvalidArgumentError(absl::StrFormat("slice request %d has no tokens", r));
     }
@@ -26,9 +26,15 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
           "slice request %d: position %d does not match %d real tokens (%d expected)", r,
           request.position, request.num_tokens, DecoderPositionsFor(config, request.num_tokens)));
     }
-    if (lower_only && request.all_logits) {
+    if (slice_lower_only && request.all_logits) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "slice request %d asks for all logits of a lower-only forward, which has none", r));
+          "slice request %d asks for all logits of a lower-only slice, which has none", r));
+    }
+    if (!slice_lower_only && plan.upper_slices < static_cast<int64_t>(plan.slices.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "slice request %d runs the upper layers after a lower-only one; lower-only slices "
+          "must come last",
+          r));
     }
     SlicePlan slice;
     slice.request = static_cast<int64_t>(r);
@@ -41,7 +47,8 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
     for (int64_t t = 0; t < slice.num_new_tokens; ++t) {
       const int64_t row = static_cast<int64_t>(plan.ids.size());
       plan.ids.push_back(request.tokens[t]);
-      if (!lower_only && (request.all_logits || t == slice.num_new_tokens - 1)) {
+      if (!slice_lower_only &&
+          (request.all_logits || (request.last_logits && t == slice.num_new_tokens - 1))) {
         plan.logit_rows.push_back({row, slice_index, t});
       }
       if ((request.num_tokens + t + 1) % real_per_chunk == 0) {
@@ -74,10 +81,26 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
       i = end;
     }
     slice.ends_on_landmark = (slice.first_position + slice.num_rows) % S == 0;
-    plan.selection_serves_in_step |= slice.selection_serves_in_step;
+    slice.lower_only = slice_lower_only;
+    if (!slice_lower_only) {
+      // Retrieval and the selections only run for slices above the lower layers.
+      plan.selection_serves_in_step |= slice.selection_serves_in_step;
+      ++plan.upper_slices;
+      plan.upper_rows += slice.num_rows;
+    }
     plan.slices.push_back(std::move(slice));
   }
+  plan.lower_only = lower_only || (!plan.slices.empty() && plan.upper_slices == 0);
   return plan;
+}
+
+bool StepPlan::skips_some_logits() const {
+  // logit_rows are slice by slice, in row order: count the slices they touch.
+  int64_t slices_with_logits = 0;
+  for (size_t i = 0; i < logit_rows.size(); ++i) {
+    if (i == 0 || logit_rows[i].slice != logit_rows[i - 1].slice) ++slices_with_logits;
+  }
+  return slices_with_logits < upper_slices;
 }
 
 int64_t TokensFitting(const ModelConfig& config, int64_t num_tokens, int64_t available,

@@ -25,6 +25,14 @@ struct SliceRequest {
   int64_t num_tokens = 0;  // real tokens it holds
   absl::Span<const int32_t> tokens;  // new real tokens (already validated); at least one
   bool all_logits = false;           // logits of every new token, else of the last only
+  // Whether the last token's logits are wanted (when not all_logits): a
+  // piece with tokens following needs none (its session's last logits are
+  // stale until they are appended, engine/batch_step.h).
+  bool last_logits = true;
+  // The slice runs the embedding, the lower layers and the chunk encoder
+  // only (SlicePlan::lower_only). Lower-only requests come after every
+  // other request of the forward.
+  bool lower_only = false;
 };
 
 // A landmark row of the step and the chunk it closes.
@@ -68,6 +76,11 @@ struct SlicePlan {
   // The slice ends on a landmark: the selection made there first serves the
   // session's next step (a backend may start fetching its chunks now).
   bool ends_on_landmark = false;
+  // Its rows run the embedding, the lower layers and the chunk encoder only
+  // (engine/model_rules.h, UpperLayerReach): no retrieval, no upper layer,
+  // no logits; its session's upper windows skip its rows. Lower-only slices
+  // are the last slices of a plan (StepPlan::upper_slices).
+  bool lower_only = false;
 };
 
 // A row whose logits the step returns.
@@ -88,15 +101,32 @@ struct StepPlan {
   // runs the embedding, the lower layers and the chunk encoder (Forward pass
   // 2-4) and nothing more; no retrieval, no upper layer, no logits. Only for
   // rows whose upper-layer results cannot reach the state a caller reads.
+  // True exactly when every slice is lower-only (upper_slices == 0).
   bool lower_only = false;
+  // The upper layers (retrieval, the upper decoder layers, the logits) run
+  // over the first upper_slices slices, rows [0, upper_rows); the slices
+  // after them are lower-only (SlicePlan::lower_only). Every row runs the
+  // embedding, the lower layers and the chunk encoder. A plan with both
+  // kinds of slices (a mixed lower-only plan) needs
+  // Backend::runs_mixed_lower_only_forwards.
+  int64_t upper_slices = 0;
+  int64_t upper_rows = 0;
 
   int64_t num_landmarks() const { return num_encoded_chunks; }
+  // Some slices are lower-only and some are not.
+  bool mixed_lower_only() const {
+    return upper_slices > 0 && upper_slices < static_cast<int64_t>(slices.size());
+  }
+  // A slice that runs the upper layers has no logit row (its request's
+  // last_logits was false).
+  bool skips_some_logits() const;
 };
 
 // Plans one forward; a lower-only one (StepPlan::lower_only) when
-// `lower_only`. INVALID_ARGUMENT when a request has no tokens or a position
-// that does not match its token count, or asks for all logits of a
-// lower-only forward.
+// `lower_only`, else one whose slices are lower-only where their requests
+// say so (SliceRequest::lower_only). INVALID_ARGUMENT when a request has no
+// tokens or a position that does not match its token count, asks for all
+// logits of a lower-only slice, or is not lower-only after one that is.
 absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
                                   absl::Span<const SliceRequest> requests,
                                   bool lower_only = false);

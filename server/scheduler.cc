@@ -385,9 +385,13 @@ void Scheduler::EngineLoop() {
       }
       for (size_t i = 0; i < running.size(); ++i) {
         // The state is short while rows of the item skipped the upper
-        // layers and its tokens after this piece still owe them.
+        // layers and its tokens after this piece still owe them, and when
+        // the step computed no logits for this piece (its last logits are
+        // the ones before it): both are made whole by a piece with none
+        // following.
         running[i]->whole = running[i]->tokens_following == 0 ||
-                            (!running[i]->queued->skipped && running[i]->rows_skipped == 0);
+                            (!running[i]->queued->skipped && running[i]->rows_skipped == 0 &&
+                             !drt::RunStepSkipsLastLogits(backend_, entries[i]));
         results[i] = running[i]->queued->item->entry->EndStep(std::move(results[i]),
                                                               running[i]->whole);
       }
@@ -395,8 +399,9 @@ void Scheduler::EngineLoop() {
       for (const StepPiece& piece : record.pieces) {
         (piece.kind == WorkKind::kDecode ? decode : prefill) += piece.tokens;
       }
-      // (A lower-only step never carries decode: a decode row has no tokens
-      // following. The budget learns only from steps with decode.)
+      // (A decode row has no tokens following, so a step that carries decode
+      // runs the upper layers for it; its prefill slices may skip them, which
+      // the budget learns like any other cost: only from steps with decode.)
       decode_budget_.Observe(decode, prefill, seconds);
       if (options_.on_step_done) options_.on_step_done(record, seconds);
     }

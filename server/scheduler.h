@@ -30,13 +30,18 @@
 // tells RunStep how many tokens of its item follow it
 // (StepEntry::tokens_following), so a step whose rows all lie more than
 // Backend::upper_layer_reach() positions before the end of their items runs
-// the lower layers and the chunk encoder only. Until the item's later
+// the lower layers and the chunk encoder only; on a backend that runs mixed
+// lower-only forwards (the CPU's), each such piece does so by itself, also
+// in a step that carries decode, and a piece with tokens following gets no
+// logits (drt::RunStepSkipsLastLogits). Until the item's later
 // pieces run, the session's upper-layer state and last logits are short;
 // nothing reads them meanwhile, since the caller holds the session's
 // activity (no Generate, Fork or Save runs on it) and:
 //   - the item's last piece has none following, so an item that ends,
-//     ends with the state a full computation gives (bit for bit: the steps
-//     are formed the same way either way);
+//     ends with the state a full computation gives (bit for bit where the
+//     steps are formed the same way either way and no step mixes slices
+//     that skip with slices that do not; to the last bits of the rows'
+//     GEMMs otherwise, docs/batching.md "Lower-only slices in mixed steps");
 //   - an item stopped (should_stop, Refuse) after such a piece first runs
 //     one more piece of at least the reach with none following (or all it
 //     has left), which makes the state whole again, then ends;

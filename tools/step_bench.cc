@@ -66,6 +66,11 @@ ABSL_FLAG(std::string, mixed_prefill_tokens, "",
           "rotated by one place per repeat (the load sessions' contexts grow through the run); the "
           "decode-only step (p = 0) is always measured");
 ABSL_FLAG(int32_t, load_sessions, 1, "mixed-step mode: sessions that ingest p tokens per step");
+ABSL_FLAG(bool, mixed_lower_only_forwards, true,
+          "CPU only: prefill slices whose tokens following lie beyond the upper-layer reach "
+          "skip the upper layers also beside a decode row, and pieces with tokens following get "
+          "no logits (CpuBackendOptions::mixed_lower_only_forwards); false: a forward skips "
+          "them only when every slice may (the engine before, for A/B runs)");
 
 namespace {
 
@@ -295,6 +300,8 @@ void MeasureMixedSteps(drt::Backend& backend, const std::vector<int>& prefill_co
               "of %d repeats, p order rotated per repeat\n",
               absl::GetFlag(FLAGS_model).c_str(), backend.name().c_str(), load_sessions,
               static_cast<long long>(context_tokens), steps, repeats);
+  std::printf("mixed lower-only forwards (per-slice upper-layer skipping): %s\n",
+              backend.runs_mixed_lower_only_forwards() ? "on" : "off");
   std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverage().c_str());
   std::printf("step times in ms; cpu: CPU time of the process inside RunStep; closing: steps in "
               "which a load session closed a chunk (encoder + landmark)\n");
@@ -374,6 +381,7 @@ int main(int argc, char** argv) {
     Die("--decode_fused_gemv needs --device=cuda");
   }
   options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
+  options.cpu.mixed_lower_only_forwards = absl::GetFlag(FLAGS_mixed_lower_only_forwards);
   auto made = drt::MakeBackend(config, (*model)->weights(), options);
   if (!made.ok()) Die(std::string(made.status().message()));
   std::unique_ptr<drt::Backend> backend = *std::move(made);

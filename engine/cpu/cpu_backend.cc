@@ -26,6 +26,8 @@ class CpuBackend final : public Backend {
                                      options.max_step_positions / config.chunk_positions() *
                                          config.chunk_positions())),
         lower_only_forwards_(options.lower_only_forwards),
+        mixed_lower_only_forwards_(options.lower_only_forwards &&
+                                   options.mixed_lower_only_forwards),
         upper_layer_reach_(options.upper_layer_reach > 0 ? options.upper_layer_reach
                                                          : UpperLayerReach(config)),
         chunk_kv_reserve_(std::max<int64_t>(0, options.chunk_kv_reserve)),
@@ -45,6 +47,8 @@ class CpuBackend final : public Backend {
   // CpuStep keeps no per-position bookkeeping of the upper layers: their
   // windows simply miss the rows a lower-only forward skips.
   bool runs_lower_only_forwards() const override { return lower_only_forwards_; }
+  // CpuStep runs the upper layers over the plan's first upper_rows rows.
+  bool runs_mixed_lower_only_forwards() const override { return mixed_lower_only_forwards_; }
   int64_t upper_layer_reach() const override { return upper_layer_reach_; }
 
   absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
@@ -92,6 +96,7 @@ class CpuBackend final : public Backend {
   const ModelWeights& weights_;
   int64_t max_step_positions_;
   bool lower_only_forwards_;
+  bool mixed_lower_only_forwards_;
   int64_t upper_layer_reach_;
   int64_t chunk_kv_reserve_;
   cpu::ThreadPool pool_;

@@ -55,7 +55,7 @@ class CpuSession final : public BackendSession {
   ChunkKvCache kv_cache_;
   std::vector<Retrieval> selection_;  // in force now, per group
   RetrievalObserver observer_;
-  BackendSessionStats stats_;  // upper_rows_skipped and kv_made_chunks only
+  BackendSessionStats stats_;  // upper_rows_skipped, logit_rows and the ChunkKvCache counters only
 };
 
 }  // namespace drt::cpu

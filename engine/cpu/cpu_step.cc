@@ -62,7 +62,11 @@ absl::Status CpuStep::Embed(const StepPlan& plan) {
 
 absl::Status CpuStep::Attention(const StepPlan& plan, DecoderLayerId layer_id) {
   const int64_t d = config_.hidden_size;
-  const int64_t n = plan.num_rows;
+  // An upper layer runs over the slices that are not lower-only: the first
+  // upper_slices slices, rows [0, upper_rows) (StepPlan).
+  const bool upper = layer_id.group >= 0;
+  const int64_t n = upper ? plan.upper_rows : plan.num_rows;
+  const size_t num_slices = upper ? static_cast<size_t>(plan.upper_slices) : plan.slices.size();
   const int64_t kv_width = config_.num_key_value_heads * config_.head_dim();
   const LayerWeights& layer = Layer(layer_id);
   x_.resize(n * d);
@@ -84,7 +88,7 @@ absl::Status CpuStep::Attention(const StepPlan& plan, DecoderLayerId layer_id) {
   const int64_t d_kv = kv_width;
   attention_slices_.clear();
   gathered_slices_.clear();
-  for (size_t s = 0; s < plan.slices.size(); ++s) {
+  for (size_t s = 0; s < num_slices; ++s) {
     const SlicePlan& slice = plan.slices[s];
     WindowCache& window = SessionOf(slice).windows_[layer_id.index];
     // Decided before the push, from the push's size alone: a push that
@@ -221,7 +225,8 @@ absl::Status CpuStep::CloseChunks(const StepPlan& plan) {
 
 absl::Status CpuStep::Retrieve(const StepPlan& plan, int64_t group) {
   const int64_t d = config_.hidden_size;
-  for (size_t s = 0; s < plan.slices.size(); ++s) {
+  // Lower-only slices (after the first upper_slices) retrieve nothing.
+  for (size_t s = 0; s < static_cast<size_t>(plan.upper_slices); ++s) {
     const SlicePlan& slice = plan.slices[s];
     CpuSession& session = SessionOf(slice);
     std::vector<const float*> rows;
@@ -267,7 +272,7 @@ void CpuStep::MakeMissingKeysValues(const StepPlan& plan, int64_t group) {
   // (and the cache's reserve): one group's chunks at a time, so that a step
   // of many landmarks does not hold K/V for every selection of every group
   // at once.
-  for (size_t s = 0; s < plan.slices.size(); ++s) {
+  for (size_t s = 0; s < static_cast<size_t>(plan.upper_slices); ++s) {
     std::vector<int64_t> keep = ChunksInForceAfter(plan, s);
     for (const GcaRun& run : plan.slices[s].runs) {
       const std::vector<int64_t>& read = RunSelection(plan, s, run, group).chunks;
@@ -286,7 +291,7 @@ void CpuStep::MakeMissingKeysValues(const StepPlan& plan, int64_t group) {
   };
   std::vector<Missing> missing;
   const int64_t floats = config_.chunk_positions() * config_.hidden_size;
-  for (size_t s = 0; s < plan.slices.size(); ++s) {
+  for (size_t s = 0; s < static_cast<size_t>(plan.upper_slices); ++s) {
     CpuSession& session = SessionOf(plan.slices[s]);
     for (const GcaRun& run : plan.slices[s].runs) {
       for (int64_t c : RunSelection(plan, s, run, group).chunks) {
@@ -313,7 +318,7 @@ absl::Status CpuStep::PrepareGca(const StepPlan& plan, int64_t group) {
   MakeMissingKeysValues(plan, group);
   // The cache keeps every entry until the next group's PrepareGca or Finish
   // trims it, so these pointers hold through the group's GcaMlp calls.
-  for (size_t s = 0; s < plan.slices.size(); ++s) {
+  for (size_t s = 0; s < static_cast<size_t>(plan.upper_slices); ++s) {
     const SlicePlan& slice = plan.slices[s];
     CpuSession& session = SessionOf(slice);
     for (const GcaRun& run : slice.runs) {
@@ -338,9 +343,9 @@ absl::Status CpuStep::PrepareGca(const StepPlan& plan, int64_t group) {
 
 absl::Status CpuStep::GcaMlp(const StepPlan& plan, DecoderLayerId layer_id) {
   const int64_t d = config_.hidden_size;
-  const int64_t n = plan.num_rows;
+  const int64_t n = plan.upper_rows;  // the rows of the slices that are not lower-only
   const UpperLayerWeights& layer = weights_.upper_layers[layer_id.group][layer_id.within];
-  residual_.assign(h_.begin(), h_.end());
+  residual_.assign(h_.begin(), h_.begin() + n * d);
   mixed_.resize(n * d);
   gca_q_.resize(n * d);
   gca_out_.resize(n * d);
@@ -366,7 +371,7 @@ absl::Status CpuStep::GcaMlp(const StepPlan& plan, DecoderLayerId layer_id) {
 }
 
 absl::Status CpuStep::CommitSelections(const StepPlan& plan) {
-  for (size_t s = 0; s < made_.size(); ++s) {
+  for (size_t s = 0; s < static_cast<size_t>(plan.upper_slices); ++s) {
     CpuSession& session = SessionOf(plan.slices[s]);
     for (int64_t g = 0; g < config_.num_groups(); ++g) {
       if (!made_[s][g].empty()) session.selection_[g] = std::move(made_[s][g].back());
@@ -382,6 +387,7 @@ absl::Status CpuStep::Logits(const StepPlan& plan, absl::Span<float> logits) {
   x_.resize(m * d);
   for (int64_t i = 0; i < m; ++i) {
     std::memcpy(x_.data() + i * d, h_.data() + plan.logit_rows[i].row * d, d * sizeof(float));
+    ++SessionOf(plan.slices[plan.logit_rows[i].slice]).stats_.logit_rows;
   }
   RmsNorm(x_.data(), m, d, weights_.norm.data(), static_cast<float>(config_.rms_norm_eps),
           x_.data(), pool_);
@@ -394,11 +400,11 @@ absl::Status CpuStep::Finish(const StepPlan& plan) {
   for (const SlicePlan& slice : plan.slices) {
     CpuSession& session = SessionOf(slice);
     session.position_ += slice.num_rows;
-    // A lower-only forward computed no rows of the upper layers' windows
-    // and made no selection: those stay stale until the rows of the next
+    // A lower-only slice computed no rows of the upper layers' windows and
+    // made no selection: those stay stale until the rows of the next
     // UpperLayerReach positions overwrite them. The windows move past the
     // skipped positions all the same (WindowCache::Skip).
-    if (plan.lower_only) {
+    if (slice.lower_only) {
       for (size_t l = config_.num_lower_layers(); l < session.windows_.size(); ++l) {
         session.windows_[l].Skip(slice.num_rows);
       }

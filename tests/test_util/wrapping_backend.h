@@ -72,6 +72,9 @@ class WrappingBackend final : public Backend {
   int64_t max_step_positions() const override { return inner_->max_step_positions(); }
   int64_t host_bytes_per_chunk() const override { return inner_->host_bytes_per_chunk(); }
   bool runs_lower_only_forwards() const override { return inner_->runs_lower_only_forwards(); }
+  bool runs_mixed_lower_only_forwards() const override {
+    return inner_->runs_mixed_lower_only_forwards();
+  }
   int64_t upper_layer_reach() const override { return inner_->upper_layer_reach(); }
   absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
                     absl::Span<float> logits) override {
