@@ -20,10 +20,11 @@ struct Scheduler::Queued {
   bool finished = false;
   // Some rows of its pieces skipped the upper layers.
   bool skipped = false;
-  // Rows skipped, and its last piece had tokens following
-  // (StepEntry::tokens_following): the session's upper-layer state may be
-  // short until a piece with none following runs. (Without rows skipped,
-  // every row ran every layer and the state is whole.)
+  // Rows skipped, or the last piece got no logits, and its last piece had
+  // tokens following (StepEntry::tokens_following): the session's
+  // upper-layer state or its last logits may be short until a piece with
+  // none following runs. (Without rows skipped, every row ran every layer
+  // and only the last logits can be short.)
   bool owed = false;
   // Stopped while owed: its next piece is the closing one (none following),
   // after which it ends with this status.
@@ -246,11 +247,14 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
 
   // Stopped items owed their upper-layer state: a closing piece of at least
   // the upper-layer reach (a token is at least one position), none
-  // following, makes it whole (engine/model_rules.h, UpperLayerReach). It
-  // runs whatever the budget: it is short and ends the item.
+  // following, makes it whole (engine/model_rules.h, UpperLayerReach). An
+  // item none of whose rows skipped the upper layers is owed only its last
+  // logits (drt::RunStepSkipsLastLogits): one token, none following, makes
+  // them. It runs whatever the budget: it is short and ends the item.
   for (Queued* item : queue_) {
     if (item->closing.ok() || !in_step.insert(item->item->entry).second) continue;
-    const int64_t count = std::min(remaining(item), backend_.upper_layer_reach() + 1);
+    const int64_t count =
+        std::min(remaining(item), item->skipped ? backend_.upper_layer_reach() + 1 : 1);
     Planned piece = Planned::Next(item, count);
     piece.closing = true;
     plan.push_back(piece);

@@ -232,6 +232,59 @@ TEST_CASE("an item stopped after a step that skipped the upper layers first runs
   CHECK(Read(*entry).logits == Read(*reference).logits);
 }
 
+TEST_CASE("an item stopped after a piece that got no logits (no row skipped) first runs a "
+          "one-token closing piece",
+          "[server][scheduler][upper_cut][mixed_lower_only]") {
+  // 300 tokens in pieces of 100: every row within the reach of the item's
+  // end, so none skips the upper layers, but the pieces with tokens
+  // following get no logits (drt::RunStepSkipsLastLogits): the session's
+  // last logits are stale after the first, and a stop must not leave them
+  // so. Before the engine skipped those logits, the item ended at once.
+  const std::vector<int32_t> prompt = RandomTokens(300, 11);
+  Backend& backend = *FixtureModel::Get().backend;
+  REQUIRE(backend.runs_mixed_lower_only_forwards());
+  REQUIRE(DecoderPositionsFor(backend.config(), 300) < backend.upper_layer_reach());
+  SessionManager manager(backend, SessionLimits{});
+  auto entry = NewEntry(manager);
+  std::atomic<bool> stop{false};
+  std::vector<StepRecord> steps;
+  SchedulerOptions options;
+  options.step_tokens = 100;
+  options.on_step_formed = [&](const StepRecord& step) {
+    if (step.index == 2) stop = true;  // seen when step 3 is formed
+  };
+  options.on_step_done = [&](const StepRecord& step, double) { steps.push_back(step); };
+  Scheduler scheduler(backend, options);
+  WorkItem item = Prefill(*entry, prompt);
+  item.should_stop = [&] { return stop.load(); };
+  const WorkResult result = scheduler.Run(item);
+  CHECK(result.status.code() == absl::StatusCode::kCancelled);
+  REQUIRE(steps.size() == 3);
+  CHECK(steps[0].pieces[0].tokens == 100);
+  CHECK(steps[1].pieces[0].tokens == 100);
+  CHECK(steps[2].pieces[0].tokens == 1);  // the closing piece: the logits only
+  for (const StepRecord& step : steps) CHECK(step.upper_rows_skipped == 0);
+  CHECK(result.tokens_done == 201);
+  const Held held = Read(*entry);
+  CHECK(held.tokens == 201);
+
+  // Expected: the same pieces on a session whose every piece got logits.
+  SessionManager reference_manager(backend, SessionLimits{});
+  auto reference = NewEntry(reference_manager);
+  SchedulerOptions full;
+  full.step_tokens = 100;
+  full.skip_upper_layers = false;
+  Scheduler reference_scheduler(backend, full);
+  int64_t fed = 0;
+  for (const StepRecord& step : steps) {
+    const std::vector<int32_t> piece(prompt.begin() + fed,
+                                     prompt.begin() + fed + step.pieces[0].tokens);
+    REQUIRE(reference_scheduler.Run(Prefill(*reference, piece)).status.ok());
+    fed += step.pieces[0].tokens;
+  }
+  CHECK(held.logits == Read(*reference).logits);
+}
+
 // What a durable session's state file holds now.
 SessionState WrittenState(const std::string& state_dir, const std::string& id) {
   const std::string path = state_dir + "/sessions/" + id + ".state";
