@@ -9,6 +9,7 @@
 // durable sessions (written and acknowledged only at whole states), are
 // covered too.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <condition_variable>
 #include <future>
@@ -71,9 +72,10 @@ struct Interleaved {
   std::vector<Held> after_prompt, after_more;
 };
 
-Interleaved RunInterleaved(bool skip_upper_layers, const std::vector<std::vector<int32_t>>& prompts,
+Interleaved RunInterleaved(Backend& backend, bool skip_upper_layers,
+                           const std::vector<std::vector<int32_t>>& prompts,
                            const std::vector<int32_t>& more) {
-  SessionManager manager(*FixtureModel::Get().backend, SessionLimits{});
+  SessionManager manager(backend, SessionLimits{});
   std::vector<std::shared_ptr<SessionEntry>> entries;
   for (size_t i = 0; i < prompts.size(); ++i) entries.push_back(NewEntry(manager));
 
@@ -97,7 +99,7 @@ Interleaved RunInterleaved(bool skip_upper_layers, const std::vector<std::vector
     out.steps.push_back(pieces);
     out.skipped_in_steps += step.upper_rows_skipped;
   };
-  Scheduler scheduler(*FixtureModel::Get().backend, options);
+  Scheduler scheduler(backend, options);
 
   std::vector<WorkItem> items;
   for (size_t i = 0; i < prompts.size(); ++i) items.push_back(Prefill(*entries[i], prompts[i]));
@@ -129,14 +131,42 @@ Interleaved RunInterleaved(bool skip_upper_layers, const std::vector<std::vector
   return out;
 }
 
+// The fixture's model on a CPU backend that skips the upper layers only in
+// forwards whose every slice may (no mixed lower-only forwards).
+Backend& WholeForwardSkipBackend() {
+  static std::unique_ptr<Backend> backend = [] {
+    CpuBackendOptions options;
+    options.mixed_lower_only_forwards = false;
+    const Model& model = *FixtureModel::Get().model;
+    return MakeCpuBackend(model.config(), model.weights(), options);
+  }();
+  return *backend;
+}
+
+double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
 TEST_CASE("interleaved prefill skips the upper layers where tokens follow and leaves every "
           "session as full computation does, bit for bit",
           "[server][scheduler][upper_cut]") {
+  // Bit for bit on a backend that skips only whole forwards: each forward
+  // holds the same rows either way. (With per-slice skipping, the next test,
+  // a step whose slices differ leaves the rows that run the upper layers
+  // fewer rows to share GEMMs with, and not bit for bit.)
+  Backend& backend = WholeForwardSkipBackend();
+  REQUIRE(!backend.runs_mixed_lower_only_forwards());
   const std::vector<std::vector<int32_t>> prompts = {RandomTokens(2500, 1), RandomTokens(1900, 2),
                                                      RandomTokens(1300, 3)};
   const std::vector<int32_t> more = RandomTokens(40, 4);
-  const Interleaved cut = RunInterleaved(true, prompts, more);
-  const Interleaved full = RunInterleaved(false, prompts, more);
+  const Interleaved cut = RunInterleaved(backend, true, prompts, more);
+  const Interleaved full = RunInterleaved(backend, false, prompts, more);
 
   // The same steps either way, several of them shared by all three sessions.
   REQUIRE(cut.steps == full.steps);
@@ -159,6 +189,46 @@ TEST_CASE("interleaved prefill skips the upper layers where tokens follow and le
     CHECK(cut.after_more[i].logits == full.after_more[i].logits);
     CHECK(cut.after_more[i].skipped == cut.after_prompt[i].skipped);  // a short item: no cut
   }
+}
+
+TEST_CASE("interleaved prefill with per-slice skipping skips more rows and leaves every session "
+          "within the batching bound of full computation",
+          "[server][scheduler][upper_cut][mixed_lower_only]") {
+  // The fixture's backend skips per slice (Backend::runs_mixed_lower_only_
+  // forwards): in a step where one session's piece is near its item's end
+  // and another's is not, only the first runs the upper layers, so it
+  // shares those GEMMs with fewer rows than full computation gives it, and
+  // the slices may be reordered (the lower-only ones go last). Its floats
+  // may then differ in the last bits: bounded like a session's logits in a
+  // batch against alone (issue 11, 1e-5 relative). Measured here
+  // (2026-11-24): worst 4.2e-7 after the prompts and 9.8e-7 after 40 more
+  // tokens, over the three sessions.
+  Backend& backend = *FixtureModel::Get().backend;
+  REQUIRE(backend.runs_mixed_lower_only_forwards());
+  const std::vector<std::vector<int32_t>> prompts = {RandomTokens(2500, 1), RandomTokens(1900, 2),
+                                                     RandomTokens(1300, 3)};
+  const std::vector<int32_t> more = RandomTokens(40, 4);
+  const Interleaved cut = RunInterleaved(backend, true, prompts, more);
+  const Interleaved whole_forwards = RunInterleaved(WholeForwardSkipBackend(), true, prompts, more);
+  const Interleaved full = RunInterleaved(backend, false, prompts, more);
+  REQUIRE(cut.steps == full.steps);
+  // More rows skipped than whole forwards alone skip: the steps where the
+  // shortest item's last pieces share the step with the others' earlier ones.
+  CHECK(cut.skipped_in_steps > whole_forwards.skipped_in_steps);
+  CHECK(full.skipped_in_steps == 0);
+  double worst_prompt = 0, worst_more = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("session " << i);
+    CHECK(cut.after_prompt[i].tokens == static_cast<int64_t>(prompts[i].size()));
+    worst_prompt = std::max(worst_prompt,
+                            RelativeDifference(cut.after_prompt[i].logits,
+                                               full.after_prompt[i].logits));
+    worst_more = std::max(worst_more, RelativeDifference(cut.after_more[i].logits,
+                                                         full.after_more[i].logits));
+  }
+  INFO("after the prompts " << worst_prompt << ", after more " << worst_more);
+  CHECK(worst_prompt < 1e-5);
+  CHECK(worst_more < 1e-5);
 }
 
 TEST_CASE("an item stopped after a step that skipped the upper layers first runs a closing "
