@@ -102,13 +102,14 @@ class StepRunner {
       members.push_back(p);
     }
     if (requests.empty()) return;  // every candidate was refused (pending_ shrank)
-    if (per_slice) {
+    auto runs_upper = [](const SliceRequest& r) { return !r.lower_only; };
+    if (per_slice && !std::is_partitioned(requests.begin(), requests.end(), runs_upper)) {
       // The lower-only slices go last, so that the upper layers run over a
       // prefix of the rows (StepPlan::upper_rows); the others keep their order.
       std::vector<size_t> order(requests.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::stable_partition(order.begin(), order.end(),
-                            [&](size_t i) { return !requests[i].lower_only; });
+                            [&](size_t i) { return runs_upper(requests[i]); });
       std::vector<SliceRequest> ordered_requests;
       std::vector<BackendSession*> ordered_sessions;
       std::vector<size_t> ordered_members;
