@@ -808,7 +808,10 @@ TEST_CASE("cancelling, deleting or failing one session of a step leaves the othe
   SessionManager manager(*f.backend, SessionLimits{});
   // Budget 96: step 2 holds A, B, C and E (24 each); E's tokens are refused
   // there. During step 3 (A, B, C: 32 each) A is told to stop and B is
-  // deleted; C then runs alone, 96 a step.
+  // deleted. A's pieces lay more than the upper-layer reach before its end,
+  // so they skipped the upper layers (per slice, beside C's, which did
+  // not): step 4 is A's closing piece of reach + 1 tokens alone (it takes
+  // the whole budget); C then runs alone, 96 a step.
   StepLog log(/*park_at=*/1);
   Scheduler scheduler(*f.backend, log.Options(96));
   auto g = NewEntry(manager, Activity::kAppending);
@@ -846,13 +849,16 @@ TEST_CASE("cancelling, deleting or failing one session of a step leaves the othe
                    re = ie.result.get();
   REQUIRE(deleted.ok());
 
-  // A: stopped when step 4 was formed, keeping steps 2 and 3.
+  // A: stopped when step 4 was formed, keeping steps 2 and 3 and its
+  // closing piece (step 4).
+  REQUIRE(f.backend->runs_mixed_lower_only_forwards());
+  const int64_t closing = f.backend->upper_layer_reach() + 1;
   CHECK(ra.status.code() == absl::StatusCode::kCancelled);
-  CHECK(ra.tokens_done == 24 + 32);
-  CHECK(a->tokens() == 24 + 32);
+  CHECK(ra.tokens_done == 24 + 32 + closing);
+  CHECK(a->tokens() == 24 + 32 + closing);
   CHECK(RelativeDifference(LastLogits(*a),
-                           AloneLogits(std::vector<int32_t>(a_tokens.begin(),
-                                                            a_tokens.begin() + 56))) <=
+                           AloneLogits(std::vector<int32_t>(
+                               a_tokens.begin(), a_tokens.begin() + 56 + closing))) <=
         kAloneTolerance);
   // B: deleted during step 3; ABORTED, its memory freed as the step returned.
   CHECK(rb.status.code() == absl::StatusCode::kAborted);
@@ -872,12 +878,14 @@ TEST_CASE("cancelling, deleting or failing one session of a step leaves the othe
   CHECK(RelativeDifference(LastLogits(*c), AloneLogits(c_tokens)) <= kAloneTolerance);
 
   const auto steps = log.steps();
-  REQUIRE(steps.size() == 5);
-  auto s2 = Shares(steps[1]), s3 = Shares(steps[2]), s4 = Shares(steps[3]), s5 = Shares(steps[4]);
+  REQUIRE(steps.size() == 6);
+  auto s2 = Shares(steps[1]), s3 = Shares(steps[2]), s4 = Shares(steps[3]), s5 = Shares(steps[4]),
+       s6 = Shares(steps[5]);
   CHECK((s2[a.get()] == 24 && s2[b.get()] == 24 && s2[c.get()] == 24 && s2[e.get()] == 24));
   CHECK((s3[a.get()] == 32 && s3[b.get()] == 32 && s3[c.get()] == 32 && s3[e.get()] == 0));
-  CHECK((s4.size() == 1 && s4[c.get()] == 96));
+  CHECK((s4.size() == 1 && s4[a.get()] == closing));
   CHECK((s5.size() == 1 && s5[c.get()] == 96));
+  CHECK((s6.size() == 1 && s6[c.get()] == 96));
   for (auto& entry : {g, a, c, e}) entry->End();
 }
 
@@ -924,12 +932,19 @@ TEST_CASE("after Refuse queued items end with its status at the next step and ne
   const WorkResult r = item.result.get();
   CHECK(r.status.code() == absl::StatusCode::kUnavailable);
   CHECK_THAT(std::string(r.status.message()), Contains("shutting down: test"));
-  CHECK(r.tokens_done == 64);  // step 1 ran; nothing after it
-  CHECK(a->tokens() == 64);
+  // Step 1 ran with 136 tokens following, so it got no logits
+  // (drt::RunStepSkipsLastLogits); a closing piece of one token makes them,
+  // then the item ends: nothing more after it.
+  REQUIRE(f.backend->runs_mixed_lower_only_forwards());
+  CHECK(r.tokens_done == 64 + 1);
+  CHECK(a->tokens() == 64 + 1);
+  CHECK(RelativeDifference(LastLogits(*a), AloneLogits(std::vector<int32_t>(
+                                               a_tokens.begin(), a_tokens.begin() + 65))) <=
+        kAloneTolerance);
   const WorkResult refused = scheduler.Run(Prefill(*a, a_tokens));
   CHECK(refused.status.code() == absl::StatusCode::kUnavailable);
   CHECK(refused.steps_ran == 0);
-  CHECK(a->tokens() == 64);
+  CHECK(a->tokens() == 64 + 1);
   a->End();
 }
 
