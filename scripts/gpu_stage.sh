@@ -65,7 +65,7 @@ finish_stage() {
   local rc=$?
   {
     if grep -qE '^(FAIL|STOPPED)' "$summary"; then
-      echo "stage $stage: FAILED or STOPPED steps above (exit $rc)"
+      echo "stage $stage: some steps FAILED or STOPPED (the lines above)"
     elif ((rc != 0)); then
       echo "stage $stage: exit $rc"
     else
@@ -111,9 +111,11 @@ step() {
 dry=${DRY_RUN:-}
 build=${BUILD_DIR:-build-gpu}
 common=(BUILD_DIR="$build" LOG_DIR="$work")
-if [[ -z "$dry" ]]; then
+if [[ -z "$dry" || -n "${PREBUILT:-}" ]]; then
   # A fresh machine: unpack the carried build (xz; python's lzma where
   # there is no xz) and point gpu_bench.sh at the carried packages.
+  # (DRY_RUN=1 PREBUILT=1 in a copy of the checkout with .gpucarry checks
+  # the carry itself.)
   if [[ ! -f "$build/CMakeCache.txt" ]]; then
     if [[ ! -f ".gpucarry/$build.tar.xz" ]]; then
       echo "FAIL setup: no $build and no .gpucarry/$build.tar.xz (carry .gpucarry, made by" \
@@ -129,10 +131,11 @@ if [[ -z "$dry" ]]; then
   fi
   common+=(PREBUILT=1)
   if [[ -d .gpucarry/devlibs ]]; then common+=(DEVLIBS=.gpucarry/devlibs); fi
+fi
+if [[ -z "$dry" ]]; then
   nvidia-smi -L || true
 else
   common+=(DRY_RUN=1 MODEL="${MODEL:-models/drt-text-byte}")
-  if [[ -n "${PREBUILT:-}" ]]; then common+=(PREBUILT=1); fi
 fi
 echo "gpu_stage $stage: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), build $build"
 
