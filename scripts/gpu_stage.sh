@@ -11,7 +11,8 @@
 # (one line per step: PASS, FAIL, STOPPED at a time limit, SKIP; then the
 # stage's result, device and time; written also when a step fails or the
 # stage's own time guard stops it) and the step logs named below. A step
-# that fails is reported and the stage goes on to the next.
+# that fails is reported and the stage goes on to the next; the exit status
+# is 1 when any failed or was stopped.
 # Stages (estimates on an H100 from docs/cuda.md's figures; docs/cuda.md
 # "Next GPU session" has the device commands):
 #   1  ctest -L cuda (4 at once), the tests' warned figures, ctest -R "^cuda
@@ -55,6 +56,7 @@ summary="$out/stage$stage-summary.txt"
 : >"$summary"
 work=$(mktemp -d -t gpu_stage.XXXXXX)
 exec > >(tee "$out/stage$stage.log") 2>&1
+tee_pid=$!
 started=$SECONDS
 # The stage's own guard: the device kills a command at its limit (600 s at
 # most) and returns only what is under $OUT; stop the steps early enough to
@@ -78,6 +80,13 @@ finish_stage() {
   echo "== stage $stage summary ($summary)"
   cat "$summary"
   rm -rf "$work"
+  # Let tee write the log's end before the command returns (the device
+  # ends what is left running); not longer than 5 s, in case a stopped
+  # step left a child holding the pipe.
+  exec >&- 2>&-
+  for _ in $(seq 50); do kill -0 "$tee_pid" 2>/dev/null || break; sleep 0.1; done
+  # The command's exit status says it too.
+  if ((rc != 0)) || grep -qE '^(FAIL|STOPPED)' "$summary"; then exit 1; fi
 }
 trap finish_stage EXIT
 
