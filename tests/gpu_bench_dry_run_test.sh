@@ -8,7 +8,8 @@
 #   - the variables reach the commands (stage 3's B variant, stage 4's tiers
 #     and batched rows, stage 5's sessions and repeats);
 #   - the checker itself fails: a value drt-bench refuses
-#     (WINDOW_DECODE_SPLITS=abc), and an unknown sanitizer run.
+#     (WINDOW_DECODE_SPLITS=abc), and an unknown sanitizer run;
+#   - scripts/bench_ab.py (stage 3's A/B table) on hand-made results.
 # Usage: tests/gpu_bench_dry_run_test.sh BUILD_DIR. Exit 77 (skipped) when
 # the build has no CUDA test executables (configured without nvcc).
 set -euo pipefail
@@ -87,4 +88,22 @@ else
   echo "FAILED: SANITIZER_RUNS=memcheck-everything was not refused (exit $rc)"
   failed=1
 fi
+# scripts/bench_ab.py (stage 3's A/B table) on hand-made lines: A's decode
+# runs 2.0 and 2.2 ms (median 2.1), B's 1.05 and 1.1 (median 1.075), so B is
+# 1.075 / 2.1 = 0.512 of A; the base LM line is a group of its own.
+a='bench_result device=cuda disable_gca=0 window_decode_splits=0 decode_graphs=0 cuda_chunk_store=kv context_tokens=16384 prefill_tokens_per_s=70000 session_host_bytes=1048576 h2d_bytes_per_token=0'
+b=${a/decode_graphs=0/decode_graphs=1}
+{
+  echo "drt-bench x: $a decode_ms_median=2.0"
+  echo "drt-bench x: ${b/cuda_chunk_store=kv/cuda_chunk_store=encoder_rows} decode_ms_median=1.05"
+  echo "drt-bench x: $a decode_ms_median=2.2"
+  echo "drt-bench x: ${b/cuda_chunk_store=kv/cuda_chunk_store=encoder_rows} decode_ms_median=1.1"
+  echo "drt-bench x: ${a/disable_gca=0/disable_gca=1} decode_ms_median=1.5"
+} >"$tmp/results.txt"
+python3 scripts/bench_ab.py "$tmp/results.txt" >"$tmp/ab.txt"
+expect "bench_ab: A's median and ratio" "$tmp/ab.txt" \
+  '^\| 16384 \| GCA \| A \(defaults\) \| 2\.000, 2\.200 \| 2\.100 \| 1\.000 \|'
+expect "bench_ab: B against A" "$tmp/ab.txt" \
+  '^\| 16384 \| GCA \| decode_graphs=1 cuda_chunk_store=encoder_rows \| 1\.050, 1\.100 \| 1\.075 \| 0\.512 \|'
+expect "bench_ab: the base LM apart" "$tmp/ab.txt" '^\| 16384 \| base LM \| A \(defaults\) \| 1\.500 \|'
 exit "$failed"
