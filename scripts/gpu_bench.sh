@@ -14,22 +14,67 @@
 # aggregate decode with 1, 4, 16, 32 and 64 sessions generating at once, and
 # the time per output token of one session while 8 others stream 1M-token
 # Appends (issue 11's targets: >= 10x one session at 32; p99 <= 2x idle).
+#
+# A step that fails is reported and the script goes on to the next one; it
+# exits 1 at the end if any failed (the list is printed last, and written to
+# GPU_BENCH_SUMMARY). scripts/gpu_stage.sh runs it in <= 10-minute stages.
 #   bash scripts/gpu_bench.sh                      everything
+#   DRY_RUN=1 bash scripts/gpu_bench.sh            no GPU needed, nothing measured: prints
+#                                                  every command it would run and checks
+#                                                  it: the executables exist, every flag
+#                                                  is one of the tool's (--help), the
+#                                                  tools accept the values (run with them
+#                                                  where no GPU is visible, they must stop
+#                                                  only for want of a device), each ctest
+#                                                  selection and Catch test spec matches
+#                                                  tests and each left-out case names one.
+#                                                  Uses the existing build ($BUILD_DIR);
+#                                                  MODEL=dir for the tool checks instead of
+#                                                  making the 128M model (tests/
+#                                                  gpu_bench_dry_run_test.sh runs this)
 #   SKIP_STEP_BENCH=1 bash scripts/gpu_bench.sh    without drt-step-bench
 #   CONTEXTS="16384 131072" bash scripts/gpu_bench.sh   fewer contexts
 #   SKIP_TESTS=1 bash scripts/gpu_bench.sh         the table only
 #   SKIP_TABLE=1 bash scripts/gpu_bench.sh         the tests and sanitizers only
-#   SKIP_CTEST=1 bash scripts/gpu_bench.sh         without ctest -L cuda and the parity figures
+#   SKIP_MAIN_TABLE=1 bash scripts/gpu_bench.sh    without the drt-bench table over CONTEXTS
+#                                                  (the sections after it still run)
+#   SKIP_CTEST=1 bash scripts/gpu_bench.sh         without ctest -L cuda and its figures
+#   CTEST_JOBS=4 bash scripts/gpu_bench.sh         ctest -L cuda runs 4 tests at once (1 by
+#                                                  default); CTEST_TIMEOUT=480 stops it after
+#                                                  480 s (0: no limit, the default) and lists
+#                                                  the tests that did not run;
+#                                                  CTEST_REGEX=... only those tests (ctest -R)
+#   SKIP_DURABLE=1 bash scripts/gpu_bench.sh       without ctest -R "^cuda durable" (drt-server
+#                                                  --device cuda --state_dir; needs
+#                                                  drt_server_tests in the build)
 #   SANITIZER_RUNS="memcheck-backend racecheck-kernel" bash scripts/gpu_bench.sh
 #                                                  only these sanitizer runs (of memcheck-kernel,
-#                                                  memcheck-backend, racecheck-kernel,
-#                                                  racecheck-backend; all by default,
-#                                                  none when set but empty)
+#                                                  memcheck-backend, memcheck-backend-new,
+#                                                  racecheck-kernel, racecheck-kernel-new,
+#                                                  racecheck-backend; all by default, none when
+#                                                  set but empty; "-new": the decode-graph,
+#                                                  device-tier, batched-step, chunk-store,
+#                                                  tensor-core, split-decode and fused-GEMV
+#                                                  cases, which the plain runs leave out)
 #   SANITIZER_TIMEOUT=900 bash scripts/gpu_bench.sh  each sanitizer run's time limit
 #                                                  (seconds; 480 by default)
+#   SANITIZER_PARALLEL=1 bash scripts/gpu_bench.sh   the sanitizer runs at once, each into
+#                                                  its own log in LOG_DIR (one limit for all)
+#   LOG_DIR=dir                                    where the ctest log, the tests' warnings
+#                                                  and the sanitizer logs are kept (a
+#                                                  temporary folder by default)
+#   GPU_BENCH_SUMMARY=file                         also append one line per step to file:
+#                                                  PASS, FAIL, STOPPED (a time limit) or SKIP
+#   BENCH_RESULTS=file                             also append every drt-bench bench_result
+#                                                  line to file, labelled with its arguments
 #   SKIP_BATCH=1 bash scripts/gpu_bench.sh         without the drt-batch-bench step
+#                                                  (BATCH_REPEATS: its --repeats, 3)
 #   SKIP_ENCODER_ROWS=1 bash scripts/gpu_bench.sh  without the table's rerun with
 #                                                  --cuda_chunk_store=encoder_rows
+#   CHUNK_STORE=encoder_rows bash scripts/gpu_bench.sh   the main table (its GCA runs) with
+#                                                  --cuda_chunk_store encoder_rows (kv by
+#                                                  default); Table 3 keeps kv, which its
+#                                                  device tier needs
 #   SKIP_TABLE3=1 bash scripts/gpu_bench.sh        without the Table 3 layout (ratios to the base
 #                                                  LM at TABLE3_CONTEXTS, 16384 49152 by default,
 #                                                  with and without offload: --chunk_tier host,
@@ -39,7 +84,8 @@
 #                                                  (bench/full_attention_peer.py, PyTorch)
 #   BATCH_SESSIONS=1,32 bash scripts/gpu_bench.sh  other session counts for it
 #   PREBUILT=1 bash scripts/gpu_bench.sh           use build-gpu and .devlibs made by
-#                                                  scripts/device_bundle.sh (no apt, no build)
+#                                                  scripts/device_bundle.sh (no apt, no build);
+#                                                  DEVLIBS=dir: the .deb files elsewhere
 #   SKIP_WINDOW_BENCH=1 bash scripts/gpu_bench.sh  without drt-window-bench (the decode window
 #                                                  attention kernels alone: row vs split, issue 10)
 #   WINDOW_DECODE_SPLITS=8 bash scripts/gpu_bench.sh   drt-bench with --window_decode_splits 8
@@ -53,34 +99,88 @@
 #                                                  with --decode_fused_gemv (fused norm/GEMV/
 #                                                  SwiGLU/residual kernels for slices of <= 8
 #                                                  rows; off by default)
+#   STEP_SESSIONS, STEP_PROMPT, STEP_REPEATS       drt-step-bench's --sessions (1,4,16,32,64),
+#                                                  --prompt_tokens (4096), --repeats (3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+dry=${DRY_RUN:-}
+summary=${GPU_BENCH_SUMMARY:-}
 sanitizer_timeout=${SANITIZER_TIMEOUT:-480}
+all_sanitizer_runs="memcheck-kernel memcheck-backend memcheck-backend-new racecheck-kernel
+                    racecheck-kernel-new racecheck-backend"
 # Set but empty: no sanitizer run.
-sanitizer_runs=${SANITIZER_RUNS-"memcheck-kernel memcheck-backend racecheck-kernel racecheck-backend"}
-if [[ ! "$sanitizer_timeout" =~ ^[1-9][0-9]*$ ]]; then
-  echo "gpu_bench: SANITIZER_TIMEOUT=$sanitizer_timeout: expected a whole number of seconds" >&2
+sanitizer_runs=${SANITIZER_RUNS-$all_sanitizer_runs}
+ctest_jobs=${CTEST_JOBS:-1}
+ctest_timeout=${CTEST_TIMEOUT:-0}
+chunk_store=${CHUNK_STORE:-kv}
+for setting in "SANITIZER_TIMEOUT=$sanitizer_timeout" "CTEST_JOBS=$ctest_jobs"; do
+  if [[ ! "${setting#*=}" =~ ^[1-9][0-9]*$ ]]; then
+    echo "gpu_bench: $setting: expected a positive whole number" >&2
+    exit 2
+  fi
+done
+if [[ ! "$ctest_timeout" =~ ^[0-9]+$ ]]; then
+  echo "gpu_bench: CTEST_TIMEOUT=$ctest_timeout: expected a whole number of seconds (0: none)" >&2
+  exit 2
+fi
+if [[ "$chunk_store" != kv && "$chunk_store" != encoder_rows ]]; then
+  echo "gpu_bench: CHUNK_STORE=$chunk_store: expected kv or encoder_rows" >&2
   exit 2
 fi
 for run in $sanitizer_runs; do
-  case "$run" in
-    memcheck-kernel | memcheck-backend | racecheck-kernel | racecheck-backend) ;;
+  case " $(echo $all_sanitizer_runs) " in
+    *" $run "*) ;;
     *)
-      echo "gpu_bench: SANITIZER_RUNS: unknown run '$run' (expected memcheck-kernel," \
-           "memcheck-backend, racecheck-kernel, racecheck-backend)" >&2
+      echo "gpu_bench: SANITIZER_RUNS: unknown run '$run' (expected one of:" \
+           "$(echo $all_sanitizer_runs))" >&2
       exit 2
       ;;
   esac
 done
 
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+log_dir=${LOG_DIR:-$(mktemp -d -t gpu_bench.XXXXXX)}
+mkdir -p "$log_dir"
+# DRY_RUN keeps what it learnt of each executable (its --help, the argument
+# sets it ran) here; scripts/gpu_stage.sh shares one over its stages.
+dry_cache=${DRY_RUN_CACHE:-$log_dir}
+mkdir -p "$dry_cache"
+
+# --- Reporting: every step ends in one line (echoed, and appended to
+# GPU_BENCH_SUMMARY); failures are collected in a file (steps run in
+# command substitutions report too), and the script goes on.
+failures_file="$log_dir/failures.txt"
+: >"$failures_file"
+report() {  # report STATUS STEP [DETAIL]: STATUS is PASS, FAIL, STOPPED or SKIP
+  local line="$1 $2${3:+: $3}"
+  echo "gpu_bench: $line"
+  [[ -n "$summary" ]] && echo "$line" >>"$summary"
+  [[ "$1" == FAIL || "$1" == STOPPED ]] && echo "$line" >>"$failures_file"
+  return 0
+}
+finish() {
+  if [[ -s "$failures_file" ]]; then
+    echo "gpu_bench: $(grep -c . "$failures_file") step(s) failed or stopped:" >&2
+    sed 's/^/  /' "$failures_file" >&2
+    exit 1
+  fi
+  echo "gpu_bench: every step passed"
+  exit 0
+}
+
+gpu_visible=
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  gpu_visible=1
+fi
+if [[ -n "$dry" ]]; then
+  echo "gpu_bench: DRY_RUN: printing and checking every command; nothing is measured"
+elif [[ -z "$gpu_visible" ]]; then
   echo "gpu_bench: no NVIDIA GPU found (nvidia-smi missing or lists no GPU); this script" \
-       "needs one. Nothing was run." >&2
+       "needs one (DRY_RUN=1 checks it without one). Nothing was run." >&2
   exit 2
 fi
 nvcc=/usr/local/cuda/bin/nvcc
-if [[ ! -x "$nvcc" ]] && ! command -v nvcc >/dev/null 2>&1; then
+if [[ -z "$dry" && ! -x "$nvcc" ]] && ! command -v nvcc >/dev/null 2>&1; then
   echo "gpu_bench: no CUDA toolkit (nvcc) at /usr/local/cuda/bin or on PATH" >&2
   exit 2
 fi
@@ -100,13 +200,28 @@ build=${BUILD_DIR:-build-gpu}
 contexts=${CONTEXTS:-"16384 131072 1048576 4194304"}
 generate=${GENERATE:-32}
 
-if [[ -n "${PREBUILT:-}" ]]; then
+if [[ -n "$dry" ]]; then
+  # The existing build is checked, never rebuilt.
+  if [[ ! -f "$build/CMakeCache.txt" ]]; then
+    echo "gpu_bench: DRY_RUN: no build in $build (BUILD_DIR); build it first" >&2
+    exit 2
+  fi
+  if [[ -n "${PREBUILT:-}" ]]; then
+    devlibs=${DEVLIBS:-.devlibs}
+    if compgen -G "$devlibs/*.deb" >/dev/null; then
+      echo "gpu_bench: DRY_RUN: would unpack $(ls "$devlibs"/*.deb | wc -l) packages of $devlibs"
+    else
+      report FAIL "devlibs" "no .deb files in $devlibs (scripts/device_bundle.sh downloads them)"
+    fi
+  fi
+elif [[ -n "${PREBUILT:-}" ]]; then
   # A lent GPU machine that cannot install packages: scripts/device_bundle.sh
   # built $build on a Debian machine and downloaded the runtime libraries
   # into .devlibs; unpack them beside, not over, the system's.
-  if [[ -d .devlibs ]]; then
+  devlibs=${DEVLIBS:-.devlibs}
+  if [[ -d "$devlibs" ]]; then
     mkdir -p /tmp/drt-devlibs
-    for deb in .devlibs/*.deb; do dpkg-deb -x "$deb" /tmp/drt-devlibs; done
+    for deb in "$devlibs"/*.deb; do dpkg-deb -x "$deb" /tmp/drt-devlibs; done
     export LD_LIBRARY_PATH="/tmp/drt-devlibs/usr/lib/x86_64-linux-gnu:/tmp/drt-devlibs/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
   # The tests find their fixtures through the source path compiled into them.
@@ -124,48 +239,181 @@ else
   cmake --build "$build" -j"$(nproc)"
 fi
 
+# --- DRY_RUN checks.
+# check_tool STEP EXE ARGS...: prints the command; fails STEP when EXE is
+# missing, an --option is not one of EXE's flags (its --help), or, where no
+# GPU is visible, EXE run with ARGS stops for anything but the missing device
+# (absl rejects bad values before the tools look for a GPU; `accept=REGEX
+# check_tool ...` names another expected stop).
+no_device='no usable CUDA device|this build has no CUDA backend|CUDA device [0-9]+ requested|no CUDA-capable device|CUDA driver version is insufficient|cudaGetDevice'
+check_tool() {
+  local step=$1 exe=$2
+  shift 2
+  echo "dry run: $exe $*"
+  if [[ ! -x "$exe" ]]; then
+    report FAIL "$step" "$exe was not built"
+    return 0
+  fi
+  local help arg name unknown=()
+  # Each executable's --help once (a start of these binaries with their
+  # CUDA code takes seconds on a loaded machine).
+  local help_file="$dry_cache/help-$(basename "$exe").txt"
+  [[ -s "$help_file" ]] || "$exe" --help >"$help_file" 2>&1 || true
+  help=$(<"$help_file")
+  for arg in "$@"; do
+    [[ "$arg" == --* ]] || continue
+    name=${arg#--}
+    name=${name%%=*}
+    grep -qF -- "--$name (" <<<"$help" || unknown+=("--$name")
+  done
+  if ((${#unknown[@]} > 0)); then
+    report FAIL "$step" "$(basename "$exe") has no flag ${unknown[*]}"
+    return 0
+  fi
+  # Run once per set of arguments apart from --prompt_tokens (an integer,
+  # which absl checks like the rest).
+  local key
+  key=$(printf '%s\n' "$exe" "$@" | sed '/^--prompt_tokens$/,+1d' | md5sum | cut -c1-16)
+  if [[ -z "$gpu_visible" && ! -e "$dry_cache/ran-$key" ]]; then
+    touch "$dry_cache/ran-$key"
+    local out rc=0
+    out=$(timeout 120 "$exe" "$@" 2>&1) || rc=$?
+    if ((rc != 0)) && ! grep -qE "${accept:-$no_device}" <<<"$out"; then
+      report FAIL "$step" "$(basename "$exe") refused the arguments (exit $rc): $(tail -3 <<<"$out" | tr '\n' ' ')"
+      return 0
+    fi
+  fi
+  report PASS "$step" "dry run: $(basename "$exe") takes these arguments"
+}
+# check_catch_spec STEP EXE SPEC...: the Catch test specs select at least
+# one case, and every "~name" leaves out a case that exists (a stale name
+# would let a slow case back in).
+check_catch_spec() {
+  local step=$1 exe=$2
+  shift 2
+  echo "dry run: $exe $* --durations yes"
+  if [[ ! -x "$exe" ]]; then
+    report FAIL "$step" "$exe was not built"
+    return 0
+  fi
+  local count spec missing=()
+  count=$("$exe" "$@" --list-test-names-only 2>/dev/null | grep -c . || true)
+  for spec in "$@"; do
+    if [[ "$spec" == "~"* ]]; then
+      local name=${spec#\~} key
+      key=$(printf '%s\n' "$exe" "$name" | md5sum | cut -c1-16)
+      if [[ ! -e "$dry_cache/spec-$key" ]]; then
+        "$exe" "$name" --list-test-names-only 2>/dev/null | grep -c . >"$dry_cache/spec-$key" || true
+      fi
+      [[ "$(<"$dry_cache/spec-$key")" -ge 1 ]] || missing+=("$name")
+    fi
+  done
+  if ((${#missing[@]} > 0)); then
+    report FAIL "$step" "left-out case(s) not found: $(printf '"%s" ' "${missing[@]}")"
+  elif ((count == 0)); then
+    report FAIL "$step" "the spec selects no test case"
+  else
+    report PASS "$step" "dry run: selects $count test cases"
+  fi
+}
+# check_ctest STEP ARGS...: ctest ARGS selects tests; prints them.
+check_ctest() {
+  local step=$1
+  shift
+  echo "dry run: ctest --test-dir $build $*"
+  local list count
+  list=$(ctest --test-dir "$build" -N "$@" 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p')
+  count=$(grep -c . <<<"$list" || true)
+  sed 's/^/   /' <<<"$list"
+  if ((count == 0)); then
+    report FAIL "$step" "ctest $* selects no test in $build"
+  else
+    report PASS "$step" "dry run: ctest $* selects $count tests"
+  fi
+}
+
+# Catch's console reporter wraps a WARN at 80 columns: "warning:" then the
+# message indented by two spaces over several lines, then a blank line.
+# Prints each warning of a ctest log on one line.
+unwrap_warnings() {
+  awk '/^warning:$/ {w = 1; msg = ""; next}
+       w && /^  / {sub(/^  /, ""); msg = (msg == "" ? $0 : msg " " $0); next}
+       w {print msg; w = 0}' "$1"
+}
+
 if [[ -z "${SKIP_TESTS:-}" && -z "${SKIP_CTEST:-}" ]]; then
-  echo "== ctest -L cuda"
-  ctest_log=$(mktemp)
-  ctest --test-dir "$build" -L cuda --output-on-failure 2>&1 | tee "$ctest_log"
-  if grep -q '(Skipped)\|Not Run' "$ctest_log"; then
-    echo "gpu_bench: CUDA tests were skipped although a GPU is present" >&2
-    exit 1
+  echo "== ctest -L cuda${CTEST_REGEX:+ -R $CTEST_REGEX} (-j $ctest_jobs)"
+  ctest_args=(-L cuda)
+  [[ -n "${CTEST_REGEX:-}" ]] && ctest_args+=(-R "$CTEST_REGEX")
+  if [[ -n "$dry" ]]; then
+    check_ctest "ctest -L cuda" "${ctest_args[@]}"
+  else
+    ctest_log="$log_dir/ctest_cuda.log"
+    started=$SECONDS
+    rc=0
+    limit=()
+    ((ctest_timeout > 0)) && limit=(timeout --kill-after=30 "$ctest_timeout")
+    "${limit[@]}" ctest --test-dir "$build" "${ctest_args[@]}" -j "$ctest_jobs" \
+      --output-on-failure 2>&1 | tee "$ctest_log" || rc=$?
+    elapsed=$((SECONDS - started))
+    cp "$build/Testing/Temporary/LastTest.log" "$log_dir/LastTest_cuda.log" 2>/dev/null || true
+    # The precision figures (passing tests WARN them; ctest shows only the
+    # output of failures, its LastTest.log all of it): fp32 CUDA vs CPU
+    # (limit 1e-4, identical retrievals), bf16 CUDA vs the float64 goldens
+    # (limits: the bf16 reference's figures, docs/cuda.md), sessions batched
+    # vs alone (issue 11, limit 1e-4), a state moved CUDA fp32 <-> CPU
+    # (limit 1e-4), and whatever else the CUDA tests WARN.
+    if [[ -f "$log_dir/LastTest_cuda.log" ]]; then
+      unwrap_warnings "$log_dir/LastTest_cuda.log" | grep -v 'no CUDA device' |
+        sort | uniq -c | sort -k2 >"$log_dir/cuda_test_warnings.txt" || true
+      echo "== what the CUDA tests warned (count, message; also in" \
+           "$log_dir/cuda_test_warnings.txt)"
+      cat "$log_dir/cuda_test_warnings.txt"
+    fi
+    if ((rc == 124 || rc == 137)); then
+      # Which selected tests never finished: those with no result line.
+      ran=$(sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \(.*[^ ]\) \.\.\..*/\1/p' "$ctest_log")
+      not_run=$(ctest --test-dir "$build" -N "${ctest_args[@]}" | sed -n 's/^ *Test *#[0-9]*: //p' |
+                grep -vxF -f <(printf '%s\n' "$ran") || true)
+      printf 'gpu_bench: not finished before the %s s limit:\n%s\n' "$ctest_timeout" "$not_run" |
+        tee "$log_dir/ctest_not_finished.txt" >&2
+      report STOPPED "ctest -L cuda" "stopped after ${ctest_timeout} s; $(grep -c . <<<"$not_run") tests did not finish (ctest_not_finished.txt); $(grep -o '[0-9]*% tests passed.*' "$ctest_log" || true)"
+    elif grep -q '(Skipped)\|Not Run' "$ctest_log"; then
+      report FAIL "ctest -L cuda" "CUDA tests were skipped although a GPU is present"
+    elif ((rc != 0)); then
+      report FAIL "ctest -L cuda" "$(grep -o '[0-9]*% tests passed.*' "$ctest_log" || echo "exit $rc"), ${elapsed} s"
+    else
+      report PASS "ctest -L cuda" "$(grep -o '[0-9]*% tests passed.*' "$ctest_log"), ${elapsed} s"
+    fi
   fi
-  rm -f "$ctest_log"
-  # The precision figures (passing tests WARN them; ctest hides that): fp32
-  # CUDA vs CPU (limit 1e-4, identical retrievals) and bf16 CUDA vs the
-  # float64 goldens (limits: the bf16 reference's figures, docs/cuda.md).
-  # The compact reporter prints each WARN on one line (the console reporter
-  # wraps them at 80 columns, which split the figures from their labels).
-  # Also the multi-session step figures (issue 11: a session batched vs
-  # alone, limit 1e-4; tests/cuda_backend/cuda_batch_step_test.cc), and a
-  # session's state moved CUDA fp32 <-> CPU (limit 1e-4;
-  # tests/cuda_backend/cuda_state_test.cc, CudaBackendOptions::state_export).
-  echo "== fp32 parity and bf16 error on the fixtures; sessions batched vs alone; state moved"
-  parity_log=$(mktemp)
-  if ! "$build/tests/cuda_backend/drt_cuda_backend_tests" \
-       "cuda fp32 *,cuda bf16 *,[batch_step],cuda state: *" \
-       --reporter compact >"$parity_log" 2>&1; then
-    cat "$parity_log"
-    echo "gpu_bench: the fp32 parity, bf16 error, batched step or state tests failed" >&2
-    exit 1
-  fi
-  grep -E ' fp32: worst| bf16 vs float64 golden|worst relative difference' "$parity_log" |
-    sed -E "s/^.*warning: '//; s/'$//"
-  rm -f "$parity_log"
 fi
 
-if [[ -z "${SKIP_TESTS:-}" ]]; then
-  if [[ ! -x "$sanitizer" ]]; then
-    echo "gpu_bench: compute-sanitizer not found at $sanitizer" >&2
-    exit 1
+# drt-server --device cuda with --state_dir (tests/server/cuda_durable_test.cc):
+# in drt_server_tests, which scripts/device_bundle.sh builds for this.
+if [[ -z "${SKIP_TESTS:-}" && -z "${SKIP_DURABLE:-}" ]]; then
+  echo "== ctest -R \"^cuda durable\""
+  if [[ ! -x "$build/tests/drt_server_tests" ]]; then
+    report SKIP "cuda durable" "$build/tests/drt_server_tests was not built"
+  elif [[ -n "$dry" ]]; then
+    check_ctest "cuda durable" -R "^cuda durable"
+  else
+    started=$SECONDS
+    rc=0
+    ctest --test-dir "$build" -R "^cuda durable" --output-on-failure 2>&1 |
+      tee "$log_dir/ctest_durable.log" || rc=$?
+    if grep -q '(Skipped)\|Not Run' "$log_dir/ctest_durable.log"; then
+      report FAIL "cuda durable" "skipped although a GPU is present"
+    elif ((rc != 0)); then
+      report FAIL "cuda durable" "$(grep -o '[0-9]*% tests passed.*' "$log_dir/ctest_durable.log" || echo "exit $rc")"
+    else
+      report PASS "cuda durable" "$(grep -o '[0-9]*% tests passed.*' "$log_dir/ctest_durable.log"), $((SECONDS - started)) s"
+    fi
   fi
+fi
+
+if [[ -z "${SKIP_TESTS:-}" && -n "$sanitizer_runs" ]]; then
   kernel_tests="$build/tests/cuda/drt_cuda_kernel_tests"
   backend_tests="$build/tests/cuda_backend/drt_cuda_backend_tests"
-  for exe in "$kernel_tests" "$backend_tests"; do
-    [[ -x "$exe" ]] || { echo "gpu_bench: $exe was not built" >&2; exit 1; }
-  done
   # The sanitizers slow the tests down (in the run below: memcheck up to about
   # 20x, racecheck up to about 90x), so the slowest cases are left out where they would
   # not finish within a device lease; each is in ctest -L cuda above,
@@ -182,37 +430,29 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
   #   kernels on the smaller cases: "2^14 landmarks at d = 768" (the same
   #   shared-memory layout) and the vocabulary-1000 sampling case.
   # - racecheck of the backend tests: the fixture case only (310 s there).
+  # The cases written since that run and never sanitized (decode graphs, the
+  # device tier, batched steps, the chunk store of encoder rows, tensor-core
+  # prefill, split decode, fused GEMVs) are runs of their own ("-new"), so
+  # that a limit reached in the older cases does not leave them out; the
+  # plain runs leave them out.
   # Each run has a time limit (SANITIZER_TIMEOUT, seconds; 480 fits one run
   # into a 10-minute device command): a run that does not finish in it is
   # stopped and reported instead of using up the lease. SANITIZER_RUNS picks
-  # runs (checked at the top), so that they can be spread over commands.
+  # runs (checked at the top), so that they can be spread over commands;
+  # SANITIZER_PARALLEL=1 runs them at once.
   memcheck_backend_skip=("cuda: prefill, pieces and token-by-token decode agree"
                          "cuda fp32 matches the cpu backend on the fixtures: token-by-token decode")
   racecheck_kernel_skip=("cuda landmark top-k: 2^20 landmarks"
                          "cuda landmark top-k: 2^20 landmarks at d = 768"
                          "cuda sampling: the CPU sampler's rule at GPT-2's vocabulary (50257)")
-  sanitizer_failures=()
-  # run_sanitizer TOOL EXE [CATCH TEST SPEC...]: compute-sanitizer TOOL on EXE
-  # with Catch's per-case durations; records a failure or a timeout.
-  run_sanitizer() {
-    local tool=$1 exe=$2
-    shift 2
-    local name
-    name=$(basename "$exe")
-    local options=(--tool "$tool" --error-exitcode 1)
-    [[ "$tool" == memcheck ]] && options+=(--leak-check full)
-    echo "== compute-sanitizer $tool $name (time limit $sanitizer_timeout s)"
-    local rc=0
-    timeout --kill-after=30 "$sanitizer_timeout" \
-      "$sanitizer" "${options[@]}" "$exe" "$@" --durations yes || rc=$?
-    if ((rc == 124 || rc == 137)); then
-      echo "gpu_bench: compute-sanitizer $tool $name did not finish in $sanitizer_timeout s;" \
-           "the cases with a duration above finished" >&2
-      sanitizer_failures+=("$tool $name: stopped after $sanitizer_timeout s")
-    elif ((rc != 0)); then
-      sanitizer_failures+=("$tool $name: exit status $rc")
-    fi
-  }
+  # The "-new" cases: Catch specs, each one argument ("," inside one is "or").
+  backend_new=("[decode_graphs]" "[device_tier]" "[batch_step]" "[chunk_store]" "[decode_fused_gemv]"
+               "cuda: the tensor-core prefill kernels agree with decode"
+               "cuda: the split window decode kernel decodes like the cpu backend")
+  kernel_new=("cuda decode gemv: *" "cuda window attention: tensor-core prefill tiles"
+              "cuda GCA: tensor-core prefill tiles" "cuda window attention: split decode*"
+              "cuda window attention: decode_splits values" "cuda device position: *")
+  racecheck_backend_case="cuda fp32 matches the cpu backend on the fixtures: whole prompt"
   # Catch test specs that leave the named cases out: "~name", one argument
   # each (Catch ANDs its arguments), a comma escaped (unescaped it would
   # split the name into two specs).
@@ -220,8 +460,32 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
     local name
     for name in "$@"; do printf '~%s\n' "${name//,/\\,}"; done
   }
+  either() {  # one spec selecting any of the given specs (names escaped)
+    local IFS=,
+    local escaped=()
+    local spec
+    for spec in "$@"; do
+      if [[ "$spec" == "["* ]]; then escaped+=("$spec"); else escaped+=("${spec//,/\\,}"); fi
+    done
+    echo "${escaped[*]}"
+  }
   mapfile -t memcheck_backend_filter < <(exclusions "${memcheck_backend_skip[@]}")
+  for spec in "${backend_new[@]}"; do memcheck_backend_filter+=("~$spec"); done
   mapfile -t racecheck_kernel_filter < <(exclusions "${racecheck_kernel_skip[@]}")
+  for spec in "${kernel_new[@]}"; do racecheck_kernel_filter+=("~$spec"); done
+  backend_new_spec=$(either "${backend_new[@]}")
+  kernel_new_spec=$(either "${kernel_new[@]}")
+  # run_args RUN: prints the tool, the executable and its Catch specs, one a line.
+  run_args() {
+    case "$1" in
+      memcheck-kernel) printf '%s\n' memcheck "$kernel_tests" ;;
+      memcheck-backend) printf '%s\n' memcheck "$backend_tests" "${memcheck_backend_filter[@]}" ;;
+      memcheck-backend-new) printf '%s\n' memcheck "$backend_tests" "$backend_new_spec" ;;
+      racecheck-kernel) printf '%s\n' racecheck "$kernel_tests" "${racecheck_kernel_filter[@]}" ;;
+      racecheck-kernel-new) printf '%s\n' racecheck "$kernel_tests" "$kernel_new_spec" ;;
+      racecheck-backend) printf '%s\n' racecheck "$backend_tests" "$racecheck_backend_case" ;;
+    esac
+  }
   echo "== sanitizers: left out (ctest -L cuda runs them, unsanitized):"
   for name in "${memcheck_backend_skip[@]}"; do
     echo "   memcheck $(basename "$backend_tests"): $name"
@@ -229,21 +493,62 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
   for name in "${racecheck_kernel_skip[@]}"; do
     echo "   racecheck $(basename "$kernel_tests"): $name"
   done
-  echo "   racecheck $(basename "$backend_tests"): all but" \
-       "\"cuda fp32 matches the cpu backend on the fixtures: whole prompt\""
-  for run in $sanitizer_runs; do
-    case "$run" in
-      memcheck-kernel) run_sanitizer memcheck "$kernel_tests" ;;
-      memcheck-backend) run_sanitizer memcheck "$backend_tests" "${memcheck_backend_filter[@]}" ;;
-      racecheck-kernel) run_sanitizer racecheck "$kernel_tests" "${racecheck_kernel_filter[@]}" ;;
-      racecheck-backend)
-        run_sanitizer racecheck "$backend_tests" \
-          "cuda fp32 matches the cpu backend on the fixtures: whole prompt" ;;
-    esac
-  done
-  if ((${#sanitizer_failures[@]} > 0)); then
-    printf 'gpu_bench: sanitizer run failed: %s\n' "${sanitizer_failures[@]}" >&2
-    exit 1
+  echo "   racecheck $(basename "$backend_tests"): all but \"$racecheck_backend_case\""
+  if [[ -z "$dry" && ! -x "$sanitizer" ]]; then
+    report FAIL "sanitizers" "compute-sanitizer not found at $sanitizer"
+  else
+    # sanitizer_command RUN: the command line of one run.
+    sanitizer_command() {
+      local args
+      mapfile -t args < <(run_args "$1")
+      local options=(--tool "${args[0]}" --error-exitcode 1)
+      [[ "${args[0]}" == memcheck ]] && options+=(--leak-check full)
+      printf '%s\n' timeout --kill-after=30 "$sanitizer_timeout" "$sanitizer" "${options[@]}" \
+        "${args[@]:1}" --durations yes
+    }
+    # sanitizer_result RUN RC LOG: one report line; the cases that finished
+    # are those with a Catch duration line ("<seconds> s: <name>").
+    sanitizer_result() {
+      local run=$1 rc=$2 log=$3 done_cases
+      done_cases=$(grep -cE '^[0-9]+\.[0-9]+ s: ' "$log" || true)
+      if ((rc == 124 || rc == 137)); then
+        report STOPPED "sanitizer $run" "did not finish in $sanitizer_timeout s; $done_cases cases finished first ($(basename "$log"))"
+      elif ((rc != 0)); then
+        report FAIL "sanitizer $run" "exit status $rc, $done_cases cases finished; $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" || true) ($(basename "$log"))"
+      else
+        report PASS "sanitizer $run" "$done_cases cases; $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" || true)"
+      fi
+    }
+    pids=()
+    runs=()
+    for run in $sanitizer_runs; do
+      mapfile -t command < <(sanitizer_command "$run")
+      if [[ -n "$dry" ]]; then
+        mapfile -t args < <(run_args "$run")
+        check_catch_spec "sanitizer $run" "${args[1]}" "${args[@]:2}"
+        echo "   (under: ${command[*]:0:8})"
+        continue
+      fi
+      log="$log_dir/sanitizer-$run.log"
+      echo "== compute-sanitizer $run (time limit $sanitizer_timeout s; log $log)"
+      if [[ -n "${SANITIZER_PARALLEL:-}" ]]; then
+        "${command[@]}" >"$log" 2>&1 &
+        pids+=($!)
+        runs+=("$run")
+      else
+        rc=0
+        "${command[@]}" 2>&1 | tee "$log" || rc=$?
+        sanitizer_result "$run" "$rc" "$log"
+      fi
+    done
+    for i in "${!pids[@]}"; do
+      rc=0
+      wait "${pids[$i]}" || rc=$?
+      log="$log_dir/sanitizer-${runs[$i]}.log"
+      echo "== compute-sanitizer ${runs[$i]}: the end of its log"
+      tail -n 25 "$log"
+      sanitizer_result "${runs[$i]}" "$rc" "$log"
+    done
   fi
 fi
 
@@ -256,20 +561,27 @@ if [[ -z "${SKIP_WINDOW_BENCH:-}" ]]; then
   echo "== drt-window-bench (window attention of decode steps: row vs split kernel)"
   # First run of unverified code: a failure or a hang must not cost the table.
   for rows in 1 8; do
-    timeout 120 "$build/tools/drt-window-bench" --n "$rows" --heads 12 --kv_heads 12 \
-      --head_dim 64 --window 512 --runs 200 || echo "gpu_bench: drt-window-bench --n $rows failed (exit $?)" >&2
+    window_args=(--n "$rows" --heads 12 --kv_heads 12 --head_dim 64 --window 512 --runs 200)
+    if [[ -n "$dry" ]]; then
+      check_tool "drt-window-bench --n $rows" "$build/tools/drt-window-bench" "${window_args[@]}"
+    else
+      rc=0
+      timeout 120 "$build/tools/drt-window-bench" "${window_args[@]}" || rc=$?
+      if ((rc == 0)); then report PASS "drt-window-bench --n $rows"
+      else report FAIL "drt-window-bench --n $rows" "exit $rc"; fi
+    fi
   done
 fi
 
 if [[ -n "${SKIP_TABLE:-}" ]]; then
   echo "gpu_bench: SKIP_TABLE set; tests and sanitizers done"
-  exit 0
+  finish
 fi
 
 # The paper's 128M configuration (tests/fixtures/reference_configs holds a
 # copy of ../shared/reference/drt-config_63.json), random weights in bf16.
-model="$build/models/drt-128m-random-bf16"
-if [[ ! -f "$model/model.safetensors" ]]; then
+model=${MODEL:-"$build/models/drt-128m-random-bf16"}
+if [[ -n "$dry" || ! -f "$model/model.safetensors" ]]; then
   config=tests/fixtures/reference_configs/drt-config_63.json
   [[ -f ../shared/reference/drt-config_63.json ]] && config=../shared/reference/drt-config_63.json
   mapfile -t args < <("$python" - "$config" <<'PY'
@@ -289,20 +601,45 @@ for k, v in pairs:
     print(v)
 PY
 )
-  "$python" weights_tools/make_random_model.py --out "$model" --dtype bf16 \
-    --tokenizer tests/fixtures/gpt2-tokenizer/tokenizer.json "${args[@]}"
+  made="$build/models/drt-128m-random-bf16"
+  [[ -z "$dry" && -n "${MODEL:-}" ]] && made=$MODEL
+  make_model=("$python" weights_tools/make_random_model.py --out "$made" --dtype bf16
+              --tokenizer tests/fixtures/gpt2-tokenizer/tokenizer.json "${args[@]}")
+  if [[ -n "$dry" ]]; then
+    echo "dry run: ${make_model[*]}"
+    if ((${#args[@]} != 30)); then
+      report FAIL "model" "the config gave ${#args[@]} arguments, expected 15 pairs"
+    elif ! "$python" -c 'import numpy' 2>/dev/null; then
+      report FAIL "model" "$python has no numpy"
+    else
+      report PASS "model" "dry run: would make $made"
+    fi
+    # The tools below need some model to load: MODEL, else the bundled one.
+    model=${MODEL:-models/drt-text-byte}
+    [[ -f "$model/model.safetensors" ]] || model=models/drt-text-byte
+  elif ! "${make_model[@]}"; then
+    report FAIL "model" "weights_tools/make_random_model.py failed; nothing below can run"
+    finish
+  fi
 fi
 
+bench_results=${BENCH_RESULTS:-}
 # Runs drt-bench once; prints its bench_result line with the peak GPU memory
-# of the process (sampled with nvidia-smi) appended.
+# of the process (sampled with nvidia-smi) appended. A failure is reported
+# (FAIL "drt-bench ARGS") and prints nothing.
 run_bench() {
+  local bench_args=(--model "$model" --device cuda --random_prompt
+    --generate "$generate" --window_decode_splits "${WINDOW_DECODE_SPLITS:-0}"
+    --prefill_tensor_cores="${PREFILL_TENSOR_CORES:-false}"
+    --decode_graphs="${DECODE_GRAPHS:-false}"
+    --decode_fused_gemv="${DECODE_FUSED_GEMV:-false}" "$@")
+  if [[ -n "$dry" ]]; then
+    check_tool "drt-bench $*" "$build/bench/drt-bench" "${bench_args[@]}" >&2
+    return 0
+  fi
   local out
   out=$(mktemp)
-  "$build/bench/drt-bench" --model "$model" --device cuda --random_prompt \
-    --generate "$generate" --window_decode_splits "${WINDOW_DECODE_SPLITS:-0}" \
-    --prefill_tensor_cores="${PREFILL_TENSOR_CORES:-false}" \
-    --decode_graphs="${DECODE_GRAPHS:-false}" \
-    --decode_fused_gemv="${DECODE_FUSED_GEMV:-false}" "$@" >"$out" 2>/dev/null &
+  "$build/bench/drt-bench" "${bench_args[@]}" >"$out" 2>&1 &
   local pid=$! peak=0 used
   while kill -0 "$pid" 2>/dev/null; do
     used=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
@@ -310,42 +647,59 @@ run_bench() {
     [[ -n "$used" && "$used" -gt "$peak" ]] && peak=$used
     sleep 0.5
   done
-  if ! wait "$pid"; then
-    echo "gpu_bench: drt-bench $* failed:" >&2
-    cat "$out" >&2
+  local rc=0
+  wait "$pid" || rc=$?
+  if ((rc != 0)) || ! grep -q '^bench_result ' "$out"; then
+    echo "gpu_bench: drt-bench $* failed (exit $rc):" >&2
+    tail -n 20 "$out" >&2
+    report FAIL "drt-bench $*" "exit $rc" >&2
     rm -f "$out"
-    return 1
+    return 0
   fi
-  echo "$(grep '^bench_result ' "$out") gpu_peak_mib=$peak"
+  local line
+  line="$(grep '^bench_result ' "$out") gpu_peak_mib=$peak"
+  [[ -n "$bench_results" ]] && echo "drt-bench $*: $line" >>"$bench_results"
+  echo "$line"
   rm -f "$out"
 }
 
 field() {  # field NAME LINE
   tr ' ' '\n' <<<"$2" | awk -F= -v k="$1" '$1 == k {print $2}'
 }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{print (b > 0) ? a/b : 0}'; }
+num() { [[ "$1" =~ ^-?[0-9.e+-]+$ ]] && echo "$1" || echo 0; }  # a missing figure prints 0
 
-rows=()
-for ctx in $contexts; do
-  echo "== context $ctx tokens" >&2
-  gca=$(run_bench --prompt_tokens "$ctx")
-  base=$(run_bench --prompt_tokens "$ctx" --disable_gca)
-  floor=$(field weight_read_floor_ms "$gca")
-  rows+=("$ctx|$(field prefill_tokens_per_s "$gca")|$(field decode_ms_median "$gca")|$(field decode_ms_median "$base")|$(field gpu_peak_mib "$gca")|$(field session_host_bytes "$gca")|$(field peak_rss_bytes "$gca")|$(field h2d_bytes_per_token "$gca")")
-done
+if [[ -z "${SKIP_MAIN_TABLE:-}" ]]; then
+  rows=()
+  floor=
+  for ctx in $contexts; do
+    echo "== context $ctx tokens" >&2
+    gca=$(run_bench --prompt_tokens "$ctx" --cuda_chunk_store "$chunk_store")
+    base=$(run_bench --prompt_tokens "$ctx" --disable_gca)
+    [[ -n "$gca" ]] && floor=$(field weight_read_floor_ms "$gca")
+    rows+=("$ctx|$(field prefill_tokens_per_s "$gca")|$(field decode_ms_median "$gca")|$(field decode_ms_median "$base")|$(field gpu_peak_mib "$gca")|$(field session_host_bytes "$gca")|$(field peak_rss_bytes "$gca")|$(field h2d_bytes_per_token "$gca")")
+  done
 
-echo
-echo "drt-bench, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), model: 128M config" \
-     "(random bf16 weights), $generate generated tokens per context, greedy"
-echo "weight-read floor (bf16 weights / measured device copy bandwidth): $floor ms per token"
-printf '%-10s %14s %10s %10s %10s %16s %10s %14s %14s %12s\n' context prefill_tok/s decode_ms \
-  x_floor x_no_gca decode_ms_no_gca gpu_MiB session_host_MiB peak_rss_MiB h2d_B/token
-for row in "${rows[@]}"; do
-  IFS='|' read -r ctx prefill decode base gpu host rss h2d <<<"$row"
-  printf '%-10s %14.0f %10.3f %10.2f %10.2f %16.3f %10s %14.0f %14.0f %12.0f\n' "$ctx" "$prefill" \
-    "$decode" "$(awk -v a="$decode" -v b="$floor" 'BEGIN{print (b > 0) ? a/b : 0}')" \
-    "$(awk -v a="$decode" -v b="$base" 'BEGIN{print (b > 0) ? a/b : 0}')" "$base" "$gpu" \
-    "$(awk -v b="$host" 'BEGIN{print b/1048576}')" "$(awk -v b="$rss" 'BEGIN{print b/1048576}')" "$h2d"
-done
+  if [[ -z "$dry" ]]; then
+    echo
+    echo "drt-bench, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), model: 128M config" \
+         "(random bf16 weights), $generate generated tokens per context, greedy;" \
+         "window_decode_splits=${WINDOW_DECODE_SPLITS:-0} prefill_tensor_cores=${PREFILL_TENSOR_CORES:-false}" \
+         "decode_graphs=${DECODE_GRAPHS:-false} decode_fused_gemv=${DECODE_FUSED_GEMV:-false}" \
+         "cuda_chunk_store=$chunk_store"
+    echo "weight-read floor (bf16 weights / measured device copy bandwidth): ${floor:-?} ms per token"
+    printf '%-10s %14s %10s %10s %10s %16s %10s %14s %14s %12s\n' context prefill_tok/s decode_ms \
+      x_floor x_no_gca decode_ms_no_gca gpu_MiB session_host_MiB peak_rss_MiB h2d_B/token
+    for row in "${rows[@]}"; do
+      IFS='|' read -r ctx prefill decode base gpu host rss h2d <<<"$row"
+      printf '%-10s %14.0f %10.3f %10.2f %10.2f %16.3f %10s %14.0f %14.0f %12.0f\n' "$ctx" \
+        "$(num "$prefill")" "$(num "$decode")" "$(ratio "$(num "$decode")" "$(num "$floor")")" \
+        "$(ratio "$(num "$decode")" "$(num "$base")")" "$(num "$base")" "$gpu" \
+        "$(awk -v b="$(num "$host")" 'BEGIN{print b/1048576}')" \
+        "$(awk -v b="$(num "$rss")" 'BEGIN{print b/1048576}')" "$(num "$h2d")"
+    done
+  fi
+fi
 
 # Issue 10, item 4: the same GCA runs with the host chunk store of encoder
 # rows (--cuda_chunk_store=encoder_rows, off by default; docs/cuda.md "Chunk
@@ -354,17 +708,20 @@ done
 if [[ -z "${SKIP_ENCODER_ROWS:-}" ]]; then
   echo
   echo "== drt-bench --cuda_chunk_store=encoder_rows (the same contexts; kv figures above)"
-  printf '%-10s %14s %10s %14s %12s %14s\n' context prefill_tok/s decode_ms session_host_MiB \
-    h2d_B/token host_vs_kv
+  [[ -z "$dry" ]] && printf '%-10s %14s %10s %14s %12s %14s\n' context prefill_tok/s decode_ms \
+    session_host_MiB h2d_B/token host_vs_kv
   i=0
   for ctx in $contexts; do
     rows_run=$(run_bench --prompt_tokens "$ctx" --cuda_chunk_store encoder_rows)
-    IFS='|' read -r _ _ _ _ _ kv_host _ _ <<<"${rows[$i]}"
-    host=$(field session_host_bytes "$rows_run")
-    printf '%-10s %14.0f %10.3f %14.0f %12.0f %14.3f\n' "$ctx" \
-      "$(field prefill_tokens_per_s "$rows_run")" "$(field decode_ms_median "$rows_run")" \
-      "$(awk -v b="$host" 'BEGIN{print b/1048576}')" "$(field h2d_bytes_per_token "$rows_run")" \
-      "$(awk -v a="$host" -v b="$kv_host" 'BEGIN{print (b > 0) ? a/b : 0}')"
+    kv_host=0
+    if [[ -z "${SKIP_MAIN_TABLE:-}" && "$chunk_store" == kv ]]; then
+      IFS='|' read -r _ _ _ _ _ kv_host _ _ <<<"${rows[$i]}"
+    fi
+    host=$(num "$(field session_host_bytes "$rows_run")")
+    [[ -z "$dry" ]] && printf '%-10s %14.0f %10.3f %14.0f %12.0f %14.3f\n' "$ctx" \
+      "$(num "$(field prefill_tokens_per_s "$rows_run")")" "$(num "$(field decode_ms_median "$rows_run")")" \
+      "$(awk -v b="$host" 'BEGIN{print b/1048576}')" "$(num "$(field h2d_bytes_per_token "$rows_run")")" \
+      "$(ratio "$host" "$(num "$kv_host")")"
     i=$((i + 1))
   done
 fi
@@ -380,14 +737,15 @@ if [[ -z "${SKIP_TABLE3:-}" ]]; then
   echo
   echo "== Table 3 layout: DRT / base LM, with CPU offload (--chunk_tier host) and without" \
        "(--chunk_tier device)"
-  printf '%-10s %-16s %16s %16s %16s %16s %14s\n' context offload time_ratio memory_ratio \
-    decode_ms gpu_MiB prefill_tok_s
+  [[ -z "$dry" ]] && printf '%-10s %-16s %16s %16s %16s %16s %14s\n' context offload time_ratio \
+    memory_ratio decode_ms gpu_MiB prefill_tok_s
   for ctx in ${TABLE3_CONTEXTS:-16384 49152}; do
     base=$(run_bench --prompt_tokens "$ctx" --disable_gca)
-    d_base=$(field decode_ms_median "$base"); m_base=$(field gpu_peak_mib "$base")
+    d_base=$(num "$(field decode_ms_median "$base")"); m_base=$(num "$(field gpu_peak_mib "$base")")
     for tier in host "${TABLE3_NO_OFFLOAD:-device}"; do
       gca=$(run_bench --prompt_tokens "$ctx" --chunk_tier "$tier")
-      d_gca=$(field decode_ms_median "$gca"); m_gca=$(field gpu_peak_mib "$gca")
+      [[ -n "$dry" ]] && continue
+      d_gca=$(num "$(field decode_ms_median "$gca")"); m_gca=$(num "$(field gpu_peak_mib "$gca")")
       # The tier the session got (auto may fall back to the host): a
       # "without" row measured on the host tier is labelled so.
       used=$(field chunk_tier_used "$gca")
@@ -396,8 +754,7 @@ if [[ -z "${SKIP_TABLE3:-}" ]]; then
         echo "warning: --chunk_tier $tier at $ctx tokens ran on the $used tier" >&2
       fi
       printf '%-10s %-16s %16.3f %16.3f %16s %16s %14s\n' "$ctx" "$label" \
-        "$(awk -v a="$d_gca" -v b="$d_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \
-        "$(awk -v a="$m_gca" -v b="$m_base" 'BEGIN{print (b > 0) ? a/b : 0}')" \
+        "$(ratio "$d_gca" "$d_base")" "$(ratio "$m_gca" "$m_base")" \
         "$d_gca / $d_base" "$m_gca / $m_base" "$(field prefill_tokens_per_s "$gca")"
     done
   done
@@ -412,13 +769,33 @@ fi
 if [[ -z "${SKIP_PEER:-}" ]]; then
   echo
   echo "== full-attention peer (bench/full_attention_peer.py)"
-  if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
-    python3 bench/full_attention_peer.py --dtype fp32 --layers 2 --hidden 256 --heads 4 \
-      --intermediate 512 --vocab 1000 --contexts 1024 --tokens 4 --self_check 64 | grep '^# self check'
-    python3 bench/full_attention_peer.py --contexts "${PEER_CONTEXTS:-16384,131072,1048576,2097152,4194304}" \
-      | grep -v '^json '
+  self_check=(--dtype fp32 --layers 2 --hidden 256 --heads 4 --intermediate 512 --vocab 1000
+              --contexts 1024 --tokens 4 --self_check 64)
+  peer=(--contexts "${PEER_CONTEXTS:-16384,131072,1048576,2097152,4194304}")
+  if [[ -n "$dry" ]]; then
+    echo "dry run: python3 bench/full_attention_peer.py ${self_check[*]}"
+    echo "dry run: python3 bench/full_attention_peer.py ${peer[*]}"
+    # Its own CPU check where a torch is at hand (Debian's here): the same
+    # self check, eager on the CPU.
+    torch_python=
+    for candidate in python3 /usr/bin/python3; do
+      if "$candidate" -c 'import torch' >/dev/null 2>&1; then torch_python=$candidate; break; fi
+    done
+    if [[ -z "$torch_python" ]]; then
+      report SKIP "peer" "dry run: no python3 with torch here to run its CPU self check"
+    elif out=$("$torch_python" bench/full_attention_peer.py "${self_check[@]}" --device cpu \
+                 --no_graph 2>&1) && grep -q '^# self check' <<<"$out"; then
+      report PASS "peer" "dry run: the self check passes on the CPU ($(grep '^# self check' <<<"$out" | cut -c1-80))"
+    else
+      report FAIL "peer" "the CPU self check failed: $(tail -2 <<<"$out" | tr '\n' ' ')"
+    fi
+  elif command -v python3 >/dev/null 2>&1 && python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+    rc=0
+    python3 bench/full_attention_peer.py "${self_check[@]}" | grep '^# self check' || rc=$?
+    python3 bench/full_attention_peer.py "${peer[@]}" | grep -v '^json ' || rc=$?
+    if ((rc == 0)); then report PASS "peer"; else report FAIL "peer" "exit $rc"; fi
   else
-    echo "gpu_bench: no python3 with CUDA torch on PATH; the peer was not measured" >&2
+    report FAIL "peer" "no python3 with CUDA torch on PATH; the peer was not measured"
   fi
 fi
 
@@ -426,28 +803,55 @@ fi
 # (engine/batch_step.h; on CUDA slice by slice, docs/cuda.md "Steps of
 # several sessions") against the same N stepped one at a time, same model.
 if [[ -z "${SKIP_STEP_BENCH:-}" ]]; then
-  echo
-  echo "== drt-step-bench (aggregate decode, N sessions in one engine step)"
-  "$build/tools/drt-step-bench" --model "$model" --device cuda \
-    --sessions "${STEP_SESSIONS:-1,4,16,32,64}" --prompt_tokens "${STEP_PROMPT:-4096}" \
-    --generate "$generate" --repeats 3 --decode_graphs="${DECODE_GRAPHS:-false}" \
-    --decode_fused_gemv="${DECODE_FUSED_GEMV:-false}"
-  # The same with the step's rows in one op (CudaBackendOptions::
+  step_common=(--model "$model" --device cuda --sessions "${STEP_SESSIONS:-1,4,16,32,64}"
+               --prompt_tokens "${STEP_PROMPT:-4096}" --generate "$generate"
+               --repeats "${STEP_REPEATS:-3}" --decode_fused_gemv="${DECODE_FUSED_GEMV:-false}")
+  # Slice by slice, then the step's rows in one op (CudaBackendOptions::
   # batched_step_rows, off by default until this and its tests have run on a
   # GPU; docs/cuda.md "Batched steps"): one GEMM for the decode rows of all N.
-  echo
-  echo "== drt-step-bench --batched_step_rows"
-  "$build/tools/drt-step-bench" --model "$model" --device cuda --batched_step_rows \
-    --sessions "${STEP_SESSIONS:-1,4,16,32,64}" --prompt_tokens "${STEP_PROMPT:-4096}" \
-    --generate "$generate" --repeats 3 --sequential=false \
-    --decode_fused_gemv="${DECODE_FUSED_GEMV:-false}"
+  for variant in slices batched; do
+    if [[ "$variant" == slices ]]; then
+      step_args=("${step_common[@]}" --decode_graphs="${DECODE_GRAPHS:-false}")
+      echo
+      echo "== drt-step-bench (aggregate decode, N sessions in one engine step)"
+    else
+      step_args=("${step_common[@]}" --batched_step_rows --sequential=false)
+      echo
+      echo "== drt-step-bench --batched_step_rows"
+    fi
+    if [[ -n "$dry" ]]; then
+      check_tool "drt-step-bench $variant" "$build/tools/drt-step-bench" "${step_args[@]}"
+    else
+      rc=0
+      "$build/tools/drt-step-bench" "${step_args[@]}" || rc=$?
+      if ((rc == 0)); then report PASS "drt-step-bench $variant"
+      else report FAIL "drt-step-bench $variant" "exit $rc"; fi
+    fi
+  done
 fi
 
 if [[ -z "${SKIP_BATCH:-}" ]]; then
   echo
   echo "== drt-batch-bench: drt-server --device cuda, model: 128M config (random bf16 weights)"
-  BUILD_DIR="$build" MODEL="$model" DEVICE=cuda bash scripts/batch_bench.sh \
-    --sessions "${BATCH_SESSIONS:-1,4,16,32,64}" --prompt_tokens 4000 --generate 256 \
-    --load_sessions 8 --append_tokens 1000000 --repeats 3 --json "$build/batch_bench_cuda.json"
-  echo "gpu_bench: drt-batch-bench results also in $build/batch_bench_cuda.json"
+  batch_args=(--sessions "${BATCH_SESSIONS:-1,4,16,32,64}" --prompt_tokens 4000 --generate 256
+              --load_sessions 8 --append_tokens 1000000 --repeats "${BATCH_REPEATS:-3}"
+              --json "$log_dir/batch_bench_cuda.json")
+  if [[ -n "$dry" ]]; then
+    # scripts/batch_bench.sh starts the server with these, then the bench.
+    check_tool "drt-server (batch bench)" "$build/server/drt-server" --model "$model" \
+      --device cuda --listen 127.0.0.1:0 --http_listen=
+    # No server listens on port 1: the bench must get as far as connecting.
+    accept='127\.0\.0\.1:1|connect|UNAVAILABLE|[Dd]eadline' check_tool "drt-batch-bench" \
+      "$build/bench/drt-batch-bench" "${batch_args[@]}" --server 127.0.0.1:1 --connect_timeout 1
+  else
+    rc=0
+    BUILD_DIR="$build" MODEL="$model" DEVICE=cuda bash scripts/batch_bench.sh "${batch_args[@]}" || rc=$?
+    if ((rc == 0)); then
+      report PASS "drt-batch-bench" "results also in $log_dir/batch_bench_cuda.json"
+    else
+      report FAIL "drt-batch-bench" "exit $rc"
+    fi
+  fi
 fi
+
+finish

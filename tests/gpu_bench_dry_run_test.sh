@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# ctest gpu_bench_dry_run (label scripts): the GPU checklist cannot rot
+# between GPU sessions. Runs every stage of scripts/gpu_stage.sh with
+# DRY_RUN=1 against a normal build (no GPU needed) and checks
+#   - every stage passes: the executables exist, every flag is one of the
+#     tool's, the tools accept the values, each ctest selection and Catch spec
+#     selects tests and each left-out case exists;
+#   - the variables reach the commands (stage 3's B variant, stage 4's tiers
+#     and batched rows, stage 5's sessions and repeats);
+#   - the checker itself fails: a value drt-bench refuses
+#     (WINDOW_DECODE_SPLITS=abc), and an unknown sanitizer run;
+#   - scripts/bench_ab.py (stage 3's A/B table) on hand-made results.
+# Usage: tests/gpu_bench_dry_run_test.sh BUILD_DIR. Exit 77 (skipped) when
+# the build has no CUDA test executables (configured without nvcc).
+set -euo pipefail
+build=$(cd "${1:?usage: gpu_bench_dry_run_test.sh BUILD_DIR}" && pwd)
+cd "$(dirname "$0")/.."
+if [[ ! -x "$build/tests/cuda/drt_cuda_kernel_tests" ]]; then
+  echo "gpu_bench_dry_run: $build has no CUDA tests (built without nvcc); skipping"
+  exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+expect() {  # expect DESCRIPTION FILE PATTERN: grep -E PATTERN in FILE
+  if grep -qE -- "$3" "$2"; then
+    echo "ok: $1"
+  else
+    echo "FAILED: $1 (no /$3/ in $(basename "$2"))"
+    failed=1
+  fi
+}
+
+rc=0
+DRY_RUN=1 BUILD_DIR="$build" OUT="$tmp/out" bash scripts/gpu_stage.sh all >"$tmp/all.log" 2>&1 || rc=$?
+if ((rc != 0)); then
+  echo "FAILED: DRY_RUN=1 gpu_stage.sh all exited $rc; its FAIL lines:"
+  grep -E '^(FAIL|STOPPED)' "$tmp"/out/stage*-summary.txt || tail -40 "$tmp/all.log"
+  failed=1
+fi
+for s in 1 2 3 4 5; do
+  expect "stage $s summary written and passed" "$tmp/out/stage$s-summary.txt" \
+    "^stage $s: every step passed"
+done
+log=$tmp/all.log
+expect "stage 1: ctest -L cuda selects tests" "$tmp/out/stage1-summary.txt" \
+  '^PASS ctest -L cuda: dry run: ctest -L cuda selects [1-9][0-9]* tests'
+expect "stage 1: the two cuda durable tests" "$tmp/out/stage1-summary.txt" \
+  '^PASS cuda durable: dry run: ctest -R \^cuda durable selects 2 tests'
+for run in memcheck-kernel memcheck-backend memcheck-backend-new racecheck-kernel \
+           racecheck-kernel-new racecheck-backend; do
+  expect "stage 2: sanitizer $run" "$tmp/out/stage2-summary.txt" "^PASS sanitizer $run: "
+done
+expect "stage 2: the six runs at once under 450 s" "$log" \
+  'under: timeout --kill-after=30 450 .*compute-sanitizer --tool racecheck'
+expect "stage 3: B has every new option" "$log" \
+  'drt-bench .*--window_decode_splits 8 --prefill_tensor_cores=true --decode_graphs=true --decode_fused_gemv=true --prompt_tokens 1048576 --cuda_chunk_store encoder_rows'
+expect "stage 3: A has the defaults" "$log" \
+  'drt-bench .*--window_decode_splits 0 --prefill_tensor_cores=false --decode_graphs=false --decode_fused_gemv=false --prompt_tokens 1048576 --cuda_chunk_store kv'
+expect "stage 3: 4M" "$log" 'drt-bench .*--prompt_tokens 4194304'
+expect "stage 3: the 128M model's arguments" "$log" \
+  'make_random_model.py --out .*drt-128m-random-bf16 --dtype bf16 .*--hidden-size 768 .*--decoder-layers 6,6'
+expect "stage 4: Table 3 without offload" "$log" 'drt-bench .*--prompt_tokens 49152 --chunk_tier device'
+expect "stage 4: drt-step-bench --batched_step_rows" "$log" \
+  'drt-step-bench .*--sessions 1,4,16,32,64 .*--batched_step_rows --sequential=false'
+expect "stage 5: 1 and 32 sessions, one repeat" "$log" \
+  'drt-batch-bench --sessions 1,32 .*--repeats 1 '
+
+# The checker must be able to fail: a value drt-bench refuses...
+rc=0
+DRY_RUN=1 BUILD_DIR="$build" MODEL=models/drt-text-byte SKIP_TESTS=1 SKIP_ENCODER_ROWS=1 \
+  SKIP_TABLE3=1 SKIP_PEER=1 SKIP_STEP_BENCH=1 SKIP_BATCH=1 CONTEXTS=16384 \
+  WINDOW_DECODE_SPLITS=abc bash scripts/gpu_bench.sh >"$tmp/bad.log" 2>&1 || rc=$?
+if ((rc == 1)) && grep -q '^gpu_bench: FAIL drt-bench .*refused the arguments' "$tmp/bad.log"; then
+  echo "ok: a refused value fails the dry run"
+else
+  echo "FAILED: WINDOW_DECODE_SPLITS=abc passed the dry run (exit $rc)"
+  tail -20 "$tmp/bad.log"
+  failed=1
+fi
+# ...and a sanitizer run that does not exist.
+rc=0
+DRY_RUN=1 BUILD_DIR="$build" SANITIZER_RUNS=memcheck-everything bash scripts/gpu_bench.sh \
+  >"$tmp/bad2.log" 2>&1 || rc=$?
+if ((rc == 2)) && grep -q "unknown run 'memcheck-everything'" "$tmp/bad2.log"; then
+  echo "ok: an unknown sanitizer run is refused"
+else
+  echo "FAILED: SANITIZER_RUNS=memcheck-everything was not refused (exit $rc)"
+  failed=1
+fi
+# scripts/bench_ab.py (stage 3's A/B table) on hand-made lines: A's decode
+# runs 2.0 and 2.2 ms (median 2.1), B's 1.05 and 1.1 (median 1.075), so B is
+# 1.075 / 2.1 = 0.512 of A; the base LM line is a group of its own.
+a='bench_result device=cuda disable_gca=0 window_decode_splits=0 decode_graphs=0 cuda_chunk_store=kv context_tokens=16384 prefill_tokens_per_s=70000 session_host_bytes=1048576 h2d_bytes_per_token=0'
+b=${a/decode_graphs=0/decode_graphs=1}
+{
+  echo "drt-bench x: $a decode_ms_median=2.0"
+  echo "drt-bench x: ${b/cuda_chunk_store=kv/cuda_chunk_store=encoder_rows} decode_ms_median=1.05"
+  echo "drt-bench x: $a decode_ms_median=2.2"
+  echo "drt-bench x: ${b/cuda_chunk_store=kv/cuda_chunk_store=encoder_rows} decode_ms_median=1.1"
+  echo "drt-bench x: ${a/disable_gca=0/disable_gca=1} decode_ms_median=1.5"
+} >"$tmp/results.txt"
+python3 scripts/bench_ab.py "$tmp/results.txt" >"$tmp/ab.txt"
+expect "bench_ab: A's median and ratio" "$tmp/ab.txt" \
+  '^\| 16384 \| GCA \| A \(defaults\) \| 2\.000, 2\.200 \| 2\.100 \| 1\.000 \|'
+expect "bench_ab: B against A" "$tmp/ab.txt" \
+  '^\| 16384 \| GCA \| decode_graphs=1 cuda_chunk_store=encoder_rows \| 1\.050, 1\.100 \| 1\.075 \| 0\.512 \|'
+expect "bench_ab: the base LM apart" "$tmp/ab.txt" '^\| 16384 \| base LM \| A \(defaults\) \| 1\.500 \|'
+exit "$failed"
