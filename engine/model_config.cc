@@ -12,9 +12,15 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/model_fingerprint.h"
 #include "nlohmann/json.hpp"
 
 namespace drt {
+
+uint32_t ModelConfig::model_fingerprint() const {
+  return fingerprint == nullptr ? 0 : fingerprint->value();
+}
+
 namespace {
 
 using nlohmann::json;

@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace drt {
+
+class ModelFingerprint;
 
 struct ModelConfig {
   int64_t vocab_size = 0;
@@ -27,11 +30,15 @@ struct ModelConfig {
   int64_t chunk_id = 0;             // landmark token id
   int64_t pad_id = 0;
   bool tie_word_embeddings = true;
-  // Not a config.json key: CRC-32C of config.json and model.safetensors,
-  // set by LoadModelDir (engine/model_fingerprint.h); 0 for a config made
-  // otherwise. Session states carry it, so a state is refused by another
-  // model of the same shape (docs/state_format.md, "Model fingerprint").
-  uint32_t model_fingerprint = 0;
+  // Not a config.json key: the model's fingerprint, CRC-32C of config.json
+  // and model.safetensors, set by LoadModelDir and computed on first use
+  // (engine/model_fingerprint.h); shared by the config's copies; null for a
+  // config made otherwise. Session states carry it, so a state is refused by
+  // another model of the same shape (docs/state_format.md, "Model
+  // fingerprint").
+  std::shared_ptr<const ModelFingerprint> fingerprint;
+  // fingerprint's value (computing it on the first call), 0 without one.
+  uint32_t model_fingerprint() const;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t num_lower_layers() const { return decoder_layers.empty() ? 0 : decoder_layers[0]; }

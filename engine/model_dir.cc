@@ -107,16 +107,18 @@ absl::StatusOr<LoadedModel> LoadModelDir(const std::string& dir) {
   if (!files.ok()) return files.status();
   absl::StatusOr<ModelConfig> config = LoadModelConfig(files->config_path);
   if (!config.ok()) return config.status();
-  // The fingerprint (engine/model_fingerprint.h): the config file's CRC,
-  // continued over the weights file by its loader from the mapping it reads
-  // the tensors from, so the weights are read once and the fingerprint is
-  // of the bytes actually loaded.
-  absl::StatusOr<uint32_t> fingerprint = ConfigFileCrc32c(files->config_path);
-  if (!fingerprint.ok()) return fingerprint.status();
-  uint32_t crc = *fingerprint;
-  absl::StatusOr<ModelWeights> weights = LoadModelWeights(files->weights_path, *config, &crc);
+  // The fingerprint (engine/model_fingerprint.h): the config file's CRC now
+  // (a few KB), continued over the weights file from the mapping the
+  // tensors were read from when session states first need it, so a model
+  // used without states never reads its weights a second time and the
+  // fingerprint is of the bytes actually loaded.
+  absl::StatusOr<uint32_t> config_crc = ConfigFileCrc32c(files->config_path);
+  if (!config_crc.ok()) return config_crc.status();
+  std::shared_ptr<const SafetensorsFile> mapping;
+  absl::StatusOr<ModelWeights> weights =
+      LoadModelWeights(files->weights_path, *config, &mapping);
   if (!weights.ok()) return weights.status();
-  config->model_fingerprint = crc;
+  config->fingerprint = std::make_shared<const ModelFingerprint>(*config_crc, std::move(mapping));
   return LoadedModel{*std::move(files), *std::move(config), *std::move(weights)};
 }
 

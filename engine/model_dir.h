@@ -30,8 +30,8 @@ struct LoadedModel {
   ModelWeights weights;
 };
 
-// FindModelFiles, then the config, then the weights checked against it,
-// then the model's fingerprint (config.model_fingerprint).
+// FindModelFiles, then the config, then the weights checked against it;
+// the model's fingerprint (config.fingerprint) is computed when first used.
 absl::StatusOr<LoadedModel> LoadModelDir(const std::string& dir);
 
 }  // namespace drt

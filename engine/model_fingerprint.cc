@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/crc32c.h"
+#include "engine/safetensors.h"
 
 namespace drt {
 namespace {
@@ -40,6 +41,24 @@ absl::Status CrcOfFile(const std::string& path, uint32_t& crc) {
 }
 
 }  // namespace
+
+ModelFingerprint::ModelFingerprint(uint32_t value) : value_(value) {
+  std::call_once(once_, [] {});  // nothing left to compute
+  computed_.store(true, std::memory_order_release);
+}
+
+ModelFingerprint::ModelFingerprint(uint32_t config_crc,
+                                   std::shared_ptr<const SafetensorsFile> weights)
+    : value_(config_crc), weights_(std::move(weights)) {}
+
+uint32_t ModelFingerprint::value() const {
+  std::call_once(once_, [this] {
+    if (weights_ != nullptr) value_ = weights_->ContentCrc32c(value_);
+    weights_.reset();  // unmaps the file, unless its loader still holds it
+    computed_.store(true, std::memory_order_release);
+  });
+  return value_;
+}
 
 absl::StatusOr<uint32_t> ComputeModelFingerprint(const std::string& config_path,
                                                  const std::string& weights_path) {

@@ -264,12 +264,17 @@ std::vector<ExpectedTensor> OptionalTensors(const ModelConfig& config) {
 }
 
 absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& path, const ModelConfig& config,
-                                              uint32_t* file_crc) {
+                                              std::shared_ptr<const SafetensorsFile>* mapping) {
   try {
     absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(path);
     if (!file.ok()) return file.status();
     absl::StatusOr<ModelWeights> weights = LoadFromFile(**file, config);
-    if (weights.ok() && file_crc != nullptr) *file_crc = (*file)->ContentCrc32c(*file_crc);
+    if (weights.ok() && mapping != nullptr) {
+      // The weights are copied out; the mapping's pages would otherwise
+      // stay in this process's resident set for as long as it is kept.
+      (*file)->DropResidentPages();
+      *mapping = *std::move(file);
+    }
     return weights;
   } catch (const std::exception& e) {
     // std::bad_alloc from a checkpoint larger than memory, for one.

@@ -4,6 +4,7 @@
 // reference DRTForCausalLM state_dict (drt-model.md, "Parameter names").
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,11 +62,15 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config);
 // saves for every decoder layer (ignored: the engine computes the slopes).
 std::vector<ExpectedTensor> OptionalTensors(const ModelConfig& config);
 
-// Loads `path` (a .safetensors file) for `config`. When `file_crc` is given,
-// the CRC-32C of every byte of the file is continued into it, from the same
-// mapping the tensors were read from (the model fingerprint,
-// engine/model_fingerprint.h: no second open or read of the file).
-absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& path, const ModelConfig& config,
-                                              uint32_t* file_crc = nullptr);
+class SafetensorsFile;
+
+// Loads `path` (a .safetensors file) for `config`. When `mapping` is given,
+// the mapping the tensors were read from is handed back in it, its pages
+// dropped from this process's resident memory (they come back from the page
+// cache when read): the model fingerprint reads it later, when first needed
+// (engine/model_fingerprint.h: no second open of the file).
+absl::StatusOr<ModelWeights> LoadModelWeights(
+    const std::string& path, const ModelConfig& config,
+    std::shared_ptr<const SafetensorsFile>* mapping = nullptr);
 
 }  // namespace drt

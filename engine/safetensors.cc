@@ -397,6 +397,12 @@ uint32_t SafetensorsFile::ContentCrc32c(uint32_t crc) const {
   return Crc32c(map_, map_size_, crc);
 }
 
+void SafetensorsFile::DropResidentPages() const {
+  // Advice only: a failure leaves the pages resident, which costs memory
+  // the kernel can still reclaim (clean file pages), nothing else.
+  if (map_ != nullptr && map_size_ > 0) madvise(map_, map_size_, MADV_DONTNEED);
+}
+
 absl::StatusOr<const TensorView*> SafetensorsFile::Get(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) {

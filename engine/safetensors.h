@@ -48,6 +48,10 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // CRC-32C of every byte of the file (header and data), continuing `crc`.
   uint32_t ContentCrc32c(uint32_t crc) const;
+  // Drops the mapping's pages from this process's resident set
+  // (madvise MADV_DONTNEED: the mapping is read-only, so nothing is lost; a
+  // later read faults them in again from the page cache or the file).
+  void DropResidentPages() const;
 
   // Copies any float tensor (f32/f16/bf16) into fp32; error for integer dtypes.
   absl::StatusOr<std::vector<float>> ReadF32(const std::string& name) const;

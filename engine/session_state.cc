@@ -84,12 +84,13 @@ absl::Status ReadModelHeader(ByteReader& r, const ModelConfig& config) {
   }
   uint32_t fingerprint = 0;
   if (absl::Status s = r.Get(fingerprint, "model fingerprint"); !s.ok()) return s;
-  if (fingerprint != config.model_fingerprint) {
+  const uint32_t model_fingerprint = config.model_fingerprint();
+  if (fingerprint != model_fingerprint) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the state was written for the model with fingerprint %08x; this model's is %08x (the "
         "same shape, but other weights or another config.json: a different checkpoint or a "
         "fine-tune)",
-        fingerprint, config.model_fingerprint));
+        fingerprint, model_fingerprint));
   }
   return absl::OkStatus();
 }
@@ -211,7 +212,7 @@ std::string EncodeSessionState(const SessionState& state, const ModelConfig& con
   const auto shape = ModelShape(config);
   w.I64(static_cast<int64_t>(shape.size()));
   for (const ShapeField& f : shape) w.I64(f.value);
-  w.Put<uint32_t>(config.model_fingerprint);
+  w.Put<uint32_t>(config.model_fingerprint());
   w.I64(state.num_tokens);
   w.Floats(state.last_logits);
   const BackendSessionState& b = state.backend;

@@ -77,7 +77,8 @@ inline int64_t ClosedChunks(const SessionState& state, const ModelConfig& config
 // Binary encodings (little-endian; docs/state_format.md, "Small state" and
 // "Chunk record"). The small state starts with a magic, its engine state
 // version (2), the model's shape and the model's fingerprint
-// (ModelConfig::model_fingerprint), so a state written for another model is
+// (ModelConfig::model_fingerprint(), computed on the first encode or
+// decode), so a state written for another model is
 // refused (FAILED_PRECONDITION) naming the field or both fingerprints when
 // decoded, and so is a version-1 state (no fingerprint to check).
 std::string EncodeSessionState(const SessionState& state, const ModelConfig& config);

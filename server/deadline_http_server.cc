@@ -20,56 +20,105 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A thread pool that starts a thread whenever a task would otherwise wait,
-// up to `max_threads`; started threads stay for later tasks until shutdown.
-class GrowingThreadPool : public httplib::TaskQueue {
+// httplib's TaskQueue for the accept loop: runs each task at once on the
+// accept thread (the task is process_and_close_socket, which only queues
+// the socket with its accept time), and on shutdown drains the pool.
+class InlineAcceptQueue : public httplib::TaskQueue {
  public:
-  explicit GrowingThreadPool(size_t max_threads) : max_threads_(std::max<size_t>(max_threads, 1)) {}
-  ~GrowingThreadPool() override = default;
+  explicit InlineAcceptQueue(std::function<void()> on_shutdown)
+      : on_shutdown_(std::move(on_shutdown)) {}
+  void enqueue(std::function<void()> task) override { task(); }
+  void shutdown() override { on_shutdown_(); }
 
-  void enqueue(std::function<void()> task) override {
+ private:
+  std::function<void()> on_shutdown_;
+};
+
+}  // namespace
+
+// Accepted sockets waiting for a thread, and the threads: one is started
+// whenever a socket would otherwise wait, up to max_threads; started threads
+// stay for later sockets until Drain. A socket whose deadline passed while
+// it waited is closed unserved.
+class DeadlineHttpServer::ConnectionPool {
+ public:
+  using Serve = std::function<void(socket_t, Clock::time_point deadline)>;
+  ConnectionPool(size_t max_threads, std::chrono::milliseconds deadline, Serve serve,
+                 std::atomic<int64_t>& expired)
+      : max_threads_(std::max<size_t>(max_threads, 1)),
+        deadline_(deadline),
+        serve_(std::move(serve)),
+        expired_(expired) {}
+  ~ConnectionPool() { Drain(); }
+
+  void Push(socket_t sock, Clock::time_point accepted) {
     std::lock_guard<std::mutex> lock(mutex_);
-    tasks_.push_back(std::move(task));
-    if (tasks_.size() > idle_ && threads_.size() < max_threads_) {
+    waiting_.push_back({sock, accepted + deadline_});
+    if (waiting_.size() > idle_ && threads_.size() < max_threads_) {
       threads_.emplace_back([this] { Work(); });
     }
     ready_.notify_one();
   }
 
-  // Runs the queued tasks, then joins every thread.
-  void shutdown() override {
+  // Serves (or, past their deadlines, closes) the waiting sockets, then
+  // joins every thread; the pool can take sockets again afterwards.
+  void Drain() {
+    std::vector<std::thread> threads;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
     }
     ready_.notify_all();
-    for (std::thread& thread : threads_) thread.join();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      threads.swap(threads_);
+    }
+    for (std::thread& thread : threads) thread.join();
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = false;
+    idle_ = 0;
   }
 
  private:
+  struct Waiting {
+    socket_t sock;
+    Clock::time_point deadline;  // accept time + the request deadline
+  };
+
   void Work() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
       ++idle_;
-      ready_.wait(lock, [this] { return !tasks_.empty() || stopping_; });
+      ready_.wait(lock, [this] { return !waiting_.empty() || stopping_; });
       --idle_;
-      if (tasks_.empty()) return;  // stopping
-      std::function<void()> task = std::move(tasks_.front());
-      tasks_.pop_front();
+      if (waiting_.empty()) return;  // stopping
+      const Waiting next = waiting_.front();
+      waiting_.pop_front();
       lock.unlock();
-      task();
+      if (Clock::now() >= next.deadline) {
+        // Its time went by in the queue: serving it now could only overrun.
+        ::close(next.sock);
+        expired_.fetch_add(1);
+      } else {
+        serve_(next.sock, next.deadline);
+      }
       lock.lock();
     }
   }
 
   const size_t max_threads_;
+  const std::chrono::milliseconds deadline_;
+  const Serve serve_;
+  std::atomic<int64_t>& expired_;
   std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<std::function<void()>> tasks_;
-  std::vector<std::thread> threads_;  // only grows; joined by shutdown()
+  std::deque<Waiting> waiting_;
+  std::vector<std::thread> threads_;  // grows until Drain joins them
   size_t idle_ = 0;
   bool stopping_ = false;
 };
+
+namespace {
 
 // A socket stream whose every read and write waits at most until one
 // deadline for the whole connection.
@@ -151,18 +200,28 @@ class DeadlineStream : public httplib::Stream {
 
 }  // namespace
 
-DeadlineHttpServer::DeadlineHttpServer(DeadlineHttpOptions options) : options_(options) {
-  new_task_queue = [max = options_.max_connections] { return new GrowingThreadPool(max); };
+DeadlineHttpServer::DeadlineHttpServer(DeadlineHttpOptions options)
+    : options_(options),
+      pool_(std::make_unique<ConnectionPool>(
+          options_.max_connections, options_.request_deadline,
+          [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); },
+          expired_in_queue_)) {
+  new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };
 }
 
+DeadlineHttpServer::~DeadlineHttpServer() { pool_->Drain(); }
+
 bool DeadlineHttpServer::process_and_close_socket(socket_t sock) {
-  DeadlineStream stream(sock, Clock::now() + options_.request_deadline);
+  pool_->Push(sock, Clock::now());
+  return true;
+}
+
+void DeadlineHttpServer::Serve(socket_t sock, Clock::time_point deadline) {
+  DeadlineStream stream(sock, deadline);
   bool connection_closed = false;
-  const bool served =
-      process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
+  process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);
-  return served;
 }
 
 }  // namespace drt::server

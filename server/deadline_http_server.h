@@ -4,17 +4,25 @@
 // sends one byte every few seconds keeps its connection, and the worker
 // serving it, for hours; with a fixed pool a handful of such clients stop
 // /healthz from answering. Here:
-//  - each connection gets one total deadline for reading its request and
-//    writing the answer, after which it is closed;
+//  - each connection gets one total deadline, counted from when it was
+//    accepted, for reading its request and writing the answer, after which
+//    it is closed;
 //  - connections are served by a pool that grows on demand to
 //    max_connections threads, so slow clients do not hold up others until
 //    that many are open at once (and then only until their deadlines pass);
+//  - a connection that waited for a thread past its deadline is closed
+//    unserved (counted: connections_expired_in_queue), so a backlog of slow
+//    clients is gone within one deadline and a probe that arrives after it
+//    is served with the time it has left;
 //  - one request per connection: an idle kept-alive connection would hold a
 //    worker.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 #include <httplib.h>
 
@@ -28,13 +36,27 @@ struct DeadlineHttpOptions {
 class DeadlineHttpServer : public httplib::Server {
  public:
   explicit DeadlineHttpServer(DeadlineHttpOptions options);
+  ~DeadlineHttpServer() override;
+
+  // Connections closed without being served: their deadline passed while
+  // they waited for a serving thread.
+  int64_t connections_expired_in_queue() const { return expired_in_queue_.load(); }
+
+  class ConnectionPool;
 
  private:
   // Overrides httplib's per-connection entry point (a private virtual that
-  // httplib's accept loop calls for every accepted socket).
+  // httplib's accept loop calls for every accepted socket). The accept loop
+  // calls it on its own thread, right after accept (new_task_queue runs it
+  // inline): it notes the accept time and queues the socket for the pool.
   bool process_and_close_socket(socket_t sock) override;
+  // On a pool thread: serves one request on `sock` until `deadline`, then
+  // closes it.
+  void Serve(socket_t sock, std::chrono::steady_clock::time_point deadline);
 
   DeadlineHttpOptions options_;
+  std::atomic<int64_t> expired_in_queue_{0};
+  std::unique_ptr<ConnectionPool> pool_;
 };
 
 }  // namespace drt::server

@@ -183,9 +183,12 @@ class PromptIngest {
           limit, entry_.tokens(), brings));
     }
     // The memory the message may take is reserved until its item ends, so
-    // that concurrent messages cannot all pass one check of the budget.
+    // that concurrent messages cannot all pass one check of the budget; as
+    // the session grows, the growth moves out of the reservation (attached
+    // below), so that the budget counts it once.
     auto reservation = sessions_.ReserveForTokens(static_cast<int64_t>(ids.size()));
     if (!reservation.ok()) return reservation.status();
+    ScopedGrowthReservation growth(entry_, *reservation);
     if (absl::Status s = entry_.RunStep([&](Session& session) { return session.ValidateTokens(ids); });
         !s.ok()) {
       return s;
@@ -506,6 +509,7 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     // against the budget) until the padding ran, as an Append's is.
     auto reservation = sessions.ReserveForTokens(padding);
     if (!reservation.ok()) return reservation.status();
+    ScopedGrowthReservation growth(entry, *reservation);
     // Padding is prompt work: it shares the step budget like a prefill.
     const std::vector<int32_t> pads(padding, static_cast<int32_t>(model.config().pad_id));
     WorkItem item;
@@ -572,7 +576,10 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     item.tokens = token;
     item.kind = WorkKind::kDecode;
     item.should_stop = [context] { return context->IsCancelled(); };
-    s = scheduler.Run(item).status;
+    {
+      ScopedGrowthReservation growth(entry, chunk_memory);
+      s = scheduler.Run(item).status;
+    }
     if (s.code() == absl::StatusCode::kCancelled) {  // the token was not appended
       reason = drt::v1::FINISH_REASON_CANCELLED;
       break;

@@ -10,6 +10,16 @@ namespace {
 
 constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
+// The endpoint's own counters, in the format of Metrics::RenderPrometheus.
+std::string HttpMetrics(const DeadlineHttpServer& server) {
+  return absl::StrCat(
+      "# HELP drt_http_connections_expired_total HTTP connections closed unserved: their "
+      "deadline (counted from accept) passed while they waited for a serving thread.\n"
+      "# TYPE drt_http_connections_expired_total counter\n"
+      "drt_http_connections_expired_total ",
+      server.connections_expired_in_queue(), "\n");
+}
+
 }  // namespace
 
 HttpEndpoint::HttpEndpoint(const Metrics& metrics, HttpEndpointOptions options)
@@ -30,8 +40,10 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  server->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(metrics_.RenderPrometheus(), kPrometheusContentType);
+  server->Get("/metrics", [this, http = server.get()](const httplib::Request&,
+                                                      httplib::Response& response) {
+    response.set_content(metrics_.RenderPrometheus() + HttpMetrics(*http),
+                         kPrometheusContentType);
   });
   server->Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
     if (draining_.load()) {

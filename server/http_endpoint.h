@@ -25,7 +25,9 @@ struct HttpEndpointOptions {
   // milliseconds.
   std::chrono::milliseconds request_deadline{5000};
   // Connections served at once; more wait for one to finish (or to reach its
-  // deadline).
+  // deadline). A waiting connection's deadline runs from its accept: one
+  // that passes it while waiting is closed unserved
+  // (drt_http_connections_expired_total).
   size_t max_connections = 64;
 };
 

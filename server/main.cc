@@ -252,6 +252,15 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     auto store = OpenStateStore(config.state, *backend);
     if (!store.ok()) return Fail(store.status());
     state_store = *std::move(store);
+    // Every write of a durable session carries the model's fingerprint,
+    // which reads the whole weights file once (engine/model_fingerprint.h):
+    // taken now, before the server listens, not in the first call that
+    // writes. Without --state_dir it waits for a SaveSession or LoadSession.
+    const auto started = std::chrono::steady_clock::now();
+    const uint32_t fingerprint = backend->config().model_fingerprint();
+    std::fprintf(stderr, "drt-server: model fingerprint %08x (%.2f s)\n", fingerprint,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                     .count());
   }
   DrtService service(**model, *backend, metrics, service_options);
   if (state_store != nullptr) {

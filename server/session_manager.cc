@@ -179,9 +179,21 @@ void SessionEntry::RefreshFiguresLocked() {
   chunks_ = session_->num_chunks();
   retrievals_ = session_->retrievals();
   const SessionMemory memory = session_->backend_session().memory();
-  host_bytes_ = static_cast<int64_t>(memory.total());
+  const int64_t host_bytes = static_cast<int64_t>(memory.total());
+  // (engine_mutex_ then the manager's mutex: the manager never takes an
+  // entry's engine_mutex_ under its own.)
+  if (growth_reservation_ != nullptr) {
+    growth_reservation_->Absorb(host_bytes_, host_bytes);
+  } else {
+    host_bytes_ = host_bytes;
+  }
   shared_bytes_ = static_cast<int64_t>(memory.shared_bytes);
   mapped_bytes_ = static_cast<int64_t>(memory.mapped_chunk_bytes);
+}
+
+void SessionEntry::AttachGrowthReservation(HostReservation* reservation) {
+  std::lock_guard<std::mutex> lock(engine_mutex_);
+  growth_reservation_ = reservation;
 }
 
 void SessionEntry::RefreshFiguresIfIdle() {
@@ -420,6 +432,28 @@ void HostReservation::Release() {
   if (manager_ != nullptr) manager_->ReleaseHostBytes(bytes_);
   manager_ = nullptr;
   bytes_ = 0;
+}
+
+void HostReservation::Absorb(std::atomic<int64_t>& host_bytes, int64_t now) {
+  if (manager_ == nullptr) {
+    host_bytes = now;
+    return;
+  }
+  manager_->AbsorbGrowth(*this, host_bytes, now);
+}
+
+void SessionManager::AbsorbGrowth(HostReservation& reservation, std::atomic<int64_t>& host_bytes,
+                                  int64_t now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t growth = now - host_bytes.load();
+  host_bytes = now;
+  // The growth is what the reserved work allocated (its session's chunks; a
+  // block of the chunk store may bring more than the per-chunk estimate at
+  // once, hence the cap); a session that shrank (chunks mapped from disk)
+  // keeps the whole reservation.
+  const int64_t taken = std::clamp<int64_t>(growth, 0, reservation.bytes_);
+  reservation.bytes_ -= taken;
+  reserved_bytes_ -= taken;
 }
 
 int64_t SessionManager::TotalHostBytesLocked() const {

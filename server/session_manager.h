@@ -41,7 +41,9 @@ struct SessionLimits {
 enum class Activity { kIdle, kAppending, kGenerating };
 
 class SessionEntry;
+class SessionManager;
 class StateStore;
+class HostReservation;
 // Writes a session's durable state (server/state_store.h) after a step that
 // changed it (force false) and when an activity ends (force true).
 using SessionPersister =
@@ -124,6 +126,17 @@ class SessionEntry {
   // it ends): for when another session that shared chunks with this one goes.
   void RefreshFiguresIfIdle();
 
+  // While attached (the holder of the activity attaches it around the work
+  // it reserved for, see ScopedGrowthReservation), every refresh of the
+  // figures that finds the session holding more host memory than before
+  // moves that growth, up to what is left of `reservation`, out of the
+  // reservation, in one step with the new figure under the manager's lock
+  // (HostReservation::Absorb): the budget's check then counts memory the
+  // work has already allocated once, in the session, instead of also in the
+  // reservation until the work ends. nullptr detaches. `reservation` must
+  // outlive the attachment.
+  void AttachGrowthReservation(HostReservation* reservation);
+
  private:
   friend class SessionManager;
   void RefreshFiguresLocked();  // engine_mutex_ held (or not yet shared)
@@ -147,9 +160,8 @@ class SessionEntry {
   std::atomic<Activity> activity_{Activity::kIdle};
   std::atomic<int64_t> tokens_{0}, chunks_{0}, retrievals_{0}, host_bytes_{0}, shared_bytes_{0}, mapped_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};
+  HostReservation* growth_reservation_ = nullptr;  // guarded by engine_mutex_
 };
-
-class SessionManager;
 
 // Host memory promised to work that will allocate it (an Append's message, a
 // LoadSession's chunks, a chunk a Generate is about to close): counted
@@ -168,10 +180,31 @@ class HostReservation {
 
   void Release();
   int64_t bytes() const { return bytes_; }
+  // Sets `host_bytes` (a session's figure, SessionEntry::host_bytes) to
+  // `now` and, when that is growth, takes the growth (at most bytes()) out
+  // of this reservation, both under the manager's lock, so that a budget
+  // check sees either neither or both. Without a manager only sets it.
+  void Absorb(std::atomic<int64_t>& host_bytes, int64_t now);
 
  private:
+  friend class SessionManager;
   SessionManager* manager_ = nullptr;
   int64_t bytes_ = 0;
+};
+
+// Attaches `reservation` to `entry` (SessionEntry::AttachGrowthReservation)
+// for its lifetime: around the engine work the reservation was taken for.
+class ScopedGrowthReservation {
+ public:
+  ScopedGrowthReservation(SessionEntry& entry, HostReservation& reservation) : entry_(entry) {
+    entry_.AttachGrowthReservation(&reservation);
+  }
+  ~ScopedGrowthReservation() { entry_.AttachGrowthReservation(nullptr); }
+  ScopedGrowthReservation(const ScopedGrowthReservation&) = delete;
+  ScopedGrowthReservation& operator=(const ScopedGrowthReservation&) = delete;
+
+ private:
+  SessionEntry& entry_;
 };
 
 class SessionManager {
@@ -235,6 +268,8 @@ class SessionManager {
  private:
   friend class HostReservation;
   void ReleaseHostBytes(int64_t bytes);
+  // HostReservation::Absorb under mutex_.
+  void AbsorbGrowth(HostReservation& reservation, std::atomic<int64_t>& host_bytes, int64_t now);
   // Under mutex_: the sessions' host memory.
   int64_t TotalHostBytesLocked() const;
   std::string NewId();

@@ -346,6 +346,7 @@ absl::Status StateStore::RecordFork(const std::string& parent_id, const std::str
       for (const ChunkSegment& s : segments) ++log_refs_[s.log];
     }
   }
+  if (options_.fork_point_for_test) options_.fork_point_for_test("logs shared");
   segments.push_back(ChunkSegment{child_id, 0});
   std::shared_ptr<Durable> d;
   {
@@ -353,10 +354,13 @@ absl::Status StateStore::RecordFork(const std::string& parent_id, const std::str
     // The child was deleted since it was inserted (Remove ran before it was
     // known here): nothing of it may be written, or it would come back at
     // the next start.
+    // The references it took to its parent's logs go too, through
+    // DropLogRefsLocked: when the parent was removed meanwhile (after the
+    // references were taken), they are the last ones and its log is
+    // deleted here.
     if (removed_.contains(child_id)) {
-      for (size_t i = 0; i + 1 < segments.size(); ++i) {
-        if (--log_refs_[segments[i].log] == 0) log_refs_.erase(segments[i].log);
-      }
+      segments.pop_back();  // the child's own log: no reference taken yet
+      DropLogRefsLocked(segments);
       return absl::OkStatus();
     }
     d = std::make_shared<Durable>();
@@ -365,7 +369,13 @@ absl::Status StateStore::RecordFork(const std::string& parent_id, const std::str
     ++log_refs_[child_id];
     sessions_[child_id] = d;
   }
+  if (options_.fork_point_for_test) options_.fork_point_for_test("child registered");
   std::lock_guard<std::mutex> lock(d->mutex);
+  // A Remove of the child that came between its registration and this lock
+  // has dropped its references already: writing now would leave a state
+  // file and a log that nothing deletes, and the child would come back at
+  // the next start.
+  if (d->removed) return absl::OkStatus();
   return PersistLocked(*d, child_id, settings, child);
 }
 
@@ -393,7 +403,11 @@ void StateStore::Remove(const std::string& id) {
     std::fprintf(stderr, "drt-server: %s\n", std::string(s.message()).c_str());
   }
   std::lock_guard<std::mutex> refs(mutex_);
-  for (const ChunkSegment& s : d->segments) {
+  DropLogRefsLocked(d->segments);
+}
+
+void StateStore::DropLogRefsLocked(const std::vector<ChunkSegment>& segments) {
+  for (const ChunkSegment& s : segments) {
     if (--log_refs_[s.log] > 0) continue;
     log_refs_.erase(s.log);
     const std::string log = LogPath(s.log);

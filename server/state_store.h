@@ -9,11 +9,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,6 +39,11 @@ struct StateStoreOptions {
   // a session's closed chunks is on disk, the session reads them from the
   // memory-mapped log and frees its own copy of their K/V.
   bool disk_tier = true;
+  // Tests only: called by RecordFork with no lock held, at "logs shared"
+  // (the child holds references to its parent's logs but is not yet in the
+  // store) and at "child registered" (it is, its state not yet written), so
+  // that a test can delete sessions at exactly those points.
+  std::function<void(std::string_view point)> fork_point_for_test;
 };
 
 class StateStore {
@@ -97,6 +104,10 @@ class StateStore {
   // it still holds in memory. A failure (say, too many mappings) is logged
   // and leaves the chunks in memory; it loses nothing.
   void MapChunksOnDisk(Durable& d, const std::string& id, Session& session);
+  // Drops one reference to each log of `segments` (mutex_ held) and
+  // deletes every log no session references any more. Every path that
+  // gives up references goes through it, so the last one deletes the log.
+  void DropLogRefsLocked(const std::vector<ChunkSegment>& segments);
   // Maps chunks [first, first + count) of a session with `segments`.
   ChunkMapper MapperFor(const std::vector<ChunkSegment>& segments) const;
   std::shared_ptr<Durable> FindOrAdd(const std::string& id, std::vector<ChunkSegment> segments);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -18,6 +19,7 @@
 #include "engine/model.h"
 #include "engine/model_config.h"
 #include "engine/model_dir.h"
+#include "engine/model_fingerprint.h"
 #include "engine/session.h"
 #include "engine/session_state.h"
 #include "tests/test_util/random_model.h"
@@ -218,7 +220,7 @@ TEST_CASE("damaged or foreign states are refused by name", "[session_state]") {
   }
   SECTION("another model's fingerprint") {
     ModelConfig other = f.config;
-    other.model_fingerprint = 0x1234abcd;
+    other.fingerprint = std::make_shared<const ModelFingerprint>(0x1234abcd);
     auto s = DecodeSessionState(f.exported.small, other);
     REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
     REQUIRE_THAT(std::string(s.status().message()),
@@ -316,15 +318,24 @@ TEST_CASE("a state is refused by a model of the same shape with other weights",
   REQUIRE(a.ok());
   REQUIRE(b.ok());
 
+  // Loading computes no fingerprint: only states need it.
+  REQUIRE(a->config.fingerprint != nullptr);
+  CHECK_FALSE(a->config.fingerprint->computed());
+  CHECK_FALSE(b->config.fingerprint->computed());
   // The fingerprint is CRC-32C of config.json then model.safetensors, as
-  // one independent pass over the two files' bytes gives it.
+  // one independent pass over the two files' bytes gives it, and as the
+  // eager computation (its own read of the files) gives it.
   const std::string bytes_a =
       ReadBytes(dir_a.File("config.json")) + ReadBytes(dir_a.File("model.safetensors"));
-  REQUIRE(a->config.model_fingerprint == Crc32c(bytes_a.data(), bytes_a.size()));
-  REQUIRE(a->config.model_fingerprint != b->config.model_fingerprint);
+  REQUIRE(a->config.model_fingerprint() == Crc32c(bytes_a.data(), bytes_a.size()));
+  CHECK(a->config.fingerprint->computed());
+  auto eager = ComputeModelFingerprint(dir_a.File("config.json"), dir_a.File("model.safetensors"));
+  REQUIRE(eager.ok());
+  REQUIRE(a->config.model_fingerprint() == *eager);
+  REQUIRE(a->config.model_fingerprint() != b->config.model_fingerprint());
   auto a_again = LoadModelDir(dir_a.path());
   REQUIRE(a_again.ok());
-  REQUIRE(a_again->config.model_fingerprint == a->config.model_fingerprint);
+  REQUIRE(a_again->config.model_fingerprint() == a->config.model_fingerprint());
 
   auto backend_a = MakeCpuBackend(a->config, a->weights);
   auto backend_b = MakeCpuBackend(b->config, b->weights);
@@ -338,8 +349,43 @@ TEST_CASE("a state is refused by a model of the same shape with other weights",
   REQUIRE(refused.status().code() == absl::StatusCode::kFailedPrecondition);
   REQUIRE_THAT(std::string(refused.status().message()),
                Contains(absl::StrFormat("fingerprint %08x; this model's is %08x",
-                                        a->config.model_fingerprint,
-                                        b->config.model_fingerprint)));
+                                        a->config.model_fingerprint(),
+                                        b->config.model_fingerprint())));
+}
+
+TEST_CASE("a model's fingerprint is computed on first use, once, by one of concurrent callers",
+          "[session_state]") {
+  testing::TempDir dir;
+  const testing::TinyModel model = testing::MakeTinyModel();
+  testing::WriteModelDir(dir.path(), model.config, model.weights);
+  auto eager = ComputeModelFingerprint(dir.File("config.json"), dir.File("model.safetensors"));
+  REQUIRE(eager.ok());
+  auto loaded = LoadModelDir(dir.path());
+  REQUIRE(loaded.ok());
+  // A backend and a session that never export or import a state: the
+  // fingerprint stays uncomputed (the weights file is not read again).
+  auto backend = MakeCpuBackend(loaded->config, loaded->weights);
+  {
+    auto session = Session::Create(*backend);
+    REQUIRE(session.ok());
+    REQUIRE((*session)->Append(testing::RandomTokens(loaded->config, 100, 3)).ok());
+  }
+  CHECK_FALSE(loaded->config.fingerprint->computed());
+  // The backend's copy of the config shares it: its first state computes it.
+  REQUIRE(backend->config().fingerprint == loaded->config.fingerprint);
+  // Many threads at once: each gets the eager value.
+  std::vector<uint32_t> seen(8, 0);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    threads.emplace_back([&, i] { seen[i] = backend->config().model_fingerprint(); });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t v : seen) CHECK(v == *eager);
+  CHECK(loaded->config.fingerprint->computed());
+  // The file replaced on disk afterwards changes nothing: the value is the
+  // loaded bytes'.
+  std::ofstream(dir.File("model.safetensors"), std::ios::trunc) << "gone";
+  CHECK(loaded->config.model_fingerprint() == *eager);
 }
 
 TEST_CASE("a failed import leaves the session unchanged", "[session_state]") {

@@ -2,6 +2,9 @@
 // Reserve): concurrent requests that each fit alone cannot all pass, and a
 // refusal names the budget and what is reserved.
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -116,6 +119,100 @@ TEST_CASE("concurrent Appends that each fit the host budget alone do not all run
   // far and all four ran, holding about four messages' memory.
   CHECK(ran == 1);
   CHECK(server.service().session_manager().ReservedHostBytes() == 0);
+}
+
+TEST_CASE("an Append's reservation shrinks as its session grows, so the budget counts it once",
+          "[server][memory]") {
+  // Session A's message has run in the engine, but its handler has not yet
+  // returned (held in before_progress, as a descheduled thread is): A holds
+  // the message's memory, and what is left of its reservation is only what
+  // A has not allocated. B's message fits the budget beside A's memory
+  // counted once, not twice; the reservation used to stay whole until A's
+  // handler returned and B was refused.
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  const auto prompt_a = RandomTokens(40 * chunk, 31);
+  const auto prompt_b = RandomTokens(2 * chunk, 32);
+  ServiceOptions options = SmallOptions();
+  options.step_tokens = 4 * chunk;  // A's message takes ten steps
+  int64_t base = 0, held = 0, reserve_a = 0, reserve_b = 0, one_chunk = 0;
+  {
+    InProcessServer sizing(options);
+    const std::string a = NewSession(sizing.stub());
+    NewSession(sizing.stub());
+    SessionManager& m = sizing.service().session_manager();
+    base = m.TotalHostBytes();
+    REQUIRE(AppendOnce(sizing.stub(), a, prompt_a).ok());
+    held = m.TotalHostBytes();
+    reserve_a = m.HostBytesForTokens(static_cast<int64_t>(prompt_a.size()));
+    reserve_b = m.HostBytesForTokens(static_cast<int64_t>(prompt_b.size()));
+    one_chunk = m.HostBytesForTokens(0);
+  }
+  const int64_t growth = held - base;
+  INFO("A grows by " << growth << " bytes; its message reserves " << reserve_a << ", a chunk "
+                     << one_chunk);
+  REQUIRE(growth > one_chunk);  // else counting it twice would not matter
+  // What is left of A's reservation once A grew (the chunk store allocates
+  // in blocks, so the growth may pass the per-chunk estimate).
+  const int64_t left_a = std::max<int64_t>(0, reserve_a - growth);
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool held_in_progress = false, release = false;
+  std::atomic<int> progress_calls{0};
+  // Room for A's memory, what is left of its reservation, B's reservation
+  // and half a chunk: counting A's growth twice passes it.
+  options.host_memory_budget_bytes = held + left_a + reserve_b + one_chunk / 2;
+  options.before_progress_for_test = [&] {
+    if (progress_calls.fetch_add(1) != 0) return;  // A's first progress only
+    std::unique_lock<std::mutex> lock(mutex);
+    held_in_progress = true;
+    changed.notify_all();
+    changed.wait(lock, [&] { return release; });
+  };
+  InProcessServer server(options);
+  SessionManager& sessions = server.service().session_manager();
+  const std::string a = NewSession(server.stub());
+  const std::string b = NewSession(server.stub());
+  REQUIRE(sessions.TotalHostBytes() == base);
+  grpc::Status status_a;
+  std::thread append_a([&] { status_a = AppendOnce(server.stub(), a, prompt_a); });
+  auto release_a = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      release = true;
+    }
+    changed.notify_all();
+    append_a.join();
+  };
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    const bool entered =
+        changed.wait_for(lock, std::chrono::seconds(60), [&] { return held_in_progress; });
+    if (!entered) {
+      lock.unlock();
+      release_a();
+      FAIL("A's handler never reported progress");
+    }
+  }
+  // The engine runs A's message to its end while the handler is held.
+  auto entry_a = sessions.Find(a);
+  REQUIRE(entry_a.ok());
+  const auto start = std::chrono::steady_clock::now();
+  while ((*entry_a)->tokens() < static_cast<int64_t>(prompt_a.size()) &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK((*entry_a)->tokens() == static_cast<int64_t>(prompt_a.size()));
+  CHECK(sessions.TotalHostBytes() == held);  // (same step size as the sizing run)
+  // Budget = what the sessions hold + what the running work has not yet
+  // allocated, exactly.
+  CHECK(sessions.ReservedHostBytes() == left_a);
+  const grpc::Status status_b = AppendOnce(server.stub(), b, prompt_b);
+  release_a();
+  INFO(status_b.error_message());
+  CHECK(status_b.ok());
+  CHECK(status_a.ok());
+  CHECK(sessions.ReservedHostBytes() == 0);
 }
 
 TEST_CASE("Generate checks the host budget before each token that completes a chunk",

@@ -164,5 +164,63 @@ TEST_CASE("a drip connection is closed when its request deadline passes", "[serv
   endpoint.Stop();
 }
 
+TEST_CASE("more drip connections than serving threads: deadlines count from accept",
+          "[server][http]") {
+  // Two serving threads, a 1 s deadline, six drip connections: four wait
+  // for a thread. Their deadlines run from their accept, so each waiting
+  // one gets only what is left of its second when a thread takes it up,
+  // and the backlog is gone about 1 s after the drips connected. A probe
+  // sent 0.3 s after them is then served before its own deadline (1 s
+  // from its accept). When the clock started at take-up, the six drips
+  // held the two threads for three full seconds and the probe waited ~2.7 s.
+  Metrics metrics;
+  HttpEndpointOptions options;
+  options.request_deadline = std::chrono::seconds(1);
+  options.max_connections = 2;
+  HttpEndpoint endpoint(metrics, options);
+  REQUIRE(endpoint.Start("127.0.0.1", 0).ok());
+
+  constexpr int kDrips = 6;
+  std::vector<std::unique_ptr<DripConnection>> drips;
+  for (int i = 0; i < kDrips; ++i) {
+    drips.push_back(
+        std::make_unique<DripConnection>(endpoint.port(), std::chrono::milliseconds(200)));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+
+  httplib::Client probe("127.0.0.1", endpoint.port());
+  probe.set_connection_timeout(5);
+  probe.set_read_timeout(5);  // long enough to see how late the old order answered
+  const auto start = Clock::now();
+  auto response = probe.Get("/healthz");
+  const double seconds = SecondsSince(start);
+  INFO("answered after " << seconds << " s");
+  REQUIRE(response);
+  CHECK(response->status == 200);
+  // Served at all means served before its deadline: within 1 s of its
+  // connect (a connection past its deadline is closed, not answered).
+  CHECK(seconds < 1.0);
+
+  // Every drip is closed within its deadline from accept, plus the drip's
+  // 200 ms polling and scheduling slack; none waited for another's turn.
+  const auto wait_start = Clock::now();
+  for (const auto& drip : drips) {
+    while (drip->closed_after() < 0 && SecondsSince(wait_start) < 6.0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    INFO("closed after " << drip->closed_after() << " s");
+    CHECK(drip->closed_after() >= 0);
+    CHECK(drip->closed_after() < 1.5);
+  }
+
+  // The count of connections closed unserved in the queue is exported.
+  auto scraped = probe.Get("/metrics");
+  REQUIRE(scraped);
+  CHECK_THAT(scraped->body, Catch::Matchers::Contains("# TYPE drt_http_connections_expired_total counter"));
+  CHECK_THAT(scraped->body, Catch::Matchers::Contains("\ndrt_http_connections_expired_total "));
+  drips.clear();
+  endpoint.Stop();
+}
+
 }  // namespace
 }  // namespace drt::server

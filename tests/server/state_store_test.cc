@@ -156,6 +156,94 @@ TEST_CASE("a fork deleted before its fork record is written leaves no files to c
   CHECK(restarted.Tokens().size() == 1);  // the parent only
 }
 
+// The child's id while SessionManager::Fork runs: the session that is not
+// `parent`.
+std::string OtherSession(DurableServer& server, const std::string& parent) {
+  for (const auto& e : server.sessions->List()) {
+    if (e->id() != parent) return e->id();
+  }
+  return "";
+}
+
+TEST_CASE("a parent and its fork deleted while the fork is recorded leave no chunk log",
+          "[state_store]") {
+  // RecordFork takes references to the parent's logs, then registers the
+  // child. A delete of the parent between the two drops the parent's own
+  // reference (the child's keeps the log), and a delete of the child there
+  // finds nothing registered: RecordFork itself then holds the last
+  // reference and must delete the log (it used to forget it: the log stayed
+  // until the next start-up).
+  drt::testing::TempDir dir;
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  StateStoreOptions options = DurableOptions(dir.path());
+  DurableServer* running = nullptr;
+  std::string parent, child;
+  int hook_calls = 0;
+  options.fork_point_for_test = [&](std::string_view point) {
+    if (point != "logs shared") return;
+    ++hook_calls;
+    child = OtherSession(*running, parent);
+    REQUIRE(running->sessions->Delete(parent).ok());
+    REQUIRE(running->sessions->Delete(child).ok());
+  };
+  {
+    Server server(options);
+    running = &server;
+    parent = server.Create();
+    server.Append(parent, RandomTokens(6 * chunk + 3, 8));
+    REQUIRE(fs::exists(server.store->LogPath(parent)));
+    auto forked = server.sessions->Fork(parent);
+    REQUIRE(hook_calls == 1);
+    // The child was deleted while its fork ran: ABORTED, as for any step.
+    CHECK(forked.status().code() == absl::StatusCode::kAborted);
+    CHECK(server.sessions->count() == 0);
+    CHECK_FALSE(fs::exists(server.store->LogPath(parent)));
+    CHECK_FALSE(fs::exists(server.store->LogPath(child)));
+    CHECK(fs::is_empty(dir.path() + "/sessions"));
+    CHECK(fs::is_empty(dir.path() + "/chunks"));
+  }
+  Server restarted(dir.path());
+  CHECK(restarted.Tokens().empty());
+}
+
+TEST_CASE("a fork deleted after it is registered but before its state is written stays deleted",
+          "[state_store]") {
+  // A delete of the child between RecordFork's registration of it and its
+  // first write drops every reference the child holds; the write must not
+  // happen then, or it leaves a state file and a log that nothing deletes
+  // and the deleted child comes back at the next start.
+  drt::testing::TempDir dir;
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  StateStoreOptions options = DurableOptions(dir.path());
+  DurableServer* running = nullptr;
+  std::string parent, child;
+  int hook_calls = 0;
+  options.fork_point_for_test = [&](std::string_view point) {
+    if (point != "child registered") return;
+    ++hook_calls;
+    child = OtherSession(*running, parent);
+    REQUIRE(running->sessions->Delete(child).ok());
+  };
+  {
+    Server server(options);
+    running = &server;
+    parent = server.Create();
+    server.Append(parent, RandomTokens(6 * chunk + 3, 8));
+    auto forked = server.sessions->Fork(parent);
+    REQUIRE(hook_calls == 1);
+    CHECK(forked.status().code() == absl::StatusCode::kAborted);
+    CHECK_FALSE(fs::exists(server.store->StatePath(child)));
+    CHECK_FALSE(fs::exists(server.store->LogPath(child)));
+    CHECK(fs::exists(server.store->StatePath(parent)));
+    CHECK(fs::exists(server.store->LogPath(parent)));  // the parent's, still used by it
+  }
+  Server restarted(dir.path());
+  CHECK(restarted.Tokens().size() == 1);  // the parent only
+  CHECK(restarted.Tokens().contains(parent));
+  REQUIRE(restarted.sessions->Delete(parent).ok());
+  CHECK(fs::is_empty(dir.path() + "/chunks"));
+}
+
 void FlipByte(const std::string& path, uint64_t offset) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(offset);
