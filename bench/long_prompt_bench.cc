@@ -96,10 +96,14 @@ size_t PeakRssBytes() {
   return 0;
 }
 
-// Parameters a decode step reads once each (the tied output head is the
-// embedding, read whole for the logits; the embedding gather reads one row).
+// Parameters a decode step reads once each. The output head is read whole
+// for the logits: tied, it is the embedding (lm_head empty), so the
+// embedding counts whole; untied, lm_head counts whole and the embedding
+// gather reads one row of it (hidden size values, the final norm's size).
 int64_t ParameterCount(const drt::ModelWeights& w) {
   int64_t n = 0;
+  const bool untied = !w.lm_head.empty();
+  n += untied ? static_cast<int64_t>(w.norm.size()) : static_cast<int64_t>(w.embed_tokens.size());
   const auto layer = [&](const drt::LayerWeights& l) {
     for (const auto* v : {&l.input_layernorm, &l.post_attention_layernorm, &l.self_attn.q_proj,
                           &l.self_attn.k_proj, &l.self_attn.v_proj, &l.self_attn.o_proj,
@@ -107,7 +111,7 @@ int64_t ParameterCount(const drt::ModelWeights& w) {
       n += static_cast<int64_t>(v->size());
     }
   };
-  for (const auto* v : {&w.embed_tokens, &w.lm_head, &w.norm, &w.enc_prenorm, &w.encoder_norm,
+  for (const auto* v : {&w.lm_head, &w.norm, &w.enc_prenorm, &w.encoder_norm,
                         &w.chunk_k_proj, &w.chunk_v_proj}) {
     n += static_cast<int64_t>(v->size());
   }
@@ -138,6 +142,16 @@ int main(int argc, char** argv) {
        "Example: drt-bench --model models/x --prompt_tokens 100000 --generate 64 [--device cuda]",
        {"bench/long_prompt_bench.cc"}},
       argc, argv);
+  // Before anything is loaded: a negative count became a huge size_t below
+  // and grew the haystack string until memory ran out (review-tools #13).
+  if (absl::GetFlag(FLAGS_prompt_tokens) < 1) {
+    std::fprintf(stderr, "error: --prompt_tokens must be at least 1\n");
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_generate) < 1) {
+    std::fprintf(stderr, "error: --generate must be at least 1\n");
+    return 1;
+  }
 
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) {
