@@ -357,21 +357,29 @@ int main(int argc, char** argv) {
     Die("--cuda_chunk_store: " + std::string(chunk_store.status().message()));
   }
   options.cuda.chunk_store = *chunk_store;
-  if (options.cuda.chunk_store != drt::CudaChunkStore::kKeysValues &&
-      *device == drt::Device::kCpu) {
-    Die("--cuda_chunk_store=encoder_rows needs --device=cuda");
-  }
   options.cuda.batched_step_rows = absl::GetFlag(FLAGS_batched_step_rows);
-  if (options.cuda.batched_step_rows && *device == drt::Device::kCpu) {
-    Die("--batched_step_rows needs --device=cuda (the CPU backend always batches rows)");
-  }
   options.cuda.decode_graphs = absl::GetFlag(FLAGS_decode_graphs);
-  if (options.cuda.decode_graphs && *device == drt::Device::kCpu) {
-    Die("--decode_graphs needs --device=cuda");
-  }
   options.cuda.decode_fused_gemv = absl::GetFlag(FLAGS_decode_fused_gemv);
-  if (options.cuda.decode_fused_gemv && *device == drt::Device::kCpu) {
-    Die("--decode_fused_gemv needs --device=cuda");
+  // The CUDA-only options are refused unless the backend in force is CUDA:
+  // with --device=auto on a machine without a GPU they would be ignored on
+  // the CPU while the result's header still named them (review-tools
+  // 2026-11-24 #7). So the device is resolved first, as MakeBackend will.
+  auto choice = drt::ResolveDevice(*device, options.cuda.device_index);
+  if (!choice.ok()) Die("--device: " + std::string(choice.status().message()));
+  if (!choice->note.empty()) std::fprintf(stderr, "%s\n", choice->note.c_str());
+  if (choice->device != drt::Device::kCuda) {
+    const std::string on_cpu = *device == drt::Device::kAuto
+                                   ? " (--device=auto chose the CPU on this machine)"
+                                   : "";
+    if (options.cuda.chunk_store != drt::CudaChunkStore::kKeysValues) {
+      Die("--cuda_chunk_store=encoder_rows needs the CUDA backend" + on_cpu);
+    }
+    if (options.cuda.batched_step_rows) {
+      Die("--batched_step_rows needs the CUDA backend (the CPU backend always batches rows)" +
+          on_cpu);
+    }
+    if (options.cuda.decode_graphs) Die("--decode_graphs needs the CUDA backend" + on_cpu);
+    if (options.cuda.decode_fused_gemv) Die("--decode_fused_gemv needs the CUDA backend" + on_cpu);
   }
   options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
   auto made = drt::MakeBackend(config, (*model)->weights(), options);
