@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
        "Example: drt-niah --model models/drt-passkey-byte --lengths 4K,64K,1M --trials 5",
        {"bench/niah_eval.cc"}},
       argc, argv);
+  if (absl::GetFlag(FLAGS_trials) < 1) {
+    return Fail(absl::InvalidArgumentError("--trials must be at least 1"));
+  }
 
   auto parsed_lengths = drt::niah::ParseLengths(absl::GetFlag(FLAGS_lengths));
   if (!parsed_lengths.ok()) return Fail(parsed_lengths.status());
