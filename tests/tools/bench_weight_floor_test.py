@@ -110,6 +110,11 @@ def main():
                    f"{name}: weight_bytes {got:.0f} = {bytes_per_weight} x {read} parameters a decode step reads",
                    f"every parameter in the file: {sum(counts.values())}, vocab {vocab} x hidden {d}")
             rows[name] = got
+            # --generate 2: the first token's time apart, one decode interval
+            # after it (the first token includes padding and a chunk close).
+            expect("first_token_ms" in fields and "(1 intervals;" in run.stdout,
+                   f"{name}: first_token_ms reported apart, decode figures over the 1 interval after it",
+                   run.stdout[-600:])
         # Same shapes but the untied head: the difference is one embedding row.
         expect(rows["untied"] - rows["tied"] == bytes_per_weight * d,
                f"untied minus tied is one embedding row ({d} values), not the whole embedding", str(rows))
