@@ -150,12 +150,17 @@ def check_server(c, name, objects, facts, gpu):
              f"{name}: voluntary disruptions stop one pod at a time", str(pdb))
     headless = objects[("Service", "drt-server-pods")]["spec"]
     c.expect(headless.get("clusterIP") == "None", f"{name}: drt-server-pods is headless (one record per pod)")
-    for where, annotations in (("pods", pod["metadata"].get("annotations", {})),
-                               ("Service", objects[("Service", "drt-server")]["metadata"].get("annotations", {}))):
-        c.expect(annotations.get("prometheus.io/scrape") == "true"
-                 and int(annotations.get("prometheus.io/port", 0)) == ports["http"]
-                 and annotations.get("prometheus.io/path") == "/metrics",
-                 f"{name}: Prometheus scrape annotations on the {where} point at http /metrics", str(annotations))
+    annotations = pod["metadata"].get("annotations", {})
+    c.expect(annotations.get("prometheus.io/scrape") == "true"
+             and int(annotations.get("prometheus.io/port", 0)) == ports["http"]
+             and annotations.get("prometheus.io/path") == "/metrics",
+             f"{name}: Prometheus scrape annotations on the pods point at http /metrics", str(annotations))
+    # On the pods only: with the Service annotated too, a Prometheus running
+    # both the kubernetes-pods and kubernetes-service-endpoints jobs scrapes
+    # every pod twice and sums over pods double (review-tools 2026-11-24 #23).
+    scraped = [s for (kind, s), o in objects.items() if kind == "Service"
+               and any(k.startswith("prometheus.io/") for k in o["metadata"].get("annotations", {}))]
+    c.expect(not scraped, f"{name}: no Service carries prometheus.io annotations", str(scraped))
     return objects
 
 
@@ -190,6 +195,10 @@ def check_gateway(c, objects, server_objects, facts):
     c.expect(container_ports.get("grpc") == listener["address"]["socket_address"]["port_value"],
              "gateway: the container port is Envoy's listener")
     service = objects[("Service", "drt-gateway")]
+    gateway_pod = deployment["spec"]["template"]["metadata"].get("annotations", {})
+    c.expect(gateway_pod.get("prometheus.io/scrape") == "true"
+             and not any(k.startswith("prometheus.io/") for k in service["metadata"].get("annotations", {})),
+             "gateway: Prometheus annotations on the pods only, not the Service (no double scrape)")
     c.expect(matches(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
              and all(p["targetPort"] in container_ports for p in service["spec"]["ports"]),
              "gateway: its Service selects it and targets its ports")
