@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -335,6 +336,26 @@ int main(int argc, char** argv) {
     int n = 0;
     if (!absl::SimpleAtoi(part, &n) || n < 1) Die("--sessions: a list of positive counts");
     counts.push_back(n);
+  }
+  // Each mode ignores the other's options: refused when given, rather than
+  // silently not applied (review-tools 2026-11-24 #21).
+  {
+    const auto given = [](const absl::CommandLineFlag& flag) {
+      return flag.CurrentValue() != flag.DefaultValue();
+    };
+    const bool mixed_mode = !absl::GetFlag(FLAGS_mixed_prefill_tokens).empty();
+    if (mixed_mode) {
+      for (const absl::CommandLineFlag* flag : {&absl::GetFlagReflectionHandle(FLAGS_sessions),
+                                                &absl::GetFlagReflectionHandle(FLAGS_sequential)}) {
+        if (given(*flag)) {
+          Die("--" + std::string(flag->Name()) +
+              " does not apply with --mixed_prefill_tokens (one generating session and "
+              "--load_sessions)");
+        }
+      }
+    } else if (given(absl::GetFlagReflectionHandle(FLAGS_load_sessions))) {
+      Die("--load_sessions applies only with --mixed_prefill_tokens");
+    }
   }
   const int64_t prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
   const int32_t generate = absl::GetFlag(FLAGS_generate);

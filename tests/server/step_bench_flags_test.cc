@@ -61,5 +61,22 @@ TEST_CASE("drt-step-bench refuses CUDA-only options on the CPU backend, auto inc
   CHECK_FALSE(Contains("(decode_graphs)").match(run.output));
 }
 
+TEST_CASE("drt-step-bench refuses the options of the mode it is not in", "[server][process][bench]") {
+  const ProgramRun mixed = RunProgram(
+      DRT_STEP_BENCH_BINARY,
+      {"--model", kModel, "--mixed_prefill_tokens", "0,63", "--sessions", "1,4"}, 60);
+  CHECK(mixed.exit_status != 0);
+  CHECK_THAT(mixed.errors, Contains("--sessions does not apply with --mixed_prefill_tokens"));
+  const ProgramRun sequential = RunProgram(
+      DRT_STEP_BENCH_BINARY,
+      {"--model", kModel, "--mixed_prefill_tokens", "0,63", "--sequential=false"}, 60);
+  CHECK(sequential.exit_status != 0);
+  CHECK_THAT(sequential.errors, Contains("--sequential does not apply with --mixed_prefill_tokens"));
+  const ProgramRun load = RunProgram(
+      DRT_STEP_BENCH_BINARY, {"--model", kModel, "--sessions", "1", "--load_sessions", "4"}, 60);
+  CHECK(load.exit_status != 0);
+  CHECK_THAT(load.errors, Contains("--load_sessions applies only with --mixed_prefill_tokens"));
+}
+
 }  // namespace
 }  // namespace drt::server
