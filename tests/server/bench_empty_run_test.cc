@@ -33,5 +33,14 @@ TEST_CASE("drt-niah and drt-niah-text refuse --trials 0; drt-tokenizer-bench nee
   CHECK_THAT(tokenizer.errors, Contains("--text is required"));
 }
 
+TEST_CASE("drt-niah checks every length, not only the largest", "[server][process][bench]") {
+  // 50 tokens cannot hold the question and a needle; only the largest length
+  // was checked, so the "50" row ran on a haystack longer than its label.
+  const ProgramRun run =
+      RunProgram(DRT_NIAH_BINARY, {"--model", kModel, "--lengths", "4K,50", "--trials", "1"}, 60);
+  CHECK(run.exit_status != 0);
+  CHECK_THAT(run.errors, Contains("--lengths: 50 tokens cannot hold the question and a needle"));
+}
+
 }  // namespace
 }  // namespace drt::server
