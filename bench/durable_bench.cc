@@ -3,6 +3,8 @@
 // state directory, with --state_sync=step and with interval sync, and prints
 // tokens/s (median of --runs); then writes --sessions sessions of
 // --session_tokens tokens and times their restore (the server's start-up).
+#include <stdlib.h>  // mkdtemp
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,7 +24,10 @@
 #include "server/state_store.h"
 
 ABSL_FLAG(std::string, model, "models/drt-passkey-byte", "model directory");
-ABSL_FLAG(std::string, dir, "/tmp/drt-durable-bench", "scratch state directory (emptied first)");
+ABSL_FLAG(std::string, dir, "",
+          "directory under which the bench makes its own fresh scratch directory "
+          "(drt-durable-bench.XXXXXX) and removes only that one (empty: the system's temporary "
+          "directory); nothing else under --dir is touched");
 ABSL_FLAG(int64_t, tokens, 200000, "tokens appended per throughput run");
 ABSL_FLAG(int32_t, runs, 3, "throughput runs per mode (the median is printed)");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
@@ -53,6 +58,31 @@ void Check(const absl::Status& s) {
     std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     std::exit(1);
   }
+}
+
+// Refuses a bad flag value before any work, naming the flag.
+void Require(bool ok, const char* message) {
+  if (!ok) {
+    std::fprintf(stderr, "drt-durable-bench: %s\n", message);
+    std::exit(1);
+  }
+}
+
+// A new, empty directory under `parent` that this process made, so that the
+// bench can empty and remove it without touching anything it did not create
+// (review-tools 2026-11-24 #3: --dir was removed recursively as given).
+std::filesystem::path MakeScratchDirectory(const std::string& parent_flag) {
+  std::error_code error;
+  const std::filesystem::path parent =
+      parent_flag.empty() ? std::filesystem::temp_directory_path(error)
+                          : std::filesystem::path(parent_flag);
+  Require(!error, "no temporary directory; pass --dir");
+  Require(std::filesystem::is_directory(parent, error),
+          ("--dir " + parent.string() + " is not an existing directory").c_str());
+  std::string pattern = (parent / "drt-durable-bench.XXXXXX").string();
+  Require(mkdtemp(pattern.data()) != nullptr,
+          ("--dir " + parent.string() + ": cannot create a scratch directory in it").c_str());
+  return pattern;
 }
 
 struct Server {
@@ -101,6 +131,7 @@ void Append(SessionManager& sessions, const std::string& id, const std::vector<i
 }
 
 double Median(std::vector<double> v) {
+  // main() refuses --runs < 1, so v is never empty.
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -115,6 +146,11 @@ int main(int argc, char** argv) {
        "Example: drt-durable-bench --model models/drt-passkey-byte --tokens 200000",
        {"bench/durable_bench.cc"}},
       argc, argv);
+  Require(absl::GetFlag(FLAGS_runs) >= 1, "--runs must be at least 1");
+  Require(absl::GetFlag(FLAGS_tokens) >= 1, "--tokens must be at least 1");
+  Require(absl::GetFlag(FLAGS_sessions) >= 0, "--sessions must not be negative");
+  Require(absl::GetFlag(FLAGS_session_tokens) >= 1, "--session_tokens must be at least 1");
+  Require(absl::GetFlag(FLAGS_step_tokens) >= 0, "--step_tokens must not be negative");
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   Check(model.status());
   drt::CpuBackendOptions cpu;
@@ -131,7 +167,12 @@ int main(int argc, char** argv) {
           : static_cast<size_t>(
                 drt::StepTokensForPositions(config, backend->max_step_positions()));
   std::printf("Append steps of %zu tokens\n", step_tokens);
-  const std::string dir = absl::GetFlag(FLAGS_dir);
+  const std::filesystem::path scratch = MakeScratchDirectory(absl::GetFlag(FLAGS_dir));
+  // The state directory lives inside the scratch directory, which is the
+  // only thing removed at the end.
+  const std::string dir = (scratch / "state").string();
+  std::printf("scratch directory %s (removed at the end; left behind if the bench fails)\n",
+              scratch.c_str());
   const auto tokens = Tokens(absl::GetFlag(FLAGS_tokens), 1);
 
   struct Mode {
@@ -226,6 +267,6 @@ int main(int argc, char** argv) {
               static_cast<long long>(restored->sessions->count()),
               static_cast<long long>(session_tokens.size()), bytes / 1048576.0, seconds,
               report.quarantined.size());
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(scratch);
   return 0;
 }

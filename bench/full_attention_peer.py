@@ -5,12 +5,29 @@ pick: a full-attention Llama-style Transformer of DRT's size with a KV cache
 
 The default shape is the paper's 128M configuration without its encoder and
 GCA (tests/fixtures/reference_configs/drt-config_63.json: 12 layers, d 768,
-12 heads, MLP 2048, vocabulary 50265), random bf16 weights. The decode step
-runs scaled-dot-product attention over a static KV cache of context + tokens
-rows (the rows past the current position masked), captured once in a CUDA
-graph and replayed per token, so the host issues one launch per token. The
-cache is filled with random rows instead of a prefill: decode time depends
-on the cache's size, not on its contents.
+12 heads, MLP 2048, vocabulary 50265), random bf16 weights. The cache is
+filled with random rows instead of a prefill: decode time depends on the
+cache's size, not on its contents. Two ways to run the attention
+(--attention):
+
+  sliced (the default): each step calls scaled-dot-product attention on the
+    cache rows written so far (a view of the first position + 1 rows) with
+    no mask. For one query row, attending to every written row is exactly
+    causal attention, and without a mask SDPA may use its FlashAttention
+    kernel (bf16/fp16); the script asks for FlashAttention alone first and
+    says which backend ran (--sdpa_backend). The KV length changes every
+    token, so this runs eagerly, without a CUDA graph.
+  masked_graph: SDPA over the whole static cache with a boolean mask for the
+    unwritten rows, captured once in a CUDA graph and replayed per token (one
+    launch per token). A boolean mask rules out FlashAttention: SDPA falls
+    back to its memory-efficient or math kernel, which do not split the KV
+    length the way flash-decoding does, so at long contexts this is a weaker
+    peer (review-tools 2026-11-24 #10). Kept for comparison.
+
+Beside each ms/token it prints the floor of a decode step on this GPU: the
+weights and the KV rows read once at the device-to-device copy bandwidth it
+measures, and the ratio to it; a peer far above its floor (more than 3x) is
+flagged, since it may not be the peer a user would pick.
 
 A context whose weights + cache + workspace do not fit in the free GPU
 memory is reported as "does not fit" (checked before allocating, and any
@@ -49,6 +66,12 @@ def parse_args(argv):
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--device", default="cuda")
     p.add_argument("--no_graph", action="store_true", help="run the step eagerly (CPU checks)")
+    p.add_argument("--attention", choices=["sliced", "masked_graph"], default="sliced",
+                   help="sliced: SDPA on the written rows, no mask (FlashAttention allowed), eager; "
+                        "masked_graph: SDPA over the static cache with a mask, in a CUDA graph")
+    p.add_argument("--sdpa_backend", choices=["auto", "flash", "any"], default="auto",
+                   help="sliced on CUDA: auto tries FlashAttention alone and falls back to any "
+                        "backend (saying so); flash fails if FlashAttention cannot run; any does not ask")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--self_check", type=int, default=0, metavar="N",
                    help="first decode N tokens from an empty cache and compare the last logits "
@@ -98,49 +121,83 @@ def rms_norm(x, w, eps=1e-5):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 
 
-def attention(q, k, v, mask):
-    """q [1, H, 1, dh]; k, v [1, H, T, dh]; mask [T] bool (True = attend)."""
+def attention(q, k, v, mask=None):
+    """q [1, H, 1, dh]; k, v [1, H, T, dh]; mask [T] bool (True = attend), or
+    None: every row of k and v (for a single query row at the last position,
+    that is causal attention, and SDPA may then use FlashAttention)."""
     if hasattr(F, "scaled_dot_product_attention"):
+        if mask is None:
+            return F.scaled_dot_product_attention(q, k, v)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.view(1, 1, 1, -1))
     # torch < 2.0 (the CPU check only): the same product written out.
     s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    s = s.masked_fill(~mask.view(1, 1, 1, -1), float("-inf"))
+    if mask is not None:
+        s = s.masked_fill(~mask.view(1, 1, 1, -1), float("-inf"))
     return (torch.softmax(s, -1) @ v.float()).to(q.dtype)
+
+
+def flash_only():
+    """A context manager under which SDPA may use its FlashAttention kernel
+    only (it raises when that kernel cannot run), or None when this torch has
+    no way to ask. A new one per use: they may be single-use."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel  # torch >= 2.3
+        return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+    except ImportError:
+        pass
+    sdp_kernel = getattr(torch.backends.cuda, "sdp_kernel", None)  # torch 2.0 - 2.2
+    if sdp_kernel is not None:
+        return sdp_kernel(enable_flash=True, enable_math=False, enable_mem_efficient=False)
+    return None
 
 
 class DecodeStep:
     """One token through the model, reading and extending a static KV cache.
 
-    All inputs live in fixed tensors (token, position), so that the step can
-    be captured once and replayed: the position selects the cache row to
-    write and masks the rows not yet written."""
+    Masked (sliced=False): all inputs live in fixed tensors (token,
+    position), so that the step can be captured once and replayed: the
+    position selects the cache row to write and masks the rows not yet
+    written. Sliced: the host also keeps the position (self.length), and
+    attention reads a view of the rows written so far, with no mask; the
+    shapes change every token, so it cannot be captured."""
 
-    def __init__(self, weights, a, max_len, dtype, device):
-        self.w, self.a = weights, a
+    def __init__(self, weights, a, max_len, dtype, device, sliced=False):
+        self.w, self.a, self.sliced = weights, a, sliced
         H, dh = a.heads, a.hidden // a.heads
         shape = (a.layers, 2, 1, H, max_len, dh)
         self.cache = torch.randn(shape, device=device, dtype=dtype)
         self.token = torch.zeros(1, dtype=torch.long, device=device)
         self.position = torch.zeros(1, dtype=torch.long, device=device)
+        self.length = 0  # == position, on the host (sliced)
         self.rows = torch.arange(max_len, device=device)
         self.logits = None
+
+    def seek(self, position):
+        """The next step writes cache row `position` and reads rows 0..position."""
+        self.position.fill_(position)
+        self.length = position
 
     def __call__(self):
         a, w = self.a, self.w
         H, dh = a.heads, a.hidden // a.heads
-        mask = self.rows <= self.position
+        mask = None if self.sliced else self.rows <= self.position
+        rows = self.length + 1  # rows written once this step's k, v are in (sliced)
         x = w.embed[self.token].view(1, a.hidden)
         for i, layer in enumerate(w.layers):
             q, k, v = (rms_norm(x, layer["norm1"]) @ layer["qkv"].t()).split(a.hidden, -1)
             self.cache[i, 0].index_copy_(2, self.position, k.view(1, H, 1, dh))
             self.cache[i, 1].index_copy_(2, self.position, v.view(1, H, 1, dh))
-            o = attention(q.view(1, H, 1, dh), self.cache[i, 0], self.cache[i, 1], mask)
+            keys, values = self.cache[i, 0], self.cache[i, 1]
+            if self.sliced:
+                keys, values = keys[:, :, :rows], values[:, :, :rows]
+            o = attention(q.view(1, H, 1, dh), keys, values, mask)
             x = x + o.reshape(1, a.hidden) @ layer["o"].t()
             gate, up = (rms_norm(x, layer["norm2"]) @ layer["gate_up"].t()).split(a.intermediate, -1)
             x = x + (F.silu(gate) * up) @ layer["down"].t()
         self.logits = rms_norm(x, w.norm) @ w.embed.t()
         self.token.copy_(self.logits.argmax(-1))
         self.position.add_(1)
+        self.length += 1
         return self.logits
 
 
@@ -166,7 +223,7 @@ def self_check(a, weights, dtype, device):
     empty cache, then compares its last logits with full_forward_logits over
     the tokens it fed itself. Returns the worst relative difference."""
     n = a.self_check
-    step = DecodeStep(weights, a, n, dtype, device)
+    step = DecodeStep(weights, a, n, dtype, device, sliced=a.attention == "sliced")
     fed = []
     for _ in range(n):
         fed.append(int(step.token.item()))
@@ -180,7 +237,51 @@ def cache_bytes(a, max_len, dtype):
     return 2 * a.layers * max_len * a.hidden * torch.tensor([], dtype=dtype).element_size()
 
 
-def measure(a, weights, context, dtype, device):
+def copy_bandwidth(device, gib=1, runs=10):
+    """Device memory bandwidth in bytes/s: the median of `runs` device-to-
+    device copies of `gib` GiB (each reads and writes it: 2 x bytes)."""
+    n = (gib << 30) // 4
+    src = torch.empty(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # warm up
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n * 4 / statistics.median(times)
+
+
+def choose_sdpa_backend(a, step, context, device):
+    """For the sliced step on CUDA: whether SDPA runs with FlashAttention
+    alone ("flash") or with whatever backend it picks ("any ..."), found by
+    running one step under flash_only(). Raises if --sdpa_backend flash and
+    FlashAttention cannot run."""
+    if a.attention != "sliced" or device.type != "cuda" or a.sdpa_backend == "any":
+        return "any (not restricted)"
+    ctx = flash_only()
+    if ctx is None:
+        if a.sdpa_backend == "flash":
+            raise RuntimeError("this torch cannot restrict SDPA to FlashAttention")
+        return "any (this torch cannot restrict SDPA)"
+    step.seek(context)
+    try:
+        with ctx:
+            step()
+        torch.cuda.synchronize(device)
+        return "flash"
+    except RuntimeError as e:
+        if a.sdpa_backend == "flash":
+            raise
+        return "any (FlashAttention refused: " + str(e).strip().splitlines()[0][:120] + ")"
+
+
+def measure(a, weights, context, dtype, device, bandwidth=None):
     """Median ms per decode token at `context` tokens of cache, and memory."""
     max_len = context + a.warmup + a.tokens
     need = cache_bytes(a, max_len, dtype)
@@ -192,43 +293,65 @@ def measure(a, weights, context, dtype, device):
             return {"context": context, "fits": False, "kv_cache_gib": need / 2**30,
                     "free_gib": free / 2**30}
         torch.cuda.reset_peak_memory_stats(device)
+    sliced = a.attention == "sliced"
     try:
-        step = DecodeStep(weights, a, max_len, dtype, device)
-        step.position.fill_(context)
+        step = DecodeStep(weights, a, max_len, dtype, device, sliced=sliced)
+        backend = choose_sdpa_backend(a, step, context, device)
+        step.seek(context)
         run = step
-        if not a.no_graph:
+        graph = not a.no_graph and not sliced
+        if graph:
             s = torch.cuda.Stream(device)
             s.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(s):
                 for _ in range(2):  # warm cuBLAS / SDPA before capture
                     step()
             torch.cuda.current_stream(device).wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            cuda_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(cuda_graph):
                 step()
-            run = graph.replay
-        step.position.fill_(context)
-        for _ in range(a.warmup):
-            run()
-        times = []
-        for _ in range(a.tokens):
-            if device.type == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
+            run = cuda_graph.replay
+            # The host copy of the position is not advanced by replays: only
+            # the sliced step reads it.
+        step.seek(context)
+
+        def timed_steps():
+            for _ in range(a.warmup):
                 run()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                run()
-                times.append((time.perf_counter() - t0) * 1e3)
+            times = []
+            for _ in range(a.tokens):
+                if device.type == "cuda":
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    run()
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end))
+                else:
+                    t0 = time.perf_counter()
+                    run()
+                    times.append((time.perf_counter() - t0) * 1e3)
+            return times
+
+        if backend == "flash":
+            with flash_only():
+                times = timed_steps()
+        else:
+            times = timed_steps()
         final_position = int(step.position.item())
         if final_position != context + a.warmup + a.tokens:
             raise RuntimeError(f"position {final_position} after the run: the step did not advance")
-        out = {"context": context, "fits": True, "ms_per_token": statistics.median(times),
+        out = {"context": context, "fits": True, "attention": a.attention, "sdpa_backend": backend,
+               "cuda_graph": graph, "ms_per_token": statistics.median(times),
                "ms_min": min(times), "ms_max": max(times), "kv_cache_gib": need / 2**30,
                "finite_logits": bool(torch.isfinite(step.logits.float()).all())}
+        if bandwidth:
+            # A decode step reads every weight and every written KV row once
+            # (at the median step, context + warmup + tokens / 2 rows).
+            rows = context + a.warmup + a.tokens // 2
+            floor_bytes = weights.bytes() + cache_bytes(a, rows, dtype)
+            out["floor_ms"] = floor_bytes / bandwidth * 1e3
+            out["x_floor"] = out["ms_per_token"] / out["floor_ms"]
         if device.type == "cuda":
             out["peak_gpu_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         del step
@@ -256,7 +379,9 @@ def main(argv):
         print(f"# full-attention peer: {a.layers} layers, d {a.hidden}, {a.heads} heads, "
               f"MLP {a.intermediate}, vocab {a.vocab}, {a.dtype}, "
               f"weights {weights.bytes() / 2**20:.1f} MiB, "
-              f"{'CUDA graph' if not a.no_graph else 'eager'}, {a.tokens} tokens timed"
+              f"attention {a.attention}, "
+              f"{'CUDA graph' if not a.no_graph and a.attention == 'masked_graph' else 'eager'}, "
+              f"{a.tokens} tokens timed"
               + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
         if a.self_check:
             diff = self_check(a, weights, dtype, device)
@@ -268,18 +393,29 @@ def main(argv):
                 print("full_attention_peer: the cached decode step does not match the full forward",
                       file=sys.stderr)
                 return 1
-        print("| context | ms/token (median) | KV cache GiB | peak GPU GiB |")
-        print("|---|---|---|---|")
+        bandwidth = copy_bandwidth(device) if device.type == "cuda" else None
+        if bandwidth:
+            print(f"# device-to-device copy bandwidth {bandwidth / 1e9:.0f} GB/s: the floor below is "
+                  f"weights + KV rows read once at that rate")
+        print("| context | ms/token (median) | floor ms | x floor | KV cache GiB | peak GPU GiB | SDPA |")
+        print("|---|---|---|---|---|---|---|")
         for context in a.contexts:
-            r = measure(a, weights, context, dtype, device)
+            r = measure(a, weights, context, dtype, device, bandwidth)
             if not r["fits"]:
-                print(f"| {context} | does not fit | {r['kv_cache_gib']:.2f} | |")
+                print(f"| {context} | does not fit | | | {r['kv_cache_gib']:.2f} | | |")
             else:
                 if not r["finite_logits"]:
                     print(f"full_attention_peer: non-finite logits at context {context}", file=sys.stderr)
                     return 1
                 peak = f"{r['peak_gpu_gib']:.2f}" if "peak_gpu_gib" in r else ""
-                print(f"| {context} | {r['ms_per_token']:.3f} | {r['kv_cache_gib']:.2f} | {peak} |")
+                floor = f"{r['floor_ms']:.3f}" if "floor_ms" in r else ""
+                ratio = f"{r['x_floor']:.1f}" if "x_floor" in r else ""
+                print(f"| {context} | {r['ms_per_token']:.3f} | {floor} | {ratio} | {r['kv_cache_gib']:.2f} "
+                      f"| {peak} | {r['sdpa_backend']} |")
+                if r.get("x_floor", 0) > 3:
+                    print(f"# caveat: at context {context} the peer runs at {r['x_floor']:.1f}x its "
+                          f"bandwidth floor ({r['sdpa_backend']}, {a.attention}); a tuned peer "
+                          f"(flash-decoding) may be faster", flush=True)
             print("json " + json.dumps(r), flush=True)
     return 0
 

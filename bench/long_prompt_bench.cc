@@ -96,10 +96,14 @@ size_t PeakRssBytes() {
   return 0;
 }
 
-// Parameters a decode step reads once each (the tied output head is the
-// embedding, read whole for the logits; the embedding gather reads one row).
+// Parameters a decode step reads once each. The output head is read whole
+// for the logits: tied, it is the embedding (lm_head empty), so the
+// embedding counts whole; untied, lm_head counts whole and the embedding
+// gather reads one row of it (hidden size values, the final norm's size).
 int64_t ParameterCount(const drt::ModelWeights& w) {
   int64_t n = 0;
+  const bool untied = !w.lm_head.empty();
+  n += untied ? static_cast<int64_t>(w.norm.size()) : static_cast<int64_t>(w.embed_tokens.size());
   const auto layer = [&](const drt::LayerWeights& l) {
     for (const auto* v : {&l.input_layernorm, &l.post_attention_layernorm, &l.self_attn.q_proj,
                           &l.self_attn.k_proj, &l.self_attn.v_proj, &l.self_attn.o_proj,
@@ -107,7 +111,7 @@ int64_t ParameterCount(const drt::ModelWeights& w) {
       n += static_cast<int64_t>(v->size());
     }
   };
-  for (const auto* v : {&w.embed_tokens, &w.lm_head, &w.norm, &w.enc_prenorm, &w.encoder_norm,
+  for (const auto* v : {&w.lm_head, &w.norm, &w.enc_prenorm, &w.encoder_norm,
                         &w.chunk_k_proj, &w.chunk_v_proj}) {
     n += static_cast<int64_t>(v->size());
   }
@@ -138,6 +142,16 @@ int main(int argc, char** argv) {
        "Example: drt-bench --model models/x --prompt_tokens 100000 --generate 64 [--device cuda]",
        {"bench/long_prompt_bench.cc"}},
       argc, argv);
+  // Before anything is loaded: a negative count became a huge size_t below
+  // and grew the haystack string until memory ran out (review-tools #13).
+  if (absl::GetFlag(FLAGS_prompt_tokens) < 1) {
+    std::fprintf(stderr, "error: --prompt_tokens must be at least 1\n");
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_generate) < 1) {
+    std::fprintf(stderr, "error: --generate must be at least 1\n");
+    return 1;
+  }
 
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) {
@@ -310,13 +324,25 @@ int main(int argc, char** argv) {
   gen.max_tokens = absl::GetFlag(FLAGS_generate);
   gen.sampling.temperature = absl::GetFlag(FLAGS_temperature);
   gen.sampling.seed = absl::GetFlag(FLAGS_seed);
+  // token_ms: the intervals between generated tokens (decode steps). The
+  // first token's time is apart (first_token_ms): it includes the padding
+  // prefill and chunk close of pad_to_chunk_boundary, so it is not a decode
+  // step and would bias the mean (review-tools 2026-11-24 #13).
   std::vector<double> token_ms;
+  double first_token_ms = 0;
+  bool first_token = true;
   const drt::BackendSessionStats before_decode = (*session)->backend_session().stats();
   const int64_t prefill_positions = (*session)->backend_session().position();
   auto last = Clock::now();
   gen.on_token = [&](int32_t, float) {
     const auto now = Clock::now();
-    token_ms.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+    const double ms = std::chrono::duration<double, std::milli>(now - last).count();
+    if (first_token) {
+      first_token_ms = ms;
+      first_token = false;
+    } else {
+      token_ms.push_back(ms);
+    }
     last = now;
     return true;
   };
@@ -340,9 +366,10 @@ int main(int argc, char** argv) {
               static_cast<long>(prefill_positions));
   double total_ms = 0;
   for (double ms : token_ms) total_ms += ms;
-  std::printf("ms_per_generated_token median %.2f  mean %.2f  (context %ld tokens)\n",
-              Median(token_ms), token_ms.empty() ? 0.0 : total_ms / token_ms.size(),
-              static_cast<long>((*session)->num_tokens()));
+  std::printf("first token %.2f ms; ms_per_generated_token after it: median %.2f  mean %.2f  "
+              "(%zu intervals; context %ld tokens)\n",
+              first_token_ms, Median(token_ms), token_ms.empty() ? 0.0 : total_ms / token_ms.size(),
+              token_ms.size(), static_cast<long>((*session)->num_tokens()));
   std::printf("session memory: chunk store %.1f MiB, landmarks %.2f MiB, window %.2f MiB, "
               "open chunk %.2f MiB (%ld chunks)\n",
               mem.chunk_store_bytes / 1048576.0, mem.landmark_bytes / 1048576.0,
@@ -379,7 +406,7 @@ int main(int argc, char** argv) {
     if (!token_ms.empty()) {
       const auto slowest = std::max_element(token_ms.begin(), token_ms.end());
       std::printf("slowest decode token %.2f ms (generated token %ld; median %.2f ms)\n",
-                  *slowest, static_cast<long>(slowest - token_ms.begin()), Median(token_ms));
+                  *slowest, static_cast<long>(slowest - token_ms.begin()) + 1, Median(token_ms));
     }
   }
   std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
@@ -388,7 +415,8 @@ int main(int argc, char** argv) {
               "chunk_tier=%s chunk_tier_used=%s "
               "context_tokens=%ld "
               "prefill_tokens_per_s=%.1f "
-              "decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu session_device_bytes=%zu "
+              "first_token_ms=%.3f decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu "
+              "session_device_bytes=%zu "
               "session_host_bytes=%zu peak_rss_bytes=%zu h2d_bytes_per_token=%.0f "
               "weight_bytes=%.0f gpu_copy_bytes_per_s=%.0f weight_read_floor_ms=%.4f\n",
               backend->name().c_str(), precision_name, absl::GetFlag(FLAGS_disable_gca) ? 1 : 0,
@@ -400,7 +428,7 @@ int main(int argc, char** argv) {
               // The tier the session got (auto may give either): what was
               // measured.
               st.chunks_on_device ? "device" : "host", static_cast<long>(prompt.size()),
-              prompt.size() / prefill_s, Median(token_ms),
+              prompt.size() / prefill_s, first_token_ms, Median(token_ms),
               token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
               mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes,
               gpu_bandwidth, gpu_bandwidth > 0 ? 1e3 * weight_bytes / gpu_bandwidth : 0.0);

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
 #include "bench/niah/eval_options.h"
 #include "bench/niah/passkey_haystack.h"
 #include "cli/command_line.h"
@@ -63,6 +64,9 @@ int main(int argc, char** argv) {
        "Example: drt-niah --model models/drt-passkey-byte --lengths 4K,64K,1M --trials 5",
        {"bench/niah_eval.cc"}},
       argc, argv);
+  if (absl::GetFlag(FLAGS_trials) < 1) {
+    return Fail(absl::InvalidArgumentError("--trials must be at least 1"));
+  }
 
   auto parsed_lengths = drt::niah::ParseLengths(absl::GetFlag(FLAGS_lengths));
   if (!parsed_lengths.ok()) return Fail(parsed_lengths.status());
@@ -84,6 +88,15 @@ int main(int argc, char** argv) {
   auto haystacks =
       drt::niah::PasskeyHaystacks::Create(*(*model)->tokenizer, drt::niah::HaystackFormat{}, max_length);
   if (!haystacks.ok()) return Fail(haystacks.status());
+  // Every length, not only the largest: a shorter one would get a haystack
+  // longer than its label (review-tools 2026-11-24 #21).
+  for (int64_t length : lengths) {
+    if (length < haystacks->min_length()) {
+      return Fail(absl::InvalidArgumentError(absl::StrFormat(
+          "--lengths: %d tokens cannot hold the question and a needle (at least %d)", length,
+          haystacks->min_length())));
+    }
+  }
 
   uint64_t key_state = absl::GetFlag(FLAGS_seed);
   std::vector<Cell> cells;
@@ -150,17 +163,19 @@ int main(int argc, char** argv) {
   }
 
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    std::ofstream out(path);
-    out << "{\n  \"model\": \"" << absl::GetFlag(FLAGS_model) << "\",\n  \"pad_to_chunk_boundary\": "
-        << (generate.pad_to_chunk_boundary ? "true" : "false") << ",\n  \"trials\": " << trials
-        << ",\n  \"cells\": [\n";
-    for (size_t i = 0; i < cells.size(); ++i) {
-      const Cell& c = cells[i];
-      out << absl::StrFormat(
-          "    {\"length\": %d, \"depth\": %.4f, \"trials\": %d, \"correct\": %d, \"seconds\": %.2f}%s\n",
-          c.length, c.depth, c.trials, c.correct, c.seconds, i + 1 < cells.size() ? "," : "");
+    // nlohmann::json escapes the model path (it was written unescaped).
+    nlohmann::json out = {{"model", absl::GetFlag(FLAGS_model)},
+                          {"pad_to_chunk_boundary", generate.pad_to_chunk_boundary},
+                          {"trials", trials},
+                          {"cells", nlohmann::json::array()}};
+    for (const Cell& c : cells) {
+      out["cells"].push_back({{"length", c.length},
+                              {"depth", c.depth},
+                              {"trials", c.trials},
+                              {"correct", c.correct},
+                              {"seconds", c.seconds}});
     }
-    out << "  ]\n}\n";
+    std::ofstream(path) << out.dump(2) << "\n";
   }
   return 0;
 }

@@ -18,6 +18,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/escaping.h"
+#include "nlohmann/json.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -47,6 +48,10 @@ ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
 ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA number format: bf16 or fp32");
 ABSL_FLAG(std::string, json, "", "write the results here as JSON");
 ABSL_FLAG(bool, show_answers, false, "print every trial's expected key and generated text");
+ABSL_FLAG(bool, allow_repeat, false,
+          "run lengths longer than the --text (its filler then repeats, and repeated passages "
+          "compete with the needle in retrieval; each cell records text_repeats); without it "
+          "such lengths are refused");
 
 namespace {
 
@@ -58,6 +63,7 @@ struct Cell {
   double depth;
   int trials = 0, correct = 0;
   double seconds = 0;
+  double text_repeats = 0;  // length / text bytes: above 1 the filler repeats
 };
 
 int Fail(const absl::Status& s) {
@@ -94,6 +100,9 @@ int main(int argc, char** argv) {
     if (!task.ok()) return Fail(task.status());
     tasks.push_back(*task);
   }
+  if (absl::GetFlag(FLAGS_trials) < 1) {
+    return Fail(absl::InvalidArgumentError("--trials must be at least 1"));
+  }
   auto parsed_lengths = drt::niah::ParseLengths(absl::GetFlag(FLAGS_lengths));
   if (!parsed_lengths.ok()) return Fail(parsed_lengths.status());
   const std::vector<int64_t> lengths = *std::move(parsed_lengths);
@@ -103,6 +112,25 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_text).empty()) return Fail(absl::InvalidArgumentError("--text is required"));
   auto text = drt::niah::LoadFillerText(absl::GetFlag(FLAGS_text));
   if (!text.ok()) return Fail(text.status());
+  // A haystack longer than the text repeats it (TextFiller wraps): refused
+  // unless asked for, and then said and recorded (review-tools 2026-11-24 #9).
+  const int64_t text_bytes = static_cast<int64_t>(text->size());
+  for (int64_t length : lengths) {
+    const double repeats = drt::niah::TextRepeats(length, text_bytes);
+    if (repeats <= 1.0) continue;
+    if (!absl::GetFlag(FLAGS_allow_repeat)) {
+      return Fail(absl::InvalidArgumentError(absl::StrFormat(
+          "--lengths: %d bytes is longer than the --text (%d bytes), whose filler would repeat "
+          "%.2f times; repeated passages compete with the needle in retrieval, so the cell would "
+          "not measure length alone. Give a longer --text, or --allow_repeat to run it anyway "
+          "(each cell then records text_repeats)",
+          length, text_bytes, repeats)));
+    }
+    std::fprintf(stderr,
+                 "warning: length %ld reads the %ld-byte text %.2f times (--allow_repeat): the "
+                 "filler repeats\n",
+                 static_cast<long>(length), static_cast<long>(text_bytes), repeats);
+  }
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) return Fail(model.status());
   const drt::Tokenizer& tokenizer = *(*model)->tokenizer;
@@ -134,6 +162,7 @@ int main(int argc, char** argv) {
     for (int64_t length : lengths) {
       for (double depth : depths) {
         Cell cell{std::string(drt::niah::TextTaskName(task)), length, depth};
+        cell.text_repeats = drt::niah::TextRepeats(length, text_bytes);
         const auto start = Clock::now();
         const drt::niah::TextFiller filler(*text, static_cast<int64_t>(drt::niah::RandomBelow(state, text->size())));
         std::vector<drt::niah::TextTrial> plan;
@@ -172,8 +201,11 @@ int main(int argc, char** argv) {
           ++cell.trials;
         }
         cell.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        std::fprintf(stderr, "%s length %ld depth %.2f: %d/%d (%.1f s)\n", cell.task.c_str(),
-                     static_cast<long>(length), depth, cell.correct, cell.trials, cell.seconds);
+        std::fprintf(stderr, "%s length %ld depth %.2f: %d/%d (%.1f s)%s\n", cell.task.c_str(),
+                     static_cast<long>(length), depth, cell.correct, cell.trials, cell.seconds,
+                     cell.text_repeats > 1.0
+                         ? absl::StrFormat(" (text repeated %.2fx)", cell.text_repeats).c_str()
+                         : "");
         cells.push_back(cell);
       }
     }
@@ -197,21 +229,32 @@ int main(int argc, char** argv) {
       std::printf(" %7.1f%% %9.1f\n", 100.0 * correct / std::max(1, total), seconds);
     }
   }
+  for (int64_t length : lengths) {
+    if (const double repeats = drt::niah::TextRepeats(length, text_bytes); repeats > 1.0) {
+      std::printf("note: at length %ld the filler repeats the text %.2f times (--allow_repeat)\n",
+                  static_cast<long>(length), repeats);
+    }
+  }
 
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    std::ofstream out(path);
-    out << "{\n  \"model\": \"" << absl::GetFlag(FLAGS_model) << "\",\n  \"text\": \""
-        << absl::CEscape(absl::GetFlag(FLAGS_text)) << "\",\n  \"pad_to_chunk_boundary\": "
-        << (generate.pad_to_chunk_boundary ? "true" : "false") << ",\n  \"seed\": " << absl::GetFlag(FLAGS_seed)
-        << ",\n  \"cells\": [\n";
-    for (size_t i = 0; i < cells.size(); ++i) {
-      const Cell& c = cells[i];
-      out << absl::StrFormat(
-          "    {\"task\": \"%s\", \"length\": %d, \"depth\": %.4f, \"trials\": %d, \"correct\": %d, "
-          "\"seconds\": %.2f}%s\n",
-          c.task, c.length, c.depth, c.trials, c.correct, c.seconds, i + 1 < cells.size() ? "," : "");
+    // nlohmann::json escapes the paths (absl::CEscape wrote C escapes such as
+    // \' that are not JSON).
+    nlohmann::json out = {{"model", absl::GetFlag(FLAGS_model)},
+                          {"text", absl::GetFlag(FLAGS_text)},
+                          {"text_bytes", text_bytes},
+                          {"pad_to_chunk_boundary", generate.pad_to_chunk_boundary},
+                          {"seed", absl::GetFlag(FLAGS_seed)},
+                          {"cells", nlohmann::json::array()}};
+    for (const Cell& c : cells) {
+      out["cells"].push_back({{"task", c.task},
+                              {"length", c.length},
+                              {"depth", c.depth},
+                              {"trials", c.trials},
+                              {"correct", c.correct},
+                              {"seconds", c.seconds},
+                              {"text_repeats", c.text_repeats}});
     }
-    out << "  ]\n}\n";
+    std::ofstream(path) << out.dump(2) << "\n";
   }
   return 0;
 }

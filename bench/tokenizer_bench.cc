@@ -59,6 +59,10 @@ int main(int argc, char** argv) {
        "Example: drt-tokenizer-bench --text a.txt,b.txt [--runs 9]",
        {"bench/tokenizer_bench.cc"}},
       argc, argv);
+  if (absl::GetFlag(FLAGS_text).empty()) {
+    std::fprintf(stderr, "error: --text is required (comma-separated text files)\n");
+    return 1;
+  }
   const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
   const std::string tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   for (const std::string& path :

@@ -4,7 +4,8 @@
 # time per output token under prefill load), and stops the server with
 # SIGTERM. Needs a build (scripts/build.sh); extra arguments go to
 # drt-batch-bench.
-#   bash scripts/batch_bench.sh                          the bundled model, default sizes
+#   bash scripts/batch_bench.sh                          the passkey model (models/drt-passkey-byte,
+#                                                        the bundled model until 2026-11-23), default sizes
 #   MODEL=random bash scripts/batch_bench.sh --sessions 1,8 --generate 64
 #                                                        the random GPT-2-vocabulary model
 #   MODEL=dir DEVICE=cuda SERVER_ARGS="--cuda_precision fp32" bash scripts/batch_bench.sh

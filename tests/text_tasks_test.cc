@@ -168,6 +168,25 @@ TEST_CASE("2-hop variable tracking: the asked variable resolves through its chai
   }
 }
 
+TEST_CASE("a haystack longer than the text repeats it, and TextRepeats says how often", "[niah]") {
+  const std::string text = SampleText(5000);
+  const TextFiller filler(text, 1234);
+  // 12,500 bytes of filler read the 5,000-byte text 2.5 times: byte i and
+  // byte i + 5000 are the same (the wrap the repeat count describes).
+  const std::string bytes = filler.Bytes(0, 12500);
+  REQUIRE(bytes.size() == 12500);
+  REQUIRE(bytes.substr(0, 5000) == bytes.substr(5000, 5000));
+  REQUIRE(bytes.substr(0, 2500) == bytes.substr(10000, 2500));
+  REQUIRE(TextRepeats(12500, 5000) == Approx(2.5));
+  // Up to the text's own size nothing repeats.
+  REQUIRE(TextRepeats(5000, 5000) == Approx(1.0));
+  REQUIRE(TextRepeats(4096, 5000) < 1.0);
+  REQUIRE(Count(filler.Bytes(0, 5000), text.substr(0, 40)) == 1);
+  // From offset 1234, 12,500 bytes hold the text's first 40 bytes twice (at 3,766
+  // and 8,766), 5,000 bytes once.
+  REQUIRE(Count(filler.Bytes(0, 12500), text.substr(0, 40)) == 2);
+}
+
 TEST_CASE("text tasks reject what they cannot build", "[niah]") {
   const std::string text = SampleText(5000);
   uint64_t state = 1;

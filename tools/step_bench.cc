@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -343,6 +344,26 @@ int main(int argc, char** argv) {
     if (!absl::SimpleAtoi(part, &n) || n < 1) Die("--sessions: a list of positive counts");
     counts.push_back(n);
   }
+  // Each mode ignores the other's options: refused when given, rather than
+  // silently not applied (review-tools 2026-11-24 #21).
+  {
+    const auto given = [](const absl::CommandLineFlag& flag) {
+      return flag.CurrentValue() != flag.DefaultValue();
+    };
+    const bool mixed_mode = !absl::GetFlag(FLAGS_mixed_prefill_tokens).empty();
+    if (mixed_mode) {
+      for (const absl::CommandLineFlag* flag : {&absl::GetFlagReflectionHandle(FLAGS_sessions),
+                                                &absl::GetFlagReflectionHandle(FLAGS_sequential)}) {
+        if (given(*flag)) {
+          Die("--" + std::string(flag->Name()) +
+              " does not apply with --mixed_prefill_tokens (one generating session and "
+              "--load_sessions)");
+        }
+      }
+    } else if (given(absl::GetFlagReflectionHandle(FLAGS_load_sessions))) {
+      Die("--load_sessions applies only with --mixed_prefill_tokens");
+    }
+  }
   const int64_t prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
   const int32_t generate = absl::GetFlag(FLAGS_generate);
   const int32_t repeats = absl::GetFlag(FLAGS_repeats);
@@ -364,21 +385,29 @@ int main(int argc, char** argv) {
     Die("--cuda_chunk_store: " + std::string(chunk_store.status().message()));
   }
   options.cuda.chunk_store = *chunk_store;
-  if (options.cuda.chunk_store != drt::CudaChunkStore::kKeysValues &&
-      *device == drt::Device::kCpu) {
-    Die("--cuda_chunk_store=encoder_rows needs --device=cuda");
-  }
   options.cuda.batched_step_rows = absl::GetFlag(FLAGS_batched_step_rows);
-  if (options.cuda.batched_step_rows && *device == drt::Device::kCpu) {
-    Die("--batched_step_rows needs --device=cuda (the CPU backend always batches rows)");
-  }
   options.cuda.decode_graphs = absl::GetFlag(FLAGS_decode_graphs);
-  if (options.cuda.decode_graphs && *device == drt::Device::kCpu) {
-    Die("--decode_graphs needs --device=cuda");
-  }
   options.cuda.decode_fused_gemv = absl::GetFlag(FLAGS_decode_fused_gemv);
-  if (options.cuda.decode_fused_gemv && *device == drt::Device::kCpu) {
-    Die("--decode_fused_gemv needs --device=cuda");
+  // The CUDA-only options are refused unless the backend in force is CUDA:
+  // with --device=auto on a machine without a GPU they would be ignored on
+  // the CPU while the result's header still named them (review-tools
+  // 2026-11-24 #7). So the device is resolved first, as MakeBackend will.
+  auto choice = drt::ResolveDevice(*device, options.cuda.device_index);
+  if (!choice.ok()) Die("--device: " + std::string(choice.status().message()));
+  if (!choice->note.empty()) std::fprintf(stderr, "%s\n", choice->note.c_str());
+  if (choice->device != drt::Device::kCuda) {
+    const std::string on_cpu = *device == drt::Device::kAuto
+                                   ? " (--device=auto chose the CPU on this machine)"
+                                   : "";
+    if (options.cuda.chunk_store != drt::CudaChunkStore::kKeysValues) {
+      Die("--cuda_chunk_store=encoder_rows needs the CUDA backend" + on_cpu);
+    }
+    if (options.cuda.batched_step_rows) {
+      Die("--batched_step_rows needs the CUDA backend (the CPU backend always batches rows)" +
+          on_cpu);
+    }
+    if (options.cuda.decode_graphs) Die("--decode_graphs needs the CUDA backend" + on_cpu);
+    if (options.cuda.decode_fused_gemv) Die("--decode_fused_gemv needs the CUDA backend" + on_cpu);
   }
   options.cpu.num_threads = absl::GetFlag(FLAGS_threads);
   options.cpu.mixed_lower_only_forwards = absl::GetFlag(FLAGS_mixed_lower_only_forwards);
@@ -453,9 +482,21 @@ int main(int argc, char** argv) {
   std::vector<Row> rows(counts.size());
   const bool sequential = absl::GetFlag(FLAGS_sequential);
   const std::string load_before = LoadAverage();
+  // One discarded run of every N first, batched and (if asked) one by one:
+  // the first timed call of the process otherwise meets a cold backend
+  // (scratch buffers, thread pool), and every ratio of repeat 0 divided by it
+  // (review-tools 2026-11-24 #14: 352 against 1951 tokens/s for the same
+  // work at N = 1 with --repeats 1).
+  for (int n : counts) {
+    measure(n, true);
+    if (sequential) measure(n, false);
+  }
   for (int32_t r = 0; r < repeats; ++r) {
     const Rate one = measure(1, true);
-    for (size_t c = 0; c < counts.size(); ++c) {
+    // The N order rotates from repeat to repeat, so that no N always runs
+    // with the longest contexts (every run extends the first N sessions).
+    for (size_t k = 0; k < counts.size(); ++k) {
+      const size_t c = (k + static_cast<size_t>(r)) % counts.size();
       const Rate batched = counts[c] == 1 ? one : measure(counts[c], true);
       rows[c].batched.Add(batched);
       rows[c].vs_one.Add(

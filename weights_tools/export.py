@@ -123,14 +123,23 @@ def check_names(state, cfg):
 
 
 def config_notes(cfg):
+    """Refuses what the engine refuses (engine/model_config.cc: a config with
+    _flash_attn_2_enabled or enable_alibi false is Unsupported), so that no
+    directory is written that drt-server would then refuse; warns when a key
+    is missing, which the engine reads as true."""
     notes = []
-    if not cfg.get("_flash_attn_2_enabled", False):
-        notes.append("warning: _flash_attn_2_enabled is not true: the reference then runs eager decoder "
-                     "attention with neither ALiBi nor the sliding window. The engine always uses ALiBi "
-                     "and the window (the flash-attention path), so its outputs will differ from "
-                     "that model's training-time behaviour.")
-    if not cfg.get("enable_alibi", False):
-        notes.append("warning: enable_alibi is not true; the engine always applies ALiBi")
+    if cfg.get("_flash_attn_2_enabled") is False:
+        raise ExportError("_flash_attn_2_enabled is false: the reference then runs eager decoder attention "
+                          "with neither ALiBi nor the sliding window, and drt-server serves only the ALiBi "
+                          "sliding-window attention (it refuses this config)")
+    if cfg.get("enable_alibi") is False:
+        raise ExportError("enable_alibi is false: drt-server's decoder attention uses ALiBi (it refuses "
+                          "this config)")
+    for key in ("_flash_attn_2_enabled", "enable_alibi"):
+        if key not in cfg:
+            notes.append(f"warning: the config has no {key}; drt-server reads it as true (the reference's "
+                         "flash-attention path with ALiBi and the window). If the checkpoint was trained "
+                         "without it, the served model will not behave as trained.")
     return notes
 
 

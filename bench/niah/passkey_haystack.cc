@@ -18,7 +18,7 @@ absl::StatusOr<PasskeyHaystacks> PasskeyHaystacks::Create(const Tokenizer& token
   auto question = tokenizer.Encode(h.format_.question);
   if (!question.ok()) return question.status();
   h.question_ = *std::move(question);
-  if (max_tokens < static_cast<int64_t>(h.question_.size()) + 200) {
+  if (max_tokens < h.min_length()) {
     return absl::InvalidArgumentError("haystacks must be longer than the question and a needle");
   }
   return h;

@@ -36,6 +36,10 @@ class PasskeyHaystacks {
   // Needle tokens for `key`.
   absl::StatusOr<std::vector<int32_t>> Needle(const std::string& key) const;
   const std::vector<int32_t>& question() const { return question_; }
+  // The shortest haystack that holds the question and a needle (Create
+  // refuses a smaller max_tokens; a caller checks every length against it).
+  int64_t min_length() const { return static_cast<int64_t>(question_.size()) + kMinFillerTokens; }
+  static constexpr int64_t kMinFillerTokens = 200;
   // Filler tokens after the needle so that the whole haystack (filler, needle,
   // filler, question) has `length` tokens.
   int64_t FillerAfterNeedle(int64_t length, int64_t needle_offset, int64_t needle_tokens) const;

@@ -105,6 +105,10 @@ absl::StatusOr<std::string> LoadFillerText(const std::string& path) {
   return text;
 }
 
+double TextRepeats(int64_t length, int64_t text_bytes) {
+  return text_bytes > 0 ? static_cast<double>(length) / static_cast<double>(text_bytes) : 0.0;
+}
+
 std::string TextFiller::Bytes(int64_t begin, int64_t end) const {
   std::string out;
   const int64_t n = static_cast<int64_t>(text_->size());

@@ -34,6 +34,13 @@ std::string_view TextTaskName(TextTask task);
 // by name, joined by "\n"). Error if nothing readable or under 4 KiB.
 absl::StatusOr<std::string> LoadFillerText(const std::string& path);
 
+// How many times a haystack of `length` bytes reads through a filler text
+// of `text_bytes` bytes. Above 1 the filler repeats (TextFiller wraps
+// around), and the repeated passages give near-identical chunks that compete
+// with the needle's chunk in top-k retrieval: such a cell measures length
+// and repetition together (drt-niah-text refuses it without --allow_repeat).
+double TextRepeats(int64_t length, int64_t text_bytes);
+
 // The filler stream: `text` from byte `start` on, wrapping around.
 class TextFiller {
  public:

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -63,7 +64,11 @@ ABSL_FLAG(std::string, session_key, "",
           "hashing on it (deploy/k8s/gateway) sends all calls of the session to the replica "
           "that holds it; printable ASCII (default: 32 random hex digits)");
 ABSL_FLAG(bool, require_passkey, false,
-          "exit 1 when the first number in the answer is not the haystack's pass key");
+          "exit 1 when the first number in the answer is not the haystack's pass key (the "
+          "generated haystack only)");
+ABSL_FLAG(double, deadline, 3600,
+          "seconds an Append or a Generate call may take before it fails with "
+          "DEADLINE_EXCEEDED (GetModelInfo and CreateSession get 30 s, DeleteSession 10 s)");
 
 namespace {
 
@@ -293,22 +298,21 @@ class Client {
   }
 
   drt::v1::ModelInfo GetModelInfo() {
-    auto context = NewContext();
+    auto context = NewContext(kUnaryDeadlineSeconds);
     drt::v1::ModelInfo info;
     Check(stub_->GetModelInfo(context.get(), {}, &info));
     return info;
   }
 
   std::string CreateSession() {
-    auto context = NewContext();
+    auto context = NewContext(kUnaryDeadlineSeconds);
     drt::v1::CreateSessionResponse response;
     Check(stub_->CreateSession(context.get(), {}, &response));
     return response.session_id();
   }
 
   grpc::Status DeleteSession(const std::string& id) {
-    auto context = NewContext();
-    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto context = NewContext(10);
     drt::v1::DeleteSessionRequest request;
     request.set_session_id(id);
     drt::v1::DeleteSessionResponse response;
@@ -317,7 +321,7 @@ class Client {
 
   grpc::Status Append(const std::string& session_id, const Prompt& prompt,
                       drt::v1::AppendSummary& summary, double& seconds) {
-    auto context = NewContext();
+    auto context = NewContext(absl::GetFlag(FLAGS_deadline));
     Interrupts interrupts(context.get());
     const auto start = Clock::now();
     auto stream = stub_->Append(context.get());
@@ -388,7 +392,7 @@ class Client {
       request.set_pad_to_chunk_boundary(pad == "true");
     }
 
-    auto context = NewContext();
+    auto context = NewContext(absl::GetFlag(FLAGS_deadline));
     Interrupts interrupts(context.get());
     Clock::time_point first, last;
     const auto start = Clock::now();
@@ -426,8 +430,15 @@ class Client {
     return i >= 0 && i < 17 ? kNames[i] : absl::StrCat("code ", i);
   }
 
-  std::unique_ptr<grpc::ClientContext> NewContext() {
+  // Every call has a deadline: a gateway that accepts the connection while
+  // its upstream hangs, or a wedged server, must not hold the client (and
+  // the scripts that run it) forever.
+  static constexpr double kUnaryDeadlineSeconds = 30;
+
+  std::unique_ptr<grpc::ClientContext> NewContext(double deadline_seconds) {
     auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::microseconds(static_cast<int64_t>(deadline_seconds * 1e6)));
     if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
     context->AddMetadata(kSessionHeader, session_key_);
     return context;
@@ -556,6 +567,23 @@ int main(int argc, char** argv) {
   }
   const std::string passkey = absl::GetFlag(FLAGS_passkey);
   if (passkey.find_first_not_of("0123456789") != std::string::npos) Die("--passkey must be digits");
+  if (!(absl::GetFlag(FLAGS_deadline) > 0)) Die("--deadline must be positive");
+  // The haystack's options mean nothing with a prompt of one's own; a script
+  // that passes --require_passkey there would pass whatever the answer.
+  if (!absl::GetFlag(FLAGS_prompt_file).empty() || !absl::GetFlag(FLAGS_token_ids).empty()) {
+    const auto changed = [](const absl::CommandLineFlag& flag) {
+      return flag.CurrentValue() != flag.DefaultValue();
+    };
+    for (const absl::CommandLineFlag* flag :
+         {&absl::GetFlagReflectionHandle(FLAGS_require_passkey),
+          &absl::GetFlagReflectionHandle(FLAGS_passkey), &absl::GetFlagReflectionHandle(FLAGS_depth),
+          &absl::GetFlagReflectionHandle(FLAGS_haystack_tokens)}) {
+      if (changed(*flag)) {
+        Die(absl::StrCat("--", flag->Name(),
+                         " needs the generated haystack (no --prompt_file or --token_ids)"));
+      }
+    }
+  }
   Interrupts::Install();
   return Run();
 }

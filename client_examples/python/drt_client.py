@@ -29,6 +29,10 @@ GPT2_TOKENS_PER_FILLER = 24
 # The metadata key a session-affine gateway hashes on (docs/deploy.md).
 SESSION_HEADER = "x-drt-session"
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# Every call has a deadline: a gateway that accepts the connection while its
+# upstream hangs, or a wedged server, must not hold the client (and the
+# scripts that run it) forever. Append and Generate get --deadline.
+UNARY_DEADLINE_SECONDS = 30
 
 
 def session_key(text):
@@ -36,6 +40,42 @@ def session_key(text):
     if not text or not all(0x20 <= ord(c) <= 0x7E for c in text):
         raise argparse.ArgumentTypeError("must be non-empty printable ASCII (it is sent as gRPC metadata)")
     return text
+
+
+def non_negative_seed(text):
+    value = int(text)
+    if not 0 <= value < 1 << 64:
+        raise argparse.ArgumentTypeError("must be an integer from 0 to 2^64 - 1 (a uint64)")
+    return value
+
+
+def readable_file(flag, path, p):
+    """Refuses, naming the flag, a file that cannot be opened for reading."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        p.error(f"{flag} {path}: {e.strerror}")
+
+
+def first_invalid_utf8(path):
+    """(byte offset, reason) of the first bytes of `path` that are not UTF-8,
+    or None; reads it in blocks (bounded memory)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0  # bytes read before this block
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(1 << 20)
+            # The error's start counts from the bytes the decoder carried over
+            # (an unfinished character) followed by this block.
+            carried = len(decoder.getstate()[0])
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as e:
+                return offset - carried + e.start, e.reason
+            if not block:
+                return None
+            offset += len(block)
 
 
 def parse_args(argv=None):
@@ -47,6 +87,10 @@ def parse_args(argv=None):
                            "(default: $DRT_BEARER_TOKEN)")
     conn.add_argument("--tls-ca", metavar="PEM", help="CA certificate file: connect with TLS (default plaintext)")
     conn.add_argument("--connect-timeout", type=float, default=30, help="seconds to wait for the server (default %(default)s)")
+    conn.add_argument("--deadline", type=float, default=3600,
+                      help="seconds an Append or a Generate call may take before it fails with "
+                           "DEADLINE_EXCEEDED (default %(default)s); GetModelInfo and CreateSession "
+                           "get 30 s, DeleteSession 10 s")
     conn.add_argument("--stubs", default=os.path.join(REPO_ROOT, "build", "python"),
                       help="folder holding drt/v1/drt_pb2.py (default %(default)s)")
 
@@ -55,10 +99,12 @@ def parse_args(argv=None):
     source.add_argument("--prompt-file", metavar="FILE", help="UTF-8 text file to send as the prompt")
     source.add_argument("--token-ids", metavar="FILE", help="file of whitespace-separated token ids to send as the prompt")
     prompt.add_argument("--question", default="", help="text appended after --prompt-file or --token-ids")
-    prompt.add_argument("--haystack-tokens", type=int, default=100_000,
-                        help="haystack length in tokens, approximately (default %(default)s)")
-    prompt.add_argument("--depth", type=float, default=0.5,
-                        help="where the pass key sits in the haystack, 0 (start) to 1 (end) (default %(default)s)")
+    # The haystack's options default to None, so that one given with a
+    # prompt of one's own is seen and refused (set to their defaults below).
+    prompt.add_argument("--haystack-tokens", type=int, default=None,
+                        help="haystack length in tokens, approximately (default 100000)")
+    prompt.add_argument("--depth", type=float, default=None,
+                        help="where the pass key sits in the haystack, 0 (start) to 1 (end) (default 0.5)")
     prompt.add_argument("--passkey", help="the pass key (default: 5 random digits)")
     prompt.add_argument("--piece-bytes", type=int, default=64 << 10,
                         help="bytes of text per Append message (default %(default)s)")
@@ -70,7 +116,7 @@ def parse_args(argv=None):
     gen.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default %(default)s)")
     gen.add_argument("--top-k", type=int, default=0, help="0: off (default %(default)s)")
     gen.add_argument("--top-p", type=float, default=0.0, help="0 or 1: off (default %(default)s)")
-    gen.add_argument("--seed", type=int, default=0, help="sampling seed (default %(default)s)")
+    gen.add_argument("--seed", type=non_negative_seed, default=0, help="sampling seed, 0 to 2^64 - 1 (default %(default)s)")
     gen.add_argument("--stop", action="append", default=[], help="stop sequence (repeatable)")
     pad = gen.add_mutually_exclusive_group()
     pad.add_argument("--pad-to-chunk-boundary", dest="pad", action="store_const", const=True, default=None,
@@ -86,8 +132,30 @@ def parse_args(argv=None):
                         "hashing on it (deploy/k8s/gateway) sends all calls of the session to the replica "
                         "that holds it; printable ASCII (default: 32 random hex digits)")
     p.add_argument("--require-passkey", action="store_true",
-                   help="exit 1 when the first number in the answer is not the haystack's pass key")
+                   help="exit 1 when the first number in the answer is not the haystack's pass key "
+                        "(the generated haystack only)")
     args = p.parse_args(argv)
+    own_prompt = args.prompt_file or args.token_ids
+    if own_prompt:
+        # Meaningless without the generated haystack: a script passing
+        # --require-passkey here would pass whatever the answer.
+        for flag, value in (("--require-passkey", args.require_passkey or None), ("--passkey", args.passkey),
+                            ("--depth", args.depth), ("--haystack-tokens", args.haystack_tokens)):
+            if value is not None:
+                p.error(f"{flag} needs the generated haystack (no --prompt-file or --token-ids)")
+    args.haystack_tokens = 100_000 if args.haystack_tokens is None else args.haystack_tokens
+    args.depth = 0.5 if args.depth is None else args.depth
+    for flag, path in (("--prompt-file", args.prompt_file), ("--token-ids", args.token_ids),
+                       ("--tls-ca", args.tls_ca)):
+        if path:
+            readable_file(flag, path, p)
+    if args.prompt_file:
+        bad = first_invalid_utf8(args.prompt_file)
+        if bad:
+            p.error(f"--prompt-file {args.prompt_file}: not UTF-8 at byte {bad[0]:,} ({bad[1]}); "
+                    "the server takes text as UTF-8")
+    if not args.deadline > 0 or not args.connect_timeout > 0:
+        p.error("--deadline and --connect-timeout must be positive")
     if not 0.0 <= args.depth <= 1.0:
         p.error("--depth must be within [0, 1]")
     if args.haystack_tokens < 1 or args.piece_bytes < 4 or args.piece_tokens < 1 or args.max_tokens < 1:
@@ -211,7 +279,7 @@ class ProgressBar:
 
 # --- the calls
 
-def append(pb, stub, session_id, pieces, expected_tokens, metadata):
+def append(pb, stub, session_id, pieces, expected_tokens, metadata, deadline):
     def requests():
         for i, piece in enumerate(pieces):
             request = pb.AppendRequest(session_id=session_id if i == 0 else "")
@@ -226,7 +294,7 @@ def append(pb, stub, session_id, pieces, expected_tokens, metadata):
     summary = None
     start = time.perf_counter()
     try:
-        for response in stub.Append(requests(), metadata=metadata):
+        for response in stub.Append(requests(), metadata=metadata, timeout=deadline):
             if response.WhichOneof("event") == "progress":
                 last = response.progress
                 bar.update(last)
@@ -256,7 +324,7 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout):
     first = last = None
     done = None
     start = time.perf_counter()
-    for response in stub.Generate(request, metadata=metadata):
+    for response in stub.Generate(request, metadata=metadata, timeout=args.deadline):
         if response.WhichOneof("event") == "piece":
             now = time.perf_counter()
             if response.piece.token_ids:
@@ -294,17 +362,18 @@ def run(args, pb, pb_grpc, grpc):
     if args.token:
         metadata.append(("authorization", f"Bearer {args.token}"))
 
-    info = stub.GetModelInfo(pb.GetModelInfoRequest(), metadata=metadata)
+    info = stub.GetModelInfo(pb.GetModelInfoRequest(), metadata=metadata, timeout=UNARY_DEADLINE_SECONDS)
     print(f"model: {info.name} on {info.device}, vocab {info.vocab_size:,} ({info.tokenizer}), "
           f"chunks of {info.enc_chunk_size}, top-k {info.chunk_topk}, window {info.slide_window}, "
           f"context limit {info.max_context_tokens:,} tokens", flush=True)
     pieces, expected, passkey, description = make_prompt(args, info)
     print(f"prompt: {description}", flush=True)
 
-    session_id = stub.CreateSession(pb.CreateSessionRequest(), metadata=metadata).session_id
+    session_id = stub.CreateSession(pb.CreateSessionRequest(), metadata=metadata,
+                                    timeout=UNARY_DEADLINE_SECONDS).session_id
     print(f"session: {session_id} ({SESSION_HEADER}: {key})", flush=True)
     try:
-        summary, append_seconds = append(pb, stub, session_id, pieces, expected, metadata)
+        summary, append_seconds = append(pb, stub, session_id, pieces, expected, metadata, args.deadline)
         print(f"append: {summary.tokens_ingested:,} tokens, {summary.session_chunks:,} chunks in "
               f"{append_seconds:.2f} s: {summary.tokens_ingested / append_seconds:,.0f} tokens/s "
               f"(server: {summary.tokens_per_second:,.0f} tokens/s)", flush=True)
@@ -345,6 +414,9 @@ def main(argv=None):
         return run(args, pb, pb_grpc, grpc)
     except grpc.RpcError as e:
         print(f"drt_client: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a file that went away after the checks, say
+        print(f"drt_client: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("drt_client: interrupted", file=sys.stderr)

@@ -141,7 +141,8 @@ grep -q "context limit 123,456 tokens" "$client_log" ||
 grep -q '^answer correct: yes' "$client_log" || fail "wrong answer"
 
 step "docker stop (SIGTERM): drains and exits 0"
-"${podman[@]}" stop -t 30 "$container" >/dev/null
+# More than drt-server's own bound: grace 10 + stop slack 5 + forced-exit slack 15 = 30 s.
+"${podman[@]}" stop -t 35 "$container" >/dev/null
 code=$("${podman[@]}" inspect --format '{{.State.ExitCode}}' "$container")
 "${podman[@]}" logs "$container" 2>&1 | tail -3
 [[ "$code" == 0 ]] || fail "drt-server exited with $code after SIGTERM"

@@ -4,7 +4,8 @@
 What the manifests must agree with is read from its source, not restated:
 the image's non-root uid from deploy/Dockerfile, drt-server's flags from
 server/server_flags.cc, its metric names from server/metrics.cc, its forced
-exit slack from server/main.cc, the routing header from the Python client.
+stop and forced-exit slacks from server/main.cc, the routing header from the
+Python client, the gateway drain hook's time bound from its own header.
 No cluster is involved (none exists here). Exits 77 (ctest: skipped) when no
 kubectl is installed.
 
@@ -36,11 +37,18 @@ def source_facts():
     exposed = {int(p) for p in re.search(r"^EXPOSE ([\d ]+)$", dockerfile, re.M).group(1).split()}
     flags = set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", read("server/server_flags.cc")))
     metrics = set(re.findall(r'"(drt_[a-z_]+)"', read("server/metrics.cc")))
-    slack = int(re.search(r"kForcedExitSlackSeconds = (\d+);", read("server/main.cc")).group(1))
+    main_cc = read("server/main.cc")
+    # drt-server forces its exit at grace + stop slack + forced-exit slack
+    # after SIGTERM (server/main.cc, WaitUntilDrained).
+    stop_slack = int(re.search(r"kStopSlackSeconds = (\d+);", main_cc).group(1))
+    slack = int(re.search(r"kForcedExitSlackSeconds = (\d+);", main_cc).group(1))
+    drain_script = read("deploy/k8s/gateway/drain.sh")
+    drain_bound = int(re.search(r"GATEWAY_DRAIN_DELAY_SECONDS \+ GATEWAY_DRAIN_SECONDS \+ (\d+) s",
+                                drain_script).group(1))
     http_paths = set(re.findall(r'server->Get\("([^"]+)"', read("server/http_endpoint.cc")))
     header = re.search(r'SESSION_HEADER = "([^"]+)"', read("client_examples/python/drt_client.py")).group(1)
-    return dict(uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, header=header,
-                http_paths=http_paths)
+    return dict(uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
+                header=header, http_paths=http_paths, drain_script=drain_script, drain_bound=drain_bound)
 
 
 def render(kubectl, directory):
@@ -91,10 +99,11 @@ def check_server(c, name, objects, facts, gpu):
              f"{name}: liveness cannot fail within a drain ({grace} s)")
     pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
     pre_stop_seconds = int(pre_stop[-1]) if pre_stop[0].endswith("sleep") else 0
-    needed = pre_stop_seconds + grace + facts["slack"]
+    needed = pre_stop_seconds + grace + facts["stop_slack"] + facts["slack"]
     c.expect(spec["terminationGracePeriodSeconds"] > needed,
              f"{name}: terminationGracePeriodSeconds {spec['terminationGracePeriodSeconds']} > preStop "
-             f"{pre_stop_seconds} + drain {grace} + forced-exit slack {facts['slack']}")
+             f"{pre_stop_seconds} + drain {grace} + stop slack {facts['stop_slack']} + forced-exit slack "
+             f"{facts['slack']} = {needed}")
 
     security = container["securityContext"]
     pod_security = spec["securityContext"]
@@ -141,12 +150,17 @@ def check_server(c, name, objects, facts, gpu):
              f"{name}: voluntary disruptions stop one pod at a time", str(pdb))
     headless = objects[("Service", "drt-server-pods")]["spec"]
     c.expect(headless.get("clusterIP") == "None", f"{name}: drt-server-pods is headless (one record per pod)")
-    for where, annotations in (("pods", pod["metadata"].get("annotations", {})),
-                               ("Service", objects[("Service", "drt-server")]["metadata"].get("annotations", {}))):
-        c.expect(annotations.get("prometheus.io/scrape") == "true"
-                 and int(annotations.get("prometheus.io/port", 0)) == ports["http"]
-                 and annotations.get("prometheus.io/path") == "/metrics",
-                 f"{name}: Prometheus scrape annotations on the {where} point at http /metrics", str(annotations))
+    annotations = pod["metadata"].get("annotations", {})
+    c.expect(annotations.get("prometheus.io/scrape") == "true"
+             and int(annotations.get("prometheus.io/port", 0)) == ports["http"]
+             and annotations.get("prometheus.io/path") == "/metrics",
+             f"{name}: Prometheus scrape annotations on the pods point at http /metrics", str(annotations))
+    # On the pods only: with the Service annotated too, a Prometheus running
+    # both the kubernetes-pods and kubernetes-service-endpoints jobs scrapes
+    # every pod twice and sums over pods double (review-tools 2026-11-24 #23).
+    scraped = [s for (kind, s), o in objects.items() if kind == "Service"
+               and any(k.startswith("prometheus.io/") for k in o["metadata"].get("annotations", {}))]
+    c.expect(not scraped, f"{name}: no Service carries prometheus.io annotations", str(scraped))
     return objects
 
 
@@ -175,14 +189,91 @@ def check_gateway(c, objects, server_objects, facts):
     c.expect("http2_protocol_options" in options.get("explicit_http_config", {}), "gateway: HTTP/2 to drt-server")
     c.expect(any("grpc_health_check" in h for h in cluster.get("health_checks", [])),
              "gateway: grpc.health.v1 checks drop draining pods")
+    check_gateway_drain(c, objects, config_map, envoy, cluster, server_objects, facts)
     container_ports = {p["name"]: p["containerPort"]
                        for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
     c.expect(container_ports.get("grpc") == listener["address"]["socket_address"]["port_value"],
              "gateway: the container port is Envoy's listener")
     service = objects[("Service", "drt-gateway")]
+    gateway_pod = deployment["spec"]["template"]["metadata"].get("annotations", {})
+    c.expect(gateway_pod.get("prometheus.io/scrape") == "true"
+             and not any(k.startswith("prometheus.io/") for k in service["metadata"].get("annotations", {})),
+             "gateway: Prometheus annotations on the pods only, not the Service (no double scrape)")
     c.expect(matches(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
              and all(p["targetPort"] in container_ports for p in service["spec"]["ports"]),
              "gateway: its Service selects it and targets its ports")
+
+
+def expand(value, env):
+    """Kubernetes' $(VAR) substitution in command and args."""
+    return re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)]["value"] if m.group(1) in env else m.group(0), value)
+
+
+def check_gateway_drain(c, objects, config_map, envoy, cluster, server_objects, facts):
+    """A gateway pod's stop drains its client streams (drain.sh) for at least
+    as long as a drt-server pod's own drain, and nothing cuts that short."""
+    deployment = objects[("Deployment", "drt-gateway")]
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = env_of(container)
+    args = [expand(a, env) for a in container.get("args", [])]
+    pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    config_volume = next(v["name"] for v in spec["volumes"]
+                         if v.get("configMap", {}).get("name") == config_map["metadata"]["name"])
+    c.expect(pre_stop == ["/bin/bash", mounts[config_volume] + "/drain.sh"]
+             and config_map["data"].get("drain.sh") == facts["drain_script"],
+             "gateway: preStop runs drain.sh from the mounted ConfigMap, the repository's copy", str(pre_stop))
+    drain_calls = re.findall(r"admin POST '?(/[a-z_/]+\??[a-z]*)", facts["drain_script"])
+    c.expect(drain_calls == ["/healthcheck/fail", "/drain_listeners?graceful"],
+             "gateway: drain.sh fails health checks and drains listeners gracefully", str(drain_calls))
+    admin_port = envoy["admin"]["address"]["socket_address"]["port_value"]
+    c.expect(int(env.get("ENVOY_ADMIN_PORT", {}).get("value", -1)) == admin_port,
+             f"gateway: drain.sh talks to envoy.yaml's admin port {admin_port}", str(env.get("ENVOY_ADMIN_PORT")))
+
+    def arg(flag):
+        return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+
+    c.expect("GATEWAY_DRAIN_DELAY_SECONDS" in env and "GATEWAY_DRAIN_SECONDS" in env,
+             "gateway: the drain delay and time are set (GATEWAY_DRAIN_DELAY_SECONDS, GATEWAY_DRAIN_SECONDS)")
+    if "GATEWAY_DRAIN_DELAY_SECONDS" not in env or "GATEWAY_DRAIN_SECONDS" not in env:
+        return
+    delay = int(env["GATEWAY_DRAIN_DELAY_SECONDS"]["value"])
+    drain = int(env["GATEWAY_DRAIN_SECONDS"]["value"])
+    c.expect(arg("--drain-time-s") == str(drain) and arg("--drain-strategy") == "immediate",
+             f"gateway: Envoy runs with --drain-time-s {drain} (GATEWAY_DRAIN_SECONDS) and "
+             "--drain-strategy immediate", str(args))
+    server_env = env_of(server_objects[("Deployment", "drt-server")]["spec"]["template"]["spec"]["containers"][0])
+    server_grace = int(server_env["DRT_SHUTDOWN_GRACE_SECONDS"]["value"])
+    c.expect(drain >= server_grace,
+             f"gateway: streams get {drain} s on a gateway stop, no less than drt-server's drain ({server_grace} s)")
+    hook_bound = delay + drain + facts["drain_bound"]
+    c.expect(spec["terminationGracePeriodSeconds"] > hook_bound,
+             f"gateway: terminationGracePeriodSeconds {spec['terminationGracePeriodSeconds']} > drain.sh's bound "
+             f"{delay} + {drain} + {facts['drain_bound']} = {hook_bound}")
+    liveness = container["livenessProbe"]
+    c.expect(liveness["periodSeconds"] * liveness["failureThreshold"] > hook_bound,
+             f"gateway: liveness (/ready answers 503 while draining) cannot fail within the preStop hook "
+             f"({hook_bound} s)")
+    rolling = deployment["spec"].get("strategy", {}).get("rollingUpdate", {})
+    c.expect(rolling.get("maxUnavailable") == 0 and rolling.get("maxSurge", 0) >= 1,
+             "gateway: a rolling update starts a new pod before draining an old one", str(rolling))
+    pdb = objects.get(("PodDisruptionBudget", "drt-gateway"), {}).get("spec", {})
+    c.expect(matches(pdb.get("selector", {}).get("matchLabels"), deployment["spec"]["template"]["metadata"]["labels"])
+             and pdb.get("maxUnavailable") == 1 and deployment["spec"]["replicas"] >= 2,
+             "gateway: voluntary disruptions stop one of its replicas at a time", str(pdb))
+
+    # Health checks: one lost check must not move keys (their sessions' next
+    # calls would get NOT_FOUND elsewhere), yet a draining pod must be out of
+    # the ring before its drain ends.
+    (check,) = cluster["health_checks"]
+    seconds = lambda v: float(str(v).rstrip("s"))
+    out_after = seconds(check["interval"]) * check["unhealthy_threshold"] + seconds(check["timeout"])
+    c.expect(check["unhealthy_threshold"] >= 2,
+             f"gateway: a pod leaves the ring after {check['unhealthy_threshold']} failed checks in a row (>= 2)")
+    c.expect(out_after < server_grace,
+             f"gateway: a draining pod is out of the ring within interval x threshold + timeout = {out_after:g} s, "
+             f"inside drt-server's drain ({server_grace} s)")
 
 
 def main():

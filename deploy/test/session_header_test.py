@@ -7,6 +7,11 @@ included, must carry the same key. The test puts a recording gRPC proxy
 between the clients and a real drt-server (the bundled model), runs the
 Python and the C++ client through it on a short passkey haystack, and checks
 the metadata every call carried, and that a bad --session-key is refused.
+It also checks the clients' refusals of bad input, before anything is sent:
+the haystack's options with a prompt of one's own (--require-passkey there
+used to pass whatever the answer), and for the Python client a missing file,
+a prompt file that is not UTF-8 (named by byte offset) and a negative --seed
+(each used to end in a traceback or an opaque gRPC error).
 
     session_header_test.py --server-binary build/server/drt-server \
         --cpp-client build/client_examples/drt-client --stubs build/python
@@ -104,6 +109,59 @@ def check_run(checks, name, calls, expected_key=None):
     return key
 
 
+def check_refusals(checks, proxy, python_client, cpp_client):
+    """Bad input is refused naming the problem, with nothing sent."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="drt-client-refusals-") as tmp:
+        text = os.path.join(tmp, "prompt.txt")
+        with open(text, "w") as f:
+            f.write("Some prompt text.\n")
+        latin1 = os.path.join(tmp, "latin1.txt")
+        with open(latin1, "wb") as f:
+            f.write(b"caf\xe9 au lait")  # 0xE9 at byte 3 is not UTF-8
+        # The shared commands without the haystack's options (--haystack-tokens,
+        # --require-passkey, --passkey and their values): these cases use a
+        # prompt file instead.
+        def without_haystack(command, flags):
+            out, skip = [], False
+            for arg in command:
+                if skip:
+                    skip = False
+                elif arg in flags:
+                    skip = flags[arg]
+                else:
+                    out.append(arg)
+            return out
+
+        py = without_haystack(python_client, {"--haystack-tokens": True, "--passkey": True,
+                                              "--require-passkey": False})
+        cpp = without_haystack(cpp_client, {"--haystack_tokens": True, "--passkey": True,
+                                            "--require_passkey": False})
+        cases = [
+            ("python --require-passkey with --prompt-file", py + ["--prompt-file", text, "--require-passkey"],
+             r"--require-passkey needs the generated haystack"),
+            ("python --depth with --token-ids", py + ["--token-ids", text, "--depth", "0.2"],
+             r"--depth needs the generated haystack"),
+            ("python --passkey with --prompt-file", py + ["--prompt-file", text, "--passkey", "12345"],
+             r"--passkey needs the generated haystack"),
+            ("c++ --require_passkey with --prompt_file", cpp + ["--prompt_file", text, "--require_passkey"],
+             r"--require_passkey needs the generated haystack"),
+            ("c++ --haystack_tokens with --token_ids", cpp + ["--token_ids", text, "--haystack_tokens", "99"],
+             r"--haystack_tokens needs the generated haystack"),
+            ("python missing --prompt-file", py + ["--prompt-file", os.path.join(tmp, "missing.txt")],
+             r"--prompt-file .*missing\.txt: No such file"),
+            ("python non-UTF-8 --prompt-file", py + ["--prompt-file", latin1],
+             r"not UTF-8 at byte 3 "),
+            ("python --seed -1", py + ["--seed=-1"], r"--seed: .*0 to 2\^64"),
+            ("python --deadline 0", py + ["--deadline", "0"], r"--deadline .*must be positive"),
+        ]
+        for name, command, pattern in cases:
+            code, output = run_client(command)
+            checks.expect(code != 0 and re.search(pattern, output) and "Traceback" not in output,
+                          f"{name}: refused, naming the problem", output[-800:])
+            checks.expect(not proxy.take(), f"{name}: nothing is sent")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--server-binary", required=True)
@@ -152,6 +210,7 @@ def main():
             checks.expect(code != 0 and re.search(r"--session[-_]key", output) and "printable ASCII" in output,
                           f"{name}: a non-ASCII key is refused naming the flag", output[-500:])
             checks.expect(not proxy.take(), f"{name}: nothing is sent with a refused key")
+        check_refusals(checks, proxy, python_client, cpp_client)
     finally:
         front.stop(0)
         server.terminate()

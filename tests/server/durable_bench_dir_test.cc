@@ -1,0 +1,92 @@
+// drt-durable-bench works in a scratch directory of its own under --dir and
+// removes only that: a --dir holding someone's files keeps them (review-tools
+// 2026-11-24 #3: the bench used to remove_all(--dir) several times a run).
+// Run for real on the CPU with the bundled model at a tiny size.
+#include <stdlib.h>  // mkdtemp
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "tests/server/test_util/run_program.h"
+
+#ifndef DRT_DURABLE_BENCH_BINARY
+#error "tests/CMakeLists.txt defines DRT_DURABLE_BENCH_BINARY as the path of drt-durable-bench"
+#endif
+
+namespace drt::server {
+namespace {
+
+using namespace drt::server::testing;
+using Catch::Matchers::Contains;
+
+const std::string kModel = std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte";
+
+// A directory made for this test, removed when the test ends.
+struct TestDirectory {
+  std::filesystem::path path;
+  TestDirectory() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "drt-durable-dir-test.XXXXXX");
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TestDirectory() { std::filesystem::remove_all(path); }
+};
+
+std::vector<std::string> TinyRun(const std::string& dir) {
+  return {"--model", kModel, "--dir", dir, "--tokens", "64", "--runs", "1", "--sessions", "1",
+          "--session_tokens", "64", "--threads", "1"};
+}
+
+TEST_CASE("drt-durable-bench leaves the files under --dir alone and cleans up its own",
+          "[server][process][bench]") {
+  TestDirectory dir;
+  const auto sentinel = dir.path / "someone-elses-file.txt";
+  const auto nested = dir.path / "work" / "notes.txt";
+  std::filesystem::create_directories(nested.parent_path());
+  std::ofstream(sentinel) << "keep me\n";
+  std::ofstream(nested) << "keep me too\n";
+
+  const ProgramRun run = RunProgram(DRT_DURABLE_BENCH_BINARY, TinyRun(dir.path.string()), 180);
+  INFO("stdout:\n" << run.output << "\nstderr:\n" << run.errors);
+  REQUIRE(run.exit_status == 0);
+  // It did its work (the restore line comes last, after every removal).
+  CHECK_THAT(run.output, Contains("restore: 1 sessions x 64 tokens"));
+  CHECK(std::filesystem::exists(sentinel));
+  CHECK(std::filesystem::exists(nested));
+  // Its own scratch directory is gone: only the two entries made here remain.
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path)) ++entries;
+  CHECK(entries == 2);
+}
+
+TEST_CASE("drt-durable-bench refuses a --dir that is not a directory and --runs 0",
+          "[server][process][bench]") {
+  TestDirectory dir;
+  const auto file = dir.path / "a-file";
+  std::ofstream(file) << "x\n";
+
+  const ProgramRun missing =
+      RunProgram(DRT_DURABLE_BENCH_BINARY, TinyRun((dir.path / "missing").string()), 60);
+  CHECK(missing.exit_status != 0);
+  CHECK_THAT(missing.errors, Contains("--dir " + (dir.path / "missing").string() +
+                                      " is not an existing directory"));
+  CHECK_FALSE(std::filesystem::exists(dir.path / "missing"));
+
+  const ProgramRun not_a_directory =
+      RunProgram(DRT_DURABLE_BENCH_BINARY, TinyRun(file.string()), 60);
+  CHECK(not_a_directory.exit_status != 0);
+  CHECK_THAT(not_a_directory.errors, Contains("is not an existing directory"));
+  CHECK(std::filesystem::is_regular_file(file));
+
+  auto args = TinyRun(dir.path.string());
+  args.push_back("--runs=0");  // absl: the last value wins
+  const ProgramRun no_runs = RunProgram(DRT_DURABLE_BENCH_BINARY, args, 60);
+  CHECK(no_runs.exit_status != 0);
+  CHECK_THAT(no_runs.errors, Contains("--runs must be at least 1"));
+}
+
+}  // namespace
+}  // namespace drt::server

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""weights_tools/export.py refuses a config that drt-server refuses
+(engine/model_config.cc: _flash_attn_2_enabled or enable_alibi false is
+Unsupported) and writes nothing; it warns when either key is missing, which
+the engine reads as true (review-tools 2026-11-24 #18: it used to warn and
+write a directory the server then refused).
+
+The checkpoint is a random model from make_random_model.py (numpy only; a
+.safetensors checkpoint needs no torch), exported with its own config edited.
+
+    export_refusals_test.py
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TOOLS = os.path.join(REPO, "weights_tools")
+FAILED = []
+
+
+def expect(ok, what, detail=""):
+    print(("ok: " if ok else "FAILED: ") + what + ("" if ok or not detail else f"\n  {detail}"))
+    if not ok:
+        FAILED.append(what)
+
+
+def main():
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        print("SKIPPED: no numpy for weights_tools")
+        return 77
+    with tempfile.TemporaryDirectory(prefix="drt-export-refusals-") as tmp:
+        source = os.path.join(tmp, "source")
+        subprocess.run([sys.executable, os.path.join(TOOLS, "make_random_model.py"), "--out", source,
+                        "--vocab-size", "300", "--pad-id", "256", "--bos-id", "256", "--eos-id", "256",
+                        "--chunk-id", "257", "--mask-id", "256", "--hidden-size", "32", "--num-heads", "2", "--num-kv-heads", "2",
+                        "--intermediate-size", "64"], check=True, capture_output=True)
+        with open(os.path.join(source, "config.json")) as f:
+            base = json.load(f)
+        expect(base.get("_flash_attn_2_enabled") is True and base.get("enable_alibi") is True,
+               "the random model's config has both keys true (the served path)")
+
+        def export(name, edit):
+            cfg = dict(base)
+            edit(cfg)
+            cfg_path = os.path.join(tmp, f"{name}.json")
+            with open(cfg_path, "w") as f:
+                json.dump(cfg, f)
+            out = os.path.join(tmp, f"out-{name}")
+            run = subprocess.run([sys.executable, os.path.join(TOOLS, "export.py"), "--checkpoint",
+                                  os.path.join(source, "model.safetensors"), "--config", cfg_path, "--out", out],
+                                 capture_output=True, text=True, timeout=120)
+            return run, out
+
+        for key in ("_flash_attn_2_enabled", "enable_alibi"):
+            run, out = export(f"{key}-false", lambda c, k=key: c.__setitem__(k, False))
+            expect(run.returncode == 1 and f"{key} is false" in run.stderr and "refuses" in run.stderr,
+                   f"{key} false: refused, naming the key", run.stderr[-600:])
+            expect(not os.path.exists(out), f"{key} false: nothing written")
+
+            run, out = export(f"{key}-missing", lambda c, k=key: c.pop(k))
+            expect(run.returncode == 0 and f"the config has no {key}" in (run.stdout + run.stderr),
+                   f"{key} missing: exported with a warning", (run.stdout + run.stderr)[-600:])
+
+        run, out = export("served", lambda c: None)
+        expect(run.returncode == 0 and os.path.isfile(os.path.join(out, "model.safetensors"))
+               and "warning" not in run.stdout + run.stderr,
+               "both keys true: exported without a warning", (run.stdout + run.stderr)[-600:])
+    print(f"{'FAILED' if FAILED else 'passed'}: {len(FAILED)} failures")
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
