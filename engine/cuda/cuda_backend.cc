@@ -152,6 +152,14 @@ class CudaBackend final : public Backend {
       if (absl::Status s = cuda_sessions[slice.request]->PrepareSlice(slice); !s.ok()) return s;
     }
     DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
+    // The kernel launchers return cudaGetLastError(): an error some earlier
+    // call on this thread left set, and reported already as its own Status
+    // (a failed allocation of another session; AllocationFailure clears
+    // those) or ignored (a destructor's free), would fail this forward's
+    // first launch and mark all its sessions failed. Cleared here. A sticky
+    // error (a corrupted context) is not hidden: every later call reports
+    // it again.
+    (void)cudaGetLastError();
     absl::Status status;
     if (options_.batched_step_rows) {
       // One set of step-wide buffers: batched steps run one at a time.

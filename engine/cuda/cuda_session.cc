@@ -69,6 +69,10 @@ absl::StatusOr<std::unique_ptr<CudaSession<T>>> CudaSession<T>::CreateOnTier(
 template <typename T>
 absl::Status CudaSession<T>::Init(bool allow_device_tier) {
   DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
+  // Init launches a kernel with decode_graphs: a runtime error an earlier
+  // failed call on this thread left set (reported then) must not fail it
+  // (as in CudaBackend::Step).
+  (void)cudaGetLastError();
   auto gemm = kernels::CublasGemm::Create();
   if (!gemm.ok()) return gemm.status();
   gemm_ = std::make_unique<kernels::CublasGemm>(*std::move(gemm));
@@ -210,12 +214,22 @@ absl::Status CudaSession<T>::EnsureLandmarkCapacity(int64_t chunks) {
   int64_t grown = std::max(capacity, kFirstLandmarkCapacity);
   while (grown < chunks) grown *= 2;
   grown = std::min(grown, kMaxLandmarks);
+  // A full device fails this session alone, as RESOURCE_EXHAUSTED
+  // (ReserveForStep's contract), before anything changed; the runtime's
+  // error is cleared (DeviceArray::Create), so the step's other sessions
+  // launch clean.
+  auto growth_failure = [&](const absl::Status& s) {
+    if (s.code() != absl::StatusCode::kResourceExhausted) return s;
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the landmark matrix cannot grow from %d to %d chunks (%d positions) on the device: %s",
+        capacity, grown, grown * sizes_.chunk, s.message()));
+  };
   auto landmarks = DeviceArray<float>::Create(grown * sizes_.d, "landmarks");
-  if (!landmarks.ok()) return landmarks.status();
+  if (!landmarks.ok()) return growth_failure(landmarks.status());
   const size_t ws_bytes = kernels::LandmarkTopKWorkspaceBytes(
       grown, static_cast<int>(sizes_.max_query_chunks), static_cast<int>(sizes_.topk));
   auto workspace = DeviceArray<char>::Create(std::max<size_t>(ws_bytes, 1), "landmark top-k");
-  if (!workspace.ok()) return workspace.status();
+  if (!workspace.ok()) return growth_failure(workspace.status());
   const int64_t held = closed_chunks();
   if (held > 0) {
     DRT_CUDA_RETURN_IF_ERROR(
