@@ -16,6 +16,7 @@
 #include "engine/cuda/host/chunk_record_layout.h"
 #include "engine/cuda/host/chunk_tier_policy.h"
 #include "engine/cuda/host/decode_graph_plan.h"
+#include "engine/cuda/host/host_chunk_store.h"
 #include "engine/cuda/host/step_rows.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
@@ -290,6 +291,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
                         kMaxStepPositions, options.max_step_positions));
   }
   if (absl::Status s = CheckChunkTier(options); !s.ok()) return s;
+  if (absl::Status s = cuda::CudaSlabOptions(options.max_slab_chunks).status(); !s.ok()) {
+    return s;
+  }
   const int splits = options.window_decode_splits;
   if (splits != 0 && splits != 1 && splits != 2 && splits != 4 && splits != 8) {
     return absl::InvalidArgumentError(absl::StrFormat(

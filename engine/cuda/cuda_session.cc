@@ -44,7 +44,8 @@ HostChunkStore<HostElement<T>> CudaSession<T>::NewChunkStore(
     std::shared_ptr<HostAllocator> allocator) {
   return HostChunkStore<HostElement<T>>(
       ChunkRecordLayoutFor(config, EffectiveChunkStore(options)), std::move(allocator),
-      HostChunkStoreOptions{16, std::max<int64_t>(16, options.max_slab_chunks)});
+      // MakeCudaBackend refused a max_slab_chunks below 1.
+      CudaSlabOptions(options.max_slab_chunks).value_or(HostChunkStoreOptions{}));
 }
 
 template <typename T>
@@ -304,7 +305,18 @@ absl::Status CudaSession<T>::ReserveForStep(int64_t end_position) {
   // The encoder writes the step's chunks into the device store in place:
   // room for them now, before anything is queued (a growth waits for the
   // compute stream, so no queued kernel reads the old arrays after).
-  if (device_tier_) DRT_RETURN_IF_ERROR(ReserveDeviceStore(chunks));
+  if (device_tier_) return ReserveDeviceStore(chunks);
+  // The host tier's pinned slabs likewise: EncodeChunks, mid-step, then
+  // allocates nothing, so a host short of pinned memory fails this session
+  // here, alone, and no slab is pinned while the step's other sessions
+  // wait.
+  const int64_t more = chunks - chunk_store_.size();
+  if (more <= 0) return absl::OkStatus();
+  if (absl::Status s = chunk_store_.Reserve(more); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("the pinned host chunk store (chunk tier host) "
+                                               "cannot hold the step's chunks: ",
+                                               s.message()));
+  }
   return absl::OkStatus();
 }
 

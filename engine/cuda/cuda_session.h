@@ -118,10 +118,13 @@ class CudaSession final : public BackendSession {
 
   // Backend::PrepareSessionForStep: before a step takes the session to
   // `end_position` decoder positions, the room it needs that may be
-  // missing (the landmark matrix, the device tier's chunk store), so that a
-  // growth that finds no room fails this session alone (engine/batch_step.cc
-  // keeps it out of the forward). FAILED_PRECONDITION after a failure,
-  // RESOURCE_EXHAUSTED naming the tier when the store cannot grow.
+  // missing (the landmark matrix; the device tier's chunk store, or the
+  // host tier's pinned slabs), so that a growth that finds no room fails
+  // this session alone (engine/batch_step.cc keeps it out of the forward)
+  // and nothing allocates mid-step. FAILED_PRECONDITION after a failure,
+  // RESOURCE_EXHAUSTED naming the landmark matrix or the tier when the
+  // memory is full (the runtime's error cleared: the other sessions' steps
+  // launch clean).
   absl::Status ReserveForStep(int64_t end_position);
 
   // --- The ops of one slice (engine/cuda/cuda_step.h) ---
