@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,14 @@ namespace {
 constexpr int64_t kMaxLandmarks = int64_t{1} << 20;
 constexpr int64_t kFirstLandmarkCapacity = 1024;
 
+// The most chunks a device store grows to unless a session needs more: those
+// of the largest context (auto_tier_max_tokens, drt-server's
+// --max_context_tokens), when known (DeviceStoreGrowthLimits::cap_chunks).
+int64_t DeviceStoreCap(const ModelConfig& config, const CudaBackendOptions& options) {
+  const int64_t chunks = MaxChunksForTokens(options.auto_tier_max_tokens, config.enc_chunk_size);
+  return chunks > 0 ? chunks : std::numeric_limits<int64_t>::max();
+}
+
 }  // namespace
 
 template <typename T>
@@ -36,7 +45,7 @@ CudaSession<T>::CudaSession(const ModelConfig& config, const DeviceWeights<T>& w
       host_allocator_(std::move(host_allocator)),
       chunk_store_(NewChunkStore(config, options, host_allocator_)),
       tier_ledger_(std::move(tier_ledger)),
-      device_store_(sizes_.chunk * sizes_.d) {}
+      device_store_(sizes_.chunk * sizes_.d, DeviceStoreCap(config, options)) {}
 
 template <typename T>
 HostChunkStore<HostElement<T>> CudaSession<T>::NewChunkStore(
