@@ -631,6 +631,11 @@ absl::StatusOr<std::unique_ptr<BackendSession>> CudaSession<T>::Fork() const {
   f.position_ = position_;
   if (!device_tier_) f.chunk_store_ = chunk_store_;  // shares every slab
   f.mapped_chunks_ = mapped_chunks_;  // and every mapping (its staging is its own)
+  // The staging its fetches of mapped chunks go through, made now as
+  // MapChunks and ImportState make theirs: a host short of pinned memory
+  // fails this Fork, not a later step of every session in the fork's
+  // forward.
+  if (!f.mapped_chunks_.empty()) DRT_RETURN_IF_ERROR(f.EnsureStaging());
   f.selection_ = selection_;
   return std::unique_ptr<BackendSession>(std::move(*fork));
 }
