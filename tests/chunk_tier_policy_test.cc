@@ -2,6 +2,8 @@
 // CudaChunkTier::kAuto) and the device tier's slot table
 // (engine/cuda/host/gca_slot_table.h, DeviceStoreSlots), plain C++, against
 // hand-computed cases.
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,6 +52,118 @@ TEST_CASE("chunk tier: the device store doubles to hold what it must", "[cuda_ho
   CHECK(GrownDeviceStoreCapacity(16, 100, 16) == 128);
   CHECK(GrownDeviceStoreCapacity(781, 782, 16) == 1562);  // an exact store, then doubled
   CHECK(GrownDeviceStoreCapacity(0, 0, 16) == 0);
+}
+
+TEST_CASE("chunk tier: the device store doubles while that fits, then steps by 1/8 or what "
+          "fits, never below the need",
+          "[cuda_host]") {
+  // Doubling 1024 -> 2048 when 2048 fit beside the held arrays.
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {2048}) == 2048);
+  // It does not: 1025 + 1025 / 8 = 1153 when that fits.
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {2047}) == 1153);
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {1153}) == 1153);
+  // Nor does the step: as much of it as fits.
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {1152}) == 1152);
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {1025}) == 1025);
+  // Not even the need: the need (its allocation then fails,
+  // RESOURCE_EXHAUSTED).
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {1024}) == 1025);
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {100}) == 1025);
+  // The step is at least one chunk.
+  CHECK(GrownDeviceStoreCapacity(4, 5, 4, {7}) == 6);
+  // The cap (the largest context's chunks) bounds doubling and the step,
+  // never the need.
+  CHECK(GrownDeviceStoreCapacity(16, 17, 16, {1000, 20}) == 20);
+  CHECK(GrownDeviceStoreCapacity(16, 17, 16, {1000, 10}) == 17);
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {1100, 1050}) == 1050);
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {1200, 1150}) == 1150);  // the step, capped
+  // Held already: no growth, whatever the limits.
+  CHECK(GrownDeviceStoreCapacity(2048, 1025, 16, {0, 0}) == 2048);
+}
+
+// A session of the 128M config (d = 768, bf16: kRecord128M bytes of K and V
+// per chunk) on the device tier, grown chunk by chunk on a GPU with
+// `usable` bytes beside `other` bytes (weights, buffers), as
+// DeviceChunkStore::Reserve grows it: the room measured before each growth
+// (free memory / bytes per chunk), the policy's size tried, then the need
+// alone; a growth holds the old and new stores at once. Returns the
+// capacity at which it stops (an allocation of even the need fails), or
+// `until` chunks when it gets there; counts growths and chunk copies.
+struct Grown {
+  int64_t ceiling = 0;
+  int64_t growths = 0;
+  int64_t copied_chunks = 0;
+};
+Grown GrowOnDevice(int64_t usable, int64_t other, int64_t until, bool limited,
+                   int64_t cap_chunks = std::numeric_limits<int64_t>::max()) {
+  Grown g;
+  int64_t capacity = 0, held = 0;  // chunks allocated, chunks stored
+  while (held < until) {
+    const int64_t needed = held + 1;
+    if (needed > capacity) {
+      const int64_t free_bytes = usable - other - capacity * kRecord128M;
+      DeviceStoreGrowthLimits limits;
+      if (limited) limits = {free_bytes / kRecord128M, cap_chunks};
+      int64_t grown = GrownDeviceStoreCapacity(capacity, needed, 16, limits);
+      if (grown * kRecord128M > free_bytes && limited) grown = needed;  // the retry
+      if (grown * kRecord128M > free_bytes) break;
+      g.copied_chunks += held;
+      ++g.growths;
+      capacity = grown;
+    }
+    held = needed;
+  }
+  g.ceiling = capacity;
+  return g;
+}
+
+TEST_CASE("chunk tier: device store growth at 16M-64M tokens (128M config, bf16)",
+          "[cuda_host]") {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  constexpr int64_t kOther = 2 * kGiB;  // weights (~0.25 GiB) and buffers, say
+  const int64_t kH200 = 139 * kGiB, kH100 = 78 * kGiB;
+  const int64_t tokens_20m = MaxChunksForTokens(20'000'000, 63);  // 317,461 chunks
+  const int64_t tokens_64m = MaxChunksForTokens(64'000'000, 63);
+  REQUIRE(tokens_20m == 317461);
+
+  // Doubling alone stops at 2^18 chunks (16.5M tokens, 48 GiB) on either
+  // GPU: 2^19 chunks are 96 GiB, beside the 48 held.
+  CHECK(GrowOnDevice(kH200, kOther, tokens_20m, /*limited=*/false).ceiling == int64_t{1} << 18);
+  CHECK(GrowOnDevice(kH100, kOther, tokens_20m, false).ceiling == int64_t{1} << 18);
+
+  // With the policy a store stops only where old + need no longer fit: at
+  // c chunks, growing by one needs (2c + 1) x record <= usable - other, so
+  // it stops at c* = ((usable - other) / record - 1) / 2 chunks or later.
+  for (const int64_t usable : {kH200, kH100}) {
+    INFO("usable GiB " << usable / kGiB);
+    const Grown g = GrowOnDevice(usable, kOther, tokens_64m, true);
+    const int64_t c_star = ((usable - kOther) / kRecord128M - 1) / 2;
+    CHECK(g.ceiling >= c_star);
+    CHECK(g.ceiling * kRecord128M <= usable - kOther);
+    CHECK(g.ceiling < tokens_64m);  // 64M tokens (186 GiB) fit neither GPU
+  }
+  // The H200 holds 20M tokens (58 GiB of store), the H100 no more than
+  // doubling gave it: 2^18 is its largest store that can still double.
+  CHECK(GrowOnDevice(kH200, kOther, tokens_20m, true).ceiling >= tokens_20m);
+  const Grown h100 = GrowOnDevice(kH100, kOther, tokens_64m, true);
+  CHECK(h100.ceiling >= int64_t{1} << 18);
+  CHECK(h100.ceiling < tokens_20m);
+
+  // The cost on the H200 up to 20M tokens: the doublings to 2^18 copy
+  // fewer than 2^18 chunks in all; each bounded step copies the store, at
+  // most 8 times the room it adds.
+  const Grown h200 = GrowOnDevice(kH200, kOther, tokens_20m, true);
+  CHECK(h200.copied_chunks <=
+        (int64_t{1} << 18) + kBoundedGrowthDivisor * (h200.ceiling - (int64_t{1} << 18)));
+  // 16 -> 2^18 chunks: the first allocation and 14 doublings; then two
+  // steps of 1/8 (294,913, 331,778 chunks).
+  CHECK(h200.growths == 15 + 2);
+  CHECK(h200.ceiling == 331778);
+
+  // The cap: a server of 16M-token contexts never holds a store past what
+  // 16M tokens need (253,969 chunks instead of 2^18).
+  const int64_t tokens_16m = MaxChunksForTokens(16'000'000, 63);
+  CHECK(GrowOnDevice(kH100, kOther, tokens_16m, true, tokens_16m).ceiling == tokens_16m);
 }
 
 TEST_CASE("chunk tier: the ledger grants within its budget and takes grants back",

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -135,6 +136,130 @@ TEST_CASE("host chunk store: an allocation failure appends nothing", "[host_chun
   AppendChunk(store, 2);
   CHECK(store.size() == 3);
   CHECK(HoldsChunk(store, 2, 2));
+}
+
+// --- Reserve: the slabs of the next appends opened ahead (a CUDA session
+// calls it before a step, so that no kernel of the step waits for, or
+// fails on, a pinned allocation; review of the CUDA host side, finding 2).
+
+TEST_CASE("host chunk store: the appends Reserve made room for allocate nothing",
+          "[host_chunk_store]") {
+  auto alloc = std::make_shared<CountingAllocator>();
+  Bf16Store store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 8});
+  AppendChunk(store, 0);  // slab 0: 2 chunks, 1 free
+  REQUIRE(store.Reserve(5).ok());
+  // 1 free in slab 0 + slab 1 (4 chunks) = 5: one slab opened, of the size
+  // the second slab has without Reserve.
+  CHECK(alloc->sizes == std::vector<size_t>{2 * kChunkBytes, 4 * kChunkBytes});
+  CHECK(store.num_slabs() == 2);
+  CHECK(store.bytes() == 6 * kChunkBytes);
+  CHECK(alloc->live_bytes == store.bytes());
+  CHECK(store.size() == 1);
+  REQUIRE(store.Reserve(5).ok());  // room already: nothing more
+  REQUIRE(store.Reserve(0).ok());
+  CHECK(alloc->allocations == 2);
+
+  alloc->fail = true;  // every allocation from now on fails
+  auto two = store.AppendUninitialized(2);  // across the slabs, in pieces
+  REQUIRE(two.ok());
+  for (int c = 3; c < 6; ++c) AppendChunk(store, c);
+  CHECK(store.size() == 6);
+  CHECK(store.AppendUninitialized(1).status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(store.size() == 6);
+  for (int c = 1; c < 3; ++c) {
+    const auto k = Block(c, 0), v = Block(c, 1);
+    std::copy(k.begin(), k.end(), store.mutable_keys(c));
+    std::copy(v.begin(), v.end(), store.mutable_values(c));
+  }
+  for (int c = 0; c < 6; ++c) CHECK(HoldsChunk(store, c, c));
+
+  // The slab after them is the one the store opens without Reserve (the
+  // third: 8 chunks).
+  alloc->fail = false;
+  AppendChunk(store, 6);
+  CHECK(alloc->sizes ==
+        std::vector<size_t>{2 * kChunkBytes, 4 * kChunkBytes, 8 * kChunkBytes});
+  CHECK(HoldsChunk(store, 6, 6));
+}
+
+TEST_CASE("host chunk store: a Reserve that fails changes nothing", "[host_chunk_store]") {
+  auto alloc = std::make_shared<CountingAllocator>();
+  Bf16Store store(kRows, kWidth, alloc, HostChunkStoreOptions{2, 2});
+  AppendChunk(store, 0);
+  // Room for 5 more takes two new slabs; the second allocation fails.
+  alloc->fail_after = 2;
+  const absl::Status refused = store.Reserve(5);
+  CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(refused.message()).find("room for 5 more chunks") != std::string::npos);
+  CHECK(store.size() == 1);
+  CHECK(store.num_slabs() == 1);
+  CHECK(store.bytes() == 2 * kChunkBytes);
+  CHECK(alloc->live_bytes == store.bytes());  // the slab it did open is freed
+  // Appends go on as if nothing happened: chunk 1 in slab 0, chunk 2 in a new
+  // slab of 2.
+  alloc->fail_after = -1;
+  AppendChunk(store, 1);
+  CHECK(store.num_slabs() == 1);
+  AppendChunk(store, 2);
+  CHECK(store.num_slabs() == 2);
+  for (int c = 0; c < 3; ++c) CHECK(HoldsChunk(store, c, c));
+  CHECK(alloc->live_bytes == 4 * kChunkBytes);
+}
+
+TEST_CASE("host chunk store: a fork gets none of the slabs Reserve holds ahead",
+          "[host_chunk_store]") {
+  auto alloc = std::make_shared<CountingAllocator>();
+  Bf16Store parent(kRows, kWidth, alloc, HostChunkStoreOptions{4, 4});
+  for (int c = 0; c < 2; ++c) AppendChunk(parent, c);
+  REQUIRE(parent.Reserve(6).ok());  // 2 free in slab 0 + a slab of 4 ahead
+  REQUIRE(parent.num_slabs() == 2);
+  {
+    Bf16Store fork = parent;
+    CHECK(fork.num_slabs() == 1);
+    CHECK(fork.bytes() == 4 * kChunkBytes);
+    CHECK(parent.bytes() == 8 * kChunkBytes);
+    alloc->fail = true;
+    // The fork has no slab ahead, and slab 0 is shared (read-only): it must
+    // allocate, and cannot.
+    CHECK(fork.AppendUninitialized(1).status().code() ==
+          absl::StatusCode::kResourceExhausted);
+    // The parent writes its slab ahead (slab 0 is shared for it too).
+    for (int c = 2; c < 6; ++c) AppendChunk(parent, c);
+    CHECK(parent.AppendUninitialized(1).status().code() ==
+          absl::StatusCode::kResourceExhausted);
+    alloc->fail = false;
+    AppendChunk(fork, 100);  // its own new slab, not the parent's
+    CHECK(fork.num_slabs() == 2);
+    for (int c = 2; c < 6; ++c) CHECK(fork.keys(2) != parent.keys(c));
+    CHECK(HoldsChunk(fork, 2, 100));
+  }
+  for (int c = 0; c < 6; ++c) CHECK(HoldsChunk(parent, c, c));
+}
+
+TEST_CASE("host chunk store: CUDA slab options honour max_slab_chunks and refuse < 1",
+          "[host_chunk_store]") {
+  for (const int64_t bad : {int64_t{0}, int64_t{-1}, int64_t{-1024}}) {
+    INFO("max_slab_chunks " << bad);
+    absl::StatusOr<HostChunkStoreOptions> refused = CudaSlabOptions(bad);
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(refused.status().message()).find("max_slab_chunks") != std::string::npos);
+  }
+  // From 16 chunks, or from the cap itself when it is smaller.
+  const std::vector<std::pair<int64_t, std::pair<int64_t, int64_t>>> cases = {
+      {1, {1, 1}}, {4, {4, 4}}, {15, {15, 15}}, {16, {16, 16}}, {1024, {16, 1024}}};
+  for (const auto& [max, expected] : cases) {
+    INFO("max_slab_chunks " << max);
+    absl::StatusOr<HostChunkStoreOptions> options = CudaSlabOptions(max);
+    REQUIRE(options.ok());
+    CHECK(options->first_slab_chunks == expected.first);
+    CHECK(options->max_slab_chunks == expected.second);
+  }
+  // A cap of 4 makes slabs of 4 chunks, every one.
+  auto alloc = std::make_shared<CountingAllocator>();
+  Bf16Store store(kRows, kWidth, alloc, *CudaSlabOptions(4));
+  for (int c = 0; c < 9; ++c) AppendChunk(store, c);
+  CHECK(alloc->sizes ==
+        std::vector<size_t>{4 * kChunkBytes, 4 * kChunkBytes, 4 * kChunkBytes});
 }
 
 TEST_CASE("host chunk store: fp32 records (the CUDA backend's fp32 precision)",

@@ -16,6 +16,7 @@
 #include "engine/cuda/host/chunk_record_layout.h"
 #include "engine/cuda/host/chunk_tier_policy.h"
 #include "engine/cuda/host/decode_graph_plan.h"
+#include "engine/cuda/host/host_chunk_store.h"
 #include "engine/cuda/host/step_rows.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
@@ -152,6 +153,14 @@ class CudaBackend final : public Backend {
       if (absl::Status s = cuda_sessions[slice.request]->PrepareSlice(slice); !s.ok()) return s;
     }
     DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
+    // The kernel launchers return cudaGetLastError(): an error some earlier
+    // call on this thread left set, and reported already as its own Status
+    // (a failed allocation of another session; AllocationFailure clears
+    // those) or ignored (a destructor's free), would fail this forward's
+    // first launch and mark all its sessions failed. Cleared here. A sticky
+    // error (a corrupted context) is not hidden: every later call reports
+    // it again.
+    (void)cudaGetLastError();
     absl::Status status;
     if (options_.batched_step_rows) {
       // One set of step-wide buffers: batched steps run one at a time.
@@ -282,6 +291,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
                         kMaxStepPositions, options.max_step_positions));
   }
   if (absl::Status s = CheckChunkTier(options); !s.ok()) return s;
+  if (absl::Status s = cuda::CudaSlabOptions(options.max_slab_chunks).status(); !s.ok()) {
+    return s;
+  }
   const int splits = options.window_decode_splits;
   if (splits != 0 && splits != 1 && splits != 2 && splits != 4 && splits != 8) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "engine/cuda/cuda_resources.h"
 #include "engine/cuda/host/decode_graph_plan.h"
+#include "engine/cuda/host/graph_capture_retry.h"
 
 namespace drt::cuda {
 
@@ -85,21 +86,27 @@ class DecodeGraphs {
     warmed_.clear();
   }
   size_t size() const { return graphs_.size(); }
-  // After a capture or instantiation failed: the session runs every later
-  // step eagerly (a failed capture is not a failed step; docs/cuda.md,
-  // "Decode graphs"). Clear() keeps this.
-  void Disable() {
-    graphs_.clear();
-    disabled_ = true;
+  // Whether a step may replay or capture now (GraphCaptureRetry: paused for
+  // some eager steps after a failed capture, off for good after several in
+  // a row). Clear() keeps this.
+  bool MayCapture() { return retry_.MayCapture(); }
+  // After a capture or instantiation failed (a failed capture is not a
+  // failed step; docs/cuda.md, "Decode graphs"): every graph and warm-up
+  // forgotten, capturing paused (GraphCaptureRetry). Answers whether the
+  // graphs are now off for the session's life.
+  bool CaptureFailed() {
+    Clear();
+    retry_.CaptureFailed();
+    return retry_.off_for_good();
   }
-  bool disabled() const { return disabled_; }
+  void CaptureSucceeded() { retry_.CaptureSucceeded(); }
 
  private:
   PinnedArray<int64_t> host_position_;
   DeviceArray<int64_t> device_position_;
   std::vector<std::pair<DecodeGraphKey, GraphExec>> graphs_;
   std::vector<DecodeGraphKey> warmed_;
-  bool disabled_ = false;
+  GraphCaptureRetry retry_;
 };
 
 }  // namespace drt::cuda

@@ -61,7 +61,9 @@ struct CudaBackendOptions {
   // encoder, no landmark scoring, no GCA; the upper layers become plain
   // layers (h = h + MLP(RMSNorm2(h))). Its logits are NOT the model's.
   bool disable_gca = false;
-  // Slabs of the pinned host chunk store double up to this many chunks.
+  // Slabs of the pinned host chunk store double from 16 chunks (or from
+  // this, when smaller) up to this many chunks. At least 1: MakeCudaBackend
+  // refuses less (engine/cuda/host/host_chunk_store.h, CudaSlabOptions).
   int64_t max_slab_chunks = 1024;
   CudaPrecision precision = CudaPrecision::kBf16;
   // The window attention kernel of steps of at most 8 positions (decode):
@@ -100,7 +102,9 @@ struct CudaBackendOptions {
   CudaChunkTier chunk_tier = CudaChunkTier::kHost;
   // kAuto: the most tokens a session will hold (drt-server passes its
   // --max_context_tokens); a session goes to the device tier only when a
-  // store of that many tokens fits. Ignored by the other tiers.
+  // store of that many tokens fits. kDevice: a store's growth does not pass
+  // that many tokens' chunks unless a session needs more
+  // (DeviceStoreGrowthLimits::cap_chunks); 0: no cap. Ignored by kHost.
   int64_t auto_tier_max_tokens = 0;
   // kAuto: the device bytes all sessions' chunk stores may take together;
   // 0, the default, is 90% of the device memory free once the weights are

@@ -1,5 +1,7 @@
 // RAII owners of CUDA runtime objects (device memory, pinned host memory,
-// streams, events). Creation returns a Status; destruction ignores errors
+// streams, events). Creation returns a Status (a failed allocation:
+// AllocationFailure, RESOURCE_EXHAUSTED when the memory is full, with the
+// runtime's last error cleared); destruction ignores errors
 // (there is no one to report them to; the session that owns them has already
 // synchronised its streams). The current device must be the owner's device
 // when they are created and destroyed.
@@ -12,8 +14,8 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "engine/cuda/allocation_status.h"
 #include "kernels/cuda_check.h"
 
 namespace drt::cuda {
@@ -27,10 +29,7 @@ class DeviceArray {
     if (count == 0) return a;
     void* p = nullptr;
     const cudaError_t err = cudaMalloc(&p, count * sizeof(T));
-    if (err != cudaSuccess) {
-      return kernels::CudaStatus(
-          err, absl::StrCat("cudaMalloc of ", count * sizeof(T), " bytes for ", what));
-    }
+    if (err != cudaSuccess) return AllocationFailure(err, "cudaMalloc", count * sizeof(T), what);
     a.ptr_ = static_cast<T*>(p);
     a.count_ = count;
     return a;
@@ -74,8 +73,7 @@ class PinnedArray {
     void* p = nullptr;
     const cudaError_t err = cudaHostAlloc(&p, count * sizeof(T), cudaHostAllocPortable);
     if (err != cudaSuccess) {
-      return kernels::CudaStatus(
-          err, absl::StrCat("cudaHostAlloc of ", count * sizeof(T), " bytes for ", what));
+      return AllocationFailure(err, "cudaHostAlloc", count * sizeof(T), what);
     }
     a.ptr_ = static_cast<T*>(p);
     a.count_ = count;

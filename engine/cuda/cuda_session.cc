@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,14 @@ namespace {
 constexpr int64_t kMaxLandmarks = int64_t{1} << 20;
 constexpr int64_t kFirstLandmarkCapacity = 1024;
 
+// The most chunks a device store grows to unless a session needs more: those
+// of the largest context (auto_tier_max_tokens, drt-server's
+// --max_context_tokens), when known (DeviceStoreGrowthLimits::cap_chunks).
+int64_t DeviceStoreCap(const ModelConfig& config, const CudaBackendOptions& options) {
+  const int64_t chunks = MaxChunksForTokens(options.auto_tier_max_tokens, config.enc_chunk_size);
+  return chunks > 0 ? chunks : std::numeric_limits<int64_t>::max();
+}
+
 }  // namespace
 
 template <typename T>
@@ -36,7 +45,7 @@ CudaSession<T>::CudaSession(const ModelConfig& config, const DeviceWeights<T>& w
       host_allocator_(std::move(host_allocator)),
       chunk_store_(NewChunkStore(config, options, host_allocator_)),
       tier_ledger_(std::move(tier_ledger)),
-      device_store_(sizes_.chunk * sizes_.d) {}
+      device_store_(sizes_.chunk * sizes_.d, DeviceStoreCap(config, options)) {}
 
 template <typename T>
 HostChunkStore<HostElement<T>> CudaSession<T>::NewChunkStore(
@@ -44,7 +53,8 @@ HostChunkStore<HostElement<T>> CudaSession<T>::NewChunkStore(
     std::shared_ptr<HostAllocator> allocator) {
   return HostChunkStore<HostElement<T>>(
       ChunkRecordLayoutFor(config, EffectiveChunkStore(options)), std::move(allocator),
-      HostChunkStoreOptions{16, std::max<int64_t>(16, options.max_slab_chunks)});
+      // MakeCudaBackend refused a max_slab_chunks below 1.
+      CudaSlabOptions(options.max_slab_chunks).value_or(HostChunkStoreOptions{}));
 }
 
 template <typename T>
@@ -69,6 +79,10 @@ absl::StatusOr<std::unique_ptr<CudaSession<T>>> CudaSession<T>::CreateOnTier(
 template <typename T>
 absl::Status CudaSession<T>::Init(bool allow_device_tier) {
   DRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device_index), "cudaSetDevice");
+  // Init launches a kernel with decode_graphs: a runtime error an earlier
+  // failed call on this thread left set (reported then) must not fail it
+  // (as in CudaBackend::Step).
+  (void)cudaGetLastError();
   auto gemm = kernels::CublasGemm::Create();
   if (!gemm.ok()) return gemm.status();
   gemm_ = std::make_unique<kernels::CublasGemm>(*std::move(gemm));
@@ -210,12 +224,22 @@ absl::Status CudaSession<T>::EnsureLandmarkCapacity(int64_t chunks) {
   int64_t grown = std::max(capacity, kFirstLandmarkCapacity);
   while (grown < chunks) grown *= 2;
   grown = std::min(grown, kMaxLandmarks);
+  // A full device fails this session alone, as RESOURCE_EXHAUSTED
+  // (ReserveForStep's contract), before anything changed; the runtime's
+  // error is cleared (DeviceArray::Create), so the step's other sessions
+  // launch clean.
+  auto growth_failure = [&](const absl::Status& s) {
+    if (s.code() != absl::StatusCode::kResourceExhausted) return s;
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the landmark matrix cannot grow from %d to %d chunks (%d positions) on the device: %s",
+        capacity, grown, grown * sizes_.chunk, s.message()));
+  };
   auto landmarks = DeviceArray<float>::Create(grown * sizes_.d, "landmarks");
-  if (!landmarks.ok()) return landmarks.status();
+  if (!landmarks.ok()) return growth_failure(landmarks.status());
   const size_t ws_bytes = kernels::LandmarkTopKWorkspaceBytes(
       grown, static_cast<int>(sizes_.max_query_chunks), static_cast<int>(sizes_.topk));
   auto workspace = DeviceArray<char>::Create(std::max<size_t>(ws_bytes, 1), "landmark top-k");
-  if (!workspace.ok()) return workspace.status();
+  if (!workspace.ok()) return growth_failure(workspace.status());
   const int64_t held = closed_chunks();
   if (held > 0) {
     DRT_CUDA_RETURN_IF_ERROR(
@@ -290,7 +314,18 @@ absl::Status CudaSession<T>::ReserveForStep(int64_t end_position) {
   // The encoder writes the step's chunks into the device store in place:
   // room for them now, before anything is queued (a growth waits for the
   // compute stream, so no queued kernel reads the old arrays after).
-  if (device_tier_) DRT_RETURN_IF_ERROR(ReserveDeviceStore(chunks));
+  if (device_tier_) return ReserveDeviceStore(chunks);
+  // The host tier's pinned slabs likewise: EncodeChunks, mid-step, then
+  // allocates nothing, so a host short of pinned memory fails this session
+  // here, alone, and no slab is pinned while the step's other sessions
+  // wait.
+  const int64_t more = chunks - chunk_store_.size();
+  if (more <= 0) return absl::OkStatus();
+  if (absl::Status s = chunk_store_.Reserve(more); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("the pinned host chunk store (chunk tier host) "
+                                               "cannot hold the step's chunks: ",
+                                               s.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -596,6 +631,11 @@ absl::StatusOr<std::unique_ptr<BackendSession>> CudaSession<T>::Fork() const {
   f.position_ = position_;
   if (!device_tier_) f.chunk_store_ = chunk_store_;  // shares every slab
   f.mapped_chunks_ = mapped_chunks_;  // and every mapping (its staging is its own)
+  // The staging its fetches of mapped chunks go through, made now as
+  // MapChunks and ImportState make theirs: a host short of pinned memory
+  // fails this Fork, not a later step of every session in the fork's
+  // forward.
+  if (!f.mapped_chunks_.empty()) DRT_RETURN_IF_ERROR(f.EnsureStaging());
   f.selection_ = selection_;
   return std::unique_ptr<BackendSession>(std::move(*fork));
 }

@@ -118,10 +118,13 @@ class CudaSession final : public BackendSession {
 
   // Backend::PrepareSessionForStep: before a step takes the session to
   // `end_position` decoder positions, the room it needs that may be
-  // missing (the landmark matrix, the device tier's chunk store), so that a
-  // growth that finds no room fails this session alone (engine/batch_step.cc
-  // keeps it out of the forward). FAILED_PRECONDITION after a failure,
-  // RESOURCE_EXHAUSTED naming the tier when the store cannot grow.
+  // missing (the landmark matrix; the device tier's chunk store, or the
+  // host tier's pinned slabs), so that a growth that finds no room fails
+  // this session alone (engine/batch_step.cc keeps it out of the forward)
+  // and nothing allocates mid-step. FAILED_PRECONDITION after a failure,
+  // RESOURCE_EXHAUSTED naming the landmark matrix or the tier when the
+  // memory is full (the runtime's error cleared: the other sessions' steps
+  // launch clean).
   absl::Status ReserveForStep(int64_t end_position);
 
   // --- The ops of one slice (engine/cuda/cuda_step.h) ---
@@ -195,9 +198,10 @@ class CudaSession final : public BackendSession {
   // Whether a slice that DecideDecodeGraph lets replay the graph of `key`
   // does so now: false the first time for the key (the step then runs
   // eagerly, as a warm-up before the capture; DecodeGraphs::WarmedUp).
-  // Always false once a capture failed (DecodeGraphs::Disable).
+  // False for a while after a capture failed, and for good after several
+  // in a row (DecodeGraphs::MayCapture, GraphCaptureRetry).
   bool UseDecodeGraph(const DecodeGraphKey& key) {
-    return options_.decode_graphs && !graphs_.disabled() && graphs_.WarmedUp(key);
+    return options_.decode_graphs && graphs_.MayCapture() && graphs_.WarmedUp(key);
   }
   // Runs the device work of `slice` (DecideDecodeGraph says it replays the
   // graph of `key`; PrepareSlice passed) as one graph launch on the compute
@@ -205,8 +209,9 @@ class CudaSession final : public BackendSession {
   // the host work of the step happens before the launch, and the logits
   // stay in flight (ExpectGraphLogits). Requires decode_graphs. Answers
   // whether the graph ran: false when its capture or instantiation failed,
-  // which disables the session's graphs (counted in
-  // BackendSessionStats::graph_capture_failures, logged once) and leaves the
+  // which pauses the session's graphs, or turns them off after several
+  // failures in a row (GraphCaptureRetry; counted in
+  // BackendSessionStats::graph_capture_failures, each logged) and leaves the
   // slice for the eager walk to run (the host work done here is safe to
   // repeat). An error is a failed step (a launch that failed, say).
   absl::StatusOr<bool> LaunchDecodeGraph(const StepPlan& plan, const SlicePlan& slice,

@@ -151,14 +151,18 @@ absl::StatusOr<bool> CudaSession<T>::LaunchDecodeGraph(const StepPlan& plan,
       ++stats_.graph_capture_failures;
       stats_.resident_hits = resident_hits_before;
       stats_.fused_gemv_launches = fused_launches_before;  // the eager walk counts its own
-      graphs_.Disable();
+      const bool off_for_good = graphs_.CaptureFailed();
       std::fprintf(stderr,
-                   "drt-server: a CUDA decode graph could not be captured (%s); this session "
-                   "decodes without graphs\n",
-                   std::string(captured.status().message()).c_str());
+                   "drt-server: a CUDA decode graph could not be captured (%s); %s\n",
+                   std::string(captured.status().message()).c_str(),
+                   off_for_good
+                       ? "this session decodes without graphs from now on (several failures "
+                         "in a row)"
+                       : "this session decodes without graphs for a while, then tries again");
       return false;
     }
     graphs_.Add(key, *std::move(captured));
+    graphs_.CaptureSucceeded();
     ++stats_.graph_captures;
     exec = graphs_.Find(key);
   }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "engine/cuda/host/chunk_tier_policy.h"
 #include "engine/cuda/status_macros.h"
@@ -14,21 +13,17 @@
 namespace drt::cuda {
 namespace {
 
-// A failed cudaMalloc as RESOURCE_EXHAUSTED naming the store (CudaSession
-// adds the tier in use, device or auto), any other failure as the
-// runtime's error.
+// A failed cudaMalloc (RESOURCE_EXHAUSTED from DeviceArray::Create, the
+// runtime's last error cleared there) as RESOURCE_EXHAUSTED naming the
+// store (CudaSession adds the tier in use, device or auto); any other
+// failure as it came.
 template <typename T>
 absl::StatusOr<DeviceArray<T>> AllocateStoreArray(int64_t elements, const char* what) {
   auto made = DeviceArray<T>::Create(static_cast<size_t>(elements), what);
-  if (made.ok()) return made;
-  if (absl::StrContains(made.status().message(), "cudaErrorMemoryAllocation")) {
-    // Not a sticky error: clear it so that later calls do not report it.
-    (void)cudaGetLastError();
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "the device chunk store cannot grow to %d bytes of %s: %s",
-        elements * static_cast<int64_t>(sizeof(T)), what, made.status().message()));
-  }
-  return made.status();
+  if (made.ok() || made.status().code() != absl::StatusCode::kResourceExhausted) return made;
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the device chunk store cannot grow to %d bytes of %s: %s",
+      elements * static_cast<int64_t>(sizeof(T)), what, made.status().message()));
 }
 
 }  // namespace
@@ -36,7 +31,26 @@ absl::StatusOr<DeviceArray<T>> AllocateStoreArray(int64_t elements, const char* 
 template <typename T>
 absl::Status DeviceChunkStore<T>::Reserve(int64_t chunks, bool exact, cudaStream_t stream) {
   if (chunks <= capacity_) return absl::OkStatus();
-  const int64_t grown = exact ? chunks : GrownDeviceStoreCapacity(capacity_, chunks, kFirstCapacity);
+  if (exact) return GrowTo(chunks, stream);
+  DeviceStoreGrowthLimits limits;
+  limits.cap_chunks = cap_chunks_;
+  size_t free_bytes = 0, total_bytes = 0;
+  DRT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  if (block_bytes() > 0) {
+    limits.room_chunks = static_cast<int64_t>(free_bytes) / (2 * block_bytes());
+  }
+  const int64_t grown = GrownDeviceStoreCapacity(capacity_, chunks, kFirstCapacity, limits);
+  absl::Status status = GrowTo(grown, stream);
+  if (status.code() == absl::StatusCode::kResourceExhausted && grown > chunks) {
+    // The memory went since the measurement (another session, another
+    // process): the need alone may still fit.
+    status = GrowTo(chunks, stream);
+  }
+  return status;
+}
+
+template <typename T>
+absl::Status DeviceChunkStore<T>::GrowTo(int64_t grown, cudaStream_t stream) {
   auto keys = AllocateStoreArray<T>(grown * chunk_elements_, "chunk keys");
   if (!keys.ok()) return keys.status();
   auto values = AllocateStoreArray<T>(grown * chunk_elements_, "chunk values");

@@ -10,10 +10,15 @@
 // arrays, copies the held chunks device -> device and waits for the stream
 // before freeing the old ones (queued kernels may read them), so that for
 // one moment both exist (1.5x the new capacity at a doubling) and the
-// session's stream drains once per doubling (log2 times over a session).
+// session's stream drains once per growth. Growth doubles while the doubled
+// arrays fit the device's free memory, then takes bounded steps (1/8 of
+// the need), then exactly the need (GrownDeviceStoreCapacity,
+// engine/cuda/host/chunk_tier_policy.h), so that a store is not refused at
+// the size where doubling it no longer fits.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -25,8 +30,12 @@ template <typename T>
 class DeviceChunkStore {
  public:
   DeviceChunkStore() = default;
-  // chunk_elements: elements of one chunk's keys (64 x d).
-  explicit DeviceChunkStore(int64_t chunk_elements) : chunk_elements_(chunk_elements) {}
+  // chunk_elements: elements of one chunk's keys (64 x d). cap_chunks: the
+  // most chunks a growth makes room for unless more are needed
+  // (DeviceStoreGrowthLimits::cap_chunks).
+  explicit DeviceChunkStore(int64_t chunk_elements,
+                            int64_t cap_chunks = std::numeric_limits<int64_t>::max())
+      : chunk_elements_(chunk_elements), cap_chunks_(cap_chunks) {}
   DeviceChunkStore(DeviceChunkStore&&) noexcept = default;
   DeviceChunkStore& operator=(DeviceChunkStore&&) noexcept = default;
 
@@ -46,10 +55,12 @@ class DeviceChunkStore {
 
   // Room for `chunks` chunks: nothing when there is; else arrays of exactly
   // `chunks` (exact) or of GrownDeviceStoreCapacity (doubling from
-  // kFirstCapacity), the held chunks copied on `stream`, which is then
-  // waited for before the old arrays go. RESOURCE_EXHAUSTED naming the
-  // device chunk store when the device has no room; nothing changes then
-  // (the failed allocation's error is cleared, so the next launch is clean).
+  // kFirstCapacity, bounded by the device's free memory measured now and by
+  // cap_chunks; when that allocation fails all the same, exactly `chunks`
+  // is tried), the held chunks copied on `stream`, which is then waited for
+  // before the old arrays go. RESOURCE_EXHAUSTED naming the device chunk
+  // store when the device has no room; nothing changes then (the failed
+  // allocation's error is cleared, so the next launch is clean).
   absl::Status Reserve(int64_t chunks, bool exact, cudaStream_t stream);
   // Counts `count` more chunks, whose K/V the caller writes (or has queued)
   // at keys(size()) and values(size()) before anything reads them. Room
@@ -63,7 +74,12 @@ class DeviceChunkStore {
   static constexpr int64_t kFirstCapacity = 16;
 
  private:
+  // Arrays of `capacity` chunks replace the held ones (Reserve's work once
+  // the size is chosen).
+  absl::Status GrowTo(int64_t capacity, cudaStream_t stream);
+
   int64_t chunk_elements_ = 0;
+  int64_t cap_chunks_ = std::numeric_limits<int64_t>::max();
   int64_t size_ = 0;
   int64_t capacity_ = 0;
   DeviceArray<T> keys_, values_;

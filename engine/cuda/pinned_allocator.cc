@@ -2,8 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "absl/strings/str_cat.h"
-#include "kernels/cuda_check.h"
+#include "engine/cuda/allocation_status.h"
 
 namespace drt::cuda {
 
@@ -12,7 +11,7 @@ absl::StatusOr<void*> PinnedHostAllocator::Allocate(size_t bytes) {
   // Portable: usable by every device/context, whichever device is current.
   const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
   if (err != cudaSuccess) {
-    return kernels::CudaStatus(err, absl::StrCat("cudaHostAlloc of ", bytes, " bytes"));
+    return AllocationFailure(err, "cudaHostAlloc", bytes, "pinned host memory");
   }
   return p;
 }

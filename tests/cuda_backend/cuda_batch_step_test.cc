@@ -4,15 +4,21 @@
 // depend on which sessions share its step (issue 11, "Invariants"),
 // mirroring tests/batch_step_test.cc on the CPU.
 //
-// The bound, 1e-4 worst-row relative difference against the same session
-// run alone, is issue 11's stated target for CUDA fp32, not a measurement:
-// these tests were compiled without a GPU and have not run yet. The CUDA
-// step executes slice by slice, each session's kernels with the same shapes
-// and in the same order as alone, so the difference should in fact be zero
-// (cuBLAS gives bitwise equal results for equal shapes on one GPU model);
-// each test WARNs the worst difference it saw so that the first GPU run
-// records it. bf16 is held to the same bound for the same reason: no
-// rounding differs between a session batched and alone.
+// Slice by slice (the default, batched_step_rows off), when a session's
+// tokens form one slice alone and in company, its logits and retrievals
+// must be equal bit for bit: each session runs its own kernels, with the
+// same shapes and in the same order as alone, on its own streams, cuBLAS
+// handle and workspace, and cuBLAS gives bitwise equal results for equal
+// shapes on one GPU (the decode-graph tests rely on the same determinism).
+// A tolerance there would let a small cross-session leak pass (review of
+// the CUDA host side, finding 7: it was 1e-4). When a step holds more than
+// the step size, the entries are cut into forwards at other rows than
+// alone, so a slice's shapes differ and its GEMMs may sum in another
+// order: issue 11's 1e-4 worst-row relative difference holds there, and
+// for the batched rows below (a target, not a measurement). Each test WARNs
+// the worst difference it saw so that the first GPU run records it (these
+// were written without a GPU). bf16 is held to the same: no rounding
+// differs between a session batched and alone.
 #include <algorithm>
 #include <memory>
 #include <utility>
@@ -30,6 +36,8 @@ namespace drt {
 namespace {
 
 constexpr double kBatchTolerance = 1e-4;
+// Slice by slice, the same slices alone and in company: bit for bit.
+constexpr double kSameSlices = 0.0;
 
 // One session twice: `alone` runs each step by itself, `batched` in a step
 // with the others. Both hold the same history.
@@ -55,9 +63,11 @@ std::unique_ptr<Pair> NewPair(Backend& backend, int64_t history, uint64_t seed) 
 }
 
 // Runs `tokens[i]` on pair i: alone one by one, and batched in one RunStep.
-// Returns the worst relative difference over every token's logits.
+// Returns the worst relative difference over every token's logits; the
+// retrievals' weights may differ by `retrieval_tolerance`.
 double StepBothWays(Backend& backend, std::vector<std::unique_ptr<Pair>>& pairs,
-                    const std::vector<std::vector<int32_t>>& tokens) {
+                    const std::vector<std::vector<int32_t>>& tokens,
+                    double retrieval_tolerance) {
   const int64_t V = backend.config().vocab_size;
   std::vector<std::vector<float>> alone(pairs.size()), batched(pairs.size());
   std::vector<StepEntry> entries(pairs.size());
@@ -84,7 +94,7 @@ double StepBothWays(Backend& backend, std::vector<std::unique_ptr<Pair>>& pairs,
     REQUIRE(std::equal(p.batched->last_logits().begin(), p.batched->last_logits().end(),
                        batched[i].end() - V));
     // The same selections, chunk for chunk, at every landmark and group.
-    testing::CheckIdenticalRetrievals(p.alone_log, p.batched_log, kBatchTolerance);
+    testing::CheckIdenticalRetrievals(p.alone_log, p.batched_log, retrieval_tolerance);
   }
   return worst;
 }
@@ -112,7 +122,10 @@ TEST_CASE("cuda: a session's logits do not depend on which sessions share its st
         testing::RandomTokens(config, 150, 11), testing::RandomTokens(config, 1, 12),
         testing::RandomTokens(config, 1, 13), testing::RandomTokens(config, 1, 14),
         testing::RandomTokens(config, 100, 15)};
-    const double worst_first = StepBothWays(**backend, pairs, first);
+    // 253 tokens and their landmarks (fewer than 253) fit one forward:
+    // every session's tokens are one slice, as alone.
+    REQUIRE((*backend)->max_step_positions() >= 2 * 253);
+    const double worst_first = StepBothWays(**backend, pairs, first, kSameSlices);
     // Then decode tokens of all of them together, across the long one's
     // next chunk boundary: the state the batch left is the state each would
     // have alone.
@@ -122,13 +135,13 @@ TEST_CASE("cuda: a session's logits do not depend on which sessions share its st
       for (size_t i = 0; i < pairs.size(); ++i) {
         next.push_back(testing::RandomTokens(config, 1, 100 + step * 10 + i));
       }
-      worst_decode = std::max(worst_decode, StepBothWays(**backend, pairs, next));
+      worst_decode = std::max(worst_decode, StepBothWays(**backend, pairs, next, kSameSlices));
     }
     WARN("cuda " << CudaPrecisionName(precision)
                  << " batched vs alone, worst relative difference: mixed step " << worst_first
                  << ", decode steps " << worst_decode);
-    CHECK(worst_first <= kBatchTolerance);
-    CHECK(worst_decode <= kBatchTolerance);
+    CHECK(worst_first == kSameSlices);
+    CHECK(worst_decode == kSameSlices);
   }
 }
 
@@ -150,7 +163,9 @@ TEST_CASE("cuda: a step holding more than the step size runs as several forwards
   const std::vector<std::vector<int32_t>> tokens = {testing::RandomTokens(config, 300, 21),
                                                     testing::RandomTokens(config, 1, 22),
                                                     testing::RandomTokens(config, 90, 23)};
-  const double worst = StepBothWays(**backend, pairs, tokens);
+  // Cut into forwards of 128 positions at other rows than alone: slices of
+  // other shapes (see the top), hence issue 11's bound.
+  const double worst = StepBothWays(**backend, pairs, tokens, kBatchTolerance);
   WARN("cuda fp32 several forwards, worst relative difference " << worst);
   CHECK(worst <= kBatchTolerance);
 }

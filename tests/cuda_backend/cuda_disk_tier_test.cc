@@ -153,6 +153,21 @@ TEST_CASE("cuda disk tier: mapped chunks free host memory and give the same logi
 
     auto fork = mapped->Fork();
     REQUIRE(fork.ok());
+    {
+      // The fork's pinned staging for mapped chunks is made by Fork, before
+      // any step, as MapChunks made the parent's (review of the CUDA host
+      // side, finding 4): its host memory exceeds a fork of the session
+      // holding every chunk by exactly the staging, kStagingSlots (8)
+      // records (cuda_disk_tier.cc). Both forks copy the same selections,
+      // and their chunk stores are shared slabs, not counted here. Before
+      // the fix the fork made it at its first fetch, mid-step.
+      auto held_fork = held->Fork();
+      REQUIRE(held_fork.ok());
+      const SessionMemory mapped_fork_memory = (*fork)->backend_session().memory();
+      const SessionMemory held_fork_memory = (*held_fork)->backend_session().memory();
+      CHECK(mapped_fork_memory.selection_bytes - held_fork_memory.selection_bytes ==
+            8 * row_floats * pc.element_bytes);
+    }
     const std::vector<float> want = Continue(*held, tail);
     const std::vector<float> got = Continue(*mapped, tail);
     const std::vector<float> forked = Continue(**fork, tail);

@@ -289,6 +289,16 @@ TEST_CASE("cuda: a config or option the kernels do not support is refused", "[cu
     CHECK(status.code() == absl::StatusCode::kInvalidArgument);
     CHECK(absl::StrContains(status.message(), "window_decode_splits"));
   }
+  // Pinned slabs of no chunk (review of the CUDA host side, finding 8:
+  // they were raised to 16 silently).
+  for (int64_t slab_chunks : {int64_t{0}, int64_t{-1}}) {
+    CudaBackendOptions options;
+    options.max_slab_chunks = slab_chunks;
+    const absl::Status status = MakeCudaBackend(config, weights, options).status();
+    INFO(status.message());
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(status.message(), "max_slab_chunks"));
+  }
 }
 
 // The split decode kernel (CudaBackendOptions::window_decode_splits) in the

@@ -15,7 +15,9 @@ namespace drt::testing {
 class CountingHostAllocator final : public cuda::HostAllocator {
  public:
   absl::StatusOr<void*> Allocate(size_t bytes) override {
-    if (fail) return absl::ResourceExhaustedError("test allocator refuses");
+    if (fail || (fail_after >= 0 && allocations >= fail_after)) {
+      return absl::ResourceExhaustedError("test allocator refuses");
+    }
     absl::StatusOr<void*> p = inner_.Allocate(bytes);
     if (p.ok()) {
       live_bytes += bytes;
@@ -31,6 +33,7 @@ class CountingHostAllocator final : public cuda::HostAllocator {
   bool pinned() const override { return false; }
 
   bool fail = false;          // refuse every allocation while set
+  int fail_after = -1;        // refuse once this many succeeded (-1: never)
   size_t live_bytes = 0;      // allocated and not yet freed
   int allocations = 0;        // successful allocations
   std::vector<size_t> sizes;  // of each successful allocation, in order

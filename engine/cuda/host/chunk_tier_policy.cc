@@ -18,14 +18,25 @@ int64_t MaxChunksForTokens(int64_t tokens, int64_t chunk_tokens) {
   return tokens / chunk_tokens + (tokens % chunk_tokens != 0 ? 1 : 0);
 }
 
-int64_t GrownDeviceStoreCapacity(int64_t capacity, int64_t needed, int64_t first) {
+int64_t GrownDeviceStoreCapacity(int64_t capacity, int64_t needed, int64_t first,
+                                 DeviceStoreGrowthLimits limits) {
   if (needed <= capacity) return capacity;
-  int64_t grown = std::max<int64_t>({capacity, first, 1});
-  while (grown < needed) {
-    if (grown > std::numeric_limits<int64_t>::max() / 2) return needed;
-    grown *= 2;
+  const int64_t most = std::max(limits.cap_chunks, needed);
+  int64_t doubled = std::max<int64_t>({capacity, first, 1});
+  while (doubled < needed) {
+    if (doubled > std::numeric_limits<int64_t>::max() / 2) {
+      doubled = needed;
+      break;
+    }
+    doubled *= 2;
   }
-  return grown;
+  doubled = std::min(doubled, most);
+  if (doubled <= limits.room_chunks) return doubled;
+  const int64_t slack = std::max<int64_t>(1, needed / kBoundedGrowthDivisor);
+  const int64_t stepped = needed > std::numeric_limits<int64_t>::max() - slack
+                              ? needed
+                              : std::min({needed + slack, most, limits.room_chunks});
+  return std::max(stepped, needed);
 }
 
 int64_t DeviceTierLedger::granted_bytes() const {

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -57,11 +58,41 @@ int64_t DeviceTierBudgetBytes(int64_t free_device_bytes, double reserve_fraction
 // chunk_tokens <= 0.
 int64_t MaxChunksForTokens(int64_t tokens, int64_t chunk_tokens);
 
-// The device store's capacity in chunks once it must hold `needed`: from
-// `capacity`, doubled (starting at `first` when empty) until it holds
-// them; never below `needed`. Doubling keeps the copies a growth makes
-// O(1) per chunk on average.
-int64_t GrownDeviceStoreCapacity(int64_t capacity, int64_t needed, int64_t first);
+// What bounds a device store's growth (GrownDeviceStoreCapacity); both
+// unbounded by default.
+struct DeviceStoreGrowthLimits {
+  // The largest capacity the device can allocate now beside the arrays the
+  // store holds (a growth holds old and new arrays at once): its free
+  // memory over the bytes of one chunk (K and V).
+  int64_t room_chunks = std::numeric_limits<int64_t>::max();
+  // The most chunks the session may ever hold (MaxChunksForTokens of
+  // CudaBackendOptions::auto_tier_max_tokens, which drt-server sets to
+  // its --max_context_tokens): no growth goes past it.
+  int64_t cap_chunks = std::numeric_limits<int64_t>::max();
+};
+
+// Of a grown store beyond the need, the part that is slack when doubling
+// does not fit: 1/kBoundedGrowthDivisor of the need.
+inline constexpr int64_t kBoundedGrowthDivisor = 8;
+
+// The device store's capacity in chunks once it must hold `needed`
+// (docs/cuda.md, "Device tier", growth), never below `needed`:
+// - `capacity` when it holds them already;
+// - else doubled from `capacity` (from `first` when empty) until it holds
+//   them, but not past limits.cap_chunks: when that fits room_chunks;
+// - else, doubling not fitting beside the held arrays, a bounded step:
+//   needed + needed / kBoundedGrowthDivisor (at least one more; not past
+//   the cap), or as much of it as fits the room, but never below `needed`
+//   (whose allocation then fails when even that does not fit: the device
+//   is full).
+// Doubling keeps the copies a growth makes O(1) per chunk on average; the
+// bounded step, near the device's end, costs a growth (a copy of the whole
+// store and a drain of the session's stream) every needed / 8 chunks at
+// most, and lets a store grow as long as old + new fit, where doubling
+// would stop once old + 2 x old does not. Near the end a step may take all
+// the device's free memory.
+int64_t GrownDeviceStoreCapacity(int64_t capacity, int64_t needed, int64_t first,
+                                 DeviceStoreGrowthLimits limits = {});
 
 // The device tier's budget shared by the sessions of one backend (owned by
 // the backend, shared with its sessions through their reservations; the

@@ -20,10 +20,15 @@ HostChunkStore<Element>::HostChunkStore(ChunkRecordLayout layout,
 }
 
 template <typename Element>
-absl::Status HostChunkStore<Element>::OpenSlab() {
+int64_t HostChunkStore<Element>::SlabChunks(size_t index) const {
   int64_t chunks = options_.first_slab_chunks;
-  for (size_t i = 0; i < slabs_.size() && chunks < options_.max_slab_chunks; ++i) chunks *= 2;
-  chunks = std::min(chunks, options_.max_slab_chunks);
+  for (size_t i = 0; i < index && chunks < options_.max_slab_chunks; ++i) chunks *= 2;
+  return std::min(chunks, options_.max_slab_chunks);
+}
+
+template <typename Element>
+absl::StatusOr<std::shared_ptr<typename HostChunkStore<Element>::Slab>>
+HostChunkStore<Element>::AllocateSlab(int64_t chunks) const {
   const size_t bytes = static_cast<size_t>(chunks) * record_bytes();
   absl::StatusOr<void*> data = allocator_->Allocate(bytes);
   if (!data.ok()) {
@@ -31,9 +36,51 @@ absl::Status HostChunkStore<Element>::OpenSlab() {
                         absl::StrFormat("chunk store slab of %d chunks (%d bytes): %s", chunks,
                                         bytes, data.status().message()));
   }
-  slabs_.push_back(std::make_shared<Slab>(allocator_, *data, bytes, chunks));
+  return std::make_shared<Slab>(allocator_, *data, bytes, chunks);
+}
+
+template <typename Element>
+absl::Status HostChunkStore<Element>::OpenSlab() {
+  std::shared_ptr<Slab> slab;
+  if (!spare_.slabs.empty()) {
+    slab = std::move(spare_.slabs.front());
+    spare_.slabs.pop_front();
+  } else {
+    absl::StatusOr<std::shared_ptr<Slab>> made = AllocateSlab(SlabChunks(slabs_.size()));
+    if (!made.ok()) return made.status();
+    slab = *std::move(made);
+  }
+  slabs_.push_back(std::move(slab));
   held_in_slab_.push_back(0);
   used_in_last_slab_ = 0;
+  return absl::OkStatus();
+}
+
+template <typename Element>
+int64_t HostChunkStore<Element>::RoomInLastSlab() const {
+  // A slab another store also holds is read-only for both (see the header);
+  // a freed one is gone.
+  if (slabs_.empty() || slabs_.back() == nullptr || slabs_.back().use_count() > 1) return 0;
+  return slabs_.back()->capacity - used_in_last_slab_;
+}
+
+template <typename Element>
+absl::Status HostChunkStore<Element>::Reserve(int64_t count) {
+  int64_t room = RoomInLastSlab();
+  for (const auto& slab : spare_.slabs) room += slab->capacity;
+  std::vector<std::shared_ptr<Slab>> opened;  // freed on failure
+  while (room < count) {
+    const int64_t chunks = SlabChunks(slabs_.size() + spare_.slabs.size() + opened.size());
+    absl::StatusOr<std::shared_ptr<Slab>> made = AllocateSlab(chunks);
+    if (!made.ok()) {
+      return absl::Status(made.status().code(),
+                          absl::StrFormat("making room for %d more chunks: %s", count,
+                                          made.status().message()));
+    }
+    opened.push_back(*std::move(made));
+    room += chunks;
+  }
+  for (auto& slab : opened) spare_.slabs.push_back(std::move(slab));
   return absl::OkStatus();
 }
 
@@ -43,10 +90,7 @@ absl::StatusOr<int64_t> HostChunkStore<Element>::AppendUninitialized(int64_t cou
   records_.reserve(records_.size() + count);
   record_slab_.reserve(record_slab_.size() + count);
   for (int64_t i = 0; i < count; ++i) {
-    // A slab another store also holds is read-only for both (see the header);
-    // a freed one is gone.
-    if (slabs_.empty() || slabs_.back() == nullptr ||
-        used_in_last_slab_ == slabs_.back()->capacity || slabs_.back().use_count() > 1) {
+    if (RoomInLastSlab() == 0) {
       if (absl::Status s = OpenSlab(); !s.ok()) {
         // All or nothing; a fresh empty slab may stay.
         for (int64_t c = first; c < size(); ++c) --held_in_slab_[record_slab_[c]];
@@ -122,7 +166,7 @@ absl::Status HostChunkStore<Element>::Release(int64_t first, int64_t count) {
 
 template <typename Element>
 size_t HostChunkStore<Element>::num_slabs() const {
-  size_t n = 0;
+  size_t n = spare_.slabs.size();
   for (const auto& slab : slabs_) n += slab != nullptr;
   return n;
 }
@@ -133,6 +177,7 @@ size_t HostChunkStore<Element>::bytes() const {
   for (const auto& slab : slabs_) {
     if (slab != nullptr) total += slab->bytes;
   }
+  for (const auto& slab : spare_.slabs) total += slab->bytes;
   return total;
 }
 
@@ -143,6 +188,17 @@ size_t HostChunkStore<Element>::shared_bytes() const {
     if (slab != nullptr && slab.use_count() > 1) total += slab->bytes;
   }
   return total;
+}
+
+absl::StatusOr<HostChunkStoreOptions> CudaSlabOptions(int64_t max_slab_chunks) {
+  if (max_slab_chunks < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_slab_chunks (the largest pinned chunk store slab, in chunks) must be at least 1, "
+        "got %d",
+        max_slab_chunks));
+  }
+  constexpr int64_t kFirstSlabChunks = 16;
+  return HostChunkStoreOptions{std::min(kFirstSlabChunks, max_slab_chunks), max_slab_chunks};
 }
 
 template class HostChunkStore<Bf16Bits>;

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -37,6 +38,13 @@ struct HostChunkStoreOptions {
   int64_t first_slab_chunks = 16;
   int64_t max_slab_chunks = 1024;
 };
+
+// A CUDA session's slab sizes for CudaBackendOptions::max_slab_chunks:
+// doubling from 16 chunks, or from max_slab_chunks when that is smaller (a
+// small host's cap is honoured as given), up to max_slab_chunks.
+// INVALID_ARGUMENT naming the option for max_slab_chunks < 1
+// (MakeCudaBackend refuses the backend then).
+absl::StatusOr<HostChunkStoreOptions> CudaSlabOptions(int64_t max_slab_chunks);
 
 // Instantiated for Bf16Bits and float (host_chunk_store.cc).
 template <typename Element>
@@ -66,6 +74,14 @@ class HostChunkStore {
   // mutable_record, or mutable_keys/mutable_values, e.g. by an asynchronous
   // copy). Returns the index of the first.
   absl::StatusOr<int64_t> AppendUninitialized(int64_t count);
+  // Room for `count` more chunks made ahead: opens now every slab that the
+  // next `count` appends (in any pieces) would open, so that they allocate
+  // nothing (a CUDA session calls it before a step, so that a host short of
+  // pinned memory fails that session alone, before any kernel of the step).
+  // All or nothing: when an allocation fails, the slabs this call opened
+  // are freed and nothing changes. Slabs held ahead count in bytes() and
+  // num_slabs(); a copy of the store (a fork) does not get them.
+  absl::Status Reserve(int64_t count);
   // Appends one chunk, copying its record (layout().elements()) in.
   absl::Status AppendRecord(const Element* record);
   // Appends one chunk of a two-block layout, copying keys and values
@@ -93,7 +109,8 @@ class HostChunkStore {
   Element* mutable_keys(int64_t chunk) { return records_[chunk]; }
   Element* mutable_values(int64_t chunk) { return records_[chunk] + layout_.block_elements(); }
 
-  // Slabs held (freed ones not counted).
+  // Slabs held (freed ones not counted; those held ahead by Reserve
+  // counted).
   size_t num_slabs() const;
   // Bytes of all slabs held, and of those another store also holds.
   size_t bytes() const;
@@ -111,7 +128,28 @@ class HostChunkStore {
     size_t bytes;
     int64_t capacity;  // chunks
   };
+  // Slabs opened by Reserve, not yet written, next first. Copying the store
+  // copies none of them: a slab two stores held would be written by both.
+  class SpareSlabs {
+   public:
+    SpareSlabs() = default;
+    SpareSlabs(const SpareSlabs&) {}
+    SpareSlabs& operator=(const SpareSlabs&) {
+      slabs.clear();
+      return *this;
+    }
+    SpareSlabs(SpareSlabs&&) noexcept = default;
+    SpareSlabs& operator=(SpareSlabs&&) noexcept = default;
+    std::deque<std::shared_ptr<Slab>> slabs;
+  };
+  // The size in chunks of the slab opened as the index-th (freed ones
+  // counted).
+  int64_t SlabChunks(size_t index) const;
+  absl::StatusOr<std::shared_ptr<Slab>> AllocateSlab(int64_t chunks) const;
+  // Makes a new last slab: the next spare, else a new allocation.
   absl::Status OpenSlab();
+  // Records the last slab still takes (0 when it is full, freed or shared).
+  int64_t RoomInLastSlab() const;
 
   ChunkRecordLayout layout_;
   std::shared_ptr<HostAllocator> allocator_;
@@ -123,6 +161,7 @@ class HostChunkStore {
   std::vector<Element*> records_;      // chunk -> its record; null: released
   std::vector<int32_t> record_slab_;   // chunk -> index in slabs_; -1: released
   int64_t released_count_ = 0;
+  SpareSlabs spare_;
 };
 
 }  // namespace drt::cuda
