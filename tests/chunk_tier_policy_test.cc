@@ -74,7 +74,12 @@ TEST_CASE("chunk tier: the device store doubles while that fits, then steps by 1
   // The cap (the largest context's chunks) bounds doubling and the step,
   // never the need.
   CHECK(GrownDeviceStoreCapacity(16, 17, 16, {1000, 20}) == 20);
-  CHECK(GrownDeviceStoreCapacity(16, 17, 16, {1000, 10}) == 17);
+  // A need past the cap (a caller that does not stop at it) takes the
+  // bounded step, not one chunk: 17 + max(1, 17 / 8) = 19; 1025 + 128.
+  CHECK(GrownDeviceStoreCapacity(16, 17, 16, {1000, 10}) == 19);
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {4096, 1000}) == 1153);
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {1100, 1000}) == 1100);  // what fits
+  CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {1000, 1000}) == 1025);  // never below the need
   CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {1100, 1050}) == 1050);
   CHECK(GrownDeviceStoreCapacity(1024, 1025, 16, {1200, 1150}) == 1150);  // the step, capped
   // Held already: no growth, whatever the limits.

@@ -21,7 +21,14 @@ int64_t MaxChunksForTokens(int64_t tokens, int64_t chunk_tokens) {
 int64_t GrownDeviceStoreCapacity(int64_t capacity, int64_t needed, int64_t first,
                                  DeviceStoreGrowthLimits limits) {
   if (needed <= capacity) return capacity;
-  const int64_t most = std::max(limits.cap_chunks, needed);
+  const int64_t slack = std::max<int64_t>(1, needed / kBoundedGrowthDivisor);
+  const int64_t need_and_slack =
+      needed > std::numeric_limits<int64_t>::max() - slack ? needed : needed + slack;
+  // Past the cap (a caller that does not stop sessions at it) the store
+  // grows by the bounded step, not one chunk at a time: growing to exactly
+  // the need would copy the whole store at every chunk (review of cudafix,
+  // finding 3).
+  const int64_t most = needed > limits.cap_chunks ? need_and_slack : limits.cap_chunks;
   int64_t doubled = std::max<int64_t>({capacity, first, 1});
   while (doubled < needed) {
     if (doubled > std::numeric_limits<int64_t>::max() / 2) {
@@ -32,10 +39,7 @@ int64_t GrownDeviceStoreCapacity(int64_t capacity, int64_t needed, int64_t first
   }
   doubled = std::min(doubled, most);
   if (doubled <= limits.room_chunks) return doubled;
-  const int64_t slack = std::max<int64_t>(1, needed / kBoundedGrowthDivisor);
-  const int64_t stepped = needed > std::numeric_limits<int64_t>::max() - slack
-                              ? needed
-                              : std::min({needed + slack, most, limits.room_chunks});
+  const int64_t stepped = std::min({need_and_slack, most, limits.room_chunks});
   return std::max(stepped, needed);
 }
 

@@ -82,7 +82,8 @@ inline constexpr int64_t kBoundedGrowthDivisor = 8;
 //   them, but not past limits.cap_chunks: when that fits room_chunks;
 // - else, doubling not fitting beside the held arrays, a bounded step:
 //   needed + needed / kBoundedGrowthDivisor (at least one more; not past
-//   the cap), or as much of it as fits the room, but never below `needed`
+//   the cap unless the need already is, when the step is taken whole), or
+//   as much of it as fits the room, but never below `needed`
 //   (whose allocation then fails when even that does not fit: the device
 //   is full).
 // Doubling keeps the copies a growth makes O(1) per chunk on average; the
