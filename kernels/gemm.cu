@@ -28,7 +28,17 @@ absl::Status CheckShape(const void* x, const void* w, const void* y, int m, int 
 
 absl::StatusOr<CublasGemm> CublasGemm::Create() {
   cublasHandle_t handle = nullptr;
-  if (absl::Status s = CublasStatus(cublasCreate(&handle), "cublasCreate"); !s.ok()) return s;
+  if (const cublasStatus_t st = cublasCreate(&handle); st != CUBLAS_STATUS_SUCCESS) {
+    // A full device fails one session's Init as RESOURCE_EXHAUSTED, like
+    // every other allocation of the backend (engine/cuda/allocation_status.h);
+    // the runtime's last error a failed internal allocation may leave is
+    // cleared so the next launch on this thread does not report it again.
+    (void)cudaGetLastError();
+    if (st == CUBLAS_STATUS_ALLOC_FAILED) {
+      return absl::ResourceExhaustedError("cublasCreate: CUBLAS_STATUS_ALLOC_FAILED (device memory)");
+    }
+    return CublasStatus(st, "cublasCreate");
+  }
   // The default already; set explicitly because fp32 GEMMs rely on it: TF32
   // only with CUBLAS_TF32_TENSOR_OP_MATH or a *_FAST_TF32 compute type.
   if (absl::Status s = CublasStatus(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH),
@@ -41,6 +51,11 @@ absl::StatusOr<CublasGemm> CublasGemm::Create() {
   const cudaError_t err = cudaMalloc(&workspace, kWorkspaceBytes);
   if (err != cudaSuccess) {
     cublasDestroy(handle);
+    (void)cudaGetLastError();  // As above: reported here, not by the next launch.
+    if (err == cudaErrorMemoryAllocation) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "cudaMalloc(cuBLAS workspace, %d bytes): out of device memory", kWorkspaceBytes));
+    }
     return CudaStatus(err, "cudaMalloc(cuBLAS workspace)");
   }
   return CublasGemm(handle, workspace, kWorkspaceBytes);
