@@ -199,6 +199,11 @@ fi
 build=${BUILD_DIR:-build-gpu}
 contexts=${CONTEXTS:-"16384 131072 1048576 4194304"}
 generate=${GENERATE:-32}
+# drt-bench times the first token apart; its decode figures need a second.
+if ! [[ "$generate" =~ ^[0-9]+$ ]] || (( generate < 2 )); then
+  echo "gpu_bench: GENERATE must be a whole number of at least 2, got '$generate'" >&2
+  exit 2
+fi
 
 if [[ -n "$dry" ]]; then
   # The existing build is checked, never rebuilt.
