@@ -77,9 +77,13 @@ start_server "$out/server1.log"
 sample_memory "$server_pid" >"$out/memory1.txt" &
 sampler_pid=$!
 t0=$(date +%s.%N)
+# No total deadline on the Append (the 32M and 64M runs took 1.1-1.5 hours);
+# the client's idle timeout still ends it if the server stops sending
+# progress. IDLE_TIMEOUT allows for slow disk-tier steps (default 1800 s).
 /usr/bin/python3 client_examples/python/drt_client.py --server "$grpc_address" \
   --haystack-tokens "$tokens" --passkey "$passkey" --max-tokens 16 --require-passkey --stop . \
-  --keep-session --piece-bytes 262144 >"$out/client1.txt" 2>"$out/client1.err"
+  --keep-session --piece-bytes 262144 --idle-timeout "${IDLE_TIMEOUT:-1800}" \
+  >"$out/client1.txt" 2>"$out/client1.err"
 t1=$(date +%s.%N)
 kill "$sampler_pid" 2>/dev/null || true
 sampler_pid=

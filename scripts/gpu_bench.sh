@@ -199,6 +199,11 @@ fi
 build=${BUILD_DIR:-build-gpu}
 contexts=${CONTEXTS:-"16384 131072 1048576 4194304"}
 generate=${GENERATE:-32}
+# drt-bench times the first token apart; its decode figures need a second.
+if ! [[ "$generate" =~ ^[0-9]+$ ]] || (( generate < 2 )); then
+  echo "gpu_bench: GENERATE must be a whole number of at least 2, got '$generate'" >&2
+  exit 2
+fi
 
 if [[ -n "$dry" ]]; then
   # The existing build is checked, never rebuilt.
@@ -763,18 +768,21 @@ fi
 # Issue 10, deliver 5: beside the table, the peer a user would otherwise
 # pick, a full-attention Transformer of the same size (12 layers, d 768, the
 # 128M config without encoder and GCA) decoding from a KV cache with PyTorch's
-# scaled-dot-product attention on the written rows, no mask, FlashAttention
-# asked for (bench/full_attention_peer.py; PEER_ATTENTION=masked_graph for the
-# earlier masked step in a CUDA graph; it prints "does not fit" where its KV
-# cache outgrows the GPU, and its bandwidth floor). Needs a python3 with torch
-# and CUDA: on the lent GPU machines, the image's.
+# scaled-dot-product attention (bench/full_attention_peer.py). By default
+# (PEER_ATTENTION=both) each context is timed two ways, the written rows with
+# no mask and FlashAttention asked for (eager), and the masked static cache in
+# a CUDA graph, and the faster is marked as the peer; PEER_ATTENTION=sliced or
+# masked_graph times one. It prints "does not fit" where its KV cache
+# outgrows the GPU, and its bandwidth floor. The self check covers the same
+# attention (PEER_ATTENTION). Needs a python3 with torch and CUDA: on the lent
+# GPU machines, the image's.
 if [[ -z "${SKIP_PEER:-}" ]]; then
   echo
   echo "== full-attention peer (bench/full_attention_peer.py)"
   self_check=(--dtype fp32 --layers 2 --hidden 256 --heads 4 --intermediate 512 --vocab 1000
-              --contexts 1024 --tokens 4 --self_check 64)
+              --contexts 1024 --tokens 4 --self_check 64 --attention "${PEER_ATTENTION:-both}")
   peer=(--contexts "${PEER_CONTEXTS:-16384,131072,1048576,2097152,4194304}"
-        --attention "${PEER_ATTENTION:-sliced}")
+        --attention "${PEER_ATTENTION:-both}")
   if [[ -n "$dry" ]]; then
     echo "dry run: python3 bench/full_attention_peer.py ${self_check[*]}"
     echo "dry run: python3 bench/full_attention_peer.py ${peer[*]}"

@@ -122,12 +122,39 @@ def check_names(state, cfg):
         raise ExportError("checkpoint does not match the config:\n" + "\n".join(lines))
 
 
+# The keys engine/model_config.cc reads with OptionalBool: present, each must
+# be a JSON boolean; anything else (0, null, "false") the engine refuses with
+# "must be true or false, got <type>".
+ENGINE_BOOL_KEYS = ("tie_word_embeddings", "attention_bias", "gpt2_mlp", "enable_alibi",
+                    "_flash_attn_2_enabled")
+
+
+def json_type_name(value):
+    """The JSON type of a loaded value, named as nlohmann's type_name() does."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
 def config_notes(cfg):
-    """Refuses what the engine refuses (engine/model_config.cc: a config with
-    _flash_attn_2_enabled or enable_alibi false is Unsupported), so that no
-    directory is written that drt-server would then refuse; warns when a key
-    is missing, which the engine reads as true."""
+    """Refuses what the engine refuses (engine/model_config.cc: a boolean key
+    that is not a JSON boolean is invalid; _flash_attn_2_enabled or
+    enable_alibi false is Unsupported), so that no directory is written that
+    drt-server would then refuse; warns when a key is missing, which the
+    engine reads as true."""
     notes = []
+    for key in ENGINE_BOOL_KEYS:
+        if key in cfg and not isinstance(cfg[key], bool):
+            raise ExportError(f"key '{key}' must be true or false, got {json_type_name(cfg[key])} "
+                              f"({cfg[key]!r}); drt-server refuses this config")
     if cfg.get("_flash_attn_2_enabled") is False:
         raise ExportError("_flash_attn_2_enabled is false: the reference then runs eager decoder attention "
                           "with neither ALiBi nor the sliding window, and drt-server serves only the ALiBi "

@@ -8,8 +8,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -66,9 +68,13 @@ ABSL_FLAG(std::string, session_key, "",
 ABSL_FLAG(bool, require_passkey, false,
           "exit 1 when the first number in the answer is not the haystack's pass key (the "
           "generated haystack only)");
-ABSL_FLAG(double, deadline, 3600,
-          "seconds an Append or a Generate call may take before it fails with "
-          "DEADLINE_EXCEEDED (GetModelInfo and CreateSession get 30 s, DeleteSession 10 s)");
+ABSL_FLAG(double, idle_timeout, 600,
+          "seconds an Append or a Generate stream may go without a message from the server "
+          "before the client cancels it");
+ABSL_FLAG(double, deadline, 0,
+          "seconds the whole Append or Generate stream may take, each, before it fails with "
+          "DEADLINE_EXCEEDED; 0: no total deadline, only --idle_timeout (GetModelInfo and "
+          "CreateSession get 30 s, DeleteSession 10 s)");
 
 namespace {
 
@@ -94,6 +100,70 @@ bool IsValidSessionKey(const std::string& key) {
 
 // Ctrl-C or SIGTERM cancels the running Append or Generate, so that the
 // session is still deleted on the way out; at any other moment it exits.
+// Cancels a streaming call that goes `seconds` without a message from the
+// server. The streams get this instead of a total deadline by default, since
+// a total one would also cut a long ingest that is progressing (a 32M-token
+// Append takes hours on a CPU); the server sends AppendProgress every 0.1 s
+// of work and a piece per token. Declare it after the call's ClientContext,
+// so that it stops before the context goes.
+class IdleWatchdog {
+ public:
+  IdleWatchdog(grpc::ClientContext* context, double seconds)
+      : context_(context),
+        // Capped at 1e9 s (32 years), so that the duration cannot overflow.
+        limit_(std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(std::min(seconds, 1e9)))),
+        seconds_(seconds),
+        last_(Clock::now()),
+        thread_([this] { Watch(); }) {}
+  ~IdleWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  // A message arrived.
+  void Poke() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last_ = Clock::now();
+  }
+  // The call's status, or what the watchdog did to it.
+  grpc::Status Explain(grpc::Status status) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status.ok() || !fired_) return status;
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        absl::StrFormat("no message from the server for %g s (--idle_timeout); "
+                                        "the call was cancelled",
+                                        seconds_));
+  }
+
+ private:
+  void Watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!finished_) {
+      const Clock::time_point due = last_ + limit_;
+      if (Clock::now() >= due) {
+        fired_ = true;
+        context_->TryCancel();
+        return;
+      }
+      wake_.wait_until(lock, due);
+    }
+  }
+
+  grpc::ClientContext* const context_;
+  const Clock::duration limit_;
+  const double seconds_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  Clock::time_point last_;
+  bool finished_ = false;
+  bool fired_ = false;
+  std::thread thread_;  // last: starts once the rest is set
+};
+
 class Interrupts {
  public:
   // Call before any other thread starts, so that all of them inherit the mask.
@@ -323,6 +393,7 @@ class Client {
                       drt::v1::AppendSummary& summary, double& seconds) {
     auto context = NewContext(absl::GetFlag(FLAGS_deadline));
     Interrupts interrupts(context.get());
+    IdleWatchdog watchdog(context.get(), absl::GetFlag(FLAGS_idle_timeout));
     const auto start = Clock::now();
     auto stream = stub_->Append(context.get());
     // The sync API allows one thread writing while another reads.
@@ -352,6 +423,7 @@ class Client {
     drt::v1::AppendProgress last;
     bool any_progress = false;
     while (stream->Read(&response)) {
+      watchdog.Poke();
       if (response.has_progress()) {
         last = response.progress();
         any_progress = true;
@@ -361,7 +433,7 @@ class Client {
       }
     }
     writer.join();
-    grpc::Status status = stream->Finish();
+    grpc::Status status = watchdog.Explain(stream->Finish());
     seconds = Seconds(Clock::now() - start);
     if (!status.ok()) {
       bar.Abort();
@@ -394,11 +466,13 @@ class Client {
 
     auto context = NewContext(absl::GetFlag(FLAGS_deadline));
     Interrupts interrupts(context.get());
+    IdleWatchdog watchdog(context.get(), absl::GetFlag(FLAGS_idle_timeout));
     Clock::time_point first, last;
     const auto start = Clock::now();
     auto stream = stub_->Generate(context.get(), request);
     drt::v1::GenerateResponse response;
     while (stream->Read(&response)) {
+      watchdog.Poke();
       if (response.has_piece()) {
         const auto now = Clock::now();
         if (response.piece().token_ids_size() > 0) {
@@ -416,7 +490,7 @@ class Client {
     std::printf("\n");
     if (answer.tokens > 0) answer.ttft = Seconds(first - start);
     if (answer.tokens > 1) answer.tpot = Seconds(last - first) / (answer.tokens - 1);
-    return stream->Finish();
+    return watchdog.Explain(stream->Finish());
   }
 
  private:
@@ -430,15 +504,19 @@ class Client {
     return i >= 0 && i < 17 ? kNames[i] : absl::StrCat("code ", i);
   }
 
-  // Every call has a deadline: a gateway that accepts the connection while
+  // No call may hang forever: a gateway that accepts the connection while
   // its upstream hangs, or a wedged server, must not hold the client (and
-  // the scripts that run it) forever.
+  // the scripts that run it). Unary calls get this deadline; the streams get
+  // an IdleWatchdog and, with --deadline, a total deadline.
   static constexpr double kUnaryDeadlineSeconds = 30;
 
+  // deadline_seconds 0: no deadline.
   std::unique_ptr<grpc::ClientContext> NewContext(double deadline_seconds) {
     auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(std::chrono::system_clock::now() +
-                          std::chrono::microseconds(static_cast<int64_t>(deadline_seconds * 1e6)));
+    if (deadline_seconds > 0) {
+      context->set_deadline(std::chrono::system_clock::now() +
+                            std::chrono::microseconds(static_cast<int64_t>(deadline_seconds * 1e6)));
+    }
     if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
     context->AddMetadata(kSessionHeader, session_key_);
     return context;
@@ -567,7 +645,8 @@ int main(int argc, char** argv) {
   }
   const std::string passkey = absl::GetFlag(FLAGS_passkey);
   if (passkey.find_first_not_of("0123456789") != std::string::npos) Die("--passkey must be digits");
-  if (!(absl::GetFlag(FLAGS_deadline) > 0)) Die("--deadline must be positive");
+  if (!(absl::GetFlag(FLAGS_deadline) >= 0)) Die("--deadline must be positive, or 0 for none");
+  if (!(absl::GetFlag(FLAGS_idle_timeout) > 0)) Die("--idle_timeout must be positive");
   // The haystack's options mean nothing with a prompt of one's own; a script
   // that passes --require_passkey there would pass whatever the answer.
   if (!absl::GetFlag(FLAGS_prompt_file).empty() || !absl::GetFlag(FLAGS_token_ids).empty()) {

@@ -19,6 +19,7 @@ import os
 import random
 import re
 import sys
+import threading
 import time
 import uuid
 
@@ -29,10 +30,16 @@ GPT2_TOKENS_PER_FILLER = 24
 # The metadata key a session-affine gateway hashes on (docs/deploy.md).
 SESSION_HEADER = "x-drt-session"
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-# Every call has a deadline: a gateway that accepts the connection while its
+# No call may hang forever: a gateway that accepts the connection while its
 # upstream hangs, or a wedged server, must not hold the client (and the
-# scripts that run it) forever. Append and Generate get --deadline.
+# scripts that run it). Unary calls get a fixed deadline. The Append and
+# Generate streams get an idle timeout instead (--idle-timeout: no message
+# from the server for that long), because a total deadline would also cut a
+# long ingest that is progressing (a 32M-token Append takes hours on a CPU);
+# the server sends AppendProgress every 0.1 s of work and a piece per token.
+# --deadline adds a total deadline to the streams only when asked for.
 UNARY_DEADLINE_SECONDS = 30
+IDLE_TIMEOUT_DEFAULT_SECONDS = 600
 
 
 def session_key(text):
@@ -87,10 +94,14 @@ def parse_args(argv=None):
                            "(default: $DRT_BEARER_TOKEN)")
     conn.add_argument("--tls-ca", metavar="PEM", help="CA certificate file: connect with TLS (default plaintext)")
     conn.add_argument("--connect-timeout", type=float, default=30, help="seconds to wait for the server (default %(default)s)")
-    conn.add_argument("--deadline", type=float, default=3600,
-                      help="seconds an Append or a Generate call may take before it fails with "
-                           "DEADLINE_EXCEEDED (default %(default)s); GetModelInfo and CreateSession "
-                           "get 30 s, DeleteSession 10 s")
+    conn.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_DEFAULT_SECONDS,
+                      help="seconds an Append or a Generate stream may go without a message from the "
+                           "server before the client cancels it (default %(default)s)")
+    conn.add_argument("--deadline", type=float, default=0,
+                      help="seconds the whole Append or Generate stream may take, each, before it fails "
+                           "with DEADLINE_EXCEEDED; 0: no total deadline, only --idle-timeout "
+                           "(default %(default)s). GetModelInfo and CreateSession get 30 s, "
+                           "DeleteSession 10 s")
     conn.add_argument("--stubs", default=os.path.join(REPO_ROOT, "build", "python"),
                       help="folder holding drt/v1/drt_pb2.py (default %(default)s)")
 
@@ -154,8 +165,10 @@ def parse_args(argv=None):
         if bad:
             p.error(f"--prompt-file {args.prompt_file}: not UTF-8 at byte {bad[0]:,} ({bad[1]}); "
                     "the server takes text as UTF-8")
-    if not args.deadline > 0 or not args.connect_timeout > 0:
-        p.error("--deadline and --connect-timeout must be positive")
+    if not args.idle_timeout > 0 or not args.connect_timeout > 0:
+        p.error("--idle-timeout and --connect-timeout must be positive")
+    if not args.deadline >= 0:
+        p.error("--deadline must be positive, or 0 for none")
     if not 0.0 <= args.depth <= 1.0:
         p.error("--depth must be within [0, 1]")
     if args.haystack_tokens < 1 or args.piece_bytes < 4 or args.piece_tokens < 1 or args.max_tokens < 1:
@@ -279,7 +292,49 @@ class ProgressBar:
 
 # --- the calls
 
-def append(pb, stub, session_id, pieces, expected_tokens, metadata, deadline):
+class StreamIdle(Exception):
+    """A stream was cancelled for going --idle-timeout seconds without a message."""
+
+
+def stream_deadline(args):
+    """The timeout= of an Append or Generate call: None (no total deadline) unless --deadline."""
+    return args.deadline if args.deadline > 0 else None
+
+
+def watched(call, idle_seconds):
+    """Yields the messages of a streaming call; cancels it when none arrives for
+    idle_seconds (then raises StreamIdle instead of the call's CANCELLED)."""
+    last = [time.monotonic()]
+    fired = threading.Event()
+    finished = threading.Event()
+
+    def watch():
+        while True:
+            left = last[0] + idle_seconds - time.monotonic()
+            if left <= 0:
+                fired.set()
+                call.cancel()
+                return
+            if finished.wait(left):
+                return
+
+    watcher = threading.Thread(target=watch, name="idle-watchdog", daemon=True)
+    watcher.start()
+    try:
+        for message in call:
+            last[0] = time.monotonic()
+            yield message
+    except Exception:
+        if fired.is_set():
+            raise StreamIdle(f"no message from the server for {idle_seconds:g} s (--idle-timeout); "
+                             "the call was cancelled") from None
+        raise
+    finally:
+        finished.set()
+        watcher.join()
+
+
+def append(pb, stub, session_id, pieces, expected_tokens, metadata, args):
     def requests():
         for i, piece in enumerate(pieces):
             request = pb.AppendRequest(session_id=session_id if i == 0 else "")
@@ -294,7 +349,8 @@ def append(pb, stub, session_id, pieces, expected_tokens, metadata, deadline):
     summary = None
     start = time.perf_counter()
     try:
-        for response in stub.Append(requests(), metadata=metadata, timeout=deadline):
+        call = stub.Append(requests(), metadata=metadata, timeout=stream_deadline(args))
+        for response in watched(call, args.idle_timeout):
             if response.WhichOneof("event") == "progress":
                 last = response.progress
                 bar.update(last)
@@ -324,7 +380,8 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout):
     first = last = None
     done = None
     start = time.perf_counter()
-    for response in stub.Generate(request, metadata=metadata, timeout=args.deadline):
+    call = stub.Generate(request, metadata=metadata, timeout=stream_deadline(args))
+    for response in watched(call, args.idle_timeout):
         if response.WhichOneof("event") == "piece":
             now = time.perf_counter()
             if response.piece.token_ids:
@@ -373,7 +430,7 @@ def run(args, pb, pb_grpc, grpc):
                                     timeout=UNARY_DEADLINE_SECONDS).session_id
     print(f"session: {session_id} ({SESSION_HEADER}: {key})", flush=True)
     try:
-        summary, append_seconds = append(pb, stub, session_id, pieces, expected, metadata, args.deadline)
+        summary, append_seconds = append(pb, stub, session_id, pieces, expected, metadata, args)
         print(f"append: {summary.tokens_ingested:,} tokens, {summary.session_chunks:,} chunks in "
               f"{append_seconds:.2f} s: {summary.tokens_ingested / append_seconds:,.0f} tokens/s "
               f"(server: {summary.tokens_per_second:,.0f} tokens/s)", flush=True)
@@ -414,6 +471,9 @@ def main(argv=None):
         return run(args, pb, pb_grpc, grpc)
     except grpc.RpcError as e:
         print(f"drt_client: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 1
+    except StreamIdle as e:
+        print(f"drt_client: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a file that went away after the checks, say
         print(f"drt_client: {e}", file=sys.stderr)

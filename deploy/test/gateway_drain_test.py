@@ -42,8 +42,10 @@ def grpc_stat_prefix():
 
 class FakeAdmin:
     """A loopback TCP server that reads one HTTP request per connection and
-    answers it (mode "answer"), or holds the connection without a word
-    ("hang"). Records (method, target, version, headers) per request."""
+    answers it with a content-length (mode "answer") or chunked, as Envoy's
+    streaming admin handlers answer /stats ("chunked"), or holds the
+    connection without a word ("hang"). Records (method, target, version,
+    headers) per request."""
 
     def __init__(self, mode, gauge_values, stat_name):
         self.mode = mode
@@ -86,8 +88,15 @@ class FakeAdmin:
                 body = f"{self.stat_name}: {value}\n"
             else:
                 body = "OK\n"
-            conn.sendall(f"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}\r\n"
-                         f"connection: close\r\n\r\n{body}".encode())
+            if self.mode == "chunked":
+                # One chunk with its size line ("%x\r\n") before it, then
+                # the last chunk of size 0.
+                chunks = f"{len(body):x}\r\n{body}\r\n"
+                conn.sendall(f"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n"
+                             f"transfer-encoding: chunked\r\n\r\n{chunks}0\r\n\r\n".encode())
+            else:
+                conn.sendall(f"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}\r\n"
+                             f"connection: close\r\n\r\n{body}".encode())
             conn.close()
 
     def close(self):
@@ -136,6 +145,16 @@ def main():
     c.expect(seconds < 10, f"drain.sh returns once no connection is left ({seconds:.1f} s, drain time 20 s)")
     c.expect("no client connections left" in out.stderr, "drain.sh says why it stopped", out.stderr)
 
+    # The same with a chunked /stats body, as Envoy's streaming admin
+    # handlers answer: the chunk size lines sit around the gauge line, which
+    # is still a line of its own for the sed (review-toolsfix #4).
+    admin = FakeAdmin("chunked", [1, 0], stat)
+    out, seconds = run_script(admin.port, delay=0, drain=20)
+    admin.close()
+    c.expect(out.returncode == 0 and seconds < 10 and "no client connections left" in out.stderr,
+             f"with a chunked /stats answer, drain.sh reads the gauge and returns at 0 ({seconds:.1f} s)",
+             out.stderr)
+
     delay, drain = 1, 4
     bound = delay + drain + BOUND_SLACK_SECONDS
     # Connections never reach 0: it waits out the drain time, then returns.
@@ -147,12 +166,20 @@ def main():
              f"in [{delay + drain - 1}, {bound}]", out.stderr)
     c.expect("3 client connections left" in out.stderr, "drain.sh reports the connections it left", out.stderr)
 
-    # An admin port that accepts and never answers.
+    # An admin port that accepts and never answers. The drain time is 8 s so
+    # that the polling loop is reached: the two POSTs wait 2 s each, so with
+    # delay 1 the first /stats poll starts at about 5 s (with drain 4 the
+    # loop's end came first and a hanging poll went untested).
+    hang_drain = 8
+    hang_bound = delay + hang_drain + BOUND_SLACK_SECONDS
     admin = FakeAdmin("hang", [0], stat)
-    out, seconds = run_script(admin.port, delay, drain)
+    out, seconds = run_script(admin.port, delay, hang_drain)
     admin.close()
-    c.expect(out.returncode == 0 and seconds <= bound,
-             f"with an admin port that never answers, drain.sh returns within {bound} s ({seconds:.1f} s)",
+    hung_polls = [t for m, t, _, _ in admin.requests if m == "GET" and t.startswith("/stats")]
+    c.expect(len(hung_polls) >= 1, f"with a hanging admin port, drain.sh reaches its polling loop "
+             f"({len(hung_polls)} polls)", str(admin.requests))
+    c.expect(out.returncode == 0 and seconds <= hang_bound,
+             f"with an admin port that never answers, drain.sh returns within {hang_bound} s ({seconds:.1f} s)",
              out.stderr)
 
     # Nothing listening on the admin port.

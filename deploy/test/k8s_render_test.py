@@ -221,6 +221,15 @@ def check_gateway_drain(c, objects, config_map, envoy, cluster, server_objects, 
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     config_volume = next(v["name"] for v in spec["volumes"]
                          if v.get("configMap", {}).get("name") == config_map["metadata"]["name"])
+    # The hook runs /bin/bash in the Envoy container: the envoyproxy/envoy
+    # images are built on Ubuntu and have it, the distroless ones
+    # (envoyproxy/envoy:distroless-*, envoyproxy/envoy-distroless) have no
+    # shell, and there the hook would fail at once and SIGTERM would cut
+    # every stream (review-toolsfix #3).
+    image = container["image"]
+    c.expect(re.fullmatch(r"(docker\.io/)?envoyproxy/envoy:v[0-9][0-9.]*(-latest)?", image) is not None,
+             "gateway: the image is a Ubuntu-based envoyproxy/envoy:vX tag (bash for drain.sh), "
+             "not a distroless one", image)
     c.expect(pre_stop == ["/bin/bash", mounts[config_volume] + "/drain.sh"]
              and config_map["data"].get("drain.sh") == facts["drain_script"],
              "gateway: preStop runs drain.sh from the mounted ConfigMap, the repository's copy", str(pre_stop))

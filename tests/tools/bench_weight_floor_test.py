@@ -14,7 +14,7 @@ safetensors headers and config.json, independently of drt-bench:
                           - vocab x hidden + hidden)
 
 (The code before the fix counted the untied embedding whole: vocab x hidden
-too many.) Also: --prompt_tokens 0 and -5 and --generate 0 are refused
+too many.) Also: --prompt_tokens 0 and -5 and --generate 0 and 1 are refused
 before any work (-5 used to grow a string until memory ran out).
 
     bench_weight_floor_test.py --bench build/bench/drt-bench
@@ -122,7 +122,8 @@ def main():
         model = os.path.join(tmp, "tied")
         for flags, message in ((["--prompt_tokens=0"], "--prompt_tokens must be at least 1"),
                                (["--prompt_tokens=-5"], "--prompt_tokens must be at least 1"),
-                               (["--generate=0"], "--generate must be at least 1")):
+                               (["--generate=0"], "--generate must be at least 2"),
+                               (["--generate=1"], "--generate must be at least 2")):
             run = bench(args.bench, model, *flags)
             expect(run.returncode != 0 and message in run.stderr,
                    f"drt-bench {' '.join(flags)} is refused: '{message}'", run.stderr[-500:])

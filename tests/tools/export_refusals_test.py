@@ -66,6 +66,19 @@ def main():
             expect(run.returncode == 0 and f"the config has no {key}" in (run.stdout + run.stderr),
                    f"{key} missing: exported with a warning", (run.stdout + run.stderr)[-600:])
 
+        # Values that are not JSON booleans: the engine's OptionalBool refuses
+        # them ("must be true or false, got <type>"); export.py used to let
+        # them through (only a literal false was caught).
+        for key in ("_flash_attn_2_enabled", "enable_alibi", "tie_word_embeddings"):
+            for value, type_name in ((0, "number"), (1, "number"), (None, "null"), ("false", "string"),
+                                     ("true", "string")):
+                name = f"{key}-{type_name}-{value}"
+                run, out = export(name, lambda c, k=key, v=value: c.__setitem__(k, v))
+                expect(run.returncode == 1 and f"key '{key}' must be true or false, got {type_name}" in run.stderr
+                       and "Traceback" not in run.stderr,
+                       f"{key} = {json.dumps(value)}: refused as the engine does", run.stderr[-600:])
+                expect(not os.path.exists(out), f"{key} = {json.dumps(value)}: nothing written")
+
         run, out = export("served", lambda c: None)
         expect(run.returncode == 0 and os.path.isfile(os.path.join(out, "model.safetensors"))
                and "warning" not in run.stdout + run.stderr,
