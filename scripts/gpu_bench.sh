@@ -365,6 +365,7 @@ if [[ -z "${SKIP_TESTS:-}" && -z "${SKIP_CTEST:-}" ]]; then
     ctest_log="$log_dir/ctest_cuda.log"
     : >"$ctest_log"
     : >"$log_dir/LastTest_cuda.log"
+    rm -f "$log_dir/ctest_not_finished.txt"
     # run_ctest_part NAME JOBS LIMIT ARGS...: one ctest run, its output
     # appended to ctest_cuda.log and its LastTest.log to LastTest_cuda.log.
     run_ctest_part() {
