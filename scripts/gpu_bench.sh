@@ -43,7 +43,10 @@
 #                                                  default); CTEST_TIMEOUT=480 stops it after
 #                                                  480 s (0: no limit, the default) and lists
 #                                                  the tests that did not run;
-#                                                  CTEST_REGEX=... only those tests (ctest -R)
+#                                                  CTEST_REGEX=... only those tests (ctest -R);
+#                                                  the cases labelled cuda_alone (they fill
+#                                                  the device) run afterwards one at a time,
+#                                                  CTEST_ALONE_TIMEOUT=120 their limit
 #   SKIP_DURABLE=1 bash scripts/gpu_bench.sh       without ctest -R "^cuda durable" (drt-server
 #                                                  --device cuda --state_dir; needs
 #                                                  drt_server_tests in the build)
@@ -113,6 +116,7 @@ all_sanitizer_runs="memcheck-kernel memcheck-backend memcheck-backend-new racech
 sanitizer_runs=${SANITIZER_RUNS-$all_sanitizer_runs}
 ctest_jobs=${CTEST_JOBS:-1}
 ctest_timeout=${CTEST_TIMEOUT:-0}
+ctest_alone_timeout=${CTEST_ALONE_TIMEOUT:-0}
 chunk_store=${CHUNK_STORE:-kv}
 for setting in "SANITIZER_TIMEOUT=$sanitizer_timeout" "CTEST_JOBS=$ctest_jobs"; do
   if [[ ! "${setting#*=}" =~ ^[1-9][0-9]*$ ]]; then
@@ -120,10 +124,12 @@ for setting in "SANITIZER_TIMEOUT=$sanitizer_timeout" "CTEST_JOBS=$ctest_jobs"; 
     exit 2
   fi
 done
-if [[ ! "$ctest_timeout" =~ ^[0-9]+$ ]]; then
-  echo "gpu_bench: CTEST_TIMEOUT=$ctest_timeout: expected a whole number of seconds (0: none)" >&2
-  exit 2
-fi
+for setting in "CTEST_TIMEOUT=$ctest_timeout" "CTEST_ALONE_TIMEOUT=$ctest_alone_timeout"; do
+  if [[ ! "${setting#*=}" =~ ^[0-9]+$ ]]; then
+    echo "gpu_bench: $setting: expected a whole number of seconds (0: none)" >&2
+    exit 2
+  fi
+done
 if [[ "$chunk_store" != kv && "$chunk_store" != encoder_rows ]]; then
   echo "gpu_bench: CHUNK_STORE=$chunk_store: expected kv or encoder_rows" >&2
   exit 2
@@ -149,8 +155,10 @@ mkdir -p "$dry_cache"
 # --- Reporting: every step ends in one line (echoed, and appended to
 # GPU_BENCH_SUMMARY); failures are collected in a file (steps run in
 # command substitutions report too), and the script goes on.
-failures_file="$log_dir/failures.txt"
-: >"$failures_file"
+# (not in LOG_DIR, which scripts/gpu_stage.sh points at the device's $OUT
+# where only 8 files come back)
+failures_file=$(mktemp -t gpu_bench_failures.XXXXXX)
+trap 'rm -f "$failures_file"' EXIT
 report() {  # report STATUS STEP [DETAIL]: STATUS is PASS, FAIL, STOPPED or SKIP
   local line="$1 $2${3:+: $3}"
   echo "gpu_bench: $line"
@@ -346,50 +354,66 @@ unwrap_warnings() {
        w {print msg; w = 0}' "$1"
 }
 
+# The cases labelled cuda_alone (Catch tag [allocation]: they fill the
+# device's memory or fail allocations on purpose; tests/cuda_backend/
+# CMakeLists.txt) run after the others, one at a time: beside other GPU work
+# they would fail it, or fail themselves.
 if [[ -z "${SKIP_TESTS:-}" && -z "${SKIP_CTEST:-}" ]]; then
-  echo "== ctest -L cuda${CTEST_REGEX:+ -R $CTEST_REGEX} (-j $ctest_jobs)"
-  ctest_args=(-L cuda)
-  [[ -n "${CTEST_REGEX:-}" ]] && ctest_args+=(-R "$CTEST_REGEX")
+  echo "== ctest -L cuda -LE cuda_alone${CTEST_REGEX:+ -R $CTEST_REGEX} (-j $ctest_jobs), then -L cuda_alone (-j 1)"
+  ctest_args=(-L cuda -LE cuda_alone)
+  alone_args=(-L cuda_alone)
+  [[ -n "${CTEST_REGEX:-}" ]] && ctest_args+=(-R "$CTEST_REGEX") && alone_args+=(-R "$CTEST_REGEX")
   if [[ -n "$dry" ]]; then
     check_ctest "ctest -L cuda" "${ctest_args[@]}"
+    check_ctest "ctest -L cuda_alone" "${alone_args[@]}"
   else
     ctest_log="$log_dir/ctest_cuda.log"
-    started=$SECONDS
-    rc=0
-    limit=()
-    ((ctest_timeout > 0)) && limit=(timeout --kill-after=30 "$ctest_timeout")
-    "${limit[@]}" ctest --test-dir "$build" "${ctest_args[@]}" -j "$ctest_jobs" \
-      --output-on-failure 2>&1 | tee "$ctest_log" || rc=$?
-    elapsed=$((SECONDS - started))
-    cp "$build/Testing/Temporary/LastTest.log" "$log_dir/LastTest_cuda.log" 2>/dev/null || true
+    : >"$ctest_log"
+    : >"$log_dir/LastTest_cuda.log"
+    rm -f "$log_dir/ctest_not_finished.txt"
+    # run_ctest_part NAME JOBS LIMIT ARGS...: one ctest run, its output
+    # appended to ctest_cuda.log and its LastTest.log to LastTest_cuda.log.
+    run_ctest_part() {
+      local name=$1 jobs=$2 limit_s=$3
+      shift 3
+      local started=$SECONDS rc=0 limit=() part_log="$log_dir/ctest_part.log"
+      ((limit_s > 0)) && limit=(timeout --kill-after=30 "$limit_s")
+      "${limit[@]}" ctest --test-dir "$build" "$@" -j "$jobs" \
+        --output-on-failure 2>&1 | tee "$part_log" || rc=$?
+      local elapsed=$((SECONDS - started))
+      cat "$part_log" >>"$ctest_log"
+      cat "$build/Testing/Temporary/LastTest.log" >>"$log_dir/LastTest_cuda.log" 2>/dev/null || true
+      if ((rc == 124 || rc == 137)); then
+        # Which selected tests never finished: those with no result line.
+        local ran not_run
+        ran=$(sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \(.*[^ ]\) \.\.\..*/\1/p' "$part_log")
+        not_run=$(ctest --test-dir "$build" -N "$@" | sed -n 's/^ *Test *#[0-9]*: //p' |
+                  grep -vxF -f <(printf '%s\n' "$ran") || true)
+        printf 'gpu_bench: %s: not finished before the %s s limit:\n%s\n' "$name" "$limit_s" "$not_run" |
+          tee -a "$log_dir/ctest_not_finished.txt" >&2
+        report STOPPED "$name" "stopped after ${limit_s} s; $(grep -c . <<<"$not_run") tests did not finish (ctest_not_finished.txt); $(grep -o '[0-9]*% tests passed.*' "$part_log" || true)"
+      elif grep -q '(Skipped)\|Not Run' "$part_log"; then
+        report FAIL "$name" "CUDA tests were skipped although a GPU is present"
+      elif ((rc != 0)); then
+        report FAIL "$name" "$(grep -o '[0-9]*% tests passed.*' "$part_log" || echo "exit $rc"), ${elapsed} s"
+      else
+        report PASS "$name" "$(grep -o '[0-9]*% tests passed.*' "$part_log"), ${elapsed} s"
+      fi
+      rm -f "$part_log"
+    }
+    run_ctest_part "ctest -L cuda" "$ctest_jobs" "$ctest_timeout" "${ctest_args[@]}"
+    run_ctest_part "ctest -L cuda_alone" 1 "$ctest_alone_timeout" "${alone_args[@]}"
     # The precision figures (passing tests WARN them; ctest shows only the
     # output of failures, its LastTest.log all of it): fp32 CUDA vs CPU
     # (limit 1e-4, identical retrievals), bf16 CUDA vs the float64 goldens
     # (limits: the bf16 reference's figures, docs/cuda.md), sessions batched
     # vs alone (issue 11, limit 1e-4), a state moved CUDA fp32 <-> CPU
     # (limit 1e-4), and whatever else the CUDA tests WARN.
-    if [[ -f "$log_dir/LastTest_cuda.log" ]]; then
-      unwrap_warnings "$log_dir/LastTest_cuda.log" | grep -v 'no CUDA device' |
-        sort | uniq -c | sort -k2 >"$log_dir/cuda_test_warnings.txt" || true
-      echo "== what the CUDA tests warned (count, message; also in" \
-           "$log_dir/cuda_test_warnings.txt)"
-      cat "$log_dir/cuda_test_warnings.txt"
-    fi
-    if ((rc == 124 || rc == 137)); then
-      # Which selected tests never finished: those with no result line.
-      ran=$(sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \(.*[^ ]\) \.\.\..*/\1/p' "$ctest_log")
-      not_run=$(ctest --test-dir "$build" -N "${ctest_args[@]}" | sed -n 's/^ *Test *#[0-9]*: //p' |
-                grep -vxF -f <(printf '%s\n' "$ran") || true)
-      printf 'gpu_bench: not finished before the %s s limit:\n%s\n' "$ctest_timeout" "$not_run" |
-        tee "$log_dir/ctest_not_finished.txt" >&2
-      report STOPPED "ctest -L cuda" "stopped after ${ctest_timeout} s; $(grep -c . <<<"$not_run") tests did not finish (ctest_not_finished.txt); $(grep -o '[0-9]*% tests passed.*' "$ctest_log" || true)"
-    elif grep -q '(Skipped)\|Not Run' "$ctest_log"; then
-      report FAIL "ctest -L cuda" "CUDA tests were skipped although a GPU is present"
-    elif ((rc != 0)); then
-      report FAIL "ctest -L cuda" "$(grep -o '[0-9]*% tests passed.*' "$ctest_log" || echo "exit $rc"), ${elapsed} s"
-    else
-      report PASS "ctest -L cuda" "$(grep -o '[0-9]*% tests passed.*' "$ctest_log"), ${elapsed} s"
-    fi
+    unwrap_warnings "$log_dir/LastTest_cuda.log" | grep -v 'no CUDA device' |
+      sort | uniq -c | sort -k2 >"$log_dir/cuda_test_warnings.txt" || true
+    echo "== what the CUDA tests warned (count, message; also in" \
+         "$log_dir/cuda_test_warnings.txt)"
+    cat "$log_dir/cuda_test_warnings.txt"
   fi
 fi
 
@@ -476,6 +500,12 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$sanitizer_runs" ]]; then
   }
   mapfile -t memcheck_backend_filter < <(exclusions "${memcheck_backend_skip[@]}")
   for spec in "${backend_new[@]}"; do memcheck_backend_filter+=("~$spec"); done
+  # The [allocation] cases fail CUDA allocations on purpose (and fill the
+  # device): memcheck reports each failed API call as an error (its default
+  # --report-api-errors explicit), which would fail the run with no memory
+  # error; ctest -L cuda_alone checks them unsanitized. Left out of both
+  # memcheck runs (the "-new" spec [device_tier] would take one).
+  memcheck_backend_filter+=("~[allocation]")
   mapfile -t racecheck_kernel_filter < <(exclusions "${racecheck_kernel_skip[@]}")
   for spec in "${kernel_new[@]}"; do racecheck_kernel_filter+=("~$spec"); done
   backend_new_spec=$(either "${backend_new[@]}")
@@ -485,7 +515,7 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$sanitizer_runs" ]]; then
     case "$1" in
       memcheck-kernel) printf '%s\n' memcheck "$kernel_tests" ;;
       memcheck-backend) printf '%s\n' memcheck "$backend_tests" "${memcheck_backend_filter[@]}" ;;
-      memcheck-backend-new) printf '%s\n' memcheck "$backend_tests" "$backend_new_spec" ;;
+      memcheck-backend-new) printf '%s\n' memcheck "$backend_tests" "$backend_new_spec" "~[allocation]" ;;
       racecheck-kernel) printf '%s\n' racecheck "$kernel_tests" "${racecheck_kernel_filter[@]}" ;;
       racecheck-kernel-new) printf '%s\n' racecheck "$kernel_tests" "$kernel_new_spec" ;;
       racecheck-backend) printf '%s\n' racecheck "$backend_tests" "$racecheck_backend_case" ;;
@@ -499,6 +529,7 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$sanitizer_runs" ]]; then
     echo "   racecheck $(basename "$kernel_tests"): $name"
   done
   echo "   racecheck $(basename "$backend_tests"): all but \"$racecheck_backend_case\""
+  echo "   memcheck $(basename "$backend_tests"): the [allocation] cases (they fail allocations on purpose)"
   if [[ -z "$dry" && ! -x "$sanitizer" ]]; then
     report FAIL "sanitizers" "compute-sanitizer not found at $sanitizer"
   else
@@ -642,18 +673,41 @@ run_bench() {
     check_tool "drt-bench $*" "$build/bench/drt-bench" "${bench_args[@]}" >&2
     return 0
   fi
+  # A time limit of its own (first runs of unverified kernels: a hang must
+  # not use up the stage): BENCH_TIMEOUT seconds, else 60 s plus 1 s per 16K
+  # tokens of prompt (prefill runs at >= 70K tokens/s on the H100 in
+  # docs/cuda.md, so 4M tokens take about 60 s of the 316 s).
+  local ctx=0 i
+  for ((i = 1; i <= $#; i++)); do
+    [[ "${!i}" == --prompt_tokens ]] && { local j=$((i + 1)); ctx=${!j}; }
+  done
+  local limit_s=${BENCH_TIMEOUT:-$((60 + ctx / 16384))}
   local out
   out=$(mktemp)
   "$build/bench/drt-bench" "${bench_args[@]}" >"$out" 2>&1 &
-  local pid=$! peak=0 used
+  local pid=$! peak=0 used stopped= end=$((SECONDS + limit_s))
   while kill -0 "$pid" 2>/dev/null; do
     used=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
              2>/dev/null | awk -F', ' -v p="$pid" '$1 == p {print $2}')
     [[ -n "$used" && "$used" -gt "$peak" ]] && peak=$used
+    if ((SECONDS >= end)); then
+      stopped=1
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      kill -KILL "$pid" 2>/dev/null || true
+      break
+    fi
     sleep 0.5
   done
   local rc=0
   wait "$pid" || rc=$?
+  if [[ -n "$stopped" ]]; then
+    echo "gpu_bench: drt-bench $* stopped at its ${limit_s} s limit:" >&2
+    tail -n 20 "$out" >&2
+    report STOPPED "drt-bench $*" "stopped at its ${limit_s} s limit (BENCH_TIMEOUT)" >&2
+    rm -f "$out"
+    return 0
+  fi
   if ((rc != 0)) || ! grep -q '^bench_result ' "$out"; then
     echo "gpu_bench: drt-bench $* failed (exit $rc):" >&2
     tail -n 20 "$out" >&2

@@ -15,18 +15,22 @@
 # is 1 when any failed or was stopped.
 # Stages (estimates on an H100 from docs/cuda.md's figures; docs/cuda.md
 # "Next GPU session" has the device commands):
-#   1  ctest -L cuda (4 at once), the tests' warned figures, ctest -R "^cuda
-#      durable", drt-window-bench                                   ~6-8 min
-#   2  compute-sanitizer: the six runs at once, 450 s each          ~8.5 min
-#   3  drt-bench decode/prefill A/B, interleaved A B A B at 16K, 128K, 1M:
-#      A the defaults, B all the new options (decode graphs, fused GEMVs,
-#      8 window splits, tensor-core prefill, chunk store of encoder rows);
-#      then A and B once at 4M                                      ~5-6 min
+#   1  ctest -L cuda -LE cuda_alone (4 at once), then -L cuda_alone (the
+#      cases that fill the device, one at a time), the tests' warned
+#      figures, ctest -R "^cuda durable", drt-window-bench          ~6-8 min
+#   2  compute-sanitizer: the six runs at once, <= 450 s each       ~8.5 min
+#   3  drt-bench decode/prefill A/B: a warm-up run (dropped), then A B B A
+#      at 16K, 128K, 1M: A the defaults, B all the new options (decode
+#      graphs, fused GEMVs, 8 window splits, tensor-core prefill, chunk
+#      store of encoder rows); A and B once at 4M; then, while time is
+#      left, each option alone at 16K                               ~6-9 min
 #   4  drt-step-bench slice by slice and --batched_step_rows (issue 11),
 #      Table 3 with the device tier (no offload), the full-attention peer
 #                                                                   ~5-6 min
 #   5  drt-batch-bench through drt-server --device cuda (1 and 32
 #      sessions, one repeat)                                        ~3-5 min
+# STAGE_BUDGET (seconds, 560 by default) is the stage's own guard; pass the
+# device's budget_left_s - 60 when that is less (docs/cuda.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,9 +63,35 @@ exec > >(tee "$out/stage$stage.log") 2>&1
 tee_pid=$!
 started=$SECONDS
 # The stage's own guard: the device kills a command at its limit (600 s at
-# most) and returns only what is under $OUT; stop the steps early enough to
-# write the summary.
+# most, less when less device time is left: pass STAGE_BUDGET from the
+# device tool's status, budget_left_s - 60) and returns only what is under
+# $OUT; stop the steps early enough to write the summary. The steps' inner
+# limits (ctest, sanitizers) are derived from what is left of it.
 budget=${STAGE_BUDGET:-560}
+if [[ ! "$budget" =~ ^[0-9]+$ ]] || ((budget < 60)); then
+  echo "gpu_stage: STAGE_BUDGET=$budget: expected whole seconds, at least 60" >&2
+  exit 2
+fi
+left_s() { echo $((budget - (SECONDS - started))); }
+min() { echo $(($1 < $2 ? $1 : $2)); }
+# What was unpacked into the build folder (the carry's commit and archive
+# checksum), so that a warm machine with an older build-gpu unpacks again.
+carry_stamp() {
+  echo "$(cat .gpucarry/commit 2>/dev/null || echo '?') $(sha256sum ".gpucarry/$1.tar.xz" | cut -c1-16)"
+}
+# cap_log FILE: a file over 8 MB keeps its first 1 MB (the first errors) and
+# its last 7 MB, so that 6 sanitizer logs and the stage log stay under the
+# 64 MiB that comes back (16 MiB a file).
+cap_log() {
+  local f=$1 size
+  [[ -f "$f" ]] || return 0
+  size=$(stat -c %s "$f")
+  ((size > 8000000)) || return 0
+  { head -c 1000000 "$f"
+    printf '\n[... gpu_stage: %d bytes cut from the middle of this log ...]\n' $((size - 8000000))
+    tail -c 7000000 "$f"; } >"$f.capped"
+  mv "$f.capped" "$f"
+}
 
 finish_stage() {
   local rc=$?
@@ -73,8 +103,9 @@ finish_stage() {
     else
       echo "stage $stage: every step passed"
     fi
-    echo "elapsed $((SECONDS - started)) s; $(date -u +%FT%TZ); carry built at commit" \
-         "$(cat .gpucarry/commit 2>/dev/null || echo '?'), checkout $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo "elapsed $((SECONDS - started)) s of $budget; $(date -u +%FT%TZ); ran the build" \
+         "unpacked from carry $(cat "${BUILD_DIR:-build-gpu}/.carry_stamp" 2>/dev/null || echo '(none: not from a carry)')," \
+         "checkout $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 || echo none)"
   } >>"$summary"
   echo "== stage $stage summary ($summary)"
@@ -100,7 +131,8 @@ step() {
   local vars=()
   while [[ "$1" != -- ]]; do vars+=("$1"); shift; done
   shift
-  local left=$((budget - (SECONDS - started)))
+  local left
+  left=$(left_s)
   if ((left < 20)); then
     echo "SKIP $name: the stage's $budget s were used up" >>"$summary"
     return 0
@@ -108,7 +140,7 @@ step() {
   echo
   echo "#### stage $stage: $name (at most $left s)"
   local rc=0
-  env "${vars[@]}" GPU_BENCH_SUMMARY="$summary" timeout --kill-after=20 "$left" "$@" || rc=$?
+  run_limited "$left" env "${vars[@]}" GPU_BENCH_SUMMARY="$summary" "$@" || rc=$?
   if ((rc == 124 || rc == 137)); then
     echo "STOPPED $name: the stage's time guard ($budget s) stopped it" >>"$summary"
   elif ((rc != 0)); then
@@ -117,16 +149,83 @@ step() {
   return 0
 }
 
+# descendants PID: every process under PID (children first found, then
+# theirs), read before any is killed.
+descendants() {
+  ps -e -o pid=,ppid= | awk -v root="$1" '
+    {parent[$1] = $2; order[NR] = $1}
+    END {
+      want[root] = 1
+      do {
+        grew = 0
+        for (i = 1; i <= NR; i++) {
+          p = order[i]
+          if (!(p in want) && (parent[p] in want)) {want[p] = 1; grew = 1; print p}
+        }
+      } while (grew)
+    }'
+}
+# run_limited SECONDS COMMAND...: runs COMMAND; at SECONDS stops it and every
+# process under it (TERM, then KILL 20 s later), also those an inner
+# timeout put in a process group of its own (ctest, the sanitizers), so
+# nothing of a stopped step holds the GPU or the log. Exit 124 when stopped.
+run_limited() {
+  local limit_s=$1
+  shift
+  "$@" &
+  local pid=$! end=$((SECONDS + limit_s)) tree
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS >= end)); then
+      tree=$(descendants "$pid")
+      # shellcheck disable=SC2086  # pids, one a word
+      kill -TERM "$pid" $tree 2>/dev/null || true
+      for _ in $(seq 40); do
+        local alive=
+        for p in $pid $tree; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [[ -n "$alive" ]] || break
+        sleep 0.5
+      done
+      # shellcheck disable=SC2086
+      kill -KILL "$pid" $tree 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      return 124
+    fi
+    sleep 1
+  done
+  local rc=0
+  wait "$pid" || rc=$?
+  return "$rc"
+}
+
 dry=${DRY_RUN:-}
 build=${BUILD_DIR:-build-gpu}
-common=(BUILD_DIR="$build" LOG_DIR="$work")
+# Stages 1 and 2 write their step logs straight into $OUT (what a command
+# stopped by the device leaves there still comes back); the dry run's cache
+# of --help texts stays out of it.
+case "$stage" in
+  1 | 2) log_dir=$out ;;
+  *) log_dir=$work ;;
+esac
+common=(BUILD_DIR="$build" LOG_DIR="$log_dir" DRY_RUN_CACHE="${DRY_RUN_CACHE:-$work}")
 if [[ -z "$dry" || -n "${PREBUILT:-}" ]]; then
   # A fresh machine: unpack the carried build (xz; python's lzma where
   # there is no xz) and point gpu_bench.sh at the carried packages.
   # (DRY_RUN=1 PREBUILT=1 in a copy of the checkout with .gpucarry checks
   # the carry itself.)
+  # A warm machine keeps the last call's $build: unpack again when the carry
+  # differs from what was unpacked (a build not unpacked from a carry, with
+  # no stamp, is used as it is).
+  stamp=
+  [[ -f ".gpucarry/$build.tar.xz" ]] && stamp=$(carry_stamp "$build")
+  if [[ -n "$stamp" && -f "$build/.carry_stamp" && "$(<"$build/.carry_stamp")" != "$stamp" ]]; then
+    echo "gpu_stage: $build was unpacked from carry $(<"$build/.carry_stamp"), the carry is $stamp: unpacking again"
+    rm -rf "$build"
+  fi
+  if [[ -f "$build/CMakeCache.txt" && ! -f "$build/.carry_stamp" ]]; then
+    echo "gpu_stage: $build is not from a carry (no $build/.carry_stamp); using it as it is"
+  fi
   if [[ ! -f "$build/CMakeCache.txt" ]]; then
-    if [[ ! -f ".gpucarry/$build.tar.xz" ]]; then
+    if [[ -z "$stamp" ]]; then
       echo "FAIL setup: no $build and no .gpucarry/$build.tar.xz (carry .gpucarry, made by" \
            "scripts/device_carry.sh)" >>"$summary"
       exit 1
@@ -137,6 +236,7 @@ if [[ -z "$dry" || -n "${PREBUILT:-}" ]]; then
       python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(".")' \
         ".gpucarry/$build.tar.xz"
     fi
+    echo "$stamp" >"$build/.carry_stamp"
   fi
   common+=(PREBUILT=1)
   if [[ -d .gpucarry/devlibs ]]; then common+=(DEVLIBS=.gpucarry/devlibs); fi
@@ -165,56 +265,74 @@ options_b=(DECODE_GRAPHS=true DECODE_FUSED_GEMV=true WINDOW_DECODE_SPLITS=8
 case "$stage" in
   1)
     mapfile -t env1 < <(keep SKIP_CTEST SKIP_DURABLE SKIP_WINDOW_BENCH)
+    # ctest's limits from the time left: the cuda_alone cases (6, run one at
+    # a time) get 90 s, and ~110 s stay for the cuda durable tests and
+    # drt-window-bench after them (kill-afters included); at most 420 s.
+    ctest_limit=$(min "${CTEST_TIMEOUT:-420}" $(($(left_s) - 230)))
+    ((ctest_limit >= 30)) || ctest_limit=30
     step "ctest -L cuda, cuda durable, drt-window-bench" "${common[@]}" "${env1[@]}" \
-      SKIP_TABLE=1 CTEST_JOBS="${CTEST_JOBS:-4}" CTEST_TIMEOUT="${CTEST_TIMEOUT:-420}" -- \
-      bash scripts/gpu_bench.sh
-    for f in LastTest_cuda.log cuda_test_warnings.txt ctest_not_finished.txt ctest_durable.log; do
-      if [[ -f "$work/$f" ]]; then cp "$work/$f" "$out/"; fi
-    done
+      SKIP_TABLE=1 CTEST_JOBS="${CTEST_JOBS:-4}" CTEST_TIMEOUT="$ctest_limit" \
+      CTEST_ALONE_TIMEOUT="${CTEST_ALONE_TIMEOUT:-90}" -- bash scripts/gpu_bench.sh
+    cap_log "$out/LastTest_cuda.log"
+    cap_log "$out/ctest_cuda.log"
     ;;
   2)
+    # Each run's limit leaves 60 s of the time left for its 30 s kill-after,
+    # the report and the capping; at most 450 s. (The [allocation] cases,
+    # which fill the device, are in none of these runs: gpu_bench.sh.)
+    sanitizer_limit=$(min "${SANITIZER_TIMEOUT:-450}" $(($(left_s) - 60)))
+    ((sanitizer_limit >= 10)) || sanitizer_limit=10
     step "compute-sanitizer, six runs at once" "${common[@]}" "${none[@]}" \
       SANITIZER_RUNS="memcheck-kernel memcheck-backend memcheck-backend-new racecheck-kernel racecheck-kernel-new racecheck-backend" \
-      SANITIZER_PARALLEL=1 SANITIZER_TIMEOUT="${SANITIZER_TIMEOUT:-450}" SKIP_TABLE=1 -- \
+      SANITIZER_PARALLEL=1 SANITIZER_TIMEOUT="$sanitizer_limit" SKIP_TABLE=1 -- \
       bash scripts/gpu_bench.sh
-    for f in "$work"/sanitizer-*.log; do
-      # At most 16 MiB a file comes back: keep the end of a longer log.
-      if [[ -f "$f" ]]; then tail -c 15000000 "$f" >"$out/$(basename "$f")"; fi
-    done
+    for f in "$out"/sanitizer-*.log; do cap_log "$f"; done
     ;;
   3)
     mapfile -t env3 < <(keep SKIP_MAIN_TABLE)
-    results="$out/bench_results.txt"
+    results="$out/stage3-bench_results.txt"
     : >"$results"
-    # A B A B at each context set, so that drift of the machine shows as the
-    # spread between the two runs of one variant.
-    for round in 1 2; do
-      step "drt-bench A (defaults), round $round" "${common[@]}" "${env3[@]}" \
-        CONTEXTS="16384 131072 1048576" BENCH_RESULTS="$results" -- bash scripts/gpu_bench.sh
-      step "drt-bench B (${options_b[*]}), round $round" "${common[@]}" "${env3[@]}" \
-        "${options_b[@]}" CONTEXTS="16384 131072 1048576" BENCH_RESULTS="$results" -- \
-        bash scripts/gpu_bench.sh
+    # A warm-up run whose figures are dropped (clocks, driver, file cache
+    # after the machine's start and the model's making), then A B B A at
+    # each context set: a drift of the machine over the stage then favours
+    # neither variant, and shows as the spread of a variant's two runs.
+    step "drt-bench warm-up at 16K (figures dropped)" "${common[@]}" "${env3[@]}" \
+      CONTEXTS=16384 BENCH_RESULTS= -- bash scripts/gpu_bench.sh
+    for variant in A B B A; do
+      if [[ "$variant" == A ]]; then
+        step "drt-bench A (defaults)" "${common[@]}" "${env3[@]}" \
+          CONTEXTS="16384 131072 1048576" BENCH_RESULTS="$results" -- bash scripts/gpu_bench.sh
+      else
+        step "drt-bench B (${options_b[*]})" "${common[@]}" "${env3[@]}" "${options_b[@]}" \
+          CONTEXTS="16384 131072 1048576" BENCH_RESULTS="$results" -- bash scripts/gpu_bench.sh
+      fi
     done
-    step "drt-bench A at 4M" "${common[@]}" "${env3[@]}" CONTEXTS=4194304 \
+    # 4M once each (n = 1: no spread to read the ratio against).
+    step "drt-bench A at 4M (n=1)" "${common[@]}" "${env3[@]}" CONTEXTS=4194304 \
       BENCH_RESULTS="$results" -- bash scripts/gpu_bench.sh
-    step "drt-bench B at 4M" "${common[@]}" "${env3[@]}" "${options_b[@]}" CONTEXTS=4194304 \
+    step "drt-bench B at 4M (n=1)" "${common[@]}" "${env3[@]}" "${options_b[@]}" CONTEXTS=4194304 \
       BENCH_RESULTS="$results" -- bash scripts/gpu_bench.sh
-    # Where B failed: each option alone at 16K, to name the one that fails.
-    if grep -q '^FAIL drt-bench' "$summary"; then
-      for option in "${options_b[@]}"; do
-        step "drt-bench with $option alone at 16K" "${common[@]}" "${env3[@]}" "$option" \
-          CONTEXTS=16384 BENCH_RESULTS="$results" -- bash scripts/gpu_bench.sh
-      done
-    fi
+    # Each option of B alone at 16K, where time is left (a run at 16K, with
+    # its base-LM run and the model's load, took about 30 s: OPTION_RUN_S):
+    # set beside A's two 16K runs above, they let the defaults be chosen
+    # option by option, and name the option that fails where B fails.
+    for option in "${options_b[@]}"; do
+      if (($(left_s) < ${OPTION_RUN_S:-45})); then
+        echo "SKIP drt-bench with $option alone at 16K: $(left_s) s left of the stage" >>"$summary"
+        continue
+      fi
+      step "drt-bench with $option alone at 16K" "${common[@]}" "${env3[@]}" "$option" \
+        CONTEXTS=16384 BENCH_RESULTS="$results" -- bash scripts/gpu_bench.sh
+    done
     if [[ -z "$dry" ]]; then
-      python3 scripts/bench_ab.py "$results" | tee "$out/bench_ab.txt" ||
+      python3 scripts/bench_ab.py "$results" | tee "$out/stage3-bench_ab.txt" ||
         echo "FAIL bench_ab: scripts/bench_ab.py could not compare $results" >>"$summary"
     fi
     ;;
   4)
     mapfile -t env4 < <(keep SKIP_STEP_BENCH SKIP_TABLE3 SKIP_PEER)
     step "drt-step-bench off/on, Table 3, peer" "${common[@]}" "${env4[@]}" \
-      BENCH_RESULTS="$out/bench_results.txt" -- bash scripts/gpu_bench.sh
+      BENCH_RESULTS="$out/stage4-bench_results.txt" -- bash scripts/gpu_bench.sh
     ;;
   5)
     mapfile -t env5 < <(keep SKIP_BATCH)

@@ -9,6 +9,9 @@
 #     and batched rows, stage 5's sessions and repeats);
 #   - the checker itself fails: a value drt-bench refuses
 #     (WINDOW_DECODE_SPLITS=abc), and an unknown sanitizer run;
+#   - the cases that fill the device run alone: ctest -L cuda_alone selects
+#     exactly them (counted from the sources), memcheck leaves them out;
+#   - stage 3's order (warm-up, A B B A, 4M, each option alone);
 #   - scripts/bench_ab.py (stage 3's A/B table) on hand-made results.
 # Usage: tests/gpu_bench_dry_run_test.sh BUILD_DIR. Exit 77 (skipped) when
 # the build has no CUDA test executables (configured without nvcc).
@@ -43,8 +46,33 @@ for s in 1 2 3 4 5; do
     "^stage $s: every step passed"
 done
 log=$tmp/all.log
-expect "stage 1: ctest -L cuda selects tests" "$tmp/out/stage1-summary.txt" \
-  '^PASS ctest -L cuda: dry run: ctest -L cuda selects [1-9][0-9]* tests'
+expect "stage 1: ctest -L cuda -LE cuda_alone selects tests" "$tmp/out/stage1-summary.txt" \
+  '^PASS ctest -L cuda: dry run: ctest -L cuda -LE cuda_alone selects [1-9][0-9]* tests'
+# The cases that fill the device or fail allocations on purpose run alone
+# (label cuda_alone, Catch tag [allocation]). Expected, from the sources:
+# every case of cuda_allocation_failure_test.cc (the file's whole job) and
+# the device tier's "cannot grow" case; each in the alone run and in no
+# other, and the two runs together are all of ctest -L cuda.
+alloc_cases=$(grep -c '^TEST_CASE(' tests/cuda_backend/cuda_allocation_failure_test.cc)
+expected_alone=$((alloc_cases + 1))
+expect "stage 1: ctest -L cuda_alone selects the $expected_alone cases that fill the device" \
+  "$tmp/out/stage1-summary.txt" \
+  "^PASS ctest -L cuda_alone: dry run: ctest -L cuda_alone selects $expected_alone tests"
+names() { ctest --test-dir "$build" -N "$@" | sed -n 's/^ *Test *#[0-9]*: //p' | sort; }
+names -L cuda_alone >"$tmp/alone.txt"
+names -L cuda -LE cuda_alone >"$tmp/shared.txt"
+names -L cuda >"$tmp/all_cuda.txt"
+expect "the device tier's 'cannot grow' case runs alone" "$tmp/alone.txt" \
+  '^cuda: a device store that cannot grow says so and changes nothing$'
+expect "the DeviceFiller cases run alone" "$tmp/alone.txt" \
+  '^cuda: a device store grows by a bounded step where doubling does not fit$'
+if [[ -n "$(comm -12 "$tmp/alone.txt" "$tmp/shared.txt")" ]] ||
+   ! cmp -s <(sort "$tmp/alone.txt" "$tmp/shared.txt") "$tmp/all_cuda.txt"; then
+  echo "FAILED: the cuda_alone and shared selections overlap or miss a case of ctest -L cuda"
+  failed=1
+else
+  echo "ok: the alone and shared selections split ctest -L cuda"
+fi
 expect "stage 1: the two cuda durable tests" "$tmp/out/stage1-summary.txt" \
   '^PASS cuda durable: dry run: ctest -R \^cuda durable selects 2 tests'
 for run in memcheck-kernel memcheck-backend memcheck-backend-new racecheck-kernel \
@@ -53,6 +81,17 @@ for run in memcheck-kernel memcheck-backend memcheck-backend-new racecheck-kerne
 done
 expect "stage 2: the six runs at once under 450 s" "$log" \
   'under: timeout --kill-after=30 450 .*compute-sanitizer --tool racecheck'
+expect "stage 2: memcheck-backend leaves out the [allocation] cases" "$log" \
+  'dry run: .*drt_cuda_backend_tests ~cuda: prefill.* ~\[allocation\] --durations yes'
+expect "stage 2: memcheck-backend-new leaves out the [allocation] cases" "$log" \
+  'dry run: .*drt_cuda_backend_tests \[decode_graphs\],.* ~\[allocation\] --durations yes'
+expect "stage 3: A B B A after a warm-up" "$log" \
+  '#### stage 3: drt-bench warm-up.*'
+grep -E '^#### stage 3: drt-bench (A|B) ' "$log" | sed 's/^#### stage 3: drt-bench \(.\).*/\1/' |
+  tr -d '\n' >"$tmp/order.txt"
+expect "stage 3: the order A B B A, then A B at 4M" "$tmp/order.txt" '^ABBAAB$'
+expect "stage 3: decode graphs alone" "$log" '#### stage 3: drt-bench with DECODE_GRAPHS=true alone at 16K'
+expect "stage 3: the encoder-row store alone" "$log" '#### stage 3: drt-bench with CHUNK_STORE=encoder_rows alone at 16K'
 expect "stage 3: B has every new option" "$log" \
   'drt-bench .*--window_decode_splits 8 --prefill_tensor_cores=true --decode_graphs=true --decode_fused_gemv=true --prompt_tokens 1048576 --cuda_chunk_store encoder_rows'
 expect "stage 3: A has the defaults" "$log" \
@@ -70,7 +109,7 @@ expect "stage 5: 1 and 32 sessions, one repeat" "$log" \
 rc=0
 DRY_RUN=1 BUILD_DIR="$build" MODEL=models/drt-text-byte SKIP_TESTS=1 SKIP_ENCODER_ROWS=1 \
   SKIP_TABLE3=1 SKIP_PEER=1 SKIP_STEP_BENCH=1 SKIP_BATCH=1 CONTEXTS=16384 \
-  WINDOW_DECODE_SPLITS=abc bash scripts/gpu_bench.sh >"$tmp/bad.log" 2>&1 || rc=$?
+  LOG_DIR="$tmp/bad" WINDOW_DECODE_SPLITS=abc bash scripts/gpu_bench.sh >"$tmp/bad.log" 2>&1 || rc=$?
 if ((rc == 1)) && grep -q '^gpu_bench: FAIL drt-bench .*refused the arguments' "$tmp/bad.log"; then
   echo "ok: a refused value fails the dry run"
 else
@@ -80,7 +119,7 @@ else
 fi
 # ...and a sanitizer run that does not exist.
 rc=0
-DRY_RUN=1 BUILD_DIR="$build" SANITIZER_RUNS=memcheck-everything bash scripts/gpu_bench.sh \
+DRY_RUN=1 BUILD_DIR="$build" LOG_DIR="$tmp/bad2" SANITIZER_RUNS=memcheck-everything bash scripts/gpu_bench.sh \
   >"$tmp/bad2.log" 2>&1 || rc=$?
 if ((rc == 2)) && grep -q "unknown run 'memcheck-everything'" "$tmp/bad2.log"; then
   echo "ok: an unknown sanitizer run is refused"

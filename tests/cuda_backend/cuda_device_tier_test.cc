@@ -639,8 +639,10 @@ TEST_CASE("cuda: an auto fork with room gets the device tier, bit for bit the ho
   CheckSameRetrievals(forks);
 }
 
+// [allocation]: fails an allocation on purpose, so it runs alone on the
+// device (tests/cuda_backend/CMakeLists.txt) and outside memcheck.
 TEST_CASE("cuda: a device store that cannot grow says so and changes nothing",
-          "[cuda][device_tier]") {
+          "[cuda][device_tier][allocation]") {
   if (!testing::HaveGpu()) return;
   // 4 chunks of 64 rows x 16 floats, 3 held with known values; a Reserve
   // of 2^40 chunks (2^52 bytes a array) must fail as RESOURCE_EXHAUSTED,
