@@ -103,7 +103,8 @@ TEST_CASE("an Append that fails after a piece with tokens following leaves its s
   // Its last logits are those of a session that appended the same tokens
   // without failing, cut the same way by the scheduler except at the
   // failure (other GEMM groupings: issue 11's batching bound, 1e-5 relative
-  // to the largest logit; measured below 1e-6 here, see the INFO).
+  // to the largest logit, as the other cut comparisons use; the value here
+  // was not recorded, the INFO prints it on failure).
   std::vector<int32_t> held(prompt.begin(), prompt.begin() + kPiece);
   held.insert(held.end(), one.begin(), one.end());
   held.insert(held.end(), more.begin(), more.end());
