@@ -63,7 +63,6 @@ absl::Status Backend::CheckStep(const StepPlan& plan,
         "logits buffer holds %d floats, %d rows x vocab %d needed", logits_size,
         plan.logit_rows.size(), V));
   }
-  if (absl::Status s = CheckUpperLayerSplit(plan); !s.ok()) return s;
   if (plan.lower_only && !runs_lower_only_forwards()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the %s backend does not run lower-only forwards", name()));
@@ -114,7 +113,8 @@ absl::Status Backend::CheckStep(const StepPlan& plan,
       return s;
     }
   }
-  return absl::OkStatus();
+  // Last, so that the checks above name their own problems first.
+  return CheckUpperLayerSplit(plan);
 }
 
 }  // namespace drt
