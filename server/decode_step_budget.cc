@@ -34,24 +34,30 @@ std::optional<double> DecodeStepBudget::DecodeSeconds(int64_t decode_tokens) con
   return *std::min_element(seconds.begin(), seconds.end());
 }
 
-std::optional<double> DecodeStepBudget::PrefillSecondsPerToken() const {
-  if (prefill_.empty()) return std::nullopt;
+std::optional<double> DecodeStepBudget::PrefillSecondsPerToken(PrefillRate rate) const {
+  const std::deque<PrefillSample>& samples = Samples(rate);
+  if (samples.empty()) return std::nullopt;
   std::vector<double> values;
-  for (const PrefillSample& s : prefill_) values.push_back(s.seconds_per_token);
+  for (const PrefillSample& s : samples) values.push_back(s.seconds_per_token);
   return Median(std::move(values));
 }
 
-std::optional<int64_t> DecodeStepBudget::TokensWithinLimit(int64_t decode_tokens) const {
-  const std::optional<double> decode = DecodeSeconds(decode_tokens);
-  if (!decode.has_value()) return std::nullopt;
+int64_t DecodeStepBudget::GrowthBound(PrefillRate rate) const {
   // Not beyond twice what a step within the limit carried (plus one: the
   // first sample is taken with one token).
   int64_t measured = 0;
-  for (const PrefillSample& s : prefill_) {
+  for (const PrefillSample& s : Samples(rate)) {
     if (s.within_limit) measured = std::max(measured, s.tokens);
   }
-  int64_t tokens = 2 * measured + 1;
-  const std::optional<double> per_token = PrefillSecondsPerToken();
+  return 2 * measured + 1;
+}
+
+std::optional<int64_t> DecodeStepBudget::TokensWithinLimit(int64_t decode_tokens,
+                                                           PrefillRate rate) const {
+  const std::optional<double> decode = DecodeSeconds(decode_tokens);
+  if (!decode.has_value()) return std::nullopt;
+  int64_t tokens = GrowthBound(rate);
+  const std::optional<double> per_token = PrefillSecondsPerToken(rate);
   if (per_token.has_value() && *per_token > 0) {
     const double fitting = (options_.slowdown_limit - 1) * *decode / *per_token;
     if (fitting < static_cast<double>(tokens)) tokens = static_cast<int64_t>(std::floor(fitting));
@@ -61,21 +67,46 @@ std::optional<int64_t> DecodeStepBudget::TokensWithinLimit(int64_t decode_tokens
   return std::max<int64_t>(1, tokens);
 }
 
-int64_t DecodeStepBudget::PrefillTokens(int64_t decode_tokens) const {
+int64_t DecodeStepBudget::PrefillTokens(int64_t decode_tokens, PrefillRate rate) const {
   const int64_t cap = options_.max_prefill_tokens == kNoPrefillTokenCap
                           ? kUnbounded
                           : options_.max_prefill_tokens;
   if (options_.slowdown_limit == 0 || cap == 0) return cap;
   // None: a decode-only step measures the decode time.
-  return std::min(cap, TokensWithinLimit(decode_tokens).value_or(0));
+  return std::min(cap, TokensWithinLimit(decode_tokens, rate).value_or(0));
 }
 
-int64_t DecodeStepBudget::GapPrefillTokens(int64_t generating_sessions) const {
+int64_t DecodeStepBudget::GapPrefillTokens(int64_t generating_sessions, PrefillRate rate) const {
   if (options_.slowdown_limit == 0) return kUnbounded;
-  return TokensWithinLimit(generating_sessions).value_or(1);
+  return TokensWithinLimit(generating_sessions, rate).value_or(1);
 }
 
-void DecodeStepBudget::Observe(int64_t decode_tokens, int64_t prefill_tokens, double seconds) {
+bool DecodeStepBudget::Fits(int64_t decode_tokens, int64_t full, int64_t lower_only) const {
+  if (options_.slowdown_limit == 0) return true;
+  if (full + lower_only == 0) return true;
+  const std::optional<double> decode = DecodeSeconds(decode_tokens);
+  if (!decode.has_value()) return false;
+  if (full > GrowthBound(PrefillRate::kFull) ||
+      lower_only > GrowthBound(PrefillRate::kLowerOnly)) {
+    return false;
+  }
+  const double predicted =
+      *decode +
+      static_cast<double>(full) * PrefillSecondsPerToken(PrefillRate::kFull).value_or(0) +
+      static_cast<double>(lower_only) *
+          PrefillSecondsPerToken(PrefillRate::kLowerOnly).value_or(0);
+  return predicted <= options_.slowdown_limit * *decode;
+}
+
+void DecodeStepBudget::PushPrefill(PrefillRate rate, PrefillSample sample) {
+  std::deque<PrefillSample>& samples = rate == PrefillRate::kFull ? full_ : lower_only_;
+  samples.push_back(sample);
+  if (samples.size() > kDecodeBudgetSamples) samples.pop_front();
+}
+
+void DecodeStepBudget::Observe(int64_t decode_tokens, int64_t full, int64_t lower_only,
+                               double seconds) {
+  const int64_t prefill_tokens = full + lower_only;
   if (decode_tokens > 0 && prefill_tokens == 0) {
     DecodeSamples& samples = decode_[decode_tokens];
     Push(samples.seconds, seconds);
@@ -90,9 +121,33 @@ void DecodeStepBudget::Observe(int64_t decode_tokens, int64_t prefill_tokens, do
         Push(decode_.at(*key).seconds, seconds);
         decode = seconds;
       }
-      prefill_.push_back({(seconds - decode) / static_cast<double>(prefill_tokens),
-                          prefill_tokens, seconds <= options_.slowdown_limit * decode});
-      if (prefill_.size() > kDecodeBudgetSamples) prefill_.pop_front();
+      const double excess = seconds - decode;
+      const bool within_limit = seconds <= options_.slowdown_limit * decode;
+      const double f = static_cast<double>(full), l = static_cast<double>(lower_only);
+      if (lower_only == 0) {
+        PushPrefill(PrefillRate::kFull, {excess / f, full, within_limit});
+      } else if (full == 0) {
+        PushPrefill(PrefillRate::kLowerOnly, {excess / l, lower_only, within_limit});
+      } else {
+        // Both kinds: split the excess (see the header).
+        const std::optional<double> full_rate = PrefillSecondsPerToken(PrefillRate::kFull);
+        const std::optional<double> lower_rate =
+            PrefillSecondsPerToken(PrefillRate::kLowerOnly);
+        if (full_rate.has_value() && lower_rate.has_value() &&
+            f * *full_rate + l * *lower_rate > 0) {
+          const double scale = excess / (f * *full_rate + l * *lower_rate);
+          PushPrefill(PrefillRate::kFull, {*full_rate * scale, full, within_limit});
+          PushPrefill(PrefillRate::kLowerOnly, {*lower_rate * scale, lower_only, within_limit});
+        } else if (lower_rate.has_value()) {
+          PushPrefill(PrefillRate::kFull,
+                      {std::max(0.0, excess - l * *lower_rate) / f, full, within_limit});
+        } else if (full_rate.has_value()) {
+          PushPrefill(PrefillRate::kLowerOnly,
+                      {std::max(0.0, excess - f * *full_rate) / l, lower_only, within_limit});
+        } else {
+          PushPrefill(PrefillRate::kLowerOnly, {excess / (f + l), lower_only, within_limit});
+        }
+      }
     }
   }
   ++steps_;

@@ -23,16 +23,32 @@
 //     allowance is conservative); none, or one kDecodeEstimateRefreshSteps
 //     steps old, gives 0 prefill tokens: that step runs decode-only and
 //     measures it (a probe).
-//   - prefill_seconds_per_token: the median over the recent steps that
-//     carried both of (seconds - decode_seconds(n)) / p, so one stalled step
-//     does not move it. It is measured at the piece sizes decode steps
-//     actually take, so the fixed cost of adding any prefill to a decode
-//     step is in it. Prefill-only steps (large pieces, cheaper per token)
-//     are not used.
-// The allowance grows at most to 2p + 1 for the largest p that a recent step
-// carried within the limit: a cost measured on small pieces is not
-// extrapolated to much larger ones at once, and a step that broke the limit
-// is not grown from.
+//   - prefill_seconds_per_token, learned separately for the two kinds of
+//     prefill token (PrefillRate): a full one runs every layer, a
+//     lower-only one (its rows lie more than the upper-layer reach before
+//     the end of its item, engine/batch_step.h) only the lower layers, about
+//     a quarter to a third of the cost on the CPU (docs/batching.md,
+//     "Lower-only slices in mixed steps"). Each is the median over the
+//     recent steps that carried decode and that kind of
+//     (seconds - decode_seconds(n)) / p, so one stalled step does not move
+//     it. A step that carried both kinds splits its excess time between
+//     them in the ratio of the current estimates (only one known: the other
+//     gets the rest; neither: the lower-only rate gets the blend, which is
+//     not below it, and the full rate stays unknown). One blended rate would
+//     settle at the cheap rate through the long lower-only stretch of a
+//     message and then let its last reach of full tokens run several times
+//     past the limit (review of the mixed lower-only change, finding 1).
+//     It is measured at the piece sizes decode steps actually take, so the
+//     fixed cost of adding any prefill to a decode step is in it.
+//     Prefill-only steps (large pieces, cheaper per token) are not used.
+// The scheduler predicts a step from both: it asks for the allowance of
+// lower-only tokens, and keeps that step only if its pieces are all
+// predicted lower-only (Fits); otherwise it takes the full tokens'
+// allowance.
+// The allowance of each kind grows at most to 2p + 1 for the largest p of
+// that kind that a recent step carried within the limit: a cost measured on
+// small pieces is not extrapolated to much larger ones at once, and a step
+// that broke the limit is not grown from.
 //
 // Only the scheduler's engine thread uses an instance; no locking.
 #pragma once
@@ -62,6 +78,9 @@ constexpr int kDecodeBudgetSamples = 7;
 // generate without pause, that is one decode-only step per this many.
 constexpr int64_t kDecodeEstimateRefreshSteps = 32;
 
+// The two kinds of prefill token a decode step carries (see above).
+enum class PrefillRate { kFull, kLowerOnly };
+
 struct DecodeStepBudgetOptions {
   // >= 1; 0 turns the time limit off (then only max_prefill_tokens bounds a
   // decode step's prefill).
@@ -80,9 +99,9 @@ class DecodeStepBudget {
 
   explicit DecodeStepBudget(DecodeStepBudgetOptions options);
 
-  // Prefill tokens the next step, carrying `decode_tokens` (>= 1) generated
-  // tokens, may take.
-  int64_t PrefillTokens(int64_t decode_tokens) const;
+  // Prefill tokens of kind `rate` the next step, carrying `decode_tokens`
+  // (>= 1) generated tokens, may take.
+  int64_t PrefillTokens(int64_t decode_tokens, PrefillRate rate = PrefillRate::kFull) const;
 
   // Prefill tokens of a step formed while `generating_sessions` (>= 1)
   // sessions generate but none of their tokens is waiting (a handler was
@@ -91,17 +110,31 @@ class DecodeStepBudget {
   // not apply, the step carries no generated token). A token that arrives
   // while this step runs waits about (slowdown_limit - 1) x a decode step
   // for it, instead of a whole prefill step.
-  int64_t GapPrefillTokens(int64_t generating_sessions) const;
+  int64_t GapPrefillTokens(int64_t generating_sessions,
+                           PrefillRate rate = PrefillRate::kFull) const;
 
-  // A step ran: `decode_tokens` generated and `prefill_tokens` prompt tokens
-  // in `seconds`.
-  void Observe(int64_t decode_tokens, int64_t prefill_tokens, double seconds);
+  // Whether a step of `decode_tokens` generated tokens (for a gap step: the
+  // generating sessions) with `full` and `lower_only` prefill tokens is
+  // predicted within the limit: neither kind beyond its growth bound, and
+  // decode_seconds + full x full rate + lower_only x lower-only rate within
+  // slowdown_limit x decode_seconds (a rate not yet measured counts 0; the
+  // growth bound then holds it to one token). True without a time limit.
+  bool Fits(int64_t decode_tokens, int64_t full, int64_t lower_only) const;
+
+  // A step ran: `decode_tokens` generated, `full` prompt tokens that ran
+  // every layer and `lower_only` ones that ran only the lower layers, in
+  // `seconds`.
+  void Observe(int64_t decode_tokens, int64_t full, int64_t lower_only, double seconds);
+  // The same with every prefill token a full one.
+  void Observe(int64_t decode_tokens, int64_t prefill_tokens, double seconds) {
+    Observe(decode_tokens, prefill_tokens, 0, seconds);
+  }
 
   // The current estimates (for tests and the docs' arithmetic): the
   // decode-only time PrefillTokens uses for `decode_tokens` (nullopt: none
-  // fresh), and the time per prefill token of a decode step.
+  // fresh), and the time per prefill token of kind `rate` in a decode step.
   std::optional<double> DecodeSeconds(int64_t decode_tokens) const;
-  std::optional<double> PrefillSecondsPerToken() const;
+  std::optional<double> PrefillSecondsPerToken(PrefillRate rate = PrefillRate::kFull) const;
 
  private:
   struct DecodeSamples {
@@ -115,7 +148,14 @@ class DecodeStepBudget {
   };
   // The time limit's arithmetic for a step of `decode_tokens` generated
   // tokens (at least 1); nullopt: no decode time measured.
-  std::optional<int64_t> TokensWithinLimit(int64_t decode_tokens) const;
+  std::optional<int64_t> TokensWithinLimit(int64_t decode_tokens, PrefillRate rate) const;
+  // 2p + 1 for the largest p of kind `rate` a recent step carried within
+  // the limit.
+  int64_t GrowthBound(PrefillRate rate) const;
+  const std::deque<PrefillSample>& Samples(PrefillRate rate) const {
+    return rate == PrefillRate::kFull ? full_ : lower_only_;
+  }
+  void PushPrefill(PrefillRate rate, PrefillSample sample);
   // The key of decode_ whose samples estimate `decode_tokens`; nullopt: none
   // fresh.
   std::optional<int64_t> FreshDecodeKey(int64_t decode_tokens) const;
@@ -124,7 +164,8 @@ class DecodeStepBudget {
   const DecodeStepBudgetOptions options_;
   int64_t steps_ = 0;  // steps observed
   std::map<int64_t, DecodeSamples> decode_;  // by decode tokens of the step
-  std::deque<PrefillSample> prefill_;        // newest last
+  std::deque<PrefillSample> full_;           // newest last
+  std::deque<PrefillSample> lower_only_;     // newest last
 };
 
 }  // namespace drt::server

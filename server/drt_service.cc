@@ -466,6 +466,7 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   Sampler sampler(plan.sampling);
   const int32_t eos = model.tokenizer->eos_id();
   bool empty = false;
+  if (absl::Status s = entry.CheckStateWhole(); !s.ok()) return s;
   if (absl::Status s = entry.RunStep([&](Session& session) {
         empty = session.last_logits().empty();
         return absl::OkStatus();
@@ -808,6 +809,7 @@ grpc::Status DrtService::SaveSession(grpc::ServerContext* context,
   const std::string path = options_.session_files_dir + "/" + request->file_name();
   int64_t bytes = 0, tokens = 0;
   absl::Status status = (*entry)->RunStep([&](Session& session) -> absl::Status {
+    if (absl::Status s = (*entry)->CheckStateWhole(); !s.ok()) return s;
     auto written = SaveSessionFile(path, (*entry)->id(), (*entry)->settings(), session);
     if (!written.ok()) return written.status();
     bytes = *written;

@@ -188,6 +188,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   if (!device.ok()) return Fail(device.status());
   backend_options.device = *device;
   backend_options.cpu.num_threads = config.threads;
+  backend_options.cpu.mixed_lower_only_forwards = config.mixed_lower_only_forwards;
   backend_options.cuda.device_index = config.cuda_device;
   backend_options.cuda.precision = config.cuda_precision;
   backend_options.cuda.state_export = config.cuda_state_export;

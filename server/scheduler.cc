@@ -26,6 +26,12 @@ struct Scheduler::Queued {
   // none following runs. (Without rows skipped, every row ran every layer
   // and only the last logits can be short.)
   bool owed = false;
+  // Its session's state was short when it began (an earlier item failed
+  // after a piece with tokens following, SessionEntry::CheckStateWhole):
+  // counted as skipped, and only a piece with none following that ends at
+  // least the reach + 1 of its tokens in makes the state whole (the closing
+  // piece's argument, engine/model_rules.h, UpperLayerReach).
+  bool inherited_debt = false;
   // Stopped while owed: its next piece is the closing one (none following),
   // after which it ends with this status.
   absl::Status closing;
@@ -261,19 +267,6 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
     left = std::max<int64_t>(0, left - count);
   }
 
-  // A step that carries decode stays within the slowdown limit of a
-  // decode-only step (server/decode_step_budget.h). So does one formed while
-  // sessions generate but none of their tokens came in time: a token
-  // arriving meanwhile waits for this step. (Not for stalled handlers: one
-  // blocked writing to a client that stopped reading would otherwise hold
-  // every step short for as long as its connection lives.)
-  if (decode_tokens > 0) {
-    left = std::min(left, decode_budget_.PrefillTokens(decode_tokens));
-  } else if (const int64_t active = ActiveGeneratingLocked(std::chrono::steady_clock::now());
-             active > 0) {
-    left = std::min(left, decode_budget_.GapPrefillTokens(active));
-  }
-
   // 3. Prefill shares the rest equally; whoever needs less leaves the
   // remainder to the others.
   std::vector<Queued*> prefill;
@@ -282,20 +275,22 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
       prefill.push_back(item);
     }
   }
-  if (!prefill.empty() && left > 0) {
-    // The item served first takes the odd tokens (and all of a budget too
-    // small for everyone); that turn rotates step by step.
-    std::rotate(prefill.begin(), prefill.begin() + rotation_++ % prefill.size(), prefill.end());
+  if (prefill.empty() || left == 0) return plan;
+  // The item served first takes the odd tokens (and all of a budget too
+  // small for everyone); that turn rotates step by step.
+  std::rotate(prefill.begin(), prefill.begin() + rotation_++ % prefill.size(), prefill.end());
+  auto share_out = [&](int64_t tokens) {
+    std::vector<Planned> pieces;
     std::vector<int64_t> share(prefill.size(), 0);
-    while (left > 0) {
+    while (tokens > 0) {
       int64_t open = 0;
       for (size_t i = 0; i < prefill.size(); ++i) open += share[i] < remaining(prefill[i]);
       if (open == 0) break;
-      const int64_t quota = std::max<int64_t>(1, left / open);
-      for (size_t i = 0; i < prefill.size() && left > 0; ++i) {
-        const int64_t give = std::min({quota, remaining(prefill[i]) - share[i], left});
+      const int64_t quota = std::max<int64_t>(1, tokens / open);
+      for (size_t i = 0; i < prefill.size() && tokens > 0; ++i) {
+        const int64_t give = std::min({quota, remaining(prefill[i]) - share[i], tokens});
         share[i] += give;
-        left -= give;
+        tokens -= give;
       }
     }
     for (size_t i = 0; i < prefill.size(); ++i) {
@@ -306,10 +301,59 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
       if (options_.skip_upper_layers) {
         piece.tokens_following = TokensFollowing(*prefill[i], share[i]);
       }
-      plan.push_back(piece);
+      pieces.push_back(piece);
     }
+    return pieces;
+  };
+
+  // A step that carries decode stays within the slowdown limit of a
+  // decode-only step (server/decode_step_budget.h). So does one formed while
+  // sessions generate but none of their tokens came in time: a token
+  // arriving meanwhile waits for this step. (Not for stalled handlers: one
+  // blocked writing to a client that stopped reading would otherwise hold
+  // every step short for as long as its connection lives.) Lower-only
+  // tokens cost a fraction of full ones: the step takes the lower-only
+  // allowance when its pieces are predicted to fit with it (every piece
+  // lower-only, the usual case inside a long message), else the full one.
+  int64_t limited_for = 0;  // decode tokens (or generating sessions) the limit is for
+  if (decode_tokens > 0) {
+    limited_for = decode_tokens;
+  } else if (const int64_t active = ActiveGeneratingLocked(std::chrono::steady_clock::now());
+             active > 0) {
+    limited_for = active;
   }
+  std::vector<Planned> pieces;
+  if (limited_for == 0) {
+    pieces = share_out(left);
+  } else {
+    auto allowance = [&](PrefillRate rate) {
+      return decode_tokens > 0 ? decode_budget_.PrefillTokens(limited_for, rate)
+                               : decode_budget_.GapPrefillTokens(limited_for, rate);
+    };
+    const int64_t full = std::min(left, allowance(PrefillRate::kFull));
+    const int64_t cheap = std::min(left, allowance(PrefillRate::kLowerOnly));
+    if (cheap > full) {
+      pieces = share_out(cheap);
+      int64_t full_tokens = 0, lower_only_tokens = 0;
+      for (const Planned& piece : pieces) {
+        (PredictedLowerOnly(piece) ? lower_only_tokens : full_tokens) += piece.count;
+      }
+      if (!decode_budget_.Fits(limited_for, full_tokens, lower_only_tokens)) pieces.clear();
+    }
+    if (pieces.empty()) pieces = share_out(full);
+  }
+  for (Planned& piece : pieces) plan.push_back(piece);
   return plan;
+}
+
+bool Scheduler::PredictedLowerOnly(const Planned& piece) const {
+  // RunStep's test (engine/batch_step.cc, LowerOnlyTokens) counts positions,
+  // landmarks included, so at least as many as tokens: a piece with more
+  // than the reach in tokens following lies more than the reach before its
+  // entry's end. (It may still run every layer: an entry with a retrieval
+  // observer never skips. The budget then learns from what ran.)
+  return backend_.runs_mixed_lower_only_forwards() &&
+         piece.tokens_following > backend_.upper_layer_reach();
 }
 
 int64_t Scheduler::TokensFollowing(const Queued& item, int64_t count) const {
@@ -364,6 +408,10 @@ void Scheduler::EngineLoop() {
         continue;
       }
       piece.session = *session;
+      if (piece.offset == 0 && !piece.queued->item->entry->state_whole()) {
+        piece.queued->inherited_debt = true;
+        piece.queued->skipped = true;
+      }
       const WorkItem& item = *piece.queued->item;
       entries.push_back({piece.session, item.tokens.subspan(piece.offset, piece.count),
                          item.allow_pad, nullptr, piece.tokens_following});
@@ -393,20 +441,37 @@ void Scheduler::EngineLoop() {
         // the step computed no logits for this piece (its last logits are
         // the ones before it): both are made whole by a piece with none
         // following.
-        running[i]->whole = running[i]->tokens_following == 0 ||
-                            (!running[i]->queued->skipped && running[i]->rows_skipped == 0 &&
-                             !drt::RunStepSkipsLastLogits(backend_, entries[i]));
+        // A failed piece leaves it whole only if it changed nothing (EndStep
+        // then keeps the state as it was): tokens of an earlier forward of
+        // it may be applied.
+        const Planned& piece = *running[i];
+        const bool closes =
+            piece.tokens_following == 0 &&
+            (!piece.queued->inherited_debt ||
+             piece.offset + piece.count > backend_.upper_layer_reach());
+        running[i]->whole =
+            results[i].ok() &&
+            (closes || (!piece.queued->skipped && piece.rows_skipped == 0 &&
+                        !drt::RunStepSkipsLastLogits(backend_, entries[i])));
         results[i] = running[i]->queued->item->entry->EndStep(std::move(results[i]),
                                                               running[i]->whole);
       }
-      int64_t decode = 0, prefill = 0;
-      for (const StepPiece& piece : record.pieces) {
-        (piece.kind == WorkKind::kDecode ? decode : prefill) += piece.tokens;
+      // The budget learns the full and the lower-only prefill tokens'
+      // costs apart (server/decode_step_budget.h): a piece's tokens whose
+      // rows skipped the upper layers count as lower-only (rows are at least
+      // as many as tokens).
+      int64_t decode = 0, full = 0, lower_only = 0;
+      for (size_t i = 0; i < record.pieces.size(); ++i) {
+        const StepPiece& piece = record.pieces[i];
+        if (piece.kind == WorkKind::kDecode) {
+          decode += piece.tokens;
+          continue;
+        }
+        const int64_t skipped_tokens = std::min(piece.tokens, running[i]->rows_skipped);
+        lower_only += skipped_tokens;
+        full += piece.tokens - skipped_tokens;
       }
-      // (A decode row has no tokens following, so a step that carries decode
-      // runs the upper layers for it; its prefill slices may skip them, which
-      // the budget learns like any other cost: only from steps with decode.)
-      decode_budget_.Observe(decode, prefill, seconds);
+      decode_budget_.Observe(decode, full, lower_only, seconds);
       if (options_.on_step_done) options_.on_step_done(record, seconds);
     }
 

@@ -43,8 +43,15 @@
 //     that skip with slices that do not; to the last bits of the rows'
 //     GEMMs otherwise, docs/batching.md "Lower-only slices in mixed steps");
 //   - an item stopped (should_stop, Refuse) after such a piece first runs
-//     one more piece of at least the reach with none following (or all it
-//     has left), which makes the state whole again, then ends;
+//     one more piece with none following (or all it has left), which makes
+//     the state whole again, then ends: of at least the reach + 1 tokens
+//     when rows of the item skipped the upper layers, of one token when
+//     only its last logits are owed;
+//   - an item that fails after such a piece (an engine error) leaves the
+//     state short: the step is marked not whole (SessionEntry::EndStep),
+//     and SessionEntry::CheckStateWhole refuses Generate, Fork and Save by
+//     name until a later item's piece with none following, at least the
+//     reach + 1 tokens into that item, completes it (Queued::inherited_debt);
 //   - a durable session (SessionEntry::durable, --state_dir) is written
 //     only after steps that leave its state whole (SessionEntry::EndStep),
 //     and its caller is told of progress (on_progress) only up to those:
@@ -282,6 +289,9 @@ class Scheduler {
   std::vector<Planned> FormStepLocked(StepRecord& record);
   // StepEntry::tokens_following of the item's next `count` tokens.
   int64_t TokensFollowing(const Queued& item, int64_t count) const;
+  // Whether RunStep is expected to run `piece` lower-only (for the decode
+  // budget's prediction only; what ran is what it learns from).
+  bool PredictedLowerOnly(const Planned& piece) const;
   void CompleteLocked(Queued& item, absl::Status status);
   using TimePoint = std::chrono::steady_clock::time_point;
   // A session inside a Generating scope.

@@ -65,6 +65,14 @@ ABSL_FLAG(bool, cuda_state_export, false,
           "GPU, so off by default (docs/state_format.md); without it those are refused with "
           "--device cuda");
 ABSL_FLAG(int32_t, threads, 0, "CPU backend threads (0: all cores)");
+ABSL_FLAG(bool, mixed_lower_only_forwards, true,
+          "CPU backend: a prefill slice whose rows lie more than the upper-layer reach before "
+          "the end of its message runs only the lower layers also in a step beside slices "
+          "that run every layer (a generated token), and a piece with tokens following gets "
+          "no logits (docs/batching.md, \"Lower-only slices in mixed steps\"). false: a "
+          "forward skips the upper layers only when all of it may, as before; for rollback "
+          "and A/B comparisons (docs/api.md, Scheduling). No effect with --device cuda, which "
+          "runs neither");
 ABSL_FLAG(double, host_memory_budget_gb, 0,
           "host memory all sessions may hold together, in GiB (2^30 bytes); sessions that "
           "would exceed it get RESOURCE_EXHAUSTED. 0: 3/4 of the memory available when the "
@@ -285,6 +293,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.cuda_decode_fused_gemv = absl::GetFlag(FLAGS_cuda_decode_fused_gemv);
 
   config.threads = absl::GetFlag(FLAGS_threads);
+  config.mixed_lower_only_forwards = absl::GetFlag(FLAGS_mixed_lower_only_forwards);
   check(CheckAtLeast("threads", config.threads, 0));
 
   const double budget_gb = absl::GetFlag(FLAGS_host_memory_budget_gb);

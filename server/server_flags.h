@@ -52,6 +52,10 @@ struct ServerConfig {
   // --cuda_decode_fused_gemv (CudaBackendOptions::decode_fused_gemv)
   bool cuda_decode_fused_gemv = false;
   int threads = 0;  // CPU backend threads; 0: all cores
+  // --mixed_lower_only_forwards (CpuBackendOptions::mixed_lower_only_forwards):
+  // off, a forward skips the upper layers only when all of it may, and every
+  // prefill piece gets its logits (the behaviour before; rollback and A/B).
+  bool mixed_lower_only_forwards = true;
   int max_message_bytes = 4 << 20;
   std::string tls_cert_path;  // both set or both empty
   std::string tls_key_path;

@@ -95,6 +95,16 @@ absl::Status SessionEntry::EndAndReport() {
   return written;
 }
 
+absl::Status SessionEntry::CheckStateWhole() const {
+  if (state_whole_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "session %s: its last Append failed before its state was completed (its last logits or "
+      "upper-layer state cover fewer tokens than the session holds), so it cannot be read; "
+      "append more tokens (an Append that succeeds and ends at least the model's upper-layer "
+      "reach + 1 tokens after the failure completes it) or delete it",
+      id_));
+}
+
 absl::Status SessionEntry::DeletedError() const {
   return absl::AbortedError(absl::StrFormat(
       "session %s was deleted while %s was running on it; the call stopped at its next engine "
@@ -338,6 +348,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
   if (absl::Status s = (*parent)->Begin(Activity::kAppending); !s.ok()) return s;
   std::unique_ptr<Session> forked;
   absl::Status status = (*parent)->RunStep([&](Session& session) -> absl::Status {
+    if (absl::Status s = (*parent)->CheckStateWhole(); !s.ok()) return s;
     // The child shares the parent's chunk logs, which must hold all of them.
     // A parent that is not durable (a Complete call's temporary session) is
     // never written: RecordFork then gives the child its own copy, and the

@@ -94,11 +94,22 @@ class SessionEntry {
   // deleted meanwhile (its engine session is freed then, outside the lock).
   // Every successful BeginStep is followed by exactly one EndStep.
   // state_whole false: the step skipped upper-layer rows that later tokens of
-  // the same item still owe (engine/model_rules.h, UpperLayerReach), so the
-  // state is not one a full computation gives and is not written; the next
-  // whole step (or End, once whole) writes everything since.
+  // the same item still owe (engine/model_rules.h, UpperLayerReach), or
+  // computed no logits for its last token (drt::RunStepSkipsLastLogits), so
+  // the state is not one a full computation gives and is not written; the
+  // next whole step (or End, once whole) writes everything since.
   absl::StatusOr<Session*> BeginStep();
   absl::Status EndStep(absl::Status status, bool state_whole = true);
+  // Whether the last step that changed the session left its state whole
+  // (EndStep). For the holder of the activity.
+  bool state_whole() const { return state_whole_; }
+  // OK when the state is whole. FAILED_PRECONDITION naming the cause when
+  // an Append failed after a piece with tokens following (its last logits
+  // or upper-layer state are those of fewer tokens than it holds): reading
+  // it (Generate, Complete, Fork, SaveSession) would give wrong output
+  // silently. An Append of at least the upper-layer reach + 1 tokens makes
+  // it whole again (server/scheduler.h). For the holder of the activity.
+  absl::Status CheckStateWhole() const;
 
   // Called by SessionManager when the session leaves its table: running
   // work sees deleted() and ends at its next step, and the engine session

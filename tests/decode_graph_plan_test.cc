@@ -173,6 +173,10 @@ TEST_CASE("decode graph plan: the single-slice plan moves a slice's rows to row 
     CHECK(single.logit_rows[0].slice == 0);
     CHECK(single.logit_rows[0].token == 0);
     CHECK(single.num_encoded_chunks == 0);
+    // Its upper-layer split: the one slice runs every layer.
+    CHECK_FALSE(single.lower_only);
+    CHECK(single.upper_slices == 1);
+    CHECK(single.upper_rows == 1);
     CHECK(DecideDecodeGraph(single, 0).replays());
   }
   SECTION("the prefill slice, moved from row 1") {
@@ -196,6 +200,8 @@ TEST_CASE("decode graph plan: the single-slice plan moves a slice's rows to row 
     CHECK(s.runs[1].made_at == 0);
     CHECK(single.selection_serves_in_step);
     CHECK(single.num_encoded_chunks == 1);
+    CHECK(single.upper_slices == 1);
+    CHECK(single.upper_rows == 6);
     // Logits of the 5 tokens: rows 0, 1, 2, 4, 5 (the landmark has none).
     REQUIRE(single.logit_rows.size() == 5);
     const std::vector<int64_t> rows = {0, 1, 2, 4, 5};

@@ -183,5 +183,67 @@ TEST_CASE("decode step budget: without a time limit only the fixed cap bounds th
   CHECK(none.PrefillTokens(1) == 0);
 }
 
+TEST_CASE("decode step budget: lower-only and full prefill tokens are learned apart, and a step "
+          "is predicted from both",
+          "[server][decode_budget]") {
+  DecodeStepBudget budget = Budget();
+  budget.Observe(1, 0, 1.0);  // decode-only: 1 s
+  // Lower-only tokens cost 0.125 s each: that allowance grows 1, 3, 7, 8.
+  CHECK(budget.PrefillTokens(1, PrefillRate::kLowerOnly) == 1);
+  budget.Observe(1, 0, 1, 1.125);
+  budget.Observe(1, 0, 3, 1.375);
+  budget.Observe(1, 0, 7, 1.875);
+  CHECK(budget.PrefillSecondsPerToken(PrefillRate::kLowerOnly) == 0.125);
+  CHECK(budget.PrefillTokens(1, PrefillRate::kLowerOnly) == 8);
+  // Nothing learned of full tokens: their allowance is the one token that
+  // measures them, and a step of 8 full tokens is not predicted to fit.
+  CHECK_FALSE(budget.PrefillSecondsPerToken(PrefillRate::kFull).has_value());
+  CHECK(budget.PrefillTokens(1, PrefillRate::kFull) == 1);
+  CHECK(budget.Fits(1, 0, 8));
+  CHECK_FALSE(budget.Fits(1, 8, 0));
+  CHECK_FALSE(budget.Fits(1, 0, 9));  // 1 + 9 x 0.125 > 2
+  // (A rate not yet measured counts 0 in the prediction; its growth bound
+  // holds that kind to the one token that measures it.)
+  CHECK(budget.Fits(1, 1, 8));
+  CHECK_FALSE(budget.Fits(1, 2, 0));
+  // A full token costs 0.5 s: (2 - 1) x 1 / 0.5 = 2 fit; the lower-only
+  // rate is untouched by it.
+  budget.Observe(1, 1, 0, 1.5);
+  CHECK(budget.PrefillSecondsPerToken(PrefillRate::kFull) == 0.5);
+  CHECK(budget.PrefillSecondsPerToken(PrefillRate::kLowerOnly) == 0.125);
+  CHECK(budget.PrefillTokens(1, PrefillRate::kFull) == 2);
+  CHECK(budget.PrefillTokens(1, PrefillRate::kLowerOnly) == 8);
+  // 1 + 1 x 0.5 + 4 x 0.125 = 2: fits; one more lower-only token does not.
+  CHECK(budget.Fits(1, 1, 4));
+  CHECK_FALSE(budget.Fits(1, 1, 5));
+  // A step with both kinds whose prefill took twice the predicted time
+  // (1 + 2 x (1 x 0.5 + 2 x 0.125) = 2.5 s) adds both rates doubled: 1 and
+  // 0.25.
+  budget.Observe(1, 1, 2, 2.5);
+  // Medians of (0.5, 1) and (0.125 x 3, 0.25): the middle of each.
+  CHECK(budget.PrefillSecondsPerToken(PrefillRate::kFull) == 0.75);
+  CHECK(budget.PrefillSecondsPerToken(PrefillRate::kLowerOnly) == 0.125);
+
+  SECTION("a step with both kinds before any is known counts its blend as lower-only") {
+    DecodeStepBudget fresh = Budget();
+    fresh.Observe(1, 0, 1.0);
+    fresh.Observe(1, 1, 1, 1.5);  // 0.5 s over two tokens: 0.25 each
+    CHECK(fresh.PrefillSecondsPerToken(PrefillRate::kLowerOnly) == 0.25);
+    CHECK_FALSE(fresh.PrefillSecondsPerToken(PrefillRate::kFull).has_value());
+    CHECK(fresh.PrefillTokens(1, PrefillRate::kFull) == 1);
+  }
+  SECTION("one rate known: the other gets the rest") {
+    DecodeStepBudget one = Budget();
+    one.Observe(1, 0, 1.0);
+    one.Observe(1, 0, 2, 1.25);     // lower-only 0.125
+    one.Observe(1, 1, 2, 1.75);     // full: 0.75 - 2 x 0.125 = 0.5
+    CHECK(one.PrefillSecondsPerToken(PrefillRate::kFull) == 0.5);
+  }
+  SECTION("without a time limit everything fits") {
+    DecodeStepBudget off = Budget(0);
+    CHECK(off.Fits(1, 1000, 1000));
+  }
+}
+
 }  // namespace
 }  // namespace drt::server

@@ -19,6 +19,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "engine/model_rules.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "server/scheduler.h"
@@ -344,11 +345,16 @@ TEST_CASE("a generating session keeps its place between tokens, and a step carry
 // budget (SchedulerOptions::clock is read just before and just after each
 // step runs; the second read is the first plus the cost of the step formed
 // last). A step holding decode costs `decode_ns`, each prefill token
-// `prefill_ns` more. Nothing sleeps: the durations are only numbers.
+// `prefill_ns` more; with `full_ns` and `lower_only_tokens` set, a prefill
+// piece's tokens that lower_only_tokens counts cost `prefill_ns` and its
+// others `full_ns`. Nothing sleeps: the durations are only numbers.
 class FakeStepClock {
  public:
-  FakeStepClock(int64_t decode_ns, int64_t prefill_ns)
-      : decode_ns_(decode_ns), prefill_ns_(prefill_ns) {}
+  FakeStepClock(int64_t decode_ns, int64_t prefill_ns, int64_t full_ns = -1)
+      : decode_ns_(decode_ns), prefill_ns_(prefill_ns),
+        full_ns_(full_ns < 0 ? prefill_ns : full_ns) {}
+  // Called once per prefill piece formed, on the engine thread.
+  std::function<int64_t(const StepPiece&)> lower_only_tokens;
 
   // The hooks, on the engine thread.
   void Formed(const StepRecord& step) { cost_ns_ = CostNs(step); }
@@ -368,7 +374,8 @@ class FakeStepClock {
       if (piece.kind == WorkKind::kDecode) {
         decode = true;
       } else {
-        ns += piece.tokens * prefill_ns_;
+        const int64_t lower = lower_only_tokens ? lower_only_tokens(piece) : piece.tokens;
+        ns += lower * prefill_ns_ + (piece.tokens - lower) * full_ns_;
       }
     }
     return ns + (decode ? decode_ns_ : 0);
@@ -387,7 +394,7 @@ class FakeStepClock {
   }
 
  private:
-  const int64_t decode_ns_, prefill_ns_;
+  const int64_t decode_ns_, prefill_ns_, full_ns_;
   int64_t cost_ns_ = 0, now_ns_ = 0, reads_ = 0;
   mutable std::mutex mutex_;
   std::map<int64_t, double> seconds_;
@@ -472,6 +479,102 @@ TEST_CASE("a step carrying a generated token takes as much prefill as keeps its 
   }
   CHECK(generated == EngineGreedy(prompt, kTokens));
   for (auto& e : prefill.entries()) e->End();
+  generating->End();
+}
+
+TEST_CASE("the decode budget learns lower-only and full prefill tokens apart: a step at the "
+          "end of a message, whose tokens run every layer, stays within the limit (fake step "
+          "clock, prefill tokens of two costs)",
+          "[server][scheduler]") {
+  FixtureModel& f = FixtureModel::Get();
+  REQUIRE(f.backend->runs_mixed_lower_only_forwards());
+  SessionManager manager(*f.backend, SessionLimits{});
+  const int64_t reach = f.backend->upper_layer_reach();
+  // One message of 3 x the reach: its first 2 x reach tokens lie more than
+  // the reach before its end and run lower-only, its last reach run every
+  // layer (engine/batch_step.h).
+  const int64_t size = 3 * reach;
+  const auto message = RandomTokens(size, 71);
+  auto prefilling = NewEntry(manager, Activity::kAppending);
+  // A decode step costs 1 s; a lower-only prefill token 0.125 s more, a
+  // full one 0.5 s (the CPU measured about 1/3.5, docs/batching.md). With
+  // the limit 2, 8 lower-only or 2 full tokens fit beside one decode token.
+  FakeStepClock clock(1'000'000'000, 125'000'000, 500'000'000);
+  // The cost model's own count of a piece's lower-only tokens: those of its
+  // rows more than the reach (in positions, landmarks counted) before the
+  // message's end; checked below against what the engine skipped.
+  int64_t formed = 0;  // tokens of the message formed so far (engine thread)
+  const ModelConfig& config = f.backend->config();
+  const int64_t lower_only_end = DecoderPositionsFor(config, size) - reach;
+  clock.lower_only_tokens = [&](const StepPiece& piece) -> int64_t {
+    if (piece.entry != prefilling.get()) return piece.tokens;
+    const int64_t end = formed + piece.tokens;
+    formed = end;
+    return DecoderPositionsFor(config, end) <= lower_only_end ? piece.tokens : 0;
+  };
+  StepLog log;
+  SchedulerOptions options = log.Options(630);
+  clock.Install(log, options);
+  std::map<int64_t, int64_t> skipped;  // upper rows skipped by step index
+  std::mutex skipped_mutex;
+  options.on_step_done = [&](const StepRecord& step, double s) {
+    clock.Done(step, s);
+    std::lock_guard<std::mutex> lock(skipped_mutex);
+    skipped[step.index] = step.upper_rows_skipped;
+  };
+  options.decode_slowdown_limit = 2.0;
+  options.decode_resubmit_wait = std::chrono::seconds(30);
+  Scheduler scheduler(*f.backend, options);
+
+  auto generating = NewEntry(manager, Activity::kGenerating);
+  const auto prompt = RandomTokens(100, 72);
+  REQUIRE(generating->RunStep([&](Session& s) { return s.Append(prompt).status(); }).ok());
+  // The message is submitted while the session generates, so (after the
+  // first, decode-only step) every step carries a token and some prefill.
+  Sampler sampler(SamplingParams{});
+  Background append;
+  {
+    Scheduler::Generating scope(scheduler, generating.get());
+    REQUIRE(RunDecode(scheduler, *generating, SampleToken(*generating, sampler)).status.ok());
+    append.item = Prefill(*prefilling, message);
+    append.Start(scheduler);
+    while (append.result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      REQUIRE(RunDecode(scheduler, *generating, SampleToken(*generating, sampler)).status.ok());
+    }
+  }
+  REQUIRE(append.result.get().status.ok());
+
+  int64_t lower_only_steps = 0, full_steps = 0;
+  for (const StepRecord& step : log.steps()) {
+    auto shares = Shares(step);
+    if (!shares.contains(generating.get())) continue;
+    const double seconds = clock.Seconds(step.index);
+    INFO("step " << step.index << ": " << shares[prefilling.get()] << " prefill tokens, "
+                 << seconds << " s");
+    // The cost model agrees with the engine about which pieces skipped.
+    {
+      std::lock_guard<std::mutex> lock(skipped_mutex);
+      const int64_t p = shares[prefilling.get()];
+      if (p > 0) {
+        const bool cheap = std::abs(seconds - (1.0 + 0.125 * static_cast<double>(p))) < 1e-9;
+        CHECK(cheap == (skipped[step.index] > 0));
+        (cheap ? lower_only_steps : full_steps) += 1;
+      }
+    }
+    // Every step with decode within 2 x the decode-only 1 s (the first one
+    // measures it alone).
+    CHECK(seconds <= 2.0);
+  }
+  // Both kinds ran beside decode, and the cheap stretch was not cut to the
+  // full tokens' allowance: it took 8 per step once grown (1, 3, 7, 8).
+  CHECK(lower_only_steps > 0);
+  CHECK(full_steps > 0);
+  int64_t largest = 0;
+  for (const StepRecord& step : log.steps()) {
+    largest = std::max(largest, Shares(step)[prefilling.get()]);
+  }
+  CHECK(largest == 8);
+  prefilling->End();
   generating->End();
 }
 

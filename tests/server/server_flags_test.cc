@@ -64,6 +64,13 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
           std::string::npos);
     CHECK(deprecated->deprecation_notes[0].find("--threads") != std::string::npos);
   }
+  SECTION("--mixed_lower_only_forwards: on by default, off when given false") {
+    CHECK(config->mixed_lower_only_forwards);
+    ScopedFlag mixed("mixed_lower_only_forwards", "false");
+    auto off = ServerConfigFromFlags();
+    REQUIRE(off.ok());
+    CHECK_FALSE(off->mixed_lower_only_forwards);
+  }
   SECTION("--step_tokens: 0 (the engine's step size) by default, a count, never negative") {
     CHECK(config->service.step_tokens == 0);
     {

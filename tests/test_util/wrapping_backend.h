@@ -57,6 +57,8 @@ class WrappingBackend final : public Backend {
   void Refuse(const BackendSession* session, absl::Status status) {
     refused_[session] = std::move(status);
   }
+  // PrepareSessionForStep runs the wrapped backend's for `session` again.
+  void Allow(const BackendSession* session) { refused_.erase(session); }
   // Every PrepareSessionForStep call: the session and the end position.
   const std::vector<std::pair<const BackendSession*, int64_t>>& prepared() const {
     return prepared_;
