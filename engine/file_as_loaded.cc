@@ -42,8 +42,11 @@ absl::Status FileAsLoaded::CheckUnchanged() const {
 
 absl::StatusOr<uint32_t> FileAsLoaded::Crc32cIfUnchanged(uint32_t crc) const {
   if (absl::Status s = CheckUnchanged(); !s.ok()) return s;
-  std::vector<char> buffer(4 << 20);
   const auto size = static_cast<uint64_t>(at_load_.st_size);
+  // 1 MiB pieces, no more than the file: the buffer is resident memory of
+  // the call that first needs the fingerprint (a SaveSession's peak is
+  // tested: session_file_writes_test.cc).
+  std::vector<char> buffer(static_cast<size_t>(std::min<uint64_t>(size, 1 << 20)) + 1);
   uint64_t offset = 0;
   while (offset < size) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - offset));
