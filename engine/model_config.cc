@@ -17,8 +17,9 @@
 
 namespace drt {
 
-uint32_t ModelConfig::model_fingerprint() const {
-  return fingerprint == nullptr ? 0 : fingerprint->value();
+absl::StatusOr<uint32_t> ModelConfig::model_fingerprint() const {
+  if (fingerprint == nullptr) return 0u;
+  return fingerprint->value();
 }
 
 namespace {

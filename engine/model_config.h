@@ -37,8 +37,10 @@ struct ModelConfig {
   // another model of the same shape (docs/state_format.md, "Model
   // fingerprint").
   std::shared_ptr<const ModelFingerprint> fingerprint;
-  // fingerprint's value (computing it on the first call), 0 without one.
-  uint32_t model_fingerprint() const;
+  // fingerprint's value (computing it on the first call), 0 without one;
+  // FAILED_PRECONDITION naming the weights file when it was written to
+  // since load (engine/model_fingerprint.h).
+  absl::StatusOr<uint32_t> model_fingerprint() const;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t num_lower_layers() const { return decoder_layers.empty() ? 0 : decoder_layers[0]; }

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/file_as_loaded.h"
 #include "engine/model_fingerprint.h"
 
 namespace drt {
@@ -108,17 +109,18 @@ absl::StatusOr<LoadedModel> LoadModelDir(const std::string& dir) {
   absl::StatusOr<ModelConfig> config = LoadModelConfig(files->config_path);
   if (!config.ok()) return config.status();
   // The fingerprint (engine/model_fingerprint.h): the config file's CRC now
-  // (a few KB), continued over the weights file from the mapping the
-  // tensors were read from when session states first need it, so a model
-  // used without states never reads its weights a second time and the
-  // fingerprint is of the bytes actually loaded.
+  // (a few KB), continued over the weights file through the descriptor the
+  // tensors were read through when session states first need it, so a
+  // model used without states never reads its weights a second time; a
+  // file written to since load is refused then.
   absl::StatusOr<uint32_t> config_crc = ConfigFileCrc32c(files->config_path);
   if (!config_crc.ok()) return config_crc.status();
-  std::shared_ptr<const SafetensorsFile> mapping;
+  std::unique_ptr<FileAsLoaded> weights_file;
   absl::StatusOr<ModelWeights> weights =
-      LoadModelWeights(files->weights_path, *config, &mapping);
+      LoadModelWeights(files->weights_path, *config, &weights_file);
   if (!weights.ok()) return weights.status();
-  config->fingerprint = std::make_shared<const ModelFingerprint>(*config_crc, std::move(mapping));
+  config->fingerprint =
+      std::make_shared<const ModelFingerprint>(*config_crc, std::move(weights_file));
   return LoadedModel{*std::move(files), *std::move(config), *std::move(weights)};
 }
 

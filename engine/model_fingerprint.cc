@@ -10,7 +10,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/crc32c.h"
-#include "engine/safetensors.h"
 
 namespace drt {
 namespace {
@@ -47,16 +46,23 @@ ModelFingerprint::ModelFingerprint(uint32_t value) : value_(value) {
   computed_.store(true, std::memory_order_release);
 }
 
-ModelFingerprint::ModelFingerprint(uint32_t config_crc,
-                                   std::shared_ptr<const SafetensorsFile> weights)
-    : value_(config_crc), weights_(std::move(weights)) {}
+ModelFingerprint::ModelFingerprint(uint32_t config_crc, std::unique_ptr<FileAsLoaded> weights_file)
+    : value_(config_crc), weights_file_(std::move(weights_file)) {}
 
-uint32_t ModelFingerprint::value() const {
+absl::StatusOr<uint32_t> ModelFingerprint::value() const {
   std::call_once(once_, [this] {
-    if (weights_ != nullptr) value_ = weights_->ContentCrc32c(value_);
-    weights_.reset();  // unmaps the file, unless its loader still holds it
+    if (weights_file_ != nullptr) {
+      absl::StatusOr<uint32_t> crc = weights_file_->Crc32cIfUnchanged(value_);
+      if (crc.ok()) {
+        value_ = *crc;
+      } else {
+        error_ = crc.status();
+      }
+    }
+    weights_file_.reset();  // closes the descriptor
     computed_.store(true, std::memory_order_release);
   });
+  if (!error_.ok()) return error_;
   return value_;
 }
 

@@ -13,30 +13,36 @@
 #include <mutex>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/file_as_loaded.h"
 
 namespace drt {
 
-class SafetensorsFile;
-
 // One model's fingerprint, computed when first asked for: CRC-32C of the
 // config file's bytes (read when the model loads, `config_crc`) continued
-// over every byte of the weights file, read from the mapping the weights
-// were loaded from, which it keeps until then (so it fingerprints the bytes
-// loaded, also when the file on disk is replaced meanwhile). Every copy of
-// the model's ModelConfig shares one (ModelConfig::fingerprint). Thread-safe:
-// the first value() computes it under a once-flag (concurrent callers wait
-// for it), the mapping is then released, and later calls only read it.
+// over every byte of the weights file, read with pread through the
+// descriptor the weights were loaded through, which it keeps until then.
+// A file replaced by rename meanwhile does not matter (the descriptor still
+// names the loaded inode); a file written to in place or truncated since
+// load (its size or modification time differ) is refused with
+// FAILED_PRECONDITION naming the path, as its bytes are no longer the ones
+// loaded: the fingerprint would name another model than the one running.
+// The kept descriptor pins the loaded inode's disk space until first use.
+// Every copy of the model's ModelConfig shares one
+// (ModelConfig::fingerprint). Thread-safe: the first value() computes it
+// under a once-flag (concurrent callers wait for it), the descriptor is
+// then closed, and later calls return the same value or the same error.
 class ModelFingerprint {
  public:
   // A fingerprint known already (a config made in code, a test).
   explicit ModelFingerprint(uint32_t value);
-  // `config_crc` continued over `weights` on first value().
-  ModelFingerprint(uint32_t config_crc, std::shared_ptr<const SafetensorsFile> weights);
+  // `config_crc` continued over `weights_file` on first value().
+  ModelFingerprint(uint32_t config_crc, std::unique_ptr<FileAsLoaded> weights_file);
   ModelFingerprint(const ModelFingerprint&) = delete;
   ModelFingerprint& operator=(const ModelFingerprint&) = delete;
 
-  uint32_t value() const;
+  absl::StatusOr<uint32_t> value() const;
   // Whether value() has been computed (or was given): false for a model
   // whose session states were never used, which never read its weights
   // file for it.
@@ -45,8 +51,9 @@ class ModelFingerprint {
  private:
   mutable std::once_flag once_;
   mutable uint32_t value_;
-  // Read (and released) only inside once_.
-  mutable std::shared_ptr<const SafetensorsFile> weights_;
+  mutable absl::Status error_;  // set inside once_ when the file changed
+  // Read (and closed) only inside once_.
+  mutable std::unique_ptr<FileAsLoaded> weights_file_;
   mutable std::atomic<bool> computed_{false};
 };
 
@@ -58,7 +65,7 @@ absl::StatusOr<uint32_t> ComputeModelFingerprint(const std::string& config_path,
 
 // The first part of the fingerprint: CRC-32C of the bytes of `config_path`.
 // LoadModelDir takes it at load; ModelFingerprint continues it over the
-// weights file's mapping when first asked, which gives
+// weights file when first asked, which gives
 // ComputeModelFingerprint's value without a second open or read.
 absl::StatusOr<uint32_t> ConfigFileCrc32c(const std::string& config_path);
 

@@ -264,17 +264,14 @@ std::vector<ExpectedTensor> OptionalTensors(const ModelConfig& config) {
 }
 
 absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& path, const ModelConfig& config,
-                                              std::shared_ptr<const SafetensorsFile>* mapping) {
+                                              std::unique_ptr<FileAsLoaded>* file_as_loaded) {
   try {
     absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(path);
     if (!file.ok()) return file.status();
     absl::StatusOr<ModelWeights> weights = LoadFromFile(**file, config);
-    if (weights.ok() && mapping != nullptr) {
-      // The weights are copied out; the mapping's pages would otherwise
-      // stay in this process's resident set for as long as it is kept.
-      (*file)->DropResidentPages();
-      *mapping = *std::move(file);
-    }
+    // The weights are copied out: the mapping goes with `file`, only its
+    // descriptor is kept.
+    if (weights.ok() && file_as_loaded != nullptr) *file_as_loaded = (*file)->ReleaseFile();
     return weights;
   } catch (const std::exception& e) {
     // std::bad_alloc from a checkpoint larger than memory, for one.

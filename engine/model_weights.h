@@ -63,14 +63,15 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config);
 std::vector<ExpectedTensor> OptionalTensors(const ModelConfig& config);
 
 class SafetensorsFile;
+class FileAsLoaded;
 
-// Loads `path` (a .safetensors file) for `config`. When `mapping` is given,
-// the mapping the tensors were read from is handed back in it, its pages
-// dropped from this process's resident memory (they come back from the page
-// cache when read): the model fingerprint reads it later, when first needed
-// (engine/model_fingerprint.h: no second open of the file).
+// Loads `path` (a .safetensors file) for `config`. When `file_as_loaded` is
+// given, the descriptor the tensors were read through is handed back in it
+// with its fstat at load: the model fingerprint reads the file through it
+// later, when first needed, and refuses if it was written to meanwhile
+// (engine/model_fingerprint.h).
 absl::StatusOr<ModelWeights> LoadModelWeights(
     const std::string& path, const ModelConfig& config,
-    std::shared_ptr<const SafetensorsFile>* mapping = nullptr);
+    std::unique_ptr<FileAsLoaded>* file_as_loaded = nullptr);
 
 }  // namespace drt

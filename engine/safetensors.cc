@@ -14,7 +14,6 @@
 #include <limits>
 #include <optional>
 
-#include "engine/crc32c.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -67,8 +66,13 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 struct Mapping {
   void* data = nullptr;
   size_t size = 0;
+  // The descriptor the file was mapped from and its fstat then
+  // (SafetensorsFile::ReleaseFile).
+  int fd = -1;
+  struct stat info {};
   ~Mapping() {
     if (data != nullptr) munmap(data, size);
+    if (fd >= 0) close(fd);
   }
 };
 
@@ -97,12 +101,14 @@ absl::Status MapFile(const std::string& path, Mapping& mapping) {
   }
   void* data = mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int err = errno;
-  close(fd);  // the mapping keeps the file alive
   if (data == MAP_FAILED) {
+    close(fd);
     return absl::InternalError(absl::StrCat(path, ": mmap failed: ", std::strerror(err)));
   }
   mapping.data = data;
   mapping.size = file_size;
+  mapping.fd = fd;
+  mapping.info = info;
   return absl::OkStatus();
 }
 
@@ -383,6 +389,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     file->map_ = mapping.data;
     file->map_size_ = mapping.size;
     mapping.data = nullptr;  // now owned by `file`
+    file->file_ = std::make_unique<FileAsLoaded>(path, mapping.fd, mapping.info);
+    mapping.fd = -1;  // now owned by `file`
     return file;
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat(path, ": error reading safetensors file: ", e.what()));
@@ -393,15 +401,7 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) munmap(map_, map_size_);
 }
 
-uint32_t SafetensorsFile::ContentCrc32c(uint32_t crc) const {
-  return Crc32c(map_, map_size_, crc);
-}
-
-void SafetensorsFile::DropResidentPages() const {
-  // Advice only: a failure leaves the pages resident, which costs memory
-  // the kernel can still reclaim (clean file pages), nothing else.
-  if (map_ != nullptr && map_size_ > 0) madvise(map_, map_size_, MADV_DONTNEED);
-}
+std::unique_ptr<FileAsLoaded> SafetensorsFile::ReleaseFile() { return std::move(file_); }
 
 absl::StatusOr<const TensorView*> SafetensorsFile::Get(const std::string& name) const {
   auto it = tensors_.find(name);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/file_as_loaded.h"
 
 namespace drt {
 
@@ -46,12 +47,10 @@ class SafetensorsFile {
   // NOT_FOUND naming the file and the tensor when absent.
   absl::StatusOr<const TensorView*> Get(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  // CRC-32C of every byte of the file (header and data), continuing `crc`.
-  uint32_t ContentCrc32c(uint32_t crc) const;
-  // Drops the mapping's pages from this process's resident set
-  // (madvise MADV_DONTNEED: the mapping is read-only, so nothing is lost; a
-  // later read faults them in again from the page cache or the file).
-  void DropResidentPages() const;
+  // The descriptor the file was mapped from, with its fstat at Open, for a
+  // later check and read of the same bytes (the model fingerprint); null
+  // after the first call.
+  std::unique_ptr<FileAsLoaded> ReleaseFile();
 
   // Copies any float tensor (f32/f16/bf16) into fp32; error for integer dtypes.
   absl::StatusOr<std::vector<float>> ReadF32(const std::string& name) const;
@@ -63,6 +62,7 @@ class SafetensorsFile {
   std::string path_;
   void* map_ = nullptr;
   size_t map_size_ = 0;
+  std::unique_ptr<FileAsLoaded> file_;
   std::map<std::string, TensorView> tensors_;
   std::map<std::string, std::string> metadata_;
 };

@@ -84,7 +84,9 @@ absl::Status ReadModelHeader(ByteReader& r, const ModelConfig& config) {
   }
   uint32_t fingerprint = 0;
   if (absl::Status s = r.Get(fingerprint, "model fingerprint"); !s.ok()) return s;
-  const uint32_t model_fingerprint = config.model_fingerprint();
+  const absl::StatusOr<uint32_t> model_fingerprint_or = config.model_fingerprint();
+  if (!model_fingerprint_or.ok()) return model_fingerprint_or.status();
+  const uint32_t model_fingerprint = *model_fingerprint_or;
   if (fingerprint != model_fingerprint) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the state was written for the model with fingerprint %08x; this model's is %08x (the "
@@ -204,7 +206,10 @@ absl::Status ValidateChunkData(const ChunkData& chunk, const ModelConfig& c) {
   return SizeIs("a chunk's encoder rows", chunk.rows.size(), c.enc_chunk_size * d);
 }
 
-std::string EncodeSessionState(const SessionState& state, const ModelConfig& config) {
+absl::StatusOr<std::string> EncodeSessionState(const SessionState& state,
+                                               const ModelConfig& config) {
+  const absl::StatusOr<uint32_t> model_fingerprint = config.model_fingerprint();
+  if (!model_fingerprint.ok()) return model_fingerprint.status();
   std::string out;
   ByteWriter w(out);
   w.Raw(kEngineStateMagic, sizeof kEngineStateMagic);
@@ -212,7 +217,7 @@ std::string EncodeSessionState(const SessionState& state, const ModelConfig& con
   const auto shape = ModelShape(config);
   w.I64(static_cast<int64_t>(shape.size()));
   for (const ShapeField& f : shape) w.I64(f.value);
-  w.Put<uint32_t>(config.model_fingerprint());
+  w.Put<uint32_t>(*model_fingerprint);
   w.I64(state.num_tokens);
   w.Floats(state.last_logits);
   const BackendSessionState& b = state.backend;

@@ -80,8 +80,10 @@ inline int64_t ClosedChunks(const SessionState& state, const ModelConfig& config
 // (ModelConfig::model_fingerprint(), computed on the first encode or
 // decode), so a state written for another model is
 // refused (FAILED_PRECONDITION) naming the field or both fingerprints when
-// decoded, and so is a version-1 state (no fingerprint to check).
-std::string EncodeSessionState(const SessionState& state, const ModelConfig& config);
+// decoded, and so is a version-1 state (no fingerprint to check). Both
+// return the fingerprint's error (the weights file changed since load).
+absl::StatusOr<std::string> EncodeSessionState(const SessionState& state,
+                                               const ModelConfig& config);
 absl::StatusOr<SessionState> DecodeSessionState(std::string_view bytes, const ModelConfig& config);
 // A chunk's payload: landmark, then encoder rows, as raw floats:
 // chunk_positions() * hidden_size floats.

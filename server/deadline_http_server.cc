@@ -39,20 +39,37 @@ class InlineAcceptQueue : public httplib::TaskQueue {
 // Accepted sockets waiting for a thread, and the threads: one is started
 // whenever a socket would otherwise wait, up to max_threads; started threads
 // stay for later sockets until Drain. A socket whose deadline passed while
-// it waited is closed unserved.
+// it waited is closed unserved; at most max_waiting wait.
 class DeadlineHttpServer::ConnectionPool {
  public:
   using Serve = std::function<void(socket_t, Clock::time_point deadline)>;
-  ConnectionPool(size_t max_threads, std::chrono::milliseconds deadline, Serve serve,
-                 std::atomic<int64_t>& expired)
+  ConnectionPool(size_t max_threads, size_t max_waiting, std::chrono::milliseconds deadline,
+                 Serve serve, std::atomic<int64_t>& expired, std::atomic<int64_t>& rejected)
       : max_threads_(std::max<size_t>(max_threads, 1)),
+        max_waiting_(max_waiting > 0 ? max_waiting : 4 * max_threads_),
         deadline_(deadline),
         serve_(std::move(serve)),
-        expired_(expired) {}
+        expired_(expired),
+        rejected_(rejected) {}
   ~ConnectionPool() { Drain(); }
 
+  // On the accept thread, in accept order (so waiting_ is in deadline
+  // order, the earliest at the front).
   void Push(socket_t sock, Clock::time_point accepted) {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Expired ones go now, not when a thread comes free (which may be a
+    // whole deadline away when slow clients hold them all).
+    while (!waiting_.empty() && accepted >= waiting_.front().deadline) {
+      ::close(waiting_.front().sock);
+      waiting_.pop_front();
+      expired_.fetch_add(1);
+    }
+    // (Sockets that idle threads are about to take do not count.)
+    if (waiting_.size() >= max_waiting_ + idle_) {
+      ::close(sock);
+      rejected_.fetch_add(1);
+      return;
+    }
     waiting_.push_back({sock, accepted + deadline_});
     if (waiting_.size() > idle_ && threads_.size() < max_threads_) {
       threads_.emplace_back([this] { Work(); });
@@ -107,9 +124,11 @@ class DeadlineHttpServer::ConnectionPool {
   }
 
   const size_t max_threads_;
+  const size_t max_waiting_;
   const std::chrono::milliseconds deadline_;
   const Serve serve_;
   std::atomic<int64_t>& expired_;
+  std::atomic<int64_t>& rejected_;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<Waiting> waiting_;
@@ -203,9 +222,9 @@ class DeadlineStream : public httplib::Stream {
 DeadlineHttpServer::DeadlineHttpServer(DeadlineHttpOptions options)
     : options_(options),
       pool_(std::make_unique<ConnectionPool>(
-          options_.max_connections, options_.request_deadline,
+          options_.max_connections, options_.max_waiting, options_.request_deadline,
           [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); },
-          expired_in_queue_)) {
+          expired_in_queue_, rejected_)) {
   new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };
 }
 

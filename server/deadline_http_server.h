@@ -11,9 +11,13 @@
 //    max_connections threads, so slow clients do not hold up others until
 //    that many are open at once (and then only until their deadlines pass);
 //  - a connection that waited for a thread past its deadline is closed
-//    unserved (counted: connections_expired_in_queue), so a backlog of slow
-//    clients is gone within one deadline and a probe that arrives after it
-//    is served with the time it has left;
+//    unserved (counted: connections_expired_in_queue), by the next thread
+//    that comes free or by the next accept, whichever comes first, so a
+//    backlog of slow clients is gone within one deadline and a probe that
+//    arrives after it is served with the time it has left;
+//  - at most max_waiting connections wait; one accepted beyond that is
+//    closed at once (counted: connections_rejected), so a connect flood
+//    while every thread is held holds at most that many descriptors;
 //  - one request per connection: an idle kept-alive connection would hold a
 //    worker.
 #pragma once
@@ -31,6 +35,7 @@ namespace drt::server {
 struct DeadlineHttpOptions {
   std::chrono::milliseconds request_deadline{5000};
   size_t max_connections = 64;
+  size_t max_waiting = 0;  // 0: 4 x max_connections
 };
 
 class DeadlineHttpServer : public httplib::Server {
@@ -41,6 +46,9 @@ class DeadlineHttpServer : public httplib::Server {
   // Connections closed without being served: their deadline passed while
   // they waited for a serving thread.
   int64_t connections_expired_in_queue() const { return expired_in_queue_.load(); }
+  // Connections closed at accept without being served: max_waiting were
+  // already waiting.
+  int64_t connections_rejected() const { return rejected_.load(); }
 
   class ConnectionPool;
 
@@ -56,6 +64,7 @@ class DeadlineHttpServer : public httplib::Server {
 
   DeadlineHttpOptions options_;
   std::atomic<int64_t> expired_in_queue_{0};
+  std::atomic<int64_t> rejected_{0};
   std::unique_ptr<ConnectionPool> pool_;
 };
 

@@ -10,17 +10,21 @@ namespace {
 
 constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
-// The endpoint's own counters, in the format of Metrics::RenderPrometheus.
-std::string HttpMetrics(const DeadlineHttpServer& server) {
+}  // namespace
+
+std::string RenderHttpMetrics(const DeadlineHttpServer& server) {
   return absl::StrCat(
       "# HELP drt_http_connections_expired_total HTTP connections closed unserved: their "
       "deadline (counted from accept) passed while they waited for a serving thread.\n"
       "# TYPE drt_http_connections_expired_total counter\n"
       "drt_http_connections_expired_total ",
-      server.connections_expired_in_queue(), "\n");
+      server.connections_expired_in_queue(), "\n",
+      "# HELP drt_http_connections_rejected_total HTTP connections closed at accept, unserved: "
+      "as many were already waiting for a serving thread as may wait.\n"
+      "# TYPE drt_http_connections_rejected_total counter\n"
+      "drt_http_connections_rejected_total ",
+      server.connections_rejected(), "\n");
 }
-
-}  // namespace
 
 HttpEndpoint::HttpEndpoint(const Metrics& metrics, HttpEndpointOptions options)
     : metrics_(metrics), options_(options) {}
@@ -33,7 +37,8 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
     return absl::InvalidArgumentError(absl::StrCat("HTTP port out of range: ", port));
   }
   auto server = std::make_unique<DeadlineHttpServer>(
-      DeadlineHttpOptions{options_.request_deadline, options_.max_connections});
+      DeadlineHttpOptions{options_.request_deadline, options_.max_connections,
+                          options_.max_waiting_connections});
   // httplib's default sets SO_REUSEPORT, which lets a second server share a
   // busy port silently; SO_REUSEADDR alone still allows a quick restart.
   server->set_socket_options([](socket_t sock) {
@@ -42,7 +47,7 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
   });
   server->Get("/metrics", [this, http = server.get()](const httplib::Request&,
                                                       httplib::Response& response) {
-    response.set_content(metrics_.RenderPrometheus() + HttpMetrics(*http),
+    response.set_content(metrics_.RenderPrometheus() + RenderHttpMetrics(*http),
                          kPrometheusContentType);
   });
   server->Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {

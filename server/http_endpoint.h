@@ -19,6 +19,13 @@ class Server;
 
 namespace drt::server {
 
+class DeadlineHttpServer;
+
+// The endpoint's own counters (drt_http_connections_expired_total,
+// drt_http_connections_rejected_total) in the format of
+// Metrics::RenderPrometheus; /metrics appends them.
+std::string RenderHttpMetrics(const DeadlineHttpServer& server);
+
 struct HttpEndpointOptions {
   // Time a connection has, from being accepted, to send its request and
   // receive the answer; then it is closed. A probe or a scrape needs
@@ -29,6 +36,11 @@ struct HttpEndpointOptions {
   // that passes it while waiting is closed unserved
   // (drt_http_connections_expired_total).
   size_t max_connections = 64;
+  // Accepted connections that may wait for a serving thread; one accepted
+  // beyond that is closed at once (drt_http_connections_rejected_total), so
+  // a connect flood while every thread is held cannot pile up descriptors
+  // (each waiting connection holds one). 0: 4 x max_connections.
+  size_t max_waiting_connections = 0;
 };
 
 class HttpEndpoint {

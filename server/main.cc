@@ -258,8 +258,9 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     // taken now, before the server listens, not in the first call that
     // writes. Without --state_dir it waits for a SaveSession or LoadSession.
     const auto started = std::chrono::steady_clock::now();
-    const uint32_t fingerprint = backend->config().model_fingerprint();
-    std::fprintf(stderr, "drt-server: model fingerprint %08x (%.2f s)\n", fingerprint,
+    const absl::StatusOr<uint32_t> fingerprint = backend->config().model_fingerprint();
+    if (!fingerprint.ok()) return Fail(fingerprint.status());
+    std::fprintf(stderr, "drt-server: model fingerprint %08x (%.2f s)\n", *fingerprint,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
                      .count());
   }

@@ -42,7 +42,9 @@ absl::StatusOr<int64_t> SaveSessionFile(const std::string& path, const std::stri
   record.id = id;
   record.settings = settings;
   record.segments = {ChunkSegment{kInlineChunks, session.num_chunks()}};
-  record.state = EncodeSessionState(*state, session.config());
+  absl::StatusOr<std::string> encoded = EncodeSessionState(*state, session.config());
+  if (!encoded.ok()) return encoded.status();
+  record.state = *std::move(encoded);
   auto file = AtomicFileWriter::Create(path);
   if (!file.ok()) return file.status();
   AtomicFileWriter& writer = **file;

@@ -192,8 +192,9 @@ void SessionEntry::RefreshFiguresLocked() {
   const int64_t host_bytes = static_cast<int64_t>(memory.total());
   // (engine_mutex_ then the manager's mutex: the manager never takes an
   // entry's engine_mutex_ under its own.)
+  covered_bytes_ = ReservationCoveredBytes(memory);
   if (growth_reservation_ != nullptr) {
-    growth_reservation_->Absorb(host_bytes_, host_bytes);
+    growth_reservation_->Absorb(host_bytes_, host_bytes, covered_bytes_.load());
   } else {
     host_bytes_ = host_bytes;
   }
@@ -204,6 +205,9 @@ void SessionEntry::RefreshFiguresLocked() {
 void SessionEntry::AttachGrowthReservation(HostReservation* reservation) {
   std::lock_guard<std::mutex> lock(engine_mutex_);
   growth_reservation_ = reservation;
+  // The baseline is the figure of the last refresh: the holder of the
+  // activity attaches before its work runs, so nothing has changed since.
+  if (reservation != nullptr) reservation->StartAbsorbing(covered_bytes_.load());
 }
 
 void SessionEntry::RefreshFiguresIfIdle() {
@@ -423,7 +427,10 @@ int64_t SessionManager::count() const {
 }
 
 HostReservation::HostReservation(HostReservation&& other) noexcept
-    : manager_(other.manager_), bytes_(other.bytes_) {
+    : manager_(other.manager_),
+      bytes_(other.bytes_),
+      attached_bytes_(other.attached_bytes_),
+      covered_baseline_(other.covered_baseline_) {
   other.manager_ = nullptr;
   other.bytes_ = 0;
 }
@@ -433,6 +440,8 @@ HostReservation& HostReservation::operator=(HostReservation&& other) noexcept {
     Release();
     manager_ = other.manager_;
     bytes_ = other.bytes_;
+    attached_bytes_ = other.attached_bytes_;
+    covered_baseline_ = other.covered_baseline_;
     other.manager_ = nullptr;
     other.bytes_ = 0;
   }
@@ -445,26 +454,41 @@ void HostReservation::Release() {
   bytes_ = 0;
 }
 
-void HostReservation::Absorb(std::atomic<int64_t>& host_bytes, int64_t now) {
+int64_t ReservationCoveredBytes(const SessionMemory& memory) {
+  return static_cast<int64_t>(memory.chunk_store_bytes + memory.landmark_bytes);
+}
+
+void HostReservation::StartAbsorbing(int64_t covered_bytes) {
+  attached_bytes_ = bytes_;
+  covered_baseline_ = covered_bytes;
+}
+
+void HostReservation::Absorb(std::atomic<int64_t>& host_bytes, int64_t now,
+                             int64_t covered_bytes) {
   if (manager_ == nullptr) {
     host_bytes = now;
     return;
   }
-  manager_->AbsorbGrowth(*this, host_bytes, now);
+  manager_->AbsorbGrowth(*this, host_bytes, now, covered_bytes);
 }
 
 void SessionManager::AbsorbGrowth(HostReservation& reservation, std::atomic<int64_t>& host_bytes,
-                                  int64_t now) {
+                                  int64_t now, int64_t covered_bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const int64_t growth = now - host_bytes.load();
   host_bytes = now;
-  // The growth is what the reserved work allocated (its session's chunks; a
-  // block of the chunk store may bring more than the per-chunk estimate at
-  // once, hence the cap); a session that shrank (chunks mapped from disk)
-  // keeps the whole reservation.
-  const int64_t taken = std::clamp<int64_t>(growth, 0, reservation.bytes_);
-  reservation.bytes_ -= taken;
-  reserved_bytes_ -= taken;
+  // What the reserved work has allocated is the net growth, since attach,
+  // of what the estimate covers (chunk store and landmarks,
+  // ReservationCoveredBytes): not every increase of the session's total,
+  // whose other parts (the chunk K/V cache, the window rings) go up and
+  // down from step to step and were never reserved for. A chunk-store block
+  // may bring more than the per-chunk estimate at once, hence the clamp; a
+  // covered part that shrank (chunks mapped from disk) gives the
+  // reservation back up to what was attached.
+  const int64_t net = std::max<int64_t>(0, covered_bytes - reservation.covered_baseline_);
+  const int64_t outstanding =
+      std::clamp<int64_t>(reservation.attached_bytes_ - net, 0, reservation.attached_bytes_);
+  reserved_bytes_ += outstanding - reservation.bytes_;
+  reservation.bytes_ = outstanding;
 }
 
 int64_t SessionManager::TotalHostBytesLocked() const {

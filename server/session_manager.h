@@ -132,6 +132,8 @@ class SessionEntry {
   // Chunk K/V read from memory-mapped chunk logs (the disk tier); not in
   // host_bytes().
   int64_t mapped_bytes() const { return mapped_bytes_.load(); }
+  // ReservationCoveredBytes of the session's memory at the last refresh.
+  int64_t covered_bytes() const { return covered_bytes_.load(); }
   double idle_seconds() const;
   // Refreshes the figures unless an activity runs (it refreshes them when
   // it ends): for when another session that shared chunks with this one goes.
@@ -139,13 +141,15 @@ class SessionEntry {
 
   // While attached (the holder of the activity attaches it around the work
   // it reserved for, see ScopedGrowthReservation), every refresh of the
-  // figures that finds the session holding more host memory than before
-  // moves that growth, up to what is left of `reservation`, out of the
-  // reservation, in one step with the new figure under the manager's lock
-  // (HostReservation::Absorb): the budget's check then counts memory the
-  // work has already allocated once, in the session, instead of also in the
-  // reservation until the work ends. nullptr detaches. `reservation` must
-  // outlive the attachment.
+  // figures sets what is left of `reservation` to what was reserved at
+  // attach less the net growth since attach of what the reservation's
+  // estimate covers (ReservationCoveredBytes: chunk store and landmarks),
+  // clamped to [0, reserved at attach], in one step with the new figure
+  // under the manager's lock (HostReservation::Absorb): the budget's check
+  // then counts the chunks the work has already allocated once, in the
+  // session, instead of also in the reservation until the work ends, and
+  // memory that only fluctuates (the chunk K/V cache) takes nothing from
+  // it. nullptr detaches. `reservation` must outlive the attachment.
   void AttachGrowthReservation(HostReservation* reservation);
 
  private:
@@ -171,6 +175,8 @@ class SessionEntry {
   std::atomic<Activity> activity_{Activity::kIdle};
   std::atomic<int64_t> tokens_{0}, chunks_{0}, retrievals_{0}, host_bytes_{0}, shared_bytes_{0}, mapped_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};
+  // ReservationCoveredBytes at the last refresh.
+  std::atomic<int64_t> covered_bytes_{0};
   HostReservation* growth_reservation_ = nullptr;  // guarded by engine_mutex_
 };
 
@@ -191,17 +197,28 @@ class HostReservation {
 
   void Release();
   int64_t bytes() const { return bytes_; }
+  // Attached to a session whose ReservationCoveredBytes is `covered_bytes`
+  // now: later Absorb calls measure growth from here.
+  void StartAbsorbing(int64_t covered_bytes);
   // Sets `host_bytes` (a session's figure, SessionEntry::host_bytes) to
-  // `now` and, when that is growth, takes the growth (at most bytes()) out
-  // of this reservation, both under the manager's lock, so that a budget
-  // check sees either neither or both. Without a manager only sets it.
-  void Absorb(std::atomic<int64_t>& host_bytes, int64_t now);
+  // `now` and what is left of this reservation to what it held at
+  // StartAbsorbing less the net growth of `covered_bytes` since (clamped to
+  // [0, that]), both under the manager's lock, so that a budget check sees
+  // either neither or both. Without a manager only sets the figure.
+  void Absorb(std::atomic<int64_t>& host_bytes, int64_t now, int64_t covered_bytes);
 
  private:
   friend class SessionManager;
   SessionManager* manager_ = nullptr;
   int64_t bytes_ = 0;
+  int64_t attached_bytes_ = 0;    // bytes_ at StartAbsorbing
+  int64_t covered_baseline_ = 0;  // covered bytes at StartAbsorbing
 };
+
+// The part of a session's host memory that a reservation's estimate
+// (SessionManager::HostBytesForTokens: chunk payloads) is taken for: the
+// closed chunks' encoder rows and landmarks.
+int64_t ReservationCoveredBytes(const SessionMemory& memory);
 
 // Attaches `reservation` to `entry` (SessionEntry::AttachGrowthReservation)
 // for its lifetime: around the engine work the reservation was taken for.
@@ -280,7 +297,8 @@ class SessionManager {
   friend class HostReservation;
   void ReleaseHostBytes(int64_t bytes);
   // HostReservation::Absorb under mutex_.
-  void AbsorbGrowth(HostReservation& reservation, std::atomic<int64_t>& host_bytes, int64_t now);
+  void AbsorbGrowth(HostReservation& reservation, std::atomic<int64_t>& host_bytes, int64_t now,
+                    int64_t covered_bytes);
   // Under mutex_: the sessions' host memory.
   int64_t TotalHostBytesLocked() const;
   std::string NewId();

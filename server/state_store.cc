@@ -285,7 +285,9 @@ absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
   record.id = id;
   record.settings = settings;
   record.segments = d.segments;
-  record.state = EncodeSessionState(*state, session.config());
+  absl::StatusOr<std::string> encoded = EncodeSessionState(*state, session.config());
+  if (!encoded.ok()) return encoded.status();
+  record.state = *std::move(encoded);
   if (absl::Status s = WriteFileAtomically(StatePath(id), EncodeSessionRecord(record)); !s.ok()) {
     return s;
   }

@@ -1,7 +1,9 @@
 // Export and restore of one session's complete state (engine/session_state.h):
 // a restored session continues with bit-identical logits and tokens, and bad
 // states are refused by name without changing anything.
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -42,7 +44,9 @@ Exported Export(const Session& session) {
   auto state = session.ExportState();
   REQUIRE(state.ok());
   Exported e;
-  e.small = EncodeSessionState(*state, session.config());
+  auto small = EncodeSessionState(*state, session.config());
+  REQUIRE(small.ok());
+  e.small = *std::move(small);
   for (int64_t c = 0; c < session.num_chunks(); ++c) {
     ChunkData chunk;
     REQUIRE(session.backend_session().ReadChunk(c, chunk).ok());
@@ -263,7 +267,7 @@ TEST_CASE("damaged or foreign states are refused by name", "[session_state]") {
       SessionState masked = *state;
       masked.last_logits[3] = -std::numeric_limits<float>::infinity();
       REQUIRE(ValidateSessionState(masked, f.config).ok());
-      REQUIRE(DecodeSessionState(EncodeSessionState(masked, f.config), f.config).ok());
+      REQUIRE(DecodeSessionState(*EncodeSessionState(masked, f.config), f.config).ok());
     }
     for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       SessionState damaged = *state;
@@ -272,7 +276,7 @@ TEST_CASE("damaged or foreign states are refused by name", "[session_state]") {
       INFO(want);
       REQUIRE_THAT(std::string(ValidateSessionState(damaged, f.config).message()), Contains(want));
       // Refused when read back from bytes, and by Session::Restore.
-      auto decoded = DecodeSessionState(EncodeSessionState(damaged, f.config), f.config);
+      auto decoded = DecodeSessionState(*EncodeSessionState(damaged, f.config), f.config);
       REQUIRE(decoded.status().code() == absl::StatusCode::kInvalidArgument);
       REQUIRE_THAT(std::string(decoded.status().message()), Contains(want));
       auto restored = Session::Restore(*f.backend, damaged, [&](int64_t c, ChunkData& out) {
@@ -298,6 +302,13 @@ TEST_CASE("damaged or foreign states are refused by name", "[session_state]") {
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+uint32_t FingerprintOf(const ModelConfig& config) {
+  absl::StatusOr<uint32_t> fingerprint = config.model_fingerprint();
+  INFO(fingerprint.status().message());
+  REQUIRE(fingerprint.ok());
+  return *fingerprint;
 }
 
 // Two model directories of one shape whose weights differ in one value (a
@@ -327,15 +338,15 @@ TEST_CASE("a state is refused by a model of the same shape with other weights",
   // eager computation (its own read of the files) gives it.
   const std::string bytes_a =
       ReadBytes(dir_a.File("config.json")) + ReadBytes(dir_a.File("model.safetensors"));
-  REQUIRE(a->config.model_fingerprint() == Crc32c(bytes_a.data(), bytes_a.size()));
+  REQUIRE(FingerprintOf(a->config) == Crc32c(bytes_a.data(), bytes_a.size()));
   CHECK(a->config.fingerprint->computed());
   auto eager = ComputeModelFingerprint(dir_a.File("config.json"), dir_a.File("model.safetensors"));
   REQUIRE(eager.ok());
-  REQUIRE(a->config.model_fingerprint() == *eager);
-  REQUIRE(a->config.model_fingerprint() != b->config.model_fingerprint());
+  REQUIRE(FingerprintOf(a->config) == *eager);
+  REQUIRE(FingerprintOf(a->config) != FingerprintOf(b->config));
   auto a_again = LoadModelDir(dir_a.path());
   REQUIRE(a_again.ok());
-  REQUIRE(a_again->config.model_fingerprint() == a->config.model_fingerprint());
+  REQUIRE(FingerprintOf(a_again->config) == FingerprintOf(a->config));
 
   auto backend_a = MakeCpuBackend(a->config, a->weights);
   auto backend_b = MakeCpuBackend(b->config, b->weights);
@@ -349,8 +360,8 @@ TEST_CASE("a state is refused by a model of the same shape with other weights",
   REQUIRE(refused.status().code() == absl::StatusCode::kFailedPrecondition);
   REQUIRE_THAT(std::string(refused.status().message()),
                Contains(absl::StrFormat("fingerprint %08x; this model's is %08x",
-                                        a->config.model_fingerprint(),
-                                        b->config.model_fingerprint())));
+                                        FingerprintOf(a->config),
+                                        FingerprintOf(b->config))));
 }
 
 TEST_CASE("a model's fingerprint is computed on first use, once, by one of concurrent callers",
@@ -377,7 +388,7 @@ TEST_CASE("a model's fingerprint is computed on first use, once, by one of concu
   std::vector<uint32_t> seen(8, 0);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < seen.size(); ++i) {
-    threads.emplace_back([&, i] { seen[i] = backend->config().model_fingerprint(); });
+    threads.emplace_back([&, i] { seen[i] = backend->config().model_fingerprint().value_or(0); });
   }
   for (auto& t : threads) t.join();
   for (uint32_t v : seen) CHECK(v == *eager);
@@ -385,7 +396,52 @@ TEST_CASE("a model's fingerprint is computed on first use, once, by one of concu
   // The file replaced on disk afterwards changes nothing: the value is the
   // loaded bytes'.
   std::ofstream(dir.File("model.safetensors"), std::ios::trunc) << "gone";
-  CHECK(loaded->config.model_fingerprint() == *eager);
+  CHECK(FingerprintOf(loaded->config) == *eager);
+}
+
+// The weights file written to in place (a checkpoint saved over the same
+// path) or truncated after load, before the fingerprint's first use: its
+// bytes are no longer the ones running, so exporting or importing a state
+// fails naming the file, and nothing faults (the old lazy read through the
+// load's mapping gave the new file's CRC, or SIGBUS past a shorter file's
+// end).
+TEST_CASE("a weights file changed since load is refused at the fingerprint's first use",
+          "[session_state]") {
+  testing::TempDir dir;
+  const testing::TinyModel model = testing::MakeTinyModel();
+  testing::WriteModelDir(dir.path(), model.config, model.weights);
+  auto loaded = LoadModelDir(dir.path());
+  REQUIRE(loaded.ok());
+  auto backend = MakeCpuBackend(loaded->config, loaded->weights);
+  auto session = Session::Create(*backend);
+  REQUIRE(session.ok());
+  REQUIRE((*session)->Append(testing::RandomTokens(loaded->config, 70, 4)).ok());
+  auto state = (*session)->ExportState();
+  REQUIRE(state.ok());
+  const std::string weights_path = dir.File("model.safetensors");
+  const std::string original = ReadBytes(weights_path);
+  // File timestamps advance by the kernel's coarse clock tick (1/HZ: 4 ms
+  // at HZ=250, 10 ms at HZ=100); a write within the tick of the file's
+  // creation would keep its modification time. 50 ms is past any tick.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  SECTION("overwritten in place, same size") {
+    std::fstream file(weights_path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(original.size() - 1));
+    file.put(static_cast<char>(original.back() ^ 0x5a));
+    file.close();
+    REQUIRE(ReadBytes(weights_path).size() == original.size());
+  }
+  SECTION("truncated to 4 bytes") {
+    std::filesystem::resize_file(weights_path, 4);
+  }
+  auto encoded = EncodeSessionState(*state, backend->config());
+  REQUIRE(encoded.status().code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE_THAT(std::string(encoded.status().message()),
+               Contains(weights_path + ": weights file changed since load"));
+  CHECK(loaded->config.fingerprint->computed());
+  // Later uses give the same error (a restart loads the file as it is).
+  auto again = loaded->config.model_fingerprint();
+  REQUIRE(again.status() == encoded.status());
 }
 
 TEST_CASE("a failed import leaves the session unchanged", "[session_state]") {

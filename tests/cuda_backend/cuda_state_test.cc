@@ -65,7 +65,7 @@ ChunkReader ReaderOf(const Exported& e) {
 // Through the byte encoding the state files hold, as a server restores.
 std::unique_ptr<Session> Restore(Backend& backend, const Exported& e) {
   auto decoded =
-      DecodeSessionState(EncodeSessionState(e.state, backend.config()), backend.config());
+      DecodeSessionState(*EncodeSessionState(e.state, backend.config()), backend.config());
   REQUIRE(decoded.ok());
   auto restored = Session::Restore(backend, *decoded, ReaderOf(e));
   INFO(restored.status().message());
@@ -75,7 +75,7 @@ std::unique_ptr<Session> Restore(Backend& backend, const Exported& e) {
 
 // Bit-for-bit equality of two exports (small state through its encoding).
 void RequireSameExport(const Exported& a, const Exported& b, const ModelConfig& config) {
-  REQUIRE(EncodeSessionState(a.state, config) == EncodeSessionState(b.state, config));
+  REQUIRE(*EncodeSessionState(a.state, config) == *EncodeSessionState(b.state, config));
   REQUIRE(a.chunks.size() == b.chunks.size());
   for (size_t c = 0; c < a.chunks.size(); ++c) {
     INFO("chunk " << c);

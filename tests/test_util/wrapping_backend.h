@@ -2,13 +2,15 @@
 // make the per-session hooks answer as a GPU backend's may: refuse one
 // session in Backend::PrepareSessionForStep (the CUDA device tier's store
 // finding no room to grow) or report host bytes a fork may allocate
-// (BackendSession::fork_host_bytes_at_most, the CUDA auto tier). Everything
+// (BackendSession::fork_host_bytes_at_most, the CUDA auto tier), or report
+// scripted memory figures (BackendSession::memory). Everything
 // else is the wrapped backend's own work, so results can be compared with
 // it to the bit.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,12 +25,14 @@ class WrappedSession final : public BackendSession {
   explicit WrappedSession(std::unique_ptr<BackendSession> inner) : inner_(std::move(inner)) {}
 
   BackendSession& inner() { return *inner_; }
+  // What memory() answers from now on (nullopt: the inner session's).
+  void set_memory(std::optional<SessionMemory> memory) { memory_ = memory; }
   // What fork_host_bytes_at_most() answers.
   void set_fork_host_bytes(int64_t bytes) { fork_host_bytes_ = bytes; }
 
   int64_t position() const override { return inner_->position(); }
   int64_t num_chunks() const override { return inner_->num_chunks(); }
-  SessionMemory memory() const override { return inner_->memory(); }
+  SessionMemory memory() const override { return memory_ ? *memory_ : inner_->memory(); }
   std::vector<Retrieval> current_retrieval() const override {
     return inner_->current_retrieval();
   }
@@ -47,6 +51,7 @@ class WrappedSession final : public BackendSession {
  private:
   std::unique_ptr<BackendSession> inner_;
   int64_t fork_host_bytes_ = 0;
+  std::optional<SessionMemory> memory_;
 };
 
 class WrappingBackend final : public Backend {

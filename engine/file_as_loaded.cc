@@ -1,0 +1,73 @@
+#include "engine/file_as_loaded.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/crc32c.h"
+
+namespace drt {
+
+FileAsLoaded::FileAsLoaded(std::string path, int fd, const struct stat& at_load)
+    : path_(std::move(path)), fd_(fd), at_load_(at_load) {}
+
+FileAsLoaded::~FileAsLoaded() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::Status FileAsLoaded::CheckUnchanged() const {
+  struct stat now {};
+  if (::fstat(fd_, &now) != 0) {
+    return absl::InternalError(absl::StrCat(path_, ": cannot stat: ", std::strerror(errno)));
+  }
+  // The descriptor pins the inode that was loaded, so only writes to that
+  // inode matter: they change the modification time (and a truncation the
+  // size). A writer that restores the modification time is not detected.
+  if (now.st_size != at_load_.st_size || now.st_mtim.tv_sec != at_load_.st_mtim.tv_sec ||
+      now.st_mtim.tv_nsec != at_load_.st_mtim.tv_nsec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path_, ": weights file changed since load (", at_load_.st_size, " bytes then, ",
+        now.st_size,
+        " now, or a newer modification time): its bytes are no longer the ones this server "
+        "loaded, so it cannot fingerprint the model; restart the server to load the file as it "
+        "is now"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> FileAsLoaded::Crc32cIfUnchanged(uint32_t crc) const {
+  if (absl::Status s = CheckUnchanged(); !s.ok()) return s;
+  const auto size = static_cast<uint64_t>(at_load_.st_size);
+  // 1 MiB pieces, no more than the file: the buffer is resident memory of
+  // the call that first needs the fingerprint (a SaveSession's peak is
+  // tested: session_file_writes_test.cc).
+  std::vector<char> buffer(static_cast<size_t>(std::min<uint64_t>(size, 1 << 20)) + 1);
+  uint64_t offset = 0;
+  while (offset < size) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - offset));
+    const ssize_t got = ::pread(fd_, buffer.data(), want, static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(absl::StrCat(path_, ": read error at byte ", offset,
+                                              " while fingerprinting the model: ",
+                                              std::strerror(errno)));
+    }
+    if (got == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path_, ": weights file changed since load: it ends at byte ", offset,
+                       ", not ", size, "; restart the server to load the file as it is now"));
+    }
+    crc = Crc32c(buffer.data(), static_cast<size_t>(got), crc);
+    offset += static_cast<uint64_t>(got);
+  }
+  // A write during the read would leave a CRC of neither version.
+  if (absl::Status s = CheckUnchanged(); !s.ok()) return s;
+  return crc;
+}
+
+}  // namespace drt

@@ -1,0 +1,43 @@
+// An open file together with what fstat said of it when it was loaded, so
+// that a later reader can tell whether the file still holds the bytes that
+// were loaded (engine/model_fingerprint.h reads the weights file again when
+// session states first need its fingerprint).
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace drt {
+
+class FileAsLoaded {
+ public:
+  // Takes ownership of `fd` (closed by the destructor); `at_load` is its
+  // fstat taken when the file's contents were read.
+  FileAsLoaded(std::string path, int fd, const struct stat& at_load);
+  ~FileAsLoaded();
+  FileAsLoaded(const FileAsLoaded&) = delete;
+  FileAsLoaded& operator=(const FileAsLoaded&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // CRC-32C of every byte of the file, continuing `crc`, read with pread
+  // from the descriptor kept since load (so a file replaced by rename is
+  // still the loaded one, and a shorter file is a read error, not a fault of
+  // a mapping). FAILED_PRECONDITION naming the path when the file was
+  // written to since load (its size or modification time differ, before or
+  // after the read): its bytes are then no longer the ones loaded.
+  absl::StatusOr<uint32_t> Crc32cIfUnchanged(uint32_t crc) const;
+
+ private:
+  absl::Status CheckUnchanged() const;
+
+  std::string path_;
+  int fd_;
+  struct stat at_load_;
+};
+
+}  // namespace drt
