@@ -42,7 +42,7 @@ absl::Status CrcOfFile(const std::string& path, uint32_t& crc) {
 }  // namespace
 
 ModelFingerprint::ModelFingerprint(uint32_t value) : value_(value) {
-  std::call_once(once_, [] {});  // nothing left to compute
+  // Nothing left to compute: value()'s once-callback has no file to read.
   computed_.store(true, std::memory_order_release);
 }
 
