@@ -40,34 +40,38 @@ absl::Status FileAsLoaded::CheckUnchanged() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint32_t> FileAsLoaded::Crc32cIfUnchanged(uint32_t crc) const {
-  if (absl::Status s = CheckUnchanged(); !s.ok()) return s;
-  const auto size = static_cast<uint64_t>(at_load_.st_size);
-  // 1 MiB pieces, no more than the file: the buffer is resident memory of
-  // the call that first needs the fingerprint (a SaveSession's peak is
-  // tested: session_file_writes_test.cc).
+absl::StatusOr<uint32_t> Crc32cOfDescriptor(int fd, uint64_t size, uint32_t crc,
+                                            const std::string& path) {
   std::vector<char> buffer(static_cast<size_t>(std::min<uint64_t>(size, 1 << 20)) + 1);
   uint64_t offset = 0;
   while (offset < size) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - offset));
-    const ssize_t got = ::pread(fd_, buffer.data(), want, static_cast<off_t>(offset));
+    const ssize_t got = ::pread(fd, buffer.data(), want, static_cast<off_t>(offset));
     if (got < 0) {
       if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat(path_, ": read error at byte ", offset,
+      return absl::InternalError(absl::StrCat(path, ": read error at byte ", offset,
                                               " while fingerprinting the model: ",
                                               std::strerror(errno)));
     }
     if (got == 0) {
       return absl::FailedPreconditionError(
-          absl::StrCat(path_, ": weights file changed since load: it ends at byte ", offset,
+          absl::StrCat(path, ": weights file changed since load: it ends at byte ", offset,
                        ", not ", size, "; restart the server to load the file as it is now"));
     }
     crc = Crc32c(buffer.data(), static_cast<size_t>(got), crc);
     offset += static_cast<uint64_t>(got);
   }
+  return crc;
+}
+
+absl::StatusOr<uint32_t> FileAsLoaded::Crc32cIfUnchanged(uint32_t crc) const {
+  if (absl::Status s = CheckUnchanged(); !s.ok()) return s;
+  absl::StatusOr<uint32_t> read =
+      Crc32cOfDescriptor(fd_, static_cast<uint64_t>(at_load_.st_size), crc, path_);
+  if (!read.ok()) return read.status();
   // A write during the read would leave a CRC of neither version.
   if (absl::Status s = CheckUnchanged(); !s.ok()) return s;
-  return crc;
+  return *read;
 }
 
 }  // namespace drt

@@ -13,6 +13,16 @@
 
 namespace drt {
 
+// CRC-32C of the first `size` bytes of the open file `fd`, continuing `crc`,
+// read with pread in pieces of at most 1 MiB, no more than the file (weights
+// may be larger than memory, and the buffer is resident memory of the call
+// that first needs the fingerprint: a SaveSession's peak is tested,
+// session_file_writes_test.cc). A file that ends before `size` is
+// FAILED_PRECONDITION ("changed since load"), a read error INTERNAL; both
+// name `path`.
+absl::StatusOr<uint32_t> Crc32cOfDescriptor(int fd, uint64_t size, uint32_t crc,
+                                            const std::string& path);
+
 class FileAsLoaded {
  public:
   // Takes ownership of `fd` (closed by the destructor); `at_load` is its

@@ -1,42 +1,40 @@
 #include "engine/model_fingerprint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/crc32c.h"
+#include "engine/file_as_loaded.h"
 
 namespace drt {
 namespace {
 
-// Continues `crc` over the whole file at `path`, read in pieces (weights may
-// be larger than memory).
+// Continues `crc` over the whole file at `path`, read in pieces
+// (Crc32cOfDescriptor, engine/file_as_loaded.h).
 absl::Status CrcOfFile(const std::string& path, uint32_t& crc) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return absl::InternalError(
         absl::StrCat(path, ": cannot open to fingerprint the model: ", std::strerror(errno)));
   }
-  std::vector<char> buffer(4 << 20);
-  absl::Status status;
-  while (true) {
-    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
-    if (got == 0) break;
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      status = absl::InternalError(
-          absl::StrCat(path, ": read error while fingerprinting the model: ", std::strerror(errno)));
-      break;
-    }
-    crc = Crc32c(buffer.data(), static_cast<size_t>(got), crc);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InternalError(
+        absl::StrCat(path, ": cannot stat to fingerprint the model: ", std::strerror(err)));
   }
+  absl::StatusOr<uint32_t> read = Crc32cOfDescriptor(fd, static_cast<uint64_t>(st.st_size), crc, path);
   ::close(fd);
-  return status;
+  if (!read.ok()) return read.status();
+  crc = *read;
+  return absl::OkStatus();
 }
 
 }  // namespace
