@@ -40,6 +40,18 @@ REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # --deadline adds a total deadline to the streams only when asked for.
 UNARY_DEADLINE_SECONDS = 30
 IDLE_TIMEOUT_DEFAULT_SECONDS = 600
+# Retrying UNAVAILABLE (--retry-seconds). A server restarted on the same
+# --state_dir, or its pod moved, keeps every session, so the client rides the
+# outage out instead of failing. The default bound covers a Kubernetes pod
+# move: the old pod's stop (60 s at most, terminationGracePeriodSeconds in
+# deploy/k8s), rescheduling and attaching its volume, loading the model and
+# restoring the sessions (docs/deploy.md, "Durable sessions on Kubernetes").
+RETRY_SECONDS_DEFAULT = 300
+# Backoff between attempts: 0.2 s, doubling up to 10 s, each delay drawn
+# uniformly from its upper half (jitter: clients cut by one restart do not all
+# come back in the same instant; the half floor keeps the growth).
+RETRY_FIRST_DELAY = 0.2
+RETRY_MAX_DELAY = 10.0
 
 
 def session_key(text):
@@ -102,6 +114,12 @@ def parse_args(argv=None):
                            "with DEADLINE_EXCEEDED; 0: no total deadline, only --idle-timeout "
                            "(default %(default)s). GetModelInfo and CreateSession get 30 s, "
                            "DeleteSession 10 s")
+    conn.add_argument("--retry-seconds", type=float, default=RETRY_SECONDS_DEFAULT,
+                      help="how long the client keeps retrying a call that got UNAVAILABLE (a server "
+                           "restarting, draining or moving), from that call's first failure, with "
+                           "exponential backoff and jitter; 0: never retry (default %(default)s). "
+                           "An Append cut part-way resumes from the tokens the session holds; see "
+                           "client_examples/README.md for which calls are retried")
     conn.add_argument("--stubs", default=os.path.join(REPO_ROOT, "build", "python"),
                       help="folder holding drt/v1/drt_pb2.py (default %(default)s)")
 
@@ -169,6 +187,8 @@ def parse_args(argv=None):
         p.error("--idle-timeout and --connect-timeout must be positive")
     if not args.deadline >= 0:
         p.error("--deadline must be positive, or 0 for none")
+    if not args.retry_seconds >= 0:
+        p.error("--retry-seconds must be positive, or 0 for no retries")
     if not 0.0 <= args.depth <= 1.0:
         p.error("--depth must be within [0, 1]")
     if args.haystack_tokens < 1 or args.piece_bytes < 4 or args.piece_tokens < 1 or args.max_tokens < 1:
@@ -229,23 +249,60 @@ def read_token_ids(path):
 
 
 def make_prompt(args, info):
+    """(pieces, expected tokens or None, pass key or None, description); pieces
+    is a function that yields the prompt's pieces from the start each time it
+    is called, so that an Append cut by a restart can be resumed."""
+    question = lambda: split_utf8(args.question, args.piece_bytes)
     if args.prompt_file:
-        pieces = read_text_pieces(args.prompt_file, args.piece_bytes)
-        if args.question:
-            pieces = chain(pieces, split_utf8(args.question, args.piece_bytes))
+        pieces = lambda: chain(read_text_pieces(args.prompt_file, args.piece_bytes), question())
         size = os.path.getsize(args.prompt_file)
         expected = size if info.tokenizer == "bytes" and not args.question else None
         return pieces, expected, None, f"{args.prompt_file} ({size:,} bytes)"
     if args.token_ids:
         ids = read_token_ids(args.token_ids)
-        pieces = (ids[i:i + args.piece_tokens] for i in range(0, len(ids), args.piece_tokens))
-        if args.question:
-            pieces = chain(pieces, split_utf8(args.question, args.piece_bytes))
+        pieces = lambda: chain((ids[i:i + args.piece_tokens] for i in range(0, len(ids), args.piece_tokens)),
+                               question())
         return pieces, None if args.question else len(ids), None, f"{args.token_ids} ({len(ids):,} token ids)"
     passkey = args.passkey or str(random.SystemRandom().randrange(10_000, 100_000))
     text, expected = haystack_text(args.haystack_tokens, args.depth, passkey, info.tokenizer)
-    return (split_utf8(text, args.piece_bytes), expected, passkey,
+    return (lambda: split_utf8(text, args.piece_bytes), expected, passkey,
             f"haystack of ~{expected:,} tokens ({len(text):,} bytes), pass key {passkey} at depth {args.depth:g}")
+
+
+def resume_point(pieces, skip, bytes_tokenizer):
+    """None when the prompt's first `skip` tokens can be cut off client-side,
+    else why not. Token ids count one each; text counts one token per UTF-8
+    byte with the byte tokenizer (ModelInfo.tokenizer "bytes": id = byte
+    value), and cannot be counted with a BPE tokenizer (its token boundaries
+    are the server's)."""
+    for piece in pieces:
+        if skip == 0:
+            return None
+        if isinstance(piece, str):
+            if not bytes_tokenizer:
+                return ("the session holds part of the prompt's text, and with a BPE tokenizer this "
+                        "client cannot tell which text those tokens cover")
+            skip -= min(skip, len(piece.encode("utf-8")))
+        else:
+            skip -= min(skip, len(piece))
+    return None if skip == 0 else f"the session holds {skip:,} tokens more than this prompt has"
+
+
+def pieces_after(pieces, skip):
+    """The prompt's pieces without their first `skip` tokens (resume_point said
+    they can be cut off). The text piece the cut falls in goes on as token ids
+    (its bytes), since the cut may fall inside a UTF-8 character; later pieces
+    are sent as they are."""
+    for piece in pieces:
+        if skip == 0:
+            yield piece
+            continue
+        data = piece.encode("utf-8") if isinstance(piece, str) else piece
+        if skip >= len(data):
+            skip -= len(data)
+            continue
+        yield list(data[skip:])
+        skip = 0
 
 
 def chain(*iterables):
@@ -265,12 +322,15 @@ class ProgressBar:
         self.last_line = -1e9
         self.drawn = False
 
-    def update(self, p, final=False):
+    def update(self, p, final=False, offset=0):
+        """offset: prompt tokens the session held before this Append call (a
+        resumed Append counts from there)."""
         rate = p.tokens_ingested / p.elapsed_seconds if p.elapsed_seconds > 0 else 0.0
-        stats = (f"{p.tokens_ingested:,} tokens  {p.chunks_ingested:,} chunks  "
+        tokens = offset + p.tokens_ingested
+        stats = (f"{tokens:,} tokens  {p.chunks_ingested:,} chunks  "
                  f"{rate:,.0f} tokens/s  {p.elapsed_seconds:.1f} s")
         if self.total:
-            frac = 1.0 if final else min(p.tokens_ingested / self.total, 0.999)
+            frac = 1.0 if final else min(tokens / self.total, 0.999)
             filled = int(30 * frac)
             line = f"append [{'#' * filled}{'.' * (30 - filled)}] {100 * frac:5.1f}%  {stats}"
         else:
@@ -334,7 +394,120 @@ def watched(call, idle_seconds):
         watcher.join()
 
 
-def append(pb, stub, session_id, pieces, expected_tokens, metadata, args):
+class GaveUp(Exception):
+    """A call failed in a way the client does not retry past: UNAVAILABLE
+    outlasted --retry-seconds, or a cut call cannot be re-sent safely."""
+
+
+class Retrier:
+    """Retries calls that got UNAVAILABLE (--retry-seconds), with exponential
+    backoff and jitter and a log line per retry on stderr.
+
+    Which calls, and why they are safe to send again (docs/api.md, "Durable
+    sessions"; client_examples/README.md):
+    - GetModelInfo, GetSession: they only read.
+    - CreateSession: a retry may leave an empty session behind when the first
+      attempt was carried out and only its answer lost; it holds almost
+      nothing and expires after its idle TTL.
+    - DeleteSession: NOT_FOUND on a retry means the first attempt deleted it.
+    - Append: not re-sent blindly (its tokens would be in the context twice):
+      the client asks GetSession how many tokens the session holds and
+      resumes the prompt from there (see append()).
+    - Generate: sent again only when nothing of it reached the client and the
+      session holds what it held before the call (see generate_retried()).
+    """
+
+    def __init__(self, grpc, seconds, server, log=sys.stderr):
+        self.grpc = grpc
+        self.seconds = seconds
+        self.server = server
+        self.log = log
+        self.rng = random.Random()
+        self.gave_up = False  # once the bound ran out, later calls get one attempt
+
+    def unavailable(self, error):
+        return isinstance(error, self.grpc.RpcError) and error.code() == self.grpc.StatusCode.UNAVAILABLE
+
+    def outage(self):
+        return Outage(self)
+
+    def unary(self, what, call):
+        """call() until it does not fail with UNAVAILABLE, within the bound."""
+        outage = self.outage()
+        while True:
+            try:
+                return call()
+            except self.grpc.RpcError as e:
+                if not self.unavailable(e):
+                    raise
+                outage.wait(what, e)
+
+
+class Outage:
+    """The retries of one call (or of one Append with its resumes): the bound
+    counts from its first UNAVAILABLE, and starts again after progress."""
+
+    def __init__(self, retrier):
+        self.retrier = retrier
+        self.start = None
+        self.retries = 0
+
+    def reset(self):
+        self.start = None
+        self.retries = 0
+
+    def wait(self, what, error):
+        """Sleeps before the next attempt and logs it; re-raises `error` when
+        retries are off, and raises GaveUp once the bound has run out."""
+        r = self.retrier
+        reason = f"{error.code().name}: {error.details()}" if isinstance(error, r.grpc.RpcError) else str(error)
+        if r.seconds <= 0 or r.gave_up:
+            if isinstance(error, r.grpc.RpcError):
+                raise error
+            raise GaveUp(f"{what}: {reason}")
+        now = time.monotonic()
+        if self.start is None:
+            self.start = now
+        used = now - self.start
+        left = r.seconds - used
+        if left <= 0:
+            r.gave_up = True
+            raise GaveUp(f"drt-server at {r.server} did not come back within --retry-seconds {r.seconds:g}: "
+                         f"{what} still failed ({reason}) after {self.retries} retries in {used:.1f} s")
+        delay = min(RETRY_MAX_DELAY, RETRY_FIRST_DELAY * 2 ** min(self.retries, 30))
+        delay = min(left, delay * r.rng.uniform(0.5, 1.0))
+        self.retries += 1
+        print(f"drt_client: {what}: {reason}; retry {self.retries} in {delay:.2f} s "
+              f"({used:.1f} s of --retry-seconds {r.seconds:g} used)", file=r.log, flush=True)
+        time.sleep(delay)
+
+
+def session_when_idle(pb, stub, session_id, metadata, retrier, outage, cut):
+    """The session's info once the server answers and the session is not busy
+    (a call cut by a dropped connection, not by a restart, may still be ending
+    on the server). `cut` describes the cut call for error messages."""
+    grpc = retrier.grpc
+    while True:
+        try:
+            info = stub.GetSession(pb.GetSessionRequest(session_id=session_id), metadata=metadata,
+                                   timeout=UNARY_DEADLINE_SECONDS)
+        except grpc.RpcError as e:
+            if retrier.unavailable(e):
+                outage.wait("GetSession", e)
+                continue
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                raise GaveUp(f"{cut}, and session {session_id} is gone ({e.details()}): the server keeps "
+                             "sessions across a restart only with --state_dir. Create a new session and "
+                             "send the prompt again") from None
+            raise
+        if not info.busy:
+            return info
+        outage.wait("GetSession", RuntimeError("the session is still busy with the cut call"))
+
+
+def append_once(pb, stub, session_id, pieces, metadata, args, bar, offset, acked):
+    """One Append call of `pieces`; acked[0] follows the session's tokens as
+    the server acknowledges them. Returns the summary."""
     def requests():
         for i, piece in enumerate(pieces):
             request = pb.AppendRequest(session_id=session_id if i == 0 else "")
@@ -344,29 +517,94 @@ def append(pb, stub, session_id, pieces, expected_tokens, metadata, args):
                 request.tokens.ids.extend(piece)
             yield request
 
-    bar = ProgressBar(expected_tokens)
     last = None
     summary = None
-    start = time.perf_counter()
-    try:
-        call = stub.Append(requests(), metadata=metadata, timeout=stream_deadline(args))
-        for response in watched(call, args.idle_timeout):
-            if response.WhichOneof("event") == "progress":
-                last = response.progress
-                bar.update(last)
-            else:
-                summary = response.summary
-    except BaseException:
-        bar.abort()
-        raise
+    call = stub.Append(requests(), metadata=metadata, timeout=stream_deadline(args))
+    for response in watched(call, args.idle_timeout):
+        if response.WhichOneof("event") == "progress":
+            last = response.progress
+            acked[0] = last.session_tokens
+            bar.update(last, offset=offset)
+        else:
+            summary = response.summary
+            acked[0] = summary.session_tokens
     if last is not None:
-        bar.update(last, final=True)
+        bar.update(last, final=True, offset=offset)
     if summary is None:
         raise RuntimeError("the Append stream ended without a summary")
-    return summary, time.perf_counter() - start
+    return summary
 
 
-def generate(pb, stub, session_id, args, metadata, out=sys.stdout):
+def append(pb, stub, session_id, pieces, expected_tokens, metadata, args, retrier, bytes_tokenizer,
+           base_tokens):
+    """Streams the prompt (pieces() yields it from the start) into a session
+    that held base_tokens. An Append cut by UNAVAILABLE is not sent again
+    whole: what the server acknowledged is on disk with --state_dir (and may
+    be a little more: a step written whose acknowledgement was lost), so the
+    client waits for the server, asks GetSession how many tokens the session
+    holds and sends the prompt from there. Returns (summary of the whole
+    prompt, seconds, resumes)."""
+    grpc = retrier.grpc
+    bar = ProgressBar(expected_tokens)
+    start = time.perf_counter()
+    held = 0          # prompt tokens in the session when the current call began
+    acked = [base_tokens]  # the session's tokens at the last acknowledgement
+    resumes = 0
+    outage = retrier.outage()
+    remaining = pieces()
+    while True:
+        try:
+            summary = append_once(pb, stub, session_id, remaining, metadata, args, bar, held, acked)
+            total = summary.session_tokens - base_tokens
+            whole = pb.AppendSummary(tokens_ingested=total, session_tokens=summary.session_tokens,
+                                     session_chunks=summary.session_chunks,
+                                     elapsed_seconds=summary.elapsed_seconds,
+                                     tokens_per_second=summary.tokens_per_second)
+            return whole, time.perf_counter() - start, resumes
+        except grpc.RpcError as e:
+            bar.abort()
+            if not retrier.unavailable(e):
+                raise
+            error = e
+        except BaseException:
+            bar.abort()
+            raise
+        acknowledged = acked[0] - base_tokens
+        cut = (f"the Append was cut ({error.code().name}: {error.details()}) after the server "
+               f"acknowledged {acknowledged:,} tokens of this prompt")
+        try:
+            outage.wait("Append", error)
+            info = session_when_idle(pb, stub, session_id, metadata, retrier, outage, cut)
+        except GaveUp as e:
+            raise GaveUp(f"{e}; {cut} (they are in session {session_id})") from None
+        now_held = info.tokens - base_tokens
+        if now_held < acknowledged:
+            print(f"drt_client: warning: session {session_id} holds {now_held:,} tokens of this prompt, "
+                  f"fewer than the {acknowledged:,} acknowledged (the server lost acknowledged tokens); "
+                  "resuming from what it holds", file=sys.stderr, flush=True)
+        if now_held > held:
+            outage.reset()  # the server made progress: the bound starts again at the next cut
+        why = resume_point(pieces(), now_held, bytes_tokenizer)
+        if why:
+            raise GaveUp(f"{cut}; session {session_id} holds {now_held:,} of them now and cannot be "
+                         f"resumed: {why}. Append the rest yourself from there (--keep-session keeps "
+                         "the session), or start again")
+        held = now_held
+        resumes += 1
+        print(f"drt_client: resuming the Append at prompt token {held:,} (session {session_id} holds "
+              f"{info.tokens:,} tokens; {acknowledged:,} of the prompt were acknowledged before the cut)",
+              file=sys.stderr, flush=True)
+        remaining = pieces_after(pieces(), held)
+        first = next(remaining, None)
+        if first is None:  # all of it was in before the cut: only the summary was lost
+            whole = pb.AppendSummary(tokens_ingested=held, session_tokens=info.tokens,
+                                     session_chunks=info.chunks)
+            return whole, time.perf_counter() - start, resumes
+        remaining = chain([first], remaining)
+
+
+def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None):
+    """received[0] counts the piece messages that reached the client."""
     request = pb.GenerateRequest(
         session_id=session_id,
         max_tokens=args.max_tokens,
@@ -375,6 +613,7 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout):
         stop=args.stop)
     if args.pad is not None:
         request.pad_to_chunk_boundary = args.pad
+    received = received if received is not None else [0]
     text = []
     tokens = 0
     first = last = None
@@ -383,6 +622,7 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout):
     call = stub.Generate(request, metadata=metadata, timeout=stream_deadline(args))
     for response in watched(call, args.idle_timeout):
         if response.WhichOneof("event") == "piece":
+            received[0] += 1
             now = time.perf_counter()
             if response.piece.token_ids:
                 first = first if first is not None else now
@@ -397,6 +637,62 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout):
     ttft = first - start if first is not None else float("nan")
     tpot = (last - first) / (tokens - 1) if tokens > 1 else float("nan")
     return "".join(text), done, tokens, ttft, tpot
+
+
+def generate_retried(pb, stub, session_id, args, metadata, retrier, base_tokens):
+    """generate(), sent again after UNAVAILABLE only when that is the same as
+    the first try: no piece reached the client and the session holds exactly
+    its base_tokens (a durable server continues a session exactly, so the same
+    request and seed give the same answer). Generated tokens join the context,
+    so once any exist the call is not repeated."""
+    grpc = retrier.grpc
+    outage = retrier.outage()
+    while True:
+        received = [0]
+        try:
+            return generate(pb, stub, session_id, args, metadata, received=received)
+        except grpc.RpcError as e:
+            if not retrier.unavailable(e):
+                raise
+            error = e
+        cut = f"the Generate was cut ({error.code().name}: {error.details()})"
+        if received[0]:
+            raise GaveUp(f"{cut} after {received[0]} answer pieces reached the client; what it generated "
+                         f"joined session {session_id}'s context, so generating again would continue "
+                         "after it, not repeat it: not retried (GetSession tells what the session holds)")
+        outage.wait("Generate", error)
+        info = session_when_idle(pb, stub, session_id, metadata, retrier, outage, cut)
+        if info.tokens != base_tokens:
+            raise GaveUp(f"{cut}; session {session_id} now holds {info.tokens - base_tokens:,} tokens more "
+                         "than before it (padding or generated tokens that never reached the client), "
+                         "so generating again would not repeat it: not retried")
+        print(f"drt_client: session {session_id} holds what it held before the Generate "
+              f"({info.tokens:,} tokens); sending the Generate again", file=sys.stderr, flush=True)
+
+
+def delete_session(pb, stub, session_id, metadata, retrier):
+    """DeleteSession, retried on UNAVAILABLE; NOT_FOUND after a retry means an
+    earlier attempt deleted it (its answer was lost). Reports, never raises."""
+    grpc = retrier.grpc
+    outage = retrier.outage()
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            stub.DeleteSession(pb.DeleteSessionRequest(session_id=session_id), metadata=metadata, timeout=10)
+            return
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.NOT_FOUND and attempts > 1:
+                return
+            problem = f"{e.code().name}: {e.details()}"
+            if retrier.unavailable(e):
+                try:
+                    outage.wait("DeleteSession", e)
+                    continue
+                except (GaveUp, grpc.RpcError) as gave_up:
+                    problem = str(gave_up) if isinstance(gave_up, GaveUp) else problem
+        print(f"drt_client: could not delete session {session_id}: {problem}", file=sys.stderr)
+        return
 
 
 def ms(seconds):
@@ -419,29 +715,34 @@ def run(args, pb, pb_grpc, grpc):
     if args.token:
         metadata.append(("authorization", f"Bearer {args.token}"))
 
-    info = stub.GetModelInfo(pb.GetModelInfoRequest(), metadata=metadata, timeout=UNARY_DEADLINE_SECONDS)
+    retrier = Retrier(grpc, args.retry_seconds, args.server)
+
+    info = retrier.unary("GetModelInfo", lambda: stub.GetModelInfo(
+        pb.GetModelInfoRequest(), metadata=metadata, timeout=UNARY_DEADLINE_SECONDS))
     print(f"model: {info.name} on {info.device}, vocab {info.vocab_size:,} ({info.tokenizer}), "
           f"chunks of {info.enc_chunk_size}, top-k {info.chunk_topk}, window {info.slide_window}, "
           f"context limit {info.max_context_tokens:,} tokens", flush=True)
     pieces, expected, passkey, description = make_prompt(args, info)
     print(f"prompt: {description}", flush=True)
 
-    session_id = stub.CreateSession(pb.CreateSessionRequest(), metadata=metadata,
-                                    timeout=UNARY_DEADLINE_SECONDS).session_id
+    session_id = retrier.unary("CreateSession", lambda: stub.CreateSession(
+        pb.CreateSessionRequest(), metadata=metadata, timeout=UNARY_DEADLINE_SECONDS)).session_id
     print(f"session: {session_id} ({SESSION_HEADER}: {key})", flush=True)
     try:
-        summary, append_seconds = append(pb, stub, session_id, pieces, expected, metadata, args)
+        # A new session holds no tokens.
+        summary, append_seconds, resumes = append(pb, stub, session_id, pieces, expected, metadata, args,
+                                                  retrier, info.tokenizer == "bytes", base_tokens=0)
+        resumed = f", resumed {resumes} time{'s' if resumes != 1 else ''} after UNAVAILABLE" if resumes else ""
         print(f"append: {summary.tokens_ingested:,} tokens, {summary.session_chunks:,} chunks in "
               f"{append_seconds:.2f} s: {summary.tokens_ingested / append_seconds:,.0f} tokens/s "
-              f"(server: {summary.tokens_per_second:,.0f} tokens/s)", flush=True)
+              f"(server: {summary.tokens_per_second:,.0f} tokens/s{' in its last call' if resumes else ''})"
+              f"{resumed}", flush=True)
         print("answer: ", end="", flush=True)
-        answer, done, tokens, ttft, tpot = generate(pb, stub, session_id, args, metadata)
+        answer, done, tokens, ttft, tpot = generate_retried(pb, stub, session_id, args, metadata, retrier,
+                                                            summary.session_tokens)
     finally:
         if not args.keep_session:
-            try:
-                stub.DeleteSession(pb.DeleteSessionRequest(session_id=session_id), metadata=metadata, timeout=10)
-            except grpc.RpcError as e:
-                print(f"drt_client: could not delete session {session_id}: {e.details()}", file=sys.stderr)
+            delete_session(pb, stub, session_id, metadata, retrier)
 
     reason = pb.FinishReason.Name(done.finish_reason).removeprefix("FINISH_REASON_").lower() if done else "none"
     t = done.timings if done else pb.GenerateTimings()
@@ -472,7 +773,7 @@ def main(argv=None):
     except grpc.RpcError as e:
         print(f"drt_client: {e.code().name}: {e.details()}", file=sys.stderr)
         return 1
-    except StreamIdle as e:
+    except (StreamIdle, GaveUp) as e:
         print(f"drt_client: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a file that went away after the checks, say
