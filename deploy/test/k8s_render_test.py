@@ -285,6 +285,134 @@ def check_gateway_drain(c, objects, config_map, envoy, cluster, server_objects, 
              f"inside drt-server's drain ({server_grace} s)")
 
 
+# Restore speed measured on the build machine's disk (docs/state_format.md,
+# "Measured": a 32M-token session, every record's CRC-32C read back, 256 MiB/s
+# at 32.77 GiB, 345 MiB/s at 65.53 GiB): the slower one, for sizing the
+# startup probe of a pod that restores a full volume before it listens.
+RESTORE_MIB_PER_SECOND = 256
+# The startup probe must allow this many times the restore of a full volume
+# at that speed (another cluster's disks may be slower than the build
+# machine's).
+RESTORE_MARGIN = 2
+
+
+def gib(quantity):
+    m = re.fullmatch(r"(\d+)(Gi|Ti)", quantity)
+    return int(m.group(1)) * (1024 if m.group(2) == "Ti" else 1)
+
+
+def check_durable(c, objects, gateway, cpu, facts):
+    """examples/durable-statefulset: drt-server as a StatefulSet whose pods
+    each own a claim with the state directory, and its gateway, which keeps
+    keys on pod names through restarts."""
+    name = "examples/durable-statefulset"
+    kinds = sorted(objects)
+    c.expect(kinds == [("PodDisruptionBudget", "drt-server"), ("Service", "drt-server"),
+                       ("Service", "drt-server-pods"), ("StatefulSet", "drt-server")],
+             f"{name}: the StatefulSet replaces the Deployment (no Deployment left)", str(kinds))
+    sts = objects[("StatefulSet", "drt-server")]
+    spec = sts["spec"]
+    pod = spec["template"]
+    labels = pod["metadata"]["labels"]
+    c.expect(matches(spec["selector"]["matchLabels"], labels), f"{name}: the StatefulSet selects its own pods")
+    (container,) = pod["spec"]["containers"]
+    env = env_of(container)
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    templates = {t["metadata"]["name"]: t["spec"] for t in spec.get("volumeClaimTemplates", [])}
+    pod_volumes = {v["name"] for v in pod["spec"].get("volumes", [])}
+
+    # The state directory is on the pod's own claim.
+    state_dir = env.get("DRT_STATE_DIR", {}).get("value", "")
+    c.expect("state_dir" in facts["flags"] and state_dir.startswith("/"),
+             f"{name}: DRT_STATE_DIR (drt-server's --state_dir) is an absolute path", state_dir)
+    on_claim = [v for v, path in mounts.items() if v in templates and v not in pod_volumes
+                and os.path.dirname(state_dir.rstrip("/")) == path.rstrip("/")]
+    c.expect(len(on_claim) == 1,
+             f"{name}: --state_dir {state_dir} is a directory directly inside the mount of a "
+             "volumeClaimTemplate (drt-server creates it; its parent must exist)",
+             f"mounts {mounts}, claim templates {sorted(templates)}")
+    claim = templates[on_claim[0]] if on_claim else {}
+    c.expect(claim.get("accessModes") == ["ReadWriteOnce"],
+             f"{name}: the state claim is ReadWriteOnce (one node, one server per claim)", str(claim))
+    c.expect(not container.get("volumeMounts") or all(not m.get("readOnly") for m in container["volumeMounts"]
+                                                      if m["name"] in on_claim),
+             f"{name}: the state volume is mounted writable")
+    security = pod["spec"]["securityContext"]
+    c.expect(security.get("fsGroup") == facts["uid"] and security.get("fsGroupChangePolicy") == "OnRootMismatch",
+             f"{name}: the volume is writable by the image's user (fsGroup {facts['uid']}), without a "
+             "recursive chown at every start (OnRootMismatch)", str(security))
+
+    # One pod at a time per claim: stop, then start.
+    c.expect(spec.get("updateStrategy", {}).get("type", "RollingUpdate") == "RollingUpdate"
+             and "maxSurge" not in spec.get("updateStrategy", {}).get("rollingUpdate", {}),
+             f"{name}: updates stop a pod before starting its replacement (no surge)", str(spec.get("updateStrategy")))
+    headless = objects[("Service", spec.get("serviceName", ""))] if ("Service", spec.get("serviceName", "")) in objects else {}
+    hspec = headless.get("spec", {})
+    c.expect(hspec.get("clusterIP") == "None" and matches(hspec.get("selector"), labels)
+             and hspec.get("publishNotReadyAddresses") is True,
+             f"{name}: serviceName is a headless Service of its pods that publishes pods not yet ready "
+             "(a restarting pod keeps its DNS name)", str(hspec))
+
+    # Stop and start times.
+    grace = int(env["DRT_SHUTDOWN_GRACE_SECONDS"]["value"])
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    pre_stop_seconds = int(pre_stop[-1]) if pre_stop[0].endswith("sleep") else 0
+    needed = pre_stop_seconds + grace + facts["stop_slack"] + facts["slack"]
+    period = pod["spec"]["terminationGracePeriodSeconds"]
+    c.expect(period > needed, f"{name}: terminationGracePeriodSeconds {period} > preStop {pre_stop_seconds} + "
+             f"drain {grace} + stop slack {facts['stop_slack']} + forced-exit slack {facts['slack']} = {needed}")
+    startup = container["startupProbe"]
+    allowed = startup["periodSeconds"] * startup["failureThreshold"]
+    storage = gib(claim.get("resources", {}).get("requests", {}).get("storage", "0Gi"))
+    restore = storage * 1024 / RESTORE_MIB_PER_SECOND
+    c.expect(allowed >= RESTORE_MARGIN * restore,
+             f"{name}: the startup probe allows {allowed} s, at least {RESTORE_MARGIN} x the restore of a full "
+             f"{storage} GiB volume at {RESTORE_MIB_PER_SECOND} MiB/s ({restore:.0f} s)")
+
+    # Otherwise the cpu overlay's pod: what this example changes is listed here.
+    mine = yaml.safe_load(yaml.safe_dump(pod))
+    theirs = yaml.safe_load(yaml.safe_dump(cpu[("Deployment", "drt-server")]["spec"]["template"]))
+    (mc,), (tc,) = mine["spec"]["containers"], theirs["spec"]["containers"]
+    mc["env"] = sorted((e for e in mc["env"] if e["name"] != "DRT_STATE_DIR"), key=lambda e: e["name"])
+    tc["env"] = sorted(tc["env"], key=lambda e: e["name"])
+    mc["volumeMounts"] = [m for m in mc["volumeMounts"] if m["name"] not in on_claim]
+    mc["startupProbe"].pop("failureThreshold")
+    tc["startupProbe"].pop("failureThreshold")
+    mine["spec"]["securityContext"].pop("fsGroupChangePolicy", None)
+    c.expect(mine == theirs, f"{name}: otherwise the pod is the cpu overlay's (image, probes, resources, "
+             "security, token)", f"\n  mine:   {mine}\n  theirs: {theirs}")
+
+    # The gateway hashes keys onto the pods' names, and health does not move them.
+    (config_map,) = [o for (kind, _), o in gateway.items() if kind == "ConfigMap"]
+    envoy = yaml.safe_load(config_map["data"]["envoy.yaml"])
+    base_envoy = yaml.safe_load(read("deploy/k8s/gateway/envoy.yaml"))
+    cluster = next(cl for cl in envoy["static_resources"]["clusters"] if cl["name"] == "drt_server")
+    hosts = [e["endpoint"]["address"]["socket_address"]
+             for group in cluster["load_assignment"]["endpoints"] for e in group["lb_endpoints"]]
+    expected = [f"{sts['metadata']['name']}-{i}.{spec['serviceName']}" for i in range(spec["replicas"])]
+    grpc_port = hspec.get("ports", [{}])[0].get("port")
+    c.expect([h["address"] for h in hosts] == expected and all(h["port_value"] == grpc_port for h in hosts),
+             f"{name}/gateway: one host per StatefulSet pod by its stable DNS name, on the gRPC port "
+             f"({len(expected)} replicas)", str(hosts))
+    c.expect(cluster["type"] == "STRICT_DNS" and cluster["lb_policy"] == "RING_HASH"
+             and cluster.get("common_lb_config", {}).get("consistent_hashing_lb_config", {})
+             .get("use_hostname_for_hashing") is True,
+             f"{name}/gateway: the ring hashes pod names, not addresses (a restarted pod keeps its keys)",
+             str(cluster.get("common_lb_config")))
+    c.expect(not cluster.get("health_checks") and not cluster.get("outlier_detection"),
+             f"{name}/gateway: no health checks or outlier detection take a pod (and its keys) out of the ring")
+    strip = lambda e: [cl for cl in e["static_resources"]["clusters"] if cl["name"] != "drt_server"]
+    same = (strip(envoy) == strip(base_envoy) and envoy["static_resources"]["listeners"]
+            == base_envoy["static_resources"]["listeners"] and envoy["admin"] == base_envoy["admin"])
+    c.expect(same, f"{name}/gateway: otherwise deploy/k8s/gateway's Envoy (listeners with the "
+             f"{facts['header']} hash policy, admin, drain)")
+    deployment = gateway[("Deployment", "drt-gateway")]
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    c.expect(any(v.get("configMap", {}).get("name") == config_map["metadata"]["name"] for v in volumes)
+             and config_map["data"].get("drain.sh") == facts["drain_script"],
+             f"{name}/gateway: the gateway mounts this envoy.yaml, with the repository's drain.sh")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kubectl", default=os.environ.get("KUBECTL", "kubectl"))
@@ -343,6 +471,8 @@ def main():
     c.expect(liveness["periodSeconds"] * liveness["failureThreshold"] > grace,
              "examples/http-probes: liveness cannot fail within a drain")
 
+    check_durable(c, render(kubectl, "examples/durable-statefulset"),
+                  render(kubectl, "examples/durable-statefulset/gateway"), cpu, facts)
     return c.summary()
 
 
