@@ -19,7 +19,9 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -75,6 +77,11 @@ ABSL_FLAG(double, deadline, 0,
           "seconds the whole Append or Generate stream may take, each, before it fails with "
           "DEADLINE_EXCEEDED; 0: no total deadline, only --idle_timeout (GetModelInfo and "
           "CreateSession get 30 s, DeleteSession 10 s)");
+ABSL_FLAG(double, retry_seconds, 300,
+          "how long the client keeps retrying a call that got UNAVAILABLE (a server restarting, "
+          "draining or moving), from that call's first failure, with exponential backoff and "
+          "jitter; 0: never retry. An Append cut part-way resumes from the tokens the session "
+          "holds; client_examples/README.md says which calls are retried");
 
 namespace {
 
@@ -228,6 +235,90 @@ std::string Ms(double seconds) { return absl::StrFormat("%.1f ms", 1000 * second
   std::exit(1);
 }
 
+// Retrying UNAVAILABLE (--retry_seconds). A server restarted on the same
+// --state_dir, or its pod moved, keeps every session, so the client rides the
+// outage out instead of failing. The default bound (300 s) covers a
+// Kubernetes pod move: the old pod's stop (60 s at most), rescheduling and
+// attaching its volume, loading the model and restoring the sessions
+// (docs/deploy.md, "Durable sessions on Kubernetes"). Backoff: 0.2 s,
+// doubling up to 10 s, each delay drawn from its upper half (jitter, so
+// clients cut by one restart do not come back in the same instant).
+//
+// Which calls are retried, and why that is safe (docs/api.md, "Durable
+// sessions"): GetModelInfo and GetSession only read; CreateSession may leave
+// an empty session behind when only its answer was lost (it expires after
+// its idle TTL); DeleteSession's NOT_FOUND on a retry means an earlier
+// attempt deleted it. An Append is never re-sent whole (its tokens would be
+// in the context twice): the client asks GetSession how many tokens the
+// session holds and resumes from there (Client::AppendResumed). A Generate
+// is sent again only when nothing of it reached the client and the session
+// holds what it held before (Client::GenerateRetried).
+constexpr double kRetryFirstDelaySeconds = 0.2;
+constexpr double kRetryMaxDelaySeconds = 10;
+
+class Retrier {
+ public:
+  Retrier(double seconds, std::string server) : seconds_(seconds), server_(std::move(server)) {}
+  double seconds() const { return seconds_; }
+  const std::string& server() const { return server_; }
+  // Once the bound has run out, later calls get one attempt.
+  bool gave_up() const { return gave_up_; }
+  void set_gave_up() { gave_up_ = true; }
+  double Jitter() { return std::uniform_real_distribution<double>(0.5, 1.0)(rng_); }
+
+ private:
+  const double seconds_;
+  const std::string server_;
+  bool gave_up_ = false;
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+// The retries of one call (or of one Append with its resumes): the bound
+// counts from its first UNAVAILABLE and starts again after progress.
+class Outage {
+ public:
+  explicit Outage(Retrier& retrier) : retrier_(retrier) {}
+  void Reset() {
+    start_.reset();
+    retries_ = 0;
+  }
+  // Sleeps before the next attempt, with a log line, and returns true; or
+  // returns false with *why set when retries are off (*why = `reason`) or
+  // the bound has run out.
+  bool Wait(const std::string& what, const std::string& reason, std::string* why) {
+    if (retrier_.seconds() <= 0 || retrier_.gave_up()) {
+      *why = absl::StrCat(what, ": ", reason);
+      return false;
+    }
+    const Clock::time_point now = Clock::now();
+    if (!start_) start_ = now;
+    const double used = std::chrono::duration<double>(now - *start_).count();
+    const double left = retrier_.seconds() - used;
+    if (left <= 0) {
+      retrier_.set_gave_up();
+      *why = absl::StrFormat(
+          "drt-server at %s did not come back within --retry_seconds %g: %s still failed (%s) "
+          "after %d retries in %.1f s",
+          retrier_.server(), retrier_.seconds(), what, reason, retries_, used);
+      return false;
+    }
+    double delay = std::min(kRetryMaxDelaySeconds,
+                            kRetryFirstDelaySeconds * std::ldexp(1.0, std::min(retries_, 30)));
+    delay = std::min(left, delay * retrier_.Jitter());
+    ++retries_;
+    std::fprintf(stderr, "drt-client: %s: %s; retry %d in %.2f s (%.1f s of --retry_seconds %g used)\n",
+                 what.c_str(), reason.c_str(), retries_, delay, used, retrier_.seconds());
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    return true;
+  }
+
+ private:
+  Retrier& retrier_;
+  std::optional<Clock::time_point> start_;
+  int retries_ = 0;
+};
+
 // The longest prefix of `s` (at most `limit` bytes) that does not cut a
 // UTF-8 character.
 size_t Utf8Cut(std::string_view s, size_t limit) {
@@ -245,6 +336,45 @@ struct Prompt {
   std::string passkey;          // haystack only
   std::string description;
 };
+
+// What one Append call sends: token ids, then text. A resumed Append sends
+// the prompt without the tokens the session already holds.
+struct PromptPart {
+  std::vector<int32_t> ids;
+  std::string_view text;
+};
+
+PromptPart WholePrompt(const Prompt& prompt) { return {prompt.ids, prompt.text}; }
+
+// The prompt without its first `skip` tokens, or nullopt with *why when that
+// cannot be cut off client-side. Token ids count one each; text counts one
+// token per UTF-8 byte with the byte tokenizer (ModelInfo.tokenizer "bytes":
+// id = byte value) and cannot be counted with a BPE tokenizer (its token
+// boundaries are the server's). A cut inside a UTF-8 character sends the
+// character's remaining bytes as ids (their byte values), the rest as text.
+std::optional<PromptPart> PromptAfter(const Prompt& prompt, int64_t skip, bool bytes_tokenizer,
+                                      std::string* why) {
+  const int64_t ids = static_cast<int64_t>(prompt.ids.size());
+  if (skip <= ids) return PromptPart{{prompt.ids.begin() + skip, prompt.ids.end()}, prompt.text};
+  skip -= ids;
+  if (!bytes_tokenizer) {
+    *why = "the session holds part of the prompt's text, and with a BPE tokenizer this client "
+           "cannot tell which text those tokens cover";
+    return std::nullopt;
+  }
+  if (skip > static_cast<int64_t>(prompt.text.size())) {
+    *why = absl::StrFormat("the session holds %s tokens more than this prompt has",
+                           Commas(skip - static_cast<int64_t>(prompt.text.size())));
+    return std::nullopt;
+  }
+  PromptPart part;
+  part.text = std::string_view(prompt.text).substr(skip);
+  while (!part.text.empty() && (static_cast<unsigned char>(part.text[0]) & 0xC0) == 0x80) {
+    part.ids.push_back(static_cast<unsigned char>(part.text[0]));
+    part.text.remove_prefix(1);
+  }
+  return part;
+}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -316,14 +446,17 @@ class ProgressBar {
  public:
   explicit ProgressBar(int64_t total) : total_(total), tty_(isatty(STDERR_FILENO)) {}
 
-  void Update(const drt::v1::AppendProgress& p, bool final = false) {
+  // offset: prompt tokens the session held before this Append call (a
+  // resumed Append counts from there).
+  void Update(const drt::v1::AppendProgress& p, bool final = false, int64_t offset = 0) {
     const double rate = p.elapsed_seconds() > 0 ? p.tokens_ingested() / p.elapsed_seconds() : 0;
+    const int64_t tokens = offset + p.tokens_ingested();
     std::string line = absl::StrFormat(
-        "%s tokens  %s chunks  %s tokens/s  %.1f s", Commas(p.tokens_ingested()),
+        "%s tokens  %s chunks  %s tokens/s  %.1f s", Commas(tokens),
         Commas(p.chunks_ingested()), Commas(std::llround(rate)), p.elapsed_seconds());
     if (total_ > 0) {
       const double frac =
-          final ? 1.0 : std::min(0.999, static_cast<double>(p.tokens_ingested()) / total_);
+          final ? 1.0 : std::min(0.999, static_cast<double>(tokens) / total_);
       const int filled = static_cast<int>(30 * frac);
       line = absl::StrFormat("append [%s%s] %5.1f%%  %s", std::string(filled, '#'),
                              std::string(30 - filled, '.'), 100 * frac, line);
@@ -367,48 +500,193 @@ class Client {
     if (!status.ok()) Die(Describe(status));
   }
 
-  drt::v1::ModelInfo GetModelInfo() {
-    auto context = NewContext(kUnaryDeadlineSeconds);
+  // `call()` (a unary call on a fresh context) until it does not fail with
+  // UNAVAILABLE, within --retry_seconds; exits on any other failure.
+  template <typename Call>
+  void Retried(Retrier& retrier, const std::string& what, Call call) {
+    Outage outage(retrier);
+    while (true) {
+      const grpc::Status status = call();
+      if (status.ok()) return;
+      std::string why;
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) Die(absl::StrCat(what, ": ", Describe(status)));
+      if (!outage.Wait(what, Describe(status), &why)) Die(why);
+    }
+  }
+
+  drt::v1::ModelInfo GetModelInfo(Retrier& retrier) {
     drt::v1::ModelInfo info;
-    Check(stub_->GetModelInfo(context.get(), {}, &info));
+    Retried(retrier, "GetModelInfo", [&] {
+      auto context = NewContext(kUnaryDeadlineSeconds);
+      return stub_->GetModelInfo(context.get(), {}, &info);
+    });
     return info;
   }
 
-  std::string CreateSession() {
-    auto context = NewContext(kUnaryDeadlineSeconds);
+  std::string CreateSession(Retrier& retrier) {
     drt::v1::CreateSessionResponse response;
-    Check(stub_->CreateSession(context.get(), {}, &response));
+    Retried(retrier, "CreateSession", [&] {
+      auto context = NewContext(kUnaryDeadlineSeconds);
+      return stub_->CreateSession(context.get(), {}, &response);
+    });
     return response.session_id();
   }
 
-  grpc::Status DeleteSession(const std::string& id) {
-    auto context = NewContext(10);
-    drt::v1::DeleteSessionRequest request;
-    request.set_session_id(id);
-    drt::v1::DeleteSessionResponse response;
-    return stub_->DeleteSession(context.get(), request, &response);
+  // Retried on UNAVAILABLE; NOT_FOUND after a retry means an earlier attempt
+  // deleted it (its answer was lost). Empty when deleted, else why not.
+  std::string DeleteSession(const std::string& id, Retrier& retrier) {
+    Outage outage(retrier);
+    for (int attempt = 1;; ++attempt) {
+      auto context = NewContext(10);
+      drt::v1::DeleteSessionRequest request;
+      request.set_session_id(id);
+      drt::v1::DeleteSessionResponse response;
+      const grpc::Status status = stub_->DeleteSession(context.get(), request, &response);
+      if (status.ok() || (status.error_code() == grpc::StatusCode::NOT_FOUND && attempt > 1)) {
+        return "";
+      }
+      std::string why = Describe(status);
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
+          !outage.Wait("DeleteSession", Describe(status), &why)) {
+        return why;
+      }
+    }
   }
 
-  grpc::Status Append(const std::string& session_id, const Prompt& prompt,
-                      drt::v1::AppendSummary& summary, double& seconds) {
+  grpc::Status GetSession(const std::string& id, drt::v1::SessionInfo& info) {
+    auto context = NewContext(kUnaryDeadlineSeconds);
+    drt::v1::GetSessionRequest request;
+    request.set_session_id(id);
+    return stub_->GetSession(context.get(), request, &info);
+  }
+
+  // The session's info once the server answers and the session is not busy
+  // (a call cut by a dropped connection, not by a restart, may still be
+  // ending on the server); nullopt with *why when the client gives up. `cut`
+  // describes the cut call.
+  bool SessionWhenIdle(const std::string& id, Outage& outage, const std::string& cut,
+                       drt::v1::SessionInfo& info, std::string* why) {
+    while (true) {
+      const grpc::Status status = GetSession(id, info);
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        if (!outage.Wait("GetSession", Describe(status), why)) return false;
+        continue;
+      }
+      if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+        *why = absl::StrCat(cut, ", and session ", id, " is gone (", status.error_message(),
+                            "): the server keeps sessions across a restart only with --state_dir. "
+                            "Create a new session and send the prompt again");
+        return false;
+      }
+      if (!status.ok()) {
+        *why = absl::StrCat(cut, "; GetSession: ", Describe(status));
+        return false;
+      }
+      if (!info.busy()) return true;
+      if (!outage.Wait("GetSession", "the session is still busy with the cut call", why)) return false;
+    }
+  }
+
+  // Streams the prompt into a session that held `base_tokens`. An Append cut
+  // by UNAVAILABLE is not sent again whole: what the server acknowledged is
+  // on disk with --state_dir (and perhaps a little more: a step written whose
+  // acknowledgement was lost), so the client waits for the server, asks
+  // GetSession how many tokens the session holds and sends the prompt from
+  // there. On failure *why says what happened (the call's status for other
+  // errors).
+  bool AppendResumed(const std::string& session_id, const Prompt& prompt, bool bytes_tokenizer,
+                     int64_t base_tokens, Retrier& retrier, drt::v1::AppendSummary& summary,
+                     double& seconds, int& resumes, std::string* why) {
+    const auto start = Clock::now();
+    ProgressBar bar(prompt.expected_tokens);
+    Outage outage(retrier);
+    int64_t held = 0;               // prompt tokens in the session when this call began
+    int64_t acked = base_tokens;    // the session's tokens at the last acknowledgement
+    resumes = 0;
+    PromptPart part = WholePrompt(prompt);
+    while (true) {
+      const grpc::Status status = AppendOnce(session_id, part, bar, held, acked, summary);
+      if (status.ok()) {
+        summary.set_tokens_ingested(summary.session_tokens() - base_tokens);
+        seconds = Seconds(Clock::now() - start);
+        return true;
+      }
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+        *why = Describe(status);
+        return false;
+      }
+      const int64_t acknowledged = acked - base_tokens;
+      const std::string cut = absl::StrCat(
+          "the Append was cut (", Describe(status), ") after the server acknowledged ",
+          Commas(acknowledged), " tokens of this prompt");
+      drt::v1::SessionInfo info;
+      if (!outage.Wait("Append", Describe(status), why) ||
+          !SessionWhenIdle(session_id, outage, cut, info, why)) {
+        if (!absl::StrContains(*why, cut)) {
+          *why = absl::StrCat(*why, "; ", cut, " (they are in session ", session_id, ")");
+        }
+        return false;
+      }
+      const int64_t now_held = info.tokens() - base_tokens;
+      if (now_held < acknowledged) {
+        std::fprintf(stderr,
+                     "drt-client: warning: session %s holds %s tokens of this prompt, fewer than "
+                     "the %s acknowledged (the server lost acknowledged tokens); resuming from "
+                     "what it holds\n",
+                     session_id.c_str(), Commas(now_held).c_str(), Commas(acknowledged).c_str());
+      }
+      if (now_held > held) outage.Reset();  // progress: the bound starts again at the next cut
+      std::string cannot;
+      std::optional<PromptPart> rest = PromptAfter(prompt, now_held, bytes_tokenizer, &cannot);
+      if (!rest) {
+        *why = absl::StrCat(cut, "; session ", session_id, " holds ", Commas(now_held),
+                            " of them now and cannot be resumed: ", cannot,
+                            ". Append the rest yourself from there (--keep_session keeps the "
+                            "session), or start again");
+        return false;
+      }
+      held = now_held;
+      ++resumes;
+      std::fprintf(stderr,
+                   "drt-client: resuming the Append at prompt token %s (session %s holds %s "
+                   "tokens; %s of the prompt were acknowledged before the cut)\n",
+                   Commas(held).c_str(), session_id.c_str(), Commas(info.tokens()).c_str(),
+                   Commas(acknowledged).c_str());
+      std::fflush(stderr);
+      if (rest->ids.empty() && rest->text.empty()) {
+        // All of it was in before the cut: only the summary was lost.
+        summary.Clear();
+        summary.set_tokens_ingested(held);
+        summary.set_session_tokens(info.tokens());
+        summary.set_session_chunks(info.chunks());
+        seconds = Seconds(Clock::now() - start);
+        return true;
+      }
+      part = *std::move(rest);
+    }
+  }
+
+  // One Append call of `part`; `acked` follows the session's tokens as the
+  // server acknowledges them.
+  grpc::Status AppendOnce(const std::string& session_id, const PromptPart& part, ProgressBar& bar,
+                          int64_t offset, int64_t& acked, drt::v1::AppendSummary& summary) {
     auto context = NewContext(absl::GetFlag(FLAGS_deadline));
     Interrupts interrupts(context.get());
     IdleWatchdog watchdog(context.get(), absl::GetFlag(FLAGS_idle_timeout));
-    const auto start = Clock::now();
     auto stream = stub_->Append(context.get());
     // The sync API allows one thread writing while another reads.
     std::thread writer([&] {
       drt::v1::AppendRequest request;
       request.set_session_id(session_id);
       const size_t piece_tokens = absl::GetFlag(FLAGS_piece_tokens);
-      for (size_t i = 0; i < prompt.ids.size(); i += piece_tokens) {
-        const size_t n = std::min(piece_tokens, prompt.ids.size() - i);
-        request.mutable_tokens()->mutable_ids()->Assign(prompt.ids.begin() + i,
-                                                        prompt.ids.begin() + i + n);
+      for (size_t i = 0; i < part.ids.size(); i += piece_tokens) {
+        const size_t n = std::min(piece_tokens, part.ids.size() - i);
+        request.mutable_tokens()->mutable_ids()->Assign(part.ids.begin() + i,
+                                                        part.ids.begin() + i + n);
         if (!stream->Write(request)) return;  // the server ended the call; Finish says why
         request.clear_session_id();
       }
-      std::string_view rest = prompt.text;
+      std::string_view rest = part.text;
       while (!rest.empty()) {
         const size_t n = Utf8Cut(rest, absl::GetFlag(FLAGS_piece_bytes));
         request.set_text(std::string(rest.substr(0, n)));
@@ -418,27 +696,32 @@ class Client {
       }
       stream->WritesDone();
     });
-    ProgressBar bar(prompt.expected_tokens);
     drt::v1::AppendResponse response;
     drt::v1::AppendProgress last;
     bool any_progress = false;
+    bool any_summary = false;
     while (stream->Read(&response)) {
       watchdog.Poke();
       if (response.has_progress()) {
         last = response.progress();
+        acked = last.session_tokens();
         any_progress = true;
-        bar.Update(last);
+        bar.Update(last, /*final=*/false, offset);
       } else if (response.has_summary()) {
         summary = response.summary();
+        acked = summary.session_tokens();
+        any_summary = true;
       }
     }
     writer.join();
     grpc::Status status = watchdog.Explain(stream->Finish());
-    seconds = Seconds(Clock::now() - start);
+    if (status.ok() && !any_summary) {
+      status = grpc::Status(grpc::StatusCode::INTERNAL, "the Append stream ended without a summary");
+    }
     if (!status.ok()) {
       bar.Abort();
     } else if (any_progress) {
-      bar.Update(last, /*final=*/true);
+      bar.Update(last, /*final=*/true, offset);
     }
     return status;
   }
@@ -447,8 +730,55 @@ class Client {
     std::string text;
     drt::v1::GenerateDone done;
     int64_t tokens = 0;
+    int64_t pieces = 0;  // piece messages that reached the client
     double ttft = NAN, tpot = NAN;
   };
+
+  // Generate, sent again after UNAVAILABLE only when that is the same as the
+  // first try: no piece reached the client and the session holds exactly its
+  // `base_tokens` (a durable server continues a session exactly, so the same
+  // request and seed give the same answer). Generated tokens join the
+  // context, so once any exist the call is not repeated.
+  bool GenerateRetried(const std::string& session_id, int64_t base_tokens, Retrier& retrier,
+                       Answer& answer, std::string* why) {
+    Outage outage(retrier);
+    while (true) {
+      answer = Answer();
+      const grpc::Status status = Generate(session_id, answer);
+      if (status.ok()) return true;
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+        *why = Describe(status);
+        return false;
+      }
+      const std::string cut = absl::StrCat("the Generate was cut (", Describe(status), ")");
+      if (answer.pieces > 0) {
+        *why = absl::StrCat(cut, " after ", answer.pieces,
+                            " answer pieces reached the client; what it generated joined session ",
+                            session_id,
+                            "'s context, so generating again would continue after it, not repeat "
+                            "it: not retried (GetSession tells what the session holds)");
+        return false;
+      }
+      drt::v1::SessionInfo info;
+      if (!outage.Wait("Generate", Describe(status), why) ||
+          !SessionWhenIdle(session_id, outage, cut, info, why)) {
+        return false;
+      }
+      if (info.tokens() != base_tokens) {
+        *why = absl::StrCat(cut, "; session ", session_id, " now holds ",
+                            Commas(info.tokens() - base_tokens),
+                            " tokens more than before it (padding or generated tokens that never "
+                            "reached the client), so generating again would not repeat it: not "
+                            "retried");
+        return false;
+      }
+      std::fprintf(stderr,
+                   "drt-client: session %s holds what it held before the Generate (%s tokens); "
+                   "sending the Generate again\n",
+                   session_id.c_str(), Commas(info.tokens()).c_str());
+      std::fflush(stderr);
+    }
+  }
 
   grpc::Status Generate(const std::string& session_id, Answer& answer) {
     drt::v1::GenerateRequest request;
@@ -474,6 +804,7 @@ class Client {
     while (stream->Read(&response)) {
       watchdog.Poke();
       if (response.has_piece()) {
+        ++answer.pieces;
         const auto now = Clock::now();
         if (response.piece().token_ids_size() > 0) {
           if (answer.tokens == 0) first = now;
@@ -487,10 +818,12 @@ class Client {
         answer.done = response.done();
       }
     }
-    std::printf("\n");
     if (answer.tokens > 0) answer.ttft = Seconds(first - start);
     if (answer.tokens > 1) answer.tpot = Seconds(last - first) / (answer.tokens - 1);
-    return watchdog.Explain(stream->Finish());
+    grpc::Status status = watchdog.Explain(stream->Finish());
+    // A failed call that printed nothing leaves the line open for a retry.
+    if (status.ok() || answer.pieces > 0) std::printf("\n");
+    return status;
   }
 
  private:
@@ -540,7 +873,14 @@ int Run() {
     credentials = grpc::SslCredentials(options);
   }
   const std::string server = absl::GetFlag(FLAGS_server);
-  auto channel = grpc::CreateChannel(server, credentials);
+  // gRPC reconnects a lost connection by itself, waiting longer after each
+  // failed attempt (up to 120 s by default); calls made meanwhile fail at
+  // once with UNAVAILABLE. Capped at the client's own longest retry delay, so
+  // that a server back after a long outage is found within about that.
+  grpc::ChannelArguments channel_args;
+  channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                      static_cast<int>(kRetryMaxDelaySeconds * 1000));
+  auto channel = grpc::CreateCustomChannel(server, credentials, channel_args);
   const double timeout = absl::GetFlag(FLAGS_connect_timeout);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  std::chrono::milliseconds(std::llround(1000 * timeout)))) {
@@ -549,8 +889,9 @@ int Run() {
   std::string token = absl::GetFlag(FLAGS_token);
   if (const char* env = std::getenv("DRT_BEARER_TOKEN"); token.empty() && env != nullptr) token = env;
   Client client(channel, token, session_key);
+  Retrier retrier(absl::GetFlag(FLAGS_retry_seconds), server);
 
-  const drt::v1::ModelInfo info = client.GetModelInfo();
+  const drt::v1::ModelInfo info = client.GetModelInfo(retrier);
   std::printf("model: %s on %s, vocab %s (%s), chunks of %lld, top-k %lld, window %lld, "
               "context limit %s tokens\n",
               info.name().c_str(), info.device().c_str(), Commas(info.vocab_size()).c_str(),
@@ -560,39 +901,48 @@ int Run() {
   const Prompt prompt = MakePrompt(info);
   std::printf("prompt: %s\n", prompt.description.c_str());
 
-  const std::string session_id = client.CreateSession();
+  const std::string session_id = client.CreateSession(retrier);
   std::printf("session: %s (%s: %s)\n", session_id.c_str(), kSessionHeader, session_key.c_str());
   std::fflush(stdout);
   // Deletes the session however Run returns.
   struct Cleanup {
     Client& client;
     const std::string& id;
+    Retrier& retrier;
     ~Cleanup() {
       if (absl::GetFlag(FLAGS_keep_session)) return;
-      if (grpc::Status s = client.DeleteSession(id); !s.ok()) {
+      if (const std::string why = client.DeleteSession(id, retrier); !why.empty()) {
         std::fprintf(stderr, "drt-client: could not delete session %s: %s\n", id.c_str(),
-                     s.error_message().c_str());
+                     why.c_str());
       }
     }
-  } cleanup{client, session_id};
+  } cleanup{client, session_id, retrier};
 
   drt::v1::AppendSummary summary;
   double append_seconds = 0;
-  if (grpc::Status s = client.Append(session_id, prompt, summary, append_seconds); !s.ok()) {
+  int resumes = 0;
+  std::string why;
+  // A new session holds no tokens.
+  if (!client.AppendResumed(session_id, prompt, info.tokenizer() == "bytes", /*base_tokens=*/0,
+                            retrier, summary, append_seconds, resumes, &why)) {
     if (Interrupts::interrupted()) return 130;
-    std::fprintf(stderr, "drt-client: %s\n", Client::Describe(s).c_str());
+    std::fprintf(stderr, "drt-client: %s\n", why.c_str());
     return 1;
   }
-  std::printf("append: %s tokens, %s chunks in %.2f s: %s tokens/s (server: %s tokens/s)\n",
+  std::printf("append: %s tokens, %s chunks in %.2f s: %s tokens/s (server: %s tokens/s%s)%s\n",
               Commas(summary.tokens_ingested()).c_str(), Commas(summary.session_chunks()).c_str(),
               append_seconds, Commas(std::llround(summary.tokens_ingested() / append_seconds)).c_str(),
-              Commas(std::llround(summary.tokens_per_second())).c_str());
+              Commas(std::llround(summary.tokens_per_second())).c_str(),
+              resumes > 0 ? " in its last call" : "",
+              resumes > 0 ? absl::StrFormat(", resumed %d time%s after UNAVAILABLE", resumes,
+                                            resumes == 1 ? "" : "s").c_str()
+                          : "");
   std::printf("answer: ");
   std::fflush(stdout);
   Client::Answer answer;
-  if (grpc::Status s = client.Generate(session_id, answer); !s.ok()) {
+  if (!client.GenerateRetried(session_id, summary.session_tokens(), retrier, answer, &why)) {
     if (Interrupts::interrupted()) return 130;
-    std::fprintf(stderr, "drt-client: %s\n", Client::Describe(s).c_str());
+    std::fprintf(stderr, "drt-client: %s\n", why.c_str());
     return 1;
   }
 
@@ -647,6 +997,9 @@ int main(int argc, char** argv) {
   if (passkey.find_first_not_of("0123456789") != std::string::npos) Die("--passkey must be digits");
   if (!(absl::GetFlag(FLAGS_deadline) >= 0)) Die("--deadline must be positive, or 0 for none");
   if (!(absl::GetFlag(FLAGS_idle_timeout) > 0)) Die("--idle_timeout must be positive");
+  if (!(absl::GetFlag(FLAGS_retry_seconds) >= 0)) {
+    Die("--retry_seconds must be positive, or 0 for no retries");
+  }
   // The haystack's options mean nothing with a prompt of one's own; a script
   // that passes --require_passkey there would pass whatever the answer.
   if (!absl::GetFlag(FLAGS_prompt_file).empty() || !absl::GetFlag(FLAGS_token_ids).empty()) {

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Both example clients ride over a drt-server restart on the same --state_dir.
+
+A real drt-server (the passkey model) with --state_dir is stopped in the
+middle of a client's Append, once the session holds RESUME_AFTER tokens of
+it, and started again on the same port and state directory. The client must
+retry (a log line per retry), resume the Append from the tokens the session
+holds, and finish with exactly what an uninterrupted run gives: every prompt
+token ingested once (its "append: N tokens" is the uninterrupted run's N: an
+Append sent again whole would hold about N + the resume point, one resumed
+from the wrong place fewer or more), and the same answer (a durable server
+continues a session exactly, docs/api.md). The stop is a crash (SIGKILL) for
+one run and a drain (SIGTERM, running calls end with UNAVAILABLE) for the
+other, for each client.
+
+Then a server that stays down: the client must give up after --retry-seconds
+with an error that names the bound and the acknowledged tokens, and not much
+later.
+
+    client_restart_test.py --server-binary build/server/drt-server \
+        --cpp-client build/client_examples/drt-client --stubs build/python
+"""
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from checks import Checks
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MODEL = os.path.join(REPO, "models", "drt-passkey-byte")
+PASSKEY = "52817"
+# The prompt: a haystack of HAYSTACK_TOKENS byte tokens. The server
+# acknowledges (and writes) every ACK_TOKENS tokens, so that a stop after
+# RESUME_AFTER tokens finds several acknowledged steps to resume from.
+HAYSTACK_TOKENS = 120_000
+ACK_TOKENS = 4096
+RESUME_AFTER = 20_000
+# How long the server stays down before the restart: long enough for the
+# client to fail and retry a few times (its first delays are 0.1-0.2 s,
+# 0.2-0.4 s, 0.4-0.8 s).
+DOWN_SECONDS = 1.5
+RETRY_SECONDS = 120
+# The server that stays down: the client must give up after GIVE_UP_SECONDS
+# of retries, and within GIVE_UP_SLACK more (its last attempt, GetSession's
+# connection failure, process exit; a loaded 2-core machine).
+GIVE_UP_SECONDS = 3
+GIVE_UP_SLACK = 10
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A drt-server process on a fixed port and state directory; its output is
+    kept (drained by a thread, so that it never blocks on a full pipe)."""
+
+    def __init__(self, binary, port, state_dir):
+        self.binary, self.port, self.state_dir = binary, port, state_dir
+        self.process = None
+        self.log = []
+
+    def start(self):
+        self.process = subprocess.Popen(
+            [self.binary, "--model", MODEL, "--listen", f"127.0.0.1:{self.port}", "--http_listen", "",
+             "--device", "cpu", "--state_dir", self.state_dir, "--state_ack_tokens", str(ACK_TOKENS),
+             "--shutdown_grace_seconds", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ready = threading.Event()
+
+        def drain(process):
+            for line in process.stdout:
+                self.log.append(line)
+                if "listening on" in line:
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=drain, args=(self.process,), daemon=True).start()
+        if not ready.wait(120) or self.process.poll() is not None:
+            raise SystemExit(f"drt-server did not start:\n{''.join(self.log[-30:])}")
+
+    def stop(self, sig):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=60)
+        self.process = None
+
+
+def session_tokens(stub, pb):
+    """The tokens of the server's only session, or 0 (none yet, or no answer)."""
+    try:
+        sessions = stub.ListSessions(pb.ListSessionsRequest(), timeout=5).sessions
+    except Exception:  # the server is starting or gone: nothing to read yet
+        return 0
+    return sessions[0].tokens if sessions else 0
+
+
+def run_cut(grpc, pb, pb_grpc, binary, command, sig, restart):
+    """Runs `command` against a fresh durable server and stops the server
+    (signal `sig`) once its session holds RESUME_AFTER tokens; restarts it on
+    the same port and state directory after DOWN_SECONDS when `restart`.
+    Returns (exit code, output, tokens at the stop, seconds from the stop to
+    the client's exit)."""
+    with tempfile.TemporaryDirectory(prefix="drt-client-restart-") as tmp:
+        port = free_port()
+        server = Server(binary, port, os.path.join(tmp, "state"))
+        server.start()
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = pb_grpc.DrtStub(channel)
+        command = [arg.replace("PORT", str(port)) for arg in command]
+        client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        output = []
+        reader = threading.Thread(target=lambda: output.extend(client.stdout), daemon=True)
+        reader.start()
+        try:
+            deadline = time.monotonic() + 120
+            held = 0
+            while time.monotonic() < deadline and client.poll() is None:
+                held = session_tokens(stub, pb)
+                if held >= RESUME_AFTER:
+                    break
+                time.sleep(0.02)
+            stopped_at = time.monotonic()
+            server.stop(sig)
+            if restart:
+                time.sleep(DOWN_SECONDS)
+                server.start()
+            client.wait(timeout=300)
+            seconds = time.monotonic() - stopped_at
+            reader.join(timeout=10)
+        finally:
+            if client.poll() is None:
+                client.kill()
+            server.stop(signal.SIGKILL)
+            channel.close()
+        return client.returncode, "".join(output), held, seconds
+
+
+def run_plain(binary, command):
+    """`command` against a durable server that is never stopped."""
+    with tempfile.TemporaryDirectory(prefix="drt-client-restart-") as tmp:
+        port = free_port()
+        server = Server(binary, port, os.path.join(tmp, "state"))
+        server.start()
+        try:
+            result = subprocess.run([arg.replace("PORT", str(port)) for arg in command],
+                                    capture_output=True, text=True, timeout=300)
+        finally:
+            server.stop(signal.SIGTERM)
+        return result.returncode, result.stdout + result.stderr
+
+
+def field(pattern, output):
+    m = re.search(pattern, output, re.M)
+    return m.group(1) if m else None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--server-binary", required=True)
+    p.add_argument("--cpp-client", required=True)
+    p.add_argument("--stubs", required=True)
+    args = p.parse_args()
+    sys.path.insert(0, args.stubs)
+    import grpc
+    from drt.v1 import drt_pb2 as pb, drt_pb2_grpc as pb_grpc
+
+    target = "127.0.0.1:PORT"
+    clients = {
+        "python": [sys.executable, os.path.join(REPO, "client_examples", "python", "drt_client.py"),
+                   "--stubs", args.stubs, "--server", target, "--haystack-tokens", str(HAYSTACK_TOKENS),
+                   "--passkey", PASSKEY, "--max-tokens", "8", "--stop", ".",
+                   "--piece-bytes", "8192"],
+        "c++": [args.cpp_client, "--server", target, "--haystack_tokens", str(HAYSTACK_TOKENS),
+                "--passkey", PASSKEY, "--max_tokens", "8", "--stop", ".", "--piece_bytes", "8192"],
+    }
+    retry = {"python": "--retry-seconds", "c++": "--retry_seconds"}
+    checks = Checks()
+
+    # The uninterrupted run: what every cut run must end with.
+    code, output = run_plain(args.server_binary, clients["python"])
+    tokens = field(r"^append: ([\d,]+) tokens", output)
+    answer = field(r"^answer: (.*)$", output)
+    prompt = field(r"^prompt: (.*)$", output)
+    checks.expect(code == 0 and tokens and answer is not None,
+                  f"uninterrupted run: {tokens} tokens, answer {answer!r}", output[-1500:])
+    if code != 0 or not tokens:
+        return checks.summary()
+    total = int(tokens.replace(",", ""))
+
+    for name, command in clients.items():
+        for sig, how in ((signal.SIGKILL, "kill -9"), (signal.SIGTERM, "SIGTERM (drain)")):
+            code, output, held, _ = run_cut(grpc, pb, pb_grpc, args.server_binary,
+                                            command + [retry[name], str(RETRY_SECONDS)], sig, restart=True)
+            what = f"{name}, {how} at {held:,} tokens and a restart"
+            checks.expect(RESUME_AFTER <= held < total, f"{what}: the stop came in the middle of the Append",
+                          f"session held {held:,} of {total:,}")
+            retries = re.findall(r"UNAVAILABLE.*; retry (\d+) in [\d.]+ s \(", output)
+            checks.expect(len(retries) >= 1, f"{what}: a log line per retry ({len(retries)} retries)",
+                          output[-2500:])
+            resumed = field(r"resuming the Append at prompt token ([\d,]+)", output)
+            resumed = int(resumed.replace(",", "")) if resumed else None
+            checks.expect(resumed is not None and 0 < resumed < total,
+                          f"{what}: the Append resumed at prompt token {resumed} (0 < it < {total:,}), "
+                          "not from the start", output[-2500:])
+            checks.expect(code == 0 and field(r"^append: ([\d,]+) tokens", output) == tokens,
+                          f"{what}: the client finished with every prompt token ingested once ({tokens})",
+                          output[-2500:])
+            checks.expect(field(r"^answer: (.*)$", output) == answer
+                          and field(r"^prompt: (.*)$", output) == prompt,
+                          f"{what}: the same prompt and answer as the uninterrupted run ({answer!r})",
+                          output[-1500:])
+
+        # A server that stays down.
+        code, output, held, seconds = run_cut(grpc, pb, pb_grpc, args.server_binary,
+                                              command + [retry[name], str(GIVE_UP_SECONDS)],
+                                              signal.SIGKILL, restart=False)
+        acknowledged = field(r"after the server acknowledged ([\d,]+) tokens of this prompt", output)
+        checks.expect(code != 0 and f"did not come back within {retry[name]} {GIVE_UP_SECONDS}" in output
+                      and acknowledged is not None and "Traceback" not in output,
+                      f"{name}, a server that stays down: a clear error naming the bound and the "
+                      f"{acknowledged} acknowledged tokens", output[-2000:])
+        checks.expect(acknowledged is not None and 0 < int(acknowledged.replace(",", "")) <= held,
+                      f"{name}, a server that stays down: it reports acknowledged tokens the session "
+                      f"held ({acknowledged} <= {held:,})")
+        checks.expect(GIVE_UP_SECONDS <= seconds < GIVE_UP_SECONDS + GIVE_UP_SLACK,
+                      f"{name}, a server that stays down: gave up {seconds:.1f} s after the stop "
+                      f"(retried for the bound, {GIVE_UP_SECONDS} s, and within {GIVE_UP_SLACK} s more)")
+    return checks.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
