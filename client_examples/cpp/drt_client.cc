@@ -21,7 +21,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -248,7 +247,7 @@ std::string Ms(double seconds) { return absl::StrFormat("%.1f ms", 1000 * second
 // sessions"): GetModelInfo and GetSession only read; CreateSession may leave
 // an empty session behind when only its answer was lost (it expires after
 // its idle TTL); DeleteSession's NOT_FOUND on a retry means an earlier
-// attempt deleted it. An Append is never re-sent whole (its tokens would be
+// attempt deleted it. An Append is never re-sent blindly (its tokens would be
 // in the context twice): the client asks GetSession how many tokens the
 // session holds and resumes from there (Client::AppendResumed). A Generate
 // is sent again only when nothing of it reached the client and the session
@@ -306,7 +305,8 @@ class Outage {
                             kRetryFirstDelaySeconds * std::ldexp(1.0, std::min(retries_, 30)));
     delay = std::min(left, delay * retrier_.Jitter());
     ++retries_;
-    std::fprintf(stderr, "drt-client: %s: %s; retry %d in %.2f s (%.1f s of --retry_seconds %g used)\n",
+    std::fprintf(stderr,
+                 "drt-client: %s: %s; retry %d in %.2f s (%.1f s of --retry_seconds %g used)\n",
                  what.c_str(), reason.c_str(), retries_, delay, used, retrier_.seconds());
     std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::duration<double>(delay));
@@ -509,7 +509,9 @@ class Client {
       const grpc::Status status = call();
       if (status.ok()) return;
       std::string why;
-      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) Die(absl::StrCat(what, ": ", Describe(status)));
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+        Die(absl::StrCat(what, ": ", Describe(status)));
+      }
       if (!outage.Wait(what, Describe(status), &why)) Die(why);
     }
   }
@@ -583,7 +585,9 @@ class Client {
         return false;
       }
       if (!info.busy()) return true;
-      if (!outage.Wait("GetSession", "the session is still busy with the cut call", why)) return false;
+      if (!outage.Wait("GetSession", "the session is still busy with the cut call", why)) {
+        return false;
+      }
     }
   }
 
@@ -716,7 +720,8 @@ class Client {
     writer.join();
     grpc::Status status = watchdog.Explain(stream->Finish());
     if (status.ok() && !any_summary) {
-      status = grpc::Status(grpc::StatusCode::INTERNAL, "the Append stream ended without a summary");
+      status =
+          grpc::Status(grpc::StatusCode::INTERNAL, "the Append stream ended without a summary");
     }
     if (!status.ok()) {
       bar.Abort();
