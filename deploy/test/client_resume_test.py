@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Both example clients' rules for calls cut by UNAVAILABLE, case by case.
+
+A stand-in server (no model) keeps a session's tokens as a list and cuts
+calls on cue, so that each rule of client_examples/README.md ("Server
+restarts") is played where a real server cannot be steered as precisely
+(client_restart_test.py does the real thing):
+
+- bytes: a UTF-8 prompt (2- and 3-byte characters) whose Append is cut
+  twice, each time with the session holding more than was acknowledged and
+  the cut inside a character: the session must end holding exactly the
+  prompt's bytes, once each;
+- bpe-text: the same with a BPE tokenizer: the client cannot map tokens to
+  text, so it must stop with an error giving the acknowledged and held
+  counts, and send nothing more;
+- bpe-ids: a token-id prompt with a BPE tokenizer, cut: ids resume exactly;
+- generate-again: a Generate cut before any piece with the session
+  unchanged is sent again (once);
+- generate-pieces: a Generate cut after a piece is not sent again;
+- generate-grew: a Generate cut before any piece, but the session grew
+  (padding the client never saw), is not sent again;
+- gone: GetSession answers NOT_FOUND after the cut (no --state_dir): an
+  error saying so;
+- no-retry: --retry-seconds 0 reports the Append's UNAVAILABLE as before.
+
+    client_resume_test.py --cpp-client build/client_examples/drt-client --stubs build/python
+"""
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent import futures
+
+from checks import Checks
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# The stand-in acknowledges ACKED tokens of an Append, holds HELD, then cuts
+# it, once per cut it is told to make.
+ACKED = 2000
+HELD = 2501
+
+
+class StandIn:
+    def __init__(self, pb, pb_grpc, grpc):
+        self.pb, self.grpc = pb, grpc
+        self.lock = threading.Lock()
+        self.reset("bytes")
+        outer = self
+
+        class Servicer(pb_grpc.DrtServicer):
+            def GetModelInfo(self, request, context):
+                return pb.ModelInfo(name="stand-in", device="none", vocab_size=258, tokenizer=outer.tokenizer,
+                                    pad_id=256, chunk_id=257, enc_chunk_size=64, max_context_tokens=1 << 20)
+
+            def CreateSession(self, request, context):
+                return pb.CreateSessionResponse(session_id="s1")
+
+            def DeleteSession(self, request, context):
+                return pb.DeleteSessionResponse()
+
+            def GetSession(self, request, context):
+                if outer.mode == "gone":
+                    context.abort(grpc.StatusCode.NOT_FOUND, "session s1 does not exist (server started anew)")
+                with outer.lock:
+                    return pb.SessionInfo(session_id="s1", tokens=len(outer.held))
+
+            def Append(self, requests, context):
+                with outer.lock:
+                    start = len(outer.held)
+                    outer.appends += 1
+                for r in requests:
+                    with outer.lock:
+                        if r.WhichOneof("piece") == "tokens":
+                            outer.held.extend(r.tokens.ids)
+                        else:  # text; each text byte is one token of the stand-in's "session"
+                            outer.held.extend(r.text.encode())
+                        cut = outer.cuts > 0 and len(outer.held) - start > HELD
+                        if cut:
+                            outer.cuts -= 1
+                            del outer.held[start + HELD:]
+                    if cut:
+                        yield pb.AppendResponse(progress=pb.AppendProgress(
+                            tokens_ingested=ACKED, session_tokens=start + ACKED))
+                        context.abort(grpc.StatusCode.UNAVAILABLE, "cut by the stand-in")
+                with outer.lock:
+                    n = len(outer.held)
+                yield pb.AppendResponse(summary=pb.AppendSummary(
+                    tokens_ingested=n - start, session_tokens=n, session_chunks=n // 63, tokens_per_second=1))
+
+            def Generate(self, request, context):
+                with outer.lock:
+                    outer.generates += 1
+                    cut = outer.generate_cuts > 0
+                    outer.generate_cuts -= 1
+                if cut and outer.mode == "generate-pieces":
+                    with outer.lock:
+                        outer.held.append(49)
+                    yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="1", token_ids=[49]))
+                if cut:
+                    if outer.mode == "generate-grew":
+                        with outer.lock:
+                            outer.held.extend([256] * 5)
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "generate cut by the stand-in")
+                with outer.lock:
+                    outer.held.extend([50, 46])
+                yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="2.", token_ids=[50, 46]))
+                yield pb.GenerateResponse(done=pb.GenerateDone(finish_reason=pb.FINISH_REASON_STOP_SEQUENCE))
+
+        self.servicer = Servicer()
+
+    def reset(self, mode, tokenizer="bytes", cuts=0, generate_cuts=0):
+        with self.lock:
+            self.mode, self.tokenizer = mode, tokenizer
+            self.cuts, self.generate_cuts = cuts, generate_cuts
+            self.held, self.appends, self.generates = [], 0, 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cpp-client", required=True)
+    p.add_argument("--stubs", required=True)
+    args = p.parse_args()
+    sys.path.insert(0, args.stubs)
+    import grpc
+    from drt.v1 import drt_pb2 as pb, drt_pb2_grpc as pb_grpc
+
+    stand_in = StandIn(pb, pb_grpc, grpc)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    pb_grpc.add_DrtServicer_to_server(stand_in.servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    checks = Checks()
+    with tempfile.TemporaryDirectory(prefix="drt-client-resume-") as tmp:
+        # 2- and 3-byte characters everywhere: the cuts (at 2,501 bytes past
+        # each call's start) fall inside characters.
+        rng = random.Random(31)  # a seed whose two cuts both fall inside characters (checked below)
+        text = " ".join(rng.choice(["h\u00e9llo", "w\u00f6rld", "\u65e5\u672c\u8a9e", "abc"]) for _ in range(2000))
+        prompt = os.path.join(tmp, "prompt.txt")
+        with open(prompt, "w", encoding="utf-8") as f:
+            f.write(text)
+        data = text.encode("utf-8")
+        inside = [0x80 <= data[i] < 0xC0 for i in (HELD, 2 * HELD)]
+        checks.expect(all(inside), f"bytes: the prompt's cuts at bytes {HELD:,} and {2 * HELD:,} fall inside "
+                      "UTF-8 characters (continuation bytes), as the case needs", str(inside))
+        ids = [rng.randrange(0, 256) for _ in range(9000)]
+        ids_file = os.path.join(tmp, "ids.txt")
+        with open(ids_file, "w") as f:
+            f.write(" ".join(map(str, ids)))
+        target = f"127.0.0.1:{port}"
+        clients = {
+            "python": ([sys.executable, os.path.join(REPO, "client_examples", "python", "drt_client.py"),
+                        "--stubs", args.stubs, "--server", target, "--max-tokens", "2", "--retry-seconds", "20",
+                        "--piece-bytes", "1000", "--piece-tokens", "1000"],
+                       {"prompt": "--prompt-file", "ids": "--token-ids", "retry": "--retry-seconds"}),
+            "c++": ([args.cpp_client, "--server", target, "--max_tokens", "2", "--retry_seconds", "20",
+                     "--piece_bytes", "1000", "--piece_tokens", "1000"],
+                    {"prompt": "--prompt_file", "ids": "--token_ids", "retry": "--retry_seconds"}),
+        }
+        try:
+            for name, (base, flag) in clients.items():
+                def run(mode, extra, **kw):
+                    stand_in.reset(mode, **kw)
+                    r = subprocess.run(base + extra, capture_output=True, text=True, timeout=120)
+                    return r.returncode, r.stdout + r.stderr
+
+                code, out = run("bytes", [flag["prompt"], prompt], cuts=2)
+                checks.expect(code == 0 and bytes(stand_in.held[:len(data)]) == data
+                              and len(stand_in.held) == len(data) + 2 and stand_in.appends == 3
+                              and out.count("resuming the Append at prompt token") == 2,
+                              f"{name}, bytes: an Append cut twice inside characters ends with the prompt's "
+                              f"{len(data):,} bytes in the session exactly once (3 calls)", out[-2500:])
+
+                code, out = run("bpe-text", [flag["prompt"], prompt], tokenizer="gpt2-bpe", cuts=1)
+                checks.expect(code != 0 and "acknowledged 2,000 tokens" in out and "holds 2,501" in out
+                              and "cannot be resumed" in out and "BPE tokenizer" in out
+                              and stand_in.appends == 1 and "Traceback" not in out,
+                              f"{name}, bpe-text: a cut text Append with a BPE tokenizer stops with the "
+                              "acknowledged and held counts, and sends nothing more", out[-2500:])
+
+                code, out = run("bpe-ids", [flag["ids"], ids_file], tokenizer="gpt2-bpe", cuts=1)
+                checks.expect(code == 0 and stand_in.held[:len(ids)] == ids and len(stand_in.held) == len(ids) + 2,
+                              f"{name}, bpe-ids: a cut token-id Append resumes exactly with any tokenizer",
+                              out[-2500:])
+
+                code, out = run("generate-again", [flag["ids"], ids_file], generate_cuts=1)
+                checks.expect(code == 0 and stand_in.generates == 2 and "sending the Generate again" in out
+                              and len(stand_in.held) == len(ids) + 2,
+                              f"{name}, generate-again: a Generate cut before any piece, the session "
+                              "unchanged, is sent again once", out[-2500:])
+
+                code, out = run("generate-pieces", [flag["ids"], ids_file], generate_cuts=1)
+                checks.expect(code != 0 and stand_in.generates == 1 and "not retried" in out
+                              and "1 answer pieces reached the client" in out,
+                              f"{name}, generate-pieces: a Generate cut after a piece is not sent again",
+                              out[-2500:])
+
+                code, out = run("generate-grew", [flag["ids"], ids_file], generate_cuts=1)
+                checks.expect(code != 0 and stand_in.generates == 1 and "holds 5 tokens more" in out
+                              and "not retried" in out,
+                              f"{name}, generate-grew: a Generate cut while the session grew is not sent again",
+                              out[-2500:])
+
+                code, out = run("gone", [flag["ids"], ids_file], cuts=1)
+                checks.expect(code != 0 and "is gone" in out and "--state_dir" in out and stand_in.appends == 1,
+                              f"{name}, gone: NOT_FOUND after a cut says the session is gone", out[-2500:])
+
+                code, out = run("no-retry", [flag["ids"], ids_file, flag["retry"], "0"], cuts=1)
+                checks.expect(code != 0 and "UNAVAILABLE: cut by the stand-in" in out and "retry 1" not in out
+                              and stand_in.appends == 1,
+                              f"{name}, {flag['retry']} 0: the Append's UNAVAILABLE is reported, not retried",
+                              out[-2500:])
+                code, out = run("no-retry", [flag["ids"], ids_file, flag["retry"], "-1"])
+                checks.expect(code != 0 and "must be positive" in out and "Traceback" not in out,
+                              f"{name}, {flag['retry']} -1: refused", out[-800:])
+        finally:
+            server.stop(0)
+    return checks.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
