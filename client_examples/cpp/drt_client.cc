@@ -757,8 +757,9 @@ class Client {
       }
       const std::string cut = absl::StrCat("the Generate was cut (", Describe(status), ")");
       if (answer.pieces > 0) {
-        *why = absl::StrCat(cut, " after ", answer.pieces,
-                            " answer pieces reached the client; what it generated joined session ",
+        *why = absl::StrCat(cut, " after ", answer.pieces, " answer piece",
+                            answer.pieces == 1 ? "" : "s",
+                            " reached the client; what it generated joined session ",
                             session_id,
                             "'s context, so generating again would continue after it, not repeat "
                             "it: not retried (GetSession tells what the session holds)");

@@ -657,7 +657,8 @@ def generate_retried(pb, stub, session_id, args, metadata, retrier, base_tokens)
             error = e
         cut = f"the Generate was cut ({error.code().name}: {error.details()})"
         if received[0]:
-            raise GaveUp(f"{cut} after {received[0]} answer pieces reached the client; what it generated "
+            pieces = f"{received[0]} answer piece{'s' if received[0] != 1 else ''}"
+            raise GaveUp(f"{cut} after {pieces} reached the client; what it generated "
                          f"joined session {session_id}'s context, so generating again would continue "
                          "after it, not repeat it: not retried (GetSession tells what the session holds)")
         outage.wait("Generate", error)

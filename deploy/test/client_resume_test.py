@@ -193,7 +193,7 @@ def main():
 
                 code, out = run("generate-pieces", [flag["ids"], ids_file], generate_cuts=1)
                 checks.expect(code != 0 and stand_in.generates == 1 and "not retried" in out
-                              and "1 answer pieces reached the client" in out,
+                              and "after 1 answer piece reached the client" in out,
                               f"{name}, generate-pieces: a Generate cut after a piece is not sent again",
                               out[-2500:])
 
