@@ -278,6 +278,7 @@ absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
       return s;
     }
     own.chunks += chunks - on_disk;
+    if (options_.chunks_written_for_test) options_.chunks_written_for_test(id);
   }
   auto state = session.ExportState();
   if (!state.ok()) return state.status();

@@ -44,6 +44,11 @@ struct StateStoreOptions {
   // store) and at "child registered" (it is, its state not yet written), so
   // that a test can delete sessions at exactly those points.
   std::function<void(std::string_view point)> fork_point_for_test;
+  // Tests only: called by a write of session `id` once the chunks it
+  // appended are on disk (before its state file), with that session's
+  // entry in the store locked (not the store itself), so that a test can
+  // read the server's figures while a write runs.
+  std::function<void(const std::string& id)> chunks_written_for_test;
 };
 
 class StateStore {

@@ -113,7 +113,8 @@ TEST_CASE("the first write of a loaded session writes its chunks in bounded batc
   SessionSettings settings;
   settings.max_context_tokens = 1 << 20;
   settings.idle_ttl_seconds = 600;
-  auto entry = server.sessions->AddLoaded(settings, *std::move(session));
+  HostReservation none;  // (no budget reserved for it here)
+  auto entry = server.sessions->AddLoaded(settings, *std::move(session), none);
   INFO(entry.status().message());
   REQUIRE(entry.ok());
   const int64_t growth = testing::ProcStatusBytes("VmHWM") - rss;
