@@ -255,6 +255,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
   }
   auto entry = std::make_shared<SessionEntry>(id, settings, std::move(session));
   if (store_ != nullptr && durable) {
+    // Registered before anyone can find (and so delete) it: the store
+    // writes only registered sessions, and forgets a deleted one at once.
+    store_->Register(id);
     entry->persister_ = [store = store_](const SessionEntry& e, Session& s, bool force) {
       return store->Persist(e.id(), e.settings(), s, force);
     };
