@@ -165,10 +165,19 @@ class StepRunner {
       }
       if (row.token == static_cast<int64_t>(request.tokens.size()) - 1) {
         entry.session->last_logits_.assign(logits, logits + V);
+        // (num_tokens_ is advanced below: these are of its token after the slice.)
+        entry.session->logits_tokens_ = request.num_tokens + static_cast<int64_t>(request.tokens.size());
       }
     }
     for (const SlicePlan& slice : plan.slices) {
-      if (slice.lower_only) continue;  // it retrieved nothing
+      if (slice.lower_only) {
+        // It retrieved nothing; its rows owe the upper layers until they
+        // lie beyond the reach of the session's end (Session::CheckStateWhole).
+        Session& session = *entries_[pending_[members[slice.request]].entry].session;
+        session.skipped_upper_end_ = std::max(session.skipped_upper_end_,
+                                              slice.first_position + slice.num_rows);
+        continue;
+      }
       entries_[pending_[members[slice.request]].entry].session->retrievals_ +=
           static_cast<int64_t>(slice.landmarks.size()) * backend_.config().num_groups();
     }

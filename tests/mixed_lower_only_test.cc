@@ -273,7 +273,10 @@ TEST_CASE("an entry with tokens following leaves the last logits stale until a p
   REQUIRE(RunStep(*on, {first})[0].ok());
   CHECK(a->backend_session().stats().upper_rows_skipped == 0);
   CHECK(a->backend_session().stats().logit_rows == rows_before);
-  CHECK(Logits(*a) == before);  // stale: the logits of the prompt's last token
+  // What it holds are the logits of the prompt's last token: stale, so not
+  // served (Session::CheckStateWhole).
+  CHECK(a->last_logits().empty());
+  CHECK(a->CheckStateWhole().code() == absl::StatusCode::kFailedPrecondition);
   first.session = b.get();
   CHECK(!RunStepSkipsLastLogits(*off, first));
   REQUIRE(RunStep(*off, {first})[0].ok());
