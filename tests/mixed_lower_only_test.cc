@@ -320,8 +320,8 @@ TEST_CASE("PlanStep puts the upper layers over the slices before the lower-only 
   auto plan = PlanStep(config, requests);
   REQUIRE(plan.ok());
   CHECK(plan->num_rows == 1 + 4 + 10);
-  CHECK(plan->upper_slices == 2);
-  CHECK(plan->upper_rows == 5);
+  CHECK(plan->upper_slices() == 2);
+  CHECK(plan->upper_rows() == 5);
   CHECK(!plan->lower_only);
   CHECK(plan->mixed_lower_only());
   CHECK(plan->skips_some_logits());
@@ -352,7 +352,7 @@ TEST_CASE("PlanStep puts the upper layers over the slices before the lower-only 
   auto all_lower = PlanStep(config, requests);
   REQUIRE(all_lower.ok());
   CHECK(all_lower->lower_only);
-  CHECK(all_lower->upper_rows == 0);
+  CHECK(all_lower->upper_rows() == 0);
   CHECK(!all_lower->mixed_lower_only());
   CHECK(all_lower->logit_rows.empty());
 }
