@@ -570,7 +570,17 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     }
   }
 
-  // Restore; chunk reads go through each log's open file.
+  // Restore; chunk reads go through each log's open file. A session that
+  // fails here passed every check of its files above, so its data is
+  // intact and the cause is the environment (the mapping limit, file
+  // descriptors, memory): it is quarantined after the loop with every log
+  // it needs that no restored session keeps in chunks/, and nothing it
+  // needs is deleted below.
+  struct Failed {
+    const Candidate* candidate;
+    std::string problem;
+  };
+  std::vector<Failed> failed;
   for (Candidate& c : whole) {
     std::vector<int> fds;
     std::vector<std::string> paths;
@@ -581,50 +591,90 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       if (s.chunks > 0 && fds.back() < 0 && opened.ok()) opened = Errno("cannot open", paths.back());
     }
     std::string payload;
+    ChunkReader read = [&](int64_t chunk, ChunkData& out) -> absl::Status {
+      for (size_t i = 0; i < c.record.segments.size(); ++i) {
+        if (chunk < c.record.segments[i].chunks) {
+          if (absl::Status s = ReadChunkRecord(fds[i], paths[i], chunk, payload_bytes_, payload);
+              !s.ok()) {
+            return s;
+          }
+          return DecodeChunk(payload, config_, out);
+        }
+        chunk -= c.record.segments[i].chunks;
+      }
+      return absl::InternalError("chunk beyond the session's logs");
+    };
+    ChunkMapper map = options_.disk_tier ? MapperFor(c.record.segments) : nullptr;
+    if (options_.restore_io_for_test) options_.restore_io_for_test(c.id, map, read);
+    // Whether the mapper itself failed (say, at vm.max_map_count): then the
+    // session is restored again with its chunks read into memory, as the
+    // disk tier does at run time when a mapping fails.
+    absl::Status map_error;
+    const ChunkMapper watched_map =
+        map == nullptr ? ChunkMapper(nullptr) : ChunkMapper([&](int64_t first, int64_t count) {
+          auto mapped = map(first, count);
+          if (!mapped.ok() && map_error.ok()) map_error = mapped.status();
+          return mapped;
+        });
+    bool mapping_failed = false;
     absl::StatusOr<std::unique_ptr<Session>> session = absl::InternalError("not restored");
     if (!opened.ok()) {
       session = opened;
     } else {
-      const ChunkMapper map = options_.disk_tier ? MapperFor(c.record.segments) : nullptr;
-      session = Session::Restore(backend, c.state, [&](int64_t chunk, ChunkData& out) -> absl::Status {
-        for (size_t i = 0; i < c.record.segments.size(); ++i) {
-          if (chunk < c.record.segments[i].chunks) {
-            if (absl::Status s = ReadChunkRecord(fds[i], paths[i], chunk, payload_bytes_, payload);
-                !s.ok()) {
-              return s;
-            }
-            return DecodeChunk(payload, config_, out);
-          }
-          chunk -= c.record.segments[i].chunks;
-        }
-        return absl::InternalError("chunk beyond the session's logs");
-      }, map);
+      session = Session::Restore(backend, c.state, read, watched_map);
+      if (!session.ok() && !map_error.ok()) {
+        std::fprintf(stderr,
+                     "drt-server: session %s keeps its chunks in memory (the disk tier could not "
+                     "map them at start-up): %s\n",
+                     c.id.c_str(), std::string(map_error.message()).c_str());
+        mapping_failed = true;
+        session = Session::Restore(backend, c.state, read, nullptr);
+      }
     }
     for (int fd : fds) {
       if (fd >= 0) ::close(fd);
     }
     if (!session.ok()) {
-      report.quarantined.push_back(
-          Quarantine(c.id, absl::StrFormat("%s: %s", c.path, session.status().message()), {c.path}));
+      failed.push_back({&c, absl::StrFormat("%s: %s", c.path, session.status().message())});
       continue;
     }
     auto d = FindOrAdd(c.id, c.record.segments);
     d->tokens_written = c.state.num_tokens;
     const int64_t unit = (*session)->backend_session().chunk_map_unit();
-    if (options_.disk_tier && unit > 0) {
+    d->mapping_failed = mapping_failed;
+    if (options_.disk_tier && unit > 0 && !mapping_failed) {
       d->chunks_mapped = ClosedChunks(c.state, config_) / unit * unit;
     }
     d->last_write = std::chrono::steady_clock::now();
     report.sessions.push_back({c.id, c.record.settings, *std::move(session)});
   }
 
-  // Logs no restored session uses: left by a crash inside Remove, or by a
-  // session quarantined above whose log another one shared.
+  // The logs restored sessions use stay in chunks/; a failed session takes
+  // every other log it names (its own, and an ancestor's that only failed
+  // sessions use) into its quarantine directory, so that its files there
+  // are whole. A log two failed sessions share goes with the first; the
+  // report line of each names where its files went.
   std::set<std::string> used;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [log, refs] : log_refs_) used.insert(log);
   }
+  std::set<std::string> moved_logs;
+  for (const Failed& f : failed) {
+    std::vector<std::string> files = {f.candidate->path};
+    for (const ChunkSegment& s : f.candidate->record.segments) {
+      if (used.contains(s.log) || moved_logs.contains(s.log) || !fs::exists(LogPath(s.log))) {
+        continue;
+      }
+      files.push_back(LogPath(s.log));
+      moved_logs.insert(s.log);
+    }
+    report.quarantined.push_back(Quarantine(f.candidate->id, f.problem, files));
+  }
+
+  // Logs no restored session uses: left by a crash inside Remove, or by a
+  // session refused above for damaged files whose log another one shared.
+  // (Those of sessions that failed to restore went to quarantine just above.)
   for (const auto& entry : fs::directory_iterator(options_.dir + "/chunks", ec)) {
     const std::string name = entry.path().filename().string();
     if (!absl::EndsWith(name, kLogSuffix)) continue;

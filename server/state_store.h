@@ -44,6 +44,12 @@ struct StateStoreOptions {
   // store) and at "child registered" (it is, its state not yet written), so
   // that a test can delete sessions at exactly those points.
   std::function<void(std::string_view point)> fork_point_for_test;
+  // Tests only: called by RestoreAll with each session about to be restored
+  // (its files passed every check) and the chunk mapper (null without the
+  // disk tier) and reader its restore will use; a test may wrap either to
+  // fail as the environment can (vm.max_map_count, EMFILE), data intact.
+  std::function<void(std::string_view id, ChunkMapper& map, ChunkReader& read)>
+      restore_io_for_test;
 };
 
 class StateStore {
@@ -70,6 +76,11 @@ class StateStore {
   // Reads every session back (once, before any Persist). A session whose
   // files are damaged is moved to DIR/quarantine/ and reported; chunk log
   // tails past what the sessions need (torn or not yet acknowledged) are cut.
+  // A session whose files are whole but whose restore fails (no file
+  // descriptor, no memory) is moved there too, with every chunk log it
+  // names that no restored session uses, so that nothing it holds is
+  // deleted. With the disk tier, a session whose chunks cannot be mapped
+  // (vm.max_map_count) is restored with them in memory, as at run time.
   absl::StatusOr<RestoreReport> RestoreAll(Backend& backend);
 
   // Writes what changed in `session` since the last call: its new closed
