@@ -341,7 +341,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::st
   if (absl::Status s = CheckSessionIdLength(id); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) return SessionNotFound(id, started_);
+  if (it == sessions_.end()) {
+    return SessionNotFound(id, started_, store_ != nullptr ? store_->dir() : "");
+  }
   return it->second;
 }
 
@@ -397,7 +399,9 @@ absl::Status SessionManager::Delete(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) return SessionNotFound(id, started_);
+    if (it == sessions_.end()) {
+      return SessionNotFound(id, started_, store_ != nullptr ? store_->dir() : "");
+    }
     entry = std::move(it->second);
     sessions_.erase(it);
   }
