@@ -334,6 +334,29 @@ void SessionManager::AttachStateStore(StateStore* store) { store_ = store; }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Adopt(
     const std::string& id, SessionSettings settings, std::unique_ptr<Session> session) {
+  // The limits are this server's, as for a loaded session (AddLoaded): a
+  // restart with a lower --max_context_tokens or --idle_ttl_seconds applies
+  // them to the restored sessions too. A session already past the new
+  // context limit keeps its tokens (it is not refused: that would lose
+  // them); only its further Appends and Generates are refused.
+  const SessionSettings saved = settings;
+  settings.max_context_tokens =
+      std::clamp<int64_t>(settings.max_context_tokens, 1, limits_.max_context_tokens);
+  settings.idle_ttl_seconds =
+      std::clamp<int64_t>(settings.idle_ttl_seconds, 1, limits_.idle_ttl_seconds);
+  if (settings.max_context_tokens != saved.max_context_tokens ||
+      settings.idle_ttl_seconds != saved.idle_ttl_seconds) {
+    std::fprintf(stderr,
+                 "drt-server: session %s: its saved max_context_tokens %lld and idle_ttl_seconds "
+                 "%lld are clamped to this server's limits: %lld and %lld%s\n",
+                 id.c_str(), static_cast<long long>(saved.max_context_tokens),
+                 static_cast<long long>(saved.idle_ttl_seconds),
+                 static_cast<long long>(settings.max_context_tokens),
+                 static_cast<long long>(settings.idle_ttl_seconds),
+                 session->num_tokens() > settings.max_context_tokens
+                     ? " (it holds more tokens than that context limit: it takes no more)"
+                     : "");
+  }
   return Insert(settings, std::move(session), id);
 }
 

@@ -266,7 +266,8 @@ class SessionManager {
   // store (when attached) before it is returned.
   absl::StatusOr<std::shared_ptr<SessionEntry>> AddLoaded(SessionSettings settings,
                                                           std::unique_ptr<Session> session);
-  // Inserts a session read back from the store under its old id (start-up).
+  // Inserts a session read back from the store under its old id (start-up),
+  // with its settings clamped to this server's limits (logged when changed).
   absl::StatusOr<std::shared_ptr<SessionEntry>> Adopt(const std::string& id, SessionSettings settings,
                                                       std::unique_ptr<Session> session);
 

@@ -446,6 +446,40 @@ TEST_CASE("interval sync writes at most once per interval and at the end of a ca
   REQUIRE(tokens_on_disk() == 300);  // the end of the call writes it
 }
 
+TEST_CASE("restored sessions take the restarted server's lower limits", "[state_store]") {
+  drt::testing::TempDir dir;
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  std::string small, big;
+  {
+    Server server(dir.path());  // DurableLimits(): the default context limit and TTL
+    small = server.Create();
+    big = server.Create();
+    server.Append(small, RandomTokens(chunk, 41));
+    server.Append(big, RandomTokens(3 * chunk + 1, 42));
+    auto entry = server.sessions->Find(big);
+    REQUIRE(entry.ok());
+    REQUIRE((*entry)->settings().max_context_tokens == DurableLimits().max_context_tokens);
+    REQUIRE((*entry)->settings().idle_ttl_seconds == DurableLimits().idle_ttl_seconds);
+  }
+  SessionLimits lower = DurableLimits();
+  lower.max_context_tokens = 2 * chunk;
+  lower.idle_ttl_seconds = 50;
+  REQUIRE(lower.max_context_tokens < DurableLimits().max_context_tokens);
+  REQUIRE(lower.idle_ttl_seconds < DurableLimits().idle_ttl_seconds);
+  Server server(DurableOptions(dir.path()), lower);
+  REQUIRE(server.report.quarantined.empty());
+  // Both are restored (the big one past the new limit keeps its tokens) and
+  // both carry this server's limits, which GetSession reports and the
+  // Append and Generate checks read.
+  REQUIRE(server.Tokens() == std::map<std::string, int64_t>{{small, chunk}, {big, 3 * chunk + 1}});
+  for (const std::string& id : {small, big}) {
+    auto entry = server.sessions->Find(id);
+    REQUIRE(entry.ok());
+    CHECK((*entry)->settings().max_context_tokens == 2 * chunk);
+    CHECK((*entry)->settings().idle_ttl_seconds == 50);
+  }
+}
+
 TEST_CASE("bad state directories are refused by path", "[state_store]") {
   drt::testing::TempDir dir;
   const ModelConfig& config = FixtureModel::Get().model->config();
