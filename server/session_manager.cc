@@ -23,6 +23,7 @@ const char* ActivityName(Activity a) {
     case Activity::kAppending: return "an Append";
     case Activity::kGenerating: return "a Generate";
     case Activity::kIdle: return "nothing";
+    case Activity::kExpiring: return "its expiry";
   }
   return "?";
 }
@@ -38,6 +39,12 @@ SessionEntry::SessionEntry(std::string id, SessionSettings settings, std::unique
 absl::Status SessionEntry::Begin(Activity activity) {
   Activity expected = Activity::kIdle;
   if (!activity_.compare_exchange_strong(expected, activity)) {
+    // A call that found the session just before idle expiry claimed it.
+    if (expected == Activity::kExpiring) {
+      return absl::NotFoundError(absl::StrFormat(
+          "session %s expired: it was idle for more than its idle_ttl_seconds (%d)", id_,
+          settings_.idle_ttl_seconds));
+    }
     return absl::FailedPreconditionError(absl::StrFormat(
         "session %s is busy with %s; wait for it to finish (or cancel it) and retry", id_,
         ActivityName(expected)));
@@ -584,17 +591,28 @@ absl::Status SessionManager::CheckForkBudget(int64_t bytes) const {
 
 int SessionManager::EvictIdle() {
   std::vector<std::shared_ptr<SessionEntry>> evicted;
+  std::function<void(const std::string&)> point;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    point = evict_point_for_test_;
     for (auto it = sessions_.begin(); it != sessions_.end();) {
-      const SessionEntry& e = *it->second;
-      if (e.activity() == Activity::kIdle && e.idle_seconds() > e.settings().idle_ttl_seconds) {
+      SessionEntry& e = *it->second;
+      // Claimed before it leaves the table: a call that found it a moment
+      // ago and begins now gets NOT_FOUND ("expired") from Begin, instead of
+      // beginning and then failing with ABORTED ("deleted while ...") at its
+      // first step; a call that began first keeps it (the claim fails).
+      Activity idle = Activity::kIdle;
+      if (e.idle_seconds() > e.settings().idle_ttl_seconds &&
+          e.activity_.compare_exchange_strong(idle, Activity::kExpiring)) {
         evicted.push_back(std::move(it->second));
         it = sessions_.erase(it);
       } else {
         ++it;
       }
     }
+  }
+  if (point) {
+    for (const auto& entry : evicted) point(entry->id());
   }
   // As in Delete: the engine sessions are freed (which takes a while for a
   // large one) after mutex_ is released, so lookups of other sessions do
@@ -605,6 +623,11 @@ int SessionManager::EvictIdle() {
   }
   if (!evicted.empty()) RefreshIdleFigures();
   return static_cast<int>(evicted.size());
+}
+
+void SessionManager::SetEvictPointForTest(std::function<void(const std::string& id)> point) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  evict_point_for_test_ = std::move(point);
 }
 
 void SessionManager::ReaperLoop() {
