@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -436,7 +437,8 @@ std::string StateStore::Quarantine(const std::string& id, const std::string& pro
                          target, moved.empty() ? "nothing moved" : absl::StrJoin(moved, ", "));
 }
 
-absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backend) {
+absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backend,
+                                                                 int64_t max_sessions) {
   RestoreReport report;
   struct Candidate {
     std::string id;
@@ -503,19 +505,9 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       }
     }
   }
-  std::vector<Candidate> whole;
-  std::map<std::string, int64_t> log_users;  // candidates using each log
+  // Each candidate's problem with its chunk logs (empty: they are whole).
+  std::vector<std::string> log_problems;
   for (const Candidate& c : candidates) {
-    for (const ChunkSegment& s : c.record.segments) ++log_users[s.log];
-  }
-  // A state file that cannot be read goes aside with its own log (named
-  // after the session) unless another session uses that log.
-  for (const Unreadable& u : unreadable) {
-    std::vector<std::string> files = {u.path};
-    if (!log_users.contains(u.id) && fs::exists(LogPath(u.id))) files.push_back(LogPath(u.id));
-    report.quarantined.push_back(Quarantine(u.id, u.problem, files));
-  }
-  for (Candidate& c : candidates) {
     std::string problem;
     for (const ChunkSegment& s : c.record.segments) {
       if (s.chunks == 0) continue;
@@ -529,6 +521,34 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       }
       if (!problem.empty()) break;
     }
+    log_problems.push_back(std::move(problem));
+  }
+  // Counted before anything is moved, cut or read into memory: a directory
+  // with more sessions than the server may hold is refused as it is.
+  const int64_t restorable =
+      std::count(log_problems.begin(), log_problems.end(), std::string());
+  if (restorable > max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s holds %d sessions, more than --max_sessions=%d; raise it to restore them (nothing "
+        "was restored or changed)",
+        options_.dir, restorable, max_sessions));
+  }
+
+  std::vector<Candidate> whole;
+  std::map<std::string, int64_t> log_users;  // candidates using each log
+  for (const Candidate& c : candidates) {
+    for (const ChunkSegment& s : c.record.segments) ++log_users[s.log];
+  }
+  // A state file that cannot be read goes aside with its own log (named
+  // after the session) unless another session uses that log.
+  for (const Unreadable& u : unreadable) {
+    std::vector<std::string> files = {u.path};
+    if (!log_users.contains(u.id) && fs::exists(LogPath(u.id))) files.push_back(LogPath(u.id));
+    report.quarantined.push_back(Quarantine(u.id, u.problem, files));
+  }
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    Candidate& c = candidates[i];
+    const std::string& problem = log_problems[i];
     if (problem.empty()) {
       whole.push_back(std::move(c));
       continue;

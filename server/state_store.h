@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,7 +82,10 @@ class StateStore {
   // names that no restored session uses, so that nothing it holds is
   // deleted. With the disk tier, a session whose chunks cannot be mapped
   // (vm.max_map_count) is restored with them in memory, as at run time.
-  absl::StatusOr<RestoreReport> RestoreAll(Backend& backend);
+  // RESOURCE_EXHAUSTED, before anything is moved, cut or restored, when
+  // more than `max_sessions` sessions would restore (--max_sessions).
+  absl::StatusOr<RestoreReport> RestoreAll(
+      Backend& backend, int64_t max_sessions = std::numeric_limits<int64_t>::max());
 
   // Writes what changed in `session` since the last call: its new closed
   // chunks (appended to its own log, fsynced), then its small state

@@ -480,6 +480,37 @@ TEST_CASE("restored sessions take the restarted server's lower limits", "[state_
   }
 }
 
+TEST_CASE("more sessions than max_sessions are refused before any is restored",
+          "[state_store]") {
+  drt::testing::TempDir dir;
+  FixtureModel& f = FixtureModel::Get();
+  const int64_t chunk = f.chunk_size();
+  std::map<std::string, int64_t> tokens;
+  {
+    Server server(dir.path());
+    server.Append(server.Create(), RandomTokens(2 * chunk + 1, 51));
+    server.Append(server.Create(), RandomTokens(chunk, 52));
+    tokens = server.Tokens();
+  }
+  int restores = 0;  // sessions whose restore began (read into memory)
+  StateStoreOptions options = DurableOptions(dir.path());
+  options.restore_io_for_test = [&](std::string_view, ChunkMapper&, ChunkReader&) { ++restores; };
+  {
+    auto store = StateStore::Open(options, f.model->config());
+    REQUIRE(store.ok());
+    auto refused = (*store)->RestoreAll(*f.backend, /*max_sessions=*/1);
+    REQUIRE(refused.status().code() == absl::StatusCode::kResourceExhausted);
+    REQUIRE_THAT(std::string(refused.status().message()),
+                 Contains(dir.path() + " holds 2 sessions, more than --max_sessions=1"));
+    REQUIRE(restores == 0);
+  }
+  REQUIRE(fs::is_empty(dir.path() + "/quarantine"));
+  // The directory is as it was: a server allowed two restores both.
+  Server server(dir.path());
+  REQUIRE(server.report.quarantined.empty());
+  REQUIRE(server.Tokens() == tokens);
+}
+
 TEST_CASE("bad state directories are refused by path", "[state_store]") {
   drt::testing::TempDir dir;
   const ModelConfig& config = FixtureModel::Get().model->config();
