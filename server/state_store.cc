@@ -28,13 +28,7 @@ constexpr char kFormatLine[] = "drt-state-dir";
 constexpr char kStateSuffix[] = ".state";
 constexpr char kLogSuffix[] = ".log";
 
-absl::Status Errno(const char* what, const std::string& path) {
-  const int e = errno;
-  const std::string text = absl::StrFormat("%s %s: %s", what, path, std::strerror(e));
-  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(text);
-  if (e == EACCES || e == EPERM || e == EROFS) return absl::PermissionDeniedError(text);
-  return absl::InternalError(text);
-}
+absl::Status Errno(const char* what, const std::string& path) { return ErrnoStatus(what, path); }
 
 absl::Status MakeDir(const std::string& path) {
   if (::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return absl::OkStatus();
