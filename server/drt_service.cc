@@ -15,6 +15,7 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "engine/tokenizer/streaming_encoder.h"
+#include "server/bearer_token.h"
 #include "server/request_parsing.h"
 #include "server/scheduler.h"
 #include "server/session_id.h"
@@ -331,8 +332,10 @@ grpc::Status DrtService::Admit(grpc::ServerContext* context, const char* method)
   if (!options_.bearer_token.empty()) {
     const auto& metadata = context->client_metadata();
     auto it = metadata.find("authorization");
-    const std::string expected = "Bearer " + options_.bearer_token;
-    if (it == metadata.end() || std::string(it->second.data(), it->second.size()) != expected) {
+    // In constant time: a plain != stops at the first byte that differs.
+    if (it == metadata.end() ||
+        !BearerTokenMatches(std::string_view(it->second.data(), it->second.size()),
+                            options_.bearer_token)) {
       return Finish(grpc::Status(
           grpc::StatusCode::UNAUTHENTICATED,
           "missing or wrong credentials: send metadata 'authorization: Bearer <token>'"));

@@ -140,15 +140,11 @@ absl::StatusOr<std::unique_ptr<StateStore>> OpenStateStore(const StateStoreOptio
 // (moved to DIR/quarantine/ and named on stderr).
 absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager& sessions) {
   const auto start = std::chrono::steady_clock::now();
-  auto report = store.RestoreAll(backend);
+  // (More sessions than --max_sessions: refused before any is read in.)
+  auto report = store.RestoreAll(backend, sessions.limits().max_sessions);
   if (!report.ok()) return report.status();
   for (const std::string& line : report->quarantined) {
     std::fprintf(stderr, "drt-server: %s\n", line.c_str());
-  }
-  if (static_cast<int64_t>(report->sessions.size()) > sessions.limits().max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s holds %d sessions, more than --max_sessions=%d; raise it to restore them",
-        store.dir(), report->sessions.size(), sessions.limits().max_sessions));
   }
   // Attached first, so that the adopted sessions are written like new ones.
   sessions.AttachStateStore(&store);
@@ -166,6 +162,20 @@ absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager
                restored, static_cast<long long>(tokens),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                report->quarantined.size(), static_cast<long long>(report->torn_tails_truncated));
+  // Restored sessions are not refused for the host memory budget (that
+  // would lose them), but a restart with a smaller budget than they hold
+  // refuses every Append and LoadSession: said here, once, with the figures.
+  const int64_t held = sessions.TotalHostBytes();
+  const int64_t budget = sessions.limits().host_memory_budget_bytes;
+  std::fprintf(stderr, "drt-server: restored sessions hold %lld MiB of host memory (budget %lld MiB)\n",
+               static_cast<long long>(held >> 20), static_cast<long long>(budget >> 20));
+  if (held > budget) {
+    std::fprintf(stderr,
+                 "drt-server: WARNING: the restored sessions hold more host memory than "
+                 "--host_memory_budget_gb allows (%lld MiB > %lld MiB): every Append and "
+                 "LoadSession is refused until sessions are deleted or the budget is raised\n",
+                 static_cast<long long>(held >> 20), static_cast<long long>(budget >> 20));
+  }
   return absl::OkStatus();
 }
 

@@ -108,8 +108,12 @@ namespace drt::server {
 
 class SessionEntry;
 
-// Tokens per engine step, shared by all sessions in it, when nothing else
-// says: 64 chunks of 63 tokens (4096 positions with their landmarks).
+// SchedulerOptions::step_tokens for a Scheduler built directly (tests,
+// benches): 64 chunks of 63 tokens (4096 positions with their landmarks).
+// Not the server's default: drt-server always sets step_tokens, to
+// --step_tokens or else to what fills the backend's step (drt_service.cc,
+// StepTokens: 1008 tokens, 1024 positions, by default; docs/api.md,
+// "Scheduling").
 constexpr int64_t kDefaultStepTokens = 4032;
 
 // A handler turns a token around (write it out, sample the next) in tens of
@@ -184,7 +188,8 @@ struct StepRecord {
 };
 
 struct SchedulerOptions {
-  // The step's token budget, shared by decode and prefill items.
+  // The step's token budget, shared by decode and prefill items (the
+  // server sets it; see kDefaultStepTokens).
   int64_t step_tokens = kDefaultStepTokens;
   // A step that holds decode items takes only as much prefill as keeps its
   // predicted time within this many times a decode-only step (>= 1; 0: no

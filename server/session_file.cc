@@ -18,7 +18,7 @@ namespace {
 // A session file is a small-state file (state_files.h) whose one segment is
 // named kInlineChunks, followed by that many chunk records.
 constexpr char kInlineChunks[] = "(inline)";
-constexpr size_t kStateHeaderBytes = 8 + 4 + 4 + 8;  // as in state_files.cc
+constexpr size_t kStateHeaderBytes = kSessionRecordHeaderBytes;
 
 }  // namespace
 
@@ -91,8 +91,7 @@ absl::StatusOr<LoadedSession> LoadSessionFile(
   // few KiB to MiB: the state, not the chunks).
   char header[kStateHeaderBytes];
   if (absl::Status s = ReadExactlyAt(fd, path, header, sizeof header, 0); !s.ok()) return s;
-  uint64_t body = 0;
-  std::memcpy(&body, header + 16, sizeof body);
+  const uint64_t body = SessionRecordBodyBytes(std::string_view(header, sizeof header));
   // A state longer than the file: only the header is passed on, whose
   // decoding names the problem (not a session file, a foreign version, or
   // truncated), without reading the rest of a possibly large file.

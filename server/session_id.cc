@@ -14,13 +14,24 @@ absl::Status CheckSessionIdLength(absl::string_view id) {
 
 std::string PrintableId(absl::string_view id) { return absl::CHexEscape(id); }
 
-absl::Status SessionNotFound(absl::string_view id, absl::Time server_start) {
+absl::Status SessionNotFound(absl::string_view id, absl::Time server_start,
+                             absl::string_view state_dir) {
+  const std::string started =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", server_start, absl::UTCTimeZone());
+  if (!state_dir.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "no session '", PrintableId(id),
+        "': it was deleted, expired after being idle, or was refused when this server started "
+        "at ",
+        started, " (sessions are kept in the state directory and restored at start-up; one "
+        "refused there is named in the server's log and its files are in ",
+        state_dir, "/quarantine/)"));
+  }
   return absl::NotFoundError(absl::StrCat(
       "no session '", PrintableId(id),
       "': it was deleted, expired after being idle, or was made before a restart (this server "
       "started at ",
-      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", server_start, absl::UTCTimeZone()),
-      "; sessions are held in memory and do not survive a restart)"));
+      started, "; sessions are held in memory and do not survive a restart)"));
 }
 
 }  // namespace drt::server

@@ -24,8 +24,12 @@ absl::Status CheckSessionIdLength(absl::string_view id);
 // The id as messages show it: control and non-ASCII bytes C-escaped.
 std::string PrintableId(absl::string_view id);
 
-// NOT_FOUND for `id`: deleted, expired, or made before this server (started
-// at `server_start`) was restarted; sessions live in memory only.
-absl::Status SessionNotFound(absl::string_view id, absl::Time server_start);
+// NOT_FOUND for `id`. Without a state directory (`state_dir` empty):
+// deleted, expired, or made before this server (started at `server_start`)
+// was restarted, since sessions live in memory only. With one, sessions
+// survive a restart, so the causes named are deleted, expired, or refused at
+// start-up (named in the server's log, files in `state_dir`/quarantine/).
+absl::Status SessionNotFound(absl::string_view id, absl::Time server_start,
+                             absl::string_view state_dir = "");
 
 }  // namespace drt::server

@@ -23,6 +23,7 @@ const char* ActivityName(Activity a) {
     case Activity::kAppending: return "an Append";
     case Activity::kGenerating: return "a Generate";
     case Activity::kIdle: return "nothing";
+    case Activity::kExpiring: return "its expiry";
   }
   return "?";
 }
@@ -38,6 +39,12 @@ SessionEntry::SessionEntry(std::string id, SessionSettings settings, std::unique
 absl::Status SessionEntry::Begin(Activity activity) {
   Activity expected = Activity::kIdle;
   if (!activity_.compare_exchange_strong(expected, activity)) {
+    // A call that found the session just before idle expiry claimed it.
+    if (expected == Activity::kExpiring) {
+      return absl::NotFoundError(absl::StrFormat(
+          "session %s expired: it was idle for more than its idle_ttl_seconds (%d)", id_,
+          settings_.idle_ttl_seconds));
+    }
     return absl::FailedPreconditionError(absl::StrFormat(
         "session %s is busy with %s; wait for it to finish (or cancel it) and retry", id_,
         ActivityName(expected)));
@@ -343,6 +350,29 @@ void SessionManager::AttachStateStore(StateStore* store) { store_ = store; }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Adopt(
     const std::string& id, SessionSettings settings, std::unique_ptr<Session> session) {
+  // The limits are this server's, as for a loaded session (AddLoaded): a
+  // restart with a lower --max_context_tokens or --idle_ttl_seconds applies
+  // them to the restored sessions too. A session already past the new
+  // context limit keeps its tokens (it is not refused: that would lose
+  // them); only its further Appends and Generates are refused.
+  const SessionSettings saved = settings;
+  settings.max_context_tokens =
+      std::clamp<int64_t>(settings.max_context_tokens, 1, limits_.max_context_tokens);
+  settings.idle_ttl_seconds =
+      std::clamp<int64_t>(settings.idle_ttl_seconds, 1, limits_.idle_ttl_seconds);
+  if (settings.max_context_tokens != saved.max_context_tokens ||
+      settings.idle_ttl_seconds != saved.idle_ttl_seconds) {
+    std::fprintf(stderr,
+                 "drt-server: session %s: its saved max_context_tokens %lld and idle_ttl_seconds "
+                 "%lld are clamped to this server's limits: %lld and %lld%s\n",
+                 id.c_str(), static_cast<long long>(saved.max_context_tokens),
+                 static_cast<long long>(saved.idle_ttl_seconds),
+                 static_cast<long long>(settings.max_context_tokens),
+                 static_cast<long long>(settings.idle_ttl_seconds),
+                 session->num_tokens() > settings.max_context_tokens
+                     ? " (it holds more tokens than that context limit: it takes no more)"
+                     : "");
+  }
   return Insert(settings, std::move(session), id);
 }
 
@@ -350,7 +380,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::st
   if (absl::Status s = CheckSessionIdLength(id); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) return SessionNotFound(id, started_);
+  if (it == sessions_.end()) {
+    return SessionNotFound(id, started_, store_ != nullptr ? store_->dir() : "");
+  }
   return it->second;
 }
 
@@ -406,7 +438,9 @@ absl::Status SessionManager::Delete(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) return SessionNotFound(id, started_);
+    if (it == sessions_.end()) {
+      return SessionNotFound(id, started_, store_ != nullptr ? store_->dir() : "");
+    }
     entry = std::move(it->second);
     sessions_.erase(it);
   }
@@ -573,17 +607,28 @@ absl::Status SessionManager::CheckForkBudget(int64_t bytes) const {
 
 int SessionManager::EvictIdle() {
   std::vector<std::shared_ptr<SessionEntry>> evicted;
+  std::function<void(const std::string&)> point;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    point = evict_point_for_test_;
     for (auto it = sessions_.begin(); it != sessions_.end();) {
-      const SessionEntry& e = *it->second;
-      if (e.activity() == Activity::kIdle && e.idle_seconds() > e.settings().idle_ttl_seconds) {
+      SessionEntry& e = *it->second;
+      // Claimed before it leaves the table: a call that found it a moment
+      // ago and begins now gets NOT_FOUND ("expired") from Begin, instead of
+      // beginning and then failing with ABORTED ("deleted while ...") at its
+      // first step; a call that began first keeps it (the claim fails).
+      Activity idle = Activity::kIdle;
+      if (e.idle_seconds() > e.settings().idle_ttl_seconds &&
+          e.activity_.compare_exchange_strong(idle, Activity::kExpiring)) {
         evicted.push_back(std::move(it->second));
         it = sessions_.erase(it);
       } else {
         ++it;
       }
     }
+  }
+  if (point) {
+    for (const auto& entry : evicted) point(entry->id());
   }
   // As in Delete: the engine sessions are freed (which takes a while for a
   // large one) after mutex_ is released, so lookups of other sessions do
@@ -594,6 +639,11 @@ int SessionManager::EvictIdle() {
   }
   if (!evicted.empty()) RefreshIdleFigures();
   return static_cast<int>(evicted.size());
+}
+
+void SessionManager::SetEvictPointForTest(std::function<void(const std::string& id)> point) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  evict_point_for_test_ = std::move(point);
 }
 
 void SessionManager::ReaperLoop() {

@@ -38,7 +38,9 @@ struct SessionLimits {
   int64_t host_memory_budget_bytes = 8LL << 30;
 };
 
-enum class Activity { kIdle, kAppending, kGenerating };
+// kExpiring: claimed by idle expiry (SessionManager::EvictIdle) just before
+// the session leaves the table; it never ends, and Begin answers NOT_FOUND.
+enum class Activity { kIdle, kAppending, kGenerating, kExpiring };
 
 class SessionEntry;
 class SessionManager;
@@ -57,7 +59,8 @@ class SessionEntry {
   const SessionSettings& settings() const { return settings_; }
 
   // Claims the session for one activity; FAILED_PRECONDITION naming the
-  // running one when it is busy, NOT_FOUND once the session was deleted.
+  // running one when it is busy, NOT_FOUND once the session was deleted or
+  // claimed by idle expiry.
   absl::Status Begin(Activity activity);
   // Ends the activity, refreshes the cached figures and the idle clock. For
   // a durable session, first writes what the activity left unwritten
@@ -272,7 +275,8 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<SessionEntry>> AddLoaded(SessionSettings settings,
                                                           std::unique_ptr<Session> session,
                                                           HostReservation& reservation);
-  // Inserts a session read back from the store under its old id (start-up).
+  // Inserts a session read back from the store under its old id (start-up),
+  // with its settings clamped to this server's limits (logged when changed).
   absl::StatusOr<std::shared_ptr<SessionEntry>> Adopt(const std::string& id, SessionSettings settings,
                                                       std::unique_ptr<Session> session);
 
@@ -296,8 +300,14 @@ class SessionManager {
   // (reservations included).
   absl::Status CheckForkBudget(int64_t bytes) const;
 
-  // Deletes sessions idle past their TTL; returns how many.
+  // Deletes sessions idle past their TTL; returns how many. Each is claimed
+  // (Activity::kExpiring) under the manager's lock before it leaves the
+  // table, so a call that found it just before cannot begin on it (NOT_FOUND,
+  // "expired") and one that began first keeps it.
   int EvictIdle();
+  // Tests only: called by EvictIdle for each expired session after it left
+  // the table and before it is marked deleted (no lock held).
+  void SetEvictPointForTest(std::function<void(const std::string& id)> point);
 
  private:
   friend class HostReservation;
@@ -339,6 +349,7 @@ class SessionManager {
   std::condition_variable stop_;
   bool stopping_ = false;
   StateStore* store_ = nullptr;  // set once, before serving
+  std::function<void(const std::string& id)> evict_point_for_test_;  // guarded by mutex_
   std::thread reaper_;
 };
 

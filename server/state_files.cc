@@ -20,16 +20,10 @@ namespace {
 
 constexpr char kStateMagic[8] = {'D', 'R', 'T', 'S', 'T', 'A', 'T', 'E'};
 constexpr char kChunkLogMagic[8] = {'D', 'R', 'T', 'C', 'H', 'L', 'O', 'G'};
-constexpr size_t kStateHeaderBytes = 8 + 4 + 4 + 8;  // magic, version, crc32c, body length
+constexpr size_t kStateHeaderBytes = kSessionRecordHeaderBytes;
+constexpr size_t kBodyLengthOffset = 8 + 4 + 4;  // after magic, version, crc32c
 
-absl::Status Errno(const char* what, const std::string& path) {
-  const int e = errno;
-  const std::string text = absl::StrFormat("%s %s: %s", what, path, std::strerror(e));
-  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(text);
-  if (e == ENOENT) return absl::NotFoundError(text);
-  if (e == EACCES || e == EPERM || e == EROFS) return absl::PermissionDeniedError(text);
-  return absl::InternalError(text);
-}
+absl::Status Errno(const char* what, const std::string& path) { return ErrnoStatus(what, path); }
 
 absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path) {
   while (size > 0) {
@@ -59,6 +53,21 @@ absl::Status CheckVersion(uint32_t version, const std::string& path) {
 }
 
 }  // namespace
+
+absl::Status ErrnoStatus(const char* what, const std::string& path) {
+  const int e = errno;
+  const std::string text = absl::StrFormat("%s %s: %s", what, path, std::strerror(e));
+  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(text);
+  if (e == ENOENT) return absl::NotFoundError(text);
+  if (e == EACCES || e == EPERM || e == EROFS) return absl::PermissionDeniedError(text);
+  return absl::InternalError(text);
+}
+
+uint64_t SessionRecordBodyBytes(std::string_view header) {
+  uint64_t body = 0;
+  std::memcpy(&body, header.data() + kBodyLengthOffset, sizeof body);
+  return body;
+}
 
 absl::Status FsyncDir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -86,6 +86,20 @@ struct SessionRecord {
 std::string EncodeSessionRecord(const SessionRecord& record);
 // `path` is named in errors. Refuses a foreign file and a newer version.
 absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const std::string& path);
+// An encoded record is this fixed header (magic, u32 version, u32 CRC-32C of
+// the body, u64 body length), then the body. A reader that reads a record
+// from a larger file (a session file: the record, then chunk records) reads
+// the header first and asks it for the body's length.
+inline constexpr size_t kSessionRecordHeaderBytes = 8 + 4 + 4 + 8;
+// The body length `header` (at least kSessionRecordHeaderBytes) announces;
+// nothing else is checked here (DecodeSessionRecord checks it all).
+uint64_t SessionRecordBodyBytes(std::string_view header);
+
+// An error for the failed system call (errno) `what` on `path`, both named:
+// RESOURCE_EXHAUSTED for a full disk or quota, NOT_FOUND for a missing
+// file, PERMISSION_DENIED for access and read-only file systems, INTERNAL
+// otherwise. Reads errno first.
+absl::Status ErrnoStatus(const char* what, const std::string& path);
 
 // Chunk logs: a 16-byte header, then one record per chunk.
 inline constexpr size_t kChunkLogHeaderBytes = 16;

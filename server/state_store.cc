@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -27,13 +28,7 @@ constexpr char kFormatLine[] = "drt-state-dir";
 constexpr char kStateSuffix[] = ".state";
 constexpr char kLogSuffix[] = ".log";
 
-absl::Status Errno(const char* what, const std::string& path) {
-  const int e = errno;
-  const std::string text = absl::StrFormat("%s %s: %s", what, path, std::strerror(e));
-  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(text);
-  if (e == EACCES || e == EPERM || e == EROFS) return absl::PermissionDeniedError(text);
-  return absl::InternalError(text);
-}
+absl::Status Errno(const char* what, const std::string& path) { return ErrnoStatus(what, path); }
 
 absl::Status MakeDir(const std::string& path) {
   if (::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return absl::OkStatus();
@@ -443,7 +438,8 @@ std::string StateStore::Quarantine(const std::string& id, const std::string& pro
                          target, moved.empty() ? "nothing moved" : absl::StrJoin(moved, ", "));
 }
 
-absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backend) {
+absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backend,
+                                                                 int64_t max_sessions) {
   RestoreReport report;
   struct Candidate {
     std::string id;
@@ -510,19 +506,9 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       }
     }
   }
-  std::vector<Candidate> whole;
-  std::map<std::string, int64_t> log_users;  // candidates using each log
+  // Each candidate's problem with its chunk logs (empty: they are whole).
+  std::vector<std::string> log_problems;
   for (const Candidate& c : candidates) {
-    for (const ChunkSegment& s : c.record.segments) ++log_users[s.log];
-  }
-  // A state file that cannot be read goes aside with its own log (named
-  // after the session) unless another session uses that log.
-  for (const Unreadable& u : unreadable) {
-    std::vector<std::string> files = {u.path};
-    if (!log_users.contains(u.id) && fs::exists(LogPath(u.id))) files.push_back(LogPath(u.id));
-    report.quarantined.push_back(Quarantine(u.id, u.problem, files));
-  }
-  for (Candidate& c : candidates) {
     std::string problem;
     for (const ChunkSegment& s : c.record.segments) {
       if (s.chunks == 0) continue;
@@ -536,6 +522,34 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       }
       if (!problem.empty()) break;
     }
+    log_problems.push_back(std::move(problem));
+  }
+  // Counted before anything is moved, cut or read into memory: a directory
+  // with more sessions than the server may hold is refused as it is.
+  const int64_t restorable =
+      std::count(log_problems.begin(), log_problems.end(), std::string());
+  if (restorable > max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s holds %d sessions, more than --max_sessions=%d; raise it to restore them (nothing "
+        "was restored or changed)",
+        options_.dir, restorable, max_sessions));
+  }
+
+  std::vector<Candidate> whole;
+  std::map<std::string, int64_t> log_users;  // candidates using each log
+  for (const Candidate& c : candidates) {
+    for (const ChunkSegment& s : c.record.segments) ++log_users[s.log];
+  }
+  // A state file that cannot be read goes aside with its own log (named
+  // after the session) unless another session uses that log.
+  for (const Unreadable& u : unreadable) {
+    std::vector<std::string> files = {u.path};
+    if (!log_users.contains(u.id) && fs::exists(LogPath(u.id))) files.push_back(LogPath(u.id));
+    report.quarantined.push_back(Quarantine(u.id, u.problem, files));
+  }
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    Candidate& c = candidates[i];
+    const std::string& problem = log_problems[i];
     if (problem.empty()) {
       whole.push_back(std::move(c));
       continue;
@@ -577,7 +591,17 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     }
   }
 
-  // Restore; chunk reads go through each log's open file.
+  // Restore; chunk reads go through each log's open file. A session that
+  // fails here passed every check of its files above, so its data is
+  // intact and the cause is the environment (the mapping limit, file
+  // descriptors, memory): it is quarantined after the loop with every log
+  // it needs that no restored session keeps in chunks/, and nothing it
+  // needs is deleted below.
+  struct Failed {
+    const Candidate* candidate;
+    std::string problem;
+  };
+  std::vector<Failed> failed;
   for (Candidate& c : whole) {
     std::vector<int> fds;
     std::vector<std::string> paths;
@@ -588,50 +612,90 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       if (s.chunks > 0 && fds.back() < 0 && opened.ok()) opened = Errno("cannot open", paths.back());
     }
     std::string payload;
+    ChunkReader read = [&](int64_t chunk, ChunkData& out) -> absl::Status {
+      for (size_t i = 0; i < c.record.segments.size(); ++i) {
+        if (chunk < c.record.segments[i].chunks) {
+          if (absl::Status s = ReadChunkRecord(fds[i], paths[i], chunk, payload_bytes_, payload);
+              !s.ok()) {
+            return s;
+          }
+          return DecodeChunk(payload, config_, out);
+        }
+        chunk -= c.record.segments[i].chunks;
+      }
+      return absl::InternalError("chunk beyond the session's logs");
+    };
+    ChunkMapper map = options_.disk_tier ? MapperFor(c.record.segments) : nullptr;
+    if (options_.restore_io_for_test) options_.restore_io_for_test(c.id, map, read);
+    // Whether the mapper itself failed (say, at vm.max_map_count): then the
+    // session is restored again with its chunks read into memory, as the
+    // disk tier does at run time when a mapping fails.
+    absl::Status map_error;
+    const ChunkMapper watched_map =
+        map == nullptr ? ChunkMapper(nullptr) : ChunkMapper([&](int64_t first, int64_t count) {
+          auto mapped = map(first, count);
+          if (!mapped.ok() && map_error.ok()) map_error = mapped.status();
+          return mapped;
+        });
+    bool mapping_failed = false;
     absl::StatusOr<std::unique_ptr<Session>> session = absl::InternalError("not restored");
     if (!opened.ok()) {
       session = opened;
     } else {
-      const ChunkMapper map = options_.disk_tier ? MapperFor(c.record.segments) : nullptr;
-      session = Session::Restore(backend, c.state, [&](int64_t chunk, ChunkData& out) -> absl::Status {
-        for (size_t i = 0; i < c.record.segments.size(); ++i) {
-          if (chunk < c.record.segments[i].chunks) {
-            if (absl::Status s = ReadChunkRecord(fds[i], paths[i], chunk, payload_bytes_, payload);
-                !s.ok()) {
-              return s;
-            }
-            return DecodeChunk(payload, config_, out);
-          }
-          chunk -= c.record.segments[i].chunks;
-        }
-        return absl::InternalError("chunk beyond the session's logs");
-      }, map);
+      session = Session::Restore(backend, c.state, read, watched_map);
+      if (!session.ok() && !map_error.ok()) {
+        std::fprintf(stderr,
+                     "drt-server: session %s keeps its chunks in memory (the disk tier could not "
+                     "map them at start-up): %s\n",
+                     c.id.c_str(), std::string(map_error.message()).c_str());
+        mapping_failed = true;
+        session = Session::Restore(backend, c.state, read, nullptr);
+      }
     }
     for (int fd : fds) {
       if (fd >= 0) ::close(fd);
     }
     if (!session.ok()) {
-      report.quarantined.push_back(
-          Quarantine(c.id, absl::StrFormat("%s: %s", c.path, session.status().message()), {c.path}));
+      failed.push_back({&c, absl::StrFormat("%s: %s", c.path, session.status().message())});
       continue;
     }
     auto d = FindOrAdd(c.id, c.record.segments);
     d->tokens_written = c.state.num_tokens;
     const int64_t unit = (*session)->backend_session().chunk_map_unit();
-    if (options_.disk_tier && unit > 0) {
+    d->mapping_failed = mapping_failed;
+    if (options_.disk_tier && unit > 0 && !mapping_failed) {
       d->chunks_mapped = ClosedChunks(c.state, config_) / unit * unit;
     }
     d->last_write = std::chrono::steady_clock::now();
     report.sessions.push_back({c.id, c.record.settings, *std::move(session)});
   }
 
-  // Logs no restored session uses: left by a crash inside Remove, or by a
-  // session quarantined above whose log another one shared.
+  // The logs restored sessions use stay in chunks/; a failed session takes
+  // every other log it names (its own, and an ancestor's that only failed
+  // sessions use) into its quarantine directory, so that its files there
+  // are whole. A log two failed sessions share goes with the first; the
+  // report line of each names where its files went.
   std::set<std::string> used;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [log, refs] : log_refs_) used.insert(log);
   }
+  std::set<std::string> moved_logs;
+  for (const Failed& f : failed) {
+    std::vector<std::string> files = {f.candidate->path};
+    for (const ChunkSegment& s : f.candidate->record.segments) {
+      if (used.contains(s.log) || moved_logs.contains(s.log) || !fs::exists(LogPath(s.log))) {
+        continue;
+      }
+      files.push_back(LogPath(s.log));
+      moved_logs.insert(s.log);
+    }
+    report.quarantined.push_back(Quarantine(f.candidate->id, f.problem, files));
+  }
+
+  // Logs no restored session uses: left by a crash inside Remove, or by a
+  // session refused above for damaged files whose log another one shared.
+  // (Those of sessions that failed to restore went to quarantine just above.)
   for (const auto& entry : fs::directory_iterator(options_.dir + "/chunks", ec)) {
     const std::string name = entry.path().filename().string();
     if (!absl::EndsWith(name, kLogSuffix)) continue;

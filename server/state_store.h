@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,12 @@ struct StateStoreOptions {
   // entry in the store locked (not the store itself), so that a test can
   // read the server's figures while a write runs.
   std::function<void(const std::string& id)> chunks_written_for_test;
+  // Tests only: called by RestoreAll with each session about to be restored
+  // (its files passed every check) and the chunk mapper (null without the
+  // disk tier) and reader its restore will use; a test may wrap either to
+  // fail as the environment can (vm.max_map_count, EMFILE), data intact.
+  std::function<void(std::string_view id, ChunkMapper& map, ChunkReader& read)>
+      restore_io_for_test;
 };
 
 class StateStore {
@@ -74,7 +81,15 @@ class StateStore {
   // Reads every session back (once, before any Persist). A session whose
   // files are damaged is moved to DIR/quarantine/ and reported; chunk log
   // tails past what the sessions need (torn or not yet acknowledged) are cut.
-  absl::StatusOr<RestoreReport> RestoreAll(Backend& backend);
+  // A session whose files are whole but whose restore fails (no file
+  // descriptor, no memory) is moved there too, with every chunk log it
+  // names that no restored session uses, so that nothing it holds is
+  // deleted. With the disk tier, a session whose chunks cannot be mapped
+  // (vm.max_map_count) is restored with them in memory, as at run time.
+  // RESOURCE_EXHAUSTED, before anything is moved, cut or restored, when
+  // more than `max_sessions` sessions would restore (--max_sessions).
+  absl::StatusOr<RestoreReport> RestoreAll(
+      Backend& backend, int64_t max_sessions = std::numeric_limits<int64_t>::max());
 
   // Makes `id` a session of the store, with its own chunk log (created at
   // its first write), until Remove; no-op when it is one already (RestoreAll

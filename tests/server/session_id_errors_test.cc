@@ -2,7 +2,9 @@
 // with INVALID_ARGUMENT without being echoed (a 20,000-character id used to
 // come back in the status message and overflow gRPC's metadata limit), and
 // NOT_FOUND says that sessions do not survive a restart, with the server's
-// start time.
+// start time; with a state directory, where they do survive, it names the
+// causes that remain (deleted, expired, refused at start-up) and the
+// quarantine directory instead.
 #include <chrono>
 #include <ctime>
 #include <string>
@@ -10,7 +12,9 @@
 #include <catch2/catch.hpp>
 
 #include "tests/server/test_util/check_status.h"
+#include "tests/server/test_util/durable_server.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/test_util/temp_dir.h"
 
 namespace drt::server {
 namespace {
@@ -104,6 +108,24 @@ TEST_CASE("NOT_FOUND says sessions do not survive a restart and gives the start 
                "do not survive a restart");
   CHECK_STATUS(ForkSession(stub, unknown).status, grpc::StatusCode::NOT_FOUND,
                "do not survive a restart");
+}
+
+TEST_CASE("with a state directory NOT_FOUND names start-up refusals, not a restart",
+          "[server][errors][state_store]") {
+  drt::testing::TempDir dir;
+  DurableServer server(dir.path());
+  const std::string unknown = "s-222222222222222222222222";
+  for (const absl::Status& status :
+       {server.sessions->Find(unknown).status(), server.sessions->Delete(unknown)}) {
+    INFO(status.message());
+    REQUIRE(status.code() == absl::StatusCode::kNotFound);
+    CHECK_THAT(std::string(status.message()), Contains("no session '" + unknown + "'"));
+    CHECK_THAT(std::string(status.message()), Contains("deleted, expired after being idle"));
+    CHECK_THAT(std::string(status.message()),
+               Contains("refused when this server started at "));
+    CHECK_THAT(std::string(status.message()), Contains(dir.path() + "/quarantine/"));
+    CHECK_THAT(std::string(status.message()), !Contains("do not survive a restart"));
+  }
 }
 
 TEST_CASE("shared_bytes drops to 0 once the only fork is deleted", "[server]") {

@@ -447,12 +447,80 @@ TEST_CASE("interval sync writes at most once per interval and at the end of a ca
   REQUIRE(tokens_on_disk() == 300);  // the end of the call writes it
 }
 
+TEST_CASE("restored sessions take the restarted server's lower limits", "[state_store]") {
+  drt::testing::TempDir dir;
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  std::string small, big;
+  {
+    Server server(dir.path());  // DurableLimits(): the default context limit and TTL
+    small = server.Create();
+    big = server.Create();
+    server.Append(small, RandomTokens(chunk, 41));
+    server.Append(big, RandomTokens(3 * chunk + 1, 42));
+    auto entry = server.sessions->Find(big);
+    REQUIRE(entry.ok());
+    REQUIRE((*entry)->settings().max_context_tokens == DurableLimits().max_context_tokens);
+    REQUIRE((*entry)->settings().idle_ttl_seconds == DurableLimits().idle_ttl_seconds);
+  }
+  SessionLimits lower = DurableLimits();
+  lower.max_context_tokens = 2 * chunk;
+  lower.idle_ttl_seconds = 50;
+  REQUIRE(lower.max_context_tokens < DurableLimits().max_context_tokens);
+  REQUIRE(lower.idle_ttl_seconds < DurableLimits().idle_ttl_seconds);
+  Server server(DurableOptions(dir.path()), lower);
+  REQUIRE(server.report.quarantined.empty());
+  // Both are restored (the big one past the new limit keeps its tokens) and
+  // both carry this server's limits, which GetSession reports and the
+  // Append and Generate checks read.
+  REQUIRE(server.Tokens() == std::map<std::string, int64_t>{{small, chunk}, {big, 3 * chunk + 1}});
+  for (const std::string& id : {small, big}) {
+    auto entry = server.sessions->Find(id);
+    REQUIRE(entry.ok());
+    CHECK((*entry)->settings().max_context_tokens == 2 * chunk);
+    CHECK((*entry)->settings().idle_ttl_seconds == 50);
+  }
+}
+
+TEST_CASE("more sessions than max_sessions are refused before any is restored",
+          "[state_store]") {
+  drt::testing::TempDir dir;
+  FixtureModel& f = FixtureModel::Get();
+  const int64_t chunk = f.chunk_size();
+  std::map<std::string, int64_t> tokens;
+  {
+    Server server(dir.path());
+    server.Append(server.Create(), RandomTokens(2 * chunk + 1, 51));
+    server.Append(server.Create(), RandomTokens(chunk, 52));
+    tokens = server.Tokens();
+  }
+  int restores = 0;  // sessions whose restore began (read into memory)
+  StateStoreOptions options = DurableOptions(dir.path());
+  options.restore_io_for_test = [&](std::string_view, ChunkMapper&, ChunkReader&) { ++restores; };
+  {
+    auto store = StateStore::Open(options, f.model->config());
+    REQUIRE(store.ok());
+    auto refused = (*store)->RestoreAll(*f.backend, /*max_sessions=*/1);
+    REQUIRE(refused.status().code() == absl::StatusCode::kResourceExhausted);
+    REQUIRE_THAT(std::string(refused.status().message()),
+                 Contains(dir.path() + " holds 2 sessions, more than --max_sessions=1"));
+    REQUIRE(restores == 0);
+  }
+  REQUIRE(fs::is_empty(dir.path() + "/quarantine"));
+  // The directory is as it was: a server allowed two restores both.
+  Server server(dir.path());
+  REQUIRE(server.report.quarantined.empty());
+  REQUIRE(server.Tokens() == tokens);
+}
+
 TEST_CASE("bad state directories are refused by path", "[state_store]") {
   drt::testing::TempDir dir;
   const ModelConfig& config = FixtureModel::Get().model->config();
   SECTION("a parent that does not exist") {
     auto s = StateStore::Open(DurableOptions(dir.path() + "/no/such"), config);
     REQUIRE_FALSE(s.ok());
+    // ENOENT reads NOT_FOUND here as in every state file call (one errno
+    // mapping, server/state_files.h ErrnoStatus; this one said INTERNAL).
+    REQUIRE(s.status().code() == absl::StatusCode::kNotFound);
     REQUIRE_THAT(std::string(s.status().message()), Contains(dir.path() + "/no/such"));
   }
   SECTION("a path through a file") {

@@ -38,12 +38,12 @@ struct DurableServer {
   StateStore::RestoreReport report;
 
   explicit DurableServer(const std::string& dir) : DurableServer(DurableOptions(dir)) {}
-  explicit DurableServer(const StateStoreOptions& options) {
+  explicit DurableServer(const StateStoreOptions& options, SessionLimits limits = DurableLimits()) {
     FixtureModel& f = FixtureModel::Get();
     auto opened = StateStore::Open(options, f.model->config());
     if (!opened.ok()) throw std::runtime_error(std::string(opened.status().message()));
     store = *std::move(opened);
-    sessions = std::make_unique<SessionManager>(*f.backend, DurableLimits());
+    sessions = std::make_unique<SessionManager>(*f.backend, limits);
     auto restored = store->RestoreAll(*f.backend);
     if (!restored.ok()) throw std::runtime_error(std::string(restored.status().message()));
     sessions->AttachStateStore(store.get());

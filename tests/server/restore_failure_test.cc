@@ -1,0 +1,179 @@
+// Start-up restores that fail after every file check passed
+// (server/state_store.h, RestoreAll): the data is whole, the environment
+// is not (vm.max_map_count, EMFILE). A session whose chunks cannot be
+// mapped comes back with them in memory and continues exactly; a session
+// whose restore fails otherwise goes to DIR/quarantine/ with every chunk
+// log it needs that no restored session uses, and nothing of it is
+// deleted. (These used to lose the session's chunk log: it was neither
+// moved nor kept, and the sweep of unused logs deleted it.)
+//
+// The failures are injected through StateStoreOptions::restore_io_for_test,
+// which wraps the mapper and reader a session's restore uses.
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "server/state_store.h"
+#include "tests/server/test_util/durable_server.h"
+#include "tests/test_util/temp_dir.h"
+
+namespace drt::server {
+namespace {
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using testing::DurableOptions;
+using testing::DurableServer;
+using testing::FixtureModel;
+using testing::GreedyOnFork;
+using testing::RandomTokens;
+
+SessionMemory Memory(DurableServer& server, const std::string& id) {
+  auto entry = server.sessions->Find(id);
+  REQUIRE(entry.ok());
+  SessionMemory memory;
+  REQUIRE((*entry)->Begin(Activity::kAppending).ok());
+  REQUIRE((*entry)
+              ->RunStep([&](Session& s) {
+                memory = s.backend_session().memory();
+                return absl::OkStatus();
+              })
+              .ok());
+  (*entry)->End();
+  return memory;
+}
+
+// Options whose restore of the sessions in `no_map` fails every mapping
+// (as mmap does at vm.max_map_count) and of those in `no_read` fails every
+// chunk read (as an open does at EMFILE).
+StateStoreOptions FailingOptions(const std::string& dir, std::set<std::string> no_map,
+                                 std::set<std::string> no_read) {
+  StateStoreOptions options = DurableOptions(dir);
+  options.restore_io_for_test = [no_map, no_read](std::string_view id, ChunkMapper& map,
+                                                  ChunkReader& read) {
+    if (no_map.contains(std::string(id)) && map != nullptr) {
+      map = [](int64_t, int64_t) -> absl::StatusOr<std::shared_ptr<const MappedChunks>> {
+        return absl::ResourceExhaustedError("cannot map chunks: Cannot allocate memory (test)");
+      };
+    }
+    if (no_read.contains(std::string(id))) {
+      read = [](int64_t, ChunkData&) {
+        return absl::ResourceExhaustedError("cannot open: Too many open files (test)");
+      };
+    }
+  };
+  return options;
+}
+
+// The files in the session's quarantine directory (DIR/quarantine/<id>-<time>/).
+std::set<std::string> QuarantinedFiles(const std::string& dir, const std::string& id) {
+  std::set<std::string> names;
+  for (const auto& sub : fs::directory_iterator(dir + "/quarantine")) {
+    if (sub.path().filename().string().rfind(id + "-", 0) != 0) continue;
+    for (const auto& file : fs::directory_iterator(sub.path())) {
+      names.insert(file.path().filename().string());
+    }
+  }
+  return names;
+}
+
+TEST_CASE("a session whose chunks cannot be mapped at start-up is restored in memory",
+          "[state_store][restore_failure]") {
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  drt::testing::TempDir dir;
+  std::string mapped, unmapped;
+  std::pair<std::vector<int32_t>, std::vector<float>> mapped_next, unmapped_next;
+  {
+    DurableServer server(dir.path());
+    mapped = server.Create();
+    unmapped = server.Create();
+    server.Append(mapped, RandomTokens(130 * chunk + 3, 21));    // 2 whole 64-chunk blocks
+    server.Append(unmapped, RandomTokens(130 * chunk + 9, 22));  // 2 whole 64-chunk blocks
+    REQUIRE(Memory(server, unmapped).mapped_chunk_bytes > 0);
+    mapped_next = GreedyOnFork(server, mapped, 8);
+    unmapped_next = GreedyOnFork(server, unmapped, 8);
+  }
+  {
+    DurableServer server(FailingOptions(dir.path(), {unmapped}, {}));
+    INFO((server.report.quarantined.empty() ? "" : server.report.quarantined[0]));
+    REQUIRE(server.report.quarantined.empty());
+    REQUIRE(server.Tokens().size() == 2);
+    REQUIRE(Memory(server, mapped).mapped_chunk_bytes > 0);
+    REQUIRE(Memory(server, unmapped).mapped_chunk_bytes == 0);  // all its chunks in RAM
+    REQUIRE(server.Greedy(unmapped, 8) == unmapped_next);        // exact
+    REQUIRE(server.Greedy(mapped, 8) == mapped_next);
+    // Later writes of it keep its chunks in memory, as at run time after a
+    // failed mapping, and its log stays whole.
+    server.Append(unmapped, RandomTokens(2 * chunk, 23));
+    REQUIRE(Memory(server, unmapped).mapped_chunk_bytes == 0);
+    unmapped_next = GreedyOnFork(server, unmapped, 4);
+  }
+  // The next start maps it again.
+  DurableServer server(dir.path());
+  REQUIRE(server.report.quarantined.empty());
+  REQUIRE(Memory(server, unmapped).mapped_chunk_bytes > 0);
+  REQUIRE(server.Greedy(unmapped, 4) == unmapped_next);
+}
+
+TEST_CASE("a session whose restore fails goes to quarantine with the chunk logs it needs",
+          "[state_store][restore_failure]") {
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  drt::testing::TempDir dir;
+  std::string lone, parent, child, other;
+  std::pair<std::vector<int32_t>, std::vector<float>> child_next;
+  {
+    DurableServer server(dir.path());
+    lone = server.Create();
+    parent = server.Create();
+    other = server.Create();
+    server.Append(lone, RandomTokens(5 * chunk + 1, 31));
+    server.Append(parent, RandomTokens(4 * chunk + 2, 32));
+    child = server.Fork(parent);  // names the parent's log, then its own
+    server.Append(child, RandomTokens(3 * chunk, 33));
+    server.Append(other, RandomTokens(2 * chunk, 34));
+    child_next = GreedyOnFork(server, child, 6);
+  }
+  const std::string chunks = dir.path() + "/chunks/";
+
+  SECTION("alone: its own log goes with its state") {
+    DurableServer server(FailingOptions(dir.path(), {}, {lone}));
+    REQUIRE(server.report.quarantined.size() == 1);
+    INFO(server.report.quarantined[0]);
+    REQUIRE_THAT(server.report.quarantined[0], Contains(lone));
+    REQUIRE_THAT(server.report.quarantined[0], Contains("Too many open files (test)"));
+    REQUIRE(QuarantinedFiles(dir.path(), lone) ==
+            std::set<std::string>{lone + ".state", lone + ".log"});
+    REQUIRE_FALSE(fs::exists(chunks + lone + ".log"));
+    REQUIRE(server.Tokens().size() == 3);  // parent, child, other restored
+  }
+  SECTION("a parent whose fork restores: its log stays for the fork") {
+    DurableServer server(FailingOptions(dir.path(), {}, {parent}));
+    REQUIRE(server.report.quarantined.size() == 1);
+    REQUIRE(QuarantinedFiles(dir.path(), parent) == std::set<std::string>{parent + ".state"});
+    REQUIRE(fs::exists(chunks + parent + ".log"));
+    REQUIRE(server.Greedy(child, 6) == child_next);  // the fork reads the parent's log
+  }
+  SECTION("a parent and its fork: each takes its log, none is deleted") {
+    DurableServer server(FailingOptions(dir.path(), {}, {parent, child}));
+    REQUIRE(server.report.quarantined.size() == 2);
+    // In id order; whichever of the two comes first takes the shared log.
+    const std::set<std::string> parent_files = QuarantinedFiles(dir.path(), parent);
+    const std::set<std::string> child_files = QuarantinedFiles(dir.path(), child);
+    REQUIRE(parent_files.contains(parent + ".state"));
+    REQUIRE(child_files.contains(child + ".state"));
+    REQUIRE(child_files.contains(child + ".log"));
+    REQUIRE(parent_files.contains(parent + ".log") != child_files.contains(parent + ".log"));
+    REQUIRE_FALSE(fs::exists(chunks + parent + ".log"));
+    REQUIRE_FALSE(fs::exists(chunks + child + ".log"));
+    REQUIRE(server.Tokens() == std::map<std::string, int64_t>{
+                                   {lone, 5 * chunk + 1}, {other, 2 * chunk}});
+  }
+}
+
+}  // namespace
+}  // namespace drt::server
