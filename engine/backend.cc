@@ -123,8 +123,7 @@ absl::Status Backend::CheckStep(const StepPlan& plan,
     }
     if (absl::Status s = CheckForwardInput(
             config(), position,
-            absl::MakeConstSpan(plan.ids).subspan(slice.first_row, slice.num_rows), logit_rows,
-            logit_rows.size() * static_cast<size_t>(V));
+            absl::MakeConstSpan(plan.ids).subspan(slice.first_row, slice.num_rows), logit_rows);
         !s.ok()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "slice %d (rows from %d): %s", slice_index, slice.first_row, s.message()));

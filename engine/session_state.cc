@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/byte_codec.h"
 #include "engine/finite_scan.h"
+#include "engine/model_rules.h"
 
 namespace drt {
 namespace {
@@ -127,7 +128,7 @@ absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& 
     return absl::InvalidArgumentError(absl::StrFormat("num_tokens %d < 0", state.num_tokens));
   }
   // A landmark follows every enc_chunk_size real tokens (design.md, "Session state").
-  const int64_t want_position = state.num_tokens + state.num_tokens / c.enc_chunk_size;
+  const int64_t want_position = DecoderPositionsFor(c, state.num_tokens);
   if (b.position != want_position) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "position %d does not match %d tokens (expected %d)", b.position, state.num_tokens,
@@ -226,7 +227,7 @@ absl::Status ValidateBackendSessionState(const BackendSessionState& state, int64
   const int64_t S = c.chunk_positions();
   SessionState whole;
   whole.backend = state;
-  whole.num_tokens = state.position - state.position / S;
+  whole.num_tokens = RealTokensFor(c, state.position);
   whole.last_logits.resize(whole.num_tokens == 0 ? 0 : c.vocab_size);
   if (absl::Status s = ValidateSessionState(whole, c); !s.ok()) return s;
   if (num_chunks != state.position / S) {

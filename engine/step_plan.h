@@ -112,7 +112,6 @@ struct StepPlan {
   int64_t upper_slices = 0;
   int64_t upper_rows = 0;
 
-  int64_t num_landmarks() const { return num_encoded_chunks; }
   // Some slices are lower-only and some are not.
   bool mixed_lower_only() const {
     return upper_slices > 0 && upper_slices < static_cast<int64_t>(slices.size());
