@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/forward_input.h"
+#include "engine/step_plan_check.h"
 
 namespace drt {
 namespace {
@@ -74,9 +75,15 @@ absl::Status Backend::CheckStep(const StepPlan& plan,
     return absl::InvalidArgumentError(absl::StrFormat(
         "a step of %d positions exceeds the step size %d", plan.num_rows, max_step_positions()));
   }
+  // The rows, landmarks, runs and logit rows' order agree (the ops trust
+  // them as CheckUpperLayerSplit's figures); after it, each slice's rows lie
+  // inside ids.
+  if (absl::Status s = CheckPlanGeometry(config(), plan); !s.ok()) return s;
   std::vector<bool> used(sessions.size(), false);
   std::set<const BackendSession*> distinct;
-  for (const SlicePlan& slice : plan.slices) {
+  size_t next_logit_row = 0;  // logit rows go slice by slice (CheckPlanGeometry)
+  for (size_t slice_index = 0; slice_index < plan.slices.size(); ++slice_index) {
+    const SlicePlan& slice = plan.slices[slice_index];
     if (slice.request < 0 || slice.request >= static_cast<int64_t>(sessions.size()) ||
         used[slice.request]) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -95,11 +102,20 @@ absl::Status Backend::CheckStep(const StepPlan& plan,
           absl::StrFormat("a slice starts at decoder position %d but its session is at %d",
                           slice.first_position, position));
     }
+    // The slice's logit rows, counted from its first row: CheckForwardInput
+    // refuses one outside the slice or on a landmark.
+    std::vector<int64_t> logit_rows;
+    for (; next_logit_row < plan.logit_rows.size() &&
+           plan.logit_rows[next_logit_row].slice == static_cast<int64_t>(slice_index);
+         ++next_logit_row) {
+      logit_rows.push_back(plan.logit_rows[next_logit_row].row - slice.first_row);
+    }
     if (absl::Status s = CheckForwardInput(
             config(), position,
-            absl::MakeConstSpan(plan.ids).subspan(slice.first_row, slice.num_rows), {}, 0);
+            absl::MakeConstSpan(plan.ids).subspan(slice.first_row, slice.num_rows), logit_rows);
         !s.ok()) {
-      return s;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "slice %d (rows from %d): %s", slice_index, slice.first_row, s.message()));
     }
   }
   // Last, so that the checks above name their own problems first.

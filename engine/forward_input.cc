@@ -1,20 +1,15 @@
 #include "engine/forward_input.h"
 
 #include "absl/strings/str_format.h"
+#include "engine/model_rules.h"
 
 namespace drt {
 
 absl::Status CheckForwardInput(const ModelConfig& config, int64_t position,
                                absl::Span<const int32_t> ids,
-                               absl::Span<const int64_t> logit_rows, size_t logits_size) {
-  const int64_t S = config.chunk_positions();
+                               absl::Span<const int64_t> logit_rows) {
   const int64_t V = config.vocab_size;
   const int64_t n = static_cast<int64_t>(ids.size());
-  if (static_cast<int64_t>(logits_size) != static_cast<int64_t>(logit_rows.size()) * V) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "logits buffer holds %d floats, %d rows x vocab %d needed", logits_size,
-        logit_rows.size(), V));
-  }
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = ids[i];
     const int64_t pos = position + i;
@@ -22,7 +17,7 @@ absl::Status CheckForwardInput(const ModelConfig& config, int64_t position,
       return absl::InvalidArgumentError(absl::StrFormat(
           "token id %d at decoder position %d is outside the vocabulary [0, %d)", id, pos, V));
     }
-    const bool landmark_slot = pos % S == S - 1;
+    const bool landmark_slot = IsLandmarkPosition(config, pos);
     if (landmark_slot && id != config.chunk_id) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "decoder position %d must hold the landmark id %d, got %d", pos, config.chunk_id, id));
@@ -37,7 +32,7 @@ absl::Status CheckForwardInput(const ModelConfig& config, int64_t position,
       return absl::InvalidArgumentError(
           absl::StrFormat("logit row %d outside the %d positions given", row, n));
     }
-    if ((position + row) % S == S - 1) {
+    if (IsLandmarkPosition(config, position + row)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("logit row %d is a landmark position; its logits are never computed", row));
     }

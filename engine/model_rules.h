@@ -54,6 +54,12 @@ inline int64_t DecoderPositionsFor(const ModelConfig& config, int64_t real_token
   return real_tokens + real_tokens / config.enc_chunk_size;
 }
 
+// Its inverse: the real tokens among decoder positions [0, position), which
+// hold a landmark at every chunk's last position.
+inline int64_t RealTokensFor(const ModelConfig& config, int64_t position) {
+  return position - position / config.chunk_positions();
+}
+
 // The upper-layer reach C: after a step that ends at decoder position E (its
 // last row is E - 1), everything a session keeps that the upper layers write
 // (each upper layer's window K/V of the last W positions, the selection in

@@ -52,15 +52,13 @@ absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits) {
   if (params_.temperature == 0.f) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
-  // Candidates sorted by logit, best first (stable: lower index wins ties).
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
+  // Candidates sorted by logit, best first (lower index wins ties). The
+  // weights below are summed in this order, so with top_k 0 the whole
+  // vocabulary is ordered (LogitOrder: a radix sort, not a comparison sort).
   const int32_t keep_k = params_.top_k > 0 ? std::min(params_.top_k, n) : n;
-  std::partial_sort(order.begin(), order.begin() + keep_k, order.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  order.resize(keep_k);
-  std::vector<double> probs(keep_k);
+  const absl::Span<const int32_t> order = order_.Best(logits, keep_k);
+  std::vector<double>& probs = probs_;
+  probs.resize(keep_k);
   const double best = logits[order[0]];
   double sum = 0.0;
   for (int32_t i = 0; i < keep_k; ++i) {

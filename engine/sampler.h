@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <random>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/logit_order.h"
 
 namespace drt {
 
@@ -43,6 +45,9 @@ class Sampler {
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
+  // Scratch kept between calls (a vocabulary's worth each).
+  LogitOrder order_;
+  std::vector<double> probs_;
 };
 
 }  // namespace drt

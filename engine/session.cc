@@ -84,20 +84,26 @@ absl::StatusOr<AppendResult> Session::Append(absl::Span<const int32_t> tokens,
   if (options.all_logits) result.logits.reserve(total * config_.vocab_size);
   int64_t done = 0;
   // Each piece tells RunStep how many tokens follow it, so that rows far
-  // from the end of the whole append may skip the upper layers
-  // (StepEntry::tokens_following). A piece that counted followers leaves
-  // the upper-layer state short; a stop then first runs one more piece of
-  // at least the upper-layer reach with none following, which makes it
-  // whole again (engine/model_rules.h, UpperLayerReach).
-  bool followers_owed = false;
+  // from the end of the whole append may skip the upper layers, and the
+  // piece may get no logits (StepEntry::tokens_following). A stop between
+  // pieces then owes (engine/model_rules.h, UpperLayerReach):
+  // - where rows skipped the upper layers and no piece since has run them
+  //   over the whole reach: one more piece of up to upper_layer_reach() + 1
+  //   positions with none following, which makes the state whole;
+  // - else where the last piece got no logits (RunStepSkipsLastLogits): one
+  //   token, whose logits become the session's;
+  // - else nothing (a backend that skips nothing, or lower_only_forwards off).
+  bool upper_state_owed = false;
+  bool logits_owed = false;
   while (done < total) {
     int64_t piece;
     bool stopping = false;
     if (done > 0 && options.should_stop && options.should_stop()) {
       result.stopped_early = true;
-      if (!followers_owed) break;
-      // Tokens of at least upper_layer_reach() positions (or all left).
-      piece = TokensFitting(config_, num_tokens_, total - done, backend_.upper_layer_reach() + 1);
+      if (!upper_state_owed && !logits_owed) break;
+      piece = upper_state_owed ? TokensFitting(config_, num_tokens_, total - done,
+                                               backend_.upper_layer_reach() + 1)
+                               : 1;
       stopping = true;
     } else {
       // One step of at most the backend's step size: a single-entry RunStep,
@@ -110,8 +116,15 @@ absl::StatusOr<AppendResult> Session::Append(absl::Span<const int32_t> tokens,
     entry.allow_pad = options.allow_pad;
     entry.all_logits = options.all_logits ? &result.logits : nullptr;
     entry.tokens_following = stopping ? 0 : total - done - piece;
-    followers_owed = entry.tokens_following > 0;
+    const int64_t skipped_before = backend_session_->stats().upper_rows_skipped;
+    const int64_t position_before = backend_session_->position();
     if (absl::Status s = RunStep(backend_, {entry})[0]; !s.ok()) return s;
+    if (backend_session_->stats().upper_rows_skipped > skipped_before) {
+      upper_state_owed = true;
+    } else if (backend_session_->position() - position_before > backend_.upper_layer_reach()) {
+      upper_state_owed = false;  // every row of the reach ran the upper layers
+    }
+    logits_owed = RunStepSkipsLastLogits(backend_, entry);
     done += piece;
     result.tokens_accepted = done;
     if (options.on_progress) {

@@ -30,9 +30,11 @@ struct AppendOptions {
   // Accept pad_id (the engine's own padding; clients may not send it).
   bool allow_pad = false;
   // Checked between pieces; returning true ends the append early with the
-  // tokens processed so far applied (and, where earlier pieces skipped upper
-  // layers, one more piece of at most Backend::upper_layer_reach() positions
-  // first, which completes the session's state).
+  // tokens processed so far applied. Where earlier pieces skipped upper
+  // layers, one more piece of up to Backend::upper_layer_reach() + 1
+  // positions runs first, which completes the session's state; else, where
+  // the last piece computed no logits (RunStepSkipsLastLogits), one more
+  // token; else none.
   std::function<bool()> should_stop;
   // Called after each piece. The session's logits and upper-layer state are
   // its own only once Append returns (StepEntry::tokens_following).

@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "engine/byte_codec.h"
+#include "engine/finite_scan.h"
+#include "engine/model_rules.h"
 
 namespace drt {
 namespace {
@@ -103,6 +107,17 @@ absl::Status SizeIs(const char* what, size_t got, int64_t want) {
       absl::StrFormat("%s holds %d floats; the model needs %d", what, got, want));
 }
 
+// INVALID_ARGUMENT naming the first NaN or infinity in `values` (`what` of
+// layer `layer`, or of no layer when it is negative).
+absl::Status AllFinite(const char* what, int64_t layer, const std::vector<float>& values) {
+  const int64_t at = FirstNonFinite(reinterpret_cast<const std::byte*>(values.data()),
+                                    values.size(), DType::kF32);
+  if (at < 0) return absl::OkStatus();
+  const std::string where = layer < 0 ? std::string(what) : absl::StrFormat("%s of layer %d", what, layer);
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: float %d is %g; a state's floats must be finite", where, at, values[at]));
+}
+
 }  // namespace
 
 absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& c) {
@@ -113,7 +128,7 @@ absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& 
     return absl::InvalidArgumentError(absl::StrFormat("num_tokens %d < 0", state.num_tokens));
   }
   // A landmark follows every enc_chunk_size real tokens (design.md, "Session state").
-  const int64_t want_position = state.num_tokens + state.num_tokens / c.enc_chunk_size;
+  const int64_t want_position = DecoderPositionsFor(c, state.num_tokens);
   if (b.position != want_position) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "position %d does not match %d tokens (expected %d)", b.position, state.num_tokens,
@@ -169,14 +184,37 @@ absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& 
           "selection of group %d has %d chunks and %d weights (top-k %d)", g, r.chunks.size(),
           r.weights.size(), c.chunk_topk));
     }
-    for (int64_t chunk : r.chunks) {
+    for (size_t i = 0; i < r.chunks.size(); ++i) {
+      const int64_t chunk = r.chunks[i];
       if (chunk < 0 || chunk >= chunks) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "selection of group %d names chunk %d; the session has %d closed chunks", g, chunk,
             chunks));
       }
+      // Retrieval picks top-k distinct chunks (drt-model.md, retrieval).
+      for (size_t j = 0; j < i; ++j) {
+        if (r.chunks[j] == chunk) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "selection of group %d names chunk %d twice (entries %d and %d)", g, chunk, j, i));
+        }
+      }
+      // A softmax's weights: finite and >= 0 (0 where exp underflowed). A
+      // NaN here would reach the logits of the next Append and fail its
+      // sampling as if the model had made it.
+      const float w = r.weights[i];
+      if (!std::isfinite(w) || w < 0.f) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "selection of group %d: weight %d is %g; weights must be finite and >= 0", g, i, w));
+      }
     }
   }
+  // The window keys/values and the open chunk's rows are read by the next
+  // forward; refused here for the reason last_logits are (O(layers * W * d)).
+  for (size_t l = 0; l < b.windows.size(); ++l) {
+    if (absl::Status s = AllFinite("window keys", l, b.windows[l].keys); !s.ok()) return s;
+    if (absl::Status s = AllFinite("window values", l, b.windows[l].values); !s.ok()) return s;
+  }
+  if (absl::Status s = AllFinite("open_chunk", -1, b.open_chunk); !s.ok()) return s;
   return absl::OkStatus();
 }
 
@@ -189,7 +227,7 @@ absl::Status ValidateBackendSessionState(const BackendSessionState& state, int64
   const int64_t S = c.chunk_positions();
   SessionState whole;
   whole.backend = state;
-  whole.num_tokens = state.position - state.position / S;
+  whole.num_tokens = RealTokensFor(c, state.position);
   whole.last_logits.resize(whole.num_tokens == 0 ? 0 : c.vocab_size);
   if (absl::Status s = ValidateSessionState(whole, c); !s.ok()) return s;
   if (num_chunks != state.position / S) {

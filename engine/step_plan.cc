@@ -11,7 +11,6 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
                                   absl::Span<const SliceRequest> requests,
                                   bool lower_only) {
   const int64_t S = config.chunk_positions();
-  const int64_t real_per_chunk = config.enc_chunk_size;
   StepPlan plan;
   plan.slices.reserve(requests.size());
   for (size_t r = 0; r < requests.size(); ++r) {
@@ -51,7 +50,8 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
           (request.all_logits || (request.last_logits && t == slice.num_new_tokens - 1))) {
         plan.logit_rows.push_back({row, slice_index, t});
       }
-      if ((request.num_tokens + t + 1) % real_per_chunk == 0) {
+      // The next row is a chunk's last position: its landmark follows this token.
+      if (IsLandmarkPosition(config, request.position + (row + 1 - slice.first_row))) {
         const int64_t landmark_row = static_cast<int64_t>(plan.ids.size());
         plan.ids.push_back(static_cast<int32_t>(config.chunk_id));
         slice.landmarks.push_back(
@@ -120,7 +120,8 @@ int64_t TokensFitting(const ModelConfig& config, int64_t num_tokens, int64_t ava
   int64_t positions = 0;
   while (tokens < available) {
     // A token that completes a chunk brings its landmark with it.
-    const int64_t cost = (num_tokens + tokens + 1) % config.enc_chunk_size == 0 ? 2 : 1;
+    const int64_t cost =
+        IsLandmarkPosition(config, DecoderPositionsFor(config, num_tokens + tokens) + 1) ? 2 : 1;
     if (positions + cost > budget) break;
     positions += cost;
     ++tokens;

@@ -117,7 +117,6 @@ struct StepPlan {
   int64_t upper_slices() const;
   int64_t upper_rows() const;
 
-  int64_t num_landmarks() const { return num_encoded_chunks; }
   // Some slices are lower-only and some are not.
   bool mixed_lower_only() const {
     const int64_t upper = upper_slices();

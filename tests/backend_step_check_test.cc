@@ -122,5 +122,116 @@ TEST_CASE("a backend refuses one session in two slices, or a token in a landmark
   CHECK(std::vector<float>(a.begin(), a.end()) == std::vector<float>(b.begin(), b.end()));
 }
 
+
+// Finding F2 of the engine review: CheckStep checked only each logit row's
+// slice, so a logit row on a landmark or past the rows was computed from
+// stale scratch (OK returned, the session advanced), and a slice starting
+// past the ids threw std::out_of_range. Each case edits one field of a
+// PlanStep plan.
+TEST_CASE("a backend refuses a plan whose rows, landmarks, runs or logit rows disagree",
+          "[engine]") {
+  const ModelConfig config = testing::TinyConfig();  // 8 decoder positions per chunk
+  REQUIRE(config.chunk_positions() == 8);
+  const ModelWeights weights = testing::RandomWeights(config, 81);
+  auto backend = MakeCpuBackend(config, weights);
+  const std::vector<int32_t> history = testing::RandomTokens(config, 10, 82);
+  auto first = Session::Create(*backend);
+  auto second = Session::Create(*backend);
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  REQUIRE((*first)->Append(history).ok());
+  REQUIRE((*second)->Append(history).ok());
+  BackendSession& a = (*first)->backend_session();
+  BackendSession& b = (*second)->backend_session();
+  const int64_t position = a.position();
+  REQUIRE(position == 11);
+  // 8 tokens from position 11: rows 0-3 at positions 11-14, the landmark
+  // closing chunk 1 at row 4 (position 15), rows 5-8 at positions 16-19.
+  const std::vector<int32_t> tokens = testing::RandomTokens(config, 8, 83);
+  SliceRequest all = At(10, config, tokens);
+  all.all_logits = true;
+  const StepPlan one = Plan(config, {all});
+  REQUIRE(one.num_rows == 9);
+  REQUIRE(one.slices[0].landmarks.size() == 1);
+  REQUIRE(one.slices[0].landmarks[0].row == 4);
+  REQUIRE(one.slices[0].runs.size() == 2);
+  REQUIRE(one.logit_rows.size() == 8);
+  REQUIRE(one.logit_rows[4].row == 5);
+  const StepPlan two = Plan(config, {At(10, config, tokens), At(10, config, tokens)});
+  REQUIRE(two.logit_rows.size() == 2);
+  REQUIRE(two.slices[1].first_row == 9);
+
+  struct Case {
+    const char* what;
+    StepPlan plan;
+    std::vector<BackendSession*> sessions;
+  };
+  std::vector<Case> cases;
+  auto edit = [&](const char* what, const StepPlan& base, auto change) {
+    StepPlan p = base;
+    change(p);
+    cases.push_back({what, std::move(p),
+                     base.slices.size() == 1 ? std::vector<BackendSession*>{&a}
+                                             : std::vector<BackendSession*>{&a, &b}});
+  };
+  edit("logit row 4 is a landmark position", one, [](StepPlan& p) {
+    p.logit_rows = {{4, 0, 4}};  // the landmark row (the token index its place would have)
+  });
+  edit("logit row 500 outside the 9 positions given", one, [](StepPlan& p) {
+    p.logit_rows = {{500, 0, 7}};
+  });
+  edit("logit row 10 outside the 9 positions given", two, [](StepPlan& p) {
+    p.logit_rows[0].row = 10;  // slice 0's row moved into slice 1's rows
+  });
+  edit("the plan has 9 rows but holds 8 ids", one, [](StepPlan& p) { p.ids.pop_back(); });
+  edit("the plan has 9 rows but holds 8 ids", one, [](StepPlan& p) {
+    p.ids.pop_back();
+    p.slices[0].num_rows = 8;  // num_rows left at 9
+  });
+  edit("slice 0 holds rows [1000, 1009)", one, [](StepPlan& p) { p.slices[0].first_row = 1000; });
+  edit("slice 1 holds rows [8, 17)", two, [](StepPlan& p) { p.slices[1].first_row = 8; });
+  edit("landmark 0 should be row 4 closing chunk 1", one,
+       [](StepPlan& p) { p.slices[0].landmarks[0].row = 5; });
+  edit("landmark 0 should be row 4 closing chunk 1", one,
+       [](StepPlan& p) { p.slices[0].landmarks[0].chunk = 2; });
+  edit("slice 0 lists 2 landmarks", one,
+       [](StepPlan& p) { p.slices[0].landmarks.push_back({8, 2}); });
+  REQUIRE(two.num_encoded_chunks == 2);
+  edit("num_encoded_chunks is 3", two, [](StepPlan& p) { p.num_encoded_chunks = 3; });
+  edit("slice 1's first_encoded is 0", two, [](StepPlan& p) { p.slices[1].first_encoded = 0; });
+  edit("is not the run of chunk 2's rows from row 4", one,
+       [](StepPlan& p) { p.slices[0].runs[0].num_rows = 4; });
+  edit("slice 0's GCA run 1", one, [](StepPlan& p) { p.slices[0].runs[1].made_at = GcaRun::kInForce; });
+  edit("slice 0's GCA run 1", one, [](StepPlan& p) { p.slices[0].runs[1].chunk = 1; });
+  edit("slice 0's GCA runs cover rows [0, 5)", one, [](StepPlan& p) { p.slices[0].runs.pop_back(); });
+  edit("logit row 4 (row 5) says token 5", one, [](StepPlan& p) { p.logit_rows[4].token = 5; });
+  edit("logit rows go in row order", one,
+       [](StepPlan& p) { std::swap(p.logit_rows[1], p.logit_rows[2]); });
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const absl::Status status = Run(*backend, c.plan, c.sessions);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(status.message()), Catch::Matchers::Contains(c.what));
+    CHECK(a.position() == position);
+    CHECK(b.position() == position);
+  }
+  // Nothing changed: both sessions continue, to the bit, as a fresh one
+  // holding the same history (windows, selections and logits untouched).
+  auto fresh = Session::Create(*backend);
+  REQUIRE(fresh.ok());
+  REQUIRE((*fresh)->Append(history).ok());
+  for (Session* s : {first->get(), second->get()}) {
+    REQUIRE(std::vector<float>(s->last_logits().begin(), s->last_logits().end()) ==
+            std::vector<float>((*fresh)->last_logits().begin(), (*fresh)->last_logits().end()));
+  }
+  auto expected = (*fresh)->Append(tokens);
+  REQUIRE(expected.ok());
+  for (Session* s : {first->get(), second->get()}) {
+    REQUIRE(s->Append(tokens).ok());
+    CHECK(std::vector<float>(s->last_logits().begin(), s->last_logits().end()) ==
+          std::vector<float>((*fresh)->last_logits().begin(), (*fresh)->last_logits().end()));
+  }
+}
+
 }  // namespace
 }  // namespace drt

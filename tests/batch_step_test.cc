@@ -340,9 +340,15 @@ TEST_CASE("the CPU backend refuses a plan that does not fit its sessions, changi
   const SliceRequest fine_requests[] = {{position, 10, tokens, false}};
   auto fine_plan = PlanStep(f.config, fine_requests);
   REQUIRE(fine_plan.ok());
-  StepPlan twice = *fine_plan;
-  twice.slices.push_back(twice.slices[0]);
-  s = f.backend->Step(twice, sessions, absl::MakeSpan(logits));
+  // (Planned as two requests so that its rows are consistent, then both
+  // slices pointed at request 0.)
+  const SliceRequest two_requests[] = {{position, 10, tokens, false}, {position, 10, tokens, false}};
+  auto two_plan = PlanStep(f.config, two_requests);
+  REQUIRE(two_plan.ok());
+  StepPlan twice = *two_plan;
+  twice.slices[1].request = 0;
+  std::vector<float> two_logits(2 * V);
+  s = f.backend->Step(twice, sessions, absl::MakeSpan(two_logits));
   REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
   REQUIRE_THAT(std::string(s.message()), Catch::Matchers::Contains("named twice"));
 

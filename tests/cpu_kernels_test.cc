@@ -866,16 +866,34 @@ TEST_CASE("ThreadPool runs every task once; a call whose tasks the caller took a
   }
 }
 
-TEST_CASE("Dot matches a double-precision sum", "[kernels]") {
+TEST_CASE("RowDots matches double-precision dots, and a row's score does not depend on its slot",
+          "[kernels]") {
   uint32_t seed = 1000;
-  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{768}, int64_t{5000}}) {
-    const auto a = Randn(n, ++seed), b = Randn(n, ++seed);
-    double want = 0.0, mag = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      want += double(a[i]) * double(b[i]);
-      mag += std::fabs(double(a[i]) * double(b[i]));
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{37}, int64_t{192}, int64_t{768}}) {
+    const int64_t count = 70;
+    const auto q = Randn(n, ++seed);
+    auto rows = Randn(count * n, ++seed);
+    // Row 69 repeats row 3: the same score, bit for bit, in another slot.
+    std::copy(rows.begin() + 3 * n, rows.begin() + 4 * n, rows.begin() + 69 * n);
+    const float scale = 0.125f;
+    std::vector<float> out(count, -1.f);
+    drt::cpu::RowDots(q.data(), rows.data(), count, n, scale, out.data());
+    for (int64_t j = 0; j < count; ++j) {
+      double want = 0.0, mag = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        want += double(q[i]) * double(rows[j * n + i]);
+        mag += std::fabs(double(q[i]) * double(rows[j * n + i]));
+      }
+      // A float sum of n products errs by at most about n * 2^-24 of their
+      // magnitude (Higham's gamma_n); 16 lanes make it ~(n/16 + 4) * 2^-24.
+      // n * 6e-8 * mag covers both, plus 1 ulp for the scale.
+      INFO("n=" << n << " row " << j);
+      CHECK(std::fabs(double(out[j]) - scale * want) <= scale * (n * 6e-8 * mag) + 1e-7 * std::fabs(scale * want));
     }
-    INFO("n=" << n);
-    CHECK(std::fabs(drt::cpu::Dot(a.data(), b.data(), n) - want) <= 1e-5 * mag + 1e-6);
+    CHECK(out[69] == out[3]);
+    // The same rows scanned in a shorter call (another slot range) score the same.
+    std::vector<float> part(count - 5);
+    drt::cpu::RowDots(q.data(), rows.data() + 5 * n, count - 5, n, scale, part.data());
+    for (int64_t j = 5; j < count; ++j) REQUIRE(part[j - 5] == out[j]);
   }
 }

@@ -49,7 +49,17 @@ TEST_CASE("batched retrieval picks what a naive top-k picks", "[retrieval]") {
   const std::vector<Retrieval> got =
       RetrieveAtLandmarks(store, norm.data(), rows, chunks, kD, kTopK, pool);
   REQUIRE(got.size() == chunks.size());
+  // One landmark alone takes another scan (RowDots, not sgemm): the same
+  // checks hold for it.
+  std::vector<Retrieval> alone;
   for (size_t i = 0; i < chunks.size(); ++i) {
+    const std::vector<Retrieval> one =
+        RetrieveAtLandmarks(store, norm.data(), {rows[i]}, {chunks[i]}, kD, kTopK, pool);
+    REQUIRE(one.size() == 1);
+    alone.push_back(one[0]);
+  }
+  // Checks landmark i's retrieval r against a naive one.
+  auto check = [&](size_t i, const Retrieval& r, const char* how) {
     // Naive: RMSNorm and scores in double.
     const std::vector<float>& h = hidden[i];
     double mean_square = 0;
@@ -66,20 +76,25 @@ TEST_CASE("batched retrieval picks what a naive top-k picks", "[retrieval]") {
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
     order.resize(std::min<int64_t>(kTopK, chunks[i]));
-    INFO("landmark closing chunk " << chunks[i]);
-    REQUIRE(got[i].chunks == order);
+    INFO("landmark closing chunk " << chunks[i] << " (" << how << ")");
+    REQUIRE(r.chunks == order);
     double sum = 0;
     for (int64_t c : order) sum += std::exp(scores[c] - scores[order[0]]);
     for (size_t j = 0; j < order.size(); ++j) {
       // float scores and exp against double: measured worst 4.3e-8
       // absolute here; 1e-6 leaves room for another BLAS's summation order.
-      REQUIRE(got[i].weights[j] ==
+      REQUIRE(r.weights[j] ==
               Approx(std::exp(scores[order[j]] - scores[order[0]]) / sum).margin(1e-6));
     }
+  };
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    check(i, got[i], "batched");
+    check(i, alone[i], "alone");
   }
   REQUIRE(got[6].chunks[0] == 30);  // the tie: earlier chunk first
   REQUIRE(got[6].chunks[1] == 100);
   REQUIRE(got[6].chunks[2] == 150);
+  REQUIRE(alone[6].chunks == got[6].chunks);  // exact ties in the 1-landmark scan too
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <random>
@@ -291,6 +292,53 @@ TEST_CASE("damaged or foreign states are refused by name", "[session_state]") {
     state->backend.selection[0].chunks[0] = 1000;
     REQUIRE_THAT(std::string(ValidateSessionState(*state, f.config).message()),
                  Contains("names chunk 1000"));
+  }
+  SECTION("damaged selections and floats (finding F5 of the engine review)") {
+    auto state = DecodeSessionState(f.exported.small, f.config);
+    REQUIRE(state.ok());
+    REQUIRE(state->backend.selection[1].chunks.size() >= 2);
+    REQUIRE(state->backend.open_chunk.size() >= 2);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    struct Damage {
+      const char* want;
+      std::function<void(SessionState&)> apply;
+    };
+    const std::vector<Damage> damages = {
+        {"selection of group 1: weight 1 is nan", [&](SessionState& s) { s.backend.selection[1].weights[1] = nan; }},
+        {"selection of group 1: weight 0 is -0.25", [&](SessionState& s) { s.backend.selection[1].weights[0] = -0.25f; }},
+        {"selection of group 0: weight 1 is inf", [&](SessionState& s) { s.backend.selection[0].weights[1] = inf; }},
+        {"names chunk", [&](SessionState& s) {
+           auto& chunks = s.backend.selection[1].chunks;
+           chunks[1] = chunks[0];
+         }},
+        {"window keys of layer 2: float 5 is nan", [&](SessionState& s) { s.backend.windows[2].keys[5] = nan; }},
+        {"window values of layer 0: float 0 is -inf", [&](SessionState& s) { s.backend.windows[0].values[0] = -inf; }},
+        {"open_chunk: float 1 is inf", [&](SessionState& s) { s.backend.open_chunk[1] = inf; }},
+    };
+    for (const Damage& d : damages) {
+      SessionState damaged = *state;
+      d.apply(damaged);
+      std::string want = d.want;
+      if (want == "names chunk") {
+        want = absl::StrFormat("selection of group 1 names chunk %d twice (entries 0 and 1)",
+                               damaged.backend.selection[1].chunks[0]);
+      }
+      INFO(want);
+      REQUIRE_THAT(std::string(ValidateSessionState(damaged, f.config).message()), Contains(want));
+      auto decoded = DecodeSessionState(*EncodeSessionState(damaged, f.config), f.config);
+      REQUIRE(decoded.status().code() == absl::StatusCode::kInvalidArgument);
+      REQUIRE_THAT(std::string(decoded.status().message()), Contains(want));
+      auto restored = Session::Restore(*f.backend, damaged, [&](int64_t c, ChunkData& out) {
+        return DecodeChunk(f.exported.chunks.at(c), f.config, out);
+      });
+      REQUIRE(restored.status().code() == absl::StatusCode::kInvalidArgument);
+      REQUIRE_THAT(std::string(restored.status().message()), Contains(want));
+    }
+    // A weight of exactly 0 (exp underflowed in the softmax) is a valid state.
+    SessionState zero = *state;
+    zero.backend.selection[1].weights[1] = 0.f;
+    REQUIRE(ValidateSessionState(zero, f.config).ok());
   }
   SECTION("a chunk record of the wrong size") {
     ChunkData chunk;

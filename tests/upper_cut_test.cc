@@ -377,3 +377,62 @@ TEST_CASE("lower-only plans are refused by name where they do not run", "[upper_
 
 }  // namespace
 }  // namespace drt
+
+namespace drt {
+namespace {
+
+// Finding F3 of the engine review: a stop ran a closing piece of the reach
+// after every non-final piece, though only a piece that skipped upper rows
+// needs it (and a piece that only went without logits needs one token).
+// Each case stops after the first piece (64 positions: 56 tokens) and must
+// end in the state of an append of the accepted tokens without a stop.
+TEST_CASE("an append stopped after one piece runs only the closing piece it owes",
+          "[upper_cut]") {
+  const ModelConfig config = testing::TinyConfig();
+  const ModelWeights weights = testing::RandomWeights(config, 51);
+  const int64_t step = 8 * config.chunk_positions();
+  auto cut = CpuBackend(config, weights, true, step);
+  auto whole = CpuBackend(config, weights, false, step);
+  const int64_t reach = cut->upper_layer_reach();
+  REQUIRE(reach == UpperLayerReach(config));
+  const int64_t first_piece = TokensFitting(config, 0, 1 << 20, step);
+  REQUIRE(first_piece == 56);
+  struct Case {
+    const char* what;
+    Backend* backend;
+    int64_t total;              // tokens appended
+    int64_t want_accepted_min;  // tokens_accepted, inclusive bounds
+    int64_t want_accepted_max;
+    bool skips;  // the first piece skipped upper rows
+  };
+  // The closing piece of the reach fits its tokens into reach + 1 positions
+  // and fills at least reach of them (one more token would bring its
+  // landmark past the budget at most).
+  const std::vector<Case> cases = {
+      {"lower-only forwards off: nothing owed", whole.get(), 2000, first_piece, first_piece, false},
+      {"the first piece skipped upper rows: the reach owed", cut.get(), 2000,
+       RealTokensFor(config, DecoderPositionsFor(config, first_piece) + reach),
+       RealTokensFor(config, DecoderPositionsFor(config, first_piece) + reach + 1), true},
+      {"the first piece lay within the reach of the end: one token owed for its logits",
+       cut.get(), first_piece + 10, first_piece + 1, first_piece + 1, false},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const std::vector<int32_t> tokens = testing::RandomTokens(config, c.total, 52);
+    std::unique_ptr<Session> a = NewSession(*c.backend);
+    AppendOptions stop_after_one;
+    stop_after_one.should_stop = [] { return true; };
+    auto appended = a->Append(tokens, stop_after_one);
+    REQUIRE(appended.ok());
+    CHECK(appended->stopped_early);
+    CHECK(appended->tokens_accepted >= c.want_accepted_min);
+    CHECK(appended->tokens_accepted <= c.want_accepted_max);
+    CHECK((a->backend_session().stats().upper_rows_skipped > 0) == c.skips);
+    std::unique_ptr<Session> b = NewSession(*whole);
+    REQUIRE(b->Append({tokens.data(), static_cast<size_t>(appended->tokens_accepted)}).ok());
+    CHECK(WorstStateDifference(*a, *b) == 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace drt

@@ -365,10 +365,22 @@ void GroupedCrossAttention(absl::Span<const GcaBlock> blocks, int64_t rows_per_c
   });
 }
 
-float Dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+void RowDots(const float* q, const float* rows, int64_t count, int64_t n, float scale, float* out) {
+  constexpr int kLanes = 16;  // independent sums: the compiler vectorises them without reordering
+  for (int64_t j = 0; j < count; ++j) {
+    const float* row = rows + j * n;
+    float lanes[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      for (int k = 0; k < kLanes; ++k) lanes[k] += q[i + k] * row[i + k];
+    }
+    float tail = 0.f;
+    for (; i < n; ++i) tail += q[i] * row[i];
+    for (int width = kLanes / 2; width >= 1; width /= 2) {
+      for (int k = 0; k < width; ++k) lanes[k] += lanes[k + width];
+    }
+    out[j] = scale * (lanes[0] + tail);
+  }
 }
 
 }  // namespace drt::cpu

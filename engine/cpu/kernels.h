@@ -107,7 +107,13 @@ struct GcaBlock {
 void GroupedCrossAttention(absl::Span<const GcaBlock> blocks, int64_t rows_per_chunk,
                            int64_t num_heads, int64_t head_dim, ThreadPool& pool);
 
-// dot(a, b) over n floats.
-float Dot(const float* a, const float* b, int64_t n);
+// out[j] = scale * dot(q, rows + j * n) for j < count: one query against
+// `count` rows of n floats (the retrieval scan of one landmark). Each dot is
+// summed in 16 interleaved lanes, then the lanes pairwise, so a row's result
+// depends only on q and that row: not on j, count or anything else in the
+// call (a row copied to another slot scores exactly the same; exact ties
+// stay ties). Memory-bound; measured against sgemm with M = 1 in
+// docs/engine.md ("Retrieval scan").
+void RowDots(const float* q, const float* rows, int64_t count, int64_t n, float scale, float* out);
 
 }  // namespace drt::cpu

@@ -68,9 +68,16 @@ std::vector<Retrieval> RetrieveAtLandmarks(const ChunkStore& store, const float*
   std::vector<float> scores;
   for (const auto& span : store.LandmarkSpans(scanned)) {
     scores.resize(num * span.count);
-    // scores[i][j] = scale * q_i . l_(first_chunk + j)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, num, span.count, d, scale,
-                queries.data(), d, span.landmarks, d, 0.f, scores.data(), span.count);
+    // scores[i][j] = scale * q_i . l_(first_chunk + j). One landmark (every
+    // decode step that holds one) streams the block through RowDots: sgemm
+    // with M = 1 took 4.7x as long (docs/engine.md, "Retrieval scan").
+    // Several landmarks (prefill) share each block's read in one sgemm.
+    if (num == 1) {
+      RowDots(queries.data(), span.landmarks, span.count, d, scale, scores.data());
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, num, span.count, d, scale,
+                  queries.data(), d, span.landmarks, d, 0.f, scores.data(), span.count);
+    }
     for (int64_t i = 0; i < num; ++i) {
       const int64_t end = std::min(span.count, chunks[i] - span.first_chunk);
       for (int64_t j = 0; j < end; ++j) {

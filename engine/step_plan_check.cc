@@ -1,0 +1,135 @@
+#include "engine/step_plan_check.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_format.h"
+#include "engine/model_rules.h"
+
+namespace drt {
+namespace {
+
+// Slice `s`'s landmarks, encoder entries and runs as PlanStep makes them
+// (engine/step_plan.cc); `encoded` is the count of earlier slices'
+// landmarks.
+absl::Status CheckSlice(const ModelConfig& config, const SlicePlan& slice, int64_t s,
+                        int64_t encoded) {
+  const int64_t S = config.chunk_positions();
+  if (slice.first_encoded != encoded) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "slice %d's first_encoded is %d; the slices before it close %d chunks", s,
+        slice.first_encoded, encoded));
+  }
+  size_t next_landmark = 0;
+  for (int64_t i = 0; i < slice.num_rows; ++i) {
+    const int64_t position = slice.first_position + i;
+    if (!IsLandmarkPosition(config, position)) continue;
+    const PlannedLandmark want{slice.first_row + i, position / S};
+    if (next_landmark >= slice.landmarks.size() ||
+        slice.landmarks[next_landmark].row != want.row ||
+        slice.landmarks[next_landmark].chunk != want.chunk) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "slice %d's landmark %d should be row %d closing chunk %d (decoder position %d)", s,
+          next_landmark, want.row, want.chunk, position));
+    }
+    ++next_landmark;
+  }
+  if (next_landmark != slice.landmarks.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "slice %d lists %d landmarks; its rows hold %d", s, slice.landmarks.size(),
+        next_landmark));
+  }
+  // Runs: consecutive rows of one chunk each, covering the slice in order;
+  // chunk c's rows served by the selection in force (the slice's first
+  // chunk) or made at the slice's landmark closing chunk c - 1.
+  const int64_t first_chunk = slice.first_position / S;
+  int64_t next_row = slice.first_row;
+  for (size_t r = 0; r < slice.runs.size(); ++r) {
+    const GcaRun& run = slice.runs[r];
+    const int64_t first_position = slice.first_position + (run.first_row - slice.first_row);
+    const bool tiles = run.first_row == next_row && run.num_rows >= 1 &&
+                       run.first_row + run.num_rows <= slice.first_row + slice.num_rows &&
+                       run.chunk == first_position / S &&
+                       (first_position + run.num_rows - 1) / S == run.chunk &&
+                       (r == 0 || first_position % S == 0);
+    const int64_t want_made_at =
+        run.chunk == first_chunk ? GcaRun::kInForce : run.chunk - 1 - first_chunk;
+    if (!tiles || run.made_at != want_made_at) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "slice %d's GCA run %d (rows [%d, %d), chunk %d, made_at %d) is not the run of "
+          "chunk %d's rows from row %d served by %d",
+          s, r, run.first_row, run.first_row + run.num_rows, run.chunk, run.made_at,
+          first_position / S, next_row, want_made_at));
+    }
+    next_row += run.num_rows;
+  }
+  if (next_row != slice.first_row + slice.num_rows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "slice %d's GCA runs cover rows [%d, %d) of its rows [%d, %d)", s, slice.first_row,
+        next_row, slice.first_row, slice.first_row + slice.num_rows));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckPlanGeometry(const ModelConfig& config, const StepPlan& plan) {
+  if (plan.num_rows < 0 || static_cast<int64_t>(plan.ids.size()) != plan.num_rows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the plan has %d rows but holds %d ids", plan.num_rows, plan.ids.size()));
+  }
+  int64_t next_row = 0, encoded = 0;
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    const SlicePlan& slice = plan.slices[s];
+    if (slice.first_row != next_row || slice.num_rows < 1 ||
+        slice.num_rows > plan.num_rows - next_row) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "slice %d holds rows [%d, %d); the slices must tile the plan's %d rows in order, "
+          "this one from row %d",
+          s, slice.first_row, slice.first_row + slice.num_rows, plan.num_rows, next_row));
+    }
+    if (absl::Status st = CheckSlice(config, slice, static_cast<int64_t>(s), encoded); !st.ok()) {
+      return st;
+    }
+    next_row += slice.num_rows;
+    encoded += static_cast<int64_t>(slice.landmarks.size());
+  }
+  if (next_row != plan.num_rows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the slices hold %d rows; the plan has %d", next_row, plan.num_rows));
+  }
+  if (plan.num_encoded_chunks != encoded) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the plan's num_encoded_chunks is %d; its slices close %d chunks",
+        plan.num_encoded_chunks, encoded));
+  }
+  // Logit rows: slice by slice in row order (StepPlan::skips_some_logits
+  // counts on it), each naming the token its row holds. A row outside its
+  // slice or on a landmark is left to CheckForwardInput, which CheckStep runs
+  // on each slice after this.
+  for (size_t i = 0; i < plan.logit_rows.size(); ++i) {
+    const LogitRow& row = plan.logit_rows[i];
+    if (row.slice < 0 || row.slice >= static_cast<int64_t>(plan.slices.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit row %d names slice %d; the plan has %d", i, row.slice, plan.slices.size()));
+    }
+    if (i > 0 && row.row <= plan.logit_rows[i - 1].row) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit row %d (row %d) does not follow row %d: logit rows go in row order", i,
+          row.row, plan.logit_rows[i - 1].row));
+    }
+    const SlicePlan& slice = plan.slices[row.slice];
+    const int64_t position = slice.first_position + (row.row - slice.first_row);
+    const bool in_slice = row.row >= slice.first_row && row.row < slice.first_row + slice.num_rows;
+    if (!in_slice || IsLandmarkPosition(config, position)) continue;  // CheckForwardInput's to refuse
+    const int64_t token =
+        RealTokensFor(config, position) - RealTokensFor(config, slice.first_position);
+    if (row.token != token) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit row %d (row %d) says token %d of its slice; the row holds token %d", i,
+          row.row, row.token, token));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace drt
