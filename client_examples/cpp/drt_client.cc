@@ -496,6 +496,26 @@ class Client {
   static std::string Describe(const grpc::Status& status) {
     return absl::StrCat(GrpcCodeName(status.error_code()), ": ", status.error_message());
   }
+  // Whether an Append or Generate stream that failed with `status` may have
+  // been cut by a server or gateway going away. Directly from drt-server a
+  // cut arrives as UNAVAILABLE; through an HTTP/2 proxy (Envoy) a stream
+  // whose server died after sending headers is reset, which gRPC reports as
+  // INTERNAL ("RST_STREAM") or CANCELLED. The client's own cancellations are
+  // not cuts: Ctrl-C/SIGTERM (Interrupts::interrupted()), --idle_timeout and
+  // --deadline (DEADLINE_EXCEEDED). Safe to widen: what is sent next is
+  // decided by GetSession's count, never by the status.
+  static bool StreamCut(const grpc::Status& status) {
+    if (Interrupts::interrupted()) return false;
+    switch (status.error_code()) {
+      case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::CANCELLED:
+        return true;
+      case grpc::StatusCode::INTERNAL:
+        return absl::StrContains(status.error_message(), "RST_STREAM");
+      default:
+        return false;
+    }
+  }
   static void Check(const grpc::Status& status) {
     if (!status.ok()) Die(Describe(status));
   }
@@ -592,7 +612,7 @@ class Client {
   }
 
   // Streams the prompt into a session that held `base_tokens`. An Append cut
-  // by UNAVAILABLE is not sent again whole: what the server acknowledged is
+  // (StreamCut) is not sent again whole: what the server acknowledged is
   // on disk with --state_dir (and perhaps a little more: a step written whose
   // acknowledgement was lost), so the client waits for the server, asks
   // GetSession how many tokens the session holds and sends the prompt from
@@ -615,7 +635,7 @@ class Client {
         seconds = Seconds(Clock::now() - start);
         return true;
       }
-      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      if (!StreamCut(status)) {
         *why = Describe(status);
         return false;
       }
@@ -739,7 +759,7 @@ class Client {
     double ttft = NAN, tpot = NAN;
   };
 
-  // Generate, sent again after UNAVAILABLE only when that is the same as the
+  // Generate, sent again after a cut (StreamCut) only when that is the same as the
   // first try: no piece reached the client and the session holds exactly its
   // `base_tokens` (a durable server continues a session exactly, so the same
   // request and seed give the same answer). Generated tokens join the
@@ -751,7 +771,7 @@ class Client {
       answer = Answer();
       const grpc::Status status = Generate(session_id, answer);
       if (status.ok()) return true;
-      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      if (!StreamCut(status)) {
         *why = Describe(status);
         return false;
       }
@@ -940,7 +960,7 @@ int Run() {
               append_seconds, Commas(std::llround(summary.tokens_ingested() / append_seconds)).c_str(),
               Commas(std::llround(summary.tokens_per_second())).c_str(),
               resumes > 0 ? " in its last call" : "",
-              resumes > 0 ? absl::StrFormat(", resumed %d time%s after UNAVAILABLE", resumes,
+              resumes > 0 ? absl::StrFormat(", resumed %d time%s after a cut", resumes,
                                             resumes == 1 ? "" : "s").c_str()
                           : "");
   std::printf("answer: ");

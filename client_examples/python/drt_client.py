@@ -428,6 +428,24 @@ class Retrier:
     def unavailable(self, error):
         return isinstance(error, self.grpc.RpcError) and error.code() == self.grpc.StatusCode.UNAVAILABLE
 
+    def stream_cut(self, error):
+        """Whether an Append or Generate stream that failed with `error` may
+        have been cut by a server or gateway going away. Directly from
+        drt-server a cut arrives as UNAVAILABLE; through an HTTP/2 proxy
+        (Envoy) a stream whose server died after sending headers is reset,
+        which gRPC reports as INTERNAL ("RST_STREAM") or CANCELLED. The
+        client's own cancellations never get here as RpcError: Ctrl-C raises
+        KeyboardInterrupt, --idle-timeout StreamIdle, --deadline
+        DEADLINE_EXCEEDED (not a cut). Safe to widen: what is sent next is
+        decided by GetSession's count, never by the status (append(),
+        generate_retried())."""
+        if not isinstance(error, self.grpc.RpcError):
+            return False
+        code = error.code()
+        codes = self.grpc.StatusCode
+        return (code in (codes.UNAVAILABLE, codes.CANCELLED)
+                or (code == codes.INTERNAL and "RST_STREAM" in (error.details() or "")))
+
     def outage(self):
         return Outage(self)
 
@@ -538,7 +556,7 @@ def append_once(pb, stub, session_id, pieces, metadata, args, bar, offset, acked
 def append(pb, stub, session_id, pieces, expected_tokens, metadata, args, retrier, bytes_tokenizer,
            base_tokens):
     """Streams the prompt (pieces() yields it from the start) into a session
-    that held base_tokens. An Append cut by UNAVAILABLE is not sent again
+    that held base_tokens. An Append cut (Retrier.stream_cut) is not sent again
     whole: what the server acknowledged is on disk with --state_dir (and may
     be a little more: a step written whose acknowledgement was lost), so the
     client waits for the server, asks GetSession how many tokens the session
@@ -563,7 +581,7 @@ def append(pb, stub, session_id, pieces, expected_tokens, metadata, args, retrie
             return whole, time.perf_counter() - start, resumes
         except grpc.RpcError as e:
             bar.abort()
-            if not retrier.unavailable(e):
+            if not retrier.stream_cut(e):
                 raise
             error = e
         except BaseException:
@@ -640,7 +658,7 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
 
 
 def generate_retried(pb, stub, session_id, args, metadata, retrier, base_tokens):
-    """generate(), sent again after UNAVAILABLE only when that is the same as
+    """generate(), sent again after a cut (Retrier.stream_cut) only when that is the same as
     the first try: no piece reached the client and the session holds exactly
     its base_tokens (a durable server continues a session exactly, so the same
     request and seed give the same answer). Generated tokens join the context,
@@ -652,7 +670,7 @@ def generate_retried(pb, stub, session_id, args, metadata, retrier, base_tokens)
         try:
             return generate(pb, stub, session_id, args, metadata, received=received)
         except grpc.RpcError as e:
-            if not retrier.unavailable(e):
+            if not retrier.stream_cut(e):
                 raise
             error = e
         cut = f"the Generate was cut ({error.code().name}: {error.details()})"
@@ -739,7 +757,7 @@ def run(args, pb, pb_grpc, grpc):
         # A new session holds no tokens.
         summary, append_seconds, resumes = append(pb, stub, session_id, pieces, expected, metadata, args,
                                                   retrier, info.tokenizer == "bytes", base_tokens=0)
-        resumed = f", resumed {resumes} time{'s' if resumes != 1 else ''} after UNAVAILABLE" if resumes else ""
+        resumed = f", resumed {resumes} time{'s' if resumes != 1 else ''} after a cut" if resumes else ""
         print(f"append: {summary.tokens_ingested:,} tokens, {summary.session_chunks:,} chunks in "
               f"{append_seconds:.2f} s: {summary.tokens_ingested / append_seconds:,.0f} tokens/s "
               f"(server: {summary.tokens_per_second:,.0f} tokens/s{' in its last call' if resumes else ''})"

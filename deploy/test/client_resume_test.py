@@ -21,7 +21,13 @@ restarts") is played where a real server cannot be steered as precisely
   (padding the client never saw), is not sent again;
 - gone: GetSession answers NOT_FOUND after the cut (no --state_dir): an
   error saying so;
-- no-retry: --retry-seconds 0 reports the Append's UNAVAILABLE as before.
+- no-retry: --retry-seconds 0 reports the Append's UNAVAILABLE as before;
+- reset streams: through an HTTP/2 proxy (Envoy) a stream whose server died
+  is reset, which gRPC reports as INTERNAL "Received RST_STREAM ..." or as
+  CANCELLED: a cut Append with either code resumes exactly (the first
+  GetSession after it also reports the session busy, so the clients' wait
+  for the cut call to end is played), a Generate cut with either is sent
+  again; an INTERNAL without RST_STREAM is an error, not a cut.
 
     client_resume_test.py --cpp-client build/client_examples/drt-client --stubs build/python
 """
@@ -65,7 +71,9 @@ class StandIn:
                 if outer.mode == "gone":
                     context.abort(grpc.StatusCode.NOT_FOUND, "session s1 does not exist (server started anew)")
                 with outer.lock:
-                    return pb.SessionInfo(session_id="s1", tokens=len(outer.held))
+                    busy = outer.busy_reports > 0
+                    outer.busy_reports -= 1
+                    return pb.SessionInfo(session_id="s1", tokens=len(outer.held), busy=busy)
 
             def Append(self, requests, context):
                 with outer.lock:
@@ -84,7 +92,7 @@ class StandIn:
                     if cut:
                         yield pb.AppendResponse(progress=pb.AppendProgress(
                             tokens_ingested=ACKED, session_tokens=start + ACKED))
-                        context.abort(grpc.StatusCode.UNAVAILABLE, "cut by the stand-in")
+                        context.abort(*outer.cut_status)
                 with outer.lock:
                     n = len(outer.held)
                 yield pb.AppendResponse(summary=pb.AppendSummary(
@@ -103,7 +111,7 @@ class StandIn:
                     if outer.mode == "generate-grew":
                         with outer.lock:
                             outer.held.extend([256] * 5)
-                    context.abort(grpc.StatusCode.UNAVAILABLE, "generate cut by the stand-in")
+                    context.abort(outer.cut_status[0], "generate " + outer.cut_status[1])
                 with outer.lock:
                     outer.held.extend([50, 46])
                 yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="2.", token_ids=[50, 46]))
@@ -111,10 +119,13 @@ class StandIn:
 
         self.servicer = Servicer()
 
-    def reset(self, mode, tokenizer="bytes", cuts=0, generate_cuts=0):
+    def reset(self, mode, tokenizer="bytes", cuts=0, generate_cuts=0, code=None,
+              details="cut by the stand-in", busy_reports=0):
         with self.lock:
             self.mode, self.tokenizer = mode, tokenizer
             self.cuts, self.generate_cuts = cuts, generate_cuts
+            self.cut_status = (code or self.grpc.StatusCode.UNAVAILABLE, details)
+            self.busy_reports = busy_reports
             self.held, self.appends, self.generates = [], 0, 0
 
 
@@ -212,6 +223,29 @@ def main():
                               and stand_in.appends == 1,
                               f"{name}, {flag['retry']} 0: the Append's UNAVAILABLE is reported, not retried",
                               out[-2500:])
+                # Reset streams (review-deployfix M1): the codes a proxy's reset
+                # gives, each a cut; the session is reported busy once.
+                rst = "Received RST_STREAM with error code 0"
+                for code_name, details in (("INTERNAL", rst), ("CANCELLED", "Received RST_STREAM with error code 8")):
+                    status = getattr(grpc.StatusCode, code_name)
+                    code, out = run("reset", [flag["ids"], ids_file], cuts=1, code=status, details=details,
+                                    busy_reports=1)
+                    checks.expect(code == 0 and stand_in.held[:len(ids)] == ids
+                                  and len(stand_in.held) == len(ids) + 2 and stand_in.appends == 2
+                                  and f"{code_name}: {details}" in out and "still busy" in out,
+                                  f"{name}, an Append reset ({code_name}: {details}) is a cut: it waits while "
+                                  "the session is busy, then resumes exactly", out[-2500:])
+                    code, out = run("generate-again", [flag["ids"], ids_file], generate_cuts=1, code=status,
+                                    details=details)
+                    checks.expect(code == 0 and stand_in.generates == 2 and "sending the Generate again" in out,
+                                  f"{name}, a Generate reset ({code_name}) before any piece, the session "
+                                  "unchanged, is sent again once", out[-2500:])
+                code, out = run("internal", [flag["ids"], ids_file], cuts=1, code=grpc.StatusCode.INTERNAL,
+                                details="the stand-in failed")
+                checks.expect(code != 0 and "INTERNAL: the stand-in failed" in out and stand_in.appends == 1
+                              and "retry 1" not in out and "Traceback" not in out,
+                              f"{name}, an INTERNAL that is no stream reset is reported, not retried", out[-2500:])
+
                 code, out = run("no-retry", [flag["ids"], ids_file, flag["retry"], "-1"])
                 checks.expect(code != 0 and "must be positive" in out and "Traceback" not in out,
                               f"{name}, {flag['retry']} -1: refused", out[-800:])
