@@ -596,8 +596,9 @@ class Client {
       }
       if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
         *why = absl::StrCat(cut, ", and session ", id, " is gone (", status.error_message(),
-                            "): the server keeps sessions across a restart only with --state_dir. "
-                            "Create a new session and send the prompt again");
+                            "): the server keeps sessions across a restart only with --state_dir, "
+                            "or a gateway routed this call to another replica. Create a new "
+                            "session and send the prompt again");
         return false;
       }
       if (!status.ok()) {

@@ -515,8 +515,8 @@ def session_when_idle(pb, stub, session_id, metadata, retrier, outage, cut):
                 continue
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 raise GaveUp(f"{cut}, and session {session_id} is gone ({e.details()}): the server keeps "
-                             "sessions across a restart only with --state_dir. Create a new session and "
-                             "send the prompt again") from None
+                             "sessions across a restart only with --state_dir, or a gateway routed this call to "
+                             "another replica. Create a new session and send the prompt again") from None
             raise
         if not info.busy:
             return info
