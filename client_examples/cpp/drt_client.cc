@@ -170,6 +170,15 @@ class IdleWatchdog {
   std::thread thread_;  // last: starts once the rest is set
 };
 
+// Ctrl-C and SIGTERM. A signal thread (sigwait, the signals blocked in every
+// thread) handles them for the whole run:
+// - the first signal during a stream (an Interrupts object is alive) cancels
+//   the stream; during a retry's wait (Outage::Wait, in Sleep) it ends the
+//   wait. Either way interrupted() turns true and the run ends through its
+//   normal path, so the session is still deleted (Cleanup);
+// - the first signal at any other moment (a unary call of milliseconds)
+//   exits at once, as does a second signal: a client must never become
+//   unkillable, even while it retries.
 class Interrupts {
  public:
   // Call before any other thread starts, so that all of them inherit the mask.
@@ -180,19 +189,23 @@ class Interrupts {
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     std::thread([] {
-      int signal = 0;
-      sigwait(&signals, &signal);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (active_ == nullptr) std::_Exit(128 + signal);
-      std::fprintf(stderr, "\ndrt-client: interrupted\n");
-      interrupted_ = true;
-      active_->TryCancel();
+      while (true) {
+        int signal = 0;
+        if (sigwait(&signals, &signal) != 0) continue;
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (interrupted_ || (active_ == nullptr && sleepers_ == 0)) std::_Exit(128 + signal);
+        std::fprintf(stderr, "\ndrt-client: interrupted (again to exit at once)\n");
+        interrupted_ = true;
+        if (active_ != nullptr) active_->TryCancel();
+        wake_.notify_all();
+      }
     }).detach();
   }
   // Makes `context` the call that a signal cancels, for this object's life.
   explicit Interrupts(grpc::ClientContext* context) {
     std::lock_guard<std::mutex> lock(mutex_);
     active_ = context;
+    if (interrupted_) context->TryCancel();  // interrupted before the call began
   }
   ~Interrupts() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -202,10 +215,20 @@ class Interrupts {
     std::lock_guard<std::mutex> lock(mutex_);
     return interrupted_;
   }
+  // Sleeps for `seconds` unless a signal comes first; false when interrupted.
+  static bool Sleep(double seconds) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++sleepers_;
+    wake_.wait_for(lock, std::chrono::duration<double>(seconds), [] { return interrupted_; });
+    --sleepers_;
+    return !interrupted_;
+  }
 
  private:
   static inline std::mutex mutex_;
+  static inline std::condition_variable wake_;
   static inline grpc::ClientContext* active_ = nullptr;
+  static inline int sleepers_ = 0;
   static inline bool interrupted_ = false;
 };
 
@@ -285,6 +308,10 @@ class Outage {
   // returns false with *why set when retries are off (*why = `reason`) or
   // the bound has run out.
   bool Wait(const std::string& what, const std::string& reason, std::string* why) {
+    if (Interrupts::interrupted()) {
+      *why = absl::StrCat(what, ": ", reason, "; interrupted, not retried");
+      return false;
+    }
     if (retrier_.seconds() <= 0 || retrier_.gave_up()) {
       *why = absl::StrCat(what, ": ", reason);
       return false;
@@ -309,7 +336,10 @@ class Outage {
                  "drt-client: %s: %s; retry %d in %.2f s (%.1f s of --retry_seconds %g used)\n",
                  what.c_str(), reason.c_str(), retries_, delay, used, retrier_.seconds());
     std::fflush(stderr);
-    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    if (!Interrupts::Sleep(delay)) {
+      *why = absl::StrCat(what, ": ", reason, "; interrupted while waiting to retry");
+      return false;
+    }
     return true;
   }
 
@@ -532,7 +562,10 @@ class Client {
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
         Die(absl::StrCat(what, ": ", Describe(status)));
       }
-      if (!outage.Wait(what, Describe(status), &why)) Die(why);
+      if (!outage.Wait(what, Describe(status), &why)) {
+        if (Interrupts::interrupted()) std::exit(130);
+        Die(why);
+      }
     }
   }
 
@@ -575,8 +608,11 @@ class Client {
     }
   }
 
+  // Cancelled by a signal (it runs during an outage, when the wait can be
+  // long: a server that accepts connections but does not answer).
   grpc::Status GetSession(const std::string& id, drt::v1::SessionInfo& info) {
     auto context = NewContext(kUnaryDeadlineSeconds);
+    Interrupts interrupts(context.get());
     drt::v1::GetSessionRequest request;
     request.set_session_id(id);
     return stub_->GetSession(context.get(), request, &info);

@@ -27,17 +27,22 @@ restarts") is played where a real server cannot be steered as precisely
   CANCELLED: a cut Append with either code resumes exactly (the first
   GetSession after it also reports the session busy, so the clients' wait
   for the cut call to end is played), a Generate cut with either is sent
-  again; an INTERNAL without RST_STREAM is an error, not a cut.
+  again; an INTERNAL without RST_STREAM is an error, not a cut;
+- interrupt: Ctrl-C (SIGINT) while the client waits to retry (the session
+  stays busy after a cut) ends it at once, and it still deletes the session
+  (review-deployfix L4: the C++ client ignored it and retried on).
 
     client_resume_test.py --cpp-client build/client_examples/drt-client --stubs build/python
 """
 import argparse
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from concurrent import futures
 
 from checks import Checks
@@ -65,6 +70,8 @@ class StandIn:
                 return pb.CreateSessionResponse(session_id="s1")
 
             def DeleteSession(self, request, context):
+                with outer.lock:
+                    outer.deletes += 1
                 return pb.DeleteSessionResponse()
 
             def GetSession(self, request, context):
@@ -126,7 +133,7 @@ class StandIn:
             self.cuts, self.generate_cuts = cuts, generate_cuts
             self.cut_status = (code or self.grpc.StatusCode.UNAVAILABLE, details)
             self.busy_reports = busy_reports
-            self.held, self.appends, self.generates = [], 0, 0
+            self.held, self.appends, self.generates, self.deletes = [], 0, 0, 0
 
 
 def main():
@@ -245,6 +252,30 @@ def main():
                 checks.expect(code != 0 and "INTERNAL: the stand-in failed" in out and stand_in.appends == 1
                               and "retry 1" not in out and "Traceback" not in out,
                               f"{name}, an INTERNAL that is no stream reset is reported, not retried", out[-2500:])
+
+                # Ctrl-C during the retries: the session never stops being busy.
+                stand_in.reset("interrupt", cuts=1, busy_reports=10**6)
+                client = subprocess.Popen(base + [flag["ids"], ids_file], stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True)
+                lines = []
+                for line in client.stdout:  # until the second retry's line: well inside the retries
+                    lines.append(line)
+                    if "still busy" in line and "retry 2 " in line:
+                        break
+                sent = time.monotonic()
+                client.send_signal(signal.SIGINT)
+                try:
+                    lines += client.stdout.readlines()
+                    code = client.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    client.kill()
+                    code = None
+                seconds = time.monotonic() - sent
+                out = "".join(lines)
+                checks.expect(code == 130 and seconds < 3 and stand_in.deletes == 1 and "Traceback" not in out,
+                              f"{name}, interrupt: Ctrl-C while waiting to retry ends the client at once "
+                              f"(exit {code}, {seconds:.1f} s; < 3 s: its longest delay here is about 0.8 s) "
+                              f"and deletes the session ({stand_in.deletes} DeleteSession)", out[-2500:])
 
                 code, out = run("no-retry", [flag["ids"], ids_file, flag["retry"], "-1"])
                 checks.expect(code != 0 and "must be positive" in out and "Traceback" not in out,
