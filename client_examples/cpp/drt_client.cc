@@ -173,9 +173,10 @@ class IdleWatchdog {
 // Ctrl-C and SIGTERM. A signal thread (sigwait, the signals blocked in every
 // thread) handles them for the whole run:
 // - the first signal during a stream (an Interrupts object is alive) cancels
-//   the stream; during a retry's wait (Outage::Wait, in Sleep) it ends the
-//   wait. Either way interrupted() turns true and the run ends through its
-//   normal path, so the session is still deleted (Cleanup);
+//   the stream; while a call is being retried (an Outage is alive) it ends
+//   the retries at their next wait, or that wait itself (Sleep). Either way
+//   interrupted() turns true and the run ends through its normal path, so
+//   the session is still deleted (Cleanup);
 // - the first signal at any other moment (a unary call of milliseconds)
 //   exits at once, as does a second signal: a client must never become
 //   unkillable, even while it retries.
@@ -193,7 +194,7 @@ class Interrupts {
         int signal = 0;
         if (sigwait(&signals, &signal) != 0) continue;
         std::lock_guard<std::mutex> lock(mutex_);
-        if (interrupted_ || (active_ == nullptr && sleepers_ == 0)) std::_Exit(128 + signal);
+        if (interrupted_ || (active_ == nullptr && retrying_ == 0)) std::_Exit(128 + signal);
         std::fprintf(stderr, "\ndrt-client: interrupted (again to exit at once)\n");
         interrupted_ = true;
         if (active_ != nullptr) active_->TryCancel();
@@ -218,17 +219,21 @@ class Interrupts {
   // Sleeps for `seconds` unless a signal comes first; false when interrupted.
   static bool Sleep(double seconds) {
     std::unique_lock<std::mutex> lock(mutex_);
-    ++sleepers_;
     wake_.wait_for(lock, std::chrono::duration<double>(seconds), [] { return interrupted_; });
-    --sleepers_;
     return !interrupted_;
+  }
+  // A call is being retried (Outage's life): a signal ends the retries
+  // instead of the process.
+  static void Retrying(bool begin) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    retrying_ += begin ? 1 : -1;
   }
 
  private:
   static inline std::mutex mutex_;
   static inline std::condition_variable wake_;
   static inline grpc::ClientContext* active_ = nullptr;
-  static inline int sleepers_ = 0;
+  static inline int retrying_ = 0;
   static inline bool interrupted_ = false;
 };
 
@@ -299,7 +304,10 @@ class Retrier {
 // counts from its first UNAVAILABLE and starts again after progress.
 class Outage {
  public:
-  explicit Outage(Retrier& retrier) : retrier_(retrier) {}
+  explicit Outage(Retrier& retrier) : retrier_(retrier) { Interrupts::Retrying(true); }
+  ~Outage() { Interrupts::Retrying(false); }
+  Outage(const Outage&) = delete;
+  Outage& operator=(const Outage&) = delete;
   void Reset() {
     start_.reset();
     retries_ = 0;
@@ -825,6 +833,15 @@ class Client {
       drt::v1::SessionInfo info;
       if (!outage.Wait("Generate", Describe(status), why) ||
           !SessionWhenIdle(session_id, outage, cut, info, why)) {
+        return false;
+      }
+      if (info.tokens() < base_tokens) {
+        *why = absl::StrCat(cut, "; session ", session_id, " holds ", Commas(info.tokens()),
+                            " tokens, fewer than the ", Commas(base_tokens),
+                            " acknowledged before it (the server lost acknowledged tokens: the last ",
+                            Commas(base_tokens - info.tokens()),
+                            " of the prompt are gone), so generating again would answer a shorter "
+                            "prompt: not retried");
         return false;
       }
       if (info.tokens() != base_tokens) {

@@ -681,6 +681,11 @@ def generate_retried(pb, stub, session_id, args, metadata, retrier, base_tokens)
                          "after it, not repeat it: not retried (GetSession tells what the session holds)")
         outage.wait("Generate", error)
         info = session_when_idle(pb, stub, session_id, metadata, retrier, outage, cut)
+        if info.tokens < base_tokens:
+            raise GaveUp(f"{cut}; session {session_id} holds {info.tokens:,} tokens, fewer than the "
+                         f"{base_tokens:,} acknowledged before it (the server lost acknowledged tokens: "
+                         f"the last {base_tokens - info.tokens:,} of the prompt are gone), so generating "
+                         "again would answer a shorter prompt: not retried")
         if info.tokens != base_tokens:
             raise GaveUp(f"{cut}; session {session_id} now holds {info.tokens - base_tokens:,} tokens more "
                          "than before it (padding or generated tokens that never reached the client), "

@@ -19,6 +19,9 @@ restarts") is played where a real server cannot be steered as precisely
 - generate-pieces: a Generate cut after a piece is not sent again;
 - generate-grew: a Generate cut before any piece, but the session grew
   (padding the client never saw), is not sent again;
+- generate-lost: the same, but the session lost acknowledged prompt tokens
+  (a crash with --state_sync interval): an error saying so, not "holds -N
+  tokens more";
 - gone: GetSession answers NOT_FOUND after the cut (no --state_dir): an
   error saying so;
 - no-retry: --retry-seconds 0 reports the Append's UNAVAILABLE as before;
@@ -118,6 +121,9 @@ class StandIn:
                     if outer.mode == "generate-grew":
                         with outer.lock:
                             outer.held.extend([256] * 5)
+                    if outer.mode == "generate-lost":  # a crash lost acknowledged prompt tokens
+                        with outer.lock:
+                            del outer.held[-7:]
                     context.abort(outer.cut_status[0], "generate " + outer.cut_status[1])
                 with outer.lock:
                     outer.held.extend([50, 46])
@@ -220,6 +226,13 @@ def main():
                               and "not retried" in out,
                               f"{name}, generate-grew: a Generate cut while the session grew is not sent again",
                               out[-2500:])
+
+                code, out = run("generate-lost", [flag["ids"], ids_file], generate_cuts=1)
+                checks.expect(code != 0 and stand_in.generates == 1 and "lost acknowledged tokens" in out
+                              and "the last 7 of the prompt are gone" in out and "not retried" in out
+                              and "-7" not in out,
+                              f"{name}, generate-lost: a Generate cut while the session lost 7 acknowledged "
+                              "prompt tokens says so, and is not sent again", out[-2500:])
 
                 code, out = run("gone", [flag["ids"], ids_file], cuts=1)
                 checks.expect(code != 0 and "is gone" in out and "--state_dir" in out and stand_in.appends == 1,
