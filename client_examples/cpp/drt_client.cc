@@ -405,6 +405,15 @@ std::optional<PromptPart> PromptAfter(const Prompt& prompt, int64_t skip, bool b
                            Commas(skip - static_cast<int64_t>(prompt.text.size())));
     return std::nullopt;
   }
+  // A tokenizer.json with added tokens and no merges is "bytes" too, and a
+  // special token written literally ("<|...|>") is one token, not one per
+  // byte (engine/tokenizer/tokenizer.h). The bundled models refuse theirs as
+  // input; a third-party one may not, so text holding "<|" is not counted.
+  if (std::string_view(prompt.text).substr(0, skip + 1).find("<|") != std::string_view::npos) {
+    *why = "the prompt's text before the resume point holds '<|', which may be a special token "
+           "written literally that the tokenizer counts as one token, not one per byte";
+    return std::nullopt;
+  }
   PromptPart part;
   part.text = std::string_view(prompt.text).substr(skip);
   while (!part.text.empty() && (static_cast<unsigned char>(part.text[0]) & 0xC0) == 0x80) {

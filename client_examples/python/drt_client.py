@@ -274,7 +274,12 @@ def resume_point(pieces, skip, bytes_tokenizer):
     else why not. Token ids count one each; text counts one token per UTF-8
     byte with the byte tokenizer (ModelInfo.tokenizer "bytes": id = byte
     value), and cannot be counted with a BPE tokenizer (its token boundaries
-    are the server's)."""
+    are the server's). Nor with the byte tokenizer when that text holds "<|":
+    a tokenizer.json with added tokens and no merges is "bytes" too, and a
+    special token written literally ("<|...|>") is one token, not one per
+    byte (engine/tokenizer/tokenizer.h); the bundled models refuse theirs as
+    input, a third-party one may not."""
+    before = b""  # the text byte before this piece, for a "<|" across pieces
     for piece in pieces:
         if skip == 0:
             return None
@@ -282,7 +287,12 @@ def resume_point(pieces, skip, bytes_tokenizer):
             if not bytes_tokenizer:
                 return ("the session holds part of the prompt's text, and with a BPE tokenizer this "
                         "client cannot tell which text those tokens cover")
-            skip -= min(skip, len(piece.encode("utf-8")))
+            data = piece.encode("utf-8")
+            if b"<|" in before + data[:skip + 1]:
+                return ("the prompt's text before the resume point holds '<|', which may be a special "
+                        "token written literally that the tokenizer counts as one token, not one per byte")
+            before = data[skip - 1:skip] if skip < len(data) else data[-1:]
+            skip -= min(skip, len(data))
         else:
             skip -= min(skip, len(piece))
     return None if skip == 0 else f"the session holds {skip:,} tokens more than this prompt has"

@@ -13,6 +13,9 @@ restarts") is played where a real server cannot be steered as precisely
 - bpe-text: the same with a BPE tokenizer: the client cannot map tokens to
   text, so it must stop with an error giving the acknowledged and held
   counts, and send nothing more;
+- literal: a byte-tokenizer text prompt holding "<|pad|>" before the cut:
+  the client cannot tell whether that is one token or seven, so it refuses
+  to resume (review-deployfix L1);
 - bpe-ids: a token-id prompt with a BPE tokenizer, cut: ids resume exactly;
 - generate-again: a Generate cut before any piece with the session
   unchanged is sent again (once);
@@ -169,6 +172,10 @@ def main():
         inside = [0x80 <= data[i] < 0xC0 for i in (HELD, 2 * HELD)]
         checks.expect(all(inside), f"bytes: the prompt's cuts at bytes {HELD:,} and {2 * HELD:,} fall inside "
                       "UTF-8 characters (continuation bytes), as the case needs", str(inside))
+        # The same text with a literal special token early on (before the cut).
+        literal = os.path.join(tmp, "literal.txt")
+        with open(literal, "w", encoding="utf-8") as f:
+            f.write("abc<|pad|>def " + text)
         ids = [rng.randrange(0, 256) for _ in range(9000)]
         ids_file = os.path.join(tmp, "ids.txt")
         with open(ids_file, "w") as f:
@@ -203,6 +210,12 @@ def main():
                               and stand_in.appends == 1 and "Traceback" not in out,
                               f"{name}, bpe-text: a cut text Append with a BPE tokenizer stops with the "
                               "acknowledged and held counts, and sends nothing more", out[-2500:])
+
+                code, out = run("literal", [flag["prompt"], literal], cuts=1)
+                checks.expect(code != 0 and "holds '<|'" in out and "cannot be resumed" in out
+                              and stand_in.appends == 1 and "Traceback" not in out,
+                              f"{name}, literal: a byte-tokenizer text resume past a literal '<|...|>' is "
+                              "refused (it may be one token, not one per byte)", out[-2500:])
 
                 code, out = run("bpe-ids", [flag["ids"], ids_file], tokenizer="gpt2-bpe", cuts=1)
                 checks.expect(code == 0 and stand_in.held[:len(ids)] == ids and len(stand_in.held) == len(ids) + 2,
