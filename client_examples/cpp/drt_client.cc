@@ -78,9 +78,10 @@ ABSL_FLAG(double, deadline, 0,
           "CreateSession get 30 s, DeleteSession 10 s)");
 ABSL_FLAG(double, retry_seconds, 300,
           "how long the client keeps retrying a call that got UNAVAILABLE (a server restarting, "
-          "draining or moving), from that call's first failure, with exponential backoff and "
-          "jitter; 0: never retry. An Append cut part-way resumes from the tokens the session "
-          "holds; client_examples/README.md says which calls are retried");
+          "draining or moving), from that call's first failure after its last progress, plus "
+          "one attempt, with exponential backoff and jitter; 0: never retry. An Append cut "
+          "part-way resumes from the tokens the session holds; client_examples/README.md says "
+          "which calls are retried");
 
 namespace {
 

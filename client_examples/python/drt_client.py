@@ -116,8 +116,9 @@ def parse_args(argv=None):
                            "DeleteSession 10 s")
     conn.add_argument("--retry-seconds", type=float, default=RETRY_SECONDS_DEFAULT,
                       help="how long the client keeps retrying a call that got UNAVAILABLE (a server "
-                           "restarting, draining or moving), from that call's first failure, with "
-                           "exponential backoff and jitter; 0: never retry (default %(default)s). "
+                           "restarting, draining or moving), from that call's first failure after its "
+                           "last progress, plus one attempt, with exponential backoff and jitter; "
+                           "0: never retry (default %(default)s). "
                            "An Append cut part-way resumes from the tokens the session holds; see "
                            "client_examples/README.md for which calls are retried")
     conn.add_argument("--stubs", default=os.path.join(REPO_ROOT, "build", "python"),
