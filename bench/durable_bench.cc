@@ -213,6 +213,7 @@ int main(int argc, char** argv) {
     Check(store.status());
     auto entry = server->sessions->Create({});
     Check(entry.status());
+    (*store)->Register((*entry)->id());  // (this store is not the manager's)
     Check((*entry)->Begin(drt::server::Activity::kAppending));
     double engine = 0, write = 0;
     for (size_t done = 0; done < tokens.size(); done += step_tokens) {

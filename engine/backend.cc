@@ -9,44 +9,33 @@
 namespace drt {
 namespace {
 
-// StepPlan::upper_slices, upper_rows and lower_only repeat what the slices'
-// lower_only flags say (engine/step_plan.h); the ops trust them to bound
-// the rows of the upper layers, so a plan whose figures disagree with its
-// slices is refused before anything changes.
+// The upper layers run over the slices before the first lower-only one
+// (StepPlan::upper_slices(), derived from the slices' flags); the ops trust
+// every slice after them to be lower-only and plan.lower_only to say
+// whether any slice runs the upper layers, so a plan that breaks either is
+// refused before anything changes.
 absl::Status CheckUpperLayerSplit(const StepPlan& plan) {
   const int64_t num_slices = static_cast<int64_t>(plan.slices.size());
-  if (plan.upper_slices < 0 || plan.upper_slices > num_slices) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the plan's upper_slices is %d, not between 0 and its %d slices", plan.upper_slices,
-        num_slices));
-  }
-  int64_t upper_rows = 0;
-  for (int64_t i = 0; i < num_slices; ++i) {
-    const SlicePlan& slice = plan.slices[i];
-    if (slice.lower_only != (i >= plan.upper_slices)) {
+  const int64_t upper_slices = plan.upper_slices();
+  for (int64_t i = upper_slices; i < num_slices; ++i) {
+    if (!plan.slices[i].lower_only) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "slice %d is %s but the plan's upper_slices is %d: lower-only slices must come "
+          "slice %d is not lower-only but slice %d before it is: lower-only slices must come "
           "after every slice that runs the upper layers",
-          i, slice.lower_only ? "lower-only" : "not lower-only", plan.upper_slices));
+          i, upper_slices));
     }
-    if (!slice.lower_only) upper_rows += slice.num_rows;
   }
-  if (plan.upper_rows != upper_rows || plan.upper_rows > plan.num_rows) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the plan's upper_rows is %d, but its first %d slices hold %d rows (of %d)",
-        plan.upper_rows, plan.upper_slices, upper_rows, plan.num_rows));
-  }
-  if (num_slices > 0 && plan.lower_only != (plan.upper_slices == 0)) {
+  if (num_slices > 0 && plan.lower_only != (upper_slices == 0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the plan's lower_only is %s but %d of its slices run the upper layers",
-        plan.lower_only ? "true" : "false", plan.upper_slices));
+        plan.lower_only ? "true" : "false", upper_slices));
   }
   for (const LogitRow& row : plan.logit_rows) {
-    if (row.slice < 0 || row.slice >= plan.upper_slices) {
+    if (row.slice < 0 || row.slice >= upper_slices) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "a logit row (row %d) names slice %d, which is not one that runs the upper layers "
           "(the first %d)",
-          row.row, row.slice, plan.upper_slices));
+          row.row, row.slice, upper_slices));
     }
   }
   return absl::OkStatus();

@@ -70,6 +70,17 @@ class StepRunner {
     // (docs/batching.md, "Lower-only slices in mixed steps").
     const bool per_slice = backend_.runs_mixed_lower_only_forwards();
     bool lower_only = true;
+    // Lower-only slices go last, so that the upper layers run over a prefix
+    // of the rows (StepPlan::upper_rows()): held aside here and appended
+    // after the loop, each kind in its entries' order (a stable partition).
+    // pending_ indices in members are then no longer ascending: the failure
+    // path below matches them as a set.
+    struct HeldSlice {
+      SliceRequest request;
+      BackendSession* session;
+      size_t member;
+    };
+    std::vector<HeldSlice> lower_only_slices;
     for (size_t p = 0; p < pending_.size(); ++p) {
       const StepEntry& entry = entries_[pending_[p].entry];
       const int64_t remaining = static_cast<int64_t>(entry.tokens.size()) - pending_[p].done;
@@ -97,33 +108,20 @@ class StepRunner {
       request.lower_only = per_slice && slice_lower_only;
       request.last_logits = !RunStepSkipsLastLogits(backend_, entry);
       budget -= DecoderPositionsFor(config, request.num_tokens + take) - request.position;
+      if (request.lower_only) {
+        lower_only_slices.push_back({request, &entry.session->backend_session(), p});
+        continue;
+      }
       requests.push_back(request);
       sessions.push_back(&entry.session->backend_session());
       members.push_back(p);
     }
-    if (requests.empty()) return;  // every candidate was refused (pending_ shrank)
-    auto runs_upper = [](const SliceRequest& r) { return !r.lower_only; };
-    if (per_slice && !std::is_partitioned(requests.begin(), requests.end(), runs_upper)) {
-      // The lower-only slices go last, so that the upper layers run over a
-      // prefix of the rows (StepPlan::upper_rows); the others keep their order.
-      std::vector<size_t> order(requests.size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      std::stable_partition(order.begin(), order.end(),
-                            [&](size_t i) { return runs_upper(requests[i]); });
-      std::vector<SliceRequest> ordered_requests;
-      std::vector<BackendSession*> ordered_sessions;
-      std::vector<size_t> ordered_members;
-      for (size_t i : order) {
-        ordered_requests.push_back(requests[i]);
-        ordered_sessions.push_back(sessions[i]);
-        ordered_members.push_back(members[i]);
-      }
-      requests = std::move(ordered_requests);
-      sessions = std::move(ordered_sessions);
-      members = std::move(ordered_members);
-      // pending_ indices in members are no longer ascending: the failure
-      // path below matches them as a set.
+    for (const HeldSlice& held : lower_only_slices) {
+      requests.push_back(held.request);
+      sessions.push_back(held.session);
+      members.push_back(held.member);
     }
+    if (requests.empty()) return;  // every candidate was refused (pending_ shrank)
     absl::Status status;
     StepPlan plan;
     if (auto planned = PlanStep(config, requests, lower_only); planned.ok()) {
@@ -165,10 +163,19 @@ class StepRunner {
       }
       if (row.token == static_cast<int64_t>(request.tokens.size()) - 1) {
         entry.session->last_logits_.assign(logits, logits + V);
+        // (num_tokens_ is advanced below: these are of its token after the slice.)
+        entry.session->logits_tokens_ = request.num_tokens + static_cast<int64_t>(request.tokens.size());
       }
     }
     for (const SlicePlan& slice : plan.slices) {
-      if (slice.lower_only) continue;  // it retrieved nothing
+      if (slice.lower_only) {
+        // It retrieved nothing; its rows owe the upper layers until they
+        // lie beyond the reach of the session's end (Session::CheckStateWhole).
+        Session& session = *entries_[pending_[members[slice.request]].entry].session;
+        session.skipped_upper_end_ = std::max(session.skipped_upper_end_,
+                                              slice.first_position + slice.num_rows);
+        continue;
+      }
       entries_[pending_[members[slice.request]].entry].session->retrievals_ +=
           static_cast<int64_t>(slice.landmarks.size()) * backend_.config().num_groups();
     }

@@ -28,6 +28,34 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(Backend& backend) {
 Session::Session(Backend& backend, std::unique_ptr<BackendSession> backend_session)
     : backend_(backend), config_(backend.config()), backend_session_(std::move(backend_session)) {}
 
+bool Session::StateWhole() const {
+  return logits_tokens_ == num_tokens_ &&
+         (skipped_upper_end_ == 0 ||
+          skipped_upper_end_ + backend_.upper_layer_reach() <= backend_session_->position());
+}
+
+absl::Status Session::CheckStateWhole() const {
+  if (logits_tokens_ != num_tokens_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the session's last logits are those of its token %d, but it holds %d tokens: an Append "
+        "failed after a piece with tokens following, which computed no logits for its last "
+        "token; append more tokens (in one Append) to complete it",
+        logits_tokens_, num_tokens_));
+  }
+  const int64_t position = backend_session_->position();
+  const int64_t reach = backend_.upper_layer_reach();
+  if (skipped_upper_end_ > 0 && skipped_upper_end_ + reach > position) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the session's rows up to decoder position %d skipped the upper layers and lie within "
+        "the upper-layer reach (%d positions) of its end at %d: an Append failed after a piece "
+        "with tokens following, so its last logits and upper-layer state are not the ones a "
+        "full computation gives; append tokens filling at least %d more positions (in one "
+        "Append) to complete it",
+        skipped_upper_end_, reach, position, skipped_upper_end_ + reach - position));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Session::ValidateTokens(absl::Span<const int32_t> tokens, bool allow_pad) const {
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int64_t id = tokens[i];
@@ -110,9 +138,10 @@ absl::StatusOr<GenerateResult> Session::Generate(const GenerateOptions& options)
     return absl::InvalidArgumentError(
         absl::StrFormat("max_tokens must be >= 0, got %d", options.max_tokens));
   }
-  if (last_logits_.empty()) {
+  if (num_tokens_ == 0) {
     return absl::FailedPreconditionError("the session holds no tokens yet: append a prompt first");
   }
+  if (absl::Status s = CheckStateWhole(); !s.ok()) return s;
   if (options.pad_to_chunk_boundary) {
     if (absl::Status s = PadToChunkBoundary(); !s.ok()) return s;
   }
@@ -142,9 +171,10 @@ absl::StatusOr<GenerateResult> Session::Generate(const GenerateOptions& options)
 }
 
 absl::StatusOr<Session::GeneratedToken> Session::SampleNext(Sampler& sampler) const {
-  if (last_logits_.empty()) {
+  if (num_tokens_ == 0) {
     return absl::FailedPreconditionError("the session holds no tokens yet: append a prompt first");
   }
+  if (absl::Status s = CheckStateWhole(); !s.ok()) return s;
   // Logits are checked here, not after each forward: a NaN or +inf (which
   // finite weights, checked at load, make only by overflow) fails the step
   // that would sample from it, naming the logit (docs/engine.md, "Sampling").
@@ -181,6 +211,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Fork() const {
   auto session = std::unique_ptr<Session>(new Session(backend_, *std::move(forked)));
   session->num_tokens_ = num_tokens_;
   session->last_logits_ = last_logits_;
+  session->logits_tokens_ = logits_tokens_;
+  session->skipped_upper_end_ = skipped_upper_end_;
   return session;
 }
 

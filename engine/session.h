@@ -102,8 +102,25 @@ class Session {
   // one engine step (engine/batch_step.h).
   absl::StatusOr<GeneratedToken> SampleNext(Sampler& sampler) const;
 
-  // Logits of the last real token; empty before any token.
-  absl::Span<const float> last_logits() const { return last_logits_; }
+  // Logits of the last real token; empty before any token, and while the
+  // state is not whole (CheckStateWhole says why): the logits the session
+  // holds then are not its last token's, or were computed beside
+  // upper-layer rows that were skipped within the reach of its end.
+  absl::Span<const float> last_logits() const {
+    if (!StateWhole()) return {};
+    return last_logits_;
+  }
+  // OK when the session's last logits are its last token's and its
+  // upper-layer state is the one a full computation gives. Otherwise
+  // FAILED_PRECONDITION naming what is short: an Append (or a RunStep
+  // entry with tokens_following, engine/batch_step.h) failed after a piece
+  // with tokens following, which computed no logits for its last token or
+  // skipped upper-layer rows that its later pieces were to make up for.
+  // Appending more tokens in one Append (at least the positions named in
+  // the message) makes it whole again. Sampling (SampleNext, GenerateStep,
+  // Generate) and ExportState refuse a session that is not whole with this
+  // error; Fork copies it as it is.
+  absl::Status CheckStateWhole() const;
   int64_t num_tokens() const { return num_tokens_; }
   int64_t num_chunks() const { return backend_session_->num_chunks(); }
   // Chunk retrievals this session's forwards made since it was created (a
@@ -138,6 +155,7 @@ class Session {
   friend class StepRunner;
 
   Session(Backend& backend, std::unique_ptr<BackendSession> backend_session);
+  bool StateWhole() const;
 
   Backend& backend_;
   const ModelConfig& config_;
@@ -145,6 +163,15 @@ class Session {
   int64_t num_tokens_ = 0;
   int64_t retrievals_ = 0;
   std::vector<float> last_logits_;
+  // num_tokens_ when last_logits_ were computed: they are the last token's
+  // only while the two are equal.
+  int64_t logits_tokens_ = 0;
+  // The decoder position just past the last row that skipped the upper
+  // layers (0: none). The upper-layer state is whole while every skipped
+  // row lies more than Backend::upper_layer_reach() positions before the
+  // end (engine/model_rules.h, UpperLayerReach): skipped_upper_end_ +
+  // reach <= position (or none skipped).
+  int64_t skipped_upper_end_ = 0;
 };
 
 }  // namespace drt

@@ -18,6 +18,8 @@ absl::Status NameBackend(absl::Status s, const std::string& backend) {
 }  // namespace
 
 absl::StatusOr<SessionState> Session::ExportState() const {
+  // A state holds no record of what is short: only a whole one is exported.
+  if (absl::Status s = CheckStateWhole(); !s.ok()) return s;
   SessionState state;
   state.num_tokens = num_tokens_;
   state.last_logits = last_logits_;
@@ -43,6 +45,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Restore(Backend& backend,
   }
   (*session)->num_tokens_ = state.num_tokens;
   (*session)->last_logits_ = state.last_logits;
+  (*session)->logits_tokens_ = state.num_tokens;  // (only whole states are exported)
   return session;
 }
 

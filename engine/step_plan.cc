@@ -30,7 +30,7 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
       return absl::InvalidArgumentError(absl::StrFormat(
           "slice request %d asks for all logits of a lower-only slice, which has none", r));
     }
-    if (!slice_lower_only && plan.upper_slices < static_cast<int64_t>(plan.slices.size())) {
+    if (!slice_lower_only && !plan.slices.empty() && plan.slices.back().lower_only) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "slice request %d runs the upper layers after a lower-only one; lower-only slices "
           "must come last",
@@ -85,13 +85,24 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
     if (!slice_lower_only) {
       // Retrieval and the selections only run for slices above the lower layers.
       plan.selection_serves_in_step |= slice.selection_serves_in_step;
-      ++plan.upper_slices;
-      plan.upper_rows += slice.num_rows;
     }
     plan.slices.push_back(std::move(slice));
   }
-  plan.lower_only = lower_only || (!plan.slices.empty() && plan.upper_slices == 0);
+  plan.lower_only = lower_only || (!plan.slices.empty() && plan.upper_slices() == 0);
   return plan;
+}
+
+int64_t StepPlan::upper_slices() const {
+  int64_t upper = 0;
+  while (upper < static_cast<int64_t>(slices.size()) && !slices[upper].lower_only) ++upper;
+  return upper;
+}
+
+int64_t StepPlan::upper_rows() const {
+  const int64_t upper = upper_slices();
+  int64_t rows = 0;
+  for (int64_t i = 0; i < upper; ++i) rows += slices[i].num_rows;
+  return rows;
 }
 
 bool StepPlan::skips_some_logits() const {
@@ -100,7 +111,7 @@ bool StepPlan::skips_some_logits() const {
   for (size_t i = 0; i < logit_rows.size(); ++i) {
     if (i == 0 || logit_rows[i].slice != logit_rows[i - 1].slice) ++slices_with_logits;
   }
-  return slices_with_logits < upper_slices;
+  return slices_with_logits < upper_slices();
 }
 
 int64_t TokensFitting(const ModelConfig& config, int64_t num_tokens, int64_t available,

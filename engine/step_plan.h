@@ -79,7 +79,7 @@ struct SlicePlan {
   // Its rows run the embedding, the lower layers and the chunk encoder only
   // (engine/model_rules.h, UpperLayerReach): no retrieval, no upper layer,
   // no logits; its session's upper windows skip its rows. Lower-only slices
-  // are the last slices of a plan (StepPlan::upper_slices).
+  // are the last slices of a plan (StepPlan::upper_slices()).
   bool lower_only = false;
 };
 
@@ -101,21 +101,27 @@ struct StepPlan {
   // runs the embedding, the lower layers and the chunk encoder (Forward pass
   // 2-4) and nothing more; no retrieval, no upper layer, no logits. Only for
   // rows whose upper-layer results cannot reach the state a caller reads.
-  // True exactly when every slice is lower-only (upper_slices == 0).
+  // True exactly when every slice is lower-only (upper_slices() == 0).
   bool lower_only = false;
+
   // The upper layers (retrieval, the upper decoder layers, the logits) run
-  // over the first upper_slices slices, rows [0, upper_rows); the slices
-  // after them are lower-only (SlicePlan::lower_only). Every row runs the
-  // embedding, the lower layers and the chunk encoder. A plan with both
-  // kinds of slices (a mixed lower-only plan) needs
-  // Backend::runs_mixed_lower_only_forwards.
-  int64_t upper_slices = 0;
-  int64_t upper_rows = 0;
+  // over the first upper_slices() slices, rows [0, upper_rows()): the
+  // slices before the first lower-only one (SlicePlan::lower_only); the
+  // slices after them are lower-only (PlanStep puts them last;
+  // Backend::CheckStep refuses a plan with a slice that runs the upper
+  // layers after a lower-only one). Every row runs the embedding, the lower
+  // layers and the chunk encoder. A plan with both kinds of slices (a mixed
+  // lower-only plan) needs Backend::runs_mixed_lower_only_forwards. Derived
+  // from the slices' flags on each call (a pass over the slices), not
+  // stored: a plan builder cannot leave them disagreeing with its slices.
+  int64_t upper_slices() const;
+  int64_t upper_rows() const;
 
   int64_t num_landmarks() const { return num_encoded_chunks; }
   // Some slices are lower-only and some are not.
   bool mixed_lower_only() const {
-    return upper_slices > 0 && upper_slices < static_cast<int64_t>(slices.size());
+    const int64_t upper = upper_slices();
+    return upper > 0 && upper < static_cast<int64_t>(slices.size());
   }
   // A slice that runs the upper layers has no logit row (its request's
   // last_logits was false).

@@ -228,7 +228,10 @@ DeadlineHttpServer::DeadlineHttpServer(DeadlineHttpOptions options)
   new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };
 }
 
-DeadlineHttpServer::~DeadlineHttpServer() { pool_->Drain(); }
+// pool_ is the last member, so it goes first: its destructor drains it
+// (joins every serving thread) while everything Serve uses, the base class
+// and the counters, is still there.
+DeadlineHttpServer::~DeadlineHttpServer() = default;
 
 bool DeadlineHttpServer::process_and_close_socket(socket_t sock) {
   pool_->Push(sock, Clock::now());

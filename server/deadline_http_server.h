@@ -65,6 +65,8 @@ class DeadlineHttpServer : public httplib::Server {
   DeadlineHttpOptions options_;
   std::atomic<int64_t> expired_in_queue_{0};
   std::atomic<int64_t> rejected_{0};
+  // Last: destroyed first, its destructor draining the pool while the
+  // members and the base its threads use are still alive.
   std::unique_ptr<ConnectionPool> pool_;
 };
 

@@ -837,8 +837,9 @@ grpc::Status DrtService::LoadSession(grpc::ServerContext* context,
   }
   // The chunks' memory is reserved against the host-memory budget before
   // any is read, and held until the session is in the table (then it
-  // counts itself): a file too large for the budget is refused with the
-  // server unchanged.
+  // counts itself, and AddLoaded releases the reservation in the same
+  // step): a file too large for the budget is refused with the server
+  // unchanged.
   HostReservation reservation;
   auto loaded = LoadSessionFile(
       options_.session_files_dir + "/" + request->file_name(), backend_,
@@ -851,8 +852,7 @@ grpc::Status DrtService::LoadSession(grpc::ServerContext* context,
         return absl::OkStatus();
       });
   if (!loaded.ok()) return Finish(ToGrpc(loaded.status()));
-  auto entry = sessions_->AddLoaded(loaded->settings, std::move(loaded->session));
-  reservation.Release();
+  auto entry = sessions_->AddLoaded(loaded->settings, std::move(loaded->session), reservation);
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   FillInfo(**entry, response);
   return Finish(grpc::Status::OK);

@@ -26,6 +26,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/background_fingerprint.h"
 #include "server/drt_service.h"
 #include "server/grpc_keepalive.h"
 #include "server/host_memory.h"
@@ -263,6 +264,14 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     std::fprintf(stderr, "drt-server: model fingerprint %08x (%.2f s)\n", *fingerprint,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
                      .count());
+  }
+  // With SaveSession/LoadSession but no --state_dir, the fingerprint is
+  // read now on a thread of its own, so that the first such call does not
+  // read the whole weights file (server/background_fingerprint.h).
+  std::unique_ptr<BackgroundFingerprint> background_fingerprint;
+  if (config.state.dir.empty() && !service_options.session_files_dir.empty()) {
+    background_fingerprint =
+        std::make_unique<BackgroundFingerprint>(backend->config().fingerprint);
   }
   DrtService service(**model, *backend, metrics, service_options);
   if (state_store != nullptr) {

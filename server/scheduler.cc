@@ -331,7 +331,17 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
                                : decode_budget_.GapPrefillTokens(limited_for, rate);
     };
     const int64_t full = std::min(left, allowance(PrefillRate::kFull));
-    const int64_t cheap = std::min(left, allowance(PrefillRate::kLowerOnly));
+    // The lower-only allowance is worked out, and a share-out formed with
+    // it, only where a piece can be predicted lower-only. Elsewhere every
+    // piece counts full, and a share-out of T tokens that Fits would also
+    // fit the full allowance (T <= it: Fits bounds T by the same growth
+    // bound and time limit, and the cap bounds both), so it would be the
+    // share-out of the full allowance over the same items: formed twice
+    // per step for nothing.
+    const bool may_run_lower_only =
+        options_.skip_upper_layers && backend_.runs_mixed_lower_only_forwards();
+    const int64_t cheap =
+        may_run_lower_only ? std::min(left, allowance(PrefillRate::kLowerOnly)) : 0;
     if (cheap > full) {
       pieces = share_out(cheap);
       int64_t full_tokens = 0, lower_only_tokens = 0;

@@ -240,7 +240,7 @@ std::string SessionManager::NewId() {
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
     SessionSettings settings, std::unique_ptr<Session> session, std::string id, bool durable,
-    bool claimed) {
+    bool claimed, HostReservation* counted_now) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (static_cast<int64_t>(sessions_.size()) >= limits_.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -255,6 +255,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
   }
   auto entry = std::make_shared<SessionEntry>(id, settings, std::move(session));
   if (store_ != nullptr && durable) {
+    // Registered before anyone can find (and so delete) it: the store
+    // writes only registered sessions, and forgets a deleted one at once.
+    store_->Register(id);
     entry->persister_ = [store = store_](const SessionEntry& e, Session& s, bool force) {
       return store->Persist(e.id(), e.settings(), s, force);
     };
@@ -263,6 +266,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
   // caller's first write runs alone on it.
   if (claimed) entry->activity_ = Activity::kAppending;
   sessions_[id] = entry;
+  // From here the session counts its own memory (its figures were taken
+  // when the entry was made, above).
+  if (counted_now != nullptr) ReleaseLocked(*counted_now);
   return entry;
 }
 
@@ -312,7 +318,7 @@ absl::Status SessionManager::PersistNew(const std::shared_ptr<SessionEntry>& ent
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::AddLoaded(
-    SessionSettings settings, std::unique_ptr<Session> session) {
+    SessionSettings settings, std::unique_ptr<Session> session, HostReservation& reservation) {
   if (absl::Status s = ValidateSamplingParams(settings.sampling); !s.ok()) return s;
   settings.max_context_tokens = std::clamp<int64_t>(settings.max_context_tokens, 1,
                                                     limits_.max_context_tokens);
@@ -323,8 +329,11 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::AddLoaded(
         "the saved session holds %d tokens, more than this server's context limit of %d",
         session->num_tokens(), settings.max_context_tokens));
   }
+  // The reservation goes as the session enters the table, not after it is
+  // written to the store: writing a large session takes a while, and the
+  // budget would count it twice until then.
   auto entry = Insert(settings, std::move(session), "", /*durable=*/true,
-                      /*claimed=*/store_ != nullptr);
+                      /*claimed=*/store_ != nullptr, &reservation);
   if (!entry.ok()) return entry.status();
   if (absl::Status s = PersistNew(*entry); !s.ok()) return s;
   return entry;
@@ -535,6 +544,13 @@ absl::StatusOr<HostReservation> SessionManager::ReserveForTokens(int64_t tokens)
 void SessionManager::ReleaseHostBytes(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   reserved_bytes_ -= bytes;
+}
+
+void SessionManager::ReleaseLocked(HostReservation& reservation) {
+  if (reservation.manager_ == nullptr) return;
+  reserved_bytes_ -= reservation.bytes_;
+  reservation.manager_ = nullptr;
+  reservation.bytes_ = 0;
 }
 
 absl::Status SessionManager::CheckForkBudget(int64_t bytes) const {

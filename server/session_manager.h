@@ -263,9 +263,15 @@ class SessionManager {
   void AttachStateStore(StateStore* store);
   // Inserts a session loaded from a SaveSession file under a new id, with
   // its settings clamped to this server's limits; written to the state
-  // store (when attached) before it is returned.
+  // store (when attached) before it is returned. `reservation` (taken for
+  // the session's memory before it was read) is released in the same step,
+  // under the manager's lock, as the session enters the table and counts
+  // itself: the budget counts the session once, also while its chunks are
+  // written to the state store. Left as it was when the session is refused
+  // before it is inserted.
   absl::StatusOr<std::shared_ptr<SessionEntry>> AddLoaded(SessionSettings settings,
-                                                          std::unique_ptr<Session> session);
+                                                          std::unique_ptr<Session> session,
+                                                          HostReservation& reservation);
   // Inserts a session read back from the store under its old id (start-up).
   absl::StatusOr<std::shared_ptr<SessionEntry>> Adopt(const std::string& id, SessionSettings settings,
                                                       std::unique_ptr<Session> session);
@@ -296,6 +302,8 @@ class SessionManager {
  private:
   friend class HostReservation;
   void ReleaseHostBytes(int64_t bytes);
+  // HostReservation::Release with mutex_ held.
+  void ReleaseLocked(HostReservation& reservation);
   // HostReservation::Absorb under mutex_.
   void AbsorbGrowth(HostReservation& reservation, std::atomic<int64_t>& host_bytes, int64_t now,
                     int64_t covered_bytes);
@@ -307,11 +315,14 @@ class SessionManager {
   // `id` empty: a new one. `durable` false: not written to the state store.
   // `claimed`: inserted with an activity claimed (Begin) for the caller, who
   // ends it (End) after writing it to the store, so no call that found the
-  // new id meanwhile runs a step on it at the same time.
+  // new id meanwhile runs a step on it at the same time. `counted_now`: a
+  // reservation for the session's memory, released as it is inserted (in
+  // the same step under mutex_, so a budget check sees one or the other).
   absl::StatusOr<std::shared_ptr<SessionEntry>> Insert(SessionSettings settings,
                                                        std::unique_ptr<Session> session,
                                                        std::string id = "", bool durable = true,
-                                                       bool claimed = false);
+                                                       bool claimed = false,
+                                                       HostReservation* counted_now = nullptr);
   absl::StatusOr<std::shared_ptr<SessionEntry>> CreateSession(SessionSettings settings,
                                                               bool durable);
   void ReaperLoop();

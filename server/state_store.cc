@@ -182,12 +182,24 @@ std::string StateStore::LogPath(const std::string& log) const {
   return options_.dir + "/chunks/" + log + kLogSuffix;
 }
 
+std::shared_ptr<StateStore::Durable> StateStore::Find(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second;
+}
+
+void StateStore::Register(const std::string& id) { FindOrAdd(id, {ChunkSegment{id, 0}}); }
+
+int64_t StateStore::sessions_registered() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(sessions_.size());
+}
+
 std::shared_ptr<StateStore::Durable> StateStore::FindOrAdd(const std::string& id,
                                                            std::vector<ChunkSegment> segments) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sessions_.find(id);
   if (it != sessions_.end()) return it->second;
-  if (removed_.contains(id)) return nullptr;
   auto d = std::make_shared<Durable>();
   d->segments = std::move(segments);
   for (const ChunkSegment& s : d->segments) ++log_refs_[s.log];
@@ -197,8 +209,8 @@ std::shared_ptr<StateStore::Durable> StateStore::FindOrAdd(const std::string& id
 
 absl::Status StateStore::Persist(const std::string& id, const SessionSettings& settings,
                                  Session& session, bool force) {
-  std::shared_ptr<Durable> d = FindOrAdd(id, {ChunkSegment{id, 0}});
-  if (d == nullptr) return absl::OkStatus();  // removed
+  std::shared_ptr<Durable> d = Find(id);
+  if (d == nullptr) return absl::OkStatus();  // removed (or never registered)
   std::lock_guard<std::mutex> lock(d->mutex);
   if (d->removed || session.num_tokens() == d->tokens_written) return absl::OkStatus();
   const auto now = std::chrono::steady_clock::now();
@@ -278,6 +290,7 @@ absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
       return s;
     }
     own.chunks += chunks - on_disk;
+    if (options_.chunks_written_for_test) options_.chunks_written_for_test(id);
   }
   auto state = session.ExportState();
   if (!state.ok()) return state.status();
@@ -328,56 +341,51 @@ void StateStore::MapChunksOnDisk(Durable& d, const std::string& id, Session& ses
 
 absl::Status StateStore::RecordFork(const std::string& parent_id, const std::string& child_id,
                                     const SessionSettings& settings, Session& child) {
-  std::vector<ChunkSegment> segments;
+  std::vector<ChunkSegment> shared;  // the parent's logs, when the child shares them
   int64_t chunks_mapped = 0;  // of the parent's, which the fork shares already mapped
-  std::shared_ptr<Durable> parent;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = sessions_.find(parent_id); it != sessions_.end()) parent = it->second;
-  }
+  std::shared_ptr<Durable> parent = Find(parent_id);
   if (parent != nullptr) {
     std::lock_guard<std::mutex> lock(parent->mutex);
     // Shares the parent's chunks only while its logs exist and hold all the
     // child's chunks; otherwise the child writes its own copy.
     if (!parent->removed && SegmentChunks(parent->segments) == child.num_chunks()) {
-      segments = parent->segments;
+      shared = parent->segments;
       chunks_mapped = parent->chunks_mapped;
       // Taken under the parent's lock, so a concurrent Remove of the parent
       // cannot delete these logs before the child holds them.
       std::lock_guard<std::mutex> refs(mutex_);
-      for (const ChunkSegment& s : segments) ++log_refs_[s.log];
+      for (const ChunkSegment& s : shared) ++log_refs_[s.log];
     }
   }
   if (options_.fork_point_for_test) options_.fork_point_for_test("logs shared");
-  segments.push_back(ChunkSegment{child_id, 0});
-  std::shared_ptr<Durable> d;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    // The child was deleted since it was inserted (Remove ran before it was
-    // known here): nothing of it may be written, or it would come back at
-    // the next start.
-    // The references it took to its parent's logs go too, through
-    // DropLogRefsLocked: when the parent was removed meanwhile (after the
-    // references were taken), they are the last ones and its log is
-    // deleted here.
-    if (removed_.contains(child_id)) {
-      segments.pop_back();  // the child's own log: no reference taken yet
-      DropLogRefsLocked(segments);
-      return absl::OkStatus();
-    }
-    d = std::make_shared<Durable>();
-    d->segments = segments;
-    d->chunks_mapped = chunks_mapped;
-    ++log_refs_[child_id];
-    sessions_[child_id] = d;
-  }
+  // The child was deleted since it was inserted (a Remove before this, or
+  // between the lookup and the lock below): nothing of it may be written,
+  // or it would come back at the next start, and the references taken to
+  // its parent's logs go again, through DropLogRefsLocked: when the parent
+  // was removed meanwhile (after they were taken), they are the last ones
+  // and its log is deleted here.
+  auto drop_shared = [&] {
+    std::lock_guard<std::mutex> refs(mutex_);
+    DropLogRefsLocked(shared);
+    return absl::OkStatus();
+  };
+  std::shared_ptr<Durable> d = Find(child_id);
+  if (d == nullptr) return drop_shared();
   if (options_.fork_point_for_test) options_.fork_point_for_test("child registered");
   std::lock_guard<std::mutex> lock(d->mutex);
-  // A Remove of the child that came between its registration and this lock
-  // has dropped its references already: writing now would leave a state
-  // file and a log that nothing deletes, and the child would come back at
-  // the next start.
-  if (d->removed) return absl::OkStatus();
+  if (d->removed) return drop_shared();
+  if (d->tokens_written >= 0 || SegmentChunks(d->segments) > 0) {
+    drop_shared().IgnoreError();
+    return absl::InternalError(absl::StrFormat(
+        "fork %s of %s: the child was written before its fork record", child_id, parent_id));
+  }
+  {
+    // Under the child's lock and the store's, as Remove reads the segments.
+    std::lock_guard<std::mutex> refs(mutex_);
+    shared.push_back(d->segments.back());  // its own log (Register took its reference)
+    d->segments = std::move(shared);
+    d->chunks_mapped = chunks_mapped;
+  }
   return PersistLocked(*d, child_id, settings, child);
 }
 
@@ -385,7 +393,6 @@ void StateStore::Remove(const std::string& id) {
   std::shared_ptr<Durable> d;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    removed_.insert(id);
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return;
     d = std::move(it->second);

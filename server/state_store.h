@@ -13,7 +13,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +43,11 @@ struct StateStoreOptions {
   // store) and at "child registered" (it is, its state not yet written), so
   // that a test can delete sessions at exactly those points.
   std::function<void(std::string_view point)> fork_point_for_test;
+  // Tests only: called by a write of session `id` once the chunks it
+  // appended are on disk (before its state file), with that session's
+  // entry in the store locked (not the store itself), so that a test can
+  // read the server's figures while a write runs.
+  std::function<void(const std::string& id)> chunks_written_for_test;
 };
 
 class StateStore {
@@ -72,24 +76,36 @@ class StateStore {
   // tails past what the sessions need (torn or not yet acknowledged) are cut.
   absl::StatusOr<RestoreReport> RestoreAll(Backend& backend);
 
+  // Makes `id` a session of the store, with its own chunk log (created at
+  // its first write), until Remove; no-op when it is one already (RestoreAll
+  // registers the sessions it restores). The server registers a durable
+  // session as it inserts it, before any call can find it (so before any
+  // call can delete it). Writes nothing.
+  void Register(const std::string& id);
   // Writes what changed in `session` since the last call: its new closed
   // chunks (appended to its own log, fsynced), then its small state
   // (atomically). In interval mode a call within the interval of the last
-  // write does nothing unless `force`. A session seen for the first time
-  // gets its own log. No-op for a removed id. With the disk tier, the
-  // session then reads its chunks on disk from the mapped logs (which
-  // changes where they live, not what they are).
+  // write does nothing unless `force`. No-op for an id that is not
+  // registered: removed (a step that was running when its session was
+  // deleted writes nothing after the Remove), or never registered. With
+  // the disk tier, the session then reads its chunks on disk from the
+  // mapped logs (which changes where they live, not what they are).
   absl::Status Persist(const std::string& id, const SessionSettings& settings, Session& session,
                        bool force = false);
-  // Records a fork: `child` shares the chunks of `parent_id`, which must
-  // have been persisted (force) with all its chunks just before, then
-  // writes the child's state.
+  // Records a fork: `child_id`, registered and not yet written, shares the
+  // chunks of `parent_id`, which must have been persisted (force) with all
+  // its chunks just before; then writes the child's state. Writes nothing
+  // when the child is not registered (removed since it was inserted).
   absl::Status RecordFork(const std::string& parent_id, const std::string& child_id,
                           const SessionSettings& settings, Session& child);
   // Deletes the session's state file and every chunk log no other session
-  // uses (a fork keeps its parent's log alive). Errors are logged, not
-  // returned: the session is gone from the server either way.
+  // uses (a fork keeps its parent's log alive), and forgets the id: nothing
+  // of a removed session stays in memory. Errors are logged, not returned:
+  // the session is gone from the server either way. No-op for an id that
+  // is not registered.
   void Remove(const std::string& id);
+  // Sessions registered and not removed (what the store holds in memory).
+  int64_t sessions_registered() const;
   StateSync sync() const { return options_.sync; }
   const std::string& dir() const { return options_.dir; }
   std::string StatePath(const std::string& id) const;
@@ -110,6 +126,10 @@ class StateStore {
   void DropLogRefsLocked(const std::vector<ChunkSegment>& segments);
   // Maps chunks [first, first + count) of a session with `segments`.
   ChunkMapper MapperFor(const std::vector<ChunkSegment>& segments) const;
+  // The registered session `id`, or nullptr.
+  std::shared_ptr<Durable> Find(const std::string& id);
+  // Registers `id` with `segments` unless it is registered already; returns
+  // its entry either way.
   std::shared_ptr<Durable> FindOrAdd(const std::string& id, std::vector<ChunkSegment> segments);
   // Moves `files` into DIR/quarantine/ and returns the report line.
   std::string Quarantine(const std::string& id, const std::string& problem,
@@ -119,10 +139,12 @@ class StateStore {
   const ModelConfig& config_;
   size_t payload_bytes_;
   int lock_fd_;
-  std::mutex mutex_;  // guards sessions_ and log_refs_
+  mutable std::mutex mutex_;  // guards sessions_ and log_refs_
+  // The registered sessions. A removed one leaves no trace here: a write
+  // of an id not in it is dropped, so no set of removed ids is kept (it
+  // grew for the life of the process).
   std::map<std::string, std::shared_ptr<Durable>> sessions_;
   std::map<std::string, int64_t> log_refs_;  // log -> sessions using it
-  std::set<std::string> removed_;            // ids never to write again
 };
 
 absl::StatusOr<StateSync> ParseStateSync(const std::string& text);

@@ -68,8 +68,11 @@ TEST_CASE("a backend refuses one session in two slices, or a token in a landmark
   REQUIRE(moved.ids[4] == config.chunk_id);
   std::swap(moved.ids[3], moved.ids[4]);
   cases.push_back({"is not a chunk end", std::move(moved), {&state}});
-  // The upper-layer split (StepPlan::upper_slices, upper_rows, lower_only)
-  // disagreeing with the slices: two sessions, the second slice lower-only.
+  // The upper-layer split (StepPlan::upper_slices(), derived from the
+  // slices' flags, and lower_only) broken: two sessions, the second slice
+  // lower-only. (Figures stored beside the slices that disagreed with them,
+  // an upper_rows too large or a single-slice plan with both left 0, cannot
+  // be made any more: they are derived.)
   auto second = Session::Create(*backend);
   REQUIRE(second.ok());
   REQUIRE((*second)->Append(history).ok());
@@ -78,37 +81,18 @@ TEST_CASE("a backend refuses one session in two slices, or a token in a landmark
   SliceRequest lower = At(10, config, tokens);
   lower.lower_only = true;
   const StepPlan mixed = Plan(config, {upper, lower});
-  REQUIRE(mixed.upper_slices == 1);
-  REQUIRE(mixed.upper_rows == mixed.slices[0].num_rows);
+  REQUIRE(mixed.upper_slices() == 1);
+  REQUIRE(mixed.upper_rows() == mixed.slices[0].num_rows);
   {
     StepPlan p = mixed;  // the lower-only slice first
     std::swap(p.slices[0].lower_only, p.slices[1].lower_only);
     cases.push_back({"lower-only slices must come after", std::move(p), {&state, &other}});
   }
   {
-    StepPlan p = mixed;
-    p.upper_rows += 1;
-    cases.push_back({"upper_rows is", std::move(p), {&state, &other}});
-  }
-  {
-    StepPlan p = mixed;
-    p.upper_rows = p.num_rows + 1;
-    cases.push_back({"upper_rows is", std::move(p), {&state, &other}});
-  }
-  {
     StepPlan p = mixed;  // a logit row in the lower-only slice
     p.logit_rows.push_back({p.slices[1].first_row, 1, 0});
     cases.push_back({"which is not one that runs the upper layers", std::move(p),
                      {&state, &other}});
-  }
-  {
-    // What the CUDA single-slice builder made before: a slice that runs the
-    // upper layers, with both figures left 0 (the upper layers over no
-    // rows, "logits" from lower-layer states).
-    StepPlan p = Plan(config, {At(10, config, tokens)});
-    p.upper_slices = 0;
-    p.upper_rows = 0;
-    cases.push_back({"lower-only slices must come after", std::move(p), {&state}});
   }
   {
     StepPlan p = Plan(config, {At(10, config, tokens)});

@@ -175,8 +175,8 @@ TEST_CASE("decode graph plan: the single-slice plan moves a slice's rows to row 
     CHECK(single.num_encoded_chunks == 0);
     // Its upper-layer split: the one slice runs every layer.
     CHECK_FALSE(single.lower_only);
-    CHECK(single.upper_slices == 1);
-    CHECK(single.upper_rows == 1);
+    CHECK(single.upper_slices() == 1);
+    CHECK(single.upper_rows() == 1);
     CHECK(DecideDecodeGraph(single, 0).replays());
   }
   SECTION("the prefill slice, moved from row 1") {
@@ -200,8 +200,8 @@ TEST_CASE("decode graph plan: the single-slice plan moves a slice's rows to row 
     CHECK(s.runs[1].made_at == 0);
     CHECK(single.selection_serves_in_step);
     CHECK(single.num_encoded_chunks == 1);
-    CHECK(single.upper_slices == 1);
-    CHECK(single.upper_rows == 6);
+    CHECK(single.upper_slices() == 1);
+    CHECK(single.upper_rows() == 6);
     // Logits of the 5 tokens: rows 0, 1, 2, 4, 5 (the landmark has none).
     REQUIRE(single.logit_rows.size() == 5);
     const std::vector<int64_t> rows = {0, 1, 2, 4, 5};

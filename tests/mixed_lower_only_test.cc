@@ -273,7 +273,10 @@ TEST_CASE("an entry with tokens following leaves the last logits stale until a p
   REQUIRE(RunStep(*on, {first})[0].ok());
   CHECK(a->backend_session().stats().upper_rows_skipped == 0);
   CHECK(a->backend_session().stats().logit_rows == rows_before);
-  CHECK(Logits(*a) == before);  // stale: the logits of the prompt's last token
+  // What it holds are the logits of the prompt's last token: stale, so not
+  // served (Session::CheckStateWhole).
+  CHECK(a->last_logits().empty());
+  CHECK(a->CheckStateWhole().code() == absl::StatusCode::kFailedPrecondition);
   first.session = b.get();
   CHECK(!RunStepSkipsLastLogits(*off, first));
   REQUIRE(RunStep(*off, {first})[0].ok());
@@ -317,8 +320,8 @@ TEST_CASE("PlanStep puts the upper layers over the slices before the lower-only 
   auto plan = PlanStep(config, requests);
   REQUIRE(plan.ok());
   CHECK(plan->num_rows == 1 + 4 + 10);
-  CHECK(plan->upper_slices == 2);
-  CHECK(plan->upper_rows == 5);
+  CHECK(plan->upper_slices() == 2);
+  CHECK(plan->upper_rows() == 5);
   CHECK(!plan->lower_only);
   CHECK(plan->mixed_lower_only());
   CHECK(plan->skips_some_logits());
@@ -349,7 +352,7 @@ TEST_CASE("PlanStep puts the upper layers over the slices before the lower-only 
   auto all_lower = PlanStep(config, requests);
   REQUIRE(all_lower.ok());
   CHECK(all_lower->lower_only);
-  CHECK(all_lower->upper_rows == 0);
+  CHECK(all_lower->upper_rows() == 0);
   CHECK(!all_lower->mixed_lower_only());
   CHECK(all_lower->logit_rows.empty());
 }

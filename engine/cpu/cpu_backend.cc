@@ -47,7 +47,7 @@ class CpuBackend final : public Backend {
   // CpuStep keeps no per-position bookkeeping of the upper layers: their
   // windows simply miss the rows a lower-only forward skips.
   bool runs_lower_only_forwards() const override { return lower_only_forwards_; }
-  // CpuStep runs the upper layers over the plan's first upper_rows rows.
+  // CpuStep runs the upper layers over the plan's first upper_rows() rows.
   bool runs_mixed_lower_only_forwards() const override { return mixed_lower_only_forwards_; }
   int64_t upper_layer_reach() const override { return upper_layer_reach_; }
 

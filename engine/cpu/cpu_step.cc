@@ -63,10 +63,10 @@ absl::Status CpuStep::Embed(const StepPlan& plan) {
 absl::Status CpuStep::Attention(const StepPlan& plan, DecoderLayerId layer_id) {
   const int64_t d = config_.hidden_size;
   // An upper layer runs over the slices that are not lower-only: the first
-  // upper_slices slices, rows [0, upper_rows) (StepPlan).
+  // upper_slices() slices, rows [0, upper_rows()) (StepPlan).
   const bool upper = layer_id.group >= 0;
-  const int64_t n = upper ? plan.upper_rows : plan.num_rows;
-  const size_t num_slices = upper ? static_cast<size_t>(plan.upper_slices) : plan.slices.size();
+  const int64_t n = upper ? plan.upper_rows() : plan.num_rows;
+  const size_t num_slices = upper ? static_cast<size_t>(plan.upper_slices()) : plan.slices.size();
   const int64_t kv_width = config_.num_key_value_heads * config_.head_dim();
   const LayerWeights& layer = Layer(layer_id);
   x_.resize(n * d);
@@ -225,8 +225,8 @@ absl::Status CpuStep::CloseChunks(const StepPlan& plan) {
 
 absl::Status CpuStep::Retrieve(const StepPlan& plan, int64_t group) {
   const int64_t d = config_.hidden_size;
-  // Lower-only slices (after the first upper_slices) retrieve nothing.
-  for (size_t s = 0; s < static_cast<size_t>(plan.upper_slices); ++s) {
+  // Lower-only slices (after the first upper_slices()) retrieve nothing.
+  for (size_t s = 0, upper = static_cast<size_t>(plan.upper_slices()); s < upper; ++s) {
     const SlicePlan& slice = plan.slices[s];
     CpuSession& session = SessionOf(slice);
     std::vector<const float*> rows;
@@ -272,7 +272,7 @@ void CpuStep::MakeMissingKeysValues(const StepPlan& plan, int64_t group) {
   // (and the cache's reserve): one group's chunks at a time, so that a step
   // of many landmarks does not hold K/V for every selection of every group
   // at once.
-  for (size_t s = 0; s < static_cast<size_t>(plan.upper_slices); ++s) {
+  for (size_t s = 0, upper = static_cast<size_t>(plan.upper_slices()); s < upper; ++s) {
     std::vector<int64_t> keep = ChunksInForceAfter(plan, s);
     for (const GcaRun& run : plan.slices[s].runs) {
       const std::vector<int64_t>& read = RunSelection(plan, s, run, group).chunks;
@@ -291,7 +291,7 @@ void CpuStep::MakeMissingKeysValues(const StepPlan& plan, int64_t group) {
   };
   std::vector<Missing> missing;
   const int64_t floats = config_.chunk_positions() * config_.hidden_size;
-  for (size_t s = 0; s < static_cast<size_t>(plan.upper_slices); ++s) {
+  for (size_t s = 0, upper = static_cast<size_t>(plan.upper_slices()); s < upper; ++s) {
     CpuSession& session = SessionOf(plan.slices[s]);
     for (const GcaRun& run : plan.slices[s].runs) {
       for (int64_t c : RunSelection(plan, s, run, group).chunks) {
@@ -318,7 +318,7 @@ absl::Status CpuStep::PrepareGca(const StepPlan& plan, int64_t group) {
   MakeMissingKeysValues(plan, group);
   // The cache keeps every entry until the next group's PrepareGca or Finish
   // trims it, so these pointers hold through the group's GcaMlp calls.
-  for (size_t s = 0; s < static_cast<size_t>(plan.upper_slices); ++s) {
+  for (size_t s = 0, upper = static_cast<size_t>(plan.upper_slices()); s < upper; ++s) {
     const SlicePlan& slice = plan.slices[s];
     CpuSession& session = SessionOf(slice);
     for (const GcaRun& run : slice.runs) {
@@ -343,7 +343,7 @@ absl::Status CpuStep::PrepareGca(const StepPlan& plan, int64_t group) {
 
 absl::Status CpuStep::GcaMlp(const StepPlan& plan, DecoderLayerId layer_id) {
   const int64_t d = config_.hidden_size;
-  const int64_t n = plan.upper_rows;  // the rows of the slices that are not lower-only
+  const int64_t n = plan.upper_rows();  // the rows of the slices that are not lower-only
   const UpperLayerWeights& layer = weights_.upper_layers[layer_id.group][layer_id.within];
   residual_.assign(h_.begin(), h_.begin() + n * d);
   mixed_.resize(n * d);
@@ -371,7 +371,7 @@ absl::Status CpuStep::GcaMlp(const StepPlan& plan, DecoderLayerId layer_id) {
 }
 
 absl::Status CpuStep::CommitSelections(const StepPlan& plan) {
-  for (size_t s = 0; s < static_cast<size_t>(plan.upper_slices); ++s) {
+  for (size_t s = 0, upper = static_cast<size_t>(plan.upper_slices()); s < upper; ++s) {
     CpuSession& session = SessionOf(plan.slices[s]);
     for (int64_t g = 0; g < config_.num_groups(); ++g) {
       if (!made_[s][g].empty()) session.selection_[g] = std::move(made_[s][g].back());

@@ -113,7 +113,8 @@ TEST_CASE("the first write of a loaded session writes its chunks in bounded batc
   SessionSettings settings;
   settings.max_context_tokens = 1 << 20;
   settings.idle_ttl_seconds = 600;
-  auto entry = server.sessions->AddLoaded(settings, *std::move(session));
+  HostReservation none;  // (no budget reserved for it here)
+  auto entry = server.sessions->AddLoaded(settings, *std::move(session), none);
   INFO(entry.status().message());
   REQUIRE(entry.ok());
   const int64_t growth = testing::ProcStatusBytes("VmHWM") - rss;
@@ -129,8 +130,8 @@ TEST_CASE("the first write of a loaded session writes its chunks in bounded batc
 TEST_CASE("a fork deleted before its fork record is written leaves no files to come back",
           "[state_store]") {
   // The race SessionManager::Fork has with DeleteSession: the child is in
-  // the table, a delete removes it (StateStore::Remove of an id the store
-  // does not know yet), then the fork's RecordFork runs.
+  // the table, a delete removes it (StateStore::Remove: the store no longer
+  // knows the id), then the fork's RecordFork runs.
   drt::testing::TempDir dir;
   const int64_t chunk = FixtureModel::Get().chunk_size();
   {

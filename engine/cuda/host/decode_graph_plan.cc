@@ -73,11 +73,9 @@ StepPlan SingleSlicePlan(const StepPlan& plan, int64_t slice_index) {
   }
   out.num_encoded_chunks = static_cast<int64_t>(from.landmarks.size());
   out.selection_serves_in_step = from.selection_serves_in_step;
-  // The upper-layer split of a plan of this one slice (Backend::CheckStep
-  // checks it against the slice).
+  // A plan of this one slice is lower-only when the slice is (its
+  // upper-layer split follows from the slice's flag, StepPlan::upper_slices()).
   out.lower_only = from.lower_only;
-  out.upper_slices = from.lower_only ? 0 : 1;
-  out.upper_rows = from.lower_only ? 0 : from.num_rows;
   return out;
 }
 
