@@ -25,6 +25,11 @@ restarts") is played where a real server cannot be steered as precisely
 - generate-lost: the same, but the session lost acknowledged prompt tokens
   (a crash with --state_sync interval): an error saying so, not "holds -N
   tokens more";
+- lost: after the cut the session holds fewer tokens than were
+  acknowledged (a crash with --state_sync interval): a warning, and the
+  prompt resumed from what it holds, exactly;
+- foreign: after the cut the session holds more tokens than the prompt has
+  (someone else wrote to it): an error, nothing more sent;
 - gone: GetSession answers NOT_FOUND after the cut (no --state_dir): an
   error saying so;
 - no-retry: --retry-seconds 0 reports the Append's UNAVAILABLE as before;
@@ -58,6 +63,11 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # it, once per cut it is told to make.
 ACKED = 2000
 HELD = 2501
+# The "foreign" case: tokens someone else appends to the session during the
+# cut, more than the rest of the 9,000-id prompt.
+FOREIGN = 10_000
+# The "lost" case: the session holds this many fewer than acknowledged.
+LOST = 300
 
 
 class StandIn:
@@ -102,6 +112,10 @@ class StandIn:
                         if cut:
                             outer.cuts -= 1
                             del outer.held[start + HELD:]
+                            if outer.mode == "lost":  # a crash lost acknowledged tokens
+                                del outer.held[start + ACKED - LOST:]
+                            if outer.mode == "foreign":  # someone else wrote to the session meanwhile
+                                outer.held.extend([0] * FOREIGN)
                     if cut:
                         yield pb.AppendResponse(progress=pb.AppendProgress(
                             tokens_ingested=ACKED, session_tokens=start + ACKED))
@@ -246,6 +260,20 @@ def main():
                               and "-7" not in out,
                               f"{name}, generate-lost: a Generate cut while the session lost 7 acknowledged "
                               "prompt tokens says so, and is not sent again", out[-2500:])
+
+                code, out = run("lost", [flag["ids"], ids_file], cuts=1)
+                checks.expect(code == 0 and stand_in.held[:len(ids)] == ids and len(stand_in.held) == len(ids) + 2
+                              and f"holds {ACKED - LOST:,} tokens of this prompt, fewer than the {ACKED:,} "
+                              "acknowledged" in out,
+                              f"{name}, lost: a session holding {LOST} fewer tokens than acknowledged after a "
+                              "cut is warned about and resumed from what it holds, exactly", out[-2500:])
+
+                code, out = run("foreign", [flag["ids"], ids_file], cuts=1)
+                more = HELD + FOREIGN - len(ids)
+                checks.expect(code != 0 and f"holds {more:,} tokens more than this prompt has" in out
+                              and "cannot be resumed" in out and stand_in.appends == 1 and "Traceback" not in out,
+                              f"{name}, foreign: a session that holds more tokens than the prompt after a cut "
+                              f"({more:,} more) is not resumed", out[-2500:])
 
                 code, out = run("gone", [flag["ids"], ids_file], cuts=1)
                 checks.expect(code != 0 and "is gone" in out and "--state_dir" in out and stand_in.appends == 1,
