@@ -848,8 +848,8 @@ class Client {
       if (info.tokens() < base_tokens) {
         *why = absl::StrCat(cut, "; session ", session_id, " holds ", Commas(info.tokens()),
                             " tokens, fewer than the ", Commas(base_tokens),
-                            " acknowledged before it (the server lost acknowledged tokens: the last ",
-                            Commas(base_tokens - info.tokens()),
+                            " acknowledged before it (the server lost acknowledged tokens: ",
+                            "the last ", Commas(base_tokens - info.tokens()),
                             " of the prompt are gone), so generating again would answer a shorter "
                             "prompt: not retried");
         return false;
