@@ -78,9 +78,10 @@ ABSL_FLAG(double, deadline, 0,
           "CreateSession get 30 s, DeleteSession 10 s)");
 ABSL_FLAG(double, retry_seconds, 300,
           "how long the client keeps retrying a call that got UNAVAILABLE (a server restarting, "
-          "draining or moving), from that call's first failure, with exponential backoff and "
-          "jitter; 0: never retry. An Append cut part-way resumes from the tokens the session "
-          "holds; client_examples/README.md says which calls are retried");
+          "draining or moving), from that call's first failure after its last progress, plus "
+          "one attempt, with exponential backoff and jitter; 0: never retry. An Append cut "
+          "part-way resumes from the tokens the session holds; client_examples/README.md says "
+          "which calls are retried");
 
 namespace {
 
@@ -170,6 +171,16 @@ class IdleWatchdog {
   std::thread thread_;  // last: starts once the rest is set
 };
 
+// Ctrl-C and SIGTERM. A signal thread (sigwait, the signals blocked in every
+// thread) handles them for the whole run:
+// - the first signal during a stream (an Interrupts object is alive) cancels
+//   the stream; while a call is being retried (an Outage is alive) it ends
+//   the retries at their next wait, or that wait itself (Sleep). Either way
+//   interrupted() turns true and the run ends through its normal path, so
+//   the session is still deleted (Cleanup);
+// - the first signal at any other moment (a unary call of milliseconds)
+//   exits at once, as does a second signal: a client must never become
+//   unkillable, even while it retries.
 class Interrupts {
  public:
   // Call before any other thread starts, so that all of them inherit the mask.
@@ -180,19 +191,23 @@ class Interrupts {
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     std::thread([] {
-      int signal = 0;
-      sigwait(&signals, &signal);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (active_ == nullptr) std::_Exit(128 + signal);
-      std::fprintf(stderr, "\ndrt-client: interrupted\n");
-      interrupted_ = true;
-      active_->TryCancel();
+      while (true) {
+        int signal = 0;
+        if (sigwait(&signals, &signal) != 0) continue;
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (interrupted_ || (active_ == nullptr && retrying_ == 0)) std::_Exit(128 + signal);
+        std::fprintf(stderr, "\ndrt-client: interrupted (again to exit at once)\n");
+        interrupted_ = true;
+        if (active_ != nullptr) active_->TryCancel();
+        wake_.notify_all();
+      }
     }).detach();
   }
   // Makes `context` the call that a signal cancels, for this object's life.
   explicit Interrupts(grpc::ClientContext* context) {
     std::lock_guard<std::mutex> lock(mutex_);
     active_ = context;
+    if (interrupted_) context->TryCancel();  // interrupted before the call began
   }
   ~Interrupts() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -202,10 +217,24 @@ class Interrupts {
     std::lock_guard<std::mutex> lock(mutex_);
     return interrupted_;
   }
+  // Sleeps for `seconds` unless a signal comes first; false when interrupted.
+  static bool Sleep(double seconds) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait_for(lock, std::chrono::duration<double>(seconds), [] { return interrupted_; });
+    return !interrupted_;
+  }
+  // A call is being retried (Outage's life): a signal ends the retries
+  // instead of the process.
+  static void Retrying(bool begin) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    retrying_ += begin ? 1 : -1;
+  }
 
  private:
   static inline std::mutex mutex_;
+  static inline std::condition_variable wake_;
   static inline grpc::ClientContext* active_ = nullptr;
+  static inline int retrying_ = 0;
   static inline bool interrupted_ = false;
 };
 
@@ -276,7 +305,10 @@ class Retrier {
 // counts from its first UNAVAILABLE and starts again after progress.
 class Outage {
  public:
-  explicit Outage(Retrier& retrier) : retrier_(retrier) {}
+  explicit Outage(Retrier& retrier) : retrier_(retrier) { Interrupts::Retrying(true); }
+  ~Outage() { Interrupts::Retrying(false); }
+  Outage(const Outage&) = delete;
+  Outage& operator=(const Outage&) = delete;
   void Reset() {
     start_.reset();
     retries_ = 0;
@@ -285,6 +317,10 @@ class Outage {
   // returns false with *why set when retries are off (*why = `reason`) or
   // the bound has run out.
   bool Wait(const std::string& what, const std::string& reason, std::string* why) {
+    if (Interrupts::interrupted()) {
+      *why = absl::StrCat(what, ": ", reason, "; interrupted, not retried");
+      return false;
+    }
     if (retrier_.seconds() <= 0 || retrier_.gave_up()) {
       *why = absl::StrCat(what, ": ", reason);
       return false;
@@ -309,7 +345,10 @@ class Outage {
                  "drt-client: %s: %s; retry %d in %.2f s (%.1f s of --retry_seconds %g used)\n",
                  what.c_str(), reason.c_str(), retries_, delay, used, retrier_.seconds());
     std::fflush(stderr);
-    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    if (!Interrupts::Sleep(delay)) {
+      *why = absl::StrCat(what, ": ", reason, "; interrupted while waiting to retry");
+      return false;
+    }
     return true;
   }
 
@@ -365,6 +404,15 @@ std::optional<PromptPart> PromptAfter(const Prompt& prompt, int64_t skip, bool b
   if (skip > static_cast<int64_t>(prompt.text.size())) {
     *why = absl::StrFormat("the session holds %s tokens more than this prompt has",
                            Commas(skip - static_cast<int64_t>(prompt.text.size())));
+    return std::nullopt;
+  }
+  // A tokenizer.json with added tokens and no merges is "bytes" too, and a
+  // special token written literally ("<|...|>") is one token, not one per
+  // byte (engine/tokenizer/tokenizer.h). The bundled models refuse theirs as
+  // input; a third-party one may not, so text holding "<|" is not counted.
+  if (std::string_view(prompt.text).substr(0, skip + 1).find("<|") != std::string_view::npos) {
+    *why = "the prompt's text before the resume point holds '<|', which may be a special token "
+           "written literally that the tokenizer counts as one token, not one per byte";
     return std::nullopt;
   }
   PromptPart part;
@@ -496,6 +544,26 @@ class Client {
   static std::string Describe(const grpc::Status& status) {
     return absl::StrCat(GrpcCodeName(status.error_code()), ": ", status.error_message());
   }
+  // Whether an Append or Generate stream that failed with `status` may have
+  // been cut by a server or gateway going away. Directly from drt-server a
+  // cut arrives as UNAVAILABLE; through an HTTP/2 proxy (Envoy) a stream
+  // whose server died after sending headers is reset, which gRPC reports as
+  // INTERNAL ("RST_STREAM") or CANCELLED. The client's own cancellations are
+  // not cuts: Ctrl-C/SIGTERM (Interrupts::interrupted()), --idle_timeout and
+  // --deadline (DEADLINE_EXCEEDED). Safe to widen: what is sent next is
+  // decided by GetSession's count, never by the status.
+  static bool StreamCut(const grpc::Status& status) {
+    if (Interrupts::interrupted()) return false;
+    switch (status.error_code()) {
+      case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::CANCELLED:
+        return true;
+      case grpc::StatusCode::INTERNAL:
+        return absl::StrContains(status.error_message(), "RST_STREAM");
+      default:
+        return false;
+    }
+  }
   static void Check(const grpc::Status& status) {
     if (!status.ok()) Die(Describe(status));
   }
@@ -512,7 +580,10 @@ class Client {
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
         Die(absl::StrCat(what, ": ", Describe(status)));
       }
-      if (!outage.Wait(what, Describe(status), &why)) Die(why);
+      if (!outage.Wait(what, Describe(status), &why)) {
+        if (Interrupts::interrupted()) std::exit(130);
+        Die(why);
+      }
     }
   }
 
@@ -555,8 +626,11 @@ class Client {
     }
   }
 
+  // Cancelled by a signal (it runs during an outage, when the wait can be
+  // long: a server that accepts connections but does not answer).
   grpc::Status GetSession(const std::string& id, drt::v1::SessionInfo& info) {
     auto context = NewContext(kUnaryDeadlineSeconds);
+    Interrupts interrupts(context.get());
     drt::v1::GetSessionRequest request;
     request.set_session_id(id);
     return stub_->GetSession(context.get(), request, &info);
@@ -576,8 +650,9 @@ class Client {
       }
       if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
         *why = absl::StrCat(cut, ", and session ", id, " is gone (", status.error_message(),
-                            "): the server keeps sessions across a restart only with --state_dir. "
-                            "Create a new session and send the prompt again");
+                            "): the server keeps sessions across a restart only with --state_dir, "
+                            "or a gateway routed this call to another replica. Create a new "
+                            "session and send the prompt again");
         return false;
       }
       if (!status.ok()) {
@@ -592,7 +667,7 @@ class Client {
   }
 
   // Streams the prompt into a session that held `base_tokens`. An Append cut
-  // by UNAVAILABLE is not sent again whole: what the server acknowledged is
+  // (StreamCut) is not sent again whole: what the server acknowledged is
   // on disk with --state_dir (and perhaps a little more: a step written whose
   // acknowledgement was lost), so the client waits for the server, asks
   // GetSession how many tokens the session holds and sends the prompt from
@@ -615,7 +690,7 @@ class Client {
         seconds = Seconds(Clock::now() - start);
         return true;
       }
-      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      if (!StreamCut(status)) {
         *why = Describe(status);
         return false;
       }
@@ -739,7 +814,7 @@ class Client {
     double ttft = NAN, tpot = NAN;
   };
 
-  // Generate, sent again after UNAVAILABLE only when that is the same as the
+  // Generate, sent again after a cut (StreamCut) only when that is the same as the
   // first try: no piece reached the client and the session holds exactly its
   // `base_tokens` (a durable server continues a session exactly, so the same
   // request and seed give the same answer). Generated tokens join the
@@ -751,7 +826,7 @@ class Client {
       answer = Answer();
       const grpc::Status status = Generate(session_id, answer);
       if (status.ok()) return true;
-      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      if (!StreamCut(status)) {
         *why = Describe(status);
         return false;
       }
@@ -768,6 +843,15 @@ class Client {
       drt::v1::SessionInfo info;
       if (!outage.Wait("Generate", Describe(status), why) ||
           !SessionWhenIdle(session_id, outage, cut, info, why)) {
+        return false;
+      }
+      if (info.tokens() < base_tokens) {
+        *why = absl::StrCat(cut, "; session ", session_id, " holds ", Commas(info.tokens()),
+                            " tokens, fewer than the ", Commas(base_tokens),
+                            " acknowledged before it (the server lost acknowledged tokens: ",
+                            "the last ", Commas(base_tokens - info.tokens()),
+                            " of the prompt are gone), so generating again would answer a shorter "
+                            "prompt: not retried");
         return false;
       }
       if (info.tokens() != base_tokens) {
@@ -940,7 +1024,7 @@ int Run() {
               append_seconds, Commas(std::llround(summary.tokens_ingested() / append_seconds)).c_str(),
               Commas(std::llround(summary.tokens_per_second())).c_str(),
               resumes > 0 ? " in its last call" : "",
-              resumes > 0 ? absl::StrFormat(", resumed %d time%s after UNAVAILABLE", resumes,
+              resumes > 0 ? absl::StrFormat(", resumed %d time%s after a cut", resumes,
                                             resumes == 1 ? "" : "s").c_str()
                           : "");
   std::printf("answer: ");

@@ -116,8 +116,9 @@ def parse_args(argv=None):
                            "DeleteSession 10 s")
     conn.add_argument("--retry-seconds", type=float, default=RETRY_SECONDS_DEFAULT,
                       help="how long the client keeps retrying a call that got UNAVAILABLE (a server "
-                           "restarting, draining or moving), from that call's first failure, with "
-                           "exponential backoff and jitter; 0: never retry (default %(default)s). "
+                           "restarting, draining or moving), from that call's first failure after its "
+                           "last progress, plus one attempt, with exponential backoff and jitter; "
+                           "0: never retry (default %(default)s). "
                            "An Append cut part-way resumes from the tokens the session holds; see "
                            "client_examples/README.md for which calls are retried")
     conn.add_argument("--stubs", default=os.path.join(REPO_ROOT, "build", "python"),
@@ -274,7 +275,12 @@ def resume_point(pieces, skip, bytes_tokenizer):
     else why not. Token ids count one each; text counts one token per UTF-8
     byte with the byte tokenizer (ModelInfo.tokenizer "bytes": id = byte
     value), and cannot be counted with a BPE tokenizer (its token boundaries
-    are the server's)."""
+    are the server's). Nor with the byte tokenizer when that text holds "<|":
+    a tokenizer.json with added tokens and no merges is "bytes" too, and a
+    special token written literally ("<|...|>") is one token, not one per
+    byte (engine/tokenizer/tokenizer.h); the bundled models refuse theirs as
+    input, a third-party one may not."""
+    before = b""  # the text byte before this piece, for a "<|" across pieces
     for piece in pieces:
         if skip == 0:
             return None
@@ -282,7 +288,12 @@ def resume_point(pieces, skip, bytes_tokenizer):
             if not bytes_tokenizer:
                 return ("the session holds part of the prompt's text, and with a BPE tokenizer this "
                         "client cannot tell which text those tokens cover")
-            skip -= min(skip, len(piece.encode("utf-8")))
+            data = piece.encode("utf-8")
+            if b"<|" in before + data[:skip + 1]:
+                return ("the prompt's text before the resume point holds '<|', which may be a special "
+                        "token written literally that the tokenizer counts as one token, not one per byte")
+            before = data[skip - 1:skip] if skip < len(data) else data[-1:]
+            skip -= min(skip, len(data))
         else:
             skip -= min(skip, len(piece))
     return None if skip == 0 else f"the session holds {skip:,} tokens more than this prompt has"
@@ -428,6 +439,24 @@ class Retrier:
     def unavailable(self, error):
         return isinstance(error, self.grpc.RpcError) and error.code() == self.grpc.StatusCode.UNAVAILABLE
 
+    def stream_cut(self, error):
+        """Whether an Append or Generate stream that failed with `error` may
+        have been cut by a server or gateway going away. Directly from
+        drt-server a cut arrives as UNAVAILABLE; through an HTTP/2 proxy
+        (Envoy) a stream whose server died after sending headers is reset,
+        which gRPC reports as INTERNAL ("RST_STREAM") or CANCELLED. The
+        client's own cancellations never get here as RpcError: Ctrl-C raises
+        KeyboardInterrupt, --idle-timeout StreamIdle, --deadline
+        DEADLINE_EXCEEDED (not a cut). Safe to widen: what is sent next is
+        decided by GetSession's count, never by the status (append(),
+        generate_retried())."""
+        if not isinstance(error, self.grpc.RpcError):
+            return False
+        code = error.code()
+        codes = self.grpc.StatusCode
+        return (code in (codes.UNAVAILABLE, codes.CANCELLED)
+                or (code == codes.INTERNAL and "RST_STREAM" in (error.details() or "")))
+
     def outage(self):
         return Outage(self)
 
@@ -497,8 +526,8 @@ def session_when_idle(pb, stub, session_id, metadata, retrier, outage, cut):
                 continue
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 raise GaveUp(f"{cut}, and session {session_id} is gone ({e.details()}): the server keeps "
-                             "sessions across a restart only with --state_dir. Create a new session and "
-                             "send the prompt again") from None
+                             "sessions across a restart only with --state_dir, or a gateway routed this call to "
+                             "another replica. Create a new session and send the prompt again") from None
             raise
         if not info.busy:
             return info
@@ -538,7 +567,7 @@ def append_once(pb, stub, session_id, pieces, metadata, args, bar, offset, acked
 def append(pb, stub, session_id, pieces, expected_tokens, metadata, args, retrier, bytes_tokenizer,
            base_tokens):
     """Streams the prompt (pieces() yields it from the start) into a session
-    that held base_tokens. An Append cut by UNAVAILABLE is not sent again
+    that held base_tokens. An Append cut (Retrier.stream_cut) is not sent again
     whole: what the server acknowledged is on disk with --state_dir (and may
     be a little more: a step written whose acknowledgement was lost), so the
     client waits for the server, asks GetSession how many tokens the session
@@ -563,7 +592,7 @@ def append(pb, stub, session_id, pieces, expected_tokens, metadata, args, retrie
             return whole, time.perf_counter() - start, resumes
         except grpc.RpcError as e:
             bar.abort()
-            if not retrier.unavailable(e):
+            if not retrier.stream_cut(e):
                 raise
             error = e
         except BaseException:
@@ -640,7 +669,7 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
 
 
 def generate_retried(pb, stub, session_id, args, metadata, retrier, base_tokens):
-    """generate(), sent again after UNAVAILABLE only when that is the same as
+    """generate(), sent again after a cut (Retrier.stream_cut) only when that is the same as
     the first try: no piece reached the client and the session holds exactly
     its base_tokens (a durable server continues a session exactly, so the same
     request and seed give the same answer). Generated tokens join the context,
@@ -652,7 +681,7 @@ def generate_retried(pb, stub, session_id, args, metadata, retrier, base_tokens)
         try:
             return generate(pb, stub, session_id, args, metadata, received=received)
         except grpc.RpcError as e:
-            if not retrier.unavailable(e):
+            if not retrier.stream_cut(e):
                 raise
             error = e
         cut = f"the Generate was cut ({error.code().name}: {error.details()})"
@@ -663,6 +692,11 @@ def generate_retried(pb, stub, session_id, args, metadata, retrier, base_tokens)
                          "after it, not repeat it: not retried (GetSession tells what the session holds)")
         outage.wait("Generate", error)
         info = session_when_idle(pb, stub, session_id, metadata, retrier, outage, cut)
+        if info.tokens < base_tokens:
+            raise GaveUp(f"{cut}; session {session_id} holds {info.tokens:,} tokens, fewer than the "
+                         f"{base_tokens:,} acknowledged before it (the server lost acknowledged tokens: "
+                         f"the last {base_tokens - info.tokens:,} of the prompt are gone), so generating "
+                         "again would answer a shorter prompt: not retried")
         if info.tokens != base_tokens:
             raise GaveUp(f"{cut}; session {session_id} now holds {info.tokens - base_tokens:,} tokens more "
                          "than before it (padding or generated tokens that never reached the client), "
@@ -739,7 +773,7 @@ def run(args, pb, pb_grpc, grpc):
         # A new session holds no tokens.
         summary, append_seconds, resumes = append(pb, stub, session_id, pieces, expected, metadata, args,
                                                   retrier, info.tokenizer == "bytes", base_tokens=0)
-        resumed = f", resumed {resumes} time{'s' if resumes != 1 else ''} after UNAVAILABLE" if resumes else ""
+        resumed = f", resumed {resumes} time{'s' if resumes != 1 else ''} after a cut" if resumes else ""
         print(f"append: {summary.tokens_ingested:,} tokens, {summary.session_chunks:,} chunks in "
               f"{append_seconds:.2f} s: {summary.tokens_ingested / append_seconds:,.0f} tokens/s "
               f"(server: {summary.tokens_per_second:,.0f} tokens/s{' in its last call' if resumes else ''})"

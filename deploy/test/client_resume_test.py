@@ -13,25 +13,47 @@ restarts") is played where a real server cannot be steered as precisely
 - bpe-text: the same with a BPE tokenizer: the client cannot map tokens to
   text, so it must stop with an error giving the acknowledged and held
   counts, and send nothing more;
+- literal: a byte-tokenizer text prompt holding "<|pad|>" before the cut:
+  the client cannot tell whether that is one token or seven, so it refuses
+  to resume (review-deployfix L1);
 - bpe-ids: a token-id prompt with a BPE tokenizer, cut: ids resume exactly;
 - generate-again: a Generate cut before any piece with the session
   unchanged is sent again (once);
 - generate-pieces: a Generate cut after a piece is not sent again;
 - generate-grew: a Generate cut before any piece, but the session grew
   (padding the client never saw), is not sent again;
+- generate-lost: the same, but the session lost acknowledged prompt tokens
+  (a crash with --state_sync interval): an error saying so, not "holds -N
+  tokens more";
+- lost: after the cut the session holds fewer tokens than were
+  acknowledged (a crash with --state_sync interval): a warning, and the
+  prompt resumed from what it holds, exactly;
+- foreign: after the cut the session holds more tokens than the prompt has
+  (someone else wrote to it): an error, nothing more sent;
 - gone: GetSession answers NOT_FOUND after the cut (no --state_dir): an
   error saying so;
-- no-retry: --retry-seconds 0 reports the Append's UNAVAILABLE as before.
+- no-retry: --retry-seconds 0 reports the Append's UNAVAILABLE as before;
+- reset streams: through an HTTP/2 proxy (Envoy) a stream whose server died
+  is reset, which gRPC reports as INTERNAL "Received RST_STREAM ..." or as
+  CANCELLED: a cut Append with either code resumes exactly (the first
+  GetSession after it also reports the session busy, so the clients' wait
+  for the cut call to end is played), a Generate cut with either is sent
+  again; an INTERNAL without RST_STREAM is an error, not a cut;
+- interrupt: Ctrl-C (SIGINT) while the client waits to retry (the session
+  stays busy after a cut) ends it at once, and it still deletes the session
+  (review-deployfix L4: the C++ client ignored it and retried on).
 
     client_resume_test.py --cpp-client build/client_examples/drt-client --stubs build/python
 """
 import argparse
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from concurrent import futures
 
 from checks import Checks
@@ -41,6 +63,11 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # it, once per cut it is told to make.
 ACKED = 2000
 HELD = 2501
+# The "foreign" case: tokens someone else appends to the session during the
+# cut, more than the rest of the 9,000-id prompt.
+FOREIGN = 10_000
+# The "lost" case: the session holds this many fewer than acknowledged.
+LOST = 300
 
 
 class StandIn:
@@ -59,13 +86,17 @@ class StandIn:
                 return pb.CreateSessionResponse(session_id="s1")
 
             def DeleteSession(self, request, context):
+                with outer.lock:
+                    outer.deletes += 1
                 return pb.DeleteSessionResponse()
 
             def GetSession(self, request, context):
                 if outer.mode == "gone":
                     context.abort(grpc.StatusCode.NOT_FOUND, "session s1 does not exist (server started anew)")
                 with outer.lock:
-                    return pb.SessionInfo(session_id="s1", tokens=len(outer.held))
+                    busy = outer.busy_reports > 0
+                    outer.busy_reports -= 1
+                    return pb.SessionInfo(session_id="s1", tokens=len(outer.held), busy=busy)
 
             def Append(self, requests, context):
                 with outer.lock:
@@ -81,10 +112,14 @@ class StandIn:
                         if cut:
                             outer.cuts -= 1
                             del outer.held[start + HELD:]
+                            if outer.mode == "lost":  # a crash lost acknowledged tokens
+                                del outer.held[start + ACKED - LOST:]
+                            if outer.mode == "foreign":  # someone else wrote to the session meanwhile
+                                outer.held.extend([0] * FOREIGN)
                     if cut:
                         yield pb.AppendResponse(progress=pb.AppendProgress(
                             tokens_ingested=ACKED, session_tokens=start + ACKED))
-                        context.abort(grpc.StatusCode.UNAVAILABLE, "cut by the stand-in")
+                        context.abort(*outer.cut_status)
                 with outer.lock:
                     n = len(outer.held)
                 yield pb.AppendResponse(summary=pb.AppendSummary(
@@ -103,7 +138,10 @@ class StandIn:
                     if outer.mode == "generate-grew":
                         with outer.lock:
                             outer.held.extend([256] * 5)
-                    context.abort(grpc.StatusCode.UNAVAILABLE, "generate cut by the stand-in")
+                    if outer.mode == "generate-lost":  # a crash lost acknowledged prompt tokens
+                        with outer.lock:
+                            del outer.held[-7:]
+                    context.abort(outer.cut_status[0], "generate " + outer.cut_status[1])
                 with outer.lock:
                     outer.held.extend([50, 46])
                 yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="2.", token_ids=[50, 46]))
@@ -111,11 +149,14 @@ class StandIn:
 
         self.servicer = Servicer()
 
-    def reset(self, mode, tokenizer="bytes", cuts=0, generate_cuts=0):
+    def reset(self, mode, tokenizer="bytes", cuts=0, generate_cuts=0, code=None,
+              details="cut by the stand-in", busy_reports=0):
         with self.lock:
             self.mode, self.tokenizer = mode, tokenizer
             self.cuts, self.generate_cuts = cuts, generate_cuts
-            self.held, self.appends, self.generates = [], 0, 0
+            self.cut_status = (code or self.grpc.StatusCode.UNAVAILABLE, details)
+            self.busy_reports = busy_reports
+            self.held, self.appends, self.generates, self.deletes = [], 0, 0, 0
 
 
 def main():
@@ -145,6 +186,10 @@ def main():
         inside = [0x80 <= data[i] < 0xC0 for i in (HELD, 2 * HELD)]
         checks.expect(all(inside), f"bytes: the prompt's cuts at bytes {HELD:,} and {2 * HELD:,} fall inside "
                       "UTF-8 characters (continuation bytes), as the case needs", str(inside))
+        # The same text with a literal special token early on (before the cut).
+        literal = os.path.join(tmp, "literal.txt")
+        with open(literal, "w", encoding="utf-8") as f:
+            f.write("abc<|pad|>def " + text)
         ids = [rng.randrange(0, 256) for _ in range(9000)]
         ids_file = os.path.join(tmp, "ids.txt")
         with open(ids_file, "w") as f:
@@ -180,6 +225,12 @@ def main():
                               f"{name}, bpe-text: a cut text Append with a BPE tokenizer stops with the "
                               "acknowledged and held counts, and sends nothing more", out[-2500:])
 
+                code, out = run("literal", [flag["prompt"], literal], cuts=1)
+                checks.expect(code != 0 and "holds '<|'" in out and "cannot be resumed" in out
+                              and stand_in.appends == 1 and "Traceback" not in out,
+                              f"{name}, literal: a byte-tokenizer text resume past a literal '<|...|>' is "
+                              "refused (it may be one token, not one per byte)", out[-2500:])
+
                 code, out = run("bpe-ids", [flag["ids"], ids_file], tokenizer="gpt2-bpe", cuts=1)
                 checks.expect(code == 0 and stand_in.held[:len(ids)] == ids and len(stand_in.held) == len(ids) + 2,
                               f"{name}, bpe-ids: a cut token-id Append resumes exactly with any tokenizer",
@@ -203,6 +254,27 @@ def main():
                               f"{name}, generate-grew: a Generate cut while the session grew is not sent again",
                               out[-2500:])
 
+                code, out = run("generate-lost", [flag["ids"], ids_file], generate_cuts=1)
+                checks.expect(code != 0 and stand_in.generates == 1 and "lost acknowledged tokens" in out
+                              and "the last 7 of the prompt are gone" in out and "not retried" in out
+                              and "-7" not in out,
+                              f"{name}, generate-lost: a Generate cut while the session lost 7 acknowledged "
+                              "prompt tokens says so, and is not sent again", out[-2500:])
+
+                code, out = run("lost", [flag["ids"], ids_file], cuts=1)
+                checks.expect(code == 0 and stand_in.held[:len(ids)] == ids and len(stand_in.held) == len(ids) + 2
+                              and f"holds {ACKED - LOST:,} tokens of this prompt, fewer than the {ACKED:,} "
+                              "acknowledged" in out,
+                              f"{name}, lost: a session holding {LOST} fewer tokens than acknowledged after a "
+                              "cut is warned about and resumed from what it holds, exactly", out[-2500:])
+
+                code, out = run("foreign", [flag["ids"], ids_file], cuts=1)
+                more = HELD + FOREIGN - len(ids)
+                checks.expect(code != 0 and f"holds {more:,} tokens more than this prompt has" in out
+                              and "cannot be resumed" in out and stand_in.appends == 1 and "Traceback" not in out,
+                              f"{name}, foreign: a session that holds more tokens than the prompt after a cut "
+                              f"({more:,} more) is not resumed", out[-2500:])
+
                 code, out = run("gone", [flag["ids"], ids_file], cuts=1)
                 checks.expect(code != 0 and "is gone" in out and "--state_dir" in out and stand_in.appends == 1,
                               f"{name}, gone: NOT_FOUND after a cut says the session is gone", out[-2500:])
@@ -212,6 +284,53 @@ def main():
                               and stand_in.appends == 1,
                               f"{name}, {flag['retry']} 0: the Append's UNAVAILABLE is reported, not retried",
                               out[-2500:])
+                # Reset streams (review-deployfix M1): the codes a proxy's reset
+                # gives, each a cut; the session is reported busy once.
+                rst = "Received RST_STREAM with error code 0"
+                for code_name, details in (("INTERNAL", rst), ("CANCELLED", "Received RST_STREAM with error code 8")):
+                    status = getattr(grpc.StatusCode, code_name)
+                    code, out = run("reset", [flag["ids"], ids_file], cuts=1, code=status, details=details,
+                                    busy_reports=1)
+                    checks.expect(code == 0 and stand_in.held[:len(ids)] == ids
+                                  and len(stand_in.held) == len(ids) + 2 and stand_in.appends == 2
+                                  and f"{code_name}: {details}" in out and "still busy" in out,
+                                  f"{name}, an Append reset ({code_name}: {details}) is a cut: it waits while "
+                                  "the session is busy, then resumes exactly", out[-2500:])
+                    code, out = run("generate-again", [flag["ids"], ids_file], generate_cuts=1, code=status,
+                                    details=details)
+                    checks.expect(code == 0 and stand_in.generates == 2 and "sending the Generate again" in out,
+                                  f"{name}, a Generate reset ({code_name}) before any piece, the session "
+                                  "unchanged, is sent again once", out[-2500:])
+                code, out = run("internal", [flag["ids"], ids_file], cuts=1, code=grpc.StatusCode.INTERNAL,
+                                details="the stand-in failed")
+                checks.expect(code != 0 and "INTERNAL: the stand-in failed" in out and stand_in.appends == 1
+                              and "retry 1" not in out and "Traceback" not in out,
+                              f"{name}, an INTERNAL that is no stream reset is reported, not retried", out[-2500:])
+
+                # Ctrl-C during the retries: the session never stops being busy.
+                stand_in.reset("interrupt", cuts=1, busy_reports=10**6)
+                client = subprocess.Popen(base + [flag["ids"], ids_file], stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True)
+                lines = []
+                for line in client.stdout:  # until the second retry's line: well inside the retries
+                    lines.append(line)
+                    if "still busy" in line and "retry 2 " in line:
+                        break
+                sent = time.monotonic()
+                client.send_signal(signal.SIGINT)
+                try:
+                    lines += client.stdout.readlines()
+                    code = client.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    client.kill()
+                    code = None
+                seconds = time.monotonic() - sent
+                out = "".join(lines)
+                checks.expect(code == 130 and seconds < 3 and stand_in.deletes == 1 and "Traceback" not in out,
+                              f"{name}, interrupt: Ctrl-C while waiting to retry ends the client at once "
+                              f"(exit {code}, {seconds:.1f} s; < 3 s: its longest delay here is about 0.8 s) "
+                              f"and deletes the session ({stand_in.deletes} DeleteSession)", out[-2500:])
+
                 code, out = run("no-retry", [flag["ids"], ids_file, flag["retry"], "-1"])
                 checks.expect(code != 0 and "must be positive" in out and "Traceback" not in out,
                               f"{name}, {flag['retry']} -1: refused", out[-800:])

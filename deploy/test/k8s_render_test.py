@@ -307,11 +307,14 @@ def check_durable(c, objects, gateway, cpu, facts):
     keys on pod names through restarts."""
     name = "examples/durable-statefulset"
     kinds = sorted(objects)
-    c.expect(kinds == [("PodDisruptionBudget", "drt-server"), ("Service", "drt-server"),
-                       ("Service", "drt-server-pods"), ("StatefulSet", "drt-server")],
-             f"{name}: the StatefulSet replaces the Deployment (no Deployment left)", str(kinds))
-    sts = objects[("StatefulSet", "drt-server")]
+    sts = objects.get(("StatefulSet", "drt-server"), {"metadata": {"name": "drt-server"}, "spec": {"replicas": 0}})
     spec = sts["spec"]
+    per_pod = [f"{sts['metadata']['name']}-{i}" for i in range(spec["replicas"])]
+    c.expect(kinds == sorted([("PodDisruptionBudget", "drt-server"), ("Service", "drt-server"),
+                              ("Service", "drt-server-pods"), ("StatefulSet", "drt-server")]
+                             + [("Service", s) for s in per_pod]),
+             f"{name}: the StatefulSet replaces the Deployment (no Deployment left), with one Service "
+             f"per replica ({len(per_pod)})", str(kinds))
     pod = spec["template"]
     labels = pod["metadata"]["labels"]
     c.expect(matches(spec["selector"]["matchLabels"], labels), f"{name}: the StatefulSet selects its own pods")
@@ -342,16 +345,35 @@ def check_durable(c, objects, gateway, cpu, facts):
              f"{name}: the volume is writable by the image's user (fsGroup {facts['uid']}), without a "
              "recursive chown at every start (OnRootMismatch)", str(security))
 
-    # One pod at a time per claim: stop, then start.
-    c.expect(spec.get("updateStrategy", {}).get("type", "RollingUpdate") == "RollingUpdate"
-             and "maxSurge" not in spec.get("updateStrategy", {}).get("rollingUpdate", {}),
-             f"{name}: updates stop a pod before starting its replacement (no surge)", str(spec.get("updateStrategy")))
+    # One pod at a time per claim: stop, then start. A StatefulSet has no
+    # surge (it never runs two pods of one ordinal); what can be got wrong is
+    # OnDelete (no updates) or a partition that holds pods back.
+    strategy = spec.get("updateStrategy", {})
+    c.expect(strategy.get("type", "RollingUpdate") == "RollingUpdate"
+             and strategy.get("rollingUpdate", {}).get("partition", 0) == 0,
+             f"{name}: updates replace every pod, one at a time (RollingUpdate, no partition)", str(strategy))
     headless = objects[("Service", spec.get("serviceName", ""))] if ("Service", spec.get("serviceName", "")) in objects else {}
     hspec = headless.get("spec", {})
     c.expect(hspec.get("clusterIP") == "None" and matches(hspec.get("selector"), labels)
              and hspec.get("publishNotReadyAddresses") is True,
              f"{name}: serviceName is a headless Service of its pods that publishes pods not yet ready "
              "(a restarting pod keeps its DNS name)", str(hspec))
+
+    # Each pod has a ClusterIP Service of its own, whose name resolves
+    # whether or not the pod exists: the gateway's hosts (below).
+    for i, service_name in enumerate(per_pod):
+        service = objects.get(("Service", service_name), {}).get("spec", {})
+        selector = service.get("selector", {})
+        ports = service.get("ports", [])
+        c.expect(service.get("type", "ClusterIP") == "ClusterIP" and service.get("clusterIP") != "None"
+                 and selector.get("statefulset.kubernetes.io/pod-name") == service_name
+                 and matches(selector, {**labels, "statefulset.kubernetes.io/pod-name": service_name})
+                 and len(ports) == 1 and ports[0].get("port") == hspec.get("ports", [{}])[0].get("port")
+                 and ports[0].get("targetPort") == hspec.get("ports", [{}])[0].get("targetPort")
+                 and service.get("publishNotReadyAddresses") is True,
+                 f"{name}: Service {service_name} is a ClusterIP (a virtual IP, not a headless record) "
+                 f"selecting pod {i} alone by its pod-name label, on the gRPC port, not-ready pods included",
+                 str(service))
 
     # Stop and start times.
     grace = int(env["DRT_SHUTDOWN_GRACE_SECONDS"]["value"])
@@ -389,11 +411,10 @@ def check_durable(c, objects, gateway, cpu, facts):
     cluster = next(cl for cl in envoy["static_resources"]["clusters"] if cl["name"] == "drt_server")
     hosts = [e["endpoint"]["address"]["socket_address"]
              for group in cluster["load_assignment"]["endpoints"] for e in group["lb_endpoints"]]
-    expected = [f"{sts['metadata']['name']}-{i}.{spec['serviceName']}" for i in range(spec["replicas"])]
     grpc_port = hspec.get("ports", [{}])[0].get("port")
-    c.expect([h["address"] for h in hosts] == expected and all(h["port_value"] == grpc_port for h in hosts),
-             f"{name}/gateway: one host per StatefulSet pod by its stable DNS name, on the gRPC port "
-             f"({len(expected)} replicas)", str(hosts))
+    c.expect([h["address"] for h in hosts] == per_pod and all(h["port_value"] == grpc_port for h in hosts),
+             f"{name}/gateway: one host per StatefulSet pod, the name of its own Service, on the gRPC port "
+             f"({len(per_pod)} replicas)", str(hosts))
     c.expect(cluster["type"] == "STRICT_DNS" and cluster["lb_policy"] == "RING_HASH"
              and cluster.get("common_lb_config", {}).get("consistent_hashing_lb_config", {})
              .get("use_hostname_for_hashing") is True,
