@@ -3,7 +3,8 @@
 # (docs/training.md, "2-hop fine-tune on the CPU"), same architecture:
 #   bash weights_tools/fetch_text.sh && /usr/bin/python3 weights_tools/text_corpus.py   # once, on Debian
 #   OUT=runs/twohop-cpu bash weights_tools/finetune_two_hop_cpu.sh
-# One torch thread (the development machine has 2 shared cores), a fixed seed
+# One torch thread (the development machine has 2 shared cores; DEVICE=cuda
+# runs the same recipe on a GPU, not tried), a fixed seed
 # and a step budget (STEPS, default 400: the schedule, data and Gumbel noise
 # follow the step count, so the same command gives the same run on the same
 # torch build). STOP_MIN ends the invocation early with a full checkpoint
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-runs/twohop-cpu}
 resume=()
 [[ -n "${RESUME:-}" ]] && resume=(--resume "$out/train_state.pt")
-"${PYTHON:-/usr/bin/python3}" weights_tools/train_any_text.py --out "$out" --device cpu --threads 1 \
+"${PYTHON:-/usr/bin/python3}" weights_tools/train_any_text.py --out "$out" --device "${DEVICE:-cpu}" --threads 1 \
   --text "${TEXT:-$HOME/.cache/drt-text/text}" \
   --init "${INIT:-models/drt-text-byte}" \
   --mix two_hop_once:0.5,keyed:0.2,passkey:0.15,lm:0.15 --phases 0:16:4,0.5:32:2 \
