@@ -10,6 +10,10 @@ Kinds of sequence (each exactly n_chunks * 63 bytes):
               that each name one of them
     two_hop   VAR X = N ... VAR Y = VAR X chains (2, one a distractor), then
               questions about the second variable of a chain
+    two_hop_once  2 to 4 such chains, each asked about at most once and every
+              question padded to the chunk boundary: no earlier answer in the
+              sequence can be copied, so every answer needs both hops (the
+              CPU fine-tune of docs/training.md, "2-hop fine-tune on the CPU")
 Needles and questions use the formats of bench/niah/text_tasks.cc; the
 wordings of drt-niah-text's passkey_varied task are deliberately not here
 (held out). Questions start on a new line; each is padded to the chunk
@@ -35,7 +39,11 @@ PASSKEY_WORDINGS = [
 EXACT_WORDING_PROB = 0.3  # passkey_data.py's wording, the one drt-niah and the clients use
 COLOURS = ["red", "blue", "green", "yellow", "black", "white", "orange", "purple"]
 THINGS = ["door", "box", "car", "house", "book", "chair", "gate", "boat"]
-KINDS = ("lm", "passkey", "keyed", "two_hop")
+# two_hop_once's questions, one per chain and always padded, are sparser than
+# the other kinds'; shorter text gaps between them (40-200 bytes, not 40-400)
+# fit more of them into a short CPU-training sequence.
+ONCE_MAX_GAP = 200
+KINDS = ("lm", "passkey", "keyed", "two_hop", "two_hop_once")
 
 
 class TextSource:
@@ -114,11 +122,15 @@ class Builder:
 def _questions_then_text(rng, src, b, text, cursor, pad_prob, qa, min_gap=40, max_gap=400):
     """Fills the rest of `b`: questions from qa() -> (question, answer), each
     after a gap of `text` from `cursor` (padded to the chunk boundary with
-    probability pad_prob), until the next would not fit; then text, and more
-    text from `src` if `text` ran out (needles took its place)."""
+    probability pad_prob), until the next would not fit or qa() returns None
+    (nothing left to ask); then text, and more text from `src` if `text` ran
+    out (needles took its place)."""
     while True:
         gap = rng.randint(min_gap, max_gap)
-        question, answer = qa()
+        asked = qa()
+        if asked is None:
+            break
+        question, answer = asked
         q, a = P.encode("\n" + question), P.encode(answer)
         q_end = b.used + gap + len(q)
         n_pad = (-q_end) % P.CHUNK if rng.rand() < pad_prob else 0
@@ -206,19 +218,47 @@ def two_hop_example(rng, src, n_chunks, pad_prob):
     return _two_hop_ordered(rng, src, n_chunks, pad_prob, needles, seconds, qa)
 
 
-def _two_hop_ordered(rng, src, n_chunks, pad_prob, firsts, seconds, qa):
+def two_hop_once_example(rng, src, n_chunks):
+    """2 to 4 chains VAR X_i = N_i ... VAR Y_i = VAR X_i (distinct values and
+    names), then questions about Y_i in a random order, each chain at most
+    once, each question padded to the chunk boundary. two_hop repeats its two
+    questions, so from the second time on the answer can be copied from the
+    first answer in the text (one hop); here it cannot. Always padding is the
+    server's default (generation_config.json) and what drt-niah-text measures:
+    the answer then starts a new chunk, whose second-group retrieval is chosen
+    after the first group has read the question's chunk."""
+    n = rng.randint(2, 5)
+    keys = _keys(rng, n)
+    names = []
+    while len(names) < 2 * n:
+        v = _var(rng)
+        if v not in names:
+            names.append(v)
+    firsts = [f"VAR {names[2 * i]} = {keys[i]}. " for i in range(n)]
+    seconds = [f"VAR {names[2 * i + 1]} = VAR {names[2 * i]}. " for i in range(n)]
+    order = list(rng.permutation(n))
+
+    def qa():
+        if not order:
+            return None
+        i = order.pop(0)
+        y = names[2 * i + 1]
+        return (f"What is the value of VAR {y}? The value of VAR {y} is", f" {keys[i]}.")
+    return _two_hop_ordered(rng, src, n_chunks, 1.0, firsts, seconds, qa, max_gap=ONCE_MAX_GAP)
+
+
+def _two_hop_ordered(rng, src, n_chunks, pad_prob, firsts, seconds, qa, min_gap=40, max_gap=400):
     """Like _with_needles, but each chain's second line comes after its first."""
     total = n_chunks * P.CHUNK
     text = src.sample(rng, total)
     lead = int((0.2 + 0.3 * rng.rand()) * total)
-    spots = []
-    for _ in range(2):
+    items = []
+    for first, second in zip(firsts, seconds):
         a = int(rng.rand() * lead)
         c = a + int(rng.rand() * (lead - a))
-        spots += [(word_boundary(text, a), 0), (word_boundary(text, max(c, a)), 1)]
-    items = sorted([(spots[0][0], 0, firsts[0]), (max(spots[1][0], spots[0][0]), 1, seconds[0]),
-                    (spots[2][0], 0, firsts[1]), (max(spots[3][0], spots[2][0]), 1, seconds[1])],
-                   key=lambda t: (t[0], t[1]))
+        at_first = word_boundary(text, a)
+        items += [(at_first, 0, first), (max(word_boundary(text, max(c, a)), at_first), 1, second)]
+    items.sort(key=lambda t: (t[0], t[1]))
     b = Builder(total)
     cursor = 0
     for spot, _, s in items:
@@ -226,7 +266,7 @@ def _two_hop_ordered(rng, src, n_chunks, pad_prob, firsts, seconds, qa):
         b.put(text[cursor:spot], P.LOSS_LM)
         b.put(P.encode(s), P.LOSS_LM)
         cursor = spot
-    return _questions_then_text(rng, src, b, text, cursor, pad_prob, qa)
+    return _questions_then_text(rng, src, b, text, cursor, pad_prob, qa, min_gap, max_gap)
 
 
 def example(rng, src, kind, n_chunks, pad_prob):
@@ -238,6 +278,8 @@ def example(rng, src, kind, n_chunks, pad_prob):
         return keyed_example(rng, src, n_chunks, pad_prob)
     if kind == "two_hop":
         return two_hop_example(rng, src, n_chunks, pad_prob)
+    if kind == "two_hop_once":
+        return two_hop_once_example(rng, src, n_chunks)
     raise ValueError(f"unknown kind {kind!r}; known: {KINDS}")
 
 
@@ -276,6 +318,8 @@ def eval_prompt(rng, text, task, length, depth):
         inserts = [f"The pass key of the {nm} is {k}. " for nm, k in zip(names, keys)]
         question = f"\nWhat is the pass key of the {names[0]}? The pass key of the {names[0]} is"
         key = keys[0]
+    elif task == "two_hop":
+        return _two_hop_eval_prompt(rng, text, length, depth)
     else:
         raise ValueError(task)
     budget = length - len(question) - sum(len(s) for s in inserts)
@@ -290,3 +334,36 @@ def eval_prompt(rng, text, task, length, depth):
         cursor = spots[i]
     parts += [filler[cursor:], P.encode(question)]
     return np.concatenate(parts), key
+
+
+def _two_hop_eval_prompt(rng, text, length, depth):
+    """drt-niah-text's two_hop trial (bench/niah/text_tasks.cc, MakeTextTrial):
+    target chain V0 = K0, V1 = VAR V0 and distractor chain V2 = K1, V3 = VAR V2;
+    the value line V0 = K0 at `depth` of the filler, the others uniform in
+    [their chain's first line, end]; the question asks for V1. The same
+    placement rules as the C++ tool, not the same random numbers."""
+    keys = _keys(rng, 2)
+    names = []
+    while len(names) < 4:
+        v = _var(rng)
+        if v not in names:
+            names.append(v)
+    texts = [f"VAR {names[0]} = {keys[0]}. ", f"VAR {names[1]} = VAR {names[0]}. ",
+             f"VAR {names[2]} = {keys[1]}. ", f"VAR {names[3]} = VAR {names[2]}. "]
+    after = [-1, 0, -1, 2]
+    question = f"\nWhat is the value of VAR {names[1]}? The value of VAR {names[1]} is"
+    budget = length - len(question) - sum(len(t) for t in texts)
+    start = rng.randint(0, len(text) - budget - 1)
+    filler = text[start:start + budget]
+    at = [word_boundary(filler, int(depth * budget))]
+    for i in range(1, 4):
+        lo = at[after[i]] if after[i] >= 0 else 0
+        pos = word_boundary(filler, lo + rng.randint(0, budget - lo + 1))
+        at.append(max(pos, at[after[i]]) if after[i] >= 0 else pos)
+    order = sorted(range(4), key=lambda i: (at[i], i))
+    parts, cursor = [], 0
+    for i in order:
+        parts += [filler[cursor:at[i]], P.encode(texts[i])]
+        cursor = at[i]
+    parts += [filler[cursor:], P.encode(question)]
+    return np.concatenate(parts), keys[0]

@@ -62,10 +62,10 @@ def heldout_accuracy(model, text, task, length, n, seed, pad=True):
     return float(np.mean(ok))
 
 
-def evaluate(model, text, specs, seed, log):
+def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", "keyed")):
     model.eval()
     res = {}
-    for task in ("passkey", "passkey_varied", "keyed"):
+    for task in tasks:
         for length, n in specs:
             t0 = time.time()
             acc = heldout_accuracy(model, text, task, length, n, seed + length)
@@ -141,6 +141,8 @@ def main(argv=None):
     p.add_argument("--eval_every_min", type=float, default=8.0)
     p.add_argument("--eval", default="2048:10,4096:10")
     p.add_argument("--final_eval", default="2048:20,4096:20,16384:10")
+    p.add_argument("--eval_tasks", default="passkey,passkey_varied,keyed",
+                   help="held-out tasks of the teacher-forced evals (passkey, passkey_varied, keyed, two_hop)")
     # A GPU lease runs one command for at most 10 minutes and keeps nothing:
     # --stop_after_min ends this invocation (after a full checkpoint) when its
     # wall time is spent, --save_every_min writes that checkpoint on the way,
@@ -151,6 +153,10 @@ def main(argv=None):
                    help="wall minutes after which this invocation saves and exits (0: run to the end)")
     p.add_argument("--save_every_min", type=float, default=0.0)
     args = p.parse_args(argv)
+    eval_tasks = [t for t in args.eval_tasks.split(",") if t]
+    for t in eval_tasks:
+        if t not in ("passkey", "passkey_varied", "keyed", "two_hop"):
+            p.error(f"--eval_tasks: unknown task {t!r} (passkey, passkey_varied, keyed, two_hop)")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA GPU")
     if not args.ffn:
@@ -191,6 +197,7 @@ def main(argv=None):
     kinds, probs = parse_mix(args.mix)
     phases = parse_phases(args.phases)
     eval_specs = [tuple(int(x) for x in s.split(":")) for s in args.eval.split(",") if s]
+
     log("eval before training")
     ckpt = os.path.join(args.out, "checkpoint.pt")
     state_path = os.path.join(args.out, "train_state.pt")
@@ -206,7 +213,7 @@ def main(argv=None):
         gen.set_state(st["gen"])
         log(f"resumed from {args.resume}: step {step}, {train_time / 60:.2f} min of training")
     else:
-        history = [{"step": 0, "eval": evaluate(model, heldout, eval_specs, args.seed, log)}]
+        history = [{"step": 0, "eval": evaluate(model, heldout, eval_specs, args.seed, log, eval_tasks)}]
 
     def save_state():
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
@@ -278,7 +285,7 @@ def main(argv=None):
         if train_time >= next_eval:
             next_eval += args.eval_every_min * 60.0
             log(f"eval at step {step} ({train_time / 60:.1f} min of training)")
-            history.append({"step": step, "eval": evaluate(model, heldout, eval_specs, args.seed, log)})
+            history.append({"step": step, "eval": evaluate(model, heldout, eval_specs, args.seed, log, eval_tasks)})
             save_state()
 
     save_state()
@@ -290,7 +297,8 @@ def main(argv=None):
     drt_fast.disable(model)
     log("final eval (drt_reference forward)")
     final_specs = [tuple(int(x) for x in s.split(":")) for s in args.final_eval.split(",") if s]
-    history.append({"step": step, "final_eval": evaluate(model, heldout, final_specs, args.seed + 1, log)})
+    history.append({"step": step, "final_eval": evaluate(model, heldout, final_specs, args.seed + 1, log,
+                                                               eval_tasks)})
     with open(os.path.join(args.out, "history.json"), "w") as f:
         json.dump(history, f, indent=1)
     if args.export:
