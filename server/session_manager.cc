@@ -257,9 +257,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
   if (store_ != nullptr && durable) {
     // Registered before anyone can find (and so delete) it: the store
     // writes only registered sessions, and forgets a deleted one at once.
-    store_->Register(id);
+    entry->registration_ = store_->Register(id);
     entry->persister_ = [store = store_](const SessionEntry& e, Session& s, bool force) {
-      return store->Persist(e.id(), e.settings(), s, force);
+      return store->Persist(e.registration_, e.settings(), s, force);
     };
   }
   // Claimed before anyone can find it (ListSessions shows it at once): the
@@ -310,7 +310,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::CreateSession(
 absl::Status SessionManager::PersistNew(const std::shared_ptr<SessionEntry>& entry) {
   if (store_ == nullptr) return absl::OkStatus();
   absl::Status s = entry->RunStep([&](Session& session) {
-    return store_->Persist(entry->id(), entry->settings(), session, /*force=*/true);
+    return store_->Persist(entry->registration_, entry->settings(), session, /*force=*/true);
   });
   if (!s.ok()) Delete(entry->id()).IgnoreError();
   entry->End();  // the claim Insert took (nothing is left to write)
@@ -367,7 +367,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
     // never written: RecordFork then gives the child its own copy, and the
     // parent leaves nothing on disk when its call deletes it.
     if (store_ != nullptr && (*parent)->durable()) {
-      if (absl::Status s = store_->Persist(id, (*parent)->settings(), session, /*force=*/true);
+      if (absl::Status s = store_->Persist((*parent)->registration_, (*parent)->settings(),
+                                           session, /*force=*/true);
           !s.ok()) {
         return s;
       }
@@ -389,7 +390,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
                       /*claimed=*/store_ != nullptr);
   if (child.ok() && store_ != nullptr) {
     absl::Status s = (*child)->RunStep([&](Session& session) {
-      return store_->RecordFork(id, (*child)->id(), (*child)->settings(), session);
+      return store_->RecordFork((*parent)->registration_, (*child)->registration_,
+                                (*child)->settings(), session);
     });
     // Deleted before the claim Insert took ends (as PersistNew does), so no
     // other call can begin on a child that is going away.

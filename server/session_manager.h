@@ -22,6 +22,7 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "server/limits.h"
+#include "server/state_registration.h"
 
 namespace drt::server {
 
@@ -164,6 +165,9 @@ class SessionEntry {
   mutable std::mutex engine_mutex_;
   std::unique_ptr<Session> session_;
   SessionPersister persister_;  // empty without --state_dir
+  // The session's handle in the state store, which its writes take (empty
+  // when it is not durable).
+  StateRegistration registration_;
   bool in_step_ = false;
   int64_t tokens_before_step_ = 0;  // the session's tokens when the running step began
   // The last step left a state a full computation gives (see EndStep); read

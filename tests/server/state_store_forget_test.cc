@@ -50,7 +50,8 @@ TEST_CASE("deleted sessions leave nothing in the state store's memory", "[state_
   CHECK(fs::exists(server.store->StatePath(kept)));
 }
 
-TEST_CASE("a write after its session was removed, or of an id never registered, writes nothing",
+TEST_CASE("a write after its session was removed writes nothing; one without a registration "
+          "is refused",
           "[state_store]") {
   // The race the removed ids guarded: a step that was running when its
   // session was deleted writes after StateStore::Remove.
@@ -63,9 +64,9 @@ TEST_CASE("a write after its session was removed, or of an id never registered, 
   StateStore& store = *server.store;
 
   const std::string id = "s-removedwhilewriting";
-  store.Register(id);
+  const StateRegistration registration = store.Register(id);
   REQUIRE(store.sessions_registered() == 1);
-  REQUIRE(store.Persist(id, SessionSettings{}, **session, /*force=*/true).ok());
+  REQUIRE(store.Persist(registration, SessionSettings{}, **session, /*force=*/true).ok());
   REQUIRE(fs::exists(store.StatePath(id)));
   REQUIRE(fs::exists(store.LogPath(id)));
   store.Remove(id);
@@ -74,15 +75,32 @@ TEST_CASE("a write after its session was removed, or of an id never registered, 
   CHECK_FALSE(fs::exists(store.LogPath(id)));
   // The late write (more tokens since) is dropped: no file comes back.
   REQUIRE((*session)->Append(RandomTokens(chunk, 5)).ok());
-  CHECK(store.Persist(id, SessionSettings{}, **session, /*force=*/true).ok());
+  CHECK(store.Persist(registration, SessionSettings{}, **session, /*force=*/true).ok());
   CHECK_FALSE(fs::exists(store.StatePath(id)));
   CHECK_FALSE(fs::exists(store.LogPath(id)));
   CHECK(store.sessions_registered() == 0);
 
+  // A write without a registration (the old id-based Persist returned OK
+  // and wrote nothing, so a caller that missed Register was silently not
+  // durable) is refused, naming the problem, and writes nothing.
+  const absl::Status none = store.Persist(StateRegistration{}, SessionSettings{}, **session,
+                                          /*force=*/true);
+  CHECK(none.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(none.message()), Catch::Contains("not registered"));
+  const absl::Status fork =
+      store.RecordFork(StateRegistration{}, StateRegistration{}, SessionSettings{}, **session);
+  CHECK(fork.code() == absl::StatusCode::kFailedPrecondition);
+  // A handle of another store is refused too, and that store writes nothing.
+  drt::testing::TempDir other_dir;
+  DurableServer other(other_dir.path());
   const std::string never = "s-neverregistered";
-  CHECK(store.Persist(never, SessionSettings{}, **session, /*force=*/true).ok());
+  const StateRegistration foreign = other.store->Register(never);
+  const absl::Status wrong = store.Persist(foreign, SessionSettings{}, **session, true);
+  CHECK(wrong.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(wrong.message()), Catch::Contains("another state store"));
   CHECK_FALSE(fs::exists(store.StatePath(never)));
   CHECK_FALSE(fs::exists(store.LogPath(never)));
+  CHECK_FALSE(fs::exists(other.store->StatePath(never)));
   CHECK(store.sessions_registered() == 0);
   // Removing an id twice, or one never registered, changes nothing.
   store.Remove(id);
