@@ -150,6 +150,7 @@ absl::Status SessionEntry::EndStep(absl::Status status, bool state_whole) {
   }
   if (freed != nullptr) {
     freed.reset();  // outside the lock: freeing a large session takes a while
+    engine_freed_ = true;
     return DeletedError();
   }
   return status;
@@ -167,6 +168,10 @@ void SessionEntry::MarkDeleted() {
       freed = std::move(session_);
       RefreshFiguresLocked();
     }
+  }
+  if (freed != nullptr) {
+    freed.reset();
+    engine_freed_ = true;
   }
 }
 
@@ -411,6 +416,8 @@ absl::Status SessionManager::Delete(const std::string& id) {
     if (it == sessions_.end()) return SessionNotFound(id, started_);
     entry = std::move(it->second);
     sessions_.erase(it);
+    PruneDyingLocked();
+    dying_.push_back(entry);
   }
   // A running Append/Generate ends at its next step (ABORTED); the engine
   // session is freed now, or when the step running on it returns.
@@ -505,7 +512,15 @@ void SessionManager::AbsorbGrowth(HostReservation& reservation, std::atomic<int6
 int64_t SessionManager::TotalHostBytesLocked() const {
   int64_t total = 0;
   for (const auto& [id, entry] : sessions_) total += entry->host_bytes();
+  PruneDyingLocked();
+  for (const auto& entry : dying_) total += entry->host_bytes();
   return total;
+}
+
+void SessionManager::PruneDyingLocked() const {
+  std::erase_if(dying_, [](const std::shared_ptr<SessionEntry>& entry) {
+    return entry->engine_freed_.load();
+  });
 }
 
 int64_t SessionManager::TotalHostBytes() const {
@@ -580,6 +595,7 @@ int SessionManager::EvictIdle() {
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       const SessionEntry& e = *it->second;
       if (e.activity() == Activity::kIdle && e.idle_seconds() > e.settings().idle_ttl_seconds) {
+        dying_.push_back(it->second);
         evicted.push_back(std::move(it->second));
         it = sessions_.erase(it);
       } else {
