@@ -385,12 +385,15 @@ absl::Status StateStore::RecordFork(const StateRegistration& parent_registration
   // was removed meanwhile (after they were taken), they are the last ones
   // and its log is deleted here.
   auto drop_shared = [&] {
-    std::lock_guard<std::mutex> refs(mutex_);
-    DropLogRefsLocked(shared);
+    std::vector<std::string> dead;
+    {
+      std::lock_guard<std::mutex> refs(mutex_);
+      dead = DropLogRefsLocked(shared);
+    }
+    DeleteLogs(dead);
     return absl::OkStatus();
   };
-  std::shared_ptr<Durable> d = Find(child_id);
-  if (d == nullptr) return drop_shared();
+  Durable* d = child_registration.record_.get();
   if (options_.fork_point_for_test) options_.fork_point_for_test("child registered");
   std::lock_guard<std::mutex> lock(d->mutex);
   if (d->removed) return drop_shared();
@@ -431,15 +434,27 @@ void StateStore::Remove(const std::string& id) {
   if (absl::Status s = FsyncDir(options_.dir + "/sessions"); !s.ok()) {
     std::fprintf(stderr, "drt-server: %s\n", std::string(s.message()).c_str());
   }
-  std::lock_guard<std::mutex> refs(mutex_);
-  DropLogRefsLocked(d->segments);
+  std::vector<std::string> dead;
+  {
+    std::lock_guard<std::mutex> refs(mutex_);
+    dead = DropLogRefsLocked(d->segments);
+  }
+  DeleteLogs(dead);
 }
 
-void StateStore::DropLogRefsLocked(const std::vector<ChunkSegment>& segments) {
+std::vector<std::string> StateStore::DropLogRefsLocked(
+    const std::vector<ChunkSegment>& segments) {
+  std::vector<std::string> dead;
   for (const ChunkSegment& s : segments) {
     if (--log_refs_[s.log] > 0) continue;
     log_refs_.erase(s.log);
-    const std::string log = LogPath(s.log);
+    dead.push_back(LogPath(s.log));
+  }
+  return dead;
+}
+
+void StateStore::DeleteLogs(const std::vector<std::string>& paths) {
+  for (const std::string& log : paths) {
     if (::unlink(log.c_str()) != 0 && errno != ENOENT) {
       std::fprintf(stderr, "drt-server: cannot delete %s: %s\n", log.c_str(), std::strerror(errno));
     }

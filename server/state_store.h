@@ -125,13 +125,22 @@ class StateStore {
   // and leaves the chunks in memory; it loses nothing.
   void MapChunksOnDisk(Durable& d, const std::string& id, Session& session);
   // Drops one reference to each log of `segments` (mutex_ held) and
-  // deletes every log no session references any more. Every path that
-  // gives up references goes through it, so the last one deletes the log.
-  void DropLogRefsLocked(const std::vector<ChunkSegment>& segments);
+  // returns the paths of the logs no session references any more, which
+  // the caller deletes (DeleteLogs) once mutex_ is released: unlinking a
+  // log of many GB can take long, and Register, which the manager calls
+  // under its own mutex, waits for mutex_. Every path that gives up
+  // references goes through it, so the last one deletes the log.
+  [[nodiscard]] std::vector<std::string> DropLogRefsLocked(
+      const std::vector<ChunkSegment>& segments);
+  // Deletes `paths` (from DropLogRefsLocked; mutex_ not held). Nothing can
+  // take a new reference to a log no session references: a fork shares
+  // only the logs of a parent not removed, and a new session's own log is
+  // named by its new id.
+  static void DeleteLogs(const std::vector<std::string>& paths);
   // Maps chunks [first, first + count) of a session with `segments`.
   ChunkMapper MapperFor(const std::vector<ChunkSegment>& segments) const;
-  // The registered session `id`, or nullptr.
-  std::shared_ptr<Durable> Find(const std::string& id);
+  // OK when `registration` is a handle of this store; the error names `what`.
+  absl::Status CheckRegistration(const StateRegistration& registration, const char* what) const;
   // Registers `id` with `segments` unless it is registered already; returns
   // its entry either way.
   std::shared_ptr<Durable> FindOrAdd(const std::string& id, std::vector<ChunkSegment> segments);
