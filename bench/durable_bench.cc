@@ -213,7 +213,8 @@ int main(int argc, char** argv) {
     Check(store.status());
     auto entry = server->sessions->Create({});
     Check(entry.status());
-    (*store)->Register((*entry)->id());  // (this store is not the manager's)
+    // (This store is not the manager's: the session is registered with it here.)
+    const drt::server::StateRegistration registration = (*store)->Register((*entry)->id());
     Check((*entry)->Begin(drt::server::Activity::kAppending));
     double engine = 0, write = 0;
     for (size_t done = 0; done < tokens.size(); done += step_tokens) {
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
         const auto t0 = Clock::now();
         Check(s.Append(piece).status());
         const auto t1 = Clock::now();
-        Check((*store)->Persist((*entry)->id(), (*entry)->settings(), s));
+        Check((*store)->Persist(registration, (*entry)->settings(), s));
         const auto t2 = Clock::now();
         engine += std::chrono::duration<double>(t1 - t0).count();
         write += std::chrono::duration<double>(t2 - t1).count();

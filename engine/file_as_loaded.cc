@@ -41,10 +41,15 @@ absl::Status FileAsLoaded::CheckUnchanged() const {
 }
 
 absl::StatusOr<uint32_t> Crc32cOfDescriptor(int fd, uint64_t size, uint32_t crc,
-                                            const std::string& path) {
+                                            const std::string& path,
+                                            const std::atomic<bool>* cancel) {
   std::vector<char> buffer(static_cast<size_t>(std::min<uint64_t>(size, 1 << 20)) + 1);
   uint64_t offset = 0;
   while (offset < size) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      return absl::CancelledError(absl::StrCat(path, ": fingerprint read stopped at byte ",
+                                               offset, " of ", size));
+    }
     const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - offset));
     const ssize_t got = ::pread(fd, buffer.data(), want, static_cast<off_t>(offset));
     if (got < 0) {
@@ -64,10 +69,11 @@ absl::StatusOr<uint32_t> Crc32cOfDescriptor(int fd, uint64_t size, uint32_t crc,
   return crc;
 }
 
-absl::StatusOr<uint32_t> FileAsLoaded::Crc32cIfUnchanged(uint32_t crc) const {
+absl::StatusOr<uint32_t> FileAsLoaded::Crc32cIfUnchanged(uint32_t crc,
+                                                          const std::atomic<bool>* cancel) const {
   if (absl::Status s = CheckUnchanged(); !s.ok()) return s;
   absl::StatusOr<uint32_t> read =
-      Crc32cOfDescriptor(fd_, static_cast<uint64_t>(at_load_.st_size), crc, path_);
+      Crc32cOfDescriptor(fd_, static_cast<uint64_t>(at_load_.st_size), crc, path_, cancel);
   if (!read.ok()) return read.status();
   // A write during the read would leave a CRC of neither version.
   if (absl::Status s = CheckUnchanged(); !s.ok()) return s;

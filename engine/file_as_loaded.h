@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -19,9 +20,12 @@ namespace drt {
 // that first needs the fingerprint: a SaveSession's peak is tested,
 // session_file_writes_test.cc). A file that ends before `size` is
 // FAILED_PRECONDITION ("changed since load"), a read error INTERNAL; both
-// name `path`.
+// name `path`. With `cancel`, it is checked between pieces: once it is set,
+// the read stops with CANCELLED (so a shutdown need not wait for a read of
+// many GB).
 absl::StatusOr<uint32_t> Crc32cOfDescriptor(int fd, uint64_t size, uint32_t crc,
-                                            const std::string& path);
+                                            const std::string& path,
+                                            const std::atomic<bool>* cancel = nullptr);
 
 class FileAsLoaded {
  public:
@@ -40,7 +44,9 @@ class FileAsLoaded {
   // a mapping). FAILED_PRECONDITION naming the path when the file was
   // written to since load (its size or modification time differ, before or
   // after the read): its bytes are then no longer the ones loaded.
-  absl::StatusOr<uint32_t> Crc32cIfUnchanged(uint32_t crc) const;
+  // `cancel` as for Crc32cOfDescriptor.
+  absl::StatusOr<uint32_t> Crc32cIfUnchanged(uint32_t crc,
+                                             const std::atomic<bool>* cancel = nullptr) const;
 
  private:
   absl::Status CheckUnchanged() const;

@@ -47,19 +47,33 @@ ModelFingerprint::ModelFingerprint(uint32_t value) : value_(value) {
 ModelFingerprint::ModelFingerprint(uint32_t config_crc, std::unique_ptr<FileAsLoaded> weights_file)
     : value_(config_crc), weights_file_(std::move(weights_file)) {}
 
-absl::StatusOr<uint32_t> ModelFingerprint::value() const {
-  std::call_once(once_, [this] {
-    if (weights_file_ != nullptr) {
-      absl::StatusOr<uint32_t> crc = weights_file_->Crc32cIfUnchanged(value_);
-      if (crc.ok()) {
-        value_ = *crc;
-      } else {
-        error_ = crc.status();
+absl::StatusOr<uint32_t> ModelFingerprint::value() const { return Compute(nullptr); }
+
+absl::StatusOr<uint32_t> ModelFingerprint::ValueUnlessCancelled(
+    const std::atomic<bool>& cancel) const {
+  return Compute(&cancel);
+}
+
+absl::StatusOr<uint32_t> ModelFingerprint::Compute(const std::atomic<bool>* cancel) const {
+  // Known once computed_ is set: value_ and error_ no longer change.
+  if (!computed_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!computed_.load(std::memory_order_relaxed)) {
+      if (weights_file_ != nullptr) {
+        absl::StatusOr<uint32_t> crc = weights_file_->Crc32cIfUnchanged(value_, cancel);
+        // Stopped: nothing is recorded, and the descriptor stays for the
+        // next caller (a read error or a changed file is recorded below).
+        if (!crc.ok() && cancel != nullptr && cancel->load()) return crc.status();
+        if (crc.ok()) {
+          value_ = *crc;
+        } else {
+          error_ = crc.status();
+        }
       }
+      weights_file_.reset();  // closes the descriptor
+      computed_.store(true, std::memory_order_release);
     }
-    weights_file_.reset();  // closes the descriptor
-    computed_.store(true, std::memory_order_release);
-  });
+  }
   if (!error_.ok()) return error_;
   return value_;
 }

@@ -31,8 +31,10 @@ namespace drt {
 // The kept descriptor pins the loaded inode's disk space until first use.
 // Every copy of the model's ModelConfig shares one
 // (ModelConfig::fingerprint). Thread-safe: the first value() computes it
-// under a once-flag (concurrent callers wait for it), the descriptor is
-// then closed, and later calls return the same value or the same error.
+// under a mutex (concurrent callers wait for it), the descriptor is then
+// closed, and later calls return the same value or the same error. A
+// computation stopped by its cancel flag (ValueUnlessCancelled) leaves it
+// not computed: the next caller reads the file again.
 class ModelFingerprint {
  public:
   // A fingerprint known already (a config made in code, a test).
@@ -43,16 +45,22 @@ class ModelFingerprint {
   ModelFingerprint& operator=(const ModelFingerprint&) = delete;
 
   absl::StatusOr<uint32_t> value() const;
+  // value(), but a computation it starts stops once `cancel` is set
+  // (checked between pieces of the read) and returns CANCELLED, recording
+  // nothing. A shutdown sets it so as not to wait for a read of many GB.
+  absl::StatusOr<uint32_t> ValueUnlessCancelled(const std::atomic<bool>& cancel) const;
   // Whether value() has been computed (or was given): false for a model
   // whose session states were never used, which never read its weights
   // file for it.
   bool computed() const { return computed_.load(std::memory_order_acquire); }
 
  private:
-  mutable std::once_flag once_;
+  absl::StatusOr<uint32_t> Compute(const std::atomic<bool>* cancel) const;
+
+  mutable std::mutex mutex_;  // held while it is computed
   mutable uint32_t value_;
-  mutable absl::Status error_;  // set inside once_ when the file changed
-  // Read (and closed) only inside once_.
+  mutable absl::Status error_;  // set under mutex_ when the file changed
+  // Read (and closed) only under mutex_.
   mutable std::unique_ptr<FileAsLoaded> weights_file_;
   mutable std::atomic<bool> computed_{false};
 };

@@ -13,6 +13,7 @@
 // tells them apart, so the cost is moved off the calls, not cut.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <thread>
 
@@ -24,9 +25,13 @@ class BackgroundFingerprint {
  public:
   // Starts computing `fingerprint` (nothing to do when it is null or known)
   // and logs its value, or the error every later state call will get, with
-  // the time it took.
+  // the time it took. When no thread can be started, logs that and leaves
+  // the fingerprint to its first use (which then reads the file).
   explicit BackgroundFingerprint(std::shared_ptr<const ModelFingerprint> fingerprint);
-  // Waits for the computation (a shutdown during it waits for the read).
+  // Stops the read (between two of its pieces, at most 1 MiB apart) and
+  // waits for the thread: a shutdown or a failed start-up does not wait for
+  // a read of many GB. A stopped read records nothing (the fingerprint is
+  // computed at its first use, if any).
   ~BackgroundFingerprint();
   BackgroundFingerprint(const BackgroundFingerprint&) = delete;
   BackgroundFingerprint& operator=(const BackgroundFingerprint&) = delete;
@@ -35,6 +40,7 @@ class BackgroundFingerprint {
   void Wait();
 
  private:
+  std::atomic<bool> cancel_{false};  // set by the destructor
   std::thread thread_;
 };
 

@@ -157,6 +157,7 @@ absl::Status SessionEntry::EndStep(absl::Status status, bool state_whole) {
   }
   if (freed != nullptr) {
     freed.reset();  // outside the lock: freeing a large session takes a while
+    engine_freed_ = true;
     return DeletedError();
   }
   return status;
@@ -174,6 +175,10 @@ void SessionEntry::MarkDeleted() {
       freed = std::move(session_);
       RefreshFiguresLocked();
     }
+  }
+  if (freed != nullptr) {
+    freed.reset();
+    engine_freed_ = true;
   }
 }
 
@@ -264,9 +269,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
   if (store_ != nullptr && durable) {
     // Registered before anyone can find (and so delete) it: the store
     // writes only registered sessions, and forgets a deleted one at once.
-    store_->Register(id);
+    entry->registration_ = store_->Register(id);
     entry->persister_ = [store = store_](const SessionEntry& e, Session& s, bool force) {
-      return store->Persist(e.id(), e.settings(), s, force);
+      return store->Persist(e.registration_, e.settings(), s, force);
     };
   }
   // Claimed before anyone can find it (ListSessions shows it at once): the
@@ -317,7 +322,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::CreateSession(
 absl::Status SessionManager::PersistNew(const std::shared_ptr<SessionEntry>& entry) {
   if (store_ == nullptr) return absl::OkStatus();
   absl::Status s = entry->RunStep([&](Session& session) {
-    return store_->Persist(entry->id(), entry->settings(), session, /*force=*/true);
+    return store_->Persist(entry->registration_, entry->settings(), session, /*force=*/true);
   });
   if (!s.ok()) Delete(entry->id()).IgnoreError();
   entry->End();  // the claim Insert took (nothing is left to write)
@@ -399,7 +404,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
     // never written: RecordFork then gives the child its own copy, and the
     // parent leaves nothing on disk when its call deletes it.
     if (store_ != nullptr && (*parent)->durable()) {
-      if (absl::Status s = store_->Persist(id, (*parent)->settings(), session, /*force=*/true);
+      if (absl::Status s = store_->Persist((*parent)->registration_, (*parent)->settings(),
+                                           session, /*force=*/true);
           !s.ok()) {
         return s;
       }
@@ -421,7 +427,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
                       /*claimed=*/store_ != nullptr);
   if (child.ok() && store_ != nullptr) {
     absl::Status s = (*child)->RunStep([&](Session& session) {
-      return store_->RecordFork(id, (*child)->id(), (*child)->settings(), session);
+      return store_->RecordFork((*parent)->registration_, (*child)->registration_,
+                                (*child)->settings(), session);
     });
     // Deleted before the claim Insert took ends (as PersistNew does), so no
     // other call can begin on a child that is going away.
@@ -443,6 +450,8 @@ absl::Status SessionManager::Delete(const std::string& id) {
     }
     entry = std::move(it->second);
     sessions_.erase(it);
+    PruneDyingLocked();
+    dying_.push_back(entry);
   }
   // A running Append/Generate ends at its next step (ABORTED); the engine
   // session is freed now, or when the step running on it returns.
@@ -537,7 +546,15 @@ void SessionManager::AbsorbGrowth(HostReservation& reservation, std::atomic<int6
 int64_t SessionManager::TotalHostBytesLocked() const {
   int64_t total = 0;
   for (const auto& [id, entry] : sessions_) total += entry->host_bytes();
+  PruneDyingLocked();
+  for (const auto& entry : dying_) total += entry->host_bytes();
   return total;
+}
+
+void SessionManager::PruneDyingLocked() const {
+  std::erase_if(dying_, [](const std::shared_ptr<SessionEntry>& entry) {
+    return entry->engine_freed_.load();
+  });
 }
 
 int64_t SessionManager::TotalHostBytes() const {
@@ -620,6 +637,7 @@ int SessionManager::EvictIdle() {
       Activity idle = Activity::kIdle;
       if (e.idle_seconds() > e.settings().idle_ttl_seconds &&
           e.activity_.compare_exchange_strong(idle, Activity::kExpiring)) {
+        dying_.push_back(it->second);
         evicted.push_back(std::move(it->second));
         it = sessions_.erase(it);
       } else {

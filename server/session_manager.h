@@ -22,6 +22,7 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "server/limits.h"
+#include "server/state_registration.h"
 
 namespace drt::server {
 
@@ -167,6 +168,9 @@ class SessionEntry {
   mutable std::mutex engine_mutex_;
   std::unique_ptr<Session> session_;
   SessionPersister persister_;  // empty without --state_dir
+  // The session's handle in the state store, which its writes take (empty
+  // when it is not durable).
+  StateRegistration registration_;
   bool in_step_ = false;
   int64_t tokens_before_step_ = 0;  // the session's tokens when the running step began
   // The last step left a state a full computation gives (see EndStep); read
@@ -175,6 +179,9 @@ class SessionEntry {
   // A step changed the session since it was last written.
   bool unwritten_ = false;
   std::atomic<bool> deleted_{false};
+  // Deleted and its engine session freed (set after the free): from then
+  // on the manager no longer counts it (SessionManager::dying_).
+  std::atomic<bool> engine_freed_{false};
   std::atomic<Activity> activity_{Activity::kIdle};
   std::atomic<int64_t> tokens_{0}, chunks_{0}, retrievals_{0}, host_bytes_{0}, shared_bytes_{0}, mapped_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};
@@ -280,7 +287,8 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<SessionEntry>> Adopt(const std::string& id, SessionSettings settings,
                                                       std::unique_ptr<Session> session);
 
-  // Host memory of all sessions (a fork's shared chunks count in each).
+  // Host memory of all sessions (a fork's shared chunks count in each),
+  // those deleted whose engine session is not yet freed included.
   int64_t TotalHostBytes() const;
   // Host memory reserved (HostReservation) and not yet released.
   int64_t ReservedHostBytes() const;
@@ -317,8 +325,11 @@ class SessionManager {
   // HostReservation::Absorb under mutex_.
   void AbsorbGrowth(HostReservation& reservation, std::atomic<int64_t>& host_bytes, int64_t now,
                     int64_t covered_bytes);
-  // Under mutex_: the sessions' host memory.
+  // Under mutex_: the sessions' host memory, those deleted and not yet
+  // freed included (dying_).
   int64_t TotalHostBytesLocked() const;
+  // Under mutex_: drops the entries of dying_ whose engine session is freed.
+  void PruneDyingLocked() const;
   std::string NewId();
   // RefreshFiguresIfIdle on every session (after a delete or an eviction).
   void RefreshIdleFigures();
@@ -345,6 +356,13 @@ class SessionManager {
   const absl::Time started_ = absl::Now();  // named in NOT_FOUND messages
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<SessionEntry>> sessions_;
+  // Sessions deleted (Delete, EvictIdle) whose engine session may not be
+  // freed yet: one a step was running on is freed only when the step
+  // returns (a LoadSession's first write of the whole session, say), and
+  // its memory is still in use until then. Put here in the same step under
+  // mutex_ as it leaves sessions_, so the budget always counts it; dropped
+  // by TotalHostBytesLocked once freed (SessionEntry::engine_freed_).
+  mutable std::vector<std::shared_ptr<SessionEntry>> dying_;
   int64_t reserved_bytes_ = 0;  // HostReservations not yet released
   std::condition_variable stop_;
   bool stopping_ = false;

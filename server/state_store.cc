@@ -107,7 +107,7 @@ int64_t SegmentChunks(const std::vector<ChunkSegment>& segments) {
 
 }  // namespace
 
-struct StateStore::Durable {
+struct DurableRecord {
   std::mutex mutex;
   std::vector<ChunkSegment> segments;  // the last one is the session's own log
   int fd = -1;                         // own log, opened at its first write
@@ -177,13 +177,25 @@ std::string StateStore::LogPath(const std::string& log) const {
   return options_.dir + "/chunks/" + log + kLogSuffix;
 }
 
-std::shared_ptr<StateStore::Durable> StateStore::Find(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = sessions_.find(id);
-  return it == sessions_.end() ? nullptr : it->second;
+absl::Status StateStore::CheckRegistration(const StateRegistration& registration,
+                                           const char* what) const {
+  if (!registration.registered()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "StateStore::%s: the session is not registered (StateStore::Register returns the "
+        "handle every write of a durable session takes)",
+        what));
+  }
+  if (registration.store_ != this) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "StateStore::%s: session %s is registered with another state store", what,
+        registration.id()));
+  }
+  return absl::OkStatus();
 }
 
-void StateStore::Register(const std::string& id) { FindOrAdd(id, {ChunkSegment{id, 0}}); }
+StateRegistration StateStore::Register(const std::string& id) {
+  return StateRegistration(this, id, FindOrAdd(id, {ChunkSegment{id, 0}}));
+}
 
 int64_t StateStore::sessions_registered() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -202,10 +214,11 @@ std::shared_ptr<StateStore::Durable> StateStore::FindOrAdd(const std::string& id
   return d;
 }
 
-absl::Status StateStore::Persist(const std::string& id, const SessionSettings& settings,
-                                 Session& session, bool force) {
-  std::shared_ptr<Durable> d = Find(id);
-  if (d == nullptr) return absl::OkStatus();  // removed (or never registered)
+absl::Status StateStore::Persist(const StateRegistration& registration,
+                                 const SessionSettings& settings, Session& session, bool force) {
+  if (absl::Status s = CheckRegistration(registration, "Persist"); !s.ok()) return s;
+  const std::string& id = registration.id();
+  Durable* d = registration.record_.get();
   std::lock_guard<std::mutex> lock(d->mutex);
   if (d->removed || session.num_tokens() == d->tokens_written) return absl::OkStatus();
   const auto now = std::chrono::steady_clock::now();
@@ -334,11 +347,18 @@ void StateStore::MapChunksOnDisk(Durable& d, const std::string& id, Session& ses
   }
 }
 
-absl::Status StateStore::RecordFork(const std::string& parent_id, const std::string& child_id,
+absl::Status StateStore::RecordFork(const StateRegistration& parent_registration,
+                                    const StateRegistration& child_registration,
                                     const SessionSettings& settings, Session& child) {
+  if (absl::Status s = CheckRegistration(child_registration, "RecordFork"); !s.ok()) return s;
+  if (parent_registration.registered()) {
+    if (absl::Status s = CheckRegistration(parent_registration, "RecordFork"); !s.ok()) return s;
+  }
+  const std::string& parent_id = parent_registration.id();
+  const std::string& child_id = child_registration.id();
   std::vector<ChunkSegment> shared;  // the parent's logs, when the child shares them
   int64_t chunks_mapped = 0;  // of the parent's, which the fork shares already mapped
-  std::shared_ptr<Durable> parent = Find(parent_id);
+  Durable* parent = parent_registration.record_.get();  // null: a parent that is not durable
   if (parent != nullptr) {
     std::lock_guard<std::mutex> lock(parent->mutex);
     // Shares the parent's chunks only while its logs exist and hold all the
@@ -360,12 +380,15 @@ absl::Status StateStore::RecordFork(const std::string& parent_id, const std::str
   // was removed meanwhile (after they were taken), they are the last ones
   // and its log is deleted here.
   auto drop_shared = [&] {
-    std::lock_guard<std::mutex> refs(mutex_);
-    DropLogRefsLocked(shared);
+    std::vector<std::string> dead;
+    {
+      std::lock_guard<std::mutex> refs(mutex_);
+      dead = DropLogRefsLocked(shared);
+    }
+    DeleteLogs(dead);
     return absl::OkStatus();
   };
-  std::shared_ptr<Durable> d = Find(child_id);
-  if (d == nullptr) return drop_shared();
+  Durable* d = child_registration.record_.get();
   if (options_.fork_point_for_test) options_.fork_point_for_test("child registered");
   std::lock_guard<std::mutex> lock(d->mutex);
   if (d->removed) return drop_shared();
@@ -406,15 +429,27 @@ void StateStore::Remove(const std::string& id) {
   if (absl::Status s = FsyncDir(options_.dir + "/sessions"); !s.ok()) {
     std::fprintf(stderr, "drt-server: %s\n", std::string(s.message()).c_str());
   }
-  std::lock_guard<std::mutex> refs(mutex_);
-  DropLogRefsLocked(d->segments);
+  std::vector<std::string> dead;
+  {
+    std::lock_guard<std::mutex> refs(mutex_);
+    dead = DropLogRefsLocked(d->segments);
+  }
+  DeleteLogs(dead);
 }
 
-void StateStore::DropLogRefsLocked(const std::vector<ChunkSegment>& segments) {
+std::vector<std::string> StateStore::DropLogRefsLocked(
+    const std::vector<ChunkSegment>& segments) {
+  std::vector<std::string> dead;
   for (const ChunkSegment& s : segments) {
     if (--log_refs_[s.log] > 0) continue;
     log_refs_.erase(s.log);
-    const std::string log = LogPath(s.log);
+    dead.push_back(LogPath(s.log));
+  }
+  return dead;
+}
+
+void StateStore::DeleteLogs(const std::vector<std::string>& paths) {
+  for (const std::string& log : paths) {
     if (::unlink(log.c_str()) != 0 && errno != ENOENT) {
       std::fprintf(stderr, "drt-server: cannot delete %s: %s\n", log.c_str(), std::strerror(errno));
     }

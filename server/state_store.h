@@ -23,6 +23,7 @@
 #include "engine/session.h"
 #include "server/session_manager.h"
 #include "server/state_files.h"
+#include "server/state_registration.h"
 
 namespace drt::server {
 
@@ -92,27 +93,30 @@ class StateStore {
       Backend& backend, int64_t max_sessions = std::numeric_limits<int64_t>::max());
 
   // Makes `id` a session of the store, with its own chunk log (created at
-  // its first write), until Remove; no-op when it is one already (RestoreAll
-  // registers the sessions it restores). The server registers a durable
-  // session as it inserts it, before any call can find it (so before any
-  // call can delete it). Writes nothing.
-  void Register(const std::string& id);
+  // its first write), until Remove, and returns the handle every write of
+  // it takes; returns the existing one's handle when `id` is registered
+  // already (RestoreAll registers the sessions it restores). The server
+  // registers a durable session as it inserts it, before any call can find
+  // it (so before any call can delete it). Writes nothing.
+  StateRegistration Register(const std::string& id);
   // Writes what changed in `session` since the last call: its new closed
   // chunks (appended to its own log, fsynced), then its small state
   // (atomically). In interval mode a call within the interval of the last
-  // write does nothing unless `force`. No-op for an id that is not
-  // registered: removed (a step that was running when its session was
-  // deleted writes nothing after the Remove), or never registered. With
-  // the disk tier, the session then reads its chunks on disk from the
-  // mapped logs (which changes where they live, not what they are).
-  absl::Status Persist(const std::string& id, const SessionSettings& settings, Session& session,
-                       bool force = false);
-  // Records a fork: `child_id`, registered and not yet written, shares the
-  // chunks of `parent_id`, which must have been persisted (force) with all
-  // its chunks just before; then writes the child's state. Writes nothing
-  // when the child is not registered (removed since it was inserted).
-  absl::Status RecordFork(const std::string& parent_id, const std::string& child_id,
-                          const SessionSettings& settings, Session& child);
+  // write does nothing unless `force`. Writes nothing once the session was
+  // removed (a step that was running when its session was deleted writes
+  // nothing after the Remove). FAILED_PRECONDITION for an empty handle or
+  // one of another store. With the disk tier, the session then reads its
+  // chunks on disk from the mapped logs (which changes where they live,
+  // not what they are).
+  absl::Status Persist(const StateRegistration& registration, const SessionSettings& settings,
+                       Session& session, bool force = false);
+  // Records a fork: `child`, registered and not yet written, shares the
+  // chunks of `parent`, which must have been persisted (force) with all its
+  // chunks just before; then writes the child's state. `parent` may be
+  // empty (a parent that is not durable): the child then writes its own
+  // copy. Writes nothing when the child was removed since it was inserted.
+  absl::Status RecordFork(const StateRegistration& parent, const StateRegistration& child,
+                          const SessionSettings& settings, Session& child_session);
   // Deletes the session's state file and every chunk log no other session
   // uses (a fork keeps its parent's log alive), and forgets the id: nothing
   // of a removed session stays in memory. Errors are logged, not returned:
@@ -127,7 +131,7 @@ class StateStore {
   std::string LogPath(const std::string& log) const;
 
  private:
-  struct Durable;
+  using Durable = DurableRecord;
   StateStore(StateStoreOptions options, const ModelConfig& config, int lock_fd);
   absl::Status PersistLocked(Durable& d, const std::string& id, const SessionSettings& settings,
                              Session& session);
@@ -136,13 +140,22 @@ class StateStore {
   // and leaves the chunks in memory; it loses nothing.
   void MapChunksOnDisk(Durable& d, const std::string& id, Session& session);
   // Drops one reference to each log of `segments` (mutex_ held) and
-  // deletes every log no session references any more. Every path that
-  // gives up references goes through it, so the last one deletes the log.
-  void DropLogRefsLocked(const std::vector<ChunkSegment>& segments);
+  // returns the paths of the logs no session references any more, which
+  // the caller deletes (DeleteLogs) once mutex_ is released: unlinking a
+  // log of many GB can take long, and Register, which the manager calls
+  // under its own mutex, waits for mutex_. Every path that gives up
+  // references goes through it, so the last one deletes the log.
+  [[nodiscard]] std::vector<std::string> DropLogRefsLocked(
+      const std::vector<ChunkSegment>& segments);
+  // Deletes `paths` (from DropLogRefsLocked; mutex_ not held). Nothing can
+  // take a new reference to a log no session references: a fork shares
+  // only the logs of a parent not removed, and a new session's own log is
+  // named by its new id.
+  static void DeleteLogs(const std::vector<std::string>& paths);
   // Maps chunks [first, first + count) of a session with `segments`.
   ChunkMapper MapperFor(const std::vector<ChunkSegment>& segments) const;
-  // The registered session `id`, or nullptr.
-  std::shared_ptr<Durable> Find(const std::string& id);
+  // OK when `registration` is a handle of this store; the error names `what`.
+  absl::Status CheckRegistration(const StateRegistration& registration, const char* what) const;
   // Registers `id` with `segments` unless it is registered already; returns
   // its entry either way.
   std::shared_ptr<Durable> FindOrAdd(const std::string& id, std::vector<ChunkSegment> segments);
@@ -155,9 +168,9 @@ class StateStore {
   size_t payload_bytes_;
   int lock_fd_;
   mutable std::mutex mutex_;  // guards sessions_ and log_refs_
-  // The registered sessions. A removed one leaves no trace here: a write
-  // of an id not in it is dropped, so no set of removed ids is kept (it
-  // grew for the life of the process).
+  // The registered sessions. A removed one leaves no trace here: its
+  // record is marked removed, so a write through its handle is dropped, and
+  // no set of removed ids is kept (it grew for the life of the process).
   std::map<std::string, std::shared_ptr<Durable>> sessions_;
   std::map<std::string, int64_t> log_refs_;  // log -> sessions using it
 };

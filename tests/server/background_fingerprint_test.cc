@@ -4,6 +4,10 @@
 // it computed and reads nothing, and it is the value one pass over the
 // files gives; a weights file changed since load gives the error every
 // state call will get.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +16,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "engine/file_as_loaded.h"
 #include "engine/model_dir.h"
 #include "engine/model_fingerprint.h"
 #include "server/background_fingerprint.h"
@@ -77,6 +82,57 @@ TEST_CASE("a fingerprint known already or absent starts no work", "[server][fing
   CHECK(*known->value() == 0x1234u);
   BackgroundFingerprint b(nullptr);
   b.Wait();
+}
+
+TEST_CASE("a cancelled fingerprint read records nothing, and the next use computes it",
+          "[server][fingerprint]") {
+  drt::testing::TempDir dir;
+  const drt::testing::TinyModel model = drt::testing::MakeTinyModel();
+  drt::testing::WriteModelDir(dir.path(), model.config, model.weights);
+  auto loaded = LoadModelDir(dir.path());
+  REQUIRE(loaded.ok());
+  const ModelFingerprint& fingerprint = *loaded->config.fingerprint;
+  const std::atomic<bool> cancelled{true};
+  auto stopped = fingerprint.ValueUnlessCancelled(cancelled);
+  CHECK(stopped.status().code() == absl::StatusCode::kCancelled);
+  CHECK_FALSE(fingerprint.computed());
+  // The next use reads the file (the descriptor was kept) and gets the
+  // value one pass over the files gives, not the cancellation.
+  auto eager = ComputeModelFingerprint(dir.File("config.json"), dir.File("model.safetensors"));
+  REQUIRE(eager.ok());
+  auto value = fingerprint.value();
+  INFO(value.status().message());
+  REQUIRE(value.ok());
+  CHECK(*value == *eager);
+  CHECK(fingerprint.computed());
+  // Once computed, a cancel flag changes nothing.
+  auto again = fingerprint.ValueUnlessCancelled(cancelled);
+  REQUIRE(again.ok());
+  CHECK(*again == *eager);
+}
+
+TEST_CASE("destroying the background fingerprint stops its read instead of waiting for it",
+          "[server][fingerprint]") {
+  // A 4 GiB weights file (sparse: it takes no disk), whose read takes
+  // seconds: the destructor, called right after the start, returns with
+  // the fingerprint not computed. (It used to wait for the whole read,
+  // which then left it computed.)
+  drt::testing::TempDir dir;
+  const std::string path = dir.path() + "/big.safetensors";
+  { std::ofstream(path) << "x"; }
+  std::filesystem::resize_file(path, 4ull << 30);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  struct stat st {};
+  REQUIRE(::fstat(fd, &st) == 0);
+  auto fingerprint =
+      std::make_shared<const ModelFingerprint>(0u, std::make_unique<FileAsLoaded>(path, fd, st));
+  const auto started = std::chrono::steady_clock::now();
+  { BackgroundFingerprint background(fingerprint); }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  INFO("the destructor returned after " << seconds << " s");
+  CHECK_FALSE(fingerprint->computed());
 }
 
 }  // namespace

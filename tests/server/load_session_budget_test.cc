@@ -5,6 +5,8 @@
 // released only after that write: until then the budget counted the
 // session twice and refused requests that fit.
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <memory>
 #include <string>
 
@@ -112,6 +114,64 @@ TEST_CASE("a session being loaded is counted once while it is written to the sta
   CHECK(sessions->ReservedHostBytes() == 0);
   CHECK(sessions->TotalHostBytes() == base + (*entry)->host_bytes());
   CheckBudgetLeftIs(*sessions, kBudget - base - (*entry)->host_bytes());
+}
+
+TEST_CASE("a loaded session deleted during its first write is counted until it is freed",
+          "[server][session_file][memory]") {
+  // DeleteSession during LoadSession's first write: the entry leaves the
+  // table at once, but the engine session is freed only when the write
+  // returns. Until then the budget must still count it (it used to count
+  // it nowhere: a concurrent request could be granted memory in use).
+  drt::testing::TempDir files, state;
+  std::atomic<bool> armed{false};
+  SessionManager* sessions = nullptr;
+  int calls = 0;
+  int64_t loaded_during = -1, counted_after_delete = -1;
+  bool gone_from_table = false;
+  std::thread deleter;
+  StateStoreOptions store_options;
+  store_options.dir = state.path();
+  store_options.chunks_written_for_test = [&](const std::string& id) {
+    if (!armed.load()) return;
+    ++calls;
+    auto entry = sessions->Find(id);
+    if (!entry.ok()) return;
+    loaded_during = (*entry)->host_bytes();
+    // The delete erases the entry, then waits in StateStore::Remove for
+    // this write (whose lock the hook runs under).
+    deleter = std::thread([&, id] { sessions->Delete(id).IgnoreError(); });
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (sessions->Find(id).ok() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    gone_from_table = !sessions->Find(id).ok();
+    counted_after_delete = sessions->TotalHostBytes() + sessions->ReservedHostBytes();
+  };
+  auto store = StateStore::Open(store_options, FixtureModel::Get().model->config());
+  REQUIRE(store.ok());
+  REQUIRE((*store)->RestoreAll(*FixtureModel::Get().backend).ok());
+  InProcessServer server(LoadOptions(files.path()));
+  sessions = &server.service().session_manager();
+  sessions->AttachStateStore(store->get());
+
+  SaveOne(server);
+  const int64_t base = sessions->TotalHostBytes();
+  REQUIRE(sessions->ReservedHostBytes() == 0);
+  armed = true;
+  InfoResult loaded = LoadSession(server.stub(), "saved");
+  armed = false;
+  if (deleter.joinable()) deleter.join();
+  // The load reports the delete (its session is gone).
+  CHECK_FALSE(loaded.status.ok());
+  REQUIRE(calls == 1);
+  REQUIRE(loaded_during > 0);
+  REQUIRE(gone_from_table);
+  // Out of the table, still allocated, still counted.
+  CHECK(counted_after_delete == base + loaded_during);
+  // Freed once the write returned: counted no more.
+  CHECK(sessions->TotalHostBytes() == base);
+  CHECK(sessions->ReservedHostBytes() == 0);
+  CheckBudgetLeftIs(*sessions, kBudget - base);
 }
 
 TEST_CASE("without a state directory, a loaded session is counted once after the load",

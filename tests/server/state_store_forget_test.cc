@@ -1,10 +1,14 @@
-// The state store keeps nothing in memory of a session once it is removed
-// (server/state_store.h, Register / Remove): it used to keep every removed
-// id in a set for the life of the process, so that a write racing with the
-// delete could be dropped. Now the store writes only registered sessions,
-// and that write is still dropped.
+// No registration with the state store outlives its session
+// (server/state_store.h, Register / Remove), whatever path ends it: delete,
+// fork and delete, idle eviction, a failed first write, a failed step
+// write. A write through a removed session's handle is dropped; a write
+// without a handle is refused.
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -38,9 +42,58 @@ TEST_CASE("deleted sessions leave nothing in the state store's memory", "[state_
     REQUIRE(server.sessions->Delete(id).ok());
     if (!fork.empty()) REQUIRE(server.sessions->Delete(fork).ok());
   }
-  // Only the session still there (the old store also held 40 + 10 removed ids).
+  // No registration outlives its session: only the session still there is
+  // registered. (This does not show the store's memory: the removed-id set
+  // the store used to keep was not counted here, and cannot be seen from
+  // outside. It shows that every path that ends a session also ends its
+  // registration.)
   CHECK(server.store->sessions_registered() == 1);
   CHECK(server.sessions->count() == 1);
+
+  // Idle eviction ends registrations too.
+  SessionSettings short_lived;
+  short_lived.idle_ttl_seconds = 1;
+  for (int i = 0; i < 3; ++i) {
+    auto entry = server.sessions->Create(short_lived);
+    REQUIRE(entry.ok());
+  }
+  CHECK(server.store->sessions_registered() == 4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // past the 1 s TTL
+  server.sessions->EvictIdle();  // (the reaper may have evicted some already)
+  CHECK(server.sessions->count() == 1);
+  CHECK(server.store->sessions_registered() == 1);
+
+  // So do failed writes. With sessions/ a file, not a directory, a new
+  // session's first write fails (Create deletes it); with chunks/ a file, a
+  // step's write of its first chunk fails, and the session is deleted.
+  const std::string sessions_dir = dir.path() + "/sessions";
+  const std::string chunks_dir = dir.path() + "/chunks";
+  fs::rename(sessions_dir, dir.path() + "/sessions.away");
+  { std::ofstream(sessions_dir) << "not a directory"; }
+  for (int i = 0; i < 3; ++i) {
+    auto entry = server.sessions->Create({});
+    CHECK_FALSE(entry.ok());
+  }
+  fs::remove(sessions_dir);
+  fs::rename(dir.path() + "/sessions.away", sessions_dir);
+  CHECK(server.sessions->count() == 1);
+  CHECK(server.store->sessions_registered() == 1);
+  const std::string failing = server.Create();
+  fs::rename(chunks_dir, dir.path() + "/chunks.away");
+  { std::ofstream(chunks_dir) << "not a directory"; }
+  {
+    auto entry = server.sessions->Find(failing);
+    REQUIRE(entry.ok());
+    REQUIRE((*entry)->Begin(Activity::kAppending).ok());
+    const std::vector<int32_t> tokens = RandomTokens(chunk + 1, 7);
+    CHECK_FALSE((*entry)->RunStep([&](Session& s) { return s.Append(tokens).status(); }).ok());
+    (*entry)->End();
+  }
+  REQUIRE(server.sessions->Delete(failing).ok());
+  fs::remove(chunks_dir);
+  fs::rename(dir.path() + "/chunks.away", chunks_dir);
+  CHECK(server.sessions->count() == 1);
+  CHECK(server.store->sessions_registered() == 1);
   // And on disk, only its files.
   int state_files = 0, logs = 0;
   for (const auto& e : fs::directory_iterator(dir.path() + "/sessions")) state_files += e.is_regular_file();
@@ -50,7 +103,8 @@ TEST_CASE("deleted sessions leave nothing in the state store's memory", "[state_
   CHECK(fs::exists(server.store->StatePath(kept)));
 }
 
-TEST_CASE("a write after its session was removed, or of an id never registered, writes nothing",
+TEST_CASE("a write after its session was removed writes nothing; one without a registration "
+          "is refused",
           "[state_store]") {
   // The race the removed ids guarded: a step that was running when its
   // session was deleted writes after StateStore::Remove.
@@ -63,9 +117,9 @@ TEST_CASE("a write after its session was removed, or of an id never registered, 
   StateStore& store = *server.store;
 
   const std::string id = "s-removedwhilewriting";
-  store.Register(id);
+  const StateRegistration registration = store.Register(id);
   REQUIRE(store.sessions_registered() == 1);
-  REQUIRE(store.Persist(id, SessionSettings{}, **session, /*force=*/true).ok());
+  REQUIRE(store.Persist(registration, SessionSettings{}, **session, /*force=*/true).ok());
   REQUIRE(fs::exists(store.StatePath(id)));
   REQUIRE(fs::exists(store.LogPath(id)));
   store.Remove(id);
@@ -74,15 +128,32 @@ TEST_CASE("a write after its session was removed, or of an id never registered, 
   CHECK_FALSE(fs::exists(store.LogPath(id)));
   // The late write (more tokens since) is dropped: no file comes back.
   REQUIRE((*session)->Append(RandomTokens(chunk, 5)).ok());
-  CHECK(store.Persist(id, SessionSettings{}, **session, /*force=*/true).ok());
+  CHECK(store.Persist(registration, SessionSettings{}, **session, /*force=*/true).ok());
   CHECK_FALSE(fs::exists(store.StatePath(id)));
   CHECK_FALSE(fs::exists(store.LogPath(id)));
   CHECK(store.sessions_registered() == 0);
 
+  // A write without a registration (the old id-based Persist returned OK
+  // and wrote nothing, so a caller that missed Register was silently not
+  // durable) is refused, naming the problem, and writes nothing.
+  const absl::Status none = store.Persist(StateRegistration{}, SessionSettings{}, **session,
+                                          /*force=*/true);
+  CHECK(none.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(none.message()), Catch::Contains("not registered"));
+  const absl::Status fork =
+      store.RecordFork(StateRegistration{}, StateRegistration{}, SessionSettings{}, **session);
+  CHECK(fork.code() == absl::StatusCode::kFailedPrecondition);
+  // A handle of another store is refused too, and that store writes nothing.
+  drt::testing::TempDir other_dir;
+  DurableServer other(other_dir.path());
   const std::string never = "s-neverregistered";
-  CHECK(store.Persist(never, SessionSettings{}, **session, /*force=*/true).ok());
+  const StateRegistration foreign = other.store->Register(never);
+  const absl::Status wrong = store.Persist(foreign, SessionSettings{}, **session, true);
+  CHECK(wrong.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(wrong.message()), Catch::Contains("another state store"));
   CHECK_FALSE(fs::exists(store.StatePath(never)));
   CHECK_FALSE(fs::exists(store.LogPath(never)));
+  CHECK_FALSE(fs::exists(other.store->StatePath(never)));
   CHECK(store.sessions_registered() == 0);
   // Removing an id twice, or one never registered, changes nothing.
   store.Remove(id);

@@ -130,8 +130,8 @@ TEST_CASE("the first write of a loaded session writes its chunks in bounded batc
 TEST_CASE("a fork deleted before its fork record is written leaves no files to come back",
           "[state_store]") {
   // The race SessionManager::Fork has with DeleteSession: the child is in
-  // the table, a delete removes it (StateStore::Remove: the store no longer
-  // knows the id), then the fork's RecordFork runs.
+  // the table, a delete removes it (StateStore::Remove: its registration is
+  // marked removed), then the fork's RecordFork runs.
   drt::testing::TempDir dir;
   const int64_t chunk = FixtureModel::Get().chunk_size();
   {
@@ -148,8 +148,13 @@ TEST_CASE("a fork deleted before its fork record is written leaves no files to c
       return absl::OkStatus();
     }).ok());
     const std::string child = "s-deletedbeforerecord";
+    const StateRegistration child_registration = server.store->Register(child);
     server.store->Remove(child);
-    REQUIRE(server.store->RecordFork(parent, child, SessionSettings{}, *copy).ok());
+    // (Register of a registered id returns its handle.)
+    REQUIRE(server.store
+                ->RecordFork(server.store->Register(parent), child_registration,
+                             SessionSettings{}, *copy)
+                .ok());
     CHECK_FALSE(fs::exists(server.store->StatePath(child)));
     CHECK_FALSE(fs::exists(server.store->LogPath(child)));
   }
