@@ -103,9 +103,9 @@ absl::Status CheckPlanGeometry(const ModelConfig& config, const StepPlan& plan) 
         plan.num_encoded_chunks, encoded));
   }
   // Logit rows: slice by slice in row order (StepPlan::skips_some_logits
-  // counts on it), each naming the token its row holds. A row outside its
-  // slice or on a landmark is left to CheckForwardInput, which CheckStep runs
-  // on each slice after this.
+  // counts on it), each inside the slice it names and naming the token its
+  // row holds. A row on a landmark is left to CheckForwardInput, which
+  // CheckStep runs on each slice after this.
   for (size_t i = 0; i < plan.logit_rows.size(); ++i) {
     const LogitRow& row = plan.logit_rows[i];
     if (row.slice < 0 || row.slice >= static_cast<int64_t>(plan.slices.size())) {
@@ -120,7 +120,16 @@ absl::Status CheckPlanGeometry(const ModelConfig& config, const StepPlan& plan) 
     const SlicePlan& slice = plan.slices[row.slice];
     const int64_t position = slice.first_position + (row.row - slice.first_row);
     const bool in_slice = row.row >= slice.first_row && row.row < slice.first_row + slice.num_rows;
-    if (!in_slice || IsLandmarkPosition(config, position)) continue;  // CheckForwardInput's to refuse
+    // A row outside its slice is refused here: CheckStep hands each slice
+    // only the rows that name it while they run in slice order, so a row
+    // naming an earlier slice would reach no check at all. A row on a
+    // landmark is left to CheckForwardInput.
+    if (!in_slice) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit row %d (row %d) lies outside its slice %d (rows %d to %d)", i, row.row,
+          row.slice, slice.first_row, slice.first_row + slice.num_rows - 1));
+    }
+    if (IsLandmarkPosition(config, position)) continue;  // CheckForwardInput's to refuse
     const int64_t token =
         RealTokensFor(config, position) - RealTokensFor(config, slice.first_position);
     if (row.token != token) {

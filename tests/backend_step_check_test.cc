@@ -177,11 +177,17 @@ TEST_CASE("a backend refuses a plan whose rows, landmarks, runs or logit rows di
   edit("logit row 4 is a landmark position", one, [](StepPlan& p) {
     p.logit_rows = {{4, 0, 4}};  // the landmark row (the token index its place would have)
   });
-  edit("logit row 500 outside the 9 positions given", one, [](StepPlan& p) {
+  edit("logit row 0 (row 500) lies outside its slice 0 (rows 0 to 8)", one, [](StepPlan& p) {
     p.logit_rows = {{500, 0, 7}};
   });
-  edit("logit row 10 outside the 9 positions given", two, [](StepPlan& p) {
+  edit("logit row 0 (row 10) lies outside its slice 0 (rows 0 to 8)", two, [](StepPlan& p) {
     p.logit_rows[0].row = 10;  // slice 0's row moved into slice 1's rows
+  });
+  // Rows in row order whose slice index goes back (review-enginefix R1): the
+  // second row names slice 0 but lies past slice 1; before, CheckStep handed
+  // it to no slice's check and the step read past its rows.
+  edit("logit row 1 (row 1000000) lies outside its slice 0", two, [](StepPlan& p) {
+    p.logit_rows = {{17, 1, 7}, {1000000, 0, 7}};
   });
   edit("the plan has 9 rows but holds 8 ids", one, [](StepPlan& p) { p.ids.pop_back(); });
   edit("the plan has 9 rows but holds 8 ids", one, [](StepPlan& p) {
