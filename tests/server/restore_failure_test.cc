@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -135,7 +136,7 @@ TEST_CASE("a session whose restore fails goes to quarantine with the chunk logs 
     lone = server.Create();
     parent = server.Create();
     other = server.Create();
-    server.Append(lone, RandomTokens(5 * chunk + 1, 31));
+    server.Append(lone, RandomTokens(65 * chunk + 1, 31));  // one whole 64-chunk block to map
     server.Append(parent, RandomTokens(4 * chunk + 2, 32));
     child = server.Fork(parent);  // names the parent's log, then its own
     server.Append(child, RandomTokens(3 * chunk, 33));
@@ -180,10 +181,27 @@ TEST_CASE("a session whose restore fails goes to quarantine with the chunk logs 
     REQUIRE_FALSE(fs::exists(chunks + parent + ".log"));
     REQUIRE_FALSE(fs::exists(chunks + child + ".log"));
     REQUIRE(server.Tokens() == std::map<std::string, int64_t>{
-                                   {lone, 5 * chunk + 1}, {other, 2 * chunk}});
+                                   {lone, 65 * chunk + 1}, {other, 2 * chunk}});
   }
   SECTION("a retry in memory that fails too: quarantined, the line names both errors") {
-    DurableServer server(FailingOptions(dir.path(), {lone}, {lone}));
+    // Its mapper fails; its reads fail only after that, i.e. in the retry
+    // (the first attempt reads chunks too, before it maps them).
+    auto map_failed = std::make_shared<bool>(false);
+    StateStoreOptions options = DurableOptions(dir.path());
+    options.restore_io_for_test = [&lone, map_failed](std::string_view id, ChunkMapper& map,
+                                                      ChunkReader& read) {
+      if (id != lone) return;
+      REQUIRE(map != nullptr);
+      map = [map_failed](int64_t, int64_t) -> absl::StatusOr<std::shared_ptr<const MappedChunks>> {
+        *map_failed = true;
+        return absl::ResourceExhaustedError("cannot map chunks: Cannot allocate memory (test)");
+      };
+      read = [map_failed, inner = read](int64_t chunk, ChunkData& out) -> absl::Status {
+        if (*map_failed) return absl::ResourceExhaustedError("cannot open: Too many open files (test)");
+        return inner(chunk, out);
+      };
+    };
+    DurableServer server(options);
     REQUIRE(server.report.quarantined.size() == 1);
     INFO(server.report.quarantined[0]);
     REQUIRE_THAT(server.report.quarantined[0], Contains(lone));
@@ -194,30 +212,18 @@ TEST_CASE("a session whose restore fails goes to quarantine with the chunk logs 
     REQUIRE(server.Tokens().size() == 3);
   }
   SECTION("a retry in memory past the host budget is not tried: quarantined") {
-    // lone holds 5 closed chunks; a budget of 2 chunks cannot hold them in
+    // lone holds 65 closed chunks; a budget of 2 chunks cannot hold them in
     // memory. (The other sessions map theirs, so they fit.)
     const int64_t per_chunk = FixtureModel::Get().backend->host_bytes_per_chunk();
     SessionLimits limits = testing::DurableLimits();
     limits.host_memory_budget_bytes = 2 * per_chunk;
-    bool read_called = false;
-    StateStoreOptions options = FailingOptions(dir.path(), {lone}, {});
-    const auto fail_map = options.restore_io_for_test;
-    options.restore_io_for_test = [&](std::string_view id, ChunkMapper& map, ChunkReader& read) {
-      fail_map(id, map, read);
-      if (id == lone) {
-        read = [&read_called](int64_t, ChunkData&) {
-          read_called = true;
-          return absl::InternalError("read (test)");
-        };
-      }
-    };
+    const StateStoreOptions options = FailingOptions(dir.path(), {lone}, {});
     DurableServer server(options, limits);
     REQUIRE(server.report.quarantined.size() == 1);
     INFO(server.report.quarantined[0]);
     REQUIRE_THAT(server.report.quarantined[0], Contains(lone));
     REQUIRE_THAT(server.report.quarantined[0], Contains("host memory budget"));
     REQUIRE_THAT(server.report.quarantined[0], Contains("vm.max_map_count"));
-    REQUIRE_FALSE(read_called);  // refused before reading anything in
     REQUIRE(QuarantinedFiles(dir.path(), lone) ==
             std::set<std::string>{lone + ".state", lone + ".log"});
   }
@@ -240,7 +246,7 @@ TEST_CASE("a session whose restore fails goes to quarantine with the chunk logs 
     // Tried again at the next start, whole.
     DurableServer server(dir.path());
     REQUIRE(server.report.quarantined.empty());
-    REQUIRE(server.Tokens().at(lone) == 5 * chunk + 1);
+    REQUIRE(server.Tokens().at(lone) == 65 * chunk + 1);
   }
 }
 
