@@ -141,7 +141,10 @@ absl::StatusOr<std::unique_ptr<StateStore>> OpenStateStore(const StateStoreOptio
 absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager& sessions) {
   const auto start = std::chrono::steady_clock::now();
   // (More sessions than --max_sessions: refused before any is read in.)
-  auto report = store.RestoreAll(backend, sessions.limits().max_sessions);
+  // (A session the disk tier cannot map is read into memory only when that
+  // fits the host budget beside those restored before it.)
+  auto report = store.RestoreAll(backend, sessions.limits().max_sessions,
+                                 sessions.limits().host_memory_budget_bytes);
   if (!report.ok()) return report.status();
   for (const std::string& line : report->quarantined) {
     std::fprintf(stderr, "drt-server: %s\n", line.c_str());

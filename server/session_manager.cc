@@ -63,7 +63,12 @@ absl::Status SessionEntry::Begin(Activity activity) {
 
 absl::Status SessionEntry::PersistAfterStep(Session& session, bool force) const {
   if (!persister_) return absl::OkStatus();
-  return persister_(*this, session, force);
+  absl::Status s = persister_(*this, session, force);
+  // A file of the state directory that is gone (say, DIR/chunks removed
+  // under the server) is the server's problem, not an unknown session:
+  // NOT_FOUND means "no such session" to clients (docs/api.md, Errors).
+  if (absl::IsNotFound(s)) return absl::InternalError(s.message());
+  return s;
 }
 
 absl::Status SessionEntry::EndAndReport() {

@@ -457,24 +457,56 @@ void StateStore::DeleteLogs(const std::vector<std::string>& paths) {
 }
 
 std::string StateStore::Quarantine(const std::string& id, const std::string& problem,
-                                   const std::vector<std::string>& files) {
+                                   const std::string& state, const std::vector<std::string>& logs,
+                                   bool& moved) {
   const std::string target = absl::StrFormat("%s/quarantine/%s-%d", options_.dir, id,
                                              absl::ToUnixSeconds(absl::Now()));
-  std::vector<std::string> moved;
+  // All or nothing: the logs are hard-linked into the directory (one inode,
+  // no copy; a log several refused sessions share is linked into each
+  // directory, and one a restored session uses stays in chunks/ too), then
+  // the state file is moved. When any of it fails, what was made is undone
+  // and the session stays where it is, its logs kept in chunks/ by the
+  // caller, to be tried again at the next start.
+  std::string failure;
+  std::vector<std::string> linked;
   std::error_code ec;
-  fs::create_directories(target, ec);
-  for (const std::string& file : files) {
-    const std::string to = target + "/" + fs::path(file).filename().string();
-    if (::rename(file.c_str(), to.c_str()) == 0) moved.push_back(to);
+  fs::create_directories(options_.dir + "/quarantine", ec);
+  if (::mkdir(target.c_str(), 0755) != 0) {
+    failure = absl::StrFormat("cannot make %s: %s", target, std::strerror(errno));
+  }
+  for (size_t i = 0; failure.empty() && i < logs.size(); ++i) {
+    const std::string to = target + "/" + fs::path(logs[i]).filename().string();
+    if (::link(logs[i].c_str(), to.c_str()) != 0) {
+      failure = absl::StrFormat("cannot link %s to %s: %s", logs[i], to, std::strerror(errno));
+    } else {
+      linked.push_back(to);
+    }
+  }
+  const std::string state_to = target + "/" + fs::path(state).filename().string();
+  if (failure.empty() && ::rename(state.c_str(), state_to.c_str()) != 0) {
+    failure = absl::StrFormat("cannot move %s to %s: %s", state, state_to, std::strerror(errno));
+  }
+  moved = failure.empty();
+  if (!moved) {
+    for (const std::string& link : linked) ::unlink(link.c_str());
+    ::rmdir(target.c_str());  // (fails, harmlessly, when it is not ours)
+    return absl::StrFormat(
+        "session %s refused: %s; it could not be quarantined (%s), so its state file stays in "
+        "%s/sessions/ and its chunk logs in %s/chunks/, to be tried again at the next start",
+        id, problem, failure, options_.dir, options_.dir);
   }
   FsyncDir(options_.dir + "/sessions").IgnoreError();
+  FsyncDir(target).IgnoreError();
   FsyncDir(options_.dir + "/quarantine").IgnoreError();
-  return absl::StrFormat("session %s refused: %s; its files were moved to %s (%s)", id, problem,
-                         target, moved.empty() ? "nothing moved" : absl::StrJoin(moved, ", "));
+  return absl::StrFormat(
+      "session %s refused: %s; its state file was moved to %s and its chunk logs hard-linked "
+      "there (%s); a log no restored session uses then leaves %s/chunks/",
+      id, problem, state_to, linked.empty() ? "none" : absl::StrJoin(linked, ", "), options_.dir);
 }
 
 absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backend,
-                                                                 int64_t max_sessions) {
+                                                                 int64_t max_sessions,
+                                                                 int64_t host_budget_bytes) {
   RestoreReport report;
   struct Candidate {
     std::string id;
@@ -571,17 +603,33 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
   }
 
   std::vector<Candidate> whole;
-  std::map<std::string, int64_t> log_users;  // candidates using each log
-  for (const Candidate& c : candidates) {
-    for (const ChunkSegment& s : c.record.segments) ++log_users[s.log];
-  }
+  // Logs that must stay in chunks/ although no restored session uses them:
+  // those of a refused session that could not be quarantined.
+  std::set<std::string> keep;
+  const auto existing_logs = [&](const std::vector<ChunkSegment>& segments) {
+    std::vector<std::string> logs;
+    for (const ChunkSegment& s : segments) {
+      if (fs::exists(LogPath(s.log)) &&
+          std::find(logs.begin(), logs.end(), LogPath(s.log)) == logs.end()) {
+        logs.push_back(LogPath(s.log));
+      }
+    }
+    return logs;
+  };
+  const auto quarantine = [&](const std::string& id, const std::string& problem,
+                              const std::string& state, const std::vector<ChunkSegment>& segments) {
+    bool moved = false;
+    report.quarantined.push_back(Quarantine(id, problem, state, existing_logs(segments), moved));
+    if (!moved) {
+      for (const ChunkSegment& s : segments) keep.insert(s.log);
+    }
+  };
   // A state file that cannot be read goes aside with its own log (named
-  // after the session) unless another session uses that log.
+  // after the session), when there is one.
   for (const Unreadable& u : unreadable) {
-    std::vector<std::string> files = {u.path};
-    if (!log_users.contains(u.id) && fs::exists(LogPath(u.id))) files.push_back(LogPath(u.id));
-    report.quarantined.push_back(Quarantine(u.id, u.problem, files));
+    quarantine(u.id, u.problem, u.path, {ChunkSegment{u.id, 0}});
   }
+  // A damaged one with every log it names that is still there.
   for (size_t i = 0; i < candidates.size(); ++i) {
     Candidate& c = candidates[i];
     const std::string& problem = log_problems[i];
@@ -589,11 +637,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       whole.push_back(std::move(c));
       continue;
     }
-    std::vector<std::string> files = {c.path};
-    const std::string own = c.record.segments.back().log;
-    if (log_users[own] == 1 && fs::exists(LogPath(own))) files.push_back(LogPath(own));
-    for (const ChunkSegment& s : c.record.segments) --log_users[s.log];
-    report.quarantined.push_back(Quarantine(c.id, problem, files));
+    quarantine(c.id, problem, c.path, c.record.segments);
   }
 
   // Cut every log to what its sessions need: a torn tail, or records of a
@@ -637,6 +681,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     std::string problem;
   };
   std::vector<Failed> failed;
+  int64_t restored_host_bytes = 0;  // what the sessions restored so far hold
   for (Candidate& c : whole) {
     std::vector<int> fds;
     std::vector<std::string> paths;
@@ -679,12 +724,36 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     } else {
       session = Session::Restore(backend, c.state, read, watched_map);
       if (!session.ok() && !map_error.ok()) {
-        std::fprintf(stderr,
-                     "drt-server: session %s keeps its chunks in memory (the disk tier could not "
-                     "map them at start-up): %s\n",
-                     c.id.c_str(), std::string(map_error.message()).c_str());
-        mapping_failed = true;
-        session = Session::Restore(backend, c.state, read, nullptr);
+        // The retry reads every closed chunk into memory (the mapped blocks
+        // of the failed attempt are gone with it), which can be far more
+        // than the session held in memory at run time: checked against the
+        // host budget first (an estimate: one closed chunk takes
+        // host_bytes_per_chunk, what the budget counts for new tokens).
+        const int64_t in_memory = ClosedChunks(c.state, config_) * backend.host_bytes_per_chunk();
+        if (restored_host_bytes + in_memory > host_budget_bytes) {
+          session = absl::ResourceExhaustedError(absl::StrFormat(
+              "the disk tier could not map its chunks (%s; raise vm.max_map_count), and reading "
+              "them into memory instead (about %d MiB) would pass the host memory budget (%d MiB, "
+              "of which sessions restored before it hold %d MiB; --host_memory_budget_gb)",
+              map_error.message(), in_memory >> 20, host_budget_bytes >> 20,
+              restored_host_bytes >> 20));
+        } else {
+          session = Session::Restore(backend, c.state, read, nullptr);
+          if (session.ok()) {
+            mapping_failed = true;
+            std::fprintf(stderr,
+                         "drt-server: session %s keeps its chunks in memory (%lld MiB; the disk "
+                         "tier could not map them at start-up): %s\n",
+                         c.id.c_str(), static_cast<long long>(in_memory >> 20),
+                         std::string(map_error.message()).c_str());
+          } else {
+            session = absl::Status(
+                session.status().code(),
+                absl::StrFormat("the disk tier could not map its chunks (%s), and reading them "
+                                "into memory failed too: %s",
+                                map_error.message(), session.status().message()));
+          }
+        }
       }
     }
     for (int fd : fds) {
@@ -702,41 +771,29 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       d->chunks_mapped = ClosedChunks(c.state, config_) / unit * unit;
     }
     d->last_write = std::chrono::steady_clock::now();
+    restored_host_bytes += static_cast<int64_t>((*session)->backend_session().memory().total());
     report.sessions.push_back({c.id, c.record.settings, *std::move(session)});
   }
 
-  // The logs restored sessions use stay in chunks/; a failed session takes
-  // every other log it names (its own, and an ancestor's that only failed
-  // sessions use) into its quarantine directory, so that its files there
-  // are whole. A log two failed sessions share goes with the first; the
-  // report line of each names where its files went.
+  // A failed session is quarantined with every log it names (hard links:
+  // the logs restored sessions use stay in chunks/ as well).
+  for (const Failed& f : failed) {
+    quarantine(f.candidate->id, f.problem, f.candidate->path, f.candidate->record.segments);
+  }
   std::set<std::string> used;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [log, refs] : log_refs_) used.insert(log);
   }
-  std::set<std::string> moved_logs;
-  for (const Failed& f : failed) {
-    std::vector<std::string> files = {f.candidate->path};
-    for (const ChunkSegment& s : f.candidate->record.segments) {
-      if (used.contains(s.log) || moved_logs.contains(s.log) || !fs::exists(LogPath(s.log))) {
-        continue;
-      }
-      files.push_back(LogPath(s.log));
-      moved_logs.insert(s.log);
-    }
-    report.quarantined.push_back(Quarantine(f.candidate->id, f.problem, files));
-  }
 
-  // Logs no restored session uses: left by a crash inside Remove, or by a
-  // session refused above for damaged files whose log another one shared.
-  // (Those of sessions that failed to restore went to quarantine just above.)
+  // Logs no restored session uses: left by a crash inside Remove, or named
+  // only by sessions refused above, whose quarantine directories hold them
+  // now. A log of a session that could not be quarantined stays.
   for (const auto& entry : fs::directory_iterator(options_.dir + "/chunks", ec)) {
     const std::string name = entry.path().filename().string();
     if (!absl::EndsWith(name, kLogSuffix)) continue;
-    if (!used.contains(name.substr(0, name.size() - std::strlen(kLogSuffix)))) {
-      ::unlink(entry.path().c_str());
-    }
+    const std::string log = name.substr(0, name.size() - std::strlen(kLogSuffix));
+    if (!used.contains(log) && !keep.contains(log)) ::unlink(entry.path().c_str());
   }
   FsyncDir(options_.dir + "/chunks").IgnoreError();
   return report;

@@ -83,14 +83,20 @@ class StateStore {
   // files are damaged is moved to DIR/quarantine/ and reported; chunk log
   // tails past what the sessions need (torn or not yet acknowledged) are cut.
   // A session whose files are whole but whose restore fails (no file
-  // descriptor, no memory) is moved there too, with every chunk log it
-  // names that no restored session uses, so that nothing it holds is
-  // deleted. With the disk tier, a session whose chunks cannot be mapped
-  // (vm.max_map_count) is restored with them in memory, as at run time.
+  // descriptor, no memory) is moved there too. A refused session's
+  // directory holds hard links to every chunk log it names (a log a
+  // restored session uses stays in chunks/ too), so nothing it holds is
+  // deleted, also when a restored fork is deleted later; when it cannot be
+  // quarantined, it stays where it is with its logs. With the disk tier, a
+  // session whose chunks cannot be mapped (vm.max_map_count) is restored
+  // again with ALL its closed chunks read into memory (unlike run time,
+  // which keeps the blocks it mapped), when that fits `host_budget_bytes`
+  // beside the sessions restored before it; otherwise it is quarantined.
   // RESOURCE_EXHAUSTED, before anything is moved, cut or restored, when
   // more than `max_sessions` sessions would restore (--max_sessions).
   absl::StatusOr<RestoreReport> RestoreAll(
-      Backend& backend, int64_t max_sessions = std::numeric_limits<int64_t>::max());
+      Backend& backend, int64_t max_sessions = std::numeric_limits<int64_t>::max(),
+      int64_t host_budget_bytes = std::numeric_limits<int64_t>::max());
 
   // Makes `id` a session of the store, with its own chunk log (created at
   // its first write), until Remove, and returns the handle every write of
@@ -159,9 +165,12 @@ class StateStore {
   // Registers `id` with `segments` unless it is registered already; returns
   // its entry either way.
   std::shared_ptr<Durable> FindOrAdd(const std::string& id, std::vector<ChunkSegment> segments);
-  // Moves `files` into DIR/quarantine/ and returns the report line.
+  // Moves the state file `state` into DIR/quarantine/<id>-<time>/ and
+  // hard-links `logs` there, all or nothing (`moved` says which), and
+  // returns the report line.
   std::string Quarantine(const std::string& id, const std::string& problem,
-                         const std::vector<std::string>& files);
+                         const std::string& state, const std::vector<std::string>& logs,
+                         bool& moved);
 
   StateStoreOptions options_;
   const ModelConfig& config_;

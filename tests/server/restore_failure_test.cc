@@ -10,13 +10,18 @@
 // The failures are injected through StateStoreOptions::restore_io_for_test,
 // which wraps the mapper and reader a session's restore uses.
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 
 #include "server/state_store.h"
 #include "tests/server/test_util/durable_server.h"
@@ -131,7 +136,7 @@ TEST_CASE("a session whose restore fails goes to quarantine with the chunk logs 
     lone = server.Create();
     parent = server.Create();
     other = server.Create();
-    server.Append(lone, RandomTokens(5 * chunk + 1, 31));
+    server.Append(lone, RandomTokens(65 * chunk + 1, 31));  // one whole 64-chunk block to map
     server.Append(parent, RandomTokens(4 * chunk + 2, 32));
     child = server.Fork(parent);  // names the parent's log, then its own
     server.Append(child, RandomTokens(3 * chunk, 33));
@@ -151,27 +156,97 @@ TEST_CASE("a session whose restore fails goes to quarantine with the chunk logs 
     REQUIRE_FALSE(fs::exists(chunks + lone + ".log"));
     REQUIRE(server.Tokens().size() == 3);  // parent, child, other restored
   }
-  SECTION("a parent whose fork restores: its log stays for the fork") {
+  SECTION("a parent whose fork restores: its log stays for the fork, and is linked") {
     DurableServer server(FailingOptions(dir.path(), {}, {parent}));
     REQUIRE(server.report.quarantined.size() == 1);
-    REQUIRE(QuarantinedFiles(dir.path(), parent) == std::set<std::string>{parent + ".state"});
+    REQUIRE(QuarantinedFiles(dir.path(), parent) ==
+            std::set<std::string>{parent + ".state", parent + ".log"});
     REQUIRE(fs::exists(chunks + parent + ".log"));
     REQUIRE(server.Greedy(child, 6) == child_next);  // the fork reads the parent's log
+    // Deleting the fork (or its idle expiry) unlinks chunks/<parent>.log;
+    // the quarantine keeps its own link, so the parent's data stays.
+    REQUIRE(server.sessions->Delete(child).ok());
+    REQUIRE_FALSE(fs::exists(chunks + parent + ".log"));
+    REQUIRE(QuarantinedFiles(dir.path(), parent) ==
+            std::set<std::string>{parent + ".state", parent + ".log"});
   }
-  SECTION("a parent and its fork: each takes its log, none is deleted") {
+  SECTION("a parent and its fork: each directory holds every log it names") {
     DurableServer server(FailingOptions(dir.path(), {}, {parent, child}));
     REQUIRE(server.report.quarantined.size() == 2);
-    // In id order; whichever of the two comes first takes the shared log.
-    const std::set<std::string> parent_files = QuarantinedFiles(dir.path(), parent);
-    const std::set<std::string> child_files = QuarantinedFiles(dir.path(), child);
-    REQUIRE(parent_files.contains(parent + ".state"));
-    REQUIRE(child_files.contains(child + ".state"));
-    REQUIRE(child_files.contains(child + ".log"));
-    REQUIRE(parent_files.contains(parent + ".log") != child_files.contains(parent + ".log"));
+    // The shared log is hard-linked into both, whatever the id order.
+    REQUIRE(QuarantinedFiles(dir.path(), parent) ==
+            std::set<std::string>{parent + ".state", parent + ".log"});
+    REQUIRE(QuarantinedFiles(dir.path(), child) ==
+            std::set<std::string>{child + ".state", child + ".log", parent + ".log"});
     REQUIRE_FALSE(fs::exists(chunks + parent + ".log"));
     REQUIRE_FALSE(fs::exists(chunks + child + ".log"));
     REQUIRE(server.Tokens() == std::map<std::string, int64_t>{
-                                   {lone, 5 * chunk + 1}, {other, 2 * chunk}});
+                                   {lone, 65 * chunk + 1}, {other, 2 * chunk}});
+  }
+  SECTION("a retry in memory that fails too: quarantined, the line names both errors") {
+    // Its mapper fails; its reads fail only after that, i.e. in the retry
+    // (the first attempt reads chunks too, before it maps them).
+    auto map_failed = std::make_shared<bool>(false);
+    StateStoreOptions options = DurableOptions(dir.path());
+    options.restore_io_for_test = [&lone, map_failed](std::string_view id, ChunkMapper& map,
+                                                      ChunkReader& read) {
+      if (id != lone) return;
+      REQUIRE(map != nullptr);
+      map = [map_failed](int64_t, int64_t) -> absl::StatusOr<std::shared_ptr<const MappedChunks>> {
+        *map_failed = true;
+        return absl::ResourceExhaustedError("cannot map chunks: Cannot allocate memory (test)");
+      };
+      read = [map_failed, inner = read](int64_t chunk, ChunkData& out) -> absl::Status {
+        if (*map_failed) return absl::ResourceExhaustedError("cannot open: Too many open files (test)");
+        return inner(chunk, out);
+      };
+    };
+    DurableServer server(options);
+    REQUIRE(server.report.quarantined.size() == 1);
+    INFO(server.report.quarantined[0]);
+    REQUIRE_THAT(server.report.quarantined[0], Contains(lone));
+    REQUIRE_THAT(server.report.quarantined[0], Contains("Cannot allocate memory (test)"));
+    REQUIRE_THAT(server.report.quarantined[0], Contains("Too many open files (test)"));
+    REQUIRE(QuarantinedFiles(dir.path(), lone) ==
+            std::set<std::string>{lone + ".state", lone + ".log"});
+    REQUIRE(server.Tokens().size() == 3);
+  }
+  SECTION("a retry in memory past the host budget is not tried: quarantined") {
+    // lone holds 65 closed chunks; a budget of 2 chunks cannot hold them in
+    // memory. (The other sessions map theirs, so they fit.)
+    const int64_t per_chunk = FixtureModel::Get().backend->host_bytes_per_chunk();
+    SessionLimits limits = testing::DurableLimits();
+    limits.host_memory_budget_bytes = 2 * per_chunk;
+    const StateStoreOptions options = FailingOptions(dir.path(), {lone}, {});
+    DurableServer server(options, limits);
+    REQUIRE(server.report.quarantined.size() == 1);
+    INFO(server.report.quarantined[0]);
+    REQUIRE_THAT(server.report.quarantined[0], Contains(lone));
+    REQUIRE_THAT(server.report.quarantined[0], Contains("host memory budget"));
+    REQUIRE_THAT(server.report.quarantined[0], Contains("vm.max_map_count"));
+    REQUIRE(QuarantinedFiles(dir.path(), lone) ==
+            std::set<std::string>{lone + ".state", lone + ".log"});
+  }
+  SECTION("a session that cannot be quarantined stays, with its logs") {
+    // Files named like every quarantine directory the next seconds could
+    // name, so that making it fails (ENOTDIR/EEXIST).
+    fs::create_directories(dir.path() + "/quarantine");
+    const int64_t now = absl::ToUnixSeconds(absl::Now());
+    for (int64_t t = now; t <= now + 5; ++t) {
+      std::ofstream(absl::StrFormat("%s/quarantine/%s-%d", dir.path(), lone, t)) << "x";
+    }
+    {
+      DurableServer server(FailingOptions(dir.path(), {}, {lone}));
+      REQUIRE(server.report.quarantined.size() == 1);
+      INFO(server.report.quarantined[0]);
+      REQUIRE_THAT(server.report.quarantined[0], Contains("could not be quarantined"));
+      REQUIRE(fs::exists(dir.path() + "/sessions/" + lone + ".state"));
+      REQUIRE(fs::exists(chunks + lone + ".log"));
+    }
+    // Tried again at the next start, whole.
+    DurableServer server(dir.path());
+    REQUIRE(server.report.quarantined.empty());
+    REQUIRE(server.Tokens().at(lone) == 65 * chunk + 1);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -322,6 +323,62 @@ TEST_CASE("a session with damaged files is refused alone and moved aside", "[sta
       REQUIRE_FALSE(fs::is_empty(dir.path() + "/quarantine"));
     }
   }
+}
+
+// Review serverfix #3: which one of a damaged parent and fork kept the
+// shared log depended on the order of their random ids; the log was
+// deleted when the parent came first. Now each directory links it.
+TEST_CASE("a damaged parent and its fork each keep the shared log in quarantine",
+          "[state_store]") {
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  drt::testing::TempDir dir;
+  std::string parent, child;
+  {
+    Server server(dir.path());
+    parent = server.Create();
+    server.Append(parent, RandomTokens(4 * chunk + 2, 51));
+    child = server.Fork(parent);
+    server.Append(child, RandomTokens(2 * chunk, 52));
+    // The parent's log cut below the 4 chunks both need: both are damaged.
+    fs::resize_file(server.store->LogPath(parent), fs::file_size(server.store->LogPath(parent)) / 2);
+  }
+  Server server(dir.path());
+  REQUIRE(server.report.quarantined.size() == 2);
+  const auto files_of = [&](const std::string& id) {
+    std::set<std::string> names;
+    for (const auto& sub : fs::directory_iterator(dir.path() + "/quarantine")) {
+      if (sub.path().filename().string().rfind(id + "-", 0) != 0) continue;
+      for (const auto& f : fs::directory_iterator(sub.path())) names.insert(f.path().filename().string());
+    }
+    return names;
+  };
+  REQUIRE(files_of(parent) == std::set<std::string>{parent + ".state", parent + ".log"});
+  REQUIRE(files_of(child) ==
+          std::set<std::string>{child + ".state", child + ".log", parent + ".log"});
+  REQUIRE(fs::is_empty(dir.path() + "/chunks"));
+}
+
+// Review serverfix #5: a write that finds a file of DIR gone reached the
+// client as NOT_FOUND, which means "no such session" (docs/api.md, Errors).
+TEST_CASE("a state write that finds DIR/chunks gone is INTERNAL naming the path, not NOT_FOUND",
+          "[state_store]") {
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  drt::testing::TempDir dir;
+  Server server(dir.path());
+  const std::string id = server.Create();
+  fs::remove_all(dir.path() + "/chunks");
+  auto entry = server.sessions->Find(id);
+  REQUIRE(entry.ok());
+  REQUIRE((*entry)->Begin(Activity::kAppending).ok());
+  const std::vector<int32_t> tokens = RandomTokens(chunk + 1, 53);  // closes a chunk
+  const absl::Status status =
+      (*entry)->RunStep([&](Session& s) { return s.Append(tokens).status(); });
+  (*entry)->End();
+  INFO(status.ToString());
+  REQUIRE(status.code() == absl::StatusCode::kInternal);
+  REQUIRE_THAT(std::string(status.message()), Contains(dir.path() + "/chunks"));
+  REQUIRE(server.sessions->Find(id).ok());  // the session is still there
+  fs::create_directories(dir.path() + "/chunks");  // so that the last write works
 }
 
 TEST_CASE("torn and unacknowledged chunk log tails are cut at start-up", "[state_store]") {

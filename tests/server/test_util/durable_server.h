@@ -44,7 +44,8 @@ struct DurableServer {
     if (!opened.ok()) throw std::runtime_error(std::string(opened.status().message()));
     store = *std::move(opened);
     sessions = std::make_unique<SessionManager>(*f.backend, limits);
-    auto restored = store->RestoreAll(*f.backend);
+    auto restored =
+        store->RestoreAll(*f.backend, limits.max_sessions, limits.host_memory_budget_bytes);
     if (!restored.ok()) throw std::runtime_error(std::string(restored.status().message()));
     sessions->AttachStateStore(store.get());
     for (auto& r : restored->sessions) {
