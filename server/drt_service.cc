@@ -316,7 +316,8 @@ bool DrtService::WaitForRunningCalls(std::chrono::steady_clock::time_point deadl
 void DrtService::StopRunningCalls() {
   scheduler_->Refuse(absl::UnavailableError(
       "the server is shutting down: this call was still running when the grace period for "
-      "running calls ended; retry on another replica"));
+      "running calls ended; retry on another replica, or on this one once it is back if it "
+      "keeps sessions (--state_dir)"));
 }
 
 grpc::Status DrtService::Admit(grpc::ServerContext* context, const char* method) {
@@ -327,7 +328,8 @@ grpc::Status DrtService::Admit(grpc::ServerContext* context, const char* method)
   metrics_.CountRequest(method);
   if (draining_.load()) {
     return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                               "the server is shutting down; retry on another replica"));
+                               "the server is shutting down; retry on another replica, or on "
+                               "this one once it is back if it keeps sessions (--state_dir)"));
   }
   if (!options_.bearer_token.empty()) {
     const auto& metadata = context->client_metadata();
