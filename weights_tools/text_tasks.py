@@ -69,17 +69,26 @@ def _key(rng):
     return P.random_key(rng, leading_zero=False)
 
 
-def _keys(rng, n):
+def _distinct(rng, n, draw):
+    """n different values of draw(rng), in the order first drawn."""
     out = []
     while len(out) < n:
-        k = _key(rng)
-        if k not in out:
-            out.append(k)
+        v = draw(rng)
+        if v not in out:
+            out.append(v)
     return out
+
+
+def _keys(rng, n):
+    return _distinct(rng, n, _key)
 
 
 def _var(rng):
     return "".join(chr(65 + c) for c in rng.randint(0, 26, size=5))
+
+
+def _thing(rng):
+    return f"{COLOURS[rng.randint(len(COLOURS))]} {THINGS[rng.randint(len(THINGS))]}"
 
 
 def word_boundary(text, pos):
@@ -187,11 +196,7 @@ def passkey_example(rng, src, n_chunks, pad_prob):
 def keyed_example(rng, src, n_chunks, pad_prob):
     n = rng.randint(2, 5)
     keys = _keys(rng, n)
-    names = []
-    while len(names) < n:
-        name = f"{COLOURS[rng.randint(len(COLOURS))]} {THINGS[rng.randint(len(THINGS))]}"
-        if name not in names:
-            names.append(name)
+    names = _distinct(rng, n, _thing)
     needles = [f"The pass key of the {nm} is {k}. " for nm, k in zip(names, keys)]
 
     def qa():
@@ -202,11 +207,7 @@ def keyed_example(rng, src, n_chunks, pad_prob):
 
 def two_hop_example(rng, src, n_chunks, pad_prob):
     keys = _keys(rng, 2)
-    names = []
-    while len(names) < 4:
-        v = _var(rng)
-        if v not in names:
-            names.append(v)
+    names = _distinct(rng, 4, _var)
     # chains (names[0] = keys[0], names[1] = names[0]) and (names[2] = keys[1], names[3] = names[2])
     needles = [f"VAR {names[0]} = {keys[0]}. ", f"VAR {names[2]} = {keys[1]}. "]
     seconds = [f"VAR {names[1]} = VAR {names[0]}. ", f"VAR {names[3]} = VAR {names[2]}. "]
@@ -229,11 +230,7 @@ def two_hop_once_example(rng, src, n_chunks):
     after the first group has read the question's chunk."""
     n = rng.randint(2, 5)
     keys = _keys(rng, n)
-    names = []
-    while len(names) < 2 * n:
-        v = _var(rng)
-        if v not in names:
-            names.append(v)
+    names = _distinct(rng, 2 * n, _var)
     firsts = [f"VAR {names[2 * i]} = {keys[i]}. " for i in range(n)]
     seconds = [f"VAR {names[2 * i + 1]} = VAR {names[2 * i]}. " for i in range(n)]
     order = list(rng.permutation(n))
@@ -310,11 +307,7 @@ def eval_prompt(rng, text, task, length, depth):
         inserts, question = [n.format(key=key)], "\n" + q
     elif task == "keyed":
         keys = _keys(rng, 3)
-        names = []
-        while len(names) < 3:
-            nm = f"{COLOURS[rng.randint(len(COLOURS))]} {THINGS[rng.randint(len(THINGS))]}"
-            if nm not in names:
-                names.append(nm)
+        names = _distinct(rng, 3, _thing)
         inserts = [f"The pass key of the {nm} is {k}. " for nm, k in zip(names, keys)]
         question = f"\nWhat is the pass key of the {names[0]}? The pass key of the {names[0]} is"
         key = keys[0]
@@ -343,11 +336,7 @@ def _two_hop_eval_prompt(rng, text, length, depth):
     [their chain's first line, end]; the question asks for V1. The same
     placement rules as the C++ tool, not the same random numbers."""
     keys = _keys(rng, 2)
-    names = []
-    while len(names) < 4:
-        v = _var(rng)
-        if v not in names:
-            names.append(v)
+    names = _distinct(rng, 4, _var)
     texts = [f"VAR {names[0]} = {keys[0]}. ", f"VAR {names[1]} = VAR {names[0]}. ",
              f"VAR {names[2]} = {keys[1]}. ", f"VAR {names[3]} = VAR {names[2]}. "]
     after = [-1, 0, -1, 2]
