@@ -25,22 +25,8 @@ using testing::DurableOptions;
 using testing::DurableServer;
 using testing::FixtureModel;
 using testing::GreedyOnFork;
+using testing::Memory;
 using testing::RandomTokens;
-
-SessionMemory Memory(DurableServer& server, const std::string& id) {
-  auto entry = server.sessions->Find(id);
-  REQUIRE(entry.ok());
-  SessionMemory memory;
-  REQUIRE((*entry)->Begin(Activity::kAppending).ok());
-  REQUIRE((*entry)
-              ->RunStep([&](Session& s) {
-                memory = s.backend_session().memory();
-                return absl::OkStatus();
-              })
-              .ok());
-  (*entry)->End();
-  return memory;
-}
 
 TEST_CASE("the disk tier reads chunks from the logs and continues exactly", "[disk_tier]") {
   const ModelConfig& config = FixtureModel::Get().model->config();

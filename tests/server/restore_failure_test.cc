@@ -36,22 +36,8 @@ using testing::DurableOptions;
 using testing::DurableServer;
 using testing::FixtureModel;
 using testing::GreedyOnFork;
+using testing::Memory;
 using testing::RandomTokens;
-
-SessionMemory Memory(DurableServer& server, const std::string& id) {
-  auto entry = server.sessions->Find(id);
-  REQUIRE(entry.ok());
-  SessionMemory memory;
-  REQUIRE((*entry)->Begin(Activity::kAppending).ok());
-  REQUIRE((*entry)
-              ->RunStep([&](Session& s) {
-                memory = s.backend_session().memory();
-                return absl::OkStatus();
-              })
-              .ok());
-  (*entry)->End();
-  return memory;
-}
 
 // Options whose restore of the sessions in `no_map` fails every mapping
 // (as mmap does at vm.max_map_count) and of those in `no_read` fails every

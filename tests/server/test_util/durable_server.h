@@ -106,6 +106,23 @@ struct DurableServer {
   }
 };
 
+// A session's memory figures as its backend reports them (an Appending
+// turn, so that no step runs meanwhile).
+inline SessionMemory Memory(DurableServer& server, const std::string& id) {
+  auto entry = server.sessions->Find(id);
+  REQUIRE(entry.ok());
+  SessionMemory memory;
+  REQUIRE((*entry)->Begin(Activity::kAppending).ok());
+  REQUIRE((*entry)
+              ->RunStep([&](Session& s) {
+                memory = s.backend_session().memory();
+                return absl::OkStatus();
+              })
+              .ok());
+  (*entry)->End();
+  return memory;
+}
+
 // What a session generates without any restart: a fork of it, in memory.
 inline std::pair<std::vector<int32_t>, std::vector<float>> GreedyOnFork(DurableServer& server,
                                                                 const std::string& id, int n) {
