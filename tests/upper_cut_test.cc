@@ -434,5 +434,36 @@ TEST_CASE("an append stopped after one piece runs only the closing piece it owes
   }
 }
 
+// The other branch of F3 (review-enginefix R3): a later piece that runs the
+// upper layers over more positions than the reach clears what an earlier
+// skipping piece owed. 56 + 56 + 40 tokens, stopped after the second piece:
+// the first skips (the end lies more than the reach past it), the second
+// does not (the end lies within the reach of position 128) and covers 64 >
+// reach positions, so only its logits are owed: one token, 113 accepted.
+// Without the clearing the stop runs a closing piece of the reach, which
+// takes all 40 remaining tokens (152).
+TEST_CASE("a later full piece clears the reach an earlier skipping piece owed", "[upper_cut]") {
+  const ModelConfig config = testing::TinyConfig();
+  const ModelWeights weights = testing::RandomWeights(config, 51);
+  const int64_t step = 8 * config.chunk_positions();
+  auto cut = CpuBackend(config, weights, true, step);
+  auto whole = CpuBackend(config, weights, false, step);
+  REQUIRE(cut->upper_layer_reach() < step);
+  REQUIRE(TokensFitting(config, 0, 1 << 20, step) == 56);
+  const std::vector<int32_t> tokens = testing::RandomTokens(config, 56 + 56 + 40, 53);
+  std::unique_ptr<Session> a = NewSession(*cut);
+  int pieces = 0;
+  AppendOptions stop_after_two;
+  stop_after_two.should_stop = [&] { return ++pieces >= 2; };
+  auto appended = a->Append(tokens, stop_after_two);
+  REQUIRE(appended.ok());
+  CHECK(appended->stopped_early);
+  CHECK(appended->tokens_accepted == 113);
+  CHECK(a->backend_session().stats().upper_rows_skipped > 0);  // the first piece skipped
+  std::unique_ptr<Session> b = NewSession(*whole);
+  REQUIRE(b->Append({tokens.data(), static_cast<size_t>(appended->tokens_accepted)}).ok());
+  CHECK(WorstStateDifference(*a, *b) == 0.0);
+}
+
 }  // namespace
 }  // namespace drt
