@@ -233,8 +233,9 @@ class Backend {
   // backend: the plan fits max_step_positions(), each slice names a distinct
   // one of `sessions` and starts at that session's position, its ids are
   // ones a Session sends and its logit rows lie inside it, off the
-  // landmarks (engine/forward_input.h), the plan's rows, landmarks, runs
-  // and logit rows agree (engine/step_plan_check.h), `logits_size` floats
+  // landmarks (engine/forward_input.h), the plan's rows, landmarks, runs,
+  // the flags and counts derived from them and its logit rows agree
+  // (engine/step_plan_check.h), `logits_size` floats
   // hold its logit rows, and a lower-only plan (asking for no logits) only
   // where runs_lower_only_forwards(). INVALID_ARGUMENT naming the problem
   // otherwise.

@@ -37,6 +37,13 @@ inline bool IsLandmarkPosition(const ModelConfig& config, int64_t position) {
   return position % config.chunk_positions() == config.chunk_positions() - 1;
 }
 
+// Rows of its open chunk a session at decoder position `position` holds
+// (the chunk's positions before `position`): the first chunk a step of its
+// closes starts with them (SlicePlan::open_rows_before).
+inline int64_t OpenChunkRows(const ModelConfig& config, int64_t position) {
+  return position % config.chunk_positions();
+}
+
 // The step size in both units (drt-server's --step_tokens sets the
 // backend's Backend::max_step_positions): the decoder positions of whole
 // chunks that hold `tokens` real tokens with their landmarks, and the real

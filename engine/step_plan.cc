@@ -40,7 +40,7 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
     slice.first_row = plan.num_rows;
     slice.first_position = request.position;
     slice.num_new_tokens = static_cast<int64_t>(request.tokens.size());
-    slice.open_rows_before = request.position % S;
+    slice.open_rows_before = OpenChunkRows(config, request.position);
     slice.first_encoded = plan.num_encoded_chunks;
     const int64_t slice_index = static_cast<int64_t>(plan.slices.size());
     for (int64_t t = 0; t < slice.num_new_tokens; ++t) {
@@ -80,7 +80,8 @@ absl::StatusOr<StepPlan> PlanStep(const ModelConfig& config,
       slice.runs.push_back(run);
       i = end;
     }
-    slice.ends_on_landmark = (slice.first_position + slice.num_rows) % S == 0;
+    slice.ends_on_landmark =
+        IsLandmarkPosition(config, slice.first_position + slice.num_rows - 1);
     slice.lower_only = slice_lower_only;
     if (!slice_lower_only) {
       // Retrieval and the selections only run for slices above the lower layers.

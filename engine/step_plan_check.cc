@@ -8,6 +8,54 @@
 namespace drt {
 namespace {
 
+const char* Bool(bool b) { return b ? "true" : "false"; }
+
+// The figures of slice `s` a backend reads beside its rows, each derived
+// from its first_position, num_rows and (checked) runs as PlanStep derives
+// it. The CPU backend reads none of them; the CUDA backend reads
+// open_rows_before (which chunk rows it gathers and encodes),
+// selection_serves_in_step (whether it reads a selection back before the
+// GCA: false where a run needs one fails the step half done, the session
+// then lost) and ends_on_landmark (whether it fetches the new selection's
+// chunks ahead). num_new_tokens no backend reads; it is checked so that a
+// plan is whole or refused.
+absl::Status CheckSliceCounts(const ModelConfig& config, const SlicePlan& slice, int64_t s) {
+  const int64_t end = slice.first_position + slice.num_rows;
+  const int64_t new_tokens =
+      RealTokensFor(config, end) - RealTokensFor(config, slice.first_position);
+  if (slice.num_new_tokens != new_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "slice %d's num_new_tokens is %d; its rows (decoder positions [%d, %d)) hold %d real "
+        "tokens",
+        s, slice.num_new_tokens, slice.first_position, end, new_tokens));
+  }
+  const int64_t open = OpenChunkRows(config, slice.first_position);
+  if (slice.open_rows_before != open) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "slice %d's open_rows_before is %d; a session at decoder position %d holds %d rows of "
+        "its open chunk",
+        s, slice.open_rows_before, slice.first_position, open));
+  }
+  // A run served by a selection made in this step (its made_at, checked
+  // above against the chunk it lies in).
+  bool served_in_step = false;
+  for (const GcaRun& run : slice.runs) served_in_step |= run.made_at != GcaRun::kInForce;
+  if (slice.selection_serves_in_step != served_in_step) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "slice %d's selection_serves_in_step is %s; its GCA runs (%d, over chunks %d to %d) "
+        "say %s",
+        s, Bool(slice.selection_serves_in_step), slice.runs.size(), slice.runs.front().chunk,
+        slice.runs.back().chunk, Bool(served_in_step)));
+  }
+  const bool on_landmark = IsLandmarkPosition(config, end - 1);
+  if (slice.ends_on_landmark != on_landmark) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "slice %d's ends_on_landmark is %s; its last row (decoder position %d) %s a landmark",
+        s, Bool(slice.ends_on_landmark), end - 1, on_landmark ? "is" : "is not"));
+  }
+  return absl::OkStatus();
+}
+
 // Slice `s`'s landmarks, encoder entries and runs as PlanStep makes them
 // (engine/step_plan.cc); `encoded` is the count of earlier slices'
 // landmarks.
@@ -67,7 +115,7 @@ absl::Status CheckSlice(const ModelConfig& config, const SlicePlan& slice, int64
         "slice %d's GCA runs cover rows [%d, %d) of its rows [%d, %d)", s, slice.first_row,
         next_row, slice.first_row, slice.first_row + slice.num_rows));
   }
-  return absl::OkStatus();
+  return CheckSliceCounts(config, slice, s);
 }
 
 }  // namespace
@@ -101,6 +149,26 @@ absl::Status CheckPlanGeometry(const ModelConfig& config, const StepPlan& plan) 
     return absl::InvalidArgumentError(absl::StrFormat(
         "the plan's num_encoded_chunks is %d; its slices close %d chunks",
         plan.num_encoded_chunks, encoded));
+  }
+  // RunForward waits for the selections made in the step only when the plan
+  // says some slice that runs the upper layers reads one (lower-only slices
+  // retrieve nothing): PlanStep's OR over those slices' flags.
+  bool served_in_step = false;
+  int64_t served_slice = -1;
+  for (int64_t s = 0, upper = plan.upper_slices(); s < upper && !served_in_step; ++s) {
+    served_in_step = plan.slices[s].selection_serves_in_step;
+    served_slice = s;
+  }
+  if (plan.selection_serves_in_step != served_in_step) {
+    return served_in_step
+               ? absl::InvalidArgumentError(absl::StrFormat(
+                     "the plan's selection_serves_in_step is false; slice %d, which runs the "
+                     "upper layers, says true",
+                     served_slice))
+               : absl::InvalidArgumentError(absl::StrFormat(
+                     "the plan's selection_serves_in_step is true; none of its %d slices that "
+                     "run the upper layers says so",
+                     plan.upper_slices()));
   }
   // Logit rows: slice by slice in row order (StepPlan::skips_some_logits
   // counts on it), each inside the slice it names and naming the token its

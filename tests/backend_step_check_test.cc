@@ -239,5 +239,205 @@ TEST_CASE("a backend refuses a plan whose rows, landmarks, runs or logit rows di
   }
 }
 
+
+std::vector<float> Floats(absl::Span<const float> span) {
+  return std::vector<float>(span.begin(), span.end());
+}
+
+// review-enginefix R2: CheckStep checked the plan's rows, landmarks, runs and
+// logit rows but not the figures beside them that the CUDA backend reads
+// (open_rows_before, selection_serves_in_step, ends_on_landmark; the plan's
+// selection_serves_in_step decides whether RunForward waits for the
+// selections made in the step). The CPU backend reads none of them, so a
+// plan corrupted in one ran to OK and advanced the session: each case below
+// did before CheckSliceCounts and the plan-level check existed (checked by
+// taking them out). Each case edits one field of a PlanStep plan.
+TEST_CASE("a backend refuses a plan whose flags or counts beside its rows disagree",
+          "[engine][step_plan]") {
+  const ModelConfig config = testing::TinyConfig();  // 8 decoder positions per chunk
+  REQUIRE(config.chunk_positions() == 8);
+  const ModelWeights weights = testing::RandomWeights(config, 91);
+  auto backend = MakeCpuBackend(config, weights);
+  REQUIRE(backend->runs_mixed_lower_only_forwards());
+  const std::vector<int32_t> history = testing::RandomTokens(config, 10, 92);
+  auto first = Session::Create(*backend);
+  auto second = Session::Create(*backend);
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  REQUIRE((*first)->Append(history).ok());
+  REQUIRE((*second)->Append(history).ok());
+  BackendSession& a = (*first)->backend_session();
+  BackendSession& b = (*second)->backend_session();
+  const int64_t position = a.position();
+  REQUIRE(position == 11);  // 10 tokens and chunk 0's landmark at 7: 3 rows of chunk 1 open
+  const std::vector<float> logits_before = Floats((*first)->last_logits());
+  REQUIRE(Floats((*second)->last_logits()) == logits_before);
+
+  // `across`: 8 tokens from position 11, the landmark closing chunk 1 at row
+  // 4 (position 15), rows 5-8 (positions 16-19) in chunk 2 served by the
+  // selection made there. `ending`: 4 tokens, rows at 11-14 and the landmark
+  // at 15 last, all in chunk 1 under the selection in force.
+  const std::vector<int32_t> eight = testing::RandomTokens(config, 8, 93);
+  const std::vector<int32_t> four = testing::RandomTokens(config, 4, 94);
+  const StepPlan across = Plan(config, {At(10, config, eight)});
+  const StepPlan ending = Plan(config, {At(10, config, four)});
+  // Independent of PlanStep: the values its derivation must give here.
+  REQUIRE(across.num_rows == 9);
+  REQUIRE(across.slices[0].num_new_tokens == 8);
+  REQUIRE(across.slices[0].open_rows_before == 3);
+  REQUIRE(across.slices[0].selection_serves_in_step);
+  REQUIRE(across.selection_serves_in_step);
+  REQUIRE_FALSE(across.slices[0].ends_on_landmark);
+  REQUIRE(ending.num_rows == 5);
+  REQUIRE(ending.slices[0].num_new_tokens == 4);
+  REQUIRE_FALSE(ending.slices[0].selection_serves_in_step);
+  REQUIRE_FALSE(ending.selection_serves_in_step);
+  REQUIRE(ending.slices[0].ends_on_landmark);
+  // Two sessions: the corruption in the second slice (rows 9-13).
+  const StepPlan two = Plan(config, {At(10, config, eight), At(10, config, four)});
+  REQUIRE(two.slices[1].first_row == 9);
+  // A mixed plan: `ending` runs the upper layers, `across` only the lower
+  // ones; the plan's flag counts only the first (the lower-only slice makes
+  // no selection), so it is false while the lower-only slice's is true.
+  SliceRequest lower = At(10, config, eight);
+  lower.lower_only = true;
+  const StepPlan mixed = Plan(config, {At(10, config, four), lower});
+  REQUIRE(mixed.upper_slices() == 1);
+  REQUIRE(mixed.slices[1].selection_serves_in_step);
+  REQUIRE_FALSE(mixed.selection_serves_in_step);
+
+  struct Case {
+    const char* what;
+    StepPlan plan;
+  };
+  std::vector<Case> cases;
+  auto edit = [&](const char* what, const StepPlan& base, auto change) {
+    StepPlan p = base;
+    change(p);
+    cases.push_back({what, std::move(p)});
+  };
+  edit("slice 0's num_new_tokens is 7; its rows (decoder positions [11, 20)) hold 8", across,
+       [](StepPlan& p) { p.slices[0].num_new_tokens = 7; });
+  edit("slice 0's open_rows_before is 0; a session at decoder position 11 holds 3", across,
+       [](StepPlan& p) { p.slices[0].open_rows_before = 0; });
+  edit("slice 0's open_rows_before is 11;", across,
+       [](StepPlan& p) { p.slices[0].open_rows_before = 11; });
+  edit("slice 0's selection_serves_in_step is false; its GCA runs (2, over chunks 1 to 2) say "
+       "true",
+       across, [](StepPlan& p) { p.slices[0].selection_serves_in_step = false; });
+  edit("slice 0's selection_serves_in_step is true; its GCA runs (1, over chunks 1 to 1) say "
+       "false",
+       ending, [](StepPlan& p) { p.slices[0].selection_serves_in_step = true; });
+  edit("the plan's selection_serves_in_step is false; slice 0, which runs the upper layers, "
+       "says true",
+       across, [](StepPlan& p) { p.selection_serves_in_step = false; });
+  edit("the plan's selection_serves_in_step is true; none of its 1 slices", ending,
+       [](StepPlan& p) { p.selection_serves_in_step = true; });
+  edit("the plan's selection_serves_in_step is true; none of its 1 slices", mixed,
+       [](StepPlan& p) { p.selection_serves_in_step = true; });
+  edit("slice 0's ends_on_landmark is true; its last row (decoder position 19) is not a landmark",
+       across, [](StepPlan& p) { p.slices[0].ends_on_landmark = true; });
+  edit("slice 0's ends_on_landmark is false; its last row (decoder position 15) is a landmark",
+       ending, [](StepPlan& p) { p.slices[0].ends_on_landmark = false; });
+  edit("slice 1's open_rows_before is 4", two,
+       [](StepPlan& p) { p.slices[1].open_rows_before = 4; });
+  edit("slice 1's selection_serves_in_step is true", two,
+       [](StepPlan& p) { p.slices[1].selection_serves_in_step = true; });
+  edit("slice 1's ends_on_landmark is false", two,
+       [](StepPlan& p) { p.slices[1].ends_on_landmark = false; });
+  edit("slice 1's selection_serves_in_step is false", mixed,
+       [](StepPlan& p) { p.slices[1].selection_serves_in_step = false; });
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const std::vector<BackendSession*> sessions =
+        c.plan.slices.size() == 1 ? std::vector<BackendSession*>{&a}
+                                  : std::vector<BackendSession*>{&a, &b};
+    const absl::Status status = Run(*backend, c.plan, sessions);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(status.message()), Catch::Matchers::Contains(c.what));
+    CHECK(a.position() == position);
+    CHECK(b.position() == position);
+    for (Session* s : {first->get(), second->get()}) {
+      CHECK(s->num_tokens() == 10);
+      CHECK(Floats(s->last_logits()) == logits_before);
+    }
+  }
+  // Nothing changed: both sessions continue, to the bit, as a fresh one
+  // holding the same history (windows, open chunk, selections untouched).
+  auto fresh = Session::Create(*backend);
+  REQUIRE(fresh.ok());
+  REQUIRE((*fresh)->Append(history).ok());
+  REQUIRE((*fresh)->Append(eight).ok());
+  for (Session* s : {first->get(), second->get()}) {
+    REQUIRE(s->Append(eight).ok());
+    CHECK(s->num_tokens() == 18);
+    CHECK(Floats(s->last_logits()) == Floats((*fresh)->last_logits()));
+  }
+}
+
+// The same checks do not refuse what PlanStep makes, at the chunk size of
+// the bundled models (64 real tokens + 1 landmark: position 64 is chunk
+// 0's landmark, 129 chunk 1's): a session at 62, 63 or 65 (a session is
+// never at 64: the landmark comes with the 64th token), steps ending just
+// before, exactly on and just after a landmark, and steps in which the
+// selection made at a landmark serves the rows after it. Each plan's
+// figures are compared with hand-computed values, then run directly through
+// Backend::Step; its last logits equal those of a session that appended
+// the same tokens.
+TEST_CASE("a backend runs plans at and around landmark boundaries", "[engine][step_plan]") {
+  ModelConfig config = testing::TinyConfig();
+  config.enc_chunk_size = 64;
+  REQUIRE(config.chunk_positions() == 65);
+  const ModelWeights weights = testing::RandomWeights(config, 101);
+  auto backend = MakeCpuBackend(config, weights);
+  const std::vector<int32_t> tokens = testing::RandomTokens(config, 200, 102);
+  struct Case {
+    int64_t held;  // real tokens the session holds
+    int64_t take;  // new tokens
+    int64_t first_position, num_rows, open_rows_before;
+    bool ends_on_landmark, selection_serves_in_step;
+  };
+  const Case cases[] = {
+      {62, 1, 62, 1, 62, false, false},    // position 62: one before chunk 0's last token
+      {62, 2, 62, 3, 62, true, false},     // 62, 63, landmark 64
+      {63, 1, 63, 2, 63, true, false},     // 63 and the landmark: ends exactly on it
+      {63, 2, 63, 3, 63, false, true},     // 63, 64, 65: chunk 0's selection serves 65
+      {64, 1, 65, 1, 0, false, false},     // 65: the first row of chunk 1
+      {64, 64, 65, 65, 0, true, false},    // the whole of chunk 1, ending on its landmark
+      {126, 4, 127, 5, 62, false, true},   // 127, 128, landmark 129, 130, 131
+      {63, 65, 63, 67, 63, true, true},    // 63 to 129: both landmarks, ends on the second
+      {63, 130, 63, 133, 63, false, true}, // 63 to 195: three landmarks, each serving rows
+  };
+  for (const Case& c : cases) {
+    INFO("holding " << c.held << " tokens, " << c.take << " new");
+    const std::vector<int32_t> held(tokens.begin(), tokens.begin() + c.held);
+    const std::vector<int32_t> added(tokens.begin() + c.held, tokens.begin() + c.held + c.take);
+    auto session = Session::Create(*backend);
+    auto reference = Session::Create(*backend);
+    REQUIRE(session.ok());
+    REQUIRE(reference.ok());
+    REQUIRE((*session)->Append(held).ok());
+    REQUIRE((*reference)->Append(held).ok());
+    const StepPlan plan = Plan(config, {At(c.held, config, added)});
+    const SlicePlan& slice = plan.slices[0];
+    REQUIRE(slice.first_position == c.first_position);
+    REQUIRE(slice.num_rows == c.num_rows);
+    REQUIRE(slice.num_new_tokens == c.take);
+    REQUIRE(slice.open_rows_before == c.open_rows_before);
+    REQUIRE(slice.ends_on_landmark == c.ends_on_landmark);
+    REQUIRE(slice.selection_serves_in_step == c.selection_serves_in_step);
+    REQUIRE(plan.selection_serves_in_step == c.selection_serves_in_step);
+    BackendSession& state = (*session)->backend_session();
+    REQUIRE(state.position() == c.first_position);
+    std::vector<float> logits(plan.logit_rows.size() * config.vocab_size);
+    const absl::Status status =
+        backend->Step(plan, std::vector<BackendSession*>{&state}, absl::MakeSpan(logits));
+    REQUIRE(status.ok());
+    CHECK(state.position() == c.first_position + c.num_rows);
+    REQUIRE((*reference)->Append(added).ok());
+    CHECK(logits == Floats((*reference)->last_logits()));
+  }
+}
+
 }  // namespace
 }  // namespace drt
