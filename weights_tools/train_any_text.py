@@ -97,6 +97,26 @@ def parse_phases(text):
     return sorted(out)
 
 
+def family_problem(train_families, heldout_family):
+    """Why --train_families / --heldout_family cannot be used, or None. No
+    held-out family may be trained on: docs/passkey_accuracy.md reports the
+    handbook's and the fortunes' results as text never trained on, whichever
+    of them this run validates on (review-tools #3)."""
+    known = ", ".join(text_corpus.TRAIN_FAMILIES)
+    if not train_families:
+        return f"--train_families is empty (training families: {known})"
+    for family in train_families:
+        if family in text_corpus.HELDOUT_FAMILIES:
+            return (f"--train_families: {family} is a held-out family (held out: "
+                    f"{', '.join(text_corpus.HELDOUT_FAMILIES)}), never trained on; training families: {known}")
+        if family not in text_corpus.TRAIN_FAMILIES:
+            return f"--train_families: unknown family {family!r} (training families: {known})"
+    if heldout_family not in text_corpus.HELDOUT_FAMILIES:
+        return (f"--heldout_family: {heldout_family!r} is not a held-out family "
+                f"({', '.join(text_corpus.HELDOUT_FAMILIES)})")
+    return None
+
+
 def load_init(model, model_dir):
     arrays = safetensors_io.load_file(os.path.join(model_dir, "model.safetensors"))
     drt_reference.load_state_arrays(model, arrays)
@@ -153,6 +173,10 @@ def main(argv=None):
                    help="wall minutes after which this invocation saves and exits (0: run to the end)")
     p.add_argument("--save_every_min", type=float, default=0.0)
     args = p.parse_args(argv)
+    train_families = [f for f in args.train_families.split(",") if f]
+    problem = family_problem(train_families, args.heldout_family)
+    if problem:
+        p.error(problem)
     eval_tasks = [t for t in args.eval_tasks.split(",") if t]
     for t in eval_tasks:
         if t not in ("passkey", "passkey_varied", "keyed", "two_hop"):
@@ -167,11 +191,9 @@ def main(argv=None):
     log = train_passkey.open_log(args.out)
 
     log(f"args: {json.dumps(vars(args))}")
-    src = T.TextSource(args.text, args.train_families.split(","))
+    src = T.TextSource(args.text, train_families)
     heldout_path = os.path.join(args.text, args.heldout_family + ".txt")
     heldout = np.fromfile(heldout_path, dtype=np.uint8).astype(np.int64)
-    if args.heldout_family in src.families:
-        p.error("the held-out family is among the training families")
     log(f"training text: {', '.join(f'{f} {len(a) / 1e6:.1f} MB' for f, a in zip(src.families, src.arrays))}; "
         f"held-out: {args.heldout_family} {len(heldout) / 1e6:.1f} MB")
 
