@@ -76,25 +76,61 @@ def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", 
 
 
 def parse_mix(text):
-    """'lm:0.3,passkey:0.3,...' -> (kinds, probabilities)"""
+    """'lm:0.3,passkey:0.3,...' -> (kinds, probabilities); ValueError naming
+    the bad entry (weights finite, not negative, not all 0: "lm:0" gave NaN
+    probabilities)."""
     kinds, probs = [], []
     for part in text.split(","):
-        k, w = part.split(":")
+        k, _, w = part.partition(":")
         if k not in T.KINDS:
-            raise ValueError(f"unknown kind {k!r} in --mix; known: {T.KINDS}")
+            raise ValueError(f"--mix: unknown kind {k!r} in {part!r}; known: {', '.join(T.KINDS)}")
+        try:
+            weight = float(w)
+        except ValueError:
+            raise ValueError(f"--mix: {part!r} is not kind:weight") from None
+        if not np.isfinite(weight) or weight < 0:
+            raise ValueError(f"--mix: weight {w!r} of {k} must be a finite number >= 0")
         kinds.append(k)
-        probs.append(float(w))
+        probs.append(weight)
+    if sum(probs) <= 0:
+        raise ValueError(f"--mix: the weights of {text!r} add up to 0")
     probs = np.array(probs) / sum(probs)
     return kinds, probs
 
 
 def parse_phases(text):
-    """'0:16:4,0.5:32:2' -> [(start fraction, n_chunks, batch)]"""
+    """'0:16:4,0.5:32:2' -> [(start fraction, n_chunks, batch)]; ValueError
+    naming the bad entry. The first phase must start at 0."""
     out = []
     for part in text.split(","):
-        f, c, b = part.split(":")
-        out.append((float(f), int(c), int(b)))
-    return sorted(out)
+        try:
+            f, c, b = part.split(":")
+            phase = (float(f), int(c), int(b))
+        except ValueError:
+            raise ValueError(f"--phases: {part!r} is not start:chunks:batch") from None
+        if not 0 <= phase[0] < 1 or phase[1] < 1 or phase[2] < 1:
+            raise ValueError(f"--phases: {part!r}: the start must be in [0, 1), chunks and batch at least 1")
+        out.append(phase)
+    out.sort()
+    if out[0][0] != 0:
+        raise ValueError(f"--phases: no phase starts at 0 in {text!r}")
+    return out
+
+
+def parse_eval_specs(flag, text):
+    """'2048:10,4096:10' -> [(length, prompts)]; '' -> [] (no evals);
+    ValueError naming the flag and the bad entry ('4096' alone raised a
+    bare ValueError deep in the run)."""
+    specs = []
+    for part in (s for s in text.split(",") if s):
+        try:
+            length, n = (int(x) for x in part.split(":"))
+        except ValueError:
+            raise ValueError(f"{flag}: {part!r} is not length:prompts (e.g. 4096:10)") from None
+        if length < 1 or n < 1:
+            raise ValueError(f"{flag}: {part!r}: length and prompts must be at least 1")
+        specs.append((length, n))
+    return specs
 
 
 def family_problem(train_families, heldout_family):
@@ -177,6 +213,17 @@ def main(argv=None):
     problem = family_problem(train_families, args.heldout_family)
     if problem:
         p.error(problem)
+    if args.steps < 0:
+        p.error(f"--steps must be 0 (use --minutes) or more, got {args.steps}")
+    if not args.steps and not (np.isfinite(args.minutes) and args.minutes > 0):
+        p.error(f"--minutes must be a positive number of minutes when --steps is 0, got {args.minutes:g}")
+    try:
+        kinds, probs = parse_mix(args.mix)
+        phases = parse_phases(args.phases)
+        eval_specs = parse_eval_specs("--eval", args.eval)
+        final_specs = parse_eval_specs("--final_eval", args.final_eval)
+    except ValueError as e:
+        p.error(str(e))
     eval_tasks = [t for t in args.eval_tasks.split(",") if t]
     for t in eval_tasks:
         if t not in ("passkey", "passkey_varied", "keyed", "two_hop"):
@@ -216,9 +263,6 @@ def main(argv=None):
     log(f"model: {nparams / 1e6:.3f}M parameters")
     opt = train_passkey.make_optimizer(model, args.lr, args.weight_decay)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
-    kinds, probs = parse_mix(args.mix)
-    phases = parse_phases(args.phases)
-    eval_specs = [tuple(int(x) for x in s.split(":")) for s in args.eval.split(",") if s]
 
     log("eval before training")
     ckpt = os.path.join(args.out, "checkpoint.pt")
@@ -318,7 +362,6 @@ def main(argv=None):
     model.to(args.device)
     drt_fast.disable(model)
     log("final eval (drt_reference forward)")
-    final_specs = [tuple(int(x) for x in s.split(":")) for s in args.final_eval.split(",") if s]
     history.append({"step": step, "final_eval": evaluate(model, heldout, final_specs, args.seed + 1, log,
                                                                eval_tasks)})
     with open(os.path.join(args.out, "history.json"), "w") as f:
