@@ -823,7 +823,6 @@ def terminate(signum, frame):
 
 def main(argv=None):
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, terminate)
     sys.path.insert(0, args.stubs)
     try:
         import grpc
@@ -831,6 +830,8 @@ def main(argv=None):
     except ImportError as e:
         sys.exit(f"drt_client: {e}. Use Debian's /usr/bin/python3 with python3-grpcio, and build the "
                  f"stubs (bash scripts/build.sh) or point --stubs at them")
+    # Installed here, where the KeyboardInterrupt it raises is caught below.
+    signal.signal(signal.SIGTERM, terminate)
     try:
         return run(args, pb, pb_grpc, grpc)
     except grpc.RpcError as e:
