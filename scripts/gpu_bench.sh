@@ -725,8 +725,19 @@ run_bench() {
 field() {  # field NAME LINE
   tr ' ' '\n' <<<"$2" | awk -F= -v k="$1" '$1 == k {print $2}'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{print (b > 0) ? a/b : 0}'; }
-num() { [[ "$1" =~ ^-?[0-9.e+-]+$ ]] && echo "$1" || echo 0; }  # a missing figure prints 0
+# Table cells: a figure printed with a printf FORMAT, or n/a where a run gave
+# none (its FAIL or STOPPED line above says why); a missing figure printed as
+# 0 read like a measurement (review-tools #11).
+isnum() { [[ "$1" =~ ^-?[0-9.e+-]+$ ]]; }
+cell() { if isnum "$2"; then printf "$1" "$2"; else echo n/a; fi; }  # cell FORMAT FIGURE
+ratio_cell() {  # ratio_cell FORMAT A B: A / B, n/a unless both are figures and B > 0
+  if isnum "$2" && isnum "$3"; then
+    awk -v a="$2" -v b="$3" -v f="$1" 'BEGIN{ if (b > 0) printf f, a / b; else print "n/a" }'
+  else
+    echo n/a
+  fi
+}
+mib_cell() { if isnum "$1"; then awk -v b="$1" 'BEGIN{printf "%.0f", b / 1048576}'; else echo n/a; fi; }
 
 if [[ -z "${SKIP_MAIN_TABLE:-}" ]]; then
   rows=()
@@ -751,11 +762,10 @@ if [[ -z "${SKIP_MAIN_TABLE:-}" ]]; then
       x_floor x_no_gca decode_ms_no_gca gpu_MiB session_host_MiB peak_rss_MiB h2d_B/token
     for row in "${rows[@]}"; do
       IFS='|' read -r ctx prefill decode base gpu host rss h2d <<<"$row"
-      printf '%-10s %14.0f %10.3f %10.2f %10.2f %16.3f %10s %14.0f %14.0f %12.0f\n' "$ctx" \
-        "$(num "$prefill")" "$(num "$decode")" "$(ratio "$(num "$decode")" "$(num "$floor")")" \
-        "$(ratio "$(num "$decode")" "$(num "$base")")" "$(num "$base")" "$gpu" \
-        "$(awk -v b="$(num "$host")" 'BEGIN{print b/1048576}')" \
-        "$(awk -v b="$(num "$rss")" 'BEGIN{print b/1048576}')" "$(num "$h2d")"
+      printf '%-10s %14s %10s %10s %10s %16s %10s %14s %14s %12s\n' "$ctx" \
+        "$(cell %.0f "$prefill")" "$(cell %.3f "$decode")" "$(ratio_cell %.2f "$decode" "$floor")" \
+        "$(ratio_cell %.2f "$decode" "$base")" "$(cell %.3f "$base")" "$(cell %s "$gpu")" \
+        "$(mib_cell "$host")" "$(mib_cell "$rss")" "$(cell %.0f "$h2d")"
     done
   fi
 fi
@@ -772,15 +782,15 @@ if [[ -z "${SKIP_ENCODER_ROWS:-}" ]]; then
   i=0
   for ctx in $contexts; do
     rows_run=$(run_bench --prompt_tokens "$ctx" --cuda_chunk_store encoder_rows)
-    kv_host=0
+    kv_host=
     if [[ -z "${SKIP_MAIN_TABLE:-}" && "$chunk_store" == kv ]]; then
       IFS='|' read -r _ _ _ _ _ kv_host _ _ <<<"${rows[$i]}"
     fi
-    host=$(num "$(field session_host_bytes "$rows_run")")
-    [[ -z "$dry" ]] && printf '%-10s %14.0f %10.3f %14.0f %12.0f %14.3f\n' "$ctx" \
-      "$(num "$(field prefill_tokens_per_s "$rows_run")")" "$(num "$(field decode_ms_median "$rows_run")")" \
-      "$(awk -v b="$host" 'BEGIN{print b/1048576}')" "$(num "$(field h2d_bytes_per_token "$rows_run")")" \
-      "$(ratio "$host" "$(num "$kv_host")")"
+    host=$(field session_host_bytes "$rows_run")
+    [[ -z "$dry" ]] && printf '%-10s %14s %10s %14s %12s %14s\n' "$ctx" \
+      "$(cell %.0f "$(field prefill_tokens_per_s "$rows_run")")" \
+      "$(cell %.3f "$(field decode_ms_median "$rows_run")")" "$(mib_cell "$host")" \
+      "$(cell %.0f "$(field h2d_bytes_per_token "$rows_run")")" "$(ratio_cell %.3f "$host" "$kv_host")"
     i=$((i + 1))
   done
 fi
@@ -800,11 +810,11 @@ if [[ -z "${SKIP_TABLE3:-}" ]]; then
     memory_ratio decode_ms gpu_MiB prefill_tok_s
   for ctx in ${TABLE3_CONTEXTS:-16384 49152}; do
     base=$(run_bench --prompt_tokens "$ctx" --disable_gca)
-    d_base=$(num "$(field decode_ms_median "$base")"); m_base=$(num "$(field gpu_peak_mib "$base")")
+    d_base=$(cell %s "$(field decode_ms_median "$base")"); m_base=$(cell %s "$(field gpu_peak_mib "$base")")
     for tier in host "${TABLE3_NO_OFFLOAD:-device}"; do
       gca=$(run_bench --prompt_tokens "$ctx" --chunk_tier "$tier")
       [[ -n "$dry" ]] && continue
-      d_gca=$(num "$(field decode_ms_median "$gca")"); m_gca=$(num "$(field gpu_peak_mib "$gca")")
+      d_gca=$(cell %s "$(field decode_ms_median "$gca")"); m_gca=$(cell %s "$(field gpu_peak_mib "$gca")")
       # The tier the session got (auto may fall back to the host): a
       # "without" row measured on the host tier is labelled so.
       used=$(field chunk_tier_used "$gca")
@@ -812,9 +822,9 @@ if [[ -z "${SKIP_TABLE3:-}" ]]; then
       if [[ "$tier" != host && "$used" != device ]]; then
         echo "warning: --chunk_tier $tier at $ctx tokens ran on the $used tier" >&2
       fi
-      printf '%-10s %-16s %16.3f %16.3f %16s %16s %14s\n' "$ctx" "$label" \
-        "$(ratio "$d_gca" "$d_base")" "$(ratio "$m_gca" "$m_base")" \
-        "$d_gca / $d_base" "$m_gca / $m_base" "$(field prefill_tokens_per_s "$gca")"
+      printf '%-10s %-16s %16s %16s %16s %16s %14s\n' "$ctx" "$label" \
+        "$(ratio_cell %.3f "$d_gca" "$d_base")" "$(ratio_cell %.3f "$m_gca" "$m_base")" \
+        "$d_gca / $d_base" "$m_gca / $m_base" "$(cell %s "$(field prefill_tokens_per_s "$gca")")"
     done
   done
 fi

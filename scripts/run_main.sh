@@ -9,13 +9,36 @@
 #   bash scripts/run_main.sh --depth 0.1            extra arguments go to the client
 #   MODEL=random bash scripts/run_main.sh           a random GPT-2-vocabulary model instead
 #                                                   (speed only: it cannot answer)
+#   bash scripts/run_main.sh --prompt-file book.txt --question "Who wrote it?"
+#                                                   your own prompt (or --token-ids FILE):
+#                                                   no haystack, no pass-key check
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The generated haystack and its pass-key check, unless the arguments bring
+# a prompt of their own (the client refuses --haystack-tokens and
+# --require-passkey beside one, naming flags the user never passed). The
+# patterns take argparse's unambiguous prefixes too (--prompt, --token-i).
+own_prompt=
+for arg in "$@"; do
+  case "$arg" in --pr*|--token-*) own_prompt=$arg ;; esac
+done
+haystack=(--haystack-tokens "${PROMPT_TOKENS:-100000}")
+require=(--require-passkey --stop .)  # the answer is " 12345."
+if [[ -n "$own_prompt" ]]; then
+  if [[ -n "${PROMPT_TOKENS:-}" ]]; then
+    echo "run_main: PROMPT_TOKENS sets the generated haystack's length; with ${own_prompt%%=*} the" \
+         "prompt is yours: leave PROMPT_TOKENS out" >&2
+    exit 2
+  fi
+  haystack=()
+  require=()
+fi
+
 bash scripts/install_deps.sh
 bash scripts/build.sh
 
 model=${MODEL:-models/drt-text-byte}
-require=(--require-passkey --stop .)  # the answer is " 12345."
 if [[ "$model" == random ]]; then
   model=build/models/drt-random-gpt2
   require=()
@@ -73,7 +96,7 @@ grpc_address=$(sed -E 's/^drt-server listening on ([^ ]+) \(grpc\).*/\1/' <<<"$l
 # In the background so that a signal to this script is handled at once (bash
 # runs traps only between foreground commands, but during wait).
 /usr/bin/python3 client_examples/python/drt_client.py --server "$grpc_address" \
-  --haystack-tokens "${PROMPT_TOKENS:-100000}" --max-tokens 16 "${require[@]}" "$@" &
+  "${haystack[@]}" --max-tokens 16 "${require[@]}" "$@" &
 client_pid=$!
 client_status=0
 wait "$client_pid" || client_status=$?

@@ -76,25 +76,81 @@ def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", 
 
 
 def parse_mix(text):
-    """'lm:0.3,passkey:0.3,...' -> (kinds, probabilities)"""
+    """'lm:0.3,passkey:0.3,...' -> (kinds, probabilities); ValueError naming
+    the bad entry (weights finite, not negative, not all 0: "lm:0" gave NaN
+    probabilities)."""
     kinds, probs = [], []
     for part in text.split(","):
-        k, w = part.split(":")
+        k, _, w = part.partition(":")
         if k not in T.KINDS:
-            raise ValueError(f"unknown kind {k!r} in --mix; known: {T.KINDS}")
+            raise ValueError(f"--mix: unknown kind {k!r} in {part!r}; known: {', '.join(T.KINDS)}")
+        try:
+            weight = float(w)
+        except ValueError:
+            raise ValueError(f"--mix: {part!r} is not kind:weight") from None
+        if not np.isfinite(weight) or weight < 0:
+            raise ValueError(f"--mix: weight {w!r} of {k} must be a finite number >= 0")
         kinds.append(k)
-        probs.append(float(w))
+        probs.append(weight)
+    if sum(probs) <= 0:
+        raise ValueError(f"--mix: the weights of {text!r} add up to 0")
     probs = np.array(probs) / sum(probs)
     return kinds, probs
 
 
 def parse_phases(text):
-    """'0:16:4,0.5:32:2' -> [(start fraction, n_chunks, batch)]"""
+    """'0:16:4,0.5:32:2' -> [(start fraction, n_chunks, batch)]; ValueError
+    naming the bad entry. The first phase must start at 0."""
     out = []
     for part in text.split(","):
-        f, c, b = part.split(":")
-        out.append((float(f), int(c), int(b)))
-    return sorted(out)
+        try:
+            f, c, b = part.split(":")
+            phase = (float(f), int(c), int(b))
+        except ValueError:
+            raise ValueError(f"--phases: {part!r} is not start:chunks:batch") from None
+        if not 0 <= phase[0] < 1 or phase[1] < 1 or phase[2] < 1:
+            raise ValueError(f"--phases: {part!r}: the start must be in [0, 1), chunks and batch at least 1")
+        out.append(phase)
+    out.sort()
+    if out[0][0] != 0:
+        raise ValueError(f"--phases: no phase starts at 0 in {text!r}")
+    return out
+
+
+def parse_eval_specs(flag, text):
+    """'2048:10,4096:10' -> [(length, prompts)]; '' -> [] (no evals);
+    ValueError naming the flag and the bad entry ('4096' alone raised a
+    bare ValueError deep in the run)."""
+    specs = []
+    for part in (s for s in text.split(",") if s):
+        try:
+            length, n = (int(x) for x in part.split(":"))
+        except ValueError:
+            raise ValueError(f"{flag}: {part!r} is not length:prompts (e.g. 4096:10)") from None
+        if length < 1 or n < 1:
+            raise ValueError(f"{flag}: {part!r}: length and prompts must be at least 1")
+        specs.append((length, n))
+    return specs
+
+
+def family_problem(train_families, heldout_family):
+    """Why --train_families / --heldout_family cannot be used, or None. No
+    held-out family may be trained on: docs/passkey_accuracy.md reports the
+    handbook's and the fortunes' results as text never trained on, whichever
+    of them this run validates on (review-tools #3)."""
+    known = ", ".join(text_corpus.TRAIN_FAMILIES)
+    if not train_families:
+        return f"--train_families is empty (training families: {known})"
+    for family in train_families:
+        if family in text_corpus.HELDOUT_FAMILIES:
+            return (f"--train_families: {family} is a held-out family (held out: "
+                    f"{', '.join(text_corpus.HELDOUT_FAMILIES)}), never trained on; training families: {known}")
+        if family not in text_corpus.TRAIN_FAMILIES:
+            return f"--train_families: unknown family {family!r} (training families: {known})"
+    if heldout_family not in text_corpus.HELDOUT_FAMILIES:
+        return (f"--heldout_family: {heldout_family!r} is not a held-out family "
+                f"({', '.join(text_corpus.HELDOUT_FAMILIES)})")
+    return None
 
 
 def load_init(model, model_dir):
@@ -153,6 +209,21 @@ def main(argv=None):
                    help="wall minutes after which this invocation saves and exits (0: run to the end)")
     p.add_argument("--save_every_min", type=float, default=0.0)
     args = p.parse_args(argv)
+    train_families = [f for f in args.train_families.split(",") if f]
+    problem = family_problem(train_families, args.heldout_family)
+    if problem:
+        p.error(problem)
+    if args.steps < 0:
+        p.error(f"--steps must be 0 (use --minutes) or more, got {args.steps}")
+    if not args.steps and not (np.isfinite(args.minutes) and args.minutes > 0):
+        p.error(f"--minutes must be a positive number of minutes when --steps is 0, got {args.minutes:g}")
+    try:
+        kinds, probs = parse_mix(args.mix)
+        phases = parse_phases(args.phases)
+        eval_specs = parse_eval_specs("--eval", args.eval)
+        final_specs = parse_eval_specs("--final_eval", args.final_eval)
+    except ValueError as e:
+        p.error(str(e))
     eval_tasks = [t for t in args.eval_tasks.split(",") if t]
     for t in eval_tasks:
         if t not in ("passkey", "passkey_varied", "keyed", "two_hop"):
@@ -167,11 +238,9 @@ def main(argv=None):
     log = train_passkey.open_log(args.out)
 
     log(f"args: {json.dumps(vars(args))}")
-    src = T.TextSource(args.text, args.train_families.split(","))
+    src = T.TextSource(args.text, train_families)
     heldout_path = os.path.join(args.text, args.heldout_family + ".txt")
     heldout = np.fromfile(heldout_path, dtype=np.uint8).astype(np.int64)
-    if args.heldout_family in src.families:
-        p.error("the held-out family is among the training families")
     log(f"training text: {', '.join(f'{f} {len(a) / 1e6:.1f} MB' for f, a in zip(src.families, src.arrays))}; "
         f"held-out: {args.heldout_family} {len(heldout) / 1e6:.1f} MB")
 
@@ -194,9 +263,6 @@ def main(argv=None):
     log(f"model: {nparams / 1e6:.3f}M parameters")
     opt = train_passkey.make_optimizer(model, args.lr, args.weight_decay)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
-    kinds, probs = parse_mix(args.mix)
-    phases = parse_phases(args.phases)
-    eval_specs = [tuple(int(x) for x in s.split(":")) for s in args.eval.split(",") if s]
 
     log("eval before training")
     ckpt = os.path.join(args.out, "checkpoint.pt")
@@ -296,7 +362,6 @@ def main(argv=None):
     model.to(args.device)
     drt_fast.disable(model)
     log("final eval (drt_reference forward)")
-    final_specs = [tuple(int(x) for x in s.split(":")) for s in args.final_eval.split(",") if s]
     history.append({"step": step, "final_eval": evaluate(model, heldout, final_specs, args.seed + 1, log,
                                                                eval_tasks)})
     with open(os.path.join(args.out, "history.json"), "w") as f:

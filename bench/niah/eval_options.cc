@@ -1,5 +1,6 @@
 #include "bench/niah/eval_options.h"
 
+#include <cmath>
 #include <string>
 
 #include "absl/status/status.h"
@@ -18,9 +19,25 @@ absl::StatusOr<std::vector<int64_t>> ParseLengths(absl::string_view list) {
     if (!text.empty() && (text.back() == 'K' || text.back() == 'k')) scale = 1024;
     if (!text.empty() && (text.back() == 'M' || text.back() == 'm')) scale = 1024 * 1024;
     if (scale != 1) text.pop_back();
+    // SimpleAtod takes "nan" and "inf", and a cast of a double beyond
+    // int64_t is undefined: each is refused here, not left to end in
+    // bad_alloc when the haystack is built (review-tools #5).
     double value = 0;
-    if (!absl::SimpleAtod(text, &value) || value * scale < 1) {
-      return absl::InvalidArgumentError(absl::StrFormat("bad length '%s'", part));
+    const char* problem = nullptr;
+    if (!absl::SimpleAtod(text, &value) || !std::isfinite(value)) {
+      problem = "not a finite number";
+    } else if (value * scale < 1) {
+      problem = "less than 1";
+    } else if (value * scale > static_cast<double>(kMaxLength)) {
+      problem = "more than 4G";
+    } else if (value * scale != std::floor(value * scale)) {
+      problem = "not a whole number";
+    }
+    if (problem != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--lengths: bad length '%s': %s (a whole number of tokens or bytes, "
+                          "K = 1024, M = 1048576, at most 4G = 4294967296)",
+                          part, problem));
     }
     lengths.push_back(static_cast<int64_t>(value * scale));
   }

@@ -13,8 +13,11 @@
 
 namespace drt::niah {
 
-// "4K,64K,1M,1000": positive lengths, K = 1024, M = 1024 * 1024 (fractions
-// allowed: "1.5K" = 1536). INVALID_ARGUMENT naming the bad entry.
+// "4K,64K,1M,1000": whole lengths in [1, kMaxLength], K = 1024,
+// M = 1024 * 1024 (fractions allowed when the product is whole: "1.5K" =
+// 1536, not "1.3K"). INVALID_ARGUMENT naming the flag and the bad entry
+// (nan, inf and 1e30 too).
+inline constexpr int64_t kMaxLength = int64_t{1} << 32;  // 256 x the longest run (16M)
 absl::StatusOr<std::vector<int64_t>> ParseLengths(absl::string_view list);
 
 // "0.1,0.5,0.9": depths in [0, 1]. INVALID_ARGUMENT naming the bad entry.

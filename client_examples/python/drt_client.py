@@ -18,6 +18,7 @@ import codecs
 import os
 import random
 import re
+import signal
 import sys
 import threading
 import time
@@ -435,6 +436,10 @@ class Retrier:
         self.log = log
         self.rng = random.Random()
         self.gave_up = False  # once the bound ran out, later calls get one attempt
+        # Ctrl-C or SIGTERM came: no more retries, so the DeleteSession on the
+        # way out gets one attempt (its 10 s deadline), not --retry-seconds
+        # against a server that is down (review-tools #2).
+        self.interrupted = False
 
     def unavailable(self, error):
         return isinstance(error, self.grpc.RpcError) and error.code() == self.grpc.StatusCode.UNAVAILABLE
@@ -490,7 +495,7 @@ class Outage:
         retries are off, and raises GaveUp once the bound has run out."""
         r = self.retrier
         reason = f"{error.code().name}: {error.details()}" if isinstance(error, r.grpc.RpcError) else str(error)
-        if r.seconds <= 0 or r.gave_up:
+        if r.seconds <= 0 or r.gave_up or r.interrupted:
             if isinstance(error, r.grpc.RpcError):
                 raise error
             raise GaveUp(f"{what}: {reason}")
@@ -781,6 +786,15 @@ def run(args, pb, pb_grpc, grpc):
         print("answer: ", end="", flush=True)
         answer, done, tokens, ttft, tpot = generate_retried(pb, stub, session_id, args, metadata, retrier,
                                                             summary.session_tokens)
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM (terminate() below), maybe while waiting to retry:
+        # the retries end here; the session is deleted with one attempt, and
+        # a second signal during it exits without waiting (main()).
+        retrier.interrupted = True
+        if not args.keep_session:
+            print(f"\ndrt_client: interrupted; deleting session {session_id} (again to exit at once)",
+                  file=sys.stderr, flush=True)
+        raise
     finally:
         if not args.keep_session:
             delete_session(pb, stub, session_id, metadata, retrier)
@@ -800,6 +814,13 @@ def run(args, pb, pb_grpc, grpc):
     return 1 if args.require_passkey and not found else 0
 
 
+def terminate(signum, frame):
+    """SIGTERM ends the run as Ctrl-C does (the session is deleted), as in
+    the C++ client, instead of killing the process with the session left on
+    the server until its idle TTL."""
+    raise KeyboardInterrupt
+
+
 def main(argv=None):
     args = parse_args(argv)
     sys.path.insert(0, args.stubs)
@@ -809,6 +830,8 @@ def main(argv=None):
     except ImportError as e:
         sys.exit(f"drt_client: {e}. Use Debian's /usr/bin/python3 with python3-grpcio, and build the "
                  f"stubs (bash scripts/build.sh) or point --stubs at them")
+    # Installed here, where the KeyboardInterrupt it raises is caught below.
+    signal.signal(signal.SIGTERM, terminate)
     try:
         return run(args, pb, pb_grpc, grpc)
     except grpc.RpcError as e:

@@ -39,9 +39,13 @@ restarts") is played where a real server cannot be steered as precisely
   GetSession after it also reports the session busy, so the clients' wait
   for the cut call to end is played), a Generate cut with either is sent
   again; an INTERNAL without RST_STREAM is an error, not a cut;
-- interrupt: Ctrl-C (SIGINT) while the client waits to retry (the session
-  stays busy after a cut) ends it at once, and it still deletes the session
-  (review-deployfix L4: the C++ client ignored it and retried on).
+- interrupt: Ctrl-C (SIGINT) or SIGTERM while the client waits to retry
+  (the session stays busy after a cut) ends it at once, and it still
+  deletes the session (review-deployfix L4: the C++ client ignored it and
+  retried on); with DeleteSession answering UNAVAILABLE too, the cleanup
+  gets one attempt and the client still exits at once (review-tools #2: the
+  Python client retried it for --retry-seconds, and SIGTERM killed it with
+  the session left behind).
 
     client_resume_test.py --cpp-client build/client_examples/drt-client --stubs build/python
 """
@@ -88,6 +92,8 @@ class StandIn:
             def DeleteSession(self, request, context):
                 with outer.lock:
                     outer.deletes += 1
+                if outer.mode == "interrupt-down":  # the server is still away
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "the stand-in is down")
                 return pb.DeleteSessionResponse()
 
             def GetSession(self, request, context):
@@ -307,29 +313,38 @@ def main():
                               and "retry 1" not in out and "Traceback" not in out,
                               f"{name}, an INTERNAL that is no stream reset is reported, not retried", out[-2500:])
 
-                # Ctrl-C during the retries: the session never stops being busy.
-                stand_in.reset("interrupt", cuts=1, busy_reports=10**6)
-                client = subprocess.Popen(base + [flag["ids"], ids_file], stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True)
-                lines = []
-                for line in client.stdout:  # until the second retry's line: well inside the retries
-                    lines.append(line)
-                    if "still busy" in line and "retry 2 " in line:
-                        break
-                sent = time.monotonic()
-                client.send_signal(signal.SIGINT)
-                try:
-                    lines += client.stdout.readlines()
-                    code = client.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    client.kill()
-                    code = None
-                seconds = time.monotonic() - sent
-                out = "".join(lines)
-                checks.expect(code == 130 and seconds < 3 and stand_in.deletes == 1 and "Traceback" not in out,
-                              f"{name}, interrupt: Ctrl-C while waiting to retry ends the client at once "
-                              f"(exit {code}, {seconds:.1f} s; < 3 s: its longest delay here is about 0.8 s) "
-                              f"and deletes the session ({stand_in.deletes} DeleteSession)", out[-2500:])
+                # Ctrl-C or SIGTERM during the retries: the session never stops
+                # being busy. "interrupt-down": DeleteSession answers
+                # UNAVAILABLE too (the server still away), so the cleanup must
+                # get one attempt, not --retry-seconds of them (review-tools #2).
+                for mode, sig in (("interrupt", signal.SIGINT), ("interrupt-down", signal.SIGINT),
+                                  ("interrupt", signal.SIGTERM)):
+                    stand_in.reset(mode, cuts=1, busy_reports=10**6)
+                    client = subprocess.Popen(base + [flag["ids"], ids_file], stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True)
+                    lines = []
+                    for line in client.stdout:  # until the second retry's line: well inside the retries
+                        lines.append(line)
+                        if "still busy" in line and "retry 2 " in line:
+                            break
+                    sent = time.monotonic()
+                    client.send_signal(sig)
+                    try:
+                        lines += client.stdout.readlines()
+                        code = client.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        client.kill()
+                        code = None
+                    seconds = time.monotonic() - sent
+                    out = "".join(lines)
+                    down = mode == "interrupt-down"
+                    checks.expect(code == 130 and seconds < 3 and stand_in.deletes == 1 and "Traceback" not in out
+                                  and (not down or "could not delete session s1" in out),
+                                  f"{name}, {mode}: {signal.Signals(sig).name} while waiting to retry ends the "
+                                  f"client at once (exit {code}, {seconds:.1f} s; < 3 s: its longest delay here "
+                                  f"is about 0.8 s) and deletes the session with "
+                                  f"{'one attempt, the server still down' if down else 'it up'} "
+                                  f"({stand_in.deletes} DeleteSession)", out[-2500:])
 
                 code, out = run("no-retry", [flag["ids"], ids_file, flag["retry"], "-1"])
                 checks.expect(code != 0 and "must be positive" in out and "Traceback" not in out,

@@ -9,7 +9,7 @@ Python client, the gateway drain hook's time bound from its own header.
 No cluster is involved (none exists here). Exits 77 (ctest: skipped) when no
 kubectl is installed.
 
-    k8s_render_test.py [--kubectl kubectl]
+    k8s_render_test.py [--kubectl kubectl]...
 """
 import argparse
 import os
@@ -57,7 +57,32 @@ def render(kubectl, directory):
     if out.returncode != 0:
         raise SystemExit(f"kubectl kustomize {directory} failed:\n{out.stderr}")
     objects = [o for o in yaml.safe_load_all(out.stdout) if o]
+    # An object with no kind or name is something the kubectl did not
+    # understand and printed as it was (Kustomize 2.0.3, Debian 12's kubectl,
+    # leaves a `$patch: delete` patch in its output as such an object).
+    for o in objects:
+        if not isinstance(o, dict) or not o.get("kind") or not (o.get("metadata") or {}).get("name"):
+            shown = yaml.safe_dump(o, default_flow_style=True, width=1000).strip()
+            raise SystemExit(f"kubectl kustomize {directory}: an object with no kind or metadata.name in the "
+                             f"output (a patch or field this kubectl does not know?): {shown[:400]}")
     return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def check_no_delete_patches(c):
+    """Kustomize 2.0.3 (Debian 12's kubectl 1.20) has no `$patch: delete`:
+    it leaves the patch in the output as an object with no kind, and
+    `kubectl apply -k` would send it. Checked in the files, whatever kubectl
+    renders them here."""
+    found = []
+    for root, _, files in os.walk(K8S):
+        for f in sorted(files):
+            if f.endswith((".yaml", ".yml")):
+                path = os.path.join(root, f)
+                with open(path) as fh:
+                    if re.search(r"^\s*\$patch\s*:", fh.read(), re.M):
+                        found.append(os.path.relpath(path, REPO))
+    c.expect(not found, "no `$patch:` directive in deploy/k8s (Debian 12's kubectl cannot render one)",
+             str(found))
 
 
 def env_of(container):
@@ -436,16 +461,31 @@ def check_durable(c, objects, gateway, cpu, facts):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kubectl", default=os.environ.get("KUBECTL", "kubectl"))
+    p.add_argument("--kubectl", action="append",
+                   help="the kubectl to render with; repeat it to check each in turn (default $KUBECTL or "
+                        "kubectl). Debian 12's own, without installing it: apt-get download kubernetes-client "
+                        "&& dpkg-deb -x kubernetes-client_*.deb x, then --kubectl x/usr/bin/kubectl")
     args = p.parse_args()
-    kubectl = shutil.which(args.kubectl)
-    if not kubectl:
-        print(f"SKIPPED: no {args.kubectl} (bash scripts/install_deps.sh installs one)")
+    names = args.kubectl or [os.environ.get("KUBECTL", "kubectl")]
+    kubectls = [shutil.which(n) for n in names]
+    missing = [n for n, k in zip(names, kubectls) if not k]
+    if missing and not args.kubectl:
+        print(f"SKIPPED: no {missing[0]} (bash scripts/install_deps.sh installs one)")
         return 77
-    version = subprocess.run([kubectl, "version", "--client"], capture_output=True, text=True).stdout
-    print(f"using {kubectl}: {' '.join(version.split())}")
+    if missing:
+        print(f"no such kubectl: {', '.join(missing)}", file=sys.stderr)
+        return 2
     facts = source_facts()
     c = Checks()
+    check_no_delete_patches(c)
+    for kubectl in kubectls:
+        version = subprocess.run([kubectl, "version", "--client"], capture_output=True, text=True).stdout
+        print(f"using {kubectl}: {' '.join(version.split())}")
+        check_all(c, kubectl, facts)
+    return c.summary()
+
+
+def check_all(c, kubectl, facts):
     cpu = check_server(c, "cpu", render(kubectl, "overlays/cpu"), facts, gpu=False)
     check_server(c, "gpu", render(kubectl, "overlays/gpu"), facts, gpu=True)
     check_gateway(c, render(kubectl, "gateway"), cpu, facts)
@@ -494,7 +534,6 @@ def main():
 
     check_durable(c, render(kubectl, "examples/durable-statefulset"),
                   render(kubectl, "examples/durable-statefulset/gateway"), cpu, facts)
-    return c.summary()
 
 
 if __name__ == "__main__":

@@ -27,6 +27,42 @@ def expect(ok, what, detail=""):
         FAILED.append(what)
 
 
+def check_storage_range(tmp, source):
+    """A weight that is finite in float32 but beyond the storage dtype's
+    range is refused, naming the tensor and its max |x|, instead of being
+    written as inf that drt-server then blames on a corrupt or diverged
+    checkpoint (review-tools #4). Limits: f16's largest finite value is
+    65504, and round-to-nearest takes values below 65520 to it; bf16's is
+    about 3.3895e38, with values from about 3.3961e38 rounding to inf."""
+    sys.path.insert(0, TOOLS)
+    import safetensors_io
+    base = safetensors_io.load_file(os.path.join(source, "model.safetensors"))
+    for value, dtype, fits in ((1e5, "f16", False), (65520.0, "f16", False), (65519.0, "f16", True),
+                               (-1e5, "f16", False), (1e5, "bf16", True), (1e5, "f32", True),
+                               (3.4e38, "bf16", False), (3.4e38, "f32", True)):
+        state = {k: v.copy() for k, v in base.items()}
+        state["model.norm.weight"][0] = value
+        name = f"range-{value:g}-{dtype}"
+        checkpoint = os.path.join(tmp, name + ".safetensors")
+        safetensors_io.save_file(state, checkpoint)
+        out = os.path.join(tmp, "out-" + name)
+        run = subprocess.run([sys.executable, os.path.join(TOOLS, "export.py"), "--checkpoint", checkpoint,
+                              "--config", os.path.join(source, "config.json"), "--out", out, "--dtype", dtype],
+                             capture_output=True, text=True, timeout=120)
+        log = run.stdout + run.stderr
+        if fits:
+            written = safetensors_io.load_file(os.path.join(out, "model.safetensors")) if run.returncode == 0 else {}
+            stored = float(written["model.norm.weight"][0]) if written else None
+            expect(run.returncode == 0 and stored is not None and abs(stored - value) <= abs(value) * 2 ** -8,
+                   f"model.norm.weight[0] = {value:g} as {dtype}: exported, read back {stored} "
+                   "(within bf16's relative rounding, 2^-8)", log[-600:])
+        else:
+            expect(run.returncode == 1 and f"model.norm.weight: max |x| {abs(value):g} does not fit {dtype}" in log
+                   and "Traceback" not in log and not os.path.exists(out),
+                   f"model.norm.weight[0] = {value:g} as {dtype}: refused, naming the tensor and max |x|, "
+                   "nothing written", log[-600:])
+
+
 def main():
     try:
         import numpy  # noqa: F401
@@ -83,6 +119,8 @@ def main():
         expect(run.returncode == 0 and os.path.isfile(os.path.join(out, "model.safetensors"))
                and "warning" not in run.stdout + run.stderr,
                "both keys true: exported without a warning", (run.stdout + run.stderr)[-600:])
+
+        check_storage_range(tmp, source)
     print(f"{'FAILED' if FAILED else 'passed'}: {len(FAILED)} failures")
     return 1 if FAILED else 0
 
