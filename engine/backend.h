@@ -147,7 +147,11 @@ class BackendSession {
   // `state` and its `num_chunks` closed chunks read through `read`. With a
   // `map` and a backend that maps chunks (chunk_map_unit() > 0), whole units
   // of chunks are mapped through it instead of read into memory (the disk
-  // tier). All or nothing: on error the session is unchanged.
+  // tier), up to the first unit `map` fails for: that unit and every chunk
+  // after it are read through `read`, as at run time after a failed mapping
+  // (MapLeadingUnits, engine/mapped_chunks.h). So `read` is called for the
+  // chunks from that unit (or the last partial unit) on, in order, after
+  // every call of `map`. All or nothing: on error the session is unchanged.
   virtual absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,
                                    const ChunkReader& read, const ChunkMapper& map = nullptr) {
     return absl::UnimplementedError("this backend cannot import session state");

@@ -34,8 +34,26 @@ class MappedChunks {
   virtual size_t encoder_row_bytes() const = 0;
 };
 
-// Maps chunks [first, first + count) of a session.
+// Maps chunks [first, first + count) of a session. It may fail where the
+// environment runs out (vm.max_map_count, EMFILE) with the data intact.
 using ChunkMapper =
     std::function<absl::StatusOr<std::shared_ptr<const MappedChunks>>(int64_t first, int64_t count)>;
+
+// The import side of the disk tier (BackendSession::ImportState): maps a
+// session's leading whole units of `unit` chunks, of its `num_chunks` closed
+// ones, through `map`, one unit at a time from chunk 0, and hands each to
+// `take`, until less than a unit is left or a mapping fails. A failed
+// mapping is no error: as at run time (server/state_store.cc,
+// MapChunksOnDisk, which stops at a session's first failure), nothing after
+// it is mapped, and the caller reads every chunk from the returned count on
+// into memory. So a restore keeps the blocks it could map instead of
+// needing all of them in RAM. Returns the chunks mapped (a multiple of
+// `unit`; 0 without `map` or with `unit` <= 0). Errors: INVALID_ARGUMENT
+// for a mapping that is null or of other chunks than asked (a broken
+// mapper, not the environment), and whatever `take` returns (a mapping the
+// backend refuses); the caller then refuses the import.
+absl::StatusOr<int64_t> MapLeadingUnits(
+    const ChunkMapper& map, int64_t unit, int64_t num_chunks,
+    const std::function<absl::Status(std::shared_ptr<const MappedChunks>)>& take);
 
 }  // namespace drt

@@ -143,8 +143,8 @@ class Session {
   // cannot export.
   absl::StatusOr<SessionState> ExportState() const;
   // A new session on `backend` holding `state` and its closed chunks, read
-  // through `read` (or, for whole units of chunks, mapped through `map`:
-  // the disk tier, BackendSession::ImportState); it continues exactly as
+  // through `read` (or, for the leading whole units of chunks `map` can
+  // map, mapped: the disk tier, BackendSession::ImportState); it continues exactly as
   // the exported one would.
   static absl::StatusOr<std::unique_ptr<Session>> Restore(Backend& backend,
                                                           const SessionState& state,

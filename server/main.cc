@@ -141,8 +141,9 @@ absl::StatusOr<std::unique_ptr<StateStore>> OpenStateStore(const StateStoreOptio
 absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager& sessions) {
   const auto start = std::chrono::steady_clock::now();
   // (More sessions than --max_sessions: refused before any is read in.)
-  // (A session the disk tier cannot map is read into memory only when that
-  // fits the host budget beside those restored before it.)
+  // (A session the disk tier cannot map completely keeps what it mapped and
+  // reads the rest into memory only when that fits the host budget beside
+  // those restored before it.)
   auto report = store.RestoreAll(backend, sessions.limits().max_sessions,
                                  sessions.limits().host_memory_budget_bytes);
   if (!report.ok()) return report.status();

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "engine/session_state.h"
 #include "server/chunk_log_mapping.h"
+#include "server/restore_mapped.h"
 
 namespace drt::server {
 namespace fs = std::filesystem;
@@ -707,72 +708,41 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     };
     ChunkMapper map = options_.disk_tier ? MapperFor(c.record.segments) : nullptr;
     if (options_.restore_io_for_test) options_.restore_io_for_test(c.id, map, read);
-    // Whether the mapper itself failed (say, at vm.max_map_count): then the
-    // session is restored again with its chunks read into memory, as the
-    // disk tier does at run time when a mapping fails.
-    absl::Status map_error;
-    const ChunkMapper watched_map =
-        map == nullptr ? ChunkMapper(nullptr) : ChunkMapper([&](int64_t first, int64_t count) {
-          auto mapped = map(first, count);
-          if (!mapped.ok() && map_error.ok()) map_error = mapped.status();
-          return mapped;
-        });
-    bool mapping_failed = false;
-    absl::StatusOr<std::unique_ptr<Session>> session = absl::InternalError("not restored");
-    if (!opened.ok()) {
-      session = opened;
-    } else {
-      session = Session::Restore(backend, c.state, read, watched_map);
-      if (!session.ok() && !map_error.ok()) {
-        // The retry reads every closed chunk into memory (the mapped blocks
-        // of the failed attempt are gone with it), which can be far more
-        // than the session held in memory at run time: checked against the
-        // host budget first (an estimate: one closed chunk takes
-        // host_bytes_per_chunk, what the budget counts for new tokens).
-        const int64_t in_memory = ClosedChunks(c.state, config_) * backend.host_bytes_per_chunk();
-        if (restored_host_bytes + in_memory > host_budget_bytes) {
-          session = absl::ResourceExhaustedError(absl::StrFormat(
-              "the disk tier could not map its chunks (%s; raise vm.max_map_count), and reading "
-              "them into memory instead (about %d MiB) would pass the host memory budget (%d MiB, "
-              "of which sessions restored before it hold %d MiB; --host_memory_budget_gb)",
-              map_error.message(), in_memory >> 20, host_budget_bytes >> 20,
-              restored_host_bytes >> 20));
-        } else {
-          session = Session::Restore(backend, c.state, read, nullptr);
-          if (session.ok()) {
-            mapping_failed = true;
-            std::fprintf(stderr,
-                         "drt-server: session %s keeps its chunks in memory (%lld MiB; the disk "
-                         "tier could not map them at start-up): %s\n",
-                         c.id.c_str(), static_cast<long long>(in_memory >> 20),
-                         std::string(map_error.message()).c_str());
-          } else {
-            session = absl::Status(
-                session.status().code(),
-                absl::StrFormat("the disk tier could not map its chunks (%s), and reading them "
-                                "into memory failed too: %s",
-                                map_error.message(), session.status().message()));
-          }
-        }
-      }
-    }
+    // A mapping that fails (say, at vm.max_map_count) keeps the blocks
+    // mapped before it and reads the rest into memory, as the disk tier
+    // does at run time, when that fits the budget (restore_mapped.h).
+    absl::StatusOr<MappedRestore> restored =
+        opened.ok() ? RestoreMappingWhatItCan(backend, c.state, read, map, host_budget_bytes,
+                                              restored_host_bytes)
+                    : absl::StatusOr<MappedRestore>(opened);
     for (int fd : fds) {
       if (fd >= 0) ::close(fd);
     }
-    if (!session.ok()) {
-      failed.push_back({&c, absl::StrFormat("%s: %s", c.path, session.status().message())});
+    if (!restored.ok()) {
+      failed.push_back({&c, absl::StrFormat("%s: %s", c.path, restored.status().message())});
       continue;
+    }
+    if (!restored->map_error.ok()) {
+      std::fprintf(stderr,
+                   "drt-server: session %s keeps its chunks from %lld on in memory (%lld chunks, "
+                   "about %lld MiB; the disk tier could not map them at start-up, the %lld before "
+                   "stay mapped): %s\n",
+                   c.id.c_str(), static_cast<long long>(restored->chunks_mapped),
+                   static_cast<long long>(restored->chunks_read_after_failure),
+                   static_cast<long long>(restored->bytes_read_after_failure >> 20),
+                   static_cast<long long>(restored->chunks_mapped),
+                   std::string(restored->map_error.message()).c_str());
     }
     auto d = FindOrAdd(c.id, c.record.segments);
     d->tokens_written = c.state.num_tokens;
-    const int64_t unit = (*session)->backend_session().chunk_map_unit();
-    d->mapping_failed = mapping_failed;
-    if (options_.disk_tier && unit > 0 && !mapping_failed) {
-      d->chunks_mapped = ClosedChunks(c.state, config_) / unit * unit;
-    }
+    // As at run time after a failed mapping, this process maps no more of
+    // the session's chunks (MapChunksOnDisk); the next start tries again.
+    d->mapping_failed = !restored->map_error.ok();
+    d->chunks_mapped = restored->chunks_mapped;
     d->last_write = std::chrono::steady_clock::now();
-    restored_host_bytes += static_cast<int64_t>((*session)->backend_session().memory().total());
-    report.sessions.push_back({c.id, c.record.settings, *std::move(session)});
+    std::unique_ptr<Session>& session = restored->session;
+    restored_host_bytes += static_cast<int64_t>(session->backend_session().memory().total());
+    report.sessions.push_back({c.id, c.record.settings, std::move(session)});
   }
 
   // A failed session is quarantined with every log it names (hard links:

@@ -88,10 +88,11 @@ class StateStore {
   // restored session uses stays in chunks/ too), so nothing it holds is
   // deleted, also when a restored fork is deleted later; when it cannot be
   // quarantined, it stays where it is with its logs. With the disk tier, a
-  // session whose chunks cannot be mapped (vm.max_map_count) is restored
-  // again with ALL its closed chunks read into memory (unlike run time,
-  // which keeps the blocks it mapped), when that fits `host_budget_bytes`
-  // beside the sessions restored before it; otherwise it is quarantined.
+  // session whose chunks cannot all be mapped (vm.max_map_count, EMFILE)
+  // keeps the blocks mapped before the first failure and reads the rest
+  // into memory, as at run time (server/restore_mapped.h), when those
+  // chunks fit `host_budget_bytes` beside the sessions restored before it;
+  // otherwise it is quarantined, before any of them is read.
   // RESOURCE_EXHAUSTED, before anything is moved, cut or restored, when
   // more than `max_sessions` sessions would restore (--max_sessions).
   absl::StatusOr<RestoreReport> RestoreAll(

@@ -52,15 +52,15 @@ absl::Status CpuSession::ImportState(const BackendSessionState& state, int64_t n
   // Built aside and moved in, so that an error leaves this session as it was.
   ChunkStore store(config_.enc_chunk_size, config_.hidden_size);
   // Whole blocks through the mapping when there is one (the disk tier):
-  // their encoder rows are not read into memory.
-  int64_t c = 0;
-  if (map != nullptr) {
-    for (; c + ChunkStore::kChunksPerBlock <= num_chunks; c += ChunkStore::kChunksPerBlock) {
-      auto mapped = map(c, ChunkStore::kChunksPerBlock);
-      if (!mapped.ok()) return mapped.status();
-      if (absl::Status s = store.AppendMappedBlock(*std::move(mapped)); !s.ok()) return s;
-    }
-  }
+  // their encoder rows are not read into memory. The chunks from the first
+  // block it cannot map on are read, like the last, partial block.
+  absl::StatusOr<int64_t> mapped = MapLeadingUnits(
+      map, ChunkStore::kChunksPerBlock, num_chunks,
+      [&store](std::shared_ptr<const MappedChunks> block) {
+        return store.AppendMappedBlock(std::move(block));
+      });
+  if (!mapped.ok()) return mapped.status();
+  int64_t c = *mapped;
   ChunkData chunk;
   for (; c < num_chunks; ++c) {
     if (absl::Status s = read(c, chunk); !s.ok()) return s;

@@ -97,8 +97,8 @@ class CudaSession final : public BackendSession {
   // give them back); UNIMPLEMENTED naming the flag otherwise. Device ->
   // host copies on the compute stream (and a wait for the store stream's
   // chunk copies), converted to the state format's floats. ImportState maps
-  // whole units of chunks through `map` (when given) and reads the rest
-  // into the host chunk store.
+  // whole units of chunks through `map` (when given) up to the first unit
+  // it cannot map, and reads the rest into the host chunk store.
   absl::Status ExportState(BackendSessionState& out) const override;
   absl::Status ReadChunk(int64_t chunk, ChunkData& out) const override;
   absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,

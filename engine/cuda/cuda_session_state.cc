@@ -179,30 +179,22 @@ absl::Status CudaSession<T>::ImportState(const BackendSessionState& state, int64
   const int64_t elements = store.layout().elements();
   std::vector<E> record(elements);
   MappedChunkTable mapped_chunks;
-  int64_t c = 0;
+  // The units from the first one the mapper cannot map on are read, like
+  // the last, partial unit (MapLeadingUnits).
   const int64_t unit = chunk_map_unit();
-  if (map != nullptr && unit > 0) {
-    for (; c + unit <= num_chunks; c += unit) {
-      absl::StatusOr<std::shared_ptr<const MappedChunks>> mapped = map(c, unit);
-      if (!mapped.ok()) return mapped.status();
-      if (*mapped == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("mapping chunks [%d, %d) gave nothing", c, c + unit));
-      }
-      const MappedChunks& m = **mapped;
-      if (m.first() != c || m.size() != unit) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "mapping chunks [%d, %d) gave chunks [%d, %d)", c, c + unit, m.first(),
-            m.first() + m.size()));
-      }
-      DRT_RETURN_IF_ERROR(mapped_chunks.CheckNew(m, unit, num_chunks));
-      for (int64_t i = c; i < c + unit; ++i) {
-        std::copy(m.landmark(i), m.landmark(i) + d, landmarks.begin() + i * d);
-      }
-      store.AppendReleased(unit);
-      mapped_chunks.Add(*std::move(mapped));
-    }
-  }
+  absl::StatusOr<int64_t> mapped_count = MapLeadingUnits(
+      map, unit, num_chunks, [&](std::shared_ptr<const MappedChunks> mapped) -> absl::Status {
+        const MappedChunks& m = *mapped;
+        DRT_RETURN_IF_ERROR(mapped_chunks.CheckNew(m, unit, num_chunks));
+        for (int64_t i = m.first(); i < m.first() + unit; ++i) {
+          std::copy(m.landmark(i), m.landmark(i) + d, landmarks.begin() + i * d);
+        }
+        store.AppendReleased(unit);
+        mapped_chunks.Add(std::move(mapped));
+        return absl::OkStatus();
+      });
+  if (!mapped_count.ok()) return mapped_count.status();
+  int64_t c = *mapped_count;
   // The rest into host records: a chunk's encoder rows in the storage type
   // (its K/V are made on the device when it is fetched).
   ChunkData chunk;

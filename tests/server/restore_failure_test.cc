@@ -1,10 +1,11 @@
 // Start-up restores that fail after every file check passed
 // (server/state_store.h, RestoreAll): the data is whole, the environment
-// is not (vm.max_map_count, EMFILE). A session whose chunks cannot be
-// mapped comes back with them in memory and continues exactly; a session
-// whose restore fails otherwise goes to DIR/quarantine/ with every chunk
-// log it needs that no restored session uses, and nothing of it is
-// deleted. (These used to lose the session's chunk log: it was neither
+// is not (vm.max_map_count, EMFILE). A session whose chunks cannot all be
+// mapped keeps the blocks it mapped, comes back with the rest in memory and
+// continues exactly; a session whose restore fails otherwise, or whose
+// unmapped chunks do not fit the host budget, goes to DIR/quarantine/ with
+// every chunk log it needs that no restored session uses, and nothing of it
+// is deleted. (These used to lose the session's chunk log: it was neither
 // moved nor kept, and the sweep of unused logs deleted it.)
 //
 // The failures are injected through StateStoreOptions::restore_io_for_test,
@@ -23,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 
+#include "engine/cpu/chunk_store.h"
 #include "server/state_store.h"
 #include "tests/server/test_util/durable_server.h"
 #include "tests/test_util/temp_dir.h"
@@ -57,6 +59,27 @@ StateStoreOptions FailingOptions(const std::string& dir, std::set<std::string> n
         return absl::ResourceExhaustedError("cannot open: Too many open files (test)");
       };
     }
+  };
+  return options;
+}
+
+// Options whose restore of session `id` maps its first `units` blocks and
+// then fails every mapping (vm.max_map_count reached part-way).
+StateStoreOptions MapFailsAfter(const std::string& dir, const std::string& id, int units) {
+  StateStoreOptions options = DurableOptions(dir);
+  options.restore_io_for_test = [id, units](std::string_view restoring, ChunkMapper& map,
+                                            ChunkReader&) {
+    if (restoring != id) return;
+    REQUIRE(map != nullptr);
+    auto mapped = std::make_shared<int>(0);
+    map = [inner = map, mapped, units](int64_t first, int64_t count)
+        -> absl::StatusOr<std::shared_ptr<const MappedChunks>> {
+      if (*mapped >= units) {
+        return absl::ResourceExhaustedError("cannot map chunks: Cannot allocate memory (test)");
+      }
+      ++*mapped;
+      return inner(first, count);
+    };
   };
   return options;
 }
@@ -109,6 +132,94 @@ TEST_CASE("a session whose chunks cannot be mapped at start-up is restored in me
   REQUIRE(server.report.quarantined.empty());
   REQUIRE(Memory(server, unmapped).mapped_chunk_bytes > 0);
   REQUIRE(server.Greedy(unmapped, 4) == unmapped_next);
+}
+
+TEST_CASE("a session whose mappings fail part-way at start-up keeps the blocks it mapped",
+          "[state_store][restore_failure]") {
+  FixtureModel& f = FixtureModel::Get();
+  const ModelConfig& config = f.model->config();
+  const int64_t chunk = f.chunk_size();
+  // The encoder rows of one 64-chunk block (engine/cpu/chunk_store.h): what
+  // mapping it frees, and what a block in RAM holds (its rows are reserved
+  // for the whole block at its first chunk).
+  const size_t block_rows = cpu::ChunkStore::kChunksPerBlock * config.enc_chunk_size *
+                            config.hidden_size * sizeof(float);
+  const int64_t per_chunk = f.backend->host_bytes_per_chunk();
+  constexpr int64_t kClosed = 3 * 64 + 60;  // three whole blocks and 60 chunks
+  drt::testing::TempDir dir;
+  std::string id;
+  std::pair<std::vector<int32_t>, std::vector<float>> next;
+  {
+    DurableServer server(dir.path());
+    id = server.Create();
+    server.Append(id, RandomTokens(kClosed * chunk + 5, 41));
+    const SessionMemory m = Memory(server, id);
+    REQUIRE(m.mapped_chunk_bytes == 3 * block_rows);
+    REQUIRE(m.chunk_store_bytes == block_rows);  // the open block
+    next = GreedyOnFork(server, id, 8);
+  }
+
+  SECTION("the first block stays mapped, the rest is read into RAM, the logits are the same") {
+    {
+      DurableServer server(MapFailsAfter(dir.path(), id, 1));
+      INFO((server.report.quarantined.empty() ? "" : server.report.quarantined[0]));
+      REQUIRE(server.report.quarantined.empty());
+      const SessionMemory m = Memory(server, id);
+      REQUIRE(m.mapped_chunk_bytes == block_rows);
+      REQUIRE(m.chunk_store_bytes == 3 * block_rows);  // blocks 1 and 2 read in, and the open one
+      REQUIRE(server.Greedy(id, 8) == next);           // exact
+      // As at run time after a failed mapping, this process maps no more of
+      // it: block 3 fills, and stays in RAM.
+      server.Append(id, RandomTokens(10 * chunk, 42));
+      REQUIRE(Memory(server, id).mapped_chunk_bytes == block_rows);
+    }
+    // The next start maps every whole block again.
+    DurableServer server(dir.path());
+    REQUIRE(server.report.quarantined.empty());
+    REQUIRE(Memory(server, id).mapped_chunk_bytes == 4 * block_rows);
+  }
+  SECTION("a host budget that fits the chunks left but not all of them restores it") {
+    // Two blocks mapped: 252 - 128 = 124 chunks to read. The budget holds
+    // those (and the session's RAM afterwards: 2 blocks of rows, landmarks,
+    // windows), not all 252 chunks, which the old retry read.
+    SessionLimits limits = testing::DurableLimits();
+    limits.host_memory_budget_bytes = 200 * per_chunk;
+    DurableServer server(MapFailsAfter(dir.path(), id, 2), limits);
+    INFO((server.report.quarantined.empty() ? "" : server.report.quarantined[0]));
+    REQUIRE(server.report.quarantined.empty());
+    const SessionMemory m = Memory(server, id);
+    REQUIRE(m.mapped_chunk_bytes == 2 * block_rows);
+    REQUIRE(m.chunk_store_bytes == 2 * block_rows);
+    REQUIRE(server.Greedy(id, 8) == next);
+  }
+  SECTION("a host budget short of the chunks left: quarantined, before they are read") {
+    SessionLimits limits = testing::DurableLimits();
+    limits.host_memory_budget_bytes = 120 * per_chunk;  // < 124 chunks
+    // Counts the chunk reads: none may happen once the mapping failed.
+    auto reads = std::make_shared<int64_t>(0);
+    StateStoreOptions options = MapFailsAfter(dir.path(), id, 2);
+    options.restore_io_for_test = [reads, wrap = options.restore_io_for_test](
+                                      std::string_view restoring, ChunkMapper& map,
+                                      ChunkReader& read) {
+      wrap(restoring, map, read);
+      read = [reads, inner = read](int64_t c, ChunkData& out) {
+        ++*reads;
+        return inner(c, out);
+      };
+    };
+    DurableServer server(options, limits);
+    REQUIRE(server.report.quarantined.size() == 1);
+    const std::string& line = server.report.quarantined[0];
+    INFO(line);
+    REQUIRE_THAT(line, Contains(id));
+    REQUIRE_THAT(line, Contains("vm.max_map_count"));
+    REQUIRE_THAT(line, Contains("Cannot allocate memory (test)"));
+    REQUIRE_THAT(line, Contains(absl::StrFormat("those 124 chunks into memory (%d bytes", 124 * per_chunk)));
+    REQUIRE_THAT(line, Contains(absl::StrFormat("host memory budget (%d bytes", 120 * per_chunk)));
+    REQUIRE(*reads == 0);
+    REQUIRE(QuarantinedFiles(dir.path(), id) == std::set<std::string>{id + ".state", id + ".log"});
+    REQUIRE(server.Tokens().empty());
+  }
 }
 
 TEST_CASE("a session whose restore fails goes to quarantine with the chunk logs it needs",
@@ -169,9 +280,9 @@ TEST_CASE("a session whose restore fails goes to quarantine with the chunk logs 
     REQUIRE(server.Tokens() == std::map<std::string, int64_t>{
                                    {lone, 65 * chunk + 1}, {other, 2 * chunk}});
   }
-  SECTION("a retry in memory that fails too: quarantined, the line names both errors") {
-    // Its mapper fails; its reads fail only after that, i.e. in the retry
-    // (the first attempt reads chunks too, before it maps them).
+  SECTION("reading the chunks it cannot map fails too: quarantined, the line names both errors") {
+    // Its mapper fails; its reads fail only after that (a read before the
+    // mapping would be another problem).
     auto map_failed = std::make_shared<bool>(false);
     StateStoreOptions options = DurableOptions(dir.path());
     options.restore_io_for_test = [&lone, map_failed](std::string_view id, ChunkMapper& map,
@@ -197,9 +308,9 @@ TEST_CASE("a session whose restore fails goes to quarantine with the chunk logs 
             std::set<std::string>{lone + ".state", lone + ".log"});
     REQUIRE(server.Tokens().size() == 3);
   }
-  SECTION("a retry in memory past the host budget is not tried: quarantined") {
-    // lone holds 65 closed chunks; a budget of 2 chunks cannot hold them in
-    // memory. (The other sessions map theirs, so they fit.)
+  SECTION("chunks it cannot map that pass the host budget are not read: quarantined") {
+    // lone holds 65 closed chunks, none mapped; a budget of 2 chunks cannot
+    // hold them in memory. (The other sessions map theirs, so they fit.)
     const int64_t per_chunk = FixtureModel::Get().backend->host_bytes_per_chunk();
     SessionLimits limits = testing::DurableLimits();
     limits.host_memory_budget_bytes = 2 * per_chunk;
