@@ -64,8 +64,9 @@ class SessionEntry {
   // claimed by idle expiry.
   absl::Status Begin(Activity activity);
   // Ends the activity, refreshes the cached figures and the idle clock. For
-  // a durable session, first writes what the activity left unwritten
-  // (--state_sync=interval); a failed write is logged.
+  // a durable session, first writes what the activity left unwritten (a
+  // Generate's steps, or --state_sync=interval's last ones); a failed write
+  // is logged.
   void End() { EndAndReport().IgnoreError(); }
   // End, and returns that failed write, so that a call does not report
   // success for state that is not on disk; the activity ends either way.
