@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <string>
@@ -84,6 +85,47 @@ TEST_CASE("durable sessions whose writes fall in one step are written at once",
   // Each was written whole before its result came back.
   CHECK(TokensOnDisk(dir.path(), a->id()) == 200);
   CHECK(TokensOnDisk(dir.path(), b->id()) == 200);
+  for (auto* e : {a.get(), b.get(), c.get()}) e->End();
+}
+
+TEST_CASE("in a group commit a failed write fails only its own session's item",
+          "[server][scheduler][state_store][group_commit]") {
+  drt::testing::TempDir dir;
+  DurableServer server(DurableOptions(dir.path()));
+  SchedulerOptions scheduler_options;
+  scheduler_options.step_tokens = 4032;
+  Scheduler* running = nullptr;
+  std::atomic<int64_t> both_in_step{0};
+  // As above: step 1 (C's token) waits until A's and B's items are queued.
+  scheduler_options.on_step_formed = [&](const StepRecord& step) {
+    const auto start = Clock::now();
+    while (step.index == 1 && running->queued() < 3 && SecondsSince(start) < 30) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (step.index == 2) both_in_step = static_cast<int64_t>(step.pieces.size());
+  };
+  Scheduler scheduler(*FixtureModel::Get().backend, scheduler_options);
+  running = &scheduler;
+  auto a = NewEntry(*server.sessions), b = NewEntry(*server.sessions),
+       c = NewEntry(*server.sessions);
+  // A's chunk log cannot be opened (a directory stands at its path): its
+  // first write with chunks fails; B's is untouched.
+  REQUIRE(std::filesystem::create_directory(dir.path() + "/chunks/" + a->id() + ".log"));
+  const auto a_tokens = RandomTokens(200, 33), b_tokens = RandomTokens(200, 34);
+  const std::vector<int32_t> c_token = {5};
+  auto c_done = std::async(std::launch::async, [&] { return scheduler.Run(Prefill(*c, c_token)); });
+  WaitFor([&] { return scheduler.steps_formed() == 1; }, 30, "C's step formed");
+  auto a_done = std::async(std::launch::async, [&] { return scheduler.Run(Prefill(*a, a_tokens)); });
+  auto b_done = std::async(std::launch::async, [&] { return scheduler.Run(Prefill(*b, b_tokens)); });
+  const WorkResult ra = a_done.get(), rb = b_done.get();
+  CHECK(c_done.get().status.ok());
+  CHECK(both_in_step.load() == 2);
+  INFO(ra.status.message());
+  CHECK_FALSE(ra.status.ok());
+  CHECK_THAT(std::string(ra.status.message()), Catch::Matchers::Contains(a->id() + ".log"));
+  CHECK(rb.status.ok());
+  CHECK(TokensOnDisk(dir.path(), b->id()) == 200);
+  CHECK(TokensOnDisk(dir.path(), a->id()) == 0);  // its creation's state, nothing after
   for (auto* e : {a.get(), b.get(), c.get()}) e->End();
 }
 
