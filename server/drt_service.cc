@@ -57,6 +57,9 @@ SchedulerOptions SchedulerOptionsFor(const Backend& backend, const ServiceOption
   options.decode_slowdown_limit = service.decode_slowdown_limit;
   options.decode_step_prefill_tokens = service.decode_step_prefill_tokens;
   options.durable_ack_tokens = service.durable_ack_tokens;
+  // Group commit reads sessions' state from one thread per session; on the
+  // CUDA backend (device copies from those threads) that has not been run.
+  options.concurrent_writes = backend.name() == "cpu";
   options.before_progress = service.before_progress_for_test;
   options.on_step_done = [&metrics](const StepRecord& step, double seconds) {
     int64_t decode = 0, prefill = 0;
@@ -459,8 +462,9 @@ grpc::Status DrtService::AppendStream(
 
 // Generates on an entry the caller has claimed; writes pieces through
 // `write` and leaves the final message in `done` for the caller, who sends
-// it once the activity ended (and, with --state_sync=interval, the session
-// was written). Shared by Generate and Complete.
+// it once the activity ended and, for a durable session, all of it was
+// written (its steps are written only then, SessionEntry::
+// WritesAtActivityEnd). Shared by Generate and Complete.
 static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& entry,
                                   const GenerationPlan& plan, const Model& model,
                                   SessionManager& sessions, Scheduler& scheduler, Metrics& metrics,
@@ -659,6 +663,9 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
   absl::Status status = RunGeneration(
       context, **entry, *plan, model_, *sessions_, *scheduler_, metrics_,
       [&](const drt::v1::GenerateResponse& r) { return writer->Write(r); }, {}, done);
+  // With --state_dir the whole Generate (padding and tokens) is written
+  // here, also when it ended early (an error, a drain): `done` only once it
+  // is on disk, and a failed write fails the call.
   if (absl::Status ended = (*entry)->EndAndReport(); status.ok()) status = ended;
   if (status.ok()) writer->Write(done);
   return Finish(ToGrpc(status));

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/batch_step.h"
 #include "engine/session.h"
+#include "server/concurrent_calls.h"
 #include "server/session_manager.h"
 
 namespace drt::server {
@@ -445,6 +446,10 @@ void Scheduler::EngineLoop() {
         running[i]->rows_skipped += skipped(i);
         record.upper_rows_skipped += running[i]->rows_skipped;
       }
+      // Which sessions owe a write now (SessionEntry::NoteStep); they are
+      // written together (group commit), then every claim is released.
+      std::vector<std::function<absl::Status()>> writes;
+      std::vector<size_t> writers;
       for (size_t i = 0; i < running.size(); ++i) {
         // The state is short while rows of the item skipped the upper
         // layers and its tokens after this piece still owe them, and when
@@ -463,8 +468,19 @@ void Scheduler::EngineLoop() {
             results[i].ok() &&
             (closes || (!piece.queued->skipped && piece.rows_skipped == 0 &&
                         !drt::RunStepSkipsLastLogits(backend_, entries[i])));
-        results[i] = running[i]->queued->item->entry->EndStep(std::move(results[i]),
-                                                              running[i]->whole);
+        SessionEntry* entry = running[i]->queued->item->entry;
+        if (entry->NoteStep(results[i], running[i]->whole)) {
+          writes.push_back([entry] { return entry->WriteStep(); });
+          writers.push_back(i);
+        }
+      }
+      // Every result is delivered only after its own write returned (below,
+      // under the lock); a failed write fails only its own item.
+      const std::vector<absl::Status> written =
+          RunConcurrently(writes, options_.concurrent_writes);
+      for (size_t k = 0; k < writers.size(); ++k) results[writers[k]] = written[k];
+      for (size_t i = 0; i < running.size(); ++i) {
+        results[i] = running[i]->queued->item->entry->ReleaseStep(std::move(results[i]));
       }
       // The budget learns the full and the lower-only prefill tokens'
       // costs apart (server/decode_step_budget.h): a piece's tokens whose

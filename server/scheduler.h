@@ -53,7 +53,10 @@
 //     name until a later item's piece with none following, at least the
 //     reach + 1 tokens into that item, completes it (Queued::inherited_debt);
 //   - a durable session (SessionEntry::durable, --state_dir) is written
-//     only after steps that leave its state whole (SessionEntry::EndStep),
+//     only after steps that leave its state whole (SessionEntry::EndStep;
+//     never after a Generate's steps, which are written when it ends,
+//     SessionEntry::WritesAtActivityEnd; the sessions of one step that owe
+//     a write are written together, SchedulerOptions::concurrent_writes),
 //     and its caller is told of progress (on_progress) only up to those:
 //     every state written, and every token acknowledged, is one a full
 //     computation gives. Its items are cut into stretches of
@@ -224,6 +227,13 @@ struct SchedulerOptions {
   // held only in memory) to a stretch plus a step. <= 0: a durable session
   // never skips (every step written, as with skip_upper_layers off).
   int64_t durable_ack_tokens = kDefaultDurableAckTokens;
+  // Durable sessions of one step that owe a write (their Append stretches
+  // end in it) are written at once, one thread each, and the step's results
+  // are delivered once all are written (group commit): the step costs one
+  // write latency, not one per session. False writes them one after
+  // another. drt-server turns it off on the CUDA backend, whose sessions'
+  // state reads (device copies) have not been run from other threads.
+  bool concurrent_writes = true;
   // Called on the engine thread with each step once formed and its sessions
   // claimed, before it runs (a test may block it to hold the step running).
   std::function<void(const StepRecord&)> on_step_formed;

@@ -72,35 +72,52 @@ absl::Status SessionEntry::PersistAfterStep(Session& session, bool force) const 
 }
 
 absl::Status SessionEntry::EndAndReport() {
-  absl::Status written;
+  absl::Status s = absl::OkStatus();
+  bool write = false;
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
-    // Interval sync writes what the activity left unwritten (a no-op when
-    // the last step was written). A state left short (an item that failed
+    // Writes what the activity left unwritten: a Generate's steps
+    // (WritesAtActivityEnd), or interval sync's last ones (a no-op when the
+    // last step was written). A state left short (an item that failed
     // between skipping steps, server/scheduler.h) is never written: the
     // files keep the last whole one.
-    if (session_ != nullptr && !deleted_.load()) {
-      absl::Status s = absl::OkStatus();
+    if (session_ != nullptr && !deleted_.load() && durable()) {
       if (state_whole_) {
-        s = PersistAfterStep(*session_, /*force=*/true);
-      } else if (durable() && unwritten_) {
+        // Written without the lock, so that DeleteSession, the idle reaper
+        // and figure refreshes do not wait for an fsync; in_step_ keeps a
+        // delete meanwhile from freeing the session under the write.
+        write = true;
+        in_step_ = true;
+      } else if (unwritten_) {
         s = absl::DataLossError(
             "its last engine step failed while upper-layer rows were owed; the state directory "
             "keeps its last whole state, and a restart restores that");
       }
-      if (!s.ok()) {
-        std::fprintf(stderr, "drt-server: session %s: %s\n", id_.c_str(),
-                     std::string(s.message()).c_str());
-        written = absl::Status(
-            s.code(), absl::StrFormat("session %s: its state could not be written to the state "
-                                      "directory (the session in memory holds every token; a "
-                                      "restart would restore its last written state): %s",
-                                      id_, s.message()));
-      } else if (state_whole_) {
-        unwritten_ = false;  // (a failed write stays owed: the next step retries it)
-      }
     }
+    if (!write) RefreshFiguresLocked();
+  }
+  std::unique_ptr<Session> freed;
+  if (write) {
+    s = PersistAfterStep(*session_, /*force=*/true);
+    if (s.ok()) unwritten_ = false;  // (a failed write stays owed: the next step retries it)
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    in_step_ = false;
+    if (deleted_.load()) freed = std::move(session_);  // deleted during the write
     RefreshFiguresLocked();
+  }
+  absl::Status written;
+  if (freed != nullptr) {
+    freed.reset();  // outside the lock, as EndStep
+    engine_freed_ = true;
+    written = DeletedError();
+  } else if (!s.ok()) {
+    std::fprintf(stderr, "drt-server: session %s: %s\n", id_.c_str(),
+                 std::string(s.message()).c_str());
+    written = absl::Status(
+        s.code(), absl::StrFormat("session %s: its state could not be written to the state "
+                                  "directory (the session in memory holds every token; a "
+                                  "restart would restore its last written state): %s",
+                                  id_, s.message()));
   }
   last_used_ns_ = NowNs();
   activity_ = Activity::kIdle;
@@ -140,19 +157,31 @@ absl::StatusOr<Session*> SessionEntry::BeginStep() {
 }
 
 absl::Status SessionEntry::EndStep(absl::Status status, bool state_whole) {
-  // Persisted before the step's result reaches its caller, so before
-  // anything acknowledges it; in_step_ still keeps a concurrent delete from
-  // freeing the session, so it is read here without the lock.
-  // (A step that changed nothing, say one that only read the session,
-  // leaves the state as whole as it was.)
+  if (NoteStep(status, state_whole)) status = WriteStep();
+  return ReleaseStep(std::move(status));
+}
+
+bool SessionEntry::NoteStep(const absl::Status& status, bool state_whole) {
+  // in_step_ keeps a concurrent delete from freeing the session, so it is
+  // read here without the lock. (A step that changed nothing, say one that
+  // only read the session, leaves the state as whole as it was.)
   if (!deleted_.load() && session_->num_tokens() != tokens_before_step_) {
     unwritten_ = true;
     state_whole_ = state_whole;
   }
-  if (status.ok() && !deleted_.load() && unwritten_ && state_whole_) {
-    status = PersistAfterStep(*session_);
-    if (status.ok()) unwritten_ = false;
-  }
+  // Written before the step's result reaches its caller, so before anything
+  // acknowledges it; a Generate's steps wait for its end (EndAndReport).
+  return status.ok() && durable() && !deleted_.load() && unwritten_ && state_whole_ &&
+         !WritesAtActivityEnd();
+}
+
+absl::Status SessionEntry::WriteStep() {
+  absl::Status status = PersistAfterStep(*session_);
+  if (status.ok()) unwritten_ = false;
+  return status;
+}
+
+absl::Status SessionEntry::ReleaseStep(absl::Status status) {
   std::unique_ptr<Session> freed;
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
@@ -173,9 +202,9 @@ void SessionEntry::MarkDeleted() {
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
     deleted_ = true;
-    // A running step still changes the engine session without the lock, so
-    // it is neither freed nor read here: RunStep frees it and zeroes the
-    // figures when the step returns.
+    // A running step (or EndAndReport's write) still uses the engine session
+    // without the lock, so it is neither freed nor read here: whoever ends
+    // that use frees it and zeroes the figures.
     if (!in_step_) {
       freed = std::move(session_);
       RefreshFiguresLocked();

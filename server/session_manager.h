@@ -64,11 +64,17 @@ class SessionEntry {
   // claimed by idle expiry.
   absl::Status Begin(Activity activity);
   // Ends the activity, refreshes the cached figures and the idle clock. For
-  // a durable session, first writes what the activity left unwritten
-  // (--state_sync=interval); a failed write is logged.
+  // a durable session, first writes what the activity left unwritten (a
+  // Generate's steps, or --state_sync=interval's last ones); a failed write
+  // is logged.
   void End() { EndAndReport().IgnoreError(); }
   // End, and returns that failed write, so that a call does not report
   // success for state that is not on disk; the activity ends either way.
+  // A Generate's steps are written here, all at once (see
+  // WritesAtActivityEnd). The write runs without engine_mutex_ (as EndStep's
+  // does): DeleteSession, the idle reaper and RefreshFiguresIfIdle do not
+  // wait for it; a delete meanwhile frees the session when it ends, and the
+  // call then gets ABORTED.
   absl::Status EndAndReport();
   Activity activity() const { return activity_.load(); }
 
@@ -78,11 +84,19 @@ class SessionEntry {
   // once the session was deleted, before or during the step; the engine
   // session is then gone. BeginStep + step + EndStep.
   absl::Status RunStep(absl::FunctionRef<absl::Status(Session&)> step);
-  // The durability hook: RunStep calls it after every step that changed the
-  // session (before the step's result can be acknowledged), End() before
-  // the activity ends. A scheduler that runs steps without RunStep calls
-  // PersistAfterStep itself, on the thread that holds the activity.
+  // The durability hook: EndStep calls it after every step that changed the
+  // session (before the step's result can be acknowledged), except the
+  // steps of a Generate (WritesAtActivityEnd), and End() before the
+  // activity ends.
   absl::Status PersistAfterStep(Session& session, bool force = false) const;
+  // Whether the running activity's steps are written only when it ends
+  // (EndAndReport), not after each step: a Generate's (its padding and
+  // generated tokens). A Generate is then on disk all or nothing: a crash
+  // during it restores the session as it was before it, and its final
+  // message is sent only once all of it is written (docs/api.md, "Durable
+  // sessions"). Per-token writes cost a write latency per token on the
+  // engine thread (docs/state_format.md, "Cost").
+  bool WritesAtActivityEnd() const { return activity_.load() == Activity::kGenerating; }
   // Whether the session is written to a state store (--state_dir) after its
   // steps: every state written is observable (after a crash), so it must be
   // whole; the scheduler marks the steps that leave it short
@@ -104,6 +118,16 @@ class SessionEntry {
   // next whole step (or End, once whole) writes everything since.
   absl::StatusOr<Session*> BeginStep();
   absl::Status EndStep(absl::Status status, bool state_whole = true);
+  // EndStep in three parts, for a scheduler that writes the sessions of one
+  // engine step together (group commit, server/concurrent_calls.h):
+  // NoteStep records what the step did to the session and returns whether
+  // it owes a write now; WriteStep does that write (no lock; WriteStep of
+  // different sessions may run at once on different threads); ReleaseStep
+  // is EndStep's release. EndStep(s, w) is NoteStep, WriteStep when owed,
+  // ReleaseStep.
+  bool NoteStep(const absl::Status& status, bool state_whole);
+  absl::Status WriteStep();
+  absl::Status ReleaseStep(absl::Status status);
   // Whether the last step that changed the session left its state whole
   // (EndStep). For the holder of the activity.
   bool state_whole() const { return state_whole_; }
@@ -162,7 +186,8 @@ class SessionEntry {
 
   std::string id_;
   SessionSettings settings_;
-  // Guards session_ (null once deleted and freed) and in_step_. Also held by
+  // Guards session_ (null once deleted and freed) and in_step_ (set while a
+  // step or EndAndReport's write uses the session without it). Also held by
   // RefreshFiguresIfIdle while it reads the engine; Begin waits for it, so
   // that the engine is never read and changed at once.
   mutable std::mutex engine_mutex_;

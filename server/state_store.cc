@@ -109,7 +109,15 @@ int64_t SegmentChunks(const std::vector<ChunkSegment>& segments) {
 }  // namespace
 
 struct DurableRecord {
+  // Held by a write (Persist, RecordFork) for its whole length and by the
+  // removal. Remove never waits for it: see writers.
   std::mutex mutex;
+  // Guarded by the store's mutex_: writes begun (BeginWrite) and not ended;
+  // Remove called (no write begins after it); Remove came while writers > 0,
+  // so the last write to end removes the session (EndWrite).
+  int writers = 0;
+  bool removing = false;
+  bool remove_owed = false;
   std::vector<ChunkSegment> segments;  // the last one is the session's own log
   int fd = -1;                         // own log, opened at its first write
   bool removed = false;
@@ -220,14 +228,37 @@ absl::Status StateStore::Persist(const StateRegistration& registration,
   if (absl::Status s = CheckRegistration(registration, "Persist"); !s.ok()) return s;
   const std::string& id = registration.id();
   Durable* d = registration.record_.get();
+  if (!BeginWrite(*d)) return absl::OkStatus();  // removed: nothing of it is written
   std::lock_guard<std::mutex> lock(d->mutex);
-  if (d->removed || session.num_tokens() == d->tokens_written) return absl::OkStatus();
+  absl::Status s = absl::OkStatus();
   const auto now = std::chrono::steady_clock::now();
-  if (options_.sync == StateSync::kInterval && !force && d->tokens_written >= 0 &&
-      now - d->last_write < std::chrono::milliseconds(options_.sync_interval_ms)) {
-    return absl::OkStatus();
+  if (d->removed || session.num_tokens() == d->tokens_written) {
+    // nothing to write
+  } else if (options_.sync == StateSync::kInterval && !force && d->tokens_written >= 0 &&
+             now - d->last_write < std::chrono::milliseconds(options_.sync_interval_ms)) {
+    // within the interval
+  } else {
+    s = PersistLocked(*d, id, settings, session);
   }
-  return PersistLocked(*d, id, settings, session);
+  EndWriteLocked(*d, id);
+  return s;
+}
+
+bool StateStore::BeginWrite(Durable& d) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (d.removing) return false;
+  ++d.writers;
+  return true;
+}
+
+void StateStore::EndWriteLocked(Durable& d, const std::string& id) {
+  bool remove = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    remove = --d.writers == 0 && d.remove_owed;
+    if (remove) d.remove_owed = false;
+  }
+  if (remove) RemoveLocked(d, id);
 }
 
 absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
@@ -315,6 +346,7 @@ absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
   }
   d.tokens_written = session.num_tokens();
   d.last_write = std::chrono::steady_clock::now();
+  if (options_.state_written_for_test) options_.state_written_for_test(id, d.tokens_written);
   MapChunksOnDisk(d, id, session);
   return absl::OkStatus();
 }
@@ -391,21 +423,29 @@ absl::Status StateStore::RecordFork(const StateRegistration& parent_registration
   };
   Durable* d = child_registration.record_.get();
   if (options_.fork_point_for_test) options_.fork_point_for_test("child registered");
+  if (!BeginWrite(*d)) return drop_shared();  // the child was removed
   std::lock_guard<std::mutex> lock(d->mutex);
-  if (d->removed) return drop_shared();
-  if (d->tokens_written >= 0 || SegmentChunks(d->segments) > 0) {
+  absl::Status s;
+  if (d->removed) {
+    s = drop_shared();
+  } else if (d->tokens_written >= 0 || SegmentChunks(d->segments) > 0) {
     drop_shared().IgnoreError();
-    return absl::InternalError(absl::StrFormat(
+    s = absl::InternalError(absl::StrFormat(
         "fork %s of %s: the child was written before its fork record", child_id, parent_id));
+  } else {
+    {
+      // Under the child's lock and the store's, as Remove reads the segments.
+      std::lock_guard<std::mutex> refs(mutex_);
+      shared.push_back(d->segments.back());  // its own log (Register took its reference)
+      d->segments = std::move(shared);
+      d->chunks_mapped = chunks_mapped;
+    }
+    s = PersistLocked(*d, child_id, settings, child);
   }
-  {
-    // Under the child's lock and the store's, as Remove reads the segments.
-    std::lock_guard<std::mutex> refs(mutex_);
-    shared.push_back(d->segments.back());  // its own log (Register took its reference)
-    d->segments = std::move(shared);
-    d->chunks_mapped = chunks_mapped;
-  }
-  return PersistLocked(*d, child_id, settings, child);
+  // A Remove of the child during the write removes it now, with the
+  // segments just recorded (the parent's logs' references go with them).
+  EndWriteLocked(*d, child_id);
+  return s;
 }
 
 void StateStore::Remove(const std::string& id) {
@@ -416,8 +456,22 @@ void StateStore::Remove(const std::string& id) {
     if (it == sessions_.end()) return;
     d = std::move(it->second);
     sessions_.erase(it);
+    d->removing = true;  // no write begins from now on
+    if (d->writers > 0) {
+      // A write of it runs (say, the end of a Generate): it removes the
+      // session as it ends (EndWriteLocked) rather than DeleteSession
+      // waiting for its fsync here. The record stays alive through the
+      // writer's handle.
+      d->remove_owed = true;
+      return;
+    }
   }
-  std::lock_guard<std::mutex> lock(d->mutex);
+  std::lock_guard<std::mutex> lock(d->mutex);  // (no write holds it: none began)
+  RemoveLocked(*d, id);
+}
+
+void StateStore::RemoveLocked(Durable& record, const std::string& id) {
+  Durable* d = &record;
   d->removed = true;
   if (d->fd >= 0) ::close(d->fd);
   d->fd = -1;

@@ -50,6 +50,10 @@ struct StateStoreOptions {
   // entry in the store locked (not the store itself), so that a test can
   // read the server's figures while a write runs.
   std::function<void(const std::string& id)> chunks_written_for_test;
+  // Tests only: called after each write of session `id`'s state file (so
+  // once per write that wrote anything), with the tokens written, that
+  // session's entry in the store locked.
+  std::function<void(const std::string& id, int64_t tokens)> state_written_for_test;
   // Tests only: called by RestoreAll with each session about to be restored
   // (its files passed every check) and the chunk mapper (null without the
   // disk tier) and reader its restore will use; a test may wrap either to
@@ -128,7 +132,10 @@ class StateStore {
   // uses (a fork keeps its parent's log alive), and forgets the id: nothing
   // of a removed session stays in memory. Errors are logged, not returned:
   // the session is gone from the server either way. No-op for an id that
-  // is not registered.
+  // is not registered. Does not wait for a write of the session that is
+  // running (the forced write at the end of a Generate, say): that write
+  // deletes the files as it ends, so until then they are still on disk (a
+  // crash meanwhile restores the session).
   void Remove(const std::string& id);
   // Sessions registered and not removed (what the store holds in memory).
   int64_t sessions_registered() const;
@@ -142,6 +149,16 @@ class StateStore {
   StateStore(StateStoreOptions options, const ModelConfig& config, int lock_fd);
   absl::Status PersistLocked(Durable& d, const std::string& id, const SessionSettings& settings,
                              Session& session);
+  // Around every write (Persist, RecordFork's): BeginWrite (before taking
+  // d.mutex) returns false once the session is being removed (the write
+  // writes nothing); EndWriteLocked (d.mutex held) performs a Remove that
+  // came during the write, when it is the last one running. So Remove
+  // never waits for a write: it removes at once or leaves it to the writer.
+  bool BeginWrite(Durable& d);
+  void EndWriteLocked(Durable& d, const std::string& id);
+  // Remove's work (d.mutex held): marks the record removed, deletes the
+  // state file and the logs no other session uses.
+  void RemoveLocked(Durable& d, const std::string& id);
   // The disk tier: maps every whole unit of `session`'s chunks on disk that
   // it still holds in memory. A failure (say, too many mappings) is logged
   // and leaves the chunks in memory; it loses nothing.

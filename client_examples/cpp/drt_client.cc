@@ -815,30 +815,36 @@ class Client {
   };
 
   // Generate, sent again after a cut (StreamCut) only when that is the same as the
-  // first try: no piece reached the client and the session holds exactly its
-  // `base_tokens` (a durable server continues a session exactly, so the same
-  // request and seed give the same answer). Generated tokens join the
-  // context, so once any exist the call is not repeated.
+  // first try: the session holds exactly its `base_tokens` (a durable server
+  // continues a session exactly, so the same request and seed give the same
+  // answer). A durable server writes a Generate all or nothing when it ends
+  // (docs/api.md, "Durable sessions"): a crash during it leaves the session
+  // as it was, even after pieces reached the client, and those are then not
+  // printed twice. A Generate that ended (a drain, the server seeing the
+  // cut) leaves its tokens in the session, and generating again would
+  // continue after them: not repeated.
   bool GenerateRetried(const std::string& session_id, int64_t base_tokens, Retrier& retrier,
                        Answer& answer, std::string* why) {
     Outage outage(retrier);
+    std::string printed;  // the answer's text an earlier try printed
     while (true) {
       answer = Answer();
-      const grpc::Status status = Generate(session_id, answer);
+      std::string differs;
+      const grpc::Status status = Generate(session_id, answer, printed, &differs);
       if (status.ok()) return true;
+      if (!differs.empty()) {
+        *why = differs;
+        return false;
+      }
+      if (answer.text.size() > printed.size()) printed = answer.text;
       if (!StreamCut(status)) {
         *why = Describe(status);
         return false;
       }
-      const std::string cut = absl::StrCat("the Generate was cut (", Describe(status), ")");
+      std::string cut = absl::StrCat("the Generate was cut (", Describe(status), ")");
       if (answer.pieces > 0) {
-        *why = absl::StrCat(cut, " after ", answer.pieces, " answer piece",
-                            answer.pieces == 1 ? "" : "s",
-                            " reached the client; what it generated joined session ",
-                            session_id,
-                            "'s context, so generating again would continue after it, not repeat "
-                            "it: not retried (GetSession tells what the session holds)");
-        return false;
+        absl::StrAppend(&cut, " after ", answer.pieces, " answer piece",
+                        answer.pieces == 1 ? "" : "s", " reached the client");
       }
       drt::v1::SessionInfo info;
       if (!outage.Wait("Generate", Describe(status), why) ||
@@ -857,20 +863,25 @@ class Client {
       if (info.tokens() != base_tokens) {
         *why = absl::StrCat(cut, "; session ", session_id, " now holds ",
                             Commas(info.tokens() - base_tokens),
-                            " tokens more than before it (padding or generated tokens that never "
-                            "reached the client), so generating again would not repeat it: not "
-                            "retried");
+                            " tokens more than before it (the Generate's padding and generated "
+                            "tokens, written as it ended), so generating again would not repeat "
+                            "it: not retried");
         return false;
       }
       std::fprintf(stderr,
-                   "drt-client: session %s holds what it held before the Generate (%s tokens); "
-                   "sending the Generate again\n",
-                   session_id.c_str(), Commas(info.tokens()).c_str());
+                   "drt-client: %s; session %s holds what it held before the Generate (%s "
+                   "tokens); sending the Generate again\n",
+                   cut.c_str(), session_id.c_str(), Commas(info.tokens()).c_str());
       std::fflush(stderr);
     }
   }
 
-  grpc::Status Generate(const std::string& session_id, Answer& answer) {
+  // `printed`: the answer's text an earlier try of the same Generate printed;
+  // this one's repeats it (same request, seed and session state), and only
+  // what follows it is printed. A different start ends the call (ABORTED)
+  // and says so in `differs`.
+  grpc::Status Generate(const std::string& session_id, Answer& answer,
+                        const std::string& printed, std::string* differs) {
     drt::v1::GenerateRequest request;
     request.set_session_id(session_id);
     request.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
@@ -901,8 +912,21 @@ class Client {
           last = now;
           answer.tokens += response.piece().token_ids_size();
         }
-        answer.text += response.piece().text();
-        std::fwrite(response.piece().text().data(), 1, response.piece().text().size(), stdout);
+        const std::string& piece = response.piece().text();
+        const size_t at = answer.text.size();
+        answer.text += piece;
+        // What an earlier try printed already is not printed again.
+        const size_t repeated =
+            at < printed.size() ? std::min(piece.size(), printed.size() - at) : 0;
+        if (repeated > 0 && piece.compare(0, repeated, printed, at, repeated) != 0) {
+          *differs = "the Generate sent again answered differently from its first try: the "
+                     "session did not hold what it held before the first try";
+          context->TryCancel();
+          while (stream->Read(&response)) {}
+          (void)stream->Finish();
+          return grpc::Status(grpc::StatusCode::ABORTED, *differs);
+        }
+        std::fwrite(piece.data() + repeated, 1, piece.size() - repeated, stdout);
         std::fflush(stdout);
       } else if (response.has_done()) {
         answer.done = response.done();
@@ -911,8 +935,8 @@ class Client {
     if (answer.tokens > 0) answer.ttft = Seconds(first - start);
     if (answer.tokens > 1) answer.tpot = Seconds(last - first) / (answer.tokens - 1);
     grpc::Status status = watchdog.Explain(stream->Finish());
-    // A failed call that printed nothing leaves the line open for a retry.
-    if (status.ok() || answer.pieces > 0) std::printf("\n");
+    // A failed call leaves the line open: a retry continues it.
+    if (status.ok()) std::printf("\n");
     return status;
   }
 
@@ -1031,6 +1055,7 @@ int Run() {
   std::fflush(stdout);
   Client::Answer answer;
   if (!client.GenerateRetried(session_id, summary.session_tokens(), retrier, answer, &why)) {
+    if (!answer.text.empty()) std::printf("\n");  // (the answer's line, left open)
     if (Interrupts::interrupted()) return 130;
     std::fprintf(stderr, "drt-client: %s\n", why.c_str());
     return 1;

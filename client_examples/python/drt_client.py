@@ -425,8 +425,10 @@ class Retrier:
     - Append: not re-sent blindly (its tokens would be in the context twice):
       the client asks GetSession how many tokens the session holds and
       resumes the prompt from there (see append()).
-    - Generate: sent again only when nothing of it reached the client and the
-      session holds what it held before the call (see generate_retried()).
+    - Generate: sent again only when the session holds what it held before
+      the call: a durable server writes a Generate all or nothing, when it
+      ends, so that means nothing of it joined the session (see
+      generate_retried()).
     """
 
     def __init__(self, grpc, seconds, server, log=sys.stderr):
@@ -637,8 +639,13 @@ def append(pb, stub, session_id, pieces, expected_tokens, metadata, args, retrie
         remaining = chain([first], remaining)
 
 
-def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None):
-    """received[0] counts the piece messages that reached the client."""
+def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None, pieces=None, printed=""):
+    """received[0] counts the piece messages that reached the client;
+    `pieces` (a list) gets their text, also when the call is cut.
+    `printed`: the answer's text already written to `out` by an earlier try
+    of the same Generate; this one's text repeats it (same request, seed and
+    session state) and only what follows it is written. A different start is
+    an error (GaveUp)."""
     request = pb.GenerateRequest(
         session_id=session_id,
         max_tokens=args.max_tokens,
@@ -648,7 +655,7 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
     if args.pad is not None:
         request.pad_to_chunk_boundary = args.pad
     received = received if received is not None else [0]
-    text = []
+    text = pieces if pieces is not None else []
     tokens = 0
     first = last = None
     done = None
@@ -662,8 +669,16 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
                 first = first if first is not None else now
                 last = now
                 tokens += len(response.piece.token_ids)
-            text.append(response.piece.text)
-            out.write(response.piece.text)
+            piece = response.piece.text
+            at = sum(len(t) for t in text)
+            text.append(piece)
+            # What an earlier try printed already is not printed again.
+            repeated = printed[at:at + len(piece)]
+            if piece[:len(repeated)] != repeated:
+                raise GaveUp("the Generate sent again answered differently from its first try "
+                             f"({printed!r} so far, now {''.join(text)!r}): the session did not hold "
+                             "what it held before the first try")
+            out.write(piece[len(repeated):])
             out.flush()
         else:
             done = response.done
@@ -675,26 +690,31 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
 
 def generate_retried(pb, stub, session_id, args, metadata, retrier, base_tokens):
     """generate(), sent again after a cut (Retrier.stream_cut) only when that is the same as
-    the first try: no piece reached the client and the session holds exactly
-    its base_tokens (a durable server continues a session exactly, so the same
-    request and seed give the same answer). Generated tokens join the context,
-    so once any exist the call is not repeated."""
+    the first try: the session holds exactly its base_tokens (a durable server
+    continues a session exactly, so the same request and seed give the same
+    answer). A durable server writes a Generate all or nothing when it ends
+    (docs/api.md, "Durable sessions"): a crash during it leaves the session as
+    it was, even after pieces reached the client, and those are then not
+    printed twice. A Generate that ended (a drain, the server seeing the cut)
+    leaves its tokens in the session, and generating again would continue
+    after them: not repeated."""
     grpc = retrier.grpc
     outage = retrier.outage()
+    printed = ""  # the answer's text an earlier try printed
     while True:
-        received = [0]
+        received, pieces = [0], []
         try:
-            return generate(pb, stub, session_id, args, metadata, received=received)
+            return generate(pb, stub, session_id, args, metadata, received=received, pieces=pieces,
+                            printed=printed)
         except grpc.RpcError as e:
             if not retrier.stream_cut(e):
                 raise
             error = e
+        text = "".join(pieces)
+        printed = text if len(text) > len(printed) else printed
         cut = f"the Generate was cut ({error.code().name}: {error.details()})"
         if received[0]:
-            pieces = f"{received[0]} answer piece{'s' if received[0] != 1 else ''}"
-            raise GaveUp(f"{cut} after {pieces} reached the client; what it generated "
-                         f"joined session {session_id}'s context, so generating again would continue "
-                         "after it, not repeat it: not retried (GetSession tells what the session holds)")
+            cut += f" after {received[0]} answer piece{'s' if received[0] != 1 else ''} reached the client"
         outage.wait("Generate", error)
         info = session_when_idle(pb, stub, session_id, metadata, retrier, outage, cut)
         if info.tokens < base_tokens:
@@ -704,9 +724,10 @@ def generate_retried(pb, stub, session_id, args, metadata, retrier, base_tokens)
                          "again would answer a shorter prompt: not retried")
         if info.tokens != base_tokens:
             raise GaveUp(f"{cut}; session {session_id} now holds {info.tokens - base_tokens:,} tokens more "
-                         "than before it (padding or generated tokens that never reached the client), "
+                         "than before it (the Generate's padding and generated tokens, written as it "
+                         "ended), "
                          "so generating again would not repeat it: not retried")
-        print(f"drt_client: session {session_id} holds what it held before the Generate "
+        print(f"drt_client: {cut}; session {session_id} holds what it held before the Generate "
               f"({info.tokens:,} tokens); sending the Generate again", file=sys.stderr, flush=True)
 
 

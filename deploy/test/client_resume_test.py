@@ -19,7 +19,13 @@ restarts") is played where a real server cannot be steered as precisely
 - bpe-ids: a token-id prompt with a BPE tokenizer, cut: ids resume exactly;
 - generate-again: a Generate cut before any piece with the session
   unchanged is sent again (once);
-- generate-pieces: a Generate cut after a piece is not sent again;
+- generate-pieces: a Generate cut after a piece, the session grown by what
+  it generated (the server wrote it as the call ended: a drain), is not sent
+  again;
+- generate-crash: a Generate cut after a piece, the session as it was before
+  it (a durable server writes a Generate only when it ends, so a crash
+  during it leaves nothing of it), is sent again, and the piece already
+  printed is not printed twice;
 - generate-grew: a Generate cut before any piece, but the session grew
   (padding the client never saw), is not sent again;
 - generate-lost: the same, but the session lost acknowledged prompt tokens
@@ -140,6 +146,8 @@ class StandIn:
                     with outer.lock:
                         outer.held.append(49)
                     yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="1", token_ids=[49]))
+                if cut and outer.mode == "generate-crash":  # the first token of the answer, then a crash
+                    yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="2", token_ids=[50]))
                 if cut:
                     if outer.mode == "generate-grew":
                         with outer.lock:
@@ -253,6 +261,14 @@ def main():
                               and "after 1 answer piece reached the client" in out,
                               f"{name}, generate-pieces: a Generate cut after a piece is not sent again",
                               out[-2500:])
+
+                code, out = run("generate-crash", [flag["ids"], ids_file], generate_cuts=1)
+                checks.expect(code == 0 and stand_in.generates == 2 and "sending the Generate again" in out
+                              and "after 1 answer piece reached the client" in out
+                              and "answer: 2.\n" in out and "22." not in out
+                              and len(stand_in.held) == len(ids) + 2,
+                              f"{name}, generate-crash: a Generate cut after a piece, the session unchanged, "
+                              "is sent again once, and the answer is printed once", out[-2500:])
 
                 code, out = run("generate-grew", [flag["ids"], ids_file], generate_cuts=1)
                 checks.expect(code != 0 and stand_in.generates == 1 and "holds 5 tokens more" in out

@@ -1,5 +1,6 @@
 // kill -9 at random points while a client appends, generates and forks,
-// then a restart on the same --state_dir: every acknowledged token is there,
+// then a restart on the same --state_dir: every acknowledged token is there
+// (a Generate's when its call ended OK, and a cut one all or nothing),
 // every session holds whole steps (its tokens end on a step the client sent
 // or received), no session is quarantined, and each continues exactly like
 // an engine that replays its steps (greedy tokens and log-probabilities
@@ -45,6 +46,10 @@ struct ClientSession {
   std::vector<std::vector<int32_t>> steps;
   int64_t acked = 0;
   bool generating = false;  // a Generate was cut: tokens may exist the client never saw
+  // The cut Generate's session tokens before it and the tokens it asked for:
+  // a Generate is on disk all or nothing (written when it ends), so after
+  // the restart the session holds one of the two.
+  int64_t generate_from = 0, generate_tokens = 0;
   std::string history;      // what happened to it, for failure messages
   int64_t sent() const {
     int64_t n = 0;
@@ -115,13 +120,17 @@ Op ClientWork(drt::v1::Drt::Stub& stub, ClientModel& model, uint64_t seed) {
         if (acked >= 0) model.sessions[id].acked = std::max(model.sessions[id].acked, acked);
       }
       if (!stream->Finish().ok()) return Op::kAppend;
-    } else if (op <= 8) {  // Generate: each streamed token is acknowledged
-      drt::v1::GenerateRequest request = GreedyRequest(id, 1 + static_cast<int32_t>(rng() % 20));
+    } else if (op <= 8) {  // Generate: its tokens are acknowledged when it ends OK
+      const int32_t n = 1 + static_cast<int32_t>(rng() % 20);
+      drt::v1::GenerateRequest request = GreedyRequest(id, n);
       request.set_pad_to_chunk_boundary(false);
       request.set_ignore_eos(true);
       {
         std::lock_guard<std::mutex> lock(model.mutex);
-        model.sessions[id].generating = true;
+        ClientSession& s = model.sessions[id];
+        s.generating = true;
+        s.generate_from = s.sent();
+        s.generate_tokens = n;
       }
       grpc::ClientContext context;
       SetDeadline(context, 60);
@@ -131,10 +140,7 @@ Op ClientWork(drt::v1::Drt::Stub& stub, ClientModel& model, uint64_t seed) {
         if (!response.has_piece()) continue;
         std::lock_guard<std::mutex> lock(model.mutex);
         ClientSession& s = model.sessions[id];
-        for (int32_t t : response.piece().token_ids()) {
-          s.steps.push_back({t});
-          s.acked = s.sent();
-        }
+        for (int32_t t : response.piece().token_ids()) s.steps.push_back({t});
       }
       grpc::Status status = reader->Finish();
       // A Generate of a session with no tokens yet is refused; that is fine.
@@ -142,7 +148,9 @@ Op ClientWork(drt::v1::Drt::Stub& stub, ClientModel& model, uint64_t seed) {
         return Op::kGenerate;
       }
       std::lock_guard<std::mutex> lock(model.mutex);
-      model.sessions[id].generating = false;
+      ClientSession& s = model.sessions[id];
+      s.generating = false;
+      s.acked = s.sent();  // the call's OK: all of it is on disk
     } else {  // Fork
       InfoResult r = ForkSession(stub, id);
       if (!r.status.ok()) return Op::kFork;
@@ -189,6 +197,10 @@ void CheckRestored(drt::v1::Drt::Stub& stub, ClientModel& model, std::mt19937_64
     REQUIRE(held.contains(id));  // created and acknowledged, so never lost
     const int64_t tokens = held.at(id);
     REQUIRE(tokens >= s.acked);
+    if (s.generating) {
+      // All or nothing: before the Generate, or all it generated.
+      REQUIRE((tokens == s.generate_from || tokens == s.generate_from + s.generate_tokens));
+    }
     if (tokens > s.sent()) {
       // Only a cut Generate makes tokens the client never saw.
       REQUIRE(s.generating);

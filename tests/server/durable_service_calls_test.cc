@@ -14,6 +14,7 @@
 #include "server/session_manager.h"
 #include "server/state_files.h"
 #include "server/state_store.h"
+#include "tests/server/test_util/durable_server.h"
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/test_util/temp_dir.h"
 
@@ -21,25 +22,6 @@ namespace drt::server {
 namespace {
 
 using namespace drt::server::testing;
-
-// An in-process server whose sessions are written to `dir`.
-struct DurableService {
-  std::unique_ptr<StateStore> store;
-  InProcessServer server;
-  DurableService(const std::string& dir, ServiceOptions options,
-                 StateSync sync = StateSync::kStep)
-      : server(std::move(options)) {
-    StateStoreOptions store_options;
-    store_options.dir = dir;
-    store_options.sync = sync;
-    store_options.sync_interval_ms = 3'600'000;  // (interval mode: only forced writes)
-    auto opened = StateStore::Open(store_options, FixtureModel::Get().model->config());
-    REQUIRE(opened.ok());
-    store = *std::move(opened);
-    REQUIRE(store->RestoreAll(*FixtureModel::Get().backend).ok());
-    server.service().session_manager().AttachStateStore(store.get());
-  }
-};
 
 std::vector<std::string> Names(const std::string& dir) {
   std::vector<std::string> names;
@@ -102,18 +84,6 @@ TEST_CASE("forking a Complete call's temporary session writes only the child",
   for (const std::string& name : Names(dir.path() + "/chunks")) {
     CHECK(name.find(parent_id) == std::string::npos);
   }
-}
-
-// The tokens of session `id`'s state file in `dir` (-1: none readable).
-int64_t TokensOnDisk(const std::string& dir, const std::string& id) {
-  const std::string path = dir + "/sessions/" + id + ".state";
-  auto bytes = ReadWholeFile(path);
-  if (!bytes.ok()) return -1;
-  auto record = DecodeSessionRecord(*bytes, path);
-  if (!record.ok()) return -1;
-  auto state = DecodeSessionState(record->state, FixtureModel::Get().model->config());
-  if (!state.ok()) return -1;
-  return state->num_tokens;
 }
 
 TEST_CASE("a durable Append's progress reports only acknowledged tokens, which are on disk",

@@ -13,7 +13,9 @@
 #include <catch2/catch.hpp>
 
 #include "engine/sampler.h"
+#include "engine/session_state.h"
 #include "server/session_manager.h"
+#include "server/state_files.h"
 #include "server/state_store.h"
 #include "tests/server/test_util/grpc_harness.h"
 
@@ -105,6 +107,51 @@ struct DurableServer {
     return out;
   }
 };
+
+// An in-process gRPC server whose sessions are written to a state
+// directory (as drt-server --state_dir wires it), restored from it at
+// construction: a restart is a new DurableService on the same directory,
+// once the old one is destroyed.
+struct DurableService {
+  std::unique_ptr<StateStore> store;
+  InProcessServer server;
+  DurableService(const std::string& dir, ServiceOptions options,
+                 StateSync sync = StateSync::kStep)
+      : DurableService(StoreOptions(dir, sync), std::move(options)) {}
+  DurableService(const StateStoreOptions& store_options, ServiceOptions options)
+      : server(std::move(options)) {
+    auto opened = StateStore::Open(store_options, FixtureModel::Get().model->config());
+    REQUIRE(opened.ok());
+    store = *std::move(opened);
+    SessionManager& manager = server.service().session_manager();
+    auto restored = store->RestoreAll(*FixtureModel::Get().backend);
+    REQUIRE(restored.ok());
+    manager.AttachStateStore(store.get());
+    for (auto& r : restored->sessions) {
+      REQUIRE(manager.Adopt(r.id, r.settings, std::move(r.session)).ok());
+    }
+  }
+  // `sync`; interval mode with an interval of an hour: only forced writes.
+  static StateStoreOptions StoreOptions(const std::string& dir, StateSync sync) {
+    StateStoreOptions options;
+    options.dir = dir;
+    options.sync = sync;
+    options.sync_interval_ms = 3'600'000;
+    return options;
+  }
+};
+
+// The tokens of session `id`'s state file in `dir` (-1: none readable).
+inline int64_t TokensOnDisk(const std::string& dir, const std::string& id) {
+  const std::string path = dir + "/sessions/" + id + ".state";
+  auto bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return -1;
+  auto record = DecodeSessionRecord(*bytes, path);
+  if (!record.ok()) return -1;
+  auto state = DecodeSessionState(record->state, FixtureModel::Get().model->config());
+  if (!state.ok()) return -1;
+  return state->num_tokens;
+}
 
 // A session's memory figures as its backend reports them (an Appending
 // turn, so that no step runs meanwhile).
