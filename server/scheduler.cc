@@ -55,6 +55,7 @@ struct Scheduler::Planned {
   int64_t offset = 0;  // into the item's tokens
   int64_t count = 0;
   Session* session = nullptr;  // set once claimed
+  int64_t tokens_before = 0;     // the session's tokens when claimed
   absl::Status claim;          // not OK: the claim failed, the piece does not run
   int64_t tokens_following = 0;  // of the item, after this piece
   int64_t rows_skipped = 0;      // of its rows, once run
@@ -421,6 +422,7 @@ void Scheduler::EngineLoop() {
         continue;
       }
       piece.session = *session;
+      piece.tokens_before = piece.session->num_tokens();
       if (piece.offset == 0 && !piece.queued->item->entry->state_whole()) {
         piece.queued->inherited_debt = true;
         piece.queued->skipped = true;
@@ -502,6 +504,11 @@ void Scheduler::EngineLoop() {
       }
       ++item.result.steps_ran;
       if (!status.ok()) {
+        // Tokens of the step's forwards before the failing one stay applied
+        // (engine/batch_step.h), as do all of them when only the write after
+        // the step failed: counted as the session grew (0 once deleted).
+        item.done += std::clamp<int64_t>(item.item->entry->tokens() - piece.tokens_before, 0,
+                                         piece.count);
         CompleteLocked(item, status);
         continue;
       }
