@@ -114,8 +114,10 @@ class DecodeStepBudget {
   // late to send its next one, server/scheduler.h): what a decode step of
   // that many tokens would take (1 until it is measured; the fixed cap does
   // not apply, the step carries no generated token). A token that arrives
-  // while this step runs waits about (slowdown_limit - 1) x a decode step
-  // for it, instead of a whole prefill step.
+  // while this step runs waits for it about slowdown_limit x a decode step
+  // (its prefill is the (slowdown_limit - 1) x share, and the forward's
+  // fixed cost, most of a decode step on the CPU, comes on top), instead of
+  // a whole prefill step; then it runs in the next step.
   int64_t GapPrefillTokens(int64_t generating_sessions,
                            PrefillRate rate = PrefillRate::kFull) const;
 

@@ -6,12 +6,14 @@
 // Forming a step (docs/api.md, "Scheduling"):
 //   1. Items whose caller stopped them (client cancel, deadline), and every
 //      item once Refuse() was called, leave the queue without running (one
-//      whose rows skipped the upper layers first runs a closing piece: see
+//      whose rows skipped the upper layers first runs a closing stretch: see
 //      "Prefill rows skip the upper layers" below).
 //   2. Every queued decode item (one generated token) joins the step, oldest
 //      first, up to the step's token budget: decode has priority, so a
 //      generating session's next token is in the first step formed after it
-//      is submitted, whatever prefill is queued.
+//      is submitted, whatever prefill is queued, as long as no more than
+//      step_tokens generated tokens wait (beyond that the newer ones wait a
+//      step, and are the oldest in the next).
 //   3. The rest of the budget is shared equally by the queued prefill items
 //      (water-filling: an item needing less than its share leaves the rest
 //      to the others; the order that gets the odd tokens rotates each step).
