@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <vector>
 
 namespace drt::server {
@@ -18,17 +19,31 @@ double Median(std::vector<double> values) {
 
 DecodeStepBudget::DecodeStepBudget(DecodeStepBudgetOptions options) : options_(options) {}
 
-std::optional<int64_t> DecodeStepBudget::FreshDecodeKey(int64_t decode_tokens) const {
-  // The largest batch size measured that is not larger than this one.
-  auto it = decode_.upper_bound(decode_tokens);
-  if (it == decode_.begin()) return std::nullopt;
-  --it;
-  if (steps_ - it->second.measured_at >= kDecodeEstimateRefreshSteps) return std::nullopt;
-  return it->first;
+std::optional<int64_t> DecodeStepBudget::DecodeKey(int64_t decode_tokens) const {
+  // The largest batch size measured, not larger than this one, whose time is
+  // fresh: a smaller batch is not slower, so its time keeps the allowance
+  // conservative. Keys are batch sizes seen, so few (at most the sessions).
+  std::optional<int64_t> largest;  // the largest not larger, fresh or not
+  for (auto it = std::make_reverse_iterator(decode_.upper_bound(decode_tokens));
+       it != decode_.rend(); ++it) {
+    if (steps_ - it->second.measured_at < kDecodeEstimateRefreshSteps) return it->first;
+    if (!largest.has_value()) largest = it->first;
+  }
+  // None measured at or below it: this step measures it. All stale: one
+  // step measures again, at most once per kDecodeEstimateRefreshSteps steps
+  // whatever the batch sizes; until then the stale time serves. (Each size
+  // aging on its own would probe once per size every so many steps: with 16
+  // sizes varying step by step, a third of the decode steps ran without
+  // prefill; review of the scheduler, finding 2.)
+  if (!largest.has_value() || !last_measured_.has_value() ||
+      steps_ - *last_measured_ >= kDecodeEstimateRefreshSteps) {
+    return std::nullopt;
+  }
+  return largest;
 }
 
 std::optional<double> DecodeStepBudget::DecodeSeconds(int64_t decode_tokens) const {
-  const std::optional<int64_t> key = FreshDecodeKey(decode_tokens);
+  const std::optional<int64_t> key = DecodeKey(decode_tokens);
   if (!key.has_value()) return std::nullopt;
   const std::deque<double>& seconds = decode_.at(*key).seconds;
   return *std::min_element(seconds.begin(), seconds.end());
@@ -111,8 +126,9 @@ void DecodeStepBudget::Observe(int64_t decode_tokens, int64_t full, int64_t lowe
     DecodeSamples& samples = decode_[decode_tokens];
     Push(samples.seconds, seconds);
     samples.measured_at = steps_;
+    last_measured_ = steps_;
   } else if (decode_tokens > 0 && prefill_tokens > 0) {
-    if (const std::optional<int64_t> key = FreshDecodeKey(decode_tokens); key.has_value()) {
+    if (const std::optional<int64_t> key = DecodeKey(decode_tokens); key.has_value()) {
       double decode = *DecodeSeconds(decode_tokens);
       if (seconds < decode) {
         // The decode part took at most this long: the estimate was taken

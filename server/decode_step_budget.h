@@ -18,11 +18,16 @@
 //     exactly n generated tokens: the time of that step on an unloaded
 //     machine, which is what "idle" means in the target; stalls do not raise
 //     it. A step with prefill that ran faster lowers it (it was measured
-//     while the machine was slower). A batch size never measured uses the
-//     largest smaller one measured (a smaller batch is not slower, so the
-//     allowance is conservative); none, or one kDecodeEstimateRefreshSteps
-//     steps old, gives 0 prefill tokens: that step runs decode-only and
-//     measures it (a probe).
+//     while the machine was slower). A step of n uses the largest batch
+//     size measured at or below n whose time is fresh (measured within the
+//     last kDecodeEstimateRefreshSteps steps): a smaller batch is not
+//     slower, so the allowance stays conservative. None measured at or
+//     below n gives 0 prefill tokens: that step runs decode-only and
+//     measures n (a probe). All of them stale gives a probe too, but at
+//     most one per kDecodeEstimateRefreshSteps steps whatever the batch
+//     sizes (a global rate); until one is due the largest stale one serves.
+//     (A rate per batch size made a third of the decode steps probes when
+//     16 sizes alternated.)
 //   - prefill_seconds_per_token, learned separately for the two kinds of
 //     prefill token (PrefillRate): a full one runs every layer, a
 //     lower-only one (its rows lie more than the upper-layer reach before
@@ -72,10 +77,11 @@ constexpr double kDefaultDecodeSlowdownLimit = 2.0;
 constexpr int64_t kNoPrefillTokenCap = -1;
 // Samples kept per estimate.
 constexpr int kDecodeBudgetSamples = 7;
-// A decode-only time serves the steps after it until this many steps have
-// been observed since it was measured; then a step measures it again (the
-// sessions' contexts grow, the machine's load changes). While sessions
-// generate without pause, that is one decode-only step per this many.
+// A decode-only time is fresh until this many steps have been observed since
+// it was measured; then a step measures again (the sessions' contexts grow,
+// the machine's load changes), at most one per this many steps whatever the
+// batch sizes. While sessions generate without pause, that is one
+// decode-only step per this many.
 constexpr int64_t kDecodeEstimateRefreshSteps = 32;
 
 // The two kinds of prefill token a decode step carries (see above).
@@ -108,8 +114,10 @@ class DecodeStepBudget {
   // late to send its next one, server/scheduler.h): what a decode step of
   // that many tokens would take (1 until it is measured; the fixed cap does
   // not apply, the step carries no generated token). A token that arrives
-  // while this step runs waits about (slowdown_limit - 1) x a decode step
-  // for it, instead of a whole prefill step.
+  // while this step runs waits for it about slowdown_limit x a decode step
+  // (its prefill is the (slowdown_limit - 1) x share, and the forward's
+  // fixed cost, most of a decode step on the CPU, comes on top), instead of
+  // a whole prefill step; then it runs in the next step.
   int64_t GapPrefillTokens(int64_t generating_sessions,
                            PrefillRate rate = PrefillRate::kFull) const;
 
@@ -131,8 +139,8 @@ class DecodeStepBudget {
   }
 
   // The current estimates (for tests and the docs' arithmetic): the
-  // decode-only time PrefillTokens uses for `decode_tokens` (nullopt: none
-  // fresh), and the time per prefill token of kind `rate` in a decode step.
+  // decode-only time PrefillTokens uses for `decode_tokens` (nullopt: the
+  // step measures it, a probe), and the time per prefill token of kind `rate` in a decode step.
   std::optional<double> DecodeSeconds(int64_t decode_tokens) const;
   std::optional<double> PrefillSecondsPerToken(PrefillRate rate = PrefillRate::kFull) const;
 
@@ -156,14 +164,15 @@ class DecodeStepBudget {
     return rate == PrefillRate::kFull ? full_ : lower_only_;
   }
   void PushPrefill(PrefillRate rate, PrefillSample sample);
-  // The key of decode_ whose samples estimate `decode_tokens`; nullopt: none
-  // fresh.
-  std::optional<int64_t> FreshDecodeKey(int64_t decode_tokens) const;
+  // The key of decode_ whose samples estimate `decode_tokens`; nullopt: the
+  // step measures it (a probe; see the top of the file).
+  std::optional<int64_t> DecodeKey(int64_t decode_tokens) const;
   static void Push(std::deque<double>& samples, double seconds);
 
   const DecodeStepBudgetOptions options_;
   int64_t steps_ = 0;  // steps observed
   std::map<int64_t, DecodeSamples> decode_;  // by decode tokens of the step
+  std::optional<int64_t> last_measured_;     // steps_ at the last decode-only step
   std::deque<PrefillSample> full_;           // newest last
   std::deque<PrefillSample> lower_only_;     // newest last
 };

@@ -33,9 +33,17 @@ struct Scheduler::Queued {
   // least the reach + 1 of its tokens in makes the state whole (the closing
   // piece's argument, engine/model_rules.h, UpperLayerReach).
   bool inherited_debt = false;
-  // Stopped while owed: its next piece is the closing one (none following),
-  // after which it ends with this status.
+  // Stopped while owed: the item is cut short to its closing stretch, the
+  // tokens up to closing_end, and ends with this status once they ran. The
+  // stretch is prefill like any other (shares, the decode-step allowance);
+  // its pieces count their tokens following up to closing_end, so the last
+  // has none and leaves the state whole.
   absl::Status closing;
+  int64_t closing_end = 0;
+  // Where the item ends: its size, or closing_end once it is stopped.
+  int64_t end() const {
+    return closing.ok() ? static_cast<int64_t>(item->tokens.size()) : closing_end;
+  }
   // Tokens its caller may be told are done (on_progress): all of `done`,
   // except for a durable session, whose tokens count only once a step left
   // its state whole and so wrote them (SessionEntry::EndStep).
@@ -48,9 +56,9 @@ struct Scheduler::Planned {
   int64_t offset = 0;  // into the item's tokens
   int64_t count = 0;
   Session* session = nullptr;  // set once claimed
+  int64_t tokens_before = 0;     // the session's tokens when claimed
   absl::Status claim;          // not OK: the claim failed, the piece does not run
   int64_t tokens_following = 0;  // of the item, after this piece
-  bool closing = false;          // the piece that ends a stopped item
   int64_t rows_skipped = 0;      // of its rows, once run
   bool whole = true;             // it left the session's state whole (once run)
 
@@ -213,8 +221,9 @@ void Scheduler::CompleteLocked(Queued& item, absl::Status status) {
 
 std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   // 1. Items that must not run any more leave the queue; one whose session
-  // is owed its upper-layer state first runs a closing piece (below).
+  // is owed its upper-layer state is cut short to a closing stretch first.
   for (Queued* item : std::vector<Queued*>(queue_.begin(), queue_.end())) {
+    if (!item->closing.ok()) continue;  // cut short already: running its closing stretch
     const int64_t size = static_cast<int64_t>(item->item->tokens.size());
     absl::Status stop;
     if (!refusal_.ok()) {
@@ -224,7 +233,14 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
     }
     if (stop.ok()) continue;
     if (item->owed) {
+      // A closing stretch of at least the upper-layer reach (a token is at
+      // least one position) whose last piece has none following makes the
+      // state whole (engine/model_rules.h, UpperLayerReach). An item none of
+      // whose rows skipped the upper layers is owed only its last logits
+      // (drt::RunStepSkipsLastLogits): one token, none following, makes them.
+      const int64_t owed = item->skipped ? backend_.upper_layer_reach() + 1 : 1;
       item->closing = std::move(stop);
+      item->closing_end = std::min(size, item->done + owed);
     } else {
       CompleteLocked(*item, std::move(stop));
     }
@@ -236,9 +252,7 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   // A session at most once per step (engine/batch_step.h); the caller's
   // activity claim makes a second item of one session impossible anyway.
   std::set<const SessionEntry*> in_step;
-  auto remaining = [](const Queued* q) {
-    return static_cast<int64_t>(q->item->tokens.size()) - q->done;
-  };
+  auto remaining = [](const Queued* q) { return q->end() - q->done; };
 
   // 2. Decode first, oldest first.
   int64_t decode_tokens = 0;
@@ -252,24 +266,12 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
     decode_tokens += count;
   }
 
-  // Stopped items owed their upper-layer state: a closing piece of at least
-  // the upper-layer reach (a token is at least one position), none
-  // following, makes it whole (engine/model_rules.h, UpperLayerReach). An
-  // item none of whose rows skipped the upper layers is owed only its last
-  // logits (drt::RunStepSkipsLastLogits): one token, none following, makes
-  // them. It runs whatever the budget: it is short and ends the item.
-  for (Queued* item : queue_) {
-    if (item->closing.ok() || !in_step.insert(item->item->entry).second) continue;
-    const int64_t count =
-        std::min(remaining(item), item->skipped ? backend_.upper_layer_reach() + 1 : 1);
-    Planned piece = Planned::Next(item, count);
-    piece.closing = true;
-    plan.push_back(piece);
-    left = std::max<int64_t>(0, left - count);
-  }
-
   // 3. Prefill shares the rest equally; whoever needs less leaves the
-  // remainder to the others.
+  // remainder to the others. An item cut short to its closing stretch is
+  // one of them (it needs only the stretch): under the same allowance, so
+  // a step that carries decode stays within its limit, and its cap of 0
+  // holds (a closing stretch then waits for a step without decode, as all
+  // prefill does).
   std::vector<Queued*> prefill;
   for (Queued* item : queue_) {
     if (item->item->kind == WorkKind::kPrefill && in_step.insert(item->item->entry).second) {
@@ -368,10 +370,12 @@ bool Scheduler::PredictedLowerOnly(const Planned& piece) const {
 }
 
 int64_t Scheduler::TokensFollowing(const Queued& item, int64_t count) const {
-  const int64_t size = static_cast<int64_t>(item.item->tokens.size());
   const int64_t end = item.done + count;
-  const int64_t following = size - end;
-  if (!item.item->entry->durable()) return following;
+  const int64_t following = item.end() - end;
+  // A closing stretch lies within the reach: its pieces run every layer
+  // where needed, and its last, none following, leaves the state whole
+  // (written, for a durable session).
+  if (!item.closing.ok() || !item.item->entry->durable()) return following;
   // A durable session is written only at whole states, so its item is cut
   // into stretches of durable_ack_tokens: a piece that reaches the end of
   // its stretch has none following (it runs every layer where needed and
@@ -419,6 +423,7 @@ void Scheduler::EngineLoop() {
         continue;
       }
       piece.session = *session;
+      piece.tokens_before = piece.session->num_tokens();
       if (piece.offset == 0 && !piece.queued->item->entry->state_whole()) {
         piece.queued->inherited_debt = true;
         piece.queued->skipped = true;
@@ -515,6 +520,11 @@ void Scheduler::EngineLoop() {
       }
       ++item.result.steps_ran;
       if (!status.ok()) {
+        // Tokens of the step's forwards before the failing one stay applied
+        // (engine/batch_step.h), as do all of them when only the write after
+        // the step failed: counted as the session grew (0 once deleted).
+        item.done += std::clamp<int64_t>(item.item->entry->tokens() - piece.tokens_before, 0,
+                                         piece.count);
         CompleteLocked(item, status);
         continue;
       }
@@ -525,7 +535,7 @@ void Scheduler::EngineLoop() {
       const int64_t size = static_cast<int64_t>(item.item->tokens.size());
       if (item.done == size) {
         CompleteLocked(item, absl::OkStatus());
-      } else if (piece.closing) {
+      } else if (item.done == item.end()) {  // the end of its closing stretch
         absl::Status closing = std::move(item.closing);
         if (closing.code() == absl::StatusCode::kCancelled && refusal_.ok()) {
           closing = StoppedByCaller(item.done, size);  // the count it ends with

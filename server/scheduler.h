@@ -6,12 +6,14 @@
 // Forming a step (docs/api.md, "Scheduling"):
 //   1. Items whose caller stopped them (client cancel, deadline), and every
 //      item once Refuse() was called, leave the queue without running (one
-//      whose rows skipped the upper layers first runs a closing piece: see
+//      whose rows skipped the upper layers first runs a closing stretch: see
 //      "Prefill rows skip the upper layers" below).
 //   2. Every queued decode item (one generated token) joins the step, oldest
 //      first, up to the step's token budget: decode has priority, so a
 //      generating session's next token is in the first step formed after it
-//      is submitted, whatever prefill is queued.
+//      is submitted, whatever prefill is queued, as long as no more than
+//      step_tokens generated tokens wait (beyond that the newer ones wait a
+//      step, and are the oldest in the next).
 //   3. The rest of the budget is shared equally by the queued prefill items
 //      (water-filling: an item needing less than its share leaves the rest
 //      to the others; the order that gets the odd tokens rotates each step).
@@ -42,11 +44,15 @@
 //     steps are formed the same way either way and no step mixes slices
 //     that skip with slices that do not; to the last bits of the rows'
 //     GEMMs otherwise, docs/batching.md "Lower-only slices in mixed steps");
-//   - an item stopped (should_stop, Refuse) after such a piece first runs
-//     one more piece with none following (or all it has left), which makes
-//     the state whole again, then ends: of at least the reach + 1 tokens
-//     when rows of the item skipped the upper layers, of one token when
-//     only its last logits are owed;
+//   - an item stopped (should_stop, Refuse) after such a piece is cut short
+//     to a closing stretch, then ends: its next reach + 1 tokens when rows
+//     of the item skipped the upper layers, one token when only its last
+//     logits are owed (or all it has left). The stretch is prefill as any
+//     other (step 3 and the decode-step allowance below: a closing stretch
+//     does not lengthen a decode step), so it may run over several steps;
+//     its pieces count their tokens following to the stretch's end, so
+//     each lies within the reach of it, and its last has none following
+//     and makes the state whole again. The item ends only then;
 //   - an item that fails after such a piece (an engine error) leaves the
 //     state short: the step is marked not whole (SessionEntry::EndStep),
 //     and SessionEntry::CheckStateWhole refuses Generate, Fork and Save by

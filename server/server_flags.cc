@@ -100,8 +100,10 @@ ABSL_FLAG(int64_t, shutdown_grace_seconds, 10,
 ABSL_FLAG(int64_t, step_tokens, 0,
           "the step size, the one knob of it: tokens per engine step, shared by the sessions in "
           "it; it also sets the backend's forward size (these tokens with their landmarks, whole "
-          "chunks). 0: the backend's own (1008 tokens, 1024 positions). Larger steps ingest long "
-          "prompts with less overhead per token and take more memory (docs/api.md, Scheduling)");
+          "chunks). 0: the backend's own (1008 tokens, 1024 positions); at most 1048576. Larger "
+          "steps ingest long prompts with less overhead per token and take more memory; every "
+          "waiting generated token joins the next step only up to this many (docs/api.md, "
+          "Scheduling)");
 ABSL_FLAG(double, decode_slowdown_limit, drt::server::kDefaultDecodeSlowdownLimit,
           "a step that carries generated tokens takes only as many prefill tokens (at least "
           "one) as keep its predicted time within this many times a decode-only step, from "
@@ -163,6 +165,13 @@ absl::Status CheckAtLeast(const char* flag, int64_t value, int64_t minimum) {
   if (value >= minimum) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("--", flag, "=", value, ": must be at least ", minimum));
+}
+
+absl::Status CheckAtMost(const char* flag, int64_t value, int64_t maximum,
+                         absl::string_view why) {
+  if (value <= maximum) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, "=", value, ": must be at most ", maximum, " (", why, ")"));
 }
 
 absl::StatusOr<int> ParsePort(absl::string_view text, absl::string_view address) {
@@ -316,6 +325,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   check(CheckAtLeast("idle_ttl_seconds", config.service.idle_ttl_seconds, 1));
   config.service.step_tokens = absl::GetFlag(FLAGS_step_tokens);
   check(CheckAtLeast("step_tokens", config.service.step_tokens, 0));
+  check(CheckAtMost("step_tokens", config.service.step_tokens, kMaxStepTokens,
+                    "tokens per engine step; the backend sizes its forwards for them"));
   config.service.decode_slowdown_limit = absl::GetFlag(FLAGS_decode_slowdown_limit);
   if (const double limit = config.service.decode_slowdown_limit; !(limit == 0 || limit >= 1) ||
                                                                   std::isinf(limit)) {

@@ -26,6 +26,13 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address);
 // The inverse of ParseHostPort (brackets IPv6 hosts).
 std::string FormatHostPort(const HostPort& address);
 
+// The most --step_tokens takes: tokens per engine step. The backend sizes a
+// forward's buffers for that many (with their landmarks), so a larger value
+// is a typo that would allocate for it, and INT64_MAX would overflow the
+// conversion to positions (StepPositionsForTokens). 2^20 is 260 times the
+// largest step measured (4032 tokens, docs/state_format.md).
+constexpr int64_t kMaxStepTokens = int64_t{1} << 20;
+
 struct ServerConfig {
   std::string grpc_address;      // as gRPC takes it: host:port or unix:path
   std::optional<HostPort> http;  // empty: no HTTP endpoint

@@ -2,6 +2,11 @@
 // hand-computed cases: step times are fed in directly, nothing is timed.
 // The times are binary fractions (1, 0.125, ...) so that the arithmetic is
 // exact and the floor() in the policy lands where the hand computation says.
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
 #include <catch2/catch.hpp>
 
 #include "server/decode_step_budget.h"
@@ -151,6 +156,79 @@ TEST_CASE("decode step budget: a decode-only time measured kDecodeEstimateRefres
   DecodeStepBudget fresh = Budget(0.0);
   fresh.Observe(1, 5, 1.0);
   CHECK_FALSE(fresh.PrefillSecondsPerToken().has_value());
+}
+
+TEST_CASE("decode step budget: a stale decode-only time serves until a measurement is due, at "
+          "most one per kDecodeEstimateRefreshSteps steps whatever the batch sizes",
+          "[server][decode_budget]") {
+  DecodeStepBudget budget = Budget();
+  budget.Observe(1, 0, 1.0);  // step 0
+  for (int64_t step = 1; step < 20; ++step) budget.Observe(1, 1, 1.125);
+  budget.Observe(2, 0, 1.5);  // step 20: the last decode-only step
+  for (int64_t step = 21; step < kDecodeEstimateRefreshSteps; ++step) {
+    budget.Observe(2, 1, 1.625);
+  }
+  // Step 32: the time of 1 is stale, but a step measured 12 steps ago: it
+  // still serves (one time per batch size aging on its own measured 1 again).
+  CHECK(budget.DecodeSeconds(1) == 1.0);
+  CHECK(budget.PrefillTokens(1) > 0);
+  CHECK(budget.DecodeSeconds(2) == 1.5);  // fresh
+  CHECK(budget.DecodeSeconds(3) == 1.5);  // the nearest fresh one at or below
+  for (int64_t step = kDecodeEstimateRefreshSteps; step < 20 + kDecodeEstimateRefreshSteps;
+       ++step) {
+    budget.Observe(2, 1, 1.625);
+  }
+  // Step 52: both stale, the last measurement 32 steps ago: measure now.
+  CHECK_FALSE(budget.DecodeSeconds(1).has_value());
+  CHECK(budget.PrefillTokens(2) == 0);
+  budget.Observe(2, 0, 1.5);
+  // The size measured serves the larger ones; a smaller one is never served
+  // by a larger size's time (it would overstate it), so it is measured at
+  // once, rate or not.
+  CHECK(budget.DecodeSeconds(7) == 1.5);
+  CHECK(budget.PrefillTokens(1) > 0);  // the stale time of 1 serves again
+  DecodeStepBudget smaller = Budget();
+  smaller.Observe(4, 0, 2.0);
+  CHECK(smaller.PrefillTokens(3) == 0);
+}
+
+TEST_CASE("decode step budget: with the batch size varying step by step, a decode-only step "
+          "(probe) runs once per kDecodeEstimateRefreshSteps steps, not once per size",
+          "[server][decode_budget]") {
+  // A decode-only step of n tokens takes 1 + n / 64 s, each prefill token
+  // 0.125 s more. 32 sizes, 33 to 64, each measured once, then 640 steps
+  // whose sizes run through them in a new random order every 32 steps (as
+  // handlers missing the resubmit wait, or sessions starting and stopping,
+  // make them vary).
+  auto decode_seconds = [](int64_t n) { return 1.0 + static_cast<double>(n) / 64; };
+  DecodeStepBudget budget = Budget();
+  std::vector<int64_t> sizes(32);
+  std::iota(sizes.begin(), sizes.end(), 33);
+  for (int64_t n : sizes) budget.Observe(n, 0, decode_seconds(n));
+  std::mt19937 rng(7);
+  constexpr int64_t kSteps = 640;
+  int64_t probes = 0;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    if (step % 32 == 0) std::shuffle(sizes.begin(), sizes.end(), rng);
+    const int64_t n = sizes[step % 32];
+    const int64_t prefill = budget.PrefillTokens(n);
+    if (prefill == 0) {
+      ++probes;
+      budget.Observe(n, 0, decode_seconds(n));
+      continue;
+    }
+    // The time that serves is one measured at or below n: not above n's.
+    INFO("step " << step << ", " << n << " decode tokens");
+    REQUIRE(budget.DecodeSeconds(n).has_value());
+    CHECK(*budget.DecodeSeconds(n) <= decode_seconds(n));
+    budget.Observe(n, prefill, decode_seconds(n) + 0.125 * static_cast<double>(prefill));
+  }
+  // One every 32 steps: 20 (the last measurement of the first 32 was 32
+  // steps before the first of these). Each size aging on its own made 407
+  // of the 640 probes (a Python model of that rule; /tmp/probe_sim.py of
+  // the scheduler review gives 50.8 % for 32 sizes).
+  CHECK(probes <= kSteps / kDecodeEstimateRefreshSteps);
+  CHECK(probes >= kSteps / kDecodeEstimateRefreshSteps - 1);
 }
 
 TEST_CASE("decode step budget: a step formed while sessions generate but without their tokens "

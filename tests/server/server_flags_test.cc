@@ -71,19 +71,32 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     REQUIRE(off.ok());
     CHECK_FALSE(off->mixed_lower_only_forwards);
   }
-  SECTION("--step_tokens: 0 (the engine's step size) by default, a count, never negative") {
+  SECTION("--step_tokens: 0 (the engine's step size) by default, a count, never negative, at "
+          "most 2^20") {
     CHECK(config->service.step_tokens == 0);
-    {
-      ScopedFlag step("step_tokens", "512");
-      auto small = ServerConfigFromFlags();
-      REQUIRE(small.ok());
-      CHECK(small->service.step_tokens == 512);
+    for (const char* good : {"512", "1048576"}) {
+      ScopedFlag step("step_tokens", good);
+      auto parsed = ServerConfigFromFlags();
+      REQUIRE(parsed.ok());
+      CHECK(parsed->service.step_tokens == std::stoll(good));
     }
-    ScopedFlag step("step_tokens", "-1");
-    auto refused = ServerConfigFromFlags();
-    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
-    CHECK(refused.status().message().find("--step_tokens=-1: must be at least 0") !=
-          std::string::npos);
+    {
+      ScopedFlag step("step_tokens", "-1");
+      auto refused = ServerConfigFromFlags();
+      CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+      CHECK(refused.status().message().find("--step_tokens=-1: must be at least 0") !=
+            std::string::npos);
+    }
+    // Above it, up to INT64_MAX (which overflowed the conversion to forward
+    // positions in main): refused by name, with the limit.
+    for (const char* bad : {"1048577", "9223372036854775807"}) {
+      INFO(bad);
+      ScopedFlag step("step_tokens", bad);
+      auto refused = ServerConfigFromFlags();
+      CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+      CHECK(refused.status().message().find(std::string("--step_tokens=") + bad +
+                                            ": must be at most 1048576") != std::string::npos);
+    }
   }
   SECTION("--decode_slowdown_limit: 2 by default, at least 1 or 0 (off); "
           "--decode_step_prefill_tokens: -1 (no cap) by default, never below -1") {

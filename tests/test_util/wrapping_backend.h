@@ -62,8 +62,17 @@ class WrappingBackend final : public Backend {
   void Refuse(const BackendSession* session, absl::Status status) {
     refused_[session] = std::move(status);
   }
+  // PrepareSessionForStep runs the wrapped backend's for `session` on its
+  // next `calls` calls, then answers `status` (a step that refuses the
+  // session in its second forward: `calls` 1).
+  void RefuseAfter(const BackendSession* session, int calls, absl::Status status) {
+    refused_after_[session] = {calls, std::move(status)};
+  }
   // PrepareSessionForStep runs the wrapped backend's for `session` again.
-  void Allow(const BackendSession* session) { refused_.erase(session); }
+  void Allow(const BackendSession* session) {
+    refused_.erase(session);
+    refused_after_.erase(session);
+  }
   // Every PrepareSessionForStep call: the session and the end position.
   const std::vector<std::pair<const BackendSession*, int64_t>>& prepared() const {
     return prepared_;
@@ -95,6 +104,10 @@ class WrappingBackend final : public Backend {
     prepared_.emplace_back(&session, end_position);
     auto it = refused_.find(&session);
     if (it != refused_.end()) return it->second;
+    if (auto later = refused_after_.find(&session); later != refused_after_.end()) {
+      if (later->second.first == 0) return later->second.second;
+      --later->second.first;
+    }
     return inner_->PrepareSessionForStep(static_cast<WrappedSession&>(session).inner(),
                                          end_position);
   }
@@ -102,6 +115,7 @@ class WrappingBackend final : public Backend {
  private:
   std::unique_ptr<Backend> inner_;
   std::map<const BackendSession*, absl::Status> refused_;
+  std::map<const BackendSession*, std::pair<int, absl::Status>> refused_after_;
   std::vector<std::pair<const BackendSession*, int64_t>> prepared_;
 };
 
