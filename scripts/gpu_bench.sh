@@ -685,11 +685,14 @@ run_bench() {
   local out
   out=$(mktemp)
   "$build/bench/drt-bench" "${bench_args[@]}" >"$out" 2>&1 &
-  local pid=$! peak=0 used stopped= end=$((SECONDS + limit_s))
+  # peak stays empty until nvidia-smi lists the process: in a container (PID
+  # namespace) or a run shorter than the poll it never does, and the tables
+  # then show n/a rather than a measured-looking 0 (review-toolsfix #1).
+  local pid=$! peak= used stopped= end=$((SECONDS + limit_s))
   while kill -0 "$pid" 2>/dev/null; do
     used=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
              2>/dev/null | awk -F', ' -v p="$pid" '$1 == p {print $2}')
-    [[ -n "$used" && "$used" -gt "$peak" ]] && peak=$used
+    [[ -n "$used" && "$used" -gt "${peak:-0}" ]] && peak=$used
     if ((SECONDS >= end)); then
       stopped=1
       kill -TERM "$pid" 2>/dev/null || true
@@ -716,7 +719,8 @@ run_bench() {
     return 0
   fi
   local line
-  line="$(grep '^bench_result ' "$out") gpu_peak_mib=$peak"
+  line=$(grep '^bench_result ' "$out")
+  [[ -n "$peak" ]] && line+=" gpu_peak_mib=$peak"
   [[ -n "$bench_results" ]] && echo "drt-bench $*: $line" >>"$bench_results"
   echo "$line"
   rm -f "$out"

@@ -52,8 +52,18 @@ log=$(mktemp -t drt-server.XXXXXX)
 server_pid=
 client_pid=
 cleanup() {
+  # The client first: on SIGTERM it deletes its session (one DeleteSession,
+  # 10 s deadline), so it gets up to 12 s before the server stops; stopping
+  # both at once left it printing after the script returned
+  # (review-toolsfix #4). A client still running then is killed.
   if [[ -n "$client_pid" ]]; then
     kill -TERM "$client_pid" 2>/dev/null || true
+    local end=$((SECONDS + 12))  # by the clock: 120 polls of 0.1 s took 17 s under load
+    while ((SECONDS < end)) && kill -0 "$client_pid" 2>/dev/null; do
+      sleep 0.1
+    done
+    kill -KILL "$client_pid" 2>/dev/null || true
+    wait "$client_pid" 2>/dev/null || true
   fi
   if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true

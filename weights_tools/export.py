@@ -181,8 +181,9 @@ def as_stored(value, storage):
 
 def check_range(name, value, dtype, storage):
     """Refuses a tensor whose finite values become infinities in `storage`
-    (|x| > 65504 in f16; about 3.39e38 in bf16), which drt-server would then
-    refuse as a corrupt or diverged checkpoint (review-tools #4)."""
+    (|x| >= 65520 in f16: values up to there round to its largest, 65504;
+    about 3.39e38 in bf16), which drt-server would then refuse as a corrupt
+    or diverged checkpoint (review-tools #4)."""
     if np.isfinite(as_stored(value, storage)).all():
         return
     largest = float(np.abs(value).max())

@@ -78,7 +78,7 @@ def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", 
 def parse_mix(text):
     """'lm:0.3,passkey:0.3,...' -> (kinds, probabilities); ValueError naming
     the bad entry (weights finite, not negative, not all 0: "lm:0" gave NaN
-    probabilities)."""
+    probabilities; their sum finite)."""
     kinds, probs = [], []
     for part in text.split(","):
         k, _, w = part.partition(":")
@@ -92,8 +92,11 @@ def parse_mix(text):
             raise ValueError(f"--mix: weight {w!r} of {k} must be a finite number >= 0")
         kinds.append(k)
         probs.append(weight)
-    if sum(probs) <= 0:
+    total = sum(probs)
+    if total <= 0:
         raise ValueError(f"--mix: the weights of {text!r} add up to 0")
+    if not np.isfinite(total):  # finite weights can overflow: 1e308 twice gave all-0 probabilities
+        raise ValueError(f"--mix: the weights of {text!r} add up to {total} (too large); use smaller ones")
     probs = np.array(probs) / sum(probs)
     return kinds, probs
 

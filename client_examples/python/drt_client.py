@@ -792,10 +792,14 @@ def run(args, pb, pb_grpc, grpc):
     pieces, expected, passkey, description = make_prompt(args, info)
     print(f"prompt: {description}", flush=True)
 
-    session_id = retrier.unary("CreateSession", lambda: stub.CreateSession(
-        pb.CreateSessionRequest(), metadata=metadata, timeout=UNARY_DEADLINE_SECONDS)).session_id
-    print(f"session: {session_id} ({SESSION_HEADER}: {key})", flush=True)
+    # The try covers CreateSession and the print after it: a signal landing
+    # once the session exists still deletes it (review-toolsfix #2). One
+    # during the CreateSession call itself leaves no id to delete.
+    session_id = None
     try:
+        session_id = retrier.unary("CreateSession", lambda: stub.CreateSession(
+            pb.CreateSessionRequest(), metadata=metadata, timeout=UNARY_DEADLINE_SECONDS)).session_id
+        print(f"session: {session_id} ({SESSION_HEADER}: {key})", flush=True)
         # A new session holds no tokens.
         summary, append_seconds, resumes = append(pb, stub, session_id, pieces, expected, metadata, args,
                                                   retrier, info.tokenizer == "bytes", base_tokens=0)
@@ -812,12 +816,12 @@ def run(args, pb, pb_grpc, grpc):
         # the retries end here; the session is deleted with one attempt, and
         # a second signal during it exits without waiting (main()).
         retrier.interrupted = True
-        if not args.keep_session:
+        if session_id is not None and not args.keep_session:
             print(f"\ndrt_client: interrupted; deleting session {session_id} (again to exit at once)",
                   file=sys.stderr, flush=True)
         raise
     finally:
-        if not args.keep_session:
+        if session_id is not None and not args.keep_session:
             delete_session(pb, stub, session_id, metadata, retrier)
 
     reason = pb.FinishReason.Name(done.finish_reason).removeprefix("FINISH_REASON_").lower() if done else "none"
@@ -851,9 +855,10 @@ def main(argv=None):
     except ImportError as e:
         sys.exit(f"drt_client: {e}. Use Debian's /usr/bin/python3 with python3-grpcio, and build the "
                  f"stubs (bash scripts/build.sh) or point --stubs at them")
-    # Installed here, where the KeyboardInterrupt it raises is caught below.
-    signal.signal(signal.SIGTERM, terminate)
     try:
+        # Installed inside the try: a SIGTERM handled right after the install
+        # raises KeyboardInterrupt here, where it is caught (review-toolsfix #3).
+        signal.signal(signal.SIGTERM, terminate)
         return run(args, pb, pb_grpc, grpc)
     except grpc.RpcError as e:
         print(f"drt_client: {e.code().name}: {e.details()}", file=sys.stderr)

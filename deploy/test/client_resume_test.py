@@ -51,17 +51,23 @@ restarts") is played where a real server cannot be steered as precisely
   retried on); with DeleteSession answering UNAVAILABLE too, the cleanup
   gets one attempt and the client still exits at once (review-tools #2: the
   Python client retried it for --retry-seconds, and SIGTERM killed it with
-  the session left behind).
+  the session left behind);
+- created (Python client): SIGTERM right after CreateSession answered, while
+  the session line is printed, still deletes the session (review-toolsfix #2).
 
     client_resume_test.py --cpp-client build/client_examples/drt-client --stubs build/python
 """
 import argparse
+import array
+import fcntl
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 from concurrent import futures
@@ -78,6 +84,8 @@ HELD = 2501
 FOREIGN = 10_000
 # The "lost" case: the session holds this many fewer than acknowledged.
 LOST = 300
+# fcntl's F_GETPIPE_SZ (Linux; in the fcntl module from Python 3.10 only).
+F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
 
 class StandIn:
@@ -93,11 +101,12 @@ class StandIn:
                                     pad_id=256, chunk_id=257, enc_chunk_size=64, max_context_tokens=1 << 20)
 
             def CreateSession(self, request, context):
-                return pb.CreateSessionResponse(session_id="s1")
+                outer.created.set()
+                return pb.CreateSessionResponse(session_id=outer.session_id)
 
             def DeleteSession(self, request, context):
                 with outer.lock:
-                    outer.deletes += 1
+                    outer.deletes += request.session_id == outer.session_id
                 if outer.mode == "interrupt-down":  # the server is still away
                     context.abort(grpc.StatusCode.UNAVAILABLE, "the stand-in is down")
                 return pb.DeleteSessionResponse()
@@ -164,13 +173,52 @@ class StandIn:
         self.servicer = Servicer()
 
     def reset(self, mode, tokenizer="bytes", cuts=0, generate_cuts=0, code=None,
-              details="cut by the stand-in", busy_reports=0):
+              details="cut by the stand-in", busy_reports=0, session_id="s1"):
         with self.lock:
+            self.session_id, self.created = session_id, threading.Event()
             self.mode, self.tokenizer = mode, tokenizer
             self.cuts, self.generate_cuts = cuts, generate_cuts
             self.cut_status = (code or self.grpc.StatusCode.UNAVAILABLE, details)
             self.busy_reports = busy_reports
             self.held, self.appends, self.generates, self.deletes = [], 0, 0, 0
+
+
+def signal_after_create(checks, stand_in, command):
+    """SIGTERM right after CreateSession answered, while the client prints the
+    session line (review-toolsfix #2: that print was outside the try, so the
+    session was left behind). To hold the client there, the session id is
+    longer than the stdout pipe holds and nothing reads stdout until the pipe
+    is full; the client then waits in that print's write."""
+    long_id = "s" * (1 << 20)  # 1 MiB: more than a pipe holds (64 KiB by default, 1 MiB at most)
+    stand_in.reset("created", session_id=long_id)
+    client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    capacity = fcntl.fcntl(client.stdout.fileno(), F_GETPIPE_SZ)
+    # Full: within a page of the capacity (the short lines before it leave
+    # part of a page unused: 61,645 of 65,536 bytes here) and not growing.
+    page = os.sysconf("SC_PAGE_SIZE")
+    held, last, still_since = array.array("i", [0]), -1, time.monotonic()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and client.poll() is None:
+        fcntl.ioctl(client.stdout.fileno(), termios.FIONREAD, held, True)
+        if held[0] != last:
+            last, still_since = held[0], time.monotonic()
+        if stand_in.created.is_set() and held[0] > capacity - page and time.monotonic() - still_since > 0.5:
+            break
+        time.sleep(0.05)
+    full = held[0] > capacity - page
+    client.send_signal(signal.SIGTERM)
+    try:
+        out, err = client.communicate(timeout=30)
+        code = client.returncode
+    except subprocess.TimeoutExpired:
+        client.kill()
+        out, err = client.communicate()
+        code = None
+    out = re.sub("s{100,}", "<the session id>", out + err)
+    checks.expect(full and code == 130 and stand_in.deletes == 1 and "Traceback" not in out,
+                  f"python, SIGTERM while printing the session line (right after CreateSession, stdout pipe "
+                  f"full: {held[0]:,} of {capacity:,} bytes) exits 130 (exit {code}) and deletes the session "
+                  f"({stand_in.deletes} DeleteSession of its id)", out[-2500:])
 
 
 def main():
@@ -361,6 +409,9 @@ def main():
                                   f"is about 0.8 s) and deletes the session with "
                                   f"{'one attempt, the server still down' if down else 'it up'} "
                                   f"({stand_in.deletes} DeleteSession)", out[-2500:])
+
+                if name == "python":
+                    signal_after_create(checks, stand_in, base + [flag["ids"], ids_file])
 
                 code, out = run("no-retry", [flag["ids"], ids_file, flag["retry"], "-1"])
                 checks.expect(code != 0 and "must be positive" in out and "Traceback" not in out,

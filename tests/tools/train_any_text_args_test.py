@@ -93,6 +93,8 @@ def main():
             ("eval-no-prompts", ["--eval", "4096"], "--eval: '4096' is not length:prompts"),
             ("final-eval-zero", ["--final_eval", "2048:0"], "--final_eval: '2048:0': length and prompts"),
             ("mix-zero", ["--mix", "lm:0"], "--mix: the weights of 'lm:0' add up to 0"),
+            ("mix-sum-inf", ["--mix", "lm:1e308,keyed:1e308"],
+             "--mix: the weights of 'lm:1e308,keyed:1e308' add up to inf (too large)"),
             ("mix-nan", ["--mix", "lm:nan,keyed:1"], "--mix: weight 'nan' of lm must be a finite number"),
             ("mix-no-weight", ["--mix", "lm"], "--mix: 'lm' is not kind:weight"),
             ("mix-unknown", ["--mix", "lm:1,needle:1"], "--mix: unknown kind 'needle'"),
