@@ -31,6 +31,11 @@ absl::StatusOr<SessionState> Session::ExportState() const {
   return state;
 }
 
+// A mapping `map` refuses is no error here (MapLeadingUnits,
+// engine/mapped_chunks.h): its chunks and all after it are read instead, and
+// nothing reports it or checks a memory budget for them. A caller that needs
+// either watches `map`, as the server's start-up restore does
+// (server/restore_mapped.h; the only caller that passes a `map`).
 absl::StatusOr<std::unique_ptr<Session>> Session::Restore(Backend& backend,
                                                           const SessionState& state,
                                                           const ChunkReader& read,

@@ -64,19 +64,21 @@ StateStoreOptions FailingOptions(const std::string& dir, std::set<std::string> n
 }
 
 // Options whose restore of session `id` maps its first `units` blocks and
-// then fails every mapping (vm.max_map_count reached part-way).
-StateStoreOptions MapFailsAfter(const std::string& dir, const std::string& id, int units) {
+// then fails every mapping with `error` (by default as mmap does at
+// vm.max_map_count, reached part-way).
+StateStoreOptions MapFailsAfter(
+    const std::string& dir, const std::string& id, int units,
+    absl::Status error = absl::ResourceExhaustedError(
+        "cannot map chunks: Cannot allocate memory (test)")) {
   StateStoreOptions options = DurableOptions(dir);
-  options.restore_io_for_test = [id, units](std::string_view restoring, ChunkMapper& map,
-                                            ChunkReader&) {
+  options.restore_io_for_test = [id, units, error](std::string_view restoring, ChunkMapper& map,
+                                                   ChunkReader&) {
     if (restoring != id) return;
     REQUIRE(map != nullptr);
     auto mapped = std::make_shared<int>(0);
-    map = [inner = map, mapped, units](int64_t first, int64_t count)
+    map = [inner = map, mapped, units, error](int64_t first, int64_t count)
         -> absl::StatusOr<std::shared_ptr<const MappedChunks>> {
-      if (*mapped >= units) {
-        return absl::ResourceExhaustedError("cannot map chunks: Cannot allocate memory (test)");
-      }
+      if (*mapped >= units) return error;
       ++*mapped;
       return inner(first, count);
     };
@@ -178,6 +180,21 @@ TEST_CASE("a session whose mappings fail part-way at start-up keeps the blocks i
     REQUIRE(server.report.quarantined.empty());
     REQUIRE(Memory(server, id).mapped_chunk_bytes == 4 * block_rows);
   }
+  SECTION("a fork made after it maps the blocks its parent could not, from the first unmapped") {
+    // The store records the mapped prefix (chunks_mapped = 64) for the
+    // fork, which shares the parent's log and its mapped block 0, and is
+    // not stopped by the parent's failed mapping: its first write maps
+    // blocks 1 and 2. (A prefix recorded as 192, the closed whole blocks,
+    // would leave them in its RAM.)
+    DurableServer server(MapFailsAfter(dir.path(), id, 1));
+    REQUIRE(server.report.quarantined.empty());
+    const std::string fork = server.Fork(id);
+    const SessionMemory m = Memory(server, fork);
+    REQUIRE(m.mapped_chunk_bytes == 3 * block_rows);
+    REQUIRE(m.chunk_store_bytes == block_rows);  // only the open block in RAM
+    REQUIRE(Memory(server, id).mapped_chunk_bytes == block_rows);  // the parent maps no more
+    REQUIRE(server.Greedy(fork, 8) == next);
+  }
   SECTION("a host budget that fits the chunks left but not all of them restores it") {
     // Two blocks mapped: 252 - 128 = 124 chunks to read. The budget holds
     // those (and the session's RAM afterwards: 2 blocks of rows, landmarks,
@@ -219,6 +236,103 @@ TEST_CASE("a session whose mappings fail part-way at start-up keeps the blocks i
     REQUIRE(*reads == 0);
     REQUIRE(QuarantinedFiles(dir.path(), id) == std::set<std::string>{id + ".state", id + ".log"});
     REQUIRE(server.Tokens().empty());
+  }
+  SECTION("out of file descriptors part-way: the line says to raise the open-file limit") {
+    SessionLimits limits = testing::DurableLimits();
+    limits.host_memory_budget_bytes = 120 * per_chunk;  // < 124 chunks
+    DurableServer server(
+        MapFailsAfter(dir.path(), id, 2,
+                      absl::FailedPreconditionError(
+                          "cannot open x.log to map its chunks: Too many open files (test)")),
+        limits);
+    REQUIRE(server.report.quarantined.size() == 1);
+    const std::string& line = server.report.quarantined[0];
+    INFO(line);
+    REQUIRE_THAT(line, Contains("Too many open files (test)"));
+    REQUIRE_THAT(line, Contains("ulimit -n"));
+    REQUIRE_THAT(line, !Contains("vm.max_map_count"));
+  }
+}
+
+TEST_CASE("a fork whose first unmapped block spans its parent's log and its own reads across both",
+          "[state_store][restore_failure]") {
+  FixtureModel& f = FixtureModel::Get();
+  const ModelConfig& config = f.model->config();
+  const int64_t chunk = f.chunk_size();
+  const size_t block_rows = cpu::ChunkStore::kChunksPerBlock * config.enc_chunk_size *
+                            config.hidden_size * sizeof(float);
+  drt::testing::TempDir dir;
+  std::string parent, fork;
+  std::pair<std::vector<int32_t>, std::vector<float>> next;
+  {
+    DurableServer server(dir.path());
+    parent = server.Create();
+    server.Append(parent, RandomTokens(100 * chunk + 2, 61));
+    fork = server.Fork(parent);  // names the parent's log (100 chunks), then its own
+    server.Append(fork, RandomTokens(60 * chunk, 62));
+    // 160 closed chunks: block 1, [64, 128), is 36 of the parent's log and
+    // 28 of the fork's.
+    REQUIRE(Memory(server, fork).mapped_chunk_bytes == 2 * block_rows);
+    next = GreedyOnFork(server, fork, 8);
+  }
+  DurableServer server(MapFailsAfter(dir.path(), fork, 1));
+  INFO((server.report.quarantined.empty() ? "" : server.report.quarantined[0]));
+  REQUIRE(server.report.quarantined.empty());
+  const SessionMemory m = Memory(server, fork);
+  REQUIRE(m.mapped_chunk_bytes == block_rows);
+  REQUIRE(m.chunk_store_bytes == 2 * block_rows);  // block 1 read in, and the open one
+  REQUIRE(server.Greedy(fork, 8) == next);          // exact
+}
+
+// The budget a failed mapping's chunks must fit is what the sessions
+// restored before it left (RestoreAll restores in id order), to the byte.
+TEST_CASE("a partly mapped session's chunks must fit beside the sessions restored before it",
+          "[state_store][restore_failure]") {
+  FixtureModel& f = FixtureModel::Get();
+  const int64_t chunk = f.chunk_size();
+  const int64_t per_chunk = f.backend->host_bytes_per_chunk();
+  drt::testing::TempDir dir;
+  std::string early, target;
+  {
+    DurableServer server(dir.path());
+    early = server.Create();
+    target = server.Create();
+    if (target < early) std::swap(early, target);  // `early` restores first
+    server.Append(early, RandomTokens(10 * chunk + 1, 51));          // no whole block
+    server.Append(target, RandomTokens((3 * 64 + 60) * chunk + 5, 52));
+  }
+  // What `early` holds once restored (it maps nothing, so always the same),
+  // from a start with the default, ample budget.
+  int64_t early_bytes = 0;
+  {
+    DurableServer server(MapFailsAfter(dir.path(), target, 2));
+    REQUIRE(server.report.quarantined.empty());
+    early_bytes = static_cast<int64_t>(Memory(server, early).total());
+    REQUIRE(early_bytes >= 10 * per_chunk);
+  }
+  // Two of the target's blocks map: 252 - 128 = 124 chunks to read.
+  const int64_t needed = early_bytes + 124 * per_chunk;
+  SECTION("a budget of exactly that restores both") {
+    SessionLimits limits = testing::DurableLimits();
+    limits.host_memory_budget_bytes = needed;
+    DurableServer server(MapFailsAfter(dir.path(), target, 2), limits);
+    INFO((server.report.quarantined.empty() ? "" : server.report.quarantined[0]));
+    REQUIRE(server.report.quarantined.empty());
+    REQUIRE(server.Tokens().size() == 2);
+  }
+  SECTION("one byte less quarantines the target, not the session before it") {
+    SessionLimits limits = testing::DurableLimits();
+    limits.host_memory_budget_bytes = needed - 1;
+    DurableServer server(MapFailsAfter(dir.path(), target, 2), limits);
+    REQUIRE(server.report.quarantined.size() == 1);
+    const std::string& line = server.report.quarantined[0];
+    INFO(line);
+    REQUIRE_THAT(line, Contains(target));
+    REQUIRE_THAT(line, Contains(absl::StrFormat("those 124 chunks into memory (%d bytes",
+                                                124 * per_chunk)));
+    REQUIRE_THAT(line, Contains(absl::StrFormat("sessions restored before it hold %d bytes",
+                                                early_bytes)));
+    REQUIRE(server.Tokens() == std::map<std::string, int64_t>{{early, 10 * chunk + 1}});
   }
 }
 
