@@ -664,9 +664,16 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
       context, **entry, *plan, model_, *sessions_, *scheduler_, metrics_,
       [&](const drt::v1::GenerateResponse& r) { return writer->Write(r); }, {}, done);
   // With --state_dir the whole Generate (padding and tokens) is written
-  // here, also when it ended early (an error, a drain): `done` only once it
-  // is on disk, and a failed write fails the call.
-  if (absl::Status ended = (*entry)->EndAndReport(); status.ok()) status = ended;
+  // here, also when it ended early (an error, the client's cancel or
+  // deadline): `done` only once it is on disk, and a failed write fails the
+  // call. Except when it was cut because the server is stopping (a drain):
+  // then nothing of it is written, so the restart restores the session as
+  // it was before it and the client can send it again, as after a crash
+  // (docs/api.md, "Durable sessions").
+  const bool cut_by_stop = draining_.load() && absl::IsUnavailable(status);
+  if (absl::Status ended = (*entry)->EndAndReport(/*write=*/!cut_by_stop); status.ok()) {
+    status = ended;
+  }
   if (status.ok()) writer->Write(done);
   return Finish(ToGrpc(status));
 }

@@ -71,7 +71,7 @@ absl::Status SessionEntry::PersistAfterStep(Session& session, bool force) const 
   return s;
 }
 
-absl::Status SessionEntry::EndAndReport() {
+absl::Status SessionEntry::EndAndReport(bool write_unwritten) {
   absl::Status s = absl::OkStatus();
   bool write = false;
   {
@@ -81,7 +81,7 @@ absl::Status SessionEntry::EndAndReport() {
     // last step was written). A state left short (an item that failed
     // between skipping steps, server/scheduler.h) is never written: the
     // files keep the last whole one.
-    if (session_ != nullptr && !deleted_.load() && durable()) {
+    if (session_ != nullptr && !deleted_.load() && durable() && write_unwritten) {
       if (state_whole_) {
         // Written without the lock, so that DeleteSession, the idle reaper
         // and figure refreshes do not wait for an fsync; in_step_ keeps a

@@ -74,8 +74,11 @@ class SessionEntry {
   // WritesAtActivityEnd). The write runs without engine_mutex_ (as EndStep's
   // does): DeleteSession, the idle reaper and RefreshFiguresIfIdle do not
   // wait for it; a delete meanwhile frees the session when it ends, and the
-  // call then gets ABORTED.
-  absl::Status EndAndReport();
+  // call then gets ABORTED. `write` false: ends the activity without that
+  // write (a Generate cut by the server stopping: its tokens die with the
+  // process, so a restart restores the session as it was before the
+  // Generate and a client can send it again; docs/api.md).
+  absl::Status EndAndReport(bool write = true);
   Activity activity() const { return activity_.load(); }
 
   // One engine step for the holder of the activity (one thread at a time):

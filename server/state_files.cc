@@ -107,14 +107,24 @@ absl::Status AtomicFileWriter::Append(std::string_view bytes) {
   return absl::OkStatus();
 }
 
-absl::Status AtomicFileWriter::Commit() {
+absl::Status AtomicFileWriter::Sync() {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrFormat("%s is closed", temp_));
   absl::Status s;
   if (::fdatasync(fd_) != 0) s = Errno("cannot fsync", temp_);
   if (::close(fd_) != 0 && s.ok()) s = Errno("cannot close", temp_);
   fd_ = -1;
-  if (s.ok() && ::rename(temp_.c_str(), path_.c_str()) != 0) s = Errno("cannot rename over", path_);
-  if (!s.ok()) return s;  // the destructor deletes the temporary file
+  synced_ = s.ok();
+  return s;  // on failure the destructor deletes the temporary file
+}
+
+absl::Status AtomicFileWriter::Commit() {
+  if (!synced_) {
+    if (absl::Status s = Sync(); !s.ok()) return s;
+  }
+  if (committed_) return absl::FailedPreconditionError(absl::StrFormat("%s is committed", path_));
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) {
+    return Errno("cannot rename over", path_);  // the destructor deletes the temporary file
+  }
   committed_ = true;
   return FsyncDir(std::filesystem::path(path_).parent_path().string());
 }

@@ -47,6 +47,10 @@ class AtomicFileWriter {
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
   absl::Status Append(std::string_view bytes);
+  // Fsyncs and closes the temporary file: what Commit does before its
+  // rename, done apart so that a caller can publish (Commit) under a short
+  // lock and the slow fsync outside it. Commit calls it when not called.
+  absl::Status Sync();
   absl::Status Commit();
   int64_t bytes_written() const { return written_; }
   const std::string& temp_path() const { return temp_; }
@@ -56,6 +60,7 @@ class AtomicFileWriter {
   std::string path_, temp_;
   int fd_;
   int64_t written_ = 0;
+  bool synced_ = false;
   bool committed_ = false;
 };
 // Whether a directory entry is a temporary file of AtomicFileWriter (or of

@@ -110,8 +110,14 @@ int64_t SegmentChunks(const std::vector<ChunkSegment>& segments) {
 
 struct DurableRecord {
   // Held by a write (Persist, RecordFork) for its whole length and by the
-  // removal. Remove never waits for it: see writers.
+  // removal. Remove never waits for it: see writers and publish.
   std::mutex mutex;
+  // Held only around publishing the state file (a writer's "check
+  // removing, rename, fsync the directory") and by Remove around deleting
+  // it, never over a chunk fsync: so Remove deletes the state file itself
+  // before it returns, waiting at most for one rename, and no write
+  // publishes it after (docs/api.md, DeleteSession).
+  std::mutex publish;
   // Guarded by the store's mutex_: writes begun (BeginWrite) and not ended;
   // Remove called (no write begins after it); Remove came while writers > 0,
   // so the last write to end removes the session (EndWrite).
@@ -230,6 +236,7 @@ absl::Status StateStore::Persist(const StateRegistration& registration,
   Durable* d = registration.record_.get();
   if (!BeginWrite(*d)) return absl::OkStatus();  // removed: nothing of it is written
   std::lock_guard<std::mutex> lock(d->mutex);
+  WriteEnd end(*this, *d, id);
   absl::Status s = absl::OkStatus();
   const auto now = std::chrono::steady_clock::now();
   if (d->removed || session.num_tokens() == d->tokens_written) {
@@ -240,7 +247,6 @@ absl::Status StateStore::Persist(const StateRegistration& registration,
   } else {
     s = PersistLocked(*d, id, settings, session);
   }
-  EndWriteLocked(*d, id);
   return s;
 }
 
@@ -258,7 +264,8 @@ void StateStore::EndWriteLocked(Durable& d, const std::string& id) {
     remove = --d.writers == 0 && d.remove_owed;
     if (remove) d.remove_owed = false;
   }
-  if (remove) RemoveLocked(d, id);
+  // Remove deleted the state file itself (and no write published it after).
+  if (remove) RemoveLocked(d, id, /*delete_state_file=*/false);
 }
 
 absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
@@ -341,8 +348,22 @@ absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
   absl::StatusOr<std::string> encoded = EncodeSessionState(*state, session.config());
   if (!encoded.ok()) return encoded.status();
   record.state = *std::move(encoded);
-  if (absl::Status s = WriteFileAtomically(StatePath(id), EncodeSessionRecord(record)); !s.ok()) {
-    return s;
+  auto writer = AtomicFileWriter::Create(StatePath(id));
+  if (!writer.ok()) return writer.status();
+  if (absl::Status s = (*writer)->Append(EncodeSessionRecord(record)); !s.ok()) return s;
+  if (absl::Status s = (*writer)->Sync(); !s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> publish(d.publish);
+    bool removing = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      removing = d.removing;
+    }
+    // Removed during this write: Remove has deleted the state file (or
+    // waits for this lock to), so it is not published again; the writer
+    // deletes its temporary file and the logs go as the write ends.
+    if (removing) return absl::OkStatus();
+    if (absl::Status s = (*writer)->Commit(); !s.ok()) return s;
   }
   d.tokens_written = session.num_tokens();
   d.last_write = std::chrono::steady_clock::now();
@@ -425,6 +446,9 @@ absl::Status StateStore::RecordFork(const StateRegistration& parent_registration
   if (options_.fork_point_for_test) options_.fork_point_for_test("child registered");
   if (!BeginWrite(*d)) return drop_shared();  // the child was removed
   std::lock_guard<std::mutex> lock(d->mutex);
+  // A Remove of the child during the write removes it as this ends, with
+  // the segments recorded here (the parent's logs' references go with them).
+  WriteEnd end(*this, *d, child_id);
   absl::Status s;
   if (d->removed) {
     s = drop_shared();
@@ -442,14 +466,12 @@ absl::Status StateStore::RecordFork(const StateRegistration& parent_registration
     }
     s = PersistLocked(*d, child_id, settings, child);
   }
-  // A Remove of the child during the write removes it now, with the
-  // segments just recorded (the parent's logs' references go with them).
-  EndWriteLocked(*d, child_id);
   return s;
 }
 
 void StateStore::Remove(const std::string& id) {
   std::shared_ptr<Durable> d;
+  bool owed = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = sessions_.find(id);
@@ -462,21 +484,23 @@ void StateStore::Remove(const std::string& id) {
       // session as it ends (EndWriteLocked) rather than DeleteSession
       // waiting for its fsync here. The record stays alive through the
       // writer's handle.
-      d->remove_owed = true;
-      return;
+      owed = d->remove_owed = true;
     }
+  }
+  if (owed) {
+    // Deletes the state file now, so that an OK answer means a crash cannot
+    // bring the session back: waits for a rename under way, never for the
+    // write's chunk fsync; a write that had not published it by then does
+    // not (PersistLocked). The logs are the writer's to delete.
+    std::lock_guard<std::mutex> publish(d->publish);
+    DeleteStateFile(id);
+    return;
   }
   std::lock_guard<std::mutex> lock(d->mutex);  // (no write holds it: none began)
   RemoveLocked(*d, id);
 }
 
-void StateStore::RemoveLocked(Durable& record, const std::string& id) {
-  Durable* d = &record;
-  d->removed = true;
-  if (d->fd >= 0) ::close(d->fd);
-  d->fd = -1;
-  // The state file goes first: a crash after it leaves only unreferenced
-  // logs, which the next start-up deletes.
+void StateStore::DeleteStateFile(const std::string& id) {
   const std::string state = StatePath(id);
   if (::unlink(state.c_str()) != 0 && errno != ENOENT) {
     std::fprintf(stderr, "drt-server: cannot delete %s: %s\n", state.c_str(), std::strerror(errno));
@@ -484,6 +508,16 @@ void StateStore::RemoveLocked(Durable& record, const std::string& id) {
   if (absl::Status s = FsyncDir(options_.dir + "/sessions"); !s.ok()) {
     std::fprintf(stderr, "drt-server: %s\n", std::string(s.message()).c_str());
   }
+}
+
+void StateStore::RemoveLocked(Durable& record, const std::string& id, bool delete_state_file) {
+  Durable* d = &record;
+  d->removed = true;
+  if (d->fd >= 0) ::close(d->fd);
+  d->fd = -1;
+  // The state file goes first: a crash after it leaves only unreferenced
+  // logs, which the next start-up deletes.
+  if (delete_state_file) DeleteStateFile(id);
   std::vector<std::string> dead;
   {
     std::lock_guard<std::mutex> refs(mutex_);

@@ -132,10 +132,12 @@ class StateStore {
   // uses (a fork keeps its parent's log alive), and forgets the id: nothing
   // of a removed session stays in memory. Errors are logged, not returned:
   // the session is gone from the server either way. No-op for an id that
-  // is not registered. Does not wait for a write of the session that is
-  // running (the forced write at the end of a Generate, say): that write
-  // deletes the files as it ends, so until then they are still on disk (a
-  // crash meanwhile restores the session).
+  // is not registered. The state file is gone when it returns, also while
+  // a write of the session runs (the end write of a Generate, say): it
+  // waits at most for that write's rename, never its chunk fsync, and the
+  // write does not publish the state file after it; that write deletes the
+  // session's logs as it ends (a crash before leaves them unreferenced, and
+  // the next start deletes them).
   void Remove(const std::string& id);
   // Sessions registered and not removed (what the store holds in memory).
   int64_t sessions_registered() const;
@@ -153,12 +155,32 @@ class StateStore {
   // d.mutex) returns false once the session is being removed (the write
   // writes nothing); EndWriteLocked (d.mutex held) performs a Remove that
   // came during the write, when it is the last one running. So Remove
-  // never waits for a write: it removes at once or leaves it to the writer.
+  // never waits for a write's chunk fsync: it deletes the state file at once
+  // (waiting at most for a rename) and leaves the logs to the writer.
   bool BeginWrite(Durable& d);
   void EndWriteLocked(Durable& d, const std::string& id);
+  // Ends a begun write (EndWriteLocked) as it goes out of scope, so an
+  // early return or an exception (bad_alloc) cannot leave `writers` up and
+  // the removal never run. Declared after the lock_guard of d.mutex, so it
+  // ends the write with d.mutex still held.
+  class WriteEnd {
+   public:
+    WriteEnd(StateStore& store, Durable& d, const std::string& id) : store_(store), d_(d), id_(id) {}
+    ~WriteEnd() { store_.EndWriteLocked(d_, id_); }
+    WriteEnd(const WriteEnd&) = delete;
+    WriteEnd& operator=(const WriteEnd&) = delete;
+
+   private:
+    StateStore& store_;
+    Durable& d_;
+    const std::string& id_;
+  };
   // Remove's work (d.mutex held): marks the record removed, deletes the
-  // state file and the logs no other session uses.
-  void RemoveLocked(Durable& d, const std::string& id);
+  // state file (unless Remove did already) and the logs no other session
+  // uses.
+  void RemoveLocked(Durable& d, const std::string& id, bool delete_state_file = true);
+  // Unlinks sessions/<id>.state and fsyncs the directory; errors are logged.
+  void DeleteStateFile(const std::string& id);
   // The disk tier: maps every whole unit of `session`'s chunks on disk that
   // it still holds in memory. A failure (say, too many mappings) is logged
   // and leaves the chunks in memory; it loses nothing.

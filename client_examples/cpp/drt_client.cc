@@ -827,6 +827,16 @@ class Client {
                        Answer& answer, std::string* why) {
     Outage outage(retrier);
     std::string printed;  // the answer's text an earlier try printed
+    // However it returns, `answer.text` holds at least what was printed, so
+    // the caller closes the answer's line before an error also when the
+    // last try printed nothing but an earlier one did (each try resets it).
+    struct KeepPrinted {
+      Answer& answer;
+      const std::string& printed;
+      ~KeepPrinted() {
+        if (answer.text.size() < printed.size()) answer.text = printed;
+      }
+    } keep{answer, printed};
     while (true) {
       answer = Answer();
       std::string differs;

@@ -657,6 +657,7 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
     received = received if received is not None else [0]
     text = pieces if pieces is not None else []
     tokens = 0
+    at = sum(len(t) for t in text)  # characters of text so far (kept running: not quadratic)
     first = last = None
     done = None
     start = time.perf_counter()
@@ -670,11 +671,14 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
                 last = now
                 tokens += len(response.piece.token_ids)
             piece = response.piece.text
-            at = sum(len(t) for t in text)
             text.append(piece)
             # What an earlier try printed already is not printed again.
             repeated = printed[at:at + len(piece)]
+            at += len(piece)
             if piece[:len(repeated)] != repeated:
+                # Cancelled first: the server would otherwise generate on (up to
+                # max_tokens) into a session kept with --keep-session.
+                call.cancel()
                 raise GaveUp("the Generate sent again answered differently from its first try "
                              f"({printed!r} so far, now {''.join(text)!r}): the session did not hold "
                              "what it held before the first try")

@@ -26,6 +26,12 @@ restarts") is played where a real server cannot be steered as precisely
   it (a durable server writes a Generate only when it ends, so a crash
   during it leaves nothing of it), is sent again, and the piece already
   printed is not printed twice;
+- generate-diverge: as generate-crash, but the try sent again answers "3"
+  where the first printed "2" (a backend that is not batch-invariant, a
+  restored session that is not bit-identical): an error saying it
+  "answered differently", and the client cancels that call before it
+  deletes the session (review-durablegen F3: the Python client left the
+  call running, so with --keep-session the server generated on into it);
 - generate-grew: a Generate cut before any piece, but the session grew
   (padding the client never saw), is not sent again;
 - generate-lost: the same, but the session lost acknowledged prompt tokens
@@ -107,6 +113,11 @@ class StandIn:
             def DeleteSession(self, request, context):
                 with outer.lock:
                     outer.deletes += request.session_id == outer.session_id
+                if outer.mode == "generate-diverge":
+                    # Whether the diverging call was cancelled before this
+                    # delete (waiting a little: the cancel and this call
+                    # travel apart).
+                    outer.cancelled_before_delete = outer.diverge_ended.wait(3)
                 if outer.mode == "interrupt-down":  # the server is still away
                     context.abort(grpc.StatusCode.UNAVAILABLE, "the stand-in is down")
                 return pb.DeleteSessionResponse()
@@ -155,8 +166,15 @@ class StandIn:
                     with outer.lock:
                         outer.held.append(49)
                     yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="1", token_ids=[49]))
-                if cut and outer.mode == "generate-crash":  # the first token of the answer, then a crash
+                if cut and outer.mode in ("generate-crash", "generate-diverge"):  # a piece, then a crash
                     yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="2", token_ids=[50]))
+                if not cut and outer.mode == "generate-diverge":
+                    # A different answer, then the call stays open (as a
+                    # server generating on) until the client cancels it.
+                    context.add_callback(outer.diverge_ended.set)
+                    yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="3", token_ids=[51]))
+                    outer.diverge_ended.wait(10)
+                    return
                 if cut:
                     if outer.mode == "generate-grew":
                         with outer.lock:
@@ -181,6 +199,8 @@ class StandIn:
             self.cut_status = (code or self.grpc.StatusCode.UNAVAILABLE, details)
             self.busy_reports = busy_reports
             self.held, self.appends, self.generates, self.deletes = [], 0, 0, 0
+            self.diverge_ended = threading.Event()  # the diverging call ended (cancelled)
+            self.cancelled_before_delete = None
 
 
 def signal_after_create(checks, stand_in, command):
@@ -317,6 +337,14 @@ def main():
                               and len(stand_in.held) == len(ids) + 2,
                               f"{name}, generate-crash: a Generate cut after a piece, the session unchanged, "
                               "is sent again once, and the answer is printed once", out[-2500:])
+
+                code, out = run("generate-diverge", [flag["ids"], ids_file], generate_cuts=1)
+                checks.expect(code != 0 and stand_in.generates == 2 and "answered differently" in out
+                              and stand_in.deletes == 1 and stand_in.cancelled_before_delete is True
+                              and "Traceback" not in out,
+                              f"{name}, generate-diverge: a Generate sent again that answers differently "
+                              "is an error, and the client cancels that call before deleting the session",
+                              f"cancelled before the delete: {stand_in.cancelled_before_delete}\n" + out[-2500:])
 
                 code, out = run("generate-grew", [flag["ids"], ids_file], generate_cuts=1)
                 checks.expect(code != 0 and stand_in.generates == 1 and "holds 5 tokens more" in out

@@ -5,6 +5,7 @@
 // write runs without the entry's engine lock: a DeleteSession during it
 // returns at once, the memory and the files go when the write ends.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -186,6 +188,63 @@ TEST_CASE("kill -9 during a durable Generate restores the session as it was befo
   CHECK(got.logprobs == want.second);
 }
 
+// F7 of the durablegen review: a Generate stopped by a drain (SIGTERM, the
+// grace period over) writes nothing, so the restart restores the session as
+// it was before it and a client can send it again (as after a crash).
+// Before, the end write stored the tokens it had generated.
+TEST_CASE("SIGTERM during a durable Generate: the restart restores the session as it was before "
+          "the Generate",
+          "[server][process][drain][durable_generate]") {
+  drt::testing::TempDir dir;
+  std::vector<std::string> args = ServerProcessArgs(1, "");
+  args.insert(args.end(), {"--state_dir", dir.File("state")});
+  const auto prompt = RandomTokens(300, 29);
+  std::string id, cancelled_id;
+  int64_t cancelled_held = -1;
+  {
+    ServerProcess server(DRT_SERVER_BINARY, args);
+    auto stub = drt::v1::Drt::NewStub(
+        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+    // The contrast: a Generate its client cancels is written as it ends.
+    cancelled_id = NewSession(*stub);
+    REQUIRE(AppendOnce(*stub, cancelled_id, prompt).ok());
+    {
+      BackgroundGenerate cancelled(*stub, cancelled_id, 120);
+      WaitFor([&] { return cancelled.generated() >= 10; }, 60, "10 generated tokens");
+    }  // cancelled by the client here
+    WaitFor([&] { return !GetSession(*stub, cancelled_id).info.busy(); }, 30,
+            "the cancelled Generate to end");
+    cancelled_held = GetSession(*stub, cancelled_id).info.tokens();
+    CHECK(cancelled_held >= static_cast<int64_t>(prompt.size()) + 10);
+    id = NewSession(*stub);
+    REQUIRE(AppendOnce(*stub, id, prompt).ok());
+    BackgroundGenerate generate(*stub, id, 120);
+    WaitFor([&] { return generate.generated() >= 20; }, 60, "20 generated tokens");
+    server.Signal(SIGTERM);
+    generate.Join();
+    INFO("Generate: " << generate.status().error_code() << " "
+                      << generate.status().error_message());
+    CHECK(generate.status().error_code() == grpc::StatusCode::UNAVAILABLE);
+    CHECK(generate.generated() >= 20);
+    const std::optional<int> exited = server.WaitExit(20);
+    REQUIRE(exited.has_value());
+    CHECK(WIFEXITED(*exited));
+    CHECK(WEXITSTATUS(*exited) == 0);
+  }
+  ServerProcess server(DRT_SERVER_BINARY, args);
+  auto stub = drt::v1::Drt::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  InfoResult info = GetSession(*stub, id);
+  REQUIRE(info.status.ok());
+  CHECK(info.info.tokens() == static_cast<int64_t>(prompt.size()));
+  GenerateResult got = Generate(*stub, CheckRequest(id, 4));
+  REQUIRE(got.status.ok());
+  const auto want = EngineContinuation(prompt, 4);
+  CHECK(got.tokens == want.first);
+  CHECK(got.logprobs == want.second);
+  CHECK(GetSession(*stub, cancelled_id).info.tokens() == cancelled_held);
+}
+
 // Holds a write inside StateStoreOptions::chunks_written_for_test until the
 // test releases it.
 class WriteGate {
@@ -256,6 +315,56 @@ TEST_CASE("a DeleteSession during a call's end write returns at once; the memory
   CHECK(server.store->sessions_registered() == 0);
   CHECK(std::filesystem::is_empty(dir.path() + "/sessions"));
   CHECK(std::filesystem::is_empty(dir.path() + "/chunks"));
+}
+
+// F1 of the durablegen review: an OK DeleteSession means the state file is
+// gone, also while a write of the session runs (a crash after the answer
+// cannot bring the session back), and that write does not publish it again.
+TEST_CASE("a DeleteSession during a write deletes the state file before it returns, and the write "
+          "does not write it again",
+          "[server][state_store][delete][durable_generate]") {
+  drt::testing::TempDir dir;
+  WriteGate gate;
+  std::atomic<bool> armed{false};
+  StateStoreOptions options = DurableService::StoreOptions(dir.path(), StateSync::kInterval);
+  options.chunks_written_for_test = [&](const std::string&) {
+    if (armed.load()) gate.Park();
+  };
+  DurableServer server(options);
+  const std::string id = server.Create();
+  auto found = server.sessions->Find(id);
+  REQUIRE(found.ok());
+  std::shared_ptr<SessionEntry> entry = *found;
+  const std::string state = server.store->StatePath(id);
+  // A first activity, written at its end: the state file exists.
+  REQUIRE(entry->Begin(Activity::kGenerating).ok());
+  REQUIRE(entry->RunStep([&](Session& s) { return s.Append(RandomTokens(300, 27)).status(); }).ok());
+  REQUIRE(entry->EndAndReport().ok());
+  REQUIRE(std::filesystem::exists(state));
+  // A second one, whose end write is parked once its chunks are on disk.
+  REQUIRE(entry->Begin(Activity::kGenerating).ok());
+  REQUIRE(entry->RunStep([&](Session& s) { return s.Append(RandomTokens(300, 28)).status(); }).ok());
+  armed = true;
+  absl::Status ended;
+  std::thread ender([&] { ended = entry->EndAndReport(); });
+  REQUIRE(gate.WaitUntilParked(std::chrono::seconds(30)));
+  auto deleted = std::async(std::launch::async, [&] { return server.sessions->Delete(id); });
+  const bool returned = deleted.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  CHECK(returned);
+  if (returned) {
+    CHECK(deleted.get().ok());
+    // Before the fix the removal was left whole to the parked writer.
+    CHECK_FALSE(std::filesystem::exists(state));
+  }
+  gate.Release();
+  ender.join();
+  CHECK(ended.code() == absl::StatusCode::kAborted);
+  // Not published after the delete, and no temporary file left; the
+  // writer deleted the logs.
+  CHECK_FALSE(std::filesystem::exists(state));
+  CHECK(std::filesystem::is_empty(dir.path() + "/sessions"));
+  CHECK(std::filesystem::is_empty(dir.path() + "/chunks"));
+  CHECK(server.store->sessions_registered() == 0);
 }
 
 }  // namespace
