@@ -40,6 +40,13 @@ struct Scheduler::Queued {
   // has none and leaves the state whole.
   absl::Status closing;
   int64_t closing_end = 0;
+  // The stop came from should_stop (not a Refuse): its message is rebuilt
+  // with the count the item ends with, whatever stopped the queue later.
+  bool closing_by_caller = false;
+  // Steps formed in a row, since the cut, that gave its closing stretch no
+  // tokens; at kClosingStretchMaxWaitSteps the stretch runs whatever the
+  // decode-step allowance (server/scheduler.h).
+  int64_t closing_starved = 0;
   // Where the item ends: its size, or closing_end once it is stopped.
   int64_t end() const {
     return closing.ok() ? static_cast<int64_t>(item->tokens.size()) : closing_end;
@@ -226,10 +233,12 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
     if (!item->closing.ok()) continue;  // cut short already: running its closing stretch
     const int64_t size = static_cast<int64_t>(item->item->tokens.size());
     absl::Status stop;
+    bool by_caller = false;
     if (!refusal_.ok()) {
       stop = refusal_;
     } else if (item->item->should_stop && item->item->should_stop()) {
       stop = StoppedByCaller(item->done, size);
+      by_caller = true;
     }
     if (stop.ok()) continue;
     if (item->owed) {
@@ -240,6 +249,7 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
       // (drt::RunStepSkipsLastLogits): one token, none following, makes them.
       const int64_t owed = item->skipped ? backend_.upper_layer_reach() + 1 : 1;
       item->closing = std::move(stop);
+      item->closing_by_caller = by_caller;
       item->closing_end = std::min(size, item->done + owed);
     } else {
       CompleteLocked(*item, std::move(stop));
@@ -271,14 +281,46 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   // one of them (it needs only the stretch): under the same allowance, so
   // a step that carries decode stays within its limit, and its cap of 0
   // holds (a closing stretch then waits for a step without decode, as all
-  // prefill does).
+  // prefill does, but for kClosingStretchMaxWaitSteps steps at most: below).
   std::vector<Queued*> prefill;
   for (Queued* item : queue_) {
     if (item->item->kind == WorkKind::kPrefill && in_step.insert(item->item->entry).second) {
       prefill.push_back(item);
     }
   }
-  if (prefill.empty() || left == 0) return plan;
+  // Counts the steps in a row that gave a closing stretch nothing. Once
+  // overdue it stays so: a step whose room (step_tokens less the decode
+  // tokens) held only part of it goes on in the next.
+  auto count_starved = [&](const std::vector<Planned>& plan) {
+    for (Queued* item : prefill) {
+      if (item->closing.ok() || item->closing_starved >= kClosingStretchMaxWaitSteps) continue;
+      const bool ran = std::any_of(plan.begin(), plan.end(),
+                                   [&](const Planned& p) { return p.queued == item; });
+      item->closing_starved = ran ? 0 : item->closing_starved + 1;
+    }
+    return plan;
+  };
+  if (prefill.empty() || left == 0) return count_starved(plan);
+  // A closing stretch that the allowance gave no tokens for
+  // kClosingStretchMaxWaitSteps steps in a row runs all it has left now,
+  // outside the allowance (as in a step without decode): with
+  // --decode_step_prefill_tokens=0 and a session generating without pause
+  // it would otherwise wait, its handler blocked and its session busy, for
+  // as long as anyone generates (review of schedfix, S1).
+  std::vector<Queued*> shared;
+  for (Queued* item : prefill) {
+    if (item->closing.ok() || item->closing_starved < kClosingStretchMaxWaitSteps || left == 0) {
+      shared.push_back(item);
+      continue;
+    }
+    const int64_t count = std::min(remaining(item), left);
+    Planned piece = Planned::Next(item, count);
+    if (options_.skip_upper_layers) piece.tokens_following = TokensFollowing(*item, count);
+    plan.push_back(piece);
+    left -= count;
+  }
+  if (shared.empty() || left == 0) return count_starved(plan);
+  std::swap(prefill, shared);  // the rest share out what is left as usual
   // The item served first takes the odd tokens (and all of a budget too
   // small for everyone); that turn rotates step by step.
   std::rotate(prefill.begin(), prefill.begin() + rotation_++ % prefill.size(), prefill.end());
@@ -356,7 +398,8 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
     if (pieces.empty()) pieces = share_out(full);
   }
   for (Planned& piece : pieces) plan.push_back(piece);
-  return plan;
+  std::swap(prefill, shared);  // every prefill item again, for the count
+  return count_starved(plan);
 }
 
 bool Scheduler::PredictedLowerOnly(const Planned& piece) const {
@@ -537,7 +580,7 @@ void Scheduler::EngineLoop() {
         CompleteLocked(item, absl::OkStatus());
       } else if (item.done == item.end()) {  // the end of its closing stretch
         absl::Status closing = std::move(item.closing);
-        if (closing.code() == absl::StatusCode::kCancelled && refusal_.ok()) {
+        if (item.closing_by_caller) {  // even if a Refuse came after
           closing = StoppedByCaller(item.done, size);  // the count it ends with
         }
         CompleteLocked(item, std::move(closing));

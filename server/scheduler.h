@@ -49,7 +49,10 @@
 //     of the item skipped the upper layers, one token when only its last
 //     logits are owed (or all it has left). The stretch is prefill as any
 //     other (step 3 and the decode-step allowance below: a closing stretch
-//     does not lengthen a decode step), so it may run over several steps;
+//     does not lengthen a decode step), so it may run over several steps,
+//     except that one given no tokens for kClosingStretchMaxWaitSteps steps
+//     in a row runs all it has left in the next step whatever the allowance
+//     (so with the cap 0 too, a stopped item ends within that many + 1);
 //     its pieces count their tokens following to the stretch's end, so
 //     each lies within the reach of it, and its last has none following
 //     and makes the state whole again. The item ends only then;
@@ -144,6 +147,22 @@ constexpr int64_t kDefaultDecodeStallAfterMs = 200;
 // upper-layer reach, a few hundred positions, rounded up to a forward) cost
 // a few percent of a stretch.
 constexpr int64_t kDefaultDurableAckTokens = 32768;
+
+// A stopped item's closing stretch (below, "Prefill rows skip the upper
+// layers") that the decode-step allowance gave no tokens for this many steps
+// in a row runs all it has left in the next step, whatever the allowance and
+// --decode_step_prefill_tokens (as in a step without decode), and in every
+// step after until it ends. So a stopped item ends within this many steps
+// + 1 of its stop (where the step's room, step_tokens less its decode
+// tokens, holds the stretch; else in the steps after) even when the cap is 0
+// and a session generates without pause; before, it waited for a pause, its
+// handler blocked and its session busy. Why 8: the price is one long step
+// for the generating sessions (decode + at most reach + 1 prefill tokens,
+// stretches overdue together sharing it) per stop, after 8 steps held to
+// the cap; a larger K makes that rarer only where stops come faster than
+// every K steps, while the stopped item's session stays busy K + 1 decode
+// steps (a fraction of a second, sooner than a client retries).
+constexpr int64_t kClosingStretchMaxWaitSteps = 8;
 
 enum class WorkKind {
   kPrefill,  // prompt tokens or padding: shares the step budget, split over steps

@@ -90,21 +90,24 @@ TEST_CASE("a stopped item's closing stretch runs under the decode-step allowance
     stop = true;
     log.Release();
   });
-  // With the time limit it generates until the Append has ended; with the
-  // cap 0 the stretch cannot run beside it, so it generates 12 tokens and
-  // stops, and the stretch runs after.
-  constexpr int kCappedTokens = 12;
+  // It generates without pause until the Append has ended (a generous
+  // guard against a hang: before the bound, with the cap 0, the stretch
+  // never ran while it generated). With the time limit the stretch runs
+  // beside the generated tokens; with the cap 0 it gets none for
+  // kClosingStretchMaxWaitSteps steps, then runs whole in the next
+  // (kClosingStretchMaxWaitSteps, server/scheduler.h).
+  constexpr int kGuardTokens = 200;
   int generated = 0;
   {
     Sampler sampler(SamplingParams{});
     Scheduler::Generating scope(scheduler, generating.get());
-    while (cap == 0 ? generated < kCappedTokens
-                    : append.result.wait_for(std::chrono::seconds(0)) !=
-                          std::future_status::ready) {
+    while (generated < kGuardTokens &&
+           append.result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
       REQUIRE(RunDecode(scheduler, *generating, SampleToken(*generating, sampler)).status.ok());
       ++generated;
     }
   }
+  REQUIRE(generated < kGuardTokens);
   release.join();
   const WorkResult result = append.result.get();
 
@@ -113,7 +116,10 @@ TEST_CASE("a stopped item's closing stretch runs under the decode-step allowance
   CHECK(result.tokens_done == 2 * kStepTokens + closing);
   REQUIRE(appending->tokens() == result.tokens_done);
 
-  int64_t stretch = 0, stretch_steps = 0, decode_steps = 0;
+  // Step 3 is the first formed after the stop (the stretch's first wait);
+  // with the cap 0 the stretch waits steps 3 .. 3 + K - 1 and runs in 3 + K.
+  const int64_t overdue_step = 3 + kClosingStretchMaxWaitSteps;
+  int64_t stretch = 0, stretch_steps = 0, decode_steps = 0, last_append_step = 0;
   for (const StepRecord& step : log.steps()) {
     auto shares = Shares(step);
     const bool decode = shares.contains(generating.get());
@@ -122,23 +128,27 @@ TEST_CASE("a stopped item's closing stretch runs under the decode-step allowance
     if (step.index > 2 && shares[appending.get()] > 0) {
       stretch += shares[appending.get()];
       ++stretch_steps;
+      last_append_step = step.index;
     }
     if (!decode) continue;
     ++decode_steps;
-    // Every step with the generated token within the allowance, so within
-    // 2 x the decode-only 1 s (before, the step after the stop held the
-    // token and the reach + 1 tokens of the closing piece: 55 s).
+    if (cap == 0 && step.index == overdue_step) continue;  // the bound's one long step
+    // Every other step with the generated token within the allowance, so
+    // within 2 x the decode-only 1 s (before, the step after the stop held
+    // the token and the reach + 1 tokens of the closing piece: 55 s).
     CHECK(step.tokens() - shares[generating.get()] <= allowed);
     CHECK(clock.Seconds(step.index) <= 2.0);
   }
   CHECK(stretch == closing);
+  CHECK(decode_steps == generated);
   if (cap == 0) {
-    CHECK(decode_steps == kCappedTokens);
-    CHECK(stretch_steps == 1);  // after the generation, a step of its own
+    // Every step held the generated token (no gap step came): the stretch
+    // waited exactly K steps, then ran whole beside the token.
+    CHECK(stretch_steps == 1);
+    CHECK(last_append_step == overdue_step);
   } else {
     // Spread over the steps beside the generated tokens, 8 at most each.
     CHECK(stretch_steps * 8 >= closing);
-    CHECK(decode_steps == generated);
   }
 
   // The stretch left the state whole: readable, and the one the same tokens
@@ -222,6 +232,45 @@ TEST_CASE("a drain's Refuse with many owed items cuts each short to its closing 
   CHECK(after_refuse == kSessions * closing);
   CHECK(log.steps().size() == 2 + (kSessions * closing + kStepTokens - 1) / kStepTokens);
   for (auto& entry : entries) entry->End();
+}
+
+TEST_CASE("an item stopped by its caller and then refused by a drain before its closing stretch "
+          "ends reports the count it ends with",
+          "[server][scheduler][upper_cut]") {
+  // Review of schedfix, S3: the stop's message was rebuilt with the final
+  // count only while no Refuse had come, so it said "after 1260 of 5000"
+  // while tokens_done was 1260 + the stretch.
+  FixtureModel& f = FixtureModel::Get();
+  const int64_t closing = f.backend->upper_layer_reach() + 1;
+  REQUIRE(closing < kStepTokens);
+  SessionManager manager(*f.backend, SessionLimits{});
+  Scheduler* running = nullptr;
+  std::atomic<bool> stop{false};
+  StepLog log;
+  log.also = [&](const StepRecord& step) {
+    // Seen when step 3 is formed: the Append is cut to its stretch there.
+    if (step.index == 2) stop = true;
+    // Step 3 holds the whole stretch; the Refuse comes before it ends.
+    if (step.index == 3) running->Refuse(absl::UnavailableError("refused by the test"));
+  };
+  SchedulerOptions options = log.Options(kStepTokens);
+  Scheduler scheduler(*f.backend, options);
+  running = &scheduler;
+
+  auto appending = NewEntry(manager, Activity::kAppending);
+  const std::vector<int32_t> prompt = RandomTokens(5000, 84);
+  WorkItem item = Prefill(*appending, prompt);
+  item.should_stop = [&] { return stop.load(); };
+  const WorkResult result = scheduler.Run(item);
+
+  const int64_t ended_with = 2 * kStepTokens + closing;
+  CHECK(result.tokens_done == ended_with);
+  CHECK(result.status.code() == absl::StatusCode::kCancelled);
+  CHECK(std::string(result.status.message()) ==
+        "stopped by its caller (cancelled, or past its deadline) after " +
+            std::to_string(ended_with) + " of 5000 tokens");
+  CHECK(appending->CheckStateWhole().ok());
+  appending->End();
 }
 
 }  // namespace
