@@ -336,7 +336,9 @@ def main():
                               and "answer: 2.\n" in out and "22." not in out
                               and len(stand_in.held) == len(ids) + 2,
                               f"{name}, generate-crash: a Generate cut after a piece, the session unchanged, "
-                              "is sent again once, and the answer is printed once", out[-2500:])
+                              "is sent again once, and the answer is printed once",
+                              f"exit {code}, {stand_in.generates} Generate calls, session holds "
+                              f"{len(stand_in.held) - len(ids)} tokens past the prompt\n" + out[-2500:])
 
                 code, out = run("generate-diverge", [flag["ids"], ids_file], generate_cuts=1)
                 checks.expect(code != 0 and stand_in.generates == 2 and "answered differently" in out
