@@ -333,7 +333,7 @@ def main():
                 code, out = run("generate-crash", [flag["ids"], ids_file], generate_cuts=1)
                 checks.expect(code == 0 and stand_in.generates == 2 and "sending the Generate again" in out
                               and "after 1 answer piece reached the client" in out
-                              and "answer: 2.\n" in out and "22." not in out
+                              and "answer: 2.\n" in out and "answer: 22." not in out
                               and len(stand_in.held) == len(ids) + 2,
                               f"{name}, generate-crash: a Generate cut after a piece, the session unchanged, "
                               "is sent again once, and the answer is printed once",
