@@ -657,7 +657,7 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
     received = received if received is not None else [0]
     text = pieces if pieces is not None else []
     tokens = 0
-    at = sum(len(t) for t in text)  # characters of text so far (kept running: not quadratic)
+    at = 0  # characters of this try's text so far (a running count: not a sum over the pieces)
     first = last = None
     done = None
     start = time.perf_counter()
