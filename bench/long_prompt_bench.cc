@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "absl/strings/str_format.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
@@ -65,6 +67,12 @@ ABSL_FLAG(std::string, chunk_tier, "host",
           "auto (device when a store for this run's prompt and generated tokens fits) "
           "(CudaBackendOptions::chunk_tier; device and auto not yet verified on a GPU, "
           "docs/cuda.md \"Device tier\")");
+ABSL_FLAG(int64_t, warmup_tokens, 4096,
+          "before the timed session, a throwaway session appends the prompt's first "
+          "min(N, --prompt_tokens) tokens and generates 2, untimed, so that the backend's one-time "
+          "costs (CUDA lazy kernel loading, first allocations, cuBLAS workspaces, the CPU thread "
+          "pool's first wake) are not counted as prefill or first token; 0: no warm-up (the timed "
+          "Append is the backend's first call, as before 2026-11-24)");
 ABSL_FLAG(bool, random_prompt, false,
           "random token ids instead of tokenized filler text (fast for multi-million-token "
           "prompts)");
@@ -151,6 +159,10 @@ int main(int argc, char** argv) {
   // The first token is timed apart (it includes padding and a chunk close),
   // so decode_ms_median needs a second token for one decode interval; with
   // one token it would print 0.000 as if measured (review-toolsfix #5).
+  if (absl::GetFlag(FLAGS_warmup_tokens) < 0) {
+    std::fprintf(stderr, "error: --warmup_tokens must be 0 (no warm-up) or more\n");
+    return 1;
+  }
   if (absl::GetFlag(FLAGS_generate) < 2) {
     std::fprintf(stderr,
                  "error: --generate must be at least 2 (the first token is timed apart; the "
@@ -294,6 +306,34 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The warm-up (--warmup_tokens): the same calls as the timed run, on a
+  // session thrown away before the timed one is made, so that what a
+  // backend sets up lazily on its first calls is paid here. drt-step-bench
+  // discards a first run for the same reason (review-tools #6 and #14).
+  const int64_t warmup_tokens =
+      std::min<int64_t>(absl::GetFlag(FLAGS_warmup_tokens), static_cast<int64_t>(prompt.size()));
+  if (warmup_tokens > 0) {
+    const auto w0 = Clock::now();
+    auto warm = drt::Session::Create(*backend);
+    absl::Status warmed = warm.status();
+    if (warmed.ok()) {
+      warmed = (*warm)->Append(absl::MakeConstSpan(prompt.data(), warmup_tokens)).status();
+    }
+    if (warmed.ok()) {
+      drt::GenerateOptions warm_gen;
+      warm_gen.max_tokens = 2;
+      warmed = (*warm)->Generate(warm_gen).status();
+    }
+    if (!warmed.ok()) {
+      std::fprintf(stderr, "error: warm-up: %s\n", std::string(warmed.message()).c_str());
+      return 1;
+    }
+    std::printf("warm-up: %ld tokens appended and 2 generated in a throwaway session, %.2f s "
+                "(not counted; --warmup_tokens=0 skips it)\n",
+                static_cast<long>(warmup_tokens),
+                std::chrono::duration<double>(Clock::now() - w0).count());
+  }
+
   auto session = drt::Session::Create(*backend);
   if (!session.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(session.status().message()).c_str());
@@ -418,7 +458,7 @@ int main(int argc, char** argv) {
               "prefill_tensor_cores=%d batched_step_rows=%d decode_graphs=%d decode_fused_gemv=%d "
               "cuda_chunk_store=%s "
               "chunk_tier=%s chunk_tier_used=%s "
-              "context_tokens=%ld "
+              "context_tokens=%ld warmup=%d warmup_tokens=%ld "
               "prefill_tokens_per_s=%.1f "
               "first_token_ms=%.3f decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu "
               "session_device_bytes=%zu "
@@ -433,7 +473,7 @@ int main(int argc, char** argv) {
               // The tier the session got (auto may give either): what was
               // measured.
               st.chunks_on_device ? "device" : "host", static_cast<long>(prompt.size()),
-              prompt.size() / prefill_s, first_token_ms, Median(token_ms),
+              warmup_tokens > 0 ? 1 : 0, static_cast<long>(warmup_tokens), prompt.size() / prefill_s, first_token_ms, Median(token_ms),
               token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
               mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes,
               gpu_bandwidth, gpu_bandwidth > 0 ? 1e3 * weight_bytes / gpu_bandwidth : 0.0);

@@ -23,7 +23,13 @@ VARIANT_KEYS = {
     "batched_step_rows": "0",
     "cuda_chunk_store": "kv",
     "chunk_tier": "host",
+    # drt-bench's untimed warm-up session (--warmup_tokens): on by default;
+    # lines from before it existed lack the key and were timed cold.
+    "warmup": "1",
 }
+# What a key missing from a line means (it predates the key), where that is
+# not the default.
+MISSING = {"warmup": "0"}
 
 
 def parse(path):
@@ -39,8 +45,8 @@ def parse(path):
 
 
 def variant(fields):
-    changed = [f"{k}={fields.get(k, d)}" for k, d in VARIANT_KEYS.items()
-               if fields.get(k, d) != d]
+    value = lambda k, d: fields.get(k, MISSING.get(k, d))
+    changed = [f"{k}={value(k, d)}" for k, d in VARIANT_KEYS.items() if value(k, d) != d]
     return " ".join(changed) if changed else "A (defaults)"
 
 
