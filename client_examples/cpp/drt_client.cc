@@ -57,7 +57,12 @@ ABSL_FLAG(double, temperature, 0, "0: greedy");
 ABSL_FLAG(int32_t, top_k, 0, "0: off");
 ABSL_FLAG(double, top_p, 0, "0 or 1: off");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
-ABSL_FLAG(std::vector<std::string>, stop, {}, "stop sequences, comma-separated");
+// --stop is taken out of the command line before absl parses it (TakeStops),
+// so that it can be given more than once, as in the Python client; this
+// definition gives it its --help line (and takes one from a --flagfile).
+ABSL_FLAG(std::string, stop, "",
+          "stop sequence, verbatim (commas included); repeatable: --stop . --stop 'a, b' "
+          "gives two");
 ABSL_FLAG(std::string, pad_to_chunk_boundary, "model",
           "true: pad the open chunk before generating, so the first token sees chunks retrieved "
           "with the whole prompt in view; false: do not; model: what the model was trained for");
@@ -178,9 +183,12 @@ class IdleWatchdog {
 //   the retries at their next wait, or that wait itself (Sleep). Either way
 //   interrupted() turns true and the run ends through its normal path, so
 //   the session is still deleted (Cleanup);
-// - the first signal at any other moment (a unary call of milliseconds)
-//   exits at once, as does a second signal: a client must never become
-//   unkillable, even while it retries.
+// - the first signal during a unary call (GetModelInfo, CreateSession,
+//   DeleteSession: each makes an Interrupts object too) cancels it, so that a
+//   stuck server does not hold the client for the call's 30 s deadline;
+//   GetModelInfo and CreateSession then exit 130, DeleteSession reports it;
+// - the first signal at any other moment exits at once, as does a second
+//   signal: a client must never become unkillable, even while it retries.
 class Interrupts {
  public:
   // Call before any other thread starts, so that all of them inherit the mask.
@@ -204,10 +212,13 @@ class Interrupts {
     }).detach();
   }
   // Makes `context` the call that a signal cancels, for this object's life.
-  explicit Interrupts(grpc::ClientContext* context) {
+  // A call that begins after a signal is cancelled at once, unless
+  // `after_signal_too` (the cleanup DeleteSession: a signal during the run
+  // still leaves it its one attempt; only a signal during it cancels it).
+  explicit Interrupts(grpc::ClientContext* context, bool after_signal_too = false) {
     std::lock_guard<std::mutex> lock(mutex_);
     active_ = context;
-    if (interrupted_) context->TryCancel();  // interrupted before the call began
+    if (interrupted_ && !after_signal_too) context->TryCancel();  // interrupted before it began
   }
   ~Interrupts() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -367,6 +378,81 @@ size_t Utf8Cut(std::string_view s, size_t limit) {
   return end > 0 ? end : limit;  // no boundary within the limit: not UTF-8 anyway
 }
 
+// Where `s` stops being UTF-8: the offset of the first byte that does not
+// begin a whole, well-formed character (Unicode's Table 3-7: no overlong
+// forms, surrogates or code points past U+10FFFF), with the reason Python's
+// decoder gives, so that both clients word the refusal alike; nullopt when
+// all of it is UTF-8. The server refuses such text as INVALID_ARGUMENT, but
+// only when the message carrying it arrives, naming the message, not the
+// file (review-tools #7).
+struct Utf8Error {
+  size_t offset;
+  const char* reason;
+};
+std::optional<Utf8Error> FirstInvalidUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int more;                          // continuation bytes after c
+    unsigned char low = 0x80, high = 0xBF;  // the range of the first of them
+    if (c >= 0xC2 && c <= 0xDF) {
+      more = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      more = 2;
+      if (c == 0xE0) low = 0xA0;   // overlong
+      if (c == 0xED) high = 0x9F;  // surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      more = 3;
+      if (c == 0xF0) low = 0x90;   // overlong
+      if (c == 0xF4) high = 0x8F;  // past U+10FFFF
+    } else {
+      return Utf8Error{i, "invalid start byte"};
+    }
+    for (int k = 1; k <= more; ++k) {
+      if (i + k >= s.size()) return Utf8Error{i, "unexpected end of data"};
+      const unsigned char b = s[i + k];
+      if (b < (k == 1 ? low : 0x80) || b > (k == 1 ? high : 0xBF)) {
+        return Utf8Error{i, "invalid continuation byte"};
+      }
+    }
+    i += more + 1;
+  }
+  return std::nullopt;
+}
+
+// Takes every --stop VALUE, --stop=VALUE (or with one dash) out of argv, in
+// order, before absl parses the rest: absl keeps only a flag's last value,
+// and its list flags split on commas, so a stop sequence holding a comma
+// could not be given (review-tools #12). Arguments after "--" are left.
+std::vector<std::string> TakeStops(int& argc, char** argv) {
+  std::vector<std::string> stops;
+  int kept = 1;
+  bool positional = false;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") positional = true;
+    absl::string_view name = arg;
+    if (!positional && (absl::ConsumePrefix(&name, "--") || absl::ConsumePrefix(&name, "-"))) {
+      if (name == "stop") {
+        if (i + 1 >= argc) Die("--stop needs a value (a stop sequence)");
+        stops.emplace_back(argv[++i]);
+        continue;
+      }
+      if (absl::ConsumePrefix(&name, "stop=")) {
+        stops.emplace_back(name);
+        continue;
+      }
+    }
+    argv[kept++] = argv[i];
+  }
+  argc = kept;
+  argv[argc] = nullptr;
+  return stops;
+}
+
 // What Append sends: token ids first, then text.
 struct Prompt {
   std::vector<int32_t> ids;
@@ -430,11 +516,12 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-Prompt MakePrompt(const drt::v1::ModelInfo& info) {
+// `prompt_text`: --prompt_file's contents, read and checked before connecting.
+Prompt MakePrompt(const drt::v1::ModelInfo& info, const std::string& prompt_text) {
   Prompt prompt;
   const std::string question = absl::GetFlag(FLAGS_question);
   if (const std::string path = absl::GetFlag(FLAGS_prompt_file); !path.empty()) {
-    prompt.text = ReadFile(path);
+    prompt.text = prompt_text;
     if (info.tokenizer() == "bytes" && question.empty()) prompt.expected_tokens = prompt.text.size();
     prompt.description = absl::StrCat(path, " (", Commas(prompt.text.size()), " bytes)");
     prompt.text += question;
@@ -536,10 +623,12 @@ class ProgressBar {
 
 class Client {
  public:
-  Client(std::shared_ptr<grpc::Channel> channel, std::string token, std::string session_key)
+  Client(std::shared_ptr<grpc::Channel> channel, std::string token, std::string session_key,
+         std::vector<std::string> stops)
       : stub_(drt::v1::Drt::NewStub(channel)),
         token_(std::move(token)),
-        session_key_(std::move(session_key)) {}
+        session_key_(std::move(session_key)),
+        stops_(std::move(stops)) {}
 
   static std::string Describe(const grpc::Status& status) {
     return absl::StrCat(GrpcCodeName(status.error_code()), ": ", status.error_message());
@@ -576,6 +665,8 @@ class Client {
     while (true) {
       const grpc::Status status = call();
       if (status.ok()) return;
+      // A signal cancelled the call (each registers its context).
+      if (Interrupts::interrupted()) std::exit(130);
       std::string why;
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE) {
         Die(absl::StrCat(what, ": ", Describe(status)));
@@ -591,6 +682,7 @@ class Client {
     drt::v1::ModelInfo info;
     Retried(retrier, "GetModelInfo", [&] {
       auto context = NewContext(kUnaryDeadlineSeconds);
+      Interrupts interrupts(context.get());
       return stub_->GetModelInfo(context.get(), {}, &info);
     });
     return info;
@@ -600,6 +692,11 @@ class Client {
     drt::v1::CreateSessionResponse response;
     Retried(retrier, "CreateSession", [&] {
       auto context = NewContext(kUnaryDeadlineSeconds);
+      // A signal while a stuck server holds the call cancels it at once
+      // (review-tools #9: it waited out the 30 s deadline). If the server
+      // made the session anyway, its id never reached the client: it
+      // expires after its idle TTL.
+      Interrupts interrupts(context.get());
       return stub_->CreateSession(context.get(), {}, &response);
     });
     return response.session_id();
@@ -611,6 +708,7 @@ class Client {
     Outage outage(retrier);
     for (int attempt = 1;; ++attempt) {
       auto context = NewContext(10);
+      Interrupts interrupts(context.get(), /*after_signal_too=*/true);
       drt::v1::DeleteSessionRequest request;
       request.set_session_id(id);
       drt::v1::DeleteSessionResponse response;
@@ -900,7 +998,7 @@ class Client {
     sampling->set_top_k(absl::GetFlag(FLAGS_top_k));
     sampling->set_top_p(absl::GetFlag(FLAGS_top_p));
     sampling->set_seed(absl::GetFlag(FLAGS_seed));
-    for (const std::string& stop : absl::GetFlag(FLAGS_stop)) request.add_stop(stop);
+    for (const std::string& stop : stops_) request.add_stop(stop);
     if (const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary); pad != "model") {
       request.set_pad_to_chunk_boundary(pad == "true");
     }
@@ -982,9 +1080,12 @@ class Client {
   std::unique_ptr<drt::v1::Drt::Stub> stub_;
   std::string token_;
   std::string session_key_;
+  std::vector<std::string> stops_;  // --stop, each verbatim
 };
 
-int Run() {
+// `prompt_text`: --prompt_file's contents (empty without one); `stops`:
+// every --stop.
+int Run(const std::string& prompt_text, std::vector<std::string> stops) {
   std::string session_key = absl::GetFlag(FLAGS_session_key);
   if (session_key.empty()) session_key = RandomSessionKey();
   if (!IsValidSessionKey(session_key)) {
@@ -1012,7 +1113,7 @@ int Run() {
   }
   std::string token = absl::GetFlag(FLAGS_token);
   if (const char* env = std::getenv("DRT_BEARER_TOKEN"); token.empty() && env != nullptr) token = env;
-  Client client(channel, token, session_key);
+  Client client(channel, token, session_key, std::move(stops));
   Retrier retrier(absl::GetFlag(FLAGS_retry_seconds), server);
 
   const drt::v1::ModelInfo info = client.GetModelInfo(retrier);
@@ -1022,7 +1123,7 @@ int Run() {
               info.tokenizer().c_str(), static_cast<long long>(info.enc_chunk_size()),
               static_cast<long long>(info.chunk_topk()), static_cast<long long>(info.slide_window()),
               Commas(info.max_context_tokens()).c_str());
-  const Prompt prompt = MakePrompt(info);
+  const Prompt prompt = MakePrompt(info, prompt_text);
   std::printf("prompt: %s\n", prompt.description.c_str());
 
   const std::string session_id = client.CreateSession(retrier);
@@ -1096,6 +1197,7 @@ int Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::vector<std::string> stops = TakeStops(argc, argv);
   const std::vector<char*> rest = drt::cli::ParseCommandLine(
       {"drt-client",
        "streams a long prompt (a haystack with a hidden pass key, a text file or token ids) "
@@ -1141,6 +1243,29 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // Bad input is refused before anything is sent, as the Python client does.
+  if (const std::string from_flagfile = absl::GetFlag(FLAGS_stop); !from_flagfile.empty()) {
+    stops.push_back(from_flagfile);
+  }
+  for (const std::string& stop : stops) {
+    // The server refuses both, but only at the Generate, after the Append.
+    if (stop.empty()) Die("--stop: a stop sequence must not be empty");
+    if (const auto bad = FirstInvalidUtf8(stop)) {
+      Die(absl::StrFormat("--stop: not UTF-8 at byte %d (%s)", bad->offset, bad->reason));
+    }
+  }
+  if (const auto bad = FirstInvalidUtf8(absl::GetFlag(FLAGS_question))) {
+    Die(absl::StrFormat("--question: not UTF-8 at byte %d (%s)", bad->offset, bad->reason));
+  }
+  std::string prompt_text;
+  if (const std::string path = absl::GetFlag(FLAGS_prompt_file); !path.empty()) {
+    prompt_text = ReadFile(path);
+    if (const auto bad = FirstInvalidUtf8(prompt_text)) {
+      Die(absl::StrFormat("--prompt_file %s: not UTF-8 at byte %s (%s); the server takes text as "
+                          "UTF-8",
+                          path, Commas(bad->offset), bad->reason));
+    }
+  }
   Interrupts::Install();
-  return Run();
+  return Run(prompt_text, std::move(stops));
 }

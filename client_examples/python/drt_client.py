@@ -148,7 +148,8 @@ def parse_args(argv=None):
     gen.add_argument("--top-k", type=int, default=0, help="0: off (default %(default)s)")
     gen.add_argument("--top-p", type=float, default=0.0, help="0 or 1: off (default %(default)s)")
     gen.add_argument("--seed", type=non_negative_seed, default=0, help="sampling seed, 0 to 2^64 - 1 (default %(default)s)")
-    gen.add_argument("--stop", action="append", default=[], help="stop sequence (repeatable)")
+    gen.add_argument("--stop", action="append", default=[],
+                     help="stop sequence, verbatim (commas included); repeatable")
     pad = gen.add_mutually_exclusive_group()
     pad.add_argument("--pad-to-chunk-boundary", dest="pad", action="store_const", const=True, default=None,
                      help="pad the open chunk before generating, so the first token sees chunks "
@@ -195,6 +196,9 @@ def parse_args(argv=None):
         p.error("--depth must be within [0, 1]")
     if args.haystack_tokens < 1 or args.piece_bytes < 4 or args.piece_tokens < 1 or args.max_tokens < 1:
         p.error("--haystack-tokens, --piece-bytes (>= 4), --piece-tokens and --max-tokens must be positive")
+    if any(stop == "" for stop in args.stop):
+        # The server refuses it too, but only at the Generate, after the whole Append.
+        p.error("--stop: a stop sequence must not be empty")
     if args.passkey is not None and not args.passkey.isdigit():
         p.error("--passkey must be digits")
     return args

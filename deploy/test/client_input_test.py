@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Both example clients against a stand-in server (no model): their input
+checks and a stuck CreateSession.
+
+- a --prompt-file that is not UTF-8 is refused before anything is sent,
+  naming the file, the byte offset and the reason, as Python's own UTF-8
+  decoder gives them (the expectation here): a bad start byte, a
+  surrogate, a character cut by the end of the file (review-tools #7: the
+  C++ client sent the valid pieces first and the server then refused a
+  "message N");
+- --stop is repeatable and taken verbatim, commas included, in both
+  spellings (--stop X, --stop=X): the Generate carries exactly the stop
+  sequences given, in order (review-tools #12: the C++ flag split on commas
+  and kept only its last use);
+- an empty --stop is refused before anything is sent (the server refuses it
+  only at the Generate, after the whole Append);
+- Ctrl-C or SIGTERM while CreateSession hangs on the server ends the client
+  at once with exit 130 (review-tools #9: the C++ client waited out the
+  call's 30 s deadline).
+
+    client_input_test.py --cpp-client build/client_examples/drt-client --stubs build/python
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent import futures
+
+from checks import Checks
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+class StandIn:
+    def __init__(self, pb, pb_grpc):
+        self.lock = threading.Lock()
+        self.release = threading.Event()  # lets a hanging CreateSession go
+        self.reset(False)
+        outer = self
+
+        class Servicer(pb_grpc.DrtServicer):
+            def GetModelInfo(self, request, context):
+                with outer.lock:
+                    outer.calls += 1
+                return pb.ModelInfo(name="stand-in", device="none", vocab_size=258, tokenizer="bytes",
+                                    pad_id=256, chunk_id=257, enc_chunk_size=64, max_context_tokens=1 << 20)
+
+            def CreateSession(self, request, context):
+                with outer.lock:
+                    outer.calls += 1
+                    outer.creates += 1
+                outer.create_called.set()
+                if outer.hang_create:
+                    outer.release.wait(60)
+                return pb.CreateSessionResponse(session_id="s1")
+
+            def DeleteSession(self, request, context):
+                return pb.DeleteSessionResponse()
+
+            def Append(self, requests, context):
+                n = sum(len(r.text.encode()) + len(r.tokens.ids) for r in requests)
+                yield pb.AppendResponse(summary=pb.AppendSummary(
+                    tokens_ingested=n, session_tokens=n, session_chunks=n // 63, tokens_per_second=1))
+
+            def Generate(self, request, context):
+                with outer.lock:
+                    outer.stops.append(list(request.stop))
+                yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="2.", token_ids=[50, 46]))
+                yield pb.GenerateResponse(done=pb.GenerateDone(finish_reason=pb.FINISH_REASON_STOP_SEQUENCE))
+
+        self.servicer = Servicer()
+
+    def reset(self, hang_create):
+        with self.lock:
+            self.hang_create = hang_create
+            self.calls, self.creates, self.stops = 0, 0, []
+            self.create_called = threading.Event()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cpp-client", required=True)
+    p.add_argument("--stubs", required=True)
+    args = p.parse_args()
+    sys.path.insert(0, args.stubs)
+    import grpc
+    from drt.v1 import drt_pb2 as pb, drt_pb2_grpc as pb_grpc
+
+    stand_in = StandIn(pb, pb_grpc)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    pb_grpc.add_DrtServicer_to_server(stand_in.servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    target = f"127.0.0.1:{port}"
+    checks = Checks()
+    clients = {
+        "python": ([sys.executable, os.path.join(REPO, "client_examples", "python", "drt_client.py"),
+                    "--stubs", args.stubs, "--server", target, "--max-tokens", "2"], "--prompt-file"),
+        "c++": ([args.cpp_client, "--server", target, "--max_tokens", "2"], "--prompt_file"),
+    }
+    # Not UTF-8: a byte that starts no character, a surrogate (well formed
+    # in shape, refused by UTF-8), and a 3-byte character cut by the end.
+    bad_files = {"bad-start": b"hello \xc3\xa9 \xff world", "surrogate": "\u65e5".encode() + b"a\xed\xa0\x80b",
+                 "cut": b"abc \xe2\x82"}
+    with tempfile.TemporaryDirectory(prefix="drt-client-input-") as tmp:
+        good = os.path.join(tmp, "good.txt")
+        with open(good, "w", encoding="utf-8") as f:
+            f.write("h\u00e9llo, w\u00f6rld " * 20)
+        try:
+            for name, (base, prompt_flag) in clients.items():
+                def run(extra):
+                    stand_in.reset(False)
+                    r = subprocess.run(base + extra, capture_output=True, text=True, errors="replace", timeout=60)
+                    return r.returncode, r.stdout + r.stderr
+
+                for case, data in bad_files.items():
+                    path = os.path.join(tmp, case + ".txt")
+                    with open(path, "wb") as f:
+                        f.write(data)
+                    try:
+                        data.decode("utf-8")
+                        expected = None
+                    except UnicodeDecodeError as e:
+                        expected = f"{prompt_flag} {path}: not UTF-8 at byte {e.start:,} ({e.reason})"
+                    code, out = run([prompt_flag, path])
+                    checks.expect(expected is not None and code not in (0, None) and expected in out
+                                  and stand_in.calls == 0 and "Traceback" not in out,
+                                  f"{name}, {case}: a prompt file that is not UTF-8 is refused before any call, "
+                                  f"naming the file and byte ({expected!r}; {stand_in.calls} calls made)",
+                                  out[-1500:])
+
+                given = ["a, b", "x,y", "."]
+                code, out = run([prompt_flag, good, "--stop", "a, b", "--stop=x,y", "--stop", "."])
+                checks.expect(code == 0 and stand_in.stops == [given],
+                              f"{name}: --stop 'a, b' --stop=x,y --stop . sends exactly those three stop "
+                              f"sequences, commas kept (sent: {stand_in.stops})", out[-1500:])
+
+                code, out = run([prompt_flag, good, "--stop", "."])
+                checks.expect(code == 0 and stand_in.stops == [["."]],
+                              f"{name}: one --stop sends one stop sequence (sent: {stand_in.stops})", out[-1500:])
+
+                code, out = run([prompt_flag, good, "--stop", ""])
+                checks.expect(code not in (0, None) and "--stop" in out and "empty" in out and stand_in.calls == 0
+                              and "Traceback" not in out,
+                              f"{name}: an empty --stop is refused before any call ({stand_in.calls} calls made)",
+                              out[-1500:])
+
+                # A CreateSession that hangs on the server (its 30 s deadline
+                # far away): a signal ends the client at once.
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    stand_in.reset(True)
+                    stand_in.release.clear()
+                    client = subprocess.Popen(base + [prompt_flag, good], stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True, errors="replace")
+                    called = stand_in.create_called.wait(30)
+                    time.sleep(0.3)  # into the call's wait
+                    sent = time.monotonic()
+                    client.send_signal(sig)
+                    try:
+                        out, _ = client.communicate(timeout=40)
+                        code = client.returncode
+                    except subprocess.TimeoutExpired:
+                        client.kill()
+                        out, _ = client.communicate()
+                        code = None
+                    seconds = time.monotonic() - sent
+                    stand_in.release.set()
+                    checks.expect(called and code == 130 and seconds < 3 and "Traceback" not in out,
+                                  f"{name}: {signal.Signals(sig).name} while CreateSession hangs exits 130 at once "
+                                  f"(exit {code} after {seconds:.1f} s; < 3 s, the call's deadline is 30 s)",
+                                  out[-1500:])
+        finally:
+            stand_in.release.set()
+            server.stop(0)
+    return checks.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
