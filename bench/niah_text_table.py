@@ -1,23 +1,57 @@
 """Markdown table of drt-niah-text JSON results (docs/passkey_accuracy.md).
 
     python3 bench/niah_text_table.py docs/niah/text_old_*.json
+
 One row per (task, length), one column per depth; cells from several files
 are merged (a (task, length, depth) present twice is an error).
+
+Only files of one run setting are merged: every field a file records about
+its run (model, text, text_bytes, pad_to_chunk_boundary, seed: all but
+"cells") must be the same in each, else the table is refused with an error
+naming both files and the field (review-tools #11: it merged cells of
+different models or seeds into one table without a word). Files that
+differ only in their tasks, lengths, depths or trials (separate commands of
+one setting, as docs/passkey_accuracy.md runs them) are merged, and the
+setting and the files are printed on stderr, so that the table on stdout
+stays pasteable. Cells of separate commands come from separate random
+streams (their haystacks differ), so compare cells only within one
+identical command.
 """
 import json
 import sys
 from collections import defaultdict
 
+ABSENT = "(absent)"
+
+
+def run_setting(data):
+    """What a result file records about its run: every field but the cells."""
+    return {k: v for k, v in data.items() if k != "cells"}
+
 
 def main(paths):
+    if not paths:
+        sys.exit("usage: python3 bench/niah_text_table.py RESULT.json ...")
     cells = {}
+    first_path, first = None, None
     for path in paths:
         with open(path) as f:
-            for c in json.load(f)["cells"]:
-                key = (c["task"], c["length"], round(c["depth"], 4))
-                if key in cells:
-                    sys.exit(f"{path}: {key} already read from another file")
-                cells[key] = c
+            data = json.load(f)
+        setting = run_setting(data)
+        if first is None:
+            first_path, first = path, setting
+        for key in sorted(set(first) | set(setting)):
+            if first.get(key, ABSENT) != setting.get(key, ABSENT):
+                sys.exit(f"niah_text_table: {path} and {first_path} are not of one run setting: {key} is "
+                         f"{setting.get(key, ABSENT)!r} in {path} and {first.get(key, ABSENT)!r} in {first_path}; "
+                         "a table merges only files of one model, text and seed")
+        for c in data["cells"]:
+            key = (c["task"], c["length"], round(c["depth"], 4))
+            if key in cells:
+                sys.exit(f"{path}: {key} already read from another file")
+            cells[key] = c
+    print(f"niah_text_table: {len(paths)} file{'s' if len(paths) != 1 else ''} of one setting ("
+          + ", ".join(f"{k}={v}" for k, v in sorted(first.items())) + "): " + ", ".join(paths), file=sys.stderr)
     depths = sorted({k[2] for k in cells})
     rows = defaultdict(dict)
     for (task, length, depth), c in cells.items():
