@@ -170,26 +170,15 @@ def config_notes(cfg):
     return notes
 
 
-def as_stored(value, storage):
-    """`value` as model.safetensors will hold it in `storage` ("F32", "F16",
-    "BF16"; safetensors_io's rounding), back in float32."""
-    if storage == "BF16":
-        return safetensors_io.bf16_bits_to_f32(safetensors_io.f32_to_bf16_bits(value.astype(np.float32)))
-    with np.errstate(over="ignore"):  # an overflow is reported by the caller, naming the tensor
-        return value.astype(np.float16 if storage == "F16" else np.float32).astype(np.float32)
-
-
-def check_range(name, value, dtype, storage):
-    """Refuses a tensor whose finite values become infinities in `storage`
-    (|x| >= 65520 in f16: values up to there round to its largest, 65504;
-    about 3.39e38 in bf16), which drt-server would then refuse as a corrupt
-    or diverged checkpoint (review-tools #4)."""
-    if np.isfinite(as_stored(value, storage)).all():
-        return
+def range_error(name, value, dtype, storage):
+    """The refusal of a tensor whose finite values become infinities in
+    `storage` (|x| >= 65520 in f16: values up to there round to its largest,
+    65504; about 3.39e38 in bf16), which drt-server would then refuse as a
+    corrupt or diverged checkpoint (review-tools #4)."""
     largest = float(np.abs(value).max())
     wider = "bf16 or f32" if storage == "F16" else "f32"
-    raise ExportError(f"{name}: max |x| {largest:.6g} does not fit {dtype} (it would be stored as inf); "
-                      f"export with --dtype {wider}")
+    return ExportError(f"{name}: max |x| {largest:.6g} does not fit {dtype} (it would be stored as inf); "
+                       f"export with --dtype {wider}")
 
 
 def export(checkpoint, config_path, out, dtype="f32", tokenizer=None, untie=False):
@@ -201,14 +190,20 @@ def export(checkpoint, config_path, out, dtype="f32", tokenizer=None, untie=Fals
     check_names(state, cfg)
     storage = drt_config.STORAGE_DTYPES[dtype]
     cfg["torch_dtype"] = drt_config.TORCH_DTYPE_NAMES[storage]
+    # Each tensor is converted once: the stored elements are checked and
+    # then written as they are (it was converted twice, once to check its
+    # range and once to save it).
+    stored = {}
     for name, value in state.items():
         if not np.isfinite(value).all():
             raise ExportError(f"{name}: contains NaN or inf")
-        check_range(name, value, dtype, storage)
+        stored[name] = safetensors_io.to_storage(value, storage)
+        if not safetensors_io.storage_finite(stored[name], storage):
+            raise range_error(name, value, dtype, storage)
     os.makedirs(out, exist_ok=True)
     drt_config.save_config(cfg, os.path.join(out, "config.json"))
-    safetensors_io.save_file(state, os.path.join(out, "model.safetensors"),
-                             dtypes={n: storage for n in state},
+    safetensors_io.save_file(stored, os.path.join(out, "model.safetensors"),
+                             dtypes={n: storage for n in stored}, stored=True,
                              metadata={"format": "pt", "source": os.path.basename(checkpoint)})
     if tokenizer:
         shutil.copyfile(tokenizer, os.path.join(out, "tokenizer.json"))

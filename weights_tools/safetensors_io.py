@@ -45,8 +45,12 @@ def bf16_bits_to_f32(bits):
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
-def _encode(array, dtype):
-    """Returns the little-endian bytes of `array` stored as `dtype`."""
+def to_storage(array, dtype):
+    """`array` as the elements the file holds for `dtype`: little-endian
+    float32 or float16, bfloat16 bit patterns (uint16), int32 or int64. The
+    one conversion a tensor needs: save_file(..., stored=True) writes the
+    result as it is, and storage_finite() checks it (weights_tools/export.py
+    uses both, so that it converts each tensor once)."""
     if dtype not in _NP_DTYPES:
         raise ValueError(f"unsupported safetensors dtype {dtype!r}")
     a = np.asarray(array)
@@ -54,39 +58,59 @@ def _encode(array, dtype):
         if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
             raise TypeError(f"cannot store {a.dtype} as {dtype}")
         if dtype == "BF16":
-            return f32_to_bf16_bits(a.astype(np.float32)).astype("<u2").tobytes()
-        return a.astype(_NP_DTYPES[dtype]).tobytes()
+            return f32_to_bf16_bits(a.astype(np.float32, copy=False)).astype("<u2", copy=False)
+        with np.errstate(over="ignore"):  # values beyond f16 become inf: storage_finite() tells
+            return a.astype(_NP_DTYPES[dtype], copy=False)
     if not np.issubdtype(a.dtype, np.integer):
         raise TypeError(f"cannot store {a.dtype} as {dtype}")
     info = np.iinfo(_NP_DTYPES[dtype])
     if a.size and (a.min() < info.min or a.max() > info.max):
         raise ValueError(f"integer values out of range for {dtype}")
-    return a.astype(_NP_DTYPES[dtype]).tobytes()
+    return a.astype(_NP_DTYPES[dtype], copy=False)
 
 
-def save_file(tensors, path, metadata=None, dtypes=None):
+def storage_finite(stored, dtype):
+    """Whether every element of to_storage(x, dtype) is finite (no inf or
+    NaN); read from the stored elements themselves, without widening them
+    (bfloat16: the exponent bits all set)."""
+    if dtype == "BF16":
+        return not bool(((np.asarray(stored) & np.uint16(0x7F80)) == np.uint16(0x7F80)).any())
+    if dtype in FLOAT_DTYPES:
+        return bool(np.isfinite(stored).all())
+    return True
+
+
+def save_file(tensors, path, metadata=None, dtypes=None, stored=False):
     """Writes `tensors` (name -> numpy array) to `path`.
 
     dtypes: optional name -> safetensors dtype ("F32", "F16", "BF16", "I32",
     "I64"); by default the dtype follows the array (float32, float16, int32,
     int64; anything else must be given explicitly). metadata: str -> str.
+    stored: the arrays are to_storage() results for the dtypes given (every
+    tensor's dtype then given), written without another conversion.
     """
     dtypes = dict(dtypes or {})
     header = {}
-    blobs = []
+    arrays = []
     offset = 0
     for name in sorted(tensors):
         if name == "__metadata__":
             raise ValueError("'__metadata__' is reserved")
         array = np.asarray(tensors[name])
-        dtype = dtypes.pop(name, None) or _DEFAULT_NAMES.get(array.dtype)
+        dtype = dtypes.pop(name, None) or (None if stored else _DEFAULT_NAMES.get(array.dtype))
         if dtype is None:
             raise TypeError(f"{name}: no default safetensors dtype for {array.dtype}; pass dtypes")
-        blob = _encode(array, dtype)
+        if stored:
+            if array.dtype != _NP_DTYPES[dtype]:
+                raise TypeError(f"{name}: stored=True needs {_NP_DTYPES[dtype]} elements for {dtype}, "
+                                f"got {array.dtype}")
+            data = np.ascontiguousarray(array)
+        else:
+            data = np.ascontiguousarray(to_storage(array, dtype))
         header[name] = {"dtype": dtype, "shape": [int(s) for s in array.shape],
-                        "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
+                        "data_offsets": [offset, offset + data.nbytes]}
+        arrays.append(data)
+        offset += data.nbytes
     if dtypes:
         raise KeyError(f"dtypes given for unknown tensors: {sorted(dtypes)}")
     if metadata:
@@ -98,8 +122,8 @@ def save_file(tensors, path, metadata=None, dtypes=None):
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
-        for blob in blobs:
-            f.write(blob)
+        for data in arrays:
+            f.write(data.reshape(-1).view(np.uint8).data)
 
 
 def read_header(path):

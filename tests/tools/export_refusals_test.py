@@ -63,6 +63,43 @@ def check_storage_range(tmp, source):
                    "nothing written", log[-600:])
 
 
+def check_converts_once(tmp, source):
+    """export() converts each tensor to its storage type once (it converted
+    twice: once to check the range, once to save), and writes what the
+    plain writer writes. Counted in-process on bf16, whose conversion is
+    safetensors_io.f32_to_bf16_bits (one call per tensor); the files are
+    compared byte for byte with safetensors_io.save_file of the checkpoint
+    in f16 and bf16 (the data section: the header's "source" differs)."""
+    sys.path.insert(0, TOOLS)
+    import export as export_module
+    import safetensors_io
+    checkpoint = os.path.join(source, "model.safetensors")
+    tensors = safetensors_io.load_file(checkpoint)
+    calls = []
+    real = safetensors_io.f32_to_bf16_bits
+    safetensors_io.f32_to_bf16_bits = lambda x: (calls.append(x.shape), real(x))[1]
+    try:
+        export_module.export(checkpoint, os.path.join(source, "config.json"), os.path.join(tmp, "once-bf16"),
+                             dtype="bf16")
+    finally:
+        safetensors_io.f32_to_bf16_bits = real
+    expect(len(calls) == len(tensors),
+           f"bf16 export converts each of the {len(tensors)} tensors once ({len(calls)} conversions)")
+    for dtype, storage in (("f16", "F16"), ("bf16", "BF16"), ("f32", "F32")):
+        out = os.path.join(tmp, f"same-{dtype}")
+        export_module.export(checkpoint, os.path.join(source, "config.json"), out, dtype=dtype)
+        plain = os.path.join(tmp, f"plain-{dtype}.safetensors")
+        safetensors_io.save_file(tensors, plain, dtypes={n: storage for n in tensors})
+
+        def data(path):
+            header, _, start = safetensors_io.read_header(path)
+            with open(path, "rb") as f:
+                f.seek(start)
+                return {n: h["dtype"] for n, h in header.items()}, f.read()
+        expect(data(os.path.join(out, "model.safetensors")) == data(plain),
+               f"{dtype}: the exported tensors are byte for byte those safetensors_io.save_file writes")
+
+
 def main():
     try:
         import numpy  # noqa: F401
@@ -121,6 +158,7 @@ def main():
                "both keys true: exported without a warning", (run.stdout + run.stderr)[-600:])
 
         check_storage_range(tmp, source)
+        check_converts_once(tmp, source)
     print(f"{'FAILED' if FAILED else 'passed'}: {len(FAILED)} failures")
     return 1 if FAILED else 0
 
