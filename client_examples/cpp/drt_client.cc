@@ -83,8 +83,10 @@ ABSL_FLAG(double, deadline, 0,
           "CreateSession get 30 s, DeleteSession 10 s)");
 ABSL_FLAG(double, retry_seconds, 300,
           "how long the client keeps retrying a call that got UNAVAILABLE (a server restarting, "
-          "draining or moving), from that call's first failure after its last progress, plus "
-          "one attempt, with exponential backoff and jitter; 0: never retry. An Append cut "
+          "draining or moving), counted from the call's first failure; for an Append, from its "
+          "first cut after the session last took more of the prompt, so each outage between "
+          "progress gets the whole bound; plus one attempt, with exponential backoff and jitter; "
+          "0: never retry. An Append cut "
           "part-way resumes from the tokens the session holds; client_examples/README.md says "
           "which calls are retried");
 
@@ -313,7 +315,12 @@ class Retrier {
 };
 
 // The retries of one call (or of one Append with its resumes): the bound
-// counts from its first UNAVAILABLE and starts again after progress.
+// counts from its first UNAVAILABLE and starts again after progress (an
+// Append: the session took more of the prompt since the call cut last began,
+// seen in that call's acknowledgements or, when they were lost, in
+// GetSession's count). Each stretch without progress, the time the server was
+// up included, gets --retry_seconds; the number of stretches is bounded by
+// the prompt's length, since each takes more of it.
 class Outage {
  public:
   explicit Outage(Retrier& retrier) : retrier_(retrier) { Interrupts::Retrying(true); }
@@ -782,6 +789,9 @@ class Client {
     resumes = 0;
     PromptPart part = WholePrompt(prompt);
     while (true) {
+      // Acknowledgements above what the session held when this call began
+      // are this call's progress.
+      acked = base_tokens + held;
       const grpc::Status status = AppendOnce(session_id, part, bar, held, acked, summary);
       if (status.ok()) {
         summary.set_tokens_ingested(summary.session_tokens() - base_tokens);
@@ -796,6 +806,11 @@ class Client {
       const std::string cut = absl::StrCat(
           "the Append was cut (", Describe(status), ") after the server acknowledged ",
           Commas(acknowledged), " tokens of this prompt");
+      // Progress in the cut call: this outage's bound counts from this cut,
+      // not from an earlier one (it counted the time the server was up and
+      // taking the prompt too, so a long call between two short outages
+      // could end the retries at once).
+      if (acknowledged > held) outage.Reset();
       drt::v1::SessionInfo info;
       if (!outage.Wait("Append", Describe(status), why) ||
           !SessionWhenIdle(session_id, outage, cut, info, why)) {
@@ -812,7 +827,9 @@ class Client {
                      "what it holds\n",
                      session_id.c_str(), Commas(now_held).c_str(), Commas(acknowledged).c_str());
       }
-      if (now_held > held) outage.Reset();  // progress: the bound starts again at the next cut
+      // Progress whose acknowledgement was lost: the next cut's bound counts
+      // from that cut.
+      if (now_held > held) outage.Reset();
       std::string cannot;
       std::optional<PromptPart> rest = PromptAfter(prompt, now_held, bytes_tokenizer, &cannot);
       if (!rest) {

@@ -117,8 +117,10 @@ def parse_args(argv=None):
                            "DeleteSession 10 s")
     conn.add_argument("--retry-seconds", type=float, default=RETRY_SECONDS_DEFAULT,
                       help="how long the client keeps retrying a call that got UNAVAILABLE (a server "
-                           "restarting, draining or moving), from that call's first failure after its "
-                           "last progress, plus one attempt, with exponential backoff and jitter; "
+                           "restarting, draining or moving), counted from the call's first failure; for "
+                           "an Append, from its first cut after the session last took more of the prompt, "
+                           "so each outage between progress gets the whole bound; plus one attempt, with "
+                           "exponential backoff and jitter; "
                            "0: never retry (default %(default)s). "
                            "An Append cut part-way resumes from the tokens the session holds; see "
                            "client_examples/README.md for which calls are retried")
@@ -485,7 +487,12 @@ class Retrier:
 
 class Outage:
     """The retries of one call (or of one Append with its resumes): the bound
-    counts from its first UNAVAILABLE, and starts again after progress."""
+    counts from its first UNAVAILABLE, and starts again after progress (an
+    Append: the session took more of the prompt since the call cut last
+    began, seen in that call's acknowledgements or, when they were lost, in
+    GetSession's count). Each stretch without progress, the time the server
+    was up included, gets --retry-seconds; the number of stretches is bounded
+    by the prompt's length, since each takes more of it."""
 
     def __init__(self, retrier):
         self.retrier = retrier
@@ -593,6 +600,9 @@ def append(pb, stub, session_id, pieces, expected_tokens, metadata, args, retrie
     outage = retrier.outage()
     remaining = pieces()
     while True:
+        # Acknowledgements above what the session held when this call began
+        # are this call's progress.
+        acked[0] = base_tokens + held
         try:
             summary = append_once(pb, stub, session_id, remaining, metadata, args, bar, held, acked)
             total = summary.session_tokens - base_tokens
@@ -612,6 +622,12 @@ def append(pb, stub, session_id, pieces, expected_tokens, metadata, args, retrie
         acknowledged = acked[0] - base_tokens
         cut = (f"the Append was cut ({error.code().name}: {error.details()}) after the server "
                f"acknowledged {acknowledged:,} tokens of this prompt")
+        if acknowledged > held:
+            # Progress in the cut call: this outage's bound counts from this
+            # cut, not from an earlier one (it counted the time the server
+            # was up and taking the prompt too, so a long call between two
+            # short outages could end the retries at once).
+            outage.reset()
         try:
             outage.wait("Append", error)
             info = session_when_idle(pb, stub, session_id, metadata, retrier, outage, cut)
@@ -623,7 +639,9 @@ def append(pb, stub, session_id, pieces, expected_tokens, metadata, args, retrie
                   f"fewer than the {acknowledged:,} acknowledged (the server lost acknowledged tokens); "
                   "resuming from what it holds", file=sys.stderr, flush=True)
         if now_held > held:
-            outage.reset()  # the server made progress: the bound starts again at the next cut
+            # Progress whose acknowledgement was lost: the next cut's bound
+            # counts from that cut.
+            outage.reset()
         why = resume_point(pieces(), now_held, bytes_tokenizer)
         if why:
             raise GaveUp(f"{cut}; session {session_id} holds {now_held:,} of them now and cannot be "

@@ -59,7 +59,17 @@ restarts") is played where a real server cannot be steered as precisely
   Python client retried it for --retry-seconds, and SIGTERM killed it with
   the session left behind);
 - created (Python client): SIGTERM right after CreateSession answered, while
-  the session line is printed, still deletes the session (review-toolsfix #2).
+  the session line is printed, still deletes the session (review-toolsfix #2);
+- the retry bound (--retry-seconds 6) counts from the first cut after the
+  session last took more of the prompt: flap-progress cuts an Append at
+  once with nothing taken, is away FLAP_DOWN, then takes and acknowledges
+  part of the resumed Append and stays up FLAP_STAY before cutting it and
+  going away again. Each outage is well inside the bound, but the first
+  cut and the second are more than 6 s apart: the client must finish (it
+  gave up at the second cut, counting the time the server was up taking
+  the prompt against the bound). flap-stuck is the same with nothing taken
+  or acknowledged in the resumed call: no progress, so the bound counts
+  from the first cut and the client gives up at the second.
 
     client_resume_test.py --cpp-client build/client_examples/drt-client --stubs build/python
 """
@@ -90,6 +100,14 @@ HELD = 2501
 FOREIGN = 10_000
 # The "lost" case: the session holds this many fewer than acknowledged.
 LOST = 300
+# The flap cases: seconds GetSession answers UNAVAILABLE after each cut, and
+# seconds the second Append call stays up before its cut. FLAP_DOWN is
+# found back by the client's retries within about 2.3 s (delays 0.1-0.2,
+# 0.2-0.4, 0.4-0.8, 0.8-1.6 s); FLAP_DOWN + FLAP_STAY is 6.5 s, past the
+# bound of 6 s between the first cut and the second.
+FLAP_BOUND = 6
+FLAP_DOWN = 1.0
+FLAP_STAY = 5.5
 # fcntl's F_GETPIPE_SZ (Linux; in the fcntl module from Python 3.10 only).
 F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
@@ -123,6 +141,8 @@ class StandIn:
                 return pb.DeleteSessionResponse()
 
             def GetSession(self, request, context):
+                if time.monotonic() < outer.down_until:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "the stand-in is away after a cut")
                 if outer.mode == "gone":
                     context.abort(grpc.StatusCode.NOT_FOUND, "session s1 does not exist (server started anew)")
                 with outer.lock:
@@ -134,6 +154,9 @@ class StandIn:
                 with outer.lock:
                     start = len(outer.held)
                     outer.appends += 1
+                if outer.mode.startswith("flap") and outer.appends <= 2:
+                    yield from outer.flap(requests, context, start)
+                    return
                 for r in requests:
                     with outer.lock:
                         if r.WhichOneof("piece") == "tokens":
@@ -190,6 +213,31 @@ class StandIn:
 
         self.servicer = Servicer()
 
+    def flap(self, requests, context, start):
+        """The first two Append calls of the flap cases: the first is cut at
+        once with nothing taken; the second takes HELD tokens (flap-progress,
+        acknowledging ACKED of them) or none (flap-stuck), stays up
+        FLAP_STAY s and is cut. After each cut GetSession answers
+        UNAVAILABLE for FLAP_DOWN s."""
+        pb = self.pb
+        if self.appends == 2:
+            for r in requests:
+                with self.lock:
+                    self.held.extend(r.tokens.ids)
+                    if len(self.held) - start > HELD:
+                        break
+            with self.lock:
+                del self.held[start + (HELD if self.mode == "flap-progress" else 0):]
+            if self.mode == "flap-progress":
+                yield pb.AppendResponse(progress=pb.AppendProgress(
+                    tokens_ingested=ACKED, session_tokens=start + ACKED))
+            time.sleep(FLAP_STAY)
+        else:
+            next(iter(requests), None)
+        with self.lock:
+            self.down_until = time.monotonic() + FLAP_DOWN
+        context.abort(self.grpc.StatusCode.UNAVAILABLE, f"cut by the stand-in (Append call {self.appends})")
+
     def reset(self, mode, tokenizer="bytes", cuts=0, generate_cuts=0, code=None,
               details="cut by the stand-in", busy_reports=0, session_id="s1"):
         with self.lock:
@@ -200,6 +248,7 @@ class StandIn:
             self.busy_reports = busy_reports
             self.held, self.appends, self.generates, self.deletes = [], 0, 0, 0
             self.diverge_ended = threading.Event()  # the diverging call ended (cancelled)
+            self.down_until = 0.0  # GetSession answers UNAVAILABLE until then (flap cases)
             self.cancelled_before_delete = None
 
 
@@ -444,6 +493,24 @@ def main():
 
                 if name == "python":
                     signal_after_create(checks, stand_in, base + [flag["ids"], ids_file])
+
+                # The retry bound after progress (the later flag wins over the base's 20).
+                bound = [flag["ids"], ids_file, flag["retry"], str(FLAP_BOUND)]
+                started = time.monotonic()
+                code, out = run("flap-progress", bound)
+                seconds = time.monotonic() - started
+                checks.expect(code == 0 and stand_in.appends == 3 and stand_in.held[:len(ids)] == ids
+                              and len(stand_in.held) == len(ids) + 2 and "did not come back" not in out,
+                              f"{name}, flap-progress: cut at once, then {FLAP_STAY} s up taking part of the "
+                              f"prompt, then cut again: each outage (~{FLAP_DOWN} s) is inside {flag['retry']} "
+                              f"{FLAP_BOUND}, so the Append finishes exactly ({stand_in.appends} calls, "
+                              f"{seconds:.1f} s)", out[-2500:])
+                code, out = run("flap-stuck", bound)
+                checks.expect(code != 0 and stand_in.appends == 2 and "did not come back within" in out
+                              and "Traceback" not in out,
+                              f"{name}, flap-stuck: the same with nothing taken in the resumed call: no "
+                              f"progress, so the bound counts from the first cut and the client gives up at "
+                              f"the second ({stand_in.appends} calls)", out[-2500:])
 
                 code, out = run("no-retry", [flag["ids"], ids_file, flag["retry"], "-1"])
                 checks.expect(code != 0 and "must be positive" in out and "Traceback" not in out,
