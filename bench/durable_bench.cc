@@ -325,11 +325,11 @@ int main(int argc, char** argv) {
     StateStore::RestoreReport report;
     auto restored = Start(*backend, dir, StateSync::kStep, &report);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    std::printf("restore %s: %lld sessions x %lld tokens (%.1f MiB on disk, %.0f%% of its pages in "
-                "the page cache before) in %.3f s (%zu quarantined)\n",
-                cold ? "cold (page cache evicted)" : "warm (files cached)",
+    std::printf("restore: %lld sessions x %lld tokens (%.1f MiB on disk) %s, %.0f%% of its pages in "
+                "the page cache before: %.3f s (%zu quarantined)\n",
                 static_cast<long long>(restored->sessions->count()),
                 static_cast<long long>(session_tokens.size()), bytes / 1048576.0,
+                cold ? "cold (page cache evicted)" : "warm (files cached)",
                 before.total ? 100.0 * before.cached / before.total : 0.0, seconds,
                 report.quarantined.size());
   }
