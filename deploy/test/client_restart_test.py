@@ -11,7 +11,13 @@ Append sent again whole would hold about N + the resume point, one resumed
 from the wrong place fewer or more), and the same answer (a durable server
 continues a session exactly, docs/api.md). The stop is a crash (SIGKILL) for
 one run and a drain (SIGTERM, running calls end with UNAVAILABLE) for the
-other, for each client.
+others, for each client: one with --shutdown_grace_seconds 0 (the Append is
+cut at once, however fast this machine ingests) and one with a grace of
+GRACE_SECONDS, as a deployment has one (deploy/k8s: 30 s): the Append then
+either outlasts the grace and is cut (and resumed), or finishes within it,
+and the client's Generate is refused by the draining or stopped server and
+sent again after the restart. Which of the two happened is printed; both
+must end as the uninterrupted run.
 
 Then a server that stays down: the client must give up after --retry-seconds
 with an error that names the bound and the acknowledged tokens, and not much
@@ -61,6 +67,10 @@ RETRY_SECONDS = 120
 # connection failure, process exit; a loaded 2-core machine).
 GIVE_UP_SECONDS = 2
 GIVE_UP_SLACK = 10
+# The drain with a grace: running calls get this long before they are
+# cancelled (drt-server's default is 10 s, deploy/k8s's 30 s; shorter here
+# to keep the suite's time).
+GRACE_SECONDS = 2
 
 
 def free_port():
@@ -78,8 +88,9 @@ class Server:
     """A drt-server process on a fixed port and state directory; its output is
     kept (drained by a thread, so that it never blocks on a full pipe)."""
 
-    def __init__(self, binary, port, state_dir):
+    def __init__(self, binary, port, state_dir, grace_seconds=0):
         self.binary, self.port, self.state_dir = binary, port, state_dir
+        self.grace_seconds = grace_seconds
         self.process = None
         self.log = []
 
@@ -88,9 +99,9 @@ class Server:
         self.process = subprocess.Popen(
             [self.binary, "--model", MODEL, "--listen", f"127.0.0.1:{self.port}", "--http_listen", "",
              "--device", "cpu", "--state_dir", self.state_dir, "--state_ack_tokens", str(ACK_TOKENS),
-             # A drain that ends running calls at once: the SIGTERM runs cut the
-             # Append however fast this machine ingests.
-             "--shutdown_grace_seconds", "0"],
+             # 0: a drain that ends running calls at once, so that the SIGTERM
+             # run cuts the Append however fast this machine ingests.
+             "--shutdown_grace_seconds", str(self.grace_seconds)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         ready = threading.Event()
 
@@ -167,14 +178,14 @@ def field(pattern, output):
     return m.group(1) if m else None
 
 
-def client_runs(grpc, pb, pb_grpc, binary, command, retry, sig):
+def client_runs(grpc, pb, pb_grpc, binary, command, retry, sig, grace):
     """One client's runs on one server lineage (one port, one state
     directory): stopped with `sig` and restarted; then, for SIGKILL, killed
     again in the next run and left down. Returns run_cut's result for the
     first and, for SIGKILL, for the second (else None). Raises PortTaken
     when the restart finds its port taken."""
     with tempfile.TemporaryDirectory(prefix="drt-client-restart-") as tmp:
-        server = Server(binary, free_port(), os.path.join(tmp, "state"))
+        server = Server(binary, free_port(), os.path.join(tmp, "state"), grace)
         server.start()
         try:
             restarted = run_cut(grpc, pb, pb_grpc, server, command + [retry, str(RETRY_SECONDS)], sig, restart=True)
@@ -187,14 +198,14 @@ def client_runs(grpc, pb, pb_grpc, binary, command, retry, sig):
     return restarted, give_up
 
 
-def client_runs_retried(grpc, pb, pb_grpc, binary, name, command, retry, sig):
+def client_runs_retried(grpc, pb, pb_grpc, binary, name, command, retry, sig, grace):
     """client_runs(), made again once on a new port when the restart found
     its port taken (another process bound it in the gap: small odds, but not
     zero on a busy machine, and not the client's fault). Returns
     client_runs()'s result, or the PortTaken of the second attempt."""
     for attempt in (1, 2):
         try:
-            return client_runs(grpc, pb, pb_grpc, binary, command, retry, sig)
+            return client_runs(grpc, pb, pb_grpc, binary, command, retry, sig, grace)
         except PortTaken as e:
             print(f"note: {name}: {e}\n  (attempt {attempt} of 2)", flush=True)
             if attempt == 2:
@@ -223,9 +234,19 @@ def check_client(name, retry, runs, expected, checks):
                       output[-2500:])
         resumed = field(r"resuming the Append at prompt token ([\d,]+)", output)
         resumed = int(resumed.replace(",", "")) if resumed else None
-        checks.expect(resumed is not None and 0 < resumed < total,
-                      f"{what}: the Append resumed at prompt token {resumed} (0 < it < {total:,}), "
-                      "not from the start", output[-2500:])
+        if "grace" in how:
+            print(f"  {name}: {how}: the Append "
+                  f"{'outlasted the grace and was cut' if resumed is not None else 'finished within the grace'}")
+        if "grace" in how and resumed is None:
+            # The Append finished within the grace: the Generate, refused by
+            # the draining or stopped server, must have been sent again.
+            checks.expect("sending the Generate again" in output and "Traceback" not in output,
+                          f"{what}: the Append finished within the grace, and the Generate the drain "
+                          "refused was sent again after the restart", output[-2500:])
+        else:
+            checks.expect(resumed is not None and 0 < resumed < total,
+                          f"{what}: the Append resumed at prompt token {resumed} (0 < it < {total:,}), "
+                          "not from the start", output[-2500:])
         checks.expect(code == 0 and field(r"^append: ([\d,]+) tokens", output) == tokens,
                       f"{what}: the client finished with every prompt token ingested once ({tokens})",
                       output[-2500:])
@@ -281,7 +302,9 @@ def main():
     # computing.
     plain = {}
     runs = {name: {} for name in clients}
-    stops = {signal.SIGKILL: "kill -9", signal.SIGTERM: "SIGTERM (drain)"}
+    # how: (signal, the server's --shutdown_grace_seconds)
+    stops = {"kill -9": (signal.SIGKILL, 0), "SIGTERM (drain)": (signal.SIGTERM, 0),
+             f"SIGTERM (drain, grace {GRACE_SECONDS} s)": (signal.SIGTERM, GRACE_SECONDS)}
 
     def reported(run):
         """run() in a thread, its failure printed (a thread's SystemExit is
@@ -306,12 +329,13 @@ def main():
                 server.stop(signal.SIGKILL)
 
     @reported
-    def run_client(name, sig):
-        runs[name][stops[sig]] = client_runs_retried(grpc, pb, pb_grpc, args.server_binary, name,
-                                                     clients[name], retry[name], sig)
+    def run_client(name, how):
+        sig, grace = stops[how]
+        runs[name][how] = client_runs_retried(grpc, pb, pb_grpc, args.server_binary, name,
+                                              clients[name], retry[name], sig, grace)
 
     threads = [threading.Thread(target=run_plain)]
-    threads += [threading.Thread(target=run_client, args=(name, sig)) for name in clients for sig in stops]
+    threads += [threading.Thread(target=run_client, args=(name, how)) for name in clients for how in stops]
     for t in threads:
         t.start()
     for t in threads:
@@ -330,7 +354,7 @@ def main():
         return checks.summary()
 
     for name in clients:
-        runs[name] = {how: runs[name][how] for how in stops.values()}  # a fixed order for the report
+        runs[name] = {how: runs[name][how] for how in stops}  # a fixed order for the report
         check_client(name, retry[name], runs[name], (tokens, answer, prompt), checks)
     return checks.summary()
 
