@@ -386,7 +386,8 @@ void StateStore::MapChunksOnDisk(Durable& d, const std::string& id, Session& ses
   if (!options_.disk_tier || unit <= 0 || d.mapping_failed) return;
   const int64_t on_disk = SegmentChunks(d.segments);
   if (d.chunks_mapped + unit > on_disk) return;
-  const ChunkMapper map = MapperFor(d.segments);
+  ChunkMapper map = MapperFor(d.segments);
+  if (options_.map_for_test) options_.map_for_test(id, map);
   for (; d.chunks_mapped + unit <= on_disk; d.chunks_mapped += unit) {
     auto mapped = map(d.chunks_mapped, unit);
     absl::Status s = mapped.ok() ? backend.MapChunks(*std::move(mapped)) : mapped.status();

@@ -284,6 +284,57 @@ TEST_CASE("a fork whose first unmapped block spans its parent's log and its own 
   REQUIRE(server.Greedy(fork, 8) == next);          // exact
 }
 
+// The store records which leading chunks a restored session maps
+// (chunks_mapped), and its writes after the restart map from there on: the
+// next whole block with one mapping, never the blocks the restore mapped
+// again. Mapping those again changes nothing in the session (a block mapped
+// already stays as it is) but takes a mapping each, which near
+// vm.max_map_count leaves the new block unmapped; so the mapper here allows
+// one mapping after the restart, as a server one mapping short of the limit.
+// A fork made then starts from the same prefix.
+TEST_CASE("a restored session's next write maps only its next whole block",
+          "[state_store][restore_failure][disk_tier]") {
+  FixtureModel& f = FixtureModel::Get();
+  const ModelConfig& config = f.model->config();
+  const int64_t chunk = f.chunk_size();
+  const size_t block_rows = cpu::ChunkStore::kChunksPerBlock * config.enc_chunk_size *
+                            config.hidden_size * sizeof(float);
+  drt::testing::TempDir dir;
+  std::string id;
+  {
+    DurableServer server(dir.path());
+    id = server.Create();
+    server.Append(id, RandomTokens(100 * chunk + 7, 71));  // block 0 mapped, 36 chunks in RAM
+    REQUIRE(Memory(server, id).mapped_chunk_bytes == block_rows);
+  }
+  StateStoreOptions options = DurableOptions(dir.path());
+  auto asked = std::make_shared<std::vector<std::pair<int64_t, int64_t>>>();
+  options.map_for_test = [asked](std::string_view, ChunkMapper& map) {
+    map = [asked, inner = map](int64_t first,
+                               int64_t count) -> absl::StatusOr<std::shared_ptr<const MappedChunks>> {
+      asked->emplace_back(first, count);
+      if (asked->size() > 1) {
+        return absl::ResourceExhaustedError("cannot map chunks: Cannot allocate memory (test)");
+      }
+      return inner(first, count);
+    };
+  };
+  DurableServer server(options);  // maps block 0 at start-up (not through map_for_test)
+  REQUIRE(server.report.quarantined.empty());
+  REQUIRE(Memory(server, id).mapped_chunk_bytes == block_rows);
+  // 100 + 30 closed chunks: block 1, [64, 128), is whole and on disk.
+  server.Append(id, RandomTokens(30 * chunk, 72));
+  REQUIRE(*asked == std::vector<std::pair<int64_t, int64_t>>{{64, 64}});
+  const SessionMemory m = Memory(server, id);
+  REQUIRE(m.mapped_chunk_bytes == 2 * block_rows);
+  REQUIRE(m.chunk_store_bytes == block_rows);  // only the open block 2 in RAM
+  // A fork starts from its parent's mapped prefix (128 chunks): its first
+  // write asks for no mapping of the blocks it shares mapped already.
+  const std::string fork = server.Fork(id);
+  REQUIRE(asked->size() == 1);
+  REQUIRE(Memory(server, fork).mapped_chunk_bytes == 2 * block_rows);
+}
+
 // The budget a failed mapping's chunks must fit is what the sessions
 // restored before it left (RestoreAll restores in id order), to the byte.
 TEST_CASE("a partly mapped session's chunks must fit beside the sessions restored before it",
