@@ -22,6 +22,7 @@
 #include "server/session_file.h"
 #include "server/session_manager.h"
 #include "server/status_util.h"
+#include "server/stop_status.h"
 
 namespace drt::server {
 namespace {
@@ -311,13 +312,18 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
 
 DrtService::~DrtService() = default;
 
+void DrtService::StartDraining() {
+  draining_.store(true);
+  sessions_->StopExpiring();
+}
+
 bool DrtService::WaitForRunningCalls(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(running_mutex_);
   return running_changed_.wait_until(lock, deadline, [&] { return running_calls_ == 0; });
 }
 
 void DrtService::StopRunningCalls() {
-  scheduler_->Refuse(absl::UnavailableError(
+  scheduler_->Refuse(ServerStoppingError(
       "the server is shutting down: this call was still running when the grace period for "
       "running calls ended; retry on another replica, or on this one once it is back if it "
       "keeps sessions (--state_dir)"));
@@ -670,7 +676,9 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
   // then nothing of it is written, so the restart restores the session as
   // it was before it and the client can send it again, as after a crash
   // (docs/api.md, "Durable sessions").
-  const bool cut_by_stop = draining_.load() && absl::IsUnavailable(status);
+  // (Told by the stop's own status, not by UNAVAILABLE during a drain: an
+  // UNAVAILABLE of another origin is an error, and is written.)
+  const bool cut_by_stop = IsServerStopping(status);
   if (absl::Status ended = (*entry)->EndAndReport(/*write=*/!cut_by_stop); status.ok()) {
     status = ended;
   }

@@ -56,8 +56,9 @@ class DrtService final : public drt::v1::Drt::Service {
   DrtService(const Model& model, Backend& backend, Metrics& metrics, ServiceOptions options);
   ~DrtService() override;
 
-  // From now on new calls get UNAVAILABLE; running streams go on.
-  void StartDraining() { draining_.store(true); }
+  // From now on new calls get UNAVAILABLE; running streams go on. No
+  // session expires any more (SessionManager::StopExpiring).
+  void StartDraining();
   // Waits until no call is running or `deadline` passes; true when none is.
   bool WaitForRunningCalls(std::chrono::steady_clock::time_point deadline);
   // Ends the grace period: every running call ends at its next engine step

@@ -9,6 +9,7 @@
 #include "engine/session.h"
 #include "server/concurrent_calls.h"
 #include "server/session_manager.h"
+#include "server/stop_status.h"
 
 namespace drt::server {
 
@@ -126,7 +127,7 @@ WorkResult Scheduler::Run(const WorkItem& item) {
   queued.item = &item;
   std::unique_lock<std::mutex> lock(mutex_);
   if (stopping_) {
-    refused.status = absl::UnavailableError("the server is shutting down");
+    refused.status = ServerStoppingError("the server is shutting down");
     return refused;
   }
   if (!refusal_.ok()) {
@@ -445,7 +446,7 @@ void Scheduler::EngineLoop() {
     }
     if (stopping_) {
       while (!queue_.empty()) {
-        CompleteLocked(*queue_.front(), absl::UnavailableError("the server is shutting down"));
+        CompleteLocked(*queue_.front(), ServerStoppingError("the server is shutting down"));
       }
       item_changed_.notify_all();
       return;

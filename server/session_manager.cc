@@ -657,6 +657,7 @@ absl::Status SessionManager::CheckForkBudget(int64_t bytes) const {
 }
 
 int SessionManager::EvictIdle() {
+  if (expiry_stopped_.load()) return 0;
   std::vector<std::shared_ptr<SessionEntry>> evicted;
   std::function<void(const std::string&)> point;
   {

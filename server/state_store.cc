@@ -386,7 +386,8 @@ void StateStore::MapChunksOnDisk(Durable& d, const std::string& id, Session& ses
   if (!options_.disk_tier || unit <= 0 || d.mapping_failed) return;
   const int64_t on_disk = SegmentChunks(d.segments);
   if (d.chunks_mapped + unit > on_disk) return;
-  const ChunkMapper map = MapperFor(d.segments);
+  ChunkMapper map = MapperFor(d.segments);
+  if (options_.map_for_test) options_.map_for_test(id, map);
   for (; d.chunks_mapped + unit <= on_disk; d.chunks_mapped += unit) {
     auto mapped = map(d.chunks_mapped, unit);
     absl::Status s = mapped.ok() ? backend.MapChunks(*std::move(mapped)) : mapped.status();
@@ -412,6 +413,14 @@ absl::Status StateStore::RecordFork(const StateRegistration& parent_registration
   const std::string& child_id = child_registration.id();
   std::vector<ChunkSegment> shared;  // the parent's logs, when the child shares them
   int64_t chunks_mapped = 0;  // of the parent's, which the fork shares already mapped
+  // The parent's mapping failed (at run time or at start-up): the fork maps
+  // none of the shared chunks either. Its blocks are the parent's, in RAM:
+  // mapping them in the fork frees nothing while the parent lives (the
+  // parent keeps its copy, ChunkStore::MapBlock) and takes more of the
+  // mappings or file descriptors whose lack made the parent's fail, which
+  // large allocations (mmap) need as well. As for the parent, the next
+  // start maps them.
+  bool mapping_failed = false;
   Durable* parent = parent_registration.record_.get();  // null: a parent that is not durable
   if (parent != nullptr) {
     std::lock_guard<std::mutex> lock(parent->mutex);
@@ -420,6 +429,7 @@ absl::Status StateStore::RecordFork(const StateRegistration& parent_registration
     if (!parent->removed && SegmentChunks(parent->segments) == child.num_chunks()) {
       shared = parent->segments;
       chunks_mapped = parent->chunks_mapped;
+      mapping_failed = parent->mapping_failed;
       // Taken under the parent's lock, so a concurrent Remove of the parent
       // cannot delete these logs before the child holds them.
       std::lock_guard<std::mutex> refs(mutex_);
@@ -463,6 +473,13 @@ absl::Status StateStore::RecordFork(const StateRegistration& parent_registration
       shared.push_back(d->segments.back());  // its own log (Register took its reference)
       d->segments = std::move(shared);
       d->chunks_mapped = chunks_mapped;
+      d->mapping_failed = mapping_failed;
+    }
+    if (mapping_failed && options_.disk_tier) {
+      std::fprintf(stderr,
+                   "drt-server: session %s, a fork of %s, keeps its chunks from %lld on in memory "
+                   "as its parent does (the disk tier could not map them)\n",
+                   child_id.c_str(), parent_id.c_str(), static_cast<long long>(chunks_mapped));
     }
     s = PersistLocked(*d, child_id, settings, child);
   }

@@ -60,6 +60,11 @@ struct StateStoreOptions {
   // fail as the environment can (vm.max_map_count, EMFILE), data intact.
   std::function<void(std::string_view id, ChunkMapper& map, ChunkReader& read)>
       restore_io_for_test;
+  // Tests only: called by each write that maps a session's chunks on disk
+  // (the disk tier, after the write) with the mapper it will use; a test may
+  // wrap it to see which chunks are mapped, or to fail as the environment
+  // can (vm.max_map_count, EMFILE).
+  std::function<void(std::string_view id, ChunkMapper& map)> map_for_test;
 };
 
 class StateStore {

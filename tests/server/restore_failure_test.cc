@@ -180,20 +180,44 @@ TEST_CASE("a session whose mappings fail part-way at start-up keeps the blocks i
     REQUIRE(server.report.quarantined.empty());
     REQUIRE(Memory(server, id).mapped_chunk_bytes == 4 * block_rows);
   }
-  SECTION("a fork made after it maps the blocks its parent could not, from the first unmapped") {
-    // The store records the mapped prefix (chunks_mapped = 64) for the
-    // fork, which shares the parent's log and its mapped block 0, and is
-    // not stopped by the parent's failed mapping: its first write maps
-    // blocks 1 and 2. (A prefix recorded as 192, the closed whole blocks,
-    // would leave them in its RAM.)
-    DurableServer server(MapFailsAfter(dir.path(), id, 1));
+  SECTION("a fork made after it maps none of the blocks its parent could not") {
+    // The fork shares the parent's log, its mapped block 0 and its blocks
+    // 1 and 2 in RAM. Mapping those in the fork would free nothing while
+    // the parent lives (the parent keeps its copy) and take more of the
+    // mappings whose lack stopped the parent's, so the fork inherits the
+    // failed mapping: it asks the mapper for nothing, also once it fills
+    // block 3 (as the parent, above). (It used to map blocks 1 and 2 with
+    // its first write, each a second mapping of chunks already in RAM.)
+    StateStoreOptions options = MapFailsAfter(dir.path(), id, 1);
+    auto asked = std::make_shared<std::vector<std::pair<std::string, int64_t>>>();
+    options.map_for_test = [asked](std::string_view session, ChunkMapper& map) {
+      map = [asked, inner = map, session = std::string(session)](int64_t first, int64_t count) {
+        asked->emplace_back(session, first);
+        return inner(first, count);
+      };
+    };
+    std::string fork;
+    {
+      DurableServer server(options);
+      REQUIRE(server.report.quarantined.empty());
+      fork = server.Fork(id);
+      const SessionMemory m = Memory(server, fork);
+      REQUIRE(m.mapped_chunk_bytes == block_rows);     // block 0, shared, mapped
+      REQUIRE(m.chunk_store_bytes == 3 * block_rows);  // blocks 1 and 2 and the open one, shared
+      REQUIRE(Memory(server, id).mapped_chunk_bytes == block_rows);  // the parent maps no more
+      REQUIRE(server.Greedy(fork, 8) == next);
+      // 252 + 10 chunks: block 3 of the fork fills and is written to its
+      // own log; it stays in RAM too.
+      server.Append(fork, RandomTokens(10 * chunk, 43));
+      REQUIRE(Memory(server, fork).mapped_chunk_bytes == block_rows);
+      INFO("mapper calls: " << asked->size());
+      REQUIRE(asked->empty());
+    }
+    // The next start maps every whole block of both again.
+    DurableServer server(dir.path());
     REQUIRE(server.report.quarantined.empty());
-    const std::string fork = server.Fork(id);
-    const SessionMemory m = Memory(server, fork);
-    REQUIRE(m.mapped_chunk_bytes == 3 * block_rows);
-    REQUIRE(m.chunk_store_bytes == block_rows);  // only the open block in RAM
-    REQUIRE(Memory(server, id).mapped_chunk_bytes == block_rows);  // the parent maps no more
-    REQUIRE(server.Greedy(fork, 8) == next);
+    REQUIRE(Memory(server, id).mapped_chunk_bytes == 3 * block_rows);
+    REQUIRE(Memory(server, fork).mapped_chunk_bytes == 4 * block_rows);
   }
   SECTION("a host budget that fits the chunks left but not all of them restores it") {
     // Two blocks mapped: 252 - 128 = 124 chunks to read. The budget holds
@@ -282,6 +306,57 @@ TEST_CASE("a fork whose first unmapped block spans its parent's log and its own 
   REQUIRE(m.mapped_chunk_bytes == block_rows);
   REQUIRE(m.chunk_store_bytes == 2 * block_rows);  // block 1 read in, and the open one
   REQUIRE(server.Greedy(fork, 8) == next);          // exact
+}
+
+// The store records which leading chunks a restored session maps
+// (chunks_mapped), and its writes after the restart map from there on: the
+// next whole block with one mapping, never the blocks the restore mapped
+// again. Mapping those again changes nothing in the session (a block mapped
+// already stays as it is) but takes a mapping each, which near
+// vm.max_map_count leaves the new block unmapped; so the mapper here allows
+// one mapping after the restart, as a server one mapping short of the limit.
+// A fork made then starts from the same prefix.
+TEST_CASE("a restored session's next write maps only its next whole block",
+          "[state_store][restore_failure][disk_tier]") {
+  FixtureModel& f = FixtureModel::Get();
+  const ModelConfig& config = f.model->config();
+  const int64_t chunk = f.chunk_size();
+  const size_t block_rows = cpu::ChunkStore::kChunksPerBlock * config.enc_chunk_size *
+                            config.hidden_size * sizeof(float);
+  drt::testing::TempDir dir;
+  std::string id;
+  {
+    DurableServer server(dir.path());
+    id = server.Create();
+    server.Append(id, RandomTokens(100 * chunk + 7, 71));  // block 0 mapped, 36 chunks in RAM
+    REQUIRE(Memory(server, id).mapped_chunk_bytes == block_rows);
+  }
+  StateStoreOptions options = DurableOptions(dir.path());
+  auto asked = std::make_shared<std::vector<std::pair<int64_t, int64_t>>>();
+  options.map_for_test = [asked](std::string_view, ChunkMapper& map) {
+    map = [asked, inner = map](int64_t first,
+                               int64_t count) -> absl::StatusOr<std::shared_ptr<const MappedChunks>> {
+      asked->emplace_back(first, count);
+      if (asked->size() > 1) {
+        return absl::ResourceExhaustedError("cannot map chunks: Cannot allocate memory (test)");
+      }
+      return inner(first, count);
+    };
+  };
+  DurableServer server(options);  // maps block 0 at start-up (not through map_for_test)
+  REQUIRE(server.report.quarantined.empty());
+  REQUIRE(Memory(server, id).mapped_chunk_bytes == block_rows);
+  // 100 + 30 closed chunks: block 1, [64, 128), is whole and on disk.
+  server.Append(id, RandomTokens(30 * chunk, 72));
+  REQUIRE(*asked == std::vector<std::pair<int64_t, int64_t>>{{64, 64}});
+  const SessionMemory m = Memory(server, id);
+  REQUIRE(m.mapped_chunk_bytes == 2 * block_rows);
+  REQUIRE(m.chunk_store_bytes == block_rows);  // only the open block 2 in RAM
+  // A fork starts from its parent's mapped prefix (128 chunks): its first
+  // write asks for no mapping of the blocks it shares mapped already.
+  const std::string fork = server.Fork(id);
+  REQUIRE(asked->size() == 1);
+  REQUIRE(Memory(server, fork).mapped_chunk_bytes == 2 * block_rows);
 }
 
 // The budget a failed mapping's chunks must fit is what the sessions

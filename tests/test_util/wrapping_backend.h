@@ -47,6 +47,22 @@ class WrappedSession final : public BackendSession {
   }
   int64_t fork_host_bytes_at_most() const override { return fork_host_bytes_; }
   BackendSessionStats stats() const override { return inner_->stats(); }
+  // Durable state and the disk tier: the inner session's (so that a state
+  // store can write and restore wrapped sessions).
+  absl::Status ExportState(BackendSessionState& out) const override {
+    return inner_->ExportState(out);
+  }
+  absl::Status ReadChunk(int64_t chunk, ChunkData& out) const override {
+    return inner_->ReadChunk(chunk, out);
+  }
+  absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,
+                           const ChunkReader& read, const ChunkMapper& map = nullptr) override {
+    return inner_->ImportState(state, num_chunks, read, map);
+  }
+  int64_t chunk_map_unit() const override { return inner_->chunk_map_unit(); }
+  absl::Status MapChunks(std::shared_ptr<const MappedChunks> chunks) override {
+    return inner_->MapChunks(std::move(chunks));
+  }
 
  private:
   std::unique_ptr<BackendSession> inner_;
