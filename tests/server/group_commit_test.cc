@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <set>
 #include <filesystem>
 #include <future>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include "tests/server/test_util/scheduler_items.h"
 #include "tests/server/test_util/waiting.h"
 #include "tests/test_util/temp_dir.h"
+#include "tests/test_util/wrapping_backend.h"
 
 namespace drt::server {
 namespace {
@@ -127,6 +129,90 @@ TEST_CASE("in a group commit a failed write fails only its own session's item",
   CHECK(TokensOnDisk(dir.path(), b->id()) == 200);
   CHECK(TokensOnDisk(dir.path(), a->id()) == 0);  // its creation's state, nothing after
   for (auto* e : {a.get(), b.get(), c.get()}) e->End();
+}
+
+// The service turns group commit on by the backend's capability
+// (Backend::exports_sessions_concurrently), which a wrapping backend
+// forwards: before, it asked for the name "cpu", so the service tests' wrapped
+// CPU backend ("wrapped cpu") wrote one session after another and no service
+// test ran the path production runs.
+TEST_CASE("through the service, a wrapped CPU backend's durable sessions of one step are written "
+          "at once",
+          "[server][state_store][group_commit]") {
+  drt::testing::TempDir dir;
+  FixtureModel& f = FixtureModel::Get();
+  drt::testing::WrappingBackend backend(MakeCpuBackend(f.model->config(), f.model->weights()));
+  REQUIRE(backend.exports_sessions_concurrently());
+  // As in the first test: each of A's and B's writes, once its chunks are
+  // on disk, waits (at most 5 s) for the other's to be there too.
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::set<std::string> writers;  // A's and B's ids, once known
+  int entered = 0, alone = 0;
+  StateStoreOptions store_options = DurableService::StoreOptions(dir.path(), StateSync::kStep);
+  store_options.chunks_written_for_test = [&](const std::string& id) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!writers.contains(id)) return;
+    ++entered;
+    changed.notify_all();
+    if (!changed.wait_for(lock, std::chrono::seconds(5), [&] { return entered >= 2; })) ++alone;
+  };
+  // The step holding C's one token waits, formed, until A's and B's Appends
+  // are queued too, so the next step holds both whole.
+  std::string c_id;
+  std::atomic<bool> c_step_formed{false};
+  std::atomic<int> steps_with_a_and_b{0};
+  ServiceOptions options = SmallOptions();
+  options.step_tokens = 4032;
+  options.on_step_formed_for_test = [&](const StepRecord& step, const Scheduler& scheduler) {
+    // (No REQUIRE on the engine thread: the test's own waits below fail.)
+    std::set<std::string> ids;
+    for (const StepPiece& piece : step.pieces) ids.insert(piece.entry->id());
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (ids == writers) ++steps_with_a_and_b;
+    }
+    if (ids != std::set<std::string>{c_id}) return;
+    c_step_formed = true;
+    const auto start = Clock::now();
+    while (scheduler.queued() < 3 && SecondsSince(start) < 30) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  std::unique_ptr<StateStore> store;  // outlives the server, which writes to it
+  {
+    auto opened = StateStore::Open(store_options, f.model->config());
+    REQUIRE(opened.ok());
+    store = *std::move(opened);
+  }
+  InProcessServer server(*f.model, backend, options);
+  server.service().session_manager().AttachStateStore(store.get());
+  const std::string a = NewSession(server.stub()), b = NewSession(server.stub());
+  c_id = NewSession(server.stub());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    writers = {a, b};
+  }
+  const auto a_tokens = RandomTokens(200, 35), b_tokens = RandomTokens(200, 36);
+  auto c_done = std::async(std::launch::async,
+                           [&] { return AppendOnce(server.stub(), c_id, {5}); });
+  WaitFor([&] { return c_step_formed.load(); }, 30, "C's step formed");
+  auto a_done = std::async(std::launch::async,
+                           [&] { return AppendOnce(server.stub(), a, a_tokens); });
+  auto b_done = std::async(std::launch::async,
+                           [&] { return AppendOnce(server.stub(), b, b_tokens); });
+  const grpc::Status ra = a_done.get(), rb = b_done.get(), rc = c_done.get();
+  CHECK(rc.ok());
+  REQUIRE(ra.ok());
+  REQUIRE(rb.ok());
+  CHECK(steps_with_a_and_b.load() == 1);  // one step held both, and nothing else
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    CHECK(entered == 2);
+    CHECK(alone == 0);  // each write saw the other's inside (serially: 1)
+  }
+  CHECK(TokensOnDisk(dir.path(), a) == 200);
+  CHECK(TokensOnDisk(dir.path(), b) == 200);
 }
 
 }  // namespace

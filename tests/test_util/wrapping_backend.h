@@ -4,8 +4,9 @@
 // finding no room to grow) or report host bytes a fork may allocate
 // (BackendSession::fork_host_bytes_at_most, the CUDA auto tier), or report
 // scripted memory figures (BackendSession::memory). Everything
-// else is the wrapped backend's own work, so results can be compared with
-// it to the bit.
+// else, durable state included (ExportState, ImportState, the disk tier's
+// MapChunks), is the wrapped backend's own work, so results can be compared
+// with it to the bit.
 #pragma once
 
 #include <map>
@@ -47,6 +48,20 @@ class WrappedSession final : public BackendSession {
   }
   int64_t fork_host_bytes_at_most() const override { return fork_host_bytes_; }
   BackendSessionStats stats() const override { return inner_->stats(); }
+  absl::Status ExportState(BackendSessionState& out) const override {
+    return inner_->ExportState(out);
+  }
+  absl::Status ReadChunk(int64_t chunk, ChunkData& out) const override {
+    return inner_->ReadChunk(chunk, out);
+  }
+  absl::Status ImportState(const BackendSessionState& state, int64_t num_chunks,
+                           const ChunkReader& read, const ChunkMapper& map) override {
+    return inner_->ImportState(state, num_chunks, read, map);
+  }
+  int64_t chunk_map_unit() const override { return inner_->chunk_map_unit(); }
+  absl::Status MapChunks(std::shared_ptr<const MappedChunks> chunks) override {
+    return inner_->MapChunks(std::move(chunks));
+  }
 
  private:
   std::unique_ptr<BackendSession> inner_;
@@ -92,6 +107,9 @@ class WrappingBackend final : public Backend {
     return inner_->runs_mixed_lower_only_forwards();
   }
   int64_t upper_layer_reach() const override { return inner_->upper_layer_reach(); }
+  bool exports_sessions_concurrently() const override {
+    return inner_->exports_sessions_concurrently();
+  }
   absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
                     absl::Span<float> logits) override {
     std::vector<BackendSession*> inner(sessions.size());
