@@ -119,11 +119,11 @@ struct DurableRecord {
   // publishes it after (docs/api.md, DeleteSession).
   std::mutex publish;
   // Guarded by the store's mutex_: writes begun (BeginWrite) and not ended;
-  // Remove called (no write begins after it); Remove came while writers > 0,
-  // so the last write to end removes the session (EndWrite).
+  // Remove called (no write begins after it). A write that ends (EndWrite)
+  // with removing set began before the Remove, which therefore found
+  // writers > 0 and left the removal to the last write to end.
   int writers = 0;
   bool removing = false;
-  bool remove_owed = false;
   std::vector<ChunkSegment> segments;  // the last one is the session's own log
   int fd = -1;                         // own log, opened at its first write
   bool removed = false;
@@ -239,7 +239,9 @@ absl::Status StateStore::Persist(const StateRegistration& registration,
   WriteEnd end(*this, *d, id);
   absl::Status s = absl::OkStatus();
   const auto now = std::chrono::steady_clock::now();
-  if (d->removed || session.num_tokens() == d->tokens_written) {
+  // (Not removed: RemoveLocked runs only once writers is 0 after a Remove,
+  // and no write begins after one.)
+  if (session.num_tokens() == d->tokens_written) {
     // nothing to write
   } else if (options_.sync == StateSync::kInterval && !force && d->tokens_written >= 0 &&
              now - d->last_write < std::chrono::milliseconds(options_.sync_interval_ms)) {
@@ -261,8 +263,8 @@ void StateStore::EndWriteLocked(Durable& d, const std::string& id) {
   bool remove = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    remove = --d.writers == 0 && d.remove_owed;
-    if (remove) d.remove_owed = false;
+    // writers reaches 0 once after a Remove: no write begins after it.
+    remove = --d.writers == 0 && d.removing;
   }
   // Remove deleted the state file itself (and no write published it after).
   if (remove) RemoveLocked(d, id, /*delete_state_file=*/false);
@@ -449,10 +451,10 @@ absl::Status StateStore::RecordFork(const StateRegistration& parent_registration
   // A Remove of the child during the write removes it as this ends, with
   // the segments recorded here (the parent's logs' references go with them).
   WriteEnd end(*this, *d, child_id);
+  // (d->removed is false here, as in Persist: a Remove after BeginWrite
+  // leaves the removal to this write's end.)
   absl::Status s;
-  if (d->removed) {
-    s = drop_shared();
-  } else if (d->tokens_written >= 0 || SegmentChunks(d->segments) > 0) {
+  if (d->tokens_written >= 0 || SegmentChunks(d->segments) > 0) {
     drop_shared().IgnoreError();
     s = absl::InternalError(absl::StrFormat(
         "fork %s of %s: the child was written before its fork record", child_id, parent_id));
@@ -484,7 +486,7 @@ void StateStore::Remove(const std::string& id) {
       // session as it ends (EndWriteLocked) rather than DeleteSession
       // waiting for its fsync here. The record stays alive through the
       // writer's handle.
-      owed = d->remove_owed = true;
+      owed = true;
     }
   }
   if (owed) {
