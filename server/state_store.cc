@@ -176,9 +176,11 @@ StateStore::StateStore(StateStoreOptions options, const ModelConfig& config, int
     : options_(std::move(options)),
       config_(config),
       payload_bytes_(ChunkPayloadBytes(config)),
-      lock_fd_(lock_fd) {}
+      lock_fd_(lock_fd),
+      deleter_(options_.before_log_deleted_for_test) {}
 
 StateStore::~StateStore() {
+  deleter_.Stop();  // its deletions finish while this process holds LOCK
   for (auto& [id, d] : sessions_) {
     if (d->fd >= 0) ::close(d->fd);
   }
@@ -267,7 +269,9 @@ void StateStore::EndWriteLocked(Durable& d, const std::string& id) {
     remove = --d.writers == 0 && d.removing;
   }
   // Remove deleted the state file itself (and no write published it after).
-  if (remove) RemoveLocked(d, id, /*delete_state_file=*/false);
+  // The logs go on the deleter's thread: this may be the engine thread,
+  // whose step's other sessions would wait for the unlinks of logs of many GB.
+  if (remove) deleter_.Delete(RemoveLocked(d, id, /*delete_state_file=*/false));
 }
 
 absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
@@ -499,7 +503,7 @@ void StateStore::Remove(const std::string& id) {
     return;
   }
   std::lock_guard<std::mutex> lock(d->mutex);  // (no write holds it: none began)
-  RemoveLocked(*d, id);
+  DeleteLogs(RemoveLocked(*d, id));
 }
 
 void StateStore::DeleteStateFile(const std::string& id) {
@@ -512,7 +516,8 @@ void StateStore::DeleteStateFile(const std::string& id) {
   }
 }
 
-void StateStore::RemoveLocked(Durable& record, const std::string& id, bool delete_state_file) {
+std::vector<std::string> StateStore::RemoveLocked(Durable& record, const std::string& id,
+                                                  bool delete_state_file) {
   Durable* d = &record;
   d->removed = true;
   if (d->fd >= 0) ::close(d->fd);
@@ -520,12 +525,8 @@ void StateStore::RemoveLocked(Durable& record, const std::string& id, bool delet
   // The state file goes first: a crash after it leaves only unreferenced
   // logs, which the next start-up deletes.
   if (delete_state_file) DeleteStateFile(id);
-  std::vector<std::string> dead;
-  {
-    std::lock_guard<std::mutex> refs(mutex_);
-    dead = DropLogRefsLocked(d->segments);
-  }
-  DeleteLogs(dead);
+  std::lock_guard<std::mutex> refs(mutex_);
+  return DropLogRefsLocked(d->segments);
 }
 
 std::vector<std::string> StateStore::DropLogRefsLocked(
@@ -539,8 +540,9 @@ std::vector<std::string> StateStore::DropLogRefsLocked(
   return dead;
 }
 
-void StateStore::DeleteLogs(const std::vector<std::string>& paths) {
+void StateStore::DeleteLogs(const std::vector<std::string>& paths) const {
   for (const std::string& log : paths) {
+    if (options_.before_log_deleted_for_test) options_.before_log_deleted_for_test(log);
     if (::unlink(log.c_str()) != 0 && errno != ENOENT) {
       std::fprintf(stderr, "drt-server: cannot delete %s: %s\n", log.c_str(), std::strerror(errno));
     }

@@ -131,6 +131,125 @@ TEST_CASE("in a group commit a failed write fails only its own session's item",
   for (auto* e : {a.get(), b.get(), c.get()}) e->End();
 }
 
+// Holds step 1 (C's one token) until `queued` items are queued, so that the
+// next step holds the others together (as the first test does).
+void HoldFirstStepUntilQueued(SchedulerOptions& options, Scheduler*& running, int queued) {
+  options.on_step_formed = [&running, queued](const StepRecord& step) {
+    // (No REQUIRE on the engine thread: the tests' own waits fail.)
+    const auto start = Clock::now();
+    while (step.index == 1 && running->queued() < queued && SecondsSince(start) < 30) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+}
+
+// review-durablegen F2 and its missing test: a DeleteSession during a
+// group-commit write returns at once with the state file gone; the write's
+// end then removes the session, but its chunk logs are unlinked on the
+// store's deleter thread, so the step's other results do not wait for the
+// unlinks (a log of many GB takes a while): B's result comes back before A's
+// log is unlinked. B's write is whole, and a restart restores B and not A.
+TEST_CASE("a session deleted during its group-commit write: the other's result comes back before "
+          "its logs are unlinked, and only the other is restored",
+          "[server][scheduler][state_store][group_commit][delete]") {
+  drt::testing::TempDir dir;
+  std::string a_id, a_log, b_id;
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool a_parked = false, a_released = false, b_returned = false;
+  bool unlink_waited = false, b_back_before_unlink = false;
+  StateStoreOptions options = DurableOptions(dir.path());
+  std::atomic<bool> armed{false};
+  // A's write parks once its chunks are on disk, until the test releases it.
+  options.chunks_written_for_test = [&](const std::string& id) {
+    if (!armed.load() || id != a_id) return;
+    std::unique_lock<std::mutex> lock(mutex);
+    a_parked = true;
+    changed.notify_all();
+    changed.wait_for(lock, std::chrono::seconds(30), [&] { return a_released; });
+  };
+  // A's log waits (at most 10 s) for B's result before it is unlinked.
+  // Unlinked by the writer (the old code), it is unlinked inside the group
+  // commit, before any result of the step is delivered: it waits in vain.
+  options.before_log_deleted_for_test = [&](const std::string& path) {
+    if (path != a_log) return;
+    std::unique_lock<std::mutex> lock(mutex);
+    unlink_waited = true;
+    b_back_before_unlink =
+        changed.wait_for(lock, std::chrono::seconds(10), [&] { return b_returned; });
+  };
+  const auto a_tokens = RandomTokens(200, 37), b_tokens = RandomTokens(200, 38);
+  {
+    DurableServer server(options);
+    SchedulerOptions scheduler_options;
+    scheduler_options.step_tokens = 4032;
+    Scheduler* running = nullptr;
+    HoldFirstStepUntilQueued(scheduler_options, running, 3);
+    Scheduler scheduler(*FixtureModel::Get().backend, scheduler_options);
+    running = &scheduler;
+    auto a = NewEntry(*server.sessions), b = NewEntry(*server.sessions),
+         c = NewEntry(*server.sessions);
+    a_id = a->id();
+    b_id = b->id();
+    a_log = server.store->LogPath(a_id);
+    const std::string a_state = server.store->StatePath(a_id);
+    REQUIRE(std::filesystem::exists(a_state));  // written at its creation
+    armed = true;
+    const std::vector<int32_t> c_token = {5};
+    auto c_done =
+        std::async(std::launch::async, [&] { return scheduler.Run(Prefill(*c, c_token)); });
+    WaitFor([&] { return scheduler.steps_formed() == 1; }, 30, "C's step formed");
+    auto a_done =
+        std::async(std::launch::async, [&] { return scheduler.Run(Prefill(*a, a_tokens)); });
+    auto b_done = std::async(std::launch::async, [&] {
+      WorkResult result = scheduler.Run(Prefill(*b, b_tokens));
+      std::lock_guard<std::mutex> lock(mutex);
+      b_returned = true;
+      changed.notify_all();
+      return result;
+    });
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      REQUIRE(changed.wait_for(lock, std::chrono::seconds(30), [&] { return a_parked; }));
+    }
+    REQUIRE(std::filesystem::exists(a_log));
+    // The delete returns while A's write is parked, the state file gone.
+    auto deleted = std::async(std::launch::async, [&] { return server.sessions->Delete(a_id); });
+    const bool returned = deleted.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    CHECK(returned);
+    if (returned) {
+      CHECK(deleted.get().ok());
+      CHECK_FALSE(std::filesystem::exists(a_state));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      a_released = true;
+      changed.notify_all();
+    }
+    const WorkResult ra = a_done.get(), rb = b_done.get();
+    CHECK(c_done.get().status.ok());
+    CHECK(ra.status.code() == absl::StatusCode::kAborted);  // deleted while it ran
+    REQUIRE(rb.status.ok());
+    CHECK(TokensOnDisk(dir.path(), b->id()) == 200);
+    server.store->WaitForLogDeletions();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      CHECK(unlink_waited);
+      CHECK(b_back_before_unlink);
+    }
+    CHECK_FALSE(std::filesystem::exists(a_log));
+    CHECK_FALSE(std::filesystem::exists(a_state));  // not published again by the write
+    CHECK(std::filesystem::exists(server.store->LogPath(b->id())));
+    for (auto* e : {b.get(), c.get()}) e->End();
+  }
+  DurableServer restarted(dir.path());
+  const auto tokens = restarted.Tokens();
+  CHECK(tokens.size() == 2);  // B and C
+  CHECK_FALSE(tokens.contains(a_id));
+  REQUIRE(tokens.contains(b_id));
+  CHECK(tokens.at(b_id) == 200);
+}
+
 // The service turns group commit on by the backend's capability
 // (Backend::exports_sessions_concurrently), which a wrapping backend
 // forwards: before, it asked for the name "cpu", so the service tests' wrapped
