@@ -8,6 +8,7 @@
 #include <set>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -248,6 +249,102 @@ TEST_CASE("a session deleted during its group-commit write: the other's result c
   CHECK_FALSE(tokens.contains(a_id));
   REQUIRE(tokens.contains(b_id));
   CHECK(tokens.at(b_id) == 200);
+}
+
+// review-durablegen, a missing test: a parent and its fork, sharing chunk
+// logs and chunk blocks with the disk tier on, written in one group commit:
+// each maps its first block of 64 chunks (the CPU backend's map unit) as its
+// write ends, both on their own threads, from their own segments (the fork's
+// block spans the parent's log and its own); MapBlock gives each its own copy
+// of the block they share. Both restore with the greedy tokens and
+// log-probabilities they give in memory.
+TEST_CASE("a fork and its parent written in one group commit with the disk tier both restore "
+          "exactly",
+          "[server][scheduler][state_store][group_commit][disk_tier]") {
+  drt::testing::TempDir dir;
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::set<std::string> writers;  // the parent's and the fork's ids, once armed
+  int entered = 0, alone = 0;
+  StateStoreOptions options = DurableOptions(dir.path());
+  REQUIRE(options.disk_tier);
+  options.chunks_written_for_test = [&](const std::string& id) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!writers.contains(id)) return;
+    ++entered;
+    changed.notify_all();
+    if (!changed.wait_for(lock, std::chrono::seconds(5), [&] { return entered >= 2; })) ++alone;
+  };
+  std::string parent, fork;
+  std::pair<std::vector<int32_t>, std::vector<float>> want_parent, want_fork;
+  {
+    DurableServer server(options);
+    parent = server.Create();
+    server.Append(parent, RandomTokens(40 * chunk, 41));
+    fork = server.Fork(parent);
+    // They share 40 chunks, none mapped yet (a block is 64).
+    REQUIRE(Memory(server, parent).mapped_chunk_bytes == 0);
+    REQUIRE(Memory(server, fork).mapped_chunk_bytes == 0);
+    SchedulerOptions scheduler_options;
+    scheduler_options.step_tokens = 4032;
+    Scheduler* running = nullptr;
+    HoldFirstStepUntilQueued(scheduler_options, running, 3);
+    Scheduler scheduler(*FixtureModel::Get().backend, scheduler_options);
+    running = &scheduler;
+    auto claim = [&](const std::string& id) {
+      auto found = server.sessions->Find(id);
+      REQUIRE(found.ok());
+      REQUIRE((*found)->Begin(Activity::kAppending).ok());
+      return *found;
+    };
+    auto p = claim(parent), f = claim(fork);
+    auto c = NewEntry(*server.sessions);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      writers = {parent, fork};
+    }
+    // 30 chunks more each, different tokens: 70, past the first block.
+    const auto p_tokens = RandomTokens(30 * chunk, 42), f_tokens = RandomTokens(30 * chunk, 43);
+    const std::vector<int32_t> c_token = {5};
+    auto c_done =
+        std::async(std::launch::async, [&] { return scheduler.Run(Prefill(*c, c_token)); });
+    WaitFor([&] { return scheduler.steps_formed() == 1; }, 30, "C's step formed");
+    auto p_done =
+        std::async(std::launch::async, [&] { return scheduler.Run(Prefill(*p, p_tokens)); });
+    auto f_done =
+        std::async(std::launch::async, [&] { return scheduler.Run(Prefill(*f, f_tokens)); });
+    const WorkResult rp = p_done.get(), rf = f_done.get();
+    CHECK(c_done.get().status.ok());
+    REQUIRE(rp.status.ok());
+    REQUIRE(rf.status.ok());
+    CHECK(rp.steps_ran == 1);
+    CHECK(rf.steps_ran == 1);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      CHECK(entered == 2);
+      CHECK(alone == 0);  // written at once
+      writers.clear();
+    }
+    for (auto* e : {p.get(), f.get(), c.get()}) e->End();
+    CHECK(TokensOnDisk(dir.path(), parent) == 70 * chunk);
+    CHECK(TokensOnDisk(dir.path(), fork) == 70 * chunk);
+    // Each mapped its first block as its write ended.
+    CHECK(Memory(server, parent).mapped_chunk_bytes > 0);
+    CHECK(Memory(server, fork).mapped_chunk_bytes > 0);
+    want_parent = GreedyOnFork(server, parent, 8);
+    want_fork = GreedyOnFork(server, fork, 8);
+  }
+  DurableServer restarted(dir.path());
+  const std::map<std::string, int64_t> tokens = restarted.Tokens();
+  REQUIRE(tokens.contains(parent));
+  REQUIRE(tokens.contains(fork));
+  CHECK(tokens.at(parent) == 70 * chunk);
+  CHECK(tokens.at(fork) == 70 * chunk);
+  CHECK(Memory(restarted, parent).mapped_chunk_bytes > 0);
+  CHECK(Memory(restarted, fork).mapped_chunk_bytes > 0);
+  CHECK(restarted.Greedy(parent, 8) == want_parent);
+  CHECK(restarted.Greedy(fork, 8) == want_fork);
 }
 
 // The service turns group commit on by the backend's capability
