@@ -2,7 +2,11 @@
 // through SessionManager in the server's step size (--step_tokens), with no
 // state directory, with --state_sync=step and with interval sync, and prints
 // tokens/s (median of --runs); then writes --sessions sessions of
-// --session_tokens tokens and times their restore (the server's start-up).
+// --session_tokens tokens and times their restore (the server's start-up);
+// then times group commit: --group_commit_sessions sessions appending at once
+// through the server's scheduler with every step written, the writes of a
+// step at once (SchedulerOptions::concurrent_writes) against one after
+// another, and in memory only, the three interleaved run by run.
 #include <fcntl.h>
 #include <stdlib.h>  // mkdtemp
 #include <sys/mman.h>
@@ -14,6 +18,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -23,6 +28,7 @@
 #include "engine/model_rules.h"
 #include "engine/model.h"
 #include "engine/session.h"
+#include "server/scheduler.h"
 #include "server/session_manager.h"
 #include "server/state_store.h"
 
@@ -39,6 +45,11 @@ ABSL_FLAG(int64_t, session_tokens, 100000, "tokens per session for the start-up 
 ABSL_FLAG(int64_t, step_tokens, 0,
           "tokens per Append step, and the backend's step size, as drt-server's --step_tokens "
           "(0: the backend's own, the server's default)");
+ABSL_FLAG(int64_t, group_commit_sessions, 0,
+          "group commit: sessions appending at once through the server's scheduler, every "
+          "engine step written (as --state_ack_tokens=0), the writes of a step at once and one "
+          "after another (docs/state_format.md, \"Group commit\"); 0 (the default) skips it");
+ABSL_FLAG(int64_t, group_commit_tokens, 32768, "group commit: tokens each session appends");
 
 namespace {
 
@@ -133,6 +144,65 @@ void Append(SessionManager& sessions, const std::string& id, const std::vector<i
   (*entry)->End();
 }
 
+// Aggregate tokens/s of tokens.size() sessions appending their tokens at
+// once, one item each, through a Scheduler (as drt-server's Append handlers
+// do), in steps of `step_tokens` tokens shared by all; durable when `dir` is
+// not empty, every step written (durable_ack_tokens 0), a step's writes at
+// once (`concurrent`) or one after another.
+double GroupCommitRun(drt::Backend& backend, const std::string& dir,
+                      const std::vector<std::vector<int32_t>>& tokens, int64_t step_tokens,
+                      bool concurrent) {
+  if (!dir.empty()) std::filesystem::remove_all(dir);
+  auto server = Start(backend, dir, StateSync::kStep);
+  drt::server::SchedulerOptions options;
+  options.step_tokens = step_tokens;
+  options.durable_ack_tokens = 0;
+  options.concurrent_writes = concurrent;
+  std::vector<std::shared_ptr<drt::server::SessionEntry>> entries;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    auto entry = server->sessions->Create({});
+    Check(entry.status());
+    Check((*entry)->Begin(drt::server::Activity::kAppending));
+    entries.push_back(*entry);
+  }
+  std::vector<absl::Status> statuses(tokens.size());
+  double seconds = 0;
+  int64_t total = 0;
+  {
+    drt::server::Scheduler scheduler(backend, options);
+    std::vector<std::thread> threads;
+    const auto start = Clock::now();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      threads.emplace_back([&, i] {
+        drt::server::WorkItem item;
+        item.entry = entries[i].get();
+        item.tokens = tokens[i];
+        item.kind = drt::server::WorkKind::kPrefill;
+        statuses[i] = scheduler.Run(item).status;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    Check(statuses[i]);
+    total += static_cast<int64_t>(tokens[i].size());
+    entries[i]->End();
+  }
+  return static_cast<double>(total) / seconds;
+}
+
+std::string LoadAverage() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return "unknown";
+  char line[128] = {};
+  const bool read = std::fgets(line, sizeof(line), f) != nullptr;
+  std::fclose(f);
+  std::string text = read ? line : "unknown";
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
 double Median(std::vector<double> v) {
   // main() refuses --runs < 1, so v is never empty.
   std::sort(v.begin(), v.end());
@@ -205,6 +275,10 @@ int main(int argc, char** argv) {
   Require(absl::GetFlag(FLAGS_sessions) >= 0, "--sessions must not be negative");
   Require(absl::GetFlag(FLAGS_session_tokens) >= 1, "--session_tokens must be at least 1");
   Require(absl::GetFlag(FLAGS_step_tokens) >= 0, "--step_tokens must not be negative");
+  Require(absl::GetFlag(FLAGS_group_commit_sessions) >= 0,
+          "--group_commit_sessions must not be negative");
+  Require(absl::GetFlag(FLAGS_group_commit_tokens) >= 1,
+          "--group_commit_tokens must be at least 1");
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   Check(model.status());
   drt::CpuBackendOptions cpu;
@@ -332,6 +406,52 @@ int main(int argc, char** argv) {
                 cold ? "cold (page cache evicted)" : "warm (files cached)",
                 before.total ? 100.0 * before.cached / before.total : 0.0, seconds,
                 report.quarantined.size());
+  }
+
+  // Group commit: the same N concurrent Appends in memory, with a step's
+  // writes one after another, and at once; interleaved run by run (the two
+  // durable modes in alternating order), with the load average printed.
+  if (const int64_t sessions = absl::GetFlag(FLAGS_group_commit_sessions); sessions > 0) {
+    std::vector<std::vector<int32_t>> appends;
+    for (int64_t i = 0; i < sessions; ++i) {
+      appends.push_back(Tokens(absl::GetFlag(FLAGS_group_commit_tokens), 100 + i));
+    }
+    std::printf("group commit: %lld sessions x %lld tokens appended at once, steps of %zu tokens, "
+                "every step written; load average before: %s\n",
+                static_cast<long long>(sessions),
+                static_cast<long long>(absl::GetFlag(FLAGS_group_commit_tokens)), step_tokens,
+                LoadAverage().c_str());
+    struct GroupMode {
+      const char* name;
+      bool durable, concurrent;
+    };
+    const GroupMode group_modes[] = {{"memory only", false, true},
+                                     {"written one after another", true, false},
+                                     {"written at once (group commit)", true, true}};
+    std::vector<std::vector<double>> group_rates(std::size(group_modes));
+    std::vector<double> gains;
+    for (int run = 0; run < absl::GetFlag(FLAGS_runs); ++run) {
+      double serial = 0, concurrent = 0;
+      for (size_t k = 0; k < std::size(group_modes); ++k) {
+        // Memory first, then the durable two in alternating order.
+        const size_t m = (k == 0 || run % 2 == 0) ? k : 3 - k;
+        const GroupMode& mode = group_modes[m];
+        const double rate = GroupCommitRun(*backend, mode.durable ? dir : "", appends,
+                                           static_cast<int64_t>(step_tokens), mode.concurrent);
+        group_rates[m].push_back(rate);
+        if (m == 1) serial = rate;
+        if (m == 2) concurrent = rate;
+        std::printf("run %d group %-32s %8.0f tokens/s\n", run, mode.name, rate);
+        std::fflush(stdout);
+      }
+      gains.push_back(concurrent / serial);
+    }
+    for (size_t m = 0; m < std::size(group_modes); ++m) {
+      std::printf("median group %-32s %8.0f tokens/s\n", group_modes[m].name,
+                  Median(group_rates[m]));
+    }
+    std::printf("median per-run ratio, at once / one after another: %.2f; load average after: %s\n",
+                Median(gains), LoadAverage().c_str());
   }
   std::filesystem::remove_all(scratch);
   return 0;

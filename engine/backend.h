@@ -209,6 +209,18 @@ class Backend {
   // runs_lower_only_forwards().
   virtual bool runs_mixed_lower_only_forwards() const { return false; }
 
+  // Whether the durable-state reads of two different sessions made by this
+  // backend may run on two threads at once: ExportState, ReadChunk,
+  // chunk_map_unit and MapChunks (the disk tier maps a session's chunks as
+  // its write ends), each session's calls on one thread, while no Step runs
+  // on either of them, also when the two share closed chunks (a session and
+  // its fork). The server's group commit writes the sessions of one engine
+  // step so (SchedulerOptions::concurrent_writes); without it they are
+  // written one after another. False by default (the CUDA backend's device
+  // copies from several threads have not been run); a backend that wraps
+  // another forwards it.
+  virtual bool exports_sessions_concurrently() const { return false; }
+
   // Runs one forward over `plan` (engine/step_plan.h), which holds at most
   // max_step_positions() rows. sessions[r] is the session of the plan's
   // request r and was made by this backend. Writes the logits of

@@ -51,17 +51,25 @@ constexpr double kProgressIntervalSeconds = 0.1;
 // and the final message reach the client (docs/api.md, "Generate").
 constexpr double kDeadlineMarginSeconds = 0.2;
 
+// `scheduler`: the service's, set before any step is formed.
 SchedulerOptions SchedulerOptionsFor(const Backend& backend, const ServiceOptions& service,
-                                     Metrics& metrics) {
+                                     Metrics& metrics,
+                                     const std::unique_ptr<Scheduler>& scheduler) {
   SchedulerOptions options;
   options.step_tokens = StepTokens(backend, service.step_tokens);
   options.decode_slowdown_limit = service.decode_slowdown_limit;
   options.decode_step_prefill_tokens = service.decode_step_prefill_tokens;
   options.durable_ack_tokens = service.durable_ack_tokens;
-  // Group commit reads sessions' state from one thread per session; on the
-  // CUDA backend (device copies from those threads) that has not been run.
-  options.concurrent_writes = backend.name() == "cpu";
+  // Group commit reads sessions' state from one thread per session: only
+  // where the backend says it may (the CPU backend, and one wrapping it).
+  options.concurrent_writes = backend.exports_sessions_concurrently();
   options.before_progress = service.before_progress_for_test;
+  if (service.on_step_formed_for_test) {
+    options.on_step_formed = [hook = service.on_step_formed_for_test,
+                              &scheduler](const StepRecord& step) {
+      hook(step, *scheduler);
+    };
+  }
   options.on_step_done = [&metrics](const StepRecord& step, double seconds) {
     int64_t decode = 0, prefill = 0;
     for (const StepPiece& piece : step.pieces) {
@@ -293,7 +301,7 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
           backend, SessionLimits{options_.max_sessions, options_.max_context_tokens,
                                  options_.idle_ttl_seconds, options_.host_memory_budget_bytes})),
       scheduler_(std::make_unique<Scheduler>(
-          backend, SchedulerOptionsFor(backend, options_, metrics))) {
+          backend, SchedulerOptionsFor(backend, options_, metrics, scheduler_))) {
   // The generated service adds its methods in the order of the proto file,
   // which the descriptor's method index gives.
   const google::protobuf::ServiceDescriptor* service =

@@ -45,6 +45,11 @@ struct ServiceOptions {
   std::string session_files_dir;
   // SchedulerOptions::before_progress (tests only).
   std::function<void()> before_progress_for_test;
+  // SchedulerOptions::on_step_formed (tests only), with the service's
+  // scheduler: a test holds a step until the items it wants in the next one
+  // are queued (Scheduler::queued).
+  std::function<void(const StepRecord& step, const Scheduler& scheduler)>
+      on_step_formed_for_test;
 };
 
 class SessionManager;

@@ -96,24 +96,15 @@ absl::Status SessionEntry::EndAndReport(bool write_unwritten) {
     }
     if (!write) RefreshFiguresLocked();
   }
-  std::unique_ptr<Session> freed;
-  if (write) {
-    s = PersistAfterStep(*session_, /*force=*/true);
-    if (s.ok()) unwritten_ = false;  // (a failed write stays owed: the next step retries it)
-    std::lock_guard<std::mutex> lock(engine_mutex_);
-    in_step_ = false;
-    if (deleted_.load()) freed = std::move(session_);  // deleted during the write
-    RefreshFiguresLocked();
-  }
-  absl::Status written;
-  if (freed != nullptr) {
-    freed.reset();  // outside the lock, as EndStep
-    engine_freed_ = true;
-    written = DeletedError();
-  } else if (!s.ok()) {
+  // As a step's write and release (a failed write stays owed: the next
+  // step retries it); a session deleted during the write is freed there
+  // (in_step_ kept anyone else from freeing it), and its DeletedError goes
+  // out as it is, whatever the write gave.
+  if (write) s = ReleaseStep(WriteStep(/*force=*/true));
+  if (!s.ok() && !(write && engine_freed_.load())) {
     std::fprintf(stderr, "drt-server: session %s: %s\n", id_.c_str(),
                  std::string(s.message()).c_str());
-    written = absl::Status(
+    s = absl::Status(
         s.code(), absl::StrFormat("session %s: its state could not be written to the state "
                                   "directory (the session in memory holds every token; a "
                                   "restart would restore its last written state): %s",
@@ -121,7 +112,7 @@ absl::Status SessionEntry::EndAndReport(bool write_unwritten) {
   }
   last_used_ns_ = NowNs();
   activity_ = Activity::kIdle;
-  return written;
+  return s;
 }
 
 absl::Status SessionEntry::CheckStateWhole() const {
@@ -175,8 +166,8 @@ bool SessionEntry::NoteStep(const absl::Status& status, bool state_whole) {
          !WritesAtActivityEnd();
 }
 
-absl::Status SessionEntry::WriteStep() {
-  absl::Status status = PersistAfterStep(*session_);
+absl::Status SessionEntry::WriteStep(bool force) {
+  absl::Status status = PersistAfterStep(*session_, force);
   if (status.ok()) unwritten_ = false;
   return status;
 }

@@ -127,9 +127,11 @@ class SessionEntry {
   // it owes a write now; WriteStep does that write (no lock; WriteStep of
   // different sessions may run at once on different threads); ReleaseStep
   // is EndStep's release. EndStep(s, w) is NoteStep, WriteStep when owed,
-  // ReleaseStep.
+  // ReleaseStep. WriteStep's `force` writes also within
+  // --state_sync=interval's interval (EndAndReport's write: BeginStep's
+  // claim taken there by hand, ReleaseStep after it).
   bool NoteStep(const absl::Status& status, bool state_whole);
-  absl::Status WriteStep();
+  absl::Status WriteStep(bool force = false);
   absl::Status ReleaseStep(absl::Status status);
   // Whether the last step that changed the session left its state whole
   // (EndStep). For the holder of the activity.

@@ -119,11 +119,11 @@ struct DurableRecord {
   // publishes it after (docs/api.md, DeleteSession).
   std::mutex publish;
   // Guarded by the store's mutex_: writes begun (BeginWrite) and not ended;
-  // Remove called (no write begins after it); Remove came while writers > 0,
-  // so the last write to end removes the session (EndWrite).
+  // Remove called (no write begins after it). A write that ends (EndWrite)
+  // with removing set began before the Remove, which therefore found
+  // writers > 0 and left the removal to the last write to end.
   int writers = 0;
   bool removing = false;
-  bool remove_owed = false;
   std::vector<ChunkSegment> segments;  // the last one is the session's own log
   int fd = -1;                         // own log, opened at its first write
   bool removed = false;
@@ -176,9 +176,11 @@ StateStore::StateStore(StateStoreOptions options, const ModelConfig& config, int
     : options_(std::move(options)),
       config_(config),
       payload_bytes_(ChunkPayloadBytes(config)),
-      lock_fd_(lock_fd) {}
+      lock_fd_(lock_fd),
+      deleter_(options_.before_log_deleted_for_test) {}
 
 StateStore::~StateStore() {
+  deleter_.Stop();  // its deletions finish while this process holds LOCK
   for (auto& [id, d] : sessions_) {
     if (d->fd >= 0) ::close(d->fd);
   }
@@ -239,7 +241,9 @@ absl::Status StateStore::Persist(const StateRegistration& registration,
   WriteEnd end(*this, *d, id);
   absl::Status s = absl::OkStatus();
   const auto now = std::chrono::steady_clock::now();
-  if (d->removed || session.num_tokens() == d->tokens_written) {
+  // (Not removed: RemoveLocked runs only once writers is 0 after a Remove,
+  // and no write begins after one.)
+  if (session.num_tokens() == d->tokens_written) {
     // nothing to write
   } else if (options_.sync == StateSync::kInterval && !force && d->tokens_written >= 0 &&
              now - d->last_write < std::chrono::milliseconds(options_.sync_interval_ms)) {
@@ -261,11 +265,13 @@ void StateStore::EndWriteLocked(Durable& d, const std::string& id) {
   bool remove = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    remove = --d.writers == 0 && d.remove_owed;
-    if (remove) d.remove_owed = false;
+    // writers reaches 0 once after a Remove: no write begins after it.
+    remove = --d.writers == 0 && d.removing;
   }
   // Remove deleted the state file itself (and no write published it after).
-  if (remove) RemoveLocked(d, id, /*delete_state_file=*/false);
+  // The logs go on the deleter's thread: this may be the engine thread,
+  // whose step's other sessions would wait for the unlinks of logs of many GB.
+  if (remove) deleter_.Delete(RemoveLocked(d, id, /*delete_state_file=*/false));
 }
 
 absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
@@ -459,10 +465,10 @@ absl::Status StateStore::RecordFork(const StateRegistration& parent_registration
   // A Remove of the child during the write removes it as this ends, with
   // the segments recorded here (the parent's logs' references go with them).
   WriteEnd end(*this, *d, child_id);
+  // (d->removed is false here, as in Persist: a Remove after BeginWrite
+  // leaves the removal to this write's end.)
   absl::Status s;
-  if (d->removed) {
-    s = drop_shared();
-  } else if (d->tokens_written >= 0 || SegmentChunks(d->segments) > 0) {
+  if (d->tokens_written >= 0 || SegmentChunks(d->segments) > 0) {
     drop_shared().IgnoreError();
     s = absl::InternalError(absl::StrFormat(
         "fork %s of %s: the child was written before its fork record", child_id, parent_id));
@@ -501,7 +507,7 @@ void StateStore::Remove(const std::string& id) {
       // session as it ends (EndWriteLocked) rather than DeleteSession
       // waiting for its fsync here. The record stays alive through the
       // writer's handle.
-      owed = d->remove_owed = true;
+      owed = true;
     }
   }
   if (owed) {
@@ -514,7 +520,7 @@ void StateStore::Remove(const std::string& id) {
     return;
   }
   std::lock_guard<std::mutex> lock(d->mutex);  // (no write holds it: none began)
-  RemoveLocked(*d, id);
+  DeleteLogs(RemoveLocked(*d, id));
 }
 
 void StateStore::DeleteStateFile(const std::string& id) {
@@ -527,7 +533,8 @@ void StateStore::DeleteStateFile(const std::string& id) {
   }
 }
 
-void StateStore::RemoveLocked(Durable& record, const std::string& id, bool delete_state_file) {
+std::vector<std::string> StateStore::RemoveLocked(Durable& record, const std::string& id,
+                                                  bool delete_state_file) {
   Durable* d = &record;
   d->removed = true;
   if (d->fd >= 0) ::close(d->fd);
@@ -535,12 +542,8 @@ void StateStore::RemoveLocked(Durable& record, const std::string& id, bool delet
   // The state file goes first: a crash after it leaves only unreferenced
   // logs, which the next start-up deletes.
   if (delete_state_file) DeleteStateFile(id);
-  std::vector<std::string> dead;
-  {
-    std::lock_guard<std::mutex> refs(mutex_);
-    dead = DropLogRefsLocked(d->segments);
-  }
-  DeleteLogs(dead);
+  std::lock_guard<std::mutex> refs(mutex_);
+  return DropLogRefsLocked(d->segments);
 }
 
 std::vector<std::string> StateStore::DropLogRefsLocked(
@@ -554,8 +557,9 @@ std::vector<std::string> StateStore::DropLogRefsLocked(
   return dead;
 }
 
-void StateStore::DeleteLogs(const std::vector<std::string>& paths) {
+void StateStore::DeleteLogs(const std::vector<std::string>& paths) const {
   for (const std::string& log : paths) {
+    if (options_.before_log_deleted_for_test) options_.before_log_deleted_for_test(log);
     if (::unlink(log.c_str()) != 0 && errno != ENOENT) {
       std::fprintf(stderr, "drt-server: cannot delete %s: %s\n", log.c_str(), std::strerror(errno));
     }

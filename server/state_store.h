@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/session.h"
+#include "server/background_deleter.h"
 #include "server/session_manager.h"
 #include "server/state_files.h"
 #include "server/state_registration.h"
@@ -65,6 +66,10 @@ struct StateStoreOptions {
   // wrap it to see which chunks are mapped, or to fail as the environment
   // can (vm.max_map_count, EMFILE).
   std::function<void(std::string_view id, ChunkMapper& map)> map_for_test;
+  // Tests only: called with the path of each chunk log a removal deletes,
+  // just before it is unlinked, on the thread that unlinks it (the store's
+  // deleter for a removal that a write performs as it ends).
+  std::function<void(const std::string& path)> before_log_deleted_for_test;
 };
 
 class StateStore {
@@ -140,10 +145,14 @@ class StateStore {
   // is not registered. The state file is gone when it returns, also while
   // a write of the session runs (the end write of a Generate, say): it
   // waits at most for that write's rename, never its chunk fsync, and the
-  // write does not publish the state file after it; that write deletes the
-  // session's logs as it ends (a crash before leaves them unreferenced, and
-  // the next start deletes them).
+  // write does not publish the state file after it; that write hands the
+  // session's logs to the store's deleter thread as it ends, so that no
+  // writer (the engine thread, in a group commit) waits for their unlinks
+  // (a crash before they go leaves them unreferenced, and the next start
+  // deletes them).
   void Remove(const std::string& id);
+  // Returns once the logs handed to the deleter so far are deleted (tests).
+  void WaitForLogDeletions() { deleter_.WaitIdle(); }
   // Sessions registered and not removed (what the store holds in memory).
   int64_t sessions_registered() const;
   StateSync sync() const { return options_.sync; }
@@ -181,9 +190,10 @@ class StateStore {
     const std::string& id_;
   };
   // Remove's work (d.mutex held): marks the record removed, deletes the
-  // state file (unless Remove did already) and the logs no other session
-  // uses.
-  void RemoveLocked(Durable& d, const std::string& id, bool delete_state_file = true);
+  // state file (unless Remove did already) and returns the logs no other
+  // session uses, which the caller deletes (DeleteLogs, or deleter_).
+  [[nodiscard]] std::vector<std::string> RemoveLocked(Durable& d, const std::string& id,
+                                                      bool delete_state_file = true);
   // Unlinks sessions/<id>.state and fsyncs the directory; errors are logged.
   void DeleteStateFile(const std::string& id);
   // The disk tier: maps every whole unit of `session`'s chunks on disk that
@@ -201,8 +211,8 @@ class StateStore {
   // Deletes `paths` (from DropLogRefsLocked; mutex_ not held). Nothing can
   // take a new reference to a log no session references: a fork shares
   // only the logs of a parent not removed, and a new session's own log is
-  // named by its new id.
-  static void DeleteLogs(const std::vector<std::string>& paths);
+  // named by its new id; so they may also be deleted later, by deleter_.
+  void DeleteLogs(const std::vector<std::string>& paths) const;
   // Maps chunks [first, first + count) of a session with `segments`.
   ChunkMapper MapperFor(const std::vector<ChunkSegment>& segments) const;
   // OK when `registration` is a handle of this store; the error names `what`.
@@ -227,6 +237,10 @@ class StateStore {
   // no set of removed ids is kept (it grew for the life of the process).
   std::map<std::string, std::shared_ptr<Durable>> sessions_;
   std::map<std::string, int64_t> log_refs_;  // log -> sessions using it
+  // Deletes the logs of removals that writes perform as they end
+  // (EndWriteLocked). Stopped first in the destructor, before the LOCK file
+  // is released.
+  BackgroundDeleter deleter_;
 };
 
 absl::StatusOr<StateSync> ParseStateSync(const std::string& text);

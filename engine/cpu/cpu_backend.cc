@@ -50,6 +50,9 @@ class CpuBackend final : public Backend {
   // CpuStep runs the upper layers over the plan's first upper_rows() rows.
   bool runs_mixed_lower_only_forwards() const override { return mixed_lower_only_forwards_; }
   int64_t upper_layer_reach() const override { return upper_layer_reach_; }
+  // A CpuSession's ExportState and ReadChunk only read it (no shared caches),
+  // and MapChunks copies a block a fork still shares instead of changing it.
+  bool exports_sessions_concurrently() const override { return true; }
 
   absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
                     absl::Span<float> logits) override {

@@ -311,9 +311,11 @@ TEST_CASE("a DeleteSession during a call's end write returns at once; the memory
   CHECK(ended.code() == absl::StatusCode::kAborted);
   CHECK_FALSE(entry->engine_session_alive());
   CHECK(entry->host_bytes() == 0);
-  // The write removed the session's files as it ended.
+  // The write removed the session's files as it ended (its logs on the
+  // store's deleter thread).
   CHECK(server.store->sessions_registered() == 0);
   CHECK(std::filesystem::is_empty(dir.path() + "/sessions"));
+  server.store->WaitForLogDeletions();
   CHECK(std::filesystem::is_empty(dir.path() + "/chunks"));
 }
 
@@ -360,9 +362,10 @@ TEST_CASE("a DeleteSession during a write deletes the state file before it retur
   ender.join();
   CHECK(ended.code() == absl::StatusCode::kAborted);
   // Not published after the delete, and no temporary file left; the
-  // writer deleted the logs.
+  // writer handed the logs to the store's deleter.
   CHECK_FALSE(std::filesystem::exists(state));
   CHECK(std::filesystem::is_empty(dir.path() + "/sessions"));
+  server.store->WaitForLogDeletions();
   CHECK(std::filesystem::is_empty(dir.path() + "/chunks"));
   CHECK(server.store->sessions_registered() == 0);
 }

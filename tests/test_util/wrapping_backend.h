@@ -4,8 +4,9 @@
 // finding no room to grow) or report host bytes a fork may allocate
 // (BackendSession::fork_host_bytes_at_most, the CUDA auto tier), or report
 // scripted memory figures (BackendSession::memory). Everything
-// else is the wrapped backend's own work, so results can be compared with
-// it to the bit.
+// else, durable state included (ExportState, ImportState, the disk tier's
+// MapChunks), is the wrapped backend's own work, so results can be compared
+// with it to the bit.
 #pragma once
 
 #include <map>
@@ -108,6 +109,9 @@ class WrappingBackend final : public Backend {
     return inner_->runs_mixed_lower_only_forwards();
   }
   int64_t upper_layer_reach() const override { return inner_->upper_layer_reach(); }
+  bool exports_sessions_concurrently() const override {
+    return inner_->exports_sessions_concurrently();
+  }
   absl::Status Step(const StepPlan& plan, absl::Span<BackendSession* const> sessions,
                     absl::Span<float> logits) override {
     std::vector<BackendSession*> inner(sessions.size());
