@@ -327,6 +327,14 @@ class Scheduler {
   void EngineLoop();
   // Under mutex_: ends stopped items, picks the pieces of the next step.
   std::vector<Planned> FormStepLocked(StepRecord& record);
+  // Under mutex_: the pieces of prefill `items` (not empty) sharing `left`
+  // (> 0) tokens, under the decode-step allowance when the step holds
+  // `decode_tokens` > 0 or sessions generate (step 3 above).
+  std::vector<Planned> SharePrefillLocked(std::vector<Queued*> items, int64_t left,
+                                          int64_t decode_tokens);
+  // The item's next `count` tokens as a prefill piece, with the tokens
+  // following it when rows may skip the upper layers.
+  Planned PrefillPiece(Queued* item, int64_t count) const;
   // StepEntry::tokens_following of the item's next `count` tokens.
   int64_t TokensFollowing(const Queued& item, int64_t count) const;
   // Whether RunStep is expected to run `piece` lower-only (for the decode

@@ -3,6 +3,7 @@
 // memory accounting, and eviction of idle sessions.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <chrono>
@@ -131,6 +132,13 @@ class SessionEntry {
   bool NoteStep(const absl::Status& status, bool state_whole);
   absl::Status WriteStep();
   absl::Status ReleaseStep(absl::Status status);
+  // Once the step is released: the tokens it added to the session (its
+  // growth since BeginStep), also those a failed step kept (a step's
+  // forwards before a failing one stay applied, engine/batch_step.h); 0 once
+  // the session was deleted. For the holder of the step.
+  int64_t tokens_added_in_step() const {
+    return std::max<int64_t>(0, tokens_.load() - tokens_before_step_);
+  }
   // Whether the last step that changed the session left its state whole
   // (EndStep). For the holder of the activity.
   bool state_whole() const { return state_whole_; }
