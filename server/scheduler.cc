@@ -56,6 +56,10 @@ struct Scheduler::Queued {
   // except for a durable session, whose tokens count only once a step left
   // its state whole and so wrote them (SessionEntry::EndStep).
   int64_t acknowledged = 0;
+  // Its session, deleted during the item's last step, taken out of the
+  // entry by the engine (SessionEntry::ReleaseStep): freed by the caller in
+  // Run once the item ended.
+  std::optional<DeletedSession> deleted_session;
 };
 
 // One item's piece of the step being formed.
@@ -152,6 +156,16 @@ WorkResult Scheduler::Run(const WorkItem& item) {
   }
   WorkResult result = queued.result;
   result.tokens_done = queued.done;
+  if (queued.deleted_session.has_value()) {
+    // Freed here, on this caller's thread and after the step's results were
+    // delivered: freeing a large session takes a while, and on the engine
+    // thread it held up every other session's result and the next step
+    // (review of the scheduler, finding 3). Before callers_ drops, so the
+    // backend outlives it.
+    lock.unlock();
+    queued.deleted_session.reset();
+    lock.lock();
+  }
   if (--callers_ == 0) callers_gone_.notify_all();
   return result;
 }
@@ -230,6 +244,13 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   // 1. Items that must not run any more leave the queue; one whose session
   // is owed its upper-layer state is cut short to a closing stretch first.
   for (Queued* item : std::vector<Queued*>(queue_.begin(), queue_.end())) {
+    if (item->item->entry->deleted()) {
+      // Its claim would fail (step 4): it takes no share of the step from
+      // the others (review of the scheduler, finding 9). Nothing reads a
+      // deleted session, so a closing stretch it owed is moot.
+      CompleteLocked(*item, item->item->entry->DeletedError());
+      continue;
+    }
     if (!item->closing.ok()) continue;  // cut short already: running its closing stretch
     const int64_t size = static_cast<int64_t>(item->item->tokens.size());
     absl::Status stop;
@@ -526,7 +547,11 @@ void Scheduler::EngineLoop() {
           RunConcurrently(writes, options_.concurrent_writes);
       for (size_t k = 0; k < writers.size(); ++k) results[writers[k]] = written[k];
       for (size_t i = 0; i < running.size(); ++i) {
-        results[i] = running[i]->queued->item->entry->ReleaseStep(std::move(results[i]));
+        // A session deleted during the step goes to its caller to free
+        // (Run), once the step's results are delivered.
+        Queued& queued = *running[i]->queued;
+        results[i] = queued.item->entry->ReleaseStep(std::move(results[i]),
+                                                     &queued.deleted_session);
       }
       // The budget learns the full and the lower-only prefill tokens'
       // costs apart (server/decode_step_budget.h): a piece's tokens whose

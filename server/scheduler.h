@@ -7,7 +7,8 @@
 //   1. Items whose caller stopped them (client cancel, deadline), and every
 //      item once Refuse() was called, leave the queue without running (one
 //      whose rows skipped the upper layers first runs a closing stretch: see
-//      "Prefill rows skip the upper layers" below).
+//      "Prefill rows skip the upper layers" below); so do items of deleted
+//      sessions, with ABORTED, taking no share of the step.
 //   2. Every queued decode item (one generated token) joins the step, oldest
 //      first, up to the step's token budget: decode has priority, so a
 //      generating session's next token is in the first step formed after it
@@ -23,7 +24,9 @@
 //      session deleted meanwhile fails its item with ABORTED and is not run.
 //   5. drt::RunStep runs the step; each item's result is its own (one
 //      session's error leaves the others untouched); a session deleted
-//      during the step gets ABORTED and its memory is freed as it returns.
+//      during the step gets ABORTED, and its memory is freed by its own
+//      caller (in Run, on its thread) once the step's results are delivered,
+//      so the others' results and the next step do not wait for the free.
 // Sessions join and leave between steps: an item submitted while a step runs
 // is in the next one.
 //

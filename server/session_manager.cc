@@ -108,7 +108,7 @@ absl::Status SessionEntry::EndAndReport(bool write_unwritten) {
   absl::Status written;
   if (freed != nullptr) {
     freed.reset();  // outside the lock, as EndStep
-    engine_freed_ = true;
+    engine_freed_->store(true);
     written = DeletedError();
   } else if (!s.ok()) {
     std::fprintf(stderr, "drt-server: session %s: %s\n", id_.c_str(),
@@ -181,7 +181,8 @@ absl::Status SessionEntry::WriteStep() {
   return status;
 }
 
-absl::Status SessionEntry::ReleaseStep(absl::Status status) {
+absl::Status SessionEntry::ReleaseStep(absl::Status status,
+                                       std::optional<DeletedSession>* free_later) {
   std::unique_ptr<Session> freed;
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
@@ -189,12 +190,12 @@ absl::Status SessionEntry::ReleaseStep(absl::Status status) {
     if (deleted_.load()) freed = std::move(session_);
     RefreshFiguresLocked();
   }
-  if (freed != nullptr) {
-    freed.reset();  // outside the lock: freeing a large session takes a while
-    engine_freed_ = true;
-    return DeletedError();
-  }
-  return status;
+  if (freed == nullptr) return status;
+  // Outside the lock: freeing a large session takes a while (here, as
+  // `deleted` goes, or by the holder of free_later).
+  DeletedSession deleted(std::move(freed), engine_freed_);
+  if (free_later != nullptr) free_later->emplace(std::move(deleted));
+  return DeletedError();
 }
 
 void SessionEntry::MarkDeleted() {
@@ -212,13 +213,8 @@ void SessionEntry::MarkDeleted() {
   }
   if (freed != nullptr) {
     freed.reset();
-    engine_freed_ = true;
+    engine_freed_->store(true);
   }
-}
-
-bool SessionEntry::engine_session_alive() const {
-  std::lock_guard<std::mutex> lock(engine_mutex_);
-  return session_ != nullptr;
 }
 
 void SessionEntry::RefreshFiguresLocked() {
@@ -587,7 +583,7 @@ int64_t SessionManager::TotalHostBytesLocked() const {
 
 void SessionManager::PruneDyingLocked() const {
   std::erase_if(dying_, [](const std::shared_ptr<SessionEntry>& entry) {
-    return entry->engine_freed_.load();
+    return entry->engine_freed_->load();
   });
 }
 
