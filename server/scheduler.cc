@@ -52,10 +52,15 @@ struct Scheduler::Queued {
   int64_t end() const {
     return closing.ok() ? static_cast<int64_t>(item->tokens.size()) : closing_end;
   }
+  int64_t remaining() const { return end() - done; }
   // Tokens its caller may be told are done (on_progress): all of `done`,
   // except for a durable session, whose tokens count only once a step left
   // its state whole and so wrote them (SessionEntry::EndStep).
   int64_t acknowledged = 0;
+  // Its session, deleted during the item's last step, taken out of the
+  // entry by the engine (SessionEntry::ReleaseStep): freed by the caller in
+  // Run once the item ended.
+  std::optional<DeletedSession> deleted_session;
 };
 
 // One item's piece of the step being formed.
@@ -64,7 +69,6 @@ struct Scheduler::Planned {
   int64_t offset = 0;  // into the item's tokens
   int64_t count = 0;
   Session* session = nullptr;  // set once claimed
-  int64_t tokens_before = 0;     // the session's tokens when claimed
   absl::Status claim;          // not OK: the claim failed, the piece does not run
   int64_t tokens_following = 0;  // of the item, after this piece
   int64_t rows_skipped = 0;      // of its rows, once run
@@ -153,6 +157,16 @@ WorkResult Scheduler::Run(const WorkItem& item) {
   }
   WorkResult result = queued.result;
   result.tokens_done = queued.done;
+  if (queued.deleted_session.has_value()) {
+    // Freed here, on this caller's thread and after the step's results were
+    // delivered: freeing a large session takes a while, and on the engine
+    // thread it held up every other session's result and the next step
+    // (review of the scheduler, finding 3). Before callers_ drops, so the
+    // backend outlives it.
+    lock.unlock();
+    queued.deleted_session.reset();
+    lock.lock();
+  }
   if (--callers_ == 0) callers_gone_.notify_all();
   return result;
 }
@@ -231,6 +245,13 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   // 1. Items that must not run any more leave the queue; one whose session
   // is owed its upper-layer state is cut short to a closing stretch first.
   for (Queued* item : std::vector<Queued*>(queue_.begin(), queue_.end())) {
+    if (item->item->entry->deleted()) {
+      // Its claim would fail (step 4): it takes no share of the step from
+      // the others (review of the scheduler, finding 9). Nothing reads a
+      // deleted session, so a closing stretch it owed is moot.
+      CompleteLocked(*item, item->item->entry->DeletedError());
+      continue;
+    }
     if (!item->closing.ok()) continue;  // cut short already: running its closing stretch
     const int64_t size = static_cast<int64_t>(item->item->tokens.size());
     absl::Status stop;
@@ -263,7 +284,6 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   // A session at most once per step (engine/batch_step.h); the caller's
   // activity claim makes a second item of one session impossible anyway.
   std::set<const SessionEntry*> in_step;
-  auto remaining = [](const Queued* q) { return q->end() - q->done; };
 
   // 2. Decode first, oldest first.
   int64_t decode_tokens = 0;
@@ -271,7 +291,7 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
     if (left == 0) break;
     if (item->item->kind != WorkKind::kDecode) continue;
     if (!in_step.insert(item->item->entry).second) continue;
-    const int64_t count = std::min(remaining(item), left);
+    const int64_t count = std::min(item->remaining(), left);
     plan.push_back(Planned::Next(item, count));
     left -= count;
     decode_tokens += count;
@@ -283,71 +303,70 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   // a step that carries decode stays within its limit, and its cap of 0
   // holds (a closing stretch then waits for a step without decode, as all
   // prefill does, but for kClosingStretchMaxWaitSteps steps at most: below).
-  std::vector<Queued*> prefill;
+  std::vector<Queued*> prefill;  // every prefill item of the step
   for (Queued* item : queue_) {
     if (item->item->kind == WorkKind::kPrefill && in_step.insert(item->item->entry).second) {
       prefill.push_back(item);
     }
   }
-  // Counts the steps in a row that gave a closing stretch nothing. Once
-  // overdue it stays so: a step whose room (step_tokens less the decode
-  // tokens) held only part of it goes on in the next.
-  auto count_starved = [&](const std::vector<Planned>& plan) {
-    for (Queued* item : prefill) {
-      if (item->closing.ok() || item->closing_starved >= kClosingStretchMaxWaitSteps) continue;
-      const bool ran = std::any_of(plan.begin(), plan.end(),
-                                   [&](const Planned& p) { return p.queued == item; });
-      item->closing_starved = ran ? 0 : item->closing_starved + 1;
-    }
-    return plan;
-  };
-  if (prefill.empty() || left == 0) return count_starved(plan);
   // A closing stretch that the allowance gave no tokens for
   // kClosingStretchMaxWaitSteps steps in a row runs all it has left now,
   // outside the allowance (as in a step without decode): with
   // --decode_step_prefill_tokens=0 and a session generating without pause
   // it would otherwise wait, its handler blocked and its session busy, for
-  // as long as anyone generates (review of schedfix, S1).
-  std::vector<Queued*> shared;
+  // as long as anyone generates (review of schedfix, S1). The others share
+  // out what is left as usual.
+  std::vector<Queued*> sharing;
   for (Queued* item : prefill) {
-    if (item->closing.ok() || item->closing_starved < kClosingStretchMaxWaitSteps || left == 0) {
-      shared.push_back(item);
+    const bool overdue =
+        !item->closing.ok() && item->closing_starved >= kClosingStretchMaxWaitSteps;
+    if (!overdue || left == 0) {
+      sharing.push_back(item);
       continue;
     }
-    const int64_t count = std::min(remaining(item), left);
-    Planned piece = Planned::Next(item, count);
-    if (options_.skip_upper_layers) piece.tokens_following = TokensFollowing(*item, count);
-    plan.push_back(piece);
+    const int64_t count = std::min(item->remaining(), left);
+    plan.push_back(PrefillPiece(item, count));
     left -= count;
   }
-  if (shared.empty() || left == 0) return count_starved(plan);
-  std::swap(prefill, shared);  // the rest share out what is left as usual
+  if (!sharing.empty() && left > 0) {
+    for (const Planned& piece : SharePrefillLocked(std::move(sharing), left, decode_tokens)) {
+      plan.push_back(piece);
+    }
+  }
+  // Counts the steps in a row that gave a closing stretch nothing. Once
+  // overdue it stays so: a step whose room (step_tokens less the decode
+  // tokens) held only part of it goes on in the next.
+  for (Queued* item : prefill) {
+    if (item->closing.ok() || item->closing_starved >= kClosingStretchMaxWaitSteps) continue;
+    const bool ran = std::any_of(plan.begin(), plan.end(),
+                                 [&](const Planned& p) { return p.queued == item; });
+    item->closing_starved = ran ? 0 : item->closing_starved + 1;
+  }
+  return plan;
+}
+
+std::vector<Scheduler::Planned> Scheduler::SharePrefillLocked(std::vector<Queued*> items,
+                                                              int64_t left,
+                                                              int64_t decode_tokens) {
   // The item served first takes the odd tokens (and all of a budget too
   // small for everyone); that turn rotates step by step.
-  std::rotate(prefill.begin(), prefill.begin() + rotation_++ % prefill.size(), prefill.end());
+  std::rotate(items.begin(), items.begin() + rotation_++ % items.size(), items.end());
   auto share_out = [&](int64_t tokens) {
     std::vector<Planned> pieces;
-    std::vector<int64_t> share(prefill.size(), 0);
+    std::vector<int64_t> share(items.size(), 0);
     while (tokens > 0) {
       int64_t open = 0;
-      for (size_t i = 0; i < prefill.size(); ++i) open += share[i] < remaining(prefill[i]);
+      for (size_t i = 0; i < items.size(); ++i) open += share[i] < items[i]->remaining();
       if (open == 0) break;
       const int64_t quota = std::max<int64_t>(1, tokens / open);
-      for (size_t i = 0; i < prefill.size() && tokens > 0; ++i) {
-        const int64_t give = std::min({quota, remaining(prefill[i]) - share[i], tokens});
+      for (size_t i = 0; i < items.size() && tokens > 0; ++i) {
+        const int64_t give = std::min({quota, items[i]->remaining() - share[i], tokens});
         share[i] += give;
         tokens -= give;
       }
     }
-    for (size_t i = 0; i < prefill.size(); ++i) {
-      if (share[i] == 0) continue;
-      Planned piece = Planned::Next(prefill[i], share[i]);
-      // The item's tokens after this piece are already here: rows far from
-      // them may skip the upper layers.
-      if (options_.skip_upper_layers) {
-        piece.tokens_following = TokensFollowing(*prefill[i], share[i]);
-      }
-      pieces.push_back(piece);
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (share[i] > 0) pieces.push_back(PrefillPiece(items[i], share[i]));
     }
     return pieces;
   };
@@ -368,39 +387,40 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
              active > 0) {
     limited_for = active;
   }
-  std::vector<Planned> pieces;
-  if (limited_for == 0) {
-    pieces = share_out(left);
-  } else {
-    auto allowance = [&](PrefillRate rate) {
-      return decode_tokens > 0 ? decode_budget_.PrefillTokens(limited_for, rate)
-                               : decode_budget_.GapPrefillTokens(limited_for, rate);
-    };
-    const int64_t full = std::min(left, allowance(PrefillRate::kFull));
-    // The lower-only allowance is worked out, and a share-out formed with
-    // it, only where a piece can be predicted lower-only. Elsewhere every
-    // piece counts full, and a share-out of T tokens that Fits would also
-    // fit the full allowance (T <= it: Fits bounds T by the same growth
-    // bound and time limit, and the cap bounds both), so it would be the
-    // share-out of the full allowance over the same items: formed twice
-    // per step for nothing.
-    const bool may_run_lower_only =
-        options_.skip_upper_layers && backend_.runs_mixed_lower_only_forwards();
-    const int64_t cheap =
-        may_run_lower_only ? std::min(left, allowance(PrefillRate::kLowerOnly)) : 0;
-    if (cheap > full) {
-      pieces = share_out(cheap);
-      int64_t full_tokens = 0, lower_only_tokens = 0;
-      for (const Planned& piece : pieces) {
-        (PredictedLowerOnly(piece) ? lower_only_tokens : full_tokens) += piece.count;
-      }
-      if (!decode_budget_.Fits(limited_for, full_tokens, lower_only_tokens)) pieces.clear();
+  if (limited_for == 0) return share_out(left);
+  auto allowance = [&](PrefillRate rate) {
+    return decode_tokens > 0 ? decode_budget_.PrefillTokens(limited_for, rate)
+                             : decode_budget_.GapPrefillTokens(limited_for, rate);
+  };
+  const int64_t full = std::min(left, allowance(PrefillRate::kFull));
+  // The lower-only allowance is worked out, and a share-out formed with
+  // it, only where a piece can be predicted lower-only. Elsewhere every
+  // piece counts full, and a share-out of T tokens that Fits would also
+  // fit the full allowance (T <= it: Fits bounds T by the same growth
+  // bound and time limit, and the cap bounds both), so it would be the
+  // share-out of the full allowance over the same items: formed twice
+  // per step for nothing.
+  const bool may_run_lower_only =
+      options_.skip_upper_layers && backend_.runs_mixed_lower_only_forwards();
+  const int64_t cheap =
+      may_run_lower_only ? std::min(left, allowance(PrefillRate::kLowerOnly)) : 0;
+  if (cheap > full) {
+    std::vector<Planned> pieces = share_out(cheap);
+    int64_t full_tokens = 0, lower_only_tokens = 0;
+    for (const Planned& piece : pieces) {
+      (PredictedLowerOnly(piece) ? lower_only_tokens : full_tokens) += piece.count;
     }
-    if (pieces.empty()) pieces = share_out(full);
+    if (decode_budget_.Fits(limited_for, full_tokens, lower_only_tokens)) return pieces;
   }
-  for (Planned& piece : pieces) plan.push_back(piece);
-  std::swap(prefill, shared);  // every prefill item again, for the count
-  return count_starved(plan);
+  return share_out(full);
+}
+
+Scheduler::Planned Scheduler::PrefillPiece(Queued* item, int64_t count) const {
+  Planned piece = Planned::Next(item, count);
+  // The item's tokens after this piece are already here: rows far from
+  // them may skip the upper layers.
+  if (options_.skip_upper_layers) piece.tokens_following = TokensFollowing(*item, count);
+  return piece;
 }
 
 bool Scheduler::PredictedLowerOnly(const Planned& piece) const {
@@ -467,7 +487,6 @@ void Scheduler::EngineLoop() {
         continue;
       }
       piece.session = *session;
-      piece.tokens_before = piece.session->num_tokens();
       if (piece.offset == 0 && !piece.queued->item->entry->state_whole()) {
         piece.queued->inherited_debt = true;
         piece.queued->skipped = true;
@@ -529,7 +548,11 @@ void Scheduler::EngineLoop() {
           RunConcurrently(writes, options_.concurrent_writes);
       for (size_t k = 0; k < writers.size(); ++k) results[writers[k]] = written[k];
       for (size_t i = 0; i < running.size(); ++i) {
-        results[i] = running[i]->queued->item->entry->ReleaseStep(std::move(results[i]));
+        // A session deleted during the step goes to its caller to free
+        // (Run), once the step's results are delivered.
+        Queued& queued = *running[i]->queued;
+        results[i] = queued.item->entry->ReleaseStep(std::move(results[i]),
+                                                     &queued.deleted_session);
       }
       // The budget learns the full and the lower-only prefill tokens'
       // costs apart (server/decode_step_budget.h): a piece's tokens whose
@@ -567,8 +590,7 @@ void Scheduler::EngineLoop() {
         // Tokens of the step's forwards before the failing one stay applied
         // (engine/batch_step.h), as do all of them when only the write after
         // the step failed: counted as the session grew (0 once deleted).
-        item.done += std::clamp<int64_t>(item.item->entry->tokens() - piece.tokens_before, 0,
-                                         piece.count);
+        item.done += std::min(item.item->entry->tokens_added_in_step(), piece.count);
         CompleteLocked(item, status);
         continue;
       }

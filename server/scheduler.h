@@ -7,7 +7,8 @@
 //   1. Items whose caller stopped them (client cancel, deadline), and every
 //      item once Refuse() was called, leave the queue without running (one
 //      whose rows skipped the upper layers first runs a closing stretch: see
-//      "Prefill rows skip the upper layers" below).
+//      "Prefill rows skip the upper layers" below); so do items of deleted
+//      sessions, with ABORTED, taking no share of the step.
 //   2. Every queued decode item (one generated token) joins the step, oldest
 //      first, up to the step's token budget: decode has priority, so a
 //      generating session's next token is in the first step formed after it
@@ -23,7 +24,9 @@
 //      session deleted meanwhile fails its item with ABORTED and is not run.
 //   5. drt::RunStep runs the step; each item's result is its own (one
 //      session's error leaves the others untouched); a session deleted
-//      during the step gets ABORTED and its memory is freed as it returns.
+//      during the step gets ABORTED, and its memory is freed by its own
+//      caller (in Run, on its thread) once the step's results are delivered,
+//      so the others' results and the next step do not wait for the free.
 // Sessions join and leave between steps: an item submitted while a step runs
 // is in the next one.
 //
@@ -327,6 +330,14 @@ class Scheduler {
   void EngineLoop();
   // Under mutex_: ends stopped items, picks the pieces of the next step.
   std::vector<Planned> FormStepLocked(StepRecord& record);
+  // Under mutex_: the pieces of prefill `items` (not empty) sharing `left`
+  // (> 0) tokens, under the decode-step allowance when the step holds
+  // `decode_tokens` > 0 or sessions generate (step 3 above).
+  std::vector<Planned> SharePrefillLocked(std::vector<Queued*> items, int64_t left,
+                                          int64_t decode_tokens);
+  // The item's next `count` tokens as a prefill piece, with the tokens
+  // following it when rows may skip the upper layers.
+  Planned PrefillPiece(Queued* item, int64_t count) const;
   // StepEntry::tokens_following of the item's next `count` tokens.
   int64_t TokensFollowing(const Queued& item, int64_t count) const;
   // Whether RunStep is expected to run `piece` lower-only (for the decode

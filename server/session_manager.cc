@@ -101,7 +101,7 @@ absl::Status SessionEntry::EndAndReport(bool write_unwritten) {
   // (in_step_ kept anyone else from freeing it), and its DeletedError goes
   // out as it is, whatever the write gave.
   if (write) s = ReleaseStep(WriteStep(/*force=*/true));
-  if (!s.ok() && !(write && engine_freed_.load())) {
+  if (!s.ok() && !(write && engine_freed_->load())) {
     std::fprintf(stderr, "drt-server: session %s: %s\n", id_.c_str(),
                  std::string(s.message()).c_str());
     s = absl::Status(
@@ -172,7 +172,8 @@ absl::Status SessionEntry::WriteStep(bool force) {
   return status;
 }
 
-absl::Status SessionEntry::ReleaseStep(absl::Status status) {
+absl::Status SessionEntry::ReleaseStep(absl::Status status,
+                                       std::optional<DeletedSession>* free_later) {
   std::unique_ptr<Session> freed;
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
@@ -180,12 +181,12 @@ absl::Status SessionEntry::ReleaseStep(absl::Status status) {
     if (deleted_.load()) freed = std::move(session_);
     RefreshFiguresLocked();
   }
-  if (freed != nullptr) {
-    freed.reset();  // outside the lock: freeing a large session takes a while
-    engine_freed_ = true;
-    return DeletedError();
-  }
-  return status;
+  if (freed == nullptr) return status;
+  // Outside the lock: freeing a large session takes a while (here, as
+  // `deleted` goes, or by the holder of free_later).
+  DeletedSession deleted(std::move(freed), engine_freed_);
+  if (free_later != nullptr) free_later->emplace(std::move(deleted));
+  return DeletedError();
 }
 
 void SessionEntry::MarkDeleted() {
@@ -203,13 +204,8 @@ void SessionEntry::MarkDeleted() {
   }
   if (freed != nullptr) {
     freed.reset();
-    engine_freed_ = true;
+    engine_freed_->store(true);
   }
-}
-
-bool SessionEntry::engine_session_alive() const {
-  std::lock_guard<std::mutex> lock(engine_mutex_);
-  return session_ != nullptr;
 }
 
 void SessionEntry::RefreshFiguresLocked() {
@@ -578,7 +574,7 @@ int64_t SessionManager::TotalHostBytesLocked() const {
 
 void SessionManager::PruneDyingLocked() const {
   std::erase_if(dying_, [](const std::shared_ptr<SessionEntry>& entry) {
-    return entry->engine_freed_.load();
+    return entry->engine_freed_->load();
   });
 }
 

@@ -3,6 +3,7 @@
 // memory accounting, and eviction of idle sessions.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +53,30 @@ class HostReservation;
 // changed it (force false) and when an activity ends (force true).
 using SessionPersister =
     std::function<absl::Status(const SessionEntry& entry, Session& session, bool force)>;
+
+// A deleted session's engine session, taken out of its entry by the step
+// that was still using it (SessionEntry::ReleaseStep) and freed when this is
+// destroyed: freeing a large session takes a while, so the scheduler has
+// the deleted session's own caller free it, after the step's results are
+// delivered, instead of its engine thread before them. Its entry counts the
+// engine session alive (engine_session_alive, SessionManager's dying
+// sessions) until it is freed.
+class DeletedSession {
+ public:
+  DeletedSession(std::unique_ptr<Session> session, std::shared_ptr<std::atomic<bool>> freed)
+      : session_(std::move(session)), freed_(std::move(freed)) {}
+  DeletedSession(DeletedSession&&) noexcept = default;
+  DeletedSession& operator=(DeletedSession&&) = delete;
+  ~DeletedSession() {
+    if (session_ == nullptr) return;  // moved from
+    session_.reset();
+    freed_->store(true);
+  }
+
+ private:
+  std::unique_ptr<Session> session_;
+  std::shared_ptr<std::atomic<bool>> freed_;
+};
 
 class SessionEntry {
  public:
@@ -129,10 +155,20 @@ class SessionEntry {
   // is EndStep's release. EndStep(s, w) is NoteStep, WriteStep when owed,
   // ReleaseStep. WriteStep's `force` writes also within
   // --state_sync=interval's interval (EndAndReport's write: BeginStep's
-  // claim taken there by hand, ReleaseStep after it).
+  // claim taken there by hand, ReleaseStep after it). A session deleted
+  // during the step is freed by ReleaseStep, or, given `free_later`, handed
+  // there for its holder to free.
   bool NoteStep(const absl::Status& status, bool state_whole);
   absl::Status WriteStep(bool force = false);
-  absl::Status ReleaseStep(absl::Status status);
+  absl::Status ReleaseStep(absl::Status status,
+                           std::optional<DeletedSession>* free_later = nullptr);
+  // Once the step is released: the tokens it added to the session (its
+  // growth since BeginStep), also those a failed step kept (a step's
+  // forwards before a failing one stay applied, engine/batch_step.h); 0 once
+  // the session was deleted. For the holder of the step.
+  int64_t tokens_added_in_step() const {
+    return std::max<int64_t>(0, tokens_.load() - tokens_before_step_);
+  }
   // Whether the last step that changed the session left its state whole
   // (EndStep). For the holder of the activity.
   bool state_whole() const { return state_whole_; }
@@ -151,7 +187,7 @@ class SessionEntry {
   void MarkDeleted();
   bool deleted() const { return deleted_.load(); }
   // False once a deleted session's engine session (its memory) is freed.
-  bool engine_session_alive() const;
+  bool engine_session_alive() const { return !engine_freed_->load(); }
   // ABORTED: the session was deleted while the running activity used it.
   absl::Status DeletedError() const;
 
@@ -211,7 +247,9 @@ class SessionEntry {
   std::atomic<bool> deleted_{false};
   // Deleted and its engine session freed (set after the free): from then
   // on the manager no longer counts it (SessionManager::dying_).
-  std::atomic<bool> engine_freed_{false};
+  // Shared with a DeletedSession that frees it.
+  const std::shared_ptr<std::atomic<bool>> engine_freed_ =
+      std::make_shared<std::atomic<bool>>(false);
   std::atomic<Activity> activity_{Activity::kIdle};
   std::atomic<int64_t> tokens_{0}, chunks_{0}, retrievals_{0}, host_bytes_{0}, shared_bytes_{0}, mapped_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};

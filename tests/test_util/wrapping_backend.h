@@ -3,12 +3,14 @@
 // session in Backend::PrepareSessionForStep (the CUDA device tier's store
 // finding no room to grow) or report host bytes a fork may allocate
 // (BackendSession::fork_host_bytes_at_most, the CUDA auto tier), or report
-// scripted memory figures (BackendSession::memory). Everything
-// else, durable state included (ExportState, ImportState, the disk tier's
-// MapChunks), is the wrapped backend's own work, so results can be compared
-// with it to the bit.
+// scripted memory figures (BackendSession::memory), or run a hook as a
+// session is freed (WrappedSession::on_destroyed). Everything else, durable
+// state included (ExportState, ImportState, the disk tier's MapChunks), is
+// the wrapped backend's own work, so results can be compared with it to the
+// bit.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,6 +26,13 @@ namespace drt::testing {
 class WrappedSession final : public BackendSession {
  public:
   explicit WrappedSession(std::unique_ptr<BackendSession> inner) : inner_(std::move(inner)) {}
+  // Runs on_destroyed first (on the thread that frees the session).
+  ~WrappedSession() override {
+    if (on_destroyed) on_destroyed();
+  }
+
+  // Called as the session is freed, before its memory goes.
+  std::function<void()> on_destroyed;
 
   BackendSession& inner() { return *inner_; }
   // What memory() answers from now on (nullopt: the inner session's).
