@@ -823,11 +823,13 @@ grpc::Status DrtService::SaveSession(grpc::ServerContext* context,
   }
   auto entry = sessions_->Find(request->session_id());
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
-  // Holding an activity keeps the engine state still while it is written.
-  if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
+  // A reader claim keeps the engine state still while it is written (other
+  // saves and forks may share it).
+  if (absl::Status s = (*entry)->BeginRead(ReadKind::kSave); !s.ok()) return Finish(ToGrpc(s));
   const std::string path = options_.session_files_dir + "/" + request->file_name();
   int64_t bytes = 0, tokens = 0;
-  absl::Status status = (*entry)->RunStep([&](Session& session) -> absl::Status {
+  bool written_whole = false;
+  absl::Status status = (*entry)->RunReadStep([&](Session& session) -> absl::Status {
     if (absl::Status s = (*entry)->CheckStateWhole(); !s.ok()) return s;
     auto written = SaveSessionFile(path, (*entry)->id(), (*entry)->settings(), session);
     if (!written.ok()) return written.status();
@@ -835,7 +837,12 @@ grpc::Status DrtService::SaveSession(grpc::ServerContext* context,
     tokens = session.num_tokens();
     return absl::OkStatus();
   });
-  (*entry)->End();
+  (*entry)->EndRead(ReadKind::kSave);
+  // A DeleteSession that came while the file was written: the file is
+  // whole and in place (a snapshot of the session as the delete found it),
+  // so the save succeeded and says so, instead of ABORTED beside a file
+  // that exists (docs/api.md).
+  if (written_whole && absl::IsAborted(status)) status = absl::OkStatus();
   if (!status.ok()) return Finish(ToGrpc(status));
   response->set_file_name(request->file_name());
   response->set_bytes(bytes);

@@ -41,7 +41,13 @@ struct SessionLimits {
 
 // kExpiring: claimed by idle expiry (SessionManager::EvictIdle) just before
 // the session leaves the table; it never ends, and Begin answers NOT_FOUND.
-enum class Activity { kIdle, kAppending, kGenerating, kExpiring };
+// kReading: held by one or more readers (ForkSession, SaveSession; see
+// SessionEntry::BeginRead), which only read the engine state and so share
+// it. kFirstWrite: a session just inserted, claimed for its first write to
+// the state directory (SessionManager::Insert).
+enum class Activity { kIdle, kAppending, kGenerating, kExpiring, kReading, kFirstWrite };
+// What a reader claim is for (named in "busy" messages).
+enum class ReadKind { kFork, kSave };
 
 class SessionEntry;
 class SessionManager;
@@ -80,6 +86,21 @@ class SessionEntry {
   // Generate and a client can send it again; docs/api.md).
   absl::Status EndAndReport(bool write = true);
   Activity activity() const { return activity_.load(); }
+
+  // A reader claim (ForkSession, SaveSession): they only read the engine
+  // state, so any number may hold it at once, and an activity that changes
+  // the session (Begin) is refused while any does (FAILED_PRECONDITION
+  // naming them), as readers are while one runs. Errors as Begin. Every
+  // successful BeginRead is followed by exactly one EndRead; the last one
+  // makes the session idle. Readers use the engine session through
+  // RunReadStep only.
+  absl::Status BeginRead(ReadKind kind);
+  void EndRead(ReadKind kind);
+  // RunStep for the holder of a reader claim. The readers' engine work runs
+  // one at a time (a fork writes its parent to the state directory, which
+  // may map its chunks, and a CUDA fork uses the device), so a reader may
+  // wait for the one before it, but none is refused.
+  absl::Status RunReadStep(absl::FunctionRef<absl::Status(Session&)> step);
 
   // One engine step for the holder of the activity (one thread at a time):
   // runs `step` on the engine session unless the session was deleted, and
@@ -211,6 +232,14 @@ class SessionEntry {
   // on the manager no longer counts it (SessionManager::dying_).
   std::atomic<bool> engine_freed_{false};
   std::atomic<Activity> activity_{Activity::kIdle};
+  // What holds the session, for "busy" and "deleted while" messages.
+  std::string ActivityName(Activity activity) const;
+  // Reader claims (BeginRead) held now, by kind; changed, with activity_'s
+  // moves to and from kReading, under readers_mutex_.
+  std::mutex readers_mutex_;
+  std::atomic<int> forks_reading_{0}, saves_reading_{0};
+  // Serializes the readers' engine work (RunReadStep).
+  std::mutex read_step_mutex_;
   std::atomic<int64_t> tokens_{0}, chunks_{0}, retrievals_{0}, host_bytes_{0}, shared_bytes_{0}, mapped_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};
   // ReservationCoveredBytes at the last refresh.
