@@ -701,7 +701,7 @@ grpc::Status DrtService::CompleteStream(
   struct Cleanup {
     SessionManager& sessions;
     std::string id;
-    ~Cleanup() { sessions.Delete(id).IgnoreError(); }
+    ~Cleanup() { sessions.Delete(id, /*hidden_too=*/true).IgnoreError(); }
   } cleanup{*sessions_, (*entry)->id()};
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
@@ -722,6 +722,13 @@ grpc::Status DrtService::CompleteStream(
   if (ingest.ingested() > 0) metrics_.ObservePrefill(ingest.ingested(), ingest.engine_seconds());
   if (!status.ok()) return Finish(ToGrpc(status));
 
+  // (RunGeneration's "holds no tokens yet" would name a session the caller
+  // never saw and an RPC it did not call.)
+  if ((*entry)->tokens() == 0) {
+    return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "Complete needs a prompt: its messages brought no tokens (send "
+                               "text, text_bytes or tokens in them)"));
+  }
   if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
   drt::v1::GenerateTimings timings;
   timings.set_prefill_seconds(ingest.engine_seconds());

@@ -357,7 +357,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
   }
   // Claimed before anyone can find it (ListSessions shows it at once): the
   // caller's first write runs alone on it.
-  if (claimed) entry->activity_ = Activity::kAppending;
+  if (claimed) entry->activity_ = Activity::kFirstWrite;
+  entry->hidden_ = !durable;  // only CreateEphemeral's sessions are not durable
   sessions_[id] = entry;
   // From here the session counts its own memory (its figures were taken
   // when the entry was made, above).
@@ -470,7 +471,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::st
   if (absl::Status s = CheckSessionIdLength(id); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
+  if (it == sessions_.end() || it->second->hidden()) {
     return SessionNotFound(id, started_, store_ != nullptr ? store_->dir() : "");
   }
   return it->second;
@@ -525,13 +526,13 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
   return child;
 }
 
-absl::Status SessionManager::Delete(const std::string& id) {
+absl::Status SessionManager::Delete(const std::string& id, bool hidden_too) {
   if (absl::Status s = CheckSessionIdLength(id); !s.ok()) return s;
   std::shared_ptr<SessionEntry> entry;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) {
+    if (it == sessions_.end() || (it->second->hidden() && !hidden_too)) {
       return SessionNotFound(id, started_, store_ != nullptr ? store_->dir() : "");
     }
     entry = std::move(it->second);
@@ -549,13 +550,15 @@ absl::Status SessionManager::Delete(const std::string& id) {
 }
 
 void SessionManager::RefreshIdleFigures() {
-  for (const auto& entry : List()) entry->RefreshFiguresIfIdle();
+  for (const auto& entry : List(/*hidden_too=*/true)) entry->RefreshFiguresIfIdle();
 }
 
-std::vector<std::shared_ptr<SessionEntry>> SessionManager::List() const {
+std::vector<std::shared_ptr<SessionEntry>> SessionManager::List(bool hidden_too) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::shared_ptr<SessionEntry>> out;
-  for (const auto& [id, entry] : sessions_) out.push_back(entry);
+  for (const auto& [id, entry] : sessions_) {
+    if (hidden_too || !entry->hidden()) out.push_back(entry);
+  }
   return out;
 }
 

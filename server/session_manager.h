@@ -64,6 +64,9 @@ class SessionEntry {
 
   const std::string& id() const { return id_; }
   const SessionSettings& settings() const { return settings_; }
+  // A Complete call's temporary session (SessionManager::CreateEphemeral):
+  // no other call can find, list, delete or fork it.
+  bool hidden() const { return hidden_; }
 
   // Claims the session for one activity; FAILED_PRECONDITION naming the
   // running one when it is busy, NOT_FOUND once the session was deleted or
@@ -225,6 +228,7 @@ class SessionEntry {
   // The last step left a state a full computation gives (see EndStep); read
   // and written only by the holder of the activity.
   bool state_whole_ = true;
+  bool hidden_ = false;  // set before it enters the table, then read only
   // A step changed the session since it was last written.
   bool unwritten_ = false;
   std::atomic<bool> deleted_{false};
@@ -314,13 +318,19 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<SessionEntry>> Create(SessionSettings settings);
   // Create for a session that lives only as long as one call (Complete's):
   // never written to the state store, so it costs no writes and a crash
-  // leaves nothing of it to restore.
+  // leaves nothing of it to restore; hidden (SessionEntry::hidden): it
+  // counts against max_sessions and the memory budget, but Find, List,
+  // Delete and Fork do not see it, so no other call can touch it.
   absl::StatusOr<std::shared_ptr<SessionEntry>> CreateEphemeral(SessionSettings settings);
+  // NOT_FOUND for a hidden session, as for an unknown one.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Find(const std::string& id) const;
   // FAILED_PRECONDITION while the parent is busy.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Fork(const std::string& id);
-  absl::Status Delete(const std::string& id);
-  std::vector<std::shared_ptr<SessionEntry>> List() const;
+  // `hidden_too`: also a hidden session (for the call that owns it).
+  absl::Status Delete(const std::string& id, bool hidden_too = false);
+  // `hidden_too`: hidden sessions too (for figures over all the memory).
+  std::vector<std::shared_ptr<SessionEntry>> List(bool hidden_too = false) const;
+  // Every session, hidden ones included (they hold a slot of max_sessions).
   int64_t count() const;
 
   // Durable sessions (--state_dir): from now on every session inserted
