@@ -307,9 +307,20 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
       new grpc::internal::BidiStreamingHandler<DrtService, grpc::ByteBuffer,
                                                drt::v1::GenerateResponse>(
           &DrtService::CompleteStream, this));
+  // The session gauges are read from the sessions at each scrape: idle
+  // expiry and sessions restored at start-up change them without a call.
+  metrics_.SetSessionGaugeSource([sessions = sessions_.get()] {
+    Metrics::SessionGauges gauges;
+    gauges.active_sessions = sessions->count();
+    for (const auto& entry : sessions->List(/*hidden_too=*/true)) {
+      gauges.chunk_store_bytes += entry->host_bytes();
+    }
+    return gauges;
+  });
 }
 
-DrtService::~DrtService() = default;
+// Cleared before the sessions go (it waits for a scrape reading them).
+DrtService::~DrtService() { metrics_.SetSessionGaugeSource(nullptr); }
 
 bool DrtService::WaitForRunningCalls(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(running_mutex_);
@@ -351,10 +362,6 @@ grpc::Status DrtService::Admit(grpc::ServerContext* context, const char* method)
 
 grpc::Status DrtService::Finish(const grpc::Status& status) {
   if (!status.ok()) metrics_.CountError(GrpcCodeName(status.error_code()));
-  metrics_.SetActiveSessions(sessions_->count());
-  int64_t store = 0;
-  for (const auto& entry : sessions_->List()) store += entry->host_bytes();
-  metrics_.SetChunkStoreBytes(store);
   {
     std::lock_guard<std::mutex> lock(running_mutex_);
     --running_calls_;
