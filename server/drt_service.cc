@@ -93,6 +93,7 @@ class PromptIngest {
         chunk_size_(chunk_size),
         acknowledged_tokens_(entry.tokens()),
         encoder_(tokenizer),
+        tokenizer_(tokenizer),
         sessions_(sessions),
         scheduler_(scheduler),
         metrics_(metrics),
@@ -118,14 +119,53 @@ class PromptIngest {
   }
 
   absl::Status AddText(const std::string& text) {
+    // Text is tokenized a word behind: the ids may include text held back
+    // from earlier pieces and leave this piece's last word for later. That
+    // earlier text belongs to the earlier messages: when this one is
+    // refused before any of it ran, it still runs (alone), so that the
+    // earlier messages stay whole, as when a later message does not parse.
+    const std::string held_before = encoder_.pending();
     auto ids = encoder_.Push(text);
     if (!ids.ok()) return ids.status();
-    // Text is tokenized a word behind: the ids may include text held back
-    // from earlier pieces and leave this piece's last word for later.
-    return Run(*ids, absl::StrFormat("the text so far completes %d more (%d bytes of an "
-                                     "unfinished word wait for the next piece or the end of "
-                                     "the stream)",
-                                     ids->size(), encoder_.pending_bytes()));
+    // The last word held back now runs later (with the next piece, or at
+    // the end of the stream), after the rest of this message: it is checked
+    // against the context limit now, with the rest, so that a message that
+    // does not fit is refused before any of it runs.
+    int64_t tail = static_cast<int64_t>(encoder_.pending_bytes());
+    if (!tokenizer_.one_id_per_byte()) {
+      auto tail_ids = tokenizer_.Encode(encoder_.pending());
+      if (!tail_ids.ok()) return tail_ids.status();
+      tail = static_cast<int64_t>(tail_ids->size());
+    }
+    const int64_t ingested_before = ingested_;
+    absl::Status status = CheckContextLimit(
+        static_cast<int64_t>(ids->size()) + tail,
+        absl::StrFormat("the text so far brings %d more: %d now and %d of the last word, which "
+                        "waits for the next piece or the end of the stream",
+                        static_cast<int64_t>(ids->size()) + tail, ids->size(), tail));
+    if (status.ok()) {
+      status = Run(*ids, absl::StrFormat("the text so far completes %d more (%d bytes of an "
+                                         "unfinished word wait for the next piece or the end "
+                                         "of the stream)",
+                                         ids->size(), encoder_.pending_bytes()));
+    }
+    const bool refused = status.code() == absl::StatusCode::kResourceExhausted ||
+                         status.code() == absl::StatusCode::kInvalidArgument;
+    if (refused && ingested_ == ingested_before && !held_before.empty()) {
+      auto earlier = tokenizer_.Encode(held_before);
+      absl::Status flushed = earlier.ok() ? Run(*earlier, absl::StrFormat(
+                                                "the earlier messages' held-back last word "
+                                                "brings %d more",
+                                                earlier->size()))
+                                          : earlier.status();
+      if (!flushed.ok()) {
+        return absl::Status(status.code(),
+                            absl::StrFormat("%s (the text of the earlier messages was not "
+                                            "completed either: %s)",
+                                            status.message(), flushed.message()));
+      }
+    }
+    return status;
   }
   absl::Status AddTokens(const google::protobuf::RepeatedField<int32_t>& tokens) {
     // Text before these ids is complete now.
@@ -176,15 +216,24 @@ class PromptIngest {
 
  private:
   // `brings` says where the ids come from, for the context-limit message.
+  // RESOURCE_EXHAUSTED when `tokens` more would pass the session's context
+  // limit; `brings` says where they come from.
+  absl::Status CheckContextLimit(int64_t tokens, const std::string& brings) const {
+    const int64_t limit = entry_.settings().max_context_tokens;
+    if (entry_.tokens() + tokens > limit) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "session %s would exceed its context limit of %d tokens (it holds %d, %s)", entry_.id(),
+          limit, entry_.tokens(), brings));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Run(const std::vector<int32_t>& ids, const std::string& brings) {
     if (ids.empty()) return absl::OkStatus();
     // Limits are checked for the whole message before any of it runs, so a
     // refused message leaves nothing of itself behind.
-    const int64_t limit = entry_.settings().max_context_tokens;
-    if (entry_.tokens() + static_cast<int64_t>(ids.size()) > limit) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "session %s would exceed its context limit of %d tokens (it holds %d, %s)", entry_.id(),
-          limit, entry_.tokens(), brings));
+    if (absl::Status s = CheckContextLimit(static_cast<int64_t>(ids.size()), brings); !s.ok()) {
+      return s;
     }
     // The memory the message may take is reserved until its item ends, so
     // that concurrent messages cannot all pass one check of the budget; as
@@ -239,6 +288,7 @@ class PromptIngest {
   // The session's tokens as of the last acknowledgement (WorkItem::on_progress).
   int64_t acknowledged_tokens_;
   StreamingEncoder encoder_;
+  const Tokenizer& tokenizer_;
   SessionManager& sessions_;
   Scheduler& scheduler_;
   Metrics& metrics_;
@@ -425,6 +475,13 @@ grpc::Status DrtService::AppendStream(
                                         message_index, PrintableId(request.session_id()),
                                         (*entry)->id())
                       : absl::StrFormat("message %d: %s", message_index, status.message()));
+      // Nothing of the message is kept; the earlier ones are, whole (their
+      // held-back last word too), as when a message does not parse.
+      if (absl::Status flushed = ingest.Flush(); !flushed.ok()) {
+        status = absl::InvalidArgumentError(absl::StrFormat(
+            "%s (the text of the earlier messages was not completed either: %s)",
+            status.message(), flushed.message()));
+      }
       break;
     }
     status = ingest.AddMessage(request, message_index);

@@ -57,7 +57,8 @@ TEST_CASE("Generate at the context limit is refused and adds nothing", "[server]
     CHECK_THAT(appended.error_message(), !Contains("brings 0 more"));
     CHECK_THAT(appended.error_message(),
                Contains("would exceed its context limit of 100 tokens (it holds 100, the text "
-                        "held back so far (the last word, 1 byte) brings 1 more)"));
+                        "so far brings 1 more: 0 now and 1 of the last word, which waits for the "
+                        "next piece or the end of the stream)"));
     CHECK(WaitIdle(stub, id).tokens() == 100);
   }
 
