@@ -389,7 +389,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::CreateSession(
   // restart) would change under it silently.
   if (settings.idle_ttl_seconds < 0 || settings.idle_ttl_seconds > limits_.idle_ttl_seconds) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "idle_ttl_seconds must be >= 0 (0: the server's TTL), got %d", settings.idle_ttl_seconds));
+        "idle_ttl_seconds must be in [0, %d] (0: the server's TTL, --idle_ttl_seconds), got %d",
+        limits_.idle_ttl_seconds, settings.idle_ttl_seconds));
   }
   if (settings.max_context_tokens == 0) settings.max_context_tokens = limits_.max_context_tokens;
   if (settings.idle_ttl_seconds == 0) settings.idle_ttl_seconds = limits_.idle_ttl_seconds;
