@@ -556,7 +556,15 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   const int64_t limit = entry.settings().max_context_tokens;
   const int64_t held = entry.tokens();
   const int64_t chunk = model.config().enc_chunk_size;
-  const int64_t padding = plan.pad && held % chunk != 0 ? chunk - held % chunk : 0;
+  const auto deadline = context->deadline();  // far in the future when none
+  const auto seconds_left = [&] {
+    return std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
+  };
+  // A call whose deadline leaves no time for one token changes nothing: it
+  // ends with FINISH_REASON_DEADLINE before its padding runs too (which
+  // would otherwise be added at every such call, with nothing generated).
+  const bool no_time = seconds_left() < kDeadlineMarginSeconds;
+  const int64_t padding = !no_time && plan.pad && held % chunk != 0 ? chunk - held % chunk : 0;
   if (held + padding + 1 > limit) {
     if (padding > 0) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -594,7 +602,6 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     item.should_stop = [context] { return context->IsCancelled(); };
     if (absl::Status s = scheduler.Run(item).status; !s.ok()) return s;
   }
-  const auto deadline = context->deadline();  // far in the future when none
   double slowest_step = 0;
   Utf8Streamer utf8;
   std::string text_so_far;
@@ -609,10 +616,7 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
       reason = drt::v1::FINISH_REASON_CANCELLED;
       break;
     }
-    const double seconds_left = std::chrono::duration<double>(
-                                    deadline - std::chrono::system_clock::now())
-                                    .count();
-    if (seconds_left < kDeadlineMarginSeconds + 2 * slowest_step) {
+    if (no_time || seconds_left() < kDeadlineMarginSeconds + 2 * slowest_step) {
       reason = drt::v1::FINISH_REASON_DEADLINE;
       break;
     }
