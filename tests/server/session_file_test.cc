@@ -119,6 +119,10 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
         {"truncated", bytes.substr(0, bytes.size() - 7), "truncated"},
         {"truncated inside the state", bytes.substr(0, 200), "truncated"},
         {"foreign", "hello world, not a session", "not a drt session"},
+        // The message names the header, not the 24 bytes read as a file
+        // size (review-api F11: "(24 bytes, no DRTSTATE header)").
+        {"garbage", std::string(100, 'g'), "its first 24 bytes are not a DRTSTATE header"},
+        {"shorter than a header", "hello", "it has 5 bytes, less than the 24-byte DRTSTATE header"},
     };
     const int64_t sessions_before = server.service().session_manager().count();
     for (const Damage& d : damages) {
