@@ -910,6 +910,7 @@ grpc::Status DrtService::SaveSession(grpc::ServerContext* context,
     if (!written.ok()) return written.status();
     bytes = *written;
     tokens = session.num_tokens();
+    written_whole = true;
     return absl::OkStatus();
   });
   (*entry)->EndRead(ReadKind::kSave);
@@ -945,6 +946,15 @@ grpc::Status DrtService::LoadSession(grpc::ServerContext* context,
   auto loaded = LoadSessionFile(
       options_.session_files_dir + "/" + request->file_name(), backend_,
       [&](int64_t chunks) -> absl::Status {
+        // Checked before any chunk is read (Insert checks again, under its
+        // lock): a full server refuses at once instead of after reading a
+        // whole file.
+        if (sessions_->count() >= sessions_->limits().max_sessions) {
+          return absl::ResourceExhaustedError(absl::StrFormat(
+              "the server holds its maximum of %d sessions; delete one or wait for idle ones "
+              "to expire (nothing of %s was read past its header)",
+              sessions_->limits().max_sessions, request->file_name()));
+        }
         auto reserved = sessions_->Reserve(
             chunks * backend_.host_bytes_per_chunk(),
             absl::StrFormat("the %d chunks of %s", chunks, request->file_name()));

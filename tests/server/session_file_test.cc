@@ -160,5 +160,31 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
   }
 }
 
+TEST_CASE("LoadSession on a full server is refused before the file's chunks are read",
+          "[server][session_file]") {
+  // (review-api F10: the whole file was read, then Insert refused it.)
+  drt::testing::TempDir files;
+  ServiceOptions options = SmallOptions();
+  options.session_files_dir = files.path();
+  options.max_sessions = 2;
+  InProcessServer server(options);
+  const std::string id = NewSession(server.stub());
+  const auto prompt = RandomTokens(300, 9);
+  REQUIRE(AppendTokens(server.stub(), id, prompt, {prompt.size()}).status.ok());
+  REQUIRE(SaveSession(server.stub(), id, "full").ok());
+  NewSession(server.stub());  // the second and last slot
+  InfoResult r = LoadSession(server.stub(), "full");
+  CHECK(r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(r.status.error_message(), Contains("its maximum of 2 sessions"));
+  CHECK_THAT(r.status.error_message(), Contains("nothing of full was read past its header"));
+  CHECK(server.service().session_manager().count() == 2);
+  CHECK(server.service().session_manager().ReservedHostBytes() == 0);
+  // With a slot free it loads.
+  REQUIRE(DeleteSession(server.stub(), id).ok());
+  InfoResult loaded = LoadSession(server.stub(), "full");
+  REQUIRE(loaded.status.ok());
+  CHECK(loaded.info.tokens() == 300);
+}
+
 }  // namespace
 }  // namespace drt::server
