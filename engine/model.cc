@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "engine/tokenizer/bpe_tokenizer_for_text.h"
 
 namespace drt {
 
@@ -12,7 +13,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir) {
   model->loaded = *std::move(loaded);
   const ModelConfig& config = model->loaded.config;
   if (model->loaded.files.tokenizer_path) {
-    auto tokenizer = LoadBpeTokenizer(*model->loaded.files.tokenizer_path);
+    // Text never gives the pad or landmark id (only the engine inserts
+    // them, and it refuses them as input): their spellings are plain text.
+    auto tokenizer = LoadBpeTokenizerForText(
+        *model->loaded.files.tokenizer_path,
+        {static_cast<int32_t>(config.pad_id), static_cast<int32_t>(config.chunk_id)});
     if (!tokenizer.ok()) return tokenizer.status();
     if ((*tokenizer)->vocab_size() > config.vocab_size) {
       return absl::FailedPreconditionError(absl::StrFormat(

@@ -191,14 +191,14 @@ absl::StatusOr<Session::GeneratedToken> Session::SampleNext(Sampler& sampler) co
   // Logits are checked here, not after each forward: a NaN or +inf (which
   // finite weights, checked at load, make only by overflow) fails the step
   // that would sample from it, naming the logit (docs/engine.md, "Sampling").
-  auto token = sampler.Sample(last_logits_);
-  // The model may score the engine's own ids; never emit them.
-  if (token.ok() && (*token == config_.chunk_id || *token == config_.pad_id)) {
-    std::vector<float> masked = last_logits_;
-    masked[config_.chunk_id] = -std::numeric_limits<float>::infinity();
-    masked[config_.pad_id] = -std::numeric_limits<float>::infinity();
-    token = sampler.Sample(masked);
-  }
+  // The model may score the engine's own ids; never emit them. They are
+  // masked before the one draw, so the token comes from the masked
+  // distribution under top_k / top_p too (drawing first and drawing again
+  // after a masked id did not: the first draw's candidates included them).
+  std::vector<float> masked = last_logits_;
+  masked[config_.chunk_id] = -std::numeric_limits<float>::infinity();
+  masked[config_.pad_id] = -std::numeric_limits<float>::infinity();
+  auto token = sampler.Sample(masked);
   absl::StatusOr<float> logprob =
       token.ok() ? Sampler::LogProb(last_logits_, *token) : absl::StatusOr<float>(token.status());
   if (!logprob.ok()) {

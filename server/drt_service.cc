@@ -102,6 +102,7 @@ class PromptIngest {
         chunk_size_(chunk_size),
         acknowledged_tokens_(entry.tokens()),
         encoder_(tokenizer),
+        tokenizer_(tokenizer),
         sessions_(sessions),
         scheduler_(scheduler),
         metrics_(metrics),
@@ -127,14 +128,53 @@ class PromptIngest {
   }
 
   absl::Status AddText(const std::string& text) {
+    // Text is tokenized a word behind: the ids may include text held back
+    // from earlier pieces and leave this piece's last word for later. That
+    // earlier text belongs to the earlier messages: when this one is
+    // refused before any of it ran, it still runs (alone), so that the
+    // earlier messages stay whole, as when a later message does not parse.
+    const std::string held_before = encoder_.pending();
     auto ids = encoder_.Push(text);
     if (!ids.ok()) return ids.status();
-    // Text is tokenized a word behind: the ids may include text held back
-    // from earlier pieces and leave this piece's last word for later.
-    return Run(*ids, absl::StrFormat("the text so far completes %d more (%d bytes of an "
-                                     "unfinished word wait for the next piece or the end of "
-                                     "the stream)",
-                                     ids->size(), encoder_.pending_bytes()));
+    // The last word held back now runs later (with the next piece, or at
+    // the end of the stream), after the rest of this message: it is checked
+    // against the context limit now, with the rest, so that a message that
+    // does not fit is refused before any of it runs.
+    int64_t tail = static_cast<int64_t>(encoder_.pending_bytes());
+    if (!tokenizer_.one_id_per_byte()) {
+      auto tail_ids = tokenizer_.Encode(encoder_.pending());
+      if (!tail_ids.ok()) return tail_ids.status();
+      tail = static_cast<int64_t>(tail_ids->size());
+    }
+    const int64_t ingested_before = ingested_;
+    absl::Status status = CheckContextLimit(
+        static_cast<int64_t>(ids->size()) + tail,
+        absl::StrFormat("the text so far brings %d more: %d now and %d of the last word, which "
+                        "waits for the next piece or the end of the stream",
+                        static_cast<int64_t>(ids->size()) + tail, ids->size(), tail));
+    if (status.ok()) {
+      status = Run(*ids, absl::StrFormat("the text so far completes %d more (%d bytes of an "
+                                         "unfinished word wait for the next piece or the end "
+                                         "of the stream)",
+                                         ids->size(), encoder_.pending_bytes()));
+    }
+    const bool refused = status.code() == absl::StatusCode::kResourceExhausted ||
+                         status.code() == absl::StatusCode::kInvalidArgument;
+    if (refused && ingested_ == ingested_before && !held_before.empty()) {
+      auto earlier = tokenizer_.Encode(held_before);
+      absl::Status flushed = earlier.ok() ? Run(*earlier, absl::StrFormat(
+                                                "the earlier messages' held-back last word "
+                                                "brings %d more",
+                                                earlier->size()))
+                                          : earlier.status();
+      if (!flushed.ok()) {
+        return absl::Status(status.code(),
+                            absl::StrFormat("%s (the text of the earlier messages was not "
+                                            "completed either: %s)",
+                                            status.message(), flushed.message()));
+      }
+    }
+    return status;
   }
   absl::Status AddTokens(const google::protobuf::RepeatedField<int32_t>& tokens) {
     // Text before these ids is complete now.
@@ -185,15 +225,24 @@ class PromptIngest {
 
  private:
   // `brings` says where the ids come from, for the context-limit message.
+  // RESOURCE_EXHAUSTED when `tokens` more would pass the session's context
+  // limit; `brings` says where they come from.
+  absl::Status CheckContextLimit(int64_t tokens, const std::string& brings) const {
+    const int64_t limit = entry_.settings().max_context_tokens;
+    if (entry_.tokens() + tokens > limit) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "session %s would exceed its context limit of %d tokens (it holds %d, %s)", entry_.id(),
+          limit, entry_.tokens(), brings));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Run(const std::vector<int32_t>& ids, const std::string& brings) {
     if (ids.empty()) return absl::OkStatus();
     // Limits are checked for the whole message before any of it runs, so a
     // refused message leaves nothing of itself behind.
-    const int64_t limit = entry_.settings().max_context_tokens;
-    if (entry_.tokens() + static_cast<int64_t>(ids.size()) > limit) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "session %s would exceed its context limit of %d tokens (it holds %d, %s)", entry_.id(),
-          limit, entry_.tokens(), brings));
+    if (absl::Status s = CheckContextLimit(static_cast<int64_t>(ids.size()), brings); !s.ok()) {
+      return s;
     }
     // The memory the message may take is reserved until its item ends, so
     // that concurrent messages cannot all pass one check of the budget; as
@@ -248,6 +297,7 @@ class PromptIngest {
   // The session's tokens as of the last acknowledgement (WorkItem::on_progress).
   int64_t acknowledged_tokens_;
   StreamingEncoder encoder_;
+  const Tokenizer& tokenizer_;
   SessionManager& sessions_;
   Scheduler& scheduler_;
   Metrics& metrics_;
@@ -316,9 +366,20 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
       new grpc::internal::BidiStreamingHandler<DrtService, grpc::ByteBuffer,
                                                drt::v1::GenerateResponse>(
           &DrtService::CompleteStream, this));
+  // The session gauges are read from the sessions at each scrape: idle
+  // expiry and sessions restored at start-up change them without a call.
+  metrics_.SetSessionGaugeSource([sessions = sessions_.get()] {
+    Metrics::SessionGauges gauges;
+    gauges.active_sessions = sessions->count();
+    for (const auto& entry : sessions->List(/*hidden_too=*/true)) {
+      gauges.chunk_store_bytes += entry->host_bytes();
+    }
+    return gauges;
+  });
 }
 
-DrtService::~DrtService() = default;
+// Cleared before the sessions go (it waits for a scrape reading them).
+DrtService::~DrtService() { metrics_.SetSessionGaugeSource(nullptr); }
 
 void DrtService::StartDraining() {
   draining_.store(true);
@@ -365,10 +426,6 @@ grpc::Status DrtService::Admit(grpc::ServerContext* context, const char* method)
 
 grpc::Status DrtService::Finish(const grpc::Status& status) {
   if (!status.ok()) metrics_.CountError(GrpcCodeName(status.error_code()));
-  metrics_.SetActiveSessions(sessions_->count());
-  int64_t store = 0;
-  for (const auto& entry : sessions_->List()) store += entry->host_bytes();
-  metrics_.SetChunkStoreBytes(store);
   {
     std::lock_guard<std::mutex> lock(running_mutex_);
     --running_calls_;
@@ -432,6 +489,13 @@ grpc::Status DrtService::AppendStream(
                                         message_index, PrintableId(request.session_id()),
                                         (*entry)->id())
                       : absl::StrFormat("message %d: %s", message_index, status.message()));
+      // Nothing of the message is kept; the earlier ones are, whole (their
+      // held-back last word too), as when a message does not parse.
+      if (absl::Status flushed = ingest.Flush(); !flushed.ok()) {
+        status = absl::InvalidArgumentError(absl::StrFormat(
+            "%s (the text of the earlier messages was not completed either: %s)",
+            status.message(), flushed.message()));
+      }
       break;
     }
     status = ingest.AddMessage(request, message_index);
@@ -506,7 +570,15 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   const int64_t limit = entry.settings().max_context_tokens;
   const int64_t held = entry.tokens();
   const int64_t chunk = model.config().enc_chunk_size;
-  const int64_t padding = plan.pad && held % chunk != 0 ? chunk - held % chunk : 0;
+  const auto deadline = context->deadline();  // far in the future when none
+  const auto seconds_left = [&] {
+    return std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
+  };
+  // A call whose deadline leaves no time for one token changes nothing: it
+  // ends with FINISH_REASON_DEADLINE before its padding runs too (which
+  // would otherwise be added at every such call, with nothing generated).
+  const bool no_time = seconds_left() < kDeadlineMarginSeconds;
+  const int64_t padding = !no_time && plan.pad && held % chunk != 0 ? chunk - held % chunk : 0;
   if (held + padding + 1 > limit) {
     if (padding > 0) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -544,7 +616,6 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     item.should_stop = [context] { return context->IsCancelled(); };
     if (absl::Status s = scheduler.Run(item).status; !s.ok()) return s;
   }
-  const auto deadline = context->deadline();  // far in the future when none
   double slowest_step = 0;
   Utf8Streamer utf8;
   std::string text_so_far;
@@ -559,10 +630,7 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
       reason = drt::v1::FINISH_REASON_CANCELLED;
       break;
     }
-    const double seconds_left = std::chrono::duration<double>(
-                                    deadline - std::chrono::system_clock::now())
-                                    .count();
-    if (seconds_left < kDeadlineMarginSeconds + 2 * slowest_step) {
+    if (no_time || seconds_left() < kDeadlineMarginSeconds + 2 * slowest_step) {
       reason = drt::v1::FINISH_REASON_DEADLINE;
       break;
     }
@@ -717,7 +785,7 @@ grpc::Status DrtService::CompleteStream(
   struct Cleanup {
     SessionManager& sessions;
     std::string id;
-    ~Cleanup() { sessions.Delete(id).IgnoreError(); }
+    ~Cleanup() { sessions.Delete(id, /*hidden_too=*/true).IgnoreError(); }
   } cleanup{*sessions_, (*entry)->id()};
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
@@ -738,6 +806,13 @@ grpc::Status DrtService::CompleteStream(
   if (ingest.ingested() > 0) metrics_.ObservePrefill(ingest.ingested(), ingest.engine_seconds());
   if (!status.ok()) return Finish(ToGrpc(status));
 
+  // (RunGeneration's "holds no tokens yet" would name a session the caller
+  // never saw and an RPC it did not call.)
+  if ((*entry)->tokens() == 0) {
+    return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "Complete needs a prompt: its messages brought no tokens (send "
+                               "text, text_bytes or tokens in them)"));
+  }
   if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
   drt::v1::GenerateTimings timings;
   timings.set_prefill_seconds(ingest.engine_seconds());
@@ -839,19 +914,27 @@ grpc::Status DrtService::SaveSession(grpc::ServerContext* context,
   }
   auto entry = sessions_->Find(request->session_id());
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
-  // Holding an activity keeps the engine state still while it is written.
-  if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
+  // A reader claim keeps the engine state still while it is written (other
+  // saves and forks may share it).
+  if (absl::Status s = (*entry)->BeginRead(ReadKind::kSave); !s.ok()) return Finish(ToGrpc(s));
   const std::string path = options_.session_files_dir + "/" + request->file_name();
   int64_t bytes = 0, tokens = 0;
-  absl::Status status = (*entry)->RunStep([&](Session& session) -> absl::Status {
+  bool written_whole = false;
+  absl::Status status = (*entry)->RunReadStep([&](Session& session) -> absl::Status {
     if (absl::Status s = (*entry)->CheckStateWhole(); !s.ok()) return s;
     auto written = SaveSessionFile(path, (*entry)->id(), (*entry)->settings(), session);
     if (!written.ok()) return written.status();
     bytes = *written;
     tokens = session.num_tokens();
+    written_whole = true;
     return absl::OkStatus();
   });
-  (*entry)->End();
+  (*entry)->EndRead(ReadKind::kSave);
+  // A DeleteSession that came while the file was written: the file is
+  // whole and in place (a snapshot of the session as the delete found it),
+  // so the save succeeded and says so, instead of ABORTED beside a file
+  // that exists (docs/api.md).
+  if (written_whole && absl::IsAborted(status)) status = absl::OkStatus();
   if (!status.ok()) return Finish(ToGrpc(status));
   response->set_file_name(request->file_name());
   response->set_bytes(bytes);
@@ -879,6 +962,15 @@ grpc::Status DrtService::LoadSession(grpc::ServerContext* context,
   auto loaded = LoadSessionFile(
       options_.session_files_dir + "/" + request->file_name(), backend_,
       [&](int64_t chunks) -> absl::Status {
+        // Checked before any chunk is read (Insert checks again, under its
+        // lock): a full server refuses at once instead of after reading a
+        // whole file.
+        if (sessions_->count() >= sessions_->limits().max_sessions) {
+          return absl::ResourceExhaustedError(absl::StrFormat(
+              "the server holds its maximum of %d sessions; delete one or wait for idle ones "
+              "to expire (nothing of %s was read past its header)",
+              sessions_->limits().max_sessions, request->file_name()));
+        }
         auto reserved = sessions_->Reserve(
             chunks * backend_.host_bytes_per_chunk(),
             absl::StrFormat("the %d chunks of %s", chunks, request->file_name()));

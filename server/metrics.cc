@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 
 namespace drt::server {
@@ -121,6 +122,10 @@ struct Metrics::State {
   Histogram engine_step_seconds;
   std::map<std::string, int64_t> requests_by_method;
   std::map<std::string, int64_t> errors_by_code;
+  // SetSessionGaugeSource's function, guarded by source_mutex (held while it
+  // is called, never together with `mutex`).
+  std::mutex source_mutex;
+  std::function<SessionGauges()> session_gauges;
 };
 
 Metrics::Metrics() : state_(std::make_unique<State>()) {}
@@ -174,6 +179,11 @@ void Metrics::SetChunkStoreBytes(int64_t bytes) {
   state_->chunk_store_bytes = bytes;
 }
 
+void Metrics::SetSessionGaugeSource(std::function<SessionGauges()> source) {
+  std::lock_guard lock(state_->source_mutex);
+  state_->session_gauges = std::move(source);
+}
+
 void Metrics::AddRetrievals(int64_t retrievals) {
   if (retrievals <= 0) return;
   std::lock_guard lock(state_->mutex);
@@ -200,6 +210,11 @@ void Metrics::CountError(const std::string& code) {
 }
 
 std::string Metrics::RenderPrometheus() const {
+  std::optional<SessionGauges> gauges;
+  {
+    std::lock_guard source_lock(state_->source_mutex);
+    if (state_->session_gauges) gauges = state_->session_gauges();
+  }
   std::lock_guard lock(state_->mutex);
   const State& s = *state_;
   std::string out;
@@ -227,10 +242,10 @@ std::string Metrics::RenderPrometheus() const {
     out.append("\",precision=\"").append(EscapeLabelValue(s.backend_precision)).append("\"} 1\n");
   }
   AppendScalar(out, "drt_active_sessions", "gauge", "Sessions currently open.",
-               std::to_string(s.active_sessions));
+               std::to_string(gauges ? gauges->active_sessions : s.active_sessions));
   AppendScalar(out, "drt_chunk_store_bytes", "gauge",
                "Host bytes held by the sessions' chunk stores.",
-               std::to_string(s.chunk_store_bytes));
+               std::to_string(gauges ? gauges->chunk_store_bytes : s.chunk_store_bytes));
   AppendScalar(out, "drt_retrievals_total", "counter",
                "Chunk retrievals made (one per landmark and group through the upper layers; "
                "lower-only prefill forwards make none).", std::to_string(s.retrievals));

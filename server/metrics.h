@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,18 @@ class Metrics {
   void SetActiveSessions(int64_t sessions);
   // drt_chunk_store_bytes (gauge)
   void SetChunkStoreBytes(int64_t bytes);
+  // Where the two gauges above come from: when set, RenderPrometheus calls
+  // it (outside the metrics' own lock) and reports what it returns instead
+  // of the values set, so that idle expiry, sessions restored at start-up
+  // and anything else that changes the sessions without a gRPC call show at
+  // the next scrape. An empty function goes back to the values set; setting
+  // waits for a render that is calling the old one, so its owner may go
+  // once it has cleared it.
+  struct SessionGauges {
+    int64_t active_sessions = 0;
+    int64_t chunk_store_bytes = 0;
+  };
+  void SetSessionGaugeSource(std::function<SessionGauges()> source);
   // drt_retrievals_total (one per landmark and group that went through the
   // upper layers: Session::retrievals())
   void AddRetrievals(int64_t retrievals);

@@ -85,7 +85,9 @@ absl::StatusOr<LoadedSession> LoadSessionFile(
   }
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
   if (file_bytes < kStateHeaderBytes) {
-    return absl::DataLossError(absl::StrFormat("%s is not a drt session file", path));
+    return absl::DataLossError(absl::StrFormat(
+        "%s is not a drt session file (it has %d bytes, less than the %d-byte DRTSTATE header)",
+        path, file_bytes, kStateHeaderBytes));
   }
   // The header announces the small state's length; it is read whole (a
   // few KiB to MiB: the state, not the chunks).

@@ -6,6 +6,10 @@
 namespace drt::server {
 
 absl::Status CheckSessionIdLength(absl::string_view id) {
+  if (id.empty()) {
+    return absl::InvalidArgumentError(
+        "session_id is required (the id CreateSession returned); it is empty");
+  }
   if (id.size() <= kMaxSessionIdBytes) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("session ids are at most ", kMaxSessionIdBytes,
                                                  " bytes; this one has ", id.size(),

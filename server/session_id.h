@@ -18,7 +18,9 @@ namespace drt::server {
 inline constexpr size_t kMaxSessionIdBytes = 128;
 
 // INVALID_ARGUMENT for an id longer than kMaxSessionIdBytes, giving its
-// length but not the id.
+// length but not the id, and for an empty one ("session_id is required"):
+// no session has it, and NOT_FOUND would send the client looking for a
+// deleted or expired session.
 absl::Status CheckSessionIdLength(absl::string_view id);
 
 // The id as messages show it: control and non-ASCII bytes C-escaped.

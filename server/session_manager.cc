@@ -18,17 +18,25 @@ int64_t NowNs() {
       .count();
 }
 
-const char* ActivityName(Activity a) {
+}  // namespace
+
+std::string SessionEntry::ActivityName(Activity a) const {
   switch (a) {
     case Activity::kAppending: return "an Append";
     case Activity::kGenerating: return "a Generate";
     case Activity::kIdle: return "nothing";
     case Activity::kExpiring: return "its expiry";
+    case Activity::kFirstWrite: return "its first write to the state directory";
+    case Activity::kReading: {
+      // (Read without readers_mutex_: a reader that ends meanwhile changes
+      // only the wording.)
+      const int forks = forks_reading_.load(), saves = saves_reading_.load();
+      if (forks > 0 && saves > 0) return "a ForkSession and a SaveSession";
+      return saves > 0 ? "a SaveSession" : "a ForkSession";
+    }
   }
   return "?";
 }
-
-}  // namespace
 
 SessionEntry::SessionEntry(std::string id, SessionSettings settings, std::unique_ptr<Session> session)
     : id_(std::move(id)), settings_(settings), session_(std::move(session)) {
@@ -59,6 +67,45 @@ absl::Status SessionEntry::Begin(Activity activity) {
   { std::lock_guard<std::mutex> wait_for_refresh(engine_mutex_); }
   last_used_ns_ = NowNs();
   return absl::OkStatus();
+}
+
+absl::Status SessionEntry::BeginRead(ReadKind kind) {
+  {
+    std::lock_guard<std::mutex> lock(readers_mutex_);
+    Activity expected = Activity::kIdle;
+    // Joins the readers holding it, or claims an idle session for readers.
+    if (activity_.load() != Activity::kReading &&
+        !activity_.compare_exchange_strong(expected, Activity::kReading)) {
+      if (expected == Activity::kExpiring) {
+        return absl::NotFoundError(absl::StrFormat(
+            "session %s expired: it was idle for more than its idle_ttl_seconds (%d)", id_,
+            settings_.idle_ttl_seconds));
+      }
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "session %s is busy with %s; wait for it to finish (or cancel it) and retry", id_,
+          ActivityName(expected)));
+    }
+    (kind == ReadKind::kFork ? forks_reading_ : saves_reading_)++;
+  }
+  if (deleted_.load()) {
+    EndRead(kind);
+    return absl::NotFoundError(absl::StrFormat("session %s was deleted", id_));
+  }
+  { std::lock_guard<std::mutex> wait_for_refresh(engine_mutex_); }  // as Begin
+  last_used_ns_ = NowNs();
+  return absl::OkStatus();
+}
+
+void SessionEntry::EndRead(ReadKind kind) {
+  std::lock_guard<std::mutex> lock(readers_mutex_);
+  (kind == ReadKind::kFork ? forks_reading_ : saves_reading_)--;
+  last_used_ns_ = NowNs();
+  if (forks_reading_.load() == 0 && saves_reading_.load() == 0) activity_ = Activity::kIdle;
+}
+
+absl::Status SessionEntry::RunReadStep(absl::FunctionRef<absl::Status(Session&)> step) {
+  std::lock_guard<std::mutex> one_at_a_time(read_step_mutex_);
+  return RunStep(step);
 }
 
 absl::Status SessionEntry::PersistAfterStep(Session& session, bool force) const {
@@ -297,7 +344,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
   }
   // Claimed before anyone can find it (ListSessions shows it at once): the
   // caller's first write runs alone on it.
-  if (claimed) entry->activity_ = Activity::kAppending;
+  if (claimed) entry->activity_ = Activity::kFirstWrite;
+  entry->hidden_ = !durable;  // only CreateEphemeral's sessions are not durable
   sessions_[id] = entry;
   // From here the session counts its own memory (its figures were taken
   // when the entry was made, above).
@@ -322,9 +370,14 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::CreateSession(
         "max_context_tokens must be in [0, %d] (0: the server's limit), got %d",
         limits_.max_context_tokens, settings.max_context_tokens));
   }
-  if (settings.idle_ttl_seconds < 0) {
+  // Above the server's TTL is refused, as above its context limit: a
+  // client may not hold memory and a session slot longer than the operator
+  // allows (--idle_ttl_seconds), and a TTL clamped later (a LoadSession, a
+  // restart) would change under it silently.
+  if (settings.idle_ttl_seconds < 0 || settings.idle_ttl_seconds > limits_.idle_ttl_seconds) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "idle_ttl_seconds must be >= 0 (0: the server's TTL), got %d", settings.idle_ttl_seconds));
+        "idle_ttl_seconds must be in [0, %d] (0: the server's TTL, --idle_ttl_seconds), got %d",
+        limits_.idle_ttl_seconds, settings.idle_ttl_seconds));
   }
   if (settings.max_context_tokens == 0) settings.max_context_tokens = limits_.max_context_tokens;
   if (settings.idle_ttl_seconds == 0) settings.idle_ttl_seconds = limits_.idle_ttl_seconds;
@@ -406,7 +459,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::st
   if (absl::Status s = CheckSessionIdLength(id); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
+  if (it == sessions_.end() || it->second->hidden()) {
     return SessionNotFound(id, started_, store_ != nullptr ? store_->dir() : "");
   }
   return it->second;
@@ -415,10 +468,11 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::st
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::string& id) {
   auto parent = Find(id);
   if (!parent.ok()) return parent.status();
-  // Holding the parent's activity keeps its engine state still while copied.
-  if (absl::Status s = (*parent)->Begin(Activity::kAppending); !s.ok()) return s;
+  // A reader claim keeps the parent's engine state still while copied
+  // (other forks and saves may share it).
+  if (absl::Status s = (*parent)->BeginRead(ReadKind::kFork); !s.ok()) return s;
   std::unique_ptr<Session> forked;
-  absl::Status status = (*parent)->RunStep([&](Session& session) -> absl::Status {
+  absl::Status status = (*parent)->RunReadStep([&](Session& session) -> absl::Status {
     if (absl::Status s = (*parent)->CheckStateWhole(); !s.ok()) return s;
     // The child shares the parent's chunk logs, which must hold all of them.
     // A parent that is not durable (a Complete call's temporary session) is
@@ -442,7 +496,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
     forked = *std::move(copy);
     return absl::OkStatus();
   });
-  (*parent)->End();
+  (*parent)->EndRead(ReadKind::kFork);
   if (!status.ok()) return status;
   auto child = Insert((*parent)->settings(), std::move(forked), "", /*durable=*/true,
                       /*claimed=*/store_ != nullptr);
@@ -460,13 +514,13 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
   return child;
 }
 
-absl::Status SessionManager::Delete(const std::string& id) {
+absl::Status SessionManager::Delete(const std::string& id, bool hidden_too) {
   if (absl::Status s = CheckSessionIdLength(id); !s.ok()) return s;
   std::shared_ptr<SessionEntry> entry;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) {
+    if (it == sessions_.end() || (it->second->hidden() && !hidden_too)) {
       return SessionNotFound(id, started_, store_ != nullptr ? store_->dir() : "");
     }
     entry = std::move(it->second);
@@ -484,13 +538,15 @@ absl::Status SessionManager::Delete(const std::string& id) {
 }
 
 void SessionManager::RefreshIdleFigures() {
-  for (const auto& entry : List()) entry->RefreshFiguresIfIdle();
+  for (const auto& entry : List(/*hidden_too=*/true)) entry->RefreshFiguresIfIdle();
 }
 
-std::vector<std::shared_ptr<SessionEntry>> SessionManager::List() const {
+std::vector<std::shared_ptr<SessionEntry>> SessionManager::List(bool hidden_too) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::shared_ptr<SessionEntry>> out;
-  for (const auto& [id, entry] : sessions_) out.push_back(entry);
+  for (const auto& [id, entry] : sessions_) {
+    if (hidden_too || !entry->hidden()) out.push_back(entry);
+  }
   return out;
 }
 

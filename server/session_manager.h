@@ -43,7 +43,13 @@ struct SessionLimits {
 
 // kExpiring: claimed by idle expiry (SessionManager::EvictIdle) just before
 // the session leaves the table; it never ends, and Begin answers NOT_FOUND.
-enum class Activity { kIdle, kAppending, kGenerating, kExpiring };
+// kReading: held by one or more readers (ForkSession, SaveSession; see
+// SessionEntry::BeginRead), which only read the engine state and so share
+// it. kFirstWrite: a session just inserted, claimed for its first write to
+// the state directory (SessionManager::Insert).
+enum class Activity { kIdle, kAppending, kGenerating, kExpiring, kReading, kFirstWrite };
+// What a reader claim is for (named in "busy" messages).
+enum class ReadKind { kFork, kSave };
 
 class SessionEntry;
 class SessionManager;
@@ -84,6 +90,9 @@ class SessionEntry {
 
   const std::string& id() const { return id_; }
   const SessionSettings& settings() const { return settings_; }
+  // A Complete call's temporary session (SessionManager::CreateEphemeral):
+  // no other call can find, list, delete or fork it.
+  bool hidden() const { return hidden_; }
 
   // Claims the session for one activity; FAILED_PRECONDITION naming the
   // running one when it is busy, NOT_FOUND once the session was deleted or
@@ -106,6 +115,21 @@ class SessionEntry {
   // Generate and a client can send it again; docs/api.md).
   absl::Status EndAndReport(bool write = true);
   Activity activity() const { return activity_.load(); }
+
+  // A reader claim (ForkSession, SaveSession): they only read the engine
+  // state, so any number may hold it at once, and an activity that changes
+  // the session (Begin) is refused while any does (FAILED_PRECONDITION
+  // naming them), as readers are while one runs. Errors as Begin. Every
+  // successful BeginRead is followed by exactly one EndRead; the last one
+  // makes the session idle. Readers use the engine session through
+  // RunReadStep only.
+  absl::Status BeginRead(ReadKind kind);
+  void EndRead(ReadKind kind);
+  // RunStep for the holder of a reader claim. The readers' engine work runs
+  // one at a time (a fork writes its parent to the state directory, which
+  // may map its chunks, and a CUDA fork uses the device), so a reader may
+  // wait for the one before it, but none is refused.
+  absl::Status RunReadStep(absl::FunctionRef<absl::Status(Session&)> step);
 
   // One engine step for the holder of the activity (one thread at a time):
   // runs `step` on the engine session unless the session was deleted, and
@@ -242,6 +266,7 @@ class SessionEntry {
   // The last step left a state a full computation gives (see EndStep); read
   // and written only by the holder of the activity.
   bool state_whole_ = true;
+  bool hidden_ = false;  // set before it enters the table, then read only
   // A step changed the session since it was last written.
   bool unwritten_ = false;
   std::atomic<bool> deleted_{false};
@@ -251,6 +276,14 @@ class SessionEntry {
   const std::shared_ptr<std::atomic<bool>> engine_freed_ =
       std::make_shared<std::atomic<bool>>(false);
   std::atomic<Activity> activity_{Activity::kIdle};
+  // What holds the session, for "busy" and "deleted while" messages.
+  std::string ActivityName(Activity activity) const;
+  // Reader claims (BeginRead) held now, by kind; changed, with activity_'s
+  // moves to and from kReading, under readers_mutex_.
+  std::mutex readers_mutex_;
+  std::atomic<int> forks_reading_{0}, saves_reading_{0};
+  // Serializes the readers' engine work (RunReadStep).
+  std::mutex read_step_mutex_;
   std::atomic<int64_t> tokens_{0}, chunks_{0}, retrievals_{0}, host_bytes_{0}, shared_bytes_{0}, mapped_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};
   // ReservationCoveredBytes at the last refresh.
@@ -325,13 +358,19 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<SessionEntry>> Create(SessionSettings settings);
   // Create for a session that lives only as long as one call (Complete's):
   // never written to the state store, so it costs no writes and a crash
-  // leaves nothing of it to restore.
+  // leaves nothing of it to restore; hidden (SessionEntry::hidden): it
+  // counts against max_sessions and the memory budget, but Find, List,
+  // Delete and Fork do not see it, so no other call can touch it.
   absl::StatusOr<std::shared_ptr<SessionEntry>> CreateEphemeral(SessionSettings settings);
+  // NOT_FOUND for a hidden session, as for an unknown one.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Find(const std::string& id) const;
   // FAILED_PRECONDITION while the parent is busy.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Fork(const std::string& id);
-  absl::Status Delete(const std::string& id);
-  std::vector<std::shared_ptr<SessionEntry>> List() const;
+  // `hidden_too`: also a hidden session (for the call that owns it).
+  absl::Status Delete(const std::string& id, bool hidden_too = false);
+  // `hidden_too`: hidden sessions too (for figures over all the memory).
+  std::vector<std::shared_ptr<SessionEntry>> List(bool hidden_too = false) const;
+  // Every session, hidden ones included (they hold a slot of max_sessions).
   int64_t count() const;
 
   // Durable sessions (--state_dir): from now on every session inserted

@@ -188,9 +188,18 @@ std::string EncodeSessionRecord(const SessionRecord& record) {
 }
 
 absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const std::string& path) {
-  if (bytes.size() < kStateHeaderBytes || std::memcmp(bytes.data(), kStateMagic, 8) != 0) {
+  // (`bytes` may be only the header a reader read first, not the file: the
+  // message names what was checked, not a file size.)
+  if (bytes.size() < kStateHeaderBytes) {
     return absl::DataLossError(absl::StrFormat(
-        "%s is not a drt session state file (%d bytes, no DRTSTATE header)", path, bytes.size()));
+        "%s is not a drt session state file (it ends after %d bytes, before the %d-byte "
+        "DRTSTATE header does)",
+        path, bytes.size(), kStateHeaderBytes));
+  }
+  if (std::memcmp(bytes.data(), kStateMagic, 8) != 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s is not a drt session state file (its first %d bytes are not a DRTSTATE header)",
+        path, kStateHeaderBytes));
   }
   ByteReader h(bytes.substr(8));
   uint32_t version = 0, crc = 0;

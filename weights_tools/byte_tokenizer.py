@@ -5,6 +5,13 @@ to its own id, so this file tokenizes exactly like the engine's built-in byte
 tokenizer while letting Hugging Face tools (and our loader) read the model
 directory like any other.
 
+The pad and landmark entries are there so that their ids decode. Text never
+encodes to them: drt-server leaves them out of its added-token split
+(docs/tokenizer.md, "Ids text never gives"), so "<|pad|>" in a prompt is its
+7 bytes, as the training code encodes text (passkey_data.encode: UTF-8
+bytes). Hugging Face `tokenizers` splits them out by default, so a Python
+client that counts tokens should count bytes, as the server does.
+
     /usr/bin/python3 weights_tools/byte_tokenizer.py --out models/drt-passkey-byte/tokenizer.json
 """
 import argparse

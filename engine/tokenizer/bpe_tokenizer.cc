@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/tokenizer/added_token_splitter.h"
+#include "engine/tokenizer/bpe_tokenizer_for_text.h"
 #include "engine/tokenizer/bpe_merges.h"
 #include "engine/tokenizer/byte_level_alphabet.h"
 #include "engine/tokenizer/gpt2_pretokenizer.h"
@@ -226,6 +227,22 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadBpeTokenizer(const std::string& p
   absl::StatusOr<BpeTables> tables = BuildTables(*spec, path);
   if (!tables.ok()) return tables.status();
   return std::make_unique<BpeTokenizer>(*std::move(tables), AddedTokenSplitter(spec->added_tokens));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadBpeTokenizerForText(
+    const std::string& path, const std::vector<int32_t>& not_in_text) {
+  absl::StatusOr<BpeTokenizerSpec> spec = ReadTokenizerJson(path);
+  if (!spec.ok()) return spec.status();
+  // Every added token decodes (BuildTables), but only these are split out of text.
+  absl::StatusOr<BpeTables> tables = BuildTables(*spec, path);
+  if (!tables.ok()) return tables.status();
+  std::vector<AddedTokenSpec> matched;
+  for (const AddedTokenSpec& token : spec->added_tokens) {
+    if (std::find(not_in_text.begin(), not_in_text.end(), token.id) == not_in_text.end()) {
+      matched.push_back(token);
+    }
+  }
+  return std::make_unique<BpeTokenizer>(*std::move(tables), AddedTokenSplitter(matched));
 }
 
 }  // namespace drt

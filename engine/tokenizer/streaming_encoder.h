@@ -31,6 +31,8 @@ class StreamingEncoder {
   // Ids of whatever is held back; the encoder is then empty.
   absl::StatusOr<std::vector<int32_t>> Finish();
   size_t pending_bytes() const { return pending_.size(); }
+  // The text held back (not yet encoded).
+  const std::string& pending() const { return pending_; }
 
  private:
   const Tokenizer& tokenizer_;

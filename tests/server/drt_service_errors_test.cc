@@ -94,7 +94,25 @@ TEST_CASE("INVALID_ARGUMENT: bad tokens, sampling, max_tokens, session ids", "[s
     create.set_max_context_tokens(0);
     create.set_idle_ttl_seconds(-5);
     CHECK_STATUS(CreateSession(stub, create).status, grpc::StatusCode::INVALID_ARGUMENT,
-                 "idle_ttl_seconds must be >= 0");
+                 "idle_ttl_seconds must be in [0, 600] (0: the server's TTL, --idle_ttl_seconds), "
+                 "got -5");
+    // Above the server's TTL (SmallOptions: 600 s) is refused too, and
+    // nothing is created (until review-api F4 any TTL was taken).
+    const auto count_sessions = [&] {
+      grpc::ClientContext context;
+      drt::v1::ListSessionsResponse list;
+      REQUIRE(stub.ListSessions(&context, {}, &list).ok());
+      return list.sessions_size();
+    };
+    const int sessions_before = count_sessions();
+    for (int64_t ttl : {int64_t{601}, int64_t{1} << 62}) {
+      create.set_idle_ttl_seconds(ttl);
+      CHECK_STATUS(CreateSession(stub, create).status, grpc::StatusCode::INVALID_ARGUMENT,
+                   "idle_ttl_seconds must be in [0, 600]");
+    }
+    CHECK(count_sessions() == sessions_before);
+    create.set_idle_ttl_seconds(600);  // the server's own TTL is allowed
+    CHECK(CreateSession(stub, create).status.ok());
     CHECK(GetSession(stub, id).info.tokens() == 10);
   }
 

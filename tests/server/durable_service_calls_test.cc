@@ -64,23 +64,23 @@ TEST_CASE("with a state directory, Complete's temporary session is never written
   CHECK(Names(dir.path() + "/sessions") == std::vector<std::string>{id + ".state"});
 }
 
-TEST_CASE("forking a Complete call's temporary session writes only the child",
+TEST_CASE("a Complete call's temporary session cannot be forked and leaves nothing on disk",
           "[server][state_store]") {
-  // The temporary session is listed (ListSessions) and can be forked by
-  // another client while its call runs; the fork must not write the parent,
-  // which its call deletes without touching the directory.
+  // Until review-api F8 the temporary session was listed and another client
+  // could fork it (the fork then had to leave the parent unwritten); it is
+  // hidden now: no other call finds it, and its own call deletes it.
   drt::testing::TempDir dir;
   DurableService durable(dir.path(), SmallOptions());
   SessionManager& manager = durable.server.service().session_manager();
   auto parent = manager.CreateEphemeral(SessionSettings{});
   REQUIRE(parent.ok());
   const std::string parent_id = (*parent)->id();
-  auto child = manager.Fork(parent_id);
-  REQUIRE(child.ok());
-  const std::string child_id = (*child)->id();
-  CHECK(Names(dir.path() + "/sessions") == std::vector<std::string>{child_id + ".state"});
-  REQUIRE(manager.Delete(parent_id).ok());
-  CHECK(Names(dir.path() + "/sessions") == std::vector<std::string>{child_id + ".state"});
+  CHECK(manager.Fork(parent_id).status().code() == absl::StatusCode::kNotFound);
+  CHECK(manager.Delete(parent_id).code() == absl::StatusCode::kNotFound);
+  CHECK(Names(dir.path() + "/sessions").empty());
+  REQUIRE(manager.Delete(parent_id, /*hidden_too=*/true).ok());
+  CHECK(manager.count() == 0);
+  CHECK(Names(dir.path() + "/sessions").empty());
   for (const std::string& name : Names(dir.path() + "/chunks")) {
     CHECK(name.find(parent_id) == std::string::npos);
   }

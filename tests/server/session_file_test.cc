@@ -119,6 +119,10 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
         {"truncated", bytes.substr(0, bytes.size() - 7), "truncated"},
         {"truncated inside the state", bytes.substr(0, 200), "truncated"},
         {"foreign", "hello world, not a session", "not a drt session"},
+        // The message names the header, not the 24 bytes read as a file
+        // size (review-api F11: "(24 bytes, no DRTSTATE header)").
+        {"garbage", std::string(100, 'g'), "its first 24 bytes are not a DRTSTATE header"},
+        {"shorter than a header", "hello", "it has 5 bytes, less than the 24-byte DRTSTATE header"},
     };
     const int64_t sessions_before = server.service().session_manager().count();
     for (const Damage& d : damages) {
@@ -154,6 +158,32 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
     std::ifstream in(path, std::ios::binary);
     REQUIRE(std::string(std::istreambuf_iterator<char>(in), {}) == bytes);  // left as it was
   }
+}
+
+TEST_CASE("LoadSession on a full server is refused before the file's chunks are read",
+          "[server][session_file]") {
+  // (review-api F10: the whole file was read, then Insert refused it.)
+  drt::testing::TempDir files;
+  ServiceOptions options = SmallOptions();
+  options.session_files_dir = files.path();
+  options.max_sessions = 2;
+  InProcessServer server(options);
+  const std::string id = NewSession(server.stub());
+  const auto prompt = RandomTokens(300, 9);
+  REQUIRE(AppendTokens(server.stub(), id, prompt, {prompt.size()}).status.ok());
+  REQUIRE(SaveSession(server.stub(), id, "full").ok());
+  NewSession(server.stub());  // the second and last slot
+  InfoResult r = LoadSession(server.stub(), "full");
+  CHECK(r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(r.status.error_message(), Contains("its maximum of 2 sessions"));
+  CHECK_THAT(r.status.error_message(), Contains("nothing of full was read past its header"));
+  CHECK(server.service().session_manager().count() == 2);
+  CHECK(server.service().session_manager().ReservedHostBytes() == 0);
+  // With a slot free it loads.
+  REQUIRE(DeleteSession(server.stub(), id).ok());
+  InfoResult loaded = LoadSession(server.stub(), "full");
+  REQUIRE(loaded.status.ok());
+  CHECK(loaded.info.tokens() == 300);
 }
 
 }  // namespace

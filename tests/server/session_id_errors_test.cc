@@ -48,6 +48,21 @@ TEST_CASE("session ids over the limit are refused and not echoed", "[server][err
                "no session '" + at_limit + "'");
 }
 
+TEST_CASE("an empty session id is INVALID_ARGUMENT, not NOT_FOUND", "[server][errors]") {
+  // (Until review-api F6 every call but Append answered NOT_FOUND "no session
+  // '': it was deleted, expired ...".)
+  InProcessServer server;
+  auto& stub = server.stub();
+  const std::string expected = "session_id is required";
+  CHECK_STATUS(GetSession(stub, "").status, grpc::StatusCode::INVALID_ARGUMENT, expected);
+  CHECK_STATUS(DeleteSession(stub, ""), grpc::StatusCode::INVALID_ARGUMENT, expected);
+  CHECK_STATUS(ForkSession(stub, "").status, grpc::StatusCode::INVALID_ARGUMENT, expected);
+  CHECK_STATUS(GenerateGreedy(stub, "", 2).status, grpc::StatusCode::INVALID_ARGUMENT, expected);
+  // Append already named the field.
+  CHECK_STATUS(AppendOnce(stub, "", {65}), grpc::StatusCode::INVALID_ARGUMENT,
+               "the first Append message must set session_id");
+}
+
 TEST_CASE("an Append message naming a long other id is refused without echoing it",
           "[server][errors]") {
   InProcessServer server;

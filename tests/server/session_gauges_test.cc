@@ -1,0 +1,80 @@
+// /metrics' drt_active_sessions and drt_chunk_store_bytes (the HPA scales on
+// the first, deploy/k8s/autoscaling) follow the sessions without any gRPC
+// call: after idle expiry and after sessions are restored at start-up
+// (review-api F2; they were set only when a call ended).
+#include <cstdint>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "server/session_manager.h"
+#include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/waiting.h"
+
+namespace drt::server {
+namespace {
+
+using namespace drt::server::testing;
+
+// The value of an unlabelled gauge in Prometheus text; -1 when absent.
+int64_t Gauge(const std::string& text, const std::string& name) {
+  const std::string key = "\n" + name + " ";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stoll(text.substr(at + key.size()));
+}
+
+std::string CreateWithTtl(drt::v1::Drt::Stub& stub, int64_t ttl) {
+  drt::v1::CreateSessionRequest request;
+  request.set_idle_ttl_seconds(ttl);
+  CreateResult r = CreateSession(stub, request);
+  REQUIRE(r.status.ok());
+  return r.id;
+}
+
+TEST_CASE("the session gauges drop at idle expiry without a call", "[server][metrics]") {
+  InProcessServer server;
+  const auto prompt = RandomTokens(200, 41);
+  const std::string kept = CreateWithTtl(server.stub(), 600);
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = CreateWithTtl(server.stub(), 1);
+    REQUIRE(AppendTokens(server.stub(), id, prompt, {prompt.size()}).status.ok());
+  }
+  REQUIRE(AppendTokens(server.stub(), kept, prompt, {prompt.size()}).status.ok());
+  const int64_t kept_bytes = GetSession(server.stub(), kept).info.host_bytes();
+  REQUIRE(kept_bytes > 0);
+  const std::string before = server.metrics().RenderPrometheus();
+  CHECK(Gauge(before, "drt_active_sessions") == 3);
+  CHECK(Gauge(before, "drt_chunk_store_bytes") == 3 * kept_bytes);  // three alike sessions
+
+  // No gRPC call from here on: the reaper (every second) expires the two.
+  WaitFor([&] {
+    return Gauge(server.metrics().RenderPrometheus(), "drt_active_sessions") == 1;
+  }, 10, "drt_active_sessions to drop to 1 after the idle expiry");
+  CHECK(Gauge(server.metrics().RenderPrometheus(), "drt_chunk_store_bytes") == kept_bytes);
+}
+
+TEST_CASE("sessions restored at start-up count before any call", "[server][metrics]") {
+  InProcessServer server;
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager& sessions = server.service().session_manager();
+  int64_t bytes = 0;
+  for (int i = 0; i < 2; ++i) {  // as main.cc's RestoreSessions does
+    auto session = Session::Create(*f.backend);
+    REQUIRE(session.ok());
+    REQUIRE((*session)->Append(RandomTokens(150, 50 + i)).ok());
+    SessionSettings settings;
+    settings.max_context_tokens = 1000;
+    settings.idle_ttl_seconds = 600;
+    auto entry = sessions.Adopt("s-restored" + std::to_string(i), settings, *std::move(session));
+    REQUIRE(entry.ok());
+    bytes += (*entry)->host_bytes();
+  }
+  REQUIRE(bytes > 0);
+  const std::string text = server.metrics().RenderPrometheus();
+  CHECK(Gauge(text, "drt_active_sessions") == 2);
+  CHECK(Gauge(text, "drt_chunk_store_bytes") == bytes);
+}
+
+}  // namespace
+}  // namespace drt::server
