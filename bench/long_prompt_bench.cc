@@ -156,13 +156,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --prompt_tokens must be at least 1\n");
     return 1;
   }
-  // The first token is timed apart (it includes padding and a chunk close),
-  // so decode_ms_median needs a second token for one decode interval; with
-  // one token it would print 0.000 as if measured (review-toolsfix #5).
   if (absl::GetFlag(FLAGS_warmup_tokens) < 0) {
     std::fprintf(stderr, "error: --warmup_tokens must be 0 (no warm-up) or more\n");
     return 1;
   }
+  // The first token is timed apart (it includes padding and a chunk close),
+  // so decode_ms_median needs a second token for one decode interval; with
+  // one token it would print 0.000 as if measured (review-toolsfix #5).
   if (absl::GetFlag(FLAGS_generate) < 2) {
     std::fprintf(stderr,
                  "error: --generate must be at least 2 (the first token is timed apart; the "

@@ -29,6 +29,24 @@ def run_setting(data):
     return {k: v for k, v in data.items() if k != "cells"}
 
 
+CELL_FIELDS = ("task", "length", "depth", "trials", "correct", "seconds")
+
+
+def check_result_file(path, data):
+    """Exits naming the file and what is missing unless `data` is a
+    drt-niah-text result: an object whose "cells" each have CELL_FIELDS.
+    A drt-niah (passkey) result file, such as docs/niah/16m_pad_model.json,
+    has cells without "task" and stopped the table with a KeyError."""
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        sys.exit(f"niah_text_table: {path} is not a drt-niah-text result file (no \"cells\" list)")
+    for i, c in enumerate(data["cells"]):
+        missing = [k for k in CELL_FIELDS if not isinstance(c, dict) or k not in c]
+        if missing:
+            sys.exit(f"niah_text_table: {path} is not a drt-niah-text result file: cell {i} has no "
+                     + ", ".join(repr(k) for k in missing)
+                     + " (drt-niah's passkey files have no 'task'; this table is for drt-niah-text's)")
+
+
 def main(paths):
     if not paths:
         sys.exit("usage: python3 bench/niah_text_table.py RESULT.json ...")
@@ -37,6 +55,7 @@ def main(paths):
     for path in paths:
         with open(path) as f:
             data = json.load(f)
+        check_result_file(path, data)
         setting = run_setting(data)
         if first is None:
             first_path, first = path, setting

@@ -44,9 +44,21 @@ def parse(path):
     return runs
 
 
+# drt-bench's default --warmup_tokens; a line's warmup_tokens is the count
+# it warmed up on, min(--warmup_tokens, context_tokens).
+DEFAULT_WARMUP_TOKENS = 4096
+
+
 def variant(fields):
     value = lambda k, d: fields.get(k, MISSING.get(k, d))
     changed = [f"{k}={value(k, d)}" for k, d in VARIANT_KEYS.items() if value(k, d) != d]
+    # A warm-up of another length is a variant of its own (review-toolsfix3
+    # #8: --warmup_tokens 70 and the default fell into one group); a line
+    # without warmup_tokens predates the flag and had the default or none.
+    if value("warmup", "1") != "0" and "warmup_tokens" in fields:
+        default = min(DEFAULT_WARMUP_TOKENS, int(fields.get("context_tokens", DEFAULT_WARMUP_TOKENS)))
+        if int(fields["warmup_tokens"]) != default:
+            changed.append(f"warmup_tokens={fields['warmup_tokens']}")
     return " ".join(changed) if changed else "A (defaults)"
 
 

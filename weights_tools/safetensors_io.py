@@ -50,7 +50,8 @@ def to_storage(array, dtype):
     float32 or float16, bfloat16 bit patterns (uint16), int32 or int64. The
     one conversion a tensor needs: save_file(..., stored=True) writes the
     result as it is, and storage_finite() checks it (weights_tools/export.py
-    uses both, so that it converts each tensor once)."""
+    uses both, so that it converts each tensor once). An f16 overflow warns
+    as numpy's cast does; the result holds inf there."""
     if dtype not in _NP_DTYPES:
         raise ValueError(f"unsupported safetensors dtype {dtype!r}")
     a = np.asarray(array)
@@ -59,8 +60,10 @@ def to_storage(array, dtype):
             raise TypeError(f"cannot store {a.dtype} as {dtype}")
         if dtype == "BF16":
             return f32_to_bf16_bits(a.astype(np.float32, copy=False)).astype("<u2", copy=False)
-        with np.errstate(over="ignore"):  # values beyond f16 become inf: storage_finite() tells
-            return a.astype(_NP_DTYPES[dtype], copy=False)
+        # A value beyond f16's range becomes inf, and numpy warns ("overflow
+        # encountered in cast") unless the caller silenced it: export.py does,
+        # around this call only, because it checks storage_finite() after.
+        return a.astype(_NP_DTYPES[dtype], copy=False)
     if not np.issubdtype(a.dtype, np.integer):
         raise TypeError(f"cannot store {a.dtype} as {dtype}")
     info = np.iinfo(_NP_DTYPES[dtype])

@@ -62,7 +62,7 @@ ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 // definition gives it its --help line (and takes one from a --flagfile).
 ABSL_FLAG(std::string, stop, "",
           "stop sequence, verbatim (commas included); repeatable: --stop . --stop 'a, b' "
-          "gives two");
+          "gives two; one that starts with '-' needs --stop=VALUE");
 ABSL_FLAG(std::string, pad_to_chunk_boundary, "model",
           "true: pad the open chunk before generating, so the first token sees chunks retrieved "
           "with the whole prompt in view; false: do not; model: what the model was trained for");
@@ -430,6 +430,26 @@ std::optional<Utf8Error> FirstInvalidUtf8(std::string_view s) {
   return std::nullopt;
 }
 
+// Whether a bare --stop's next argument reads as an option, which the
+// Python client's argparse refuses there ("expected one argument"): it starts
+// with '-', is not '-' alone and is not a negative number as argparse reads
+// one (-5, -.5, -1.25: "-" then digits, at most one '.' with digits after
+// it). It was taken as the stop sequence, and `--stop --max_tokens 5`
+// stopped on "--max_tokens" (review-toolsfix3 #9); --stop=VALUE takes any.
+bool LooksLikeFlag(absl::string_view arg) {
+  if (arg.size() < 2 || arg[0] != '-') return false;
+  const absl::string_view rest = arg.substr(1);
+  const size_t dot = rest.find('.');
+  const absl::string_view whole = rest.substr(0, dot);
+  const absl::string_view fraction =
+      dot == absl::string_view::npos ? absl::string_view() : rest.substr(dot + 1);
+  const bool number =
+      std::all_of(whole.begin(), whole.end(), absl::ascii_isdigit) &&
+      std::all_of(fraction.begin(), fraction.end(), absl::ascii_isdigit) &&
+      (dot == absl::string_view::npos ? !whole.empty() : !fraction.empty());
+  return !number;
+}
+
 // Takes every --stop VALUE, --stop=VALUE (or with one dash) out of argv, in
 // order, before absl parses the rest: absl keeps only a flag's last value,
 // and its list flags split on commas, so a stop sequence holding a comma
@@ -445,6 +465,10 @@ std::vector<std::string> TakeStops(int& argc, char** argv) {
     if (!positional && (absl::ConsumePrefix(&name, "--") || absl::ConsumePrefix(&name, "-"))) {
       if (name == "stop") {
         if (i + 1 >= argc) Die("--stop needs a value (a stop sequence)");
+        if (LooksLikeFlag(argv[i + 1])) {
+          Die(absl::StrCat("--stop needs a value, got the flag-looking '", argv[i + 1],
+                           "'; to stop on it write --stop=", argv[i + 1]));
+        }
         stops.emplace_back(argv[++i]);
         continue;
       }
@@ -523,12 +547,14 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// `prompt_text`: --prompt_file's contents, read and checked before connecting.
-Prompt MakePrompt(const drt::v1::ModelInfo& info, const std::string& prompt_text) {
+// `prompt_text`: --prompt_file's contents, read and checked before connecting;
+// moved in, so that a large file is held once (review-toolsfix3 #5: main kept
+// its copy for the whole run beside this one).
+Prompt MakePrompt(const drt::v1::ModelInfo& info, std::string prompt_text) {
   Prompt prompt;
   const std::string question = absl::GetFlag(FLAGS_question);
   if (const std::string path = absl::GetFlag(FLAGS_prompt_file); !path.empty()) {
-    prompt.text = prompt_text;
+    prompt.text = std::move(prompt_text);
     if (info.tokenizer() == "bytes" && question.empty()) prompt.expected_tokens = prompt.text.size();
     prompt.description = absl::StrCat(path, " (", Commas(prompt.text.size()), " bytes)");
     prompt.text += question;
@@ -1102,7 +1128,7 @@ class Client {
 
 // `prompt_text`: --prompt_file's contents (empty without one); `stops`:
 // every --stop.
-int Run(const std::string& prompt_text, std::vector<std::string> stops) {
+int Run(std::string prompt_text, std::vector<std::string> stops) {
   std::string session_key = absl::GetFlag(FLAGS_session_key);
   if (session_key.empty()) session_key = RandomSessionKey();
   if (!IsValidSessionKey(session_key)) {
@@ -1140,7 +1166,7 @@ int Run(const std::string& prompt_text, std::vector<std::string> stops) {
               info.tokenizer().c_str(), static_cast<long long>(info.enc_chunk_size()),
               static_cast<long long>(info.chunk_topk()), static_cast<long long>(info.slide_window()),
               Commas(info.max_context_tokens()).c_str());
-  const Prompt prompt = MakePrompt(info, prompt_text);
+  const Prompt prompt = MakePrompt(info, std::move(prompt_text));
   std::printf("prompt: %s\n", prompt.description.c_str());
 
   const std::string session_id = client.CreateSession(retrier);
@@ -1284,5 +1310,5 @@ int main(int argc, char** argv) {
     }
   }
   Interrupts::Install();
-  return Run(prompt_text, std::move(stops));
+  return Run(std::move(prompt_text), std::move(stops));
 }

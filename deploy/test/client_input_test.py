@@ -12,6 +12,9 @@ checks and a stuck CreateSession.
   spellings (--stop X, --stop=X): the Generate carries exactly the stop
   sequences given, in order (review-tools #12: the C++ flag split on commas
   and kept only its last use);
+- a bare --stop followed by a flag-looking argument (--stop --seed 3) is
+  refused before anything is sent, as argparse does; --stop=--seed and
+  --stop -5 are values;
 - an empty --stop is refused before anything is sent (the server refuses it
   only at the Generate, after the whole Append);
 - Ctrl-C or SIGTERM while CreateSession hangs on the server ends the client
@@ -142,6 +145,19 @@ def main():
                 code, out = run([prompt_flag, good, "--stop", "."])
                 checks.expect(code == 0 and stand_in.stops == [["."]],
                               f"{name}: one --stop sends one stop sequence (sent: {stand_in.stops})", out[-1500:])
+
+                # A bare --stop followed by a flag-looking argument: refused
+                # as argparse does, before any call (the C++ client took
+                # "--seed" as the stop sequence); --stop=VALUE takes it, and
+                # a negative number is a value in both.
+                code, out = run([prompt_flag, good, "--stop", "--seed", "3"])
+                checks.expect(code not in (0, None) and "--stop" in out and stand_in.calls == 0
+                              and "Traceback" not in out,
+                              f"{name}: --stop --seed 3 is refused before any call ({stand_in.calls} calls made)",
+                              out[-1500:])
+                code, out = run([prompt_flag, good, "--stop=--seed", "--stop", "-5"])
+                checks.expect(code == 0 and stand_in.stops == [["--seed", "-5"]],
+                              f"{name}: --stop=--seed --stop -5 sends both (sent: {stand_in.stops})", out[-1500:])
 
                 code, out = run([prompt_flag, good, "--stop", ""])
                 checks.expect(code not in (0, None) and "--stop" in out and "empty" in out and stand_in.calls == 0

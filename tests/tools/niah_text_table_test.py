@@ -8,6 +8,7 @@ table without a word).
 - a file of another model, seed, text or padding (or one lacking a field
   the others record): refused, exit 1, naming both files and the field,
   nothing on stdout;
+- a drt-niah (not -text) result file: refused, naming it, no traceback;
 - the docs' own command (docs/passkey_accuracy.md, the first model on the
   handbook) still gives the table printed there, row for row.
 
@@ -65,6 +66,15 @@ def main():
                    and f"{field} is" in r.stderr,
                    f"a file with another {field} is refused, naming both files and the field",
                    f"exit {r.returncode}\n{r.stdout}{r.stderr}")
+
+    # A drt-niah (passkey) result file, whose cells have no "task": refused
+    # with its name, no traceback (it stopped with a KeyError).
+    passkey = os.path.join(REPO, "docs", "niah", "16m_pad_model.json")
+    r = table(passkey)
+    expect(r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+           and f"{passkey} is not a drt-niah-text result file: cell 0 has no 'task'" in r.stderr,
+           "a drt-niah result file is refused, naming the file and the missing field",
+           f"exit {r.returncode}\n{r.stdout}{r.stderr}")
 
     # The docs' command and table (docs/passkey_accuracy.md, "The first model").
     with open(os.path.join(REPO, "docs", "passkey_accuracy.md")) as f:
