@@ -314,7 +314,7 @@ DrtService::~DrtService() = default;
 
 void DrtService::StartDraining() {
   draining_.store(true);
-  sessions_->StopExpiring();
+  sessions_->StopExpiringDurable();
 }
 
 bool DrtService::WaitForRunningCalls(std::chrono::steady_clock::time_point deadline) {
