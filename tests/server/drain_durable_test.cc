@@ -85,6 +85,11 @@ TEST_CASE("a drain expires no durable session: a Generate's session cut by the s
 TEST_CASE("a drain still expires idle sessions that are not durable",
           "[server][drain][idle][durable_generate]") {
   drt::testing::TempDir dir;
+  // Expired sessions, whichever expires them: the reaper (every second) or
+  // the call below. Declared before the server, so that they outlive a
+  // reaper pass still calling the evict point.
+  std::mutex mutex;
+  std::vector<std::string> expired;
   DurableService durable(dir.path(), SmallOptions());
   DrtService& service = durable.server.service();
   SessionManager& sessions = service.session_manager();
@@ -97,9 +102,6 @@ TEST_CASE("a drain still expires idle sessions that are not durable",
   REQUIRE(ephemeral.ok());
   REQUIRE(!(*ephemeral)->durable());
   const std::string gone = (*ephemeral)->id();
-  // Whichever expires it, the reaper (every second) or the call below.
-  std::mutex mutex;
-  std::vector<std::string> expired;
   sessions.SetEvictPointForTest([&](const std::string& id) {
     std::lock_guard<std::mutex> lock(mutex);
     expired.push_back(id);
