@@ -383,7 +383,7 @@ DrtService::~DrtService() { metrics_.SetSessionGaugeSource(nullptr); }
 
 void DrtService::StartDraining() {
   draining_.store(true);
-  sessions_->StopExpiring();
+  sessions_->StopExpiringDurable();
 }
 
 bool DrtService::WaitForRunningCalls(std::chrono::steady_clock::time_point deadline) {

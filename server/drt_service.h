@@ -62,7 +62,7 @@ class DrtService final : public drt::v1::Drt::Service {
   ~DrtService() override;
 
   // From now on new calls get UNAVAILABLE; running streams go on. No
-  // session expires any more (SessionManager::StopExpiring).
+  // durable session expires any more (SessionManager::StopExpiringDurable).
   void StartDraining();
   // Waits until no call is running or `deadline` passes; true when none is.
   bool WaitForRunningCalls(std::chrono::steady_clock::time_point deadline);

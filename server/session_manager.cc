@@ -699,15 +699,25 @@ absl::Status SessionManager::CheckForkBudget(int64_t bytes) const {
   return absl::OkStatus();
 }
 
+void SessionManager::StopExpiringDurable() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  durable_expiry_stopped_ = true;
+}
+
 int SessionManager::EvictIdle() {
-  if (expiry_stopped_.load()) return 0;
   std::vector<std::shared_ptr<SessionEntry>> evicted;
   std::function<void(const std::string&)> point;
   {
+    // The flag is read under the same lock as the table: a pass that runs
+    // while StopExpiringDurable is called either ends before it or sees it.
     std::lock_guard<std::mutex> lock(mutex_);
     point = evict_point_for_test_;
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       SessionEntry& e = *it->second;
+      if (durable_expiry_stopped_ && e.durable()) {
+        ++it;
+        continue;
+      }
       // Claimed before it leaves the table: a call that found it a moment
       // ago and begins now gets NOT_FOUND ("expired") from Begin, instead of
       // beginning and then failing with ABORTED ("deleted while ...") at its

@@ -419,14 +419,18 @@ class SessionManager {
   // (Activity::kExpiring) under the manager's lock before it leaves the
   // table, so a call that found it just before cannot begin on it (NOT_FOUND,
   // "expired") and one that began first keeps it.
-  // Expires nothing from StopExpiring on (returns 0).
+  // From StopExpiringDurable on it expires only sessions that are not
+  // durable.
   int EvictIdle();
-  // A drain (DrtService::StartDraining): no session expires any more. A
-  // restart restores every durable session with a fresh idle clock, so
-  // expiring one now only deletes what the restart would keep, and a
+  // A drain (DrtService::StartDraining): no durable session expires any
+  // more. A restart restores every durable session with a fresh idle clock,
+  // so expiring one now only deletes what the restart would keep, and a
   // session whose Generate the drain cut (not written, so that its client
-  // sends it again after the restart) would lose its files.
-  void StopExpiring() { expiry_stopped_.store(true); }
+  // sends it again after the restart) would lose its files. Sessions that
+  // are not durable (no --state_dir, or a Complete's temporary one) are lost
+  // at exit anyway and still expire, so that their memory goes to the calls
+  // still running in the grace period.
+  void StopExpiringDurable();
   // Tests only: called by EvictIdle for each expired session after it left
   // the table and before it is marked deleted (no lock held).
   void SetEvictPointForTest(std::function<void(const std::string& id)> point);
@@ -480,7 +484,7 @@ class SessionManager {
   int64_t reserved_bytes_ = 0;  // HostReservations not yet released
   std::condition_variable stop_;
   bool stopping_ = false;
-  std::atomic<bool> expiry_stopped_{false};  // StopExpiring
+  bool durable_expiry_stopped_ = false;  // StopExpiringDurable; guarded by mutex_
   StateStore* store_ = nullptr;  // set once, before serving
   std::function<void(const std::string& id)> evict_point_for_test_;  // guarded by mutex_
   std::thread reaper_;

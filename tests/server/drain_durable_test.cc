@@ -6,8 +6,10 @@
 // UNAVAILABLE during a drain for the stop.
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -38,7 +40,7 @@ std::string SessionWithTtl(drt::v1::Drt::Stub& stub, int64_t idle_ttl_seconds) {
 // Generate the stop had cut (written as before the Generate) expired once
 // its TTL passed, its files deleted: the restart had nothing for the
 // client to send the Generate to again.
-TEST_CASE("a drain expires no session: a Generate's session cut by the stop keeps its files",
+TEST_CASE("a drain expires no durable session: a Generate's session cut by the stop keeps its files",
           "[server][drain][idle][durable_generate]") {
   drt::testing::TempDir dir;
   const auto prompt = RandomTokens(300, 81);
@@ -74,6 +76,48 @@ TEST_CASE("a drain expires no session: a Generate's session cut by the stop keep
   InfoResult info = GetSession(durable.server.stub(), id);
   REQUIRE(info.status.ok());
   REQUIRE(info.info.tokens() == static_cast<int64_t>(prompt.size()));
+}
+
+// Only durable sessions are kept through a drain: one that is not durable
+// (here as a Complete's temporary session is made) is lost at exit anyway,
+// and its memory is what the calls still running in the grace period may
+// need. Before: no session expired during a drain.
+TEST_CASE("a drain still expires idle sessions that are not durable",
+          "[server][drain][idle][durable_generate]") {
+  drt::testing::TempDir dir;
+  // Expired sessions, whichever expires them: the reaper (every second) or
+  // the call below. Declared before the server, so that they outlive a
+  // reaper pass still calling the evict point.
+  std::mutex mutex;
+  std::vector<std::string> expired;
+  DurableService durable(dir.path(), SmallOptions());
+  DrtService& service = durable.server.service();
+  SessionManager& sessions = service.session_manager();
+  const std::string kept = SessionWithTtl(durable.server.stub(), 1);
+  const auto prompt = RandomTokens(50, 83);
+  REQUIRE(AppendOnce(durable.server.stub(), kept, prompt).ok());
+  SessionSettings settings;
+  settings.idle_ttl_seconds = 1;
+  auto ephemeral = sessions.CreateEphemeral(settings);
+  REQUIRE(ephemeral.ok());
+  REQUIRE(!(*ephemeral)->durable());
+  const std::string gone = (*ephemeral)->id();
+  sessions.SetEvictPointForTest([&](const std::string& id) {
+    std::lock_guard<std::mutex> lock(mutex);
+    expired.push_back(id);
+  });
+  service.StartDraining();
+  // Both idle past their TTL of 1 s.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  sessions.EvictIdle();
+  sessions.SetEvictPointForTest(nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    REQUIRE(expired == std::vector<std::string>{gone});
+  }
+  REQUIRE(!sessions.Find(gone).ok());
+  REQUIRE(sessions.Find(kept).ok());
+  REQUIRE(TokensOnDisk(dir.path(), kept) == static_cast<int64_t>(prompt.size()));
 }
 
 // Before: the skip took any UNAVAILABLE during a drain for the stop, so a
