@@ -20,11 +20,14 @@
 #include "engine/cuda/host/step_rows.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
+#include "engine/cuda/status_macros.h"
 #include "engine/forward_pass.h"
 #include "engine/model_rules.h"
+#include "kernels/cluster_code.h"
 #include "kernels/cuda_check.h"
 #include "kernels/decode_gemv_plan.h"
 #include "kernels/device_query.h"
+#include "kernels/window_attention.h"
 
 namespace drt {
 namespace {
@@ -345,6 +348,13 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
           "CUDA device %d has %d.x (use 0 or 1)",
           splits, options.device_index, major));
     }
+    // And the binary must hold the cluster code (sm_90): without it the
+    // first decode step would fail and poison every session in it.
+    int ptx_version = 0;
+    int binary_version = 0;
+    DRT_CUDA_RETURN_IF_ERROR(kernels::WindowSplitDecodeCodeVersions(&ptx_version, &binary_version),
+                             "reading the split decode kernel's attributes");
+    DRT_RETURN_IF_ERROR(kernels::CheckSplitDecodeCode(splits, ptx_version, binary_version));
   }
   switch (options.precision) {
     case CudaPrecision::kBf16: return UploadAndMake<cuda::bf16>(config, weights, options);
