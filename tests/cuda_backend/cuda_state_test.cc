@@ -564,6 +564,7 @@ TEST_CASE("cuda state: the end write and Fork on a handler thread beside engine 
       std::unique_ptr<Session> a2;
       if (v.batched_step_rows) a2 = Prompted(backend, a_prompt, a_prompt.size() - 3);
       std::atomic<bool> engine_done{false};
+      std::vector<float> a_got;
       int rounds = 0;
       std::string handler_error;  // the first, read after the join
       std::thread handler([&] {
@@ -594,9 +595,19 @@ TEST_CASE("cuda state: the end write and Fork on a handler thread beside engine 
           ++rounds;  // the fork is freed here (cudaFree of its buffers)
         }
       });
-      std::vector<float> a_got = Decode(backend, *a, a2.get(), a_tokens);
-      engine_done = true;
-      handler.join();
+      {
+        // A failed REQUIRE in Decode throws: stop and join the handler
+        // first (a joinable std::thread destroyed would terminate the run).
+        struct Joiner {
+          std::atomic<bool>& done;
+          std::thread& thread;
+          ~Joiner() {
+            done = true;
+            if (thread.joinable()) thread.join();
+          }
+        } joiner{engine_done, handler};
+        a_got = Decode(backend, *a, a2.get(), a_tokens);
+      }
       INFO("handler thread: " << handler_error);
       CHECK(handler_error.empty());
       WARN(v.name << ", " << CudaPrecisionName(precision) << ": " << rounds
