@@ -18,6 +18,7 @@
 #include "engine/cuda/host/decode_graph_plan.h"
 #include "engine/cuda/host/host_chunk_store.h"
 #include "engine/cuda/host/step_rows.h"
+#include "engine/cuda/host/stream_delay.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
 #include "engine/cuda/status_macros.h"
@@ -170,7 +171,8 @@ class CudaBackend final : public Backend {
       std::lock_guard<std::mutex> lock(step_buffers_mutex_);
       if (absl::Status s = ReserveStepBuffers(plan); !s.ok()) return s;
       cuda::CudaBatchedStep<T> step(config_, *weights_, options_.disable_gca,
-                                    options_.decode_fused_gemv, cuda_sessions, *step_buffers_);
+                                    options_.decode_fused_gemv, options_.debug_stream_delay,
+                                    cuda_sessions, *step_buffers_);
       status = RunForward(config_, plan, step, logits);
       if (!status.ok()) {
         // Slices launched before the failure may still read and write the
@@ -294,6 +296,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
                         kMaxStepPositions, options.max_step_positions));
   }
   if (absl::Status s = CheckChunkTier(options); !s.ok()) return s;
+  if (absl::Status s = CheckCudaStreamDelay(options.debug_stream_delay); !s.ok()) return s;
   if (absl::Status s = cuda::CudaSlabOptions(options.max_slab_chunks).status(); !s.ok()) {
     return s;
   }
