@@ -54,7 +54,10 @@
 #                                                  only these sanitizer runs (of memcheck-kernel,
 #                                                  memcheck-backend, memcheck-backend-new,
 #                                                  racecheck-kernel, racecheck-kernel-new,
-#                                                  racecheck-backend; all by default, none when
+#                                                  racecheck-backend, initcheck-backend-new
+#                                                  (reads of device memory never written, in
+#                                                  the decode-graph and device-tier cases); all
+#                                                  by default, none when
 #                                                  set but empty; "-new": the decode-graph,
 #                                                  device-tier, batched-step, chunk-store,
 #                                                  tensor-core, split-decode, fused-GEMV,
@@ -126,7 +129,7 @@ dry=${DRY_RUN:-}
 summary=${GPU_BENCH_SUMMARY:-}
 sanitizer_timeout=${SANITIZER_TIMEOUT:-480}
 all_sanitizer_runs="memcheck-kernel memcheck-backend memcheck-backend-new racecheck-kernel
-                    racecheck-kernel-new racecheck-backend"
+                    racecheck-kernel-new racecheck-backend initcheck-backend-new"
 # Set but empty: no sanitizer run.
 sanitizer_runs=${SANITIZER_RUNS-$all_sanitizer_runs}
 all_stream_delay_runs="store fetch step compute"
@@ -526,6 +529,11 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$sanitizer_runs" ]]; then
               "cuda GCA: tensor-core prefill tiles" "cuda window attention: split decode*"
               "cuda window attention: decode_splits values" "cuda device position: *")
   racecheck_backend_case="cuda fp32 matches the cpu backend on the fixtures: whole prompt"
+  # initcheck (review-cuda F5): a slot, staging or ring row read before any
+  # write; the decode graphs and the device tier have the most such
+  # buffers. (Init's module-loading launch read an unwritten row before the
+  # fix that zeroes it.)
+  initcheck_backend_spec="[decode_graphs],[device_tier]"
   # Catch test specs that leave the named cases out: "~name", one argument
   # each (Catch ANDs its arguments), a comma escaped (unescaped it would
   # split the name into two specs).
@@ -563,6 +571,7 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$sanitizer_runs" ]]; then
       racecheck-kernel) printf '%s\n' racecheck "$kernel_tests" "${racecheck_kernel_filter[@]}" ;;
       racecheck-kernel-new) printf '%s\n' racecheck "$kernel_tests" "$kernel_new_spec" ;;
       racecheck-backend) printf '%s\n' racecheck "$backend_tests" "$racecheck_backend_case" ;;
+      initcheck-backend-new) printf '%s\n' initcheck "$backend_tests" "$initcheck_backend_spec" "~[allocation]" ;;
     esac
   }
   echo "== sanitizers: left out (ctest -L cuda runs them, unsanitized):"

@@ -31,8 +31,10 @@
 #      sessions, one repeat)                                        ~3-5 min
 #   6  the bit-identity backend cases with each of the store, fetch,
 #      step and compute streams held back (test-only stream delay,
-#      review-cuda F1), the four runs at once, <= 300 s each      ~3-5 min
-#      (estimate: never run)
+#      review-cuda F1), the four runs at once, <= 300 s each; then
+#      compute-sanitizer initcheck of the decode-graph and device-tier
+#      cases in the time left (review-cuda F5)                      ~8-9 min
+#      (estimates: never run)
 # STAGE_BUDGET (seconds, 560 by default) is the stage's own guard; pass the
 # device's budget_left_s - 60 when that is less (docs/cuda.md).
 set -euo pipefail
@@ -352,9 +354,23 @@ case "$stage" in
     # stage's time left less 60 s.
     delay_limit=$(min "${STREAM_DELAY_TIMEOUT:-300}" $(($(left_s) - 60)))
     ((delay_limit >= 10)) || delay_limit=10
+    # ... and at most 300 s, so that initcheck gets the rest.
+    delay_limit=$(min "$delay_limit" $(($(left_s) - 150)))
+    ((delay_limit >= 10)) || delay_limit=10
     step "stream delays: store, fetch, step, compute" "${common[@]}" "${env6[@]}" \
       STREAM_DELAY_RUNS="store fetch step compute" STREAM_DELAY_TIMEOUT="$delay_limit" \
       SKIP_TABLE=1 -- bash scripts/gpu_bench.sh
     for f in "$out"/stream-delay-*.log; do cap_log "$f"; done
+    # initcheck in what is left (60 s kept for its kill-after and the
+    # summary); a stopped run lists the cases that finished.
+    initcheck_limit=$(($(left_s) - 60))
+    if ((initcheck_limit >= 60)); then
+      step "compute-sanitizer initcheck-backend-new" "${common[@]}" "${none[@]}" \
+        SANITIZER_RUNS="initcheck-backend-new" SANITIZER_TIMEOUT="$initcheck_limit" SKIP_TABLE=1 -- \
+        bash scripts/gpu_bench.sh
+      cap_log "$out/sanitizer-initcheck-backend-new.log"
+    else
+      echo "SKIP compute-sanitizer initcheck-backend-new: $(left_s) s left of the stage" >>"$summary"
+    fi
     ;;
 esac

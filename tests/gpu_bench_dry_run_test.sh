@@ -109,6 +109,8 @@ expect "stage 5: 1 and 32 sessions, one repeat" "$log" \
 for run in store fetch step compute; do
   expect "stage 6: stream delay $run" "$tmp/out/stage6-summary.txt" "^PASS stream delay $run: "
 done
+expect "stage 6: initcheck of the decode-graph and device-tier cases" "$tmp/out/stage6-summary.txt" \
+  "^PASS sanitizer initcheck-backend-new: "
 expect "stage 6: the step run selects the batched steps only" "$log" \
   'dry run: .*drt_cuda_backend_tests \[batch_step\],cuda state: the end write[^,]* ~\[allocation\] --durations yes'
 
