@@ -72,4 +72,10 @@ cudaError_t LaunchWindowRingWrite(const T* k_new, const T* v_new, int n, int64_t
                                   T* v_ring, cudaStream_t stream,
                                   const int64_t* device_first_pos = nullptr);
 
+// The split decode kernel's cudaFuncAttributes ptxVersion and binaryVersion
+// on the current device (loads its module): kernels/cluster_code.h says
+// whether they allow decode_splits > 1. MakeCudaBackend checks them at
+// creation, so that a build without sm_90 is refused before any step.
+cudaError_t WindowSplitDecodeCodeVersions(int* ptx_version, int* binary_version);
+
 }  // namespace drt::kernels

@@ -28,6 +28,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/attention_common.cuh"
+#include "kernels/cluster_code.h"
 #include "kernels/window_split_decode.cuh"
 
 namespace drt::kernels::detail {
@@ -337,13 +338,17 @@ cudaError_t LaunchWindowSplitDecode(const WindowAttentionParams<T>& p, cudaStrea
     if (major < 9) return cudaErrorNotSupported;
     // A binary without sm_90 code runs the compute_80 PTX on an H100, where
     // the cluster kernels only trap (a sticky error): refuse instead.
+    // MakeCudaBackend refuses such a build first (WindowSplitDecodeCodeVersions);
+    // this keeps the kernel tests and other callers safe.
     cudaFuncAttributes attributes{};
     if (cudaError_t err = cudaFuncGetAttributes(
             &attributes, WindowSplitDecodeKernel<8, 2, T>);
         err != cudaSuccess) {
       return err;
     }
-    if (attributes.ptxVersion < 90 && attributes.binaryVersion < 90) return cudaErrorNotSupported;
+    if (!HasClusterCode(attributes.ptxVersion, attributes.binaryVersion)) {
+      return cudaErrorNotSupported;
+    }
   }
   // 8 LPK >= head_dim (<= 128).
   if (p.head_dim <= 64) return LaunchSplitLpk<8, T>(p, stream);
@@ -356,3 +361,21 @@ template cudaError_t LaunchWindowSplitDecode<bf16>(const WindowAttentionParams<b
                                                    cudaStream_t);
 
 }  // namespace drt::kernels::detail
+
+namespace drt::kernels {
+
+cudaError_t WindowSplitDecodeCodeVersions(int* ptx_version, int* binary_version) {
+  // Every instantiation of the kernel is compiled from the same file with the
+  // same architectures: one stands for all.
+  cudaFuncAttributes attributes{};
+  if (cudaError_t err =
+          cudaFuncGetAttributes(&attributes, detail::WindowSplitDecodeKernel<8, 2, float>);
+      err != cudaSuccess) {
+    return err;
+  }
+  *ptx_version = attributes.ptxVersion;
+  *binary_version = attributes.binaryVersion;
+  return cudaSuccess;
+}
+
+}  // namespace drt::kernels

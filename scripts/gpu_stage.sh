@@ -3,7 +3,7 @@
 # device command (at most 10 minutes; a fresh machine each time is fine:
 # every stage unpacks what it needs). Run on the lent machine, carrying
 # .gpucarry (scripts/device_bundle.sh, then scripts/device_carry.sh, here):
-#   bash scripts/gpu_stage.sh N        stage N (1..5, below), on a GPU
+#   bash scripts/gpu_stage.sh N        stage N (1..6, below), on a GPU
 #   DRY_RUN=1 bash scripts/gpu_stage.sh all   every stage's commands checked, no GPU
 #                                              (BUILD_DIR=build: a normal build here)
 # Each stage writes into $OUT (the device tool's folder; ./gpu-out without
@@ -29,6 +29,12 @@
 #                                                                   ~5-6 min
 #   5  drt-batch-bench through drt-server --device cuda (1 and 32
 #      sessions, one repeat)                                        ~3-5 min
+#   6  the bit-identity backend cases with each of the store, fetch,
+#      step and compute streams held back (test-only stream delay,
+#      review-cuda F1), the four runs at once, <= 300 s each; then
+#      compute-sanitizer initcheck of the decode-graph and device-tier
+#      cases in the time left (review-cuda F5)                      ~8-9 min
+#      (estimates: never run)
 # STAGE_BUDGET (seconds, 560 by default) is the stage's own guard; pass the
 # device's budget_left_s - 60 when that is less (docs/cuda.md).
 set -euo pipefail
@@ -36,7 +42,7 @@ cd "$(dirname "$0")/.."
 
 stage=${1:-}
 case "$stage" in
-  1 | 2 | 3 | 4 | 5) ;;
+  1 | 2 | 3 | 4 | 5 | 6) ;;
   all)
     if [[ -z "${DRY_RUN:-}" ]]; then
       echo "gpu_stage: 'all' is for DRY_RUN=1 (on a GPU each stage is its own command)" >&2
@@ -44,12 +50,12 @@ case "$stage" in
     fi
     status=0
     cache=$(mktemp -d -t gpu_stage_dry.XXXXXX)
-    for s in 1 2 3 4 5; do DRY_RUN_CACHE=$cache bash "$0" "$s" || status=1; done
+    for s in 1 2 3 4 5 6; do DRY_RUN_CACHE=$cache bash "$0" "$s" || status=1; done
     rm -rf "$cache"
     exit "$status"
     ;;
   *)
-    echo "usage: bash scripts/gpu_stage.sh 1|2|3|4|5   (DRY_RUN=1 ... all: check every stage)" >&2
+    echo "usage: bash scripts/gpu_stage.sh 1|2|3|4|5|6   (DRY_RUN=1 ... all: check every stage)" >&2
     exit 2
     ;;
 esac
@@ -199,11 +205,11 @@ run_limited() {
 
 dry=${DRY_RUN:-}
 build=${BUILD_DIR:-build-gpu}
-# Stages 1 and 2 write their step logs straight into $OUT (what a command
-# stopped by the device leaves there still comes back); the dry run's cache
-# of --help texts stays out of it.
+# Stages 1, 2 and 6 write their step logs straight into $OUT (what a
+# command stopped by the device leaves there still comes back); the dry
+# run's cache of --help texts stays out of it.
 case "$stage" in
-  1 | 2) log_dir=$out ;;
+  1 | 2 | 6) log_dir=$out ;;
   *) log_dir=$work ;;
 esac
 common=(BUILD_DIR="$build" LOG_DIR="$log_dir" DRY_RUN_CACHE="${DRY_RUN_CACHE:-$work}")
@@ -249,8 +255,9 @@ fi
 echo "gpu_stage $stage: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), build $build"
 
 # Every section of gpu_bench.sh off; a stage turns on what it runs.
-none=(SKIP_CTEST=1 SKIP_DURABLE=1 SANITIZER_RUNS= SKIP_WINDOW_BENCH=1 SKIP_MAIN_TABLE=1
-      SKIP_ENCODER_ROWS=1 SKIP_TABLE3=1 SKIP_PEER=1 SKIP_STEP_BENCH=1 SKIP_BATCH=1)
+none=(SKIP_CTEST=1 SKIP_DURABLE=1 SANITIZER_RUNS= STREAM_DELAY_RUNS= SKIP_WINDOW_BENCH=1
+      SKIP_MAIN_TABLE=1 SKIP_ENCODER_ROWS=1 SKIP_TABLE3=1 SKIP_PEER=1 SKIP_STEP_BENCH=1
+      SKIP_BATCH=1)
 # keep VAR...: the "none" list without the named variables.
 keep() {
   local v out=()
@@ -339,5 +346,31 @@ case "$stage" in
     step "drt-batch-bench" "${common[@]}" "${env5[@]}" BATCH_SESSIONS="${BATCH_SESSIONS:-1,32}" \
       BATCH_REPEATS="${BATCH_REPEATS:-1}" -- bash scripts/gpu_bench.sh
     if [[ -f "$work/batch_bench_cuda.json" ]]; then cp "$work/batch_bench_cuda.json" "$out/"; fi
+    ;;
+  6)
+    mapfile -t env6 < <(keep STREAM_DELAY_RUNS)
+    # The four runs at once (more load than one: a race the delay leaves
+    # open is likelier still to lose); each stopped at 300 s or the
+    # stage's time left less 60 s.
+    delay_limit=$(min "${STREAM_DELAY_TIMEOUT:-300}" $(($(left_s) - 60)))
+    ((delay_limit >= 10)) || delay_limit=10
+    # ... and at most 300 s, so that initcheck gets the rest.
+    delay_limit=$(min "$delay_limit" $(($(left_s) - 150)))
+    ((delay_limit >= 10)) || delay_limit=10
+    step "stream delays: store, fetch, step, compute" "${common[@]}" "${env6[@]}" \
+      STREAM_DELAY_RUNS="store fetch step compute" STREAM_DELAY_TIMEOUT="$delay_limit" \
+      SKIP_TABLE=1 -- bash scripts/gpu_bench.sh
+    for f in "$out"/stream-delay-*.log; do cap_log "$f"; done
+    # initcheck in what is left (60 s kept for its kill-after and the
+    # summary); a stopped run lists the cases that finished.
+    initcheck_limit=$(($(left_s) - 60))
+    if ((initcheck_limit >= 60)); then
+      step "compute-sanitizer initcheck-backend-new" "${common[@]}" "${none[@]}" \
+        SANITIZER_RUNS="initcheck-backend-new" SANITIZER_TIMEOUT="$initcheck_limit" SKIP_TABLE=1 -- \
+        bash scripts/gpu_bench.sh
+      cap_log "$out/sanitizer-initcheck-backend-new.log"
+    else
+      echo "SKIP compute-sanitizer initcheck-backend-new: $(left_s) s left of the stage" >>"$summary"
+    fi
     ;;
 esac

@@ -185,6 +185,9 @@ absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager
 
 int Run(const ServerConfig& config, const sigset_t& signals) {
   if (!config.device_note.empty()) std::fprintf(stderr, "drt-server: %s\n", config.device_note.c_str());
+  if (!config.cuda_flags_note.empty()) {
+    std::fprintf(stderr, "drt-server: %s\n", config.cuda_flags_note.c_str());
+  }
   for (const std::string& note : config.deprecation_notes) {
     std::fprintf(stderr, "drt-server: %s\n", note.c_str());
   }

@@ -256,6 +256,34 @@ std::string FormatHostPort(const HostPort& address) {
   return absl::StrCat(address.host, ":", address.port);
 }
 
+namespace {
+
+// The --cuda_* flags set to other than their defaults, named in one note
+// when the backend is the CPU, which ignores them (review-cuda F7);
+// --cuda_device is left out: auto reads it to choose. Empty otherwise.
+std::string IgnoredCudaFlagsNote(const ServerConfig& config) {
+  if (config.device != "cpu") return "";
+  std::vector<std::string> given;
+  if (config.cuda_precision != CudaPrecision::kBf16) {
+    given.push_back("--cuda_precision=" + absl::GetFlag(FLAGS_cuda_precision));
+  }
+  if (config.cuda_chunk_store != CudaChunkStore::kKeysValues) {
+    given.push_back("--cuda_chunk_store=" + absl::GetFlag(FLAGS_cuda_chunk_store));
+  }
+  if (config.cuda_chunk_tier != CudaChunkTier::kHost) {
+    given.push_back("--cuda_chunk_tier=" + absl::GetFlag(FLAGS_cuda_chunk_tier));
+  }
+  if (config.cuda_state_export) given.push_back("--cuda_state_export");
+  if (config.cuda_batched_step_rows) given.push_back("--cuda_batched_step_rows");
+  if (config.cuda_decode_graphs) given.push_back("--cuda_decode_graphs");
+  if (config.cuda_decode_fused_gemv) given.push_back("--cuda_decode_fused_gemv");
+  if (given.empty()) return "";
+  return absl::StrCat(absl::StrJoin(given, ", "), " ignored: backend cpu (they apply to ",
+                      "--device=cuda only)");
+}
+
+}  // namespace
+
 absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   ServerConfig config;
   std::vector<std::string> errors;
@@ -300,6 +328,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.cuda_batched_step_rows = absl::GetFlag(FLAGS_cuda_batched_step_rows);
   config.cuda_decode_graphs = absl::GetFlag(FLAGS_cuda_decode_graphs);
   config.cuda_decode_fused_gemv = absl::GetFlag(FLAGS_cuda_decode_fused_gemv);
+  config.cuda_flags_note = IgnoredCudaFlagsNote(config);
 
   config.threads = absl::GetFlag(FLAGS_threads);
   config.mixed_lower_only_forwards = absl::GetFlag(FLAGS_mixed_lower_only_forwards);

@@ -45,6 +45,10 @@ struct ServerConfig {
   std::string device_note;
   // One line each, logged at start: flags that are accepted but ignored.
   std::vector<std::string> deprecation_notes;
+  // One line, logged at start when the backend is the CPU and --cuda_* flags
+  // ask for something other than their defaults (they then do nothing; auto
+  // must accept them, so they are not refused); empty otherwise.
+  std::string cuda_flags_note;
   int cuda_device = 0;  // GPU index for the CUDA backend
   CudaPrecision cuda_precision = CudaPrecision::kBf16;  // --cuda_precision
   // --cuda_chunk_store (CudaBackendOptions::chunk_store)

@@ -8,7 +8,8 @@
 #   - the variables reach the commands (stage 3's B variant, stage 4's tiers
 #     and batched rows, stage 5's sessions and repeats);
 #   - the checker itself fails: a value drt-bench refuses
-#     (WINDOW_DECODE_SPLITS=abc), and an unknown sanitizer run;
+#     (WINDOW_DECODE_SPLITS=abc), an unknown sanitizer run and an unknown
+#     stream-delay run;
 #   - the cases that fill the device run alone: ctest -L cuda_alone selects
 #     exactly them (counted from the sources), memcheck leaves them out;
 #   - stage 3's order (warm-up, A B B A, 4M, each option alone);
@@ -41,7 +42,7 @@ if ((rc != 0)); then
   grep -E '^(FAIL|STOPPED)' "$tmp"/out/stage*-summary.txt || tail -40 "$tmp/all.log"
   failed=1
 fi
-for s in 1 2 3 4 5; do
+for s in 1 2 3 4 5 6; do
   expect "stage $s summary written and passed" "$tmp/out/stage$s-summary.txt" \
     "^stage $s: every step passed"
 done
@@ -105,6 +106,14 @@ expect "stage 4: drt-step-bench --batched_step_rows" "$log" \
 expect "stage 5: 1 and 32 sessions, one repeat" "$log" \
   'drt-batch-bench --sessions 1,32 .*--repeats 1 '
 
+for run in store fetch step compute; do
+  expect "stage 6: stream delay $run" "$tmp/out/stage6-summary.txt" "^PASS stream delay $run: "
+done
+expect "stage 6: initcheck of the decode-graph and device-tier cases" "$tmp/out/stage6-summary.txt" \
+  "^PASS sanitizer initcheck-backend-new: "
+expect "stage 6: the step run selects the batched steps only" "$log" \
+  'dry run: .*drt_cuda_backend_tests \[batch_step\],cuda state: the end write[^,]* ~\[allocation\] --durations yes'
+
 # The checker must be able to fail: a value drt-bench refuses...
 rc=0
 DRY_RUN=1 BUILD_DIR="$build" MODEL=models/drt-text-byte SKIP_TESTS=1 SKIP_ENCODER_ROWS=1 \
@@ -125,6 +134,16 @@ if ((rc == 2)) && grep -q "unknown run 'memcheck-everything'" "$tmp/bad2.log"; t
   echo "ok: an unknown sanitizer run is refused"
 else
   echo "FAILED: SANITIZER_RUNS=memcheck-everything was not refused (exit $rc)"
+  failed=1
+fi
+# ...and a stream-delay run of a stream that does not exist.
+rc=0
+DRY_RUN=1 BUILD_DIR="$build" LOG_DIR="$tmp/bad3" STREAM_DELAY_RUNS=graph bash scripts/gpu_bench.sh \
+  >"$tmp/bad3.log" 2>&1 || rc=$?
+if ((rc == 2)) && grep -q "unknown run 'graph'" "$tmp/bad3.log"; then
+  echo "ok: an unknown stream-delay run is refused"
+else
+  echo "FAILED: STREAM_DELAY_RUNS=graph was not refused (exit $rc)"
   failed=1
 fi
 # scripts/bench_ab.py (stage 3's A/B table) on hand-made lines: A's decode

@@ -18,13 +18,17 @@
 #include "engine/cuda/host/decode_graph_plan.h"
 #include "engine/cuda/host/host_chunk_store.h"
 #include "engine/cuda/host/step_rows.h"
+#include "engine/cuda/host/stream_delay.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/pinned_allocator.h"
+#include "engine/cuda/status_macros.h"
 #include "engine/forward_pass.h"
 #include "engine/model_rules.h"
+#include "kernels/cluster_code.h"
 #include "kernels/cuda_check.h"
 #include "kernels/decode_gemv_plan.h"
 #include "kernels/device_query.h"
+#include "kernels/window_attention.h"
 
 namespace drt {
 namespace {
@@ -167,7 +171,8 @@ class CudaBackend final : public Backend {
       std::lock_guard<std::mutex> lock(step_buffers_mutex_);
       if (absl::Status s = ReserveStepBuffers(plan); !s.ok()) return s;
       cuda::CudaBatchedStep<T> step(config_, *weights_, options_.disable_gca,
-                                    options_.decode_fused_gemv, cuda_sessions, *step_buffers_);
+                                    options_.decode_fused_gemv, options_.debug_stream_delay,
+                                    cuda_sessions, *step_buffers_);
       status = RunForward(config_, plan, step, logits);
       if (!status.ok()) {
         // Slices launched before the failure may still read and write the
@@ -291,6 +296,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
                         kMaxStepPositions, options.max_step_positions));
   }
   if (absl::Status s = CheckChunkTier(options); !s.ok()) return s;
+  if (absl::Status s = CheckCudaStreamDelay(options.debug_stream_delay); !s.ok()) return s;
   if (absl::Status s = cuda::CudaSlabOptions(options.max_slab_chunks).status(); !s.ok()) {
     return s;
   }
@@ -345,6 +351,13 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
           "CUDA device %d has %d.x (use 0 or 1)",
           splits, options.device_index, major));
     }
+    // And the binary must hold the cluster code (sm_90): without it the
+    // first decode step would fail and poison every session in it.
+    int ptx_version = 0;
+    int binary_version = 0;
+    DRT_CUDA_RETURN_IF_ERROR(kernels::WindowSplitDecodeCodeVersions(&ptx_version, &binary_version),
+                             "reading the split decode kernel's attributes");
+    DRT_RETURN_IF_ERROR(kernels::CheckSplitDecodeCode(splits, ptx_version, binary_version));
   }
   switch (options.precision) {
     case CudaPrecision::kBf16: return UploadAndMake<cuda::bf16>(config, weights, options);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/cuda/debug_stream_delay.h"
 #include "engine/cuda/fused_decode_ops.h"
 #include "engine/cuda/host/step_rows.h"
 #include "engine/cuda/status_macros.h"
@@ -32,7 +33,7 @@ absl::Status CudaBatchedStep<T>::StepAfterSession(const StepPlan& plan, size_t s
                            "recording a session's work for the batched step");
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(b_.stream(), b_.session_done(slice), 0),
                            "ordering the batched step after a session's work");
-  return absl::OkStatus();
+  return DelayStreamForTest(stream_delay_, CudaDelayedStream::kStep, b_.stream());
 }
 
 template <typename T>
@@ -49,6 +50,8 @@ absl::Status CudaBatchedStep<T>::SessionsAfterStep(const StepPlan& plan) {
     DRT_CUDA_RETURN_IF_ERROR(
         cudaStreamWaitEvent(SessionOf(slice).compute_stream(), b_.step_done(), 0),
         "ordering a session after the batched step's work");
+    DRT_RETURN_IF_ERROR(DelayStreamForTest(stream_delay_, CudaDelayedStream::kCompute,
+                                           SessionOf(slice).compute_stream()));
   }
   return absl::OkStatus();
 }
@@ -61,6 +64,7 @@ absl::Status CudaBatchedStep<T>::Embed(const StepPlan& plan) {
   // session's part of this step queues behind it on the session's own stream.
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(b_.stream()),
                            "waiting for the previous batched step");
+  DRT_RETURN_IF_ERROR(DelayStreamForTest(stream_delay_, CudaDelayedStream::kStep, b_.stream()));
   const int64_t n = plan.num_rows;
   std::memcpy(b_.ids_host.get(), plan.ids.data(), n * sizeof(int32_t));
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_.ids.get(), b_.ids_host.get(), n * sizeof(int32_t),

@@ -36,14 +36,16 @@ class CudaBatchedStep final : public ForwardOps {
   // sessions[r] is the session of the plan's request r; `buffers` has been
   // Reserved for the plan. Everything must outlive the step. fused_gemv:
   // CudaBackendOptions::decode_fused_gemv (a step of at most 8 rows runs
-  // the fused decode GEMVs, engine/cuda/fused_decode_ops.h).
+  // the fused decode GEMVs, engine/cuda/fused_decode_ops.h). stream_delay:
+  // CudaBackendOptions::debug_stream_delay (test-only; off by default).
   CudaBatchedStep(const ModelConfig& config, const DeviceWeights<T>& weights, bool disable_gca,
-                  bool fused_gemv, absl::Span<CudaSession<T>* const> sessions,
-                  StepBuffers<T>& buffers)
+                  bool fused_gemv, const CudaStreamDelay& stream_delay,
+                  absl::Span<CudaSession<T>* const> sessions, StepBuffers<T>& buffers)
       : config_(config),
         weights_(weights),
         disable_gca_(disable_gca),
         fused_gemv_(fused_gemv),
+        stream_delay_(stream_delay),
         sessions_(sessions),
         b_(buffers) {}
 
@@ -80,6 +82,7 @@ class CudaBatchedStep final : public ForwardOps {
   const DeviceWeights<T>& weights_;
   const bool disable_gca_;
   const bool fused_gemv_;
+  const CudaStreamDelay stream_delay_;
   absl::Span<CudaSession<T>* const> sessions_;
   StepBuffers<T>& b_;
 };

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "engine/cuda/cuda_session.h"
+#include "engine/cuda/debug_stream_delay.h"
 #include "engine/cuda/fused_decode_ops.h"
 #include "engine/cuda/status_macros.h"
 #include "engine/model_rules.h"
@@ -232,6 +233,8 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
                            "ordering the encoder after the store copies");
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetch_tail_.get(), 0),
                            "ordering the encoder after the fetch copies");
+  DRT_RETURN_IF_ERROR(
+      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kCompute, stream));
 
   float* x = b.enc_x.get();
   DRT_CUDA_RETURN_IF_ERROR(
@@ -317,6 +320,8 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   cudaStream_t store = store_stream_.get();
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(store, encoded_.get(), 0),
                            "ordering the store copies after the encoder");
+  DRT_RETURN_IF_ERROR(
+      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kStore, store));
   if (stores_encoder_rows()) {
     // Rows 0..S'-1 of each chunk; the landmark row's K/V are zero, so it is
     // not kept (engine/cuda/host/chunk_record_layout.h).

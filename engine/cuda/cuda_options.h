@@ -49,6 +49,33 @@ enum class CudaChunkTier {
   kAuto,
 };
 
+// Test-only (review-cuda F1): which stream CudaStreamDelay holds back.
+enum class CudaDelayedStream {
+  kNone,
+  kStore,    // a session's store stream (device -> host copies of new chunks)
+  kFetch,    // a session's fetch stream (chunk copies into the GCA slots)
+  kStep,     // the batched step's stream (batched_step_rows)
+  kCompute,  // a session's compute stream (its kernels)
+};
+
+// Test-only, off by default (ns 0): before each piece of work the backend
+// queues on `stream` after an event wait (and at the head of a batched
+// step), a kernel spins `ns` nanoseconds on that stream
+// (engine/cuda/debug_stream_delay.h). The work then runs late on the GPU,
+// so a consumer on another stream that lacks its cudaStreamWaitEvent
+// reads data not yet written (or a producer that lacks one overwrites
+// data not yet read) every time, not only under some load: the
+// bit-identity tests then fail. Set by the CUDA backend tests alone
+// (tests/cuda_backend/cuda_test_support.h reads DRT_TEST_CUDA_STREAM_DELAY;
+// scripts/gpu_bench.sh STREAM_DELAY_RUNS). Off, it costs one comparison
+// per site. MakeCudaBackend refuses a delay without a stream, a stream
+// without a delay, an unknown stream and more than kMaxCudaStreamDelayNs.
+struct CudaStreamDelay {
+  CudaDelayedStream stream = CudaDelayedStream::kNone;
+  int64_t ns = 0;
+};
+inline constexpr int64_t kMaxCudaStreamDelayNs = 100'000'000;  // 0.1 s
+
 struct CudaBackendOptions {
   int device_index = 0;
   // The step size (Backend::max_step_positions), as CpuBackendOptions':
@@ -127,6 +154,8 @@ struct CudaBackendOptions {
   // cannot take (kernels/decode_gemv_plan.h). Written but NOT YET RUN ON A
   // GPU (docs/cuda.md, "Fused decode GEMVs"), hence off by default.
   bool decode_fused_gemv = false;
+  // Test-only: see CudaStreamDelay. Off by default.
+  CudaStreamDelay debug_stream_delay;
 };
 
 // The chunk store a CUDA backend with `options` uses: encoder rows when

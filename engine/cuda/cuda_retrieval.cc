@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_session.h"
 #include "engine/cuda/host/gca_slot_table.h"
+#include "engine/cuda/debug_stream_delay.h"
 #include "engine/cuda/status_macros.h"
 #include "engine/model_rules.h"
 #include "kernels/cuda_check.h"
@@ -134,6 +135,8 @@ absl::Status CudaSession<T>::PrepareGca(const SlicePlan& slice, int64_t group) {
     DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetched_[group].get(), 0),
                              "ordering the GCA after the chunk copies");
   }
+  DRT_RETURN_IF_ERROR(
+      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kCompute, stream));
   return absl::OkStatus();
 }
 
@@ -218,6 +221,8 @@ absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_
                            "ordering chunk copies after the encoder");
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(fetch, stored_.get(), 0),
                            "ordering chunk copies after the store copies");
+  DRT_RETURN_IF_ERROR(
+      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kFetch, fetch));
   if (stores_encoder_rows()) {
     DRT_RETURN_IF_ERROR(FetchEncoderRows(group, plan->copies));
     DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(fetched_[group].get(), fetch),

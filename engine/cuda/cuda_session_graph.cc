@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/cuda/cuda_session.h"
 #include "engine/cuda/cuda_step.h"
+#include "engine/cuda/debug_stream_delay.h"
 #include "engine/cuda/status_macros.h"
 #include "engine/forward_pass.h"
 #include "kernels/cuda_check.h"
@@ -116,6 +117,9 @@ absl::StatusOr<bool> CudaSession<T>::LaunchDecodeGraph(const StepPlan& plan,
       }
     }
   }
+  // Outside the graph, before its launch (or its capture's first launch).
+  DRT_RETURN_IF_ERROR(
+      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kCompute, stream));
 
   const GraphExec* exec = graphs_.Find(key);
   if (exec == nullptr) {

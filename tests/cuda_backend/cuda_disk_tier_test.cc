@@ -71,8 +71,8 @@ std::vector<float> Continue(Session& s, absl::Span<const int32_t> tail) {
   return logits;
 }
 
-// A prompt of kPromptChunks closed chunks and `open_tokens` more, then a
-// tail of 8 chunks' tokens to continue with.
+// A prompt of `chunks` closed chunks and `open_tokens` more, then a tail of
+// 8 chunks' tokens to continue with.
 struct PromptAndTail {
   std::vector<int32_t> tokens;
   size_t prompt_tokens = 0;
@@ -84,9 +84,10 @@ struct PromptAndTail {
   }
 };
 
-PromptAndTail MakePromptAndTail(const ModelConfig& config, int64_t open_tokens, uint64_t seed) {
+PromptAndTail MakePromptAndTail(const ModelConfig& config, int64_t open_tokens, uint64_t seed,
+                                int64_t chunks = kPromptChunks) {
   const int64_t tokens_per_chunk = config.chunk_positions() - 1;
-  const int64_t prompt_tokens = kPromptChunks * tokens_per_chunk + open_tokens;
+  const int64_t prompt_tokens = chunks * tokens_per_chunk + open_tokens;
   return {testing::RandomTokens(config, prompt_tokens + 8 * tokens_per_chunk, seed),
           static_cast<size_t>(prompt_tokens)};
 }
@@ -228,6 +229,81 @@ TEST_CASE("cuda disk tier: a session restored with mapped chunks continues as on
     const std::vector<float> got = Continue(**mapped, tail);
     REQUIRE((*mapped)->backend_session().stats().mapped_h2d_chunks > 0);
     CHECK(got == want);
+  }
+}
+
+// review-restoreram R5: a mapper that maps the first unit and fails on the
+// second (a server out of map slots, or a log it cannot map): the restore
+// keeps unit 0 mapped and reads every later chunk into host records
+// (MapLeadingUnits stops at the first failure; cuda_session_state.cc
+// appends the released records of the mapped unit, then the read ones, in
+// chunk order). The session must continue exactly as one read in whole.
+TEST_CASE("cuda disk tier: a restore whose mapper fails on the second unit continues as one "
+          "read in",
+          "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = testing::Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 77);
+  // 130 closed chunks: units [0, 64) and [64, 128) whole, 128..129 after.
+  const PromptAndTail tokens = MakePromptAndTail(config, 25, 78, /*chunks=*/130);
+  const auto prompt = tokens.prompt();
+  const auto tail = tokens.tail();
+  for (CudaPrecision precision : {CudaPrecision::kFp32, CudaPrecision::kBf16}) {
+    INFO("precision " << CudaPrecisionName(precision));
+    CudaBackendOptions options = testing::PrecisionOptions(precision);
+    options.state_export = true;
+    auto backend = MakeCudaBackend(config, weights, options);
+    REQUIRE(backend.ok());
+    auto source = Prompted(**backend, prompt);
+    REQUIRE(source->num_chunks() == 130);
+    auto state = source->ExportState();
+    REQUIRE(state.ok());
+    const std::vector<ChunkData> chunks =
+        ReadChunks(source->backend_session(), 0, source->num_chunks());
+    const ChunkReader read = [&chunks](int64_t c, ChunkData& out) {
+      out = chunks[c];
+      return absl::OkStatus();
+    };
+    std::vector<int64_t> asked;
+    const ChunkMapper map = [&](int64_t first, int64_t count)
+        -> absl::StatusOr<std::shared_ptr<const MappedChunks>> {
+      asked.push_back(first);
+      if (first >= kUnit) return absl::ResourceExhaustedError("no map slot left");
+      return std::make_shared<VectorMappedChunks>(
+          first, std::vector<ChunkData>(chunks.begin() + first, chunks.begin() + first + count));
+    };
+    auto read_in = Session::Restore(**backend, *state, read);
+    auto partial = Session::Restore(**backend, *state, read, map);
+    REQUIRE(read_in.ok());
+    INFO(partial.status().message());
+    REQUIRE(partial.ok());
+    CHECK(asked == std::vector<int64_t>{0, kUnit});  // no unit tried after the failure
+    const SessionMemory r = (*read_in)->backend_session().memory();
+    const SessionMemory m = (*partial)->backend_session().memory();
+    CHECK(m.mapped_chunk_bytes ==
+          kUnit * config.enc_chunk_size * config.hidden_size * sizeof(float));
+    CHECK(m.chunk_store_bytes < r.chunk_store_bytes);
+    // Every chunk reads back as it was taken, mapped or held.
+    const std::vector<ChunkData> back = ReadChunks((*partial)->backend_session(), 0, 130);
+    for (int64_t c = 0; c < 130; ++c) {
+      INFO("chunk " << c);
+      REQUIRE(back[c].rows == chunks[c].rows);
+      REQUIRE(back[c].landmark == chunks[c].landmark);
+    }
+    testing::RetrievalLog want_log, got_log;
+    testing::Record((*read_in)->backend_session(), want_log);
+    testing::Record((*partial)->backend_session(), got_log);
+    const std::vector<float> want = Continue(**read_in, tail);
+    const std::vector<float> got = Continue(**partial, tail);
+    const int64_t fetched = (*partial)->backend_session().stats().mapped_h2d_chunks;
+    WARN(CudaPrecisionName(precision) << ": " << fetched
+                                      << " mapped chunks fetched after the partial restore");
+    REQUIRE(fetched > 0);  // else the comparison says nothing about the mapped unit
+    CHECK(got == want);
+    REQUIRE(!want_log.empty());
+    testing::CheckIdenticalRetrievals(want_log, got_log, 0.0);
+    (*read_in)->backend_session().set_retrieval_observer(nullptr);
+    (*partial)->backend_session().set_retrieval_observer(nullptr);
   }
 }
 

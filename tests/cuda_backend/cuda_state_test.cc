@@ -5,12 +5,16 @@
 // bad state, it is refused and nothing changes. Written without a GPU: these
 // tests skip visibly until run on one (scripts/gpu_bench.sh).
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "engine/backend_factory.h"
+#include "engine/batch_step.h"
 #include "engine/model_dir.h"
 #include "engine/session.h"
 #include "engine/session_state.h"
@@ -18,6 +22,7 @@
 #include "tests/test_util/fixture_dirs.h"
 #include "tests/test_util/golden.h"
 #include "tests/test_util/random_model.h"
+#include "tests/test_util/vector_mapped_chunks.h"
 
 namespace drt {
 namespace {
@@ -438,6 +443,183 @@ TEST_CASE("cuda state: a bad state is refused by name and changes nothing", "[cu
   CHECK(used->backend_session().ReadChunk(used->num_chunks(), out).code() ==
         absl::StatusCode::kOutOfRange);
   CHECK(used->backend_session().ReadChunk(-1, out).code() == absl::StatusCode::kOutOfRange);
+}
+
+// --- The end write on a handler thread while the engine thread steps other
+// sessions (review-cuda F2). drt-server writes a durable session's state at
+// the end of a Generate on the call's handler thread (ExportState, ReadChunk
+// of every chunk, MapChunks of the chunks written: server/state_store.cc)
+// while the engine thread runs other sessions' steps; Fork also runs beside
+// them here, a stricter case than the server's (it forks on the engine
+// thread). Reading found no race (backend-wide objects are read-only or
+// locked, a session's calls touch only its own streams); nothing had run it.
+
+// Export without Catch assertions (they are not thread-safe in Catch2 v2):
+// the first error, or the state and every chunk.
+absl::StatusOr<Exported> ExportQuietly(const Session& session) {
+  auto state = session.ExportState();
+  if (!state.ok()) return state.status();
+  Exported e{*std::move(state), {}};
+  for (int64_t c = 0; c < session.num_chunks(); ++c) {
+    ChunkData chunk;
+    if (absl::Status s = session.backend_session().ReadChunk(c, chunk); !s.ok()) return s;
+    e.chunks.push_back(std::move(chunk));
+  }
+  return e;
+}
+
+// An empty string when equal bit for bit, else what differs first.
+std::string ExportDifference(const Exported& a, const Exported& b, const ModelConfig& config) {
+  if (*EncodeSessionState(a.state, config) != *EncodeSessionState(b.state, config)) {
+    return "the small state";
+  }
+  if (a.chunks.size() != b.chunks.size()) return "the chunk count";
+  for (size_t c = 0; c < a.chunks.size(); ++c) {
+    if (a.chunks[c].landmark != b.chunks[c].landmark || a.chunks[c].rows != b.chunks[c].rows) {
+      return "chunk " + std::to_string(c);
+    }
+  }
+  return "";
+}
+
+// Decodes `tokens` one at a time on `a` (and on `a2` in the same step when
+// given: a step of two sessions), through RunStep as the engine thread does;
+// returns a's logits of every token.
+std::vector<float> Decode(Backend& backend, Session& a, Session* a2,
+                          const std::vector<int32_t>& tokens) {
+  std::vector<float> logits, other;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::vector<StepEntry> entries(1);
+    entries[0].session = &a;
+    entries[0].tokens = absl::MakeConstSpan(tokens).subspan(i, 1);
+    entries[0].all_logits = &logits;
+    if (a2 != nullptr) {
+      StepEntry second;
+      second.session = a2;
+      second.tokens = absl::MakeConstSpan(tokens).subspan(tokens.size() - 1 - i, 1);
+      second.all_logits = &other;
+      entries.push_back(second);
+    }
+    for (const absl::Status& s : RunStep(backend, entries)) {
+      INFO("token " << i << ": " << s.message());
+      REQUIRE(s.ok());
+    }
+  }
+  return logits;
+}
+
+TEST_CASE("cuda state: the end write and Fork on a handler thread beside engine steps",
+          "[cuda]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = testing::Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 91);
+  const int64_t per_chunk = config.chunk_positions() - 1;
+  // B: 66 closed chunks (one whole unit of 64 to map) and 20 open tokens.
+  const std::vector<int32_t> b_prompt = testing::RandomTokens(config, 66 * per_chunk + 20, 92);
+  const std::vector<int32_t> a_prompt = testing::RandomTokens(config, 5 * per_chunk + 7, 93);
+  // About 200 decode steps: three chunks close among them (eager steps),
+  // the others replay a decode graph where graphs are on.
+  const std::vector<int32_t> a_tokens = testing::RandomTokens(config, 200, 94);
+  constexpr int64_t kUnit = 64;  // CudaSession::kChunkMapUnit
+
+  struct Variant {
+    const char* name;
+    bool decode_graphs;
+    bool batched_step_rows;  // with a second session in every step
+  };
+  for (const Variant v : {Variant{"eager", false, false}, Variant{"decode graphs", true, false},
+                          Variant{"batched steps of two sessions", false, true}}) {
+    INFO(v.name);
+    for (CudaPrecision precision : {CudaPrecision::kFp32, CudaPrecision::kBf16}) {
+      INFO(CudaPrecisionName(precision));
+      CudaBackendOptions options = ExportOptions(precision);
+      options.decode_graphs = v.decode_graphs;
+      options.batched_step_rows = v.batched_step_rows;
+      auto made = MakeCudaBackend(config, weights, options);
+      INFO(made.status().message());
+      REQUIRE(made.ok());
+      Backend& backend = **made;
+
+      // Single-threaded: what B exports (as it is, once mapped, and its
+      // fork) and A's logits.
+      auto b_alone = Prompted(backend, b_prompt, b_prompt.size());
+      const Exported b_want = Export(*b_alone);
+      REQUIRE(b_want.chunks.size() == 66);
+      auto b_alone_fork = b_alone->Fork();
+      REQUIRE(b_alone_fork.ok());
+      const Exported fork_want = Export(**b_alone_fork);
+      std::vector<float> a_want;
+      {
+        auto a = Prompted(backend, a_prompt, a_prompt.size());
+        std::unique_ptr<Session> a2;
+        if (v.batched_step_rows) a2 = Prompted(backend, a_prompt, a_prompt.size() - 3);
+        a_want = Decode(backend, *a, a2.get(), a_tokens);
+      }
+
+      // Concurrently: this thread steps A (the engine thread), another
+      // exports, maps and forks the idle B (the handler thread) until A is
+      // done, at least twice.
+      auto b = Prompted(backend, b_prompt, b_prompt.size());
+      auto a = Prompted(backend, a_prompt, a_prompt.size());
+      std::unique_ptr<Session> a2;
+      if (v.batched_step_rows) a2 = Prompted(backend, a_prompt, a_prompt.size() - 3);
+      std::atomic<bool> engine_done{false};
+      std::vector<float> a_got;
+      int rounds = 0;
+      std::string handler_error;  // the first, read after the join
+      std::thread handler([&] {
+        auto fail = [&](const std::string& what) {
+          if (handler_error.empty()) handler_error = "round " + std::to_string(rounds) + ": " + what;
+        };
+        while (handler_error.empty() && (rounds < 2 || !engine_done.load())) {
+          absl::StatusOr<Exported> e = ExportQuietly(*b);
+          if (!e.ok()) return fail("export: " + std::string(e.status().message()));
+          if (std::string d = ExportDifference(*e, b_want, config); !d.empty()) {
+            return fail("B's export differs from the single-threaded one in " + d);
+          }
+          // The first unit, as the end write maps the chunks it wrote (a
+          // no-op once mapped); its host records are freed (cudaFreeHost).
+          std::vector<ChunkData> unit(e->chunks.begin(), e->chunks.begin() + kUnit);
+          if (absl::Status s = b->backend_session().MapChunks(
+                  std::make_shared<testing::VectorMappedChunks>(0, std::move(unit)));
+              !s.ok()) {
+            return fail("MapChunks: " + std::string(s.message()));
+          }
+          auto fork = b->Fork();
+          if (!fork.ok()) return fail("Fork: " + std::string(fork.status().message()));
+          absl::StatusOr<Exported> f = ExportQuietly(**fork);
+          if (!f.ok()) return fail("the fork's export: " + std::string(f.status().message()));
+          if (std::string d = ExportDifference(*f, fork_want, config); !d.empty()) {
+            return fail("the fork's export differs from the single-threaded one in " + d);
+          }
+          ++rounds;  // the fork is freed here (cudaFree of its buffers)
+        }
+      });
+      {
+        // A failed REQUIRE in Decode throws: stop and join the handler
+        // first (a joinable std::thread destroyed would terminate the run).
+        struct Joiner {
+          std::atomic<bool>& done;
+          std::thread& thread;
+          ~Joiner() {
+            done = true;
+            if (thread.joinable()) thread.join();
+          }
+        } joiner{engine_done, handler};
+        a_got = Decode(backend, *a, a2.get(), a_tokens);
+      }
+      INFO("handler thread: " << handler_error);
+      CHECK(handler_error.empty());
+      WARN(v.name << ", " << CudaPrecisionName(precision) << ": " << rounds
+                  << " handler rounds beside " << a_tokens.size() << " engine steps");
+      CHECK(rounds >= 2);
+      CHECK(b->backend_session().memory().mapped_chunk_bytes > 0);
+      REQUIRE(a_got.size() == a_want.size());
+      CHECK(a_got == a_want);
+      // B, mapped, still exports what it did before.
+      RequireSameExport(Export(*b), b_want, config);
+    }
+  }
 }
 
 }  // namespace

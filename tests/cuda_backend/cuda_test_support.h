@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <set>
@@ -14,6 +15,7 @@
 
 #include "engine/backend.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/host/stream_delay.h"
 #include "kernels/device_query.h"
 #include "tests/test_util/random_model.h"
 
@@ -116,9 +118,19 @@ inline ModelConfig Chunk64Config() {
   return c;
 }
 
+// The options of most tests: `precision`, and the test-only stream delay
+// (CudaStreamDelay) when DRT_TEST_CUDA_STREAM_DELAY is set, as STREAM:NS
+// (scripts/gpu_bench.sh STREAM_DELAY_RUNS runs the bit-identity cases with
+// each stream delayed, so that a missing cross-stream wait fails them). A
+// malformed value fails the test that asked.
 inline CudaBackendOptions PrecisionOptions(CudaPrecision precision) {
   CudaBackendOptions options;
   options.precision = precision;
+  if (const char* delay = std::getenv("DRT_TEST_CUDA_STREAM_DELAY"); delay != nullptr) {
+    absl::StatusOr<CudaStreamDelay> parsed = ParseCudaStreamDelay(delay);
+    if (!parsed.ok()) FAIL("DRT_TEST_CUDA_STREAM_DELAY: " << parsed.status().message());
+    options.debug_stream_delay = *parsed;
+  }
   return options;
 }
 

@@ -215,6 +215,27 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     CHECK(refused.status().message().find("--cuda_chunk_tier: unknown CUDA chunk tier 'gpu': "
                                           "expected host, device or auto") != std::string::npos);
   }
+  SECTION("--cuda_* flags on the cpu backend are named in one note (review-cuda F7)") {
+    ScopedFlag cpu("device", "cpu");
+    auto plain = ServerConfigFromFlags();
+    REQUIRE(plain.ok());
+    CHECK(plain->cuda_flags_note.empty());  // none given
+    ScopedFlag graphs("cuda_decode_graphs", "true");
+    ScopedFlag tier("cuda_chunk_tier", "device");
+    ScopedFlag precision("cuda_precision", "fp32");
+    auto ignored = ServerConfigFromFlags();
+    REQUIRE(ignored.ok());
+    CHECK(ignored->cuda_flags_note ==
+          "--cuda_precision=fp32, --cuda_chunk_tier=device, --cuda_decode_graphs ignored: "
+          "backend cpu (they apply to --device=cuda only)");
+    if (CudaBackendBuilt()) {
+      // On cuda they apply: no note.
+      ScopedFlag cuda("device", "cuda");
+      auto applied = ServerConfigFromFlags();
+      REQUIRE(applied.ok());
+      CHECK(applied->cuda_flags_note.empty());
+    }
+  }
   SECTION("--cuda_state_export: off by default, on when given") {
     CHECK_FALSE(config->cuda_state_export);
     ScopedFlag on("cuda_state_export", "true");
