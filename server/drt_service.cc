@@ -140,12 +140,13 @@ class PromptIngest {
     // the end of the stream), after the rest of this message: it is checked
     // against the context limit now, with the rest, so that a message that
     // does not fit is refused before any of it runs.
-    int64_t tail = static_cast<int64_t>(encoder_.pending_bytes());
-    if (!tokenizer_.one_id_per_byte()) {
-      auto tail_ids = tokenizer_.Encode(encoder_.pending());
-      if (!tail_ids.ok()) return tail_ids.status();
-      tail = static_cast<int64_t>(tail_ids->size());
-    }
+    // It is encoded only when a bound from its bytes would not fit (so not
+    // again on every piece of a long text without whitespace).
+    const int64_t room =
+        entry_.settings().max_context_tokens - entry_.tokens() - static_cast<int64_t>(ids->size());
+    auto tail_ids = encoder_.PendingIdsWithin(room);
+    if (!tail_ids.ok()) return tail_ids.status();
+    const int64_t tail = *tail_ids;
     const int64_t ingested_before = ingested_;
     absl::Status status = CheckContextLimit(
         static_cast<int64_t>(ids->size()) + tail,

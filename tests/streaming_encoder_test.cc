@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "engine/tokenizer/bpe_tokenizer_for_text.h"
 #include "engine/tokenizer/byte_level_alphabet.h"
 #include "engine/tokenizer/streaming_encoder.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -191,11 +192,126 @@ TEST_CASE("streamed text with added tokens gives the ids of the whole text",
       REQUIRE(whole.ok());
       INFO(variant.name << ", text \"" << text << "\"");
       REQUIRE(PushWholeThenFinish(**tokenizer, text) == *whole);
+      REQUIRE(whole->size() <= 2 * text.size());  // PendingIdsWithin's bound
       for (size_t max_piece : {1, 2, 5}) {
         REQUIRE(EncodeInPieces(**tokenizer, text, rng, max_piece) == *whole);
       }
     }
   }
+}
+
+// Counts Encode calls of the tokenizer it wraps.
+class CountingTokenizer final : public Tokenizer {
+ public:
+  explicit CountingTokenizer(const Tokenizer& inner) : inner_(inner) {}
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override {
+    ++encodes_;
+    encoded_bytes_ += text.size();
+    return inner_.Encode(text);
+  }
+  absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const override {
+    return inner_.Decode(ids);
+  }
+  int32_t vocab_size() const override { return inner_.vocab_size(); }
+  int32_t eos_id() const override { return inner_.eos_id(); }
+  bool one_id_per_byte() const override { return inner_.one_id_per_byte(); }
+  size_t StreamCut(std::string_view text) const override { return inner_.StreamCut(text); }
+  int64_t encodes() const { return encodes_; }
+  int64_t encoded_bytes() const { return encoded_bytes_; }
+
+ private:
+  const Tokenizer& inner_;
+  mutable int64_t encodes_ = 0;
+  mutable int64_t encoded_bytes_ = 0;
+};
+
+TEST_CASE("the held-back text is encoded for a limit check only when its bound does not fit",
+          "[tokenizer][streaming]") {
+  auto gpt2 =
+      LoadBpeTokenizer(std::string(DRT_SOURCE_DIR) + "/tests/fixtures/gpt2-tokenizer/tokenizer.json");
+  REQUIRE(gpt2.ok());
+  REQUIRE_FALSE((*gpt2)->one_id_per_byte());
+  CountingTokenizer counting(**gpt2);
+  SECTION("a long text without whitespace in small pieces, far from the limit") {
+    // 512 KiB of letters in 1 KiB pieces: all of it is held back (one word).
+    // Encoding it for every piece's check would encode 128 MiB in all.
+    StreamingEncoder encoder(counting);
+    const std::string piece = [] {
+      std::string p;
+      while (p.size() < 1024) p += "abcdefghijklmnopqrstuvwxyz";
+      return p.substr(0, 1024);
+    }();
+    int64_t check_encodes = 0;
+    for (int i = 0; i < 512; ++i) {
+      REQUIRE(encoder.Push(piece).ok());
+      const int64_t before = counting.encodes();
+      auto bound = encoder.PendingIdsWithin(int64_t{1} << 22);
+      REQUIRE(bound.ok());
+      CHECK(*bound == 2 * static_cast<int64_t>(encoder.pending_bytes()));
+      check_encodes += counting.encodes() - before;
+    }
+    CHECK(encoder.pending_bytes() == 512 * 1024);
+    CHECK(check_encodes == 0);
+  }
+  SECTION("near the limit the count is exact") {
+    StreamingEncoder encoder(counting);
+    REQUIRE(encoder.Push("hello wonderful").ok());
+    REQUIRE(encoder.pending_bytes() > 0);
+    auto exact = (*gpt2)->Encode(encoder.pending());
+    REQUIRE(exact.ok());
+    const int64_t room = 2 * static_cast<int64_t>(encoder.pending_bytes()) - 1;
+    const int64_t before = counting.encodes();
+    auto count = encoder.PendingIdsWithin(room);
+    REQUIRE(count.ok());
+    CHECK(*count == static_cast<int64_t>(exact->size()));
+    CHECK(counting.encodes() == before + 1);
+  }
+  SECTION("a one-id-per-byte tokenizer: the byte count, never encoded") {
+    auto bytes = MakeByteTokenizer();
+    CountingTokenizer counting_bytes(*bytes);
+    StreamingEncoder encoder(counting_bytes);
+    REQUIRE(encoder.Push("hello wonderful").ok());
+    const int64_t before = counting_bytes.encodes();
+    auto count = encoder.PendingIdsWithin(0);
+    REQUIRE(count.ok());
+    CHECK(*count == static_cast<int64_t>(encoder.pending_bytes()));
+    CHECK(counting_bytes.encodes() == before);
+  }
+}
+
+TEST_CASE("a byte vocabulary is one id per byte only while text can spell no added token",
+          "[tokenizer]") {
+  // review-apifix F1: GetModelInfo.tokenizer says "bytes" from this, and a
+  // client then counts text bytes as tokens; an added token that text
+  // spells is one id for several bytes.
+  nlohmann::json added = nlohmann::json::array();
+  added.push_back(AddedToken(256, "<|pad|>", false, false, false));
+  added.push_back(AddedToken(257, "<|chunk|>", false, false, false));
+  testing::TempDir dir;
+  const std::string plain = WriteByteVocabTokenizer(dir, "plain", nlohmann::json::array(), false);
+  const std::string engine_only = WriteByteVocabTokenizer(dir, "engine_only", added, false);
+  added.push_back(AddedToken(258, "<sep>", false, false, false));
+  const std::string extra = WriteByteVocabTokenizer(dir, "extra", added, false);
+
+  auto t = LoadBpeTokenizer(plain);
+  REQUIRE(t.ok());
+  CHECK((*t)->one_id_per_byte());
+  // The bundled models' case: pad and landmark are not matched in text.
+  t = LoadBpeTokenizerForText(engine_only, {256, 257});
+  REQUIRE(t.ok());
+  CHECK((*t)->one_id_per_byte());
+  CHECK(*(*t)->Encode("<|pad|>") == std::vector<int32_t>({'<', '|', 'p', 'a', 'd', '|', '>'}));
+  t = LoadBpeTokenizer(engine_only);  // all added tokens matched
+  REQUIRE(t.ok());
+  CHECK_FALSE((*t)->one_id_per_byte());
+  // One more added token: text spells it as one id, so not "bytes".
+  t = LoadBpeTokenizerForText(extra, {256, 257});
+  REQUIRE(t.ok());
+  CHECK(*(*t)->Encode("a<sep>") == std::vector<int32_t>({'a', 258}));
+  CHECK_FALSE((*t)->one_id_per_byte());
+  t = LoadBpeTokenizerForText(extra, {256, 257, 258});
+  REQUIRE(t.ok());
+  CHECK((*t)->one_id_per_byte());
 }
 
 }  // namespace

@@ -226,6 +226,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadBpeTokenizer(const std::string& p
   if (!spec.ok()) return spec.status();
   absl::StatusOr<BpeTables> tables = BuildTables(*spec, path);
   if (!tables.ok()) return tables.status();
+  // A literal added token in text is one id: text is then not one id per byte.
+  tables->one_id_per_byte &= spec->added_tokens.empty();
   return std::make_unique<BpeTokenizer>(*std::move(tables), AddedTokenSplitter(spec->added_tokens));
 }
 
@@ -242,6 +244,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadBpeTokenizerForText(
       matched.push_back(token);
     }
   }
+  // Only the tokens split out of text matter (review-apifix F1): with any,
+  // its spelling is one id, and a client counting tokens as bytes would be
+  // wrong (GetModelInfo.tokenizer would claim "bytes" falsely).
+  tables->one_id_per_byte &= matched.empty();
   return std::make_unique<BpeTokenizer>(*std::move(tables), AddedTokenSplitter(matched));
 }
 

@@ -23,4 +23,13 @@ absl::StatusOr<std::vector<int32_t>> StreamingEncoder::Finish() {
   return ids;
 }
 
+absl::StatusOr<int64_t> StreamingEncoder::PendingIdsWithin(int64_t room) const {
+  const int64_t bytes = static_cast<int64_t>(pending_.size());
+  if (tokenizer_.one_id_per_byte()) return bytes;
+  if (2 * bytes <= room) return 2 * bytes;
+  auto ids = tokenizer_.Encode(pending_);
+  if (!ids.ok()) return ids.status();
+  return static_cast<int64_t>(ids->size());
+}
+
 }  // namespace drt

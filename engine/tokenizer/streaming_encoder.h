@@ -33,6 +33,14 @@ class StreamingEncoder {
   size_t pending_bytes() const { return pending_.size(); }
   // The text held back (not yet encoded).
   const std::string& pending() const { return pending_; }
+  // The ids the held-back text will bring, as far as a check against `room`
+  // needs to know: a bound that is at most `room` when one is known without
+  // encoding, else the exact count. The bound is the byte count for a
+  // one-id-per-byte tokenizer (exact), else twice it (a token covers at
+  // least one byte, plus the space an add_prefix_space tokenizer puts before
+  // each plain stretch). Encoding the whole held-back text on every piece
+  // would be quadratic for long text without whitespace (review-apifix F2).
+  absl::StatusOr<int64_t> PendingIdsWithin(int64_t room) const;
 
  private:
   const Tokenizer& tokenizer_;

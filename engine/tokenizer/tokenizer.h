@@ -26,8 +26,8 @@ class Tokenizer {
   // The end-of-text id, or -1.
   virtual int32_t eos_id() const = 0;
   // True when text encodes to one id per byte, id = byte value (the byte
-  // tokenizer, or a tokenizer.json with the 256 bytes as ids 0..255 and no
-  // merges; special tokens written literally aside): clients can then count
+  // tokenizer, or a tokenizer.json with the 256 bytes as ids 0..255, no
+  // merges and no added token that text can spell): clients can then count
   // tokens as bytes.
   virtual bool one_id_per_byte() const = 0;
   // For text arriving in pieces (StreamingEncoder): the length n of the

@@ -2,6 +2,7 @@
 // the first, deploy/k8s/autoscaling) follow the sessions without any gRPC
 // call: after idle expiry and after sessions are restored at start-up
 // (review-api F2; they were set only when a call ended).
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -24,6 +25,8 @@ int64_t Gauge(const std::string& text, const std::string& name) {
   return std::stoll(text.substr(at + key.size()));
 }
 
+constexpr int64_t kShortTtlSeconds = 3;
+
 std::string CreateWithTtl(drt::v1::Drt::Stub& stub, int64_t ttl) {
   drt::v1::CreateSessionRequest request;
   request.set_idle_ttl_seconds(ttl);
@@ -36,21 +39,33 @@ TEST_CASE("the session gauges drop at idle expiry without a call", "[server][met
   InProcessServer server;
   const auto prompt = RandomTokens(200, 41);
   const std::string kept = CreateWithTtl(server.stub(), 600);
-  for (int i = 0; i < 2; ++i) {
-    const std::string id = CreateWithTtl(server.stub(), 1);
-    REQUIRE(AppendTokens(server.stub(), id, prompt, {prompt.size()}).status.ok());
-  }
   REQUIRE(AppendTokens(server.stub(), kept, prompt, {prompt.size()}).status.ok());
   const int64_t kept_bytes = GetSession(server.stub(), kept).info.host_bytes();
   REQUIRE(kept_bytes > 0);
+  // The short-lived sessions come last, so that only the second one's
+  // Create and Append pass between the first one's last use and the check
+  // below, which must see them alive. That window measured 0.02-0.05 s
+  // alone and at most 0.15 s with 6 runs of this test at once (load 8, 2
+  // cores): kShortTtlSeconds = 3 leaves a 20-fold margin (review-apifix F5;
+  // TTL 1 s, with the kept session's calls in the window too, could fail under load).
+  std::chrono::steady_clock::time_point first_used;
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = CreateWithTtl(server.stub(), kShortTtlSeconds);
+    REQUIRE(AppendTokens(server.stub(), id, prompt, {prompt.size()}).status.ok());
+    if (i == 0) first_used = std::chrono::steady_clock::now();
+  }
   const std::string before = server.metrics().RenderPrometheus();
+  const double window =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - first_used).count();
+  INFO("the short-lived sessions were checked " << window
+                                                << " s after the first one's Append ended");
   CHECK(Gauge(before, "drt_active_sessions") == 3);
   CHECK(Gauge(before, "drt_chunk_store_bytes") == 3 * kept_bytes);  // three alike sessions
 
   // No gRPC call from here on: the reaper (every second) expires the two.
   WaitFor([&] {
     return Gauge(server.metrics().RenderPrometheus(), "drt_active_sessions") == 1;
-  }, 10, "drt_active_sessions to drop to 1 after the idle expiry");
+  }, kShortTtlSeconds + 15, "drt_active_sessions to drop to 1 after the idle expiry");
   CHECK(Gauge(server.metrics().RenderPrometheus(), "drt_chunk_store_bytes") == kept_bytes);
 }
 
