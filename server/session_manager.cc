@@ -144,11 +144,21 @@ absl::Status SessionEntry::EndAndReport(bool write_unwritten) {
     if (!write) RefreshFiguresLocked();
   }
   // As a step's write and release (a failed write stays owed: the next
-  // step retries it); a session deleted during the write is freed there
-  // (in_step_ kept anyone else from freeing it), and its DeletedError goes
-  // out as it is, whatever the write gave.
-  if (write) s = ReleaseStep(WriteStep(/*force=*/true));
-  if (!s.ok() && !(write && engine_freed_->load())) {
+  // step retries it); a session deleted during the write is freed by this
+  // release (in_step_ kept anyone else from freeing it), and its
+  // DeletedError goes out as it is, whatever the write gave. Whether it was
+  // is what the release itself reports (it hands the session here), not
+  // engine_freed_: a DeleteSession right after the release frees the
+  // session and sets that too, and the write's own error must still be
+  // logged and explained then (review-writecap W3).
+  bool freed_by_release = false;
+  if (write) {
+    std::optional<DeletedSession> freed;
+    s = ReleaseStep(WriteStep(/*force=*/true), &freed);
+    freed_by_release = freed.has_value();
+    freed.reset();  // here, before the activity ends (as without free_later)
+  }
+  if (!s.ok() && !freed_by_release) {
     std::fprintf(stderr, "drt-server: session %s: %s\n", id_.c_str(),
                  std::string(s.message()).c_str());
     s = absl::Status(

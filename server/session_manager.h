@@ -181,7 +181,7 @@ class SessionEntry {
   // --state_sync=interval's interval (EndAndReport's write: BeginStep's
   // claim taken there by hand, ReleaseStep after it). A session deleted
   // during the step is freed by ReleaseStep, or, given `free_later`, handed
-  // there for its holder to free.
+  // there for its holder to free (free_later set: this release took it).
   bool NoteStep(const absl::Status& status, bool state_whole);
   absl::Status WriteStep(bool force = false);
   absl::Status ReleaseStep(absl::Status status,

@@ -6,6 +6,7 @@
 // memory, so every pointer can be told apart.
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -108,6 +109,99 @@ TEST_CASE("mappings that are not one whole closed block are refused", "[disk_tie
     REQUIRE(store.mapped_bytes() == 0);
   }
   for (int64_t c = 0; c < store.size(); ++c) REQUIRE(Holds(store, c));
+}
+
+// review-writecap W2 and "The MapBlock race": a full block a fork shares is
+// never changed in place. Mapping it in one store leaves the other's rows
+// where they were; mapping it in both, each on its own thread at once (two
+// sessions' group-commit writes), gives each its own mapped block, with the
+// same chunks as before. (The old code wrote the block in place when it saw
+// use_count() == 1, a relaxed load that orders nothing after the other
+// owner's reads: a data race by the letter, which only a race detector
+// shows; this test checks what both threads end with.)
+TEST_CASE("a block a fork shares, mapped in one store, leaves the other's rows intact",
+          "[disk_tier]") {
+  ChunkStore store = StoreOf(kBlock + 5);
+  ChunkStore fork = store;  // shares both blocks
+  const size_t block_rows = kBlock * kRows * kWidth * sizeof(float);
+  const size_t rows_before = fork.encoder_row_bytes();
+  const size_t shared_before = fork.shared_bytes();
+  const float* fork_rows = fork.encoder_rows(7);
+  const float* fork_landmark = fork.landmark(7);
+  auto mapping = std::make_shared<CopyMapping>(0, kBlock);
+  REQUIRE(store.MapBlock(mapping).ok());
+  REQUIRE(store.encoder_rows(7) == mapping->encoder_rows(7));
+  // The fork reads the same rows, at the same place, as before.
+  REQUIRE(fork.encoder_rows(7) == fork_rows);
+  REQUIRE(fork.landmark(7) == fork_landmark);
+  REQUIRE(fork.encoder_row_bytes() == rows_before);
+  REQUIRE(fork.mapped_bytes() == 0);
+  for (int64_t c = 0; c < fork.size(); ++c) {
+    REQUIRE(Holds(fork, c));
+    REQUIRE(Holds(store, c));
+  }
+  // Now the fork holds the block alone: mapping it there frees its rows.
+  auto fork_mapping = std::make_shared<CopyMapping>(0, kBlock);
+  REQUIRE(fork.MapBlock(fork_mapping).ok());
+  REQUIRE(fork.encoder_row_bytes() == rows_before - block_rows);
+  REQUIRE(fork.encoder_rows(7) == fork_mapping->encoder_rows(7));
+  REQUIRE(store.encoder_rows(7) == mapping->encoder_rows(7));
+  for (int64_t c = 0; c < fork.size(); ++c) {
+    REQUIRE(Holds(fork, c));
+    REQUIRE(Holds(store, c));
+  }
+  // Only the partial last block is still shared.
+  REQUIRE(store.shared_bytes() == fork.shared_bytes());
+  REQUIRE(store.shared_bytes() > 0);
+  REQUIRE(store.shared_bytes() < shared_before);
+}
+
+TEST_CASE("blocks a fork shares, mapped in both stores at once from two threads, read the same "
+          "chunks in both",
+          "[disk_tier]") {
+  const size_t block_rows = kBlock * kRows * kWidth * sizeof(float);
+  // Many rounds, so that the two threads' MapBlock calls overlap in every
+  // order (each round maps two shared blocks in each store).
+  for (int round = 0; round < 200; ++round) {
+    ChunkStore store = StoreOf(2 * kBlock + 5);
+    ChunkStore fork = store;
+    const size_t rows_before = store.encoder_row_bytes();
+    std::vector<std::shared_ptr<CopyMapping>> store_maps, fork_maps;
+    for (int64_t b = 0; b < 2; ++b) {
+      store_maps.push_back(std::make_shared<CopyMapping>(b * kBlock, kBlock));
+      fork_maps.push_back(std::make_shared<CopyMapping>(b * kBlock, kBlock));
+    }
+    absl::Status store_status, fork_status;
+    auto map_all = [](ChunkStore& s, const std::vector<std::shared_ptr<CopyMapping>>& maps,
+                      absl::Status& status) {
+      for (const auto& m : maps) {
+        status.Update(s.MapBlock(m));
+        // Read every chunk as a step would meanwhile.
+        for (int64_t c = 0; c < s.size(); ++c) {
+          if (!Holds(s, c)) status.Update(absl::InternalError("wrong chunk"));
+        }
+      }
+    };
+    std::thread t1([&] { map_all(store, store_maps, store_status); });
+    std::thread t2([&] { map_all(fork, fork_maps, fork_status); });
+    t1.join();
+    t2.join();
+    INFO("round " << round);
+    REQUIRE(store_status.ok());
+    REQUIRE(fork_status.ok());
+    for (int64_t c = 0; c < 2 * kBlock; ++c) {
+      REQUIRE(store.encoder_rows(c) == store_maps[c / kBlock]->encoder_rows(c));
+      REQUIRE(fork.encoder_rows(c) == fork_maps[c / kBlock]->encoder_rows(c));
+    }
+    for (int64_t c = 0; c < store.size(); ++c) {
+      REQUIRE(Holds(store, c));
+      REQUIRE(Holds(fork, c));
+    }
+    REQUIRE(store.encoder_row_bytes() == rows_before - 2 * block_rows);
+    REQUIRE(fork.encoder_row_bytes() == rows_before - 2 * block_rows);
+    REQUIRE(store.mapped_bytes() == 2 * block_rows);
+    REQUIRE(fork.mapped_bytes() == 2 * block_rows);
+  }
 }
 
 }  // namespace

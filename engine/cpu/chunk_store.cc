@@ -77,18 +77,19 @@ absl::Status ChunkStore::MapBlock(std::shared_ptr<const MappedChunks> mapped) {
   if (absl::Status s = CheckMappedBlock(*mapped, first); !s.ok()) return s;
   std::shared_ptr<Block>& slot = blocks_[first / kChunksPerBlock];
   if (slot->mapped != nullptr) return absl::OkStatus();  // mapped already
-  if (slot.use_count() > 1) {
-    // A fork reads this block too (possibly on another thread): give this
-    // store its own block and leave the shared one untouched.
-    auto own = std::make_shared<Block>();
-    own->landmarks = slot->landmarks;
-    own->count = slot->count;
-    own->mapped = std::move(mapped);
-    slot = std::move(own);
-  } else {
-    slot->mapped = std::move(mapped);
-    std::vector<float>().swap(slot->rows);  // frees the memory, not only the size
-  }
+  // Always a new block in the slot, never a change of the old one in
+  // place: a fork may share it and read it on another thread (its own
+  // MapBlock, its steps), and a use_count() of 1 seen here is a relaxed
+  // load that orders nothing after the other owner's last reads
+  // (review-writecap, "The MapBlock race"). A full block is thus never
+  // written once filled (WritableLastBlock only writes a block not full).
+  // The old block, with its rows, is freed here when this store held it
+  // alone, and lives on with the fork when shared.
+  auto own = std::make_shared<Block>();
+  own->landmarks = slot->landmarks;
+  own->count = slot->count;
+  own->mapped = std::move(mapped);
+  slot = std::move(own);
   return absl::OkStatus();
 }
 

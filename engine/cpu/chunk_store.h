@@ -39,8 +39,8 @@ class ChunkStore {
   // are copied, its encoder rows stay in the mapping.
   absl::Status AppendMappedBlock(std::shared_ptr<const MappedChunks> mapped);
   // Hands block `mapped->first() / kChunksPerBlock` (full, closed, the same
-  // contents) over to `mapped` and frees its encoder rows. A block a fork shares is
-  // replaced in this store only; the fork keeps its copy.
+  // contents) over to `mapped` in a new block, never changing the old one (a fork
+  // may share it): its encoder rows are freed unless a fork still holds them.
   absl::Status MapBlock(std::shared_ptr<const MappedChunks> mapped);
 
   const float* landmark(int64_t chunk) const;

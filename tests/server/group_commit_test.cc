@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <set>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -133,14 +134,17 @@ TEST_CASE("in a group commit a failed write fails only its own session's item",
 }
 
 // Holds step 1 (C's one token) until `queued` items are queued, so that the
-// next step holds the others together (as the first test does).
-void HoldFirstStepUntilQueued(SchedulerOptions& options, Scheduler*& running, int queued) {
-  options.on_step_formed = [&running, queued](const StepRecord& step) {
+// next step holds the others together (as the first test does). `also`, when
+// given, sees every step once formed (on the engine thread).
+void HoldFirstStepUntilQueued(SchedulerOptions& options, Scheduler*& running, int queued,
+                              std::function<void(const StepRecord&)> also = nullptr) {
+  options.on_step_formed = [&running, queued, also](const StepRecord& step) {
     // (No REQUIRE on the engine thread: the tests' own waits fail.)
     const auto start = Clock::now();
     while (step.index == 1 && running->queued() < queued && SecondsSince(start) < 30) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    if (also) also(step);
   };
 }
 
@@ -185,7 +189,15 @@ TEST_CASE("a session deleted during its group-commit write: the other's result c
     SchedulerOptions scheduler_options;
     scheduler_options.step_tokens = 4032;
     Scheduler* running = nullptr;
-    HoldFirstStepUntilQueued(scheduler_options, running, 3);
+    // Steps that held both A's and B's items (review-writecap W4: had B run
+    // in a step before A's, B's result would be back before A's log is
+    // unlinked whoever unlinks it, and the test would prove nothing).
+    std::atomic<int> steps_with_a_and_b{0};
+    HoldFirstStepUntilQueued(scheduler_options, running, 3, [&](const StepRecord& step) {
+      std::set<std::string> ids;
+      for (const StepPiece& piece : step.pieces) ids.insert(piece.entry->id());
+      if (ids.contains(a_id) && ids.contains(b_id)) ++steps_with_a_and_b;
+    });
     Scheduler scheduler(*FixtureModel::Get().backend, scheduler_options);
     running = &scheduler;
     auto a = NewEntry(*server.sessions), b = NewEntry(*server.sessions),
@@ -231,6 +243,10 @@ TEST_CASE("a session deleted during its group-commit write: the other's result c
     CHECK(c_done.get().status.ok());
     CHECK(ra.status.code() == absl::StatusCode::kAborted);  // deleted while it ran
     REQUIRE(rb.status.ok());
+    // Both ran in one step, so both writes were in one group commit.
+    CHECK(ra.steps_ran == 1);
+    CHECK(rb.steps_ran == 1);
+    CHECK(steps_with_a_and_b.load() == 1);
     CHECK(TokensOnDisk(dir.path(), b->id()) == 200);
     server.store->WaitForLogDeletions();
     {
@@ -252,12 +268,19 @@ TEST_CASE("a session deleted during its group-commit write: the other's result c
 }
 
 // review-durablegen, a missing test: a parent and its fork, sharing chunk
-// logs and chunk blocks with the disk tier on, written in one group commit:
-// each maps its first block of 64 chunks (the CPU backend's map unit) as its
-// write ends, both on their own threads, from their own segments (the fork's
-// block spans the parent's log and its own); MapBlock gives each its own copy
-// of the block they share. Both restore with the greedy tokens and
+// logs with the disk tier on, written in one group commit: each maps its
+// first block of 64 chunks (the CPU backend's map unit) as its write ends,
+// both on their own threads, from their own segments (the fork's block spans
+// the parent's log and its own). Both restore with the greedy tokens and
 // log-probabilities they give in memory.
+// What this does not run (review-writecap W2): MapBlock's mapping of a block
+// both still share. The block they share at the fork holds 40 chunks, not
+// full, so the step's first Append copies it on write, and each maps a block
+// of its own. Through the server a shared full block is never mapped by two
+// writes at once: Fork writes a durable parent (mapping its full blocks)
+// before it forks, and RecordFork maps the child's on the Fork thread. The
+// shared-block case is tested on the chunk store itself
+// (tests/chunk_store_mapping_test.cc).
 TEST_CASE("a fork and its parent written in one group commit with the disk tier both restore "
           "exactly",
           "[server][scheduler][state_store][group_commit][disk_tier]") {

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -129,6 +130,57 @@ TEST_CASE("a deleted session frees its engine session now, or after the running 
   absl::Status begin = entry->Begin(Activity::kGenerating);
   CHECK(begin.code() == absl::StatusCode::kNotFound);
   CHECK(entry->activity() == Activity::kIdle);
+}
+
+// review-writecap W3: EndAndReport decides whether its failed end write goes
+// out wrapped and logged, or as the session's DeletedError, by what its own
+// release reports (ReleaseStep hands it the session it freed), not by
+// engine_session_alive(): a DeleteSession just after the release frees the
+// session too, and the write's error must not pass as a delete's then.
+TEST_CASE("ReleaseStep hands over the engine session only when it was deleted during the step",
+          "[server][delete]") {
+  FixtureModel& f = FixtureModel::Get();
+  SessionManager manager(*f.backend, SessionLimits{});
+  auto created = manager.Create({});
+  REQUIRE(created.ok());
+  std::shared_ptr<SessionEntry> entry = *created;
+  REQUIRE(entry->Begin(Activity::kAppending).ok());
+  const absl::Status write_failed = absl::ResourceExhaustedError("no space left on device");
+
+  SECTION("not deleted: the step's status, nothing handed over") {
+    REQUIRE(entry->BeginStep().ok());
+    std::optional<DeletedSession> freed;
+    CHECK(entry->ReleaseStep(write_failed, &freed) == write_failed);
+    CHECK_FALSE(freed.has_value());
+    CHECK(entry->engine_session_alive());
+  }
+
+  SECTION("deleted during the step: ABORTED, and the session is handed over, alive until freed") {
+    REQUIRE(entry->BeginStep().ok());
+    REQUIRE(manager.Delete(entry->id()).ok());
+    CHECK(entry->engine_session_alive());  // the step still holds it
+    std::optional<DeletedSession> freed;
+    const absl::Status s = entry->ReleaseStep(write_failed, &freed);
+    CHECK(s.code() == absl::StatusCode::kAborted);
+    REQUIRE(freed.has_value());
+    CHECK(entry->engine_session_alive());  // not freed until the holder frees it
+    freed.reset();
+    CHECK_FALSE(entry->engine_session_alive());
+  }
+
+  SECTION("deleted just after the release: the release reported its own status, and the delete "
+          "freed the session") {
+    REQUIRE(entry->BeginStep().ok());
+    std::optional<DeletedSession> freed;
+    const absl::Status s = entry->ReleaseStep(write_failed, &freed);
+    REQUIRE(manager.Delete(entry->id()).ok());
+    // engine_session_alive() now says freed, as the old check read it; the
+    // release's own report still says it did not free it.
+    CHECK_FALSE(entry->engine_session_alive());
+    CHECK(s == write_failed);
+    CHECK_FALSE(freed.has_value());
+  }
+  entry->End();
 }
 
 TEST_CASE("eviction frees idle sessions past their TTL and keeps busy ones", "[server][delete]") {
