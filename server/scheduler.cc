@@ -205,6 +205,9 @@ bool Scheduler::QueuedLocked(const SessionEntry* entry) const {
 std::optional<Scheduler::TimePoint> Scheduler::ResubmitDeadlineLocked(TimePoint now) const {
   std::optional<TimePoint> until;
   for (const auto& [entry, session] : generating_) {
+    // A deleted session generates no more: its handler's scope lasts only
+    // while it frees the session (Run), which no step waits for.
+    if (entry->deleted()) continue;
     const TimePoint deadline = session.last_ended + options_.decode_resubmit_wait;
     if (deadline <= now || QueuedLocked(entry)) continue;
     if (!until.has_value() || deadline > *until) until = deadline;
@@ -216,6 +219,7 @@ int64_t Scheduler::ActiveGeneratingLocked(TimePoint now) const {
   const auto stall_after = std::max(options_.decode_stall_after, options_.decode_resubmit_wait);
   int64_t active = 0;
   for (const auto& [entry, session] : generating_) {
+    if (entry->deleted()) continue;  // as in ResubmitDeadlineLocked
     active += now < session.last_ended + stall_after || QueuedLocked(entry);
   }
   return active;

@@ -101,6 +101,8 @@
 // writing to a client that stopped reading, is stalled: the engine neither
 // waits for it nor bounds prefill for it, so it costs the other sessions
 // nothing until it submits again (its token then goes first, as any decode).
+// Neither applies to a deleted session's handler, which generates no more
+// (while it frees the session, step 5, its Generating scope still lives).
 #pragma once
 
 #include <chrono>

@@ -235,13 +235,15 @@ absl::Status SessionEntry::ReleaseStep(absl::Status status,
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
     in_step_ = false;
-    if (deleted_.load()) freed = std::move(session_);
+    // With the engine session still here: a deleted one keeps these
+    // figures until it is freed (FreeEngineSession).
     RefreshFiguresLocked();
+    if (deleted_.load()) freed = std::move(session_);
   }
   if (freed == nullptr) return status;
   // Outside the lock: freeing a large session takes a while (here, as
   // `deleted` goes, or by the holder of free_later).
-  DeletedSession deleted(std::move(freed), engine_freed_);
+  DeletedSession deleted(std::move(freed), *this);
   if (free_later != nullptr) free_later->emplace(std::move(deleted));
   return DeletedError();
 }
@@ -254,27 +256,31 @@ void SessionEntry::MarkDeleted() {
     // A running step (or EndAndReport's write) still uses the engine session
     // without the lock, so it is neither freed nor read here: whoever ends
     // that use frees it and zeroes the figures.
-    if (!in_step_) {
-      freed = std::move(session_);
-      RefreshFiguresLocked();
-    }
+    if (!in_step_) freed = std::move(session_);
   }
-  if (freed != nullptr) {
-    freed.reset();
-    engine_freed_->store(true);
-  }
+  if (freed != nullptr) FreeEngineSession(std::move(freed));
+}
+
+void SessionEntry::FreeEngineSession(std::unique_ptr<Session> session) {
+  session.reset();
+  tokens_ = 0;
+  chunks_ = 0;
+  retrievals_ = 0;
+  host_bytes_ = 0;
+  shared_bytes_ = 0;
+  mapped_bytes_ = 0;
+  engine_freed_->store(true);
+}
+
+DeletedSession::~DeletedSession() {
+  if (session_ != nullptr) entry_->FreeEngineSession(std::move(session_));
 }
 
 void SessionEntry::RefreshFiguresLocked() {
-  if (session_ == nullptr) {  // deleted and freed
-    tokens_ = 0;
-    chunks_ = 0;
-    retrievals_ = 0;
-    host_bytes_ = 0;
-    shared_bytes_ = 0;
-    mapped_bytes_ = 0;
-    return;
-  }
+  // Deleted and taken out: the figures stay as they are until the engine
+  // session is freed (FreeEngineSession zeroes them then), so that the
+  // budget counts the memory it still holds (review of schedproof, F1).
+  if (session_ == nullptr) return;
   tokens_ = session_->num_tokens();
   chunks_ = session_->num_chunks();
   retrievals_ = session_->retrievals();

@@ -64,24 +64,23 @@ using SessionPersister =
 // that was still using it (SessionEntry::ReleaseStep) and freed when this is
 // destroyed: freeing a large session takes a while, so the scheduler has
 // the deleted session's own caller free it, after the step's results are
-// delivered, instead of its engine thread before them. Its entry counts the
-// engine session alive (engine_session_alive, SessionManager's dying
-// sessions) until it is freed.
+// delivered, instead of its engine thread before them. Until it is freed
+// its entry counts the engine session alive (engine_session_alive) and
+// keeps its figures, so the budget counts its memory (SessionManager's
+// dying sessions); SessionEntry::FreeEngineSession frees it, then zeroes
+// them. `entry` must outlive this: its holder holds the entry's activity
+// (the scheduler's Run, EndAndReport), which keeps the entry.
 class DeletedSession {
  public:
-  DeletedSession(std::unique_ptr<Session> session, std::shared_ptr<std::atomic<bool>> freed)
-      : session_(std::move(session)), freed_(std::move(freed)) {}
+  DeletedSession(std::unique_ptr<Session> session, SessionEntry& entry)
+      : session_(std::move(session)), entry_(&entry) {}
   DeletedSession(DeletedSession&&) noexcept = default;
   DeletedSession& operator=(DeletedSession&&) = delete;
-  ~DeletedSession() {
-    if (session_ == nullptr) return;  // moved from
-    session_.reset();
-    freed_->store(true);
-  }
+  ~DeletedSession();
 
  private:
-  std::unique_ptr<Session> session_;
-  std::shared_ptr<std::atomic<bool>> freed_;
+  std::unique_ptr<Session> session_;  // null once moved from
+  SessionEntry* entry_;
 };
 
 class SessionEntry {
@@ -191,6 +190,8 @@ class SessionEntry {
   // forwards before a failing one stay applied, engine/batch_step.h); 0 once
   // the session was deleted. For the holder of the step.
   int64_t tokens_added_in_step() const {
+    // (A deleted session keeps its figures until it is freed.)
+    if (deleted_.load()) return 0;
     return std::max<int64_t>(0, tokens_.load() - tokens_before_step_);
   }
   // Whether the last step that changed the session left its state whole
@@ -206,11 +207,12 @@ class SessionEntry {
 
   // Called by SessionManager when the session leaves its table: running
   // work sees deleted() and ends at its next step, and the engine session
-  // (its memory) is freed now when no step runs, else when the running
-  // step returns.
+  // (its memory) is freed now when no step runs, else once the running
+  // step returns (by ReleaseStep or the holder of its free_later).
   void MarkDeleted();
   bool deleted() const { return deleted_.load(); }
-  // False once a deleted session's engine session (its memory) is freed.
+  // False once a deleted session's engine session (its memory) is freed;
+  // its figures read 0 from then on, not before.
   bool engine_session_alive() const { return !engine_freed_->load(); }
   // ABORTED: the session was deleted while the running activity used it.
   absl::Status DeletedError() const;
@@ -247,7 +249,16 @@ class SessionEntry {
 
  private:
   friend class SessionManager;
-  void RefreshFiguresLocked();  // engine_mutex_ held (or not yet shared)
+  friend class DeletedSession;
+  // engine_mutex_ held (or not yet shared). Once the engine session is
+  // taken out (deleted), it leaves the figures to FreeEngineSession.
+  void RefreshFiguresLocked();
+  // Frees a deleted session's engine session taken out of session_, then
+  // zeroes the figures, then sets engine_freed_: the figures, and so the
+  // budget (SessionManager::dying_), count its memory until it is gone.
+  // Without engine_mutex_ (the free takes a while): with session_ null no
+  // refresh writes the figures.
+  void FreeEngineSession(std::unique_ptr<Session> session);
 
   std::string id_;
   SessionSettings settings_;
@@ -270,9 +281,9 @@ class SessionEntry {
   // A step changed the session since it was last written.
   bool unwritten_ = false;
   std::atomic<bool> deleted_{false};
-  // Deleted and its engine session freed (set after the free): from then
-  // on the manager no longer counts it (SessionManager::dying_).
-  // Shared with a DeletedSession that frees it.
+  // Deleted and its engine session freed (set after the free and the
+  // figures' zeroing, FreeEngineSession): from then on the manager no
+  // longer counts it (SessionManager::dying_).
   const std::shared_ptr<std::atomic<bool>> engine_freed_ =
       std::make_shared<std::atomic<bool>>(false);
   std::atomic<Activity> activity_{Activity::kIdle};
@@ -475,11 +486,14 @@ class SessionManager {
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<SessionEntry>> sessions_;
   // Sessions deleted (Delete, EvictIdle) whose engine session may not be
-  // freed yet: one a step was running on is freed only when the step
-  // returns (a LoadSession's first write of the whole session, say), and
-  // its memory is still in use until then. Put here in the same step under
-  // mutex_ as it leaves sessions_, so the budget always counts it; dropped
-  // by TotalHostBytesLocked once freed (SessionEntry::engine_freed_).
+  // freed yet: one a step was running on is freed only after the step
+  // returns (a LoadSession's first write of the whole session, say; a
+  // scheduler step's, by the deleted call's handler once the step's results
+  // are delivered), and its memory is still in use until then. Put here in
+  // the same step under mutex_ as it leaves sessions_, and its entry keeps
+  // its figures until the free (SessionEntry::FreeEngineSession), so the
+  // budget counts it until its memory is gone; dropped by
+  // TotalHostBytesLocked once freed (SessionEntry::engine_freed_).
   mutable std::vector<std::shared_ptr<SessionEntry>> dying_;
   int64_t reserved_bytes_ = 0;  // HostReservations not yet released
   std::condition_variable stop_;

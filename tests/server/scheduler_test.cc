@@ -777,7 +777,8 @@ TEST_CASE("cancelling, deleting or failing one session of a step leaves the othe
                            AloneLogits(std::vector<int32_t>(
                                a_tokens.begin(), a_tokens.begin() + 56 + closing))) <=
         kAloneTolerance);
-  // B: deleted during step 3; ABORTED, its memory freed as the step returned.
+  // B: deleted during step 3; ABORTED, its memory freed by its caller (in
+  // Run) once the step's results were delivered.
   CHECK(rb.status.code() == absl::StatusCode::kAborted);
   CHECK_THAT(std::string(rb.status.message()), Contains("was deleted while"));
   CHECK(rb.tokens_done == 24);
