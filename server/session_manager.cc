@@ -18,6 +18,19 @@ int64_t NowNs() {
       .count();
 }
 
+// A claim (SessionEntry::Begin, BeginRead) that found the session not idle:
+// idle expiry claimed it just before (NOT_FOUND), or `holder` runs on it.
+absl::Status ClaimRefused(const std::string& id, bool expiring, int64_t idle_ttl_seconds,
+                          const std::string& holder) {
+  if (expiring) {
+    return absl::NotFoundError(absl::StrFormat(
+        "session %s expired: it was idle for more than its idle_ttl_seconds (%d)", id,
+        idle_ttl_seconds));
+  }
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "session %s is busy with %s; wait for it to finish (or cancel it) and retry", id, holder));
+}
+
 }  // namespace
 
 std::string SessionEntry::ActivityName(Activity a) const {
@@ -47,15 +60,8 @@ SessionEntry::SessionEntry(std::string id, SessionSettings settings, std::unique
 absl::Status SessionEntry::Begin(Activity activity) {
   Activity expected = Activity::kIdle;
   if (!activity_.compare_exchange_strong(expected, activity)) {
-    // A call that found the session just before idle expiry claimed it.
-    if (expected == Activity::kExpiring) {
-      return absl::NotFoundError(absl::StrFormat(
-          "session %s expired: it was idle for more than its idle_ttl_seconds (%d)", id_,
-          settings_.idle_ttl_seconds));
-    }
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "session %s is busy with %s; wait for it to finish (or cancel it) and retry", id_,
-        ActivityName(expected)));
+    return ClaimRefused(id_, expected == Activity::kExpiring, settings_.idle_ttl_seconds,
+                        ActivityName(expected));
   }
   // A call that found the session just before DeleteSession removed it.
   if (deleted_.load()) {
@@ -76,14 +82,8 @@ absl::Status SessionEntry::BeginRead(ReadKind kind) {
     // Joins the readers holding it, or claims an idle session for readers.
     if (activity_.load() != Activity::kReading &&
         !activity_.compare_exchange_strong(expected, Activity::kReading)) {
-      if (expected == Activity::kExpiring) {
-        return absl::NotFoundError(absl::StrFormat(
-            "session %s expired: it was idle for more than its idle_ttl_seconds (%d)", id_,
-            settings_.idle_ttl_seconds));
-      }
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "session %s is busy with %s; wait for it to finish (or cancel it) and retry", id_,
-          ActivityName(expected)));
+      return ClaimRefused(id_, expected == Activity::kExpiring, settings_.idle_ttl_seconds,
+                          ActivityName(expected));
     }
     (kind == ReadKind::kFork ? forks_reading_ : saves_reading_)++;
   }
