@@ -53,16 +53,18 @@
 #   SANITIZER_RUNS="memcheck-backend racecheck-kernel" bash scripts/gpu_bench.sh
 #                                                  only these sanitizer runs (of memcheck-kernel,
 #                                                  memcheck-backend, memcheck-backend-new,
-#                                                  racecheck-kernel, racecheck-kernel-new,
-#                                                  racecheck-backend, initcheck-backend-new
-#                                                  (reads of device memory never written, in
-#                                                  the decode-graph and device-tier cases); all
-#                                                  by default, none when
-#                                                  set but empty; "-new": the decode-graph,
-#                                                  device-tier, batched-step, chunk-store,
-#                                                  tensor-core, split-decode, fused-GEMV,
-#                                                  state and disk-tier cases, which the
-#                                                  plain runs leave out)
+#                                                  memcheck-backend-state (the state and
+#                                                  disk-tier cases), racecheck-kernel,
+#                                                  racecheck-kernel-new, racecheck-backend,
+#                                                  initcheck-backend-new (reads of device
+#                                                  memory never written, in the decode-graph
+#                                                  and device-tier cases); all by default,
+#                                                  none when set but empty; "-new": the
+#                                                  decode-graph, device-tier, batched-step,
+#                                                  chunk-store, tensor-core, split-decode and
+#                                                  fused-GEMV cases, which the plain runs
+#                                                  leave out; no run takes an [allocation]
+#                                                  case)
 #   STREAM_DELAY_RUNS="fetch compute" bash scripts/gpu_bench.sh
 #                                                  only these stream-delay runs (of store,
 #                                                  fetch, step, compute; all by default, none
@@ -128,8 +130,8 @@ cd "$(dirname "$0")/.."
 dry=${DRY_RUN:-}
 summary=${GPU_BENCH_SUMMARY:-}
 sanitizer_timeout=${SANITIZER_TIMEOUT:-480}
-all_sanitizer_runs="memcheck-kernel memcheck-backend memcheck-backend-new racecheck-kernel
-                    racecheck-kernel-new racecheck-backend initcheck-backend-new"
+all_sanitizer_runs="memcheck-kernel memcheck-backend memcheck-backend-new memcheck-backend-state
+                    racecheck-kernel racecheck-kernel-new racecheck-backend initcheck-backend-new"
 # Set but empty: no sanitizer run.
 sanitizer_runs=${SANITIZER_RUNS-$all_sanitizer_runs}
 all_stream_delay_runs="store fetch step compute"
@@ -345,6 +347,10 @@ check_catch_spec() {
   local step=$1 exe=$2
   shift 2
   echo "dry run: $exe $* --durations yes"
+  # The executable and the specs, one a line, for tests/gpu_bench_dry_run_test.sh
+  # to list what each run selects (the log line above cannot tell the
+  # arguments apart).
+  printf '%s\n' "$exe" "$@" >"$log_dir/catch-spec-${step// /_}.txt"
   if [[ ! -x "$exe" ]]; then
     report FAIL "$step" "$exe was not built"
     return 0
@@ -368,6 +374,23 @@ check_catch_spec() {
   else
     report PASS "$step" "dry run: selects $count test cases"
   fi
+}
+# either SPEC...: one Catch spec selecting any of the given specs (a name's
+# commas escaped) but no case tagged [allocation] (they fill the device or
+# fail allocations on purpose, and run alone in ctest -L cuda_alone; under
+# memcheck each failed allocation is an API error). Catch v2 ANDs a
+# "~[allocation]" argument into the last comma group only (review-cudaprep
+# C1), so the exclusion goes into every group, before its tag or name
+# ("name~[allocation]" would read the "~" as part of the name).
+either() {
+  local IFS=,
+  local groups=()
+  local spec
+  for spec in "$@"; do
+    if [[ "$spec" == "["* ]]; then groups+=("~[allocation]$spec")
+    else groups+=("~[allocation]${spec//,/\\,}"); fi
+  done
+  echo "${groups[*]}"
 }
 # check_ctest STEP ARGS...: ctest ARGS selects tests; prints them.
 check_ctest() {
@@ -516,15 +539,18 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$sanitizer_runs" ]]; then
                          "cuda landmark top-k: 2^20 landmarks at d = 768"
                          "cuda sampling: the CPU sampler's rule at GPT-2's vocabulary (50257)")
   # The "-new" cases: Catch specs, each one argument ("," inside one is "or").
-  # The state and disk-tier cases and the fixture case of the encoder-row
-  # store have never run on a GPU either; in memcheck-backend they came
-  # after the fixture cases, where the limit was reached on 2026-11-23
-  # (review-cuda F4), so they are here too.
+  # The fixture case of the encoder-row store has never run on a GPU either;
+  # in memcheck-backend it came after the fixture cases, where the limit was
+  # reached on 2026-11-23 (review-cuda F4), so it is here too.
   backend_new=("[decode_graphs]" "[device_tier]" "[batch_step]" "[chunk_store]" "[decode_fused_gemv]"
                "cuda: the tensor-core prefill kernels agree with decode"
                "cuda: the split window decode kernel decodes like the cpu backend"
-               "cuda state: *" "cuda disk tier: *"
                "cuda fp32 with the chunk store of encoder rows matches the cpu backend on the fixtures: uneven pieces")
+  # The state and disk-tier cases (never sanitized) in a run of their own:
+  # Catch runs cases in the order they are registered, not in the spec's,
+  # and in memcheck-backend-new they came last, behind 26 cases, where a
+  # limit reached would leave them out again (review-cudaprep C4).
+  backend_state=("cuda state: *" "cuda disk tier: *")
   kernel_new=("cuda decode gemv: *" "cuda window attention: tensor-core prefill tiles"
               "cuda GCA: tensor-core prefill tiles" "cuda window attention: split decode*"
               "cuda window attention: decode_splits values" "cuda device position: *")
@@ -533,7 +559,7 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$sanitizer_runs" ]]; then
   # write; the decode graphs and the device tier have the most such
   # buffers. (Init's module-loading launch read an unwritten row before the
   # fix that zeroes it.)
-  initcheck_backend_spec="[decode_graphs],[device_tier]"
+  initcheck_backend=("[decode_graphs]" "[device_tier]")
   # Catch test specs that leave the named cases out: "~name", one argument
   # each (Catch ANDs its arguments), a comma escaped (unescaped it would
   # split the name into two specs).
@@ -541,37 +567,32 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$sanitizer_runs" ]]; then
     local name
     for name in "$@"; do printf '~%s\n' "${name//,/\\,}"; done
   }
-  either() {  # one spec selecting any of the given specs (names escaped)
-    local IFS=,
-    local escaped=()
-    local spec
-    for spec in "$@"; do
-      if [[ "$spec" == "["* ]]; then escaped+=("$spec"); else escaped+=("${spec//,/\\,}"); fi
-    done
-    echo "${escaped[*]}"
-  }
   mapfile -t memcheck_backend_filter < <(exclusions "${memcheck_backend_skip[@]}")
-  for spec in "${backend_new[@]}"; do memcheck_backend_filter+=("~$spec"); done
+  for spec in "${backend_new[@]}" "${backend_state[@]}"; do memcheck_backend_filter+=("~$spec"); done
   # The [allocation] cases fail CUDA allocations on purpose (and fill the
   # device): memcheck reports each failed API call as an error (its default
   # --report-api-errors explicit), which would fail the run with no memory
-  # error; ctest -L cuda_alone checks them unsanitized. Left out of both
-  # memcheck runs (the "-new" spec [device_tier] would take one).
+  # error; ctest -L cuda_alone checks them unsanitized. Left out of every
+  # run: here one more "~" of this one-group spec, in the others by either()
+  # (the "-new" spec [device_tier] would take two).
   memcheck_backend_filter+=("~[allocation]")
   mapfile -t racecheck_kernel_filter < <(exclusions "${racecheck_kernel_skip[@]}")
   for spec in "${kernel_new[@]}"; do racecheck_kernel_filter+=("~$spec"); done
   backend_new_spec=$(either "${backend_new[@]}")
+  backend_state_spec=$(either "${backend_state[@]}")
+  initcheck_backend_spec=$(either "${initcheck_backend[@]}")
   kernel_new_spec=$(either "${kernel_new[@]}")
   # run_args RUN: prints the tool, the executable and its Catch specs, one a line.
   run_args() {
     case "$1" in
       memcheck-kernel) printf '%s\n' memcheck "$kernel_tests" ;;
       memcheck-backend) printf '%s\n' memcheck "$backend_tests" "${memcheck_backend_filter[@]}" ;;
-      memcheck-backend-new) printf '%s\n' memcheck "$backend_tests" "$backend_new_spec" "~[allocation]" ;;
+      memcheck-backend-new) printf '%s\n' memcheck "$backend_tests" "$backend_new_spec" ;;
+      memcheck-backend-state) printf '%s\n' memcheck "$backend_tests" "$backend_state_spec" ;;
       racecheck-kernel) printf '%s\n' racecheck "$kernel_tests" "${racecheck_kernel_filter[@]}" ;;
       racecheck-kernel-new) printf '%s\n' racecheck "$kernel_tests" "$kernel_new_spec" ;;
       racecheck-backend) printf '%s\n' racecheck "$backend_tests" "$racecheck_backend_case" ;;
-      initcheck-backend-new) printf '%s\n' initcheck "$backend_tests" "$initcheck_backend_spec" "~[allocation]" ;;
+      initcheck-backend-new) printf '%s\n' initcheck "$backend_tests" "$initcheck_backend_spec" ;;
     esac
   }
   echo "== sanitizers: left out (ctest -L cuda runs them, unsanitized):"
@@ -651,16 +672,16 @@ fi
 # producer without its wait overwrites data not yet read, every time.
 if [[ -z "${SKIP_TESTS:-}" && -n "$stream_delay_runs" ]]; then
   backend_tests="$build/tests/cuda_backend/drt_cuda_backend_tests"
-  # stream_delay_args RUN: the Catch specs of the run, one a line (the
-  # [allocation] cases fill the device, and run alone in ctest -L cuda_alone).
+  # stream_delay_args RUN: the Catch spec of the run (either(): without the
+  # [allocation] cases, which fill the device and run alone in ctest -L
+  # cuda_alone).
   stream_delay_args() {
     if [[ "$1" == step ]]; then
       # Only a batched step has a step stream.
-      printf '%s\n' "[batch_step],cuda state: the end write and Fork on a handler thread beside engine steps"
+      either "[batch_step]" "cuda state: the end write and Fork on a handler thread beside engine steps"
     else
-      printf '%s\n' "[device_tier],[chunk_store],[batch_step],[decode_graphs],cuda state: *,cuda disk tier: *"
+      either "[device_tier]" "[chunk_store]" "[batch_step]" "[decode_graphs]" "cuda state: *" "cuda disk tier: *"
     fi
-    printf '%s\n' "~[allocation]"
   }
   echo "== stream-delay runs: $stream_delay_runs (each stream held back $stream_delay_ns ns per piece of work)"
   delay_pids=()

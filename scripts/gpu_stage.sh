@@ -18,7 +18,7 @@
 #   1  ctest -L cuda -LE cuda_alone (4 at once), then -L cuda_alone (the
 #      cases that fill the device, one at a time), the tests' warned
 #      figures, ctest -R "^cuda durable", drt-window-bench          ~6-8 min
-#   2  compute-sanitizer: the six runs at once, <= 450 s each       ~8.5 min
+#   2  compute-sanitizer: the seven runs at once, <= 450 s each     ~8.5 min
 #   3  drt-bench decode/prefill A/B: a warm-up run (dropped), then A B B A
 #      at 16K, 128K, 1M: A the defaults, B all the new options (decode
 #      graphs, fused GEMVs, 8 window splits, tensor-core prefill, chunk
@@ -33,8 +33,10 @@
 #      step and compute streams held back (test-only stream delay,
 #      review-cuda F1), the four runs at once, <= 300 s each; then
 #      compute-sanitizer initcheck of the decode-graph and device-tier
-#      cases in the time left (review-cuda F5)                      ~8-9 min
-#      (estimates: never run)
+#      cases in the time left (review-cuda F5; about 150 s when the
+#      delay runs use their 300 s and kill-after)      at most ~9.5 min
+#      (never run: the delay runs' time is not known; a delayed step
+#      costs about sessions x its delayed pieces x STREAM_DELAY_NS)
 # STAGE_BUDGET (seconds, 560 by default) is the stage's own guard; pass the
 # device's budget_left_s - 60 when that is less (docs/cuda.md).
 set -euo pipefail
@@ -86,7 +88,7 @@ carry_stamp() {
   echo "$(cat .gpucarry/commit 2>/dev/null || echo '?') $(sha256sum ".gpucarry/$1.tar.xz" | cut -c1-16)"
 }
 # cap_log FILE: a file over 8 MB keeps its first 1 MB (the first errors) and
-# its last 7 MB, so that 6 sanitizer logs and the stage log stay under the
+# its last 7 MB, so that 7 sanitizer logs and the stage log stay under the
 # 64 MiB that comes back (16 MiB a file).
 cap_log() {
   local f=$1 size
@@ -286,14 +288,30 @@ case "$stage" in
   2)
     # Each run's limit leaves 60 s of the time left for its 30 s kill-after,
     # the report and the capping; at most 450 s. (The [allocation] cases,
-    # which fill the device, are in none of these runs: gpu_bench.sh.)
+    # which fill the device, are in none of these runs: gpu_bench.sh's
+    # either(); tests/gpu_bench_dry_run_test.sh lists each run's cases.)
     sanitizer_limit=$(min "${SANITIZER_TIMEOUT:-450}" $(($(left_s) - 60)))
     ((sanitizer_limit >= 10)) || sanitizer_limit=10
-    step "compute-sanitizer, six runs at once" "${common[@]}" "${none[@]}" \
-      SANITIZER_RUNS="memcheck-kernel memcheck-backend memcheck-backend-new racecheck-kernel racecheck-kernel-new racecheck-backend" \
+    step "compute-sanitizer, seven runs at once" "${common[@]}" "${none[@]}" \
+      SANITIZER_RUNS="memcheck-kernel memcheck-backend memcheck-backend-new memcheck-backend-state racecheck-kernel racecheck-kernel-new racecheck-backend" \
       SANITIZER_PARALLEL=1 SANITIZER_TIMEOUT="$sanitizer_limit" SKIP_TABLE=1 -- \
       bash scripts/gpu_bench.sh
     for f in "$out"/sanitizer-*.log; do cap_log "$f"; done
+    # Seven logs, the stage log and the summary are 9 files; 8 come back:
+    # the two kernel runs' logs go into one (each capped at 8 MB above, so
+    # at most 16 MB; the summary lines still name the logs they came from).
+    kernel_logs=()
+    for f in "$out"/sanitizer-memcheck-kernel.log "$out"/sanitizer-racecheck-kernel.log; do
+      [[ -f "$f" ]] && kernel_logs+=("$f")
+    done
+    if ((${#kernel_logs[@]} > 0)); then
+      for f in "${kernel_logs[@]}"; do
+        echo "==== gpu_stage: $(basename "$f") ===="
+        cat "$f"
+      done >"$out/sanitizer-kernel.log"
+      rm -f "${kernel_logs[@]}"
+      echo "NOTE sanitizer-memcheck-kernel.log and sanitizer-racecheck-kernel.log are in sanitizer-kernel.log" >>"$summary"
+    fi
     ;;
   3)
     mapfile -t env3 < <(keep SKIP_MAIN_TABLE)
@@ -351,11 +369,8 @@ case "$stage" in
     mapfile -t env6 < <(keep STREAM_DELAY_RUNS)
     # The four runs at once (more load than one: a race the delay leaves
     # open is likelier still to lose); each stopped at 300 s or the
-    # stage's time left less 60 s.
-    delay_limit=$(min "${STREAM_DELAY_TIMEOUT:-300}" $(($(left_s) - 60)))
-    ((delay_limit >= 10)) || delay_limit=10
-    # ... and at most 300 s, so that initcheck gets the rest.
-    delay_limit=$(min "$delay_limit" $(($(left_s) - 150)))
+    # stage's time left less 150 s, so that initcheck gets the rest.
+    delay_limit=$(min "${STREAM_DELAY_TIMEOUT:-300}" $(($(left_s) - 150)))
     ((delay_limit >= 10)) || delay_limit=10
     step "stream delays: store, fetch, step, compute" "${common[@]}" "${env6[@]}" \
       STREAM_DELAY_RUNS="store fetch step compute" STREAM_DELAY_TIMEOUT="$delay_limit" \

@@ -11,7 +11,10 @@
 #     (WINDOW_DECODE_SPLITS=abc), an unknown sanitizer run and an unknown
 #     stream-delay run;
 #   - the cases that fill the device run alone: ctest -L cuda_alone selects
-#     exactly them (counted from the sources), memcheck leaves them out;
+#     exactly them (counted from the sources), and no sanitizer or
+#     stream-delay run selects one (each run's cases listed by the built
+#     test executable; the check is shown to see the old one-argument form);
+#   - the state and disk-tier cases are a memcheck run of their own;
 #   - stage 3's order (warm-up, A B B A, 4M, each option alone);
 #   - scripts/bench_ab.py (stage 3's A/B table) on hand-made results.
 # Usage: tests/gpu_bench_dry_run_test.sh BUILD_DIR. Exit 77 (skipped) when
@@ -76,16 +79,16 @@ else
 fi
 expect "stage 1: the two cuda durable tests" "$tmp/out/stage1-summary.txt" \
   '^PASS cuda durable: dry run: ctest -R \^cuda durable selects 2 tests'
-for run in memcheck-kernel memcheck-backend memcheck-backend-new racecheck-kernel \
-           racecheck-kernel-new racecheck-backend; do
+for run in memcheck-kernel memcheck-backend memcheck-backend-new memcheck-backend-state \
+           racecheck-kernel racecheck-kernel-new racecheck-backend; do
   expect "stage 2: sanitizer $run" "$tmp/out/stage2-summary.txt" "^PASS sanitizer $run: "
 done
-expect "stage 2: the six runs at once under 450 s" "$log" \
+expect "stage 2: the seven runs at once under 450 s" "$log" \
   'under: timeout --kill-after=30 450 .*compute-sanitizer --tool racecheck'
 expect "stage 2: memcheck-backend leaves out the [allocation] cases" "$log" \
   'dry run: .*drt_cuda_backend_tests ~cuda: prefill.* ~\[allocation\] --durations yes'
-expect "stage 2: memcheck-backend-new leaves out the [allocation] cases" "$log" \
-  'dry run: .*drt_cuda_backend_tests \[decode_graphs\],.* ~\[allocation\] --durations yes'
+expect "stage 2: memcheck-backend-new leaves out the [allocation] cases in each group" "$log" \
+  'dry run: .*drt_cuda_backend_tests ~\[allocation\]\[decode_graphs\],~\[allocation\]\[device_tier\],.* --durations yes'
 expect "stage 3: A B B A after a warm-up" "$log" \
   '#### stage 3: drt-bench warm-up.*'
 grep -E '^#### stage 3: drt-bench (A|B) ' "$log" | sed 's/^#### stage 3: drt-bench \(.\).*/\1/' |
@@ -112,7 +115,67 @@ done
 expect "stage 6: initcheck of the decode-graph and device-tier cases" "$tmp/out/stage6-summary.txt" \
   "^PASS sanitizer initcheck-backend-new: "
 expect "stage 6: the step run selects the batched steps only" "$log" \
-  'dry run: .*drt_cuda_backend_tests \[batch_step\],cuda state: the end write[^,]* ~\[allocation\] --durations yes'
+  'dry run: .*drt_cuda_backend_tests ~\[allocation\]\[batch_step\],~\[allocation\]cuda state: the end write[^,]* --durations yes'
+
+# What each Catch run selects, listed by the built test executable from the
+# arguments gpu_bench.sh passes (catch-spec-STEP.txt: the executable, then
+# one spec a line): no run may take a case tagged [allocation] (they fill
+# the device or fail allocations on purpose; ctest -L cuda_alone runs them
+# alone). review-cudaprep C1: Catch ANDs a "~[allocation]" argument into the
+# last comma group only, and four runs took two such cases.
+# selected_tags FILE: --list-tests of the run in FILE.
+selected_tags() {
+  local args
+  mapfile -t args <"$1"
+  "${args[0]}" "${args[@]:1}" --list-tests
+}
+spec_files=("$tmp"/out/catch-spec-*.txt)
+# 7 sanitizer runs in stage 2; 4 stream-delay runs and initcheck in stage 6.
+if ((${#spec_files[@]} != 12)) || [[ ! -e "${spec_files[0]}" ]]; then
+  echo "FAILED: expected the Catch specs of 12 runs, found ${#spec_files[@]}: ${spec_files[*]}"
+  failed=1
+fi
+for f in "${spec_files[@]}"; do
+  [[ -e "$f" ]] || continue
+  run=$(basename "$f" .txt)
+  run=${run#catch-spec-}
+  selected_tags "$f" >"$tmp/list-$run.txt" 2>&1 || true
+  if grep -q '\[allocation\]' "$tmp/list-$run.txt"; then
+    echo "FAILED: $run selects [allocation] case(s):"
+    grep -B1 '\[allocation\]' "$tmp/list-$run.txt"
+    failed=1
+  elif ! grep -qE '^[0-9]+ (matching )?test cases?$' "$tmp/list-$run.txt"; then
+    echo "FAILED: $run: --list-tests did not list its cases"
+    failed=1
+  else
+    echo "ok: $run selects no [allocation] case ($(grep -E '^[0-9]+ (matching )?test cases?$' "$tmp/list-$run.txt"))"
+  fi
+done
+# The check can fail: the old form (one "~[allocation]" after a spec of
+# several groups) selects [allocation] cases.
+printf '%s\n' "$build/tests/cuda_backend/drt_cuda_backend_tests" "[device_tier],[chunk_store]" \
+  "~[allocation]" >"$tmp/old-form.txt"
+selected_tags "$tmp/old-form.txt" >"$tmp/list-old-form.txt" 2>&1 || true
+if grep -q '\[allocation\]' "$tmp/list-old-form.txt"; then
+  echo "ok: the old form's [allocation] cases are seen"
+else
+  echo "FAILED: the [allocation] check did not see the old form's cases"
+  failed=1
+fi
+# review-cudaprep C4: the state and disk-tier cases run in memcheck-backend-state,
+# not behind the other cases of memcheck-backend-new.
+state_list=$tmp/list-sanitizer_memcheck-backend-state.txt
+new_list=$tmp/list-sanitizer_memcheck-backend-new.txt
+expect "memcheck-backend-state runs the two-thread state case" "$state_list" \
+  '^  cuda state: the end write and Fork on a handler thread beside engine steps'
+expect "memcheck-backend-state runs the disk-tier cases" "$state_list" '^  cuda disk tier: '
+if grep -qE '^  cuda (state|disk tier): ' "$new_list" 2>/dev/null ||
+   grep -vE '^  cuda (state|disk tier): |^    |^      \[|^Matching|^[0-9]+ matching|^$' "$state_list"; then
+  echo "FAILED: the state and disk-tier cases are not a run of their own"
+  failed=1
+else
+  echo "ok: the state and disk-tier cases are a run of their own"
+fi
 
 # The checker must be able to fail: a value drt-bench refuses...
 rc=0
