@@ -372,9 +372,8 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
   metrics_.SetSessionGaugeSource([sessions = sessions_.get()] {
     Metrics::SessionGauges gauges;
     gauges.active_sessions = sessions->count();
-    for (const auto& entry : sessions->List(/*hidden_too=*/true)) {
-      gauges.chunk_store_bytes += entry->host_bytes();
-    }
+    // The budget's own sum: sessions deleted mid-step count until freed.
+    gauges.chunk_store_bytes = sessions->TotalHostBytes();
     return gauges;
   });
 }
