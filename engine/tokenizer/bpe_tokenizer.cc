@@ -222,13 +222,7 @@ absl::StatusOr<BpeTables> BuildTables(const BpeTokenizerSpec& spec, const std::s
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadBpeTokenizer(const std::string& path) {
-  absl::StatusOr<BpeTokenizerSpec> spec = ReadTokenizerJson(path);
-  if (!spec.ok()) return spec.status();
-  absl::StatusOr<BpeTables> tables = BuildTables(*spec, path);
-  if (!tables.ok()) return tables.status();
-  // A literal added token in text is one id: text is then not one id per byte.
-  tables->one_id_per_byte &= spec->added_tokens.empty();
-  return std::make_unique<BpeTokenizer>(*std::move(tables), AddedTokenSplitter(spec->added_tokens));
+  return LoadBpeTokenizerForText(path, /*not_in_text=*/{});  // every added token split out
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadBpeTokenizerForText(
