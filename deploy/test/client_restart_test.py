@@ -146,10 +146,16 @@ def run_cut(grpc, pb, pb_grpc, server, command, sig, restart):
     channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
     stub = pb_grpc.DrtStub(channel)
     command = [arg.replace("PORT", str(server.port)) for arg in command]
-    client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = []
+    # stdout and stderr apart: a retry's log lines (stderr) can land inside
+    # the answer line ("answer: " is printed before the first token, and a
+    # Generate the drain refused is sent again after the restart), and the
+    # answer checked is the one on stdout. Returned as stdout, then stderr.
+    client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    output, errors = [], []
     reader = threading.Thread(target=lambda: output.extend(client.stdout), daemon=True)
+    error_reader = threading.Thread(target=lambda: errors.extend(client.stderr), daemon=True)
     reader.start()
+    error_reader.start()
     try:
         deadline = time.monotonic() + 120
         held = 0
@@ -166,11 +172,12 @@ def run_cut(grpc, pb, pb_grpc, server, command, sig, restart):
         client.wait(timeout=300)
         seconds = time.monotonic() - stopped_at
         reader.join(timeout=10)
+        error_reader.join(timeout=10)
     finally:
         if client.poll() is None:
             client.kill()
         channel.close()
-    return client.returncode, "".join(output), held, seconds
+    return client.returncode, "".join(output) + "".join(errors), held, seconds
 
 
 def field(pattern, output):
