@@ -775,7 +775,13 @@ class Client {
                        drt::v1::SessionInfo& info, std::string* why) {
     while (true) {
       const grpc::Status status = GetSession(id, info);
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // A server shutting down cancels the calls it holds (CANCELLED), and
+      // GetSession is read-only, so that is waited out like UNAVAILABLE;
+      // a CANCELLED from our own signal is not (the client is stopping).
+      const bool going_away =
+          status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          (status.error_code() == grpc::StatusCode::CANCELLED && !Interrupts::interrupted());
+      if (going_away) {
         if (!outage.Wait("GetSession", Describe(status), why)) return false;
         continue;
       }

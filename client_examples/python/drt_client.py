@@ -539,7 +539,10 @@ def session_when_idle(pb, stub, session_id, metadata, retrier, outage, cut):
             info = stub.GetSession(pb.GetSessionRequest(session_id=session_id), metadata=metadata,
                                    timeout=UNARY_DEADLINE_SECONDS)
         except grpc.RpcError as e:
-            if retrier.unavailable(e):
+            # A server shutting down cancels the calls it holds (CANCELLED);
+            # GetSession is read-only, so that is waited out like UNAVAILABLE
+            # (Ctrl-C raises KeyboardInterrupt, never CANCELLED, here).
+            if retrier.unavailable(e) or e.code() == grpc.StatusCode.CANCELLED:
                 outage.wait("GetSession", e)
                 continue
             if e.code() == grpc.StatusCode.NOT_FOUND:
