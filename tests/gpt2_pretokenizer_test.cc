@@ -19,12 +19,13 @@
 #include "engine/tokenizer/gpt2_char_class.h"
 #include "engine/tokenizer/gpt2_pretokenizer.h"
 #include "engine/tokenizer/utf8.h"
+#include "tests/test_util/build_paths.h"
 
 namespace {
 
 constexpr char32_t kCodePoints = 0x110000;
 const std::string kTablePath =
-    std::string(DRT_SOURCE_DIR) + "/tests/fixtures/gpt2-tokenizer/unicode_classes.txt";
+    std::string(drt::testing::SourceDir()) + "/tests/fixtures/gpt2-tokenizer/unicode_classes.txt";
 
 bool IsSurrogate(char32_t c) { return c >= 0xD800 && c <= 0xDFFF; }
 

@@ -21,6 +21,7 @@
 #include "tests/test_util/temp_dir.h"
 #include "tests/test_util/tiny_model.h"
 #include "tests/test_util/tiny_model_dir.h"
+#include "tests/test_util/build_paths.h"
 
 namespace drt {
 namespace {
@@ -40,7 +41,7 @@ using testing::WriteModelDir;
 // Copies of the reference repository's configs (config/DRT/config_63.json and
 // config/DRT-unittest/config_res.json).
 std::string ReferenceConfigDir() {
-  return std::string(DRT_SOURCE_DIR) + "/tests/fixtures/reference_configs";
+  return std::string(drt::testing::SourceDir()) + "/tests/fixtures/reference_configs";
 }
 
 absl::Status ConfigStatus(const json& config) {

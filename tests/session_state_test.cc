@@ -28,6 +28,7 @@
 #include "tests/test_util/random_model.h"
 #include "tests/test_util/temp_dir.h"
 #include "tests/test_util/tiny_model.h"
+#include "tests/test_util/build_paths.h"
 
 namespace drt {
 namespace {
@@ -154,7 +155,7 @@ TEST_CASE("a restored session continues bit-identically (reference unittest conf
   // Its shapes (chunks of 63, GQA with one K/V head, two groups, window
   // 512) with the flash-attention flag on, as loader_test parses it.
   const std::string path =
-      std::string(DRT_SOURCE_DIR) + "/tests/fixtures/reference_configs/drt-config_unittest.json";
+      std::string(drt::testing::SourceDir()) + "/tests/fixtures/reference_configs/drt-config_unittest.json";
   std::ifstream in(path);
   nlohmann::json json = nlohmann::json::parse(in);
   json["_flash_attn_2_enabled"] = true;
@@ -167,7 +168,7 @@ TEST_CASE("a restored session continues bit-identically (reference unittest conf
 }
 
 TEST_CASE("a restored session continues bit-identically (bundled model)", "[session_state]") {
-  auto model = LoadModel(std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte");
+  auto model = LoadModel(std::string(drt::testing::SourceDir()) + "/models/drt-passkey-byte");
   REQUIRE(model.ok());
   auto backend = MakeCpuBackend((*model)->config(), (*model)->weights());
   CheckRoundTrips(*backend, 300);
@@ -526,7 +527,7 @@ namespace {
 // same steps without restores: every logit identical.
 TEST_CASE("a session restored many times along the way matches one never restored",
           "[session_state]") {
-  auto model = LoadModel(std::string(DRT_SOURCE_DIR) + "/tests/fixtures/two_groups");
+  auto model = LoadModel(std::string(drt::testing::SourceDir()) + "/tests/fixtures/two_groups");
   REQUIRE(model.ok());
   auto backend = MakeCpuBackend((*model)->config(), (*model)->weights());
   const ModelConfig& c = backend->config();

@@ -12,6 +12,7 @@
 #include "engine/tokenizer/streaming_encoder.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/test_util/temp_dir.h"
+#include "tests/test_util/build_paths.h"
 
 namespace drt {
 namespace {
@@ -36,7 +37,7 @@ std::vector<int32_t> EncodeInPieces(const Tokenizer& tokenizer, const std::strin
 
 TEST_CASE("streamed text gives the ids of the whole text", "[tokenizer][streaming]") {
   auto tokenizer =
-      LoadBpeTokenizer(std::string(DRT_SOURCE_DIR) + "/tests/fixtures/gpt2-tokenizer/tokenizer.json");
+      LoadBpeTokenizer(std::string(drt::testing::SourceDir()) + "/tests/fixtures/gpt2-tokenizer/tokenizer.json");
   REQUIRE(tokenizer.ok());
   const std::string text =
       "The passkey is: 71432. Remember it.\n\n  Indented  text,\twith tabs   and "
@@ -118,7 +119,7 @@ std::string WriteByteVocabTokenizer(const testing::TempDir& dir, const std::stri
 
 // The GPT-2 fixture (real merges) with the tricky added tokens after its vocabulary.
 std::string WriteGpt2WithAddedTokens(const testing::TempDir& dir) {
-  std::ifstream in(std::string(DRT_SOURCE_DIR) + "/tests/fixtures/gpt2-tokenizer/tokenizer.json");
+  std::ifstream in(std::string(drt::testing::SourceDir()) + "/tests/fixtures/gpt2-tokenizer/tokenizer.json");
   nlohmann::json j = nlohmann::json::parse(in);
   for (const auto& token : TrickyAddedTokens(50257)) j["added_tokens"].push_back(token);
   const std::string path = dir.File("gpt2.json");
@@ -228,7 +229,7 @@ class CountingTokenizer final : public Tokenizer {
 TEST_CASE("the held-back text is encoded for a limit check only when its bound does not fit",
           "[tokenizer][streaming]") {
   auto gpt2 =
-      LoadBpeTokenizer(std::string(DRT_SOURCE_DIR) + "/tests/fixtures/gpt2-tokenizer/tokenizer.json");
+      LoadBpeTokenizer(std::string(drt::testing::SourceDir()) + "/tests/fixtures/gpt2-tokenizer/tokenizer.json");
   REQUIRE(gpt2.ok());
   REQUIRE_FALSE((*gpt2)->one_id_per_byte());
   CountingTokenizer counting(**gpt2);

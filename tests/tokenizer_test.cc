@@ -19,12 +19,13 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/test_util/build_paths.h"
 
 namespace {
 
 using Ids = std::vector<int32_t>;
 
-const std::string kFixtureDir = std::string(DRT_SOURCE_DIR) + "/tests/fixtures/gpt2-tokenizer";
+const std::string kFixtureDir = std::string(drt::testing::SourceDir()) + "/tests/fixtures/gpt2-tokenizer";
 const std::string kGpt2Path = kFixtureDir + "/tokenizer.json";
 
 // Loaded once: parsing the 1.3 MB file takes a noticeable fraction of a second.
@@ -463,7 +464,7 @@ TEST_CASE("Byte tokenizer with an end-of-text id beyond the bytes", "[tokenizer]
 // weights_tools/byte_tokenizer.py); it must tokenize exactly like the built-in
 // byte tokenizer the model was trained with: id = byte value.
 TEST_CASE("The bundled byte-level tokenizer.json equals the byte tokenizer", "[tokenizer]") {
-  const std::string path = std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte/tokenizer.json";
+  const std::string path = std::string(drt::testing::SourceDir()) + "/models/drt-passkey-byte/tokenizer.json";
   auto loaded = drt::LoadBpeTokenizer(path);
   REQUIRE(loaded.ok());
   auto bytes = drt::MakeByteTokenizer();

@@ -21,6 +21,7 @@
 #include "engine/session_state.h"
 #include "engine/step_plan.h"
 #include "tests/test_util/random_model.h"
+#include "tests/test_util/build_paths.h"
 
 namespace drt {
 namespace {
@@ -168,7 +169,7 @@ TEST_CASE("lower-only forwards leave the same state and logits (random model)", 
 }
 
 TEST_CASE("lower-only forwards leave the same state and logits (bundled model)", "[upper_cut]") {
-  auto model = LoadModel(std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte");
+  auto model = LoadModel(std::string(drt::testing::SourceDir()) + "/models/drt-passkey-byte");
   REQUIRE(model.ok());
   const ModelConfig& config = (*model)->config();
   auto cut = CpuBackend(config, (*model)->weights(), true, 1024);

@@ -16,10 +16,7 @@
 
 #include "engine/backend_factory.h"
 #include "tests/server/test_util/grpc_harness.h"
-
-#ifndef DRT_SERVER_BINARY
-#error "tests/CMakeLists.txt defines DRT_SERVER_BINARY as the path of drt-server"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -57,7 +54,7 @@ TEST_CASE("drt-server --device auto names its backend in the log, GetModelInfo a
   args.push_back("--device=auto");
   std::string log;
   {
-    ServerProcess server(DRT_SERVER_BINARY, args, 60, log_path);
+    ServerProcess server(drt::testing::ServerBinary(), args, 60, log_path);
 
     auto stub = drt::v1::Drt::NewStub(
         grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));

@@ -14,10 +14,7 @@
 
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/server/test_util/run_program.h"
-
-#ifndef DRT_BATCH_BENCH_BINARY
-#error "tests/CMakeLists.txt defines DRT_BATCH_BENCH_BINARY as the path of drt-batch-bench"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -42,8 +39,8 @@ void CheckGaps(const json& g, int64_t count) {
 }
 
 TEST_CASE("drt-batch-bench measures a real server at tiny sizes", "[server][process][bench]") {
-  ServerProcess server(DRT_SERVER_BINARY,
-                       {"--model", std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte",
+  ServerProcess server(drt::testing::ServerBinary(),
+                       {"--model", std::string(drt::testing::SourceDir()) + "/models/drt-passkey-byte",
                         "--listen", "127.0.0.1:0", "--http_listen=", "--device=cpu"});
   char json_path[] = "/tmp/drt-batch-bench-smoke.XXXXXX";
   const int fd = mkstemp(json_path);
@@ -57,7 +54,7 @@ TEST_CASE("drt-batch-bench measures a real server at tiny sizes", "[server][proc
   // 200,000 tokens are far more than the one load session ingests while 5
   // tokens are generated; the tool cancels the Append then.
   const ProgramRun run = RunProgram(
-      DRT_BATCH_BENCH_BINARY,
+      drt::testing::BatchBenchBinary(),
       {"--server", server.address(), "--sessions", "1,2", "--prompt_tokens", "64", "--generate",
        std::to_string(kGenerate), "--repeats", std::to_string(kRepeats), "--load_sessions", "1",
        "--load_generate", std::to_string(kLoadGenerate), "--append_tokens", "200000", "--piece_tokens", "4096", "--json", json_path},
@@ -153,7 +150,7 @@ TEST_CASE("drt-batch-bench refuses bad flags with a message naming them", "[benc
       {{"--server", "127.0.0.1:1", "--connect_timeout", "0.5"}, "cannot reach drt-server"},
   };
   for (const Case& c : cases) {
-    const ProgramRun run = RunProgram(DRT_BATCH_BENCH_BINARY, c.args, 30);
+    const ProgramRun run = RunProgram(drt::testing::BatchBenchBinary(), c.args, 30);
     INFO("args " << c.args[0] << " " << (c.args.size() > 1 ? c.args[1] : "") << "\nstderr: "
                  << run.errors);
     CHECK(run.exit_status == 1);

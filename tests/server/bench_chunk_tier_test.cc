@@ -8,10 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/server/test_util/run_program.h"
-
-#ifndef DRT_BENCH_BINARY
-#error "tests/CMakeLists.txt defines DRT_BENCH_BINARY as the path of drt-bench"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -19,12 +16,12 @@ namespace {
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
 
-const std::string kModel = std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte";
+const std::string kModel = std::string(drt::testing::SourceDir()) + "/models/drt-passkey-byte";
 
 TEST_CASE("drt-bench's bench_result names the chunk tier asked for and the one used",
           "[server][process][bench]") {
   const ProgramRun run =
-      RunProgram(DRT_BENCH_BINARY, {"--model", kModel, "--prompt_tokens", "300", "--generate",
+      RunProgram(drt::testing::BenchBinary(), {"--model", kModel, "--prompt_tokens", "300", "--generate",
                                     "2", "--device", "cpu", "--threads", "1"},
                  120);
   INFO("stdout:\n" << run.output << "\nstderr:\n" << run.errors);
@@ -34,7 +31,7 @@ TEST_CASE("drt-bench's bench_result names the chunk tier asked for and the one u
 
   // The device and auto tiers are the CUDA backend's: refused on the CPU.
   const ProgramRun refused =
-      RunProgram(DRT_BENCH_BINARY, {"--model", kModel, "--prompt_tokens", "300", "--device",
+      RunProgram(drt::testing::BenchBinary(), {"--model", kModel, "--prompt_tokens", "300", "--device",
                                     "cpu", "--chunk_tier", "auto"},
                  120);
   CHECK(refused.exit_status != 0);

@@ -9,10 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/server/test_util/run_program.h"
-
-#ifndef DRT_SERVER_BINARY
-#error "tests/CMakeLists.txt defines the paths of the binaries under test"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -28,23 +25,27 @@ struct Binary {
   const char* a_flag;  // one of its own flags, which --help must list
 };
 
-const Binary kBinaries[] = {
-    {"drt-server", DRT_SERVER_BINARY, "--model"},
-    {"drt-bench", DRT_BENCH_BINARY, "--prompt_tokens"},
-    {"drt-niah", DRT_NIAH_BINARY, "--lengths"},
-    {"drt-client", DRT_CLIENT_BINARY, "--haystack_tokens"},
-    {"drt-tokenizer-bench", DRT_TOKENIZER_BENCH_BINARY, "--runs"},
-    {"drt-niah-text", DRT_NIAH_TEXT_BINARY, "--tasks"},
-    {"drt-batch-bench", DRT_BATCH_BENCH_BINARY, "--sessions"},
-    {"drt-step-bench", DRT_STEP_BENCH_BINARY, "--sessions"},
-    {"drt-durable-bench", DRT_DURABLE_BENCH_BINARY, "--tokens"},
-#ifdef DRT_WINDOW_BENCH_BINARY  // built only with the CUDA kernels
-    {"drt-window-bench", DRT_WINDOW_BENCH_BINARY, "--splits"},
-#endif
-};
+// Every binary the build made (drt-window-bench only with the CUDA kernels).
+std::vector<Binary> Binaries() {
+  std::vector<Binary> binaries = {
+      {"drt-server", drt::testing::ServerBinary(), "--model"},
+      {"drt-bench", drt::testing::BenchBinary(), "--prompt_tokens"},
+      {"drt-niah", drt::testing::NiahBinary(), "--lengths"},
+      {"drt-client", drt::testing::ClientBinary(), "--haystack_tokens"},
+      {"drt-tokenizer-bench", drt::testing::TokenizerBenchBinary(), "--runs"},
+      {"drt-niah-text", drt::testing::NiahTextBinary(), "--tasks"},
+      {"drt-batch-bench", drt::testing::BatchBenchBinary(), "--sessions"},
+      {"drt-step-bench", drt::testing::StepBenchBinary(), "--sessions"},
+      {"drt-durable-bench", drt::testing::DurableBenchBinary(), "--tokens"},
+  };
+  if (const char* window_bench = drt::testing::WindowBenchBinary()) {
+    binaries.push_back({"drt-window-bench", window_bench, "--splits"});
+  }
+  return binaries;
+}
 
 TEST_CASE("every binary: --help and --helpfull print the flags and exit 0", "[cli]") {
-  for (const Binary& binary : kBinaries) {
+  for (const Binary& binary : Binaries()) {
     for (const char* help : {"--help", "--helpfull", "--helpshort"}) {
       INFO(binary.name << " " << help);
       const ProgramRun run = RunProgram(binary.path, {help});
@@ -57,7 +58,7 @@ TEST_CASE("every binary: --help and --helpfull print the flags and exit 0", "[cl
 }
 
 TEST_CASE("every binary: --version prints the project version and exits 0", "[cli]") {
-  for (const Binary& binary : kBinaries) {
+  for (const Binary& binary : Binaries()) {
     INFO(binary.name);
     const ProgramRun run = RunProgram(binary.path, {"--version"});
     INFO("stdout: " << run.output << "\nstderr: " << run.errors);
@@ -69,7 +70,7 @@ TEST_CASE("every binary: --version prints the project version and exits 0", "[cl
 }
 
 TEST_CASE("every binary: an unknown flag still fails with status 1", "[cli]") {
-  for (const Binary& binary : kBinaries) {
+  for (const Binary& binary : Binaries()) {
     INFO(binary.name);
     const ProgramRun run = RunProgram(binary.path, {"--no_such_flag_anywhere=1"});
     CHECK(run.exit_status == 1);
@@ -78,7 +79,7 @@ TEST_CASE("every binary: an unknown flag still fails with status 1", "[cli]") {
 }
 
 TEST_CASE("drt-server --help says that sessions live in memory", "[cli]") {
-  const ProgramRun run = RunProgram(DRT_SERVER_BINARY, {"--help"});
+  const ProgramRun run = RunProgram(drt::testing::ServerBinary(), {"--help"});
   CHECK_THAT(run.output, Contains("Sessions are held in memory"));
   CHECK_THAT(run.output, Contains("a restart loses them"));
 }

@@ -27,10 +27,7 @@
 
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/test_util/temp_dir.h"
-
-#ifndef DRT_SERVER_BINARY
-#error "tests/CMakeLists.txt defines DRT_SERVER_BINARY as the path of drt-server"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -275,7 +272,7 @@ TEST_CASE("kill -9 during Append, Generate and Fork loses no acknowledged token"
   std::map<Op, int> killed_during;
   for (int point = 0; point < points; ++point) {
     INFO("kill " << point);
-    ServerProcess server(DRT_SERVER_BINARY, args);
+    ServerProcess server(drt::testing::ServerBinary(), args);
     auto stub = Connect(server);
     CheckRestored(*stub, model, rng);
     const uint64_t seed = rng();
@@ -285,7 +282,7 @@ TEST_CASE("kill -9 during Append, Generate and Fork loses no acknowledged token"
     client.join();
     REQUIRE(server.WaitExit(10).has_value());
   }
-  ServerProcess server(DRT_SERVER_BINARY, args);
+  ServerProcess server(drt::testing::ServerBinary(), args);
   auto stub = Connect(server);
   CheckRestored(*stub, model, rng);
   REQUIRE(std::filesystem::is_empty(state_dir + "/quarantine"));

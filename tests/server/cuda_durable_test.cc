@@ -16,10 +16,7 @@
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/server/test_util/run_program.h"
 #include "tests/test_util/temp_dir.h"
-
-#ifndef DRT_SERVER_BINARY
-#error "tests/CMakeLists.txt defines DRT_SERVER_BINARY as the path of drt-server"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -62,7 +59,7 @@ TEST_CASE("cuda durable: --cuda_state_export --state_dir restores after kill -9 
   args.insert(args.end(), {"--state_dir", dir.File("state")});
 
   // Off by default: the server refuses to start, naming the flag.
-  const ProgramRun refused = RunProgram(DRT_SERVER_BINARY, args);
+  const ProgramRun refused = RunProgram(drt::testing::ServerBinary(), args);
   CHECK(refused.exit_status != 0);
   CHECK_THAT(refused.errors, Catch::Matchers::Contains("--cuda_state_export"));
 
@@ -73,7 +70,7 @@ TEST_CASE("cuda durable: --cuda_state_export --state_dir restores after kill -9 
   GenerateResult before;
   std::string twin;
   {
-    ServerProcess server(DRT_SERVER_BINARY, args);
+    ServerProcess server(drt::testing::ServerBinary(), args);
     auto stub = drt::v1::Drt::NewStub(
         grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
     // Two sessions fed alike, one call after the other (so never in one
@@ -88,7 +85,7 @@ TEST_CASE("cuda durable: --cuda_state_export --state_dir restores after kill -9 
     server.Signal(SIGKILL);
     REQUIRE(server.WaitExit(10).has_value());
   }
-  ServerProcess server(DRT_SERVER_BINARY, args);
+  ServerProcess server(drt::testing::ServerBinary(), args);
   auto stub = drt::v1::Drt::NewStub(
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
   const InfoResult info = GetSession(*stub, twin);
@@ -131,7 +128,7 @@ TEST_CASE("cuda durable: the disk tier maps a CUDA session's chunks, same tokens
   GenerateResult want;
   int64_t held_bytes = 0;
   {
-    ServerProcess server(DRT_SERVER_BINARY, args_for("held", false));
+    ServerProcess server(drt::testing::ServerBinary(), args_for("held", false));
     auto stub = drt::v1::Drt::NewStub(
         grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
     const std::string id = NewSession(*stub);
@@ -147,7 +144,7 @@ TEST_CASE("cuda durable: the disk tier maps a CUDA session's chunks, same tokens
 
   std::string twin;
   {
-    ServerProcess server(DRT_SERVER_BINARY, args_for("tier", true));
+    ServerProcess server(drt::testing::ServerBinary(), args_for("tier", true));
     auto stub = drt::v1::Drt::NewStub(
         grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
     const std::string first = NewSession(*stub);
@@ -168,7 +165,7 @@ TEST_CASE("cuda durable: the disk tier maps a CUDA session's chunks, same tokens
     server.Signal(SIGKILL);
     REQUIRE(server.WaitExit(10).has_value());
   }
-  ServerProcess server(DRT_SERVER_BINARY, args_for("tier", true));
+  ServerProcess server(drt::testing::ServerBinary(), args_for("tier", true));
   auto stub = drt::v1::Drt::NewStub(
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
   const InfoResult info = GetSession(*stub, twin);

@@ -16,10 +16,7 @@
 
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/server/test_util/waiting.h"
-
-#ifndef DRT_SERVER_BINARY
-#error "tests/CMakeLists.txt defines DRT_SERVER_BINARY as the path of drt-server"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -30,7 +27,7 @@ using Catch::Matchers::Contains;
 TEST_CASE("during a drain new and running calls get UNAVAILABLE 'shutting down'",
           "[server][process]") {
   constexpr int64_t kGrace = 3;
-  ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(kGrace, /*http_listen=*/""));
+  ServerProcess server(drt::testing::ServerBinary(), ServerProcessArgs(kGrace, /*http_listen=*/""));
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = drt::v1::Drt::NewStub(channel);
   const std::string id = NewSession(*stub);

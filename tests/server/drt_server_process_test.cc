@@ -13,10 +13,7 @@
 
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/server/test_util/waiting.h"
-
-#ifndef DRT_SERVER_BINARY
-#error "tests/CMakeLists.txt defines DRT_SERVER_BINARY as the path of drt-server"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -33,7 +30,7 @@ TEST_CASE("SIGTERM during streams drains cleanly and exits 0", "[server][process
   // tokens then take well under the grace period whatever the limit does.
   std::vector<std::string> args = ServerProcessArgs(kGrace);
   args.push_back("--decode_slowdown_limit=0");
-  ServerProcess server(DRT_SERVER_BINARY, args);
+  ServerProcess server(drt::testing::ServerBinary(), args);
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = drt::v1::Drt::NewStub(channel);
 
@@ -136,7 +133,7 @@ TEST_CASE("SIGTERM right after the listening line drains and exits 0", "[server]
   // -15) in 2 of 3 tries here. Ten starts make a regression show.
   constexpr int kStarts = 10;
   for (int i = 0; i < kStarts; ++i) {
-    ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(1));
+    ServerProcess server(drt::testing::ServerBinary(), ServerProcessArgs(1));
     server.Signal(SIGTERM);
     std::optional<int> wait_status = server.WaitExit(20);
     INFO("start " << i);
@@ -150,7 +147,7 @@ TEST_CASE("SIGTERM right after the listening line drains and exits 0", "[server]
 TEST_CASE("a 1000000-token Append through the real server completes", "[server][process][slow]") {
   constexpr int64_t kTokens = 1'000'000;
   constexpr size_t kPiece = 65536;  // about 100 KB per message, far under 4 MB
-  ServerProcess server(DRT_SERVER_BINARY, ServerProcessArgs(10));
+  ServerProcess server(drt::testing::ServerBinary(), ServerProcessArgs(10));
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = drt::v1::Drt::NewStub(channel);
   const std::string id = NewSession(*stub);

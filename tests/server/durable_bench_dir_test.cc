@@ -11,10 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/server/test_util/run_program.h"
-
-#ifndef DRT_DURABLE_BENCH_BINARY
-#error "tests/CMakeLists.txt defines DRT_DURABLE_BENCH_BINARY as the path of drt-durable-bench"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -22,7 +19,7 @@ namespace {
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
 
-const std::string kModel = std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte";
+const std::string kModel = std::string(drt::testing::SourceDir()) + "/models/drt-passkey-byte";
 
 // A directory made for this test, removed when the test ends.
 struct TestDirectory {
@@ -49,7 +46,7 @@ TEST_CASE("drt-durable-bench leaves the files under --dir alone and cleans up it
   std::ofstream(sentinel) << "keep me\n";
   std::ofstream(nested) << "keep me too\n";
 
-  const ProgramRun run = RunProgram(DRT_DURABLE_BENCH_BINARY, TinyRun(dir.path.string()), 180);
+  const ProgramRun run = RunProgram(drt::testing::DurableBenchBinary(), TinyRun(dir.path.string()), 180);
   INFO("stdout:\n" << run.output << "\nstderr:\n" << run.errors);
   REQUIRE(run.exit_status == 0);
   // It did its work (the restore line comes last, after every removal).
@@ -69,21 +66,21 @@ TEST_CASE("drt-durable-bench refuses a --dir that is not a directory and --runs 
   std::ofstream(file) << "x\n";
 
   const ProgramRun missing =
-      RunProgram(DRT_DURABLE_BENCH_BINARY, TinyRun((dir.path / "missing").string()), 60);
+      RunProgram(drt::testing::DurableBenchBinary(), TinyRun((dir.path / "missing").string()), 60);
   CHECK(missing.exit_status != 0);
   CHECK_THAT(missing.errors, Contains("--dir " + (dir.path / "missing").string() +
                                       " is not an existing directory"));
   CHECK_FALSE(std::filesystem::exists(dir.path / "missing"));
 
   const ProgramRun not_a_directory =
-      RunProgram(DRT_DURABLE_BENCH_BINARY, TinyRun(file.string()), 60);
+      RunProgram(drt::testing::DurableBenchBinary(), TinyRun(file.string()), 60);
   CHECK(not_a_directory.exit_status != 0);
   CHECK_THAT(not_a_directory.errors, Contains("is not an existing directory"));
   CHECK(std::filesystem::is_regular_file(file));
 
   auto args = TinyRun(dir.path.string());
   args.push_back("--runs=0");  // absl: the last value wins
-  const ProgramRun no_runs = RunProgram(DRT_DURABLE_BENCH_BINARY, args, 60);
+  const ProgramRun no_runs = RunProgram(drt::testing::DurableBenchBinary(), args, 60);
   CHECK(no_runs.exit_status != 0);
   CHECK_THAT(no_runs.errors, Contains("--runs must be at least 1"));
 }

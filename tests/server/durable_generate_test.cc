@@ -28,10 +28,7 @@
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/server/test_util/waiting.h"
 #include "tests/test_util/temp_dir.h"
-
-#ifndef DRT_SERVER_BINARY
-#error "tests/CMakeLists.txt defines DRT_SERVER_BINARY as the path of drt-server"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -160,7 +157,7 @@ TEST_CASE("kill -9 during a durable Generate restores the session as it was befo
   const auto prompt = RandomTokens(300, 25);
   std::string id;
   {
-    ServerProcess server(DRT_SERVER_BINARY, args);
+    ServerProcess server(drt::testing::ServerBinary(), args);
     auto stub = drt::v1::Drt::NewStub(
         grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
     id = NewSession(*stub);
@@ -174,7 +171,7 @@ TEST_CASE("kill -9 during a durable Generate restores the session as it was befo
     generate.Join();
     CHECK_FALSE(generate.status().ok());
   }
-  ServerProcess server(DRT_SERVER_BINARY, args);
+  ServerProcess server(drt::testing::ServerBinary(), args);
   auto stub = drt::v1::Drt::NewStub(
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
   InfoResult info = GetSession(*stub, id);
@@ -202,7 +199,7 @@ TEST_CASE("SIGTERM during a durable Generate: the restart restores the session a
   std::string id, cancelled_id;
   int64_t cancelled_held = -1;
   {
-    ServerProcess server(DRT_SERVER_BINARY, args);
+    ServerProcess server(drt::testing::ServerBinary(), args);
     auto stub = drt::v1::Drt::NewStub(
         grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
     // The contrast: a Generate its client cancels is written as it ends.
@@ -231,7 +228,7 @@ TEST_CASE("SIGTERM during a durable Generate: the restart restores the session a
     CHECK(WIFEXITED(*exited));
     CHECK(WEXITSTATUS(*exited) == 0);
   }
-  ServerProcess server(DRT_SERVER_BINARY, args);
+  ServerProcess server(drt::testing::ServerBinary(), args);
   auto stub = drt::v1::Drt::NewStub(
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
   InfoResult info = GetSession(*stub, id);

@@ -14,10 +14,7 @@
 
 #include "nlohmann/json.hpp"
 #include "tests/server/test_util/run_program.h"
-
-#ifndef DRT_NIAH_TEXT_BINARY
-#error "tests/CMakeLists.txt defines DRT_NIAH_TEXT_BINARY as the path of drt-niah-text"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -25,7 +22,7 @@ namespace {
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
 
-const std::string kModel = std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte";
+const std::string kModel = std::string(drt::testing::SourceDir()) + "/models/drt-passkey-byte";
 
 TEST_CASE("drt-niah-text refuses a length longer than the text unless --allow_repeat, and records it",
           "[server][process][bench]") {
@@ -46,7 +43,7 @@ TEST_CASE("drt-niah-text refuses a length longer than the text unless --allow_re
       "--model", kModel, "--text", text.string(), "--tasks", "passkey", "--lengths", "8K",
       "--depths", "0.5", "--trials", "1", "--threads", "1", "--json", json.string()};
 
-  const ProgramRun refused = RunProgram(DRT_NIAH_TEXT_BINARY, args, 60);
+  const ProgramRun refused = RunProgram(drt::testing::NiahTextBinary(), args, 60);
   CHECK(refused.exit_status != 0);
   CHECK_THAT(refused.errors, Contains("8192 bytes is longer than the --text (5000 bytes)"));
   CHECK_THAT(refused.errors, Contains("--allow_repeat"));
@@ -54,7 +51,7 @@ TEST_CASE("drt-niah-text refuses a length longer than the text unless --allow_re
 
   auto allowed_args = args;
   allowed_args.push_back("--allow_repeat");
-  const ProgramRun allowed = RunProgram(DRT_NIAH_TEXT_BINARY, allowed_args, 180);
+  const ProgramRun allowed = RunProgram(drt::testing::NiahTextBinary(), allowed_args, 180);
   INFO("stdout:\n" << allowed.output << "\nstderr:\n" << allowed.errors);
   REQUIRE(allowed.exit_status == 0);
   CHECK_THAT(allowed.errors, Contains("reads the 5000-byte text 1.64 times"));

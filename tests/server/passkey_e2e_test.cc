@@ -12,11 +12,12 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server::testing {
 namespace {
 
-const std::string kModelDir = std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte";
+const std::string kModelDir = std::string(drt::testing::SourceDir()) + "/models/drt-passkey-byte";
 constexpr char kFiller[] =
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
 constexpr char kQuestion[] = "What is the pass key? The pass key is";

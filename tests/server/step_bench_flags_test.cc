@@ -8,10 +8,7 @@
 
 #include "engine/backend_factory.h"
 #include "tests/server/test_util/run_program.h"
-
-#ifndef DRT_STEP_BENCH_BINARY
-#error "tests/CMakeLists.txt defines DRT_STEP_BENCH_BINARY as the path of drt-step-bench"
-#endif
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -19,7 +16,7 @@ namespace {
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
 
-const std::string kModel = std::string(DRT_SOURCE_DIR) + "/models/drt-passkey-byte";
+const std::string kModel = std::string(drt::testing::SourceDir()) + "/models/drt-passkey-byte";
 
 TEST_CASE("drt-step-bench refuses CUDA-only options on the CPU backend, auto included",
           "[server][process][bench]") {
@@ -28,7 +25,7 @@ TEST_CASE("drt-step-bench refuses CUDA-only options on the CPU backend, auto inc
   for (const char* option : kCudaOnly) {
     INFO(option);
     const ProgramRun cpu = RunProgram(
-        DRT_STEP_BENCH_BINARY,
+        drt::testing::StepBenchBinary(),
         {"--model", kModel, "--device", "cpu", option, "--sessions", "1", "--prompt_tokens", "8",
          "--generate", "1", "--repeats", "1", "--threads", "1"},
         60);
@@ -36,7 +33,7 @@ TEST_CASE("drt-step-bench refuses CUDA-only options on the CPU backend, auto inc
     CHECK_THAT(cpu.errors, Contains(std::string(option) + " needs the CUDA backend"));
   }
   const ProgramRun store = RunProgram(
-      DRT_STEP_BENCH_BINARY,
+      drt::testing::StepBenchBinary(),
       {"--model", kModel, "--device", "cpu", "--cuda_chunk_store", "encoder_rows"}, 60);
   CHECK(store.exit_status != 0);
   CHECK_THAT(store.errors, Contains("--cuda_chunk_store=encoder_rows needs the CUDA backend"));
@@ -49,7 +46,7 @@ TEST_CASE("drt-step-bench refuses CUDA-only options on the CPU backend, auto inc
     return;
   }
   const ProgramRun run = RunProgram(
-      DRT_STEP_BENCH_BINARY,
+      drt::testing::StepBenchBinary(),
       {"--model", kModel, "--device", "auto", "--decode_graphs", "--sessions", "1",
        "--prompt_tokens", "8", "--generate", "1", "--repeats", "1", "--threads", "1"},
       60);
@@ -63,17 +60,17 @@ TEST_CASE("drt-step-bench refuses CUDA-only options on the CPU backend, auto inc
 
 TEST_CASE("drt-step-bench refuses the options of the mode it is not in", "[server][process][bench]") {
   const ProgramRun mixed = RunProgram(
-      DRT_STEP_BENCH_BINARY,
+      drt::testing::StepBenchBinary(),
       {"--model", kModel, "--mixed_prefill_tokens", "0,63", "--sessions", "1,4"}, 60);
   CHECK(mixed.exit_status != 0);
   CHECK_THAT(mixed.errors, Contains("--sessions does not apply with --mixed_prefill_tokens"));
   const ProgramRun sequential = RunProgram(
-      DRT_STEP_BENCH_BINARY,
+      drt::testing::StepBenchBinary(),
       {"--model", kModel, "--mixed_prefill_tokens", "0,63", "--sequential=false"}, 60);
   CHECK(sequential.exit_status != 0);
   CHECK_THAT(sequential.errors, Contains("--sequential does not apply with --mixed_prefill_tokens"));
   const ProgramRun load = RunProgram(
-      DRT_STEP_BENCH_BINARY, {"--model", kModel, "--sessions", "1", "--load_sessions", "4"}, 60);
+      drt::testing::StepBenchBinary(), {"--model", kModel, "--sessions", "1", "--load_sessions", "4"}, 60);
   CHECK(load.exit_status != 0);
   CHECK_THAT(load.errors, Contains("--load_sessions applies only with --mixed_prefill_tokens"));
 }

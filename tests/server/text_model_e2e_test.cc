@@ -15,13 +15,14 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server::testing {
 namespace {
 
-const std::string kModelDir = std::string(DRT_SOURCE_DIR) + "/models/drt-text-byte";
+const std::string kModelDir = std::string(drt::testing::SourceDir()) + "/models/drt-text-byte";
 const std::string kProse =
-    std::string(DRT_SOURCE_DIR) + "/tests/fixtures/heldout-text/debian_handbook_excerpt.txt";
+    std::string(drt::testing::SourceDir()) + "/tests/fixtures/heldout-text/debian_handbook_excerpt.txt";
 
 FixtureModel& TextModel() {
   static FixtureModel* model = new FixtureModel(FixtureModel::Load(kModelDir));

@@ -10,6 +10,7 @@
 
 #include "engine/model.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/test_util/build_paths.h"
 
 namespace drt::server {
 namespace {
@@ -19,7 +20,7 @@ using Catch::Matchers::Contains;
 
 FixtureModel& TextModel() {
   static FixtureModel* model = new FixtureModel(
-      FixtureModel::Load(std::string(DRT_SOURCE_DIR) + "/models/drt-text-byte"));
+      FixtureModel::Load(std::string(drt::testing::SourceDir()) + "/models/drt-text-byte"));
   return *model;
 }
 

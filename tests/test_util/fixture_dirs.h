@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+#include "tests/test_util/build_paths.h"
 
 namespace drt::testing {
 
@@ -13,7 +14,7 @@ namespace drt::testing {
 inline std::vector<std::string> GoldenFixtureDirs() {
   std::vector<std::string> dirs;
   for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(DRT_SOURCE_DIR) + "/tests/fixtures")) {
+       std::filesystem::directory_iterator(std::string(drt::testing::SourceDir()) + "/tests/fixtures")) {
     if (std::filesystem::exists(entry.path() / "golden.safetensors")) dirs.push_back(entry.path());
   }
   std::sort(dirs.begin(), dirs.end());

@@ -38,12 +38,13 @@
 #include "engine/session.h"
 #include "server/drt_service.h"
 #include "server/metrics.h"
+#include "tests/test_util/build_paths.h"
 
 extern char** environ;
 
 namespace drt::server::testing {
 
-inline std::string FixtureDir() { return std::string(DRT_SOURCE_DIR) + "/tests/fixtures/two_groups"; }
+inline std::string FixtureDir() { return std::string(drt::testing::SourceDir()) + "/tests/fixtures/two_groups"; }
 
 // The two_groups fixture: byte vocabulary (0..255), pad 298, landmark 299,
 // vocab 300, chunks of 63 tokens. Loaded once for the whole test binary.
