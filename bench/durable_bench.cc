@@ -23,6 +23,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
+#include "bench/batch/latency_stats.h"
+#include "bench/load_average.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
 #include "engine/model_rules.h"
@@ -59,6 +61,9 @@ using drt::server::SessionManager;
 using drt::server::StateStore;
 using drt::server::StateStoreOptions;
 using drt::server::StateSync;
+using drt::bench::LoadAverageText;
+// main() refuses --runs < 1, so no sample vector is empty.
+using drt::bench::Median;
 using Clock = std::chrono::steady_clock;
 
 
@@ -192,24 +197,6 @@ double GroupCommitRun(drt::Backend& backend, const std::string& dir,
     entries[i]->End();
   }
   return static_cast<double>(total) / seconds;
-}
-
-std::string LoadAverage() {
-  std::FILE* f = std::fopen("/proc/loadavg", "r");
-  if (f == nullptr) return "unknown";
-  char line[128] = {};
-  const bool read = std::fgets(line, sizeof(line), f) != nullptr;
-  std::fclose(f);
-  std::string text = read ? line : "unknown";
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  return text;
-}
-
-double Median(std::vector<double> v) {
-  // main() refuses --runs < 1, so v is never empty.
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
 // Pages of the regular files under `dir` in the page cache, and all their
@@ -441,7 +428,7 @@ int main(int argc, char** argv) {
                 "every step written; load average before: %s\n",
                 static_cast<long long>(sessions),
                 static_cast<long long>(absl::GetFlag(FLAGS_group_commit_tokens)), step_tokens,
-                LoadAverage().c_str());
+                LoadAverageText().c_str());
     struct GroupMode {
       const char* name;
       bool durable, concurrent;
@@ -472,7 +459,7 @@ int main(int argc, char** argv) {
                   Median(group_rates[m]));
     }
     std::printf("median per-run ratio, at once / one after another: %.2f; load average after: %s\n",
-                Median(gains), LoadAverage().c_str());
+                Median(gains), LoadAverageText().c_str());
   }
   std::filesystem::remove_all(scratch);
   return 0;

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "absl/strings/str_format.h"
+#include "bench/batch/latency_stats.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
@@ -135,11 +136,9 @@ int64_t ParameterCount(const drt::ModelWeights& w) {
   return n;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+// 0 when the generation ended before a second token (no decode intervals),
+// as the mean beside it: scripts read these lines as numbers.
+double MedianOrZero(const std::vector<double>& v) { return v.empty() ? 0.0 : drt::bench::Median(v); }
 
 }  // namespace
 
@@ -413,7 +412,7 @@ int main(int argc, char** argv) {
   for (double ms : token_ms) total_ms += ms;
   std::printf("first token %.2f ms; ms_per_generated_token after it: median %.2f  mean %.2f  "
               "(%zu intervals; context %ld tokens)\n",
-              first_token_ms, Median(token_ms), token_ms.empty() ? 0.0 : total_ms / token_ms.size(),
+              first_token_ms, MedianOrZero(token_ms), token_ms.empty() ? 0.0 : total_ms / token_ms.size(),
               token_ms.size(), static_cast<long>((*session)->num_tokens()));
   std::printf("session memory: chunk store %.1f MiB, landmarks %.2f MiB, window %.2f MiB, "
               "open chunk %.2f MiB (%ld chunks)\n",
@@ -451,7 +450,7 @@ int main(int argc, char** argv) {
     if (!token_ms.empty()) {
       const auto slowest = std::max_element(token_ms.begin(), token_ms.end());
       std::printf("slowest decode token %.2f ms (generated token %ld; median %.2f ms)\n",
-                  *slowest, static_cast<long>(slowest - token_ms.begin()) + 1, Median(token_ms));
+                  *slowest, static_cast<long>(slowest - token_ms.begin()) + 1, MedianOrZero(token_ms));
     }
   }
   std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
@@ -473,7 +472,7 @@ int main(int argc, char** argv) {
               // The tier the session got (auto may give either): what was
               // measured.
               st.chunks_on_device ? "device" : "host", static_cast<long>(prompt.size()),
-              warmup_tokens > 0 ? 1 : 0, static_cast<long>(warmup_tokens), prompt.size() / prefill_s, first_token_ms, Median(token_ms),
+              warmup_tokens > 0 ? 1 : 0, static_cast<long>(warmup_tokens), prompt.size() / prefill_s, first_token_ms, MedianOrZero(token_ms),
               token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
               mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes,
               gpu_bandwidth, gpu_bandwidth > 0 ? 1e3 * weight_bytes / gpu_bandwidth : 0.0);

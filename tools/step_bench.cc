@@ -24,6 +24,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/batch/latency_stats.h"
+#include "bench/load_average.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
@@ -75,13 +77,9 @@ ABSL_FLAG(bool, mixed_lower_only_forwards, true,
 
 namespace {
 
+using drt::bench::LoadAverageText;
+using drt::bench::Median;  // the sample vectors are never empty (--steps, --repeats >= 1)
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
@@ -139,21 +137,6 @@ Timing Generate(drt::Backend& backend, absl::Span<std::unique_ptr<drt::Session>>
           ProcessCpuSeconds() - cpu_start, step_cpu};
 }
 
-// The first three fields of /proc/loadavg (the machine may be shared).
-std::string LoadAverage() {
-  std::FILE* f = std::fopen("/proc/loadavg", "r");
-  if (f == nullptr) return "unknown";
-  char buffer[64] = {};
-  const size_t n = std::fread(buffer, 1, sizeof(buffer) - 1, f);
-  std::fclose(f);
-  std::string text(buffer, n);
-  size_t spaces = 0, end = 0;
-  while (end < text.size() && spaces < 3) {
-    if (text[end] == ' ') ++spaces;
-    ++end;
-  }
-  return text.substr(0, spaces == 3 ? end - 1 : end);
-}
 
 // Tokens a load session still has to send after each piece, as the server
 // passes them (StepEntry::tokens_following) while it streams a long Append.
@@ -262,7 +245,7 @@ void MeasureMixedSteps(drt::Backend& backend, const std::vector<int>& prefill_co
         cpu_median_vs_decode, closing_share;
   };
   std::vector<Cell> cells(prefill_counts.size());
-  const std::string load_before = LoadAverage();
+  const std::string load_before = LoadAverageText();
   // The p values run in a rotated order, one place further each repeat:
   // the load sessions' contexts grow by p x steps with every run, so a fixed
   // order would always measure the larger p later, at longer contexts.
@@ -303,7 +286,7 @@ void MeasureMixedSteps(drt::Backend& backend, const std::vector<int>& prefill_co
               static_cast<long long>(context_tokens), steps, repeats);
   std::printf("mixed lower-only forwards (per-slice upper-layer skipping): %s\n",
               backend.runs_mixed_lower_only_forwards() ? "on" : "off");
-  std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverage().c_str());
+  std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverageText().c_str());
   std::printf("step times in ms; cpu: CPU time of the process inside RunStep; closing: steps in "
               "which a load session closed a chunk (encoder + landmark)\n");
   std::printf("%4s | %9s %9s | %9s %9s | %11s | %8s %12s | %13s\n", "p", "wall med",
@@ -481,7 +464,7 @@ int main(int argc, char** argv) {
   };
   std::vector<Row> rows(counts.size());
   const bool sequential = absl::GetFlag(FLAGS_sequential);
-  const std::string load_before = LoadAverage();
+  const std::string load_before = LoadAverageText();
   // One discarded run of every N first, batched and (if asked) one by one:
   // the first timed call of the process otherwise meets a cold backend
   // (scratch buffers, thread pool), and every ratio of repeat 0 divided by it
@@ -515,7 +498,7 @@ int main(int argc, char** argv) {
                   ? " (chunk store: encoder rows)"
                   : "",
               static_cast<long long>(prompt_tokens), generate, repeats);
-  std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverage().c_str());
+  std::printf("load average before: %s, after: %s\n", load_before.c_str(), LoadAverageText().c_str());
   std::printf("tokens/s by wall clock | per CPU second of the process, sampling included | per "
               "CPU second inside RunStep\n");
   std::printf("%8s | %29s | %29s | %24s\n", "", "batched", "one by one",

@@ -10,6 +10,7 @@
 // Medians over --repeats; a table on stdout, the same and every repeat in
 // --json. Start drt-server first (scripts/batch_bench.sh does both).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "bench/batch/drt_load_client.h"
 #include "bench/batch/measurements.h"
 #include "bench/batch/random_tokens.h"
+#include "bench/load_average.h"
 #include "cli/command_line.h"
 #include "nlohmann/json.hpp"
 
@@ -56,21 +58,13 @@ namespace {
 using drt::bench::BenchSettings;
 using drt::bench::DecodeResult;
 using drt::bench::GapStats;
+using drt::bench::LoadAverage;  // of this machine, the server's too when it runs here
 using drt::bench::LoadResult;
 using json = nlohmann::json;
 
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "drt-batch-bench: %s\n", message.c_str());
   std::exit(1);
-}
-
-// The 1-, 5- and 15-minute load averages of this machine (the server's too
-// when it runs here): the benchmark shares the CPU with whatever else runs.
-std::vector<double> LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::vector<double> out(3, NAN);
-  for (double& v : out) in >> v;
-  return out;
 }
 
 std::vector<int32_t> ParseSessionCounts(const std::vector<std::string>& words) {
@@ -156,7 +150,7 @@ int Run() {
   if (!tokens.ok()) Die(std::string(tokens.status().message()));
   settings.tokens = *tokens;
 
-  const std::vector<double> load_start = LoadAverage();
+  const std::array<double, 3> load_start = LoadAverage();
   std::printf("drt-batch-bench: server %s, model %s on %s (%s, vocab %lld, chunks of %lld, "
               "window %lld)\n",
               settings.client.server.c_str(), info->name().c_str(), info->device().c_str(),
@@ -261,7 +255,7 @@ int Run() {
                    {"repeats", repeats}};
   }
 
-  const std::vector<double> load_end = LoadAverage();
+  const std::array<double, 3> load_end = LoadAverage();
   out["load_average_end"] = load_end;
   std::printf("\nload average at end: %.2f %.2f %.2f\n", load_end[0], load_end[1], load_end[2]);
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {

@@ -1,6 +1,7 @@
-// Order statistics for drt-batch-bench: percentiles of latency samples and
-// the per-token gaps of a streamed Generate, from the arrival times of its
-// pieces.
+// Order statistics for the benchmarks (bench/ and tools/, one copy:
+// review-final2 L7): the median and percentiles of their samples, and for
+// drt-batch-bench the per-token gaps of a streamed Generate, from the arrival
+// times of its pieces.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,8 @@ namespace drt::bench {
 // sorted values. NaN for an empty vector.
 double Percentile(std::vector<double> values, double q);
 
+// The middle value; for an even count the mean of the two middle values.
+// NaN for an empty vector.
 inline double Median(std::vector<double> values) { return Percentile(std::move(values), 0.5); }
 
 // One streamed GeneratedPiece as the client saw it.
