@@ -98,6 +98,24 @@ def first_invalid_utf8(path):
             offset += len(block)
 
 
+def utf8_argument(flag, value):
+    """`value`, text from the command line, as the UTF-8 text of its bytes; a
+    value whose bytes are not UTF-8 ends the client with exit status 1 before
+    anything is sent, naming the flag, the byte offset and the reason, as the
+    C++ client does. Python decodes argv with the locale's encoding,
+    smuggling bytes it cannot decode through as lone surrogates, which
+    would fail only when the request is built (after the whole Append);
+    os.fsencode gives the bytes back."""
+    try:
+        data = os.fsencode(value)
+    except UnicodeEncodeError as e:  # a lone surrogate given to main() as text
+        sys.exit(f"drt_client: {flag}: not UTF-8 at character {e.start} ({e.reason})")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        sys.exit(f"drt_client: {flag}: not UTF-8 at byte {e.start} ({e.reason})")
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     conn = p.add_argument_group("connection")
@@ -201,6 +219,8 @@ def parse_args(argv=None):
     if any(stop == "" for stop in args.stop):
         # The server refuses it too, but only at the Generate, after the whole Append.
         p.error("--stop: a stop sequence must not be empty")
+    args.stop = [utf8_argument("--stop", stop) for stop in args.stop]
+    args.question = utf8_argument("--question", args.question)
     if args.passkey is not None and not args.passkey.isdigit():
         p.error("--passkey must be digits")
     return args

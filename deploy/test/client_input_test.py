@@ -17,6 +17,11 @@ checks and a stuck CreateSession.
   --stop -5 are values;
 - an empty --stop is refused before anything is sent (the server refuses it
   only at the Generate, after the whole Append);
+- a --question or --stop whose bytes are not UTF-8 is refused before
+  anything is sent, exit status 1 in both, naming the flag, the byte offset
+  and the reason as Python's decoder gives them (the Python client failed
+  with a traceback building the request, after the whole Append); a UTF-8
+  one arrives intact;
 - Ctrl-C or SIGTERM while CreateSession hangs on the server ends the client
   at once with exit 130 (review-tools #9: the C++ client waited out the
   call's 30 s deadline).
@@ -65,6 +70,9 @@ class StandIn:
                 return pb.DeleteSessionResponse()
 
             def Append(self, requests, context):
+                requests = list(requests)
+                with outer.lock:
+                    outer.texts.append("".join(r.text for r in requests))
                 n = sum(len(r.text.encode()) + len(r.tokens.ids) for r in requests)
                 yield pb.AppendResponse(summary=pb.AppendSummary(
                     tokens_ingested=n, session_tokens=n, session_chunks=n // 63, tokens_per_second=1))
@@ -80,7 +88,7 @@ class StandIn:
     def reset(self, hang_create):
         with self.lock:
             self.hang_create = hang_create
-            self.calls, self.creates, self.stops = 0, 0, []
+            self.calls, self.creates, self.stops, self.texts = 0, 0, [], []
             self.create_called = threading.Event()
 
 
@@ -158,6 +166,26 @@ def main():
                 code, out = run([prompt_flag, good, "--stop=--seed", "--stop", "-5"])
                 checks.expect(code == 0 and stand_in.stops == [["--seed", "-5"]],
                               f"{name}: --stop=--seed --stop -5 sends both (sent: {stand_in.stops})", out[-1500:])
+
+                # Not UTF-8 on the command line: a byte that starts no
+                # character, a character cut by the end, a surrogate.
+                for flag, data in (("--question", b"what \xff?"), ("--question", b"\xe2\x82"),
+                                   ("--stop", b"a\xed\xa0\x80")):
+                    try:
+                        data.decode("utf-8")
+                        expected = None
+                    except UnicodeDecodeError as e:
+                        expected = f"{flag}: not UTF-8 at byte {e.start} ({e.reason})"
+                    code, out = run([prompt_flag, good, flag, data])
+                    checks.expect(expected is not None and code == 1 and expected in out and stand_in.calls == 0
+                                  and "Traceback" not in out,
+                                  f"{name}: {flag} {data!r} is refused before any call, exit 1, naming the flag "
+                                  f"and byte ({expected!r}; exit {code}, {stand_in.calls} calls made)", out[-1500:])
+                question = " \u00bfQu\u00e9 n\u00famero? \u65e5"
+                code, out = run([prompt_flag, good, "--question", question])
+                checks.expect(code == 0 and len(stand_in.texts) == 1 and stand_in.texts[0].endswith(question),
+                              f"{name}: a UTF-8 --question arrives intact after the prompt "
+                              f"(sent ends: {[t[-20:] for t in stand_in.texts]})", out[-1500:])
 
                 code, out = run([prompt_flag, good, "--stop", ""])
                 checks.expect(code not in (0, None) and "--stop" in out and "empty" in out and stand_in.calls == 0
