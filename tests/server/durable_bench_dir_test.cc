@@ -1,7 +1,9 @@
 // drt-durable-bench works in a scratch directory of its own under --dir and
 // removes only that: a --dir holding someone's files keeps them (review-tools
 // 2026-11-24 #3: the bench used to remove_all(--dir) several times a run).
-// Run for real on the CPU with the bundled model at a tiny size.
+// A run that fails part-way removes its scratch directory too (review-toolsfix3:
+// its error exits left it). Run for real on the CPU with the bundled model at
+// a tiny size.
 #include <stdlib.h>  // mkdtemp
 
 #include <filesystem>
@@ -83,6 +85,47 @@ TEST_CASE("drt-durable-bench refuses a --dir that is not a directory and --runs 
   const ProgramRun no_runs = RunProgram(drt::testing::DurableBenchBinary(), args, 60);
   CHECK(no_runs.exit_status != 0);
   CHECK_THAT(no_runs.errors, Contains("--runs must be at least 1"));
+
+  // More sessions than the bench's limit: refused before any work, not at
+  // the 1,025th session.
+  for (const char* flag : {"--sessions", "--group_commit_sessions"}) {
+    auto too_many = TinyRun(dir.path.string());
+    too_many.insert(too_many.end(), {flag, "1025"});
+    const ProgramRun run = RunProgram(drt::testing::DurableBenchBinary(), too_many, 60);
+    CHECK(run.exit_status != 0);
+    CHECK_THAT(run.errors, Contains(std::string(flag) + " must be at most 1024"));
+    CHECK_THAT(run.output, !Contains("scratch directory"));
+  }
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path)) ++entries;
+  CHECK(entries == 1);  // a-file
+}
+
+TEST_CASE("drt-durable-bench removes its scratch directory when a run fails part-way",
+          "[server][process][bench]") {
+  TestDirectory dir;
+  // A failure found only at run time, after the scratch directory is made: no
+  // file may grow past 1 KiB (ulimit -f 1), so the state store's first write
+  // fails (SIGXFSZ ignored, as exec keeps it: the write fails with EFBIG
+  // instead of the signal killing the bench).
+  std::vector<std::string> args = {"-c", "trap '' XFSZ; ulimit -f 1; exec \"$0\" \"$@\"",
+                                    drt::testing::DurableBenchBinary()};
+  for (const std::string& a : TinyRun(dir.path.string())) args.push_back(a);
+  const ProgramRun run = RunProgram("/bin/bash", args, 180);
+  INFO("stdout:\n" << run.output << "\nstderr:\n" << run.errors);
+  CHECK(run.exit_status == 1);
+  CHECK_THAT(run.errors, Contains("error: "));
+  CHECK_THAT(run.output, !Contains("restore: 1 sessions x 64 tokens, median"));  // it failed
+  // It had made its scratch directory under --dir (it prints where) ...
+  const std::string said = "scratch directory ";
+  const size_t at = run.output.find(said);
+  REQUIRE(at != std::string::npos);
+  const size_t from = at + said.size();
+  const std::filesystem::path scratch = run.output.substr(from, run.output.find(' ', from) - from);
+  CHECK(scratch.parent_path() == dir.path);
+  // ... and it is gone: --dir is empty again.
+  CHECK_FALSE(std::filesystem::exists(scratch));
+  CHECK(std::filesystem::is_empty(dir.path));
 }
 
 }  // namespace
