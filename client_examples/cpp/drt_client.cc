@@ -28,7 +28,6 @@
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -430,25 +429,14 @@ std::optional<Utf8Error> FirstInvalidUtf8(std::string_view s) {
   return std::nullopt;
 }
 
-// Whether a bare --stop's next argument reads as an option, which the
-// Python client's argparse refuses there ("expected one argument"): it starts
-// with '-', is not '-' alone and is not a negative number as argparse reads
-// one (-5, -.5, -1.25: "-" then digits, at most one '.' with digits after
-// it). It was taken as the stop sequence, and `--stop --max_tokens 5`
-// stopped on "--max_tokens" (review-toolsfix3 #9); --stop=VALUE takes any.
-bool LooksLikeFlag(absl::string_view arg) {
-  if (arg.size() < 2 || arg[0] != '-') return false;
-  const absl::string_view rest = arg.substr(1);
-  const size_t dot = rest.find('.');
-  const absl::string_view whole = rest.substr(0, dot);
-  const absl::string_view fraction =
-      dot == absl::string_view::npos ? absl::string_view() : rest.substr(dot + 1);
-  const bool number =
-      std::all_of(whole.begin(), whole.end(), absl::ascii_isdigit) &&
-      std::all_of(fraction.begin(), fraction.end(), absl::ascii_isdigit) &&
-      (dot == absl::string_view::npos ? !whole.empty() : !fraction.empty());
-  return !number;
-}
+// Whether a bare --stop's next argument reads as an option: it starts with
+// '-'. It was taken as the stop sequence, and `--stop --max_tokens 5` stopped
+// on "--max_tokens" (review-toolsfix3 #9). A stop sequence is text, so
+// whether it looks like a number does not matter: -5, -1e5 and '-' alone
+// are written --stop=VALUE too, which takes any value. The Python client
+// applies the same rule itself, not argparse's, whose idea of a negative
+// number changed in Python 3.14 (-1e5 became a value).
+bool ReadsAsOption(absl::string_view arg) { return absl::StartsWith(arg, "-"); }
 
 // Takes every --stop VALUE, --stop=VALUE (or with one dash) out of argv, in
 // order, before absl parses the rest: absl keeps only a flag's last value,
@@ -465,9 +453,11 @@ std::vector<std::string> TakeStops(int& argc, char** argv) {
     if (!positional && (absl::ConsumePrefix(&name, "--") || absl::ConsumePrefix(&name, "-"))) {
       if (name == "stop") {
         if (i + 1 >= argc) Die("--stop needs a value (a stop sequence)");
-        if (LooksLikeFlag(argv[i + 1])) {
-          Die(absl::StrCat("--stop needs a value, got the flag-looking '", argv[i + 1],
-                           "'; to stop on it write --stop=", argv[i + 1]));
+        if (ReadsAsOption(argv[i + 1])) {
+          Die(absl::StrCat("--stop needs a value, got '", argv[i + 1],
+                           "', which starts with '-' and reads as an option; to stop on it "
+                           "write --stop=",
+                           argv[i + 1]));
         }
         stops.emplace_back(argv[++i]);
         continue;

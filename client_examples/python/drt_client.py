@@ -116,6 +116,44 @@ def utf8_argument(flag, value):
         sys.exit(f"drt_client: {flag}: not UTF-8 at byte {e.start} ({e.reason})")
 
 
+def take_stops(argv, p):
+    """(stop sequences, the other arguments): every --stop VALUE and
+    --stop=VALUE taken out of argv in order, as the C++ client does, so that
+    what a bare --stop takes is this client's rule, not argparse's idea of a
+    negative number (which changed in Python 3.14: -1e5 was an option before,
+    a value after). A bare --stop takes the next argument unless it starts
+    with '-': that reads as an option (a forgotten value, as in --stop
+    --max-tokens 5), and a stop sequence starting with '-' is written
+    --stop=-x. A stop sequence is text: -5 and -1e5 are no exception.
+    Arguments after '--' are left."""
+    stops, rest = [], []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            rest += argv[i:]
+            break
+        if arg == "--stop":
+            if i + 1 >= len(argv):
+                p.error("--stop needs a value (a stop sequence)")
+            value = argv[i + 1]
+            if value.startswith("-"):
+                p.error(f"--stop needs a value, got '{value}', which starts with '-' and reads as an "
+                        f"option; to stop on it write --stop={value}")
+            stops.append(value)
+            i += 2
+            continue
+        if arg.startswith("--stop="):
+            stops.append(arg[len("--stop="):])
+        elif arg.split("=", 1)[0] == "--sto":
+            # argparse's abbreviation of --stop would go around the rule above.
+            p.error("--sto: write --stop in full")
+        else:
+            rest.append(arg)
+        i += 1
+    return stops, rest
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     conn = p.add_argument_group("connection")
@@ -168,8 +206,10 @@ def parse_args(argv=None):
     gen.add_argument("--top-k", type=int, default=0, help="0: off (default %(default)s)")
     gen.add_argument("--top-p", type=float, default=0.0, help="0 or 1: off (default %(default)s)")
     gen.add_argument("--seed", type=non_negative_seed, default=0, help="sampling seed, 0 to 2^64 - 1 (default %(default)s)")
+    # (Listed for --help; take_stops reads the command line's --stop.)
     gen.add_argument("--stop", action="append", default=[],
-                     help="stop sequence, verbatim (commas included); repeatable")
+                     help="stop sequence, verbatim (commas included); repeatable; one that starts "
+                          "with '-' is written --stop=VALUE")
     pad = gen.add_mutually_exclusive_group()
     pad.add_argument("--pad-to-chunk-boundary", dest="pad", action="store_const", const=True, default=None,
                      help="pad the open chunk before generating, so the first token sees chunks "
@@ -186,7 +226,9 @@ def parse_args(argv=None):
     p.add_argument("--require-passkey", action="store_true",
                    help="exit 1 when the first number in the answer is not the haystack's pass key "
                         "(the generated haystack only)")
-    args = p.parse_args(argv)
+    stops, rest = take_stops(sys.argv[1:] if argv is None else list(argv), p)
+    args = p.parse_args(rest)
+    args.stop = stops
     own_prompt = args.prompt_file or args.token_ids
     if own_prompt:
         # Meaningless without the generated haystack: a script passing

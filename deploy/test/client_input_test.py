@@ -12,9 +12,13 @@ checks and a stuck CreateSession.
   spellings (--stop X, --stop=X): the Generate carries exactly the stop
   sequences given, in order (review-tools #12: the C++ flag split on commas
   and kept only its last use);
-- a bare --stop followed by a flag-looking argument (--stop --seed 3) is
-  refused before anything is sent, as argparse does; --stop=--seed and
-  --stop -5 are values;
+- a bare --stop takes the next argument unless it starts with '-': then
+  it reads as an option (--stop --seed 3, a forgotten value) and is refused
+  before anything is sent, naming the --stop=VALUE form, which takes any
+  value; a stop sequence is text, so -5, -1e5, '-' and '-a b' are no
+  exception in either client (the Python client followed argparse, whose
+  idea of a negative number depends on the Python version: -1e5 refused
+  before 3.14, accepted after, '-a b' accepted; the C++ client accepted -5);
 - an empty --stop is refused before anything is sent (the server refuses it
   only at the Generate, after the whole Append);
 - a --question or --stop whose bytes are not UTF-8 is refused before
@@ -154,18 +158,24 @@ def main():
                 checks.expect(code == 0 and stand_in.stops == [["."]],
                               f"{name}: one --stop sends one stop sequence (sent: {stand_in.stops})", out[-1500:])
 
-                # A bare --stop followed by a flag-looking argument: refused
-                # as argparse does, before any call (the C++ client took
-                # "--seed" as the stop sequence); --stop=VALUE takes it, and
-                # a negative number is a value in both.
-                code, out = run([prompt_flag, good, "--stop", "--seed", "3"])
-                checks.expect(code not in (0, None) and "--stop" in out and stand_in.calls == 0
+                # A bare --stop followed by an argument that starts with '-':
+                # refused before any call, naming the --stop=VALUE form (the
+                # C++ client took "--seed" as the stop sequence), whatever
+                # the rest looks like; --stop=VALUE takes each.
+                dashed = ["--seed", "-5", "-1e5", "-", "-a b"]
+                for value in dashed:
+                    code, out = run([prompt_flag, good, "--stop", value])
+                    checks.expect(code not in (0, None) and f"write --stop={value}" in out
+                                  and stand_in.calls == 0 and "Traceback" not in out,
+                                  f"{name}: --stop {value!r} is refused before any call, naming --stop={value} "
+                                  f"(exit {code}, {stand_in.calls} calls made)", out[-1500:])
+                code, out = run([prompt_flag, good] + [f"--stop={value}" for value in dashed])
+                checks.expect(code == 0 and stand_in.stops == [dashed],
+                              f"{name}: --stop=VALUE sends each of {dashed} (sent: {stand_in.stops})", out[-1500:])
+                code, out = run([prompt_flag, good, "--stop"])
+                checks.expect(code not in (0, None) and "--stop needs a value" in out and stand_in.calls == 0
                               and "Traceback" not in out,
-                              f"{name}: --stop --seed 3 is refused before any call ({stand_in.calls} calls made)",
-                              out[-1500:])
-                code, out = run([prompt_flag, good, "--stop=--seed", "--stop", "-5"])
-                checks.expect(code == 0 and stand_in.stops == [["--seed", "-5"]],
-                              f"{name}: --stop=--seed --stop -5 sends both (sent: {stand_in.stops})", out[-1500:])
+                              f"{name}: a --stop without a value is refused before any call", out[-1500:])
 
                 # Not UTF-8 on the command line: a byte that starts no
                 # character, a character cut by the end, a surrogate.
