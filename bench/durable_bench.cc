@@ -87,8 +87,8 @@ std::vector<int32_t> Tokens(int64_t n, uint64_t seed) {
     if (!status_.ok()) return status_;            \
   } while (0)
 
-// What Start and Create give: the value, or the status from the enclosing
-// function.
+// Declares `lhs` as the value of the StatusOr `expr`, or returns its status
+// from the enclosing function.
 #define ASSIGN_OR_RETURN(lhs, expr)               \
   auto lhs##_or_ = (expr);                        \
   if (!lhs##_or_.ok()) return lhs##_or_.status(); \
