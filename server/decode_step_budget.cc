@@ -39,6 +39,17 @@ std::optional<int64_t> DecodeStepBudget::DecodeKey(int64_t decode_tokens) const 
       steps_ - *last_measured_ >= kDecodeEstimateRefreshSteps) {
     return std::nullopt;
   }
+  // A stale time older than kDecodeEstimateMaxAgeSteps is measured again
+  // whatever the global rate: the rate's probes measure whatever size their
+  // step has, so a size that never has the step when one is due (64 and
+  // 100 alternating, 100 taking every probe) would serve its old time for
+  // as long as it runs. One taken while the machine was loaded overstates
+  // the decode time, and a mixed step sized from it runs past the limit
+  // without ever running faster than it to lower it (review of schedfix,
+  // S2).
+  if (steps_ - decode_.at(*largest).measured_at >= kDecodeEstimateMaxAgeSteps) {
+    return std::nullopt;
+  }
   return largest;
 }
 

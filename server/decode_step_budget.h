@@ -25,9 +25,12 @@
 //     below n gives 0 prefill tokens: that step runs decode-only and
 //     measures n (a probe). All of them stale gives a probe too, but at
 //     most one per kDecodeEstimateRefreshSteps steps whatever the batch
-//     sizes (a global rate); until one is due the largest stale one serves.
-//     (A rate per batch size made a third of the decode steps probes when
-//     16 sizes alternated.)
+//     sizes (a global rate); until one is due the largest stale one serves,
+//     but not once it is kDecodeEstimateMaxAgeSteps old: then the step
+//     probes, rate or not, so no time serves older than that. (A rate per
+//     batch size made a third of the decode steps probes when 16 sizes
+//     alternated; the global rate alone let a size whose steps never came
+//     when a probe was due serve one time for good.)
 //   - prefill_seconds_per_token, learned separately for the two kinds of
 //     prefill token (PrefillRate): a full one runs every layer, a
 //     lower-only one (its rows lie more than the upper-layer reach before
@@ -83,6 +86,13 @@ constexpr int kDecodeBudgetSamples = 7;
 // batch sizes. While sessions generate without pause, that is one
 // decode-only step per this many.
 constexpr int64_t kDecodeEstimateRefreshSteps = 32;
+// A stale decode-only time serves (until the global rate's next measurement
+// is due) only while it is younger than this many steps: older, the step
+// measures its size, rate or not. So every time that serves was measured
+// within this many steps, whatever the order of the batch sizes; each size
+// adds at most one measurement per this many steps beyond the rate, and
+// only while no fresh time of a smaller size serves it.
+constexpr int64_t kDecodeEstimateMaxAgeSteps = 8 * kDecodeEstimateRefreshSteps;
 
 // The two kinds of prefill token a decode step carries (see above).
 enum class PrefillRate { kFull, kLowerOnly };

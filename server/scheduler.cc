@@ -462,6 +462,17 @@ void Scheduler::EngineLoop() {
     // Generating sessions are between two tokens: let them rejoin first
     // (each for at most decode_resubmit_wait after its last item ended, so
     // a stalled handler is not waited for at all).
+    // Deleting a generating session, or cancelling its call, does not wake
+    // this wait, and need not: the wait for that session ends
+    // decode_resubmit_wait (1 ms; an option, not a flag) after its last
+    // item ended, as it would for a live one, so at most that long is spent
+    // on a token that will not come. Its handler usually ends it sooner: it
+    // sees the deletion at its next RunStep or Run, the cancellation at its
+    // next IsCancelled() (the synchronous gRPC API tells nobody else), and
+    // then either ends its Generating scope or queues an item, each of which
+    // wakes this wait; ResubmitDeadlineLocked then skips a deleted session.
+    // A handler that notices later (blocked writing to its client) is past
+    // the wait anyway.
     while (!stopping_) {
       const std::optional<TimePoint> until =
           ResubmitDeadlineLocked(std::chrono::steady_clock::now());

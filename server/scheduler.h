@@ -55,7 +55,8 @@
 //     does not lengthen a decode step), so it may run over several steps,
 //     except that one given no tokens for kClosingStretchMaxWaitSteps steps
 //     in a row runs all it has left in the next step whatever the allowance
-//     (so with the cap 0 too, a stopped item ends within that many + 1);
+//     (so with the cap 0 too, a stopped item ends; kClosingStretchMaxWaitSteps
+//     says within how many steps);
 //     its pieces count their tokens following to the stretch's end, so
 //     each lies within the reach of it, and its last has none following
 //     and makes the state whole again. The item ends only then;
@@ -157,16 +158,23 @@ constexpr int64_t kDefaultDurableAckTokens = 32768;
 // layers") that the decode-step allowance gave no tokens for this many steps
 // in a row runs all it has left in the next step, whatever the allowance and
 // --decode_step_prefill_tokens (as in a step without decode), and in every
-// step after until it ends. So a stopped item ends within this many steps
-// + 1 of its stop (where the step's room, step_tokens less its decode
-// tokens, holds the stretch; else in the steps after) even when the cap is 0
-// and a session generates without pause; before, it waited for a pause, its
-// handler blocked and its session busy. Why 8: the price is one long step
-// for the generating sessions (decode + at most reach + 1 prefill tokens,
-// stretches overdue together sharing it) per stop, after 8 steps held to
-// the cap; a larger K makes that rarer only where stops come faster than
-// every K steps, while the stopped item's session stays busy K + 1 decode
-// steps (a fraction of a second, sooner than a client retries).
+// step after until it ends. The bound this gives (docs/batching.md, "Lower-only
+// prefill steps in the server"): a stretch that no step gives tokens under the
+// allowance (the cap 0, every step carrying a generated token) ends within this
+// many steps + 1 of its stop, where the step's room (step_tokens less its
+// decode tokens and the stretches overdue ahead of it) holds it, else in the
+// steps after, each giving it all the room. A step that gives it any token
+// starts the count again, so where steps give it a few (the time limit's
+// allowance, shared with the other prefill; a gap step) it ends within this
+// many x its tokens steps, plus what the room then needs; it usually moves
+// faster, by the allowance each step. Before this rule, with the cap 0 it
+// waited for a pause in generation, its handler blocked and its session busy.
+// Why 8: the price is one long step for the generating sessions (decode + at
+// most reach + 1 prefill tokens, stretches overdue together sharing it) per
+// stop, after 8 steps held to the cap; a larger K makes that rarer only where
+// stops come faster than every K steps, while the stopped item's session stays
+// busy K + 1 decode steps (a fraction of a second, sooner than a client
+// retries).
 constexpr int64_t kClosingStretchMaxWaitSteps = 8;
 
 enum class WorkKind {

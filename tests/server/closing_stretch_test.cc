@@ -176,6 +176,88 @@ TEST_CASE("a stopped item's closing stretch runs under the decode-step allowance
   generating->End();
 }
 
+TEST_CASE("with the cap 0 an overdue closing stretch that a step has no room for takes all the "
+          "room of each step after until it ends (the documented bound)",
+          "[server][scheduler][upper_cut]") {
+  // docs/batching.md, "Lower-only prefill steps in the server": a stretch
+  // no step gives tokens (the cap 0, every step carrying a generated
+  // token) is overdue after kClosingStretchMaxWaitSteps steps, then takes
+  // the step's room (step_tokens less the decode token) in every step
+  // until it ends: K + ceil(stretch / room) steps after the cut, one more
+  // than the K + 1 where the room holds it.
+  constexpr int64_t kSmallStep = 4 * 63;
+  FixtureModel& f = FixtureModel::Get();
+  const int64_t closing = f.backend->upper_layer_reach() + 1;
+  const int64_t room = kSmallStep - 1;
+  REQUIRE(closing > room);
+  REQUIRE(closing <= 2 * room);
+  SessionManager manager(*f.backend, SessionLimits{});
+  FakeStepClock clock(1'000'000'000, 125'000'000);
+  StepLog log(/*park_at=*/2);
+  SchedulerOptions options = log.Options(kSmallStep);
+  clock.Install(log, options);
+  options.decode_slowdown_limit = 2.0;
+  options.decode_step_prefill_tokens = 0;
+  options.decode_resubmit_wait = std::chrono::seconds(30);
+  Scheduler scheduler(*f.backend, options);
+
+  // As in the test above: two lower-only steps of the Append alone, the
+  // stop while step 2 is held, then a session generating without pause.
+  auto appending = NewEntry(manager, Activity::kAppending);
+  const std::vector<int32_t> prompt = RandomTokens(5000, 84);
+  std::atomic<bool> stop{false};
+  Background append;
+  append.item = Prefill(*appending, prompt);
+  append.item.should_stop = [&] { return stop.load(); };
+  append.Start(scheduler);
+  log.WaitUntilParked();
+  auto generating = NewEntry(manager, Activity::kGenerating);
+  const std::vector<int32_t> context = RandomTokens(100, 85);
+  REQUIRE(generating->RunStep([&](Session& s) { return s.Append(context).status(); }).ok());
+  std::thread release([&] {
+    while (scheduler.queued() < 2) std::this_thread::yield();
+    stop = true;
+    log.Release();
+  });
+  constexpr int kGuardTokens = 200;
+  int generated = 0;
+  {
+    Sampler sampler(SamplingParams{});
+    Scheduler::Generating scope(scheduler, generating.get());
+    while (generated < kGuardTokens &&
+           append.result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      REQUIRE(RunDecode(scheduler, *generating, SampleToken(*generating, sampler)).status.ok());
+      ++generated;
+    }
+  }
+  release.join();
+  REQUIRE(generated < kGuardTokens);
+  const WorkResult result = append.result.get();
+  CHECK(result.status.code() == absl::StatusCode::kCancelled);
+  CHECK(result.tokens_done == 2 * kSmallStep + closing);
+  REQUIRE(appending->CheckStateWhole().ok());
+
+  // Steps 3 .. 3 + K - 1 give it nothing; 3 + K all the room; the next the
+  // rest. Every step holds the generated token.
+  const int64_t overdue_step = 3 + kClosingStretchMaxWaitSteps;
+  int64_t last_append_step = 0;
+  for (const StepRecord& step : log.steps()) {
+    auto shares = Shares(step);
+    INFO("step " << step.index << ": " << shares[appending.get()] << " tokens of the Append");
+    if (step.index <= 2) continue;
+    CHECK(shares[generating.get()] == 1);
+    const int64_t expected = step.index < overdue_step    ? 0
+                             : step.index == overdue_step ? room
+                             : step.index == overdue_step + 1 ? closing - room
+                                                              : 0;
+    CHECK(shares[appending.get()] == expected);
+    if (shares[appending.get()] > 0) last_append_step = step.index;
+  }
+  CHECK(last_append_step - 2 == kClosingStretchMaxWaitSteps + (closing + room - 1) / room);
+  appending->End();
+  generating->End();
+}
+
 // (No colon in the name: Catch2 2.13 indents a wrapped name's later lines
 // to just after its first colon, and loops printing one that falls near the
 // end of the first line.)
