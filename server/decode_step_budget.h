@@ -27,7 +27,10 @@
 //     most one per kDecodeEstimateRefreshSteps steps whatever the batch
 //     sizes (a global rate); until one is due the largest stale one serves,
 //     but not once it is kDecodeEstimateMaxAgeSteps old: then the step
-//     probes, rate or not, so no time serves older than that. (A rate per
+//     probes, rate or not, so no size serves whose newest measurement is older
+//     than that. (The time served is still the fastest of its recent
+//     samples, so a lower, older one can outlive the probe: an underestimate,
+//     which only narrows the allowance, as stalls do not raise it.) (A rate per
 //     batch size made a third of the decode steps probes when 16 sizes
 //     alternated; the global rate alone let a size whose steps never came
 //     when a probe was due serve one time for good.)
@@ -88,8 +91,10 @@ constexpr int kDecodeBudgetSamples = 7;
 constexpr int64_t kDecodeEstimateRefreshSteps = 32;
 // A stale decode-only time serves (until the global rate's next measurement
 // is due) only while it is younger than this many steps: older, the step
-// measures its size, rate or not. So every time that serves was measured
-// within this many steps, whatever the order of the batch sizes; each size
+// measures its size, rate or not. So every size that serves was last measured
+// within this many steps, whatever the order of the batch sizes (its time,
+// the fastest of its recent samples, may be an older, lower one: an
+// underestimate, the safe side); each size
 // adds at most one measurement per this many steps beyond the rate, and
 // only while no fresh time of a smaller size serves it.
 constexpr int64_t kDecodeEstimateMaxAgeSteps = 8 * kDecodeEstimateRefreshSteps;
