@@ -129,6 +129,34 @@ TEST_CASE("drt-durable-bench removes its scratch directory when a run fails part
   CHECK(std::filesystem::is_empty(dir.path));
 }
 
+TEST_CASE("drt-durable-bench removes its scratch directory when a state write fails mid-run",
+          "[server][process][bench]") {
+  TestDirectory dir;
+  // Files may grow to 8 KiB (ulimit -f 8): the state store's 4 KiB probe
+  // passes, the memory-only mode runs, and the --state_sync=step mode's
+  // session log fails part-way through its 4096 tokens, inside a step
+  // (Append's error path, which must End the session). Measured here: the
+  // log fails at its first step past 8 KiB, "cannot append to .../chunks/".
+  std::vector<std::string> args = {"-c", "trap '' XFSZ; ulimit -f 8; exec \"$0\" \"$@\"",
+                                    drt::testing::DurableBenchBinary()};
+  for (const std::string& a : TinyRun(dir.path.string())) args.push_back(a);
+  args.push_back("--tokens=4096");  // absl: the last value wins
+  const ProgramRun run = RunProgram("/bin/bash", args, 180);
+  INFO("stdout:\n" << run.output << "\nstderr:\n" << run.errors);
+  CHECK(run.exit_status == 1);
+  CHECK_THAT(run.output, Contains("run 0 memory only"));  // past the probe
+  CHECK_THAT(run.output, !Contains("run 0 --state_sync=step"));  // that mode failed
+  CHECK_THAT(run.errors, Contains("error: cannot append to"));
+  const std::string said = "scratch directory ";
+  const size_t at = run.output.find(said);
+  REQUIRE(at != std::string::npos);
+  const size_t from = at + said.size();
+  const std::filesystem::path scratch = run.output.substr(from, run.output.find(' ', from) - from);
+  CHECK(scratch.parent_path() == dir.path);
+  CHECK_FALSE(std::filesystem::exists(scratch));
+  CHECK(std::filesystem::is_empty(dir.path));
+}
+
 TEST_CASE("drt-durable-bench removes its scratch directory when SIGTERM stops a run",
           "[server][process][bench]") {
   TestDirectory dir;
