@@ -29,6 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/batch/latency_stats.h"
 #include "bench/load_average.h"
+#include "bench/signal_stop.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
 #include "engine/model_rules.h"
@@ -68,6 +69,7 @@ using drt::server::StateSync;
 using drt::bench::LoadAverageText;
 // main() refuses --runs < 1, so no sample vector is empty.
 using drt::bench::Median;
+using drt::bench::SignalStop;
 using Clock = std::chrono::steady_clock;
 
 
@@ -174,13 +176,16 @@ absl::StatusOr<std::unique_ptr<Server>> Start(drt::Backend& backend, const std::
   return owned;
 }
 
-// Appends `tokens` to session `id` in steps of `step_tokens`.
+// Appends `tokens` to session `id` in steps of `step_tokens`; a signal
+// (`stop`) ends it between steps.
 absl::Status Append(SessionManager& sessions, const std::string& id,
-                    const std::vector<int32_t>& tokens, size_t step_tokens) {
+                    const std::vector<int32_t>& tokens, size_t step_tokens,
+                    const SignalStop& stop) {
   ASSIGN_OR_RETURN(entry, sessions.Find(id));
   RETURN_IF_ERROR(entry->Begin(drt::server::Activity::kAppending));
   absl::Status status;
   for (size_t done = 0; done < tokens.size() && status.ok(); done += step_tokens) {
+    if (status = stop.Check(); !status.ok()) break;
     const auto piece = absl::MakeConstSpan(tokens).subspan(
         done, std::min<size_t>(step_tokens, tokens.size() - done));
     status = entry->RunStep([&](drt::Session& s) { return s.Append(piece).status(); });
@@ -297,8 +302,11 @@ absl::Status EvictFromPageCache(const std::string& dir) {
 
 
 // The measurements, in `dir` (inside the scratch directory); an error
-// returns, and main removes the scratch directory on its way out.
-absl::Status Run(drt::Backend& backend, size_t step_tokens, const std::string& dir) {
+// returns, and main removes the scratch directory on its way out. So does a
+// signal (`stop`), checked between steps, sessions, restores and group-commit
+// runs (a group-commit run itself goes to its end).
+absl::Status Run(drt::Backend& backend, size_t step_tokens, const std::string& dir,
+                 const SignalStop& stop) {
   const auto tokens = Tokens(absl::GetFlag(FLAGS_tokens), 1);
 
   struct Mode {
@@ -318,7 +326,7 @@ absl::Status Run(drt::Backend& backend, size_t step_tokens, const std::string& d
       ASSIGN_OR_RETURN(server, Start(backend, modes[m].durable ? dir : "", modes[m].sync));
       ASSIGN_OR_RETURN(entry, server->sessions->Create({}));
       const auto start = Clock::now();
-      RETURN_IF_ERROR(Append(*server->sessions, entry->id(), tokens, step_tokens));
+      RETURN_IF_ERROR(Append(*server->sessions, entry->id(), tokens, step_tokens, stop));
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       rates[m].push_back(static_cast<double>(tokens.size()) / seconds);
       std::printf("run %d %-32s %8.0f tokens/s\n", run, modes[m].name, rates[m].back());
@@ -342,6 +350,7 @@ absl::Status Run(drt::Backend& backend, size_t step_tokens, const std::string& d
     double engine = 0, write = 0;
     absl::Status step;
     for (size_t done = 0; done < tokens.size() && step.ok(); done += step_tokens) {
+      if (step = stop.Check(); !step.ok()) break;
       const auto piece = absl::MakeConstSpan(tokens).subspan(
           done, std::min<size_t>(step_tokens, tokens.size() - done));
       step = entry->RunStep([&](drt::Session& s) -> absl::Status {
@@ -378,7 +387,7 @@ absl::Status Run(drt::Backend& backend, size_t step_tokens, const std::string& d
     ASSIGN_OR_RETURN(server, Start(backend, dir, StateSync::kStep));
     for (int64_t i = 0; i < n; ++i) {
       ASSIGN_OR_RETURN(entry, server->sessions->Create({}));
-      RETURN_IF_ERROR(Append(*server->sessions, entry->id(), session_tokens, step_tokens));
+      RETURN_IF_ERROR(Append(*server->sessions, entry->id(), session_tokens, step_tokens, stop));
     }
   }
   uintmax_t bytes = 0;
@@ -401,6 +410,7 @@ absl::Status Run(drt::Backend& backend, size_t step_tokens, const std::string& d
   for (int run = 0; run < absl::GetFlag(FLAGS_runs); ++run) {
     const bool cold_first = run % 2 == 0;
     for (const bool cold : {cold_first, !cold_first}) {
+      RETURN_IF_ERROR(stop.Check());
       if (cold) RETURN_IF_ERROR(EvictFromPageCache(dir));
       const CachedPages before = CountCachedPages(dir);
       const auto start = Clock::now();
@@ -451,6 +461,7 @@ absl::Status Run(drt::Backend& backend, size_t step_tokens, const std::string& d
         // Memory first, then the durable two in alternating order.
         const size_t m = (k == 0 || run % 2 == 0) ? k : 3 - k;
         const GroupMode& mode = group_modes[m];
+        RETURN_IF_ERROR(stop.Check());
         ASSIGN_OR_RETURN(rate, GroupCommitRun(backend, mode.durable ? dir : "", appends,
                                               static_cast<int64_t>(step_tokens), mode.concurrent));
         group_rates[m].push_back(rate);
@@ -481,6 +492,8 @@ int main(int argc, char** argv) {
        "Example: drt-durable-bench --model models/drt-passkey-byte --tokens 200000",
        {"bench/durable_bench.cc"}},
       argc, argv);
+  // Before the backend starts its threads, so that they inherit the mask.
+  const std::shared_ptr<SignalStop> stop = SignalStop::Install("drt-durable-bench");
   Require(absl::GetFlag(FLAGS_runs) >= 1, "--runs must be at least 1");
   Require(absl::GetFlag(FLAGS_tokens) >= 1, "--tokens must be at least 1");
   Require(absl::GetFlag(FLAGS_sessions) >= 0, "--sessions must not be negative");
@@ -517,17 +530,26 @@ int main(int argc, char** argv) {
                 drt::StepTokensForPositions(config, backend->max_step_positions()));
   std::printf("Append steps of %zu tokens\n", step_tokens);
   // The state directory lives inside the scratch directory, which is the
-  // only thing removed at the end.
+  // only thing removed at the end. Armed first: a signal from here on stops
+  // the run, and main returns through the directory's destructor.
+  stop->Arm();
   const ScratchDirectory scratch(absl::GetFlag(FLAGS_dir));
-  std::printf("scratch directory %s (removed at the end, also when the bench fails)\n",
+  std::printf("scratch directory %s (removed at the end, also when the bench fails or gets "
+              "Ctrl-C or SIGTERM; a second signal exits at once and leaves it)\n",
               scratch.path().c_str());
+  std::fflush(stdout);
   absl::Status status;
   try {
-    status = Run(*backend, step_tokens, (scratch.path() / "state").string());
+    status = Run(*backend, step_tokens, (scratch.path() / "state").string(), *stop);
   } catch (const std::exception& e) {
     // std::filesystem's calls here throw on an I/O error; caught so that
     // the scratch directory still goes.
     status = absl::InternalError(e.what());
+  }
+  if (!status.ok() && stop->ExitStatus() != 0 && absl::IsCancelled(status)) {
+    // As a shell reports a process the signal ended: 130 or 143.
+    std::fprintf(stderr, "drt-durable-bench: %s\n", std::string(status.message()).c_str());
+    return stop->ExitStatus();
   }
   if (!status.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());

@@ -116,7 +116,13 @@ def utf8_argument(flag, value):
         sys.exit(f"drt_client: {flag}: not UTF-8 at byte {e.start} ({e.reason})")
 
 
-def take_stops(argv, p):
+def refuse(message):
+    """Ends the client with exit status 1 and 'drt_client: MESSAGE' on
+    stderr, as the C++ client's Die does (argparse's p.error exits 2)."""
+    sys.exit(f"drt_client: {message}")
+
+
+def take_stops(argv):
     """(stop sequences, the other arguments): every --stop VALUE and
     --stop=VALUE taken out of argv in order, as the C++ client does, so that
     what a bare --stop takes is this client's rule, not argparse's idea of a
@@ -125,7 +131,7 @@ def take_stops(argv, p):
     with '-': that reads as an option (a forgotten value, as in --stop
     --max-tokens 5), and a stop sequence starting with '-' is written
     --stop=-x. A stop sequence is text: -5 and -1e5 are no exception.
-    Arguments after '--' are left."""
+    Arguments after '--' are left. A refusal exits 1, as in the C++ client."""
     stops, rest = [], []
     i = 0
     while i < len(argv):
@@ -135,11 +141,11 @@ def take_stops(argv, p):
             break
         if arg == "--stop":
             if i + 1 >= len(argv):
-                p.error("--stop needs a value (a stop sequence)")
+                refuse("--stop needs a value (a stop sequence)")
             value = argv[i + 1]
             if value.startswith("-"):
-                p.error(f"--stop needs a value, got '{value}', which starts with '-' and reads as an "
-                        f"option; to stop on it write --stop={value}")
+                refuse(f"--stop needs a value, got '{value}', which starts with '-' and reads as an "
+                       f"option; to stop on it write --stop={value}")
             stops.append(value)
             i += 2
             continue
@@ -147,7 +153,7 @@ def take_stops(argv, p):
             stops.append(arg[len("--stop="):])
         elif arg.split("=", 1)[0] == "--sto":
             # argparse's abbreviation of --stop would go around the rule above.
-            p.error("--sto: write --stop in full")
+            refuse("--sto: write --stop in full")
         else:
             rest.append(arg)
         i += 1
@@ -226,7 +232,7 @@ def parse_args(argv=None):
     p.add_argument("--require-passkey", action="store_true",
                    help="exit 1 when the first number in the answer is not the haystack's pass key "
                         "(the generated haystack only)")
-    stops, rest = take_stops(sys.argv[1:] if argv is None else list(argv), p)
+    stops, rest = take_stops(sys.argv[1:] if argv is None else list(argv))
     args = p.parse_args(rest)
     args.stop = stops
     own_prompt = args.prompt_file or args.token_ids
@@ -258,10 +264,12 @@ def parse_args(argv=None):
         p.error("--depth must be within [0, 1]")
     if args.haystack_tokens < 1 or args.piece_bytes < 4 or args.piece_tokens < 1 or args.max_tokens < 1:
         p.error("--haystack-tokens, --piece-bytes (>= 4), --piece-tokens and --max-tokens must be positive")
-    if any(stop == "" for stop in args.stop):
-        # The server refuses it too, but only at the Generate, after the whole Append.
-        p.error("--stop: a stop sequence must not be empty")
-    args.stop = [utf8_argument("--stop", stop) for stop in args.stop]
+    # Stop by stop, as the C++ client, so both name the first bad one.
+    for i, stop in enumerate(args.stop):
+        if stop == "":
+            # The server refuses it too, but only at the Generate, after the whole Append.
+            refuse("--stop: a stop sequence must not be empty")
+        args.stop[i] = utf8_argument("--stop", stop)
     args.question = utf8_argument("--question", args.question)
     if args.passkey is not None and not args.passkey.isdigit():
         p.error("--passkey must be digits")

@@ -20,7 +20,10 @@ checks and a stuck CreateSession.
   idea of a negative number depends on the Python version: -1e5 refused
   before 3.14, accepted after, '-a b' accepted; the C++ client accepted -5);
 - an empty --stop is refused before anything is sent (the server refuses it
-  only at the Generate, after the whole Append);
+  only at the Generate, after the whole Append); --sto (argparse's
+  abbreviation, which would go around the rule above) is refused; these
+  refusals exit 1 in both clients (the Python client's argparse errors
+  exited 2), and with two bad stops both name the first;
 - a --question or --stop whose bytes are not UTF-8 is refused before
   anything is sent, exit status 1 in both, naming the flag, the byte offset
   and the reason as Python's decoder gives them (the Python client failed
@@ -165,7 +168,7 @@ def main():
                 dashed = ["--seed", "-5", "-1e5", "-", "-a b"]
                 for value in dashed:
                     code, out = run([prompt_flag, good, "--stop", value])
-                    checks.expect(code not in (0, None) and f"write --stop={value}" in out
+                    checks.expect(code == 1 and f"write --stop={value}" in out
                                   and stand_in.calls == 0 and "Traceback" not in out,
                                   f"{name}: --stop {value!r} is refused before any call, naming --stop={value} "
                                   f"(exit {code}, {stand_in.calls} calls made)", out[-1500:])
@@ -173,9 +176,17 @@ def main():
                 checks.expect(code == 0 and stand_in.stops == [dashed],
                               f"{name}: --stop=VALUE sends each of {dashed} (sent: {stand_in.stops})", out[-1500:])
                 code, out = run([prompt_flag, good, "--stop"])
-                checks.expect(code not in (0, None) and "--stop needs a value" in out and stand_in.calls == 0
+                checks.expect(code == 1 and "--stop needs a value" in out and stand_in.calls == 0
                               and "Traceback" not in out,
-                              f"{name}: a --stop without a value is refused before any call", out[-1500:])
+                              f"{name}: a --stop without a value is refused before any call, exit 1 "
+                              f"(exit {code})", out[-1500:])
+                # An abbreviation would go around the rule (argparse takes
+                # --sto for --stop; absl knows no --sto).
+                for sto in (["--sto", "x"], ["--sto=x"]):
+                    code, out = run([prompt_flag, good] + sto)
+                    checks.expect(code == 1 and "sto" in out and stand_in.calls == 0 and "Traceback" not in out,
+                                  f"{name}: {' '.join(sto)} is refused before any call, exit 1 "
+                                  f"(exit {code}, {stand_in.calls} calls made)", out[-1500:])
 
                 # Not UTF-8 on the command line: a byte that starts no
                 # character, a character cut by the end, a surrogate.
@@ -198,9 +209,15 @@ def main():
                               f"(sent ends: {[t[-20:] for t in stand_in.texts]})", out[-1500:])
 
                 code, out = run([prompt_flag, good, "--stop", ""])
-                checks.expect(code not in (0, None) and "--stop" in out and "empty" in out and stand_in.calls == 0
+                checks.expect(code == 1 and "--stop" in out and "empty" in out and stand_in.calls == 0
                               and "Traceback" not in out,
-                              f"{name}: an empty --stop is refused before any call ({stand_in.calls} calls made)",
+                              f"{name}: an empty --stop is refused before any call, exit 1 (exit {code}, "
+                              f"{stand_in.calls} calls made)", out[-1500:])
+                # Stop by stop: the first bad one is named, whichever its fault.
+                code, out = run([prompt_flag, good, "--stop", b"a\xff", "--stop", ""])
+                checks.expect(code == 1 and "--stop: not UTF-8 at byte 1" in out and "empty" not in out
+                              and stand_in.calls == 0,
+                              f"{name}: --stop b'a\\xff' --stop '' names the first, the UTF-8 fault (exit {code})",
                               out[-1500:])
 
                 # A CreateSession that hangs on the server (its 30 s deadline

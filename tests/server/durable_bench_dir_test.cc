@@ -2,7 +2,8 @@
 // removes only that: a --dir holding someone's files keeps them (review-tools
 // 2026-11-24 #3: the bench used to remove_all(--dir) several times a run).
 // A run that fails part-way removes its scratch directory too (review-toolsfix3:
-// its error exits left it). Run for real on the CPU with the bundled model at
+// its error exits left it), and so does one that SIGTERM stops (review-tools4
+// #1: the signal's default action left it). Run for real on the CPU with the bundled model at
 // a tiny size.
 #include <stdlib.h>  // mkdtemp
 
@@ -124,6 +125,69 @@ TEST_CASE("drt-durable-bench removes its scratch directory when a run fails part
   const std::filesystem::path scratch = run.output.substr(from, run.output.find(' ', from) - from);
   CHECK(scratch.parent_path() == dir.path);
   // ... and it is gone: --dir is empty again.
+  CHECK_FALSE(std::filesystem::exists(scratch));
+  CHECK(std::filesystem::is_empty(dir.path));
+}
+
+TEST_CASE("drt-durable-bench removes its scratch directory when a state write fails mid-run",
+          "[server][process][bench]") {
+  TestDirectory dir;
+  // Files may grow to 8 KiB (ulimit -f 8): the state store's 4 KiB probe
+  // passes, the memory-only mode runs, and the --state_sync=step mode's
+  // session log fails part-way through its 4096 tokens, inside a step
+  // (Append's error path, which must End the session). Measured here: the
+  // log fails at its first step past 8 KiB, "cannot append to .../chunks/".
+  std::vector<std::string> args = {"-c", "trap '' XFSZ; ulimit -f 8; exec \"$0\" \"$@\"",
+                                    drt::testing::DurableBenchBinary()};
+  for (const std::string& a : TinyRun(dir.path.string())) args.push_back(a);
+  args.push_back("--tokens=4096");  // absl: the last value wins
+  const ProgramRun run = RunProgram("/bin/bash", args, 180);
+  INFO("stdout:\n" << run.output << "\nstderr:\n" << run.errors);
+  CHECK(run.exit_status == 1);
+  CHECK_THAT(run.output, Contains("run 0 memory only"));  // past the probe
+  CHECK_THAT(run.output, !Contains("run 0 --state_sync=step"));  // that mode failed
+  CHECK_THAT(run.errors, Contains("error: cannot append to"));
+  const std::string said = "scratch directory ";
+  const size_t at = run.output.find(said);
+  REQUIRE(at != std::string::npos);
+  const size_t from = at + said.size();
+  const std::filesystem::path scratch = run.output.substr(from, run.output.find(' ', from) - from);
+  CHECK(scratch.parent_path() == dir.path);
+  CHECK_FALSE(std::filesystem::exists(scratch));
+  CHECK(std::filesystem::is_empty(dir.path));
+}
+
+TEST_CASE("drt-durable-bench removes its scratch directory when SIGTERM stops a run",
+          "[server][process][bench]") {
+  TestDirectory dir;
+  // A run far longer than the test (10M tokens), sent SIGTERM once its
+  // scratch directory exists; bounded: killed 60 s after the signal if it
+  // has not ended by then (exit 137).
+  const std::string script =
+      "dir=$1; shift; \"$@\" & pid=$!; "
+      "for i in $(seq 1200); do ls -d \"$dir\"/drt-durable-bench.* >/dev/null 2>&1 && break; "
+      "sleep 0.1; done; "
+      "kill -TERM $pid; "
+      "for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; "
+      "kill -KILL $pid 2>/dev/null; wait $pid";
+  std::vector<std::string> args = {"-c", script, "sigterm-test", dir.path.string(),
+                                   drt::testing::DurableBenchBinary()};
+  auto bench = TinyRun(dir.path.string());
+  bench.push_back("--tokens=10000000");  // absl: the last value wins
+  args.insert(args.end(), bench.begin(), bench.end());
+  const ProgramRun run = RunProgram("/bin/bash", args, 240);
+  INFO("stdout:\n" << run.output << "\nstderr:\n" << run.errors);
+  // 128 + SIGTERM, as when the signal ended it, but after its cleanup (the
+  // old binary died of the signal, also 143, and left the directory).
+  CHECK(run.exit_status == 143);
+  CHECK_THAT(run.errors, Contains("drt-durable-bench: stopped by SIGTERM"));
+  CHECK_THAT(run.output, !Contains("median"));  // stopped part-way
+  const std::string said = "scratch directory ";
+  const size_t at = run.output.find(said);
+  REQUIRE(at != std::string::npos);
+  const size_t from = at + said.size();
+  const std::filesystem::path scratch = run.output.substr(from, run.output.find(' ', from) - from);
+  CHECK(scratch.parent_path() == dir.path);
   CHECK_FALSE(std::filesystem::exists(scratch));
   CHECK(std::filesystem::is_empty(dir.path));
 }

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,9 +25,10 @@ struct ProgramRun {
   std::string errors;    // stderr
 };
 
-// Reads `fd` to the end into `out` (both pipes are drained in turn so that
-// neither fills up).
-inline void DrainPipes(int out_fd, int err_fd, std::string& out, std::string& err,
+// Reads both pipes to their end into `out` and `err` (drained in turn so
+// that neither fills up); false when `timeout_seconds` passed first, the
+// pipes still open (the caller closes them).
+inline bool DrainPipes(int out_fd, int err_fd, std::string& out, std::string& err,
                        double timeout_seconds) {
   std::vector<pollfd> fds = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
   std::string* sinks[] = {&out, &err};
@@ -34,7 +36,12 @@ inline void DrainPipes(int out_fd, int err_fd, std::string& out, std::string& er
                         std::chrono::milliseconds(static_cast<int64_t>(1000 * timeout_seconds));
   int open = 2;
   while (open > 0) {
-    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("program hangs");
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (const pollfd& p : fds) {
+        if (p.fd >= 0) close(p.fd);
+      }
+      return false;
+    }
     if (poll(fds.data(), fds.size(), 1000) <= 0) continue;
     for (size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
@@ -49,6 +56,7 @@ inline void DrainPipes(int out_fd, int err_fd, std::string& out, std::string& er
       }
     }
   }
+  return true;
 }
 
 inline ProgramRun RunProgram(const std::string& binary, const std::vector<std::string>& args,
@@ -76,7 +84,15 @@ inline ProgramRun RunProgram(const std::string& binary, const std::vector<std::s
     throw std::runtime_error("cannot start " + binary);
   }
   ProgramRun run;
-  DrainPipes(out[0], err[0], run.output, run.errors, timeout_seconds);
+  if (!DrainPipes(out[0], err[0], run.output, run.errors, timeout_seconds)) {
+    // Killed and reaped before the test goes on, so that a hung program
+    // does not outlive it (only the program itself: a child it started and
+    // left keeps running).
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    throw std::runtime_error(binary + " hangs: no end within " + std::to_string(timeout_seconds) +
+                             " s; killed");
+  }
   int status = 0;
   waitpid(pid, &status, 0);
   if (WIFEXITED(status)) run.exit_status = WEXITSTATUS(status);
