@@ -269,7 +269,7 @@ void SessionEntry::FreeEngineSession(std::unique_ptr<Session> session) {
   host_bytes_ = 0;
   shared_bytes_ = 0;
   mapped_bytes_ = 0;
-  engine_freed_->store(true);
+  engine_freed_.store(true);
 }
 
 DeletedSession::~DeletedSession() {
@@ -646,7 +646,7 @@ int64_t SessionManager::TotalHostBytesLocked() const {
 
 void SessionManager::PruneDyingLocked() const {
   std::erase_if(dying_, [](const std::shared_ptr<SessionEntry>& entry) {
-    return entry->engine_freed_->load();
+    return entry->engine_freed_.load();
   });
 }
 
