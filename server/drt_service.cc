@@ -962,14 +962,12 @@ grpc::Status DrtService::LoadSession(grpc::ServerContext* context,
   auto loaded = LoadSessionFile(
       options_.session_files_dir + "/" + request->file_name(), backend_,
       [&](int64_t chunks) -> absl::Status {
-        // Checked before any chunk is read (Insert checks again, under its
-        // lock): a full server refuses at once instead of after reading a
-        // whole file.
-        if (sessions_->count() >= sessions_->limits().max_sessions) {
-          return absl::ResourceExhaustedError(absl::StrFormat(
-              "the server holds its maximum of %d sessions; delete one or wait for idle ones "
-              "to expire (nothing of %s was read past its header)",
-              sessions_->limits().max_sessions, request->file_name()));
+        // Checked before any chunk is read (the insert checks again): a full
+        // server refuses at once instead of after reading a whole file.
+        if (absl::Status s = sessions_->CheckSessionRoom(); !s.ok()) {
+          return absl::Status(s.code(),
+                              absl::StrFormat("%s (nothing of %s was read past its header)",
+                                              s.message(), request->file_name()));
         }
         auto reserved = sessions_->Reserve(
             chunks * backend_.host_bytes_per_chunk(),

@@ -338,11 +338,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
     SessionSettings settings, std::unique_ptr<Session> session, std::string id, bool durable,
     bool claimed, HostReservation* counted_now) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (static_cast<int64_t>(sessions_.size()) >= limits_.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "the server holds its maximum of %d sessions; delete one or wait for idle ones to expire",
-        limits_.max_sessions));
-  }
+  if (absl::Status s = CheckSessionRoomLocked(); !s.ok()) return s;
   if (id.empty()) {
     id = NewId();
     while (sessions_.contains(id)) id = NewId();
@@ -569,6 +565,18 @@ std::vector<std::shared_ptr<SessionEntry>> SessionManager::List(bool hidden_too)
 int64_t SessionManager::count() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int64_t>(sessions_.size());
+}
+
+absl::Status SessionManager::CheckSessionRoom() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return CheckSessionRoomLocked();
+}
+
+absl::Status SessionManager::CheckSessionRoomLocked() const {
+  if (static_cast<int64_t>(sessions_.size()) < limits_.max_sessions) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the server holds its maximum of %d sessions; delete one or wait for idle ones to expire",
+      limits_.max_sessions));
 }
 
 HostReservation::HostReservation(HostReservation&& other) noexcept

@@ -384,6 +384,11 @@ class SessionManager {
   std::vector<std::shared_ptr<SessionEntry>> List(bool hidden_too = false) const;
   // Every session, hidden ones included (they hold a slot of max_sessions).
   int64_t count() const;
+  // RESOURCE_EXHAUSTED when the server holds max_sessions sessions (the
+  // check and message of every insert): for a caller that would do much
+  // work before inserting (LoadSession reads a whole file) to refuse at
+  // once. It takes no slot: the insert checks again.
+  absl::Status CheckSessionRoom() const;
 
   // Durable sessions (--state_dir): from now on every session inserted
   // (created, forked, adopted) is written to `store` after its steps and
@@ -460,6 +465,8 @@ class SessionManager {
   int64_t TotalHostBytesLocked() const;
   // Under mutex_: drops the entries of dying_ whose engine session is freed.
   void PruneDyingLocked() const;
+  // CheckSessionRoom under mutex_.
+  absl::Status CheckSessionRoomLocked() const;
   std::string NewId();
   // RefreshFiguresIfIdle on every session (after a delete or an eviction).
   void RefreshIdleFigures();
