@@ -927,6 +927,9 @@ grpc::Status DrtService::SaveSession(grpc::ServerContext* context,
     bytes = *written;
     tokens = session.num_tokens();
     written_whole = true;
+    if (options_.after_session_file_saved_for_test) {
+      options_.after_session_file_saved_for_test((*entry)->id());
+    }
     return absl::OkStatus();
   });
   (*entry)->EndRead(ReadKind::kSave);
