@@ -1,26 +1,12 @@
 #include "server/background_deleter.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <system_error>
 #include <utility>
 
 namespace drt::server {
-namespace {
 
-void Unlink(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    std::fprintf(stderr, "drt-server: cannot delete %s: %s\n", path.c_str(), std::strerror(errno));
-  }
-}
-
-}  // namespace
-
-BackgroundDeleter::BackgroundDeleter(std::function<void(const std::string&)> before_delete)
-    : before_delete_(std::move(before_delete)) {}
+BackgroundDeleter::BackgroundDeleter(std::function<void(const std::string&)> delete_one)
+    : delete_one_(std::move(delete_one)) {}
 
 BackgroundDeleter::~BackgroundDeleter() { Stop(); }
 
@@ -43,10 +29,7 @@ void BackgroundDeleter::Delete(std::vector<std::string> paths) {
       }
     }
   }
-  for (const std::string& path : paths) {
-    if (before_delete_) before_delete_(path);
-    Unlink(path);
-  }
+  for (const std::string& path : paths) delete_one_(path);
 }
 
 void BackgroundDeleter::Run() {
@@ -58,8 +41,7 @@ void BackgroundDeleter::Run() {
     queue_.pop_front();
     deleting_ = true;
     lock.unlock();
-    if (before_delete_) before_delete_(path);
-    Unlink(path);
+    delete_one_(path);
     lock.lock();
     deleting_ = false;
     changed_.notify_all();

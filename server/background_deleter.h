@@ -17,17 +17,18 @@ namespace drt::server {
 
 class BackgroundDeleter {
  public:
-  // `before_delete` (may be empty) is called on the deleter's thread with
-  // each path, just before it is unlinked (tests hold a deletion there).
-  explicit BackgroundDeleter(std::function<void(const std::string&)> before_delete = nullptr);
+  // `delete_one` deletes one path (the owner's own deletion, so that both
+  // delete alike: StateStore::DeleteLog); it runs on the deleter's thread,
+  // or on the caller's when there is none.
+  explicit BackgroundDeleter(std::function<void(const std::string&)> delete_one);
   // Stop().
   ~BackgroundDeleter();
   BackgroundDeleter(const BackgroundDeleter&) = delete;
   BackgroundDeleter& operator=(const BackgroundDeleter&) = delete;
 
-  // Queues `paths` and returns at once. Each is unlinked in turn; a path
-  // that is gone already is fine, any other failure is logged. The thread
-  // starts with the first call (a store that never needs it has none).
+  // Queues `paths` and returns at once; each goes to `delete_one` in turn.
+  // The thread starts with the first call (a store that never needs it has
+  // none).
   void Delete(std::vector<std::string> paths);
   // Returns once every path queued before the call is deleted.
   void WaitIdle();
@@ -38,7 +39,7 @@ class BackgroundDeleter {
  private:
   void Run();
 
-  const std::function<void(const std::string&)> before_delete_;
+  const std::function<void(const std::string&)> delete_one_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::string> queue_;

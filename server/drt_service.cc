@@ -102,7 +102,6 @@ class PromptIngest {
         chunk_size_(chunk_size),
         acknowledged_tokens_(entry.tokens()),
         encoder_(tokenizer),
-        tokenizer_(tokenizer),
         sessions_(sessions),
         scheduler_(scheduler),
         metrics_(metrics),
@@ -131,9 +130,8 @@ class PromptIngest {
     // Text is tokenized a word behind: the ids may include text held back
     // from earlier pieces and leave this piece's last word for later. That
     // earlier text belongs to the earlier messages: when this one is
-    // refused before any of it ran, it still runs (alone), so that the
-    // earlier messages stay whole, as when a later message does not parse.
-    const std::string held_before = encoder_.pending();
+    // refused before any of it ran, it is withdrawn and the earlier text
+    // runs alone (KeepEarlier), as when a later message does not parse.
     auto ids = encoder_.Push(text);
     if (!ids.ok()) return ids.status();
     // The last word held back now runs later (with the next piece, or at
@@ -161,19 +159,9 @@ class PromptIngest {
     }
     const bool refused = status.code() == absl::StatusCode::kResourceExhausted ||
                          status.code() == absl::StatusCode::kInvalidArgument;
-    if (refused && ingested_ == ingested_before && !held_before.empty()) {
-      auto earlier = tokenizer_.Encode(held_before);
-      absl::Status flushed = earlier.ok() ? Run(*earlier, absl::StrFormat(
-                                                "the earlier messages' held-back last word "
-                                                "brings %d more",
-                                                earlier->size()))
-                                          : earlier.status();
-      if (!flushed.ok()) {
-        return absl::Status(status.code(),
-                            absl::StrFormat("%s (the text of the earlier messages was not "
-                                            "completed either: %s)",
-                                            status.message(), flushed.message()));
-      }
+    if (refused && ingested_ == ingested_before) {
+      encoder_.Withdraw();
+      return KeepEarlier(status);
     }
     return status;
   }
@@ -190,6 +178,19 @@ class PromptIngest {
     return Run(*ids, absl::StrFormat("the text held back so far (the last word, %d byte%s) "
                                      "brings %d more",
                                      pending, pending == 1 ? "" : "s", ids->size()));
+  }
+  // For a message refused with nothing of it run, after which the call
+  // ends: the earlier messages are kept whole, so the text they left held
+  // back (their last word) runs now. Returns `refused`, naming also why
+  // that text could not run when it could not (`earlier_kept` false then).
+  absl::Status KeepEarlier(const absl::Status& refused, bool* earlier_kept = nullptr) {
+    const absl::Status flushed = Flush();
+    if (earlier_kept != nullptr) *earlier_kept = flushed.ok();
+    if (flushed.ok()) return refused;
+    return absl::Status(refused.code(),
+                        absl::StrFormat("%s (the text of the earlier messages was not completed "
+                                        "either: %s)",
+                                        refused.message(), flushed.message()));
   }
 
   // Called after every engine step (Append sends progress from it, so a
@@ -298,7 +299,6 @@ class PromptIngest {
   // The session's tokens as of the last acknowledgement (WorkItem::on_progress).
   int64_t acknowledged_tokens_;
   StreamingEncoder encoder_;
-  const Tokenizer& tokenizer_;
   SessionManager& sessions_;
   Scheduler& scheduler_;
   Metrics& metrics_;
@@ -491,11 +491,7 @@ grpc::Status DrtService::AppendStream(
                       : absl::StrFormat("message %d: %s", message_index, status.message()));
       // Nothing of the message is kept; the earlier ones are, whole (their
       // held-back last word too), as when a message does not parse.
-      if (absl::Status flushed = ingest.Flush(); !flushed.ok()) {
-        status = absl::InvalidArgumentError(absl::StrFormat(
-            "%s (the text of the earlier messages was not completed either: %s)",
-            status.message(), flushed.message()));
-      }
+      status = ingest.KeepEarlier(status);
       break;
     }
     status = ingest.AddMessage(request, message_index);
@@ -506,12 +502,10 @@ grpc::Status DrtService::AppendStream(
     if (!read.ok()) {
       // A message that does not parse: nothing of it is kept, the earlier
       // messages are, whole (their held-back last word too).
-      status = read.status();
-      if (absl::Status flushed = ingest.Flush(); !flushed.ok()) {
-        status = absl::InvalidArgumentError(absl::StrFormat(
-            "%s (the text of the earlier messages was not completed either: %s)", status.message(),
-            flushed.message()));
-      } else {
+      bool earlier_kept = false;
+      status = ingest.KeepEarlier(absl::InvalidArgumentError(read.status().message()),
+                                  &earlier_kept);
+      if (earlier_kept) {
         status = absl::InvalidArgumentError(absl::StrFormat(
             "%s; nothing of it was kept and nothing after it was read; the earlier messages "
             "of this Append were kept (%d tokens)",
@@ -927,6 +921,9 @@ grpc::Status DrtService::SaveSession(grpc::ServerContext* context,
     bytes = *written;
     tokens = session.num_tokens();
     written_whole = true;
+    if (options_.after_session_file_saved_for_test) {
+      options_.after_session_file_saved_for_test((*entry)->id());
+    }
     return absl::OkStatus();
   });
   (*entry)->EndRead(ReadKind::kSave);
@@ -962,14 +959,12 @@ grpc::Status DrtService::LoadSession(grpc::ServerContext* context,
   auto loaded = LoadSessionFile(
       options_.session_files_dir + "/" + request->file_name(), backend_,
       [&](int64_t chunks) -> absl::Status {
-        // Checked before any chunk is read (Insert checks again, under its
-        // lock): a full server refuses at once instead of after reading a
-        // whole file.
-        if (sessions_->count() >= sessions_->limits().max_sessions) {
-          return absl::ResourceExhaustedError(absl::StrFormat(
-              "the server holds its maximum of %d sessions; delete one or wait for idle ones "
-              "to expire (nothing of %s was read past its header)",
-              sessions_->limits().max_sessions, request->file_name()));
+        // Checked before any chunk is read (the insert checks again): a full
+        // server refuses at once instead of after reading a whole file.
+        if (absl::Status s = sessions_->CheckSessionRoom(); !s.ok()) {
+          return absl::Status(s.code(),
+                              absl::StrFormat("%s (nothing of %s was read past its header)",
+                                              s.message(), request->file_name()));
         }
         auto reserved = sessions_->Reserve(
             chunks * backend_.host_bytes_per_chunk(),

@@ -43,6 +43,10 @@ struct ServiceOptions {
   std::string bearer_token;  // empty: no authentication
   // Where SaveSession writes and LoadSession reads; empty: both refused.
   std::string session_files_dir;
+  // Tests only: called by SaveSession with the session's id once its file
+  // is committed, while the save still holds the session's engine step (a
+  // test deletes the session there).
+  std::function<void(const std::string& session_id)> after_session_file_saved_for_test;
   // SchedulerOptions::before_progress (tests only).
   std::function<void()> before_progress_for_test;
   // SchedulerOptions::on_step_formed (tests only), with the service's

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <string_view>
 
 namespace drt::server {
@@ -110,10 +109,8 @@ struct Metrics::State {
   double prefill_seconds = 0.0;
   double last_prefill_tokens_per_second = 0.0;
   int64_t generated_tokens = 0;
-  int64_t active_sessions = 0;
   std::string backend_device;  // empty until SetBackend
   std::string backend_precision;
-  int64_t chunk_store_bytes = 0;
   int64_t retrievals = 0;
   Histogram time_to_first_token;
   Histogram time_per_output_token;
@@ -169,16 +166,6 @@ void Metrics::AddGeneratedTokens(int64_t tokens) {
   state_->generated_tokens += tokens;
 }
 
-void Metrics::SetActiveSessions(int64_t sessions) {
-  std::lock_guard lock(state_->mutex);
-  state_->active_sessions = sessions;
-}
-
-void Metrics::SetChunkStoreBytes(int64_t bytes) {
-  std::lock_guard lock(state_->mutex);
-  state_->chunk_store_bytes = bytes;
-}
-
 void Metrics::SetSessionGaugeSource(std::function<SessionGauges()> source) {
   std::lock_guard lock(state_->source_mutex);
   state_->session_gauges = std::move(source);
@@ -210,7 +197,7 @@ void Metrics::CountError(const std::string& code) {
 }
 
 std::string Metrics::RenderPrometheus() const {
-  std::optional<SessionGauges> gauges;
+  SessionGauges gauges;  // 0 and 0 without a source
   {
     std::lock_guard source_lock(state_->source_mutex);
     if (state_->session_gauges) gauges = state_->session_gauges();
@@ -242,10 +229,10 @@ std::string Metrics::RenderPrometheus() const {
     out.append("\",precision=\"").append(EscapeLabelValue(s.backend_precision)).append("\"} 1\n");
   }
   AppendScalar(out, "drt_active_sessions", "gauge", "Sessions currently open.",
-               std::to_string(gauges ? gauges->active_sessions : s.active_sessions));
+               std::to_string(gauges.active_sessions));
   AppendScalar(out, "drt_chunk_store_bytes", "gauge",
                "Host bytes held by the sessions' chunk stores.",
-               std::to_string(gauges ? gauges->chunk_store_bytes : s.chunk_store_bytes));
+               std::to_string(gauges.chunk_store_bytes));
   AppendScalar(out, "drt_retrievals_total", "counter",
                "Chunk retrievals made (one per landmark and group through the upper layers; "
                "lower-only prefill forwards make none).", std::to_string(s.retrievals));

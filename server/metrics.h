@@ -29,17 +29,13 @@ class Metrics {
   // drt_backend_info{device,precision} 1 (gauge): the backend drt-server
   // chose (--device auto resolves to one) and its storage precision.
   void SetBackend(const std::string& device, const std::string& precision);
-  // drt_active_sessions (gauge)
-  void SetActiveSessions(int64_t sessions);
-  // drt_chunk_store_bytes (gauge)
-  void SetChunkStoreBytes(int64_t bytes);
-  // Where the two gauges above come from: when set, RenderPrometheus calls
-  // it (outside the metrics' own lock) and reports what it returns instead
-  // of the values set, so that idle expiry, sessions restored at start-up
-  // and anything else that changes the sessions without a gRPC call show at
-  // the next scrape. An empty function goes back to the values set; setting
-  // waits for a render that is calling the old one, so its owner may go
-  // once it has cleared it.
+  // drt_active_sessions and drt_chunk_store_bytes (gauges): read from the
+  // sessions at each scrape, so that idle expiry, sessions restored at
+  // start-up and anything else that changes the sessions without a gRPC call
+  // show at once. RenderPrometheus calls `source` (outside the metrics' own
+  // lock); without one (or once cleared with an empty function) both read
+  // 0. Setting waits for a render that is calling the old one, so its owner
+  // may go once it has cleared it.
   struct SessionGauges {
     int64_t active_sessions = 0;
     int64_t chunk_store_bytes = 0;

@@ -269,7 +269,7 @@ void SessionEntry::FreeEngineSession(std::unique_ptr<Session> session) {
   host_bytes_ = 0;
   shared_bytes_ = 0;
   mapped_bytes_ = 0;
-  engine_freed_->store(true);
+  engine_freed_.store(true);
 }
 
 DeletedSession::~DeletedSession() {
@@ -338,11 +338,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
     SessionSettings settings, std::unique_ptr<Session> session, std::string id, bool durable,
     bool claimed, HostReservation* counted_now) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (static_cast<int64_t>(sessions_.size()) >= limits_.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "the server holds its maximum of %d sessions; delete one or wait for idle ones to expire",
-        limits_.max_sessions));
-  }
+  if (absl::Status s = CheckSessionRoomLocked(); !s.ok()) return s;
   if (id.empty()) {
     id = NewId();
     while (sessions_.contains(id)) id = NewId();
@@ -571,6 +567,18 @@ int64_t SessionManager::count() const {
   return static_cast<int64_t>(sessions_.size());
 }
 
+absl::Status SessionManager::CheckSessionRoom() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return CheckSessionRoomLocked();
+}
+
+absl::Status SessionManager::CheckSessionRoomLocked() const {
+  if (static_cast<int64_t>(sessions_.size()) < limits_.max_sessions) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the server holds its maximum of %d sessions; delete one or wait for idle ones to expire",
+      limits_.max_sessions));
+}
+
 HostReservation::HostReservation(HostReservation&& other) noexcept
     : manager_(other.manager_),
       bytes_(other.bytes_),
@@ -646,7 +654,7 @@ int64_t SessionManager::TotalHostBytesLocked() const {
 
 void SessionManager::PruneDyingLocked() const {
   std::erase_if(dying_, [](const std::shared_ptr<SessionEntry>& entry) {
-    return entry->engine_freed_->load();
+    return entry->engine_freed_.load();
   });
 }
 

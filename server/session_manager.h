@@ -68,8 +68,9 @@ using SessionPersister =
 // its entry counts the engine session alive (engine_session_alive) and
 // keeps its figures, so the budget counts its memory (SessionManager's
 // dying sessions); SessionEntry::FreeEngineSession frees it, then zeroes
-// them. `entry` must outlive this: its holder holds the entry's activity
-// (the scheduler's Run, EndAndReport), which keeps the entry.
+// them. `entry` must outlive this: the call's handler (whose thread runs
+// the scheduler's Run or EndAndReport, which free it) holds a shared_ptr to
+// the entry until after that; an activity claim alone keeps no entry.
 class DeletedSession {
  public:
   DeletedSession(std::unique_ptr<Session> session, SessionEntry& entry)
@@ -213,7 +214,7 @@ class SessionEntry {
   bool deleted() const { return deleted_.load(); }
   // False once a deleted session's engine session (its memory) is freed;
   // its figures read 0 from then on, not before.
-  bool engine_session_alive() const { return !engine_freed_->load(); }
+  bool engine_session_alive() const { return !engine_freed_.load(); }
   // ABORTED: the session was deleted while the running activity used it.
   absl::Status DeletedError() const;
 
@@ -283,9 +284,9 @@ class SessionEntry {
   std::atomic<bool> deleted_{false};
   // Deleted and its engine session freed (set after the free and the
   // figures' zeroing, FreeEngineSession): from then on the manager no
-  // longer counts it (SessionManager::dying_).
-  const std::shared_ptr<std::atomic<bool>> engine_freed_ =
-      std::make_shared<std::atomic<bool>>(false);
+  // longer counts it (SessionManager::dying_). Only the entry reads and
+  // writes it: a DeletedSession frees through its entry (FreeEngineSession).
+  std::atomic<bool> engine_freed_{false};
   std::atomic<Activity> activity_{Activity::kIdle};
   // What holds the session, for "busy" and "deleted while" messages.
   std::string ActivityName(Activity activity) const;
@@ -383,6 +384,11 @@ class SessionManager {
   std::vector<std::shared_ptr<SessionEntry>> List(bool hidden_too = false) const;
   // Every session, hidden ones included (they hold a slot of max_sessions).
   int64_t count() const;
+  // RESOURCE_EXHAUSTED when the server holds max_sessions sessions (the
+  // check and message of every insert): for a caller that would do much
+  // work before inserting (LoadSession reads a whole file) to refuse at
+  // once. It takes no slot: the insert checks again.
+  absl::Status CheckSessionRoom() const;
 
   // Durable sessions (--state_dir): from now on every session inserted
   // (created, forked, adopted) is written to `store` after its steps and
@@ -459,6 +465,8 @@ class SessionManager {
   int64_t TotalHostBytesLocked() const;
   // Under mutex_: drops the entries of dying_ whose engine session is freed.
   void PruneDyingLocked() const;
+  // CheckSessionRoom under mutex_.
+  absl::Status CheckSessionRoomLocked() const;
   std::string NewId();
   // RefreshFiguresIfIdle on every session (after a delete or an eviction).
   void RefreshIdleFigures();

@@ -31,6 +31,14 @@ constexpr char kLogSuffix[] = ".log";
 
 absl::Status Errno(const char* what, const std::string& path) { return ErrnoStatus(what, path); }
 
+// Deletes `path`: one gone already is fine, any other failure is logged
+// (and the removal it belongs to goes on).
+void UnlinkOrLog(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    std::fprintf(stderr, "drt-server: cannot delete %s: %s\n", path.c_str(), std::strerror(errno));
+  }
+}
+
 absl::Status MakeDir(const std::string& path) {
   if (::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return absl::OkStatus();
   return Errno("cannot create directory", path);
@@ -177,7 +185,7 @@ StateStore::StateStore(StateStoreOptions options, const ModelConfig& config, int
       config_(config),
       payload_bytes_(ChunkPayloadBytes(config)),
       lock_fd_(lock_fd),
-      deleter_(options_.before_log_deleted_for_test) {}
+      deleter_([this](const std::string& path) { DeleteLog(path); }) {}
 
 StateStore::~StateStore() {
   deleter_.Stop();  // its deletions finish while this process holds LOCK
@@ -524,10 +532,7 @@ void StateStore::Remove(const std::string& id) {
 }
 
 void StateStore::DeleteStateFile(const std::string& id) {
-  const std::string state = StatePath(id);
-  if (::unlink(state.c_str()) != 0 && errno != ENOENT) {
-    std::fprintf(stderr, "drt-server: cannot delete %s: %s\n", state.c_str(), std::strerror(errno));
-  }
+  UnlinkOrLog(StatePath(id));
   if (absl::Status s = FsyncDir(options_.dir + "/sessions"); !s.ok()) {
     std::fprintf(stderr, "drt-server: %s\n", std::string(s.message()).c_str());
   }
@@ -558,12 +563,12 @@ std::vector<std::string> StateStore::DropLogRefsLocked(
 }
 
 void StateStore::DeleteLogs(const std::vector<std::string>& paths) const {
-  for (const std::string& log : paths) {
-    if (options_.before_log_deleted_for_test) options_.before_log_deleted_for_test(log);
-    if (::unlink(log.c_str()) != 0 && errno != ENOENT) {
-      std::fprintf(stderr, "drt-server: cannot delete %s: %s\n", log.c_str(), std::strerror(errno));
-    }
-  }
+  for (const std::string& log : paths) DeleteLog(log);
+}
+
+void StateStore::DeleteLog(const std::string& path) const {
+  if (options_.before_log_deleted_for_test) options_.before_log_deleted_for_test(path);
+  UnlinkOrLog(path);
 }
 
 std::string StateStore::Quarantine(const std::string& id, const std::string& problem,

@@ -213,6 +213,10 @@ class StateStore {
   // only the logs of a parent not removed, and a new session's own log is
   // named by its new id; so they may also be deleted later, by deleter_.
   void DeleteLogs(const std::vector<std::string>& paths) const;
+  // Deletes one log (DeleteLogs, and deleter_ on its thread):
+  // before_log_deleted_for_test, then the unlink; a log gone already is
+  // fine, any other failure is logged.
+  void DeleteLog(const std::string& path) const;
   // Maps chunks [first, first + count) of a session with `segments`.
   ChunkMapper MapperFor(const std::vector<ChunkSegment>& segments) const;
   // OK when `registration` is a handle of this store; the error names `what`.

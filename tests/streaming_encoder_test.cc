@@ -55,6 +55,51 @@ TEST_CASE("streamed text gives the ids of the whole text", "[tokenizer][streamin
   }
 }
 
+TEST_CASE("a withdrawn piece leaves the ids of the text without it", "[tokenizer][streaming]") {
+  // PromptIngest withdraws a refused message's text; the earlier messages'
+  // held-back text must then encode as if that message never came.
+  auto tokenizer =
+      LoadBpeTokenizer(std::string(drt::testing::SourceDir()) + "/tests/fixtures/gpt2-tokenizer/tokenizer.json");
+  REQUIRE(tokenizer.ok());
+  const std::string text =
+      "The passkey is: 71432. Remember it.\n\n  Indented  text, Café, 北京欢迎你 🙂👍🏽. Don't stop";
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    // Pieces of 1..12 bytes; one of them (not the first) is withdrawn.
+    std::vector<std::string> pieces;
+    for (size_t done = 0; done < text.size();) {
+      const size_t piece = std::min(text.size() - done, 1 + rng() % 12);
+      pieces.push_back(text.substr(done, piece));
+      done += piece;
+    }
+    const size_t withdrawn = 1 + rng() % (pieces.size() - 1);
+    std::string kept_text;
+    StreamingEncoder encoder(**tokenizer);
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const std::string held_before(encoder.pending());
+      auto part = encoder.Push(pieces[i]);
+      REQUIRE(part.ok());
+      if (i == withdrawn) {
+        encoder.Withdraw();
+        REQUIRE(encoder.pending() == held_before);
+        encoder.Withdraw();  // a second one changes nothing
+        REQUIRE(encoder.pending() == held_before);
+        continue;
+      }
+      kept_text += pieces[i];
+      ids.insert(ids.end(), part->begin(), part->end());
+    }
+    auto rest = encoder.Finish();
+    REQUIRE(rest.ok());
+    ids.insert(ids.end(), rest->begin(), rest->end());
+    auto expected = (*tokenizer)->Encode(kept_text);
+    REQUIRE(expected.ok());
+    INFO("trial " << trial << ", piece " << withdrawn << " withdrawn");
+    REQUIRE(ids == *expected);
+  }
+}
+
 TEST_CASE("a piece ending inside a UTF-8 character is held back", "[tokenizer][streaming]") {
   auto tokenizer = MakeByteTokenizer();
   StreamingEncoder encoder(*tokenizer);

@@ -28,11 +28,17 @@ class StreamingEncoder {
 
   // Ids of the text that is final so far.
   absl::StatusOr<std::vector<int32_t>> Push(std::string_view text);
+  // Takes back the last Push: the encoder holds what it held before it, as
+  // if it never came (its ids must not be used). For a caller that refuses
+  // a piece after seeing its ids (PromptIngest: the earlier messages' held
+  // text then runs alone). Push keeps the text it encoded until the next
+  // call, so this copies nothing; a no-op after Finish or Withdraw.
+  void Withdraw();
   // Ids of whatever is held back; the encoder is then empty.
   absl::StatusOr<std::vector<int32_t>> Finish();
-  size_t pending_bytes() const { return pending_.size(); }
+  size_t pending_bytes() const { return pending_.size() - encoded_; }
   // The text held back (not yet encoded).
-  const std::string& pending() const { return pending_; }
+  std::string_view pending() const { return std::string_view(pending_).substr(encoded_); }
   // The ids the held-back text will bring, as far as a check against `room`
   // needs to know: a bound that is at most `room` when one is known without
   // encoding, else the exact count. The bound is the byte count for a
@@ -43,8 +49,15 @@ class StreamingEncoder {
   absl::StatusOr<int64_t> PendingIdsWithin(int64_t room) const;
 
  private:
+  // Drops the text the last Push encoded (kept until now for Withdraw).
+  void DropEncoded();
+
   const Tokenizer& tokenizer_;
+  // The held-back text, after the first encoded_ bytes: those the last Push
+  // encoded, of which the last pushed_ bytes are its text.
   std::string pending_;
+  size_t encoded_ = 0;
+  size_t pushed_ = 0;
 };
 
 }  // namespace drt

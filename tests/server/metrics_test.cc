@@ -2,6 +2,7 @@
 #include <httplib.h>
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <string>
 
 #include "server/http_endpoint.h"
@@ -20,8 +21,9 @@ TEST_CASE("Metrics render counters, gauges and labels in Prometheus text", "[ser
   metrics.AddTokensIngested(24);
   metrics.AddGeneratedTokens(7);
   metrics.ObservePrefill(2048, 0.5);
-  metrics.SetActiveSessions(3);
-  metrics.SetChunkStoreBytes(123456789);
+  // The session gauges come from the sessions at each scrape (the service
+  // sets this source to its SessionManager's count and TotalHostBytes).
+  metrics.SetSessionGaugeSource([] { return Metrics::SessionGauges{3, 123456789}; });
   metrics.AddRetrievals(12);
   metrics.CountRequest("Append");
   metrics.CountRequest("Append");
@@ -50,6 +52,27 @@ TEST_CASE("Metrics render counters, gauges and labels in Prometheus text", "[ser
   CHECK(Contains(text, "drt_engine_step_seconds_count 2\n"));
   CHECK(Contains(text, "drt_engine_step_seconds_bucket{le=\"0.0025\"} 1\n"));
   CHECK(text.back() == '\n');
+}
+
+TEST_CASE("Metrics read the session gauges from their source at each scrape, 0 without one",
+          "[server][metrics]") {
+  Metrics metrics;
+  const std::string none = metrics.RenderPrometheus();
+  CHECK(Contains(none, "# TYPE drt_active_sessions gauge\ndrt_active_sessions 0\n"));
+  CHECK(Contains(none, "drt_chunk_store_bytes 0\n"));
+  int64_t sessions = 1;
+  metrics.SetSessionGaugeSource([&] { return Metrics::SessionGauges{sessions, 1000 * sessions}; });
+  const std::string first = metrics.RenderPrometheus();
+  CHECK(Contains(first, "drt_active_sessions 1\n"));
+  CHECK(Contains(first, "drt_chunk_store_bytes 1000\n"));
+  sessions = 5;  // no call in between: the next scrape asks again
+  const std::string later = metrics.RenderPrometheus();
+  CHECK(Contains(later, "drt_active_sessions 5\n"));
+  CHECK(Contains(later, "drt_chunk_store_bytes 5000\n"));
+  metrics.SetSessionGaugeSource(nullptr);  // (the service clears it as it goes)
+  const std::string cleared = metrics.RenderPrometheus();
+  CHECK(Contains(cleared, "drt_active_sessions 0\n"));
+  CHECK(Contains(cleared, "drt_chunk_store_bytes 0\n"));
 }
 
 TEST_CASE("Metrics name the backend in use once it is set", "[server][metrics]") {

@@ -186,5 +186,54 @@ TEST_CASE("LoadSession on a full server is refused before the file's chunks are 
   CHECK(loaded.info.tokens() == 300);
 }
 
+TEST_CASE("a DeleteSession while SaveSession writes leaves the save OK and its file whole",
+          "[server][session_file][delete]") {
+  // (review-api F9: the file was committed, yet the save answered ABORTED;
+  // docs/api.md, SaveSession.)
+  drt::testing::TempDir files;
+  ServiceOptions options = SmallOptions();
+  options.session_files_dir = files.path();
+  InProcessServer* server_for_hook = nullptr;
+  std::string deleted_id;
+  absl::Status delete_status = absl::UnknownError("the hook did not run");
+  // Runs while the save still holds the session's engine step, after its
+  // file was committed: the delete lands during the save, not before or after.
+  options.after_session_file_saved_for_test = [&](const std::string& id) {
+    deleted_id = id;
+    delete_status = server_for_hook->service().session_manager().Delete(id);
+  };
+  InProcessServer server(options);
+  server_for_hook = &server;
+  const std::string id = NewSession(server.stub());
+  const auto prompt = RandomTokens(300, 21);
+  REQUIRE(AppendTokens(server.stub(), id, prompt, {prompt.size()}).status.ok());
+
+  drt::v1::SaveSessionResponse saved;
+  const grpc::Status status = SaveSession(server.stub(), id, "kept", &saved);
+  REQUIRE(deleted_id == id);
+  REQUIRE(delete_status.ok());
+  INFO(status.error_message());
+  CHECK(status.ok());
+  CHECK(saved.file_name() == "kept");
+  CHECK(saved.tokens() == 300);
+  CHECK(saved.bytes() ==
+        static_cast<int64_t>(std::filesystem::file_size(files.path() + "/kept")));
+  CHECK(GetSession(server.stub(), id).status.error_code() == grpc::StatusCode::NOT_FOUND);
+  CHECK(server.service().session_manager().count() == 0);
+
+  // The file is the session as the delete found it: loaded, it generates as
+  // a session given the same prompt does.
+  InfoResult loaded = LoadSession(server.stub(), "kept");
+  REQUIRE(loaded.status.ok());
+  CHECK(loaded.info.tokens() == 300);
+  const std::string same = NewSession(server.stub());
+  REQUIRE(AppendTokens(server.stub(), same, prompt, {prompt.size()}).status.ok());
+  GenerateResult from_file = GenerateGreedy(server.stub(), loaded.info.session_id(), 8);
+  GenerateResult expected = GenerateGreedy(server.stub(), same, 8);
+  REQUIRE(from_file.status.ok());
+  REQUIRE(expected.status.ok());
+  CHECK(from_file.tokens == expected.tokens);
+}
+
 }  // namespace
 }  // namespace drt::server

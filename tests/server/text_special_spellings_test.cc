@@ -66,6 +66,14 @@ TEST_CASE("a text message over the context limit leaves nothing of itself, the e
     CHECK(r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
     CHECK(GetSession(server.stub(), id).info.tokens() == 9);  // all of message 0
   }
+  SECTION("a later message of one word, all of it held back with the earlier word") {
+    const std::string id = NewSession(server.stub(), 30);
+    // Message 1 gives no cut: its text joins "wor" in one held-back word,
+    // refused as a whole; "wor" still runs alone.
+    AppendResult r = AppendTexts(server.stub(), id, {"hello wor", std::string(40, 'x')});
+    CHECK(r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK(GetSession(server.stub(), id).info.tokens() == 9);  // all of message 0
+  }
   SECTION("its own held-back last word") {
     const std::string id = NewSession(server.stub(), 10);
     // The start ("abc ") fits and could run at once; the last word, held
