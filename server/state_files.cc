@@ -25,19 +25,6 @@ constexpr size_t kBodyLengthOffset = 8 + 4 + 4;  // after magic, version, crc32c
 
 absl::Status Errno(const char* what, const std::string& path) { return ErrnoStatus(what, path); }
 
-absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno("cannot write", path);
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckVersion(uint32_t version, const std::string& path) {
   if (version == 1) {
     return absl::FailedPreconditionError(
@@ -53,6 +40,21 @@ absl::Status CheckVersion(uint32_t version, const std::string& path) {
 }
 
 }  // namespace
+
+absl::Status WriteAll(int fd, std::string_view bytes, const char* what, const std::string& path) {
+  const char* data = bytes.data();
+  size_t size = bytes.size();
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(what, path);
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ErrnoStatus(const char* what, const std::string& path) {
   const int e = errno;
@@ -102,7 +104,7 @@ AtomicFileWriter::~AtomicFileWriter() {
 
 absl::Status AtomicFileWriter::Append(std::string_view bytes) {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrFormat("%s is closed", temp_));
-  if (absl::Status s = WriteAll(fd_, bytes.data(), bytes.size(), temp_); !s.ok()) return s;
+  if (absl::Status s = WriteAll(fd_, bytes, "cannot write", temp_); !s.ok()) return s;
   written_ += static_cast<int64_t>(bytes.size());
   return absl::OkStatus();
 }

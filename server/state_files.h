@@ -106,6 +106,11 @@ uint64_t SessionRecordBodyBytes(std::string_view header);
 // otherwise. Reads errno first.
 absl::Status ErrnoStatus(const char* what, const std::string& path);
 
+// Writes all of `bytes` to `fd`, again after a short write (whose errno is
+// stale: the next write reports why, e.g. ENOSPC or EFBIG) or EINTR; a
+// failure is ErrnoStatus(what, path).
+absl::Status WriteAll(int fd, std::string_view bytes, const char* what, const std::string& path);
+
 // Chunk logs: a 16-byte header, then one record per chunk.
 inline constexpr size_t kChunkLogHeaderBytes = 16;
 inline constexpr size_t kChunkRecordHeaderBytes = 8;  // u32 length, u32 crc32c

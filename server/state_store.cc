@@ -51,10 +51,8 @@ absl::Status ProbeWritable(const std::string& dir) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot write in the state directory:", path);
   const std::string block(4096, '\0');
-  absl::Status s;
-  if (::write(fd, block.data(), block.size()) != static_cast<ssize_t>(block.size())) {
-    s = Errno("cannot write in the state directory:", path);
-  } else if (::fsync(fd) != 0) {
+  absl::Status s = WriteAll(fd, block, "cannot write in the state directory:", path);
+  if (s.ok() && ::fsync(fd) != 0) {
     s = Errno("cannot fsync in the state directory:", path);
   }
   ::close(fd);
@@ -296,15 +294,16 @@ absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
       if (::fstat(d.fd, &st) != 0) return Errno("cannot stat", path);
       if (st.st_size == 0) {
         const std::string header = ChunkLogHeader(payload_bytes_);
-        if (::write(d.fd, header.data(), header.size()) != static_cast<ssize_t>(header.size()) ||
-            ::fdatasync(d.fd) != 0) {
-          absl::Status s = Errno("cannot write", path);
+        absl::Status s = WriteAll(d.fd, header, "cannot write", path);
+        if (s.ok() && ::fdatasync(d.fd) != 0) s = Errno("cannot fsync", path);
+        if (!s.ok()) {
           ::close(d.fd);
           d.fd = -1;
           ::unlink(path.c_str());
           return s;
         }
-        if (absl::Status s = FsyncDir(options_.dir + "/chunks"); !s.ok()) return s;
+        s = FsyncDir(options_.dir + "/chunks");
+        if (!s.ok()) return s;
       }
     }
     // Written in batches of at most kChunksPerWrite records: the first write
@@ -327,18 +326,7 @@ absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
         EncodeChunk(chunk, payload);
         AppendChunkRecord(payload, records);
       }
-      const char* p = records.data();
-      size_t left = s.ok() ? records.size() : 0;
-      while (left > 0) {
-        const ssize_t n = ::write(d.fd, p, left);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          s = Errno("cannot append to", path);
-          break;
-        }
-        p += n;
-        left -= static_cast<size_t>(n);
-      }
+      if (s.ok()) s = WriteAll(d.fd, records, "cannot append to", path);
     }
     if (s.ok() && ::fdatasync(d.fd) != 0) s = Errno("cannot fsync", path);
     if (!s.ok()) {

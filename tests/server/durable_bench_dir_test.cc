@@ -116,6 +116,11 @@ TEST_CASE("drt-durable-bench removes its scratch directory when a run fails part
   INFO("stdout:\n" << run.output << "\nstderr:\n" << run.errors);
   CHECK(run.exit_status == 1);
   CHECK_THAT(run.errors, Contains("error: "));
+  // The probe's 4 KiB write is cut short at 1 KiB; the error names why (the
+  // next write's EFBIG), not the stale errno of the short write ("No such
+  // file or directory" before WriteAll).
+  CHECK_THAT(run.errors, Contains("cannot write in the state directory:"));
+  CHECK_THAT(run.errors, Contains("File too large"));
   CHECK_THAT(run.output, !Contains("restore: 1 sessions x 64 tokens, median"));  // it failed
   // It had made its scratch directory under --dir (it prints where) ...
   const std::string said = "scratch directory ";
