@@ -215,7 +215,7 @@ TEST_CASE("a bad entry gets its own error and the others run exactly as without 
   REQUIRE(with->batched_log.size() == without->batched_log.size());
 }
 
-TEST_CASE("a session the backend cannot prepare fails alone; the others run as without it",
+TEST_CASE("a session the backend cannot prepare fails alone, and the others run as without it",
           "[batch_step][engine]") {
   // The CUDA device tier grows a session's chunk store in
   // PrepareSessionForStep and may find no room (RESOURCE_EXHAUSTED): here a

@@ -849,7 +849,7 @@ TEST_CASE("Ops below kDefaultMinParallelMacs run on the caller, to the same bits
   }
 }
 
-TEST_CASE("ThreadPool runs every task once; a call whose tasks the caller took alone returns",
+TEST_CASE("ThreadPool runs every task once, and a call whose tasks the caller took alone returns",
           "[kernels]") {
   // Many short calls in a row: workers woken late for a call the caller
   // already finished must skip it and must not run a later call's tasks twice.

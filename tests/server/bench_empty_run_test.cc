@@ -17,7 +17,7 @@ const std::string kModel = std::string(drt::testing::SourceDir()) + "/models/drt
 const std::string kText =
     std::string(drt::testing::SourceDir()) + "/tests/fixtures/heldout-text/debian_handbook_excerpt.txt";
 
-TEST_CASE("drt-niah and drt-niah-text refuse --trials 0; drt-tokenizer-bench needs --text",
+TEST_CASE("drt-niah and drt-niah-text refuse --trials 0, and drt-tokenizer-bench needs --text",
           "[server][process][bench]") {
   for (const char* trials : {"--trials=0", "--trials=-3"}) {
     INFO(trials);

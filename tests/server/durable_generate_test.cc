@@ -270,7 +270,7 @@ class WriteGate {
   bool parked_ = false, released_ = false;
 };
 
-TEST_CASE("a DeleteSession during a call's end write returns at once; the memory and the files "
+TEST_CASE("a DeleteSession during a call's end write returns at once, and the memory and the files "
           "go when the write ends",
           "[server][state_store][delete][durable_generate]") {
   drt::testing::TempDir dir;

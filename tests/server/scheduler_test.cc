@@ -681,7 +681,7 @@ TEST_CASE("prefilling sessions share each step's budget equally", "[server][sche
   }
 }
 
-TEST_CASE("an item submitted while a step runs is in the next step; a finished one leaves",
+TEST_CASE("an item submitted while a step runs is in the next step, and a finished one leaves",
           "[server][scheduler]") {
   FixtureModel& f = FixtureModel::Get();
   SessionManager manager(*f.backend, SessionLimits{});

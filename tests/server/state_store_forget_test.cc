@@ -116,7 +116,7 @@ TEST_CASE("deleted sessions leave nothing in the state store's memory", "[state_
   CHECK(fs::exists(server.store->StatePath(kept)));
 }
 
-TEST_CASE("a write after its session was removed writes nothing; one without a registration "
+TEST_CASE("a write after its session was removed writes nothing, and one without a registration "
           "is refused",
           "[state_store]") {
   // The race the removed ids guarded: a step that was running when its

@@ -71,7 +71,7 @@ TEST_CASE("durable sessions come back after a restart and continue exactly", "[s
   REQUIRE(record->segments[0].chunks == 20);
 }
 
-TEST_CASE("deleting a parent keeps its fork; deleting both removes every file",
+TEST_CASE("deleting a parent keeps its fork, and deleting both removes every file",
           "[state_store]") {
   drt::testing::TempDir dir;
   const int64_t chunk = FixtureModel::Get().chunk_size();
