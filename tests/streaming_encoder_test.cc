@@ -100,6 +100,34 @@ TEST_CASE("a withdrawn piece leaves the ids of the text without it", "[tokenizer
   }
 }
 
+TEST_CASE("a piece withdrawn after the held-back text passed the limit leaves the text before it",
+          "[tokenizer][streaming]") {
+  // Past kMaxPendingBytes with no cut, Push encodes all it holds (the piece
+  // included) and keeps it for Withdraw (review-cleanup3 R1). PromptIngest
+  // gets here when a refused message makes the held-back word pass 1 MiB.
+  auto tokenizer = MakeByteTokenizer();  // cuts only after a visible character and whitespace
+  StreamingEncoder encoder(*tokenizer);
+  const std::string first(StreamingEncoder::kMaxPendingBytes - 10, 'a');
+  auto held = encoder.Push(first);
+  REQUIRE(held.ok());
+  REQUIRE(held->empty());  // under the limit: all held back
+  REQUIRE(encoder.pending() == first);
+  auto forced = encoder.Push(std::string(100, 'b'));
+  REQUIRE(forced.ok());
+  // The forced encode happened: everything held came out as ids.
+  REQUIRE(forced->size() == first.size() + 100);
+  REQUIRE(encoder.pending_bytes() == 0);
+  encoder.Withdraw();
+  CHECK(encoder.pending_bytes() == first.size());
+  CHECK(encoder.pending() == first);
+  auto rest = encoder.Finish();
+  REQUIRE(rest.ok());
+  auto expected = tokenizer->Encode(first);
+  REQUIRE(expected.ok());
+  CHECK(*rest == *expected);
+  CHECK(encoder.pending_bytes() == 0);
+}
+
 TEST_CASE("a piece ending inside a UTF-8 character is held back", "[tokenizer][streaming]") {
   auto tokenizer = MakeByteTokenizer();
   StreamingEncoder encoder(*tokenizer);

@@ -186,7 +186,8 @@ TEST_CASE("LoadSession on a full server is refused before the file's chunks are 
   CHECK(loaded.info.tokens() == 300);
 }
 
-TEST_CASE("a DeleteSession while SaveSession writes leaves the save OK and its file whole",
+TEST_CASE("a DeleteSession after SaveSession wrote its file, before the save ends, leaves the "
+          "save OK and its file whole",
           "[server][session_file][delete]") {
   // (review-api F9: the file was committed, yet the save answered ABORTED;
   // docs/api.md, SaveSession.)
@@ -197,7 +198,11 @@ TEST_CASE("a DeleteSession while SaveSession writes leaves the save OK and its f
   std::string deleted_id;
   absl::Status delete_status = absl::UnknownError("the hook did not run");
   // Runs while the save still holds the session's engine step, after its
-  // file was committed: the delete lands during the save, not before or after.
+  // file was committed (renamed into place): the delete lands during the
+  // save call, after the file and before the step is released. (A delete
+  // before the rename takes the same path: the step keeps the session until
+  // the file is written, and ReleaseStep's ABORTED then turns into OK too;
+  // this test does not reach that moment, review-cleanup3 R3.)
   options.after_session_file_saved_for_test = [&](const std::string& id) {
     deleted_id = id;
     delete_status = server_for_hook->service().session_manager().Delete(id);
