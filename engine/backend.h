@@ -97,6 +97,12 @@ struct BackendSessionStats {
   // Captures or instantiations that failed: the first disables the
   // session's graphs, which then decodes eagerly.
   int64_t graph_capture_failures = 0;
+  // The CUDA backend's test-only stream delays (CudaBackendOptions::
+  // debug_stream_delay) queued on this session's streams, and a batched
+  // step's delays of its own stream, counted in every session of the step.
+  // Zero with the option off. review-cudaprep C3 b: a delay run's evidence
+  // that its delays fired.
+  int64_t stream_delays = 0;
 };
 
 // Called for every landmark a session processes: the chunk whose landmark it

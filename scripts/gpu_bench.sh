@@ -533,8 +533,12 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$sanitizer_runs" ]]; then
   # stopped and reported instead of using up the lease. SANITIZER_RUNS picks
   # runs (checked at the top), so that they can be spread over commands;
   # SANITIZER_PARALLEL=1 runs them at once.
+  # (The stream-delay case of every path: ten backends with their own
+  # delays; it checks queued delays and the CPU's logits, which a sanitizer
+  # adds nothing to, and its paths are sanitized in the other cases.)
   memcheck_backend_skip=("cuda: prefill, pieces and token-by-token decode agree"
-                         "cuda fp32 matches the cpu backend on the fixtures: token-by-token decode")
+                         "cuda fp32 matches the cpu backend on the fixtures: token-by-token decode"
+                         "cuda stream delay: on every path each delayed stream queues and counts its delays and keeps the cpu backend's logits")
   racecheck_kernel_skip=("cuda landmark top-k: 2^20 landmarks"
                          "cuda landmark top-k: 2^20 landmarks at d = 768"
                          "cuda sampling: the CPU sampler's rule at GPT-2's vocabulary (50257)")
@@ -680,7 +684,44 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$stream_delay_runs" ]]; then
       # Only a batched step has a step stream.
       either "[batch_step]" "cuda state: the end write and Fork on a handler thread beside engine steps"
     else
-      either "[device_tier]" "[chunk_store]" "[batch_step]" "[decode_graphs]" "cuda state: *" "cuda disk tier: *"
+      # With two cases checked against the CPU backend (review-cudaprep C6:
+      # the others compare two CUDA runs, which a missing wait on a path
+      # both take gives the same stale data): the slice-by-slice path with
+      # either chunk store, in uneven pieces.
+      either "[device_tier]" "[chunk_store]" "[batch_step]" "[decode_graphs]" "cuda state: *" \
+        "cuda disk tier: *" "cuda fp32 matches the cpu backend on the fixtures: uneven pieces" \
+        "cuda fp32 with the chunk store of encoder rows matches the cpu backend on the fixtures: uneven pieces"
+    fi
+  }
+  # stream_delay_result RUN RC LOG: one report line. review-cudaprep C3 b: a
+  # run in which no delay was queued (the variable not reaching the
+  # backends, no site reached) would pass undelayed; the test executable
+  # prints "stream_delays=N (STREAM:NS) case: NAME" after each case
+  # (tests/cuda_backend/stream_delay_report.cc), and a run whose N add up to
+  # 0 fails. The cases with N = 0 are named: a refusal case queues none, a
+  # case that runs sessions and queues none was not delayed.
+  stream_delay_result() {
+    local run=$1 rc=$2 log=$3 done_cases reported delays undelayed note
+    done_cases=$(grep -cE '^[0-9]+\.[0-9]+ s: ' "$log" || true)
+    reported=$(grep -c '^stream_delays=[0-9]' "$log" || true)
+    delays=$(sed -n 's/^stream_delays=\([0-9]*\) .*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
+    undelayed=$(sed -n 's/^stream_delays=0 ([^)]*) case: //p' "$log")
+    note="$delays delays queued over $reported cases"
+    if [[ -n "$undelayed" ]]; then
+      note+="; none in $(grep -c . <<<"$undelayed"): $(paste -sd';' <<<"$undelayed" | sed 's/;/; /g')"
+    fi
+    if ((rc == 124 || rc == 137)); then
+      report STOPPED "stream delay $run" "did not finish in $stream_delay_timeout s; $done_cases cases finished first; $note ($(basename "$log"))"
+    elif grep -q 'no CUDA device' "$log"; then
+      report FAIL "stream delay $run" "the cases skipped although a GPU is present ($(basename "$log"))"
+    elif ((rc != 0)); then
+      report FAIL "stream delay $run" "exit $rc, $done_cases cases finished; $(grep -m1 -E '^test cases:' "$log" || true); $note ($(basename "$log"))"
+    elif ((reported == 0)); then
+      report FAIL "stream delay $run" "no stream_delays line: the test executable does not report the delays it queued (built before tests/cuda_backend/stream_delay_report.cc?) ($(basename "$log"))"
+    elif ((delays == 0)); then
+      report FAIL "stream delay $run" "no delay was queued in any of its $reported cases: the run ran undelayed and checked nothing ($(basename "$log"))"
+    else
+      report PASS "stream delay $run" "$done_cases cases; $(grep -m1 -E '^test cases:' "$log" || true); $note"
     fi
   }
   echo "== stream-delay runs: $stream_delay_runs (each stream held back $stream_delay_ns ns per piece of work)"
@@ -707,16 +748,7 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$stream_delay_runs" ]]; then
     log="$log_dir/stream-delay-$run.log"
     echo "== stream delay $run: the end of its log"
     tail -n 15 "$log"
-    done_cases=$(grep -cE '^[0-9]+\.[0-9]+ s: ' "$log" || true)
-    if ((rc == 124 || rc == 137)); then
-      report STOPPED "stream delay $run" "did not finish in $stream_delay_timeout s; $done_cases cases finished first ($(basename "$log"))"
-    elif grep -q 'no CUDA device' "$log"; then
-      report FAIL "stream delay $run" "the cases skipped although a GPU is present ($(basename "$log"))"
-    elif ((rc != 0)); then
-      report FAIL "stream delay $run" "exit $rc, $done_cases cases finished; $(grep -m1 -E '^test cases:' "$log" || true) ($(basename "$log"))"
-    else
-      report PASS "stream delay $run" "$done_cases cases; $(grep -m1 -E '^test cases:' "$log" || true)"
-    fi
+    stream_delay_result "$run" "$rc" "$log"
   done
 fi
 

@@ -31,7 +31,9 @@
 #      sessions, one repeat)                                        ~3-5 min
 #   6  the bit-identity backend cases with each of the store, fetch,
 #      step and compute streams held back (test-only stream delay,
-#      review-cuda F1), the four runs at once, <= 300 s each; then
+#      review-cuda F1), the four runs at once, <= 300 s each (a run
+#      whose cases queued no delay FAILs: gpu_bench.sh counts the
+#      "stream_delays=N" lines the test executable prints); then
 #      compute-sanitizer initcheck of the decode-graph and device-tier
 #      cases in the time left (review-cuda F5; about 150 s when the
 #      delay runs use their 300 s and kill-after)      at most ~9.5 min
@@ -369,7 +371,11 @@ case "$stage" in
     mapfile -t env6 < <(keep STREAM_DELAY_RUNS)
     # The four runs at once (more load than one: a race the delay leaves
     # open is likelier still to lose); each stopped at 300 s or the
-    # stage's time left less 150 s, so that initcheck gets the rest.
+    # stage's time left less 150 s, so that initcheck gets the rest. Each
+    # run's summary line gives the delays its cases queued and names the
+    # cases that queued none; none at all is a FAIL (review-cudaprep C3 b).
+    # Stage 1's "cuda stream delay: on every path ..." case checks the
+    # counts per path and stream with its own delays.
     delay_limit=$(min "${STREAM_DELAY_TIMEOUT:-300}" $(($(left_s) - 150)))
     ((delay_limit >= 10)) || delay_limit=10
     step "stream delays: store, fetch, step, compute" "${common[@]}" "${env6[@]}" \

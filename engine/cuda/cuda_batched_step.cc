@@ -33,7 +33,18 @@ absl::Status CudaBatchedStep<T>::StepAfterSession(const StepPlan& plan, size_t s
                            "recording a session's work for the batched step");
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(b_.stream(), b_.session_done(slice), 0),
                            "ordering the batched step after a session's work");
-  return DelayStreamForTest(stream_delay_, CudaDelayedStream::kStep, b_.stream());
+  return DelayStepStream(plan);
+}
+
+template <typename T>
+absl::Status CudaBatchedStep<T>::DelayStepStream(const StepPlan& plan) {
+  int64_t queued = 0;
+  DRT_RETURN_IF_ERROR(
+      DelayStreamForTest(stream_delay_, CudaDelayedStream::kStep, b_.stream(), queued));
+  if (queued > 0) {
+    for (const SlicePlan& slice : plan.slices) SessionOf(slice).CountStreamDelays(queued);
+  }
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -50,8 +61,10 @@ absl::Status CudaBatchedStep<T>::SessionsAfterStep(const StepPlan& plan) {
     DRT_CUDA_RETURN_IF_ERROR(
         cudaStreamWaitEvent(SessionOf(slice).compute_stream(), b_.step_done(), 0),
         "ordering a session after the batched step's work");
+    int64_t queued = 0;
     DRT_RETURN_IF_ERROR(DelayStreamForTest(stream_delay_, CudaDelayedStream::kCompute,
-                                           SessionOf(slice).compute_stream()));
+                                           SessionOf(slice).compute_stream(), queued));
+    SessionOf(slice).CountStreamDelays(queued);
   }
   return absl::OkStatus();
 }
@@ -64,7 +77,7 @@ absl::Status CudaBatchedStep<T>::Embed(const StepPlan& plan) {
   // session's part of this step queues behind it on the session's own stream.
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(b_.stream()),
                            "waiting for the previous batched step");
-  DRT_RETURN_IF_ERROR(DelayStreamForTest(stream_delay_, CudaDelayedStream::kStep, b_.stream()));
+  DRT_RETURN_IF_ERROR(DelayStepStream(plan));
   const int64_t n = plan.num_rows;
   std::memcpy(b_.ids_host.get(), plan.ids.data(), n * sizeof(int32_t));
   DRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b_.ids.get(), b_.ids_host.get(), n * sizeof(int32_t),

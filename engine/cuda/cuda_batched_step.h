@@ -74,6 +74,10 @@ class CudaBatchedStep final : public ForwardOps {
   // out += MLP(RMSNorm2(norm_input)) over the plan's rows.
   absl::Status MlpRows(const StepPlan& plan, const DeviceLayer<T>& layer,
                        const float* norm_input, float* out);
+  // The test-only delay of the step stream (stream_delay_ of kStep), counted
+  // in every slice's session (BackendSessionStats::stream_delays): it holds
+  // back the step's work for all of them.
+  absl::Status DelayStepStream(const StepPlan& plan);
   // `launches` fused decode GEMV kernels ran over the plan's rows: counted
   // in every slice's session (BackendSessionStats::fused_gemv_launches).
   void CountFused(const StepPlan& plan, int64_t launches) const;

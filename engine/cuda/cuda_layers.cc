@@ -234,7 +234,8 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, fetch_tail_.get(), 0),
                            "ordering the encoder after the fetch copies");
   DRT_RETURN_IF_ERROR(
-      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kCompute, stream));
+      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kCompute, stream,
+                         stats_.stream_delays));
 
   float* x = b.enc_x.get();
   DRT_CUDA_RETURN_IF_ERROR(
@@ -321,7 +322,8 @@ absl::Status CudaSession<T>::EncodeChunks(int64_t count) {
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(store, encoded_.get(), 0),
                            "ordering the store copies after the encoder");
   DRT_RETURN_IF_ERROR(
-      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kStore, store));
+      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kStore, store,
+                         stats_.stream_delays));
   if (stores_encoder_rows()) {
     // Rows 0..S'-1 of each chunk; the landmark row's K/V are zero, so it is
     // not kept (engine/cuda/host/chunk_record_layout.h).

@@ -2,6 +2,7 @@
 // tools that fill it in are built without CUDA too.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace drt {
@@ -70,9 +71,16 @@ enum class CudaDelayedStream {
 // scripts/gpu_bench.sh STREAM_DELAY_RUNS). Off, it costs one comparison
 // per site. MakeCudaBackend refuses a delay without a stream, a stream
 // without a delay, an unknown stream and more than kMaxCudaStreamDelayNs.
+// Each delay queued counts in the session's BackendSessionStats::
+// stream_delays (review-cudaprep C3 b: a delay run whose delays never fired
+// would pass undelayed) and, when `tally` is set, in *tally too: the CUDA
+// backend tests point it at a counter of their own and print it after each
+// case (tests/cuda_backend/stream_delay_report.cc), which
+// scripts/gpu_bench.sh requires to be > 0. `tally` must outlive the backend.
 struct CudaStreamDelay {
   CudaDelayedStream stream = CudaDelayedStream::kNone;
   int64_t ns = 0;
+  std::atomic<int64_t>* tally = nullptr;
 };
 inline constexpr int64_t kMaxCudaStreamDelayNs = 100'000'000;  // 0.1 s
 

@@ -136,7 +136,8 @@ absl::Status CudaSession<T>::PrepareGca(const SlicePlan& slice, int64_t group) {
                              "ordering the GCA after the chunk copies");
   }
   DRT_RETURN_IF_ERROR(
-      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kCompute, stream));
+      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kCompute, stream,
+                         stats_.stream_delays));
   return absl::OkStatus();
 }
 
@@ -222,7 +223,8 @@ absl::Status CudaSession<T>::FetchChunks(int64_t group, const std::vector<int64_
   DRT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(fetch, stored_.get(), 0),
                            "ordering chunk copies after the store copies");
   DRT_RETURN_IF_ERROR(
-      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kFetch, fetch));
+      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kFetch, fetch,
+                         stats_.stream_delays));
   if (stores_encoder_rows()) {
     DRT_RETURN_IF_ERROR(FetchEncoderRows(group, plan->copies));
     DRT_CUDA_RETURN_IF_ERROR(cudaEventRecord(fetched_[group].get(), fetch),

@@ -181,6 +181,9 @@ class CudaSession final : public BackendSession {
   // The batched step ran `launches` fused decode GEMV kernels over rows of
   // this session (BackendSessionStats::fused_gemv_launches).
   void CountFusedGemvLaunches(int64_t launches) { stats_.fused_gemv_launches += launches; }
+  // The batched step queued `delays` test-only stream delays that hold back
+  // this session's work (BackendSessionStats::stream_delays).
+  void CountStreamDelays(int64_t delays) { stats_.stream_delays += delays; }
   // Forward pass 3: window attention of the slice's n rows (the first at
   // decoder position first_pos) on decoder layer `layer_index`; their keys
   // and values then enter the ring.

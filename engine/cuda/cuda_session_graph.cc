@@ -119,7 +119,8 @@ absl::StatusOr<bool> CudaSession<T>::LaunchDecodeGraph(const StepPlan& plan,
   }
   // Outside the graph, before its launch (or its capture's first launch).
   DRT_RETURN_IF_ERROR(
-      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kCompute, stream));
+      DelayStreamForTest(options_.debug_stream_delay, CudaDelayedStream::kCompute, stream,
+                         stats_.stream_delays));
 
   const GraphExec* exec = graphs_.Find(key);
   if (exec == nullptr) {

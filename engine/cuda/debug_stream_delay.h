@@ -8,6 +8,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "engine/cuda/cuda_options.h"
 #include "kernels/cuda_check.h"
@@ -15,12 +18,17 @@
 
 namespace drt::cuda {
 
-// Off (ns 0, the default), one comparison and nothing queued.
+// Off (ns 0, the default), one comparison and nothing queued. Each delay
+// queued adds one to `queued` (the session's BackendSessionStats::
+// stream_delays) and to *delay.tally where set; a launch that fails counts
+// nowhere.
 inline absl::Status DelayStreamForTest(const CudaStreamDelay& delay, CudaDelayedStream which,
-                                       cudaStream_t stream) {
+                                       cudaStream_t stream, int64_t& queued) {
   if (delay.ns == 0 || delay.stream != which) return absl::OkStatus();
   DRT_CUDA_RETURN_IF_ERROR(kernels::LaunchStreamDelay(delay.ns, stream),
                            "launching the test-only stream delay");
+  ++queued;
+  if (delay.tally != nullptr) delay.tally->fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

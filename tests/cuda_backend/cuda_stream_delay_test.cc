@@ -3,13 +3,27 @@
 // MakeCudaBackend's refusals. MakeCudaBackend checks the options before it
 // looks for a GPU, so these run (and must pass) without one. What the delay
 // is for (the bit-identity cases with each stream delayed) runs on a GPU:
-// scripts/gpu_bench.sh STREAM_DELAY_RUNS.
+// scripts/gpu_bench.sh STREAM_DELAY_RUNS. Each delay queued is counted
+// (BackendSessionStats::stream_delays, CudaStreamDelay::tally; review-cudaprep
+// C3 b): the counting rule is checked here without a GPU, and on a GPU that
+// every stream's delays are queued and counted on each of the backend's
+// paths, with the CPU backend's logits and selections under the delay.
+#include <atomic>
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "engine/backend_factory.h"
+#include "engine/batch_step.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/debug_stream_delay.h"
 #include "engine/cuda/host/stream_delay.h"
+#include "engine/session.h"
+#include "kernels/device_query.h"
 #include "tests/cuda_backend/cuda_test_support.h"
 #include "tests/test_util/random_model.h"
 
@@ -92,6 +106,179 @@ TEST_CASE("cuda stream delay: MakeCudaBackend refuses a bad delay before any GPU
     CHECK(made.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(std::string(made.status().message()), Contains("debug_stream_delay"));
     CHECK_THAT(std::string(made.status().message()), Contains(c.message));
+  }
+}
+
+// DelayStreamForTest's rule: a delay counts (in the session's counter and in
+// the tally) when its kernel was queued, and only then: not when the delay
+// is off, not at another stream's site, not when the launch fails. Without
+// a GPU the launch fails, so that branch is what runs here; on a GPU the
+// delay is queued and counted once. (No testing::HaveGpu here: its "no CUDA
+// device" WARN would make ctest report this case as skipped.)
+TEST_CASE("cuda stream delay: a delay counts where it was queued, and only there",
+          "[cuda][stream_delay]") {
+  std::atomic<int64_t> tally{0};
+  int64_t queued = 0;
+  CudaStreamDelay off;
+  off.tally = &tally;
+  for (CudaDelayedStream site : {CudaDelayedStream::kStore, CudaDelayedStream::kFetch,
+                                 CudaDelayedStream::kStep, CudaDelayedStream::kCompute}) {
+    CHECK(cuda::DelayStreamForTest(off, site, nullptr, queued).ok());
+  }
+  CHECK(queued == 0);
+  CHECK(tally.load() == 0);
+
+  const CudaStreamDelay fetch{CudaDelayedStream::kFetch, 1000, &tally};
+  for (CudaDelayedStream site :
+       {CudaDelayedStream::kStore, CudaDelayedStream::kStep, CudaDelayedStream::kCompute}) {
+    INFO("site " << CudaDelayedStreamName(site));
+    CHECK(cuda::DelayStreamForTest(fetch, site, nullptr, queued).ok());
+  }
+  CHECK(queued == 0);
+  CHECK(tally.load() == 0);
+
+  // At its own site, on the default stream.
+  const absl::Status status =
+      cuda::DelayStreamForTest(fetch, CudaDelayedStream::kFetch, nullptr, queued);
+  if (cuda::CudaDeviceCount().ok()) {
+    REQUIRE(status.ok());
+    CHECK(queued == 1);
+    CHECK(tally.load() == 1);
+    // Without a tally the session's counter still counts.
+    const CudaStreamDelay untallied{CudaDelayedStream::kFetch, 1000, nullptr};
+    CHECK(cuda::DelayStreamForTest(untallied, CudaDelayedStream::kFetch, nullptr, queued).ok());
+    CHECK(queued == 2);
+    CHECK(tally.load() == 1);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  } else {
+    CHECK(status.code() == absl::StatusCode::kInternal);
+    CHECK_THAT(std::string(status.message()), Contains("launching the test-only stream delay"));
+    CHECK(queued == 0);
+    CHECK(tally.load() == 0);
+  }
+}
+
+// --- On a GPU: every stream's delays queued, counted, and harmless ---
+
+// What the steps below leave: each session's logits of every token, its
+// selections, and its stream_delays counter at the end.
+struct Driven {
+  std::vector<std::vector<float>> logits;
+  std::vector<testing::RetrievalLog> retrievals;
+  std::vector<int64_t> stream_delays;
+};
+
+// Two sessions stepped together through RunStep, in uneven pieces: prefill
+// pieces that close chunks, single decode tokens, pieces that close chunks
+// once retrieval has more chunks than top-k to choose from. 556 and 411
+// tokens (8 and 6 chunks of 63); the largest step, 251 tokens and their
+// landmarks, fits one forward of the default step size (1024).
+Driven Drive(Backend& backend) {
+  const ModelConfig& config = backend.config();
+  const std::vector<std::vector<int64_t>> pieces = {{130, 1, 1, 70, 1, 250, 1, 1, 37, 1, 62, 1},
+                                                    {1, 40, 1, 1, 200, 1, 63, 1, 1, 1, 100, 1}};
+  const size_t n = pieces.size();
+  Driven driven;
+  driven.logits.resize(n);
+  driven.retrievals.resize(n);  // before Record takes references into it
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (size_t i = 0; i < n; ++i) {
+    auto session = Session::Create(backend);
+    REQUIRE(session.ok());
+    testing::Record((*session)->backend_session(), driven.retrievals[i]);
+    sessions.push_back(*std::move(session));
+  }
+  for (size_t step = 0; step < pieces[0].size(); ++step) {
+    std::vector<std::vector<int32_t>> tokens(n);
+    std::vector<StepEntry> entries(n);
+    for (size_t i = 0; i < n; ++i) {
+      tokens[i] = testing::RandomTokens(config, pieces[i][step], 1000 * (i + 1) + step);
+      entries[i].session = sessions[i].get();
+      entries[i].tokens = tokens[i];
+      entries[i].all_logits = &driven.logits[i];
+    }
+    for (const absl::Status& s : RunStep(backend, entries)) REQUIRE(s.ok());
+  }
+  REQUIRE(sessions[0]->num_chunks() > config.chunk_topk);
+  for (const auto& session : sessions) {
+    driven.stream_delays.push_back(session->backend_session().stats().stream_delays);
+  }
+  return driven;
+}
+
+// review-cudaprep C3 b and C6. Each of the backend's stream paths (slice by
+// slice with either chunk store, batched steps, decode graphs, the device
+// tier), with each stream it uses delayed by 0.1 ms (its own CudaStreamDelay,
+// whatever DRT_TEST_CUDA_STREAM_DELAY says):
+// - the delays were queued: each session's stream_delays > 0, and the tally
+//   equals their sum (each delay counted in one session); for the step
+//   stream each session's count is at most the tally (a batched step's
+//   delay counts once in the tally and in every session of the step);
+//   undelayed, 0;
+// - the logits and selections are still the CPU backend's (fp32: issue 9's
+//   1e-4 worst-row bound, identical selections). A reference of another
+//   CUDA run would share a path's missing wait and its stale data; the CPU
+//   backend shares nothing (review-cudaprep C6).
+// Not yet run on a GPU. Which streams a path uses is read from the code:
+// the device tier copies nothing, so only its compute stream is delayed.
+TEST_CASE("cuda stream delay: on every path each delayed stream queues and counts its delays "
+          "and keeps the cpu backend's logits",
+          "[cuda][stream_delay]") {
+  if (!testing::HaveGpu()) return;
+  const ModelConfig config = testing::Chunk64Config();
+  const ModelWeights weights = testing::RandomWeights(config, 97);
+  auto cpu_backend = MakeCpuBackend(config, weights);
+  const Driven cpu = Drive(*cpu_backend);
+  const int64_t V = config.vocab_size;
+  using S = CudaDelayedStream;
+  struct Path {
+    const char* name;
+    void (*set)(CudaBackendOptions&);
+    std::vector<S> streams;
+  };
+  const Path paths[] = {
+      {"slice by slice, K/V store", [](CudaBackendOptions&) {},
+       {S::kNone, S::kStore, S::kFetch, S::kCompute}},
+      {"slice by slice, encoder-row store",
+       [](CudaBackendOptions& o) { o.chunk_store = CudaChunkStore::kEncoderRows; },
+       {S::kStore, S::kFetch}},
+      {"batched_step_rows", [](CudaBackendOptions& o) { o.batched_step_rows = true; },
+       {S::kStep, S::kCompute}},
+      {"decode graphs", [](CudaBackendOptions& o) { o.decode_graphs = true; }, {S::kCompute}},
+      {"device tier", [](CudaBackendOptions& o) { o.chunk_tier = CudaChunkTier::kDevice; },
+       {S::kCompute}},
+  };
+  for (const Path& path : paths) {
+    for (S stream : path.streams) {
+      INFO(path.name << ", " << CudaDelayedStreamName(stream) << " stream delayed");
+      std::atomic<int64_t> tally{0};
+      CudaBackendOptions options;
+      options.precision = CudaPrecision::kFp32;
+      path.set(options);
+      options.debug_stream_delay = {stream, stream == S::kNone ? 0 : 100'000, &tally};
+      auto backend = MakeCudaBackend(config, weights, options);
+      REQUIRE(backend.ok());
+      const Driven gpu = Drive(**backend);
+      int64_t sum = 0;
+      for (size_t i = 0; i < gpu.logits.size(); ++i) {
+        INFO("session " << i << ": " << gpu.stream_delays[i] << " delays");
+        sum += gpu.stream_delays[i];
+        if (stream == S::kNone) {
+          CHECK(gpu.stream_delays[i] == 0);
+        } else {
+          CHECK(gpu.stream_delays[i] > 0);
+        }
+        if (stream == S::kStep) CHECK(gpu.stream_delays[i] <= tally.load());
+        const double worst = testing::WorstRowRelativeDifference(gpu.logits[i], cpu.logits[i], V);
+        INFO("worst relative logit difference " << worst);
+        CHECK(worst <= testing::kFp32VsCpuLimit);
+        testing::CheckIdenticalRetrievals(cpu.retrievals[i], gpu.retrievals[i],
+                                          testing::kFp32VsCpuLimit);
+      }
+      if (stream != S::kStep) CHECK(tally.load() == sum);
+      WARN(path.name << ", " << CudaDelayedStreamName(stream) << " stream delayed: "
+                     << tally.load() << " delays queued");
+    }
   }
 }
 

@@ -2,7 +2,9 @@
 // backends for a model, and the comparison of retrieval choices.
 #pragma once
 
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -118,11 +120,24 @@ inline ModelConfig Chunk64Config() {
   return c;
 }
 
+// The stream delays queued by the backends PrecisionOptions made
+// (CudaStreamDelay::tally) since the current case began: the test
+// executable's one counter, which stream_delay_report.cc resets before each
+// case and prints after it while DRT_TEST_CUDA_STREAM_DELAY is set
+// (review-cudaprep C3 b: scripts/gpu_bench.sh fails a delay run in which no
+// delay was queued). Process-wide because the cases build their backends in
+// many ways; atomic because some step sessions on several threads.
+inline std::atomic<int64_t>& StreamDelayTally() {
+  static std::atomic<int64_t> tally{0};
+  return tally;
+}
+
 // The options of most tests: `precision`, and the test-only stream delay
 // (CudaStreamDelay) when DRT_TEST_CUDA_STREAM_DELAY is set, as STREAM:NS
 // (scripts/gpu_bench.sh STREAM_DELAY_RUNS runs the bit-identity cases with
-// each stream delayed, so that a missing cross-stream wait fails them). A
-// malformed value fails the test that asked.
+// each stream delayed, so that a missing cross-stream wait fails them),
+// counted in StreamDelayTally(). A malformed value fails the test that
+// asked.
 inline CudaBackendOptions PrecisionOptions(CudaPrecision precision) {
   CudaBackendOptions options;
   options.precision = precision;
@@ -130,6 +145,7 @@ inline CudaBackendOptions PrecisionOptions(CudaPrecision precision) {
     absl::StatusOr<CudaStreamDelay> parsed = ParseCudaStreamDelay(delay);
     if (!parsed.ok()) FAIL("DRT_TEST_CUDA_STREAM_DELAY: " << parsed.status().message());
     options.debug_stream_delay = *parsed;
+    options.debug_stream_delay.tally = &StreamDelayTally();
   }
   return options;
 }

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# ctest gpu_bench_stream_delay (label scripts): scripts/gpu_bench.sh fails a
+# stream-delay run in which no delay was queued (review-cudaprep C3 b: such a
+# run passed, undelayed). No GPU needed: the script runs its four
+# stream-delay runs (everything else skipped) against stand-ins, on PATH,
+# for nvidia-smi (one GPU) and nvcc, and a stand-in
+# drt_cuda_backend_tests that prints what the real one prints after each
+# case while DRT_TEST_CUDA_STREAM_DELAY is set
+# (tests/cuda_backend/stream_delay_report.cc), run by run:
+#   store:   two cases pass; 5 delays in the first, none in the second
+#            -> PASS, 5 delays, the second case named as undelayed;
+#   fetch:   two cases pass, neither queued a delay -> FAIL (ran undelayed);
+#   step:    two cases pass, no stream_delays line (an executable built
+#            before the report) -> FAIL;
+#   compute: one case fails after 3 delays -> FAIL, exit 1, the delays kept.
+# Usage: tests/gpu_bench_stream_delay_test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/bin" "$tmp/build/tests/cuda_backend"
+touch "$tmp/build/CMakeCache.txt"
+cat >"$tmp/bin/nvidia-smi" <<'EOF'
+#!/usr/bin/env bash
+[[ "$*" == -L ]] && echo "GPU 0: Stand-in GPU (UUID: GPU-0)"
+exit 0
+EOF
+printf '#!/bin/sh\nexit 0\n' >"$tmp/bin/nvcc"
+cat >"$tmp/build/tests/cuda_backend/drt_cuda_backend_tests" <<'EOF'
+#!/usr/bin/env bash
+delay=${DRT_TEST_CUDA_STREAM_DELAY:?the stand-in expects DRT_TEST_CUDA_STREAM_DELAY}
+case "${delay%%:*}" in
+  store)
+    printf '%s\n' "stream_delays=5 ($delay) case: cuda: case one" "0.500 s: cuda: case one" \
+      "stream_delays=0 ($delay) case: cuda: a refusal" "0.010 s: cuda: a refusal" \
+      "All tests passed (10 assertions in 2 test cases)"
+    ;;
+  fetch)
+    printf '%s\n' "stream_delays=0 ($delay) case: cuda: case one" "0.500 s: cuda: case one" \
+      "stream_delays=0 ($delay) case: cuda: case two" "0.400 s: cuda: case two" \
+      "All tests passed (10 assertions in 2 test cases)"
+    ;;
+  step)
+    printf '%s\n' "0.500 s: cuda: case one" "0.400 s: cuda: case two" \
+      "All tests passed (10 assertions in 2 test cases)"
+    ;;
+  compute)
+    printf '%s\n' "stream_delays=3 ($delay) case: cuda: case one" "0.500 s: cuda: case one" \
+      "test cases: 1 | 1 failed"
+    exit 1
+    ;;
+esac
+EOF
+chmod +x "$tmp/bin/nvidia-smi" "$tmp/bin/nvcc" "$tmp/build/tests/cuda_backend/drt_cuda_backend_tests"
+
+rc=0
+PATH="$tmp/bin:$PATH" PREBUILT=1 DEVLIBS="$tmp/none" BUILD_DIR="$tmp/build" LOG_DIR="$tmp/log" \
+  GPU_BENCH_SUMMARY="$tmp/summary.txt" SKIP_CTEST=1 SKIP_DURABLE=1 SANITIZER_RUNS= \
+  SKIP_WINDOW_BENCH=1 SKIP_TABLE=1 STREAM_DELAY_RUNS="store fetch step compute" \
+  STREAM_DELAY_TIMEOUT=60 bash scripts/gpu_bench.sh >"$tmp/out.log" 2>&1 || rc=$?
+
+failed=0
+expect() {  # expect DESCRIPTION PATTERN: grep -E PATTERN in the summary
+  if grep -qE -- "$2" "$tmp/summary.txt"; then
+    echo "ok: $1"
+  else
+    echo "FAILED: $1 (no /$2/ in the summary)"
+    failed=1
+  fi
+}
+expect "store: passes with its 5 delays, the undelayed case named" \
+  '^PASS stream delay store: 2 cases; .*5 delays queued over 2 cases; none in 1: cuda: a refusal$'
+expect "fetch: no delay queued fails" \
+  '^FAIL stream delay fetch: no delay was queued in any of its 2 cases: the run ran undelayed'
+expect "step: no stream_delays line fails" \
+  '^FAIL stream delay step: no stream_delays line: '
+expect "compute: a failed case fails, its delays reported" \
+  '^FAIL stream delay compute: exit 1, 1 cases finished; test cases: 1 \| 1 failed; 3 delays queued over 1 cases '
+if [[ -f "$tmp/log/stream-delay-store.log" ]] &&
+   grep -q '(store:1000000) case: ' "$tmp/log/stream-delay-store.log"; then
+  echo "ok: the run's delay (STREAM:NS, 1 ms by default) reached the test executable"
+else
+  echo "FAILED: DRT_TEST_CUDA_STREAM_DELAY=store:1000000 did not reach the test executable"
+  failed=1
+fi
+if ((rc != 1)); then
+  echo "FAILED: gpu_bench.sh exited $rc, expected 1 (three runs failed)"
+  failed=1
+else
+  echo "ok: gpu_bench.sh exits 1"
+fi
+if ((failed)); then
+  echo "--- gpu_bench.sh output:"
+  cat "$tmp/out.log"
+  echo "--- summary:"
+  cat "$tmp/summary.txt" 2>/dev/null || true
+  exit 1
+fi
+echo "gpu_bench_stream_delay: every check passed"
