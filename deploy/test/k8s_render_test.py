@@ -517,9 +517,29 @@ def is_debian_kubectl(version):
     return re.search(r"v1\.20\.", version) is not None
 
 
+def check_hpa_owns_replicas(c, hpa, overlays):
+    """The HPA sets spec.replicas of the workload it targets; an overlay that
+    names replicas sets it back on every `kubectl apply` (client-side apply
+    patches a field the manifest names to the manifest's value): an HPA at
+    10 pods and an overlay's `replicas: 1` stop nine pods and their sessions
+    at once (review-deploy #1; Kubernetes, "Migrating Deployments and
+    StatefulSets to horizontal autoscaling")."""
+    target = hpa["spec"]["scaleTargetRef"]
+    for name, objects in overlays.items():
+        workload = objects.get((target["kind"], target["name"]))
+        if workload is None:
+            continue
+        c.expect("replicas" not in workload["spec"],
+                 f"{name}: no spec.replicas on {target['kind']} {target['name']}, which the HPA scales",
+                 f"replicas: {workload['spec'].get('replicas')}")
+
+
 def check_all(c, kubectl, facts):
-    cpu = check_server(c, "cpu", render(kubectl, "overlays/cpu"), facts, gpu=False)
-    check_server(c, "gpu", render(kubectl, "overlays/gpu"), facts, gpu=True)
+    rendered = {name: render(kubectl, directory) for name, directory in
+                (("cpu", "overlays/cpu"), ("gpu", "overlays/gpu"), ("examples/model-pvc", "examples/model-pvc"),
+                 ("examples/http-probes", "examples/http-probes"))}
+    cpu = check_server(c, "cpu", rendered["cpu"], facts, gpu=False)
+    check_server(c, "gpu", rendered["gpu"], facts, gpu=True)
     check_gateway(c, render(kubectl, "gateway"), cpu, facts)
 
     monitors = render(kubectl, "monitoring")
@@ -536,8 +556,9 @@ def check_all(c, kubectl, facts):
              "autoscaling: the HPA scales the drt-server Deployment")
     c.expect(metric in facts["metrics"], f"autoscaling: {metric} is a metric drt-server exports",
              str(sorted(facts["metrics"])))
+    check_hpa_owns_replicas(c, hpa, rendered)
 
-    pvc = render(kubectl, "examples/model-pvc")
+    pvc = rendered["examples/model-pvc"]
     pod = pvc[("Deployment", "drt-server")]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
@@ -549,7 +570,7 @@ def check_all(c, kubectl, facts):
     c.expect(pod.get("nodeSelector") and "nvidia.com/gpu" in container["resources"]["limits"],
              "examples/model-pvc: still the gpu overlay")
 
-    http = render(kubectl, "examples/http-probes")[("Deployment", "drt-server")]
+    http = rendered["examples/http-probes"][("Deployment", "drt-server")]
     (container,) = http["spec"]["template"]["spec"]["containers"]
     ports = {p["name"] for p in container["ports"]}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
