@@ -96,6 +96,40 @@ def check_no_delete_patches(c):
              str(found))
 
 
+# kubectl verbs whose objects live in a namespace: a documented command with
+# one of these and no -n lands in `default` (review-deploy #8: monitoring and
+# autoscaling applied there select nothing and scale nothing).
+NAMESPACED_VERBS = {"apply", "rollout", "scale", "set", "port-forward", "get", "delete", "edit", "patch",
+                    "label", "annotate", "logs", "exec", "describe"}
+
+
+def check_namespaced_commands(c):
+    """Every kubectl command in the deploy docs and the kustomizations' usage
+    comments that acts on namespaced objects names the namespace."""
+    files = ["README.md", "docs/deploy.md"]
+    for root, _, names in os.walk(K8S):
+        files += [os.path.relpath(os.path.join(root, n), REPO) for n in sorted(names) if n.endswith(".yaml")]
+    missing, seen = [], 0
+    for path in files:
+        for number, line in enumerate(read(path).splitlines(), 1):
+            # A command runs to the end of its code span or line.
+            for command in re.findall(r"kubectl((?: +[^ `|;&)]+)+)", line):
+                words = command.split()
+                verbs = [w for i, w in enumerate(words)
+                         if not w.startswith("-") and (i == 0 or words[i - 1] not in ("-n", "--namespace"))]
+                options = " ".join(words)
+                if not verbs or verbs[0] not in NAMESPACED_VERBS:
+                    continue
+                if verbs[0] == "get" and "node" in verbs[1:2]:
+                    continue
+                seen += 1
+                if not re.search(r"(^| )(-n [a-z0-9-]+|--namespace[= ][a-z0-9-]+)( |$)", options):
+                    missing.append(f"{path}:{number}: kubectl{command}")
+    c.expect(seen >= 10 and not missing,
+             f"every documented kubectl command on namespaced objects names its namespace ({seen} found)",
+             "\n  ".join(missing))
+
+
 def env_of(container):
     return {e["name"]: e for e in container.get("env", [])}
 
@@ -501,6 +535,7 @@ def main():
     facts = source_facts()
     c = Checks()
     check_no_delete_patches(c)
+    check_namespaced_commands(c)
     for kubectl, version in zip(kubectls, versions):
         print(f"using {kubectl}: {version}")
         check_all(c, kubectl, facts)
