@@ -15,6 +15,7 @@ none.
     k8s_render_test.py [--kubectl kubectl]...
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -57,8 +58,10 @@ def source_facts():
     drain_bound = int(re.search(r"GATEWAY_DRAIN_DELAY_SECONDS \+ GATEWAY_DRAIN_SECONDS \+ (\d+) s",
                                 drain_script).group(1))
     http_paths = set(re.findall(r'server->Get\("([^"]+)"', read("server/http_endpoint.cc")))
+    image_model = re.search(r"^ENV DRT_MODEL=(\S+)", dockerfile, re.M).group(1)
+    copied = re.search(r"^COPY (\S+) " + re.escape(image_model) + r"$", dockerfile, re.M).group(1)
     header = re.search(r'SESSION_HEADER = "([^"]+)"', read("client_examples/python/drt_client.py")).group(1)
-    return dict(uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
+    return dict(image_model=image_model, image_model_bytes=model_weight_bytes(copied), uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
                 header=header, http_paths=http_paths, drain_script=drain_script, drain_bound=drain_bound)
 
 
@@ -130,6 +133,69 @@ def check_namespaced_commands(c):
              "\n  ".join(missing))
 
 
+# drt-server's own host memory besides the sessions' budget and the model's
+# weights, allowed in each pod's memory request. Measured here (2026-11-24,
+# build/server/drt-server, CPU backend, --threads 2, the bundled
+# models/drt-text-byte): RSS 187 MiB idle; RSS minus drt_chunk_store_bytes
+# 207 MiB with one 100K-token session and 194 MiB with 100K + 300K tokens in
+# two, of which the model's fp32 weights are 11.5 MiB: about 200 MiB of
+# runtime, thread stacks, window caches and step scratch. The allowance is
+# five times that, for more threads (the overlays' 4), larger steps and gRPC
+# receive buffers (up to 4 MiB per message per running Append).
+SERVER_OVERHEAD_GIB = 1.0
+# The CUDA runtime's and driver's own host memory (context, staging buffers):
+# NOT measured (no GPU here); an allowance on top of the above.
+CUDA_HOST_OVERHEAD_GIB = 2.0
+
+
+def model_weight_bytes(model_dir):
+    """The bytes of the model's weights as the CPU backend holds them (fp32),
+    from model.safetensors' header: 4 bytes per parameter whatever the file
+    stores."""
+    with open(os.path.join(REPO, model_dir, "model.safetensors"), "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    params = 0
+    for name, tensor in header.items():
+        if name != "__metadata__":
+            count = 1
+            for d in tensor["shape"]:
+                count *= d
+            params += count
+    return 4 * params
+
+
+def quantity_gib(quantity):
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Mi|Gi|Ti)", str(quantity))
+    if not m:
+        raise SystemExit(f"memory quantity {quantity!r}: expected <number>Mi|Gi|Ti")
+    return float(m.group(1)) * {"Mi": 1 / 1024, "Gi": 1, "Ti": 1024}[m.group(2)]
+
+
+def check_memory(c, name, container, facts, gpu):
+    """Memory request = limit >= the session budget + the model + the
+    overhead (review-deploy #6): a pod whose sessions fill the budget uses no
+    more than it requested, so kubelet does not evict it first under node
+    memory pressure, and the scheduler reserves a GPU pod's pinned budget on
+    the node."""
+    resources = container["resources"]
+    limits, requests = resources.get("limits", {}), resources.get("requests", {})
+    env = env_of(container)
+    budget = float(env["DRT_HOST_MEMORY_BUDGET_GB"]["value"])
+    model = env.get("DRT_MODEL", {}).get("value", facts["image_model"])
+    baked = model == facts["image_model"]
+    model_gib = facts["image_model_bytes"] / 2**30 if baked else 0.0
+    overhead = SERVER_OVERHEAD_GIB + (CUDA_HOST_OVERHEAD_GIB if gpu else 0.0)
+    needed = budget + model_gib + overhead
+    request, limit = quantity_gib(requests.get("memory", "0Gi")), quantity_gib(limits.get("memory", "0Gi"))
+    c.expect(request == limit,
+             f"{name}: memory request = limit ({requests.get('memory')} / {limits.get('memory')}): a full pod "
+             "is never above its request")
+    c.expect(request >= needed,
+             f"{name}: memory request {request:g} GiB >= budget {budget:g} + model {model_gib:.2f} "
+             f"({'the image' + chr(39) + 's ' + model if baked else model + ': not in the repository, not counted'})"
+             f" + overhead {overhead:g} = {needed:.2f} GiB")
+
+
 def env_of(container):
     return {e["name"]: e for e in container.get("env", [])}
 
@@ -191,9 +257,7 @@ def check_server(c, name, objects, facts, gpu):
     limits, requests = resources.get("limits", {}), resources.get("requests", {})
     c.expect("cpu" in requests and "memory" in requests and "memory" in limits,
              f"{name}: cpu and memory requests, a memory limit", str(resources))
-    limit_gib = float(re.fullmatch(r"(\d+)Gi", limits["memory"]).group(1))
-    budget = float(env["DRT_HOST_MEMORY_BUDGET_GB"]["value"])
-    c.expect(budget < limit_gib, f"{name}: host memory budget {budget} GiB < memory limit {limit_gib} GiB")
+    check_memory(c, name, container, facts, gpu)
     image = container["image"]
     if gpu:
         c.expect(limits.get("nvidia.com/gpu") == 1 and requests.get("nvidia.com/gpu") == 1,
@@ -390,6 +454,7 @@ def check_durable(c, objects, gateway, cpu, facts):
     c.expect(matches(spec["selector"]["matchLabels"], labels), f"{name}: the StatefulSet selects its own pods")
     (container,) = pod["spec"]["containers"]
     env = env_of(container)
+    check_memory(c, name, container, facts, gpu=False)
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     templates = {t["metadata"]["name"]: t["spec"] for t in spec.get("volumeClaimTemplates", [])}
     pod_volumes = {v["name"] for v in pod["spec"].get("volumes", [])}
@@ -604,9 +669,11 @@ def check_all(c, kubectl, facts):
              "examples/model-pvc: DRT_MODEL is the mounted claim", f"{mounts} {claims}")
     c.expect(pod.get("nodeSelector") and "nvidia.com/gpu" in container["resources"]["limits"],
              "examples/model-pvc: still the gpu overlay")
+    check_memory(c, "examples/model-pvc", container, facts, gpu=True)
 
     http = rendered["examples/http-probes"][("Deployment", "drt-server")]
     (container,) = http["spec"]["template"]["spec"]["containers"]
+    check_memory(c, "examples/http-probes", container, facts, gpu=False)
     ports = {p["name"] for p in container["ports"]}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         handler = container[probe]
