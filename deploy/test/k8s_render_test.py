@@ -196,6 +196,18 @@ def check_memory(c, name, container, facts, gpu):
              f" + overhead {overhead:g} = {needed:.2f} GiB")
 
 
+def check_gpu_rollout(c, name, deployment):
+    """A GPU Deployment's rolling update must not need a spare GPU: a surge
+    pod on a full GPU pool stays Pending and, with maxUnavailable 0, no old
+    pod ever stops (review-deploy #2). Stop first, then start."""
+    strategy = deployment["spec"].get("strategy", {})
+    rolling = strategy.get("rollingUpdate", {})
+    c.expect(strategy.get("type", "RollingUpdate") == "RollingUpdate" and rolling.get("maxSurge") in (0, "0%")
+             and rolling.get("maxUnavailable") not in (None, 0, "0%"),
+             f"{name}: a rolling update stops a GPU pod before starting its replacement (maxSurge 0, "
+             "maxUnavailable >= 1): no spare GPU needed", str(strategy))
+
+
 def env_of(container):
     return {e["name"]: e for e in container.get("env", [])}
 
@@ -265,6 +277,7 @@ def check_server(c, name, objects, facts, gpu):
         c.expect(env["DRT_DEVICE"]["value"] == "cuda" and image.endswith(":cuda"),
                  f"{name}: the CUDA image on --device=cuda", f"{image} {env['DRT_DEVICE']}")
         c.expect(bool(spec.get("nodeSelector")), f"{name}: a GPU node selector", str(spec.get("nodeSelector")))
+        check_gpu_rollout(c, name, deployment)
         c.expect(any(t.get("key") == "nvidia.com/gpu" and t.get("effect") == "NoSchedule"
                      for t in spec.get("tolerations", [])), f"{name}: tolerates the nvidia.com/gpu taint")
     else:
@@ -670,6 +683,7 @@ def check_all(c, kubectl, facts):
     c.expect(pod.get("nodeSelector") and "nvidia.com/gpu" in container["resources"]["limits"],
              "examples/model-pvc: still the gpu overlay")
     check_memory(c, "examples/model-pvc", container, facts, gpu=True)
+    check_gpu_rollout(c, "examples/model-pvc", pvc[("Deployment", "drt-server")])
 
     http = rendered["examples/http-probes"][("Deployment", "drt-server")]
     (container,) = http["spec"]["template"]["spec"]["containers"]
