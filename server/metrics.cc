@@ -126,6 +126,7 @@ struct Metrics::State {
   // is called, never together with `mutex`).
   std::mutex source_mutex;
   std::function<SessionGauges()> session_gauges;
+  std::function<EngineGauges()> engine_gauges;  // also under source_mutex
 };
 
 Metrics::Metrics() : state_(std::make_unique<State>()) {}
@@ -184,6 +185,11 @@ void Metrics::SetSessionGaugeSource(std::function<SessionGauges()> source) {
   state_->session_gauges = std::move(source);
 }
 
+void Metrics::SetEngineGaugeSource(std::function<EngineGauges()> source) {
+  std::lock_guard lock(state_->source_mutex);
+  state_->engine_gauges = std::move(source);
+}
+
 void Metrics::AddRetrievals(int64_t retrievals) {
   if (retrievals <= 0) return;
   std::lock_guard lock(state_->mutex);
@@ -211,9 +217,11 @@ void Metrics::CountError(const std::string& code) {
 
 std::string Metrics::RenderPrometheus() const {
   std::optional<SessionGauges> gauges;
+  std::optional<EngineGauges> engine;
   {
     std::lock_guard source_lock(state_->source_mutex);
     if (state_->session_gauges) gauges = state_->session_gauges();
+    if (state_->engine_gauges) engine = state_->engine_gauges();
   }
   std::lock_guard lock(state_->mutex);
   const State& s = *state_;
@@ -262,6 +270,16 @@ std::string Metrics::RenderPrometheus() const {
                        s.requests_by_method);
   AppendLabeledCounter(out, "drt_errors_total", "RPCs that failed, by gRPC status code.", "code",
                        s.errors_by_code);
+  if (engine) {
+    AppendScalar(out, "drt_engine_queued_items", "gauge",
+                 "Engine work items (prompt pieces, generated tokens) waiting or partly done.",
+                 std::to_string(engine->queued_items));
+    AppendScalar(out, "drt_engine_last_step_age_seconds", "gauge",
+                 "Seconds since the engine last finished a step (or work arrived at an idle "
+                 "engine) while work is queued; 0 while none is. Liveness fails above "
+                 "--engine_stall_seconds.",
+                 FormatDouble(engine->last_step_age_seconds));
+  }
   return out;
 }
 

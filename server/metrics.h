@@ -57,6 +57,18 @@ class Metrics {
   void CountRequest(const std::string& method);
   void CountError(const std::string& code);
 
+  // drt_engine_queued_items and drt_engine_last_step_age_seconds (gauges):
+  // read from `source` at each scrape (outside the metrics' own lock), as
+  // SetSessionGaugeSource; absent from /metrics until a source is set. The
+  // age is the seconds since the engine last made progress (a step finished,
+  // or work arrived at an idle engine) while work is queued, 0 while none is
+  // (server/engine_watchdog.h).
+  struct EngineGauges {
+    int64_t queued_items = 0;
+    double last_step_age_seconds = 0.0;
+  };
+  void SetEngineGaugeSource(std::function<EngineGauges()> source);
+
   std::string RenderPrometheus() const;
 
  private:

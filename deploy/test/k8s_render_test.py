@@ -57,11 +57,16 @@ def source_facts():
     drain_script = read("deploy/k8s/gateway/drain.sh")
     drain_bound = int(re.search(r"GATEWAY_DRAIN_DELAY_SECONDS \+ GATEWAY_DRAIN_SECONDS \+ (\d+) s",
                                 drain_script).group(1))
+    engine_health_service = re.search(r'kEngineHealthService\[\] = "([^"]+)"',
+                                      read("server/engine_watchdog.h")).group(1)
+    engine_stall_default = int(re.search(r"ABSL_FLAG\(int64_t, engine_stall_seconds, (\d+),",
+                                         read("server/server_flags.cc")).group(1))
     http_paths = set(re.findall(r'server->Get\("([^"]+)"', read("server/http_endpoint.cc")))
     image_model = re.search(r"^ENV DRT_MODEL=(\S+)", dockerfile, re.M).group(1)
     copied = re.search(r"^COPY (\S+) " + re.escape(image_model) + r"$", dockerfile, re.M).group(1)
     header = re.search(r'SESSION_HEADER = "([^"]+)"', read("client_examples/python/drt_client.py")).group(1)
-    return dict(image_model=image_model, image_model_bytes=model_weight_bytes(copied), uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
+    return dict(engine_health_service=engine_health_service, engine_stall_default=engine_stall_default,
+                image_model=image_model, image_model_bytes=model_weight_bytes(copied), uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
                 header=header, http_paths=http_paths, drain_script=drain_script, drain_bound=drain_bound)
 
 
@@ -208,6 +213,23 @@ def check_gpu_rollout(c, name, deployment):
              "maxUnavailable >= 1): no spare GPU needed", str(strategy))
 
 
+def check_engine_liveness(c, name, container, facts):
+    """Liveness asks the engine's own health service (it fails when work is
+    queued and no engine step finishes: review-deploy #5); startup and
+    readiness ask the drain status ("" / drt.v1.Drt), so a slow step does not
+    take the pod and its keys out of the ring."""
+    liveness = container["livenessProbe"].get("grpc", {}).get("service")
+    c.expect(liveness == facts["engine_health_service"],
+             f"{name}: the liveness probe asks grpc.health.v1 service {facts['engine_health_service']} "
+             "(the engine watchdog, server/engine_watchdog.h)", str(container["livenessProbe"]))
+    others = [container[p].get("grpc", {}).get("service", "") for p in ("startupProbe", "readinessProbe")]
+    c.expect(all(s in ("", "drt.v1.Drt") for s in others),
+             f"{name}: startup and readiness follow the drain, not the engine watchdog", str(others))
+    env = env_of(container)
+    stall = int(env.get("DRT_ENGINE_STALL_SECONDS", {}).get("value", facts["engine_stall_default"]))
+    c.expect(stall > 0, f"{name}: the engine watchdog is on (--engine_stall_seconds {stall})")
+
+
 def env_of(container):
     return {e["name"]: e for e in container.get("env", [])}
 
@@ -241,6 +263,7 @@ def check_server(c, name, objects, facts, gpu):
         grpc_probe = container.get(probe, {}).get("grpc", {})
         c.expect(grpc_probe.get("port") == ports["grpc"], f"{name}: {probe} is a grpc.health.v1 probe on 50051",
                  str(container.get(probe)))
+    check_engine_liveness(c, name, container, facts)
     grace = int(env["DRT_SHUTDOWN_GRACE_SECONDS"]["value"])
     liveness = container["livenessProbe"]
     c.expect(liveness["periodSeconds"] * liveness["failureThreshold"] > grace,
@@ -689,12 +712,12 @@ def check_all(c, kubectl, facts):
     (container,) = http["spec"]["template"]["spec"]["containers"]
     check_memory(c, "examples/http-probes", container, facts, gpu=False)
     ports = {p["name"] for p in container["ports"]}
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe, path in (("startupProbe", "/healthz"), ("readinessProbe", "/healthz"), ("livenessProbe", "/livez")):
         handler = container[probe]
         get = handler.get("httpGet", {})
-        c.expect("grpc" not in handler and get.get("port") in ports and get.get("path") == "/healthz"
-                 and "/healthz" in facts["http_paths"],
-                 f"examples/http-probes: {probe} is GET /healthz on a named port, with no grpc handler left",
+        c.expect("grpc" not in handler and get.get("port") in ports and get.get("path") == path
+                 and path in facts["http_paths"],
+                 f"examples/http-probes: {probe} is GET {path} on a named port, with no grpc handler left",
                  str(handler))
     grace = int(env_of(container)["DRT_SHUTDOWN_GRACE_SECONDS"]["value"])
     liveness = container["livenessProbe"]
