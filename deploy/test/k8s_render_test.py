@@ -61,11 +61,13 @@ def source_facts():
                                       read("server/engine_watchdog.h")).group(1)
     engine_stall_default = int(re.search(r"ABSL_FLAG\(int64_t, engine_stall_seconds, (\d+),",
                                          read("server/server_flags.cc")).group(1))
+    min_client_ping_ms = int(re.search(r"kMinClientPingIntervalMs = ([\d']+);",
+                                       read("server/grpc_keepalive.h")).group(1).replace("'", ""))
     http_paths = set(re.findall(r'server->Get\("([^"]+)"', read("server/http_endpoint.cc")))
     image_model = re.search(r"^ENV DRT_MODEL=(\S+)", dockerfile, re.M).group(1)
     copied = re.search(r"^COPY (\S+) " + re.escape(image_model) + r"$", dockerfile, re.M).group(1)
     header = re.search(r'SESSION_HEADER = "([^"]+)"', read("client_examples/python/drt_client.py")).group(1)
-    return dict(engine_health_service=engine_health_service, engine_stall_default=engine_stall_default,
+    return dict(min_client_ping_ms=min_client_ping_ms, engine_health_service=engine_health_service, engine_stall_default=engine_stall_default,
                 image_model=image_model, image_model_bytes=model_weight_bytes(copied), uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
                 header=header, http_paths=http_paths, drain_script=drain_script, drain_bound=drain_bound)
 
@@ -230,6 +232,25 @@ def check_engine_liveness(c, name, container, facts):
     c.expect(stall > 0, f"{name}: the engine watchdog is on (--engine_stall_seconds {stall})")
 
 
+def check_upstream_keepalive(c, name, cluster, facts):
+    """The gateway pings each drt-server connection (HTTP/2 PING) and keeps
+    TCP keepalive on it, so that a pod lost without a FIN does not leave
+    streams hanging on a dead connection (review-deploy #3); drt-server must
+    accept pings that often, or it cuts the connection with GOAWAY
+    too_many_pings at the third."""
+    seconds = lambda v: float(str(v).rstrip("s"))
+    options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    keepalive = options.get("explicit_http_config", {}).get("http2_protocol_options", {}).get("connection_keepalive", {})
+    allowed = facts["min_client_ping_ms"] / 1000
+    c.expect("interval" in keepalive and "timeout" in keepalive and seconds(keepalive["interval"]) >= allowed,
+             f"{name}: HTTP/2 keepalive pings to drt-server (interval {keepalive.get('interval')}, timeout "
+             f"{keepalive.get('timeout')}) no more often than drt-server accepts ({allowed:g} s, "
+             "kMinClientPingIntervalMs)", str(keepalive))
+    tcp = cluster.get("upstream_connection_options", {}).get("tcp_keepalive", {})
+    c.expect(all(k in tcp for k in ("keepalive_time", "keepalive_interval", "keepalive_probes")),
+             f"{name}: TCP keepalive on upstream connections", str(tcp))
+
+
 def env_of(container):
     return {e["name"]: e for e in container.get("env", [])}
 
@@ -357,6 +378,7 @@ def check_gateway(c, objects, server_objects, facts):
              "gateway: resolves the headless Service's pods, on its gRPC port", str(address))
     options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
     c.expect("http2_protocol_options" in options.get("explicit_http_config", {}), "gateway: HTTP/2 to drt-server")
+    check_upstream_keepalive(c, "gateway", cluster, facts)
     c.expect(any("grpc_health_check" in h for h in cluster.get("health_checks", [])),
              "gateway: grpc.health.v1 checks drop draining pods")
     check_gateway_drain(c, objects, config_map, envoy, cluster, server_objects, facts)
@@ -591,6 +613,7 @@ def check_durable(c, objects, gateway, cpu, facts):
              .get("use_hostname_for_hashing") is True,
              f"{name}/gateway: the ring hashes pod names, not addresses (a restarted pod keeps its keys)",
              str(cluster.get("common_lb_config")))
+    check_upstream_keepalive(c, f"{name}/gateway", cluster, facts)
     c.expect(not cluster.get("health_checks") and not cluster.get("outlier_detection"),
              f"{name}/gateway: no health checks or outlier detection take a pod (and its keys) out of the ring")
     strip = lambda e: [cl for cl in e["static_resources"]["clusters"] if cl["name"] != "drt_server"]
