@@ -377,6 +377,7 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
     gauges.chunk_store_bytes = sessions->TotalHostBytes();
     return gauges;
   });
+  metrics_.SetLimits(options_.host_memory_budget_bytes, options_.max_sessions);
   metrics_.SetEngineGaugeSource([scheduler = scheduler_.get()] {
     const Scheduler::EngineProgress progress = scheduler->engine_progress();
     Metrics::EngineGauges gauges;

@@ -63,6 +63,11 @@ class Metrics {
   // age is the seconds since the engine last made progress (a step finished,
   // or work arrived at an idle engine) while work is queued, 0 while none is
   // (server/engine_watchdog.h).
+  // drt_host_memory_budget_bytes and drt_max_sessions (gauges): the limits
+  // this server refuses sessions at (RESOURCE_EXHAUSTED), so that alerts can
+  // be ratios (drt_chunk_store_bytes / drt_host_memory_budget_bytes) instead
+  // of per-overlay numbers. Absent until set.
+  void SetLimits(int64_t host_memory_budget_bytes, int64_t max_sessions);
   struct EngineGauges {
     int64_t queued_items = 0;
     double last_step_age_seconds = 0.0;

@@ -251,6 +251,26 @@ def check_upstream_keepalive(c, name, cluster, facts):
              f"{name}: TCP keepalive on upstream connections", str(tcp))
 
 
+def check_alert_rules(c, monitors, facts):
+    """The PrometheusRule's expressions name only metrics drt-server exports
+    (a renamed metric would leave an alert that never fires), and alert on
+    the budget as a ratio of the exported limit (review-deploy #9)."""
+    rules = [r for (kind, _), o in monitors.items() if kind == "PrometheusRule"
+             for g in o["spec"]["groups"] for r in g["rules"]]
+    # Metric names outside label values ("..."); a histogram's series are
+    # its name with _bucket, _sum or _count.
+    named = {re.sub(r"_(bucket|sum|count)$", "", m) if re.sub(r"_(bucket|sum|count)$", "", m) in facts["metrics"]
+             else m
+             for r in rules for m in re.findall(r"\b(drt_\w+)", re.sub(r'"[^"]*"', '""', r["expr"]))}
+    unknown = sorted(m for m in named if m not in facts["metrics"])
+    c.expect(rules and not unknown, f"monitoring: {len(rules)} alert rules name only metrics drt-server exports",
+             f"unknown: {unknown}")
+    exprs = " ".join(r["expr"] for r in rules)
+    c.expect("drt_chunk_store_bytes / drt_host_memory_budget_bytes" in exprs
+             and 'drt_errors_total{code="RESOURCE_EXHAUSTED"}' in exprs,
+             "monitoring: alerts on the budget ratio and on RESOURCE_EXHAUSTED refusals")
+
+
 def env_of(container):
     return {e["name"]: e for e in container.get("env", [])}
 
@@ -285,6 +305,12 @@ def check_server(c, name, objects, facts, gpu):
         c.expect(grpc_probe.get("port") == ports["grpc"], f"{name}: {probe} is a grpc.health.v1 probe on 50051",
                  str(container.get(probe)))
     check_engine_liveness(c, name, container, facts)
+    startup = container["startupProbe"]
+    c.expect(deployment["spec"].get("progressDeadlineSeconds", 600) > startup["periodSeconds"] * startup["failureThreshold"],
+             f"{name}: progressDeadlineSeconds {deployment['spec'].get('progressDeadlineSeconds', 600)} > the startup "
+             f"probe's {startup['periodSeconds'] * startup['failureThreshold']} s (a slow load is not a failed rollout)")
+    c.expect(container["readinessProbe"].get("timeoutSeconds", 1) >= 5,
+             f"{name}: readiness waits 5 s for an answer (no flapping under load)", str(container["readinessProbe"]))
     grace = int(env["DRT_SHUTDOWN_GRACE_SECONDS"]["value"])
     liveness = container["livenessProbe"]
     c.expect(liveness["periodSeconds"] * liveness["failureThreshold"] > grace,
@@ -456,6 +482,11 @@ def check_gateway_drain(c, objects, config_map, envoy, cluster, server_objects, 
     c.expect(liveness["periodSeconds"] * liveness["failureThreshold"] > hook_bound,
              f"gateway: liveness (/ready answers 503 while draining) cannot fail within the preStop hook "
              f"({hook_bound} s)")
+    spread = spec.get("topologySpreadConstraints", [])
+    c.expect(any(t.get("topologyKey") == "kubernetes.io/hostname"
+                 and matches(t.get("labelSelector", {}).get("matchLabels"), deployment["spec"]["template"]["metadata"]["labels"])
+                 for t in spread),
+             "gateway: its replicas spread over nodes (one node's loss does not take both)", str(spread))
     rolling = deployment["spec"].get("strategy", {}).get("rollingUpdate", {})
     c.expect(rolling.get("maxUnavailable") == 0 and rolling.get("maxSurge", 0) >= 1,
              "gateway: a rolling update starts a new pod before draining an old one", str(rolling))
@@ -707,6 +738,8 @@ def check_all(c, kubectl, facts):
     c.expect(matches(monitor["spec"]["selector"]["matchLabels"], cpu[("Service", "drt-server")]["metadata"]["labels"])
              and all(e["port"] in service_ports for e in monitor["spec"]["endpoints"]),
              "monitoring: the ServiceMonitor selects drt-server's Service and a port it has")
+
+    check_alert_rules(c, monitors, facts)
 
     hpa = render(kubectl, "autoscaling")[("HorizontalPodAutoscaler", "drt-server")]
     target = hpa["spec"]["scaleTargetRef"]
