@@ -16,6 +16,7 @@
 #include "engine/session.h"
 #include "engine/tokenizer/streaming_encoder.h"
 #include "server/bearer_token.h"
+#include "server/engine_watchdog.h"
 #include "server/request_parsing.h"
 #include "server/scheduler.h"
 #include "server/session_id.h"
@@ -376,10 +377,27 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
     gauges.chunk_store_bytes = sessions->TotalHostBytes();
     return gauges;
   });
+  metrics_.SetLimits(options_.host_memory_budget_bytes, options_.max_sessions);
+  metrics_.SetEngineGaugeSource([scheduler = scheduler_.get()] {
+    const Scheduler::EngineProgress progress = scheduler->engine_progress();
+    Metrics::EngineGauges gauges;
+    gauges.queued_items = progress.queued;
+    gauges.last_step_age_seconds =
+        EngineStalledSeconds(progress, std::chrono::steady_clock::now());
+    return gauges;
+  });
 }
 
-// Cleared before the sessions go (it waits for a scrape reading them).
-DrtService::~DrtService() { metrics_.SetSessionGaugeSource(nullptr); }
+// Cleared before the sessions and the scheduler go (it waits for a scrape
+// reading them).
+DrtService::~DrtService() {
+  metrics_.SetSessionGaugeSource(nullptr);
+  metrics_.SetEngineGaugeSource(nullptr);
+}
+
+Scheduler::EngineProgress DrtService::engine_progress() const {
+  return scheduler_->engine_progress();
+}
 
 void DrtService::StartDraining() {
   draining_.store(true);

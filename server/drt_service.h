@@ -77,6 +77,9 @@ class DrtService final : public drt::v1::Drt::Service {
   void StopRunningCalls();
   // The sessions (main restores durable ones into it before serving).
   SessionManager& session_manager() { return *sessions_; }
+  // The engine's queue and last progress, for liveness
+  // (server/engine_watchdog.h). Lock-free.
+  Scheduler::EngineProgress engine_progress() const;
 
   grpc::Status CreateSession(grpc::ServerContext* context,
                              const drt::v1::CreateSessionRequest* request,

@@ -22,10 +22,23 @@ constexpr int64_t kKeepaliveTimeMs = 60'000;
 // The connection is closed when the ping's answer takes longer than this.
 constexpr int64_t kKeepaliveTimeoutMs = 20'000;
 
+// Pings from clients (and proxies: the gateway's Envoy pings each upstream
+// connection every 30 s, deploy/k8s/gateway/envoy.yaml) are accepted this
+// often on connections without calls. gRPC's own default is one per 5
+// minutes: a peer pinging more often is answered with GOAWAY
+// "too_many_pings" at its third ping, so Envoy's or a client's keepalive
+// (every 10 s in the review's run) cut idle connections after 30 s
+// (review-deploy #3). 5 s: below every interval we configure, and still a
+// bound on a misbehaving peer's ping rate.
+constexpr int64_t kMinClientPingIntervalMs = 5'000;
+
 // Server-initiated keepalive: kKeepaliveTimeMs / kKeepaliveTimeoutMs, also
 // on connections without calls, and without gRPC's default limit of two
 // pings while no data frame is sent (a call blocked on a full flow-control
-// window sends none).
-void AddKeepaliveArguments(grpc::ServerBuilder& builder);
+// window sends none). Client pings are accepted from
+// `min_client_ping_interval_ms` apart (tests pass a shorter one to keep
+// their wall time short).
+void AddKeepaliveArguments(grpc::ServerBuilder& builder,
+                           int64_t min_client_ping_interval_ms = kMinClientPingIntervalMs);
 
 }  // namespace drt::server

@@ -59,6 +59,16 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
     }
   });
 
+  server->Get("/livez", [this](const httplib::Request&, httplib::Response& response) {
+    const absl::Status live = options_.liveness ? options_.liveness() : absl::OkStatus();
+    if (live.ok()) {
+      response.set_content("ok", "text/plain");
+    } else {
+      response.status = 503;
+      response.set_content(std::string(live.message()), "text/plain");
+    }
+  });
+
   int bound_port = port;
   if (port == 0) {
     bound_port = server->bind_to_any_port(host);

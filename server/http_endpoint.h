@@ -1,11 +1,14 @@
-// The plain-HTTP side of the server: GET /metrics (Prometheus text) and
-// GET /healthz (200 "ok", 503 "draining"), served on a thread of its own.
+// The plain-HTTP side of the server: GET /metrics (Prometheus text),
+// GET /healthz (200 "ok", 503 "draining": readiness) and GET /livez (200
+// "ok", 503 with the reason when HttpEndpointOptions::liveness fails: a stuck
+// engine, server/engine_watchdog.h), served on a thread of its own.
 // Slow clients cannot keep probes from answering (server/deadline_http_server.h).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,6 +44,10 @@ struct HttpEndpointOptions {
   // a connect flood while every thread is held cannot pile up descriptors
   // (each waiting connection holds one). 0: 4 x max_connections.
   size_t max_waiting_connections = 0;
+  // What /livez answers: OK -> 200 "ok", else 503 with the status's message.
+  // Called on a serving thread for each request; empty: always 200. Draining
+  // does not fail it (liveness must not cut a drain).
+  std::function<absl::Status()> liveness;
 };
 
 class HttpEndpoint {

@@ -28,6 +28,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/background_fingerprint.h"
 #include "server/drt_service.h"
+#include "server/engine_watchdog.h"
 #include "server/grpc_keepalive.h"
 #include "server/host_memory.h"
 #include "server/http_endpoint.h"
@@ -320,9 +321,28 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(drt::v1::Drt::service_full_name(), true);
+  health->SetServingStatus(kEngineHealthService, true);
   health->SetServingStatus(true);
+  // Liveness of the engine (server/engine_watchdog.h): the gRPC service
+  // kEngineHealthService follows it; "" and drt.v1.Drt follow the drain.
+  const std::chrono::milliseconds stall_limit =
+      std::chrono::seconds(config.engine_stall_seconds);
+  std::unique_ptr<EngineWatchdog> watchdog;
+  if (stall_limit.count() > 0) {
+    watchdog = std::make_unique<EngineWatchdog>(
+        [&service] { return service.engine_progress(); }, stall_limit,
+        std::chrono::milliseconds(1000), [health](bool live) {
+          if (!live) std::fprintf(stderr, "drt-server: engine stuck: liveness fails\n");
+          health->SetServingStatus(kEngineHealthService, live);
+        });
+  }
 
-  HttpEndpoint http(metrics);
+  HttpEndpointOptions http_options;
+  http_options.liveness = [&service, stall_limit] {
+    return EngineLiveness(service.engine_progress(), std::chrono::steady_clock::now(),
+                          stall_limit);
+  };
+  HttpEndpoint http(metrics, http_options);
   std::string http_address = "disabled";
   if (config.http.has_value()) {
     if (absl::Status started = http.Start(config.http->host, config.http->port); !started.ok()) {
@@ -344,6 +364,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   std::fprintf(stderr, "drt-server: %s, draining (grace %lld s)\n", strsignal(signal),
                static_cast<long long>(config.shutdown_grace_seconds));
   const std::chrono::seconds grace(config.shutdown_grace_seconds);
+  watchdog.reset();  // the drain owns the health status from here
   health->SetServingStatus(false);
   service.StartDraining();
   http.StartDraining();

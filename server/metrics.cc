@@ -5,14 +5,26 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 
 namespace drt::server {
 namespace {
 
-// Upper bounds in seconds, shared by the latency histograms: 1 ms to 10 s.
-constexpr std::array<double, 13> kLatencyBuckets = {
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0};
+// Upper bounds in seconds, shared by the latency histograms: 1 ms to 120 s
+// (a first token behind a long prefill under load, or a 1M-token step,
+// takes tens of seconds: with 10 s as the top bucket their p99 read +Inf).
+constexpr std::array<double, 16> kLatencyBuckets = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0};
+
+// drt_errors_total{code} has a series for each of these from the start, at 0,
+// so that rate() sees the first error burst (a series that appears with its
+// first error has no earlier sample to rate against).
+constexpr std::array<const char*, 16> kErrorCodes = {
+    "CANCELLED",          "UNKNOWN",      "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+    "NOT_FOUND",          "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION", "ABORTED",     "OUT_OF_RANGE",     "UNIMPLEMENTED",
+    "INTERNAL",           "UNAVAILABLE",  "DATA_LOSS",        "UNAUTHENTICATED"};
 
 struct Histogram {
   std::array<int64_t, kLatencyBuckets.size()> counts{};  // per bucket, not cumulative
@@ -123,9 +135,20 @@ struct Metrics::State {
   // is called, never together with `mutex`).
   std::mutex source_mutex;
   std::function<SessionGauges()> session_gauges;
+  std::function<EngineGauges()> engine_gauges;  // also under source_mutex
+  int64_t host_memory_budget_bytes = -1;  // -1: not set
+  int64_t max_sessions = -1;
 };
 
-Metrics::Metrics() : state_(std::make_unique<State>()) {}
+Metrics::Metrics() : state_(std::make_unique<State>()) {
+  for (const char* code : kErrorCodes) state_->errors_by_code[code] = 0;
+}
+
+void Metrics::SetLimits(int64_t host_memory_budget_bytes, int64_t max_sessions) {
+  std::lock_guard lock(state_->mutex);
+  state_->host_memory_budget_bytes = host_memory_budget_bytes;
+  state_->max_sessions = max_sessions;
+}
 Metrics::~Metrics() = default;
 
 void Metrics::SetBackend(const std::string& device, const std::string& precision) {
@@ -171,6 +194,11 @@ void Metrics::SetSessionGaugeSource(std::function<SessionGauges()> source) {
   state_->session_gauges = std::move(source);
 }
 
+void Metrics::SetEngineGaugeSource(std::function<EngineGauges()> source) {
+  std::lock_guard lock(state_->source_mutex);
+  state_->engine_gauges = std::move(source);
+}
+
 void Metrics::AddRetrievals(int64_t retrievals) {
   if (retrievals <= 0) return;
   std::lock_guard lock(state_->mutex);
@@ -198,9 +226,11 @@ void Metrics::CountError(const std::string& code) {
 
 std::string Metrics::RenderPrometheus() const {
   SessionGauges gauges;  // 0 and 0 without a source
+  std::optional<EngineGauges> engine;
   {
     std::lock_guard source_lock(state_->source_mutex);
     if (state_->session_gauges) gauges = state_->session_gauges();
+    if (state_->engine_gauges) engine = state_->engine_gauges();
   }
   std::lock_guard lock(state_->mutex);
   const State& s = *state_;
@@ -249,6 +279,25 @@ std::string Metrics::RenderPrometheus() const {
                        s.requests_by_method);
   AppendLabeledCounter(out, "drt_errors_total", "RPCs that failed, by gRPC status code.", "code",
                        s.errors_by_code);
+  if (s.host_memory_budget_bytes >= 0) {
+    AppendScalar(out, "drt_host_memory_budget_bytes", "gauge",
+                 "Host memory all sessions may hold together (--host_memory_budget_gb or its "
+                 "default); a session beyond it is refused with RESOURCE_EXHAUSTED.",
+                 std::to_string(s.host_memory_budget_bytes));
+    AppendScalar(out, "drt_max_sessions", "gauge",
+                 "Sessions that may be open at once (--max_sessions).",
+                 std::to_string(s.max_sessions));
+  }
+  if (engine) {
+    AppendScalar(out, "drt_engine_queued_items", "gauge",
+                 "Engine work items (prompt pieces, generated tokens) waiting or partly done.",
+                 std::to_string(engine->queued_items));
+    AppendScalar(out, "drt_engine_last_step_age_seconds", "gauge",
+                 "Seconds since the engine last finished a step (or work arrived at an idle "
+                 "engine) while work is queued; 0 while none is. Liveness fails above "
+                 "--engine_stall_seconds.",
+                 FormatDouble(engine->last_step_age_seconds));
+  }
   return out;
 }
 

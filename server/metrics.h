@@ -53,6 +53,23 @@ class Metrics {
   void CountRequest(const std::string& method);
   void CountError(const std::string& code);
 
+  // drt_engine_queued_items and drt_engine_last_step_age_seconds (gauges):
+  // read from `source` at each scrape (outside the metrics' own lock), as
+  // SetSessionGaugeSource; absent from /metrics until a source is set. The
+  // age is the seconds since the engine last made progress (a step finished,
+  // or work arrived at an idle engine) while work is queued, 0 while none is
+  // (server/engine_watchdog.h).
+  // drt_host_memory_budget_bytes and drt_max_sessions (gauges): the limits
+  // this server refuses sessions at (RESOURCE_EXHAUSTED), so that alerts can
+  // be ratios (drt_chunk_store_bytes / drt_host_memory_budget_bytes) instead
+  // of per-overlay numbers. Absent until set.
+  void SetLimits(int64_t host_memory_budget_bytes, int64_t max_sessions);
+  struct EngineGauges {
+    int64_t queued_items = 0;
+    double last_step_age_seconds = 0.0;
+  };
+  void SetEngineGaugeSource(std::function<EngineGauges()> source);
+
   std::string RenderPrometheus() const;
 
  private:

@@ -92,6 +92,12 @@ absl::Status StoppedByCaller(int64_t done, int64_t size) {
       size));
 }
 
+int64_t NowNanoseconds() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 int64_t StepRecord::tokens() const {
@@ -140,7 +146,11 @@ WorkResult Scheduler::Run(const WorkItem& item) {
   }
   ++callers_;
   queued.enqueued_after = steps_formed_;
+  // Work arriving at an idle engine is progress too: the time to the next
+  // step finished counts from here, not from the last step an hour ago.
+  if (queue_.empty()) progress_ns_.store(NowNanoseconds());
   queue_.push_back(&queued);
+  queued_items_.fetch_add(1);
   work_ready_.notify_one();
   int64_t reported = 0;
   while (true) {
@@ -225,6 +235,14 @@ int64_t Scheduler::ActiveGeneratingLocked(TimePoint now) const {
   return active;
 }
 
+Scheduler::EngineProgress Scheduler::engine_progress() const {
+  EngineProgress progress;
+  progress.queued = queued_items_.load();
+  progress.since = std::chrono::steady_clock::time_point(
+      std::chrono::nanoseconds(progress_ns_.load()));
+  return progress;
+}
+
 int Scheduler::queued() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int>(queue_.size());
@@ -239,6 +257,7 @@ void Scheduler::CompleteLocked(Queued& item, absl::Status status) {
   item.result.status = std::move(status);
   item.finished = true;
   queue_.remove(&item);
+  queued_items_.store(static_cast<int>(queue_.size()));
   // A generating session's handler turns the next token around from now.
   if (auto it = generating_.find(item.item->entry); it != generating_.end()) {
     it->second.last_ended = std::chrono::steady_clock::now();
@@ -587,6 +606,7 @@ void Scheduler::EngineLoop() {
       decode_budget_.Observe(decode, full, lower_only, seconds);
       if (options_.on_step_done) options_.on_step_done(record, seconds);
     }
+    progress_ns_.store(NowNanoseconds());
 
     lock.lock();
     size_t next_result = 0;

@@ -106,6 +106,7 @@
 // (while it frees the session, step 5, its Generating scope still lives).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -331,6 +332,16 @@ class Scheduler {
   };
 
   int queued() const;          // items waiting or partly done
+
+  // What liveness reads (server/engine_watchdog.h): the items waiting or
+  // partly done, and when the engine last made progress: a step finished,
+  // or an item arrived while none was queued. Lock-free, so that a caller
+  // is not held up by an engine that is stuck with the scheduler's lock.
+  struct EngineProgress {
+    int queued = 0;
+    std::chrono::steady_clock::time_point since{};
+  };
+  EngineProgress engine_progress() const;
   int64_t steps_formed() const;
   int64_t step_tokens() const { return step_tokens_; }
 
@@ -385,6 +396,10 @@ class Scheduler {
   DecodeStepBudget decode_budget_;
   // Sessions inside a Generating scope.
   std::map<const SessionEntry*, GeneratingSession> generating_;
+  // engine_progress(): items queued (as queue_.size()) and the time of the
+  // last progress, in steady_clock nanoseconds.
+  std::atomic<int> queued_items_{0};
+  std::atomic<int64_t> progress_ns_{0};
   std::thread engine_;   // last: starts once the members above exist
 };
 

@@ -97,6 +97,12 @@ ABSL_FLAG(std::string, bearer_token, "",
 ABSL_FLAG(int64_t, shutdown_grace_seconds, 10,
           "on SIGTERM/SIGINT, running streams get this long to finish before they are "
           "cancelled");
+ABSL_FLAG(int64_t, engine_stall_seconds, 300,
+          "liveness (grpc.health.v1 service drt.v1.Drt.engine, GET /livez) fails once work has "
+          "been queued this long with no engine step finished: a stuck engine (hung kernel, "
+          "deadlock). Well above the longest legitimate step (about 90 s for a 1M-token step "
+          "on the CPU backend at 11K tokens/s); 0: never fails. Readiness is not affected "
+          "(docs/deploy.md, Probes)");
 ABSL_FLAG(int64_t, step_tokens, 0,
           "the step size, the one knob of it: tokens per engine step, shared by the sessions in "
           "it; it also sets the backend's forward size (these tokens with their landmarks, whole "
@@ -404,6 +410,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
 
   config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
   check(CheckAtLeast("shutdown_grace_seconds", config.shutdown_grace_seconds, 0));
+  config.engine_stall_seconds = absl::GetFlag(FLAGS_engine_stall_seconds);
+  check(CheckAtLeast("engine_stall_seconds", config.engine_stall_seconds, 0));
 
   config.service.device = config.device;
   config.service.precision =

@@ -71,6 +71,9 @@ struct ServerConfig {
   std::string tls_cert_path;  // both set or both empty
   std::string tls_key_path;
   int64_t shutdown_grace_seconds = 10;
+  // Liveness fails after this long with work queued and no step finished;
+  // 0: never (server/engine_watchdog.h).
+  int64_t engine_stall_seconds = 300;
   StateStoreOptions state;  // dir empty: no durable sessions
   // model_name is filled by main once the model is loaded, and so is
   // host_memory_budget_bytes when it is 0 (no --host_memory_budget_gb).

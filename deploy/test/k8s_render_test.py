@@ -15,6 +15,7 @@ none.
     k8s_render_test.py [--kubectl kubectl]...
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -56,9 +57,18 @@ def source_facts():
     drain_script = read("deploy/k8s/gateway/drain.sh")
     drain_bound = int(re.search(r"GATEWAY_DRAIN_DELAY_SECONDS \+ GATEWAY_DRAIN_SECONDS \+ (\d+) s",
                                 drain_script).group(1))
+    engine_health_service = re.search(r'kEngineHealthService\[\] = "([^"]+)"',
+                                      read("server/engine_watchdog.h")).group(1)
+    engine_stall_default = int(re.search(r"ABSL_FLAG\(int64_t, engine_stall_seconds, (\d+),",
+                                         read("server/server_flags.cc")).group(1))
+    min_client_ping_ms = int(re.search(r"kMinClientPingIntervalMs = ([\d']+);",
+                                       read("server/grpc_keepalive.h")).group(1).replace("'", ""))
     http_paths = set(re.findall(r'server->Get\("([^"]+)"', read("server/http_endpoint.cc")))
+    image_model = re.search(r"^ENV DRT_MODEL=(\S+)", dockerfile, re.M).group(1)
+    copied = re.search(r"^COPY (\S+) " + re.escape(image_model) + r"$", dockerfile, re.M).group(1)
     header = re.search(r'SESSION_HEADER = "([^"]+)"', read("client_examples/python/drt_client.py")).group(1)
-    return dict(uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
+    return dict(min_client_ping_ms=min_client_ping_ms, engine_health_service=engine_health_service, engine_stall_default=engine_stall_default,
+                image_model=image_model, image_model_bytes=model_weight_bytes(copied), uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
                 header=header, http_paths=http_paths, drain_script=drain_script, drain_bound=drain_bound)
 
 
@@ -96,6 +106,171 @@ def check_no_delete_patches(c):
              str(found))
 
 
+# kubectl verbs whose objects live in a namespace: a documented command with
+# one of these and no -n lands in `default` (review-deploy #8: monitoring and
+# autoscaling applied there select nothing and scale nothing).
+NAMESPACED_VERBS = {"apply", "rollout", "scale", "set", "port-forward", "get", "delete", "edit", "patch",
+                    "label", "annotate", "logs", "exec", "describe"}
+
+
+def check_namespaced_commands(c):
+    """Every kubectl command in the deploy docs and the kustomizations' usage
+    comments that acts on namespaced objects names the namespace."""
+    files = ["README.md", "docs/deploy.md"]
+    for root, _, names in os.walk(K8S):
+        files += [os.path.relpath(os.path.join(root, n), REPO) for n in sorted(names) if n.endswith(".yaml")]
+    missing, seen = [], 0
+    for path in files:
+        for number, line in enumerate(read(path).splitlines(), 1):
+            # A command runs to the end of its code span or line.
+            for command in re.findall(r"kubectl((?: +[^ `|;&)]+)+)", line):
+                words = command.split()
+                verbs = [w for i, w in enumerate(words)
+                         if not w.startswith("-") and (i == 0 or words[i - 1] not in ("-n", "--namespace"))]
+                options = " ".join(words)
+                if not verbs or verbs[0] not in NAMESPACED_VERBS:
+                    continue
+                if verbs[0] == "get" and "node" in verbs[1:2]:
+                    continue
+                seen += 1
+                if not re.search(r"(^| )(-n [a-z0-9-]+|--namespace[= ][a-z0-9-]+)( |$)", options):
+                    missing.append(f"{path}:{number}: kubectl{command}")
+    c.expect(seen >= 10 and not missing,
+             f"every documented kubectl command on namespaced objects names its namespace ({seen} found)",
+             "\n  ".join(missing))
+
+
+# drt-server's own host memory besides the sessions' budget and the model's
+# weights, allowed in each pod's memory request. Measured here (2026-11-24,
+# build/server/drt-server, CPU backend, --threads 2, the bundled
+# models/drt-text-byte): RSS 187 MiB idle; RSS minus drt_chunk_store_bytes
+# 207 MiB with one 100K-token session and 194 MiB with 100K + 300K tokens in
+# two, of which the model's fp32 weights are 11.5 MiB: about 200 MiB of
+# runtime, thread stacks, window caches and step scratch. The allowance is
+# five times that, for more threads (the overlays' 4), larger steps and gRPC
+# receive buffers (up to 4 MiB per message per running Append).
+SERVER_OVERHEAD_GIB = 1.0
+# The CUDA runtime's and driver's own host memory (context, staging buffers):
+# NOT measured (no GPU here); an allowance on top of the above.
+CUDA_HOST_OVERHEAD_GIB = 2.0
+
+
+def model_weight_bytes(model_dir):
+    """The bytes of the model's weights as the CPU backend holds them (fp32),
+    from model.safetensors' header: 4 bytes per parameter whatever the file
+    stores."""
+    with open(os.path.join(REPO, model_dir, "model.safetensors"), "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    params = 0
+    for name, tensor in header.items():
+        if name != "__metadata__":
+            count = 1
+            for d in tensor["shape"]:
+                count *= d
+            params += count
+    return 4 * params
+
+
+def quantity_gib(quantity):
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Mi|Gi|Ti)", str(quantity))
+    if not m:
+        raise SystemExit(f"memory quantity {quantity!r}: expected <number>Mi|Gi|Ti")
+    return float(m.group(1)) * {"Mi": 1 / 1024, "Gi": 1, "Ti": 1024}[m.group(2)]
+
+
+def check_memory(c, name, container, facts, gpu):
+    """Memory request = limit >= the session budget + the model + the
+    overhead (review-deploy #6): a pod whose sessions fill the budget uses no
+    more than it requested, so kubelet does not evict it first under node
+    memory pressure, and the scheduler reserves a GPU pod's pinned budget on
+    the node."""
+    resources = container["resources"]
+    limits, requests = resources.get("limits", {}), resources.get("requests", {})
+    env = env_of(container)
+    budget = float(env["DRT_HOST_MEMORY_BUDGET_GB"]["value"])
+    model = env.get("DRT_MODEL", {}).get("value", facts["image_model"])
+    baked = model == facts["image_model"]
+    model_gib = facts["image_model_bytes"] / 2**30 if baked else 0.0
+    overhead = SERVER_OVERHEAD_GIB + (CUDA_HOST_OVERHEAD_GIB if gpu else 0.0)
+    needed = budget + model_gib + overhead
+    request, limit = quantity_gib(requests.get("memory", "0Gi")), quantity_gib(limits.get("memory", "0Gi"))
+    c.expect(request == limit,
+             f"{name}: memory request = limit ({requests.get('memory')} / {limits.get('memory')}): a full pod "
+             "is never above its request")
+    c.expect(request >= needed,
+             f"{name}: memory request {request:g} GiB >= budget {budget:g} + model {model_gib:.2f} "
+             f"({'the image' + chr(39) + 's ' + model if baked else model + ': not in the repository, not counted'})"
+             f" + overhead {overhead:g} = {needed:.2f} GiB")
+
+
+def check_gpu_rollout(c, name, deployment):
+    """A GPU Deployment's rolling update must not need a spare GPU: a surge
+    pod on a full GPU pool stays Pending and, with maxUnavailable 0, no old
+    pod ever stops (review-deploy #2). Stop first, then start."""
+    strategy = deployment["spec"].get("strategy", {})
+    rolling = strategy.get("rollingUpdate", {})
+    c.expect(strategy.get("type", "RollingUpdate") == "RollingUpdate" and rolling.get("maxSurge") in (0, "0%")
+             and rolling.get("maxUnavailable") not in (None, 0, "0%"),
+             f"{name}: a rolling update stops a GPU pod before starting its replacement (maxSurge 0, "
+             "maxUnavailable >= 1): no spare GPU needed", str(strategy))
+
+
+def check_engine_liveness(c, name, container, facts):
+    """Liveness asks the engine's own health service (it fails when work is
+    queued and no engine step finishes: review-deploy #5); startup and
+    readiness ask the drain status ("" / drt.v1.Drt), so a slow step does not
+    take the pod and its keys out of the ring."""
+    liveness = container["livenessProbe"].get("grpc", {}).get("service")
+    c.expect(liveness == facts["engine_health_service"],
+             f"{name}: the liveness probe asks grpc.health.v1 service {facts['engine_health_service']} "
+             "(the engine watchdog, server/engine_watchdog.h)", str(container["livenessProbe"]))
+    others = [container[p].get("grpc", {}).get("service", "") for p in ("startupProbe", "readinessProbe")]
+    c.expect(all(s in ("", "drt.v1.Drt") for s in others),
+             f"{name}: startup and readiness follow the drain, not the engine watchdog", str(others))
+    env = env_of(container)
+    stall = int(env.get("DRT_ENGINE_STALL_SECONDS", {}).get("value", facts["engine_stall_default"]))
+    c.expect(stall > 0, f"{name}: the engine watchdog is on (--engine_stall_seconds {stall})")
+
+
+def check_upstream_keepalive(c, name, cluster, facts):
+    """The gateway pings each drt-server connection (HTTP/2 PING) and keeps
+    TCP keepalive on it, so that a pod lost without a FIN does not leave
+    streams hanging on a dead connection (review-deploy #3); drt-server must
+    accept pings that often, or it cuts the connection with GOAWAY
+    too_many_pings at the third."""
+    seconds = lambda v: float(str(v).rstrip("s"))
+    options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    keepalive = options.get("explicit_http_config", {}).get("http2_protocol_options", {}).get("connection_keepalive", {})
+    allowed = facts["min_client_ping_ms"] / 1000
+    c.expect("interval" in keepalive and "timeout" in keepalive and seconds(keepalive["interval"]) >= allowed,
+             f"{name}: HTTP/2 keepalive pings to drt-server (interval {keepalive.get('interval')}, timeout "
+             f"{keepalive.get('timeout')}) no more often than drt-server accepts ({allowed:g} s, "
+             "kMinClientPingIntervalMs)", str(keepalive))
+    tcp = cluster.get("upstream_connection_options", {}).get("tcp_keepalive", {})
+    c.expect(all(k in tcp for k in ("keepalive_time", "keepalive_interval", "keepalive_probes")),
+             f"{name}: TCP keepalive on upstream connections", str(tcp))
+
+
+def check_alert_rules(c, monitors, facts):
+    """The PrometheusRule's expressions name only metrics drt-server exports
+    (a renamed metric would leave an alert that never fires), and alert on
+    the budget as a ratio of the exported limit (review-deploy #9)."""
+    rules = [r for (kind, _), o in monitors.items() if kind == "PrometheusRule"
+             for g in o["spec"]["groups"] for r in g["rules"]]
+    # Metric names outside label values ("..."); a histogram's series are
+    # its name with _bucket, _sum or _count.
+    named = {re.sub(r"_(bucket|sum|count)$", "", m) if re.sub(r"_(bucket|sum|count)$", "", m) in facts["metrics"]
+             else m
+             for r in rules for m in re.findall(r"\b(drt_\w+)", re.sub(r'"[^"]*"', '""', r["expr"]))}
+    unknown = sorted(m for m in named if m not in facts["metrics"])
+    c.expect(rules and not unknown, f"monitoring: {len(rules)} alert rules name only metrics drt-server exports",
+             f"unknown: {unknown}")
+    exprs = " ".join(r["expr"] for r in rules)
+    c.expect("drt_chunk_store_bytes / drt_host_memory_budget_bytes" in exprs
+             and 'drt_errors_total{code="RESOURCE_EXHAUSTED"}' in exprs,
+             "monitoring: alerts on the budget ratio and on RESOURCE_EXHAUSTED refusals")
+
+
 def env_of(container):
     return {e["name"]: e for e in container.get("env", [])}
 
@@ -129,6 +304,13 @@ def check_server(c, name, objects, facts, gpu):
         grpc_probe = container.get(probe, {}).get("grpc", {})
         c.expect(grpc_probe.get("port") == ports["grpc"], f"{name}: {probe} is a grpc.health.v1 probe on 50051",
                  str(container.get(probe)))
+    check_engine_liveness(c, name, container, facts)
+    startup = container["startupProbe"]
+    c.expect(deployment["spec"].get("progressDeadlineSeconds", 600) > startup["periodSeconds"] * startup["failureThreshold"],
+             f"{name}: progressDeadlineSeconds {deployment['spec'].get('progressDeadlineSeconds', 600)} > the startup "
+             f"probe's {startup['periodSeconds'] * startup['failureThreshold']} s (a slow load is not a failed rollout)")
+    c.expect(container["readinessProbe"].get("timeoutSeconds", 1) >= 5,
+             f"{name}: readiness waits 5 s for an answer (no flapping under load)", str(container["readinessProbe"]))
     grace = int(env["DRT_SHUTDOWN_GRACE_SECONDS"]["value"])
     liveness = container["livenessProbe"]
     c.expect(liveness["periodSeconds"] * liveness["failureThreshold"] > grace,
@@ -157,9 +339,7 @@ def check_server(c, name, objects, facts, gpu):
     limits, requests = resources.get("limits", {}), resources.get("requests", {})
     c.expect("cpu" in requests and "memory" in requests and "memory" in limits,
              f"{name}: cpu and memory requests, a memory limit", str(resources))
-    limit_gib = float(re.fullmatch(r"(\d+)Gi", limits["memory"]).group(1))
-    budget = float(env["DRT_HOST_MEMORY_BUDGET_GB"]["value"])
-    c.expect(budget < limit_gib, f"{name}: host memory budget {budget} GiB < memory limit {limit_gib} GiB")
+    check_memory(c, name, container, facts, gpu)
     image = container["image"]
     if gpu:
         c.expect(limits.get("nvidia.com/gpu") == 1 and requests.get("nvidia.com/gpu") == 1,
@@ -167,6 +347,7 @@ def check_server(c, name, objects, facts, gpu):
         c.expect(env["DRT_DEVICE"]["value"] == "cuda" and image.endswith(":cuda"),
                  f"{name}: the CUDA image on --device=cuda", f"{image} {env['DRT_DEVICE']}")
         c.expect(bool(spec.get("nodeSelector")), f"{name}: a GPU node selector", str(spec.get("nodeSelector")))
+        check_gpu_rollout(c, name, deployment)
         c.expect(any(t.get("key") == "nvidia.com/gpu" and t.get("effect") == "NoSchedule"
                      for t in spec.get("tolerations", [])), f"{name}: tolerates the nvidia.com/gpu taint")
     else:
@@ -223,6 +404,7 @@ def check_gateway(c, objects, server_objects, facts):
              "gateway: resolves the headless Service's pods, on its gRPC port", str(address))
     options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
     c.expect("http2_protocol_options" in options.get("explicit_http_config", {}), "gateway: HTTP/2 to drt-server")
+    check_upstream_keepalive(c, "gateway", cluster, facts)
     c.expect(any("grpc_health_check" in h for h in cluster.get("health_checks", [])),
              "gateway: grpc.health.v1 checks drop draining pods")
     check_gateway_drain(c, objects, config_map, envoy, cluster, server_objects, facts)
@@ -300,6 +482,11 @@ def check_gateway_drain(c, objects, config_map, envoy, cluster, server_objects, 
     c.expect(liveness["periodSeconds"] * liveness["failureThreshold"] > hook_bound,
              f"gateway: liveness (/ready answers 503 while draining) cannot fail within the preStop hook "
              f"({hook_bound} s)")
+    spread = spec.get("topologySpreadConstraints", [])
+    c.expect(any(t.get("topologyKey") == "kubernetes.io/hostname"
+                 and matches(t.get("labelSelector", {}).get("matchLabels"), deployment["spec"]["template"]["metadata"]["labels"])
+                 for t in spread),
+             "gateway: its replicas spread over nodes (one node's loss does not take both)", str(spread))
     rolling = deployment["spec"].get("strategy", {}).get("rollingUpdate", {})
     c.expect(rolling.get("maxUnavailable") == 0 and rolling.get("maxSurge", 0) >= 1,
              "gateway: a rolling update starts a new pod before draining an old one", str(rolling))
@@ -356,6 +543,7 @@ def check_durable(c, objects, gateway, cpu, facts):
     c.expect(matches(spec["selector"]["matchLabels"], labels), f"{name}: the StatefulSet selects its own pods")
     (container,) = pod["spec"]["containers"]
     env = env_of(container)
+    check_memory(c, name, container, facts, gpu=False)
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     templates = {t["metadata"]["name"]: t["spec"] for t in spec.get("volumeClaimTemplates", [])}
     pod_volumes = {v["name"] for v in pod["spec"].get("volumes", [])}
@@ -456,6 +644,7 @@ def check_durable(c, objects, gateway, cpu, facts):
              .get("use_hostname_for_hashing") is True,
              f"{name}/gateway: the ring hashes pod names, not addresses (a restarted pod keeps its keys)",
              str(cluster.get("common_lb_config")))
+    check_upstream_keepalive(c, f"{name}/gateway", cluster, facts)
     c.expect(not cluster.get("health_checks") and not cluster.get("outlier_detection"),
              f"{name}/gateway: no health checks or outlier detection take a pod (and its keys) out of the ring")
     strip = lambda e: [cl for cl in e["static_resources"]["clusters"] if cl["name"] != "drt_server"]
@@ -501,6 +690,7 @@ def main():
     facts = source_facts()
     c = Checks()
     check_no_delete_patches(c)
+    check_namespaced_commands(c)
     for kubectl, version in zip(kubectls, versions):
         print(f"using {kubectl}: {version}")
         check_all(c, kubectl, facts)
@@ -517,9 +707,29 @@ def is_debian_kubectl(version):
     return re.search(r"v1\.20\.", version) is not None
 
 
+def check_hpa_owns_replicas(c, hpa, overlays):
+    """The HPA sets spec.replicas of the workload it targets; an overlay that
+    names replicas sets it back on every `kubectl apply` (client-side apply
+    patches a field the manifest names to the manifest's value): an HPA at
+    10 pods and an overlay's `replicas: 1` stop nine pods and their sessions
+    at once (review-deploy #1; Kubernetes, "Migrating Deployments and
+    StatefulSets to horizontal autoscaling")."""
+    target = hpa["spec"]["scaleTargetRef"]
+    for name, objects in overlays.items():
+        workload = objects.get((target["kind"], target["name"]))
+        if workload is None:
+            continue
+        c.expect("replicas" not in workload["spec"],
+                 f"{name}: no spec.replicas on {target['kind']} {target['name']}, which the HPA scales",
+                 f"replicas: {workload['spec'].get('replicas')}")
+
+
 def check_all(c, kubectl, facts):
-    cpu = check_server(c, "cpu", render(kubectl, "overlays/cpu"), facts, gpu=False)
-    check_server(c, "gpu", render(kubectl, "overlays/gpu"), facts, gpu=True)
+    rendered = {name: render(kubectl, directory) for name, directory in
+                (("cpu", "overlays/cpu"), ("gpu", "overlays/gpu"), ("examples/model-pvc", "examples/model-pvc"),
+                 ("examples/http-probes", "examples/http-probes"))}
+    cpu = check_server(c, "cpu", rendered["cpu"], facts, gpu=False)
+    check_server(c, "gpu", rendered["gpu"], facts, gpu=True)
     check_gateway(c, render(kubectl, "gateway"), cpu, facts)
 
     monitors = render(kubectl, "monitoring")
@@ -529,6 +739,8 @@ def check_all(c, kubectl, facts):
              and all(e["port"] in service_ports for e in monitor["spec"]["endpoints"]),
              "monitoring: the ServiceMonitor selects drt-server's Service and a port it has")
 
+    check_alert_rules(c, monitors, facts)
+
     hpa = render(kubectl, "autoscaling")[("HorizontalPodAutoscaler", "drt-server")]
     target = hpa["spec"]["scaleTargetRef"]
     metric = hpa["spec"]["metrics"][0]["pods"]["metric"]["name"]
@@ -536,8 +748,9 @@ def check_all(c, kubectl, facts):
              "autoscaling: the HPA scales the drt-server Deployment")
     c.expect(metric in facts["metrics"], f"autoscaling: {metric} is a metric drt-server exports",
              str(sorted(facts["metrics"])))
+    check_hpa_owns_replicas(c, hpa, rendered)
 
-    pvc = render(kubectl, "examples/model-pvc")
+    pvc = rendered["examples/model-pvc"]
     pod = pvc[("Deployment", "drt-server")]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
@@ -548,16 +761,19 @@ def check_all(c, kubectl, facts):
              "examples/model-pvc: DRT_MODEL is the mounted claim", f"{mounts} {claims}")
     c.expect(pod.get("nodeSelector") and "nvidia.com/gpu" in container["resources"]["limits"],
              "examples/model-pvc: still the gpu overlay")
+    check_memory(c, "examples/model-pvc", container, facts, gpu=True)
+    check_gpu_rollout(c, "examples/model-pvc", pvc[("Deployment", "drt-server")])
 
-    http = render(kubectl, "examples/http-probes")[("Deployment", "drt-server")]
+    http = rendered["examples/http-probes"][("Deployment", "drt-server")]
     (container,) = http["spec"]["template"]["spec"]["containers"]
+    check_memory(c, "examples/http-probes", container, facts, gpu=False)
     ports = {p["name"] for p in container["ports"]}
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe, path in (("startupProbe", "/healthz"), ("readinessProbe", "/healthz"), ("livenessProbe", "/livez")):
         handler = container[probe]
         get = handler.get("httpGet", {})
-        c.expect("grpc" not in handler and get.get("port") in ports and get.get("path") == "/healthz"
-                 and "/healthz" in facts["http_paths"],
-                 f"examples/http-probes: {probe} is GET /healthz on a named port, with no grpc handler left",
+        c.expect("grpc" not in handler and get.get("port") in ports and get.get("path") == path
+                 and path in facts["http_paths"],
+                 f"examples/http-probes: {probe} is GET {path} on a named port, with no grpc handler left",
                  str(handler))
     grace = int(env_of(container)["DRT_SHUTDOWN_GRACE_SECONDS"]["value"])
     liveness = container["livenessProbe"]

@@ -87,7 +87,7 @@ TEST_CASE("Metrics histograms are cumulative with +Inf, _sum and _count", "[serv
   Metrics metrics;
   metrics.ObserveTimeToFirstToken(0.0005);  // first bucket
   metrics.ObserveTimeToFirstToken(0.003);   // le 0.005
-  metrics.ObserveTimeToFirstToken(42.0);    // only +Inf
+  metrics.ObserveTimeToFirstToken(42.0);    // le 60 (above 10 s)
   metrics.ObserveTimeToFirstToken(-1.0);    // ignored
   metrics.ObserveTimePerOutputToken(0.02);
 
