@@ -215,6 +215,19 @@ def check_gpu_rollout(c, name, deployment):
              "maxUnavailable >= 1): no spare GPU needed", str(strategy))
 
 
+def check_image_pull(c, name, container):
+    """The overlays name reusable tags (cpu, cuda) that each build pushes
+    again. With IfNotPresent a node that has the old image cached runs it
+    under the new manifests, and an image older than the engine health
+    service fails the new liveness probe forever (review-deployfix #1). So
+    the image is pulled on every start unless it is pinned by digest."""
+    image = container["image"]
+    policy = container.get("imagePullPolicy")
+    c.expect(policy == "Always" or "@sha256:" in image,
+             f"{name}: image {image} is a reusable tag, so imagePullPolicy is Always (a cached older image "
+             "would run under these manifests)", str(policy))
+
+
 def check_engine_liveness(c, name, container, facts):
     """Liveness asks the engine's own health service (it fails when work is
     queued and no engine step finishes: review-deploy #5); startup and
@@ -305,6 +318,7 @@ def check_server(c, name, objects, facts, gpu):
         c.expect(grpc_probe.get("port") == ports["grpc"], f"{name}: {probe} is a grpc.health.v1 probe on 50051",
                  str(container.get(probe)))
     check_engine_liveness(c, name, container, facts)
+    check_image_pull(c, name, container)
     startup = container["startupProbe"]
     c.expect(deployment["spec"].get("progressDeadlineSeconds", 600) > startup["periodSeconds"] * startup["failureThreshold"],
              f"{name}: progressDeadlineSeconds {deployment['spec'].get('progressDeadlineSeconds', 600)} > the startup "
@@ -544,6 +558,7 @@ def check_durable(c, objects, gateway, cpu, facts):
     (container,) = pod["spec"]["containers"]
     env = env_of(container)
     check_memory(c, name, container, facts, gpu=False)
+    check_image_pull(c, name, container)
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     templates = {t["metadata"]["name"]: t["spec"] for t in spec.get("volumeClaimTemplates", [])}
     pod_volumes = {v["name"] for v in pod["spec"].get("volumes", [])}
@@ -762,11 +777,13 @@ def check_all(c, kubectl, facts):
     c.expect(pod.get("nodeSelector") and "nvidia.com/gpu" in container["resources"]["limits"],
              "examples/model-pvc: still the gpu overlay")
     check_memory(c, "examples/model-pvc", container, facts, gpu=True)
+    check_image_pull(c, "examples/model-pvc", container)
     check_gpu_rollout(c, "examples/model-pvc", pvc[("Deployment", "drt-server")])
 
     http = rendered["examples/http-probes"][("Deployment", "drt-server")]
     (container,) = http["spec"]["template"]["spec"]["containers"]
     check_memory(c, "examples/http-probes", container, facts, gpu=False)
+    check_image_pull(c, "examples/http-probes", container)
     ports = {p["name"] for p in container["ports"]}
     for probe, path in (("startupProbe", "/healthz"), ("readinessProbe", "/healthz"), ("livenessProbe", "/livez")):
         handler = container[probe]
