@@ -41,7 +41,7 @@ double Sample(const std::string& text, const std::string& name) {
   return std::stod(text.substr(at + key.size()));
 }
 
-TEST_CASE("engine liveness: an idle engine is live however old its last step; queued work "
+TEST_CASE("engine liveness: an idle engine is live however old its last step, and queued work "
           "without progress past the limit is not",
           "[server][health]") {
   const auto t0 = std::chrono::steady_clock::now();
@@ -62,7 +62,7 @@ TEST_CASE("engine liveness: an idle engine is live however old its last step; qu
 }
 
 TEST_CASE("a stalled engine step fails /livez, the engine's health status and shows in the "
-          "engine gauges; readiness stays; an idle engine stays live",
+          "engine gauges, while readiness stays and an idle engine stays live",
           "[server][health][metrics][http]") {
   // The hook holds every formed step while `hold` is set (at most 30 s, so
   // that a failing test still ends).
