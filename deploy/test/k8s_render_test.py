@@ -264,6 +264,58 @@ def check_upstream_keepalive(c, name, cluster, facts):
              f"{name}: TCP keepalive on upstream connections", str(tcp))
 
 
+def joined_code_spans(text):
+    """The markdown text with every inline code span that wraps onto the next
+    line of its paragraph joined onto one line (fenced blocks as they are),
+    so that a documented command can be read from one line. Backticks pair
+    left to right within a paragraph, as markdown pairs them."""
+    out, prose = [], []
+
+    def flush():
+        for paragraph in re.split(r"\n[ \t]*\n", "\n".join(prose)):
+            out.append(re.sub(r"`[^`]*`", lambda m: re.sub(r"\s*\n\s*", " ", m.group(0)), paragraph))
+        prose.clear()
+
+    fenced = False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            if not fenced:
+                flush()
+            fenced = not fenced
+            out.append(line)
+        elif fenced:
+            out.append(line)
+        else:
+            prose.append(line)
+    flush()
+    return "\n".join(out)
+
+
+def check_release_label(c, monitors):
+    """kube-prometheus-stack picks ServiceMonitors and PrometheusRules by its
+    `release` label (serviceMonitorSelector, ruleSelector); the documented
+    label command must name every one deploy/k8s/monitoring renders, or the
+    alerts never load (review-deployfix #4)."""
+    wanted = {(kind.lower(), name) for (kind, name) in monitors if kind in ("ServiceMonitor", "PrometheusRule")}
+    labelled, commands = set(), 0
+    for line in joined_code_spans(read("docs/deploy.md")).splitlines():
+        for command in re.findall(r"kubectl((?: +[^ `|;&)]+)+)", line):
+            words = command.split()
+            if "label" not in words or not any(w.startswith("release=") for w in words):
+                continue
+            commands += 1
+            start = words.index("label") + 1
+            args = [w for i, w in enumerate(words[start:], start)
+                    if not w.startswith("-") and words[i - 1] not in ("-n", "--namespace") and "=" not in w]
+            if args and "/" not in args[0]:  # TYPE NAME...
+                labelled |= {(args[0].lower(), n) for n in args[1:]}
+            else:  # TYPE/NAME...
+                labelled |= {tuple(a.lower().split("/", 1)) for a in args}
+    c.expect(commands >= 1 and wanted <= labelled and len(wanted) >= 3,
+             f"docs/deploy.md: the release label command names every ServiceMonitor and PrometheusRule of "
+             f"deploy/k8s/monitoring ({len(wanted)})", f"not labelled: {sorted(wanted - labelled)}")
+
+
 def check_alert_rules(c, monitors, facts):
     """The PrometheusRule's expressions name only metrics drt-server exports
     (a renamed metric would leave an alert that never fires), and alert on
@@ -755,6 +807,7 @@ def check_all(c, kubectl, facts):
              "monitoring: the ServiceMonitor selects drt-server's Service and a port it has")
 
     check_alert_rules(c, monitors, facts)
+    check_release_label(c, monitors)
 
     hpa = render(kubectl, "autoscaling")[("HorizontalPodAutoscaler", "drt-server")]
     target = hpa["spec"]["scaleTargetRef"]
