@@ -101,8 +101,8 @@ ABSL_FLAG(int64_t, engine_stall_seconds, 300,
           "liveness (grpc.health.v1 service drt.v1.Drt.engine, GET /livez) fails once work has "
           "been queued this long with no engine step finished: a stuck engine (hung kernel, "
           "deadlock). Well above the longest legitimate step (about 90 s for a 1M-token step "
-          "on the CPU backend at 11K tokens/s); 0: never fails. Readiness is not affected "
-          "(docs/deploy.md, Probes)");
+          "on the CPU backend at 11K tokens/s); 0: never fails; at most 10^9. Readiness is not "
+          "affected (docs/deploy.md, Probes)");
 ABSL_FLAG(int64_t, step_tokens, 0,
           "the step size, the one knob of it: tokens per engine step, shared by the sessions in "
           "it; it also sets the backend's forward size (these tokens with their landmarks, whole "
@@ -166,6 +166,13 @@ constexpr char kUsage[] =
     "It prints 'drt-server listening on ...' once ready and drains on SIGTERM/SIGINT.\n\n"
     "Sessions are held in memory: a restart loses them (clients get NOT_FOUND and must\n"
     "create a session and send the prompt again), unless --state_dir keeps them on disk.";
+
+// The most --engine_stall_seconds takes. main converts it to milliseconds,
+// which overflowed int64 above INT64_MAX / 1000 s (about 9.2e15) and wrapped
+// to a limit <= 0: the watchdog and /livez were off without a word. 10^9 s
+// also fits steady_clock's int64 nanoseconds (up to 9.2e9 s), so any
+// conversion of it is exact; nobody needs a longer limit than 0 (never).
+constexpr int64_t kMaxEngineStallSeconds = 1'000'000'000;
 
 absl::Status CheckAtLeast(const char* flag, int64_t value, int64_t minimum) {
   if (value >= minimum) return absl::OkStatus();
@@ -412,6 +419,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   check(CheckAtLeast("shutdown_grace_seconds", config.shutdown_grace_seconds, 0));
   config.engine_stall_seconds = absl::GetFlag(FLAGS_engine_stall_seconds);
   check(CheckAtLeast("engine_stall_seconds", config.engine_stall_seconds, 0));
+  check(CheckAtMost("engine_stall_seconds", config.engine_stall_seconds, kMaxEngineStallSeconds,
+                    "about 31 years; 0 turns the check off"));
 
   config.service.device = config.device;
   config.service.precision =

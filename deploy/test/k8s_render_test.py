@@ -215,6 +215,19 @@ def check_gpu_rollout(c, name, deployment):
              "maxUnavailable >= 1): no spare GPU needed", str(strategy))
 
 
+def check_image_pull(c, name, container):
+    """The overlays name reusable tags (cpu, cuda) that each build pushes
+    again. With IfNotPresent a node that has the old image cached runs it
+    under the new manifests, and an image older than the engine health
+    service fails the new liveness probe forever (review-deployfix #1). So
+    the image is pulled on every start unless it is pinned by digest."""
+    image = container["image"]
+    policy = container.get("imagePullPolicy")
+    c.expect(policy == "Always" or "@sha256:" in image,
+             f"{name}: image {image} is a reusable tag, so imagePullPolicy is Always (a cached older image "
+             "would run under these manifests)", str(policy))
+
+
 def check_engine_liveness(c, name, container, facts):
     """Liveness asks the engine's own health service (it fails when work is
     queued and no engine step finishes: review-deploy #5); startup and
@@ -249,6 +262,58 @@ def check_upstream_keepalive(c, name, cluster, facts):
     tcp = cluster.get("upstream_connection_options", {}).get("tcp_keepalive", {})
     c.expect(all(k in tcp for k in ("keepalive_time", "keepalive_interval", "keepalive_probes")),
              f"{name}: TCP keepalive on upstream connections", str(tcp))
+
+
+def joined_code_spans(text):
+    """The markdown text with every inline code span that wraps onto the next
+    line of its paragraph joined onto one line (fenced blocks as they are),
+    so that a documented command can be read from one line. Backticks pair
+    left to right within a paragraph, as markdown pairs them."""
+    out, prose = [], []
+
+    def flush():
+        for paragraph in re.split(r"\n[ \t]*\n", "\n".join(prose)):
+            out.append(re.sub(r"`[^`]*`", lambda m: re.sub(r"\s*\n\s*", " ", m.group(0)), paragraph))
+        prose.clear()
+
+    fenced = False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            if not fenced:
+                flush()
+            fenced = not fenced
+            out.append(line)
+        elif fenced:
+            out.append(line)
+        else:
+            prose.append(line)
+    flush()
+    return "\n".join(out)
+
+
+def check_release_label(c, monitors):
+    """kube-prometheus-stack picks ServiceMonitors and PrometheusRules by its
+    `release` label (serviceMonitorSelector, ruleSelector); the documented
+    label command must name every one deploy/k8s/monitoring renders, or the
+    alerts never load (review-deployfix #4)."""
+    wanted = {(kind.lower(), name) for (kind, name) in monitors if kind in ("ServiceMonitor", "PrometheusRule")}
+    labelled, commands = set(), 0
+    for line in joined_code_spans(read("docs/deploy.md")).splitlines():
+        for command in re.findall(r"kubectl((?: +[^ `|;&)]+)+)", line):
+            words = command.split()
+            if "label" not in words or not any(w.startswith("release=") for w in words):
+                continue
+            commands += 1
+            start = words.index("label") + 1
+            args = [w for i, w in enumerate(words[start:], start)
+                    if not w.startswith("-") and words[i - 1] not in ("-n", "--namespace") and "=" not in w]
+            if args and "/" not in args[0]:  # TYPE NAME...
+                labelled |= {(args[0].lower(), n) for n in args[1:]}
+            else:  # TYPE/NAME...
+                labelled |= {tuple(a.lower().split("/", 1)) for a in args}
+    c.expect(commands >= 1 and wanted <= labelled and len(wanted) >= 3,
+             f"docs/deploy.md: the release label command names every ServiceMonitor and PrometheusRule of "
+             f"deploy/k8s/monitoring ({len(wanted)})", f"not labelled: {sorted(wanted - labelled)}")
 
 
 def check_alert_rules(c, monitors, facts):
@@ -305,6 +370,7 @@ def check_server(c, name, objects, facts, gpu):
         c.expect(grpc_probe.get("port") == ports["grpc"], f"{name}: {probe} is a grpc.health.v1 probe on 50051",
                  str(container.get(probe)))
     check_engine_liveness(c, name, container, facts)
+    check_image_pull(c, name, container)
     startup = container["startupProbe"]
     c.expect(deployment["spec"].get("progressDeadlineSeconds", 600) > startup["periodSeconds"] * startup["failureThreshold"],
              f"{name}: progressDeadlineSeconds {deployment['spec'].get('progressDeadlineSeconds', 600)} > the startup "
@@ -544,6 +610,7 @@ def check_durable(c, objects, gateway, cpu, facts):
     (container,) = pod["spec"]["containers"]
     env = env_of(container)
     check_memory(c, name, container, facts, gpu=False)
+    check_image_pull(c, name, container)
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     templates = {t["metadata"]["name"]: t["spec"] for t in spec.get("volumeClaimTemplates", [])}
     pod_volumes = {v["name"] for v in pod["spec"].get("volumes", [])}
@@ -740,6 +807,7 @@ def check_all(c, kubectl, facts):
              "monitoring: the ServiceMonitor selects drt-server's Service and a port it has")
 
     check_alert_rules(c, monitors, facts)
+    check_release_label(c, monitors)
 
     hpa = render(kubectl, "autoscaling")[("HorizontalPodAutoscaler", "drt-server")]
     target = hpa["spec"]["scaleTargetRef"]
@@ -762,11 +830,13 @@ def check_all(c, kubectl, facts):
     c.expect(pod.get("nodeSelector") and "nvidia.com/gpu" in container["resources"]["limits"],
              "examples/model-pvc: still the gpu overlay")
     check_memory(c, "examples/model-pvc", container, facts, gpu=True)
+    check_image_pull(c, "examples/model-pvc", container)
     check_gpu_rollout(c, "examples/model-pvc", pvc[("Deployment", "drt-server")])
 
     http = rendered["examples/http-probes"][("Deployment", "drt-server")]
     (container,) = http["spec"]["template"]["spec"]["containers"]
     check_memory(c, "examples/http-probes", container, facts, gpu=False)
+    check_image_pull(c, "examples/http-probes", container)
     ports = {p["name"] for p in container["ports"]}
     for probe, path in (("startupProbe", "/healthz"), ("readinessProbe", "/healthz"), ("livenessProbe", "/livez")):
         handler = container[probe]

@@ -98,6 +98,47 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
                                             ": must be at most 1048576") != std::string::npos);
     }
   }
+  SECTION("--engine_stall_seconds: 300 by default, 0 (off) up to 10^9, never negative, no "
+          "value that overflows the conversion to milliseconds") {
+    CHECK(config->engine_stall_seconds == 300);
+    for (const char* good : {"0", "1", "1000000000"}) {
+      INFO(good);
+      ScopedFlag stall("engine_stall_seconds", good);
+      auto parsed = ServerConfigFromFlags();
+      REQUIRE(parsed.ok());
+      CHECK(parsed->engine_stall_seconds == std::stoll(good));
+    }
+    {
+      ScopedFlag stall("engine_stall_seconds", "-1");
+      auto refused = ServerConfigFromFlags();
+      CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+      CHECK(refused.status().message().find("--engine_stall_seconds=-1: must be at least 0") !=
+            std::string::npos);
+    }
+    // 9223372036854776 is the first value whose milliseconds overflow int64
+    // (INT64_MAX / 1000 + 1): main's conversion wrapped it to a negative
+    // limit, which turned the watchdog and /livez off without a word.
+    for (const char* bad : {"1000000001", "9223372036854776", "9223372036854775807"}) {
+      INFO(bad);
+      ScopedFlag stall("engine_stall_seconds", bad);
+      auto refused = ServerConfigFromFlags();
+      CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+      CHECK(refused.status().message().find(std::string("--engine_stall_seconds=") + bad +
+                                            ": must be at most 1000000000") != std::string::npos);
+    }
+    // Not a whole number of seconds, or beyond int64: absl's parser refuses
+    // it before ServerConfigFromFlags runs, naming the flag on the command
+    // line (cli::ParseCommandLine exits with its message).
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag("engine_stall_seconds");
+    REQUIRE(flag != nullptr);
+    for (const char* bad : {"inf", "nan", "1.5", "1e3", "9223372036854775808", ""}) {
+      INFO(bad);
+      std::string error;
+      CHECK_FALSE(flag->ParseFrom(bad, &error));
+      CHECK_FALSE(error.empty());
+    }
+    CHECK(flag->CurrentValue() == "300");  // a refused value changes nothing
+  }
   SECTION("--decode_slowdown_limit: 2 by default, at least 1 or 0 (off); "
           "--decode_step_prefill_tokens: -1 (no cap) by default, never below -1") {
     CHECK(config->service.decode_slowdown_limit == 2.0);
