@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -216,9 +217,13 @@ Driven Drive(Backend& backend) {
 //   delay counts once in the tally and in every session of the step);
 //   undelayed, 0;
 // - the logits and selections are still the CPU backend's (fp32: issue 9's
-//   1e-4 worst-row bound, identical selections). A reference of another
+//   1e-4 worst-row bound; selections as in cuda_session_test.cc, where
+//   only near-tied chunks may trade places). A reference of another
 //   CUDA run would share a path's missing wait and its stale data; the CPU
-//   backend shares nothing (review-cudaprep C6).
+//   backend shares nothing (review-cudaprep C6);
+// - slice by slice (either chunk store), each delayed run gives the same
+//   path's undelayed run's logits and selections bit for bit
+//   (review-cudacheck F2).
 // Not yet run on a GPU. Which streams a path uses is read from the code:
 // the device tier copies nothing, so only its compute stream is delayed.
 TEST_CASE("cuda stream delay: on every path each delayed stream queues and counts its delays "
@@ -241,7 +246,7 @@ TEST_CASE("cuda stream delay: on every path each delayed stream queues and count
        {S::kNone, S::kStore, S::kFetch, S::kCompute}},
       {"slice by slice, encoder-row store",
        [](CudaBackendOptions& o) { o.chunk_store = CudaChunkStore::kEncoderRows; },
-       {S::kStore, S::kFetch}},
+       {S::kNone, S::kStore, S::kFetch}},
       {"batched_step_rows", [](CudaBackendOptions& o) { o.batched_step_rows = true; },
        {S::kStep, S::kCompute}},
       {"decode graphs", [](CudaBackendOptions& o) { o.decode_graphs = true; }, {S::kCompute}},
@@ -249,6 +254,7 @@ TEST_CASE("cuda stream delay: on every path each delayed stream queues and count
        {S::kCompute}},
   };
   for (const Path& path : paths) {
+    std::optional<Driven> undelayed;  // the path's run without a delay, where it has one
     for (S stream : path.streams) {
       INFO(path.name << ", " << CudaDelayedStreamName(stream) << " stream delayed");
       std::atomic<int64_t> tally{0};
@@ -272,10 +278,27 @@ TEST_CASE("cuda stream delay: on every path each delayed stream queues and count
         const double worst = testing::WorstRowRelativeDifference(gpu.logits[i], cpu.logits[i], V);
         INFO("worst relative logit difference " << worst);
         CHECK(worst <= testing::kFp32VsCpuLimit);
-        testing::CheckIdenticalRetrievals(cpu.retrievals[i], gpu.retrievals[i],
-                                          testing::kFp32VsCpuLimit);
+        // Random weights, and the GPU sums in another order (batched_step_rows
+        // in yet another): only chunks within 1e-3 of the k-th score may trade
+        // places, as in cuda_session_test.cc. A strict check would fail the
+        // case at a near-tie and leave the later paths unchecked
+        // (review-cudacheck F2).
+        testing::CompareRetrievals(cpu.retrievals[i], gpu.retrievals[i], 1e-3,
+                                   testing::kFp32VsCpuLimit);
       }
       if (stream != S::kStep) CHECK(tally.load() == sum);
+      // Slice by slice, a delay changes only when work runs, not what it
+      // computes: the same path undelayed gives the same bits. Sharper than
+      // the CPU bound, which a stale read of near-equal data could meet.
+      if (stream == S::kNone) {
+        undelayed = gpu;
+      } else if (undelayed.has_value()) {
+        for (size_t i = 0; i < gpu.logits.size(); ++i) {
+          INFO("session " << i << " against the same path undelayed");
+          CHECK(gpu.logits[i] == undelayed->logits[i]);
+          testing::CheckIdenticalRetrievals(undelayed->retrievals[i], gpu.retrievals[i], 0.0);
+        }
+      }
       WARN(path.name << ", " << CudaDelayedStreamName(stream) << " stream delayed: "
                      << tally.load() << " delays queued");
     }
