@@ -699,7 +699,11 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$stream_delay_runs" ]]; then
   # prints "stream_delays=N (STREAM:NS) case: NAME" after each case
   # (tests/cuda_backend/stream_delay_report.cc), and a run whose N add up to
   # 0 fails. The cases with N = 0 are named: a refusal case queues none, a
-  # case that runs sessions and queues none was not delayed.
+  # case that runs sessions and queues none was not delayed. A run stopped
+  # at its time limit (STOPPED is likely for the store, fetch and compute
+  # runs) is judged by the cases it finished: if any finished and they
+  # report no line or no delay, it FAILs as a finished run would
+  # (review-cudacheck F3); with none finished it stays STOPPED.
   stream_delay_result() {
     local run=$1 rc=$2 log=$3 done_cases reported delays undelayed note
     done_cases=$(grep -cE '^[0-9]+\.[0-9]+ s: ' "$log" || true)
@@ -710,7 +714,11 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$stream_delay_runs" ]]; then
     if [[ -n "$undelayed" ]]; then
       note+="; none in $(grep -c . <<<"$undelayed"): $(paste -sd';' <<<"$undelayed" | sed 's/;/; /g')"
     fi
-    if ((rc == 124 || rc == 137)); then
+    if ((rc == 124 || rc == 137)) && ((done_cases > 0 && reported == 0)); then
+      report FAIL "stream delay $run" "stopped after $stream_delay_timeout s with $done_cases cases finished and no stream_delays line: the test executable does not report the delays it queued (built before tests/cuda_backend/stream_delay_report.cc?) ($(basename "$log"))"
+    elif ((rc == 124 || rc == 137)) && ((done_cases > 0 && delays == 0)); then
+      report FAIL "stream delay $run" "stopped after $stream_delay_timeout s; no delay was queued in any of the $reported cases it finished: the run ran undelayed and checked nothing ($(basename "$log"))"
+    elif ((rc == 124 || rc == 137)); then
       report STOPPED "stream delay $run" "did not finish in $stream_delay_timeout s; $done_cases cases finished first; $note ($(basename "$log"))"
     elif grep -q 'no CUDA device' "$log"; then
       report FAIL "stream delay $run" "the cases skipped although a GPU is present ($(basename "$log"))"

@@ -15,6 +15,8 @@
 #     stream-delay run selects one (each run's cases listed by the built
 #     test executable; the check is shown to see the old one-argument form);
 #   - the state and disk-tier cases are a memcheck run of their own;
+#   - the store, fetch and compute stream-delay runs take the two fixture
+#     cases checked against the CPU backend, by name;
 #   - stage 3's order (warm-up, A B B A, 4M, each option alone);
 #   - scripts/bench_ab.py (stage 3's A/B table) on hand-made results.
 # Usage: tests/gpu_bench_dry_run_test.sh BUILD_DIR. Exit 77 (skipped) when
@@ -150,6 +152,37 @@ for f in "${spec_files[@]}"; do
   else
     echo "ok: $run selects no [allocation] case ($(grep -E '^[0-9]+ (matching )?test cases?$' "$tmp/list-$run.txt"))"
   fi
+done
+# review-cudacheck F4: the store, fetch and compute delay runs take the two
+# fixture cases checked against the CPU backend (review-cudaprep C6), each
+# by name: check_catch_spec sees only that the spec selects something, so a
+# renamed case would drop out of the runs with the dry run still passing.
+# The names are written here, not read from the script, so that a rename of
+# either fails this check. The step run (batched steps only) takes neither.
+fixture_cases=("cuda fp32 matches the cpu backend on the fixtures: uneven pieces"
+  "cuda fp32 with the chunk store of encoder rows matches the cpu backend on the fixtures: uneven pieces")
+# selected_names FILE: the names of the cases the run in FILE selects.
+selected_names() {
+  local args
+  mapfile -t args <"$1"
+  "${args[0]}" "${args[@]:1}" --list-test-names-only
+}
+for run in store fetch step compute; do
+  spec=$tmp/out/catch-spec-stream_delay_$run.txt
+  selected_names "$spec" >"$tmp/names-$run.txt" 2>&1 || true
+  for name in "${fixture_cases[@]}"; do
+    if grep -qxF -- "$name" "$tmp/names-$run.txt"; then
+      taken=yes
+    else
+      taken=no
+    fi
+    if [[ "$run" == step && "$taken" == no ]] || [[ "$run" != step && "$taken" == yes ]]; then
+      echo "ok: stream delay $run $([[ $taken == yes ]] && echo takes || echo leaves out) \"$name\""
+    else
+      echo "FAILED: stream delay $run $([[ $taken == yes ]] && echo takes || echo does not take) \"$name\""
+      failed=1
+    fi
+  done
 done
 # The check can fail: the old form (one "~[allocation]" after a spec of
 # several groups) selects [allocation] cases.

@@ -13,6 +13,13 @@
 #   step:    two cases pass, no stream_delays line (an executable built
 #            before the report) -> FAIL;
 #   compute: one case fails after 3 delays -> FAIL, exit 1, the delays kept.
+# Then again with STANDIN_STOPPED=1, every run exiting 124 as `timeout`
+# does at the time limit (review-cudacheck F3: a stopped run was STOPPED
+# whatever its finished cases showed):
+#   store:   two cases finished, neither queued a delay -> FAIL;
+#   fetch:   one case finished with 2 delays -> STOPPED, the delays kept;
+#   step:    one case finished, no stream_delays line -> FAIL;
+#   compute: stopped before any case finished -> STOPPED.
 # Usage: tests/gpu_bench_stream_delay_test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +36,21 @@ printf '#!/bin/sh\nexit 0\n' >"$tmp/bin/nvcc"
 cat >"$tmp/build/tests/cuda_backend/drt_cuda_backend_tests" <<'EOF'
 #!/usr/bin/env bash
 delay=${DRT_TEST_CUDA_STREAM_DELAY:?the stand-in expects DRT_TEST_CUDA_STREAM_DELAY}
+if [[ -n "${STANDIN_STOPPED:-}" ]]; then
+  case "${delay%%:*}" in
+    store)
+      printf '%s\n' "stream_delays=0 ($delay) case: cuda: case one" "0.500 s: cuda: case one" \
+        "stream_delays=0 ($delay) case: cuda: case two" "0.400 s: cuda: case two"
+      ;;
+    fetch)
+      printf '%s\n' "stream_delays=2 ($delay) case: cuda: case one" "0.500 s: cuda: case one"
+      ;;
+    step)
+      printf '%s\n' "0.500 s: cuda: case one"
+      ;;
+  esac
+  exit 124
+fi
 case "${delay%%:*}" in
   store)
     printf '%s\n' "stream_delays=5 ($delay) case: cuda: case one" "0.500 s: cuda: case one" \
@@ -53,18 +75,29 @@ esac
 EOF
 chmod +x "$tmp/bin/nvidia-smi" "$tmp/bin/nvcc" "$tmp/build/tests/cuda_backend/drt_cuda_backend_tests"
 
-rc=0
-PATH="$tmp/bin:$PATH" PREBUILT=1 DEVLIBS="$tmp/none" BUILD_DIR="$tmp/build" LOG_DIR="$tmp/log" \
-  GPU_BENCH_SUMMARY="$tmp/summary.txt" SKIP_CTEST=1 SKIP_DURABLE=1 SANITIZER_RUNS= \
-  SKIP_WINDOW_BENCH=1 SKIP_TABLE=1 STREAM_DELAY_RUNS="store fetch step compute" \
-  STREAM_DELAY_TIMEOUT=60 bash scripts/gpu_bench.sh >"$tmp/out.log" 2>&1 || rc=$?
+# bench NAME [VAR=VALUE...]: scripts/gpu_bench.sh's four stream-delay runs
+# against the stand-ins, the variables added to its environment; its exit
+# status in $tmp/NAME.rc, its summary in $tmp/NAME.txt, its output in
+# $tmp/NAME.log.
+bench() {
+  local name=$1 rc=0
+  shift
+  env "$@" PATH="$tmp/bin:$PATH" PREBUILT=1 DEVLIBS="$tmp/none" BUILD_DIR="$tmp/build" \
+    LOG_DIR="$tmp/log-$name" GPU_BENCH_SUMMARY="$tmp/$name.txt" SKIP_CTEST=1 SKIP_DURABLE=1 \
+    SANITIZER_RUNS= SKIP_WINDOW_BENCH=1 SKIP_TABLE=1 STREAM_DELAY_RUNS="store fetch step compute" \
+    STREAM_DELAY_TIMEOUT=60 bash scripts/gpu_bench.sh >"$tmp/$name.log" 2>&1 || rc=$?
+  echo "$rc" >"$tmp/$name.rc"
+}
+bench finished
+bench stopped STANDIN_STOPPED=1
 
 failed=0
-expect() {  # expect DESCRIPTION PATTERN: grep -E PATTERN in the summary
-  if grep -qE -- "$2" "$tmp/summary.txt"; then
+summary=$tmp/finished.txt
+expect() {  # expect DESCRIPTION PATTERN: grep -E PATTERN in $summary
+  if grep -qE -- "$2" "$summary"; then
     echo "ok: $1"
   else
-    echo "FAILED: $1 (no /$2/ in the summary)"
+    echo "FAILED: $1 (no /$2/ in $(basename "$summary"))"
     failed=1
   fi
 }
@@ -76,24 +109,40 @@ expect "step: no stream_delays line fails" \
   '^FAIL stream delay step: no stream_delays line: '
 expect "compute: a failed case fails, its delays reported" \
   '^FAIL stream delay compute: exit 1, 1 cases finished; test cases: 1 \| 1 failed; 3 delays queued over 1 cases '
-if [[ -f "$tmp/log/stream-delay-store.log" ]] &&
-   grep -q '(store:1000000) case: ' "$tmp/log/stream-delay-store.log"; then
+if [[ -f "$tmp/log-finished/stream-delay-store.log" ]] &&
+   grep -q '(store:1000000) case: ' "$tmp/log-finished/stream-delay-store.log"; then
   echo "ok: the run's delay (STREAM:NS, 1 ms by default) reached the test executable"
 else
   echo "FAILED: DRT_TEST_CUDA_STREAM_DELAY=store:1000000 did not reach the test executable"
   failed=1
 fi
-if ((rc != 1)); then
-  echo "FAILED: gpu_bench.sh exited $rc, expected 1 (three runs failed)"
-  failed=1
-else
-  echo "ok: gpu_bench.sh exits 1"
-fi
+
+summary=$tmp/stopped.txt
+expect "stopped, store: finished cases without a delay fail" \
+  '^FAIL stream delay store: stopped after 60 s; no delay was queued in any of the 2 cases it finished: the run ran undelayed'
+expect "stopped, fetch: a stop after delays stays STOPPED, its delays reported" \
+  '^STOPPED stream delay fetch: did not finish in 60 s; 1 cases finished first; 2 delays queued over 1 cases '
+expect "stopped, step: a finished case without a stream_delays line fails" \
+  '^FAIL stream delay step: stopped after 60 s with 1 cases finished and no stream_delays line: '
+expect "stopped, compute: stopped before any case finished stays STOPPED" \
+  '^STOPPED stream delay compute: did not finish in 60 s; 0 cases finished first; 0 delays queued over 0 cases '
+
+for name in finished stopped; do
+  rc=$(cat "$tmp/$name.rc")
+  if ((rc != 1)); then
+    echo "FAILED: gpu_bench.sh ($name) exited $rc, expected 1 (runs failed or stopped)"
+    failed=1
+  else
+    echo "ok: gpu_bench.sh ($name) exits 1"
+  fi
+done
 if ((failed)); then
-  echo "--- gpu_bench.sh output:"
-  cat "$tmp/out.log"
-  echo "--- summary:"
-  cat "$tmp/summary.txt" 2>/dev/null || true
+  for name in finished stopped; do
+    echo "--- gpu_bench.sh ($name) output:"
+    cat "$tmp/$name.log"
+    echo "--- summary ($name):"
+    cat "$tmp/$name.txt" 2>/dev/null || true
+  done
   exit 1
 fi
 echo "gpu_bench_stream_delay: every check passed"
