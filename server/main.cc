@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
+#include "engine/cpu/cpu_threads.h"
 #include "engine/model.h"
 #include "engine/model_rules.h"
 #include "engine/session.h"
@@ -224,7 +225,16 @@ absl::StatusOr<std::unique_ptr<Started>> StartUp(const ServerConfig& config, Sta
   absl::StatusOr<Device> device = ParseDevice(config.device);
   if (!device.ok()) return device.status();
   backend_options.device = *device;
+  // --threads=0: the CPUs this process may use (a container's quota, not
+  // the host's CPUs; engine/cpu/cpu_threads.h), said once the backend is
+  // known to be the CPU's.
+  std::string threads_why = "--threads";
   backend_options.cpu.num_threads = config.threads;
+  if (config.threads == 0) {
+    const cpu::CpuThreads threads = cpu::DefaultCpuThreads();
+    backend_options.cpu.num_threads = threads.threads;
+    threads_why = absl::StrCat("--threads=0: ", threads.why);
+  }
   backend_options.cpu.mixed_lower_only_forwards = config.mixed_lower_only_forwards;
   backend_options.cuda.device_index = config.cuda_device;
   backend_options.cuda.precision = config.cuda_precision;
@@ -258,6 +268,10 @@ absl::StatusOr<std::unique_ptr<Started>> StartUp(const ServerConfig& config, Sta
   Backend& backend = *started->backend;
   std::fprintf(stderr, "drt-server: backend %s, %s storage\n", backend.name().c_str(),
                config.service.precision.c_str());
+  if (backend.name() == "cpu") {
+    std::fprintf(stderr, "drt-server: %d CPU threads (%s)\n", backend_options.cpu.num_threads,
+                 threads_why.c_str());
+  }
 
   started->metrics.SetBackend(backend.name(), config.service.precision);
   ServiceOptions& service_options = started->service_options;
