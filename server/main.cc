@@ -344,7 +344,8 @@ void AddRestoreDelayForTests(StateStoreOptions& state) {
   int64_t ms = 0;
   if (value == nullptr || !absl::SimpleAtoi(value, &ms) || ms <= 0) return;
   state.restore_io_for_test = [ms](std::string_view id, ChunkMapper&, ChunkReader&) {
-    std::fprintf(stderr, "drt-server: DRT_TEST_RESTORE_DELAY_MS: restoring session %.*s in %lld ms\n",
+    std::fprintf(stderr,
+                 "drt-server: DRT_TEST_RESTORE_DELAY_MS: restoring session %.*s in %lld ms\n",
                  static_cast<int>(id.size()), id.data(), static_cast<long long>(ms));
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   };

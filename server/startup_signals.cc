@@ -13,9 +13,8 @@
 namespace drt::server {
 
 std::string StartupSignalMessage(int signal, const std::string& phase) {
-  return absl::StrFormat(
-      "drt-server: %s during start-up (%s): exiting with status %d before serving", strsignal(signal),
-      phase, StartupSignalExitStatus(signal));
+  return absl::StrFormat("drt-server: %s during start-up (%s): exiting with status %d before serving",
+                         strsignal(signal), phase, StartupSignalExitStatus(signal));
 }
 
 void RunStartUpUnlessSignalled(const std::function<void()>& start_up, const sigset_t& signals,

@@ -93,7 +93,8 @@ CpuThreads ChooseCpuThreads(const CpuCounts& counts) {
   if (counts.hardware > 0) figures.push_back(absl::StrCat(counts.hardware, " on the host"));
   if (counts.affinity) figures.push_back(absl::StrCat(*counts.affinity, " in the affinity mask"));
   if (counts.quota) {
-    figures.push_back(absl::StrCat(*counts.quota, " by the cgroup quota (", counts.quota_source, ")"));
+    figures.push_back(
+        absl::StrCat(*counts.quota, " by the cgroup quota (", counts.quota_source, ")"));
   } else if (!counts.quota_problem.empty()) {
     figures.push_back(absl::StrCat("cgroup quota unknown: ", counts.quota_problem));
   } else {

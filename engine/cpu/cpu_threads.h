@@ -32,7 +32,7 @@ struct CpuCounts {
   int hardware = 0;                // std::thread::hardware_concurrency (0: unknown)
   std::optional<int> affinity;     // CPUs in the affinity mask, when known
   std::optional<int> quota;        // CPUs the cgroup's quota allows, when it has one
-  std::string quota_source;        // where `quota` came from, e.g. "cgroup v2 cpu.max 400000 100000"
+  std::string quota_source;        // where `quota` came from ("cgroup v2 cpu.max 400000 100000")
   std::string quota_problem;       // why the cgroup's quota is unknown (a malformed file), if so
 };
 
