@@ -1,6 +1,7 @@
 // drt-server: loads a model, serves drt.v1.Drt (plus grpc.health.v1 and
 // server reflection) over gRPC and /metrics, /healthz over HTTP, and drains
-// gracefully on SIGTERM/SIGINT. See --help.
+// gracefully on SIGTERM/SIGINT (one during start-up ends it at once,
+// server/startup_signals.h). See --help.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -8,18 +9,22 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
+#include "engine/cpu/cpu_threads.h"
 #include "engine/model.h"
 #include "engine/model_rules.h"
 #include "engine/session.h"
@@ -36,6 +41,7 @@
 #include "server/server_credentials.h"
 #include "server/server_flags.h"
 #include "server/session_manager.h"
+#include "server/startup_signals.h"
 #include "server/state_store.h"
 
 namespace drt::server {
@@ -184,29 +190,51 @@ absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager
   return absl::OkStatus();
 }
 
-int Run(const ServerConfig& config, const sigset_t& signals) {
-  if (!config.device_note.empty()) std::fprintf(stderr, "drt-server: %s\n", config.device_note.c_str());
-  if (!config.cuda_flags_note.empty()) {
-    std::fprintf(stderr, "drt-server: %s\n", config.cuda_flags_note.c_str());
-  }
-  for (const std::string& note : config.deprecation_notes) {
-    std::fprintf(stderr, "drt-server: %s\n", note.c_str());
-  }
+// What start-up makes, in the order it makes them (destroyed in reverse:
+// the service first, the model last).
+struct Started {
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+  Metrics metrics;
+  ServiceOptions service_options;
+  std::unique_ptr<StateStore> state_store;
+  std::unique_ptr<BackgroundFingerprint> background_fingerprint;
+  std::unique_ptr<DrtService> service;
+};
 
+// Everything before the server listens: the model, the backend, the state
+// directory's sessions. Runs on a thread of its own (RunStartUpUnlessSignalled)
+// and says what it is doing in `phase`.
+absl::StatusOr<std::unique_ptr<Started>> StartUp(const ServerConfig& config, StartupPhase& phase) {
+  auto started = std::make_unique<Started>();
   auto credentials = MakeServerCredentials(config.tls_cert_path, config.tls_key_path);
-  if (!credentials.ok()) return Fail(credentials.status());
+  if (!credentials.ok()) return credentials.status();
+  started->credentials = *std::move(credentials);
 
+  phase.Set(absl::StrCat("loading the model in ", config.model_dir));
   auto model = LoadModel(config.model_dir);
   if (!model.ok()) {
-    return Fail(absl::Status(model.status().code(),
-                             absl::StrCat("cannot load the model in '", config.model_dir,
-                                          "': ", model.status().message())));
+    return absl::Status(model.status().code(),
+                        absl::StrCat("cannot load the model in '", config.model_dir,
+                                     "': ", model.status().message()));
   }
+  started->model = *std::move(model);
+  const Model& loaded = *started->model;
   BackendOptions backend_options;
   absl::StatusOr<Device> device = ParseDevice(config.device);
-  if (!device.ok()) return Fail(device.status());
+  if (!device.ok()) return device.status();
   backend_options.device = *device;
+  // --threads=0: the CPUs this process may use (a container's quota, not
+  // the host's CPUs; engine/cpu/cpu_threads.h), said once the backend is
+  // known to be the CPU's.
+  std::string threads_why = "--threads";
   backend_options.cpu.num_threads = config.threads;
+  if (config.threads == 0) {
+    const cpu::CpuThreads threads = cpu::DefaultCpuThreads();
+    backend_options.cpu.num_threads = threads.threads;
+    threads_why = absl::StrCat("--threads=0: ", threads.why);
+  }
   backend_options.cpu.mixed_lower_only_forwards = config.mixed_lower_only_forwards;
   backend_options.cuda.device_index = config.cuda_device;
   backend_options.cuda.precision = config.cuda_precision;
@@ -222,35 +250,39 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   if (config.service.step_tokens > 0) {
     // One knob: the scheduler's step budget is also the backend's forward
     // size, in decoder positions (whole chunks, landmarks included).
-    const int64_t positions =
-        StepPositionsForTokens((*model)->config(), config.service.step_tokens);
+    const int64_t positions = StepPositionsForTokens(loaded.config(), config.service.step_tokens);
     backend_options.cpu.max_step_positions = positions;
     backend_options.cuda.max_step_positions = positions;
   }
+  phase.Set("starting the backend");
   absl::StatusOr<std::unique_ptr<Backend>> made_backend =
-      MakeBackend((*model)->config(), (*model)->weights(), backend_options);
+      MakeBackend(loaded.config(), loaded.weights(), backend_options);
   if (!made_backend.ok()) {
-    if (config.device_note.empty() || config.device != "cuda") return Fail(made_backend.status());
+    if (config.device_note.empty() || config.device != "cuda") return made_backend.status();
     // auto chose the GPU; say so, and how to get the CPU.
-    return Fail(absl::Status(made_backend.status().code(),
-                             absl::StrCat(made_backend.status().message(), " (", config.device_note,
-                                          "; --device=cpu uses the CPU)")));
+    return absl::Status(made_backend.status().code(),
+                        absl::StrCat(made_backend.status().message(), " (", config.device_note,
+                                     "; --device=cpu uses the CPU)"));
   }
-  std::unique_ptr<Backend> backend = *std::move(made_backend);
-  std::fprintf(stderr, "drt-server: backend %s, %s storage\n", backend->name().c_str(),
+  started->backend = *std::move(made_backend);
+  Backend& backend = *started->backend;
+  std::fprintf(stderr, "drt-server: backend %s, %s storage\n", backend.name().c_str(),
                config.service.precision.c_str());
+  if (backend.name() == "cpu") {
+    std::fprintf(stderr, "drt-server: %d CPU threads (%s)\n", backend_options.cpu.num_threads,
+                 threads_why.c_str());
+  }
 
-  Metrics metrics;
-  metrics.SetBackend(backend->name(), config.service.precision);
-  ServiceOptions service_options = config.service;
+  started->metrics.SetBackend(backend.name(), config.service.precision);
+  ServiceOptions& service_options = started->service_options;
+  service_options = config.service;
   service_options.model_name = ModelName(config.model_dir);
   if (service_options.host_memory_budget_bytes == 0) {
     // Read now, with the weights loaded, so that they are not counted twice.
     absl::StatusOr<MemorySnapshot> memory = ReadMemorySnapshot();
     if (!memory.ok()) {
-      return Fail(absl::Status(memory.status().code(),
-                               absl::StrCat(memory.status().message(),
-                                            "; set --host_memory_budget_gb")));
+      return absl::Status(memory.status().code(), absl::StrCat(memory.status().message(),
+                                                               "; set --host_memory_budget_gb"));
     }
     service_options.host_memory_budget_bytes = DefaultHostBudgetBytes(*memory);
     std::fprintf(stderr,
@@ -263,47 +295,88 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   }
   if (const std::string& files = service_options.session_files_dir;
       !files.empty() && !std::filesystem::is_directory(files)) {
-    return Fail(absl::NotFoundError(
-        absl::StrCat("--session_files_dir ", files, " is not a directory")));
+    return absl::NotFoundError(absl::StrCat("--session_files_dir ", files, " is not a directory"));
   }
   // Opened before the service, so that it outlives the sessions that write to it.
-  std::unique_ptr<StateStore> state_store;
   if (!config.state.dir.empty()) {
-    auto store = OpenStateStore(config.state, *backend);
-    if (!store.ok()) return Fail(store.status());
-    state_store = *std::move(store);
+    phase.Set(absl::StrCat("opening the state directory ", config.state.dir));
+    auto store = OpenStateStore(config.state, backend);
+    if (!store.ok()) return store.status();
+    started->state_store = *std::move(store);
     // Every write of a durable session carries the model's fingerprint,
     // which reads the whole weights file once (engine/model_fingerprint.h):
     // taken now, before the server listens, not in the first call that
     // writes. Without --state_dir it waits for a SaveSession or LoadSession.
-    const auto started = std::chrono::steady_clock::now();
-    const absl::StatusOr<uint32_t> fingerprint = backend->config().model_fingerprint();
-    if (!fingerprint.ok()) return Fail(fingerprint.status());
+    phase.Set("reading the model fingerprint");
+    const auto fingerprint_start = std::chrono::steady_clock::now();
+    const absl::StatusOr<uint32_t> fingerprint = backend.config().model_fingerprint();
+    if (!fingerprint.ok()) return fingerprint.status();
     std::fprintf(stderr, "drt-server: model fingerprint %08x (%.2f s)\n", *fingerprint,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                               fingerprint_start)
                      .count());
   }
   // With SaveSession/LoadSession but no --state_dir, the fingerprint is
   // read now on a thread of its own, so that the first such call does not
   // read the whole weights file (server/background_fingerprint.h).
-  std::unique_ptr<BackgroundFingerprint> background_fingerprint;
   if (config.state.dir.empty() && !service_options.session_files_dir.empty()) {
-    background_fingerprint =
-        std::make_unique<BackgroundFingerprint>(backend->config().fingerprint);
+    started->background_fingerprint =
+        std::make_unique<BackgroundFingerprint>(backend.config().fingerprint);
   }
-  DrtService service(**model, *backend, metrics, service_options);
-  if (state_store != nullptr) {
-    if (absl::Status s = RestoreSessions(*state_store, *backend, service.session_manager());
+  started->service =
+      std::make_unique<DrtService>(loaded, backend, started->metrics, service_options);
+  if (started->state_store != nullptr) {
+    phase.Set(absl::StrCat("restoring the sessions in ", config.state.dir));
+    if (absl::Status s =
+            RestoreSessions(*started->state_store, backend, started->service->session_manager());
         !s.ok()) {
-      return Fail(s);
+      return s;
     }
   }
+  return started;
+}
+
+// Tests only (tests/server/startup_signal_test.cc): DRT_TEST_RESTORE_DELAY_MS
+// holds the restore of each --state_dir session that long, after a line on
+// stderr, so that a test can signal the process in the middle of a restore.
+void AddRestoreDelayForTests(StateStoreOptions& state) {
+  const char* value = std::getenv("DRT_TEST_RESTORE_DELAY_MS");
+  int64_t ms = 0;
+  if (value == nullptr || !absl::SimpleAtoi(value, &ms) || ms <= 0) return;
+  state.restore_io_for_test = [ms](std::string_view id, ChunkMapper&, ChunkReader&) {
+    std::fprintf(stderr,
+                 "drt-server: DRT_TEST_RESTORE_DELAY_MS: restoring session %.*s in %lld ms\n",
+                 static_cast<int>(id.size()), id.data(), static_cast<long long>(ms));
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  };
+}
+
+int Run(const ServerConfig& config, const sigset_t& signals) {
+  if (!config.device_note.empty()) std::fprintf(stderr, "drt-server: %s\n", config.device_note.c_str());
+  if (!config.cuda_flags_note.empty()) {
+    std::fprintf(stderr, "drt-server: %s\n", config.cuda_flags_note.c_str());
+  }
+  for (const std::string& note : config.deprecation_notes) {
+    std::fprintf(stderr, "drt-server: %s\n", note.c_str());
+  }
+
+  // Start-up runs on a thread of its own so that this thread, where the
+  // shutdown signals arrive, can end the process when one comes before the
+  // server listens (review-deploy #10; server/startup_signals.h).
+  StartupPhase phase;
+  absl::StatusOr<std::unique_ptr<Started>> made = absl::InternalError("start-up did not run");
+  RunStartUpUnlessSignalled([&] { made = StartUp(config, phase); }, signals, phase);
+  if (!made.ok()) return Fail(made.status());
+  Started& started = **made;
+  DrtService& service = *started.service;
+  const ServiceOptions& service_options = started.service_options;
+  Metrics& metrics = started.metrics;
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int grpc_port = 0;
-  builder.AddListeningPort(config.grpc_address, *credentials, &grpc_port);
+  builder.AddListeningPort(config.grpc_address, started.credentials, &grpc_port);
   // gRPC sets SO_REUSEPORT by default, which would let a second server share
   // a busy port silently instead of failing with "address in use".
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -398,7 +471,9 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
 
 int main(int argc, char** argv) {
   // Blocked before this program starts any thread, so all of them inherit the
-  // mask and the signals reach sigwait in Run: no handler runs in them.
+  // mask and the signals reach the main thread's waits in Run (during
+  // start-up, RunStartUpUnlessSignalled; then sigwait): no handler runs in
+  // them.
   // Threads that libraries start before main (OpenBLAS's) keep them
   // unblocked; a signal the kernel hands to one of those is forwarded to the
   // main thread (ForwardToMainThread), where it stays pending until sigwait.
@@ -408,5 +483,6 @@ int main(int argc, char** argv) {
 
   auto config = drt::server::ParseServerFlags(argc, argv);
   if (!config.ok()) return drt::server::Fail(config.status());
+  drt::server::AddRestoreDelayForTests(config->state);
   return drt::server::Run(*config, signals);
 }

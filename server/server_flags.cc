@@ -64,7 +64,9 @@ ABSL_FLAG(bool, cuda_state_export, false,
           "(durable sessions) and SaveSession/LoadSession need. Written but not yet run on a "
           "GPU, so off by default (docs/state_format.md); without it those are refused with "
           "--device cuda");
-ABSL_FLAG(int32_t, threads, 0, "CPU backend threads (0: all cores)");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU backend threads (0: the CPUs this process may use, the smallest of the host's, "
+          "the affinity mask's and the cgroup CPU quota's)");
 ABSL_FLAG(bool, mixed_lower_only_forwards, true,
           "CPU backend: a prefill slice whose rows lie more than the upper-layer reach before "
           "the end of its message runs only the lower layers also in a step beside slices "

@@ -7,6 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/cpu/cpu_session.h"
 #include "engine/cpu/cpu_step.h"
+#include "engine/cpu/cpu_threads.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/forward_pass.h"
@@ -31,8 +32,7 @@ class CpuBackend final : public Backend {
         upper_layer_reach_(options.upper_layer_reach > 0 ? options.upper_layer_reach
                                                          : UpperLayerReach(config)),
         chunk_kv_reserve_(std::max<int64_t>(0, options.chunk_kv_reserve)),
-        pool_(options.num_threads > 0 ? options.num_threads
-                                      : static_cast<int>(std::thread::hardware_concurrency())) {
+        pool_(options.num_threads > 0 ? options.num_threads : cpu::DefaultCpuThreads().threads) {
     cpu::UseSingleThreadedBlas();
   }
   std::string name() const override { return "cpu"; }
