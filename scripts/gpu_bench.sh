@@ -714,7 +714,11 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$stream_delay_runs" ]]; then
     if [[ -n "$undelayed" ]]; then
       note+="; none in $(grep -c . <<<"$undelayed"): $(paste -sd';' <<<"$undelayed" | sed 's/;/; /g')"
     fi
-    if ((rc == 124 || rc == 137)) && ((done_cases > 0 && reported == 0)); then
+    if ((rc == 124 || rc == 137)) && grep -q ': FAILED:$' "$log"; then
+      # review-cudacheck2 F1: a check that failed before the stop is what
+      # these runs look for; the log's tail rarely shows it.
+      report FAIL "stream delay $run" "stopped after $stream_delay_timeout s; a check failed before the stop: $(grep -m1 ': FAILED:$' "$log"); $note ($(basename "$log"))"
+    elif ((rc == 124 || rc == 137)) && ((done_cases > 0 && reported == 0)); then
       report FAIL "stream delay $run" "stopped after $stream_delay_timeout s with $done_cases cases finished and no stream_delays line: the test executable does not report the delays it queued (built before tests/cuda_backend/stream_delay_report.cc?) ($(basename "$log"))"
     elif ((rc == 124 || rc == 137)) && ((done_cases > 0 && delays == 0)); then
       report FAIL "stream delay $run" "stopped after $stream_delay_timeout s; no delay was queued in any of the $reported cases it finished: the run ran undelayed and checked nothing ($(basename "$log"))"

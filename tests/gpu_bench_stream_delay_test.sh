@@ -20,6 +20,10 @@
 #   fetch:   one case finished with 2 delays -> STOPPED, the delays kept;
 #   step:    one case finished, no stream_delays line -> FAIL;
 #   compute: stopped before any case finished -> STOPPED.
+# And with STANDIN_STOPPED=failed (review-cudacheck2 F1: a stop read
+# STOPPED although a check had failed before it):
+#   store:   one case finished with 4 delays, the next failed a check,
+#            then the stop -> FAIL, naming the failed check.
 # Usage: tests/gpu_bench_stream_delay_test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +40,20 @@ printf '#!/bin/sh\nexit 0\n' >"$tmp/bin/nvcc"
 cat >"$tmp/build/tests/cuda_backend/drt_cuda_backend_tests" <<'EOF'
 #!/usr/bin/env bash
 delay=${DRT_TEST_CUDA_STREAM_DELAY:?the stand-in expects DRT_TEST_CUDA_STREAM_DELAY}
-if [[ -n "${STANDIN_STOPPED:-}" ]]; then
+if [[ "${STANDIN_STOPPED:-}" == failed ]]; then
+  case "${delay%%:*}" in
+    store)
+      # Catch v2's console report of a failed check, then the stop.
+      printf '%s\n' "stream_delays=4 ($delay) case: cuda: case one" "0.500 s: cuda: case one" \
+        "-------------------------------------------------------------------------------" \
+        "cuda: case two" "/src/tests/cuda_backend/standin_test.cc:10" \
+        "..............................................................................." \
+        "" "/src/tests/cuda_backend/standin_test.cc:12: FAILED:" "  CHECK( a == b )" \
+        "with expansion:" "  1 == 2"
+      ;;
+  esac
+  exit 124
+elif [[ -n "${STANDIN_STOPPED:-}" ]]; then
   case "${delay%%:*}" in
     store)
       printf '%s\n' "stream_delays=0 ($delay) case: cuda: case one" "0.500 s: cuda: case one" \
@@ -90,6 +107,7 @@ bench() {
 }
 bench finished
 bench stopped STANDIN_STOPPED=1
+bench stopped_failed STANDIN_STOPPED=failed
 
 failed=0
 summary=$tmp/finished.txt
@@ -127,7 +145,11 @@ expect "stopped, step: a finished case without a stream_delays line fails" \
 expect "stopped, compute: stopped before any case finished stays STOPPED" \
   '^STOPPED stream delay compute: did not finish in 60 s; 0 cases finished first; 0 delays queued over 0 cases '
 
-for name in finished stopped; do
+summary=$tmp/stopped_failed.txt
+expect "stopped, store: a check that failed before the stop fails, with the failure and the delays" \
+  '^FAIL stream delay store: stopped after 60 s; a check failed before the stop: /src/tests/cuda_backend/standin_test.cc:12: FAILED:; 4 delays queued over 1 cases '
+
+for name in finished stopped stopped_failed; do
   rc=$(cat "$tmp/$name.rc")
   if ((rc != 1)); then
     echo "FAILED: gpu_bench.sh ($name) exited $rc, expected 1 (runs failed or stopped)"
@@ -137,7 +159,7 @@ for name in finished stopped; do
   fi
 done
 if ((failed)); then
-  for name in finished stopped; do
+  for name in finished stopped stopped_failed; do
     echo "--- gpu_bench.sh ($name) output:"
     cat "$tmp/$name.log"
     echo "--- summary ($name):"
