@@ -179,8 +179,9 @@ struct Driven {
 // Two sessions stepped together through RunStep, in uneven pieces: prefill
 // pieces that close chunks, single decode tokens, pieces that close chunks
 // once retrieval has more chunks than top-k to choose from. 556 and 411
-// tokens (8 and 6 chunks of 63); the largest step, 251 tokens and their
-// landmarks, fits one forward of the default step size (1024).
+// tokens (8 and 6 chunks of 63); the largest step, step 5 (session 0's 250
+// tokens and 4 landmarks, session 1's 1 token: 255 positions), fits one
+// forward of the default step size (1024).
 Driven Drive(Backend& backend) {
   const ModelConfig& config = backend.config();
   const std::vector<std::vector<int64_t>> pieces = {{130, 1, 1, 70, 1, 250, 1, 1, 37, 1, 62, 1},
@@ -234,8 +235,8 @@ Driven Drive(Backend& backend) {
 // yet seen on a GPU): one before each group's GCA in every step (PrepareGca;
 // every step runs the upper layers: the CUDA backend runs no lower-only
 // forward, and all_logits would keep a slice from being one; each step is
-// one forward: its largest, about 260 positions of both sessions, fits the
-// step size of 1024) and one before the encoder in each step that closes a
+// one forward: its largest, 255 positions of both sessions (Drive), fits
+// the step size of 1024) and one before the encoder in each step that closes a
 // chunk (CloseChunks calls EncodeChunks once however many it closes). The
 // other paths add their own compute sites to these (review-cudacheck F1).
 int64_t EagerComputeDelays(const ModelConfig& config, const Driven& driven, size_t i) {
