@@ -701,35 +701,58 @@ if [[ -z "${SKIP_TESTS:-}" && -n "$stream_delay_runs" ]]; then
   # 0 fails. The cases with N = 0 are named: a refusal case queues none, a
   # case that runs sessions and queues none was not delayed. A run stopped
   # at its time limit (STOPPED is likely for the store, fetch and compute
-  # runs) is judged by the cases it finished: if any finished and they
+  # runs) is judged by the cases it finished: a check that failed before
+  # the stop fails it (review-cudacheck2 F1); if cases finished and they
   # report no line or no delay, it FAILs as a finished run would
   # (review-cudacheck F3); with none finished it stays STOPPED.
+  #
+  # review-cudacheck2 F2: the cases finished are the stream_delays lines
+  # (one per case, printed at its end), not the "N.N s: " duration lines:
+  # Catch prints one of those at the end of every section and of every
+  # GENERATE run of a case, the case's own name included. An executable
+  # built without the report prints no stream_delays line; a stopped run
+  # shows that when its duration lines name two of its listed cases, as
+  # Catch ends one case before it starts the next.
   stream_delay_result() {
-    local run=$1 rc=$2 log=$3 done_cases reported delays undelayed note
-    done_cases=$(grep -cE '^[0-9]+\.[0-9]+ s: ' "$log" || true)
-    reported=$(grep -c '^stream_delays=[0-9]' "$log" || true)
+    local run=$1 rc=$2 log=$3 reported finished delays undelayed note specs listed seen
+    finished=$(sed -n 's/^stream_delays=[0-9]* ([^)]*) case: //p' "$log")
+    reported=$(grep -c . <<<"$finished" || true)
     delays=$(sed -n 's/^stream_delays=\([0-9]*\) .*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
     undelayed=$(sed -n 's/^stream_delays=0 ([^)]*) case: //p' "$log")
     note="$delays delays queued over $reported cases"
     if [[ -n "$undelayed" ]]; then
       note+="; none in $(grep -c . <<<"$undelayed"): $(paste -sd';' <<<"$undelayed" | sed 's/;/; /g')"
     fi
-    if ((rc == 124 || rc == 137)) && ((done_cases > 0 && reported == 0)); then
-      report FAIL "stream delay $run" "stopped after $stream_delay_timeout s with $done_cases cases finished and no stream_delays line: the test executable does not report the delays it queued (built before tests/cuda_backend/stream_delay_report.cc?) ($(basename "$log"))"
-    elif ((rc == 124 || rc == 137)) && ((done_cases > 0 && delays == 0)); then
-      report FAIL "stream delay $run" "stopped after $stream_delay_timeout s; no delay was queued in any of the $reported cases it finished: the run ran undelayed and checked nothing ($(basename "$log"))"
+    # In a stopped run's messages: which cases finished.
+    local stop_note="$reported cases finished${finished:+: $(paste -sd';' <<<"$finished" | sed 's/;/; /g')}; $note"
+    if ((rc == 124 || rc == 137)) && grep -q ': FAILED:$' "$log"; then
+      # review-cudacheck2 F1: a check that failed before the stop is what
+      # these runs look for; the log's tail rarely shows it.
+      report FAIL "stream delay $run" "stopped after $stream_delay_timeout s; a check failed before the stop: $(grep -m1 ': FAILED:$' "$log"); $stop_note ($(basename "$log"))"
+      return 0
+    fi
+    seen=0
+    if ((rc == 124 || rc == 137)) && ((reported == 0)); then
+      mapfile -t specs < <(stream_delay_args "$run")
+      listed=$("$backend_tests" "${specs[@]}" --list-test-names-only 2>/dev/null || true)
+      seen=$(sed -n 's/^[0-9][0-9]*\.[0-9][0-9]* s: //p' "$log" | grep -xF -- "$listed" | sort -u | grep -c . || true)
+    fi
+    if ((rc == 124 || rc == 137)) && ((seen >= 2)); then
+      report FAIL "stream delay $run" "stopped after $stream_delay_timeout s; its log shows $seen of its cases run, all but the last finished, and no stream_delays line: the test executable does not report the delays it queued (built before tests/cuda_backend/stream_delay_report.cc?) ($(basename "$log"))"
+    elif ((rc == 124 || rc == 137)) && ((reported > 0 && delays == 0)); then
+      report FAIL "stream delay $run" "stopped after $stream_delay_timeout s; no delay was queued in any of the $reported cases it finished: the run ran undelayed and checked nothing; $stop_note ($(basename "$log"))"
     elif ((rc == 124 || rc == 137)); then
-      report STOPPED "stream delay $run" "did not finish in $stream_delay_timeout s; $done_cases cases finished first; $note ($(basename "$log"))"
+      report STOPPED "stream delay $run" "did not finish in $stream_delay_timeout s; $stop_note ($(basename "$log"))"
     elif grep -q 'no CUDA device' "$log"; then
       report FAIL "stream delay $run" "the cases skipped although a GPU is present ($(basename "$log"))"
     elif ((rc != 0)); then
-      report FAIL "stream delay $run" "exit $rc, $done_cases cases finished; $(grep -m1 -E '^test cases:' "$log" || true); $note ($(basename "$log"))"
+      report FAIL "stream delay $run" "exit $rc, $reported cases finished; $(grep -m1 -E '^test cases:' "$log" || true); $note ($(basename "$log"))"
     elif ((reported == 0)); then
       report FAIL "stream delay $run" "no stream_delays line: the test executable does not report the delays it queued (built before tests/cuda_backend/stream_delay_report.cc?) ($(basename "$log"))"
     elif ((delays == 0)); then
       report FAIL "stream delay $run" "no delay was queued in any of its $reported cases: the run ran undelayed and checked nothing ($(basename "$log"))"
     else
-      report PASS "stream delay $run" "$done_cases cases; $(grep -m1 -E '^test cases:' "$log" || true); $note"
+      report PASS "stream delay $run" "$reported cases; $(grep -m1 -E '^test cases:' "$log" || true); $note"
     fi
   }
   echo "== stream-delay runs: $stream_delay_runs (each stream held back $stream_delay_ns ns per piece of work)"

@@ -18,8 +18,21 @@
 # whatever its finished cases showed):
 #   store:   two cases finished, neither queued a delay -> FAIL;
 #   fetch:   one case finished with 2 delays -> STOPPED, the delays kept;
-#   step:    one case finished, no stream_delays line -> FAIL;
+#   step:    the duration lines of two listed cases, no stream_delays
+#            line -> FAIL;
 #   compute: stopped before any case finished -> STOPPED.
+# And with STANDIN_STOPPED=failed (review-cudacheck2 F1: a stop read
+# STOPPED although a check had failed before it):
+#   store:   one case finished with 4 delays, the next failed a check,
+#            then the stop -> FAIL, naming the failed check;
+#   fetch:   (review-cudacheck2 F2: finished cases were counted by
+#            Catch's duration lines, one per section and GENERATE run)
+#            one case of four duration lines, 3 delays -> STOPPED,
+#            1 case finished, named;
+#   step:    stopped in a case's second GENERATE run, a section's and the
+#            case's duration lines, no stream_delays line -> STOPPED, 0
+#            cases finished (it FAILed as an executable without the
+#            report).
 # Usage: tests/gpu_bench_stream_delay_test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,8 +48,35 @@ EOF
 printf '#!/bin/sh\nexit 0\n' >"$tmp/bin/nvcc"
 cat >"$tmp/build/tests/cuda_backend/drt_cuda_backend_tests" <<'EOF'
 #!/usr/bin/env bash
+if [[ " $* " == *" --list-test-names-only "* ]]; then
+  printf '%s\n' "cuda: case one" "cuda: case two" "cuda: a refusal"
+  exit 0
+fi
 delay=${DRT_TEST_CUDA_STREAM_DELAY:?the stand-in expects DRT_TEST_CUDA_STREAM_DELAY}
-if [[ -n "${STANDIN_STOPPED:-}" ]]; then
+if [[ "${STANDIN_STOPPED:-}" == failed ]]; then
+  case "${delay%%:*}" in
+    store)
+      # Catch v2's console report of a failed check, then the stop.
+      printf '%s\n' "stream_delays=4 ($delay) case: cuda: case one" "0.500 s: cuda: case one" \
+        "-------------------------------------------------------------------------------" \
+        "cuda: case two" "/src/tests/cuda_backend/standin_test.cc:10" \
+        "..............................................................................." \
+        "" "/src/tests/cuda_backend/standin_test.cc:12: FAILED:" "  CHECK( a == b )" \
+        "with expansion:" "  1 == 2"
+      ;;
+    fetch)
+      # A case of two GENERATE runs with a section each: four duration
+      # lines, one case.
+      printf '%s\n' "0.100 s: a section" "0.200 s: cuda: case one" "0.100 s: a section" \
+        "0.200 s: cuda: case one" "stream_delays=3 ($delay) case: cuda: case one"
+      ;;
+    step)
+      # Stopped in the second GENERATE run of the first case.
+      printf '%s\n' "0.300 s: a section" "0.500 s: cuda: case one"
+      ;;
+  esac
+  exit 124
+elif [[ -n "${STANDIN_STOPPED:-}" ]]; then
   case "${delay%%:*}" in
     store)
       printf '%s\n' "stream_delays=0 ($delay) case: cuda: case one" "0.500 s: cuda: case one" \
@@ -46,7 +86,7 @@ if [[ -n "${STANDIN_STOPPED:-}" ]]; then
       printf '%s\n' "stream_delays=2 ($delay) case: cuda: case one" "0.500 s: cuda: case one"
       ;;
     step)
-      printf '%s\n' "0.500 s: cuda: case one"
+      printf '%s\n' "0.500 s: cuda: case one" "0.400 s: cuda: case two"
       ;;
   esac
   exit 124
@@ -90,6 +130,7 @@ bench() {
 }
 bench finished
 bench stopped STANDIN_STOPPED=1
+bench stopped_failed STANDIN_STOPPED=failed
 
 failed=0
 summary=$tmp/finished.txt
@@ -119,15 +160,23 @@ fi
 
 summary=$tmp/stopped.txt
 expect "stopped, store: finished cases without a delay fail" \
-  '^FAIL stream delay store: stopped after 60 s; no delay was queued in any of the 2 cases it finished: the run ran undelayed'
+  '^FAIL stream delay store: stopped after 60 s; no delay was queued in any of the 2 cases it finished: the run ran undelayed and checked nothing; 2 cases finished: cuda: case one; cuda: case two; 0 delays queued over 2 cases; none in 2: '
 expect "stopped, fetch: a stop after delays stays STOPPED, its delays reported" \
-  '^STOPPED stream delay fetch: did not finish in 60 s; 1 cases finished first; 2 delays queued over 1 cases '
-expect "stopped, step: a finished case without a stream_delays line fails" \
-  '^FAIL stream delay step: stopped after 60 s with 1 cases finished and no stream_delays line: '
+  '^STOPPED stream delay fetch: did not finish in 60 s; 1 cases finished: cuda: case one; 2 delays queued over 1 cases '
+expect "stopped, step: finished cases without a stream_delays line fail" \
+  '^FAIL stream delay step: stopped after 60 s; its log shows 2 of its cases run, all but the last finished, and no stream_delays line: '
 expect "stopped, compute: stopped before any case finished stays STOPPED" \
-  '^STOPPED stream delay compute: did not finish in 60 s; 0 cases finished first; 0 delays queued over 0 cases '
+  '^STOPPED stream delay compute: did not finish in 60 s; 0 cases finished; 0 delays queued over 0 cases '
 
-for name in finished stopped; do
+summary=$tmp/stopped_failed.txt
+expect "stopped, store: a check that failed before the stop fails, with the failure and the delays" \
+  '^FAIL stream delay store: stopped after 60 s; a check failed before the stop: /src/tests/cuda_backend/standin_test.cc:12: FAILED:; 1 cases finished: cuda: case one; 4 delays queued over 1 cases '
+expect "stopped, fetch: cases finished are counted by their stream_delays lines, not by duration lines" \
+  '^STOPPED stream delay fetch: did not finish in 60 s; 1 cases finished: cuda: case one; 3 delays queued over 1 cases '
+expect "stopped, step: a section's and a GENERATE run's duration lines without a report stay STOPPED" \
+  '^STOPPED stream delay step: did not finish in 60 s; 0 cases finished; 0 delays queued over 0 cases '
+
+for name in finished stopped stopped_failed; do
   rc=$(cat "$tmp/$name.rc")
   if ((rc != 1)); then
     echo "FAILED: gpu_bench.sh ($name) exited $rc, expected 1 (runs failed or stopped)"
@@ -137,7 +186,7 @@ for name in finished stopped; do
   fi
 done
 if ((failed)); then
-  for name in finished stopped; do
+  for name in finished stopped stopped_failed; do
     echo "--- gpu_bench.sh ($name) output:"
     cat "$tmp/$name.log"
     echo "--- summary ($name):"
