@@ -25,6 +25,7 @@ import sys
 import yaml
 
 from checks import Checks
+import gateway_checks
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 K8S = os.path.join(REPO, "deploy", "k8s")
@@ -797,7 +798,12 @@ def check_all(c, kubectl, facts):
                  ("examples/http-probes", "examples/http-probes"))}
     cpu = check_server(c, "cpu", rendered["cpu"], facts, gpu=False)
     check_server(c, "gpu", rendered["gpu"], facts, gpu=True)
-    check_gateway(c, render(kubectl, "gateway"), cpu, facts)
+    gateway = render(kubectl, "gateway")
+    check_gateway(c, gateway, cpu, facts)
+    gateway_checks.check_plaintext_internal(c, gateway, read("deploy/k8s/gateway/service.yaml"))
+    tls = (render(kubectl, "examples/gateway-tls") if os.path.isdir(os.path.join(K8S, "examples/gateway-tls"))
+           else None)
+    gateway_checks.check_tls(c, tls, gateway, read("docs/deploy.md"))
 
     monitors = render(kubectl, "monitoring")
     service_ports = {p["name"] for p in cpu[("Service", "drt-server")]["spec"]["ports"]}

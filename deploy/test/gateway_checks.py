@@ -1,0 +1,181 @@
+"""Checks of the Envoy gateway's TLS (review-deploy #4) on rendered objects;
+k8s_render_test.py renders deploy/k8s and calls them. Static only: no Envoy
+runs here, so these check what the manifests say, not what Envoy does.
+"""
+import copy
+import os
+import re
+
+import yaml
+
+# The keys of a Secret of type kubernetes.io/tls (`kubectl create secret tls`).
+TLS_SECRET_KEYS = {"certificate_chain": "tls.crt", "private_key": "tls.key"}
+EXPOSED_TYPES = ("LoadBalancer", "NodePort")
+
+
+def envoy_of(objects):
+    """The gateway's ConfigMap and its envoy.yaml, parsed."""
+    (config_map,) = [o for (kind, _), o in objects.items() if kind == "ConfigMap"]
+    return config_map, yaml.safe_load(config_map["data"]["envoy.yaml"])
+
+
+def grpc_listener(envoy):
+    return next(l for l in envoy["static_resources"]["listeners"] if l["name"] == "grpc")
+
+
+def exposed_services(objects):
+    """Services reachable from outside the cluster: LoadBalancer, NodePort,
+    or with externalIPs."""
+    return {name: o for (kind, name), o in objects.items() if kind == "Service"
+            and (o["spec"].get("type", "ClusterIP") in EXPOSED_TYPES or o["spec"].get("externalIPs"))}
+
+
+def check_plaintext_internal(c, objects, service_text):
+    """The plain gateway's client listener is plaintext HTTP/2: the bearer
+    token and every prompt cross the wire in clear, so none of its Services
+    reach outside the cluster, and service.yaml says so instead of
+    suggesting a LoadBalancer (review-deploy #4)."""
+    _, envoy = envoy_of(objects)
+    plaintext = not any("transport_socket" in chain for chain in grpc_listener(envoy)["filter_chains"])
+    exposed = sorted(exposed_services(objects))
+    c.expect(plaintext and not exposed,
+             "gateway: its grpc listener is plaintext and no Service exposes it outside the cluster "
+             "(ClusterIP only)", f"plaintext {plaintext}, exposed {exposed}")
+    comment = " ".join(" ".join(re.findall(r"^#(.*)$", service_text, re.M)).split())
+    c.expect(re.search(r"cluster-internal", comment, re.I) and re.search(r"in clear", comment)
+             and "examples/gateway-tls" in comment and not re.search(r"\bMake it a LoadBalancer", comment),
+             "gateway/service.yaml: says the plaintext port is cluster-internal (token and prompts in clear) "
+             "and points at examples/gateway-tls", comment[:300])
+
+
+def tls_contexts(listener):
+    """The DownstreamTlsContext of each filter chain (None where a chain has
+    no TLS transport socket)."""
+    out = []
+    for chain in listener["filter_chains"]:
+        socket = chain.get("transport_socket", {})
+        config = socket.get("typed_config", {})
+        ok = (socket.get("name") == "envoy.transport_sockets.tls"
+              and config.get("@type", "").endswith(".tls.v3.DownstreamTlsContext"))
+        out.append(config if ok else None)
+    return out
+
+
+def certificates(common, config_map, config_mount):
+    """The TlsCertificate messages a CommonTlsContext serves: inline
+    tls_certificates (Envoy never reloads these), and file-based SDS
+    resources (path_config_source) read from the gateway's ConfigMap, marked
+    as SDS-delivered. Returns [(certificate, via_sds)] and a list of
+    problems."""
+    found, problems = [(cert, False) for cert in common.get("tls_certificates", [])], []
+    for sds in common.get("tls_certificate_sds_secret_configs", []):
+        path = sds.get("sds_config", {}).get("path_config_source", {}).get("path", "")
+        key = os.path.relpath(path, config_mount) if path.startswith(config_mount.rstrip("/") + "/") else None
+        if key not in config_map["data"]:
+            problems.append(f"SDS secret {sds.get('name')}: {path or 'no path_config_source'} is not a file of the "
+                            f"mounted ConfigMap ({config_mount})")
+            continue
+        resources = (yaml.safe_load(config_map["data"][key]) or {}).get("resources", [])
+        named = [r for r in resources if r.get("name") == sds.get("name")
+                 and r.get("@type", "").endswith(".tls.v3.Secret") and "tls_certificate" in r]
+        if len(named) != 1:
+            problems.append(f"{key}: no single Secret resource named {sds.get('name')} with a tls_certificate")
+            continue
+        found.append((named[0]["tls_certificate"], True))
+    return found, problems
+
+
+def without_tls(envoy):
+    """envoy.yaml with the grpc listener's transport sockets taken out."""
+    out = copy.deepcopy(envoy)
+    for chain in grpc_listener(out)["filter_chains"]:
+        chain.pop("transport_socket", None)
+    return out
+
+
+def check_tls(c, objects, plain, docs_text):
+    """deploy/k8s/examples/gateway-tls: Envoy terminates TLS on the client
+    listener with a certificate and key from a Secret mounted read-only, and
+    reloads them when the Secret is renewed; nothing else differs from the
+    plain gateway; only the TLS port leaves the cluster (review-deploy #4)."""
+    name = "examples/gateway-tls"
+    c.expect(objects is not None, f"{name}: the TLS gateway example exists (deploy/k8s/{name})")
+    if objects is None:
+        return
+    config_map, envoy = envoy_of(objects)
+    deployment = objects[("Deployment", "drt-gateway")]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"].rstrip("/"): m for m in container["volumeMounts"]}
+    config_mount = next(path for path, m in mounts.items()
+                        if volumes[m["name"]].get("configMap", {}).get("name") == config_map["metadata"]["name"])
+
+    contexts = tls_contexts(grpc_listener(envoy))
+    c.expect(contexts and all(contexts),
+             f"{name}: every filter chain of listener grpc has a TLS transport_socket (DownstreamTlsContext)",
+             str([chain.get("transport_socket") for chain in grpc_listener(envoy)["filter_chains"]]))
+    commons = [ctx.get("common_tls_context", {}) for ctx in contexts if ctx]
+    c.expect(commons and all(cc.get("alpn_protocols") == ["h2"] for cc in commons),
+             f"{name}: ALPN offers h2 (gRPC's HTTP/2)", str([cc.get("alpn_protocols") for cc in commons]))
+
+    served, problems = [], []
+    for common in commons:
+        found, bad = certificates(common, config_map, config_mount)
+        served += found
+        problems += bad
+    c.expect(served and not problems, f"{name}: the TLS contexts name their certificates (inline or file SDS "
+             "from the ConfigMap)", "; ".join(problems))
+    secrets = set()
+    for cert, via_sds in served:
+        for field, secret_key in TLS_SECRET_KEYS.items():
+            path = cert.get(field, {}).get("filename", "")
+            mount = mounts.get(os.path.dirname(path))
+            volume = volumes.get(mount["name"], {}) if mount else {}
+            secret = volume.get("secret", {})
+            mapped = {i["path"]: i["key"] for i in secret.get("items", [])} or None
+            key = mapped.get(os.path.basename(path)) if mapped else os.path.basename(path)
+            ok = bool(secret.get("secretName")) and mount.get("readOnly") is True and key == secret_key
+            if ok:
+                secrets.add(secret["secretName"])
+            c.expect(ok, f"{name}: {field} {path or '(none)'} is key {secret_key} of a Secret mounted read-only",
+                     f"mount {mount}, volume {volume}")
+        watched = cert.get("watched_directory", {}).get("path", "").rstrip("/")
+        cert_dir = os.path.dirname(cert.get("certificate_chain", {}).get("filename", ""))
+        c.expect(via_sds and watched == cert_dir,
+                 f"{name}: the certificate comes through file SDS with watched_directory {cert_dir} (the Secret "
+                 "mount, whose ..data link kubelet swaps), so Envoy reloads a renewed Secret without a restart",
+                 f"SDS {via_sds}, watched_directory {watched or None}")
+    documented = set(re.findall(r"kubectl -n [a-z0-9-]+ create secret tls ([a-z0-9-]+)", docs_text))
+    c.expect(secrets and secrets <= documented,
+             f"{name}: docs/deploy.md shows how to create the Secret {sorted(secrets)} "
+             "(`kubectl -n drt create secret tls NAME`)", f"documented: {sorted(documented)}")
+
+    # Nothing else changes: Envoy's config and the pod are the plain gateway's.
+    plain_map, plain_envoy = envoy_of(plain)
+    c.expect(without_tls(envoy) == plain_envoy and config_map["data"].get("drain.sh") == plain_map["data"]["drain.sh"],
+             f"{name}: otherwise deploy/k8s/gateway's Envoy (routes, ring, health checks, admin) and drain.sh")
+    plain_pod = copy.deepcopy(plain[("Deployment", "drt-gateway")]["spec"]["template"]["spec"])
+    mine = copy.deepcopy(pod)
+    tls_volumes = {v for v, spec in volumes.items() if "secret" in spec}
+    mine["volumes"] = [v for v in mine["volumes"] if v["name"] not in tls_volumes and "configMap" not in v]
+    plain_pod["volumes"] = [v for v in plain_pod["volumes"] if "configMap" not in v]
+    mine["containers"][0]["volumeMounts"] = [m for m in mine["containers"][0]["volumeMounts"]
+                                             if m["name"] not in tls_volumes]
+    mine["securityContext"].pop("fsGroup", None)
+    c.expect(mine == plain_pod, f"{name}: otherwise the plain gateway's pod (image, drain, probes, security)",
+             f"\n  mine:  {mine}\n  plain: {plain_pod}")
+
+    # Which Services carry what: TLS outside, no cleartext port outside.
+    grpc_port = grpc_listener(envoy)["address"]["socket_address"]["port_value"]
+    port_names = {p["name"]: p["containerPort"] for p in container["ports"]}
+    target = lambda p: port_names.get(p["targetPort"], p["targetPort"])
+    exposed = exposed_services(objects)
+    leaks = [f"{n}:{p['port']}" for n, o in exposed.items() for p in o["spec"]["ports"] if target(p) != grpc_port]
+    c.expect(exposed and not leaks,
+             f"{name}: a LoadBalancer Service exposes the TLS port alone (metrics stay cluster-internal)",
+             f"exposed {sorted(exposed)}, other ports {leaks}")
+    h2c = [f"{n}:{p['port']}" for (kind, n), o in objects.items() if kind == "Service"
+           for p in o["spec"]["ports"] if target(p) == grpc_port and p.get("appProtocol") == "kubernetes.io/h2c"]
+    c.expect(not h2c, f"{name}: no Service calls the TLS port cleartext HTTP/2 (appProtocol kubernetes.io/h2c)",
+             str(h2c))
