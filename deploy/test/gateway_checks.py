@@ -1,5 +1,5 @@
-"""Checks of the Envoy gateway's TLS (review-deploy #4) on rendered objects;
-k8s_render_test.py renders deploy/k8s and calls them. Static only: no Envoy
+"""Checks of the Envoy gateway's TLS and sizing (review-deploy #4, #7) on
+rendered objects; k8s_render_test.py renders deploy/k8s and calls them. Static only: no Envoy
 runs here, so these check what the manifests say, not what Envoy does.
 """
 import copy
@@ -11,6 +11,9 @@ import yaml
 # The keys of a Secret of type kubernetes.io/tls (`kubectl create secret tls`).
 TLS_SECRET_KEYS = {"certificate_chain": "tls.crt", "private_key": "tls.key"}
 EXPOSED_TYPES = ("LoadBalancer", "NodePort")
+# Envoy's circuit breaker defaults where a cluster sets none
+# (config.cluster.v3.CircuitBreakers.Thresholds: 1024 each).
+ENVOY_DEFAULT_THRESHOLD = 1024
 
 
 def envoy_of(objects):
@@ -179,3 +182,41 @@ def check_tls(c, objects, plain, docs_text):
            for p in o["spec"]["ports"] if target(p) == grpc_port and p.get("appProtocol") == "kubernetes.io/h2c"]
     c.expect(not h2c, f"{name}: no Service calls the TLS port cleartext HTTP/2 (appProtocol kubernetes.io/h2c)",
              str(h2c))
+
+
+def max_sessions(container, default):
+    """--max_sessions of a drt-server container: DRT_MAX_SESSIONS, else the
+    server's default."""
+    env = {e["name"]: e for e in container.get("env", [])}
+    return int(env.get("DRT_MAX_SESSIONS", {}).get("value", default))
+
+
+def surge_pods(deployment, replicas):
+    """Pods a rolling update may add above the replica count (maxSurge,
+    Kubernetes' default 25% rounded up)."""
+    strategy = deployment["spec"].get("strategy", {})
+    if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+        return 0
+    surge = strategy.get("rollingUpdate", {}).get("maxSurge", "25%")
+    if isinstance(surge, str) and surge.endswith("%"):
+        return -(-int(surge[:-1]) * replicas // 100)
+    return int(surge)
+
+
+def check_circuit_breakers(c, name, cluster, sessions, pods, why):
+    """Each running Append or Generate holds one Envoy request to the
+    cluster for its whole length, and drt-server runs at most one call per
+    session, so one gateway (the other may be draining) can hold sessions x
+    pods long requests. The cluster's circuit breakers (Envoy's defaults:
+    1024) must not refuse them while the servers have room: past
+    max_requests or max_pending_requests Envoy fails calls at once with
+    UNAVAILABLE (review-deploy #7). Raising --max_sessions or the replica
+    count without these fails here."""
+    thresholds = cluster.get("circuit_breakers", {}).get("thresholds", [])
+    default = next((t for t in thresholds if t.get("priority", "DEFAULT") == "DEFAULT"), {})
+    needed = sessions * pods
+    got = {k: int(default.get(k, ENVOY_DEFAULT_THRESHOLD)) for k in ("max_requests", "max_pending_requests")}
+    c.expect(all(v >= needed for v in got.values()),
+             f"{name}: circuit breakers max_requests {got['max_requests']} and max_pending_requests "
+             f"{got['max_pending_requests']} >= {sessions} sessions x {pods} pods ({why}) = {needed}",
+             "(1024 where unset: Envoy's default)")

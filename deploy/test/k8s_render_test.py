@@ -68,7 +68,12 @@ def source_facts():
     image_model = re.search(r"^ENV DRT_MODEL=(\S+)", dockerfile, re.M).group(1)
     copied = re.search(r"^COPY (\S+) " + re.escape(image_model) + r"$", dockerfile, re.M).group(1)
     header = re.search(r'SESSION_HEADER = "([^"]+)"', read("client_examples/python/drt_client.py")).group(1)
-    return dict(min_client_ping_ms=min_client_ping_ms, engine_health_service=engine_health_service, engine_stall_default=engine_stall_default,
+    # --max_sessions' default: the flag's own, or ServiceOptions' it names.
+    flag = re.search(r"ABSL_FLAG\(int64_t, max_sessions, ([^,]+),", read("server/server_flags.cc")).group(1).strip()
+    max_sessions = int(flag if flag.isdigit() else
+                       re.search(r"struct ServiceOptions \{[^}]*?int64_t max_sessions = (\d+);",
+                                 read("server/drt_service.h")).group(1))
+    return dict(max_sessions=max_sessions, min_client_ping_ms=min_client_ping_ms, engine_health_service=engine_health_service, engine_stall_default=engine_stall_default,
                 image_model=image_model, image_model_bytes=model_weight_bytes(copied), uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
                 header=header, http_paths=http_paths, drain_script=drain_script, drain_bound=drain_bound)
 
@@ -713,6 +718,9 @@ def check_durable(c, objects, gateway, cpu, facts):
              f"{name}/gateway: the ring hashes pod names, not addresses (a restarted pod keeps its keys)",
              str(cluster.get("common_lb_config")))
     check_upstream_keepalive(c, f"{name}/gateway", cluster, facts)
+    gateway_checks.check_circuit_breakers(c, f"{name}/gateway", cluster,
+                                          gateway_checks.max_sessions(container, facts["max_sessions"]),
+                                          spec["replicas"], "the StatefulSet's replicas")
     c.expect(not cluster.get("health_checks") and not cluster.get("outlier_detection"),
              f"{name}/gateway: no health checks or outlier detection take a pod (and its keys) out of the ring")
     strip = lambda e: [cl for cl in e["static_resources"]["clusters"] if cl["name"] != "drt_server"]
@@ -823,6 +831,18 @@ def check_all(c, kubectl, facts):
     c.expect(metric in facts["metrics"], f"autoscaling: {metric} is a metric drt-server exports",
              str(sorted(facts["metrics"])))
     check_hpa_owns_replicas(c, hpa, rendered)
+    # One gateway may carry every stream of every pod the HPA can run,
+    # surge pods of a rolling update included.
+    cluster = next(cl for cl in gateway_checks.envoy_of(gateway)[1]["static_resources"]["clusters"]
+                   if cl["name"] == "drt_server")
+    most = hpa["spec"]["maxReplicas"]
+    for overlay in ("cpu", "gpu"):
+        deployment = rendered[overlay][("Deployment", "drt-server")]
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        pods = most + gateway_checks.surge_pods(deployment, most)
+        gateway_checks.check_circuit_breakers(
+            c, f"gateway ({overlay})", cluster, gateway_checks.max_sessions(container, facts["max_sessions"]),
+            pods, f"the HPA's maxReplicas {most} + the {overlay} overlay's surge {pods - most}")
 
     pvc = rendered["examples/model-pvc"]
     pod = pvc[("Deployment", "drt-server")]["spec"]["template"]["spec"]
