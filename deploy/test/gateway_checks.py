@@ -220,3 +220,33 @@ def check_circuit_breakers(c, name, cluster, sessions, pods, why):
              f"{name}: circuit breakers max_requests {got['max_requests']} and max_pending_requests "
              f"{got['max_pending_requests']} >= {sessions} sessions x {pods} pods ({why}) = {needed}",
              "(1024 where unset: Envoy's default)")
+
+
+def cpu_cores(quantity):
+    """A Kubernetes CPU quantity ("500m", "2", 1.5) in cores."""
+    text = str(quantity)
+    return int(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def check_concurrency(c, name, deployment, cluster, pods):
+    """Envoy runs --concurrency worker threads, by default one per hardware
+    thread of the node (192 on a large GPU node) whatever the pod's CPU
+    request; each worker keeps its own HTTP/2 connection to every pod
+    (review-deploy #7). So --concurrency is set, at most the CPU request in
+    cores (at least 2 workers' worth), and max_connections covers one
+    connection per worker per pod."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = container.get("args", [])
+    value = args[args.index("--concurrency") + 1] if "--concurrency" in args[:-1] else None
+    request = container.get("resources", {}).get("requests", {}).get("cpu")
+    allowed = max(2, -(-cpu_cores(request) // 1)) if request is not None else 0
+    workers = int(value) if value and value.isdigit() else 0
+    c.expect(1 <= workers <= allowed,
+             f"{name}: Envoy runs --concurrency {value} workers, sized to its CPU request {request} "
+             f"(at most {allowed:g}), not one per node CPU", str(args))
+    thresholds = cluster.get("circuit_breakers", {}).get("thresholds", [])
+    default = next((t for t in thresholds if t.get("priority", "DEFAULT") == "DEFAULT"), {})
+    connections = int(default.get("max_connections", ENVOY_DEFAULT_THRESHOLD))
+    c.expect(workers and connections >= workers * pods,
+             f"{name}: max_connections {connections} >= {workers} workers x {pods} pods (one HTTP/2 "
+             "connection per worker per pod)")

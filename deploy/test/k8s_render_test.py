@@ -843,6 +843,8 @@ def check_all(c, kubectl, facts):
         gateway_checks.check_circuit_breakers(
             c, f"gateway ({overlay})", cluster, gateway_checks.max_sessions(container, facts["max_sessions"]),
             pods, f"the HPA's maxReplicas {most} + the {overlay} overlay's surge {pods - most}")
+        gateway_checks.check_concurrency(c, f"gateway ({overlay})", gateway[("Deployment", "drt-gateway")],
+                                         cluster, pods)
 
     pvc = rendered["examples/model-pvc"]
     pod = pvc[("Deployment", "drt-server")]["spec"]["template"]["spec"]
