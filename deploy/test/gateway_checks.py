@@ -250,3 +250,19 @@ def check_concurrency(c, name, deployment, cluster, pods):
     c.expect(workers and connections >= workers * pods,
              f"{name}: max_connections {connections} >= {workers} workers x {pods} pods (one HTTP/2 "
              "connection per worker per pod)")
+
+
+# envoyproxy/envoy:vMAJOR.MINOR.PATCH, optionally pinned by digest as well.
+EXACT_ENVOY_IMAGE = r"(docker\.io/)?envoyproxy/envoy:v\d+\.\d+\.\d+(@sha256:[0-9a-f]{64})?"
+
+
+def check_envoy_image(c, name, deployment):
+    """The gateway runs an exact Envoy release (review-deploy #7): a
+    `v1.NN-latest` tag moves with each patch, so nodes that pulled it at
+    different times (imagePullPolicy IfNotPresent) run different Envoys, and
+    an old minor's tag stops getting fixes when its support ends."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    image = container["image"]
+    c.expect(re.fullmatch(EXACT_ENVOY_IMAGE, image) is not None,
+             f"{name}: the Envoy image is an exact release (vX.Y.Z, optionally @sha256 digest), not a moving tag",
+             image)

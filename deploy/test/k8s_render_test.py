@@ -517,7 +517,8 @@ def check_gateway_drain(c, objects, config_map, envoy, cluster, server_objects, 
     # shell, and there the hook would fail at once and SIGTERM would cut
     # every stream (review-toolsfix #3).
     image = container["image"]
-    c.expect(re.fullmatch(r"(docker\.io/)?envoyproxy/envoy:v[0-9][0-9.]*(-latest)?", image) is not None,
+    c.expect(re.fullmatch(r"(docker\.io/)?envoyproxy/envoy:v[0-9][0-9.]*(-latest)?(@sha256:[0-9a-f]{64})?", image)
+             is not None,
              "gateway: the image is a Ubuntu-based envoyproxy/envoy:vX tag (bash for drain.sh), "
              "not a distroless one", image)
     c.expect(pre_stop == ["/bin/bash", mounts[config_volume] + "/drain.sh"]
@@ -845,6 +846,7 @@ def check_all(c, kubectl, facts):
             pods, f"the HPA's maxReplicas {most} + the {overlay} overlay's surge {pods - most}")
         gateway_checks.check_concurrency(c, f"gateway ({overlay})", gateway[("Deployment", "drt-gateway")],
                                          cluster, pods)
+    gateway_checks.check_envoy_image(c, "gateway", gateway[("Deployment", "drt-gateway")])
 
     pvc = rendered["examples/model-pvc"]
     pod = pvc[("Deployment", "drt-server")]["spec"]["template"]["spec"]
