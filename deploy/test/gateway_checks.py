@@ -266,3 +266,60 @@ def check_envoy_image(c, name, deployment):
     c.expect(re.fullmatch(EXACT_ENVOY_IMAGE, image) is not None,
              f"{name}: the Envoy image is an exact release (vX.Y.Z, optionally @sha256 digest), not a moving tag",
              image)
+
+
+# The HTTP/2 windows of Envoy's guide "Configuring Envoy as an edge proxy"
+# (Envoy's own defaults: 256 MiB each).
+EDGE_STREAM_WINDOW = 64 * 1024
+EDGE_CONNECTION_WINDOW = 1024 * 1024
+
+
+def memory_bytes(quantity):
+    """A Kubernetes memory quantity ("1Gi", "256Mi") in bytes."""
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi)", str(quantity))
+    if not m:
+        raise SystemExit(f"memory quantity {quantity!r}: expected <number>Ki|Mi|Gi")
+    return int(m.group(1)) * {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}[m.group(2)]
+
+
+def check_overload(c, name, envoy, deployment, cluster):
+    """Envoy's overload manager watches its heap against a bound below the
+    container's memory limit and stops taking new requests near it, so
+    memory pressure gets 503s instead of an OOM kill that cuts every stream;
+    client connections are capped; the HTTP/2 windows downstream and to the
+    pods are the edge-proxy guide's, not Envoy's 256 MiB (review-deploy #7)."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    limit = container.get("resources", {}).get("limits", {}).get("memory")
+    overload = envoy.get("overload_manager", {})
+    monitors = {m["name"]: m.get("typed_config", {}) for m in overload.get("resource_monitors", [])}
+    heap = int(monitors.get("envoy.resource_monitors.fixed_heap", {}).get("max_heap_size_bytes", 0))
+    stop = [t.get("threshold", {}).get("value", 1) for a in overload.get("actions", [])
+            if a["name"] == "envoy.overload_actions.stop_accepting_requests"
+            for t in a.get("triggers", []) if t["name"] == "envoy.resource_monitors.fixed_heap"]
+    c.expect(limit is not None and 0 < heap < memory_bytes(limit) and stop and min(stop) < 1,
+             f"{name}: the overload manager's heap bound ({heap} bytes) is below the container's memory limit "
+             f"({limit}) and new requests stop at {min(stop) if stop else None} of it",
+             str(overload)[:300])
+    probed = {p.get("httpGet", {}).get("port") for p in (container.get("readinessProbe", {}),
+                                                          container.get("livenessProbe", {}))}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    probe_ports = {ports.get(p, p) for p in probed if p is not None}
+    listeners = [l for l in envoy["static_resources"]["listeners"]
+                 if l["address"]["socket_address"]["port_value"] in probe_ports]
+    c.expect(listeners and all(l.get("bypass_overload_manager") is True and l.get("ignore_global_conn_limit") is True
+                               for l in listeners),
+             f"{name}: the listener kubelet probes (port {sorted(probe_ports)}) bypasses the overload manager and "
+             "the connection cap (an overloaded Envoy is not restarted by its liveness probe)",
+             str([(l["name"], l.get("bypass_overload_manager"), l.get("ignore_global_conn_limit")) for l in listeners]))
+    connections = monitors.get("envoy.resource_monitors.global_downstream_max_connections", {})
+    c.expect(int(connections.get("max_active_downstream_connections", 0)) > 0,
+             f"{name}: client connections are capped (global_downstream_max_connections)", str(connections))
+    hcm = grpc_listener(envoy)["filter_chains"][0]["filters"][0]["typed_config"]
+    upstream = (cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+                .get("explicit_http_config", {}).get("http2_protocol_options", {}))
+    for side, options in (("clients", hcm.get("http2_protocol_options", {})), ("pods", upstream)):
+        stream = int(options.get("initial_stream_window_size", 2**28))
+        conn = int(options.get("initial_connection_window_size", 2**28))
+        c.expect(stream <= EDGE_STREAM_WINDOW and conn <= EDGE_CONNECTION_WINDOW,
+                 f"{name}: HTTP/2 windows toward the {side} at most the edge-proxy guide's 64 KiB per stream and "
+                 f"1 MiB per connection (Envoy's default 256 MiB)", f"{stream} / {conn}")

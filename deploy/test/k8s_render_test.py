@@ -726,9 +726,10 @@ def check_durable(c, objects, gateway, cpu, facts):
              f"{name}/gateway: no health checks or outlier detection take a pod (and its keys) out of the ring")
     strip = lambda e: [cl for cl in e["static_resources"]["clusters"] if cl["name"] != "drt_server"]
     same = (strip(envoy) == strip(base_envoy) and envoy["static_resources"]["listeners"]
-            == base_envoy["static_resources"]["listeners"] and envoy["admin"] == base_envoy["admin"])
+            == base_envoy["static_resources"]["listeners"] and envoy["admin"] == base_envoy["admin"]
+            and envoy.get("overload_manager") == base_envoy.get("overload_manager"))
     c.expect(same, f"{name}/gateway: otherwise deploy/k8s/gateway's Envoy (listeners with the "
-             f"{facts['header']} hash policy, admin, drain)")
+             f"{facts['header']} hash policy, admin, overload manager, drain)")
     deployment = gateway[("Deployment", "drt-gateway")]
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
     c.expect(any(v.get("configMap", {}).get("name") == config_map["metadata"]["name"] for v in volumes)
@@ -847,6 +848,8 @@ def check_all(c, kubectl, facts):
         gateway_checks.check_concurrency(c, f"gateway ({overlay})", gateway[("Deployment", "drt-gateway")],
                                          cluster, pods)
     gateway_checks.check_envoy_image(c, "gateway", gateway[("Deployment", "drt-gateway")])
+    gateway_checks.check_overload(c, "gateway", gateway_checks.envoy_of(gateway)[1],
+                                  gateway[("Deployment", "drt-gateway")], cluster)
 
     pvc = rendered["examples/model-pvc"]
     pod = pvc[("Deployment", "drt-server")]["spec"]["template"]["spec"]
