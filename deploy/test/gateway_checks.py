@@ -1,6 +1,7 @@
 """Checks of the Envoy gateway's TLS and sizing (review-deploy #4, #7) on
-rendered objects; k8s_render_test.py renders deploy/k8s and calls them. Static only: no Envoy
-runs here, so these check what the manifests say, not what Envoy does.
+rendered objects; k8s_render_test.py renders deploy/k8s and calls them.
+Static only: no Envoy runs here, so these check what the manifests say, not
+what Envoy does.
 """
 import copy
 import os
