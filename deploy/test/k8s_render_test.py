@@ -25,6 +25,7 @@ import sys
 import yaml
 
 from checks import Checks
+import gateway_checks
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 K8S = os.path.join(REPO, "deploy", "k8s")
@@ -67,7 +68,12 @@ def source_facts():
     image_model = re.search(r"^ENV DRT_MODEL=(\S+)", dockerfile, re.M).group(1)
     copied = re.search(r"^COPY (\S+) " + re.escape(image_model) + r"$", dockerfile, re.M).group(1)
     header = re.search(r'SESSION_HEADER = "([^"]+)"', read("client_examples/python/drt_client.py")).group(1)
-    return dict(min_client_ping_ms=min_client_ping_ms, engine_health_service=engine_health_service, engine_stall_default=engine_stall_default,
+    # --max_sessions' default: the flag's own, or ServiceOptions' it names.
+    flag = re.search(r"ABSL_FLAG\(int64_t, max_sessions, ([^,]+),", read("server/server_flags.cc")).group(1).strip()
+    max_sessions = int(flag if flag.isdigit() else
+                       re.search(r"struct ServiceOptions \{[^}]*?int64_t max_sessions = (\d+);",
+                                 read("server/drt_service.h")).group(1))
+    return dict(max_sessions=max_sessions, min_client_ping_ms=min_client_ping_ms, engine_health_service=engine_health_service, engine_stall_default=engine_stall_default,
                 image_model=image_model, image_model_bytes=model_weight_bytes(copied), uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
                 header=header, http_paths=http_paths, drain_script=drain_script, drain_bound=drain_bound)
 
@@ -511,7 +517,8 @@ def check_gateway_drain(c, objects, config_map, envoy, cluster, server_objects, 
     # shell, and there the hook would fail at once and SIGTERM would cut
     # every stream (review-toolsfix #3).
     image = container["image"]
-    c.expect(re.fullmatch(r"(docker\.io/)?envoyproxy/envoy:v[0-9][0-9.]*(-latest)?", image) is not None,
+    c.expect(re.fullmatch(r"(docker\.io/)?envoyproxy/envoy:v[0-9][0-9.]*(-latest)?(@sha256:[0-9a-f]{64})?", image)
+             is not None,
              "gateway: the image is a Ubuntu-based envoyproxy/envoy:vX tag (bash for drain.sh), "
              "not a distroless one", image)
     c.expect(pre_stop == ["/bin/bash", mounts[config_volume] + "/drain.sh"]
@@ -712,13 +719,17 @@ def check_durable(c, objects, gateway, cpu, facts):
              f"{name}/gateway: the ring hashes pod names, not addresses (a restarted pod keeps its keys)",
              str(cluster.get("common_lb_config")))
     check_upstream_keepalive(c, f"{name}/gateway", cluster, facts)
+    gateway_checks.check_circuit_breakers(c, f"{name}/gateway", cluster,
+                                          gateway_checks.max_sessions(container, facts["max_sessions"]),
+                                          spec["replicas"], "the StatefulSet's replicas")
     c.expect(not cluster.get("health_checks") and not cluster.get("outlier_detection"),
              f"{name}/gateway: no health checks or outlier detection take a pod (and its keys) out of the ring")
     strip = lambda e: [cl for cl in e["static_resources"]["clusters"] if cl["name"] != "drt_server"]
     same = (strip(envoy) == strip(base_envoy) and envoy["static_resources"]["listeners"]
-            == base_envoy["static_resources"]["listeners"] and envoy["admin"] == base_envoy["admin"])
+            == base_envoy["static_resources"]["listeners"] and envoy["admin"] == base_envoy["admin"]
+            and envoy.get("overload_manager") == base_envoy.get("overload_manager"))
     c.expect(same, f"{name}/gateway: otherwise deploy/k8s/gateway's Envoy (listeners with the "
-             f"{facts['header']} hash policy, admin, drain)")
+             f"{facts['header']} hash policy, admin, overload manager, drain)")
     deployment = gateway[("Deployment", "drt-gateway")]
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
     c.expect(any(v.get("configMap", {}).get("name") == config_map["metadata"]["name"] for v in volumes)
@@ -797,7 +808,12 @@ def check_all(c, kubectl, facts):
                  ("examples/http-probes", "examples/http-probes"))}
     cpu = check_server(c, "cpu", rendered["cpu"], facts, gpu=False)
     check_server(c, "gpu", rendered["gpu"], facts, gpu=True)
-    check_gateway(c, render(kubectl, "gateway"), cpu, facts)
+    gateway = render(kubectl, "gateway")
+    check_gateway(c, gateway, cpu, facts)
+    gateway_checks.check_plaintext_internal(c, gateway, read("deploy/k8s/gateway/service.yaml"))
+    tls = (render(kubectl, "examples/gateway-tls") if os.path.isdir(os.path.join(K8S, "examples/gateway-tls"))
+           else None)
+    gateway_checks.check_tls(c, tls, gateway, read("docs/deploy.md"))
 
     monitors = render(kubectl, "monitoring")
     service_ports = {p["name"] for p in cpu[("Service", "drt-server")]["spec"]["ports"]}
@@ -817,6 +833,23 @@ def check_all(c, kubectl, facts):
     c.expect(metric in facts["metrics"], f"autoscaling: {metric} is a metric drt-server exports",
              str(sorted(facts["metrics"])))
     check_hpa_owns_replicas(c, hpa, rendered)
+    # One gateway may carry every stream of every pod the HPA can run,
+    # surge pods of a rolling update included.
+    cluster = next(cl for cl in gateway_checks.envoy_of(gateway)[1]["static_resources"]["clusters"]
+                   if cl["name"] == "drt_server")
+    most = hpa["spec"]["maxReplicas"]
+    for overlay in ("cpu", "gpu"):
+        deployment = rendered[overlay][("Deployment", "drt-server")]
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        pods = most + gateway_checks.surge_pods(deployment, most)
+        gateway_checks.check_circuit_breakers(
+            c, f"gateway ({overlay})", cluster, gateway_checks.max_sessions(container, facts["max_sessions"]),
+            pods, f"the HPA's maxReplicas {most} + the {overlay} overlay's surge {pods - most}")
+        gateway_checks.check_concurrency(c, f"gateway ({overlay})", gateway[("Deployment", "drt-gateway")],
+                                         cluster, pods)
+    gateway_checks.check_envoy_image(c, "gateway", gateway[("Deployment", "drt-gateway")])
+    gateway_checks.check_overload(c, "gateway", gateway_checks.envoy_of(gateway)[1],
+                                  gateway[("Deployment", "drt-gateway")], cluster)
 
     pvc = rendered["examples/model-pvc"]
     pod = pvc[("Deployment", "drt-server")]["spec"]["template"]["spec"]
