@@ -48,7 +48,8 @@ ABSL_FLAG(int64_t, tokens, 200000, "tokens appended per throughput run");
 ABSL_FLAG(int32_t, runs, 3,
           "runs per mode, and cold and warm restores (alternating which comes first); the medians "
           "are printed");
-ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU threads (0: the CPUs this process may use; engine/cpu/cpu_threads.h)");
 ABSL_FLAG(int64_t, sessions, 8, "sessions written for the start-up measurement");
 ABSL_FLAG(int64_t, session_tokens, 100000, "tokens per session for the start-up measurement");
 ABSL_FLAG(int64_t, step_tokens, 0,

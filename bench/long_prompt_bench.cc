@@ -24,7 +24,8 @@
 ABSL_FLAG(std::string, model, "build/models/drt-random-gpt2", "model directory");
 ABSL_FLAG(int64_t, prompt_tokens, 100000, "prompt length in tokens");
 ABSL_FLAG(int32_t, generate, 64, "tokens to generate");
-ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU threads (0: the CPUs this process may use; engine/cpu/cpu_threads.h)");
 ABSL_FLAG(bool, lower_only_forwards, true,
           "CPU only: prefill rows that cannot change the kept state skip the upper layers "
           "(CpuBackendOptions::lower_only_forwards); false runs every row through GCA, as a "

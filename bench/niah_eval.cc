@@ -31,7 +31,8 @@ ABSL_FLAG(std::string, pad_to_chunk_boundary, "model",
           "generation_config.json default)");
 ABSL_FLAG(int32_t, max_new_tokens, 8, "tokens generated per answer");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the random keys");
-ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU threads (0: the CPUs this process may use; engine/cpu/cpu_threads.h)");
 ABSL_FLAG(std::string, device, "cpu",
           "cpu, cuda or auto (auto: cuda when this build has the CUDA backend and GPU "
           "--cuda_device is visible, else cpu)");

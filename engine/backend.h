@@ -268,7 +268,7 @@ class Backend {
 };
 
 struct CpuBackendOptions {
-  int num_threads = 0;  // 0: all cores
+  int num_threads = 0;  // 0: the CPUs this process may use (engine/cpu/cpu_threads.h)
   // The step size (Backend::max_step_positions): decoder positions one
   // forward holds, all sessions together; rounded down to whole chunks, at
   // least one chunk. Prefill memory is proportional to it, never to the

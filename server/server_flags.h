@@ -62,7 +62,7 @@ struct ServerConfig {
   bool cuda_decode_graphs = false;
   // --cuda_decode_fused_gemv (CudaBackendOptions::decode_fused_gemv)
   bool cuda_decode_fused_gemv = false;
-  int threads = 0;  // CPU backend threads; 0: all cores
+  int threads = 0;  // CPU backend threads; 0: the CPUs this process may use (cpu_threads.h)
   // --mixed_lower_only_forwards (CpuBackendOptions::mixed_lower_only_forwards):
   // off, a forward skips the upper layers only when all of it may, and every
   // prefill piece gets its logits (the behaviour before; rollback and A/B).

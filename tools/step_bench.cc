@@ -39,7 +39,8 @@ ABSL_FLAG(std::string, sessions, "1,4,8,16,64", "comma-separated session counts 
 ABSL_FLAG(int64_t, prompt_tokens, 1000, "prompt length of every session");
 ABSL_FLAG(int32_t, generate, 32, "tokens generated per session per run");
 ABSL_FLAG(int32_t, repeats, 3, "runs per N; the median is reported");
-ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU threads (0: the CPUs this process may use; engine/cpu/cpu_threads.h)");
 ABSL_FLAG(std::string, device, "cpu",
           "backend: cpu, cuda or auto (auto: cuda when this build has the CUDA backend and GPU 0 "
           "is visible, else cpu)");

@@ -28,7 +28,7 @@ absl::StatusOr<bool> ResolvePadToChunkBoundary(absl::string_view choice, const M
 
 struct EvalBackendFlags {
   absl::string_view device;          // cpu, cuda or auto
-  int threads = 0;                   // CPU threads, 0: all cores
+  int threads = 0;                   // CPU threads, 0: the CPUs this process may use
   int cuda_device = 0;               // GPU index
   absl::string_view cuda_precision;  // bf16 or fp32
 };

@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -15,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "engine/cpu/cgroup_quota.h"
 
 namespace drt::cpu {
 namespace {
@@ -28,14 +27,6 @@ int CeilCpus(int64_t quota, int64_t period) {
 absl::Status Malformed(absl::string_view what, absl::string_view text) {
   return absl::InvalidArgumentError(
       absl::StrCat(what, " '", absl::StripAsciiWhitespace(text), "' is not a CPU quota"));
-}
-
-std::optional<std::string> ReadSmallFile(const char* path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 }  // namespace
@@ -95,8 +86,13 @@ CpuThreads ChooseCpuThreads(const CpuCounts& counts) {
   if (counts.quota) {
     figures.push_back(
         absl::StrCat(*counts.quota, " by the cgroup quota (", counts.quota_source, ")"));
+    if (!counts.quota_problem.empty()) {
+      figures.push_back(absl::StrCat("ignored: ", counts.quota_problem));
+    }
   } else if (!counts.quota_problem.empty()) {
     figures.push_back(absl::StrCat("cgroup quota unknown: ", counts.quota_problem));
+  } else if (!counts.quota_none.empty()) {
+    figures.push_back(absl::StrCat("no cgroup CPU quota (", counts.quota_none, ")"));
   } else {
     figures.push_back("no cgroup CPU quota");
   }
@@ -110,30 +106,11 @@ CpuCounts ReadCpuCounts() {
   cpu_set_t mask;
   CPU_ZERO(&mask);
   if (sched_getaffinity(0, sizeof(mask), &mask) == 0) counts.affinity = CPU_COUNT(&mask);
-  if (std::optional<std::string> v2 = ReadSmallFile("/sys/fs/cgroup/cpu.max")) {
-    absl::StatusOr<std::optional<int>> cpus = CpusFromCgroupV2(*v2);
-    if (cpus.ok()) {
-      counts.quota = *cpus;
-      counts.quota_source =
-          absl::StrCat("cgroup v2 cpu.max ", absl::StripAsciiWhitespace(*v2));
-    } else {
-      counts.quota_problem = std::string(cpus.status().message());
-    }
-    return counts;
-  }
-  std::optional<std::string> quota = ReadSmallFile("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
-  std::optional<std::string> period = ReadSmallFile("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
-  if (quota && period) {
-    absl::StatusOr<std::optional<int>> cpus = CpusFromCgroupV1(*quota, *period);
-    if (cpus.ok()) {
-      counts.quota = *cpus;
-      counts.quota_source =
-          absl::StrCat("cgroup v1 cpu.cfs_quota_us ", absl::StripAsciiWhitespace(*quota),
-                       " / cpu.cfs_period_us ", absl::StripAsciiWhitespace(*period));
-    } else {
-      counts.quota_problem = std::string(cpus.status().message());
-    }
-  }
+  CgroupQuota quota = ReadOwnCgroupQuota();
+  counts.quota = quota.cpus;
+  counts.quota_source = std::move(quota.source);
+  counts.quota_problem = std::move(quota.problem);
+  counts.quota_none = std::move(quota.none);
   return counts;
 }
 

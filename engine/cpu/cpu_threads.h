@@ -33,7 +33,8 @@ struct CpuCounts {
   std::optional<int> affinity;     // CPUs in the affinity mask, when known
   std::optional<int> quota;        // CPUs the cgroup's quota allows, when it has one
   std::string quota_source;        // where `quota` came from ("cgroup v2 cpu.max 400000 100000")
-  std::string quota_problem;       // why the cgroup's quota is unknown (a malformed file), if so
+  std::string quota_problem;       // a malformed quota file, if one was met
+  std::string quota_none;          // without a quota: why ("max" seen, or no file found)
 };
 
 struct CpuThreads {
@@ -44,9 +45,10 @@ struct CpuThreads {
 // The smallest of the known counts, at least 1, and which one it was.
 CpuThreads ChooseCpuThreads(const CpuCounts& counts);
 
-// Reads the counts as this process sees them: /sys/fs/cgroup/cpu.max (v2),
-// else /sys/fs/cgroup/cpu/cpu.cfs_{quota,period}_us (v1), the affinity mask
-// and hardware_concurrency.
+// Reads the counts as this process sees them: its cgroup's quota
+// (ReadOwnCgroupQuota, engine/cpu/cgroup_quota.h: the process's own cgroup
+// from /proc/self/cgroup and, on v2, the cgroups above it), the affinity
+// mask and hardware_concurrency.
 CpuCounts ReadCpuCounts();
 
 // ChooseCpuThreads(ReadCpuCounts()).

@@ -35,6 +35,15 @@ std::string StartAndReadStderr(const std::vector<std::string>& args, const std::
 
 TEST_CASE("drt-server with --threads=0 runs as many CPU threads as its affinity mask allows",
           "[server][process][cpu_threads]") {
+  // With one CPU the mask changes nothing: the host's count is 1 already
+  // and is the reason named (ChooseCpuThreads keeps the first of a tie), so
+  // there is nothing to tell apart. Said as a skip, which ctest reports as
+  // skipped (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt), not passed.
+  if (std::thread::hardware_concurrency() < 2) {
+    WARN("hardware_concurrency is " << std::thread::hardware_concurrency()
+                                    << ": one CPU only, skipping");
+    return;
+  }
   drt::testing::TempDir temp;
   std::vector<std::string> args = ServerProcessArgs(1);
   args.push_back("--threads=0");
@@ -58,15 +67,16 @@ TEST_CASE("drt-server with --threads=0 runs as many CPU threads as its affinity 
   }
   REQUIRE(sched_setaffinity(0, sizeof(saved), &saved) == 0);
   INFO("stderr:\n" << err);
-  if (std::thread::hardware_concurrency() < 2) {
-    WARN("one CPU on this machine: the mask changes nothing, so this cannot tell the old count");
-  }
   CHECK(err.find("drt-server: 1 CPU threads (--threads=0: the CPUs in the affinity mask; CPUs: ") !=
         std::string::npos);
   CHECK(err.find(" 1 in the affinity mask") != std::string::npos);
+}
 
-  // An explicit count is taken as given, and said so.
-  args.back() = "--threads=3";
+TEST_CASE("drt-server with --threads=N runs N CPU threads and says it was given",
+          "[server][process][cpu_threads]") {
+  drt::testing::TempDir temp;
+  std::vector<std::string> args = ServerProcessArgs(1);
+  args.push_back("--threads=3");
   const std::string explicit_err = StartAndReadStderr(args, temp.File("three.err"));
   INFO("stderr:\n" << explicit_err);
   CHECK(explicit_err.find("drt-server: 3 CPU threads (--threads)") != std::string::npos);

@@ -8,7 +8,12 @@
 //
 // The restore is slowed by the binary's test hook DRT_TEST_RESTORE_DELAY_MS
 // (server/main.cc), which holds each session's restore that long after a
-// line on stderr; the test signals after the first such line.
+// line on stderr; the test signals after the first such line. Before the
+// signalled starts the state directory gets a torn chunk-log tail and a
+// damaged state file, so the restore has written (cut the tail, moved the
+// damaged session to quarantine/) by the time the hook runs: the signal
+// lands after those writes, and the next start still finds everything as an
+// unsignalled start would have left it (review-startsig #3).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -16,6 +21,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -174,6 +180,37 @@ TEST_CASE("a shutdown signal during the restore of --state_dir ends drt-server a
     REQUIRE(WEXITSTATUS(*status) == 0);
   }
 
+  // A torn tail on the largest chunk log (a write cut short, as a crash
+  // leaves it: 100 bytes, less than a record) and a state file that does
+  // not decode (sessions/zz.state). A start cuts the first and quarantines
+  // the second before it restores any session.
+  namespace fs = std::filesystem;
+  fs::path torn;
+  for (const auto& entry : fs::directory_iterator(state + "/chunks")) {
+    if (torn.empty() || fs::file_size(entry.path()) > fs::file_size(torn)) torn = entry.path();
+  }
+  REQUIRE_FALSE(torn.empty());
+  const uintmax_t torn_bytes = fs::file_size(torn);
+  std::ofstream(torn, std::ios::app) << std::string(100, '\x5a');
+  REQUIRE(fs::file_size(torn) == torn_bytes + 100);
+  const std::string damaged = state + "/sessions/zz.state";
+  std::ofstream(damaged) << "not a session record";
+  // The quarantine/zz-* directories and what each holds.
+  const auto quarantined_zz = [&] {
+    std::vector<std::vector<std::string>> dirs;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(state + "/quarantine", ec)) {
+      if (entry.path().filename().string().rfind("zz-", 0) != 0) continue;
+      std::vector<std::string> names;
+      for (const auto& file : fs::directory_iterator(entry.path())) {
+        names.push_back(file.path().filename().string());
+      }
+      dirs.push_back(names);
+    }
+    return dirs;
+  };
+  REQUIRE(quarantined_zz().empty());
+
   // Each session's restore is held 5 s, 15 s in all: a signal the server
   // held to the end of the restore (the old behaviour) would exit after
   // ~15 s and with status 0. How soon it exits: the main thread polls
@@ -208,10 +245,19 @@ TEST_CASE("a shutdown signal during the restore of --state_dir ends drt-server a
                              " before serving";
     CHECK(err.find(line) != std::string::npos);
     CHECK(starting.out().find("listening") == std::string::npos);
+    // The first signalled start made the restore's writes before its first
+    // session's hook (their lines on stderr come after the restore, so the
+    // files are checked): the tail is cut back to the whole records and zz
+    // is in quarantine/, once; the second finds nothing left to do.
+    CHECK(fs::file_size(torn) == torn_bytes);
+    CHECK_FALSE(fs::exists(damaged));
+    CHECK(quarantined_zz() == std::vector<std::vector<std::string>>{{"zz.state"}});
   }
 
   // The next start restores every session, exactly: the same token counts,
-  // none quarantined, and the parent continues as its fork did.
+  // none quarantined and no tail cut (both were done before the first
+  // signal, and not undone), zz still in quarantine/ once, and the parent
+  // continues as its fork did.
   const std::string err_path = temp.File("restart.err");
   ServerProcess server(drt::testing::ServerBinary(), args, 60, err_path);
   auto stub = drt::v1::Drt::NewStub(
@@ -223,7 +269,9 @@ TEST_CASE("a shutdown signal during the restore of --state_dir ends drt-server a
   const std::string err = ReadFile(err_path);
   INFO("stderr:\n" << err);
   CHECK(err.find("restored 3 sessions") != std::string::npos);
-  CHECK(err.find("0 quarantined") != std::string::npos);
+  CHECK(err.find("0 quarantined, 0 chunk log tails cut") != std::string::npos);
+  CHECK(fs::file_size(torn) == torn_bytes);
+  CHECK(quarantined_zz() == std::vector<std::vector<std::string>>{{"zz.state"}});
 }
 
 }  // namespace
