@@ -37,7 +37,7 @@ TEST_CASE("ParseLoadAverage gives NaN for missing or malformed fields", "[bench]
 TEST_CASE("LoadAverageText prints this machine's three load averages", "[bench]") {
   std::ifstream in("/proc/loadavg");
   if (!in) {
-    WARN("no /proc/loadavg here; skipping");
+    WARN("cannot run here, skipping: no /proc/loadavg");
     return;
   }
   const std::string text = LoadAverageText();

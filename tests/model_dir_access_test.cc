@@ -73,7 +73,7 @@ Outcome LoadAsUnprivileged(const std::string& dir) {
 }
 
 // ctest reports a test that printed this as skipped (tests/CMakeLists.txt).
-void SkipNoUnprivilegedUser() { WARN("cannot switch to uid 65534 here; skipping"); }
+void SkipNoUnprivilegedUser() { WARN("cannot run here, skipping: cannot switch to uid 65534"); }
 
 // A readable tiny model in <temp>/model; the temp dir is opened to others so
 // that 'nobody' can reach it. Modes are restored on exit so that a non-root
