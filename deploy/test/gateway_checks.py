@@ -185,11 +185,39 @@ def check_tls(c, objects, plain, docs_text):
              str(h2c))
 
 
+# --max_sessions on a command line, as absl parses it: one or two dashes,
+# the value after '=' or in the next argument.
+MAX_SESSIONS_FLAG = re.compile(r"--?max_sessions(=(.*))?")
+
+
 def max_sessions(container, default):
-    """--max_sessions of a drt-server container: DRT_MAX_SESSIONS, else the
-    server's default."""
-    env = {e["name"]: e for e in container.get("env", [])}
-    return int(env.get("DRT_MAX_SESSIONS", {}).get("value", default))
+    """--max_sessions of a drt-server container, as the image's entrypoint
+    (deploy/image/entrypoint.sh) passes it: DRT_MAX_SESSIONS from env first,
+    then the container's command and args, which come after it and win (the
+    last one given counts); else the server's default. Returns (sessions,
+    where it came from), or (None, the problem) where the manifests do not
+    say: a valueFrom or envFrom (a ConfigMap or Secret's value is not in
+    them), or a value that is not a whole number (review-gateway #1)."""
+    if container.get("envFrom"):
+        return None, f"envFrom {container['envFrom']} may set DRT_MAX_SESSIONS to a value the manifests do not show"
+    found = (default, "the server's default")
+    for e in container.get("env", []):
+        if e["name"] == "DRT_MAX_SESSIONS":
+            if "value" not in e:
+                return None, f"env DRT_MAX_SESSIONS has no literal value ({e}); give one the render test can read"
+            found = (e["value"], "env DRT_MAX_SESSIONS")
+    words = [str(w) for w in container.get("command", []) + container.get("args", [])]
+    for i, word in enumerate(words):
+        m = MAX_SESSIONS_FLAG.fullmatch(word)
+        if not m:
+            continue
+        if m.group(1) is None and i + 1 >= len(words):
+            return None, f"argument {word} has no value after it"
+        found = (m.group(2) if m.group(1) is not None else words[i + 1], f"argument {word}")
+    value, source = found
+    if not re.fullmatch(r"\d+", str(value)):
+        return None, f"{source}: --max_sessions value {value!r} is not a whole number"
+    return int(value), source
 
 
 def surge_pods(deployment, replicas):
@@ -204,22 +232,27 @@ def surge_pods(deployment, replicas):
     return int(surge)
 
 
-def check_circuit_breakers(c, name, cluster, sessions, pods, why):
+def check_circuit_breakers(c, name, cluster, container, default, pods, why):
     """Each running Append or Generate holds one Envoy request to the
     cluster for its whole length, and drt-server runs at most one call per
     session, so one gateway (the other may be draining) can hold sessions x
-    pods long requests. The cluster's circuit breakers (Envoy's defaults:
-    1024) must not refuse them while the servers have room: past
-    max_requests or max_pending_requests Envoy fails calls at once with
-    UNAVAILABLE (review-deploy #7). Raising --max_sessions or the replica
-    count without these fails here."""
+    pods long requests, sessions being the server container's
+    --max_sessions (env or args, see max_sessions). The cluster's circuit
+    breakers (Envoy's defaults: 1024) must not refuse them while the servers
+    have room: past max_requests or max_pending_requests Envoy fails calls at
+    once with UNAVAILABLE (review-deploy #7). Raising --max_sessions or the
+    replica count without these fails here."""
+    sessions, source = max_sessions(container, default)
+    c.expect(sessions is not None, f"{name}: the server's --max_sessions can be read from the manifests", source)
+    if sessions is None:
+        return
     thresholds = cluster.get("circuit_breakers", {}).get("thresholds", [])
-    default = next((t for t in thresholds if t.get("priority", "DEFAULT") == "DEFAULT"), {})
+    default_thresholds = next((t for t in thresholds if t.get("priority", "DEFAULT") == "DEFAULT"), {})
     needed = sessions * pods
-    got = {k: int(default.get(k, ENVOY_DEFAULT_THRESHOLD)) for k in ("max_requests", "max_pending_requests")}
+    got = {k: int(default_thresholds.get(k, ENVOY_DEFAULT_THRESHOLD)) for k in ("max_requests", "max_pending_requests")}
     c.expect(all(v >= needed for v in got.values()),
              f"{name}: circuit breakers max_requests {got['max_requests']} and max_pending_requests "
-             f"{got['max_pending_requests']} >= {sessions} sessions x {pods} pods ({why}) = {needed}",
+             f"{got['max_pending_requests']} >= {sessions} sessions ({source}) x {pods} pods ({why}) = {needed}",
              "(1024 where unset: Envoy's default)")
 
 
