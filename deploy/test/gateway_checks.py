@@ -89,6 +89,35 @@ def certificates(common, config_map, config_mount):
     return found, problems
 
 
+# Kubernetes' default mode of a secret volume's files (0644).
+SECRET_DEFAULT_MODE = 0o644
+
+
+def secret_file_access(pod, container, secret, key):
+    """Whether the container's user can read key of a secret volume, and
+    whether every user can, as kubelet lays the files out: owned by root,
+    mode the item's mode, else defaultMode, else 0644; with a pod fsGroup the
+    file's group is fsGroup and kubelet adds group read (SetVolumeOwnership),
+    and fsGroup is one of every container's supplementary groups, so any
+    fsGroup makes it readable; without one the group is root's. The process
+    runs as runAsUser/runAsGroup (container over pod), plus
+    supplementalGroups (review-gateway #2). Returns (readable,
+    world_readable, a description)."""
+    pod_ctx, ctx = pod.get("securityContext", {}), container.get("securityContext", {})
+    uid = ctx.get("runAsUser", pod_ctx.get("runAsUser"))
+    gid = ctx.get("runAsGroup", pod_ctx.get("runAsGroup"))
+    fs_group = pod_ctx.get("fsGroup")
+    mode = next((i["mode"] for i in secret.get("items", []) if i["key"] == key and "mode" in i),
+                secret.get("defaultMode", SECRET_DEFAULT_MODE))
+    file_group = 0
+    if fs_group is not None:
+        file_group, mode = fs_group, mode | 0o440
+    groups = set(pod_ctx.get("supplementalGroups", [])) | {g for g in (gid, fs_group) if g is not None}
+    readable = bool((uid == 0 and mode & 0o400) or (file_group in groups and mode & 0o040) or mode & 0o004)
+    return readable, bool(mode & 0o004), (f"file root:{file_group} mode {mode:04o}; process uid {uid}, groups "
+                                          f"{sorted(groups)} (fsGroup {fs_group})")
+
+
 def without_tls(envoy):
     """envoy.yaml with the grpc listener's transport sockets taken out."""
     out = copy.deepcopy(envoy)
@@ -144,6 +173,12 @@ def check_tls(c, objects, plain, docs_text):
                 secrets.add(secret["secretName"])
             c.expect(ok, f"{name}: {field} {path or '(none)'} is key {secret_key} of a Secret mounted read-only",
                      f"mount {mount}, volume {volume}")
+            if ok:
+                readable, world, detail = secret_file_access(pod, container, secret, key)
+                c.expect(readable, f"{name}: Envoy's user can read {path} (else the SDS secret never loads and "
+                         "the listener serves no TLS)", detail)
+                if field == "private_key":
+                    c.expect(not world, f"{name}: the private key {path} is not readable by every user", detail)
         watched = cert.get("watched_directory", {}).get("path", "").rstrip("/")
         cert_dir = os.path.dirname(cert.get("certificate_chain", {}).get("filename", ""))
         c.expect(via_sds and watched == cert_dir,
