@@ -396,8 +396,15 @@ def check_overload(c, name, envoy, deployment, cluster):
              "the connection cap (an overloaded Envoy is not restarted by its liveness probe)",
              str([(l["name"], l.get("bypass_overload_manager"), l.get("ignore_global_conn_limit")) for l in listeners]))
     connections = monitors.get("envoy.resource_monitors.global_downstream_max_connections", {})
-    c.expect(int(connections.get("max_active_downstream_connections", 0)) > 0,
-             f"{name}: client connections are capped (global_downstream_max_connections)", str(connections))
+    cap = int(connections.get("max_active_downstream_connections", 0))
+    thresholds = cluster.get("circuit_breakers", {}).get("thresholds", [])
+    default = next((t for t in thresholds if t.get("priority", "DEFAULT") == "DEFAULT"), {})
+    requests = int(default.get("max_requests", ENVOY_DEFAULT_THRESHOLD))
+    # Clients that each run one call on their own connection must not be
+    # refused by the cap while the circuit breakers have room.
+    c.expect(cap >= requests,
+             f"{name}: client connections are capped (global_downstream_max_connections {cap}), at no fewer than "
+             f"the cluster's max_requests {requests} (one connection per call fits)", str(connections))
     hcm = grpc_listener(envoy)["filter_chains"][0]["filters"][0]["typed_config"]
     upstream = (cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
                 .get("explicit_http_config", {}).get("http2_protocol_options", {}))
