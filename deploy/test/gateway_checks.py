@@ -4,6 +4,7 @@ Static only: no Envoy runs here, so these check what the manifests say, not
 what Envoy does.
 """
 import copy
+import ipaddress
 import os
 import re
 
@@ -12,6 +13,7 @@ import yaml
 # The keys of a Secret of type kubernetes.io/tls (`kubectl create secret tls`).
 TLS_SECRET_KEYS = {"certificate_chain": "tls.crt", "private_key": "tls.key"}
 EXPOSED_TYPES = ("LoadBalancer", "NodePort")
+LOOPBACK = {4: ipaddress.ip_network("127.0.0.0/8"), 6: ipaddress.ip_network("::1/128")}
 # Envoy's circuit breaker defaults where a cluster sets none
 # (config.cluster.v3.CircuitBreakers.Thresholds: 1024 each).
 ENVOY_DEFAULT_THRESHOLD = 1024
@@ -50,6 +52,34 @@ def check_plaintext_internal(c, objects, service_text):
              and "examples/gateway-tls" in comment and not re.search(r"\bMake it a LoadBalancer", comment),
              "gateway/service.yaml: says the plaintext port is cluster-internal (token and prompts in clear) "
              "and points at examples/gateway-tls", comment[:300])
+
+
+def is_loopback_range(cidr):
+    """Whether a config.core.v3.CidrRange lies within loopback (prefix_len
+    unset is 0: every address); False for one that does not parse."""
+    try:
+        network = ipaddress.ip_network(f"{cidr.get('address_prefix')}/{cidr.get('prefix_len', 0)}", strict=False)
+    except ValueError:
+        return False
+    return network.subnet_of(LOOPBACK[network.version])
+
+
+def check_internal_addresses(c, name, envoy):
+    """With use_remote_address, Envoy strips the x-envoy-* headers (retry
+    policy, upstream timeout) of requests from addresses it does not count
+    as internal. Which those are depends on the version when
+    internal_address_config is unset (RFC1918 until 1.33, none since), and
+    an internal_address_config without cidr_ranges means RFC1918 (its
+    proto's comment). So the client listener lists its internal ranges, and
+    they hold loopback alone (review-gateway #4)."""
+    for chain in grpc_listener(envoy)["filter_chains"]:
+        hcm = chain["filters"][0]["typed_config"]
+        ranges = hcm.get("internal_address_config", {}).get("cidr_ranges", [])
+        loopback = all(is_loopback_range(r) for r in ranges)
+        c.expect(hcm.get("use_remote_address") is True and ranges and loopback,
+                 f"{name}: the client listener takes the peer's address (use_remote_address) and counts only "
+                 "loopback as internal (internal_address_config.cidr_ranges), so no client's x-envoy-* headers are "
+                 "trusted whatever the Envoy version's default", str(hcm.get("internal_address_config")))
 
 
 def tls_contexts(listener):

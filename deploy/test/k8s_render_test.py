@@ -847,6 +847,7 @@ def check_all(c, kubectl, facts):
         gateway_checks.check_concurrency(c, f"gateway ({overlay})", gateway[("Deployment", "drt-gateway")],
                                          cluster, pods)
     gateway_checks.check_envoy_image(c, "gateway", gateway[("Deployment", "drt-gateway")])
+    gateway_checks.check_internal_addresses(c, "gateway", gateway_checks.envoy_of(gateway)[1])
     gateway_checks.check_overload(c, "gateway", gateway_checks.envoy_of(gateway)[1],
                                   gateway[("Deployment", "drt-gateway")], cluster)
 
