@@ -4,6 +4,7 @@ Static only: no Envoy runs here, so these check what the manifests say, not
 what Envoy does.
 """
 import copy
+import ipaddress
 import os
 import re
 
@@ -12,6 +13,7 @@ import yaml
 # The keys of a Secret of type kubernetes.io/tls (`kubectl create secret tls`).
 TLS_SECRET_KEYS = {"certificate_chain": "tls.crt", "private_key": "tls.key"}
 EXPOSED_TYPES = ("LoadBalancer", "NodePort")
+LOOPBACK = {4: ipaddress.ip_network("127.0.0.0/8"), 6: ipaddress.ip_network("::1/128")}
 # Envoy's circuit breaker defaults where a cluster sets none
 # (config.cluster.v3.CircuitBreakers.Thresholds: 1024 each).
 ENVOY_DEFAULT_THRESHOLD = 1024
@@ -52,6 +54,34 @@ def check_plaintext_internal(c, objects, service_text):
              "and points at examples/gateway-tls", comment[:300])
 
 
+def is_loopback_range(cidr):
+    """Whether a config.core.v3.CidrRange lies within loopback (prefix_len
+    unset is 0: every address); False for one that does not parse."""
+    try:
+        network = ipaddress.ip_network(f"{cidr.get('address_prefix')}/{cidr.get('prefix_len', 0)}", strict=False)
+    except ValueError:
+        return False
+    return network.subnet_of(LOOPBACK[network.version])
+
+
+def check_internal_addresses(c, name, envoy):
+    """With use_remote_address, Envoy strips the x-envoy-* headers (retry
+    policy, upstream timeout) of requests from addresses it does not count
+    as internal. Which those are depends on the version when
+    internal_address_config is unset (RFC1918 until 1.33, none since), and
+    an internal_address_config without cidr_ranges means RFC1918 (its
+    proto's comment). So the client listener lists its internal ranges, and
+    they hold loopback alone (review-gateway #4)."""
+    for chain in grpc_listener(envoy)["filter_chains"]:
+        hcm = chain["filters"][0]["typed_config"]
+        ranges = hcm.get("internal_address_config", {}).get("cidr_ranges", [])
+        loopback = all(is_loopback_range(r) for r in ranges)
+        c.expect(hcm.get("use_remote_address") is True and ranges and loopback,
+                 f"{name}: the client listener takes the peer's address (use_remote_address) and counts only "
+                 "loopback as internal (internal_address_config.cidr_ranges), so no client's x-envoy-* headers are "
+                 "trusted whatever the Envoy version's default", str(hcm.get("internal_address_config")))
+
+
 def tls_contexts(listener):
     """The DownstreamTlsContext of each filter chain (None where a chain has
     no TLS transport socket)."""
@@ -87,6 +117,35 @@ def certificates(common, config_map, config_mount):
             continue
         found.append((named[0]["tls_certificate"], True))
     return found, problems
+
+
+# Kubernetes' default mode of a secret volume's files (0644).
+SECRET_DEFAULT_MODE = 0o644
+
+
+def secret_file_access(pod, container, secret, key):
+    """Whether the container's user can read key of a secret volume, and
+    whether every user can, as kubelet lays the files out: owned by root,
+    mode the item's mode, else defaultMode, else 0644; with a pod fsGroup the
+    file's group is fsGroup and kubelet adds group read (SetVolumeOwnership),
+    and fsGroup is one of every container's supplementary groups, so any
+    fsGroup makes it readable; without one the group is root's. The process
+    runs as runAsUser/runAsGroup (container over pod), plus
+    supplementalGroups (review-gateway #2). Returns (readable,
+    world_readable, a description)."""
+    pod_ctx, ctx = pod.get("securityContext", {}), container.get("securityContext", {})
+    uid = ctx.get("runAsUser", pod_ctx.get("runAsUser"))
+    gid = ctx.get("runAsGroup", pod_ctx.get("runAsGroup"))
+    fs_group = pod_ctx.get("fsGroup")
+    mode = next((i["mode"] for i in secret.get("items", []) if i["key"] == key and "mode" in i),
+                secret.get("defaultMode", SECRET_DEFAULT_MODE))
+    file_group = 0
+    if fs_group is not None:
+        file_group, mode = fs_group, mode | 0o440
+    groups = set(pod_ctx.get("supplementalGroups", [])) | {g for g in (gid, fs_group) if g is not None}
+    readable = bool((uid == 0 and mode & 0o400) or (file_group in groups and mode & 0o040) or mode & 0o004)
+    return readable, bool(mode & 0o004), (f"file root:{file_group} mode {mode:04o}; process uid {uid}, groups "
+                                          f"{sorted(groups)} (fsGroup {fs_group})")
 
 
 def without_tls(envoy):
@@ -144,6 +203,12 @@ def check_tls(c, objects, plain, docs_text):
                 secrets.add(secret["secretName"])
             c.expect(ok, f"{name}: {field} {path or '(none)'} is key {secret_key} of a Secret mounted read-only",
                      f"mount {mount}, volume {volume}")
+            if ok:
+                readable, world, detail = secret_file_access(pod, container, secret, key)
+                c.expect(readable, f"{name}: Envoy's user can read {path} (else the SDS secret never loads and "
+                         "the listener serves no TLS)", detail)
+                if field == "private_key":
+                    c.expect(not world, f"{name}: the private key {path} is not readable by every user", detail)
         watched = cert.get("watched_directory", {}).get("path", "").rstrip("/")
         cert_dir = os.path.dirname(cert.get("certificate_chain", {}).get("filename", ""))
         c.expect(via_sds and watched == cert_dir,
@@ -185,11 +250,39 @@ def check_tls(c, objects, plain, docs_text):
              str(h2c))
 
 
+# --max_sessions on a command line, as absl parses it: one or two dashes,
+# the value after '=' or in the next argument.
+MAX_SESSIONS_FLAG = re.compile(r"--?max_sessions(=(.*))?")
+
+
 def max_sessions(container, default):
-    """--max_sessions of a drt-server container: DRT_MAX_SESSIONS, else the
-    server's default."""
-    env = {e["name"]: e for e in container.get("env", [])}
-    return int(env.get("DRT_MAX_SESSIONS", {}).get("value", default))
+    """--max_sessions of a drt-server container, as the image's entrypoint
+    (deploy/image/entrypoint.sh) passes it: DRT_MAX_SESSIONS from env first,
+    then the container's command and args, which come after it and win (the
+    last one given counts); else the server's default. Returns (sessions,
+    where it came from), or (None, the problem) where the manifests do not
+    say: a valueFrom or envFrom (a ConfigMap or Secret's value is not in
+    them), or a value that is not a whole number (review-gateway #1)."""
+    if container.get("envFrom"):
+        return None, f"envFrom {container['envFrom']} may set DRT_MAX_SESSIONS to a value the manifests do not show"
+    found = (default, "the server's default")
+    for e in container.get("env", []):
+        if e["name"] == "DRT_MAX_SESSIONS":
+            if "value" not in e:
+                return None, f"env DRT_MAX_SESSIONS has no literal value ({e}); give one the render test can read"
+            found = (e["value"], "env DRT_MAX_SESSIONS")
+    words = [str(w) for w in container.get("command", []) + container.get("args", [])]
+    for i, word in enumerate(words):
+        m = MAX_SESSIONS_FLAG.fullmatch(word)
+        if not m:
+            continue
+        if m.group(1) is None and i + 1 >= len(words):
+            return None, f"argument {word} has no value after it"
+        found = (m.group(2) if m.group(1) is not None else words[i + 1], f"argument {word}")
+    value, source = found
+    if not re.fullmatch(r"\d+", str(value)):
+        return None, f"{source}: --max_sessions value {value!r} is not a whole number"
+    return int(value), source
 
 
 def surge_pods(deployment, replicas):
@@ -204,22 +297,27 @@ def surge_pods(deployment, replicas):
     return int(surge)
 
 
-def check_circuit_breakers(c, name, cluster, sessions, pods, why):
+def check_circuit_breakers(c, name, cluster, container, default, pods, why):
     """Each running Append or Generate holds one Envoy request to the
     cluster for its whole length, and drt-server runs at most one call per
     session, so one gateway (the other may be draining) can hold sessions x
-    pods long requests. The cluster's circuit breakers (Envoy's defaults:
-    1024) must not refuse them while the servers have room: past
-    max_requests or max_pending_requests Envoy fails calls at once with
-    UNAVAILABLE (review-deploy #7). Raising --max_sessions or the replica
-    count without these fails here."""
+    pods long requests, sessions being the server container's
+    --max_sessions (env or args, see max_sessions). The cluster's circuit
+    breakers (Envoy's defaults: 1024) must not refuse them while the servers
+    have room: past max_requests or max_pending_requests Envoy fails calls at
+    once with UNAVAILABLE (review-deploy #7). Raising --max_sessions or the
+    replica count without these fails here."""
+    sessions, source = max_sessions(container, default)
+    c.expect(sessions is not None, f"{name}: the server's --max_sessions can be read from the manifests", source)
+    if sessions is None:
+        return
     thresholds = cluster.get("circuit_breakers", {}).get("thresholds", [])
-    default = next((t for t in thresholds if t.get("priority", "DEFAULT") == "DEFAULT"), {})
+    default_thresholds = next((t for t in thresholds if t.get("priority", "DEFAULT") == "DEFAULT"), {})
     needed = sessions * pods
-    got = {k: int(default.get(k, ENVOY_DEFAULT_THRESHOLD)) for k in ("max_requests", "max_pending_requests")}
+    got = {k: int(default_thresholds.get(k, ENVOY_DEFAULT_THRESHOLD)) for k in ("max_requests", "max_pending_requests")}
     c.expect(all(v >= needed for v in got.values()),
              f"{name}: circuit breakers max_requests {got['max_requests']} and max_pending_requests "
-             f"{got['max_pending_requests']} >= {sessions} sessions x {pods} pods ({why}) = {needed}",
+             f"{got['max_pending_requests']} >= {sessions} sessions ({source}) x {pods} pods ({why}) = {needed}",
              "(1024 where unset: Envoy's default)")
 
 
@@ -283,6 +381,18 @@ def memory_bytes(quantity):
     return int(m.group(1)) * {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}[m.group(2)]
 
 
+# The heap at which Envoy stops taking new requests (max_heap_size_bytes x
+# the highest stop_accepting_requests threshold) may use at most this share of
+# the container's memory limit. The rest is charged to the container's cgroup
+# but not counted in tcmalloc's heap, which is all fixed_heap watches: the
+# binary's resident pages, thread stacks, the kernel's socket buffers for up
+# to 4096 client connections and the pods' connections, page cache. 20% (about
+# 200 MiB of 1 GiB) is an allowance, not a measurement (no Envoy runs here):
+# with less, stop_accepting_requests could fire only after the OOM kill it is
+# there to prevent (review-gateway #3). The 768 MiB bound stops at 753 MiB.
+HEAP_SHARE_OF_LIMIT = 0.8
+
+
 def check_overload(c, name, envoy, deployment, cluster):
     """Envoy's overload manager watches its heap against a bound below the
     container's memory limit and stops taking new requests near it, so
@@ -297,9 +407,12 @@ def check_overload(c, name, envoy, deployment, cluster):
     stop = [t.get("threshold", {}).get("value", 1) for a in overload.get("actions", [])
             if a["name"] == "envoy.overload_actions.stop_accepting_requests"
             for t in a.get("triggers", []) if t["name"] == "envoy.resource_monitors.fixed_heap"]
-    c.expect(limit is not None and 0 < heap < memory_bytes(limit) and stop and min(stop) < 1,
-             f"{name}: the overload manager's heap bound ({heap} bytes) is below the container's memory limit "
-             f"({limit}) and new requests stop at {min(stop) if stop else None} of it",
+    stops_at = heap * max(stop) if stop else None
+    allowed = HEAP_SHARE_OF_LIMIT * memory_bytes(limit) if limit is not None else 0
+    c.expect(heap > 0 and stop and max(stop) < 1 and stops_at <= allowed,
+             f"{name}: new requests stop at {max(stop) if stop else None} of the overload manager's heap bound "
+             f"({heap} bytes), {stops_at or 0:.0f} bytes, at most {HEAP_SHARE_OF_LIMIT:g} of the container's memory "
+             f"limit {limit} ({allowed:.0f} bytes; the rest for memory outside tcmalloc's heap)",
              str(overload)[:300])
     probed = {p.get("httpGet", {}).get("port") for p in (container.get("readinessProbe", {}),
                                                           container.get("livenessProbe", {}))}
@@ -313,8 +426,15 @@ def check_overload(c, name, envoy, deployment, cluster):
              "the connection cap (an overloaded Envoy is not restarted by its liveness probe)",
              str([(l["name"], l.get("bypass_overload_manager"), l.get("ignore_global_conn_limit")) for l in listeners]))
     connections = monitors.get("envoy.resource_monitors.global_downstream_max_connections", {})
-    c.expect(int(connections.get("max_active_downstream_connections", 0)) > 0,
-             f"{name}: client connections are capped (global_downstream_max_connections)", str(connections))
+    cap = int(connections.get("max_active_downstream_connections", 0))
+    thresholds = cluster.get("circuit_breakers", {}).get("thresholds", [])
+    default = next((t for t in thresholds if t.get("priority", "DEFAULT") == "DEFAULT"), {})
+    requests = int(default.get("max_requests", ENVOY_DEFAULT_THRESHOLD))
+    # Clients that each run one call on their own connection must not be
+    # refused by the cap while the circuit breakers have room.
+    c.expect(cap >= requests,
+             f"{name}: client connections are capped (global_downstream_max_connections {cap}), at no fewer than "
+             f"the cluster's max_requests {requests} (one connection per call fits)", str(connections))
     hcm = grpc_listener(envoy)["filter_chains"][0]["filters"][0]["typed_config"]
     upstream = (cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
                 .get("explicit_http_config", {}).get("http2_protocol_options", {}))

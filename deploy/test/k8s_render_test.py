@@ -719,8 +719,7 @@ def check_durable(c, objects, gateway, cpu, facts):
              f"{name}/gateway: the ring hashes pod names, not addresses (a restarted pod keeps its keys)",
              str(cluster.get("common_lb_config")))
     check_upstream_keepalive(c, f"{name}/gateway", cluster, facts)
-    gateway_checks.check_circuit_breakers(c, f"{name}/gateway", cluster,
-                                          gateway_checks.max_sessions(container, facts["max_sessions"]),
+    gateway_checks.check_circuit_breakers(c, f"{name}/gateway", cluster, container, facts["max_sessions"],
                                           spec["replicas"], "the StatefulSet's replicas")
     c.expect(not cluster.get("health_checks") and not cluster.get("outlier_detection"),
              f"{name}/gateway: no health checks or outlier detection take a pod (and its keys) out of the ring")
@@ -843,11 +842,12 @@ def check_all(c, kubectl, facts):
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         pods = most + gateway_checks.surge_pods(deployment, most)
         gateway_checks.check_circuit_breakers(
-            c, f"gateway ({overlay})", cluster, gateway_checks.max_sessions(container, facts["max_sessions"]),
-            pods, f"the HPA's maxReplicas {most} + the {overlay} overlay's surge {pods - most}")
+            c, f"gateway ({overlay})", cluster, container, facts["max_sessions"], pods,
+            f"the HPA's maxReplicas {most} + the {overlay} overlay's surge {pods - most}")
         gateway_checks.check_concurrency(c, f"gateway ({overlay})", gateway[("Deployment", "drt-gateway")],
                                          cluster, pods)
     gateway_checks.check_envoy_image(c, "gateway", gateway[("Deployment", "drt-gateway")])
+    gateway_checks.check_internal_addresses(c, "gateway", gateway_checks.envoy_of(gateway)[1])
     gateway_checks.check_overload(c, "gateway", gateway_checks.envoy_of(gateway)[1],
                                   gateway[("Deployment", "drt-gateway")], cluster)
 
