@@ -1,0 +1,461 @@
+#include "server/openai_http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <ctime>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "drt/v1/drt.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "server/openai_api.h"
+#include "server/stop_text_cutter.h"
+
+namespace drt::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kJson[] = "application/json";
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+void SendError(httplib::Response& res, const absl::Status& status) {
+  res.status = HttpStatusFor(status.code());
+  res.set_content(ErrorJson(status), kJson);
+}
+
+// The socket of one connection: reads share one deadline, counted from the
+// accept (the whole request must arrive by then); each write waits at most
+// the write timeout for room (the answer as a whole has no limit).
+class ConnectionStream : public httplib::Stream {
+ public:
+  ConnectionStream(socket_t sock, Clock::time_point read_deadline,
+                   std::chrono::milliseconds write_timeout)
+      : sock_(sock), read_deadline_(read_deadline), write_timeout_(write_timeout) {}
+
+  bool is_readable() const override { return Wait(POLLIN, read_deadline_); }
+  bool is_writable() const override { return Wait(POLLOUT, Clock::now() + write_timeout_); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    // httplib reads the request line and headers a byte at a time: serve
+    // those from a buffer filled one recv at a time.
+    if (begin_ == end_) {
+      if (!Wait(POLLIN, read_deadline_)) return -1;
+      const ssize_t n = recv(sock_, buffer_, sizeof(buffer_), 0);
+      if (n <= 0) return n;
+      begin_ = 0;
+      end_ = static_cast<size_t>(n);
+    }
+    const size_t n = std::min(size, end_ - begin_);
+    std::copy(buffer_ + begin_, buffer_ + begin_ + n, ptr);
+    begin_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!Wait(POLLOUT, Clock::now() + write_timeout_)) return -1;
+    return send(sock_, ptr, size, MSG_NOSIGNAL);
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    Address(getpeername, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    Address(getsockname, ip, port);
+  }
+  socket_t socket() const override { return sock_; }
+
+ private:
+  bool Wait(short events, Clock::time_point deadline) const {
+    while (true) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{sock_, events, 0};
+      const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
+      if (ready > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0;
+      if (ready == 0) return false;
+      if (errno != EINTR) return false;
+    }
+  }
+
+  template <typename Get>
+  void Address(Get get, std::string& ip, int& port) const {
+    sockaddr_storage address{};
+    socklen_t length = sizeof(address);
+    ip.clear();
+    port = 0;
+    if (get(sock_, reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (address.ss_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
+      inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
+      port = ntohs(v4->sin_port);
+    } else if (address.ss_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
+      inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
+      port = ntohs(v6->sin6_port);
+    }
+    ip = text;
+  }
+
+  socket_t sock_;
+  Clock::time_point read_deadline_;
+  std::chrono::milliseconds write_timeout_;
+  char buffer_[4096];
+  size_t begin_ = 0, end_ = 0;
+};
+
+// Calls `on_disconnect` once when the client closes its end of `sock`
+// (POLLRDHUP: it sent FIN, or the connection broke), from a thread of its
+// own, until destroyed. The request has been read whole by then and the
+// client sends nothing more, so a hang-up is the only event to wait for.
+// (A client that half-closes after its request, shutdown(SHUT_WR), reads
+// as gone too; the usual HTTP clients do not.)
+class DisconnectWatch {
+ public:
+  DisconnectWatch(socket_t sock, std::function<void()> on_disconnect)
+      : thread_([this, sock, on_disconnect = std::move(on_disconnect)] {
+          while (!stop_.load()) {
+            pollfd p{sock, POLLRDHUP, 0};
+            const int ready = poll(&p, 1, 50);
+            if (ready > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) {
+              on_disconnect();
+              return;
+            }
+            if (ready < 0 && errno != EINTR) return;
+          }
+        }) {}
+  ~DisconnectWatch() {
+    stop_.store(true);
+    thread_.join();
+  }
+  DisconnectWatch(const DisconnectWatch&) = delete;
+  DisconnectWatch& operator=(const DisconnectWatch&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;  // last: started once stop_ exists
+};
+
+// One Complete call, shared by the handler and (streaming) the content
+// provider that httplib runs after it on the same thread.
+struct CompleteCall {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<drt::v1::CompleteRequest, drt::v1::GenerateResponse>>
+      stream;
+  bool finished = false;
+  // Last: stopped (joined) before the context it cancels goes.
+  std::unique_ptr<DisconnectWatch> watch;
+
+  // Reads what is left and ends the call.
+  grpc::Status Finish() {
+    drt::v1::GenerateResponse ignored;
+    while (stream->Read(&ignored)) {
+    }
+    finished = true;
+    return stream->Finish();
+  }
+  ~CompleteCall() {
+    watch.reset();
+    if (stream != nullptr && !finished) {
+      context.TryCancel();
+      Finish();
+    }
+  }
+};
+
+// The completion's text, cut at stop strings, and how it ended.
+struct CompletionProgress {
+  explicit CompletionProgress(const drt::v1::GenerateRequest& generate)
+      : cutter(std::vector<std::string>(generate.stop().begin(), generate.stop().end())) {}
+  StopTextCutter cutter;
+  std::optional<drt::v1::GenerateDone> done;
+
+  // The text a response adds (for a piece: what the cutter lets out now;
+  // for the final message: what it held back).
+  std::string Take(const drt::v1::GenerateResponse& response) {
+    if (response.has_piece()) return cutter.Push(response.piece().text());
+    if (response.has_done()) {
+      done = response.done();
+      return cutter.Finish();
+    }
+    return "";
+  }
+  std::string finish_reason() const {
+    return cutter.stopped() ? "stop" : FinishReasonName(done->finish_reason());
+  }
+  Usage usage() const {
+    return {done->timings().prompt_tokens(), done->timings().generated_tokens()};
+  }
+};
+
+std::string RandomHex(std::random_device& random, int digits) {
+  std::string out;
+  while (static_cast<int>(out.size()) < digits) out += absl::StrFormat("%08x", random());
+  return out.substr(0, digits);
+}
+
+}  // namespace
+
+class OpenAiHttpServer::Server : public httplib::Server {
+ public:
+  Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options)
+      : options_(options), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
+    const size_t threads = std::max<size_t>(options_.threads, 1);
+    new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    set_payload_max_length(options_.max_request_bytes);
+    Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      Completions(req, res);
+    });
+    Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      Models(req, res);
+    });
+    Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
+      res.status = 404;
+      res.set_content(
+          ErrorJson("/v1/chat/completions is not served: the models drt-server serves are base "
+                    "models without a chat template; use /v1/completions with a prompt",
+                    "invalid_request_error", "", "not_found"),
+          kJson);
+    });
+    // httplib's own refusals (no route, 413 for a body over the limit, a
+    // request that does not parse) in OpenAI's error shape too.
+    set_error_handler(HandlerWithResponse([max_bytes = options_.max_request_bytes](
+                                              const httplib::Request& req,
+                                              httplib::Response& res) {
+      if (!res.body.empty()) return HandlerResponse::Unhandled;  // ours, already shaped
+      std::string message;
+      if (res.status == 404) {
+        message = absl::StrCat("no such path: ", req.method, " ", req.path,
+                               " (served: POST /v1/completions, GET /v1/models)");
+      } else if (res.status == 413) {
+        message = absl::StrCat("the request body is larger than drt-server accepts (",
+                               max_bytes, " bytes)");
+      } else {
+        message = absl::StrCat("HTTP ", res.status, " for ", req.method, " ", req.path);
+      }
+      res.set_content(ErrorJson(message, res.status >= 500 ? "server_error" : "invalid_request_error",
+                                "", res.status == 404 ? "not_found" : ""),
+                      kJson);
+      return HandlerResponse::Handled;
+    }));
+  }
+
+ private:
+  // httplib's accept loop hands each accepted socket to a pool thread,
+  // which calls this: one request per connection (an idle kept-alive
+  // connection would hold a thread of the bounded pool), the socket noted
+  // for the thread so that the handler can watch it for a hang-up.
+  bool process_and_close_socket(socket_t sock) override {
+    {
+      std::lock_guard<std::mutex> lock(sockets_mutex_);
+      sockets_[std::this_thread::get_id()] = sock;
+    }
+    ConnectionStream stream(sock, Clock::now() + options_.request_read_timeout,
+                            options_.write_timeout);
+    bool connection_closed = false;
+    process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
+    {
+      std::lock_guard<std::mutex> lock(sockets_mutex_);
+      sockets_.erase(std::this_thread::get_id());
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return true;
+  }
+
+  socket_t ThisThreadsSocket() {
+    std::lock_guard<std::mutex> lock(sockets_mutex_);
+    auto it = sockets_.find(std::this_thread::get_id());
+    return it == sockets_.end() ? INVALID_SOCKET : it->second;
+  }
+
+  static void Authorize(const httplib::Request& req, grpc::ClientContext& context) {
+    // Forwarded as is: the service checks it as for any gRPC client.
+    const std::string authorization = req.get_header_value("Authorization");
+    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  }
+
+  void Models(const httplib::Request& req, httplib::Response& res) {
+    grpc::ClientContext context;
+    Authorize(req, context);
+    drt::v1::ModelInfo info;
+    const grpc::Status status = stub_->GetModelInfo(&context, {}, &info);
+    if (!status.ok()) return SendError(res, FromGrpc(status));
+    res.set_content(ModelsJson(info, started_), kJson);
+  }
+
+  void Completions(const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(req.body);
+    if (!request.ok()) return SendError(res, request.status());
+    if (request->model.has_value() && *request->model != options_.model_name) {
+      res.status = 404;
+      res.set_content(ErrorJson(absl::StrCat("The model `", *request->model,
+                                             "` does not exist: this server serves `",
+                                             options_.model_name, "`"),
+                                "invalid_request_error", "model", "model_not_found"),
+                      kJson);
+      return;
+    }
+    std::random_device random;
+    // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
+    // (0) would repeat one answer.
+    if (!request->seed_given) {
+      request->generate.mutable_sampling()->set_seed((uint64_t{random()} << 32) | random());
+    }
+    CompletionHeader header{absl::StrCat("cmpl-", RandomHex(random, 24)),
+                            static_cast<int64_t>(std::time(nullptr)), options_.model_name};
+
+    auto call = std::make_shared<CompleteCall>();
+    Authorize(req, call->context);
+    call->stream = stub_->Complete(&call->context);
+    if (const socket_t sock = ThisThreadsSocket(); sock != INVALID_SOCKET) {
+      call->watch = std::make_unique<DisconnectWatch>(
+          sock, [context = &call->context] { context->TryCancel(); });
+    }
+    for (const drt::v1::CompleteRequest& message : CompleteMessages(*request)) {
+      if (!call->stream->Write(message)) break;  // the call ended: Finish says why
+    }
+    call->stream->WritesDone();
+    // The first answer (after the prompt ran) decides the HTTP status: an
+    // error before it is a plain error response.
+    drt::v1::GenerateResponse first;
+    if (!call->stream->Read(&first)) {
+      const grpc::Status status = call->Finish();
+      return SendError(res, status.ok() ? absl::InternalError("Complete ended without an answer")
+                                        : FromGrpc(status));
+    }
+    auto progress = std::make_shared<CompletionProgress>(request->generate);
+    if (!request->stream) {
+      std::string text = progress->Take(first);
+      drt::v1::GenerateResponse response;
+      while (call->stream->Read(&response)) text += progress->Take(response);
+      const grpc::Status status = call->Finish();
+      if (!status.ok()) return SendError(res, FromGrpc(status));
+      if (!progress->done.has_value()) {
+        return SendError(res, absl::InternalError("Complete ended without its final message"));
+      }
+      res.set_content(CompletionJson(header, text, progress->finish_reason(), progress->usage()),
+                      kJson);
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    const bool include_usage = request->include_usage;
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [call, progress, header, include_usage, first](size_t, httplib::DataSink& sink) {
+          // A failed write: the client is gone; the call is cancelled so the
+          // engine stops generating for it.
+          auto send = [&](const std::string& event) {
+            if (sink.write(event.data(), event.size())) return true;
+            call->context.TryCancel();
+            return false;
+          };
+          drt::v1::GenerateResponse response = first;
+          bool more = true;
+          while (more) {
+            const std::string text = progress->Take(response);
+            if (response.has_done()) {
+              if (!send(SseEvent(CompletionChunkJson(header, text, progress->finish_reason())))) {
+                return false;
+              }
+              if (include_usage && !send(SseEvent(UsageChunkJson(header, progress->usage())))) {
+                return false;
+              }
+            } else if (!text.empty() && !send(SseEvent(CompletionChunkJson(header, text, {})))) {
+              return false;
+            }
+            more = call->stream->Read(&response);
+          }
+          const grpc::Status status = call->Finish();
+          // An error after the stream began: one event in the error shape,
+          // then [DONE] (as vLLM does); a stream cut short that way carries
+          // no finish_reason.
+          if (!status.ok() && !send(SseEvent(ErrorJson(FromGrpc(status))))) return false;
+          if (status.ok() && !progress->done.has_value()) {
+            const absl::Status missing = absl::InternalError("Complete ended without its final message");
+            if (!send(SseEvent(ErrorJson(missing)))) return false;
+          }
+          if (!send(SseEvent("[DONE]"))) return false;
+          sink.done();
+          return true;
+        });
+  }
+
+  const OpenAiHttpOptions options_;
+  std::unique_ptr<drt::v1::Drt::Stub> stub_;
+  const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
+  std::mutex sockets_mutex_;
+  std::unordered_map<std::thread::id, socket_t> sockets_;
+};
+
+OpenAiHttpServer::OpenAiHttpServer(std::shared_ptr<grpc::Channel> channel,
+                                   OpenAiHttpOptions options)
+    : channel_(std::move(channel)), options_(std::move(options)) {}
+
+OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
+
+absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
+  if (server_ != nullptr) return absl::FailedPreconditionError("OpenAI HTTP API already started");
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--openai_listen port out of range: ", port));
+  }
+  auto server = std::make_unique<Server>(channel_, options_);
+  // httplib's default sets SO_REUSEPORT, which lets a second server share a
+  // busy port silently; SO_REUSEADDR alone still allows a quick restart.
+  server->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  int bound_port = port;
+  if (port == 0) {
+    bound_port = server->bind_to_any_port(host);
+    if (bound_port < 0) bound_port = 0;
+  } else if (!server->bind_to_port(host, port)) {
+    bound_port = 0;
+  }
+  if (bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen for the OpenAI HTTP API on ", host,
+                                               ":", port, " (address in use or not local?)"));
+  }
+  port_ = bound_port;
+  server_ = std::move(server);
+  serving_done_.store(false);
+  thread_ = std::thread([this, server = server_.get()] {
+    server->listen_after_bind();
+    serving_done_.store(true);
+  });
+  return absl::OkStatus();
+}
+
+void OpenAiHttpServer::Stop() {
+  if (server_ == nullptr) return;
+  // httplib's stop() is a no-op until the accept loop runs; wait for the
+  // loop so that a Stop() right after Start() is not lost.
+  while (!server_->is_running() && !serving_done_.load()) std::this_thread::yield();
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+  server_.reset();
+  port_ = 0;
+}
+
+}  // namespace drt::server
