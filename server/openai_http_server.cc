@@ -223,9 +223,37 @@ class OpenAiHttpServer::Server : public httplib::Server {
     const size_t threads = std::max<size_t>(options_.threads, 1);
     new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     set_payload_max_length(options_.max_request_bytes);
-    Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      Completions(req, res);
-    });
+    // With a content reader: the body is read here, whatever its
+    // Content-Type. (httplib's own reading parses an
+    // application/x-www-form-urlencoded body, what `curl -d` sends without
+    // -H, and refuses it with 413 above 8 KiB.)
+    Post("/v1/completions", HandlerWithContentReader([this](const httplib::Request& req,
+                                                            httplib::Response& res,
+                                                            const httplib::ContentReader& reader) {
+      std::string body;
+      bool too_big = false;
+      const bool read = reader([&](const char* data, size_t n) {
+        if (body.size() + n > options_.max_request_bytes) {
+          too_big = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      if (!read) {
+        // (httplib has set 413 itself for a Content-Length over the limit.)
+        res.status = too_big || res.status == 413 ? 413 : 400;
+        res.set_content(
+            ErrorJson(res.status == 413 ? absl::StrCat("the request body is larger than "
+                                                       "drt-server accepts (",
+                                                       options_.max_request_bytes, " bytes)")
+                                        : "the request body could not be read",
+                      "invalid_request_error", "", ""),
+            kJson);
+        return;
+      }
+      Completions(req, body, res);
+    }));
     Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       Models(req, res);
     });
@@ -304,8 +332,8 @@ class OpenAiHttpServer::Server : public httplib::Server {
     res.set_content(ModelsJson(info, started_), kJson);
   }
 
-  void Completions(const httplib::Request& req, httplib::Response& res) {
-    absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(req.body);
+  void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(body);
     if (!request.ok()) return SendError(res, request.status());
     if (request->model.has_value() && *request->model != options_.model_name) {
       res.status = 404;

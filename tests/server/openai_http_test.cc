@@ -293,6 +293,27 @@ TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
   REQUIRE(too_big);
   CHECK(too_big->status == 413);
   CHECK(error_of(too_big)["type"] == "invalid_request_error");
+  // Whatever the Content-Type: `curl -d` without -H sends
+  // application/x-www-form-urlencoded, which httplib would parse as a form
+  // and refuse above 8 KiB.
+  auto form = server.client->Post("/v1/completions",
+                                  Json{{"prompt", std::string(100'000, 'a')}, {"n", 2}}.dump(),
+                                  "application/x-www-form-urlencoded");
+  REQUIRE(form);
+  CHECK(form->status == 400);
+  CHECK(error_of(form)["param"] == "n");
+  // A chunked body (no Content-Length) over the limit is refused as well.
+  auto chunked = server.client->Post(
+      "/v1/completions",
+      [](size_t offset, httplib::DataSink& sink) {
+        const std::string piece(64 << 10, ' ');
+        if (offset < (3u << 20)) return sink.write(piece.data(), piece.size());
+        sink.done();
+        return true;
+      },
+      "application/json");
+  REQUIRE(chunked);
+  CHECK(chunked->status == 413);
 }
 
 TEST_CASE("openai http: /v1/models", "[openai][server]") {
