@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -49,6 +50,8 @@ constexpr int64_t kStopSlackSeconds = 5;
 // Handlers get this much longer than grace + stop slack to return before the
 // process gives up on a clean exit.
 constexpr int64_t kForcedExitSlackSeconds = 15;
+// The most threads the OpenAI HTTP API's pool gets (--max_sessions + 4 below that).
+constexpr int64_t kMaxOpenAiThreads = 1024;
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "drt-server: error: %s\n", std::string(status.message()).c_str());
@@ -358,7 +361,10 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   // applies to it as to any client.
   OpenAiHttpOptions openai_options;
   openai_options.model_name = service_options.model_name;
-  openai_options.threads = static_cast<size_t>(service_options.max_sessions) + 4;
+  // (httplib starts every thread of its pool at once: capped, so that a
+  // large --max_sessions does not start that many.)
+  openai_options.threads =
+      static_cast<size_t>(std::min<int64_t>(service_options.max_sessions + 4, kMaxOpenAiThreads));
   OpenAiHttpServer openai(server->InProcessChannel(grpc::ChannelArguments()), openai_options);
   std::string openai_address;
   if (config.openai.has_value()) {

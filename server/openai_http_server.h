@@ -34,9 +34,9 @@ struct OpenAiHttpOptions {
   // `model` must equal when given.
   std::string model_name;
   // Connections served at once (one thread each); more wait in a queue.
-  // drt-server passes --max_sessions + 4: a completion holds a session, so
-  // more running at once would be refused anyway, and the 4 keep
-  // /v1/models and refusals answering while every session is held.
+  // drt-server passes --max_sessions + 4, at most 1024: a completion holds
+  // a session, so more running at once would be refused anyway, and the 4
+  // keep /v1/models and refusals answering while every session is held.
   size_t threads = 68;
   // Request bodies above this get 413. A prompt of 1M bytes (or 1M token ids
   // as JSON, about 7 MB) fits with room; the parsed JSON takes a few times
