@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <string>
 #include <vector>
@@ -197,6 +198,41 @@ TEST_CASE("openai http: token id prompts equal gRPC Complete with the same ids",
   CHECK(body["choices"][0]["text"] == expected.text);
   CHECK(body["usage"]["prompt_tokens"] == 130);
   CHECK(body["usage"]["completion_tokens"] == 12);
+}
+
+TEST_CASE("openai http: sampling defaults to temperature 1, a given seed repeats, none varies",
+          "[openai][server]") {
+  OpenAiServer server;
+  // What Complete samples at OpenAI's defaults (temperature 1, top_p 1) with seed 5.
+  grpc::ClientContext context;
+  testing::SetDeadline(context, 120);
+  auto stream = server.grpc.stub().Complete(&context);
+  drt::v1::CompleteRequest first;
+  first.mutable_generate()->set_max_tokens(24);
+  first.mutable_generate()->mutable_sampling()->set_temperature(1.0f);
+  first.mutable_generate()->mutable_sampling()->set_seed(5);
+  first.set_text(kPrompt);
+  stream->Write(first);
+  stream->WritesDone();
+  std::string sampled;
+  drt::v1::GenerateResponse response;
+  while (stream->Read(&response)) sampled += response.piece().text();
+  REQUIRE(stream->Finish().ok());
+  const GrpcCompletion greedy = GrpcComplete(server.grpc.stub(), kPrompt, {}, 24);
+  REQUIRE(sampled != greedy.text);  // the draw differs from greedy here
+
+  auto text_of = [&](const Json& request) {
+    auto res = server.Post(request);
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    return std::string(Json::parse(res->body)["choices"][0]["text"]);
+  };
+  CHECK(text_of({{"prompt", kPrompt}, {"max_tokens", 24}, {"seed", 5}}) == sampled);
+  CHECK(text_of({{"prompt", kPrompt}, {"max_tokens", 24}, {"seed", 5}}) == sampled);
+  // Without a seed each request draws one: three answers, not all the same.
+  std::set<std::string> unseeded;
+  for (int i = 0; i < 3; ++i) unseeded.insert(text_of({{"prompt", kPrompt}, {"max_tokens", 24}}));
+  CHECK(unseeded.size() > 1);
 }
 
 TEST_CASE("openai http: stop strings are cut out, streamed and not", "[openai][server]") {
