@@ -47,9 +47,14 @@ void SendError(httplib::Response& res, const absl::Status& status) {
 // the write timeout for room (the answer as a whole has no limit).
 class ConnectionStream : public httplib::Stream {
  public:
+  // `stopping`: once set, every wait gives up within 100 ms, so that
+  // stopping the server does not wait for slow or silent clients.
   ConnectionStream(socket_t sock, Clock::time_point read_deadline,
-                   std::chrono::milliseconds write_timeout)
-      : sock_(sock), read_deadline_(read_deadline), write_timeout_(write_timeout) {}
+                   std::chrono::milliseconds write_timeout, const std::atomic<bool>& stopping)
+      : sock_(sock),
+        read_deadline_(read_deadline),
+        write_timeout_(write_timeout),
+        stopping_(stopping) {}
 
   bool is_readable() const override { return Wait(POLLIN, read_deadline_); }
   bool is_writable() const override { return Wait(POLLOUT, Clock::now() + write_timeout_); }
@@ -85,16 +90,16 @@ class ConnectionStream : public httplib::Stream {
 
  private:
   bool Wait(short events, Clock::time_point deadline) const {
-    while (true) {
+    while (!stopping_.load()) {
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) return false;
       pollfd p{sock_, events, 0};
-      const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
+      const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
       if (ready > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0;
-      if (ready == 0) return false;
-      if (errno != EINTR) return false;
+      if (ready < 0 && errno != EINTR) return false;
     }
+    return false;
   }
 
   template <typename Get>
@@ -120,6 +125,7 @@ class ConnectionStream : public httplib::Stream {
   socket_t sock_;
   Clock::time_point read_deadline_;
   std::chrono::milliseconds write_timeout_;
+  const std::atomic<bool>& stopping_;
   char buffer_[4096];
   size_t begin_ = 0, end_ = 0;
 };
@@ -288,6 +294,10 @@ class OpenAiHttpServer::Server : public httplib::Server {
     }));
   }
 
+  // From now on reads and writes of every connection give up (within
+  // 100 ms): Stop does not wait for a client that sends or reads slowly.
+  void StartStopping() { stopping_.store(true); }
+
  private:
   // httplib's accept loop hands each accepted socket to a pool thread,
   // which calls this: one request per connection (an idle kept-alive
@@ -299,7 +309,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
       sockets_[std::this_thread::get_id()] = sock;
     }
     ConnectionStream stream(sock, Clock::now() + options_.request_read_timeout,
-                            options_.write_timeout);
+                            options_.write_timeout, stopping_);
     bool connection_closed = false;
     process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
     {
@@ -432,6 +442,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   const OpenAiHttpOptions options_;
   std::unique_ptr<drt::v1::Drt::Stub> stub_;
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
+  std::atomic<bool> stopping_{false};
   std::mutex sockets_mutex_;
   std::unordered_map<std::thread::id, socket_t> sockets_;
 };
@@ -480,6 +491,7 @@ void OpenAiHttpServer::Stop() {
   // httplib's stop() is a no-op until the accept loop runs; wait for the
   // loop so that a Stop() right after Start() is not lost.
   while (!server_->is_running() && !serving_done_.load()) std::this_thread::yield();
+  server_->StartStopping();
   server_->stop();
   if (thread_.joinable()) thread_.join();
   server_.reset();

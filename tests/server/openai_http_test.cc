@@ -6,6 +6,11 @@
 // OpenAI's shape, and a client that disconnects mid-stream ends the call.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <httplib.h>
 
 #include <atomic>
@@ -431,6 +436,25 @@ TEST_CASE("openai http: a client that disconnects mid-stream ends the generation
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   CHECK(server.grpc.service().session_manager().count() == 0);
+}
+
+TEST_CASE("openai http: Stop does not wait for a client that sends nothing", "[openai][server]") {
+  OpenAiServer server;
+  // A connection that never sends its request (which may take 60 s).
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(sock >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(server.api->port()));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(sock, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a thread serves it
+  const auto start = std::chrono::steady_clock::now();
+  server.api->Stop();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close(sock);
+  CHECK(seconds < 2);
 }
 
 TEST_CASE("drt-server --openai_listen: the real binary serves completions and drains a stream",
