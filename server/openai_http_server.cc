@@ -1,8 +1,5 @@
 #include "server/openai_http_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "drt/v1/drt.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/http_connection_io.h"
 #include "server/openai_api.h"
 #include "server/stop_text_cutter.h"
 
@@ -41,126 +39,6 @@ void SendError(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatusFor(status.code());
   res.set_content(ErrorJson(status), kJson);
 }
-
-// The socket of one connection: reads share one deadline, counted from the
-// accept (the whole request must arrive by then); each write waits at most
-// the write timeout for room (the answer as a whole has no limit).
-class ConnectionStream : public httplib::Stream {
- public:
-  // `stopping`: once set, every wait gives up within 100 ms, so that
-  // stopping the server does not wait for slow or silent clients.
-  ConnectionStream(socket_t sock, Clock::time_point read_deadline,
-                   std::chrono::milliseconds write_timeout, const std::atomic<bool>& stopping)
-      : sock_(sock),
-        read_deadline_(read_deadline),
-        write_timeout_(write_timeout),
-        stopping_(stopping) {}
-
-  bool is_readable() const override { return Wait(POLLIN, read_deadline_); }
-  bool is_writable() const override { return Wait(POLLOUT, Clock::now() + write_timeout_); }
-
-  ssize_t read(char* ptr, size_t size) override {
-    // httplib reads the request line and headers a byte at a time: serve
-    // those from a buffer filled one recv at a time.
-    if (begin_ == end_) {
-      if (!Wait(POLLIN, read_deadline_)) return -1;
-      const ssize_t n = recv(sock_, buffer_, sizeof(buffer_), 0);
-      if (n <= 0) return n;
-      begin_ = 0;
-      end_ = static_cast<size_t>(n);
-    }
-    const size_t n = std::min(size, end_ - begin_);
-    std::copy(buffer_ + begin_, buffer_ + begin_ + n, ptr);
-    begin_ += n;
-    return static_cast<ssize_t>(n);
-  }
-
-  ssize_t write(const char* ptr, size_t size) override {
-    if (!Wait(POLLOUT, Clock::now() + write_timeout_)) return -1;
-    return send(sock_, ptr, size, MSG_NOSIGNAL);
-  }
-
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    Address(getpeername, ip, port);
-  }
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    Address(getsockname, ip, port);
-  }
-  socket_t socket() const override { return sock_; }
-
- private:
-  bool Wait(short events, Clock::time_point deadline) const {
-    while (!stopping_.load()) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return false;
-      pollfd p{sock_, events, 0};
-      const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
-      if (ready > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0;
-      if (ready < 0 && errno != EINTR) return false;
-    }
-    return false;
-  }
-
-  template <typename Get>
-  void Address(Get get, std::string& ip, int& port) const {
-    sockaddr_storage address{};
-    socklen_t length = sizeof(address);
-    ip.clear();
-    port = 0;
-    if (get(sock_, reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
-    char text[INET6_ADDRSTRLEN] = {};
-    if (address.ss_family == AF_INET) {
-      const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
-      inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
-      port = ntohs(v4->sin_port);
-    } else if (address.ss_family == AF_INET6) {
-      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
-      inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
-      port = ntohs(v6->sin6_port);
-    }
-    ip = text;
-  }
-
-  socket_t sock_;
-  Clock::time_point read_deadline_;
-  std::chrono::milliseconds write_timeout_;
-  const std::atomic<bool>& stopping_;
-  char buffer_[4096];
-  size_t begin_ = 0, end_ = 0;
-};
-
-// Calls `on_disconnect` once when the client closes its end of `sock`
-// (POLLRDHUP: it sent FIN, or the connection broke), from a thread of its
-// own, until destroyed. The request has been read whole by then and the
-// client sends nothing more, so a hang-up is the only event to wait for.
-// (A client that half-closes after its request, shutdown(SHUT_WR), reads
-// as gone too; the usual HTTP clients do not.)
-class DisconnectWatch {
- public:
-  DisconnectWatch(socket_t sock, std::function<void()> on_disconnect)
-      : thread_([this, sock, on_disconnect = std::move(on_disconnect)] {
-          while (!stop_.load()) {
-            pollfd p{sock, POLLRDHUP, 0};
-            const int ready = poll(&p, 1, 50);
-            if (ready > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) {
-              on_disconnect();
-              return;
-            }
-            if (ready < 0 && errno != EINTR) return;
-          }
-        }) {}
-  ~DisconnectWatch() {
-    stop_.store(true);
-    thread_.join();
-  }
-  DisconnectWatch(const DisconnectWatch&) = delete;
-  DisconnectWatch& operator=(const DisconnectWatch&) = delete;
-
- private:
-  std::atomic<bool> stop_{false};
-  std::thread thread_;  // last: started once stop_ exists
-};
 
 // One Complete call, shared by the handler and (streaming) the content
 // provider that httplib runs after it on the same thread.
