@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -38,6 +39,7 @@
 #include "server/host_memory.h"
 #include "server/http_endpoint.h"
 #include "server/metrics.h"
+#include "server/openai_http_server.h"
 #include "server/server_credentials.h"
 #include "server/server_flags.h"
 #include "server/session_manager.h"
@@ -54,6 +56,8 @@ constexpr int64_t kStopSlackSeconds = 5;
 // Handlers get this much longer than grace + stop slack to return before the
 // process gives up on a clean exit.
 constexpr int64_t kForcedExitSlackSeconds = 15;
+// The most threads the OpenAI HTTP API's pool gets (--max_sessions + 4 below that).
+constexpr int64_t kMaxOpenAiThreads = 1024;
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "drt-server: error: %s\n", std::string(status.message()).c_str());
@@ -425,12 +429,35 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     http_address = FormatHostPort({config.http->host, http.port()});
   }
 
+  // The OpenAI-compatible API calls this server's own service in-process,
+  // so every gRPC rule (auth, limits, scheduling, metrics, the drain)
+  // applies to it as to any client.
+  OpenAiHttpOptions openai_options;
+  openai_options.model_name = service_options.model_name;
+  // (httplib starts every thread of its pool at once: capped, so that a
+  // large --max_sessions does not start that many.)
+  openai_options.threads =
+      static_cast<size_t>(std::min<int64_t>(service_options.max_sessions + 4, kMaxOpenAiThreads));
+  OpenAiHttpServer openai(server->InProcessChannel(grpc::ChannelArguments()), openai_options);
+  std::string openai_address;
+  if (config.openai.has_value()) {
+    if (absl::Status started = openai.Start(config.openai->host, config.openai->port);
+        !started.ok()) {
+      http.Stop();
+      server->Shutdown(std::chrono::system_clock::now());
+      return Fail(started);
+    }
+    openai_address = FormatHostPort({config.openai->host, openai.port()});
+  }
+
   std::string grpc_address = config.grpc_address;
   if (auto parsed = ParseHostPort(config.grpc_address); parsed.ok()) {
     grpc_address = FormatHostPort({parsed->host, grpc_port});
   }
-  std::printf("drt-server listening on %s (grpc), %s (http), model %s\n", grpc_address.c_str(),
-              http_address.c_str(), service_options.model_name.c_str());
+  std::printf("drt-server listening on %s (grpc), %s (http), %smodel %s\n", grpc_address.c_str(),
+              http_address.c_str(),
+              openai_address.empty() ? "" : (openai_address + " (openai), ").c_str(),
+              service_options.model_name.c_str());
   std::fflush(stdout);
 
   const int signal = WaitForSignal(signals);
@@ -461,6 +488,9 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     _exit(1);  // handlers may still run; no destructors
   }
   drainer.join();
+  // Its requests ended with the gRPC server (their calls, in-process, were
+  // drained like any other), so this only closes the listener.
+  openai.Stop();
   http.Stop();
   std::fprintf(stderr, "drt-server: stopped\n");
   return 0;

@@ -19,6 +19,10 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
 ABSL_FLAG(std::string, http_listen, "0.0.0.0:9090",
           "HTTP address for GET /metrics (Prometheus) and GET /healthz, host:port; "
           "empty disables the HTTP endpoint");
+ABSL_FLAG(std::string, openai_listen, "",
+          "address for the OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models), "
+          "host:port; empty (the default) turns it off. Not the --http_listen endpoint: its "
+          "answers may stream for as long as generation runs");
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json, model.safetensors, optional tokenizer.json); required");
 ABSL_FLAG(std::string, device, "auto",
@@ -316,6 +320,16 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     auto parsed = ParseHostPort(http);
     check(parsed.status());
     if (parsed.ok()) config.http = *parsed;
+  }
+
+  const std::string openai = absl::GetFlag(FLAGS_openai_listen);
+  if (!openai.empty()) {
+    auto parsed = ParseHostPort(openai);
+    if (parsed.ok()) {
+      config.openai = *parsed;
+    } else {
+      errors.emplace_back(absl::StrCat("--openai_listen: ", parsed.status().message()));
+    }
   }
 
   config.model_dir = absl::GetFlag(FLAGS_model);

@@ -36,6 +36,8 @@ constexpr int64_t kMaxStepTokens = int64_t{1} << 20;
 struct ServerConfig {
   std::string grpc_address;      // as gRPC takes it: host:port or unix:path
   std::optional<HostPort> http;  // empty: no HTTP endpoint
+  // --openai_listen; empty: no OpenAI-compatible HTTP API
+  std::optional<HostPort> openai;
   std::string model_dir;
   // "cpu" or "cuda" (engine/backend_factory.h). "auto" resolves to "cuda"
   // when the build has the CUDA backend and GPU cuda_device is visible, to

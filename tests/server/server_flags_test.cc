@@ -64,6 +64,21 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
           std::string::npos);
     CHECK(deprecated->deprecation_notes[0].find("--threads") != std::string::npos);
   }
+  SECTION("--openai_listen: off by default, a host:port, refused naming the flag") {
+    CHECK_FALSE(config->openai.has_value());
+    {
+      ScopedFlag openai("openai_listen", "127.0.0.1:8000");
+      auto on = ServerConfigFromFlags();
+      REQUIRE(on.ok());
+      REQUIRE(on->openai.has_value());
+      CHECK(on->openai->host == "127.0.0.1");
+      CHECK(on->openai->port == 8000);
+    }
+    ScopedFlag bad("openai_listen", "8000");
+    auto refused = ServerConfigFromFlags();
+    REQUIRE_FALSE(refused.ok());
+    CHECK(std::string(refused.status().message()).find("--openai_listen") != std::string::npos);
+  }
   SECTION("--mixed_lower_only_forwards: on by default, off when given false") {
     CHECK(config->mixed_lower_only_forwards);
     ScopedFlag mixed("mixed_lower_only_forwards", "false");

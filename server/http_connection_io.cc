@@ -1,0 +1,110 @@
+#include "server/http_connection_io.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <utility>
+
+namespace drt::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <typename Get>
+void Address(socket_t sock, Get get, std::string& ip, int& port) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  ip.clear();
+  port = 0;
+  if (get(sock, reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
+    inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
+    port = ntohs(v4->sin_port);
+  } else if (address.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
+    inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
+    port = ntohs(v6->sin6_port);
+  }
+  ip = text;
+}
+
+}  // namespace
+
+ConnectionStream::ConnectionStream(socket_t sock, Clock::time_point read_deadline,
+                                   std::chrono::milliseconds write_timeout,
+                                   const std::atomic<bool>& stopping)
+    : sock_(sock), read_deadline_(read_deadline), write_timeout_(write_timeout), stopping_(stopping) {}
+
+bool ConnectionStream::is_readable() const { return Wait(POLLIN, read_deadline_); }
+
+bool ConnectionStream::is_writable() const {
+  return Wait(POLLOUT, Clock::now() + write_timeout_);
+}
+
+ssize_t ConnectionStream::read(char* ptr, size_t size) {
+  // httplib reads the request line and headers a byte at a time: serve
+  // those from a buffer filled one recv at a time.
+  if (begin_ == end_) {
+    if (!Wait(POLLIN, read_deadline_)) return -1;
+    const ssize_t n = recv(sock_, buffer_, sizeof(buffer_), 0);
+    if (n <= 0) return n;
+    begin_ = 0;
+    end_ = static_cast<size_t>(n);
+  }
+  const size_t n = std::min(size, end_ - begin_);
+  std::copy(buffer_ + begin_, buffer_ + begin_ + n, ptr);
+  begin_ += n;
+  return static_cast<ssize_t>(n);
+}
+
+ssize_t ConnectionStream::write(const char* ptr, size_t size) {
+  if (!Wait(POLLOUT, Clock::now() + write_timeout_)) return -1;
+  return send(sock_, ptr, size, MSG_NOSIGNAL);
+}
+
+void ConnectionStream::get_remote_ip_and_port(std::string& ip, int& port) const {
+  Address(sock_, getpeername, ip, port);
+}
+
+void ConnectionStream::get_local_ip_and_port(std::string& ip, int& port) const {
+  Address(sock_, getsockname, ip, port);
+}
+
+bool ConnectionStream::Wait(short events, Clock::time_point deadline) const {
+  while (!stopping_.load()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{sock_, events, 0};
+    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
+    if (ready > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0;
+    if (ready < 0 && errno != EINTR) return false;
+  }
+  return false;
+}
+
+DisconnectWatch::DisconnectWatch(socket_t sock, std::function<void()> on_disconnect)
+    : thread_([this, sock, on_disconnect = std::move(on_disconnect)] {
+        while (!stop_.load()) {
+          pollfd p{sock, POLLRDHUP, 0};
+          const int ready = poll(&p, 1, 50);
+          if (ready > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) {
+            on_disconnect();
+            return;
+          }
+          if (ready < 0 && errno != EINTR) return;
+        }
+      }) {}
+
+DisconnectWatch::~DisconnectWatch() {
+  stop_.store(true);
+  thread_.join();
+}
+
+}  // namespace drt::server

@@ -1,0 +1,65 @@
+// Socket-level pieces of the OpenAI HTTP API's server
+// (server/openai_http_server.h): the stream one connection is served
+// through, and a watch that tells when its client hangs up.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include <httplib.h>
+
+namespace drt::server {
+
+// The socket of one connection: reads share one deadline, counted from the
+// accept (the whole request must arrive by then); each write waits at most
+// the write timeout for room (the answer as a whole has no limit). Once
+// `stopping` is set every wait gives up within 100 ms, so that stopping the
+// server does not wait for slow or silent clients.
+class ConnectionStream : public httplib::Stream {
+ public:
+  ConnectionStream(socket_t sock, std::chrono::steady_clock::time_point read_deadline,
+                   std::chrono::milliseconds write_timeout, const std::atomic<bool>& stopping);
+
+  bool is_readable() const override;
+  bool is_writable() const override;
+  ssize_t read(char* ptr, size_t size) override;
+  ssize_t write(const char* ptr, size_t size) override;
+  void get_remote_ip_and_port(std::string& ip, int& port) const override;
+  void get_local_ip_and_port(std::string& ip, int& port) const override;
+  socket_t socket() const override { return sock_; }
+
+ private:
+  // Whether `events` became ready before `deadline` (false once stopping).
+  bool Wait(short events, std::chrono::steady_clock::time_point deadline) const;
+
+  socket_t sock_;
+  std::chrono::steady_clock::time_point read_deadline_;
+  std::chrono::milliseconds write_timeout_;
+  const std::atomic<bool>& stopping_;
+  char buffer_[4096];
+  size_t begin_ = 0, end_ = 0;
+};
+
+// Calls `on_disconnect` once when the client closes its end of `sock`
+// (POLLRDHUP: it sent FIN, or the connection broke), from a thread of its
+// own, until destroyed. The request has been read whole by then and the
+// client sends nothing more, so a hang-up is the only event to wait for.
+// (A client that half-closes after its request, shutdown(SHUT_WR), reads
+// as gone too; the usual HTTP clients do not.)
+class DisconnectWatch {
+ public:
+  DisconnectWatch(socket_t sock, std::function<void()> on_disconnect);
+  ~DisconnectWatch();  // stops watching and joins the thread
+  DisconnectWatch(const DisconnectWatch&) = delete;
+  DisconnectWatch& operator=(const DisconnectWatch&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;  // last: started once stop_ exists
+};
+
+}  // namespace drt::server

@@ -1,0 +1,410 @@
+#include "server/openai_api.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "server/status_util.h"
+
+namespace drt::server {
+namespace {
+
+using Json = nlohmann::json;
+
+// Where FieldError keeps the field's name (absl::Status payloads are keyed by
+// a URL-like string of the caller's choosing).
+constexpr char kParamPayload[] = "drt.openai/param";
+// The most max_tokens drt.v1 takes (server/drt_service.cc, kMaxTokensLimit).
+constexpr int64_t kMaxTokens = int64_t{1} << 20;
+
+// Every string we write may hold bytes from the model or the client:
+// invalid UTF-8 becomes U+FFFD instead of an exception.
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+}
+
+bool IsNull(const Json& body, const char* field) {
+  auto it = body.find(field);
+  return it == body.end() || it->is_null();
+}
+
+absl::StatusOr<int64_t> IntField(const Json& value, const char* field, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  if (value.is_number_unsigned()) {
+    const uint64_t u = value.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return FieldError(field, absl::StrCat(field, " must be an integer in [", lo, ", ", hi,
+                                            "], got ", u));
+    }
+    v = static_cast<int64_t>(u);
+  } else if (value.is_number_integer()) {
+    v = value.get<int64_t>();
+  } else {
+    return FieldError(field, absl::StrCat(field, " must be an integer, got ", Dump(value)));
+  }
+  if (v < lo || v > hi) {
+    return FieldError(field,
+                      absl::StrCat(field, " must be an integer in [", lo, ", ", hi, "], got ", v));
+  }
+  return v;
+}
+
+absl::StatusOr<double> NumberField(const Json& value, const char* field) {
+  if (!value.is_number()) {
+    return FieldError(field, absl::StrCat(field, " must be a number, got ", Dump(value)));
+  }
+  const double v = value.get<double>();
+  if (!std::isfinite(v)) return FieldError(field, absl::StrCat(field, " must be finite"));
+  return v;
+}
+
+absl::StatusOr<bool> BoolField(const Json& value, const char* field) {
+  if (!value.is_boolean()) {
+    return FieldError(field, absl::StrCat(field, " must be true or false, got ", Dump(value)));
+  }
+  return value.get<bool>();
+}
+
+absl::Status ParsePrompt(const Json& body, CompletionRequest& out) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) {
+    return FieldError("prompt", "prompt is required (a string, or an array of token ids)");
+  }
+  const Json& prompt = *it;
+  if (prompt.is_string()) {
+    out.prompt_text = prompt.get<std::string>();
+  } else if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
+    out.prompt_text = prompt[0].get<std::string>();
+  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number()) {
+    out.prompt_is_ids = true;
+    out.prompt_ids.reserve(prompt.size());
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const Json& id = prompt[i];
+      if (!id.is_number_integer() ||
+          (id.is_number_unsigned() &&
+           id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) ||
+          (!id.is_number_unsigned() && (id.get<int64_t>() < 0 ||
+                                        id.get<int64_t>() > std::numeric_limits<int32_t>::max()))) {
+        return FieldError("prompt", absl::StrCat("prompt: element ", i, " of the token id array (",
+                                                 Dump(id), ") is not a token id (an integer >= 0)"));
+      }
+      out.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  } else if (prompt.is_array() && prompt.size() > 1 && prompt[0].is_string()) {
+    return FieldError("prompt", absl::StrCat("prompt: an array of ", prompt.size(),
+                                             " strings asks for a batch; drt-server serves one "
+                                             "prompt per request (send them as separate requests)"));
+  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_array()) {
+    return FieldError("prompt",
+                      "prompt: an array of token id arrays asks for a batch; drt-server serves one "
+                      "prompt per request (send them as separate requests)");
+  } else {
+    return FieldError("prompt", absl::StrCat("prompt must be a string, an array of one string, or "
+                                             "a non-empty array of token ids, got ",
+                                             prompt.is_array() && prompt.empty() ? "[]"
+                                                                                 : prompt.type_name()));
+  }
+  if (!out.prompt_is_ids && out.prompt_text.empty()) {
+    return FieldError("prompt", "prompt must not be empty");
+  }
+  return absl::OkStatus();
+}
+
+// Fields that would change the answer in ways drt-server does not do:
+// refused when they ask for anything but the default, so no client gets a
+// result silently different from what it asked for.
+absl::Status RefuseUnsupported(const Json& body) {
+  auto field = [&](const char* name) -> const Json* {
+    auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const Json* v = field("n"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+    return FieldError("n", absl::StrCat("n must be 1 (one completion per request), got ", Dump(*v)));
+  }
+  if (const Json* v = field("best_of");
+      v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+    return FieldError("best_of", absl::StrCat("best_of is not supported (only 1), got ", Dump(*v)));
+  }
+  if (const Json* v = field("logprobs"); v != nullptr) {
+    return FieldError("logprobs", "logprobs is not supported (send null or leave it out)");
+  }
+  if (const Json* v = field("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return FieldError("echo", "echo is not supported (send false or leave it out)");
+  }
+  if (const Json* v = field("suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
+    return FieldError("suffix", "suffix is not supported (insertion needs a model trained for it)");
+  }
+  if (const Json* v = field("logit_bias"); v != nullptr && !(v->is_object() && v->empty())) {
+    return FieldError("logit_bias", "logit_bias is not supported (send {} or leave it out)");
+  }
+  for (const char* penalty : {"presence_penalty", "frequency_penalty"}) {
+    if (const Json* v = field(penalty); v != nullptr && !(v->is_number() && v->get<double>() == 0.0)) {
+      return FieldError(penalty, absl::StrCat(penalty, " is not supported (only 0), got ", Dump(*v)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseStop(const Json& body, CompletionRequest& out) {
+  if (IsNull(body, "stop")) return absl::OkStatus();
+  const Json& stop = body["stop"];
+  std::vector<std::string> stops;
+  if (stop.is_string()) {
+    stops.push_back(stop.get<std::string>());
+  } else if (stop.is_array()) {
+    if (stop.size() > kOpenAiMaxStops) {
+      return FieldError("stop", absl::StrCat("stop takes at most ", kOpenAiMaxStops,
+                                             " strings, got ", stop.size()));
+    }
+    for (const Json& s : stop) {
+      if (!s.is_string()) {
+        return FieldError("stop", absl::StrCat("stop must hold strings, got ", Dump(s)));
+      }
+      stops.push_back(s.get<std::string>());
+    }
+  } else {
+    return FieldError("stop", absl::StrCat("stop must be a string or an array of strings, got ",
+                                           stop.type_name()));
+  }
+  for (std::string& s : stops) {
+    if (s.empty()) return FieldError("stop", "stop strings must not be empty");
+    out.generate.add_stop(std::move(s));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSampling(const Json& body, CompletionRequest& out) {
+  drt::v1::SamplingParams& sampling = *out.generate.mutable_sampling();
+  // OpenAI's defaults (and vLLM's for a model whose generation_config.json
+  // sets none, as the bundled models'): temperature 1, top_p 1, no top_k.
+  sampling.set_temperature(1.0f);
+  sampling.set_top_p(1.0f);
+  if (!IsNull(body, "temperature")) {
+    auto t = NumberField(body["temperature"], "temperature");
+    if (!t.ok()) return t.status();
+    if (*t < 0) return FieldError("temperature", absl::StrCat("temperature must be >= 0, got ", *t));
+    sampling.set_temperature(static_cast<float>(*t));
+  }
+  if (!IsNull(body, "top_p")) {
+    auto p = NumberField(body["top_p"], "top_p");
+    if (!p.ok()) return p.status();
+    if (!(*p > 0 && *p <= 1)) return FieldError("top_p", absl::StrCat("top_p must be in (0, 1], got ", *p));
+    sampling.set_top_p(static_cast<float>(*p));
+  }
+  if (!IsNull(body, "top_k")) {
+    // vLLM's extension: -1 (or 0) turns it off.
+    auto k = IntField(body["top_k"], "top_k", -1, std::numeric_limits<int32_t>::max());
+    if (!k.ok()) return k.status();
+    sampling.set_top_k(*k < 0 ? 0 : static_cast<int32_t>(*k));
+  }
+  if (!IsNull(body, "seed")) {
+    const Json& seed = body["seed"];
+    if (seed.is_number_unsigned()) {
+      sampling.set_seed(seed.get<uint64_t>());
+    } else if (seed.is_number_integer()) {
+      // A negative seed is a seed too: its two's complement bits.
+      sampling.set_seed(static_cast<uint64_t>(seed.get<int64_t>()));
+    } else {
+      return FieldError("seed", absl::StrCat("seed must be an integer, got ", Dump(seed)));
+    }
+    out.seed_given = true;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status FieldError(absl::string_view field, absl::string_view message) {
+  absl::Status status = absl::InvalidArgumentError(message);
+  status.SetPayload(kParamPayload, absl::Cord(field));
+  return status;
+}
+
+std::string OpenAiErrorParam(const absl::Status& status) {
+  auto param = status.GetPayload(kParamPayload);
+  return param.has_value() ? std::string(*param) : std::string();
+}
+
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_text) {
+  Json body;
+  try {
+    body = Json::parse(body_text.begin(), body_text.end());
+  } catch (const Json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON: ", e.what()));
+  }
+  if (!body.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("the request body must be a JSON object, got ",
+                                                   body.type_name()));
+  }
+  CompletionRequest out;
+  if (absl::Status s = ParsePrompt(body, out); !s.ok()) return s;
+  if (absl::Status s = RefuseUnsupported(body); !s.ok()) return s;
+  out.generate.set_max_tokens(kOpenAiDefaultMaxTokens);
+  if (!IsNull(body, "max_tokens")) {
+    auto n = IntField(body["max_tokens"], "max_tokens", 1, kMaxTokens);
+    if (!n.ok()) return n.status();
+    out.generate.set_max_tokens(static_cast<int32_t>(*n));
+  }
+  if (absl::Status s = ParseSampling(body, out); !s.ok()) return s;
+  if (absl::Status s = ParseStop(body, out); !s.ok()) return s;
+  if (!IsNull(body, "ignore_eos")) {  // vLLM's extension
+    auto b = BoolField(body["ignore_eos"], "ignore_eos");
+    if (!b.ok()) return b.status();
+    out.generate.set_ignore_eos(*b);
+  }
+  if (!IsNull(body, "model")) {
+    if (!body["model"].is_string()) {
+      return FieldError("model", absl::StrCat("model must be a string, got ", body["model"].type_name()));
+    }
+    out.model = body["model"].get<std::string>();
+  }
+  if (!IsNull(body, "stream")) {
+    auto b = BoolField(body["stream"], "stream");
+    if (!b.ok()) return b.status();
+    out.stream = *b;
+  }
+  if (!IsNull(body, "stream_options")) {
+    const Json& options = body["stream_options"];
+    if (!out.stream) {
+      return FieldError("stream_options", "stream_options is only allowed with \"stream\": true");
+    }
+    if (!options.is_object()) {
+      return FieldError("stream_options", absl::StrCat("stream_options must be an object, got ",
+                                                       options.type_name()));
+    }
+    if (!IsNull(options, "include_usage")) {
+      auto b = BoolField(options["include_usage"], "stream_options.include_usage");
+      if (!b.ok()) return b.status();
+      out.include_usage = *b;
+    }
+  }
+  return out;
+}
+
+std::vector<drt::v1::CompleteRequest> CompleteMessages(const CompletionRequest& request) {
+  std::vector<drt::v1::CompleteRequest> messages(1);
+  *messages[0].mutable_generate() = request.generate;
+  if (request.prompt_is_ids) {
+    for (size_t at = 0; at < request.prompt_ids.size(); at += kPromptPieceIds) {
+      const size_t n = std::min(kPromptPieceIds, request.prompt_ids.size() - at);
+      drt::v1::CompleteRequest& m = messages.emplace_back();
+      m.mutable_tokens()->mutable_ids()->Add(request.prompt_ids.begin() + at,
+                                             request.prompt_ids.begin() + at + n);
+    }
+  } else {
+    // text_bytes: a piece may end inside a UTF-8 character, which the next
+    // completes; the server tokenizes the pieces as if they came whole.
+    for (size_t at = 0; at < request.prompt_text.size(); at += kPromptPieceBytes) {
+      messages.emplace_back().set_text_bytes(request.prompt_text.substr(at, kPromptPieceBytes));
+    }
+  }
+  return messages;
+}
+
+int HttpStatusFor(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument: return 400;
+    case absl::StatusCode::kUnauthenticated: return 401;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kResourceExhausted: return 429;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kDeadlineExceeded: return 504;
+    default: return 500;
+  }
+}
+
+std::string ErrorJson(absl::string_view message, absl::string_view type, absl::string_view param,
+                      absl::string_view code) {
+  Json error = {{"message", std::string(message)},
+                {"type", std::string(type)},
+                {"param", nullptr},
+                {"code", nullptr}};
+  if (!param.empty()) error["param"] = std::string(param);
+  if (!code.empty()) error["code"] = std::string(code);
+  return Dump(Json{{"error", std::move(error)}});
+}
+
+std::string ErrorJson(const absl::Status& status) {
+  const int http = HttpStatusFor(status.code());
+  const char* type = http == 401   ? "authentication_error"
+                     : http == 429 ? "rate_limit_error"
+                     : http >= 500 ? "server_error"
+                                   : "invalid_request_error";
+  return ErrorJson(status.message(), type, OpenAiErrorParam(status),
+                   absl::AsciiStrToLower(GrpcCodeName(static_cast<grpc::StatusCode>(status.code()))));
+}
+
+std::string FinishReasonName(drt::v1::FinishReason reason) {
+  switch (reason) {
+    case drt::v1::FINISH_REASON_END_OF_TEXT:
+    case drt::v1::FINISH_REASON_STOP_SEQUENCE: return "stop";
+    case drt::v1::FINISH_REASON_LENGTH: return "length";
+    default: return "abort";
+  }
+}
+
+namespace {
+
+Json Header(const CompletionHeader& header) {
+  return {{"id", header.id},
+          {"object", "text_completion"},
+          {"created", header.created},
+          {"model", header.model}};
+}
+
+Json UsageJson(const Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+}
+
+Json Choice(absl::string_view text, std::optional<absl::string_view> finish_reason) {
+  Json choice = {{"text", std::string(text)},
+                 {"index", 0},
+                 {"logprobs", nullptr},
+                 {"finish_reason", nullptr}};
+  if (finish_reason.has_value()) choice["finish_reason"] = std::string(*finish_reason);
+  return choice;
+}
+
+}  // namespace
+
+std::string CompletionJson(const CompletionHeader& header, absl::string_view text,
+                           absl::string_view finish_reason, const Usage& usage) {
+  Json json = Header(header);
+  json["choices"] = Json::array({Choice(text, finish_reason)});
+  json["usage"] = UsageJson(usage);
+  return Dump(json);
+}
+
+std::string CompletionChunkJson(const CompletionHeader& header, absl::string_view text,
+                                std::optional<absl::string_view> finish_reason) {
+  Json json = Header(header);
+  json["choices"] = Json::array({Choice(text, finish_reason)});
+  return Dump(json);
+}
+
+std::string UsageChunkJson(const CompletionHeader& header, const Usage& usage) {
+  Json json = Header(header);
+  json["choices"] = Json::array();
+  json["usage"] = UsageJson(usage);
+  return Dump(json);
+}
+
+std::string ModelsJson(const drt::v1::ModelInfo& info, int64_t created) {
+  Json model = {{"id", info.name()},
+                {"object", "model"},
+                {"created", created},
+                {"owned_by", "drt-server"},
+                {"max_model_len", info.max_context_tokens()}};
+  return Dump(Json{{"object", "list"}, {"data", Json::array({std::move(model)})}});
+}
+
+std::string SseEvent(absl::string_view payload) { return absl::StrCat("data: ", payload, "\n\n"); }
+
+}  // namespace drt::server

@@ -1,0 +1,103 @@
+// The JSON side of the OpenAI-compatible HTTP API (docs/api.md,
+// "OpenAI-compatible HTTP API"), kept pure: a /v1/completions request body
+// to the drt.v1 Complete messages that run it, or an error naming the
+// field; and the answers' JSON (completion, stream chunk, usage chunk,
+// model list, error). No I/O: server/openai_http_server.h does the HTTP.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "drt/v1/drt.pb.h"
+
+namespace drt::server {
+
+// OpenAI's default max_tokens for /v1/completions.
+constexpr int32_t kOpenAiDefaultMaxTokens = 16;
+// OpenAI allows at most 4 stop sequences.
+constexpr size_t kOpenAiMaxStops = 4;
+// Prompt pieces per Complete message: far below gRPC's message limit
+// (--max_message_bytes, 4 MiB by default) whatever the prompt's size.
+constexpr size_t kPromptPieceBytes = 64 << 10;
+constexpr size_t kPromptPieceIds = 16 << 10;
+
+struct CompletionRequest {
+  // One of them: the prompt as text, or as token ids.
+  std::string prompt_text;
+  std::vector<int32_t> prompt_ids;
+  bool prompt_is_ids = false;
+  // max_tokens, sampling (temperature, top_k, top_p, seed), stop, ignore_eos.
+  drt::v1::GenerateRequest generate;
+  // `seed` was given; without it OpenAI samples afresh each time, which the
+  // HTTP side arranges by drawing one (drt.v1's unset seed is 0, repeated).
+  bool seed_given = false;
+  std::optional<std::string> model;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// Parses a /v1/completions body. INVALID_ARGUMENT for JSON that does not
+// parse and for any field refused, with the field's name in the message and
+// as OpenAiErrorParam; unknown fields are ignored.
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body);
+
+// The Complete messages for `request`: the options first, then the prompt in
+// pieces of at most kPromptPieceBytes (text_bytes) or kPromptPieceIds ids.
+std::vector<drt::v1::CompleteRequest> CompleteMessages(const CompletionRequest& request);
+
+// An error about one request field: INVALID_ARGUMENT carrying the field's
+// name (OpenAI's error "param").
+absl::Status FieldError(absl::string_view field, absl::string_view message);
+// The field a FieldError named; "" for other errors.
+std::string OpenAiErrorParam(const absl::Status& status);
+
+// gRPC code -> HTTP status: INVALID_ARGUMENT 400, UNAUTHENTICATED 401,
+// NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503,
+// DEADLINE_EXCEEDED 504, any other 500.
+int HttpStatusFor(absl::StatusCode code);
+
+// {"error":{"message","type","param","code"}} for `status` (not OK): type
+// from the HTTP status (invalid_request_error, authentication_error,
+// rate_limit_error, server_error), code the gRPC code's name in lower case,
+// param OpenAiErrorParam or null.
+std::string ErrorJson(const absl::Status& status);
+// The same shape with every part given (param and code "" -> null).
+std::string ErrorJson(absl::string_view message, absl::string_view type, absl::string_view param,
+                      absl::string_view code);
+
+// "stop" for END_OF_TEXT and STOP_SEQUENCE, "length" for LENGTH, "abort"
+// (vLLM's word) for CANCELLED and DEADLINE and anything else.
+std::string FinishReasonName(drt::v1::FinishReason reason);
+
+// What every answer object of one completion shares.
+struct CompletionHeader {
+  std::string id;  // "cmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// The non-streamed answer: object "text_completion", one choice, usage.
+std::string CompletionJson(const CompletionHeader& header, absl::string_view text,
+                           absl::string_view finish_reason, const Usage& usage);
+// One streamed chunk: the same shape with this piece's text; finish_reason
+// null unless given.
+std::string CompletionChunkJson(const CompletionHeader& header, absl::string_view text,
+                                std::optional<absl::string_view> finish_reason);
+// The final usage chunk of stream_options.include_usage: choices [] and usage.
+std::string UsageChunkJson(const CompletionHeader& header, const Usage& usage);
+// GET /v1/models for the served model.
+std::string ModelsJson(const drt::v1::ModelInfo& info, int64_t created);
+// One server-sent event: "data: <payload>\n\n".
+std::string SseEvent(absl::string_view payload);
+
+}  // namespace drt::server

@@ -1,0 +1,379 @@
+#include "server/openai_http_server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <ctime>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "drt/v1/drt.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "server/http_connection_io.h"
+#include "server/openai_api.h"
+#include "server/stop_text_cutter.h"
+
+namespace drt::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kJson[] = "application/json";
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+void SendError(httplib::Response& res, const absl::Status& status) {
+  res.status = HttpStatusFor(status.code());
+  res.set_content(ErrorJson(status), kJson);
+}
+
+// One Complete call, shared by the handler and (streaming) the content
+// provider that httplib runs after it on the same thread.
+struct CompleteCall {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<drt::v1::CompleteRequest, drt::v1::GenerateResponse>>
+      stream;
+  bool finished = false;
+  // Last: stopped (joined) before the context it cancels goes.
+  std::unique_ptr<DisconnectWatch> watch;
+
+  // Reads what is left and ends the call.
+  grpc::Status Finish() {
+    drt::v1::GenerateResponse ignored;
+    while (stream->Read(&ignored)) {
+    }
+    finished = true;
+    return stream->Finish();
+  }
+  ~CompleteCall() {
+    watch.reset();
+    if (stream != nullptr && !finished) {
+      context.TryCancel();
+      Finish();
+    }
+  }
+};
+
+// The completion's text, cut at stop strings, and how it ended.
+struct CompletionProgress {
+  explicit CompletionProgress(const drt::v1::GenerateRequest& generate)
+      : cutter(std::vector<std::string>(generate.stop().begin(), generate.stop().end())) {}
+  StopTextCutter cutter;
+  std::optional<drt::v1::GenerateDone> done;
+
+  // The text a response adds (for a piece: what the cutter lets out now;
+  // for the final message: what it held back).
+  std::string Take(const drt::v1::GenerateResponse& response) {
+    if (response.has_piece()) return cutter.Push(response.piece().text());
+    if (response.has_done()) {
+      done = response.done();
+      return cutter.Finish();
+    }
+    return "";
+  }
+  std::string finish_reason() const {
+    return cutter.stopped() ? "stop" : FinishReasonName(done->finish_reason());
+  }
+  Usage usage() const {
+    return {done->timings().prompt_tokens(), done->timings().generated_tokens()};
+  }
+};
+
+std::string RandomHex(std::random_device& random, int digits) {
+  std::string out;
+  while (static_cast<int>(out.size()) < digits) out += absl::StrFormat("%08x", random());
+  return out.substr(0, digits);
+}
+
+}  // namespace
+
+class OpenAiHttpServer::Server : public httplib::Server {
+ public:
+  Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options)
+      : options_(options), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
+    const size_t threads = std::max<size_t>(options_.threads, 1);
+    new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    set_payload_max_length(options_.max_request_bytes);
+    // With a content reader: the body is read here, whatever its
+    // Content-Type. (httplib's own reading parses an
+    // application/x-www-form-urlencoded body, what `curl -d` sends without
+    // -H, and refuses it with 413 above 8 KiB.)
+    Post("/v1/completions", HandlerWithContentReader([this](const httplib::Request& req,
+                                                            httplib::Response& res,
+                                                            const httplib::ContentReader& reader) {
+      std::string body;
+      bool too_big = false;
+      const bool read = reader([&](const char* data, size_t n) {
+        if (body.size() + n > options_.max_request_bytes) {
+          too_big = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      if (!read) {
+        // (httplib has set 413 itself for a Content-Length over the limit.)
+        res.status = too_big || res.status == 413 ? 413 : 400;
+        res.set_content(
+            ErrorJson(res.status == 413 ? absl::StrCat("the request body is larger than "
+                                                       "drt-server accepts (",
+                                                       options_.max_request_bytes, " bytes)")
+                                        : "the request body could not be read",
+                      "invalid_request_error", "", ""),
+            kJson);
+        return;
+      }
+      Completions(req, body, res);
+    }));
+    Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      Models(req, res);
+    });
+    Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
+      res.status = 404;
+      res.set_content(
+          ErrorJson("/v1/chat/completions is not served: the models drt-server serves are base "
+                    "models without a chat template; use /v1/completions with a prompt",
+                    "invalid_request_error", "", "not_found"),
+          kJson);
+    });
+    // httplib's own refusals (no route, 413 for a body over the limit, a
+    // request that does not parse) in OpenAI's error shape too.
+    set_error_handler(HandlerWithResponse([max_bytes = options_.max_request_bytes](
+                                              const httplib::Request& req,
+                                              httplib::Response& res) {
+      if (!res.body.empty()) return HandlerResponse::Unhandled;  // ours, already shaped
+      std::string message;
+      if (res.status == 404) {
+        message = absl::StrCat("no such path: ", req.method, " ", req.path,
+                               " (served: POST /v1/completions, GET /v1/models)");
+      } else if (res.status == 413) {
+        message = absl::StrCat("the request body is larger than drt-server accepts (",
+                               max_bytes, " bytes)");
+      } else {
+        message = absl::StrCat("HTTP ", res.status, " for ", req.method, " ", req.path);
+      }
+      res.set_content(ErrorJson(message, res.status >= 500 ? "server_error" : "invalid_request_error",
+                                "", res.status == 404 ? "not_found" : ""),
+                      kJson);
+      return HandlerResponse::Handled;
+    }));
+  }
+
+  // From now on reads and writes of every connection give up (within
+  // 100 ms): Stop does not wait for a client that sends or reads slowly.
+  void StartStopping() { stopping_.store(true); }
+
+ private:
+  // httplib's accept loop hands each accepted socket to a pool thread,
+  // which calls this: one request per connection (an idle kept-alive
+  // connection would hold a thread of the bounded pool), the socket noted
+  // for the thread so that the handler can watch it for a hang-up.
+  bool process_and_close_socket(socket_t sock) override {
+    {
+      std::lock_guard<std::mutex> lock(sockets_mutex_);
+      sockets_[std::this_thread::get_id()] = sock;
+    }
+    ConnectionStream stream(sock, Clock::now() + options_.request_read_timeout,
+                            options_.write_timeout, stopping_);
+    bool connection_closed = false;
+    process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
+    {
+      std::lock_guard<std::mutex> lock(sockets_mutex_);
+      sockets_.erase(std::this_thread::get_id());
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return true;
+  }
+
+  socket_t ThisThreadsSocket() {
+    std::lock_guard<std::mutex> lock(sockets_mutex_);
+    auto it = sockets_.find(std::this_thread::get_id());
+    return it == sockets_.end() ? INVALID_SOCKET : it->second;
+  }
+
+  static void Authorize(const httplib::Request& req, grpc::ClientContext& context) {
+    // Forwarded as is: the service checks it as for any gRPC client.
+    const std::string authorization = req.get_header_value("Authorization");
+    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  }
+
+  void Models(const httplib::Request& req, httplib::Response& res) {
+    grpc::ClientContext context;
+    Authorize(req, context);
+    drt::v1::ModelInfo info;
+    const grpc::Status status = stub_->GetModelInfo(&context, {}, &info);
+    if (!status.ok()) return SendError(res, FromGrpc(status));
+    res.set_content(ModelsJson(info, started_), kJson);
+  }
+
+  void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(body);
+    if (!request.ok()) return SendError(res, request.status());
+    if (request->model.has_value() && *request->model != options_.model_name) {
+      res.status = 404;
+      res.set_content(ErrorJson(absl::StrCat("The model `", *request->model,
+                                             "` does not exist: this server serves `",
+                                             options_.model_name, "`"),
+                                "invalid_request_error", "model", "model_not_found"),
+                      kJson);
+      return;
+    }
+    std::random_device random;
+    // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
+    // (0) would repeat one answer.
+    if (!request->seed_given) {
+      request->generate.mutable_sampling()->set_seed((uint64_t{random()} << 32) | random());
+    }
+    CompletionHeader header{absl::StrCat("cmpl-", RandomHex(random, 24)),
+                            static_cast<int64_t>(std::time(nullptr)), options_.model_name};
+
+    auto call = std::make_shared<CompleteCall>();
+    Authorize(req, call->context);
+    call->stream = stub_->Complete(&call->context);
+    if (const socket_t sock = ThisThreadsSocket(); sock != INVALID_SOCKET) {
+      call->watch = std::make_unique<DisconnectWatch>(
+          sock, [context = &call->context] { context->TryCancel(); });
+    }
+    for (const drt::v1::CompleteRequest& message : CompleteMessages(*request)) {
+      if (!call->stream->Write(message)) break;  // the call ended: Finish says why
+    }
+    call->stream->WritesDone();
+    // The first answer (after the prompt ran) decides the HTTP status: an
+    // error before it is a plain error response.
+    drt::v1::GenerateResponse first;
+    if (!call->stream->Read(&first)) {
+      const grpc::Status status = call->Finish();
+      return SendError(res, status.ok() ? absl::InternalError("Complete ended without an answer")
+                                        : FromGrpc(status));
+    }
+    auto progress = std::make_shared<CompletionProgress>(request->generate);
+    if (!request->stream) {
+      std::string text = progress->Take(first);
+      drt::v1::GenerateResponse response;
+      while (call->stream->Read(&response)) text += progress->Take(response);
+      const grpc::Status status = call->Finish();
+      if (!status.ok()) return SendError(res, FromGrpc(status));
+      if (!progress->done.has_value()) {
+        return SendError(res, absl::InternalError("Complete ended without its final message"));
+      }
+      res.set_content(CompletionJson(header, text, progress->finish_reason(), progress->usage()),
+                      kJson);
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    const bool include_usage = request->include_usage;
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [call, progress, header, include_usage, first](size_t, httplib::DataSink& sink) {
+          // A failed write: the client is gone; the call is cancelled so the
+          // engine stops generating for it.
+          auto send = [&](const std::string& event) {
+            if (sink.write(event.data(), event.size())) return true;
+            call->context.TryCancel();
+            return false;
+          };
+          drt::v1::GenerateResponse response = first;
+          bool more = true;
+          while (more) {
+            const std::string text = progress->Take(response);
+            if (response.has_done()) {
+              if (!send(SseEvent(CompletionChunkJson(header, text, progress->finish_reason())))) {
+                return false;
+              }
+              if (include_usage && !send(SseEvent(UsageChunkJson(header, progress->usage())))) {
+                return false;
+              }
+            } else if (!text.empty() && !send(SseEvent(CompletionChunkJson(header, text, {})))) {
+              return false;
+            }
+            more = call->stream->Read(&response);
+          }
+          const grpc::Status status = call->Finish();
+          // An error after the stream began: one event in the error shape,
+          // then [DONE] (as vLLM does); a stream cut short that way carries
+          // no finish_reason.
+          if (!status.ok() && !send(SseEvent(ErrorJson(FromGrpc(status))))) return false;
+          if (status.ok() && !progress->done.has_value()) {
+            const absl::Status missing = absl::InternalError("Complete ended without its final message");
+            if (!send(SseEvent(ErrorJson(missing)))) return false;
+          }
+          if (!send(SseEvent("[DONE]"))) return false;
+          sink.done();
+          return true;
+        });
+  }
+
+  const OpenAiHttpOptions options_;
+  std::unique_ptr<drt::v1::Drt::Stub> stub_;
+  const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
+  std::atomic<bool> stopping_{false};
+  std::mutex sockets_mutex_;
+  std::unordered_map<std::thread::id, socket_t> sockets_;
+};
+
+OpenAiHttpServer::OpenAiHttpServer(std::shared_ptr<grpc::Channel> channel,
+                                   OpenAiHttpOptions options)
+    : channel_(std::move(channel)), options_(std::move(options)) {}
+
+OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
+
+absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
+  if (server_ != nullptr) return absl::FailedPreconditionError("OpenAI HTTP API already started");
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--openai_listen port out of range: ", port));
+  }
+  auto server = std::make_unique<Server>(channel_, options_);
+  // httplib's default sets SO_REUSEPORT, which lets a second server share a
+  // busy port silently; SO_REUSEADDR alone still allows a quick restart.
+  server->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  int bound_port = port;
+  if (port == 0) {
+    bound_port = server->bind_to_any_port(host);
+    if (bound_port < 0) bound_port = 0;
+  } else if (!server->bind_to_port(host, port)) {
+    bound_port = 0;
+  }
+  if (bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen for the OpenAI HTTP API on ", host,
+                                               ":", port, " (address in use or not local?)"));
+  }
+  port_ = bound_port;
+  server_ = std::move(server);
+  serving_done_.store(false);
+  thread_ = std::thread([this, server = server_.get()] {
+    server->listen_after_bind();
+    serving_done_.store(true);
+  });
+  return absl::OkStatus();
+}
+
+void OpenAiHttpServer::Stop() {
+  if (server_ == nullptr) return;
+  // httplib's stop() is a no-op until the accept loop runs; wait for the
+  // loop so that a Stop() right after Start() is not lost.
+  while (!server_->is_running() && !serving_done_.load()) std::this_thread::yield();
+  server_->StartStopping();
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+  server_.reset();
+  port_ = 0;
+}
+
+}  // namespace drt::server

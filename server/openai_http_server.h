@@ -1,0 +1,83 @@
+// drt-server's OpenAI-compatible HTTP API (--openai_listen; docs/api.md,
+// "OpenAI-compatible HTTP API"): POST /v1/completions (streamed or not) and
+// GET /v1/models, answered by calling the server's own drt.v1 service over
+// an in-process gRPC channel (Complete, GetModelInfo), so its scheduling,
+// limits, metrics and bearer-token check apply unchanged. The JSON lives in
+// server/openai_api.h; this file is the HTTP wiring.
+//
+// Apart from the probe endpoint (server/http_endpoint.h), whose 5 s per
+// connection suits probes and not long streams: here the request must
+// arrive within `request_read_timeout` of the connect, the answer has no
+// deadline (a write waits at most `write_timeout` for the client to read),
+// and `threads` connections are served at once (more wait for a thread).
+// A client that closes its connection before the answer ends cancels the
+// Complete call, so the engine stops working for it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace drt::server {
+
+struct OpenAiHttpOptions {
+  // The served model's name: what GetModelInfo reports, which a request's
+  // `model` must equal when given.
+  std::string model_name;
+  // Connections served at once (one thread each); more wait in a queue.
+  // drt-server passes --max_sessions + 4, at most 1024: a completion holds
+  // a session, so more running at once would be refused anyway, and the 4
+  // keep /v1/models and refusals answering while every session is held.
+  size_t threads = 68;
+  // Request bodies above this get 413. A prompt of 1M bytes (or 1M token ids
+  // as JSON, about 7 MB) fits with room; the parsed JSON takes a few times
+  // the body in memory, so the bound also bounds that.
+  size_t max_request_bytes = size_t{64} << 20;
+  // Time from the connect until the whole request has arrived; then the
+  // connection is closed (a client sending a byte at a time cannot hold a
+  // thread longer).
+  std::chrono::milliseconds request_read_timeout{60'000};
+  // How long one write of the answer may wait for the client to read; a
+  // client that stops reading for longer is cut off and its call
+  // cancelled. There is no limit on the answer as a whole.
+  std::chrono::milliseconds write_timeout{60'000};
+};
+
+class OpenAiHttpServer {
+ public:
+  // `channel` reaches the drt.v1 service (grpc::Server::InProcessChannel).
+  OpenAiHttpServer(std::shared_ptr<grpc::Channel> channel, OpenAiHttpOptions options);
+  ~OpenAiHttpServer();  // Stop()s
+  OpenAiHttpServer(const OpenAiHttpServer&) = delete;
+  OpenAiHttpServer& operator=(const OpenAiHttpServer&) = delete;
+
+  // Binds host:port (0: any free port) and serves on threads of its own.
+  absl::Status Start(const std::string& host, int port);
+  int port() const { return port_; }
+  // Stops accepting, waits for the running requests (whose gRPC calls end
+  // when the gRPC server shuts down; a connection still sending its request,
+  // or not reading its answer, is given up within 100 ms) and joins the
+  // threads. Idempotent.
+  void Stop();
+
+  class Server;  // the httplib server (in the .cc)
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  OpenAiHttpOptions options_;
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+  std::atomic<bool> serving_done_{false};  // the serving thread has returned
+  int port_ = 0;
+};
+
+}  // namespace drt::server

@@ -1,0 +1,374 @@
+// The OpenAI API's pure translation (server/openai_api.h) and the stop-string
+// cutter (server/stop_text_cutter.h): every refusal names its field, the
+// defaults are OpenAI's, the prompt becomes Complete messages, the JSON
+// answers have OpenAI's shape; the streamed cut equals a naive cut of the
+// whole text however the text is split, and no piece splits a character.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_api.h"
+#include "server/stop_text_cutter.h"
+
+namespace drt::server {
+namespace {
+
+using Json = nlohmann::json;
+
+// The field a refused body is refused for ("" when it is accepted).
+std::string RefusedField(const std::string& body) {
+  auto parsed = ParseCompletionRequest(body);
+  if (parsed.ok()) return "";
+  CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+  return OpenAiErrorParam(parsed.status());
+}
+
+TEST_CASE("openai request: defaults are OpenAI's", "[openai]") {
+  auto r = ParseCompletionRequest(R"({"prompt":"hello"})");
+  REQUIRE(r.ok());
+  CHECK(r->prompt_text == "hello");
+  CHECK_FALSE(r->prompt_is_ids);
+  CHECK(r->generate.max_tokens() == 16);
+  CHECK(r->generate.sampling().temperature() == 1.0f);
+  CHECK(r->generate.sampling().top_p() == 1.0f);
+  CHECK(r->generate.sampling().top_k() == 0);
+  CHECK_FALSE(r->seed_given);
+  CHECK_FALSE(r->stream);
+  CHECK_FALSE(r->include_usage);
+  CHECK_FALSE(r->model.has_value());
+  CHECK(r->generate.stop_size() == 0);
+}
+
+TEST_CASE("openai request: fields map onto drt.v1", "[openai]") {
+  auto r = ParseCompletionRequest(R"({"prompt":["one"],"max_tokens":7,"temperature":0,
+      "top_p":0.5,"top_k":40,"seed":-1,"stop":["a","bc"],"stream":true,
+      "stream_options":{"include_usage":true},"model":"m","n":1,"best_of":1,"echo":false,
+      "logprobs":null,"suffix":null,"logit_bias":{},"presence_penalty":0,
+      "frequency_penalty":0.0,"user":"u","ignore_eos":true,"some_extra_field":[1,2]})");
+  REQUIRE(r.ok());
+  CHECK(r->prompt_text == "one");
+  CHECK(r->generate.max_tokens() == 7);
+  CHECK(r->generate.sampling().temperature() == 0.0f);
+  CHECK(r->generate.sampling().top_p() == 0.5f);
+  CHECK(r->generate.sampling().top_k() == 40);
+  CHECK(r->seed_given);
+  CHECK(r->generate.sampling().seed() == ~uint64_t{0});  // -1's bits
+  REQUIRE(r->generate.stop_size() == 2);
+  CHECK(r->generate.stop(1) == "bc");
+  CHECK(r->stream);
+  CHECK(r->include_usage);
+  CHECK(r->model == "m");
+  CHECK(r->generate.ignore_eos());
+  // vLLM's top_k -1 is "off".
+  auto off = ParseCompletionRequest(R"({"prompt":"x","top_k":-1,"stop":"z"})");
+  REQUIRE(off.ok());
+  CHECK(off->generate.sampling().top_k() == 0);
+  CHECK(off->generate.stop_size() == 1);
+}
+
+TEST_CASE("openai request: token id prompts", "[openai]") {
+  auto r = ParseCompletionRequest(R"({"prompt":[1,2,255,0]})");
+  REQUIRE(r.ok());
+  CHECK(r->prompt_is_ids);
+  CHECK(r->prompt_ids == std::vector<int32_t>{1, 2, 255, 0});
+}
+
+TEST_CASE("openai request: every refusal names its field", "[openai]") {
+  // Each body differs from an accepted one in one field.
+  REQUIRE(RefusedField(R"({"prompt":"x"})").empty());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({})", "prompt"},
+      {R"({"prompt":null})", "prompt"},
+      {R"({"prompt":""})", "prompt"},
+      {R"({"prompt":[]})", "prompt"},
+      {R"({"prompt":["a","b"]})", "prompt"},
+      {R"({"prompt":[[1,2]]})", "prompt"},
+      {R"({"prompt":[1,-2]})", "prompt"},
+      {R"({"prompt":[1,2.5]})", "prompt"},
+      {R"({"prompt":[1,"a"]})", "prompt"},
+      {R"({"prompt":[1,4294967296]})", "prompt"},
+      {R"({"prompt":7})", "prompt"},
+      {R"({"prompt":"x","max_tokens":0})", "max_tokens"},
+      {R"({"prompt":"x","max_tokens":-3})", "max_tokens"},
+      {R"({"prompt":"x","max_tokens":1048577})", "max_tokens"},
+      {R"({"prompt":"x","max_tokens":2.5})", "max_tokens"},
+      {R"({"prompt":"x","max_tokens":"16"})", "max_tokens"},
+      {R"({"prompt":"x","temperature":-0.1})", "temperature"},
+      {R"({"prompt":"x","temperature":"hot"})", "temperature"},
+      {R"({"prompt":"x","top_p":0})", "top_p"},
+      {R"({"prompt":"x","top_p":1.5})", "top_p"},
+      {R"({"prompt":"x","top_k":-2})", "top_k"},
+      {R"({"prompt":"x","top_k":1.5})", "top_k"},
+      {R"({"prompt":"x","seed":1.5})", "seed"},
+      {R"({"prompt":"x","stop":""})", "stop"},
+      {R"({"prompt":"x","stop":["a","b","c","d","e"]})", "stop"},
+      {R"({"prompt":"x","stop":[1]})", "stop"},
+      {R"({"prompt":"x","stop":5})", "stop"},
+      {R"({"prompt":"x","stream":"yes"})", "stream"},
+      {R"({"prompt":"x","stream_options":{"include_usage":true}})", "stream_options"},
+      {R"({"prompt":"x","stream":true,"stream_options":[]})", "stream_options"},
+      {R"({"prompt":"x","stream":true,"stream_options":{"include_usage":1}})",
+       "stream_options.include_usage"},
+      {R"({"prompt":"x","n":2})", "n"},
+      {R"({"prompt":"x","best_of":3})", "best_of"},
+      {R"({"prompt":"x","logprobs":0})", "logprobs"},
+      {R"({"prompt":"x","logprobs":5})", "logprobs"},
+      {R"({"prompt":"x","echo":true})", "echo"},
+      {R"({"prompt":"x","suffix":"end"})", "suffix"},
+      {R"({"prompt":"x","logit_bias":{"5":10}})", "logit_bias"},
+      {R"({"prompt":"x","presence_penalty":0.5})", "presence_penalty"},
+      {R"({"prompt":"x","frequency_penalty":-1})", "frequency_penalty"},
+      {R"({"prompt":"x","model":3})", "model"},
+      {R"({"prompt":"x","ignore_eos":"no"})", "ignore_eos"},
+  };
+  for (const auto& [body, field] : cases) {
+    INFO(body);
+    auto parsed = ParseCompletionRequest(body);
+    REQUIRE_FALSE(parsed.ok());
+    CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(OpenAiErrorParam(parsed.status()) == field);
+    // The message names the field too (param is for programs, the message for people).
+    const std::string top = field.substr(0, field.find('.'));
+    CHECK(std::string(parsed.status().message()).find(top) != std::string::npos);
+  }
+}
+
+TEST_CASE("openai request: bodies that are not a JSON object", "[openai]") {
+  for (const std::string body : {"", "{", "{\"prompt\":\"x\",}", "[1,2]", "\"prompt\"", "null"}) {
+    INFO(body);
+    auto parsed = ParseCompletionRequest(body);
+    REQUIRE_FALSE(parsed.ok());
+    CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(OpenAiErrorParam(parsed.status()).empty());
+  }
+}
+
+TEST_CASE("openai request: prompts become bounded Complete messages", "[openai]") {
+  CompletionRequest text;
+  text.prompt_text = std::string(2 * kPromptPieceBytes + 5, 'a');
+  text.prompt_text[kPromptPieceBytes - 1] = '\xc3';  // a character across two pieces
+  text.prompt_text[kPromptPieceBytes] = '\xa9';
+  text.generate.set_max_tokens(9);
+  auto messages = CompleteMessages(text);
+  REQUIRE(messages.size() == 4);
+  CHECK(messages[0].generate().max_tokens() == 9);
+  CHECK(messages[0].piece_case() == drt::v1::CompleteRequest::PIECE_NOT_SET);
+  std::string joined;
+  for (size_t i = 1; i < messages.size(); ++i) {
+    REQUIRE(messages[i].piece_case() == drt::v1::CompleteRequest::kTextBytes);
+    CHECK(messages[i].text_bytes().size() <= kPromptPieceBytes);
+    joined += messages[i].text_bytes();
+  }
+  CHECK(joined == text.prompt_text);
+
+  CompletionRequest ids;
+  ids.prompt_is_ids = true;
+  for (int i = 0; i < static_cast<int>(kPromptPieceIds) + 3; ++i) ids.prompt_ids.push_back(i % 256);
+  messages = CompleteMessages(ids);
+  REQUIRE(messages.size() == 3);
+  std::vector<int32_t> all;
+  for (size_t i = 1; i < messages.size(); ++i) {
+    all.insert(all.end(), messages[i].tokens().ids().begin(), messages[i].tokens().ids().end());
+  }
+  CHECK(all == ids.prompt_ids);
+}
+
+TEST_CASE("openai answers: OpenAI's shapes", "[openai]") {
+  const CompletionHeader header{"cmpl-abc", 1700000000, "model-x"};
+  Json full = Json::parse(CompletionJson(header, "hi \xe2\x82\xac", "length", {5, 3}));
+  CHECK(full["id"] == "cmpl-abc");
+  CHECK(full["object"] == "text_completion");
+  CHECK(full["created"] == 1700000000);
+  CHECK(full["model"] == "model-x");
+  REQUIRE(full["choices"].size() == 1);
+  CHECK(full["choices"][0]["text"] == "hi \xe2\x82\xac");
+  CHECK(full["choices"][0]["index"] == 0);
+  CHECK(full["choices"][0]["logprobs"].is_null());
+  CHECK(full["choices"][0]["finish_reason"] == "length");
+  CHECK(full["usage"]["prompt_tokens"] == 5);
+  CHECK(full["usage"]["completion_tokens"] == 3);
+  CHECK(full["usage"]["total_tokens"] == 8);
+
+  Json chunk = Json::parse(CompletionChunkJson(header, "x", std::nullopt));
+  CHECK(chunk["object"] == "text_completion");
+  CHECK(chunk["choices"][0]["finish_reason"].is_null());
+  CHECK_FALSE(chunk.contains("usage"));
+  Json last = Json::parse(CompletionChunkJson(header, "", "stop"));
+  CHECK(last["choices"][0]["finish_reason"] == "stop");
+  Json usage = Json::parse(UsageChunkJson(header, {2, 4}));
+  CHECK(usage["choices"].empty());
+  CHECK(usage["usage"]["total_tokens"] == 6);
+
+  drt::v1::ModelInfo info;
+  info.set_name("m");
+  info.set_max_context_tokens(1234);
+  Json models = Json::parse(ModelsJson(info, 42));
+  CHECK(models["object"] == "list");
+  REQUIRE(models["data"].size() == 1);
+  CHECK(models["data"][0]["id"] == "m");
+  CHECK(models["data"][0]["object"] == "model");
+  CHECK(models["data"][0]["created"] == 42);
+  CHECK(models["data"][0]["owned_by"] == "drt-server");
+  CHECK(models["data"][0]["max_model_len"] == 1234);
+
+  CHECK(SseEvent("[DONE]") == "data: [DONE]\n\n");
+  // Invalid UTF-8 from anywhere becomes U+FFFD, never an exception.
+  CHECK(Json::parse(CompletionChunkJson(header, "a\xff", std::nullopt))["choices"][0]["text"] ==
+        "a\xef\xbf\xbd");
+}
+
+TEST_CASE("openai errors: status codes and shape", "[openai]") {
+  using C = absl::StatusCode;
+  CHECK(HttpStatusFor(C::kInvalidArgument) == 400);
+  CHECK(HttpStatusFor(C::kUnauthenticated) == 401);
+  CHECK(HttpStatusFor(C::kNotFound) == 404);
+  CHECK(HttpStatusFor(C::kResourceExhausted) == 429);
+  CHECK(HttpStatusFor(C::kUnavailable) == 503);
+  CHECK(HttpStatusFor(C::kDeadlineExceeded) == 504);
+  CHECK(HttpStatusFor(C::kFailedPrecondition) == 500);
+  CHECK(HttpStatusFor(C::kInternal) == 500);
+
+  Json e = Json::parse(ErrorJson(FieldError("top_p", "top_p must be in (0, 1], got 2")));
+  CHECK(e["error"]["message"] == "top_p must be in (0, 1], got 2");
+  CHECK(e["error"]["type"] == "invalid_request_error");
+  CHECK(e["error"]["param"] == "top_p");
+  CHECK(e["error"]["code"] == "invalid_argument");
+  Json auth = Json::parse(ErrorJson(absl::UnauthenticatedError("missing token")));
+  CHECK(auth["error"]["type"] == "authentication_error");
+  CHECK(auth["error"]["param"].is_null());
+  CHECK(auth["error"]["code"] == "unauthenticated");
+  CHECK(Json::parse(ErrorJson(absl::ResourceExhaustedError("full")))["error"]["type"] ==
+        "rate_limit_error");
+  CHECK(Json::parse(ErrorJson(absl::UnavailableError("drain")))["error"]["type"] == "server_error");
+
+  CHECK(FinishReasonName(drt::v1::FINISH_REASON_LENGTH) == "length");
+  CHECK(FinishReasonName(drt::v1::FINISH_REASON_STOP_SEQUENCE) == "stop");
+  CHECK(FinishReasonName(drt::v1::FINISH_REASON_END_OF_TEXT) == "stop");
+  CHECK(FinishReasonName(drt::v1::FINISH_REASON_CANCELLED) == "abort");
+  CHECK(FinishReasonName(drt::v1::FINISH_REASON_DEADLINE) == "abort");
+}
+
+// ---------------------------------------------------------------------------
+// Stop cutting.
+
+// Whether `s` is whole UTF-8 characters (no cut one at either end).
+bool WholeCharacters(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const size_t n = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+// Feeds `pieces` to a cutter; returns what it handed out, piece by piece
+// (the last entry is Finish's).
+std::vector<std::string> Feed(const std::vector<std::string>& stops,
+                              const std::vector<std::string>& pieces) {
+  StopTextCutter cutter(stops);
+  std::vector<std::string> out;
+  for (const std::string& piece : pieces) out.push_back(cutter.Push(piece));
+  out.push_back(cutter.Finish());
+  return out;
+}
+
+// The reference: the whole text cut at the earliest occurrence of any stop.
+std::string NaiveCut(const std::string& text, const std::vector<std::string>& stops) {
+  size_t cut = text.size();
+  for (const std::string& stop : stops) {
+    for (size_t at = 0; at + stop.size() <= text.size(); ++at) {
+      if (text.compare(at, stop.size(), stop) == 0) {
+        cut = std::min(cut, at);
+        break;
+      }
+    }
+  }
+  return text.substr(0, cut);
+}
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string all;
+  for (const std::string& p : parts) all += p;
+  return all;
+}
+
+TEST_CASE("stop cutter: a stop split across pieces is never handed out", "[openai]") {
+  // "STOP" arrives as "ST" + "OP": nothing of it may leave before the cut.
+  const auto out = Feed({"STOP"}, {"hello ST", "OP world"});
+  REQUIRE(out.size() == 3);
+  CHECK(out[0] == "hello ");  // "ST" held back
+  CHECK(out[1] == "");
+  CHECK(out[2] == "");
+  // A held-back prefix that turns out not to be a stop is handed out.
+  const auto no = Feed({"STOP"}, {"hello ST", "ART"});
+  CHECK(no[0] == "hello ");
+  CHECK(no[1] == "START");
+  CHECK(Join(no) == "hello START");
+  // A stop that could still complete at an earlier start holds a later
+  // complete one back: " b\xc3\xa9" may follow " b", so "b" cannot cut yet.
+  CHECK(Join(Feed({" b\xc3\xa9", "b"}, {"x ", "b", "\xc3\xa9 y"})) == "x");
+  CHECK(Join(Feed({" b\xc3\xa9", "b"}, {"x ", "b", "c"})) == "x ");
+  CHECK(Join(Feed({" b\xc3\xa9", "b"}, {"x ", "b"})) == "x ");  // the text ends there
+  // The earliest of several stops wins, wherever each one is.
+  CHECK(Join(Feed({"world", "lo w"}, {"hel", "lo world"})) == "hel");
+}
+
+TEST_CASE("stop cutter: a multi-byte character at the boundary is never split", "[openai]") {
+  // "é" (c3 a9) arrives cut in two; the stop is "é!".
+  const auto out = Feed({"\xc3\xa9!"}, {"caf\xc3", "\xa9", "! rest"});
+  CHECK(out[0] == "caf");
+  CHECK(Join(out) == "caf");
+  // Without a stop, a cut character is held until whole.
+  const auto plain = Feed({"zzz"}, {"x\xe2\x82", "\xac y"});
+  CHECK(plain[0] == "x");
+  CHECK(plain[1] == "\xe2\x82\xac y");
+}
+
+TEST_CASE("stop cutter: equals a naive cut of the whole text, however split", "[openai]") {
+  // Random texts over a small alphabet of 1- to 4-byte characters, so stops
+  // (also drawn from it) occur, partially and overlapping; random pieces,
+  // cut at any byte.
+  const std::vector<std::string> alphabet = {"a", "b", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", " "};
+  std::mt19937 rng(1234);
+  auto random_text = [&](int chars) {
+    std::string s;
+    for (int i = 0; i < chars; ++i) s += alphabet[rng() % alphabet.size()];
+    return s;
+  };
+  int cut_cases = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const std::string text = random_text(1 + rng() % 40);
+    std::vector<std::string> stops;
+    const int n_stops = rng() % 5;  // 0..4
+    for (int i = 0; i < n_stops; ++i) stops.push_back(random_text(1 + rng() % 3));
+    std::vector<std::string> pieces;
+    for (size_t at = 0; at < text.size();) {
+      const size_t n = std::min<size_t>(1 + rng() % 6, text.size() - at);
+      pieces.push_back(text.substr(at, n));
+      at += n;
+    }
+    const std::string expected = NaiveCut(text, stops);
+    if (expected.size() < text.size()) ++cut_cases;
+    const auto out = Feed(stops, pieces);
+    std::string all_stops;
+    for (const std::string& stop : stops) all_stops += "[" + stop + "]";
+    INFO("text " << text << " stops " << all_stops << " pieces " << pieces.size());
+    REQUIRE(Join(out) == expected);
+    for (const std::string& part : out) REQUIRE(WholeCharacters(part));
+  }
+  // The draw exercised cuts often, and texts without any too.
+  CHECK(cut_cases > 1000);
+  CHECK(cut_cases < 2900);
+}
+
+}  // namespace
+}  // namespace drt::server

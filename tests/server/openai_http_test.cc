@@ -1,0 +1,536 @@
+// The OpenAI-compatible HTTP API (server/openai_http_server.h) over the
+// in-process drt-server with the fixture model: its greedy completions equal
+// the gRPC Complete of the same prompt (streamed and not; the streamed
+// deltas concatenate to the non-streamed text), usage equals Complete's
+// timings, stop strings are cut as OpenAI does, auth and errors come in
+// OpenAI's shape, and a client that disconnects mid-stream ends the call.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_http_server.h"
+#include "server/session_manager.h"
+#include "tests/server/test_util/grpc_harness.h"
+
+namespace drt::server {
+namespace {
+
+using testing::InProcessServer;
+using testing::SmallOptions;
+using Json = nlohmann::json;
+
+const std::string kPrompt =
+    "The quick brown fox jumps over the lazy dog. A second sentence follows the first one, "
+    "and a third one ends the prompt here: ";
+
+// An in-process drt-server with the OpenAI API in front of it.
+struct OpenAiServer {
+  explicit OpenAiServer(ServiceOptions service = SmallOptions(), OpenAiHttpOptions options = {})
+      : grpc(std::move(service)) {
+    options.model_name = "two_groups";
+    api = std::make_unique<OpenAiHttpServer>(grpc.server().InProcessChannel(grpc::ChannelArguments()),
+                                             options);
+    const absl::Status started = api->Start("127.0.0.1", 0);
+    if (!started.ok()) throw std::runtime_error(std::string(started.message()));
+    client = std::make_unique<httplib::Client>("127.0.0.1", api->port());
+    client->set_read_timeout(120, 0);
+  }
+  ~OpenAiServer() { api->Stop(); }
+
+  httplib::Result Post(const Json& body, const httplib::Headers& headers = {}) {
+    return client->Post("/v1/completions", headers, body.dump(), "application/json");
+  }
+
+  InProcessServer grpc;
+  std::unique_ptr<OpenAiHttpServer> api;
+  std::unique_ptr<httplib::Client> client;
+};
+
+struct GrpcCompletion {
+  grpc::Status status;
+  std::string text;
+  drt::v1::GenerateDone done;
+};
+
+// drt.v1 Complete, greedy (no sampling set), of a text or id prompt.
+GrpcCompletion GrpcComplete(drt::v1::Drt::Stub& stub, const std::string& text,
+                            const std::vector<int32_t>& ids, int32_t max_tokens,
+                            const std::vector<std::string>& stops = {}) {
+  grpc::ClientContext context;
+  testing::SetDeadline(context, 120);
+  auto stream = stub.Complete(&context);
+  drt::v1::CompleteRequest first;
+  first.mutable_generate()->set_max_tokens(max_tokens);
+  for (const std::string& s : stops) first.mutable_generate()->add_stop(s);
+  if (!text.empty()) first.set_text(text);
+  if (!ids.empty()) first.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  stream->Write(first);
+  stream->WritesDone();
+  GrpcCompletion out;
+  drt::v1::GenerateResponse response;
+  while (stream->Read(&response)) {
+    if (response.has_piece()) out.text += response.piece().text();
+    if (response.has_done()) out.done = response.done();
+  }
+  out.status = stream->Finish();
+  return out;
+}
+
+// The JSON payloads of a text/event-stream body ("data: X\n\n" each).
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < body.size()) {
+    const size_t end = body.find("\n\n", at);
+    REQUIRE(end != std::string::npos);
+    const std::string event = body.substr(at, end - at);
+    REQUIRE(event.rfind("data: ", 0) == 0);
+    out.push_back(event.substr(6));
+    at = end + 2;
+  }
+  return out;
+}
+
+struct Streamed {
+  std::string text;                // the deltas, joined
+  std::vector<std::string> deltas;
+  std::vector<Json> chunks;        // every JSON chunk
+  bool done_marker = false;        // ended with [DONE]
+};
+
+Streamed ParseStream(const std::string& body) {
+  Streamed s;
+  const std::vector<std::string> data = SseData(body);
+  REQUIRE_FALSE(data.empty());
+  s.done_marker = data.back() == "[DONE]";
+  for (size_t i = 0; i + (s.done_marker ? 1 : 0) < data.size(); ++i) {
+    Json chunk = Json::parse(data[i]);
+    if (!chunk["choices"].empty()) {
+      const std::string delta = chunk["choices"][0]["text"];
+      s.deltas.push_back(delta);
+      s.text += delta;
+    }
+    s.chunks.push_back(std::move(chunk));
+  }
+  return s;
+}
+
+// The text cut at the first occurrence of `stop` (what OpenAI returns).
+std::string CutAt(const std::string& text, const std::string& stop) {
+  const size_t at = text.find(stop);
+  return at == std::string::npos ? text : text.substr(0, at);
+}
+
+TEST_CASE("openai http: greedy completion equals gRPC Complete, streamed and not",
+          "[openai][server]") {
+  OpenAiServer server;
+  const int32_t max_tokens = 40;
+  const GrpcCompletion expected = GrpcComplete(server.grpc.stub(), kPrompt, {}, max_tokens);
+  REQUIRE(expected.status.ok());
+  REQUIRE(expected.done.timings().generated_tokens() == max_tokens);
+  REQUIRE_FALSE(expected.text.empty());
+
+  auto res = server.Post({{"prompt", kPrompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+                          {"model", "two_groups"}});
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  CHECK(res->get_header_value("Content-Type") == "application/json");
+  const Json body = Json::parse(res->body);
+  CHECK(body["object"] == "text_completion");
+  CHECK(body["model"] == "two_groups");
+  CHECK(std::string(body["id"]).rfind("cmpl-", 0) == 0);
+  REQUIRE(body["choices"].size() == 1);
+  CHECK(body["choices"][0]["text"] == expected.text);
+  CHECK(body["choices"][0]["finish_reason"] == "length");
+  CHECK(body["usage"]["prompt_tokens"] == expected.done.timings().prompt_tokens());
+  CHECK(body["usage"]["prompt_tokens"] == static_cast<int64_t>(kPrompt.size()));  // byte model
+  CHECK(body["usage"]["completion_tokens"] == expected.done.timings().generated_tokens());
+  CHECK(body["usage"]["total_tokens"] ==
+        expected.done.timings().prompt_tokens() + expected.done.timings().generated_tokens());
+
+  auto streamed_res = server.Post({{"prompt", kPrompt}, {"max_tokens", max_tokens},
+                                   {"temperature", 0}, {"stream", true},
+                                   {"stream_options", {{"include_usage", true}}}});
+  REQUIRE(streamed_res);
+  REQUIRE(streamed_res->status == 200);
+  CHECK(streamed_res->get_header_value("Content-Type") == "text/event-stream");
+  const Streamed streamed = ParseStream(streamed_res->body);
+  CHECK(streamed.done_marker);
+  CHECK(streamed.text == expected.text);
+  CHECK(streamed.deltas.size() > 1);  // it did stream
+  // finish_reason null until the last text chunk; then one usage chunk.
+  REQUIRE(streamed.chunks.size() >= 2);
+  for (size_t i = 0; i + 2 < streamed.chunks.size(); ++i) {
+    CHECK(streamed.chunks[i]["choices"][0]["finish_reason"].is_null());
+  }
+  const Json& last_text = streamed.chunks[streamed.chunks.size() - 2];
+  CHECK(last_text["choices"][0]["finish_reason"] == "length");
+  const Json& usage = streamed.chunks.back();
+  CHECK(usage["choices"].empty());
+  CHECK(usage["usage"]["prompt_tokens"] == expected.done.timings().prompt_tokens());
+  CHECK(usage["usage"]["completion_tokens"] == max_tokens);
+  for (const Json& chunk : streamed.chunks) {
+    CHECK(chunk["id"] == streamed.chunks[0]["id"]);
+    CHECK(chunk["object"] == "text_completion");
+  }
+}
+
+TEST_CASE("openai http: token id prompts equal gRPC Complete with the same ids",
+          "[openai][server]") {
+  OpenAiServer server;
+  const std::vector<int32_t> ids = testing::RandomTokens(130, 7);
+  const GrpcCompletion expected = GrpcComplete(server.grpc.stub(), "", ids, 12);
+  REQUIRE(expected.status.ok());
+  auto res = server.Post({{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}});
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json body = Json::parse(res->body);
+  CHECK(body["choices"][0]["text"] == expected.text);
+  CHECK(body["usage"]["prompt_tokens"] == 130);
+  CHECK(body["usage"]["completion_tokens"] == 12);
+}
+
+TEST_CASE("openai http: sampling defaults to temperature 1, a given seed repeats, none varies",
+          "[openai][server]") {
+  OpenAiServer server;
+  // What Complete samples at OpenAI's defaults (temperature 1, top_p 1) with seed 5.
+  grpc::ClientContext context;
+  testing::SetDeadline(context, 120);
+  auto stream = server.grpc.stub().Complete(&context);
+  drt::v1::CompleteRequest first;
+  first.mutable_generate()->set_max_tokens(24);
+  first.mutable_generate()->mutable_sampling()->set_temperature(1.0f);
+  first.mutable_generate()->mutable_sampling()->set_seed(5);
+  first.set_text(kPrompt);
+  stream->Write(first);
+  stream->WritesDone();
+  std::string sampled;
+  drt::v1::GenerateResponse response;
+  while (stream->Read(&response)) sampled += response.piece().text();
+  REQUIRE(stream->Finish().ok());
+  const GrpcCompletion greedy = GrpcComplete(server.grpc.stub(), kPrompt, {}, 24);
+  REQUIRE(sampled != greedy.text);  // the draw differs from greedy here
+
+  auto text_of = [&](const Json& request) {
+    auto res = server.Post(request);
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    return std::string(Json::parse(res->body)["choices"][0]["text"]);
+  };
+  CHECK(text_of({{"prompt", kPrompt}, {"max_tokens", 24}, {"seed", 5}}) == sampled);
+  CHECK(text_of({{"prompt", kPrompt}, {"max_tokens", 24}, {"seed", 5}}) == sampled);
+  // Without a seed each request draws one: three answers, not all the same.
+  std::set<std::string> unseeded;
+  for (int i = 0; i < 3; ++i) unseeded.insert(text_of({{"prompt", kPrompt}, {"max_tokens", 24}}));
+  CHECK(unseeded.size() > 1);
+}
+
+TEST_CASE("openai http: stop strings are cut out, streamed and not", "[openai][server]") {
+  OpenAiServer server;
+  const GrpcCompletion free_run = GrpcComplete(server.grpc.stub(), kPrompt, {}, 40);
+  REQUIRE(free_run.status.ok());
+  // A stop string from the middle of the greedy answer (whole characters:
+  // the text is valid UTF-8, and the cut starts at a character's first byte).
+  size_t from = free_run.text.size() / 2;
+  while (from > 0 && (static_cast<unsigned char>(free_run.text[from]) & 0xC0) == 0x80) --from;
+  size_t to = from + 1;
+  while (to < free_run.text.size() && (static_cast<unsigned char>(free_run.text[to]) & 0xC0) == 0x80) ++to;
+  const std::string stop = free_run.text.substr(from, to - from);
+  REQUIRE_FALSE(stop.empty());
+  const std::string expected = CutAt(free_run.text, stop);
+  REQUIRE(expected.size() < free_run.text.size());
+  // drt.v1 keeps the stop string; the OpenAI answer does not.
+  const GrpcCompletion with_stop = GrpcComplete(server.grpc.stub(), kPrompt, {}, 40, {stop});
+  REQUIRE(with_stop.done.finish_reason() == drt::v1::FINISH_REASON_STOP_SEQUENCE);
+  REQUIRE(with_stop.text.find(stop) != std::string::npos);
+
+  const Json request = {{"prompt", kPrompt}, {"max_tokens", 40}, {"temperature", 0},
+                        {"stop", {stop, "\x01never"}}};
+  auto res = server.Post(request);
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json body = Json::parse(res->body);
+  CHECK(body["choices"][0]["text"] == expected);
+  CHECK(body["choices"][0]["finish_reason"] == "stop");
+  CHECK(body["usage"]["completion_tokens"] == with_stop.done.timings().generated_tokens());
+
+  Json stream_request = request;
+  stream_request["stream"] = true;
+  auto streamed_res = server.Post(stream_request);
+  REQUIRE(streamed_res);
+  REQUIRE(streamed_res->status == 200);
+  const Streamed streamed = ParseStream(streamed_res->body);
+  CHECK(streamed.text == expected);
+  CHECK(streamed.chunks.back()["choices"][0]["finish_reason"] == "stop");
+  CHECK(streamed.done_marker);
+}
+
+TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
+  OpenAiHttpOptions options;
+  options.max_request_bytes = 2 << 20;
+  OpenAiServer server(SmallOptions(), options);
+  auto error_of = [](const httplib::Result& res) { return Json::parse(res->body)["error"]; };
+
+  auto bad_json = server.client->Post("/v1/completions", "{\"prompt\": ", "application/json");
+  REQUIRE(bad_json);
+  CHECK(bad_json->status == 400);
+  CHECK(error_of(bad_json)["type"] == "invalid_request_error");
+  CHECK(std::string(error_of(bad_json)["message"]).find("not valid JSON") != std::string::npos);
+
+  auto refused = server.Post({{"prompt", "x"}, {"echo", true}});
+  REQUIRE(refused);
+  CHECK(refused->status == 400);
+  CHECK(error_of(refused)["param"] == "echo");
+
+  auto wrong_model = server.Post({{"prompt", "x"}, {"model", "gpt-4"}});
+  REQUIRE(wrong_model);
+  CHECK(wrong_model->status == 404);
+  CHECK(error_of(wrong_model)["code"] == "model_not_found");
+  CHECK(error_of(wrong_model)["param"] == "model");
+
+  // The service's own refusal passes through: the landmark id (299) is not
+  // a prompt token. Also for a streamed request, which then gets a plain
+  // JSON error, not a stream.
+  for (bool stream : {false, true}) {
+    auto landmark = server.Post({{"prompt", {1, 2, 299}}, {"stream", stream}});
+    REQUIRE(landmark);
+    CHECK(landmark->status == 400);
+    CHECK(landmark->get_header_value("Content-Type") == "application/json");
+    CHECK(error_of(landmark)["code"] == "invalid_argument");
+  }
+
+  auto chat = server.client->Post("/v1/chat/completions", "{}", "application/json");
+  REQUIRE(chat);
+  CHECK(chat->status == 404);
+  CHECK(std::string(error_of(chat)["message"]).find("chat template") != std::string::npos);
+
+  auto unknown = server.client->Get("/v2/nothing");
+  REQUIRE(unknown);
+  CHECK(unknown->status == 404);
+  CHECK(error_of(unknown)["code"] == "not_found");
+
+  // A body of 1M bytes is read and parsed (refused here for its n, not its
+  // size); one over the limit gets 413.
+  auto big = server.Post({{"prompt", std::string(1 << 20, 'a')}, {"n", 2}});
+  REQUIRE(big);
+  CHECK(big->status == 400);
+  CHECK(error_of(big)["param"] == "n");
+  auto too_big = server.Post({{"prompt", std::string(3 << 20, 'a')}});
+  REQUIRE(too_big);
+  CHECK(too_big->status == 413);
+  CHECK(error_of(too_big)["type"] == "invalid_request_error");
+  // Whatever the Content-Type: `curl -d` without -H sends
+  // application/x-www-form-urlencoded, which httplib would parse as a form
+  // and refuse above 8 KiB.
+  auto form = server.client->Post("/v1/completions",
+                                  Json{{"prompt", std::string(100'000, 'a')}, {"n", 2}}.dump(),
+                                  "application/x-www-form-urlencoded");
+  REQUIRE(form);
+  CHECK(form->status == 400);
+  CHECK(error_of(form)["param"] == "n");
+  // A chunked body (no Content-Length) over the limit is refused as well.
+  auto chunked = server.client->Post(
+      "/v1/completions",
+      [](size_t offset, httplib::DataSink& sink) {
+        const std::string piece(64 << 10, ' ');
+        if (offset < (3u << 20)) return sink.write(piece.data(), piece.size());
+        sink.done();
+        return true;
+      },
+      "application/json");
+  REQUIRE(chunked);
+  CHECK(chunked->status == 413);
+}
+
+TEST_CASE("openai http: /v1/models", "[openai][server]") {
+  OpenAiServer server;
+  auto res = server.client->Get("/v1/models");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json body = Json::parse(res->body);
+  CHECK(body["object"] == "list");
+  REQUIRE(body["data"].size() == 1);
+  CHECK(body["data"][0]["id"] == "two_groups");
+  CHECK(body["data"][0]["owned_by"] == "drt-server");
+  CHECK(body["data"][0]["max_model_len"] == SmallOptions().max_context_tokens);
+}
+
+TEST_CASE("openai http: the bearer token applies", "[openai][server]") {
+  ServiceOptions service = SmallOptions();
+  service.bearer_token = "secret";
+  OpenAiServer server(service);
+  const Json request = {{"prompt", kPrompt}, {"max_tokens", 3}, {"temperature", 0}};
+  for (const httplib::Headers& headers :
+       {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}}}) {
+    auto res = server.Post(request, headers);
+    REQUIRE(res);
+    CHECK(res->status == 401);
+    const Json error = Json::parse(res->body)["error"];
+    CHECK(error["type"] == "authentication_error");
+    auto models = server.client->Get("/v1/models", headers);
+    REQUIRE(models);
+    CHECK(models->status == 401);
+  }
+  auto ok = server.Post(request, {{"Authorization", "Bearer secret"}});
+  REQUIRE(ok);
+  CHECK(ok->status == 200);
+  CHECK(Json::parse(ok->body)["usage"]["completion_tokens"] == 3);
+  auto models = server.client->Get("/v1/models", {{"Authorization", "Bearer secret"}});
+  REQUIRE(models);
+  CHECK(models->status == 200);
+}
+
+TEST_CASE("openai http: a client that disconnects mid-stream ends the generation",
+          "[openai][server]") {
+  OpenAiServer server;
+  // 2^20 tokens would take far longer than this test waits.
+  const Json request = {{"prompt", kPrompt}, {"max_tokens", 1 << 20}, {"temperature", 0},
+                        {"ignore_eos", true}, {"stream", true}};
+  std::string received;
+  {
+    httplib::Client client("127.0.0.1", server.api->port());
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = request.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      received.append(data, n);
+      size_t events = 0;
+      for (size_t at = received.find("data: "); at != std::string::npos;
+           at = received.find("data: ", at + 1)) {
+        ++events;
+      }
+      return events < 5;  // then hang up
+    };
+    httplib::Response res;
+    httplib::Error error = httplib::Error::Success;
+    CHECK_FALSE(client.send(req, res, error));
+  }  // the client's socket is closed
+  CHECK(received.find("data: ") != std::string::npos);
+  // The Complete call ends (no call running) and its temporary session goes.
+  const auto hung_up = std::chrono::steady_clock::now();
+  REQUIRE(server.grpc.service().WaitForRunningCalls(hung_up + std::chrono::seconds(20)));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - hung_up).count();
+  CHECK(seconds < 10);
+  // (The handler deletes it just after the call's status is set.)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (server.grpc.service().session_manager().count() > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(server.grpc.service().session_manager().count() == 0);
+}
+
+TEST_CASE("openai http: Stop does not wait for a client that sends nothing", "[openai][server]") {
+  OpenAiServer server;
+  // A connection that never sends its request (which may take 60 s).
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(sock >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(server.api->port()));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(sock, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a thread serves it
+  const auto start = std::chrono::steady_clock::now();
+  server.api->Stop();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close(sock);
+  CHECK(seconds < 2);
+}
+
+TEST_CASE("drt-server --openai_listen: the real binary serves completions and drains a stream",
+          "[openai][server][process]") {
+  std::vector<std::string> args = testing::ServerProcessArgs(/*grace_seconds=*/1);
+  args.push_back("--openai_listen=127.0.0.1:0");
+  testing::ServerProcess server(drt::testing::ServerBinary(), args);
+  // "drt-server listening on G (grpc), H (http), O (openai), model M"
+  const std::string& line = server.startup_output();
+  const size_t tag = line.find(" (openai)");
+  REQUIRE(tag != std::string::npos);
+  const std::string address = line.substr(line.rfind(' ', tag - 1) + 1, tag - line.rfind(' ', tag - 1) - 1);
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  REQUIRE(port > 0);
+
+  auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
+  auto stub = drt::v1::Drt::NewStub(channel);
+  const GrpcCompletion expected = GrpcComplete(*stub, kPrompt, {}, 20);
+  REQUIRE(expected.status.ok());
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(120, 0);
+  auto res = client.Post("/v1/completions",
+                         Json{{"prompt", kPrompt}, {"max_tokens", 20}, {"temperature", 0}}.dump(),
+                         "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  CHECK(Json::parse(res->body)["choices"][0]["text"] == expected.text);
+  CHECK(Json::parse(res->body)["model"] == "two_groups");
+
+  // A stream far longer than the grace period: the drain ends it with an
+  // error event (UNAVAILABLE), then [DONE], and the server exits cleanly.
+  std::mutex mutex;
+  std::string received;
+  std::atomic<int> events{0};
+  std::thread streaming([&] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(120, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = Json{{"prompt", kPrompt}, {"max_tokens", 1 << 20}, {"temperature", 0},
+                    {"ignore_eos", true}, {"stream", true}}
+                   .dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      std::lock_guard<std::mutex> lock(mutex);
+      received.append(data, n);
+      events.fetch_add(1);
+      return true;
+    };
+    httplib::Response response;
+    httplib::Error error = httplib::Error::Success;
+    c.send(req, response, error);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (events.load() < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  server.Signal(SIGTERM);
+  const std::optional<int> exit = server.WaitExit(30);
+  streaming.join();
+  REQUIRE(exit.has_value());
+  CHECK(WIFEXITED(*exit));
+  CHECK(WEXITSTATUS(*exit) == 0);
+  const std::vector<std::string> data = SseData(received);
+  REQUIRE(data.size() >= 3);
+  CHECK(data.back() == "[DONE]");
+  const Json error = Json::parse(data[data.size() - 2]);
+  REQUIRE(error.contains("error"));
+  CHECK(error["error"]["code"] == "unavailable");
+  // (The message is the service's "the server is shutting down ..." or, when
+  // gRPC's Shutdown closes the in-process transport first, "Transport
+  // closed": a race in main's drain, both UNAVAILABLE.)
+  INFO(error.dump());
+  CHECK(error["error"]["type"] == "server_error");
+}
+
+}  // namespace
+}  // namespace drt::server
