@@ -205,15 +205,26 @@ class OpenAiHttpServer::Server : public httplib::Server {
     return it == sockets_.end() ? INVALID_SOCKET : it->second;
   }
 
-  static void Authorize(const httplib::Request& req, grpc::ClientContext& context) {
-    // Forwarded as is: the service checks it as for any gRPC client.
+  // Forwards the Authorization header (the service checks it as for any
+  // gRPC client). gRPC metadata values must be printable ASCII (0x20-0x7E):
+  // an other byte (a TAB, UTF-8, which HTTP allows) is "API misuse" to gRPC,
+  // which aborts the process; such a header is refused here, before any
+  // call. It is the only request header forwarded.
+  static absl::Status Authorize(const httplib::Request& req, grpc::ClientContext& context) {
     const std::string authorization = req.get_header_value("Authorization");
+    for (const unsigned char c : authorization) {
+      if (c < 0x20 || c > 0x7E) {
+        return absl::UnauthenticatedError(
+            "the Authorization header holds bytes outside printable ASCII (0x20-0x7E)");
+      }
+    }
     if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+    return absl::OkStatus();
   }
 
   void Models(const httplib::Request& req, httplib::Response& res) {
     grpc::ClientContext context;
-    Authorize(req, context);
+    if (absl::Status auth = Authorize(req, context); !auth.ok()) return SendError(res, auth);
     drt::v1::ModelInfo info;
     const grpc::Status status = stub_->GetModelInfo(&context, {}, &info);
     if (!status.ok()) return SendError(res, FromGrpc(status));
@@ -242,7 +253,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
                             static_cast<int64_t>(std::time(nullptr)), options_.model_name};
 
     auto call = std::make_shared<CompleteCall>();
-    Authorize(req, call->context);
+    if (absl::Status auth = Authorize(req, call->context); !auth.ok()) return SendError(res, auth);
     call->stream = stub_->Complete(&call->context);
     if (const socket_t sock = ThisThreadsSocket(); sock != INVALID_SOCKET) {
       call->watch = std::make_unique<DisconnectWatch>(

@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "server/openai_http_server.h"
 #include "server/session_manager.h"
 #include "tests/server/test_util/grpc_harness.h"
@@ -128,6 +129,56 @@ Streamed ParseStream(const std::string& body) {
     s.chunks.push_back(std::move(chunk));
   }
   return s;
+}
+
+// A TCP connection to 127.0.0.1:port (-1 if it fails).
+int Connect(int port) {
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  if (sock < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(sock, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(sock);
+    return -1;
+  }
+  return sock;
+}
+
+// Sends `request` as is on a new connection and returns all the server
+// answers until it closes (an HTTP client would refuse to send some of the
+// bytes these tests need to send).
+std::string RawExchange(int port, const std::string& request) {
+  const int sock = Connect(port);
+  REQUIRE(sock >= 0);
+  timeval timeout{30, 0};
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = send(sock, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  std::string answer;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(sock, buffer, sizeof(buffer), 0)) > 0) answer.append(buffer, static_cast<size_t>(n));
+  close(sock);
+  return answer;
+}
+
+// The status code of a raw HTTP answer (0 if none).
+int RawStatus(const std::string& answer) {
+  if (answer.rfind("HTTP/1.1 ", 0) != 0 || answer.size() < 12) return 0;
+  return std::stoi(answer.substr(9, 3));
+}
+
+// The body of a raw HTTP answer that is not chunked.
+Json RawJsonBody(const std::string& answer) {
+  const size_t at = answer.find("\r\n\r\n");
+  REQUIRE(at != std::string::npos);
+  return Json::parse(answer.substr(at + 4));
 }
 
 // The text cut at the first occurrence of `stop` (what OpenAI returns).
@@ -393,6 +444,44 @@ TEST_CASE("openai http: the bearer token applies", "[openai][server]") {
   auto models = server.client->Get("/v1/models", {{"Authorization", "Bearer secret"}});
   REQUIRE(models);
   CHECK(models->status == 200);
+}
+
+TEST_CASE("openai http: an Authorization header outside printable ASCII gets 401, not an abort",
+          "[openai][server]") {
+  // gRPC metadata must be printable ASCII; forwarded unchecked, such a
+  // header aborted the whole process (gRPC's "API misuse" assertion).
+  for (const bool token_set : {false, true}) {
+    ServiceOptions service = SmallOptions();
+    if (token_set) service.bearer_token = "secret";
+    OpenAiServer server(service);
+    const std::string body = Json{{"prompt", "ab"}, {"max_tokens", 2}}.dump();
+    for (const std::string& value : {std::string("Bearer \xc3\xa9"), std::string("Bearer a\tb"),
+                                     std::string("Bearer \x7f")}) {
+      for (const bool completions : {false, true}) {
+        const std::string request =
+            completions ? absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                       "Authorization: ", value, "\r\nContent-Type: application/json"
+                                       "\r\nContent-Length: ", body.size(), "\r\n\r\n", body)
+                        : absl::StrCat("GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: ",
+                                       value, "\r\n\r\n");
+        INFO("token set: " << token_set << ", completions: " << completions << ", value: " << value);
+        const std::string answer = RawExchange(server.api->port(), request);
+        REQUIRE(RawStatus(answer) == 401);
+        const Json error = RawJsonBody(answer)["error"];
+        CHECK(error["type"] == "authentication_error");
+        CHECK(std::string(error["message"]).find("printable ASCII") != std::string::npos);
+      }
+    }
+    // The server still serves.
+    const httplib::Headers good =
+        token_set ? httplib::Headers{{"Authorization", "Bearer secret"}} : httplib::Headers{};
+    auto ok = server.Post({{"prompt", "ab"}, {"max_tokens", 2}}, good);
+    REQUIRE(ok);
+    CHECK(ok->status == 200);
+    auto models = server.client->Get("/v1/models", good);
+    REQUIRE(models);
+    CHECK(models->status == 200);
+  }
 }
 
 TEST_CASE("openai http: a client that disconnects mid-stream ends the generation",
