@@ -216,6 +216,33 @@ absl::Status ParseSampling(const Json& body, CompletionRequest& out) {
   return absl::OkStatus();
 }
 
+// Whether `text` opens more than `limit` arrays/objects at once, counting
+// brackets outside strings only (a pass over the bytes, allocating nothing;
+// the parse that follows judges the rest of the syntax).
+bool NestsDeeperThan(absl::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::Status FieldError(absl::string_view field, absl::string_view message) {
@@ -230,6 +257,10 @@ std::string OpenAiErrorParam(const absl::Status& status) {
 }
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_text) {
+  if (NestsDeeperThan(body_text, kMaxJsonDepth)) {
+    return absl::InvalidArgumentError(absl::StrCat("the request body nests deeper than ",
+                                                   kMaxJsonDepth, " levels"));
+  }
   Json body;
   try {
     body = Json::parse(body_text.begin(), body_text.end());

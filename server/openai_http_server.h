@@ -39,8 +39,9 @@ struct OpenAiHttpOptions {
   // keep /v1/models and refusals answering while every session is held.
   size_t threads = 68;
   // Request bodies above this get 413. A prompt of 1M bytes (or 1M token ids
-  // as JSON, about 7 MB) fits with room; the parsed JSON takes a few times
-  // the body in memory, so the bound also bounds that.
+  // as JSON, about 7 MB) fits with room. The parsed JSON takes up to ~33x
+  // the body in memory (measured; nesting is capped at kMaxJsonDepth,
+  // docs/api.md), so the bound also bounds that.
   size_t max_request_bytes = size_t{64} << 20;
   // Time from the connect until the whole request has arrived; then the
   // connection is closed (a client sending a byte at a time cannot hold a

@@ -43,6 +43,31 @@ TEST_CASE("openai request: defaults are OpenAI's", "[openai]") {
   CHECK(r->generate.stop_size() == 0);
 }
 
+TEST_CASE("openai request: nesting deeper than 64 levels is refused before parsing", "[openai]") {
+  // A nest of n levels in an ignored field: the body's object is level 1.
+  auto nest = [](int levels) {
+    return "{\"prompt\":\"a\",\"x\":" + std::string(levels - 1, '[') +
+           std::string(levels - 1, ']') + "}";
+  };
+  CHECK(ParseCompletionRequest(nest(kMaxJsonDepth)).ok());
+  CHECK(ParseCompletionRequest(R"({"prompt":"a","x":[{"y":[{}]},[[]]]})").ok());
+  for (const std::string& body : {nest(kMaxJsonDepth + 1),
+                                  // objects count too
+                                  "{\"prompt\":\"a\",\"x\":" + std::string(70, '{'),
+                                  // not closed: refused for its depth, not its syntax
+                                  "{\"x\":" + std::string(100'000, '[')}) {
+    auto r = ParseCompletionRequest(body);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(r.status().message() == "the request body nests deeper than 64 levels");
+  }
+  // Brackets inside strings (escaped quotes too) are text, not nesting.
+  auto in_string =
+      ParseCompletionRequest("{\"prompt\":\"\\\"" + std::string(100, '[') + "\\\\\",\"x\":[[1]]}");
+  REQUIRE(in_string.ok());
+  CHECK(in_string->prompt_text == "\"" + std::string(100, '[') + "\\");
+}
+
 TEST_CASE("openai request: fields map onto drt.v1", "[openai]") {
   auto r = ParseCompletionRequest(R"({"prompt":["one"],"max_tokens":7,"temperature":0,
       "top_p":0.5,"top_k":40,"seed":-1,"stop":["a","bc"],"stream":true,
