@@ -37,22 +37,45 @@ void Address(socket_t sock, Get get, std::string& ip, int& port) {
 
 }  // namespace
 
-ConnectionStream::ConnectionStream(socket_t sock, Clock::time_point read_deadline,
+ConnectionStream::ConnectionStream(socket_t sock, Clock::time_point header_deadline,
+                                   Clock::time_point request_deadline,
                                    std::chrono::milliseconds write_timeout,
                                    const std::atomic<bool>& stopping)
-    : sock_(sock), read_deadline_(read_deadline), write_timeout_(write_timeout), stopping_(stopping) {}
+    : sock_(sock),
+      header_deadline_(header_deadline),
+      request_deadline_(std::max(header_deadline, request_deadline)),
+      write_timeout_(write_timeout),
+      stopping_(stopping) {}
 
-bool ConnectionStream::is_readable() const { return Wait(POLLIN, read_deadline_); }
+bool ConnectionStream::is_readable() const { return Wait(POLLIN, ReadDeadline()); }
 
 bool ConnectionStream::is_writable() const {
   return Wait(POLLOUT, Clock::now() + write_timeout_);
+}
+
+Clock::time_point ConnectionStream::ReadDeadline() const {
+  return headers_done_ ? request_deadline_ : header_deadline_;
+}
+
+void ConnectionStream::Track(const char* data, size_t n) {
+  for (size_t i = 0; i < n && !headers_done_; ++i) {
+    if (data[i] == '\n') {
+      const bool empty = line_bytes_ == 0 || (line_bytes_ == 1 && line_is_cr_);
+      if (empty && seen_line_) headers_done_ = true;
+      if (!empty) seen_line_ = true;
+      line_bytes_ = 0;
+    } else {
+      ++line_bytes_;
+      line_is_cr_ = line_bytes_ == 1 && data[i] == '\r';
+    }
+  }
 }
 
 ssize_t ConnectionStream::read(char* ptr, size_t size) {
   // httplib reads the request line and headers a byte at a time: serve
   // those from a buffer filled one recv at a time.
   if (begin_ == end_) {
-    if (!Wait(POLLIN, read_deadline_)) return -1;
+    if (!Wait(POLLIN, ReadDeadline())) return -1;
     const ssize_t n = recv(sock_, buffer_, sizeof(buffer_), 0);
     if (n <= 0) return n;
     begin_ = 0;
@@ -61,6 +84,7 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
   const size_t n = std::min(size, end_ - begin_);
   std::copy(buffer_ + begin_, buffer_ + begin_ + n, ptr);
   begin_ += n;
+  Track(ptr, n);
   return static_cast<ssize_t>(n);
 }
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "drt/v1/drt.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/connection_pool.h"
 #include "server/http_connection_io.h"
 #include "server/openai_api.h"
 #include "server/stop_text_cutter.h"
@@ -104,8 +105,9 @@ class OpenAiHttpServer::Server : public httplib::Server {
  public:
   Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options)
       : options_(options), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
-    const size_t threads = std::max<size_t>(options_.threads, 1);
-    new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // The accept loop only queues each socket with its accept time; the
+    // pool's threads serve them (server/connection_pool.h).
+    new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };
     set_payload_max_length(options_.max_request_bytes);
     // With a content reader: the body is read here, whatever its
     // Content-Type. (httplib's own reading parses an
@@ -177,16 +179,24 @@ class OpenAiHttpServer::Server : public httplib::Server {
   void StartStopping() { stopping_.store(true); }
 
  private:
-  // httplib's accept loop hands each accepted socket to a pool thread,
-  // which calls this: one request per connection (an idle kept-alive
+  // httplib's accept loop calls this, on its own thread, for each accepted
+  // socket: it waits for a pool thread, its deadlines counting from now.
+  bool process_and_close_socket(socket_t sock) override {
+    pool_->Push(sock, Clock::now());
+    return true;
+  }
+
+  // On a pool thread: one request per connection (an idle kept-alive
   // connection would hold a thread of the bounded pool), the socket noted
   // for the thread so that the handler can watch it for a hang-up.
-  bool process_and_close_socket(socket_t sock) override {
+  // `header_deadline` is the accept time + request_header_timeout.
+  void Serve(socket_t sock, Clock::time_point header_deadline) {
     {
       std::lock_guard<std::mutex> lock(sockets_mutex_);
       sockets_[std::this_thread::get_id()] = sock;
     }
-    ConnectionStream stream(sock, Clock::now() + options_.request_read_timeout,
+    const Clock::time_point accepted = header_deadline - options_.request_header_timeout;
+    ConnectionStream stream(sock, header_deadline, accepted + options_.request_read_timeout,
                             options_.write_timeout, stopping_);
     bool connection_closed = false;
     process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
@@ -196,7 +206,6 @@ class OpenAiHttpServer::Server : public httplib::Server {
     }
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
-    return true;
   }
 
   socket_t ThisThreadsSocket() {
@@ -334,6 +343,14 @@ class OpenAiHttpServer::Server : public httplib::Server {
   std::atomic<bool> stopping_{false};
   std::mutex sockets_mutex_;
   std::unordered_map<std::thread::id, socket_t> sockets_;
+  std::atomic<int64_t> expired_in_queue_{0};
+  std::atomic<int64_t> rejected_{0};
+  // Last: destroyed first, its destructor draining the pool (joining the
+  // threads) while everything Serve uses is still alive.
+  std::unique_ptr<ConnectionPool> pool_ = std::make_unique<ConnectionPool>(
+      options_.threads, options_.max_waiting_connections, options_.request_header_timeout,
+      [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); },
+      expired_in_queue_, rejected_);
 };
 
 OpenAiHttpServer::OpenAiHttpServer(std::shared_ptr<grpc::Channel> channel,

@@ -7,9 +7,10 @@
 //
 // Apart from the probe endpoint (server/http_endpoint.h), whose 5 s per
 // connection suits probes and not long streams: here the request must
-// arrive within `request_read_timeout` of the connect, the answer has no
-// deadline (a write waits at most `write_timeout` for the client to read),
-// and `threads` connections are served at once (more wait for a thread).
+// arrive within `request_read_timeout` of the accept (its headers within
+// `request_header_timeout`), the answer has no deadline (a write waits at
+// most `write_timeout` for the client to read), and `threads` connections
+// are served at once (a bounded number more wait for a thread).
 // A client that closes its connection before the answer ends cancels the
 // Complete call, so the engine stops working for it.
 #pragma once
@@ -33,19 +34,28 @@ struct OpenAiHttpOptions {
   // The served model's name: what GetModelInfo reports, which a request's
   // `model` must equal when given.
   std::string model_name;
-  // Connections served at once (one thread each); more wait in a queue.
-  // drt-server passes --max_sessions + 4, at most 1024: a completion holds
-  // a session, so more running at once would be refused anyway, and the 4
-  // keep /v1/models and refusals answering while every session is held.
+  // Connections served at once (one thread each, started as needed); more
+  // wait in a queue (server/connection_pool.h). drt-server passes
+  // --max_sessions + 4, at most 1024: a completion holds a session, so more
+  // running at once would be refused anyway, and the 4 keep /v1/models and
+  // refusals answering while every session is held.
   size_t threads = 68;
+  // Connections that may wait for a thread (0: 4 x threads); one accepted
+  // beyond that is closed at once.
+  size_t max_waiting_connections = 0;
   // Request bodies above this get 413. A prompt of 1M bytes (or 1M token ids
   // as JSON, about 7 MB) fits with room. The parsed JSON takes up to ~33x
   // the body in memory (measured; nesting is capped at kMaxJsonDepth,
   // docs/api.md), so the bound also bounds that.
   size_t max_request_bytes = size_t{64} << 20;
-  // Time from the connect until the whole request has arrived; then the
-  // connection is closed (a client sending a byte at a time cannot hold a
-  // thread longer).
+  // Time from the accept until the request line and headers have arrived;
+  // then the connection is closed. Short, so that silent or slow clients
+  // hold the threads only briefly (a waiting connection whose time passed
+  // is closed unserved).
+  std::chrono::milliseconds request_header_timeout{10'000};
+  // Time from the accept until the whole request (the body too) has
+  // arrived; then the connection is closed (a client sending a byte at a
+  // time cannot hold a thread longer).
   std::chrono::milliseconds request_read_timeout{60'000};
   // How long one write of the answer may wait for the client to read; a
   // client that stops reading for longer is cut off and its call

@@ -527,6 +527,54 @@ TEST_CASE("openai http: a client that disconnects mid-stream ends the generation
   CHECK(server.grpc.service().session_manager().count() == 0);
 }
 
+TEST_CASE("openai http: silent connections beyond the pool hold the API only for the header "
+          "timeout", "[openai][server]") {
+  OpenAiHttpOptions options;
+  options.threads = 2;
+  options.request_header_timeout = std::chrono::milliseconds(1000);
+  OpenAiServer server(SmallOptions(), options);
+  server.client->set_read_timeout(10, 0);
+  // threads + 1 connections that send nothing: both threads are held, one
+  // waits. (Before, each held its thread for the 60 s read timeout, counted
+  // from when a thread took it: /v1/models waited about a minute.)
+  std::vector<int> silent;
+  for (size_t i = 0; i < options.threads + 1; ++i) {
+    silent.push_back(Connect(server.api->port()));
+    REQUIRE(silent.back() >= 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto start = std::chrono::steady_clock::now();
+  auto models = server.client->Get("/v1/models");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(models);
+  CHECK(models->status == 200);
+  // The silent ones go at 1 s after their accept (0.7 s from here); 3 s
+  // leaves room for a loaded machine.
+  CHECK(seconds < 3);
+  for (const int sock : silent) close(sock);
+
+  // The body is not held to the header timeout: headers now, the body after
+  // it has passed, within the request's 60 s.
+  const std::string body = Json{{"prompt", "ab"}, {"max_tokens", 1}}.dump();
+  const int sock = Connect(server.api->port());
+  REQUIRE(sock >= 0);
+  const std::string head = absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                        "Content-Type: application/json\r\nContent-Length: ",
+                                        body.size(), "\r\n\r\n");
+  REQUIRE(send(sock, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  REQUIRE(send(sock, body.data(), body.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(body.size()));
+  timeval timeout{30, 0};
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  std::string answer;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(sock, buffer, sizeof(buffer), 0)) > 0) answer.append(buffer, static_cast<size_t>(n));
+  close(sock);
+  CHECK(RawStatus(answer) == 200);
+}
+
 TEST_CASE("openai http: Stop does not wait for a client that sends nothing", "[openai][server]") {
   OpenAiServer server;
   // A connection that never sends its request (which may take 60 s).
