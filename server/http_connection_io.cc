@@ -102,15 +102,26 @@ void ConnectionStream::get_local_ip_and_port(std::string& ip, int& port) const {
 }
 
 bool ConnectionStream::Wait(short events, Clock::time_point deadline) const {
-  while (!stopping_.load()) {
+  bool stopping_seen = false;
+  while (true) {
+    if (!stopping_seen && stopping_.load()) {
+      stopping_seen = true;
+      // Stopping: a read takes only what has arrived (Stop does not wait
+      // for a client still sending its request); a write still waits, but
+      // at most kStoppingWriteWait, so that the end of an answer (the last
+      // chunk, an error event, [DONE]) reaches a client that reads.
+      deadline = std::min(deadline, Clock::now() + ((events & POLLOUT) != 0
+                                                        ? kStoppingWriteWait
+                                                        : std::chrono::milliseconds(0)));
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return false;
     pollfd p{sock_, events, 0};
-    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
+    const int ready =
+        poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 100)));
     if (ready > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0;
     if (ready < 0 && errno != EINTR) return false;
+    if (left.count() <= 0) return false;
   }
-  return false;
 }
 
 DisconnectWatch::DisconnectWatch(socket_t sock, std::function<void()> on_disconnect)

@@ -18,10 +18,14 @@ namespace drt::server {
 // arrived by `header_deadline`, the whole request by `request_deadline`
 // (both counted from the accept); each write waits at most the write
 // timeout for room (the answer as a whole has no limit). Once `stopping` is
-// set every wait gives up within 100 ms, so that stopping the server does
-// not wait for slow or silent clients.
+// set a read takes only what has already arrived and a write waits at most
+// kStoppingWriteWait (a write that can go at once still goes), so that
+// stopping the server does not wait for slow or silent clients but the end
+// of an answer still reaches a client that reads.
 class ConnectionStream : public httplib::Stream {
  public:
+  static constexpr std::chrono::milliseconds kStoppingWriteWait{1000};
+
   ConnectionStream(socket_t sock, std::chrono::steady_clock::time_point header_deadline,
                    std::chrono::steady_clock::time_point request_deadline,
                    std::chrono::milliseconds write_timeout, const std::atomic<bool>& stopping);
@@ -35,7 +39,8 @@ class ConnectionStream : public httplib::Stream {
   socket_t socket() const override { return sock_; }
 
  private:
-  // Whether `events` became ready before `deadline` (false once stopping).
+  // Whether `events` became ready before `deadline` (or, once stopping,
+  // before the shorter waits above).
   bool Wait(short events, std::chrono::steady_clock::time_point deadline) const;
   // The deadline of the next read: the header deadline until the empty
   // line that ends the headers has been read, then the request's.

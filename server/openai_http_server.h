@@ -75,9 +75,10 @@ class OpenAiHttpServer {
   absl::Status Start(const std::string& host, int port);
   int port() const { return port_; }
   // Stops accepting, waits for the running requests (whose gRPC calls end
-  // when the gRPC server shuts down; a connection still sending its request,
-  // or not reading its answer, is given up within 100 ms) and joins the
-  // threads. Idempotent.
+  // when the gRPC server shuts down; a connection still sending its request
+  // is given up within 100 ms, one not reading its answer within 1 s of a
+  // write, while the end of an answer still reaches a client that reads)
+  // and joins the threads. Idempotent.
   void Stop();
 
   class Server;  // the httplib server (in the .cc)
