@@ -361,6 +361,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   // applies to it as to any client.
   OpenAiHttpOptions openai_options;
   openai_options.model_name = service_options.model_name;
+  openai_options.bearer_token = service_options.bearer_token;
   // (httplib starts every thread of its pool at once: capped, so that a
   // large --max_sessions does not start that many.)
   openai_options.threads =

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "drt/v1/drt.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/bearer_token.h"
 #include "server/connection_pool.h"
 #include "server/http_connection_io.h"
 #include "server/openai_api.h"
@@ -116,6 +117,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
     Post("/v1/completions", HandlerWithContentReader([this](const httplib::Request& req,
                                                             httplib::Response& res,
                                                             const httplib::ContentReader& reader) {
+      if (absl::Status auth = CheckCredentials(req); !auth.ok()) return SendError(res, auth);
       std::string body;
       bool too_big = false;
       const bool read = reader([&](const char* data, size_t n) {
@@ -214,12 +216,13 @@ class OpenAiHttpServer::Server : public httplib::Server {
     return it == sockets_.end() ? INVALID_SOCKET : it->second;
   }
 
-  // Forwards the Authorization header (the service checks it as for any
-  // gRPC client). gRPC metadata values must be printable ASCII (0x20-0x7E):
-  // an other byte (a TAB, UTF-8, which HTTP allows) is "API misuse" to gRPC,
-  // which aborts the process; such a header is refused here, before any
-  // call. It is the only request header forwarded.
-  static absl::Status Authorize(const httplib::Request& req, grpc::ClientContext& context) {
+  // The request's credentials, checked before anything else about it (its
+  // body is not even read without them): an Authorization value with a
+  // byte outside printable ASCII (0x20-0x7E: a TAB, UTF-8, which HTTP
+  // allows) is refused, since gRPC metadata cannot carry it (gRPC calls
+  // that "API misuse" and aborts the process); with a bearer token set, the
+  // header must be "Bearer <token>" (the service checks it again).
+  absl::Status CheckCredentials(const httplib::Request& req) const {
     const std::string authorization = req.get_header_value("Authorization");
     for (const unsigned char c : authorization) {
       if (c < 0x20 || c > 0x7E) {
@@ -227,13 +230,26 @@ class OpenAiHttpServer::Server : public httplib::Server {
             "the Authorization header holds bytes outside printable ASCII (0x20-0x7E)");
       }
     }
-    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+    if (!options_.bearer_token.empty() &&
+        !BearerTokenMatches(authorization, options_.bearer_token)) {
+      return absl::UnauthenticatedError(
+          "missing or wrong credentials: send the header 'Authorization: Bearer <token>'");
+    }
     return absl::OkStatus();
   }
 
+  // Forwards the Authorization header (CheckCredentials passed), so the
+  // service checks it as for any gRPC client. It is the only request header
+  // forwarded.
+  static void Authorize(const httplib::Request& req, grpc::ClientContext& context) {
+    const std::string authorization = req.get_header_value("Authorization");
+    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  }
+
   void Models(const httplib::Request& req, httplib::Response& res) {
+    if (absl::Status auth = CheckCredentials(req); !auth.ok()) return SendError(res, auth);
     grpc::ClientContext context;
-    if (absl::Status auth = Authorize(req, context); !auth.ok()) return SendError(res, auth);
+    Authorize(req, context);
     drt::v1::ModelInfo info;
     const grpc::Status status = stub_->GetModelInfo(&context, {}, &info);
     if (!status.ok()) return SendError(res, FromGrpc(status));
@@ -262,7 +278,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
                             static_cast<int64_t>(std::time(nullptr)), options_.model_name};
 
     auto call = std::make_shared<CompleteCall>();
-    if (absl::Status auth = Authorize(req, call->context); !auth.ok()) return SendError(res, auth);
+    Authorize(req, call->context);
     call->stream = stub_->Complete(&call->context);
     if (const socket_t sock = ThisThreadsSocket(); sock != INVALID_SOCKET) {
       call->watch = std::make_unique<DisconnectWatch>(

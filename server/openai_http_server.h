@@ -34,6 +34,10 @@ struct OpenAiHttpOptions {
   // The served model's name: what GetModelInfo reports, which a request's
   // `model` must equal when given.
   std::string model_name;
+  // --bearer_token: when set, every request needs "Authorization: Bearer
+  // <token>" and gets 401 before anything else is checked (the service
+  // checks the forwarded header again).
+  std::string bearer_token;
   // Connections served at once (one thread each, started as needed); more
   // wait in a queue (server/connection_pool.h). drt-server passes
   // --max_sessions + 4, at most 1024: a completion holds a session, so more

@@ -42,8 +42,9 @@ const std::string kPrompt =
 // An in-process drt-server with the OpenAI API in front of it.
 struct OpenAiServer {
   explicit OpenAiServer(ServiceOptions service = SmallOptions(), OpenAiHttpOptions options = {})
-      : grpc(std::move(service)) {
+      : grpc(service) {
     options.model_name = "two_groups";
+    options.bearer_token = service.bearer_token;  // as drt-server's main does
     api = std::make_unique<OpenAiHttpServer>(grpc.server().InProcessChannel(grpc::ChannelArguments()),
                                              options);
     const absl::Status started = api->Start("127.0.0.1", 0);
@@ -444,6 +445,27 @@ TEST_CASE("openai http: the bearer token applies", "[openai][server]") {
   auto models = server.client->Get("/v1/models", {{"Authorization", "Bearer secret"}});
   REQUIRE(models);
   CHECK(models->status == 200);
+
+  // Credentials come first: without them a request that would be refused
+  // for its body (a wrong model, whose 404 names the served one; a refused
+  // field; JSON nested too deep) gets 401, and only with them the 404/400.
+  const std::string too_deep = "{\"x\":" + std::string(100, '[') + "}";
+  for (const bool authorised : {false, true}) {
+    const httplib::Headers headers = authorised
+                                         ? httplib::Headers{{"Authorization", "Bearer secret"}}
+                                         : httplib::Headers{};
+    INFO("authorised: " << authorised);
+    auto wrong_model = server.Post({{"prompt", "a"}, {"model", "x"}}, headers);
+    REQUIRE(wrong_model);
+    CHECK(wrong_model->status == (authorised ? 404 : 401));
+    CHECK((wrong_model->body.find("two_groups") != std::string::npos) == authorised);
+    auto echo = server.Post({{"prompt", "a"}, {"echo", true}}, headers);
+    REQUIRE(echo);
+    CHECK(echo->status == (authorised ? 400 : 401));
+    auto deep = server.client->Post("/v1/completions", headers, too_deep, "application/json");
+    REQUIRE(deep);
+    CHECK(deep->status == (authorised ? 400 : 401));
+  }
 }
 
 TEST_CASE("openai http: an Authorization header outside printable ASCII gets 401, not an abort",
