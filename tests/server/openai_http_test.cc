@@ -549,6 +549,38 @@ TEST_CASE("openai http: a client that disconnects mid-stream ends the generation
   CHECK(server.grpc.service().session_manager().count() == 0);
 }
 
+TEST_CASE("openai http: a client that hangs up on a non-streamed request ends the generation",
+          "[openai][server]") {
+  // Nothing is written to it before the answer is whole, so only the
+  // hang-up watch (DisconnectWatch) can notice: a failed write cannot.
+  OpenAiServer server;
+  const std::string body = Json{{"prompt", kPrompt}, {"max_tokens", 1 << 20}, {"temperature", 0},
+                                {"ignore_eos", true}}
+                               .dump();
+  const int sock = Connect(server.api->port());
+  REQUIRE(sock >= 0);
+  const std::string request = absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                           "Content-Type: application/json\r\nContent-Length: ",
+                                           body.size(), "\r\n\r\n", body);
+  REQUIRE(send(sock, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size()));
+  // Generating: one call running, for far longer than this test waits.
+  const auto started = std::chrono::steady_clock::now();
+  while (server.grpc.service().WaitForRunningCalls(std::chrono::steady_clock::now()) &&
+         std::chrono::steady_clock::now() - started < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE_FALSE(server.grpc.service().WaitForRunningCalls(std::chrono::steady_clock::now()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  REQUIRE_FALSE(server.grpc.service().WaitForRunningCalls(std::chrono::steady_clock::now()));
+  close(sock);
+  const auto hung_up = std::chrono::steady_clock::now();
+  REQUIRE(server.grpc.service().WaitForRunningCalls(hung_up + std::chrono::seconds(20)));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - hung_up).count();
+  CHECK(seconds < 10);
+}
+
 TEST_CASE("openai http: silent connections beyond the pool hold the API only for the header "
           "timeout", "[openai][server]") {
   OpenAiHttpOptions options;
