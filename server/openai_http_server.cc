@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "drt/v1/drt.grpc.pb.h"
@@ -152,6 +153,34 @@ class OpenAiHttpServer::Server : public httplib::Server {
                     "models without a chat template; use /v1/completions with a prompt",
                     "invalid_request_error", "", "not_found"),
           kJson);
+    });
+    // A Content-Length that is no number or over the limit is answered
+    // here, before the body is read: httplib would first read and discard
+    // the announced bytes, waiting the whole read deadline for a lie.
+    set_pre_routing_handler([max_bytes = options_.max_request_bytes](
+                                const httplib::Request& req, httplib::Response& res) {
+      if (!req.has_header("Content-Length")) return HandlerResponse::Unhandled;
+      const std::string value = req.get_header_value("Content-Length");
+      uint64_t length = 0;
+      if (value.empty() || value.size() > 19 ||
+          !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        res.status = 400;
+        res.set_content(ErrorJson(absl::StrCat("Content-Length must be a non-negative integer, got '",
+                                               absl::CEscape(value.substr(0, 40)), "'"),
+                                  "invalid_request_error", "", ""),
+                        kJson);
+        return HandlerResponse::Handled;
+      }
+      length = std::stoull(value);
+      if (length > max_bytes) {
+        res.status = 413;
+        res.set_content(ErrorJson(absl::StrCat("the request body is larger than drt-server "
+                                               "accepts (", max_bytes, " bytes)"),
+                                  "invalid_request_error", "", ""),
+                        kJson);
+        return HandlerResponse::Handled;
+      }
+      return HandlerResponse::Unhandled;
     });
     // httplib's own refusals (no route, 413 for a body over the limit, a
     // request that does not parse) in OpenAI's error shape too.

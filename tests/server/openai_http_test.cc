@@ -409,6 +409,30 @@ TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
   CHECK(chunked->status == 413);
 }
 
+TEST_CASE("openai http: a Content-Length over the limit or not a number is answered at once",
+          "[openai][server]") {
+  OpenAiServer server;
+  // The body is never sent: before, httplib waited the 60 s read deadline
+  // for the announced bytes before answering.
+  for (const auto& [length, status] : std::vector<std::pair<std::string, int>>{
+           {"1099511627776", 413}, {"67108865", 413}, {"-5", 400}, {"12abc", 400},
+           {"99999999999999999999999", 400}}) {
+    INFO("Content-Length: " << length);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string answer = RawExchange(
+        server.api->port(), absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                         "Content-Type: application/json\r\nContent-Length: ",
+                                         length, "\r\n\r\n{\"prompt\":"));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(RawStatus(answer) == status);
+    CHECK(seconds < 2);
+    if (RawStatus(answer) == status) {
+      CHECK(RawJsonBody(answer)["error"]["type"] == "invalid_request_error");
+    }
+  }
+}
+
 TEST_CASE("openai http: /v1/models", "[openai][server]") {
   OpenAiServer server;
   auto res = server.client->Get("/v1/models");
