@@ -37,6 +37,8 @@ class ConnectionStream : public httplib::Stream {
   void get_remote_ip_and_port(std::string& ip, int& port) const override;
   void get_local_ip_and_port(std::string& ip, int& port) const override;
   socket_t socket() const override { return sock_; }
+  // Whether the request's headers have been read whole.
+  bool headers_read() const { return headers_done_; }
 
  private:
   // Whether `events` became ready before `deadline` (or, once stopping,

@@ -1,5 +1,6 @@
 #include "server/openai_http_server.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -235,9 +236,35 @@ class OpenAiHttpServer::Server : public httplib::Server {
       std::lock_guard<std::mutex> lock(sockets_mutex_);
       sockets_.erase(std::this_thread::get_id());
     }
-    ::shutdown(sock, SHUT_RDWR);
+    if (stream.headers_read()) {
+      LingeringClose(sock);
+    } else {  // nothing was answered (a silent or slow client): no wait
+      ::shutdown(sock, SHUT_RDWR);
+      ::close(sock);
+    }
+  }
+
+  // Closes `sock` once the answer is out. A request may be answered before
+  // its body was read (401, or 413/400 for its Content-Length): closing a
+  // socket with unread bytes sends a reset, which can destroy the answer
+  // before the client reads it (a client still sending gets ECONNRESET).
+  // So: end our side, then read and drop what the client still sends until
+  // it closes, for at most kLingerTime (not when stopping).
+  void LingeringClose(socket_t sock) const {
+    ::shutdown(sock, SHUT_WR);
+    const Clock::time_point until = Clock::now() + kLingerTime;
+    char buffer[16384];
+    while (!stopping_.load()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{sock, POLLIN, 0};
+      const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
+      if (ready < 0 && errno != EINTR) break;
+      if (ready > 0 && recv(sock, buffer, sizeof(buffer), 0) <= 0) break;  // closed, or broken
+    }
     ::close(sock);
   }
+  static constexpr std::chrono::milliseconds kLingerTime{1000};
 
   socket_t ThisThreadsSocket() {
     std::lock_guard<std::mutex> lock(sockets_mutex_);
