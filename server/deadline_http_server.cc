@@ -10,6 +10,7 @@
 #include <cerrno>
 
 #include "server/connection_pool.h"
+#include "server/socket_address.h"
 
 namespace drt::server {
 namespace {
@@ -47,10 +48,10 @@ class DeadlineStream : public httplib::Stream {
   }
 
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    Address(getpeername, ip, port);
+    GetSocketAddress(sock_, SocketEnd::kPeer, ip, port);
   }
   void get_local_ip_and_port(std::string& ip, int& port) const override {
-    Address(getsockname, ip, port);
+    GetSocketAddress(sock_, SocketEnd::kLocal, ip, port);
   }
   socket_t socket() const override { return sock_; }
 
@@ -66,26 +67,6 @@ class DeadlineStream : public httplib::Stream {
       if (ready == 0) return false;
       if (errno != EINTR) return false;
     }
-  }
-
-  template <typename Get>
-  void Address(Get get, std::string& ip, int& port) const {
-    sockaddr_storage address{};
-    socklen_t length = sizeof(address);
-    ip.clear();
-    port = 0;
-    if (get(sock_, reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
-    char text[INET6_ADDRSTRLEN] = {};
-    if (address.ss_family == AF_INET) {
-      const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
-      inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
-      port = ntohs(v4->sin_port);
-    } else if (address.ss_family == AF_INET6) {
-      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
-      inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
-      port = ntohs(v6->sin6_port);
-    }
-    ip = text;
   }
 
   socket_t sock_;

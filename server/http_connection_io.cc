@@ -10,30 +10,12 @@
 #include <cerrno>
 #include <utility>
 
+#include "server/socket_address.h"
+
 namespace drt::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-template <typename Get>
-void Address(socket_t sock, Get get, std::string& ip, int& port) {
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  ip.clear();
-  port = 0;
-  if (get(sock, reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET) {
-    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
-    inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
-    port = ntohs(v4->sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
-    inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
-    port = ntohs(v6->sin6_port);
-  }
-  ip = text;
-}
 
 }  // namespace
 
@@ -94,11 +76,11 @@ ssize_t ConnectionStream::write(const char* ptr, size_t size) {
 }
 
 void ConnectionStream::get_remote_ip_and_port(std::string& ip, int& port) const {
-  Address(sock_, getpeername, ip, port);
+  GetSocketAddress(sock_, SocketEnd::kPeer, ip, port);
 }
 
 void ConnectionStream::get_local_ip_and_port(std::string& ip, int& port) const {
-  Address(sock_, getsockname, ip, port);
+  GetSocketAddress(sock_, SocketEnd::kLocal, ip, port);
 }
 
 bool ConnectionStream::Wait(short events, Clock::time_point deadline) const {
