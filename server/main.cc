@@ -406,8 +406,17 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     // Then the calls still running end at their next engine step with
     // UNAVAILABLE, gRPC stops listening, and what has not ended after the
     // slack (a call waiting for its client's next message) gRPC cancels.
+    const auto stop_by = std::chrono::steady_clock::now() + std::chrono::seconds(kStopSlackSeconds);
+    const auto shutdown_by =
+        std::chrono::system_clock::now() + std::chrono::seconds(kStopSlackSeconds);
     service.StopRunningCalls();
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(kStopSlackSeconds));
+    // The calls that end at their next step end with the service's
+    // UNAVAILABLE "the server is shutting down ... retry on another
+    // replica"; the OpenAI API's handlers read that status unless gRPC's
+    // Shutdown closes the in-process transport first ("Transport closed").
+    // So, within the same slack, wait for them before shutting down.
+    openai.WaitForCalls(stop_by);
+    server->Shutdown(shutdown_by);
     server->Wait();
     drained.store(true);
   });

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <ctime>
 #include <functional>
 #include <mutex>
@@ -44,9 +45,30 @@ void SendError(httplib::Response& res, const absl::Status& status) {
   res.set_content(ErrorJson(status), kJson);
 }
 
+// The Complete calls whose status the handlers have not read yet.
+class CallCount {
+ public:
+  void Add(int n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    count_ += n;
+    if (count_ == 0) zero_.notify_all();
+  }
+  bool WaitForZero(Clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return zero_.wait_until(lock, deadline, [&] { return count_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable zero_;
+  int64_t count_ = 0;
+};
+
 // One Complete call, shared by the handler and (streaming) the content
 // provider that httplib runs after it on the same thread.
 struct CompleteCall {
+  explicit CompleteCall(CallCount& count) : running(count) { running.Add(1); }
+  CallCount& running;  // counts this call until its status is read
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<drt::v1::CompleteRequest, drt::v1::GenerateResponse>>
       stream;
@@ -59,8 +81,10 @@ struct CompleteCall {
     drt::v1::GenerateResponse ignored;
     while (stream->Read(&ignored)) {
     }
+    grpc::Status status = stream->Finish();
+    if (!finished) running.Add(-1);
     finished = true;
-    return stream->Finish();
+    return status;
   }
   ~CompleteCall() {
     watch.reset();
@@ -68,6 +92,7 @@ struct CompleteCall {
       context.TryCancel();
       Finish();
     }
+    if (!finished) running.Add(-1);  // no stream was made
   }
 };
 
@@ -209,6 +234,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // From now on reads and writes of every connection give up (within
   // 100 ms): Stop does not wait for a client that sends or reads slowly.
   void StartStopping() { stopping_.store(true); }
+  bool WaitForCalls(Clock::time_point deadline) { return calls_.WaitForZero(deadline); }
 
  private:
   // httplib's accept loop calls this, on its own thread, for each accepted
@@ -333,7 +359,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
     CompletionHeader header{absl::StrCat("cmpl-", RandomHex(random, 24)),
                             static_cast<int64_t>(std::time(nullptr)), options_.model_name};
 
-    auto call = std::make_shared<CompleteCall>();
+    auto call = std::make_shared<CompleteCall>(calls_);
     Authorize(req, call->context);
     call->stream = stub_->Complete(&call->context);
     if (const socket_t sock = ThisThreadsSocket(); sock != INVALID_SOCKET) {
@@ -413,6 +439,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   std::unique_ptr<drt::v1::Drt::Stub> stub_;
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
   std::atomic<bool> stopping_{false};
+  CallCount calls_;
   std::mutex sockets_mutex_;
   std::unordered_map<std::thread::id, socket_t> sockets_;
   std::atomic<int64_t> expired_in_queue_{0};
@@ -462,6 +489,10 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
     serving_done_.store(true);
   });
   return absl::OkStatus();
+}
+
+bool OpenAiHttpServer::WaitForCalls(std::chrono::steady_clock::time_point deadline) {
+  return server_ == nullptr || server_->WaitForCalls(deadline);
 }
 
 void OpenAiHttpServer::Stop() {

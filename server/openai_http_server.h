@@ -78,6 +78,12 @@ class OpenAiHttpServer {
   // Binds host:port (0: any free port) and serves on threads of its own.
   absl::Status Start(const std::string& host, int port);
   int port() const { return port_; }
+  // Waits until every Complete call the API made has ended and its handler
+  // has its status, or `deadline` passes; true when none is left. drt-server
+  // waits for this after ending the running calls and before gRPC's
+  // Shutdown, which would close the in-process transport under them (the
+  // clients then read "Transport closed", not the service's message).
+  bool WaitForCalls(std::chrono::steady_clock::time_point deadline);
   // Stops accepting, waits for the running requests (whose gRPC calls end
   // when the gRPC server shuts down; a connection still sending its request
   // is given up within 100 ms, one not reading its answer within 1 s of a
