@@ -32,6 +32,8 @@
 
 namespace drt::server {
 
+class ConnectionPool;  // server/connection_pool.h
+
 struct DeadlineHttpOptions {
   std::chrono::milliseconds request_deadline{5000};
   size_t max_connections = 64;
@@ -49,8 +51,6 @@ class DeadlineHttpServer : public httplib::Server {
   // Connections closed at accept without being served: max_waiting were
   // already waiting.
   int64_t connections_rejected() const { return rejected_.load(); }
-
-  class ConnectionPool;
 
  private:
   // Overrides httplib's per-connection entry point (a private virtual that

@@ -10,49 +10,54 @@
 #include <cerrno>
 #include <utility>
 
+#include "server/socket_address.h"
+
 namespace drt::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-template <typename Get>
-void Address(socket_t sock, Get get, std::string& ip, int& port) {
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  ip.clear();
-  port = 0;
-  if (get(sock, reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET) {
-    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
-    inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
-    port = ntohs(v4->sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
-    inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
-    port = ntohs(v6->sin6_port);
-  }
-  ip = text;
-}
-
 }  // namespace
 
-ConnectionStream::ConnectionStream(socket_t sock, Clock::time_point read_deadline,
+ConnectionStream::ConnectionStream(socket_t sock, Clock::time_point header_deadline,
+                                   Clock::time_point request_deadline,
                                    std::chrono::milliseconds write_timeout,
                                    const std::atomic<bool>& stopping)
-    : sock_(sock), read_deadline_(read_deadline), write_timeout_(write_timeout), stopping_(stopping) {}
+    : sock_(sock),
+      header_deadline_(header_deadline),
+      request_deadline_(std::max(header_deadline, request_deadline)),
+      write_timeout_(write_timeout),
+      stopping_(stopping) {}
 
-bool ConnectionStream::is_readable() const { return Wait(POLLIN, read_deadline_); }
+bool ConnectionStream::is_readable() const { return Wait(POLLIN, ReadDeadline()); }
 
 bool ConnectionStream::is_writable() const {
   return Wait(POLLOUT, Clock::now() + write_timeout_);
+}
+
+Clock::time_point ConnectionStream::ReadDeadline() const {
+  return headers_done_ ? request_deadline_ : header_deadline_;
+}
+
+void ConnectionStream::Track(const char* data, size_t n) {
+  for (size_t i = 0; i < n && !headers_done_; ++i) {
+    if (data[i] == '\n') {
+      const bool empty = line_bytes_ == 0 || (line_bytes_ == 1 && line_is_cr_);
+      if (empty && seen_line_) headers_done_ = true;
+      if (!empty) seen_line_ = true;
+      line_bytes_ = 0;
+    } else {
+      ++line_bytes_;
+      line_is_cr_ = line_bytes_ == 1 && data[i] == '\r';
+    }
+  }
 }
 
 ssize_t ConnectionStream::read(char* ptr, size_t size) {
   // httplib reads the request line and headers a byte at a time: serve
   // those from a buffer filled one recv at a time.
   if (begin_ == end_) {
-    if (!Wait(POLLIN, read_deadline_)) return -1;
+    if (!Wait(POLLIN, ReadDeadline())) return -1;
     const ssize_t n = recv(sock_, buffer_, sizeof(buffer_), 0);
     if (n <= 0) return n;
     begin_ = 0;
@@ -61,6 +66,7 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
   const size_t n = std::min(size, end_ - begin_);
   std::copy(buffer_ + begin_, buffer_ + begin_ + n, ptr);
   begin_ += n;
+  Track(ptr, n);
   return static_cast<ssize_t>(n);
 }
 
@@ -70,23 +76,34 @@ ssize_t ConnectionStream::write(const char* ptr, size_t size) {
 }
 
 void ConnectionStream::get_remote_ip_and_port(std::string& ip, int& port) const {
-  Address(sock_, getpeername, ip, port);
+  GetSocketAddress(sock_, SocketEnd::kPeer, ip, port);
 }
 
 void ConnectionStream::get_local_ip_and_port(std::string& ip, int& port) const {
-  Address(sock_, getsockname, ip, port);
+  GetSocketAddress(sock_, SocketEnd::kLocal, ip, port);
 }
 
 bool ConnectionStream::Wait(short events, Clock::time_point deadline) const {
-  while (!stopping_.load()) {
+  bool stopping_seen = false;
+  while (true) {
+    if (!stopping_seen && stopping_.load()) {
+      stopping_seen = true;
+      // Stopping: a read takes only what has arrived (Stop does not wait
+      // for a client still sending its request); a write still waits, but
+      // at most kStoppingWriteWait, so that the end of an answer (the last
+      // chunk, an error event, [DONE]) reaches a client that reads.
+      deadline = std::min(deadline, Clock::now() + ((events & POLLOUT) != 0
+                                                        ? kStoppingWriteWait
+                                                        : std::chrono::milliseconds(0)));
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return false;
     pollfd p{sock_, events, 0};
-    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
+    const int ready =
+        poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 100)));
     if (ready > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0;
     if (ready < 0 && errno != EINTR) return false;
+    if (left.count() <= 0) return false;
   }
-  return false;
 }
 
 DisconnectWatch::DisconnectWatch(socket_t sock, std::function<void()> on_disconnect)

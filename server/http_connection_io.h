@@ -14,14 +14,20 @@
 
 namespace drt::server {
 
-// The socket of one connection: reads share one deadline, counted from the
-// accept (the whole request must arrive by then); each write waits at most
-// the write timeout for room (the answer as a whole has no limit). Once
-// `stopping` is set every wait gives up within 100 ms, so that stopping the
-// server does not wait for slow or silent clients.
+// The socket of one connection: the request line and headers must have
+// arrived by `header_deadline`, the whole request by `request_deadline`
+// (both counted from the accept); each write waits at most the write
+// timeout for room (the answer as a whole has no limit). Once `stopping` is
+// set a read takes only what has already arrived and a write waits at most
+// kStoppingWriteWait (a write that can go at once still goes), so that
+// stopping the server does not wait for slow or silent clients but the end
+// of an answer still reaches a client that reads.
 class ConnectionStream : public httplib::Stream {
  public:
-  ConnectionStream(socket_t sock, std::chrono::steady_clock::time_point read_deadline,
+  static constexpr std::chrono::milliseconds kStoppingWriteWait{1000};
+
+  ConnectionStream(socket_t sock, std::chrono::steady_clock::time_point header_deadline,
+                   std::chrono::steady_clock::time_point request_deadline,
                    std::chrono::milliseconds write_timeout, const std::atomic<bool>& stopping);
 
   bool is_readable() const override;
@@ -31,17 +37,30 @@ class ConnectionStream : public httplib::Stream {
   void get_remote_ip_and_port(std::string& ip, int& port) const override;
   void get_local_ip_and_port(std::string& ip, int& port) const override;
   socket_t socket() const override { return sock_; }
+  // Whether the request's headers have been read whole.
+  bool headers_read() const { return headers_done_; }
 
  private:
-  // Whether `events` became ready before `deadline` (false once stopping).
+  // Whether `events` became ready before `deadline` (or, once stopping,
+  // before the shorter waits above).
   bool Wait(short events, std::chrono::steady_clock::time_point deadline) const;
+  // The deadline of the next read: the header deadline until the empty
+  // line that ends the headers has been read, then the request's.
+  std::chrono::steady_clock::time_point ReadDeadline() const;
+  // Follows the bytes handed to httplib to see where the headers end.
+  void Track(const char* data, size_t n);
 
   socket_t sock_;
-  std::chrono::steady_clock::time_point read_deadline_;
+  std::chrono::steady_clock::time_point header_deadline_;
+  std::chrono::steady_clock::time_point request_deadline_;
   std::chrono::milliseconds write_timeout_;
   const std::atomic<bool>& stopping_;
   char buffer_[4096];
   size_t begin_ = 0, end_ = 0;
+  bool headers_done_ = false;
+  size_t line_bytes_ = 0;   // bytes since the last '\n'
+  bool line_is_cr_ = false;  // those bytes are one '\r'
+  bool seen_line_ = false;   // a non-empty line (the request line) came
 };
 
 // Calls `on_disconnect` once when the client closes its end of `sock`

@@ -434,8 +434,9 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   // applies to it as to any client.
   OpenAiHttpOptions openai_options;
   openai_options.model_name = service_options.model_name;
-  // (httplib starts every thread of its pool at once: capped, so that a
-  // large --max_sessions does not start that many.)
+  openai_options.bearer_token = service_options.bearer_token;
+  // (Capped: threads start as connections need them, but a large
+  // --max_sessions should not allow that many at once.)
   openai_options.threads =
       static_cast<size_t>(std::min<int64_t>(service_options.max_sessions + 4, kMaxOpenAiThreads));
   OpenAiHttpServer openai(server->InProcessChannel(grpc::ChannelArguments()), openai_options);
@@ -478,8 +479,17 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     // Then the calls still running end at their next engine step with
     // UNAVAILABLE, gRPC stops listening, and what has not ended after the
     // slack (a call waiting for its client's next message) gRPC cancels.
+    const auto stop_by = std::chrono::steady_clock::now() + std::chrono::seconds(kStopSlackSeconds);
+    const auto shutdown_by =
+        std::chrono::system_clock::now() + std::chrono::seconds(kStopSlackSeconds);
     service.StopRunningCalls();
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(kStopSlackSeconds));
+    // The calls that end at their next step end with the service's
+    // UNAVAILABLE "the server is shutting down ... retry on another
+    // replica"; the OpenAI API's handlers read that status unless gRPC's
+    // Shutdown closes the in-process transport first ("Transport closed").
+    // So, within the same slack, wait for them before shutting down.
+    openai.WaitForCalls(stop_by);
+    server->Shutdown(shutdown_by);
     server->Wait();
     drained.store(true);
   });

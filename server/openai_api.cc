@@ -122,11 +122,13 @@ absl::Status RefuseUnsupported(const Json& body) {
     auto it = body.find(name);
     return it == body.end() || it->is_null() ? nullptr : &*it;
   };
-  if (const Json* v = field("n"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+  // A number equal to 1 (1.0 too, as vLLM's lax parsing takes it).
+  auto is_one = [](const Json& v) { return v.is_number() && v.get<double>() == 1.0; };
+  if (const Json* v = field("n"); v != nullptr && !is_one(*v)) {
     return FieldError("n", absl::StrCat("n must be 1 (one completion per request), got ", Dump(*v)));
   }
   if (const Json* v = field("best_of");
-      v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+      v != nullptr && !is_one(*v)) {
     return FieldError("best_of", absl::StrCat("best_of is not supported (only 1), got ", Dump(*v)));
   }
   if (const Json* v = field("logprobs"); v != nullptr) {
@@ -187,12 +189,24 @@ absl::Status ParseSampling(const Json& body, CompletionRequest& out) {
     auto t = NumberField(body["temperature"], "temperature");
     if (!t.ok()) return t.status();
     if (*t < 0) return FieldError("temperature", absl::StrCat("temperature must be >= 0, got ", *t));
+    // drt.v1 takes a float: one beyond its range would become inf.
+    if (!std::isfinite(static_cast<float>(*t))) {
+      return FieldError("temperature", absl::StrCat("temperature must be at most ",
+                                                    std::numeric_limits<float>::max(), ", got ", *t));
+    }
     sampling.set_temperature(static_cast<float>(*t));
   }
   if (!IsNull(body, "top_p")) {
     auto p = NumberField(body["top_p"], "top_p");
     if (!p.ok()) return p.status();
     if (!(*p > 0 && *p <= 1)) return FieldError("top_p", absl::StrCat("top_p must be in (0, 1], got ", *p));
+    // drt.v1 takes a float, whose 0 means "off": a top_p below the smallest
+    // positive float would become 0 and turn near-greedy into full sampling.
+    if (static_cast<float>(*p) == 0.0f) {
+      return FieldError("top_p", absl::StrCat("top_p must be at least ",
+                                              std::numeric_limits<float>::denorm_min(),
+                                              " (the smallest positive float), got ", *p));
+    }
     sampling.set_top_p(static_cast<float>(*p));
   }
   if (!IsNull(body, "top_k")) {
@@ -216,6 +230,33 @@ absl::Status ParseSampling(const Json& body, CompletionRequest& out) {
   return absl::OkStatus();
 }
 
+// Whether `text` opens more than `limit` arrays/objects at once, counting
+// brackets outside strings only (a pass over the bytes, allocating nothing;
+// the parse that follows judges the rest of the syntax).
+bool NestsDeeperThan(absl::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::Status FieldError(absl::string_view field, absl::string_view message) {
@@ -230,6 +271,10 @@ std::string OpenAiErrorParam(const absl::Status& status) {
 }
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_text) {
+  if (NestsDeeperThan(body_text, kMaxJsonDepth)) {
+    return absl::InvalidArgumentError(absl::StrCat("the request body nests deeper than ",
+                                                   kMaxJsonDepth, " levels"));
+  }
   Json body;
   try {
     body = Json::parse(body_text.begin(), body_text.end());

@@ -1,5 +1,6 @@
 #include "server/openai_http_server.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <ctime>
 #include <functional>
 #include <mutex>
@@ -16,10 +18,13 @@
 #include <unordered_map>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "drt/v1/drt.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/bearer_token.h"
+#include "server/connection_pool.h"
 #include "server/http_connection_io.h"
 #include "server/openai_api.h"
 #include "server/stop_text_cutter.h"
@@ -40,9 +45,30 @@ void SendError(httplib::Response& res, const absl::Status& status) {
   res.set_content(ErrorJson(status), kJson);
 }
 
+// The Complete calls whose status the handlers have not read yet.
+class CallCount {
+ public:
+  void Add(int n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    count_ += n;
+    if (count_ == 0) zero_.notify_all();
+  }
+  bool WaitForZero(Clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return zero_.wait_until(lock, deadline, [&] { return count_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable zero_;
+  int64_t count_ = 0;
+};
+
 // One Complete call, shared by the handler and (streaming) the content
 // provider that httplib runs after it on the same thread.
 struct CompleteCall {
+  explicit CompleteCall(CallCount& count) : running(count) { running.Add(1); }
+  CallCount& running;  // counts this call until its status is read
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<drt::v1::CompleteRequest, drt::v1::GenerateResponse>>
       stream;
@@ -55,8 +81,10 @@ struct CompleteCall {
     drt::v1::GenerateResponse ignored;
     while (stream->Read(&ignored)) {
     }
+    grpc::Status status = stream->Finish();
+    if (!finished) running.Add(-1);
     finished = true;
-    return stream->Finish();
+    return status;
   }
   ~CompleteCall() {
     watch.reset();
@@ -64,6 +92,7 @@ struct CompleteCall {
       context.TryCancel();
       Finish();
     }
+    if (!finished) running.Add(-1);  // no stream was made
   }
 };
 
@@ -104,8 +133,9 @@ class OpenAiHttpServer::Server : public httplib::Server {
  public:
   Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options)
       : options_(options), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
-    const size_t threads = std::max<size_t>(options_.threads, 1);
-    new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // The accept loop only queues each socket with its accept time; the
+    // pool's threads serve them (server/connection_pool.h).
+    new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };
     set_payload_max_length(options_.max_request_bytes);
     // With a content reader: the body is read here, whatever its
     // Content-Type. (httplib's own reading parses an
@@ -114,6 +144,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
     Post("/v1/completions", HandlerWithContentReader([this](const httplib::Request& req,
                                                             httplib::Response& res,
                                                             const httplib::ContentReader& reader) {
+      if (absl::Status auth = CheckCredentials(req); !auth.ok()) return SendError(res, auth);
       std::string body;
       bool too_big = false;
       const bool read = reader([&](const char* data, size_t n) {
@@ -149,6 +180,34 @@ class OpenAiHttpServer::Server : public httplib::Server {
                     "invalid_request_error", "", "not_found"),
           kJson);
     });
+    // A Content-Length that is no number or over the limit is answered
+    // here, before the body is read: httplib would first read and discard
+    // the announced bytes, waiting the whole read deadline for a lie.
+    set_pre_routing_handler([max_bytes = options_.max_request_bytes](
+                                const httplib::Request& req, httplib::Response& res) {
+      if (!req.has_header("Content-Length")) return HandlerResponse::Unhandled;
+      const std::string value = req.get_header_value("Content-Length");
+      uint64_t length = 0;
+      if (value.empty() || value.size() > 19 ||
+          !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        res.status = 400;
+        res.set_content(ErrorJson(absl::StrCat("Content-Length must be a non-negative integer, got '",
+                                               absl::CEscape(value.substr(0, 40)), "'"),
+                                  "invalid_request_error", "", ""),
+                        kJson);
+        return HandlerResponse::Handled;
+      }
+      length = std::stoull(value);
+      if (length > max_bytes) {
+        res.status = 413;
+        res.set_content(ErrorJson(absl::StrCat("the request body is larger than drt-server "
+                                               "accepts (", max_bytes, " bytes)"),
+                                  "invalid_request_error", "", ""),
+                        kJson);
+        return HandlerResponse::Handled;
+      }
+      return HandlerResponse::Unhandled;
+    });
     // httplib's own refusals (no route, 413 for a body over the limit, a
     // request that does not parse) in OpenAI's error shape too.
     set_error_handler(HandlerWithResponse([max_bytes = options_.max_request_bytes](
@@ -175,18 +234,27 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // From now on reads and writes of every connection give up (within
   // 100 ms): Stop does not wait for a client that sends or reads slowly.
   void StartStopping() { stopping_.store(true); }
+  bool WaitForCalls(Clock::time_point deadline) { return calls_.WaitForZero(deadline); }
 
  private:
-  // httplib's accept loop hands each accepted socket to a pool thread,
-  // which calls this: one request per connection (an idle kept-alive
+  // httplib's accept loop calls this, on its own thread, for each accepted
+  // socket: it waits for a pool thread, its deadlines counting from now.
+  bool process_and_close_socket(socket_t sock) override {
+    pool_->Push(sock, Clock::now());
+    return true;
+  }
+
+  // On a pool thread: one request per connection (an idle kept-alive
   // connection would hold a thread of the bounded pool), the socket noted
   // for the thread so that the handler can watch it for a hang-up.
-  bool process_and_close_socket(socket_t sock) override {
+  // `header_deadline` is the accept time + request_header_timeout.
+  void Serve(socket_t sock, Clock::time_point header_deadline) {
     {
       std::lock_guard<std::mutex> lock(sockets_mutex_);
       sockets_[std::this_thread::get_id()] = sock;
     }
-    ConnectionStream stream(sock, Clock::now() + options_.request_read_timeout,
+    const Clock::time_point accepted = header_deadline - options_.request_header_timeout;
+    ConnectionStream stream(sock, header_deadline, accepted + options_.request_read_timeout,
                             options_.write_timeout, stopping_);
     bool connection_closed = false;
     process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
@@ -194,10 +262,35 @@ class OpenAiHttpServer::Server : public httplib::Server {
       std::lock_guard<std::mutex> lock(sockets_mutex_);
       sockets_.erase(std::this_thread::get_id());
     }
-    ::shutdown(sock, SHUT_RDWR);
-    ::close(sock);
-    return true;
+    if (stream.headers_read()) {
+      LingeringClose(sock);
+    } else {  // nothing was answered (a silent or slow client): no wait
+      ::shutdown(sock, SHUT_RDWR);
+      ::close(sock);
+    }
   }
+
+  // Closes `sock` once the answer is out. A request may be answered before
+  // its body was read (401, or 413/400 for its Content-Length): closing a
+  // socket with unread bytes sends a reset, which can destroy the answer
+  // before the client reads it (a client still sending gets ECONNRESET).
+  // So: end our side, then read and drop what the client still sends until
+  // it closes, for at most kLingerTime (not when stopping).
+  void LingeringClose(socket_t sock) const {
+    ::shutdown(sock, SHUT_WR);
+    const Clock::time_point until = Clock::now() + kLingerTime;
+    char buffer[16384];
+    while (!stopping_.load()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{sock, POLLIN, 0};
+      const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
+      if (ready < 0 && errno != EINTR) break;
+      if (ready > 0 && recv(sock, buffer, sizeof(buffer), 0) <= 0) break;  // closed, or broken
+    }
+    ::close(sock);
+  }
+  static constexpr std::chrono::milliseconds kLingerTime{1000};
 
   socket_t ThisThreadsSocket() {
     std::lock_guard<std::mutex> lock(sockets_mutex_);
@@ -205,13 +298,38 @@ class OpenAiHttpServer::Server : public httplib::Server {
     return it == sockets_.end() ? INVALID_SOCKET : it->second;
   }
 
+  // The request's credentials, checked before anything else about it (its
+  // body is not even read without them): an Authorization value with a
+  // byte outside printable ASCII (0x20-0x7E: a TAB, UTF-8, which HTTP
+  // allows) is refused, since gRPC metadata cannot carry it (gRPC calls
+  // that "API misuse" and aborts the process); with a bearer token set, the
+  // header must be "Bearer <token>" (the service checks it again).
+  absl::Status CheckCredentials(const httplib::Request& req) const {
+    const std::string authorization = req.get_header_value("Authorization");
+    for (const unsigned char c : authorization) {
+      if (c < 0x20 || c > 0x7E) {
+        return absl::UnauthenticatedError(
+            "the Authorization header holds bytes outside printable ASCII (0x20-0x7E)");
+      }
+    }
+    if (!options_.bearer_token.empty() &&
+        !BearerTokenMatches(authorization, options_.bearer_token)) {
+      return absl::UnauthenticatedError(
+          "missing or wrong credentials: send the header 'Authorization: Bearer <token>'");
+    }
+    return absl::OkStatus();
+  }
+
+  // Forwards the Authorization header (CheckCredentials passed), so the
+  // service checks it as for any gRPC client. It is the only request header
+  // forwarded.
   static void Authorize(const httplib::Request& req, grpc::ClientContext& context) {
-    // Forwarded as is: the service checks it as for any gRPC client.
     const std::string authorization = req.get_header_value("Authorization");
     if (!authorization.empty()) context.AddMetadata("authorization", authorization);
   }
 
   void Models(const httplib::Request& req, httplib::Response& res) {
+    if (absl::Status auth = CheckCredentials(req); !auth.ok()) return SendError(res, auth);
     grpc::ClientContext context;
     Authorize(req, context);
     drt::v1::ModelInfo info;
@@ -241,7 +359,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
     CompletionHeader header{absl::StrCat("cmpl-", RandomHex(random, 24)),
                             static_cast<int64_t>(std::time(nullptr)), options_.model_name};
 
-    auto call = std::make_shared<CompleteCall>();
+    auto call = std::make_shared<CompleteCall>(calls_);
     Authorize(req, call->context);
     call->stream = stub_->Complete(&call->context);
     if (const socket_t sock = ThisThreadsSocket(); sock != INVALID_SOCKET) {
@@ -321,8 +439,17 @@ class OpenAiHttpServer::Server : public httplib::Server {
   std::unique_ptr<drt::v1::Drt::Stub> stub_;
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
   std::atomic<bool> stopping_{false};
+  CallCount calls_;
   std::mutex sockets_mutex_;
   std::unordered_map<std::thread::id, socket_t> sockets_;
+  std::atomic<int64_t> expired_in_queue_{0};
+  std::atomic<int64_t> rejected_{0};
+  // Last: destroyed first, its destructor draining the pool (joining the
+  // threads) while everything Serve uses is still alive.
+  std::unique_ptr<ConnectionPool> pool_ = std::make_unique<ConnectionPool>(
+      options_.threads, options_.max_waiting_connections, options_.request_header_timeout,
+      [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); },
+      expired_in_queue_, rejected_);
 };
 
 OpenAiHttpServer::OpenAiHttpServer(std::shared_ptr<grpc::Channel> channel,
@@ -362,6 +489,10 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
     serving_done_.store(true);
   });
   return absl::OkStatus();
+}
+
+bool OpenAiHttpServer::WaitForCalls(std::chrono::steady_clock::time_point deadline) {
+  return server_ == nullptr || server_->WaitForCalls(deadline);
 }
 
 void OpenAiHttpServer::Stop() {

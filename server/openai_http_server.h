@@ -7,9 +7,10 @@
 //
 // Apart from the probe endpoint (server/http_endpoint.h), whose 5 s per
 // connection suits probes and not long streams: here the request must
-// arrive within `request_read_timeout` of the connect, the answer has no
-// deadline (a write waits at most `write_timeout` for the client to read),
-// and `threads` connections are served at once (more wait for a thread).
+// arrive within `request_read_timeout` of the accept (its headers within
+// `request_header_timeout`), the answer has no deadline (a write waits at
+// most `write_timeout` for the client to read), and `threads` connections
+// are served at once (a bounded number more wait for a thread).
 // A client that closes its connection before the answer ends cancels the
 // Complete call, so the engine stops working for it.
 #pragma once
@@ -33,18 +34,32 @@ struct OpenAiHttpOptions {
   // The served model's name: what GetModelInfo reports, which a request's
   // `model` must equal when given.
   std::string model_name;
-  // Connections served at once (one thread each); more wait in a queue.
-  // drt-server passes --max_sessions + 4, at most 1024: a completion holds
-  // a session, so more running at once would be refused anyway, and the 4
-  // keep /v1/models and refusals answering while every session is held.
+  // --bearer_token: when set, every request needs "Authorization: Bearer
+  // <token>" and gets 401 before anything else is checked (the service
+  // checks the forwarded header again).
+  std::string bearer_token;
+  // Connections served at once (one thread each, started as needed); more
+  // wait in a queue (server/connection_pool.h). drt-server passes
+  // --max_sessions + 4, at most 1024: a completion holds a session, so more
+  // running at once would be refused anyway, and the 4 keep /v1/models and
+  // refusals answering while every session is held.
   size_t threads = 68;
+  // Connections that may wait for a thread (0: 4 x threads); one accepted
+  // beyond that is closed at once.
+  size_t max_waiting_connections = 0;
   // Request bodies above this get 413. A prompt of 1M bytes (or 1M token ids
-  // as JSON, about 7 MB) fits with room; the parsed JSON takes a few times
-  // the body in memory, so the bound also bounds that.
+  // as JSON, about 7 MB) fits with room. The parsed JSON takes up to ~33x
+  // the body in memory (measured; nesting is capped at kMaxJsonDepth,
+  // docs/api.md), so the bound also bounds that.
   size_t max_request_bytes = size_t{64} << 20;
-  // Time from the connect until the whole request has arrived; then the
-  // connection is closed (a client sending a byte at a time cannot hold a
-  // thread longer).
+  // Time from the accept until the request line and headers have arrived;
+  // then the connection is closed. Short, so that silent or slow clients
+  // hold the threads only briefly (a waiting connection whose time passed
+  // is closed unserved).
+  std::chrono::milliseconds request_header_timeout{10'000};
+  // Time from the accept until the whole request (the body too) has
+  // arrived; then the connection is closed (a client sending a byte at a
+  // time cannot hold a thread longer).
   std::chrono::milliseconds request_read_timeout{60'000};
   // How long one write of the answer may wait for the client to read; a
   // client that stops reading for longer is cut off and its call
@@ -63,10 +78,17 @@ class OpenAiHttpServer {
   // Binds host:port (0: any free port) and serves on threads of its own.
   absl::Status Start(const std::string& host, int port);
   int port() const { return port_; }
+  // Waits until every Complete call the API made has ended and its handler
+  // has its status, or `deadline` passes; true when none is left. drt-server
+  // waits for this after ending the running calls and before gRPC's
+  // Shutdown, which would close the in-process transport under them (the
+  // clients then read "Transport closed", not the service's message).
+  bool WaitForCalls(std::chrono::steady_clock::time_point deadline);
   // Stops accepting, waits for the running requests (whose gRPC calls end
-  // when the gRPC server shuts down; a connection still sending its request,
-  // or not reading its answer, is given up within 100 ms) and joins the
-  // threads. Idempotent.
+  // when the gRPC server shuts down; a connection still sending its request
+  // is given up within 100 ms, one not reading its answer within 1 s of a
+  // write, while the end of an answer still reaches a client that reads)
+  // and joins the threads. Idempotent.
   void Stop();
 
   class Server;  // the httplib server (in the .cc)

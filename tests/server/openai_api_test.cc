@@ -5,6 +5,7 @@
 // whole text however the text is split, and no piece splits a character.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,6 +42,31 @@ TEST_CASE("openai request: defaults are OpenAI's", "[openai]") {
   CHECK_FALSE(r->include_usage);
   CHECK_FALSE(r->model.has_value());
   CHECK(r->generate.stop_size() == 0);
+}
+
+TEST_CASE("openai request: nesting deeper than 64 levels is refused before parsing", "[openai]") {
+  // A nest of n levels in an ignored field: the body's object is level 1.
+  auto nest = [](int levels) {
+    return "{\"prompt\":\"a\",\"x\":" + std::string(levels - 1, '[') +
+           std::string(levels - 1, ']') + "}";
+  };
+  CHECK(ParseCompletionRequest(nest(kMaxJsonDepth)).ok());
+  CHECK(ParseCompletionRequest(R"({"prompt":"a","x":[{"y":[{}]},[[]]]})").ok());
+  for (const std::string& body : {nest(kMaxJsonDepth + 1),
+                                  // objects count too
+                                  "{\"prompt\":\"a\",\"x\":" + std::string(70, '{'),
+                                  // not closed: refused for its depth, not its syntax
+                                  "{\"x\":" + std::string(100'000, '[')}) {
+    auto r = ParseCompletionRequest(body);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(r.status().message() == "the request body nests deeper than 64 levels");
+  }
+  // Brackets inside strings (escaped quotes too) are text, not nesting.
+  auto in_string =
+      ParseCompletionRequest("{\"prompt\":\"\\\"" + std::string(100, '[') + "\\\\\",\"x\":[[1]]}");
+  REQUIRE(in_string.ok());
+  CHECK(in_string->prompt_text == "\"" + std::string(100, '[') + "\\");
 }
 
 TEST_CASE("openai request: fields map onto drt.v1", "[openai]") {
@@ -101,6 +127,14 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
       {R"({"prompt":"x","temperature":"hot"})", "temperature"},
       {R"({"prompt":"x","top_p":0})", "top_p"},
       {R"({"prompt":"x","top_p":1.5})", "top_p"},
+      // Positive, but 0 as a float (drt.v1's "off"): near-greedy would
+      // become full sampling.
+      {R"({"prompt":"x","top_p":1e-50})", "top_p"},
+      // inf as a float: the service's refusal would not name the field.
+      {R"({"prompt":"x","temperature":1e39})", "temperature"},
+      {R"({"prompt":"x","n":1.5})", "n"},
+      {R"({"prompt":"x","n":"1"})", "n"},
+      {R"({"prompt":"x","best_of":2.0})", "best_of"},
       {R"({"prompt":"x","top_k":-2})", "top_k"},
       {R"({"prompt":"x","top_k":1.5})", "top_k"},
       {R"({"prompt":"x","seed":1.5})", "seed"},
@@ -135,6 +169,16 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
     const std::string top = field.substr(0, field.find('.'));
     CHECK(std::string(parsed.status().message()).find(top) != std::string::npos);
   }
+}
+
+TEST_CASE("openai request: edge values that keep their meaning are accepted", "[openai]") {
+  // n and best_of as 1.0 (vLLM takes them); the smallest positive float as
+  // top_p; the largest float as temperature.
+  auto r = ParseCompletionRequest(
+      R"({"prompt":"x","n":1.0,"best_of":1.0,"top_p":1.5e-45,"temperature":3.4e38})");
+  REQUIRE(r.ok());
+  CHECK(r->generate.sampling().top_p() == std::numeric_limits<float>::denorm_min());
+  CHECK(r->generate.sampling().temperature() == 3.4e38f);
 }
 
 TEST_CASE("openai request: bodies that are not a JSON object", "[openai]") {

@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "server/openai_http_server.h"
 #include "server/session_manager.h"
 #include "tests/server/test_util/grpc_harness.h"
@@ -41,8 +42,9 @@ const std::string kPrompt =
 // An in-process drt-server with the OpenAI API in front of it.
 struct OpenAiServer {
   explicit OpenAiServer(ServiceOptions service = SmallOptions(), OpenAiHttpOptions options = {})
-      : grpc(std::move(service)) {
+      : grpc(service) {
     options.model_name = "two_groups";
+    options.bearer_token = service.bearer_token;  // as drt-server's main does
     api = std::make_unique<OpenAiHttpServer>(grpc.server().InProcessChannel(grpc::ChannelArguments()),
                                              options);
     const absl::Status started = api->Start("127.0.0.1", 0);
@@ -128,6 +130,56 @@ Streamed ParseStream(const std::string& body) {
     s.chunks.push_back(std::move(chunk));
   }
   return s;
+}
+
+// A TCP connection to 127.0.0.1:port (-1 if it fails).
+int Connect(int port) {
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  if (sock < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(sock, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(sock);
+    return -1;
+  }
+  return sock;
+}
+
+// Sends `request` as is on a new connection and returns all the server
+// answers until it closes (an HTTP client would refuse to send some of the
+// bytes these tests need to send).
+std::string RawExchange(int port, const std::string& request) {
+  const int sock = Connect(port);
+  REQUIRE(sock >= 0);
+  timeval timeout{30, 0};
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = send(sock, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  std::string answer;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(sock, buffer, sizeof(buffer), 0)) > 0) answer.append(buffer, static_cast<size_t>(n));
+  close(sock);
+  return answer;
+}
+
+// The status code of a raw HTTP answer (0 if none).
+int RawStatus(const std::string& answer) {
+  if (answer.rfind("HTTP/1.1 ", 0) != 0 || answer.size() < 12) return 0;
+  return std::stoi(answer.substr(9, 3));
+}
+
+// The body of a raw HTTP answer that is not chunked.
+Json RawJsonBody(const std::string& answer) {
+  const size_t at = answer.find("\r\n\r\n");
+  REQUIRE(at != std::string::npos);
+  return Json::parse(answer.substr(at + 4));
 }
 
 // The text cut at the first occurrence of `stop` (what OpenAI returns).
@@ -357,6 +409,30 @@ TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
   CHECK(chunked->status == 413);
 }
 
+TEST_CASE("openai http: a Content-Length over the limit or not a number is answered at once",
+          "[openai][server]") {
+  OpenAiServer server;
+  // The body is never sent: before, httplib waited the 60 s read deadline
+  // for the announced bytes before answering.
+  for (const auto& [length, status] : std::vector<std::pair<std::string, int>>{
+           {"1099511627776", 413}, {"67108865", 413}, {"-5", 400}, {"12abc", 400},
+           {"99999999999999999999999", 400}}) {
+    INFO("Content-Length: " << length);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string answer = RawExchange(
+        server.api->port(), absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                         "Content-Type: application/json\r\nContent-Length: ",
+                                         length, "\r\n\r\n{\"prompt\":"));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(RawStatus(answer) == status);
+    CHECK(seconds < 2);
+    if (RawStatus(answer) == status) {
+      CHECK(RawJsonBody(answer)["error"]["type"] == "invalid_request_error");
+    }
+  }
+}
+
 TEST_CASE("openai http: /v1/models", "[openai][server]") {
   OpenAiServer server;
   auto res = server.client->Get("/v1/models");
@@ -393,6 +469,65 @@ TEST_CASE("openai http: the bearer token applies", "[openai][server]") {
   auto models = server.client->Get("/v1/models", {{"Authorization", "Bearer secret"}});
   REQUIRE(models);
   CHECK(models->status == 200);
+
+  // Credentials come first: without them a request that would be refused
+  // for its body (a wrong model, whose 404 names the served one; a refused
+  // field; JSON nested too deep) gets 401, and only with them the 404/400.
+  const std::string too_deep = "{\"x\":" + std::string(100, '[') + "}";
+  for (const bool authorised : {false, true}) {
+    const httplib::Headers headers = authorised
+                                         ? httplib::Headers{{"Authorization", "Bearer secret"}}
+                                         : httplib::Headers{};
+    INFO("authorised: " << authorised);
+    auto wrong_model = server.Post({{"prompt", "a"}, {"model", "x"}}, headers);
+    REQUIRE(wrong_model);
+    CHECK(wrong_model->status == (authorised ? 404 : 401));
+    CHECK((wrong_model->body.find("two_groups") != std::string::npos) == authorised);
+    auto echo = server.Post({{"prompt", "a"}, {"echo", true}}, headers);
+    REQUIRE(echo);
+    CHECK(echo->status == (authorised ? 400 : 401));
+    auto deep = server.client->Post("/v1/completions", headers, too_deep, "application/json");
+    REQUIRE(deep);
+    CHECK(deep->status == (authorised ? 400 : 401));
+  }
+}
+
+TEST_CASE("openai http: an Authorization header outside printable ASCII gets 401, not an abort",
+          "[openai][server]") {
+  // gRPC metadata must be printable ASCII; forwarded unchecked, such a
+  // header aborted the whole process (gRPC's "API misuse" assertion).
+  for (const bool token_set : {false, true}) {
+    ServiceOptions service = SmallOptions();
+    if (token_set) service.bearer_token = "secret";
+    OpenAiServer server(service);
+    const std::string body = Json{{"prompt", "ab"}, {"max_tokens", 2}}.dump();
+    for (const std::string& value : {std::string("Bearer \xc3\xa9"), std::string("Bearer a\tb"),
+                                     std::string("Bearer \x7f")}) {
+      for (const bool completions : {false, true}) {
+        const std::string request =
+            completions ? absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                       "Authorization: ", value, "\r\nContent-Type: application/json"
+                                       "\r\nContent-Length: ", body.size(), "\r\n\r\n", body)
+                        : absl::StrCat("GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: ",
+                                       value, "\r\n\r\n");
+        INFO("token set: " << token_set << ", completions: " << completions << ", value: " << value);
+        const std::string answer = RawExchange(server.api->port(), request);
+        REQUIRE(RawStatus(answer) == 401);
+        const Json error = RawJsonBody(answer)["error"];
+        CHECK(error["type"] == "authentication_error");
+        CHECK(std::string(error["message"]).find("printable ASCII") != std::string::npos);
+      }
+    }
+    // The server still serves.
+    const httplib::Headers good =
+        token_set ? httplib::Headers{{"Authorization", "Bearer secret"}} : httplib::Headers{};
+    auto ok = server.Post({{"prompt", "ab"}, {"max_tokens", 2}}, good);
+    REQUIRE(ok);
+    CHECK(ok->status == 200);
+    auto models = server.client->Get("/v1/models", good);
+    REQUIRE(models);
+    CHECK(models->status == 200);
+  }
 }
 
 TEST_CASE("openai http: a client that disconnects mid-stream ends the generation",
@@ -436,6 +571,86 @@ TEST_CASE("openai http: a client that disconnects mid-stream ends the generation
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   CHECK(server.grpc.service().session_manager().count() == 0);
+}
+
+TEST_CASE("openai http: a client that hangs up on a non-streamed request ends the generation",
+          "[openai][server]") {
+  // Nothing is written to it before the answer is whole, so only the
+  // hang-up watch (DisconnectWatch) can notice: a failed write cannot.
+  OpenAiServer server;
+  const std::string body = Json{{"prompt", kPrompt}, {"max_tokens", 1 << 20}, {"temperature", 0},
+                                {"ignore_eos", true}}
+                               .dump();
+  const int sock = Connect(server.api->port());
+  REQUIRE(sock >= 0);
+  const std::string request = absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                           "Content-Type: application/json\r\nContent-Length: ",
+                                           body.size(), "\r\n\r\n", body);
+  REQUIRE(send(sock, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size()));
+  // Generating: one call running, for far longer than this test waits.
+  const auto started = std::chrono::steady_clock::now();
+  while (server.grpc.service().WaitForRunningCalls(std::chrono::steady_clock::now()) &&
+         std::chrono::steady_clock::now() - started < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE_FALSE(server.grpc.service().WaitForRunningCalls(std::chrono::steady_clock::now()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  REQUIRE_FALSE(server.grpc.service().WaitForRunningCalls(std::chrono::steady_clock::now()));
+  close(sock);
+  const auto hung_up = std::chrono::steady_clock::now();
+  REQUIRE(server.grpc.service().WaitForRunningCalls(hung_up + std::chrono::seconds(20)));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - hung_up).count();
+  CHECK(seconds < 10);
+}
+
+TEST_CASE("openai http: silent connections beyond the pool hold the API only for the header "
+          "timeout", "[openai][server]") {
+  OpenAiHttpOptions options;
+  options.threads = 2;
+  options.request_header_timeout = std::chrono::milliseconds(1000);
+  OpenAiServer server(SmallOptions(), options);
+  server.client->set_read_timeout(10, 0);
+  // threads + 1 connections that send nothing: both threads are held, one
+  // waits. (Before, each held its thread for the 60 s read timeout, counted
+  // from when a thread took it: /v1/models waited about a minute.)
+  std::vector<int> silent;
+  for (size_t i = 0; i < options.threads + 1; ++i) {
+    silent.push_back(Connect(server.api->port()));
+    REQUIRE(silent.back() >= 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto start = std::chrono::steady_clock::now();
+  auto models = server.client->Get("/v1/models");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(models);
+  CHECK(models->status == 200);
+  // The silent ones go at 1 s after their accept (0.7 s from here); 3 s
+  // leaves room for a loaded machine.
+  CHECK(seconds < 3);
+  for (const int sock : silent) close(sock);
+
+  // The body is not held to the header timeout: headers now, the body after
+  // it has passed, within the request's 60 s.
+  const std::string body = Json{{"prompt", "ab"}, {"max_tokens", 1}}.dump();
+  const int sock = Connect(server.api->port());
+  REQUIRE(sock >= 0);
+  const std::string head = absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                        "Content-Type: application/json\r\nContent-Length: ",
+                                        body.size(), "\r\n\r\n");
+  REQUIRE(send(sock, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  REQUIRE(send(sock, body.data(), body.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(body.size()));
+  timeval timeout{30, 0};
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  std::string answer;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(sock, buffer, sizeof(buffer), 0)) > 0) answer.append(buffer, static_cast<size_t>(n));
+  close(sock);
+  CHECK(RawStatus(answer) == 200);
 }
 
 TEST_CASE("openai http: Stop does not wait for a client that sends nothing", "[openai][server]") {
@@ -525,11 +740,13 @@ TEST_CASE("drt-server --openai_listen: the real binary serves completions and dr
   const Json error = Json::parse(data[data.size() - 2]);
   REQUIRE(error.contains("error"));
   CHECK(error["error"]["code"] == "unavailable");
-  // (The message is the service's "the server is shutting down ..." or, when
-  // gRPC's Shutdown closes the in-process transport first, "Transport
-  // closed": a race in main's drain, both UNAVAILABLE.)
   INFO(error.dump());
   CHECK(error["error"]["type"] == "server_error");
+  // The service's message (main waits for the API's calls to end before
+  // gRPC's Shutdown closes the in-process transport, which said "Transport
+  // closed" instead).
+  CHECK(std::string(error["error"]["message"]).find("the server is shutting down") !=
+        std::string::npos);
 }
 
 }  // namespace
