@@ -26,6 +26,7 @@ import yaml
 
 from checks import Checks
 import gateway_checks
+import openai_gateway_checks
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 K8S = os.path.join(REPO, "deploy", "k8s")
@@ -485,7 +486,10 @@ def check_gateway(c, objects, server_objects, facts):
              "gateway: the Deployment mounts the (hash-suffixed) Envoy ConfigMap")
     listener = next(l for l in envoy["static_resources"]["listeners"] if l["name"] == "grpc")
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    route = hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+    # The catch-all route carries the gRPC calls (/v1/ before it is the
+    # OpenAI API's: openai_gateway_checks.py).
+    route = next(r["route"] for r in hcm["route_config"]["virtual_hosts"][0]["routes"]
+                 if r.get("match", {}).get("prefix") == "/")
     hashed = [h["header"]["header_name"] for h in route.get("hash_policy", []) if "header" in h]
     c.expect(hashed == [facts["header"]], f"gateway: routes hash the clients' {facts['header']} header", str(hashed))
     c.expect(route.get("timeout") in ("0s", 0), "gateway: no route timeout on long streams")
@@ -746,6 +750,9 @@ def check_durable(c, objects, gateway, cpu, facts):
                                           spec["replicas"], "the StatefulSet's replicas")
     c.expect(not cluster.get("health_checks") and not cluster.get("outlier_detection"),
              f"{name}/gateway: no health checks or outlier detection take a pod (and its keys) out of the ring")
+    openai_gateway_checks.check_openai_gateway(c, f"{name}/gateway", envoy, container, spec.get("serviceName", ""),
+                                               facts["max_sessions"], spec["replicas"], "the StatefulSet's replicas",
+                                               facts)
     strip = lambda e: [cl for cl in e["static_resources"]["clusters"] if cl["name"] != "drt_server"]
     same = (strip(envoy) == strip(base_envoy) and envoy["static_resources"]["listeners"]
             == base_envoy["static_resources"]["listeners"] and envoy["admin"] == base_envoy["admin"]
@@ -869,6 +876,10 @@ def check_all(c, kubectl, facts):
             f"the HPA's maxReplicas {most} + the {overlay} overlay's surge {pods - most}")
         gateway_checks.check_concurrency(c, f"gateway ({overlay})", gateway[("Deployment", "drt-gateway")],
                                          cluster, pods)
+        openai_gateway_checks.check_openai_gateway(
+            c, f"gateway ({overlay})", gateway_checks.envoy_of(gateway)[1], container,
+            rendered[overlay][("Service", "drt-server-pods")]["metadata"]["name"], facts["max_sessions"], pods,
+            f"the HPA's maxReplicas {most} + the {overlay} overlay's surge {pods - most}", facts)
     gateway_checks.check_envoy_image(c, "gateway", gateway[("Deployment", "drt-gateway")])
     gateway_checks.check_internal_addresses(c, "gateway", gateway_checks.envoy_of(gateway)[1])
     gateway_checks.check_overload(c, "gateway", gateway_checks.envoy_of(gateway)[1],
