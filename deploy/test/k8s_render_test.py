@@ -843,6 +843,7 @@ def check_all(c, kubectl, facts):
     tls = (render(kubectl, "examples/gateway-tls") if os.path.isdir(os.path.join(K8S, "examples/gateway-tls"))
            else None)
     gateway_checks.check_tls(c, tls, gateway, read("docs/deploy.md"))
+    openai_gateway_checks.check_openai_docs(c, read("docs/deploy.md"), gateway, tls)
 
     monitors = render(kubectl, "monitoring")
     service_ports = {p["name"] for p in cpu[("Service", "drt-server")]["spec"]["ports"]}

@@ -3,6 +3,8 @@ drt-server's --openai_listen) on rendered objects; k8s_render_test.py
 renders deploy/k8s and calls them. Static only: no Envoy runs here, so these
 check what envoy.yaml says, not what Envoy does.
 """
+import re
+
 import gateway_checks
 from gateway_checks import ENVOY_DEFAULT_THRESHOLD
 
@@ -143,3 +145,43 @@ def check_openai_gateway(c, name, envoy, server_container, headless_name, defaul
     c.expect(all(v >= needed for v in got.values()),
              f"{name}: {cluster['name']}'s circuit breakers {got} each >= {sessions} sessions ({source}) x {pods} pods "
              f"({why}) = {needed}", "(1024 where unset: Envoy's default)")
+
+
+def service_port(objects, name, target):
+    """The port of Service `name` whose targetPort is `target` (a number or a
+    name of the gateway container's ports), or None."""
+    service = objects.get(("Service", name))
+    if service is None:
+        return None
+    (container,) = objects[("Deployment", "drt-gateway")]["spec"]["template"]["spec"]["containers"]
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    return next((p["port"] for p in service["spec"]["ports"] if named.get(p["targetPort"], p["targetPort"]) == target),
+                None)
+
+
+def check_openai_docs(c, docs_text, plain, tls):
+    """docs/deploy.md shows a curl of /v1/completions through the gateway,
+    in plaintext through `kubectl port-forward` of Service drt-gateway, and
+    over TLS (--cacert, https) to the TLS example's external Service, each
+    on the port those Services really give the client listener, with the
+    bearer token."""
+    # Commands continue over lines ending in a backslash.
+    text = docs_text.replace("\\\n", " ")
+    _, envoy = gateway_checks.envoy_of(plain)
+    listener_port = gateway_checks.grpc_listener(envoy)["address"]["socket_address"]["port_value"]
+    port = service_port(plain, "drt-gateway", listener_port)
+    forwards = {(int(a), int(b)) for a, b in re.findall(r"kubectl -n \S+ port-forward svc/drt-gateway (\d+):(\d+)", text)}
+    plain_curls = [(int(p), line) for line in text.splitlines()
+                   for p in re.findall(r"\bcurl\b.*\bhttp://localhost:(\d+)/v1/completions", line)]
+    ok = [p for p, line in plain_curls if (p, port) in forwards and 'Authorization: Bearer' in line]
+    c.expect(port is not None and ok,
+             f"docs/deploy.md: a curl of http://localhost:{port}/v1/completions with the bearer token, through "
+             f"`kubectl -n drt port-forward svc/drt-gateway {port}:{port}` (the gateway Service's client port)",
+             f"curls {[p for p, _ in plain_curls]}, port-forwards {sorted(forwards)}")
+    external = service_port(tls, "drt-gateway-external", listener_port) if tls else None
+    tls_curls = [int(p) for line in text.splitlines()
+                 for p in re.findall(r"\bcurl\b.*--cacert \S+ https://[\w.-]+:(\d+)/v1/completions.*"
+                                     r"Authorization: Bearer", line)]
+    c.expect(external is not None and external in tls_curls,
+             f"docs/deploy.md: a curl of https://...:{external}/v1/completions with --cacert and the bearer token "
+             "(the TLS example's external Service port)", f"TLS curls on ports {tls_curls}")
