@@ -83,10 +83,11 @@ size=$("${podman[@]}" image inspect --format '{{.Size}}' "$image")
 base_size=$("${podman[@]}" image inspect --format '{{.Size}}' "$base_image")
 echo "image size: $size bytes ($((size / 1000000)) MB; base image $((base_size / 1000000)) MB)"
 
-# Free loopback ports for gRPC and HTTP (host networking).
-read -r grpc_port http_port < <(/usr/bin/python3 -c '
+# Free loopback ports for gRPC, HTTP and the OpenAI API (host networking: the
+# image's default DRT_OPENAI_LISTEN=0.0.0.0:8000 would take the host's 8000).
+read -r grpc_port http_port openai_port < <(/usr/bin/python3 -c '
 import socket
-socks = [socket.socket() for _ in range(2)]
+socks = [socket.socket() for _ in range(3)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))')
 
@@ -98,7 +99,7 @@ context_limit=123456
 # the test runs the image's HEALTHCHECK itself with podman healthcheck run.
 "${podman[@]}" run -d --name "$container" --network host --read-only --health-interval=disable \
   -e DRT_LISTEN="127.0.0.1:$grpc_port" -e DRT_HTTP_LISTEN="127.0.0.1:$http_port" \
-  -e DRT_MAX_CONTEXT_TOKENS=$context_limit -e DRT_SHUTDOWN_GRACE_SECONDS=5 \
+  -e DRT_OPENAI_LISTEN="127.0.0.1:$openai_port" -e DRT_MAX_CONTEXT_TOKENS=$context_limit -e DRT_SHUTDOWN_GRACE_SECONDS=5 \
   "$image" >/dev/null
 listening=
 for ((i = 0; i < 600; i++)); do
@@ -118,17 +119,20 @@ uid=$("${podman[@]}" exec "$container" id -u)
 [[ "$uid" == 10001 ]] || fail "the server runs as uid $uid, expected the image's non-root user 10001"
 echo "runs as uid $uid"
 
-step "HEALTHCHECK and the HTTP endpoint"
+step "HEALTHCHECK, the HTTP endpoint and the OpenAI API"
 "${podman[@]}" healthcheck run "$container" || fail "podman healthcheck run: unhealthy"
 echo "healthcheck: healthy"
-/usr/bin/python3 - "$http_port" <<'PY'
-import sys, urllib.request
-port = sys.argv[1]
+/usr/bin/python3 - "$http_port" "$openai_port" <<'PY'
+import json, sys, urllib.request
+port, openai_port = sys.argv[1], sys.argv[2]
 body = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read().decode()
 print("GET /healthz:", body.strip())
 metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
 assert "drt_active_sessions" in metrics, "no drt_active_sessions in /metrics"
 print("GET /metrics: drt_active_sessions present")
+models = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{openai_port}/v1/models", timeout=5).read())
+assert models["object"] == "list" and models["data"][0]["id"] == "drt-text-byte", models
+print("GET /v1/models:", models["data"][0]["id"])
 PY
 
 step "passkey query through the container ($haystack_tokens-token haystack)"

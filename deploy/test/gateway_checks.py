@@ -179,8 +179,12 @@ def check_tls(c, objects, plain, docs_text):
              f"{name}: every filter chain of listener grpc has a TLS transport_socket (DownstreamTlsContext)",
              str([chain.get("transport_socket") for chain in grpc_listener(envoy)["filter_chains"]]))
     commons = [ctx.get("common_tls_context", {}) for ctx in contexts if ctx]
-    c.expect(commons and all(cc.get("alpn_protocols") == ["h2"] for cc in commons),
-             f"{name}: ALPN offers h2 (gRPC's HTTP/2)", str([cc.get("alpn_protocols") for cc in commons]))
+    # Envoy picks the first protocol of its own list that the client offers:
+    # h2 first, so gRPC clients (and curl, which offers both) get HTTP/2;
+    # http/1.1 for OpenAI API clients that speak only that.
+    c.expect(commons and all(cc.get("alpn_protocols") == ["h2", "http/1.1"] for cc in commons),
+             f"{name}: ALPN offers h2 first (gRPC's HTTP/2), then http/1.1 (OpenAI API clients on /v1/)",
+             str([cc.get("alpn_protocols") for cc in commons]))
 
     served, problems = [], []
     for common in commons:
@@ -427,14 +431,23 @@ def check_overload(c, name, envoy, deployment, cluster):
              str([(l["name"], l.get("bypass_overload_manager"), l.get("ignore_global_conn_limit")) for l in listeners]))
     connections = monitors.get("envoy.resource_monitors.global_downstream_max_connections", {})
     cap = int(connections.get("max_active_downstream_connections", 0))
-    thresholds = cluster.get("circuit_breakers", {}).get("thresholds", [])
-    default = next((t for t in thresholds if t.get("priority", "DEFAULT") == "DEFAULT"), {})
-    requests = int(default.get("max_requests", ENVOY_DEFAULT_THRESHOLD))
-    # Clients that each run one call on their own connection must not be
-    # refused by the cap while the circuit breakers have room.
-    c.expect(cap >= requests,
+    # Clients that each run one call on their own connection (every HTTP/1.1
+    # client of the OpenAI API does) must not be refused by the cap while
+    # the circuit breakers have room: the cap covers the max_requests of
+    # every cluster the client listener routes to, together.
+    routed = sorted({r["route"]["cluster"] for chain in grpc_listener(envoy)["filter_chains"]
+                     for vh in chain["filters"][0]["typed_config"]["route_config"]["virtual_hosts"]
+                     for r in vh["routes"] if "route" in r})
+    requests = {}
+    for cl in envoy["static_resources"]["clusters"]:
+        if cl["name"] in routed:
+            thresholds = cl.get("circuit_breakers", {}).get("thresholds", [])
+            default = next((t for t in thresholds if t.get("priority", "DEFAULT") == "DEFAULT"), {})
+            requests[cl["name"]] = int(default.get("max_requests", ENVOY_DEFAULT_THRESHOLD))
+    c.expect(cap >= sum(requests.values()),
              f"{name}: client connections are capped (global_downstream_max_connections {cap}), at no fewer than "
-             f"the cluster's max_requests {requests} (one connection per call fits)", str(connections))
+             f"the max_requests of the routed clusters together {requests} (one connection per call fits)",
+             str(connections))
     hcm = grpc_listener(envoy)["filter_chains"][0]["filters"][0]["typed_config"]
     upstream = (cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
                 .get("explicit_http_config", {}).get("http2_protocol_options", {}))

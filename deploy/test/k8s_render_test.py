@@ -26,6 +26,7 @@ import yaml
 
 from checks import Checks
 import gateway_checks
+import openai_gateway_checks
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 K8S = os.path.join(REPO, "deploy", "k8s")
@@ -48,6 +49,11 @@ def source_facts():
     dockerfile = read("deploy/Dockerfile")
     uid = int(re.search(r"useradd [^\n]*--uid (\d+)", dockerfile).group(1))
     exposed = {int(p) for p in re.search(r"^EXPOSE ([\d ]+)$", dockerfile, re.M).group(1).split()}
+    # The ports of the image's DRT_*LISTEN defaults (its ENV instruction,
+    # continued over lines with a backslash): each must be EXPOSEd.
+    env_block = re.search(r"^ENV ((?:[^\n]*\\\n)*[^\n]*)", dockerfile, re.M).group(1)
+    image_listen = {m.group(1): int(m.group(2))
+                    for m in re.finditer(r"\b(DRT_\w*LISTEN)=\S*:(\d+)\b", env_block)}
     flags = set(re.findall(r"ABSL_FLAG\(\s*[\w:<>]+\s*,\s*(\w+)\s*,", read("server/server_flags.cc")))
     metrics = set(re.findall(r'"(drt_[a-z_]+)"', read("server/metrics.cc")))
     main_cc = read("server/main.cc")
@@ -74,7 +80,8 @@ def source_facts():
                        re.search(r"struct ServiceOptions \{[^}]*?int64_t max_sessions = (\d+);",
                                  read("server/drt_service.h")).group(1))
     return dict(max_sessions=max_sessions, min_client_ping_ms=min_client_ping_ms, engine_health_service=engine_health_service, engine_stall_default=engine_stall_default,
-                image_model=image_model, image_model_bytes=model_weight_bytes(copied), uid=uid, exposed=exposed, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
+                image_model=image_model, image_model_bytes=model_weight_bytes(copied), uid=uid, exposed=exposed,
+                image_listen=image_listen, flags=flags, metrics=metrics, slack=slack, stop_slack=stop_slack,
                 header=header, http_paths=http_paths, drain_script=drain_script, drain_bound=drain_bound)
 
 
@@ -364,10 +371,20 @@ def check_server(c, name, objects, facts, gpu):
     (container,) = spec["containers"]
     env = env_of(container)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    c.expect(ports == {"grpc": 50051, "http": 9090} and set(ports.values()) == facts["exposed"],
-             f"{name}: container ports grpc 50051 and http 9090, as the image EXPOSEs", str(ports))
-    c.expect(env["DRT_LISTEN"]["value"].endswith(":50051") and env["DRT_HTTP_LISTEN"]["value"].endswith(":9090"),
-             f"{name}: drt-server listens on the ports the pod declares")
+    c.expect(ports == {"grpc": 50051, "http": 9090, "openai": 8000} and set(ports.values()) == facts["exposed"],
+             f"{name}: container ports grpc 50051, http 9090 and openai 8000, as the image EXPOSEs", str(ports))
+    c.expect(set(facts["image_listen"].values()) <= facts["exposed"]
+             and facts["image_listen"].get("DRT_OPENAI_LISTEN") == ports.get("openai"),
+             f"{name}: the image's DRT_*LISTEN defaults are on ports it EXPOSEs, the OpenAI API's on the pod's "
+             f"openai port", f"{facts['image_listen']}, EXPOSE {sorted(facts['exposed'])}")
+    # Each listener on a wildcard address (else the pod's port answers
+    # nothing from outside the pod) and the port the pod declares for it;
+    # the OpenAI API is on in the base, since the gateway routes /v1/ to it.
+    for variable, port_name in (("DRT_LISTEN", "grpc"), ("DRT_HTTP_LISTEN", "http"), ("DRT_OPENAI_LISTEN", "openai")):
+        value = env.get(variable, {}).get("value")
+        c.expect(value in (f"0.0.0.0:{ports.get(port_name)}", f"[::]:{ports.get(port_name)}"),
+                 f"{name}: {variable} listens on every address at the pod's {port_name} port {ports.get(port_name)}",
+                 str(value))
     unknown = [k for k in env if k.startswith("DRT_") and k[4:].lower() not in facts["flags"]]
     c.expect(not unknown, f"{name}: every DRT_* variable is a drt-server flag", str(unknown))
 
@@ -434,6 +451,13 @@ def check_server(c, name, objects, facts, gpu):
         targets = [p["targetPort"] for p in service["spec"]["ports"]]
         c.expect(all(t in ports for t in targets), f"{name}: Service {service_name} targets named container ports",
                  str(targets))
+    # The OpenAI API reachable through the ClusterIP Service (stateless: any
+    # pod answers) and listed on the headless one the gateway resolves.
+    for service_name in ("drt-server", "drt-server-pods"):
+        service_ports = objects[("Service", service_name)]["spec"]["ports"]
+        c.expect(any(p["targetPort"] == "openai" and p.get("appProtocol") == "http" for p in service_ports),
+                 f"{name}: Service {service_name} has a port for the OpenAI API (targetPort openai, HTTP)",
+                 str(service_ports))
     pdb = objects[("PodDisruptionBudget", "drt-server")]["spec"]
     c.expect(matches(pdb["selector"]["matchLabels"], labels) and pdb.get("maxUnavailable") == 1,
              f"{name}: voluntary disruptions stop one pod at a time", str(pdb))
@@ -462,7 +486,10 @@ def check_gateway(c, objects, server_objects, facts):
              "gateway: the Deployment mounts the (hash-suffixed) Envoy ConfigMap")
     listener = next(l for l in envoy["static_resources"]["listeners"] if l["name"] == "grpc")
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    route = hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+    # The catch-all route carries the gRPC calls (/v1/ before it is the
+    # OpenAI API's: openai_gateway_checks.py).
+    route = next(r["route"] for r in hcm["route_config"]["virtual_hosts"][0]["routes"]
+                 if r.get("match", {}).get("prefix") == "/")
     hashed = [h["header"]["header_name"] for h in route.get("hash_policy", []) if "header" in h]
     c.expect(hashed == [facts["header"]], f"gateway: routes hash the clients' {facts['header']} header", str(hashed))
     c.expect(route.get("timeout") in ("0s", 0), "gateway: no route timeout on long streams")
@@ -723,6 +750,9 @@ def check_durable(c, objects, gateway, cpu, facts):
                                           spec["replicas"], "the StatefulSet's replicas")
     c.expect(not cluster.get("health_checks") and not cluster.get("outlier_detection"),
              f"{name}/gateway: no health checks or outlier detection take a pod (and its keys) out of the ring")
+    openai_gateway_checks.check_openai_gateway(c, f"{name}/gateway", envoy, container, spec.get("serviceName", ""),
+                                               facts["max_sessions"], spec["replicas"], "the StatefulSet's replicas",
+                                               facts)
     strip = lambda e: [cl for cl in e["static_resources"]["clusters"] if cl["name"] != "drt_server"]
     same = (strip(envoy) == strip(base_envoy) and envoy["static_resources"]["listeners"]
             == base_envoy["static_resources"]["listeners"] and envoy["admin"] == base_envoy["admin"]
@@ -813,6 +843,7 @@ def check_all(c, kubectl, facts):
     tls = (render(kubectl, "examples/gateway-tls") if os.path.isdir(os.path.join(K8S, "examples/gateway-tls"))
            else None)
     gateway_checks.check_tls(c, tls, gateway, read("docs/deploy.md"))
+    openai_gateway_checks.check_openai_docs(c, read("docs/deploy.md"), gateway, tls)
 
     monitors = render(kubectl, "monitoring")
     service_ports = {p["name"] for p in cpu[("Service", "drt-server")]["spec"]["ports"]}
@@ -846,6 +877,10 @@ def check_all(c, kubectl, facts):
             f"the HPA's maxReplicas {most} + the {overlay} overlay's surge {pods - most}")
         gateway_checks.check_concurrency(c, f"gateway ({overlay})", gateway[("Deployment", "drt-gateway")],
                                          cluster, pods)
+        openai_gateway_checks.check_openai_gateway(
+            c, f"gateway ({overlay})", gateway_checks.envoy_of(gateway)[1], container,
+            rendered[overlay][("Service", "drt-server-pods")]["metadata"]["name"], facts["max_sessions"], pods,
+            f"the HPA's maxReplicas {most} + the {overlay} overlay's surge {pods - most}", facts)
     gateway_checks.check_envoy_image(c, "gateway", gateway[("Deployment", "drt-gateway")])
     gateway_checks.check_internal_addresses(c, "gateway", gateway_checks.envoy_of(gateway)[1])
     gateway_checks.check_overload(c, "gateway", gateway_checks.envoy_of(gateway)[1],
