@@ -66,7 +66,14 @@ TEST_CASE("the session gauges drop at idle expiry without a call", "[server][met
   WaitFor([&] {
     return Gauge(server.metrics().RenderPrometheus(), "drt_active_sessions") == 1;
   }, kShortTtlSeconds + 15, "drt_active_sessions to drop to 1 after the idle expiry");
-  CHECK(Gauge(server.metrics().RenderPrometheus(), "drt_chunk_store_bytes") == kept_bytes);
+  // An expired session leaves the count at once but keeps counting its bytes
+  // (SessionManager's dying_ list) until the engine has freed it, so the
+  // budget never admits memory still held: the bytes may drop a moment after
+  // the count (seen once in the clean-clone CI under load: 3x kept_bytes
+  // right after the count reached 1).
+  WaitFor([&] {
+    return Gauge(server.metrics().RenderPrometheus(), "drt_chunk_store_bytes") == kept_bytes;
+  }, 15, "drt_chunk_store_bytes to drop to the kept session's once the expired ones are freed");
 }
 
 TEST_CASE("sessions restored at start-up count before any call", "[server][metrics]") {
