@@ -1,8 +1,9 @@
 // The OpenAI API's connection stream (server/http_connection_io.h) once the
 // server is stopping: a write to a client that reads still goes (the end of
 // an answer, an error event and [DONE], must not be cut off), a write to one
-// that does not read gives up within the bounded wait, and a read takes only
-// what has arrived.
+// that does not read gives up within the bounded wait, and reads end 0.1 s
+// after the first that saw it; a sender that keeps the buffer full cannot
+// hold a read past its deadline, nor past a stop.
 #include <catch2/catch.hpp>
 
 #include <sys/socket.h>
@@ -48,7 +49,8 @@ TEST_CASE("connection stream: once stopping, writes to a reading client still go
           static_cast<ssize_t>(end.size()));
   CHECK(received == end);
 
-  // A read takes what has arrived, and gives up at once when nothing has.
+  // A read takes what has arrived, and gives up within kStoppingReadWait
+  // (0.1 s) when nothing has.
   REQUIRE(send(pair.fds[1], "GET", 3, 0) == 3);
   char buffer[8];
   CHECK(stream.read(buffer, sizeof(buffer)) == 3);
