@@ -42,9 +42,12 @@ Clock::time_point ConnectionStream::ReadDeadline() const {
 void ConnectionStream::Track(const char* data, size_t n) {
   for (size_t i = 0; i < n && !headers_done_; ++i) {
     if (data[i] == '\n') {
-      const bool empty = line_bytes_ == 0 || (line_bytes_ == 1 && line_is_cr_);
+      // Only CRLF ends the headers: httplib (built without
+      // CPPHTTPLIB_ALLOW_LF_AS_LINE_TERMINATOR) skips a bare-LF line and
+      // keeps reading headers, so it must keep the header deadline.
+      const bool empty = line_bytes_ == 1 && line_is_cr_;
       if (empty && seen_line_) headers_done_ = true;
-      if (!empty) seen_line_ = true;
+      if (line_bytes_ > 0 && !empty) seen_line_ = true;
       line_bytes_ = 0;
     } else {
       ++line_bytes_;
@@ -84,19 +87,27 @@ void ConnectionStream::get_local_ip_and_port(std::string& ip, int& port) const {
 }
 
 bool ConnectionStream::Wait(short events, Clock::time_point deadline) const {
+  const bool reading = (events & POLLIN) != 0;
   bool stopping_seen = false;
   while (true) {
     if (!stopping_seen && stopping_.load()) {
       stopping_seen = true;
-      // Stopping: a read takes only what has arrived (Stop does not wait
-      // for a client still sending its request); a write still waits, but
-      // at most kStoppingWriteWait, so that the end of an answer (the last
+      // Stopping: reads end kStoppingReadWait after the first one that saw
+      // it, once for the stream (Stop does not wait for a client still
+      // sending its request, however fast); a write still waits, but at
+      // most kStoppingWriteWait, so that the end of an answer (the last
       // chunk, an error event, [DONE]) reaches a client that reads.
-      deadline = std::min(deadline, Clock::now() + ((events & POLLOUT) != 0
-                                                        ? kStoppingWriteWait
-                                                        : std::chrono::milliseconds(0)));
+      if (reading) {
+        if (!stop_reads_by_.has_value()) stop_reads_by_ = Clock::now() + kStoppingReadWait;
+        deadline = std::min(deadline, *stop_reads_by_);
+      } else {
+        deadline = std::min(deadline, Clock::now() + kStoppingWriteWait);
+      }
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    // A read past its deadline fails even with bytes pending; a write that
+    // can go at once still goes (the poll below, with no wait).
+    if (reading && deadline <= Clock::now()) return false;
     pollfd p{sock_, events, 0};
     const int ready =
         poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 100)));

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -17,8 +18,10 @@ namespace drt::server {
 // The socket of one connection: the request line and headers must have
 // arrived by `header_deadline`, the whole request by `request_deadline`
 // (both counted from the accept); each write waits at most the write
-// timeout for room (the answer as a whole has no limit). Once `stopping` is
-// set a read takes only what has already arrived and a write waits at most
+// timeout for room (the answer as a whole has no limit). A read past its
+// deadline fails even when bytes are pending (a fast sender cannot outlive
+// it). Once `stopping` is set reads end kStoppingReadWait after the first
+// read that saw it, and a write waits at most
 // kStoppingWriteWait (a write that can go at once still goes), so that
 // stopping the server does not wait for slow or silent clients but the end
 // of an answer still reaches a client that reads.
@@ -39,13 +42,22 @@ class ConnectionStream : public httplib::Stream {
   socket_t socket() const override { return sock_; }
   // Whether the request's headers have been read whole.
   bool headers_read() const { return headers_done_; }
+  // Called once httplib has parsed the headers (the server's pre-routing
+  // handler, on the thread that reads this stream): the body's deadline
+  // applies from now on, whatever Track made of the bytes.
+  void MarkHeadersRead() { headers_done_ = true; }
+  // How long reads still wait once `stopping` is seen, counted once per
+  // stream from the first read that sees it (not per read: a client that
+  // keeps sending must not hold a stopping server).
+  static constexpr std::chrono::milliseconds kStoppingReadWait{100};
 
  private:
   // Whether `events` became ready before `deadline` (or, once stopping,
   // before the shorter waits above).
   bool Wait(short events, std::chrono::steady_clock::time_point deadline) const;
   // The deadline of the next read: the header deadline until the empty
-  // line that ends the headers has been read, then the request's.
+  // line (CRLF CRLF) that ends the headers has been read, then the
+  // request's.
   std::chrono::steady_clock::time_point ReadDeadline() const;
   // Follows the bytes handed to httplib to see where the headers end.
   void Track(const char* data, size_t n);
@@ -58,6 +70,9 @@ class ConnectionStream : public httplib::Stream {
   char buffer_[4096];
   size_t begin_ = 0, end_ = 0;
   bool headers_done_ = false;
+  // When reads end because stopping was seen (unset until then); mutable:
+  // Wait is const, as is_readable is.
+  mutable std::optional<std::chrono::steady_clock::time_point> stop_reads_by_;
   size_t line_bytes_ = 0;   // bytes since the last '\n'
   bool line_is_cr_ = false;  // those bytes are one '\r'
   bool seen_line_ = false;   // a non-empty line (the request line) came

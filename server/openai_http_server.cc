@@ -121,6 +121,15 @@ struct CompletionProgress {
   }
 };
 
+void ChatNotServed(httplib::Response& res) {
+  res.status = 404;
+  res.set_content(
+      ErrorJson("/v1/chat/completions is not served: the models drt-server serves are base "
+                "models without a chat template; use /v1/completions with a prompt",
+                "invalid_request_error", "", "not_found"),
+      kJson);
+}
+
 std::string RandomHex(std::random_device& random, int digits) {
   std::string out;
   while (static_cast<int>(out.size()) < digits) out += absl::StrFormat("%08x", random());
@@ -173,40 +182,70 @@ class OpenAiHttpServer::Server : public httplib::Server {
       Models(req, res);
     });
     Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
-      res.status = 404;
-      res.set_content(
-          ErrorJson("/v1/chat/completions is not served: the models drt-server serves are base "
-                    "models without a chat template; use /v1/completions with a prompt",
-                    "invalid_request_error", "", "not_found"),
-          kJson);
+      ChatNotServed(res);
     });
-    // A Content-Length that is no number or over the limit is answered
-    // here, before the body is read: httplib would first read and discard
-    // the announced bytes, waiting the whole read deadline for a lie.
-    set_pre_routing_handler([max_bytes = options_.max_request_bytes](
-                                const httplib::Request& req, httplib::Response& res) {
-      if (!req.has_header("Content-Length")) return HandlerResponse::Unhandled;
-      const std::string value = req.get_header_value("Content-Length");
+    // Runs once httplib has parsed the headers, before it reads any body,
+    // for every request. In this order: the credentials (401); a
+    // Content-Length that is no number (400) or over the limit (413); a
+    // body (Content-Length > 0 or a Transfer-Encoding) sent anywhere but
+    // POST /v1/completions (404, or 405 for a served path's other method).
+    // All are answered without reading the body: httplib would first read
+    // (and, off that route, discard) it, a thread held up to the 60 s read
+    // deadline, unauthenticated, and a chunked body with no size limit.
+    set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      // The header deadline ends here, whatever bytes ended the headers.
+      if (ConnectionStream* stream = ThisThreadsStream(); stream != nullptr) {
+        stream->MarkHeadersRead();
+      }
+      if (absl::Status auth = CheckCredentials(req); !auth.ok()) {
+        SendError(res, auth);
+        return HandlerResponse::Handled;
+      }
       uint64_t length = 0;
-      if (value.empty() || value.size() > 19 ||
-          !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-        res.status = 400;
-        res.set_content(ErrorJson(absl::StrCat("Content-Length must be a non-negative integer, got '",
-                                               absl::CEscape(value.substr(0, 40)), "'"),
+      if (req.has_header("Content-Length")) {
+        const std::string value = req.get_header_value("Content-Length");
+        if (value.empty() || value.size() > 19 ||
+            !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+          res.status = 400;
+          res.set_content(
+              ErrorJson(absl::StrCat("Content-Length must be a non-negative integer, got '",
+                                     absl::CEscape(value.substr(0, 40)), "'"),
+                        "invalid_request_error", "", ""),
+              kJson);
+          return HandlerResponse::Handled;
+        }
+        length = std::stoull(value);
+        if (length > options_.max_request_bytes) {
+          res.status = 413;
+          res.set_content(ErrorJson(absl::StrCat("the request body is larger than drt-server "
+                                                 "accepts (", options_.max_request_bytes, " bytes)"),
+                                    "invalid_request_error", "", ""),
+                          kJson);
+          return HandlerResponse::Handled;
+        }
+      }
+      const bool has_body = length > 0 || req.has_header("Transfer-Encoding");
+      if (!has_body || (req.method == "POST" && req.path == "/v1/completions")) {
+        return HandlerResponse::Unhandled;
+      }
+      if (req.path == "/v1/chat/completions") {
+        ChatNotServed(res);
+      } else if (req.path == "/v1/completions" || req.path == "/v1/models") {
+        res.status = 405;
+        res.set_header("Allow", req.path == "/v1/models" ? "GET" : "POST");
+        res.set_content(ErrorJson(absl::StrCat(req.method, " ", req.path, " with a request body "
+                                               "is not served (served: POST /v1/completions, "
+                                               "GET /v1/models without a body)"),
                                   "invalid_request_error", "", ""),
                         kJson);
-        return HandlerResponse::Handled;
-      }
-      length = std::stoull(value);
-      if (length > max_bytes) {
-        res.status = 413;
-        res.set_content(ErrorJson(absl::StrCat("the request body is larger than drt-server "
-                                               "accepts (", max_bytes, " bytes)"),
-                                  "invalid_request_error", "", ""),
+      } else {
+        res.status = 404;
+        res.set_content(ErrorJson(absl::StrCat("no such path: ", req.method, " ", req.path,
+                                               " (served: POST /v1/completions, GET /v1/models)"),
+                                  "invalid_request_error", "", "not_found"),
                         kJson);
-        return HandlerResponse::Handled;
       }
-      return HandlerResponse::Unhandled;
+      return HandlerResponse::Handled;
     });
     // httplib's own refusals (no route, 413 for a body over the limit, a
     // request that does not parse) in OpenAI's error shape too.
@@ -249,13 +288,13 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // for the thread so that the handler can watch it for a hang-up.
   // `header_deadline` is the accept time + request_header_timeout.
   void Serve(socket_t sock, Clock::time_point header_deadline) {
-    {
-      std::lock_guard<std::mutex> lock(sockets_mutex_);
-      sockets_[std::this_thread::get_id()] = sock;
-    }
     const Clock::time_point accepted = header_deadline - options_.request_header_timeout;
     ConnectionStream stream(sock, header_deadline, accepted + options_.request_read_timeout,
                             options_.write_timeout, stopping_);
+    {
+      std::lock_guard<std::mutex> lock(sockets_mutex_);
+      sockets_[std::this_thread::get_id()] = {sock, &stream};
+    }
     bool connection_closed = false;
     process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
     {
@@ -295,11 +334,16 @@ class OpenAiHttpServer::Server : public httplib::Server {
   socket_t ThisThreadsSocket() {
     std::lock_guard<std::mutex> lock(sockets_mutex_);
     auto it = sockets_.find(std::this_thread::get_id());
-    return it == sockets_.end() ? INVALID_SOCKET : it->second;
+    return it == sockets_.end() ? INVALID_SOCKET : it->second.sock;
+  }
+  ConnectionStream* ThisThreadsStream() {
+    std::lock_guard<std::mutex> lock(sockets_mutex_);
+    auto it = sockets_.find(std::this_thread::get_id());
+    return it == sockets_.end() ? nullptr : it->second.stream;
   }
 
-  // The request's credentials, checked before anything else about it (its
-  // body is not even read without them): an Authorization value with a
+  // The request's credentials, checked first for every request (by the
+  // pre-routing handler, before its body is read): an Authorization value with a
   // byte outside printable ASCII (0x20-0x7E: a TAB, UTF-8, which HTTP
   // allows) is refused, since gRPC metadata cannot carry it (gRPC calls
   // that "API misuse" and aborts the process); with a bearer token set, the
@@ -441,7 +485,12 @@ class OpenAiHttpServer::Server : public httplib::Server {
   std::atomic<bool> stopping_{false};
   CallCount calls_;
   std::mutex sockets_mutex_;
-  std::unordered_map<std::thread::id, socket_t> sockets_;
+  // Each pool thread's connection, while it serves one.
+  struct Connection {
+    socket_t sock;
+    ConnectionStream* stream;
+  };
+  std::unordered_map<std::thread::id, Connection> sockets_;
   std::atomic<int64_t> expired_in_queue_{0};
   std::atomic<int64_t> rejected_{0};
   // Last: destroyed first, its destructor draining the pool (joining the

@@ -653,6 +653,98 @@ TEST_CASE("openai http: silent connections beyond the pool hold the API only for
   CHECK(RawStatus(answer) == 200);
 }
 
+// Opens `count` connections that each send `request` and then nothing.
+std::vector<int> HoldConnections(int port, size_t count, const std::string& request) {
+  std::vector<int> held;
+  for (size_t i = 0; i < count; ++i) {
+    held.push_back(Connect(port));
+    REQUIRE(held.back() >= 0);
+    REQUIRE(send(held.back(), request.data(), request.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(request.size()));
+  }
+  return held;
+}
+
+TEST_CASE("openai http: a bare-LF line does not end the header time", "[openai][server]") {
+  OpenAiHttpOptions options;
+  options.threads = 2;
+  options.request_header_timeout = std::chrono::milliseconds(1000);
+  OpenAiServer server(SmallOptions(), options);
+  server.client->set_read_timeout(10, 0);
+  // httplib skips the "\n" line and still waits for headers: these must be
+  // closed at the header time (1 s), not the request's 60 s. (Before, the
+  // bare LF counted as the end of the headers: /v1/models waited a minute.)
+  const std::vector<int> held = HoldConnections(server.api->port(), options.threads + 1,
+                                                "GET /v1/models HTTP/1.1\r\n\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto start = std::chrono::steady_clock::now();
+  auto models = server.client->Get("/v1/models");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(models);
+  CHECK(models->status == 200);
+  CHECK(seconds < 3);  // as in the silent-connections case above
+  for (const int sock : held) close(sock);
+}
+
+TEST_CASE("openai http: a body sent anywhere but POST /v1/completions is refused before it is "
+          "read, credentials first", "[openai][server]") {
+  ServiceOptions service = SmallOptions();
+  service.bearer_token = "secret";
+  OpenAiHttpOptions options;
+  options.threads = 2;
+  OpenAiServer server(service, options);
+  const int port = server.api->port();
+  const std::string auth = "Authorization: Bearer secret\r\n";
+  struct Case {
+    std::string request;
+    int status;
+  };
+  // Each announces a body that never comes; the answer must not wait for
+  // it (the read deadline is 60 s; RawExchange gives up after 30 s).
+  const std::vector<Case> cases = {
+      {"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n", 401},
+      {"POST /nope HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n", 401},
+      {"POST /nope HTTP/1.1\r\nHost: x\r\nContent-Length: 1099511627776\r\n\r\n", 401},
+      {"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n", 401},
+      {"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth +
+           "Content-Length: 10\r\n\r\n", 404},
+      {"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth +
+           "Transfer-Encoding: chunked\r\n\r\n", 404},
+      {"POST /nope HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: 10\r\n\r\n", 404},
+      {"GET /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: 10\r\n\r\n",
+       405},
+      {"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + auth + "Transfer-Encoding: chunked\r\n\r\n",
+       405},
+  };
+  for (const Case& c : cases) {
+    INFO(c.request);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string answer = RawExchange(port, c.request);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(RawStatus(answer) == c.status);
+    // At once, plus the lingering close's 1 s at most (the client here
+    // keeps its end open); 3 s leaves room for load.
+    CHECK(seconds < 3);
+  }
+  // Held bodies do not hold the threads: threads + 1 unauthenticated
+  // stalled bodies, then /v1/models is answered at once.
+  const std::vector<int> held = HoldConnections(
+      port, options.threads + 1,
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  server.client->set_read_timeout(10, 0);
+  const auto start = std::chrono::steady_clock::now();
+  auto models = server.client->Get("/v1/models", {{"Authorization", "Bearer secret"}});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(models);
+  CHECK(models->status == 200);
+  CHECK(seconds < 3);
+  for (const int sock : held) close(sock);
+}
+
 TEST_CASE("openai http: Stop does not wait for a client that sends nothing", "[openai][server]") {
   OpenAiServer server;
   // A connection that never sends its request (which may take 60 s).
