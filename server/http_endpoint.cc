@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/deadline_http_server.h"
+#include "server/httplib_listener.h"
 
 namespace drt::server {
 namespace {
@@ -39,12 +40,7 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
   auto server = std::make_unique<DeadlineHttpServer>(
       DeadlineHttpOptions{options_.request_deadline, options_.max_connections,
                           options_.max_waiting_connections});
-  // httplib's default sets SO_REUSEPORT, which lets a second server share a
-  // busy port silently; SO_REUSEADDR alone still allows a quick restart.
-  server->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
+  UseReuseAddressOnly(*server);
   server->Get("/metrics", [this, http = server.get()](const httplib::Request&,
                                                       httplib::Response& response) {
     response.set_content(metrics_.RenderPrometheus() + RenderHttpMetrics(*http),
@@ -69,37 +65,20 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
     }
   });
 
-  int bound_port = port;
-  if (port == 0) {
-    bound_port = server->bind_to_any_port(host);
-    if (bound_port < 0) bound_port = 0;
-  } else if (!server->bind_to_port(host, port)) {
-    bound_port = 0;
-  }
-  if (bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", host, ":", port,
-                                               " (address in use or not local?)"));
-  }
+  absl::StatusOr<int> bound_port = BindHttpServer(*server, host, port, "HTTP");
+  if (!bound_port.ok()) return bound_port.status();
 
-  port_ = bound_port;
+  port_ = *bound_port;
   server_ = std::move(server);
-  // The socket is bound already, so connections made before the thread runs
-  // wait in the listen backlog instead of being refused.
-  serving_done_.store(false);
-  thread_ = std::thread([this, server = server_.get()] {
-    server->listen_after_bind();
-    serving_done_.store(true);
-  });
+  listener_.Start(*server_);
   return absl::OkStatus();
 }
 
 void HttpEndpoint::Stop() {
   if (server_ == nullptr) return;
-  // httplib's stop() is a no-op until the accept loop runs; wait for the loop
-  // so that a Stop() right after Start() is not lost.
-  while (!server_->is_running() && !serving_done_.load()) std::this_thread::yield();
+  listener_.WaitUntilLoopStarted(*server_);
   server_->stop();
-  if (thread_.joinable()) thread_.join();
+  listener_.Join();
   server_.reset();
   port_ = 0;
 }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "server/httplib_listener.h"
 #include "server/metrics.h"
 
 namespace httplib {
@@ -74,9 +75,8 @@ class HttpEndpoint {
   const Metrics& metrics_;
   HttpEndpointOptions options_;
   std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
   std::atomic<bool> draining_{false};
-  std::atomic<bool> serving_done_{false};  // the serving thread has returned
+  HttpListenThread listener_;
   int port_ = 0;
 };
 

@@ -513,30 +513,12 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
     return absl::InvalidArgumentError(absl::StrCat("--openai_listen port out of range: ", port));
   }
   auto server = std::make_unique<Server>(channel_, options_);
-  // httplib's default sets SO_REUSEPORT, which lets a second server share a
-  // busy port silently; SO_REUSEADDR alone still allows a quick restart.
-  server->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  int bound_port = port;
-  if (port == 0) {
-    bound_port = server->bind_to_any_port(host);
-    if (bound_port < 0) bound_port = 0;
-  } else if (!server->bind_to_port(host, port)) {
-    bound_port = 0;
-  }
-  if (bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen for the OpenAI HTTP API on ", host,
-                                               ":", port, " (address in use or not local?)"));
-  }
-  port_ = bound_port;
+  UseReuseAddressOnly(*server);
+  absl::StatusOr<int> bound_port = BindHttpServer(*server, host, port, "the OpenAI HTTP API");
+  if (!bound_port.ok()) return bound_port.status();
+  port_ = *bound_port;
   server_ = std::move(server);
-  serving_done_.store(false);
-  thread_ = std::thread([this, server = server_.get()] {
-    server->listen_after_bind();
-    serving_done_.store(true);
-  });
+  listener_.Start(*server_);
   return absl::OkStatus();
 }
 
@@ -546,12 +528,10 @@ bool OpenAiHttpServer::WaitForCalls(std::chrono::steady_clock::time_point deadli
 
 void OpenAiHttpServer::Stop() {
   if (server_ == nullptr) return;
-  // httplib's stop() is a no-op until the accept loop runs; wait for the
-  // loop so that a Stop() right after Start() is not lost.
-  while (!server_->is_running() && !serving_done_.load()) std::this_thread::yield();
+  listener_.WaitUntilLoopStarted(*server_);
   server_->StartStopping();
   server_->stop();
-  if (thread_.joinable()) thread_.join();
+  listener_.Join();
   server_.reset();
   port_ = 0;
 }

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "server/httplib_listener.h"
 
 namespace grpc {
 class Channel;
@@ -97,8 +98,7 @@ class OpenAiHttpServer {
   std::shared_ptr<grpc::Channel> channel_;
   OpenAiHttpOptions options_;
   std::unique_ptr<Server> server_;
-  std::thread thread_;
-  std::atomic<bool> serving_done_{false};  // the serving thread has returned
+  HttpListenThread listener_;
   int port_ = 0;
 };
 
