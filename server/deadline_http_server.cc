@@ -10,6 +10,7 @@
 #include <cerrno>
 
 #include "server/connection_pool.h"
+#include "server/recv_buffer.h"
 #include "server/socket_address.h"
 
 namespace drt::server {
@@ -27,19 +28,7 @@ class DeadlineStream : public httplib::Stream {
   bool is_writable() const override { return Wait(POLLOUT); }
 
   ssize_t read(char* ptr, size_t size) override {
-    // httplib reads the request line and headers a byte at a time: serve
-    // those from a buffer filled one recv at a time.
-    if (begin_ == end_) {
-      if (!Wait(POLLIN)) return -1;
-      const ssize_t n = recv(sock_, buffer_, sizeof(buffer_), 0);
-      if (n <= 0) return n;
-      begin_ = 0;
-      end_ = static_cast<size_t>(n);
-    }
-    const size_t n = std::min(size, end_ - begin_);
-    std::copy(buffer_ + begin_, buffer_ + begin_ + n, ptr);
-    begin_ += n;
-    return static_cast<ssize_t>(n);
+    return recv_buffer_.Read(sock_, ptr, size, [this] { return Wait(POLLIN); });
   }
 
   ssize_t write(const char* ptr, size_t size) override {
@@ -71,8 +60,7 @@ class DeadlineStream : public httplib::Stream {
 
   socket_t sock_;
   Clock::time_point deadline_;
-  char buffer_[4096];
-  size_t begin_ = 0, end_ = 0;
+  RecvBuffer recv_buffer_;
 };
 
 }  // namespace

@@ -57,20 +57,10 @@ void ConnectionStream::Track(const char* data, size_t n) {
 }
 
 ssize_t ConnectionStream::read(char* ptr, size_t size) {
-  // httplib reads the request line and headers a byte at a time: serve
-  // those from a buffer filled one recv at a time.
-  if (begin_ == end_) {
-    if (!Wait(POLLIN, ReadDeadline())) return -1;
-    const ssize_t n = recv(sock_, buffer_, sizeof(buffer_), 0);
-    if (n <= 0) return n;
-    begin_ = 0;
-    end_ = static_cast<size_t>(n);
-  }
-  const size_t n = std::min(size, end_ - begin_);
-  std::copy(buffer_ + begin_, buffer_ + begin_ + n, ptr);
-  begin_ += n;
-  Track(ptr, n);
-  return static_cast<ssize_t>(n);
+  const ssize_t n =
+      recv_buffer_.Read(sock_, ptr, size, [this] { return Wait(POLLIN, ReadDeadline()); });
+  if (n > 0) Track(ptr, static_cast<size_t>(n));
+  return n;
 }
 
 ssize_t ConnectionStream::write(const char* ptr, size_t size) {

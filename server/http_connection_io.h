@@ -13,6 +13,8 @@
 
 #include <httplib.h>
 
+#include "server/recv_buffer.h"
+
 namespace drt::server {
 
 // The socket of one connection: the request line and headers must have
@@ -67,8 +69,7 @@ class ConnectionStream : public httplib::Stream {
   std::chrono::steady_clock::time_point request_deadline_;
   std::chrono::milliseconds write_timeout_;
   const std::atomic<bool>& stopping_;
-  char buffer_[4096];
-  size_t begin_ = 0, end_ = 0;
+  RecvBuffer recv_buffer_;
   bool headers_done_ = false;
   // When reads end because stopping was seen (unset until then); mutable:
   // Wait is const, as is_readable is.
