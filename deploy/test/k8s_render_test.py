@@ -347,6 +347,23 @@ def check_alert_rules(c, monitors, facts):
     c.expect("drt_chunk_store_bytes / drt_host_memory_budget_bytes" in exprs
              and 'drt_errors_total{code="RESOURCE_EXHAUSTED"}' in exprs,
              "monitoring: alerts on the budget ratio and on RESOURCE_EXHAUSTED refusals")
+    # Every Envoy cluster that routes to drt-server pods, in every shipped
+    # gateway config, is watched by the unhealthy-hosts alert (the OpenAI
+    # API's drt_openai was not: review-deploy, "no alert on drt_openai").
+    hosts = [r["expr"] for r in rules if r.get("alert") == "DrtGatewayHostsUnhealthy"]
+    pod_clusters = set()
+    for path in ("deploy/k8s/gateway/envoy.yaml", "deploy/k8s/examples/gateway-tls/envoy.yaml",
+                 "deploy/k8s/examples/durable-statefulset/gateway/envoy.yaml"):
+        pod_clusters |= {cl["name"] for cl in yaml.safe_load(read(path))["static_resources"]["clusters"]
+                         if cl["name"] != "admin"}
+    watched = set()
+    for expr in hosts:
+        for selector in re.findall(r'envoy_cluster_name=~?"([^"]*)"', expr):
+            watched |= set(selector.split("|"))
+    c.expect(len(hosts) == 1 and pod_clusters and pod_clusters <= watched
+             and all(f"by (namespace, envoy_cluster_name)" in e for e in hosts),
+             f"monitoring: DrtGatewayHostsUnhealthy watches every gateway cluster to the pods, one series each "
+             f"({sorted(pod_clusters)})", f"not watched: {sorted(pod_clusters - watched)}; exprs {hosts}")
 
 
 def env_of(container):
