@@ -23,6 +23,49 @@ absl::Status ValidateSamplingParams(const SamplingParams& params) {
     return absl::InvalidArgumentError(
         absl::StrFormat("top_p must be in (0, 1], got %g", params.top_p));
   }
+  if (!(params.min_p >= 0.f && params.min_p <= 1.f)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("min_p must be in [0, 1] (0 disables it), got %g", params.min_p));
+  }
+  if (!(params.presence_penalty >= -kMaxPenalty && params.presence_penalty <= kMaxPenalty)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "presence_penalty must be in [-2, 2], got %g", params.presence_penalty));
+  }
+  if (!(params.frequency_penalty >= -kMaxPenalty && params.frequency_penalty <= kMaxPenalty)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "frequency_penalty must be in [-2, 2], got %g", params.frequency_penalty));
+  }
+  if (params.logit_bias.size() > static_cast<size_t>(kMaxLogitBiasEntries)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("logit_bias has %d entries; at most %d are allowed (OpenAI's limit)",
+                        params.logit_bias.size(), kMaxLogitBiasEntries));
+  }
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("logit_bias names token %d; token ids are >= 0", id));
+    }
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit_bias for token %d must be in [-100, 100], got %g", id, bias));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLogitBiasIds(const SamplingParams& params, int64_t vocab_size,
+                                  int64_t chunk_id, int64_t pad_id) {
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit_bias names token %d, outside the vocabulary [0, %d)", id, vocab_size));
+    }
+    if (id == chunk_id || id == pad_id) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit_bias names token %d, the %s id, which is never sampled", id,
+          id == chunk_id ? "landmark (chunk)" : "pad"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -46,8 +89,49 @@ absl::Status CheckSamplableLogits(absl::Span<const float> logits) {
   return absl::OkStatus();
 }
 
+bool Sampler::Penalises() const {
+  return params_.presence_penalty != 0.f || params_.frequency_penalty != 0.f;
+}
+
+bool Sampler::Adjusts() const { return Penalises() || !params_.logit_bias.empty(); }
+
+int32_t Sampler::Count(int32_t id) const {
+  const auto it = counts_.find(id);
+  return it == counts_.end() ? 0 : it->second;
+}
+
 absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits) {
   if (absl::Status s = CheckSamplableLogits(logits); !s.ok()) return s;
+  int32_t token = 0;
+  if (!Adjusts()) {
+    // Without bias or penalties the logits are sampled as given (the same
+    // tokens as before these options existed, for every seed).
+    token = Choose(logits);
+  } else {
+    const int64_t n = static_cast<int64_t>(logits.size());
+    for (const auto& [id, bias] : params_.logit_bias) {
+      if (id < 0 || id >= n) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "logit_bias names token %d; there are %d logits", id, n));
+      }
+    }
+    adjusted_.assign(logits.begin(), logits.end());
+    for (const auto& [id, bias] : params_.logit_bias) adjusted_[id] += bias;
+    for (const auto& [id, count] : counts_) {
+      if (id >= n) continue;  // not a logit of this call (the logits shrank)
+      adjusted_[id] -= params_.presence_penalty * (count > 0 ? 1.f : 0.f) +
+                       params_.frequency_penalty * static_cast<float>(count);
+    }
+    // -inf stays -inf under any bias or penalty; only a logit near FLT_MAX
+    // could overflow here, and that is refused as a forward's would be.
+    if (absl::Status s = CheckSamplableLogits(adjusted_); !s.ok()) return s;
+    token = Choose(adjusted_);
+  }
+  if (Penalises()) ++counts_[token];
+  return token;
+}
+
+int32_t Sampler::Choose(absl::Span<const float> logits) {
   const int32_t n = static_cast<int32_t>(logits.size());
   if (params_.temperature == 0.f) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -55,7 +139,7 @@ absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits) {
   // Candidates sorted by logit, best first (lower index wins ties). The
   // weights below are summed in this order, so with top_k 0 the whole
   // vocabulary is ordered (LogitOrder: a radix sort, not a comparison sort).
-  const int32_t keep_k = params_.top_k > 0 ? std::min(params_.top_k, n) : n;
+  int32_t keep_k = params_.top_k > 0 ? std::min(params_.top_k, n) : n;
   const absl::Span<const int32_t> order = order_.Best(logits, keep_k);
   std::vector<double>& probs = probs_;
   probs.resize(keep_k);
@@ -64,6 +148,19 @@ absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits) {
   for (int32_t i = 0; i < keep_k; ++i) {
     probs[i] = std::exp((logits[order[i]] - best) / params_.temperature);
     sum += probs[i];
+  }
+  // min_p: a weight is the probability relative to the best candidate's
+  // (probs[0] is exp(0) = 1), so the tokens it keeps are a prefix of the
+  // order, the same prefix whether it runs before top_k (vLLM V1's order)
+  // or after; top_p then takes its nucleus of what min_p and top_k left.
+  if (params_.min_p > 0.f) {
+    int32_t kept = 1;
+    while (kept < keep_k && probs[kept] >= params_.min_p) ++kept;
+    if (kept < keep_k) {
+      keep_k = kept;
+      sum = 0.0;
+      for (int32_t i = 0; i < keep_k; ++i) sum += probs[i];
+    }
   }
   // Nucleus: the smallest prefix whose mass reaches top_p.
   int32_t keep = keep_k;

@@ -147,6 +147,11 @@ absl::Status Session::PadToChunkBoundary() {
 
 absl::StatusOr<GenerateResult> Session::Generate(const GenerateOptions& options) {
   if (absl::Status s = ValidateSamplingParams(options.sampling); !s.ok()) return s;
+  if (absl::Status s = ValidateLogitBiasIds(options.sampling, config_.vocab_size,
+                                            config_.chunk_id, config_.pad_id);
+      !s.ok()) {
+    return s;
+  }
   if (options.max_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_tokens must be >= 0, got %d", options.max_tokens));

@@ -16,7 +16,9 @@ cudaError_t LaunchArgmax(const float* logits, int rows, int vocab, const int32_t
 
 // One row: temperature, top_k (0 = off), top_p (1 = off), `uniform` in [0,1)
 // drawn by the caller; banned ids excluded. out is one int32 on the device.
-// The rule of drt::Sampler::Sample (engine/sampler.cc): candidates sorted by
+// The rule of drt::Sampler::Sample (engine/sampler.cc) without its min_p,
+// penalties and logit_bias (the server samples on the host, through Sampler,
+// so this kernel serves none of them): candidates sorted by
 // logit (ties: lower id), top_k, weights exp((l - best) / T), the smallest
 // prefix whose mass reaches top_p, then the first candidate whose running
 // weight exceeds uniform * mass. temperature == 0 is LaunchArgmax (no workspace

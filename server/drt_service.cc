@@ -87,7 +87,29 @@ SamplingParams FromProto(const drt::v1::SamplingParams& p) {
   s.top_k = p.top_k();
   s.top_p = p.top_p() == 0.f ? 1.f : p.top_p();
   s.seed = p.seed();
+  s.min_p = p.min_p();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  s.logit_bias.insert(p.logit_bias().begin(), p.logit_bias().end());
   return s;
+}
+
+// CreateSession keeps temperature, top_k, top_p and seed as a session's
+// defaults; the later controls are per call: a session's settings are
+// written to its state file (docs/state_format.md), whose format does not
+// hold them, and a default that a restart dropped would change the text
+// silently.
+absl::Status CheckSessionDefaults(const drt::v1::SamplingParams& p) {
+  const char* field = p.min_p() != 0.f                ? "min_p"
+                      : p.presence_penalty() != 0.f   ? "presence_penalty"
+                      : p.frequency_penalty() != 0.f  ? "frequency_penalty"
+                      : !p.logit_bias().empty()       ? "logit_bias"
+                                                      : nullptr;
+  if (field == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "CreateSession's sampling sets %s: a session keeps only temperature, top_k, top_p and "
+      "seed as defaults; send %s in each Generate's sampling instead",
+      field, field));
 }
 
 // Where one Append's or Complete's prompt pieces go: tokenizes text pieces
@@ -320,7 +342,8 @@ struct GenerationPlan {
 
 absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& request,
                                               const SessionSettings& settings,
-                                              const GenerationDefaults& model_defaults) {
+                                              const GenerationDefaults& model_defaults,
+                                              const ModelConfig& config) {
   GenerationPlan plan;
   if (request.max_tokens() < 0 || request.max_tokens() > kMaxTokensLimit) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -330,6 +353,11 @@ absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& re
   if (request.max_tokens() > 0) plan.max_tokens = request.max_tokens();
   plan.sampling = request.has_sampling() ? FromProto(request.sampling()) : settings.sampling;
   if (absl::Status s = ValidateSamplingParams(plan.sampling); !s.ok()) return s;
+  if (absl::Status s = ValidateLogitBiasIds(plan.sampling, config.vocab_size, config.chunk_id,
+                                            config.pad_id);
+      !s.ok()) {
+    return s;
+  }
   for (const std::string& stop : request.stop()) {
     if (stop.empty()) return absl::InvalidArgumentError("stop sequences must not be empty");
     plan.stop.push_back(stop);
@@ -456,6 +484,9 @@ grpc::Status DrtService::CreateSession(grpc::ServerContext* context,
                                        const drt::v1::CreateSessionRequest* request,
                                        drt::v1::CreateSessionResponse* response) {
   if (grpc::Status s = Admit(context, "CreateSession"); !s.ok()) return s;
+  if (absl::Status s = CheckSessionDefaults(request->sampling()); !s.ok()) {
+    return Finish(ToGrpc(s));
+  }
   SessionSettings settings;
   settings.sampling = FromProto(request->sampling());
   settings.max_context_tokens = request->max_context_tokens();
@@ -750,7 +781,8 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
   if (grpc::Status s = Admit(context, "Generate"); !s.ok()) return s;
   auto entry = sessions_->Find(request->session_id());
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
-  auto plan = PlanGeneration(*request, (*entry)->settings(), model_.generation);
+  auto plan = PlanGeneration(*request, (*entry)->settings(), model_.generation,
+                             model_.config());
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
   if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
   drt::v1::GenerateResponse done;
@@ -788,7 +820,7 @@ grpc::Status DrtService::CompleteStream(
   const drt::v1::GenerateRequest options = request.generate();
   SessionSettings settings;
   if (options.has_sampling()) settings.sampling = FromProto(options.sampling());
-  auto plan = PlanGeneration(options, settings, model_.generation);
+  auto plan = PlanGeneration(options, settings, model_.generation, model_.config());
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
   // Not written to --state_dir: it lives only as long as this call.
   auto entry = sessions_->CreateEphemeral(settings);

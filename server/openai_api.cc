@@ -1,12 +1,15 @@
 #include "server/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/sampler.h"
 #include "nlohmann/json.hpp"
 #include "server/status_util.h"
 
@@ -140,14 +143,6 @@ absl::Status RefuseUnsupported(const Json& body) {
   if (const Json* v = field("suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
     return FieldError("suffix", "suffix is not supported (insertion needs a model trained for it)");
   }
-  if (const Json* v = field("logit_bias"); v != nullptr && !(v->is_object() && v->empty())) {
-    return FieldError("logit_bias", "logit_bias is not supported (send {} or leave it out)");
-  }
-  for (const char* penalty : {"presence_penalty", "frequency_penalty"}) {
-    if (const Json* v = field(penalty); v != nullptr && !(v->is_number() && v->get<double>() == 0.0)) {
-      return FieldError(penalty, absl::StrCat(penalty, " is not supported (only 0), got ", Dump(*v)));
-    }
-  }
   return absl::OkStatus();
 }
 
@@ -230,6 +225,81 @@ absl::Status ParseSampling(const Json& body, CompletionRequest& out) {
   return absl::OkStatus();
 }
 
+// A number in [lo, hi] for `field`, or FieldError naming it.
+absl::StatusOr<float> RangedFloat(const Json& value, const char* field, double lo, double hi) {
+  auto v = NumberField(value, field);
+  if (!v.ok()) return v.status();
+  if (!(*v >= lo && *v <= hi)) {
+    return FieldError(field, absl::StrCat(field, " must be in [", lo, ", ", hi, "], got ", *v));
+  }
+  return static_cast<float>(*v);
+}
+
+// OpenAI's penalties and logit_bias, vLLM's min_p, onto drt.v1's sampling
+// fields (the service checks logit_bias's ids against the vocabulary).
+// repetition_penalty (vLLM's) stays refused: it counts the prompt's tokens,
+// which the server does not keep as ids.
+absl::Status ParseSamplingControls(const Json& body, CompletionRequest& out) {
+  drt::v1::SamplingParams& sampling = *out.generate.mutable_sampling();
+  if (!IsNull(body, "presence_penalty")) {
+    auto p = RangedFloat(body["presence_penalty"], "presence_penalty", -kMaxPenalty, kMaxPenalty);
+    if (!p.ok()) return p.status();
+    sampling.set_presence_penalty(*p);
+  }
+  if (!IsNull(body, "frequency_penalty")) {
+    auto f = RangedFloat(body["frequency_penalty"], "frequency_penalty", -kMaxPenalty, kMaxPenalty);
+    if (!f.ok()) return f.status();
+    sampling.set_frequency_penalty(*f);
+  }
+  if (!IsNull(body, "min_p")) {  // vLLM's extension
+    auto m = RangedFloat(body["min_p"], "min_p", 0.0, 1.0);
+    if (!m.ok()) return m.status();
+    sampling.set_min_p(*m);
+  }
+  if (!IsNull(body, "repetition_penalty")) {
+    const Json& r = body["repetition_penalty"];
+    if (!(r.is_number() && r.get<double>() == 1.0)) {
+      return FieldError("repetition_penalty",
+                        absl::StrCat("repetition_penalty is not supported (only 1), got ", Dump(r),
+                                     ": it counts the prompt's tokens, which drt-server does not "
+                                     "keep; presence_penalty and frequency_penalty count the "
+                                     "generated ones"));
+    }
+  }
+  if (!IsNull(body, "logit_bias")) {
+    const Json& bias = body["logit_bias"];
+    if (!bias.is_object()) {
+      return FieldError("logit_bias", absl::StrCat("logit_bias must be an object of token id -> "
+                                                   "bias, got ", bias.type_name()));
+    }
+    if (bias.size() > static_cast<size_t>(kMaxLogitBiasEntries)) {
+      return FieldError("logit_bias", absl::StrCat("logit_bias has ", bias.size(),
+                                                   " entries; at most ", kMaxLogitBiasEntries,
+                                                   " are allowed (OpenAI's limit)"));
+    }
+    auto& map = *sampling.mutable_logit_bias();
+    for (const auto& [key, value] : bias.items()) {
+      // Digits only (SimpleAtoi alone would take "+5" and " 5 " too).
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          std::all_of(key.begin(), key.end(),
+                                      [](char c) { return absl::ascii_isdigit(c); });
+      int32_t id = 0;
+      if (!digits || !absl::SimpleAtoi(key, &id)) {
+        return FieldError("logit_bias", absl::StrCat("logit_bias keys must be token ids (decimal "
+                                                     "integers >= 0), got \"", key, "\""));
+      }
+      if (!value.is_number() || !std::isfinite(value.get<double>()) ||
+          std::fabs(value.get<double>()) > kMaxLogitBias) {
+        return FieldError("logit_bias", absl::StrCat("logit_bias for token ", key,
+                                                     " must be a number in [-100, 100], got ",
+                                                     Dump(value)));
+      }
+      map[id] = static_cast<float>(value.get<double>());
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Whether `text` opens more than `limit` arrays/objects at once, counting
 // brackets outside strings only (a pass over the bytes, allocating nothing;
 // the parse that follows judges the rest of the syntax).
@@ -296,6 +366,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
     out.generate.set_max_tokens(static_cast<int32_t>(*n));
   }
   if (absl::Status s = ParseSampling(body, out); !s.ok()) return s;
+  if (absl::Status s = ParseSamplingControls(body, out); !s.ok()) return s;
   if (absl::Status s = ParseStop(body, out); !s.ok()) return s;
   if (!IsNull(body, "ignore_eos")) {  // vLLM's extension
     auto b = BoolField(body["ignore_eos"], "ignore_eos");

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,10 +29,14 @@
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/command_line.h"
 #include "drt/v1/drt.grpc.pb.h"
@@ -56,6 +61,12 @@ ABSL_FLAG(double, temperature, 0, "0: greedy");
 ABSL_FLAG(int32_t, top_k, 0, "0: off");
 ABSL_FLAG(double, top_p, 0, "0 or 1: off");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
+ABSL_FLAG(double, min_p, 0, "drop tokens below this times the best one's probability, 0 to 1; 0: off");
+ABSL_FLAG(double, presence_penalty, 0, "lower a token's logit once it was generated, -2 to 2; 0: off");
+ABSL_FLAG(double, frequency_penalty, 0,
+          "lower a token's logit per time it was generated, -2 to 2; 0: off");
+ABSL_FLAG(std::string, logit_bias, "",
+          "ID:BIAS[,ID:BIAS...]: add BIAS (-100 to 100) to token ID's logit, e.g. 10:-100,65:2.5");
 // --stop is taken out of the command line before absl parses it (TakeStops),
 // so that it can be given more than once, as in the Python client; this
 // definition gives it its --help line (and takes one from a --flagfile).
@@ -273,6 +284,29 @@ std::string Ms(double seconds) { return absl::StrFormat("%.1f ms", 1000 * second
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "drt-client: %s\n", message.c_str());
   std::exit(1);
+}
+
+// --logit_bias's ID:BIAS pairs (the server checks the ranges: ids in the
+// vocabulary, biases in [-100, 100], at most 300), or the pair it cannot read.
+absl::StatusOr<std::map<int32_t, float>> ParseLogitBias(const std::string& text) {
+  std::map<int32_t, float> out;
+  if (text.empty()) return out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    const std::pair<absl::string_view, absl::string_view> pair =
+        absl::StrSplit(item, absl::MaxSplits(':', 1));
+    const absl::string_view id = absl::StripAsciiWhitespace(pair.first);
+    int32_t token = 0;
+    float bias = 0;
+    if (item.find(':') == absl::string_view::npos || id.empty() ||
+        id.find_first_not_of("0123456789") != absl::string_view::npos ||
+        !absl::SimpleAtoi(id, &token) || !absl::SimpleAtof(pair.second, &bias)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--logit_bias must be ID:BIAS pairs separated by commas (65:-100,10:2.5), got '", item,
+          "'"));
+    }
+    out[token] = bias;
+  }
+  return out;
 }
 
 // Retrying UNAVAILABLE (--retry_seconds). A server restarted on the same
@@ -1037,6 +1071,13 @@ class Client {
     sampling->set_top_k(absl::GetFlag(FLAGS_top_k));
     sampling->set_top_p(absl::GetFlag(FLAGS_top_p));
     sampling->set_seed(absl::GetFlag(FLAGS_seed));
+    sampling->set_min_p(static_cast<float>(absl::GetFlag(FLAGS_min_p)));
+    sampling->set_presence_penalty(static_cast<float>(absl::GetFlag(FLAGS_presence_penalty)));
+    sampling->set_frequency_penalty(static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty)));
+    // Checked in main, so it parses here. (Kept in a local: a range-for over
+    // *ParseLogitBias(...) would walk a map the temporary took with it.)
+    const auto bias = ParseLogitBias(absl::GetFlag(FLAGS_logit_bias));
+    for (const auto& [token, value] : *bias) (*sampling->mutable_logit_bias())[token] = value;
     for (const std::string& stop : stops_) request.add_stop(stop);
     if (const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary); pad != "model") {
       request.set_pad_to_chunk_boundary(pad == "true");
@@ -1258,6 +1299,9 @@ int main(int argc, char** argv) {
   if (const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary);
       pad != "model" && pad != "true" && pad != "false") {
     Die(absl::StrCat("--pad_to_chunk_boundary must be true, false or model, got '", pad, "'"));
+  }
+  if (auto bias = ParseLogitBias(absl::GetFlag(FLAGS_logit_bias)); !bias.ok()) {
+    Die(std::string(bias.status().message()));
   }
   const std::string passkey = absl::GetFlag(FLAGS_passkey);
   if (passkey.find_first_not_of("0123456789") != std::string::npos) Die("--passkey must be digits");

@@ -69,6 +69,22 @@ def non_negative_seed(text):
     return value
 
 
+def logit_bias(text):
+    """--logit-bias ID:BIAS[,ID:BIAS...] -> {id: bias}; the server checks the
+    ranges (ids in the vocabulary, biases in [-100, 100], at most 300)."""
+    out = {}
+    for item in text.split(","):
+        token, sep, bias = item.partition(":")
+        try:
+            if not sep or not token.strip().isdigit():
+                raise ValueError
+            out[int(token)] = float(bias)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be ID:BIAS pairs separated by commas (65:-100,10:2.5), got {item!r}") from None
+    return out
+
+
 def readable_file(flag, path, p):
     """Refuses, naming the flag, a file that cannot be opened for reading."""
     try:
@@ -212,6 +228,16 @@ def parse_args(argv=None):
     gen.add_argument("--top-k", type=int, default=0, help="0: off (default %(default)s)")
     gen.add_argument("--top-p", type=float, default=0.0, help="0 or 1: off (default %(default)s)")
     gen.add_argument("--seed", type=non_negative_seed, default=0, help="sampling seed, 0 to 2^64 - 1 (default %(default)s)")
+    gen.add_argument("--min-p", type=float, default=0.0,
+                     help="drop tokens below this times the best one's probability, 0 to 1; 0: off "
+                          "(default %(default)s)")
+    gen.add_argument("--presence-penalty", type=float, default=0.0,
+                     help="lower a token's logit once it was generated, -2 to 2; 0: off (default %(default)s)")
+    gen.add_argument("--frequency-penalty", type=float, default=0.0,
+                     help="lower a token's logit per time it was generated, -2 to 2; 0: off "
+                          "(default %(default)s)")
+    gen.add_argument("--logit-bias", type=logit_bias, default={}, metavar="ID:BIAS,...",
+                     help="add BIAS (-100 to 100) to token ID's logit, e.g. 10:-100,65:2.5 (default: none)")
     # (Listed for --help; take_stops reads the command line's --stop.)
     gen.add_argument("--stop", action="append", default=[],
                      help="stop sequence, verbatim (commas included); repeatable; one that starts "
@@ -745,7 +771,10 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
         session_id=session_id,
         max_tokens=args.max_tokens,
         sampling=pb.SamplingParams(temperature=args.temperature, top_k=args.top_k,
-                                   top_p=args.top_p, seed=args.seed),
+                                   top_p=args.top_p, seed=args.seed, min_p=args.min_p,
+                                   presence_penalty=args.presence_penalty,
+                                   frequency_penalty=args.frequency_penalty,
+                                   logit_bias=args.logit_bias),
         stop=args.stop)
     if args.pad is not None:
         request.pad_to_chunk_boundary = args.pad

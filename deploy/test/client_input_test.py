@@ -31,7 +31,11 @@ checks and a stuck CreateSession.
   one arrives intact;
 - Ctrl-C or SIGTERM while CreateSession hangs on the server ends the client
   at once with exit 130 (review-tools #9: the C++ client waited out the
-  call's 30 s deadline).
+  call's 30 s deadline);
+- the sampling flags (--min-p, --presence-penalty, --frequency-penalty,
+  --logit-bias ID:BIAS,...; min_p ... logit_bias in the C++ client) reach
+  the Generate's SamplingParams; a --logit-bias that is not ID:BIAS pairs
+  is refused before any call, naming the flag.
 
     client_input_test.py --cpp-client build/client_examples/drt-client --stubs build/python
 """
@@ -87,6 +91,7 @@ class StandIn:
             def Generate(self, request, context):
                 with outer.lock:
                     outer.stops.append(list(request.stop))
+                    outer.samplings.append(request.sampling)
                 yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="2.", token_ids=[50, 46]))
                 yield pb.GenerateResponse(done=pb.GenerateDone(finish_reason=pb.FINISH_REASON_STOP_SEQUENCE))
 
@@ -96,6 +101,7 @@ class StandIn:
         with self.lock:
             self.hang_create = hang_create
             self.calls, self.creates, self.stops, self.texts = 0, 0, [], []
+            self.samplings = []
             self.create_called = threading.Event()
 
 
@@ -219,6 +225,28 @@ def main():
                               and stand_in.calls == 0,
                               f"{name}: --stop b'a\\xff' --stop '' names the first, the UTF-8 fault (exit {code})",
                               out[-1500:])
+
+                # The sampling controls reach the Generate (the server checks
+                # their ranges); a --logit-bias it cannot read is refused first.
+                dash = "-" if name == "python" else "_"
+                code, out = run([prompt_flag, good, f"--min{dash}p", "0.125", f"--presence{dash}penalty", "-1.5",
+                                 f"--frequency{dash}penalty", "0.75", f"--logit{dash}bias", "65:-100,10:2.5"])
+                sent = [(s.min_p, s.presence_penalty, s.frequency_penalty, dict(s.logit_bias))
+                        for s in stand_in.samplings]
+                checks.expect(code == 0 and sent == [(0.125, -1.5, 0.75, {65: -100.0, 10: 2.5})],
+                              f"{name}: the min_p, penalty and logit_bias flags reach the Generate (sent: {sent})",
+                              out[-1500:])
+                code, out = run([prompt_flag, good])
+                sent = [(s.min_p, s.presence_penalty, s.frequency_penalty, dict(s.logit_bias))
+                        for s in stand_in.samplings]
+                checks.expect(code == 0 and sent == [(0.0, 0.0, 0.0, {})],
+                              f"{name}: without them the Generate asks for none (sent: {sent})", out[-1500:])
+                for bad in ("65", "a:1", "65:x", "65:1,", "-5:1"):
+                    code, out = run([prompt_flag, good, f"--logit{dash}bias={bad}"])
+                    checks.expect(code not in (0, None) and f"logit{dash}bias" in out and stand_in.calls == 0
+                                  and "Traceback" not in out,
+                                  f"{name}: --logit{dash}bias={bad} is refused before any call, naming the flag "
+                                  f"(exit {code}, {stand_in.calls} calls made)", out[-1500:])
 
                 # A CreateSession that hangs on the server (its 30 s deadline
                 # far away): a signal ends the client at once.

@@ -96,6 +96,40 @@ TEST_CASE("openai request: fields map onto drt.v1", "[openai]") {
   CHECK(off->generate.stop_size() == 1);
 }
 
+TEST_CASE("openai request: penalties, min_p and logit_bias map onto drt.v1", "[openai]") {
+  auto r = ParseCompletionRequest(R"({"prompt":"x","presence_penalty":-2,"frequency_penalty":1.5,
+      "min_p":0.05,"logit_bias":{"10":-100,"0":2.5,"259":100},"repetition_penalty":1})");
+  REQUIRE(r.ok());
+  const drt::v1::SamplingParams& s = r->generate.sampling();
+  CHECK(s.presence_penalty() == -2.f);
+  CHECK(s.frequency_penalty() == 1.5f);
+  CHECK(s.min_p() == 0.05f);
+  REQUIRE(s.logit_bias().size() == 3);
+  CHECK(s.logit_bias().at(10) == -100.f);
+  CHECK(s.logit_bias().at(0) == 2.5f);
+  CHECK(s.logit_bias().at(259) == 100.f);
+  // Unset or null: off (0, and no bias).
+  auto plain = ParseCompletionRequest(R"({"prompt":"x","logit_bias":null,"min_p":null})");
+  REQUIRE(plain.ok());
+  CHECK(plain->generate.sampling().presence_penalty() == 0.f);
+  CHECK(plain->generate.sampling().min_p() == 0.f);
+  CHECK(plain->generate.sampling().logit_bias().empty());
+  // OpenAI's limit of 300 entries.
+  std::string bias = R"({"prompt":"x","logit_bias":{)";
+  for (int i = 0; i < 300; ++i) bias += (i ? "," : "") + ("\"" + std::to_string(i) + "\":1");
+  auto at_limit = ParseCompletionRequest(bias + "}}");
+  REQUIRE(at_limit.ok());
+  CHECK(at_limit->generate.sampling().logit_bias().size() == 300);
+  auto over = ParseCompletionRequest(bias + R"(,"300":1}})");
+  REQUIRE_FALSE(over.ok());
+  CHECK(OpenAiErrorParam(over.status()) == "logit_bias");
+  CHECK(std::string(over.status().message()).find("at most 300") != std::string::npos);
+  // repetition_penalty's refusal says why.
+  auto rep = ParseCompletionRequest(R"({"prompt":"x","repetition_penalty":1.2})");
+  REQUIRE_FALSE(rep.ok());
+  CHECK(std::string(rep.status().message()).find("counts the prompt") != std::string::npos);
+}
+
 TEST_CASE("openai request: token id prompts", "[openai]") {
   auto r = ParseCompletionRequest(R"({"prompt":[1,2,255,0]})");
   REQUIRE(r.ok());
@@ -153,9 +187,19 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
       {R"({"prompt":"x","logprobs":5})", "logprobs"},
       {R"({"prompt":"x","echo":true})", "echo"},
       {R"({"prompt":"x","suffix":"end"})", "suffix"},
-      {R"({"prompt":"x","logit_bias":{"5":10}})", "logit_bias"},
-      {R"({"prompt":"x","presence_penalty":0.5})", "presence_penalty"},
-      {R"({"prompt":"x","frequency_penalty":-1})", "frequency_penalty"},
+      {R"({"prompt":"x","logit_bias":{"5":100.5}})", "logit_bias"},
+      {R"({"prompt":"x","logit_bias":{"5":"10"}})", "logit_bias"},
+      {R"({"prompt":"x","logit_bias":{"a":1}})", "logit_bias"},
+      {R"({"prompt":"x","logit_bias":{"-5":1}})", "logit_bias"},
+      {R"({"prompt":"x","logit_bias":{"+5":1}})", "logit_bias"},
+      {R"({"prompt":"x","logit_bias":{"99999999999":1}})", "logit_bias"},
+      {R"({"prompt":"x","logit_bias":[5]})", "logit_bias"},
+      {R"({"prompt":"x","presence_penalty":2.5})", "presence_penalty"},
+      {R"({"prompt":"x","presence_penalty":"1"})", "presence_penalty"},
+      {R"({"prompt":"x","frequency_penalty":-2.01})", "frequency_penalty"},
+      {R"({"prompt":"x","min_p":1.5})", "min_p"},
+      {R"({"prompt":"x","min_p":-0.1})", "min_p"},
+      {R"({"prompt":"x","repetition_penalty":1.1})", "repetition_penalty"},
       {R"({"prompt":"x","model":3})", "model"},
       {R"({"prompt":"x","ignore_eos":"no"})", "ignore_eos"},
   };

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -290,6 +291,68 @@ TEST_CASE("openai http: sampling defaults to temperature 1, a given seed repeats
   std::set<std::string> unseeded;
   for (int i = 0; i < 3; ++i) unseeded.insert(text_of({{"prompt", kPrompt}, {"max_tokens", 24}}));
   CHECK(unseeded.size() > 1);
+}
+
+TEST_CASE("openai http: penalties, min_p and logit_bias reach Complete", "[openai][server]") {
+  OpenAiServer server;
+  // What Complete generates with the same controls through drt.v1.
+  auto grpc_text = [&](float temperature, float frequency, float presence, float min_p,
+                       std::map<int32_t, float> bias) {
+    grpc::ClientContext context;
+    testing::SetDeadline(context, 120);
+    auto stream = server.grpc.stub().Complete(&context);
+    drt::v1::CompleteRequest first;
+    drt::v1::GenerateRequest& generate = *first.mutable_generate();
+    generate.set_max_tokens(24);
+    drt::v1::SamplingParams& s = *generate.mutable_sampling();
+    s.set_temperature(temperature);
+    s.set_seed(9);
+    s.set_top_p(1.f);
+    s.set_frequency_penalty(frequency);
+    s.set_presence_penalty(presence);
+    s.set_min_p(min_p);
+    s.mutable_logit_bias()->insert(bias.begin(), bias.end());
+    first.set_text(kPrompt);
+    stream->Write(first);
+    stream->WritesDone();
+    std::string text;
+    drt::v1::GenerateResponse response;
+    while (stream->Read(&response)) text += response.piece().text();
+    REQUIRE(stream->Finish().ok());
+    return text;
+  };
+  auto text_of = [&](const Json& request) {
+    auto res = server.Post(request);
+    REQUIRE(res);
+    INFO(res->body);
+    REQUIRE(res->status == 200);
+    return std::string(Json::parse(res->body)["choices"][0]["text"]);
+  };
+  const std::string greedy = text_of({{"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 0}});
+  const std::string penalised = text_of({{"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 0},
+                                         {"frequency_penalty", 1.5}, {"presence_penalty", 0.5}});
+  CHECK(penalised == grpc_text(0.f, 1.5f, 0.5f, 0.f, {}));
+  CHECK(penalised != greedy);  // the penalties change this answer
+  // 'e' (101) pushed up and ' ' (32) banned, sampled with min_p.
+  const std::string biased =
+      text_of({{"prompt", kPrompt}, {"max_tokens", 24}, {"seed", 9}, {"min_p", 0.1},
+               {"logit_bias", {{"101", 4}, {"32", -100}}}});
+  CHECK(biased == grpc_text(1.f, 0.f, 0.f, 0.1f, {{101, 4.f}, {32, -100.f}}));
+  CHECK(biased.find(' ') == std::string::npos);
+
+  // The service names an id outside the vocabulary (300) or the landmark.
+  auto error_of = [](const httplib::Result& res) { return Json::parse(res->body)["error"]; };
+  for (const char* id : {"300", "299"}) {
+    auto refused = server.Post({{"prompt", "x"}, {"logit_bias", {{id, 1}}}});
+    REQUIRE(refused);
+    CHECK(refused->status == 400);
+    CHECK(std::string(error_of(refused)["message"]).find(std::string("logit_bias names token ") + id) !=
+          std::string::npos);
+  }
+  auto penalty = server.Post({{"prompt", "x"}, {"presence_penalty", 3}});
+  REQUIRE(penalty);
+  CHECK(penalty->status == 400);
+  CHECK(error_of(penalty)["param"] == "presence_penalty");
 }
 
 TEST_CASE("openai http: stop strings are cut out, streamed and not", "[openai][server]") {
