@@ -140,8 +140,9 @@ std::string RandomHex(std::random_device& random, int digits) {
 
 class OpenAiHttpServer::Server : public httplib::Server {
  public:
-  Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options)
-      : options_(options), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
+  Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options,
+         ConnectionPoolCounters& counters)
+      : options_(options), counters_(counters), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
     // The accept loop only queues each socket with its accept time; the
     // pool's threads serve them (server/connection_pool.h).
     new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };
@@ -480,6 +481,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   }
 
   const OpenAiHttpOptions options_;
+  ConnectionPoolCounters& counters_;  // the OpenAiHttpServer's
   std::unique_ptr<drt::v1::Drt::Stub> stub_;
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
   std::atomic<bool> stopping_{false};
@@ -491,19 +493,23 @@ class OpenAiHttpServer::Server : public httplib::Server {
     ConnectionStream* stream;
   };
   std::unordered_map<std::thread::id, Connection> sockets_;
-  std::atomic<int64_t> expired_in_queue_{0};
-  std::atomic<int64_t> rejected_{0};
   // Last: destroyed first, its destructor draining the pool (joining the
   // threads) while everything Serve uses is still alive.
   std::unique_ptr<ConnectionPool> pool_ = std::make_unique<ConnectionPool>(
-      options_.threads, options_.max_waiting_connections, options_.request_header_timeout,
-      [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); },
-      expired_in_queue_, rejected_);
+      ConnectionPoolOptions{options_.threads, options_.max_waiting_connections,
+                            options_.request_header_timeout, options_.start_thread},
+      [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); }, counters_);
 };
 
 OpenAiHttpServer::OpenAiHttpServer(std::shared_ptr<grpc::Channel> channel,
                                    OpenAiHttpOptions options)
-    : channel_(std::move(channel)), options_(std::move(options)) {}
+    : channel_(std::move(channel)),
+      options_(std::move(options)),
+      counters_(std::make_unique<ConnectionPoolCounters>()) {}
+
+std::string OpenAiHttpServer::RenderMetrics() const {
+  return RenderConnectionPoolMetrics("drt_openai", "OpenAI HTTP API connections", *counters_);
+}
 
 OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
 
@@ -512,7 +518,7 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--openai_listen port out of range: ", port));
   }
-  auto server = std::make_unique<Server>(channel_, options_);
+  auto server = std::make_unique<Server>(channel_, options_, *counters_);
   UseReuseAddressOnly(*server);
   absl::StatusOr<int> bound_port = BindHttpServer(*server, host, port, "the OpenAI HTTP API");
   if (!bound_port.ok()) return bound_port.status();

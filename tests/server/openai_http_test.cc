@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -743,6 +744,37 @@ TEST_CASE("openai http: a body sent anywhere but POST /v1/completions is refused
   CHECK(models->status == 200);
   CHECK(seconds < 3);
   for (const int sock : held) close(sock);
+}
+
+TEST_CASE("openai http: a serving thread that cannot start does not end the server",
+          "[openai][server]") {
+  OpenAiHttpOptions options;
+  options.threads = 4;
+  options.request_header_timeout = std::chrono::milliseconds(1000);
+  // One thread starts; every later one fails as std::thread does under a
+  // pids limit. (Before, the std::system_error escaped on httplib's accept
+  // thread: std::terminate ended the whole server.)
+  auto started = std::make_shared<std::atomic<int>>(0);
+  options.start_thread = [started](std::function<void()> run) {
+    if (started->fetch_add(1) >= 1) {
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                              "thread creation refused (test)");
+    }
+    return std::thread(std::move(run));
+  };
+  OpenAiServer server(SmallOptions(), options);
+  server.client->set_read_timeout(10, 0);
+  // A silent connection holds the one thread until its header time (1 s);
+  // the request after it needs a second thread, which fails: it waits.
+  const int silent = Connect(server.api->port());
+  REQUIRE(silent >= 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto models = server.client->Get("/v1/models");
+  REQUIRE(models);
+  CHECK(models->status == 200);
+  close(silent);
+  CHECK_THAT(server.api->RenderMetrics(),
+             Catch::Matchers::Contains("\ndrt_openai_thread_start_failures_total 1\n"));
 }
 
 TEST_CASE("openai http: Stop does not wait for a client that sends nothing", "[openai][server]") {
