@@ -1,5 +1,6 @@
 #include "server/connection_pool.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <exception>
@@ -31,12 +32,23 @@ std::string RenderConnectionPoolMetrics(absl::string_view prefix, absl::string_v
       prefix, "_thread_start_failures_total ", counters.thread_start_failures.load(), "\n");
 }
 
+std::string CannedResponse(int status, absl::string_view reason, absl::string_view content_type,
+                           absl::string_view body, int retry_after_seconds) {
+  return absl::StrCat("HTTP/1.1 ", status, " ", reason, "\r\nContent-Type: ", content_type,
+                      "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n",
+                      retry_after_seconds > 0
+                          ? absl::StrCat("Retry-After: ", retry_after_seconds, "\r\n")
+                          : std::string(),
+                      "\r\n", body);
+}
+
 ConnectionPool::ConnectionPool(ConnectionPoolOptions options, Serve serve,
                                ConnectionPoolCounters& counters)
     : max_threads_(options.max_threads > 0 ? options.max_threads : 1),
       max_waiting_(options.max_waiting > 0 ? options.max_waiting : 4 * max_threads_),
       deadline_(options.deadline),
       start_thread_(options.start_thread ? std::move(options.start_thread) : StartStdThread),
+      refusal_(std::move(options.refusal)),
       serve_(std::move(serve)),
       counters_(counters) {}
 
@@ -57,33 +69,34 @@ void ConnectionPool::Push(socket_t sock, Clock::time_point accepted) {
       counters_.rejected.fetch_add(1);
     } else {
       waiting_.push_back({sock, accepted + deadline_});
-      if (waiting_.size() > idle_ && threads_.size() < max_threads_ && !StartWorkerLocked() &&
-          threads_.empty()) {
-        // No thread exists to serve it, ever: refuse it now.
-        waiting_.pop_back();
-        refused.push_back(sock);
-        counters_.rejected.fetch_add(1);
+      if (waiting_.size() > idle_ && threads_.size() < max_threads_) {
+        std::thread worker;
+        if (StartLocked([this] { Work(); }, worker)) {
+          threads_.push_back(std::move(worker));  // (room reserved by StartLocked)
+        } else if (threads_.empty()) {
+          // No thread exists to serve it, ever: refuse it now.
+          waiting_.pop_back();
+          refused.push_back(sock);
+          counters_.rejected.fetch_add(1);
+        }
       }
+      if (!waiting_.empty() && !reaper_.joinable()) StartLocked([this] { Reap(); }, reaper_);
       ready_.notify_one();
+      if (waiting_.size() == 1) front_changed_.notify_one();
     }
   }
   for (const socket_t s : refused) Refuse(s);
 }
 
-bool ConnectionPool::StartWorkerLocked() {
+bool ConnectionPool::StartLocked(std::function<void()> run, std::thread& thread) {
   try {
-    threads_.reserve(threads_.size() + 1);  // so that the push_back cannot throw
-    std::thread thread = start_thread_([this] { Work(); });
-    if (!thread.joinable()) {
-      counters_.thread_start_failures.fetch_add(1);
-      return false;
-    }
-    threads_.push_back(std::move(thread));
-    return true;
+    threads_.reserve(threads_.size() + 1);  // so that a push_back after cannot throw
+    thread = start_thread_(std::move(run));
+    if (thread.joinable()) return true;
   } catch (const std::exception&) {  // std::system_error, std::bad_alloc
-    counters_.thread_start_failures.fetch_add(1);
-    return false;
   }
+  counters_.thread_start_failures.fetch_add(1);
+  return false;
 }
 
 void ConnectionPool::Drain() {
@@ -93,10 +106,14 @@ void ConnectionPool::Drain() {
     stopping_ = true;
   }
   ready_.notify_all();
+  front_changed_.notify_all();
+  std::thread reaper;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     threads.swap(threads_);
+    reaper.swap(reaper_);
   }
+  if (reaper.joinable()) reaper.join();
   for (std::thread& thread : threads) thread.join();
   std::lock_guard<std::mutex> lock(mutex_);
   // (With no thread left, e.g. none could be started, what still waits is
@@ -130,6 +147,43 @@ void ConnectionPool::Work() {
   }
 }
 
-void ConnectionPool::Refuse(socket_t sock) { ::close(sock); }
+void ConnectionPool::Reap() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    if (waiting_.empty()) {
+      front_changed_.wait(lock);
+      continue;
+    }
+    // The front has the earliest deadline (accept order); a socket pushed
+    // behind it cannot expire first, one taken from the front only makes
+    // the next deadline later (the wait then ends early and starts again).
+    const Waiting front = waiting_.front();
+    if (Clock::now() < front.deadline) {
+      front_changed_.wait_until(lock, front.deadline);
+      continue;
+    }
+    waiting_.pop_front();
+    counters_.expired.fetch_add(1);
+    lock.unlock();
+    Refuse(front.sock);
+    lock.lock();
+  }
+}
+
+void ConnectionPool::Refuse(socket_t sock) const {
+  if (!refusal_.empty()) {
+    // A fresh connection's send buffer is empty, so the short answer goes
+    // whole or (the client gone) not at all; never waits.
+    (void)send(sock, refusal_.data(), refusal_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    ::shutdown(sock, SHUT_WR);
+    // What the client has sent (its request) is read and dropped, so that
+    // close() sends a FIN, not a reset that could destroy the answer before
+    // it is read. Bounded: a client still sending gets its reset.
+    char buffer[4096];
+    for (int i = 0; i < 16 && recv(sock, buffer, sizeof(buffer), MSG_DONTWAIT) > 0; ++i) {
+    }
+  }
+  ::close(sock);
+}
 
 }  // namespace drt::server

@@ -13,9 +13,15 @@
 //    the process);
 //  - each socket's deadline is its accept time + `deadline`; one whose
 //    deadline passed while it waited is closed unserved (counted in
-//    `expired`), by the next thread that comes free or the next accept;
+//    `expired`) at that deadline, by a reaper thread that waits for the
+//    earliest one (started with the first socket; should it fail to start,
+//    the next accept or the next thread that comes free closes it);
 //  - at most max_waiting wait (0: 4 x max_threads); one accepted beyond that
-//    is closed at once (counted in `rejected`).
+//    is closed at once (counted in `rejected`);
+//  - a socket closed unserved first gets `refusal` (a canned answer, e.g.
+//    a 503 with Retry-After) when it can be written without blocking, and
+//    what its client has sent so far is read and dropped, so that close()
+//    sends a FIN, not a reset that could destroy the answer unread.
 #pragma once
 
 #include <atomic>
@@ -74,7 +80,14 @@ struct ConnectionPoolOptions {
   size_t max_waiting = 0;  // 0: 4 x max_threads
   std::chrono::milliseconds deadline{5000};
   StartThread start_thread = StartStdThread;
+  // Written to a socket closed unserved (CannedResponse); "": none.
+  std::string refusal;
 };
+
+// A whole HTTP/1.1 answer with `Connection: close`, and `Retry-After:
+// <seconds>` when retry_after_seconds > 0, for ConnectionPoolOptions::refusal.
+std::string CannedResponse(int status, absl::string_view reason, absl::string_view content_type,
+                           absl::string_view body, int retry_after_seconds);
 
 // The waiting sockets and the serving threads (this file's header comment).
 class ConnectionPool {
@@ -103,19 +116,27 @@ class ConnectionPool {
   };
 
   void Work();
-  // Starts a serving thread (mutex_ held); false, counted, when it cannot.
-  bool StartWorkerLocked();
-  // Closes a socket that is not served.
-  static void Refuse(socket_t sock);
+  // Closes expired waiting sockets at their deadlines, until stopping_.
+  void Reap();
+  // Starts a thread running `run` into `thread` (mutex_ held); false,
+  // counted, when it cannot.
+  bool StartLocked(std::function<void()> run, std::thread& thread);
+  // Answers `refusal` if it can go at once, and closes a socket that is not
+  // served.
+  void Refuse(socket_t sock) const;
 
   const size_t max_threads_;
   const size_t max_waiting_;
   const std::chrono::milliseconds deadline_;
   const StartThread start_thread_;
+  const std::string refusal_;
   const Serve serve_;
   ConnectionPoolCounters& counters_;
   std::mutex mutex_;
   std::condition_variable ready_;
+  // The reaper's: a socket came to the front of an empty queue, or stopping.
+  std::condition_variable front_changed_;
+  std::thread reaper_;
   std::deque<Waiting> waiting_;
   std::vector<std::thread> threads_;  // grows until Drain joins them
   size_t idle_ = 0;

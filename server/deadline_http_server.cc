@@ -70,7 +70,11 @@ DeadlineHttpServer::DeadlineHttpServer(DeadlineHttpOptions options)
       counters_(std::make_unique<ConnectionPoolCounters>()),
       pool_(std::make_unique<ConnectionPool>(
           ConnectionPoolOptions{options_.max_connections, options_.max_waiting,
-                                options_.request_deadline, options_.start_thread},
+                                options_.request_deadline, options_.start_thread,
+                                CannedResponse(503, "Service Unavailable", "text/plain",
+                                               "overloaded: no thread was free to serve this "
+                                               "connection before its deadline",
+                                               /*retry_after_seconds=*/0)},
           [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); },
           *counters_)) {
   new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };

@@ -11,12 +11,12 @@
 //    max_connections threads, so slow clients do not hold up others until
 //    that many are open at once (and then only until their deadlines pass);
 //  - a connection that waited for a thread past its deadline is closed
-//    unserved (counted: connections_expired_in_queue), by the next thread
-//    that comes free or by the next accept, whichever comes first, so a
-//    backlog of slow clients is gone within one deadline and a probe that
+//    unserved (counted: connections_expired_in_queue) at that deadline, with
+//    a canned 503 "overloaded" when it can be written without blocking, so
+//    a backlog of slow clients is gone within one deadline and a probe that
 //    arrives after it is served with the time it has left;
 //  - at most max_waiting connections wait; one accepted beyond that is
-//    closed at once (counted: connections_rejected), so a connect flood
+//    closed at once with the same 503 (counted: connections_rejected), so a connect flood
 //    while every thread is held holds at most that many descriptors;
 //  - one request per connection: an idle kept-alive connection would hold a
 //    worker.

@@ -130,6 +130,18 @@ void ChatNotServed(httplib::Response& res) {
       kJson);
 }
 
+// What a connection closed unserved gets (server/connection_pool.h): no
+// thread took it before its header time passed, too many were waiting, or
+// no thread could be started.
+std::string OverloadedResponse() {
+  return CannedResponse(
+      503, "Service Unavailable", kJson,
+      ErrorJson("the OpenAI HTTP API is overloaded: no thread was free to serve this connection "
+                "in time; retry after the Retry-After seconds",
+                "server_error", "", "overloaded"),
+      kRetryAfterSeconds);
+}
+
 std::string RandomHex(std::random_device& random, int digits) {
   std::string out;
   while (static_cast<int>(out.size()) < digits) out += absl::StrFormat("%08x", random());
@@ -497,7 +509,8 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // threads) while everything Serve uses is still alive.
   std::unique_ptr<ConnectionPool> pool_ = std::make_unique<ConnectionPool>(
       ConnectionPoolOptions{options_.threads, options_.max_waiting_connections,
-                            options_.request_header_timeout, options_.start_thread},
+                            options_.request_header_timeout, options_.start_thread,
+                            OverloadedResponse()},
       [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); }, counters_);
 };
 

@@ -93,9 +93,10 @@ TEST_CASE("connection pool: a thread that cannot start: the socket waits for the
     std::unique_lock<std::mutex> lock(mutex);
     REQUIRE(changed.wait_for(lock, std::chrono::seconds(5), [&] { return served == 1; }));
   }
-  // The one thread is held: a second would start, and cannot.
+  // The one thread is held: a second would start, and cannot. (Counted:
+  // the reaper at the first push, and here the worker and the reaper again.)
   CHECK_NOTHROW(pool.Push(second.fds[1], Clock::now()));
-  CHECK(counters.thread_start_failures.load() == 1);
+  CHECK(counters.thread_start_failures.load() == 3);
   CHECK(counters.rejected.load() == 0);
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -109,6 +110,44 @@ TEST_CASE("connection pool: a thread that cannot start: the socket waits for the
   pool.Drain();
   CHECK(counters.expired.load() == 0);
   CHECK(counters.rejected.load() == 0);
+}
+
+TEST_CASE("connection pool: a waiting socket is refused at its deadline, with the canned answer",
+          "[server][http]") {
+  ConnectionPoolCounters counters;
+  std::atomic<bool> release{false};
+  const std::string refusal = CannedResponse(503, "Service Unavailable", "text/plain", "busy", 7);
+  ConnectionPool pool(ConnectionPoolOptions{1, 0, std::chrono::milliseconds(300), StartStdThread,
+                                            refusal},
+                      [&](socket_t sock, Clock::time_point) {
+                        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                        close(sock);
+                      },
+                      counters);
+  SocketPair held, waiting;
+  pool.Push(held.fds[1], Clock::now());
+  const auto start = Clock::now();
+  pool.Push(waiting.fds[1], start);
+  // Nothing else is pushed and the one thread stays held: only the reaper
+  // can close it, 0.3 s after its push. (Before: not until the thread came
+  // free, here never; the read gave up after 5 s.)
+  timeval timeout{5, 0};
+  setsockopt(waiting.fds[0], SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  std::string answer;
+  char buffer[256];
+  ssize_t n;
+  while ((n = recv(waiting.fds[0], buffer, sizeof(buffer), 0)) > 0) answer.append(buffer, n);
+  const double seconds = testing::SecondsSince(start);
+  CHECK(n == 0);
+  CHECK(answer == refusal);
+  CHECK(answer == "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                  "Content-Length: 4\r\nConnection: close\r\nRetry-After: 7\r\n\r\nbusy");
+  CHECK(counters.expired.load() == 1);
+  // 0.3 s deadline; up to 1.5 s leaves room for a loaded machine (measured:
+  // 0.30 s at load 2).
+  CHECK(seconds >= 0.29);
+  CHECK(seconds < 1.5);
+  release.store(true);
 }
 
 }  // namespace

@@ -746,6 +746,37 @@ TEST_CASE("openai http: a body sent anywhere but POST /v1/completions is refused
   for (const int sock : held) close(sock);
 }
 
+TEST_CASE("openai http: a waiting connection whose header time passed gets 503 with Retry-After "
+          "at that time", "[openai][server]") {
+  OpenAiHttpOptions options;
+  options.threads = 1;
+  options.request_header_timeout = std::chrono::milliseconds(1000);
+  options.request_read_timeout = std::chrono::milliseconds(5000);
+  OpenAiServer server(SmallOptions(), options);
+  // The one thread is held for the 5 s read time by a body that never comes.
+  const std::vector<int> held = HoldConnections(
+      server.api->port(), 1,
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // A whole request that waits for a thread: at its header time (1 s) the
+  // pool answers it 503 and closes it. (Before, it waited until the thread
+  // came free at 5 s and was then closed with no answer.)
+  const auto start = std::chrono::steady_clock::now();
+  const std::string answer = RawExchange(server.api->port(), "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(RawStatus(answer) == 503);
+  CHECK_THAT(answer, Catch::Matchers::Contains("\r\nRetry-After: 1\r\n"));
+  CHECK_THAT(answer, Catch::Matchers::Contains("\r\nConnection: close\r\n"));
+  CHECK(RawJsonBody(answer)["error"]["code"] == "overloaded");
+  // 1 s header time; 3 s leaves room for load, well before the 5 s.
+  CHECK(seconds > 0.9);
+  CHECK(seconds < 3);
+  CHECK_THAT(server.api->RenderMetrics(),
+             Catch::Matchers::Contains("\ndrt_openai_connections_expired_total 1\n"));
+  for (const int sock : held) close(sock);
+}
+
 TEST_CASE("openai http: a serving thread that cannot start does not end the server",
           "[openai][server]") {
   OpenAiHttpOptions options;
@@ -774,7 +805,9 @@ TEST_CASE("openai http: a serving thread that cannot start does not end the serv
   CHECK(models->status == 200);
   close(silent);
   CHECK_THAT(server.api->RenderMetrics(),
-             Catch::Matchers::Contains("\ndrt_openai_thread_start_failures_total 1\n"));
+             Catch::Matchers::Contains("\ndrt_openai_thread_start_failures_total "));
+  CHECK_THAT(server.api->RenderMetrics(),
+             !Catch::Matchers::Contains("\ndrt_openai_thread_start_failures_total 0\n"));
 }
 
 TEST_CASE("openai http: Stop does not wait for a client that sends nothing", "[openai][server]") {
