@@ -27,6 +27,7 @@
 #include "server/connection_pool.h"
 #include "server/http_connection_io.h"
 #include "server/openai_api.h"
+#include "server/session_manager.h"
 #include "server/stop_text_cutter.h"
 
 namespace drt::server {
@@ -40,8 +41,18 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-void SendError(httplib::Response& res, const absl::Status& status) {
+// Every 503 carries Retry-After (kRetryAfterSeconds). The session limit
+// (every session held: by running completions, each of which holds one, or
+// by gRPC clients) is answered 503 "unavailable", not 429: it is a load to
+// wait out, as all threads busy is, and unlike the other
+// RESOURCE_EXHAUSTED (the context limit, the memory budget) it says
+// nothing about the request.
+void SendError(httplib::Response& res, absl::Status status) {
+  if (SessionManager::IsSessionLimitRefusal(status)) {
+    status = absl::UnavailableError(status.message());
+  }
   res.status = HttpStatusFor(status.code());
+  if (res.status == 503) res.set_header("Retry-After", absl::StrCat(kRetryAfterSeconds));
   res.set_content(ErrorJson(status), kJson);
 }
 

@@ -746,6 +746,51 @@ TEST_CASE("openai http: a body sent anywhere but POST /v1/completions is refused
   for (const int sock : held) close(sock);
 }
 
+TEST_CASE("openai http: every 503 carries Retry-After: the session limit and draining",
+          "[openai][server]") {
+  ServiceOptions service = SmallOptions();
+  service.max_sessions = 1;
+  service.max_context_tokens = 100;
+  OpenAiServer server(service);
+  const Json request = {{"prompt", "ab"}, {"max_tokens", 1}};
+  // The one session is held (by a gRPC client): a completion, which needs a
+  // temporary session, is refused 503 with Retry-After. (Before: 429, no
+  // Retry-After.)
+  const std::string held = testing::NewSession(server.grpc.stub());
+  auto full = server.Post(request);
+  REQUIRE(full);
+  CHECK(full->status == 503);
+  CHECK(full->get_header_value("Retry-After") == "1");
+  const Json error = Json::parse(full->body)["error"];
+  CHECK(error["type"] == "server_error");
+  CHECK(std::string(error["message"]).find("maximum of 1 sessions") != std::string::npos);
+  // Other RESOURCE_EXHAUSTED stay 429 without it (the context limit here).
+  {
+    grpc::ClientContext context;
+    drt::v1::DeleteSessionRequest remove;
+    remove.set_session_id(held);
+    drt::v1::DeleteSessionResponse removed;
+    REQUIRE(server.grpc.stub().DeleteSession(&context, remove, &removed).ok());
+  }
+  auto long_prompt = server.Post({{"prompt", std::string(200, 'a')},
+                                  {"max_tokens", 1}});
+  REQUIRE(long_prompt);
+  CHECK(long_prompt->status == 429);
+  CHECK_FALSE(long_prompt->has_header("Retry-After"));
+  // Draining: the service's UNAVAILABLE, 503 with Retry-After.
+  server.grpc.service().StartDraining();
+  for (bool stream : {false, true}) {
+    auto draining = server.Post({{"prompt", "ab"}, {"max_tokens", 1}, {"stream", stream}});
+    REQUIRE(draining);
+    CHECK(draining->status == 503);
+    CHECK(draining->get_header_value("Retry-After") == "1");
+  }
+  auto models = server.client->Get("/v1/models");
+  REQUIRE(models);
+  CHECK(models->status == 503);
+  CHECK(models->get_header_value("Retry-After") == "1");
+}
+
 TEST_CASE("openai http: a waiting connection whose header time passed gets 503 with Retry-After "
           "at that time", "[openai][server]") {
   OpenAiHttpOptions options;
