@@ -34,7 +34,8 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
   UseReuseAddressOnly(*server);
   server->Get("/metrics", [this, http = server.get()](const httplib::Request&,
                                                       httplib::Response& response) {
-    response.set_content(metrics_.RenderPrometheus() + RenderHttpMetrics(*http),
+    response.set_content(metrics_.RenderPrometheus() + RenderHttpMetrics(*http) +
+                             (options_.more_metrics ? options_.more_metrics() : std::string()),
                          kPrometheusContentType);
   });
   server->Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {

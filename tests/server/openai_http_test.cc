@@ -901,6 +901,24 @@ TEST_CASE("drt-server --openai_listen: the real binary serves completions and dr
   CHECK(Json::parse(res->body)["choices"][0]["text"] == expected.text);
   CHECK(Json::parse(res->body)["model"] == "two_groups");
 
+  // The probe endpoint's /metrics has the OpenAI API's connection counters
+  // (with HELP saying what each counts).
+  const size_t http_tag = line.find(" (http)");
+  REQUIRE(http_tag != std::string::npos);
+  const std::string http_address =
+      line.substr(line.rfind(' ', http_tag - 1) + 1, http_tag - line.rfind(' ', http_tag - 1) - 1);
+  httplib::Client probe("127.0.0.1", std::stoi(http_address.substr(http_address.rfind(':') + 1)));
+  auto scraped = probe.Get("/metrics");
+  REQUIRE(scraped);
+  REQUIRE(scraped->status == 200);
+  for (const char* name : {"drt_openai_connections_expired_total",
+                           "drt_openai_connections_rejected_total",
+                           "drt_openai_thread_start_failures_total"}) {
+    INFO(name);
+    CHECK_THAT(scraped->body, Catch::Matchers::Contains(absl::StrCat("# HELP ", name, " ")));
+    CHECK_THAT(scraped->body, Catch::Matchers::Contains(absl::StrCat("\n", name, " 0\n")));
+  }
+
   // A stream far longer than the grace period: the drain ends it with an
   // error event (UNAVAILABLE), then [DONE], and the server exits cleanly.
   std::mutex mutex;
