@@ -878,6 +878,8 @@ TEST_CASE("drt-server --openai_listen: the real binary serves completions and dr
           "[openai][server][process]") {
   std::vector<std::string> args = testing::ServerProcessArgs(/*grace_seconds=*/1);
   args.push_back("--openai_listen=127.0.0.1:0");
+  // (Far above what the stream below generates before the drain ends it.)
+  args.push_back("--max_context_tokens=10000000");
   testing::ServerProcess server(drt::testing::ServerBinary(), args);
   // "drt-server listening on G (grpc), H (http), O (openai), model M"
   const std::string& line = server.startup_output();
@@ -900,6 +902,14 @@ TEST_CASE("drt-server --openai_listen: the real binary serves completions and dr
   REQUIRE(res->status == 200);
   CHECK(Json::parse(res->body)["choices"][0]["text"] == expected.text);
   CHECK(Json::parse(res->body)["model"] == "two_groups");
+
+  // max_model_len is the per-session context limit the server enforces
+  // (--max_context_tokens: every completion runs in a session of its own),
+  // as vLLM reports its max_model_len (prompt + completion tokens).
+  auto models = client.Get("/v1/models");
+  REQUIRE(models);
+  REQUIRE(models->status == 200);
+  CHECK(Json::parse(models->body)["data"][0]["max_model_len"] == 10000000);
 
   // The probe endpoint's /metrics has the OpenAI API's connection counters
   // (with HELP saying what each counts).
