@@ -424,6 +424,8 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   // --max_sessions should not allow that many at once.)
   openai_options.threads =
       static_cast<size_t>(std::min<int64_t>(service_options.max_sessions + 4, kMaxOpenAiThreads));
+  openai_options.request_read_timeout =
+      std::chrono::seconds(config.openai_request_timeout_seconds);
   // (Made before the probe endpoint, whose /metrics reads its counters, and
   // so destroyed after it; started after it, as before.)
   OpenAiHttpServer openai(server->InProcessChannel(grpc::ChannelArguments()), openai_options);

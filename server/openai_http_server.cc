@@ -312,7 +312,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // for the thread so that the handler can watch it for a hang-up.
   // `header_deadline` is the accept time + request_header_timeout.
   void Serve(socket_t sock, Clock::time_point header_deadline) {
-    const Clock::time_point accepted = header_deadline - options_.request_header_timeout;
+    const Clock::time_point accepted = header_deadline - header_timeout_;
     ConnectionStream stream(sock, header_deadline, accepted + options_.request_read_timeout,
                             options_.write_timeout, stopping_);
     {
@@ -505,6 +505,9 @@ class OpenAiHttpServer::Server : public httplib::Server {
 
   const OpenAiHttpOptions options_;
   ConnectionPoolCounters& counters_;  // the OpenAiHttpServer's
+  // request_header_timeout, at most request_read_timeout.
+  const std::chrono::milliseconds header_timeout_ =
+      std::min(options_.request_header_timeout, options_.request_read_timeout);
   std::unique_ptr<drt::v1::Drt::Stub> stub_;
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
   std::atomic<bool> stopping_{false};
@@ -520,7 +523,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // threads) while everything Serve uses is still alive.
   std::unique_ptr<ConnectionPool> pool_ = std::make_unique<ConnectionPool>(
       ConnectionPoolOptions{options_.threads, options_.max_waiting_connections,
-                            options_.request_header_timeout, options_.start_thread,
+                            header_timeout_, options_.start_thread,
                             OverloadedResponse()},
       [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); }, counters_);
 };

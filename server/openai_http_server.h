@@ -63,8 +63,10 @@ struct OpenAiHttpOptions {
   std::chrono::milliseconds request_header_timeout{10'000};
   // Time from the accept until the whole request (the body too) has
   // arrived; then the connection is closed (a client sending a byte at a
-  // time cannot hold a thread longer).
-  std::chrono::milliseconds request_read_timeout{60'000};
+  // time, or stalling its body, cannot hold a thread longer). drt-server:
+  // --openai_request_timeout_seconds (30 s). The header time is at most
+  // this.
+  std::chrono::milliseconds request_read_timeout{30'000};
   // How long one write of the answer may wait for the client to read; a
   // client that stops reading for longer is cut off and its call
   // cancelled. There is no limit on the answer as a whole.

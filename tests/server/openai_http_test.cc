@@ -880,6 +880,7 @@ TEST_CASE("drt-server --openai_listen: the real binary serves completions and dr
   args.push_back("--openai_listen=127.0.0.1:0");
   // (Far above what the stream below generates before the drain ends it.)
   args.push_back("--max_context_tokens=10000000");
+  args.push_back("--openai_request_timeout_seconds=2");
   testing::ServerProcess server(drt::testing::ServerBinary(), args);
   // "drt-server listening on G (grpc), H (http), O (openai), model M"
   const std::string& line = server.startup_output();
@@ -910,6 +911,21 @@ TEST_CASE("drt-server --openai_listen: the real binary serves completions and dr
   REQUIRE(models);
   REQUIRE(models->status == 200);
   CHECK(Json::parse(models->body)["data"][0]["max_model_len"] == 10000000);
+
+  // A body that stalls after its headers is given up at the request time
+  // (2 s from the accept), not 60 s. (Before: the flag did not exist, and
+  // the read time was 60 s.)
+  {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string answer = RawExchange(
+        port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              "Content-Length: 100\r\n\r\n{\"prompt\":");
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(RawStatus(answer) == 400);
+    CHECK(seconds > 1.9);
+    CHECK(seconds < 5);  // 2 s + the lingering close's 1 s at most, + load
+  }
 
   // The probe endpoint's /metrics has the OpenAI API's connection counters
   // (with HELP saying what each counts).
