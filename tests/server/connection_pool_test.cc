@@ -2,7 +2,15 @@
 // that cannot be started (std::thread throws std::system_error under a pids
 // or memory limit) neither escapes Push (on httplib's accept thread it would
 // end the process) nor loses the socket: it waits for the threads that
-// exist, or is refused when there are none; each failure is counted.
+// exist, or is refused when there are none; each failure is counted. And
+// a socket left waiting is closed at its deadline by the reaper, with the
+// canned answer.
+// Under ThreadSanitizer, by hand from the repo root (no TSAN build here):
+//   g++ -std=c++20 -O1 -g -fsanitize=thread -I. tests/test_main.cc \
+//     tests/server/connection_pool_test.cc server/connection_pool.cc -o /tmp/pool_tsan \
+//     -lcpp-httplib -labsl_strings -labsl_strings_internal -labsl_int128 \
+//     -labsl_raw_logging_internal -labsl_throw_delegate && /tmp/pool_tsan
+// Measured 2026-11-25: no report in 3 runs.
 #include <sys/socket.h>
 #include <unistd.h>
 
