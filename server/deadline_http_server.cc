@@ -67,10 +67,16 @@ class DeadlineStream : public httplib::Stream {
 
 DeadlineHttpServer::DeadlineHttpServer(DeadlineHttpOptions options)
     : options_(options),
+      counters_(std::make_unique<ConnectionPoolCounters>()),
       pool_(std::make_unique<ConnectionPool>(
-          options_.max_connections, options_.max_waiting, options_.request_deadline,
+          ConnectionPoolOptions{options_.max_connections, options_.max_waiting,
+                                options_.request_deadline, options_.start_thread,
+                                CannedResponse(503, "Service Unavailable", "text/plain",
+                                               "overloaded: no thread was free to serve this "
+                                               "connection before its deadline",
+                                               /*retry_after_seconds=*/0)},
           [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); },
-          expired_in_queue_, rejected_)) {
+          *counters_)) {
   new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };
 }
 
@@ -78,6 +84,14 @@ DeadlineHttpServer::DeadlineHttpServer(DeadlineHttpOptions options)
 // (joins every serving thread) while everything Serve uses, the base class
 // and the counters, is still there.
 DeadlineHttpServer::~DeadlineHttpServer() = default;
+
+int64_t DeadlineHttpServer::connections_expired_in_queue() const {
+  return counters_->expired.load();
+}
+int64_t DeadlineHttpServer::connections_rejected() const { return counters_->rejected.load(); }
+int64_t DeadlineHttpServer::thread_start_failures() const {
+  return counters_->thread_start_failures.load();
+}
 
 bool DeadlineHttpServer::process_and_close_socket(socket_t sock) {
   pool_->Push(sock, Clock::now());

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/connection_pool.h"
 #include "server/deadline_http_server.h"
 #include "server/httplib_listener.h"
 
@@ -14,17 +15,7 @@ constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=ut
 }  // namespace
 
 std::string RenderHttpMetrics(const DeadlineHttpServer& server) {
-  return absl::StrCat(
-      "# HELP drt_http_connections_expired_total HTTP connections closed unserved: their "
-      "deadline (counted from accept) passed while they waited for a serving thread.\n"
-      "# TYPE drt_http_connections_expired_total counter\n"
-      "drt_http_connections_expired_total ",
-      server.connections_expired_in_queue(), "\n",
-      "# HELP drt_http_connections_rejected_total HTTP connections closed at accept, unserved: "
-      "as many were already waiting for a serving thread as may wait.\n"
-      "# TYPE drt_http_connections_rejected_total counter\n"
-      "drt_http_connections_rejected_total ",
-      server.connections_rejected(), "\n");
+  return RenderConnectionPoolMetrics("drt_http", "HTTP connections", server.counters());
 }
 
 HttpEndpoint::HttpEndpoint(const Metrics& metrics, HttpEndpointOptions options)
@@ -39,11 +30,12 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
   }
   auto server = std::make_unique<DeadlineHttpServer>(
       DeadlineHttpOptions{options_.request_deadline, options_.max_connections,
-                          options_.max_waiting_connections});
+                          options_.max_waiting_connections, {}});
   UseReuseAddressOnly(*server);
   server->Get("/metrics", [this, http = server.get()](const httplib::Request&,
                                                       httplib::Response& response) {
-    response.set_content(metrics_.RenderPrometheus() + RenderHttpMetrics(*http),
+    response.set_content(metrics_.RenderPrometheus() + RenderHttpMetrics(*http) +
+                             (options_.more_metrics ? options_.more_metrics() : std::string()),
                          kPrometheusContentType);
   });
   server->Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {

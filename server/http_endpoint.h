@@ -49,6 +49,10 @@ struct HttpEndpointOptions {
   // Called on a serving thread for each request; empty: always 200. Draining
   // does not fail it (liveness must not cut a drain).
   std::function<absl::Status()> liveness;
+  // More Prometheus text /metrics appends (drt-server: the OpenAI HTTP
+  // API's connection counters); called on a serving thread for each
+  // scrape. Empty: none.
+  std::function<std::string()> more_metrics;
 };
 
 class HttpEndpoint {

@@ -414,21 +414,6 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
         });
   }
 
-  HttpEndpointOptions http_options;
-  http_options.liveness = [&service, stall_limit] {
-    return EngineLiveness(service.engine_progress(), std::chrono::steady_clock::now(),
-                          stall_limit);
-  };
-  HttpEndpoint http(metrics, http_options);
-  std::string http_address = "disabled";
-  if (config.http.has_value()) {
-    if (absl::Status started = http.Start(config.http->host, config.http->port); !started.ok()) {
-      server->Shutdown(std::chrono::system_clock::now());
-      return Fail(started);
-    }
-    http_address = FormatHostPort({config.http->host, http.port()});
-  }
-
   // The OpenAI-compatible API calls this server's own service in-process,
   // so every gRPC rule (auth, limits, scheduling, metrics, the drain)
   // applies to it as to any client.
@@ -439,7 +424,30 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   // --max_sessions should not allow that many at once.)
   openai_options.threads =
       static_cast<size_t>(std::min<int64_t>(service_options.max_sessions + 4, kMaxOpenAiThreads));
+  openai_options.request_read_timeout =
+      std::chrono::seconds(config.openai_request_timeout_seconds);
+  // (Made before the probe endpoint, whose /metrics reads its counters, and
+  // so destroyed after it; started after it, as before.)
   OpenAiHttpServer openai(server->InProcessChannel(grpc::ChannelArguments()), openai_options);
+
+  HttpEndpointOptions http_options;
+  http_options.liveness = [&service, stall_limit] {
+    return EngineLiveness(service.engine_progress(), std::chrono::steady_clock::now(),
+                          stall_limit);
+  };
+  if (config.openai.has_value()) {
+    http_options.more_metrics = [&openai] { return openai.RenderMetrics(); };
+  }
+  HttpEndpoint http(metrics, http_options);
+  std::string http_address = "disabled";
+  if (config.http.has_value()) {
+    if (absl::Status started = http.Start(config.http->host, config.http->port); !started.ok()) {
+      server->Shutdown(std::chrono::system_clock::now());
+      return Fail(started);
+    }
+    http_address = FormatHostPort({config.http->host, http.port()});
+  }
+
   std::string openai_address;
   if (config.openai.has_value()) {
     if (absl::Status started = openai.Start(config.openai->host, config.openai->port);

@@ -19,6 +19,13 @@ namespace drt::server {
 
 // OpenAI's default max_tokens for /v1/completions.
 constexpr int32_t kOpenAiDefaultMaxTokens = 16;
+// Retry-After (seconds) on every 503 the API sends: overload (no thread, or
+// no session free), draining. A thread or a session comes free when any
+// running completion ends, and a draining server's load balancer takes new
+// requests elsewhere once /healthz fails, so a retry soon is the right
+// advice; 1 s also keeps openai-python (which honours Retry-After up to
+// 60 s, else backs off from 0.5 s) from retrying sooner than that.
+constexpr int kRetryAfterSeconds = 1;
 // OpenAI allows at most 4 stop sequences.
 constexpr size_t kOpenAiMaxStops = 4;
 // Prompt pieces per Complete message: far below gRPC's message limit

@@ -27,6 +27,7 @@
 #include "server/connection_pool.h"
 #include "server/http_connection_io.h"
 #include "server/openai_api.h"
+#include "server/session_manager.h"
 #include "server/stop_text_cutter.h"
 
 namespace drt::server {
@@ -40,8 +41,18 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-void SendError(httplib::Response& res, const absl::Status& status) {
+// Every 503 carries Retry-After (kRetryAfterSeconds). The session limit
+// (every session held: by running completions, each of which holds one, or
+// by gRPC clients) is answered 503 "unavailable", not 429: it is a load to
+// wait out, as all threads busy is, and unlike the other
+// RESOURCE_EXHAUSTED (the context limit, the memory budget) it says
+// nothing about the request.
+void SendError(httplib::Response& res, absl::Status status) {
+  if (SessionManager::IsSessionLimitRefusal(status)) {
+    status = absl::UnavailableError(status.message());
+  }
   res.status = HttpStatusFor(status.code());
+  if (res.status == 503) res.set_header("Retry-After", absl::StrCat(kRetryAfterSeconds));
   res.set_content(ErrorJson(status), kJson);
 }
 
@@ -130,6 +141,18 @@ void ChatNotServed(httplib::Response& res) {
       kJson);
 }
 
+// What a connection closed unserved gets (server/connection_pool.h): no
+// thread took it before its header time passed, too many were waiting, or
+// no thread could be started.
+std::string OverloadedResponse() {
+  return CannedResponse(
+      503, "Service Unavailable", kJson,
+      ErrorJson("the OpenAI HTTP API is overloaded: no thread was free to serve this connection "
+                "in time; retry after the Retry-After seconds",
+                "server_error", "", "overloaded"),
+      kRetryAfterSeconds);
+}
+
 std::string RandomHex(std::random_device& random, int digits) {
   std::string out;
   while (static_cast<int>(out.size()) < digits) out += absl::StrFormat("%08x", random());
@@ -140,8 +163,9 @@ std::string RandomHex(std::random_device& random, int digits) {
 
 class OpenAiHttpServer::Server : public httplib::Server {
  public:
-  Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options)
-      : options_(options), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
+  Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options,
+         ConnectionPoolCounters& counters)
+      : options_(options), counters_(counters), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
     // The accept loop only queues each socket with its accept time; the
     // pool's threads serve them (server/connection_pool.h).
     new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };
@@ -288,7 +312,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // for the thread so that the handler can watch it for a hang-up.
   // `header_deadline` is the accept time + request_header_timeout.
   void Serve(socket_t sock, Clock::time_point header_deadline) {
-    const Clock::time_point accepted = header_deadline - options_.request_header_timeout;
+    const Clock::time_point accepted = header_deadline - header_timeout_;
     ConnectionStream stream(sock, header_deadline, accepted + options_.request_read_timeout,
                             options_.write_timeout, stopping_);
     {
@@ -480,6 +504,10 @@ class OpenAiHttpServer::Server : public httplib::Server {
   }
 
   const OpenAiHttpOptions options_;
+  ConnectionPoolCounters& counters_;  // the OpenAiHttpServer's
+  // request_header_timeout, at most request_read_timeout.
+  const std::chrono::milliseconds header_timeout_ =
+      std::min(options_.request_header_timeout, options_.request_read_timeout);
   std::unique_ptr<drt::v1::Drt::Stub> stub_;
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
   std::atomic<bool> stopping_{false};
@@ -491,19 +519,24 @@ class OpenAiHttpServer::Server : public httplib::Server {
     ConnectionStream* stream;
   };
   std::unordered_map<std::thread::id, Connection> sockets_;
-  std::atomic<int64_t> expired_in_queue_{0};
-  std::atomic<int64_t> rejected_{0};
   // Last: destroyed first, its destructor draining the pool (joining the
   // threads) while everything Serve uses is still alive.
   std::unique_ptr<ConnectionPool> pool_ = std::make_unique<ConnectionPool>(
-      options_.threads, options_.max_waiting_connections, options_.request_header_timeout,
-      [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); },
-      expired_in_queue_, rejected_);
+      ConnectionPoolOptions{options_.threads, options_.max_waiting_connections,
+                            header_timeout_, options_.start_thread,
+                            OverloadedResponse()},
+      [this](socket_t sock, Clock::time_point deadline) { Serve(sock, deadline); }, counters_);
 };
 
 OpenAiHttpServer::OpenAiHttpServer(std::shared_ptr<grpc::Channel> channel,
                                    OpenAiHttpOptions options)
-    : channel_(std::move(channel)), options_(std::move(options)) {}
+    : channel_(std::move(channel)),
+      options_(std::move(options)),
+      counters_(std::make_unique<ConnectionPoolCounters>()) {}
+
+std::string OpenAiHttpServer::RenderMetrics() const {
+  return RenderConnectionPoolMetrics("drt_openai", "OpenAI HTTP API connections", *counters_);
+}
 
 OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
 
@@ -512,7 +545,7 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--openai_listen port out of range: ", port));
   }
-  auto server = std::make_unique<Server>(channel_, options_);
+  auto server = std::make_unique<Server>(channel_, options_, *counters_);
   UseReuseAddressOnly(*server);
   absl::StatusOr<int> bound_port = BindHttpServer(*server, host, port, "the OpenAI HTTP API");
   if (!bound_port.ok()) return bound_port.status();

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,6 +31,8 @@ class Channel;
 }
 
 namespace drt::server {
+
+struct ConnectionPoolCounters;  // server/connection_pool.h
 
 struct OpenAiHttpOptions {
   // The served model's name: what GetModelInfo reports, which a request's
@@ -60,12 +63,17 @@ struct OpenAiHttpOptions {
   std::chrono::milliseconds request_header_timeout{10'000};
   // Time from the accept until the whole request (the body too) has
   // arrived; then the connection is closed (a client sending a byte at a
-  // time cannot hold a thread longer).
-  std::chrono::milliseconds request_read_timeout{60'000};
+  // time, or stalling its body, cannot hold a thread longer). drt-server:
+  // --openai_request_timeout_seconds (30 s). The header time is at most
+  // this.
+  std::chrono::milliseconds request_read_timeout{30'000};
   // How long one write of the answer may wait for the client to read; a
   // client that stops reading for longer is cut off and its call
   // cancelled. There is no limit on the answer as a whole.
   std::chrono::milliseconds write_timeout{60'000};
+  // How serving threads are started (tests inject failures); empty:
+  // std::thread.
+  std::function<std::thread(std::function<void()>)> start_thread;
 };
 
 class OpenAiHttpServer {
@@ -79,6 +87,12 @@ class OpenAiHttpServer {
   // Binds host:port (0: any free port) and serves on threads of its own.
   absl::Status Start(const std::string& host, int port);
   int port() const { return port_; }
+  // The connection counters (drt_openai_connections_expired_total,
+  // drt_openai_connections_rejected_total,
+  // drt_openai_thread_start_failures_total) as Prometheus text, for the
+  // probe endpoint's /metrics. Safe from any thread, before Start and after
+  // Stop too.
+  std::string RenderMetrics() const;
   // Waits until every Complete call the API made has ended and its handler
   // has its status, or `deadline` passes; true when none is left. drt-server
   // waits for this after ending the running calls and before gRPC's
@@ -97,6 +111,8 @@ class OpenAiHttpServer {
  private:
   std::shared_ptr<grpc::Channel> channel_;
   OpenAiHttpOptions options_;
+  // Outlive the server (and its pool), so RenderMetrics can always read them.
+  std::unique_ptr<ConnectionPoolCounters> counters_;
   std::unique_ptr<Server> server_;
   HttpListenThread listener_;
   int port_ = 0;

@@ -23,6 +23,12 @@ ABSL_FLAG(std::string, openai_listen, "",
           "address for the OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models), "
           "host:port; empty (the default) turns it off. Not the --http_listen endpoint: its "
           "answers may stream for as long as generation runs");
+ABSL_FLAG(int64_t, openai_request_timeout_seconds,
+          drt::server::ServerConfig{}.openai_request_timeout_seconds,
+          "time an OpenAI API connection has, from its accept, to send its whole request (the "
+          "headers within min(10 s, this), then the body); then it is closed, so a stalled or "
+          "slow body holds a serving thread at most this long. 1 to 3600; the default, 30 s, "
+          "takes the largest body accepted (64 MiB) at 18 Mbit/s or more");
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json, model.safetensors, optional tokenizer.json); required");
 ABSL_FLAG(std::string, device, "auto",
@@ -331,6 +337,11 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
       errors.emplace_back(absl::StrCat("--openai_listen: ", parsed.status().message()));
     }
   }
+
+  config.openai_request_timeout_seconds = absl::GetFlag(FLAGS_openai_request_timeout_seconds);
+  check(CheckAtLeast("openai_request_timeout_seconds", config.openai_request_timeout_seconds, 1));
+  check(CheckAtMost("openai_request_timeout_seconds", config.openai_request_timeout_seconds, 3600,
+                    "an hour; a request that takes longer holds a serving thread as long"));
 
   config.model_dir = absl::GetFlag(FLAGS_model);
   if (config.model_dir.empty()) errors.emplace_back("--model is required (a model directory)");

@@ -38,6 +38,9 @@ struct ServerConfig {
   std::optional<HostPort> http;  // empty: no HTTP endpoint
   // --openai_listen; empty: no OpenAI-compatible HTTP API
   std::optional<HostPort> openai;
+  // --openai_request_timeout_seconds: time from the accept until a request
+  // to the OpenAI API has arrived whole, its body too (1 to 3600).
+  int64_t openai_request_timeout_seconds = 30;
   std::string model_dir;
   // "cpu" or "cuda" (engine/backend_factory.h). "auto" resolves to "cuda"
   // when the build has the CUDA backend and GPU cuda_device is visible, to

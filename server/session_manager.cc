@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "server/session_id.h"
 #include "server/state_store.h"
@@ -572,11 +573,21 @@ absl::Status SessionManager::CheckSessionRoom() const {
   return CheckSessionRoomLocked();
 }
 
+namespace {
+// The start of the session-limit refusal's message (IsSessionLimitRefusal).
+constexpr char kSessionLimitPrefix[] = "the server holds its maximum of ";
+}  // namespace
+
 absl::Status SessionManager::CheckSessionRoomLocked() const {
   if (static_cast<int64_t>(sessions_.size()) < limits_.max_sessions) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "the server holds its maximum of %d sessions; delete one or wait for idle ones to expire",
+      "%s%d sessions; delete one or wait for idle ones to expire", kSessionLimitPrefix,
       limits_.max_sessions));
+}
+
+bool SessionManager::IsSessionLimitRefusal(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted &&
+         absl::StartsWith(status.message(), kSessionLimitPrefix);
 }
 
 HostReservation::HostReservation(HostReservation&& other) noexcept

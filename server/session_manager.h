@@ -389,6 +389,10 @@ class SessionManager {
   // work before inserting (LoadSession reads a whole file) to refuse at
   // once. It takes no slot: the insert checks again.
   absl::Status CheckSessionRoom() const;
+  // Whether `status` is that refusal (also after a trip through gRPC, which
+  // keeps the code and the message): the OpenAI API answers it 503 with
+  // Retry-After, a load to wait out, unlike the other RESOURCE_EXHAUSTED.
+  static bool IsSessionLimitRefusal(const absl::Status& status);
 
   // Durable sessions (--state_dir): from now on every session inserted
   // (created, forked, adopted) is written to `store` after its steps and

@@ -1,8 +1,8 @@
 // DeadlineHttpServer's queue of accepted connections waiting for a serving
 // thread: bounded (a connect flood while every thread is held is closed at
 // accept and counted, not left holding one descriptor each), and a waiting
-// connection whose deadline passed is closed at the next accept, not only
-// when a thread comes free. A handler that sleeps holds the one serving
+// connection whose deadline passed is closed at that deadline (with a 503),
+// not only when a thread comes free. A handler that sleeps holds the one serving
 // thread for a known time (a slow client can hold it at most until its own
 // deadline, which comes before the deadlines of those accepted after it, so
 // it could not show either).
@@ -69,6 +69,17 @@ bool WaitUntil(Done done, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
+}
+
+// What `fd` reads until the server closes it ("" plus a failed check if it
+// does not within the 5 s receive timeout).
+std::string ReadUntilClosed(int fd) {
+  std::string out;
+  char buffer[1024];
+  ssize_t n;
+  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) out.append(buffer, static_cast<size_t>(n));
+  CHECK(n == 0);
+  return out;
 }
 
 std::string LoadAverage() {
@@ -163,9 +174,10 @@ TEST_CASE("connections past the waiting cap are closed at accept and counted",
   // the waiting connections (kMaxWaiting) more than before, nothing else
   // (the old unbounded queue held kFlood server ends: 2 x kFlood in all).
   CHECK(OpenDescriptors() - before == kFlood + static_cast<int>(kMaxWaiting));
-  // A rejected connection reads end-of-file at once; a waiting one does not.
+  // A rejected connection reads a 503 and end-of-file at once; a waiting
+  // one reads nothing yet.
   char byte;
-  CHECK(recv(clients.back(), &byte, 1, 0) == 0);
+  CHECK(ReadUntilClosed(clients.back()).rfind("HTTP/1.1 503 Service Unavailable\r\n", 0) == 0);
   CHECK(recv(clients.front(), &byte, 1, MSG_DONTWAIT) < 0);
   CHECK(errno == EAGAIN);
   const std::string rendered = RenderHttpMetrics(slow.server());
@@ -176,33 +188,29 @@ TEST_CASE("connections past the waiting cap are closed at accept and counted",
   slow.JoinClient();
 }
 
-TEST_CASE("a waiting connection past its deadline is closed at the next accept",
+TEST_CASE("a waiting connection past its deadline is closed at that deadline, with a 503",
           "[server][http]") {
   // The thread is held 3 s; three connections wait with a 1 s deadline.
-  // A connect 1.5 s later finds them expired and closes them then (counted),
-  // 1.5 s before the thread comes free.
+  // The pool's reaper closes them at 1 s (counted), with nothing else
+  // accepted and 2 s before the thread comes free. (Before, they stayed
+  // until the next accept or the free thread, and got no answer.)
   SlowServer slow(std::chrono::seconds(1), 16, std::chrono::milliseconds(3000));
   slow.HoldTheThread();
   const auto start = Clock::now();
   std::vector<int> waiting;
   for (int i = 0; i < 3; ++i) waiting.push_back(Connect(slow.port()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  CHECK(slow.server().connections_expired_in_queue() == 0);  // nothing accepted since
-  const int late = Connect(slow.port());
   const bool closed = WaitUntil(
-      [&] { return slow.server().connections_expired_in_queue() == 3; }, 1.0);
+      [&] { return slow.server().connections_expired_in_queue() == 3; }, 1.9);
   INFO("after " << SecondsSince(start) << " s; load " << LoadAverage());
   CHECK(closed);
   REQUIRE(SecondsSince(start) < 2.9);  // the thread was still held
   for (int fd : waiting) {
-    char byte;
-    CHECK(recv(fd, &byte, 1, 0) == 0);  // closed by the server
+    CHECK(ReadUntilClosed(fd).rfind("HTTP/1.1 503 Service Unavailable\r\n", 0) == 0);
     close(fd);
   }
   CHECK(slow.server().connections_rejected() == 0);
   CHECK_THAT(RenderHttpMetrics(slow.server()),
              Catch::Matchers::Contains("\ndrt_http_connections_expired_total 3\n"));
-  close(late);
   slow.JoinClient();
 }
 

@@ -20,6 +20,7 @@
 #include <thread>
 #include <map>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -808,6 +809,117 @@ TEST_CASE("openai http: a body sent anywhere but POST /v1/completions is refused
   for (const int sock : held) close(sock);
 }
 
+TEST_CASE("openai http: every 503 carries Retry-After: the session limit and draining",
+          "[openai][server]") {
+  ServiceOptions service = SmallOptions();
+  service.max_sessions = 1;
+  service.max_context_tokens = 100;
+  OpenAiServer server(service);
+  const Json request = {{"prompt", "ab"}, {"max_tokens", 1}};
+  // The one session is held (by a gRPC client): a completion, which needs a
+  // temporary session, is refused 503 with Retry-After. (Before: 429, no
+  // Retry-After.)
+  const std::string held = testing::NewSession(server.grpc.stub());
+  auto full = server.Post(request);
+  REQUIRE(full);
+  CHECK(full->status == 503);
+  CHECK(full->get_header_value("Retry-After") == "1");
+  const Json error = Json::parse(full->body)["error"];
+  CHECK(error["type"] == "server_error");
+  CHECK(std::string(error["message"]).find("maximum of 1 sessions") != std::string::npos);
+  // Other RESOURCE_EXHAUSTED stay 429 without it (the context limit here).
+  {
+    grpc::ClientContext context;
+    drt::v1::DeleteSessionRequest remove;
+    remove.set_session_id(held);
+    drt::v1::DeleteSessionResponse removed;
+    REQUIRE(server.grpc.stub().DeleteSession(&context, remove, &removed).ok());
+  }
+  auto long_prompt = server.Post({{"prompt", std::string(200, 'a')},
+                                  {"max_tokens", 1}});
+  REQUIRE(long_prompt);
+  CHECK(long_prompt->status == 429);
+  CHECK_FALSE(long_prompt->has_header("Retry-After"));
+  // Draining: the service's UNAVAILABLE, 503 with Retry-After.
+  server.grpc.service().StartDraining();
+  for (bool stream : {false, true}) {
+    auto draining = server.Post({{"prompt", "ab"}, {"max_tokens", 1}, {"stream", stream}});
+    REQUIRE(draining);
+    CHECK(draining->status == 503);
+    CHECK(draining->get_header_value("Retry-After") == "1");
+  }
+  auto models = server.client->Get("/v1/models");
+  REQUIRE(models);
+  CHECK(models->status == 503);
+  CHECK(models->get_header_value("Retry-After") == "1");
+}
+
+TEST_CASE("openai http: a waiting connection whose header time passed gets 503 with Retry-After "
+          "at that time", "[openai][server]") {
+  OpenAiHttpOptions options;
+  options.threads = 1;
+  options.request_header_timeout = std::chrono::milliseconds(1000);
+  options.request_read_timeout = std::chrono::milliseconds(5000);
+  OpenAiServer server(SmallOptions(), options);
+  // The one thread is held for the 5 s read time by a body that never comes.
+  const std::vector<int> held = HoldConnections(
+      server.api->port(), 1,
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // A whole request that waits for a thread: at its header time (1 s) the
+  // pool answers it 503 and closes it. (Before, it waited until the thread
+  // came free at 5 s and was then closed with no answer.)
+  const auto start = std::chrono::steady_clock::now();
+  const std::string answer =
+      RawExchange(server.api->port(), "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(RawStatus(answer) == 503);
+  CHECK_THAT(answer, Catch::Matchers::Contains("\r\nRetry-After: 1\r\n"));
+  CHECK_THAT(answer, Catch::Matchers::Contains("\r\nConnection: close\r\n"));
+  CHECK(RawJsonBody(answer)["error"]["code"] == "overloaded");
+  // 1 s header time (measured: 1.002 and 1.009 s at load 3.2); 3 s leaves
+  // room for load, well before the 5 s.
+  CHECK(seconds > 0.9);
+  CHECK(seconds < 3);
+  CHECK_THAT(server.api->RenderMetrics(),
+             Catch::Matchers::Contains("\ndrt_openai_connections_expired_total 1\n"));
+  for (const int sock : held) close(sock);
+}
+
+TEST_CASE("openai http: a serving thread that cannot start does not end the server",
+          "[openai][server]") {
+  OpenAiHttpOptions options;
+  options.threads = 4;
+  options.request_header_timeout = std::chrono::milliseconds(1000);
+  // One thread starts; every later one fails as std::thread does under a
+  // pids limit. (Before, the std::system_error escaped on httplib's accept
+  // thread: std::terminate ended the whole server.)
+  auto started = std::make_shared<std::atomic<int>>(0);
+  options.start_thread = [started](std::function<void()> run) {
+    if (started->fetch_add(1) >= 1) {
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                              "thread creation refused (test)");
+    }
+    return std::thread(std::move(run));
+  };
+  OpenAiServer server(SmallOptions(), options);
+  server.client->set_read_timeout(10, 0);
+  // A silent connection holds the one thread until its header time (1 s);
+  // the request after it needs a second thread, which fails: it waits.
+  const int silent = Connect(server.api->port());
+  REQUIRE(silent >= 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto models = server.client->Get("/v1/models");
+  REQUIRE(models);
+  CHECK(models->status == 200);
+  close(silent);
+  CHECK_THAT(server.api->RenderMetrics(),
+             Catch::Matchers::Contains("\ndrt_openai_thread_start_failures_total "));
+  CHECK_THAT(server.api->RenderMetrics(),
+             !Catch::Matchers::Contains("\ndrt_openai_thread_start_failures_total 0\n"));
+}
+
 TEST_CASE("openai http: Stop does not wait for a client that sends nothing", "[openai][server]") {
   OpenAiServer server;
   // A connection that never sends its request (which may take 60 s).
@@ -831,6 +943,9 @@ TEST_CASE("drt-server --openai_listen: the real binary serves completions and dr
           "[openai][server][process]") {
   std::vector<std::string> args = testing::ServerProcessArgs(/*grace_seconds=*/1);
   args.push_back("--openai_listen=127.0.0.1:0");
+  // (Far above what the stream below generates before the drain ends it.)
+  args.push_back("--max_context_tokens=10000000");
+  args.push_back("--openai_request_timeout_seconds=2");
   testing::ServerProcess server(drt::testing::ServerBinary(), args);
   // "drt-server listening on G (grpc), H (http), O (openai), model M"
   const std::string& line = server.startup_output();
@@ -853,6 +968,47 @@ TEST_CASE("drt-server --openai_listen: the real binary serves completions and dr
   REQUIRE(res->status == 200);
   CHECK(Json::parse(res->body)["choices"][0]["text"] == expected.text);
   CHECK(Json::parse(res->body)["model"] == "two_groups");
+
+  // max_model_len is the per-session context limit the server enforces
+  // (--max_context_tokens: every completion runs in a session of its own),
+  // as vLLM reports its max_model_len (prompt + completion tokens).
+  auto models = client.Get("/v1/models");
+  REQUIRE(models);
+  REQUIRE(models->status == 200);
+  CHECK(Json::parse(models->body)["data"][0]["max_model_len"] == 10000000);
+
+  // A body that stalls after its headers is given up at the request time
+  // (2 s from the accept), not 60 s. (Before: the flag did not exist, and
+  // the read time was 60 s.)
+  {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string answer = RawExchange(
+        port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              "Content-Length: 100\r\n\r\n{\"prompt\":");
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(RawStatus(answer) == 400);
+    CHECK(seconds > 1.9);
+    CHECK(seconds < 5);  // 2 s + the lingering close's 1 s at most, + load
+  }
+
+  // The probe endpoint's /metrics has the OpenAI API's connection counters
+  // (with HELP saying what each counts).
+  const size_t http_tag = line.find(" (http)");
+  REQUIRE(http_tag != std::string::npos);
+  const std::string http_address =
+      line.substr(line.rfind(' ', http_tag - 1) + 1, http_tag - line.rfind(' ', http_tag - 1) - 1);
+  httplib::Client probe("127.0.0.1", std::stoi(http_address.substr(http_address.rfind(':') + 1)));
+  auto scraped = probe.Get("/metrics");
+  REQUIRE(scraped);
+  REQUIRE(scraped->status == 200);
+  for (const char* name : {"drt_openai_connections_expired_total",
+                           "drt_openai_connections_rejected_total",
+                           "drt_openai_thread_start_failures_total"}) {
+    INFO(name);
+    CHECK_THAT(scraped->body, Catch::Matchers::Contains(absl::StrCat("# HELP ", name, " ")));
+    CHECK_THAT(scraped->body, Catch::Matchers::Contains(absl::StrCat("\n", name, " 0\n")));
+  }
 
   // A stream far longer than the grace period: the drain ends it with an
   // error event (UNAVAILABLE), then [DONE], and the server exits cleanly.

@@ -1,5 +1,7 @@
 // drt-server's flag validation and address parsing.
 #include <catch2/catch.hpp>
+
+#include "absl/strings/str_cat.h"
 #include <string>
 #include <utility>
 
@@ -78,6 +80,24 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
     auto refused = ServerConfigFromFlags();
     REQUIRE_FALSE(refused.ok());
     CHECK(std::string(refused.status().message()).find("--openai_listen") != std::string::npos);
+  }
+  SECTION("--openai_request_timeout_seconds: 30 by default, 1 to 3600, refused naming the flag") {
+    CHECK(config->openai_request_timeout_seconds == 30);
+    {
+      ScopedFlag timeout("openai_request_timeout_seconds", "3600");
+      auto parsed = ServerConfigFromFlags();
+      REQUIRE(parsed.ok());
+      CHECK(parsed->openai_request_timeout_seconds == 3600);
+    }
+    for (const char* bad : {"0", "-5", "3601"}) {
+      INFO(bad);
+      ScopedFlag timeout("openai_request_timeout_seconds", bad);
+      auto refused = ServerConfigFromFlags();
+      REQUIRE_FALSE(refused.ok());
+      CHECK(std::string(refused.status().message())
+                .find(absl::StrCat("--openai_request_timeout_seconds=", bad, ": must be at")) !=
+            std::string::npos);
+    }
   }
   SECTION("--mixed_lower_only_forwards: on by default, off when given false") {
     CHECK(config->mixed_lower_only_forwards);
