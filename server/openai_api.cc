@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/sampler.h"
 #include "nlohmann/json.hpp"
@@ -280,13 +281,19 @@ absl::Status ParseSamplingControls(const Json& body, CompletionRequest& out) {
     auto& map = *sampling.mutable_logit_bias();
     for (const auto& [key, value] : bias.items()) {
       // Digits only (SimpleAtoi alone would take "+5" and " 5 " too).
+      // No leading zero either: "1", "01" and "001" would all be id 1, and
+      // the object (its keys kept sorted) would keep the value of whichever
+      // sorts last, not the one the client wrote last. One spelling per id
+      // leaves one entry per id.
       const bool digits = !key.empty() && key.size() <= 10 &&
                           std::all_of(key.begin(), key.end(),
-                                      [](char c) { return absl::ascii_isdigit(c); });
+                                      [](char c) { return absl::ascii_isdigit(c); }) &&
+                          !(key.size() > 1 && key[0] == '0');
       int32_t id = 0;
       if (!digits || !absl::SimpleAtoi(key, &id)) {
         return FieldError("logit_bias", absl::StrCat("logit_bias keys must be token ids (decimal "
-                                                     "integers >= 0), got \"", key, "\""));
+                                                     "integers >= 0 with no leading zero), got \"",
+                                                     key, "\""));
       }
       if (!value.is_number() || !std::isfinite(value.get<double>()) ||
           std::fabs(value.get<double>()) > kMaxLogitBias) {
@@ -338,6 +345,17 @@ absl::Status FieldError(absl::string_view field, absl::string_view message) {
 std::string OpenAiErrorParam(const absl::Status& status) {
   auto param = status.GetPayload(kParamPayload);
   return param.has_value() ? std::string(*param) : std::string();
+}
+
+absl::Status ServiceStatus(absl::StatusCode code, absl::string_view message) {
+  // The parser checks every other field before the call; logit_bias's ids
+  // only the service can check (against the model's vocabulary and its
+  // landmark and pad ids), and its refusal starts with the field's name
+  // (engine/sampler.cc, ValidateLogitBiasIds).
+  if (code == absl::StatusCode::kInvalidArgument && absl::StartsWith(message, "logit_bias ")) {
+    return FieldError("logit_bias", message);
+  }
+  return absl::Status(code, message);
 }
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_text) {

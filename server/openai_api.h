@@ -69,6 +69,11 @@ std::vector<drt::v1::CompleteRequest> CompleteMessages(const CompletionRequest& 
 absl::Status FieldError(absl::string_view field, absl::string_view message);
 // The field a FieldError named; "" for other errors.
 std::string OpenAiErrorParam(const absl::Status& status);
+// A Complete call's failure as the OpenAI API reports it: the service's
+// refusal of a logit_bias id (INVALID_ARGUMENT "logit_bias names token ...")
+// becomes a FieldError naming logit_bias; anything else keeps its code and
+// message, with no param.
+absl::Status ServiceStatus(absl::StatusCode code, absl::string_view message);
 
 // gRPC code -> HTTP status: INVALID_ARGUMENT 400, UNAUTHENTICATED 401,
 // NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503,

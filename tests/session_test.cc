@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_format.h"
+
 #include "engine/backend.h"
 #include "engine/session.h"
 #include "tests/test_util/random_model.h"
@@ -156,6 +158,51 @@ TEST_CASE("sampling is reproducible for a seed and validated", "[session][genera
   auto empty = f.NewSession();
   auto none = empty->Generate(GenerateOptions{});
   REQUIRE(none.status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+// Session::Generate checks logit_bias ids itself, before padding: without
+// that check an id >= vocab_size would pad the session and then fail inside
+// the Sampler, and a landmark or pad id would be accepted silently (bias plus
+// the mask's -inf is -inf).
+TEST_CASE("Generate refuses logit_bias ids it cannot sample and changes nothing",
+          "[session][generate][sampling]") {
+  Fixture f;
+  auto session = f.NewSession();
+  // 10 tokens: not on a chunk boundary, so padding would change the session.
+  REQUIRE(session->Append(testing::RandomTokens(f.config, 10, 8)).ok());
+  REQUIRE(10 % f.config.enc_chunk_size != 0);
+  const std::vector<float> logits_before(session->last_logits().begin(),
+                                         session->last_logits().end());
+  const int64_t tokens_before = session->num_tokens();
+  const int64_t chunks_before = session->num_chunks();
+
+  struct Case {
+    int32_t id;
+    std::string message;
+  };
+  const int32_t vocab = static_cast<int32_t>(f.config.vocab_size);
+  const std::vector<Case> cases = {
+      {vocab, absl::StrFormat("logit_bias names token %d, outside the vocabulary", vocab)},
+      {-1, "logit_bias names token -1; token ids are >= 0"},
+      {static_cast<int32_t>(f.config.chunk_id),
+       absl::StrFormat("logit_bias names token %d, the landmark (chunk) id", f.config.chunk_id)},
+      {static_cast<int32_t>(f.config.pad_id),
+       absl::StrFormat("logit_bias names token %d, the pad id", f.config.pad_id)},
+  };
+  for (const Case& c : cases) {
+    GenerateOptions options;
+    options.max_tokens = 3;
+    options.pad_to_chunk_boundary = true;
+    options.sampling.logit_bias = {{c.id, 1.0f}};
+    auto result = session->Generate(options);
+    INFO("id " << c.id);
+    REQUIRE(result.status().code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE_THAT(std::string(result.status().message()), Contains(c.message));
+    REQUIRE(session->num_tokens() == tokens_before);
+    REQUIRE(session->num_chunks() == chunks_before);
+    REQUIRE(std::equal(logits_before.begin(), logits_before.end(),
+                       session->last_logits().begin(), session->last_logits().end()));
+  }
 }
 
 TEST_CASE("padding to the chunk boundary closes the open chunk", "[session]") {

@@ -71,17 +71,23 @@ def non_negative_seed(text):
 
 def logit_bias(text):
     """--logit-bias ID:BIAS[,ID:BIAS...] -> {id: bias}; the server checks the
-    ranges (ids in the vocabulary, biases in [-100, 100], at most 300)."""
+    ranges (ids in the vocabulary, biases in [-100, 100], at most 300). An id
+    that is no int32 (drt.v1's map key) is refused here, as the C++ client
+    does: protobuf would raise only inside generate(), after the prompt went."""
     out = {}
     for item in text.split(","):
         token, sep, bias = item.partition(":")
+        token = token.strip()
         try:
-            if not sep or not token.strip().isdigit():
+            if not sep or not token or not all("0" <= c <= "9" for c in token):
                 raise ValueError
             out[int(token)] = float(bias)
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"must be ID:BIAS pairs separated by commas (65:-100,10:2.5), got {item!r}") from None
+        if int(token) >= 1 << 31:
+            raise argparse.ArgumentTypeError(
+                f"token id {token} in {item!r} is beyond 2^31 - 1 (ids are int32)")
     return out
 
 

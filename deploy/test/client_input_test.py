@@ -241,7 +241,7 @@ def main():
                         for s in stand_in.samplings]
                 checks.expect(code == 0 and sent == [(0.0, 0.0, 0.0, {})],
                               f"{name}: without them the Generate asks for none (sent: {sent})", out[-1500:])
-                for bad in ("65", "a:1", "65:x", "65:1,", "-5:1"):
+                for bad in ("65", "a:1", "65:x", "65:1,", "-5:1", "4294967296:1", "2147483648:1"):
                     code, out = run([prompt_flag, good, f"--logit{dash}bias={bad}"])
                     checks.expect(code not in (0, None) and f"logit{dash}bias" in out and stand_in.calls == 0
                                   and "Traceback" not in out,

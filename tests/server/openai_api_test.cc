@@ -193,6 +193,10 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
       {R"({"prompt":"x","logit_bias":{"-5":1}})", "logit_bias"},
       {R"({"prompt":"x","logit_bias":{"+5":1}})", "logit_bias"},
       {R"({"prompt":"x","logit_bias":{"99999999999":1}})", "logit_bias"},
+      // One spelling per id: "01" would be id 1 too, and which of the two
+      // values survived would depend on how the keys sort.
+      {R"({"prompt":"x","logit_bias":{"01":1,"1":2}})", "logit_bias"},
+      {R"({"prompt":"x","logit_bias":{"00":1}})", "logit_bias"},
       {R"({"prompt":"x","logit_bias":[5]})", "logit_bias"},
       {R"({"prompt":"x","presence_penalty":2.5})", "presence_penalty"},
       {R"({"prompt":"x","presence_penalty":"1"})", "presence_penalty"},
@@ -213,6 +217,23 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
     const std::string top = field.substr(0, field.find('.'));
     CHECK(std::string(parsed.status().message()).find(top) != std::string::npos);
   }
+}
+
+TEST_CASE("openai request: the service's logit_bias refusal names the field", "[openai]") {
+  // Only the service can check ids against the model; its refusal keeps its
+  // message and gains param "logit_bias". Other statuses get no param.
+  const std::string message = "logit_bias names token 300, outside the vocabulary [0, 300)";
+  const absl::Status bias = ServiceStatus(absl::StatusCode::kInvalidArgument, message);
+  CHECK(bias.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(bias.message() == message);
+  CHECK(OpenAiErrorParam(bias) == "logit_bias");
+  const absl::Status prompt =
+      ServiceStatus(absl::StatusCode::kInvalidArgument, "token 299 is the landmark id");
+  CHECK(prompt.message() == "token 299 is the landmark id");
+  CHECK(OpenAiErrorParam(prompt).empty());
+  const absl::Status internal = ServiceStatus(absl::StatusCode::kInternal, "logit_bias x");
+  CHECK(internal.code() == absl::StatusCode::kInternal);
+  CHECK(OpenAiErrorParam(internal).empty());
 }
 
 TEST_CASE("openai request: edge values that keep their meaning are accepted", "[openai]") {

@@ -349,6 +349,7 @@ TEST_CASE("openai http: penalties, min_p and logit_bias reach Complete", "[opena
     CHECK(refused->status == 400);
     CHECK(std::string(error_of(refused)["message"]).find(std::string("logit_bias names token ") + id) !=
           std::string::npos);
+    CHECK(error_of(refused)["param"] == "logit_bias");
   }
   auto penalty = server.Post({{"prompt", "x"}, {"presence_penalty", 3}});
   REQUIRE(penalty);

@@ -147,6 +147,35 @@ TEST_CASE("Concurrent Generate calls with penalties keep their own counts", "[se
   }
 }
 
+// docs/api.md: a Generate's penalties count only the tokens that call chose;
+// earlier calls on the session do not count. So a second penalised Generate
+// on the same session draws what a fresh session holding the prompt and the
+// first answer draws. A Sampler kept per session or per process would carry
+// the first call's counts into the second and fail this.
+TEST_CASE("Two penalised Generates on one session do not share counts", "[server][sampling]") {
+  InProcessServer server;
+  auto& stub = server.stub();
+  const std::vector<int32_t> prompt = RandomTokens(100, 7);
+  const Controls c = {0.f, 0.f, 1.5f, 0.f, {}};
+  const std::string id = NewSession(stub);
+  REQUIRE(AppendOnce(stub, id, prompt).ok());
+  const GenerateResult first = Generate(stub, Request(id, c));
+  REQUIRE(first.status.ok());
+  REQUIRE(first.tokens == EngineReference(prompt, c).tokens);
+  // The session now holds the prompt and the whole first answer.
+  REQUIRE(GetSession(stub, id).info.tokens() == static_cast<int64_t>(prompt.size()) + kTokens);
+  const GenerateResult second = Generate(stub, Request(id, c));
+  REQUIRE(second.status.ok());
+  std::vector<int32_t> held = prompt;
+  held.insert(held.end(), first.tokens.begin(), first.tokens.end());
+  // Tokens only: the reference appends the first answer in one piece, the
+  // session decoded it token by token, and their logits differ in the last
+  // bits (the log-probabilities here agree to 5 decimals, not bit for bit).
+  CHECK(second.tokens == EngineReference(held, c).tokens);
+  // The penalty did matter: without it the second answer differs.
+  CHECK(second.tokens != EngineReference(held, {0.f, 0.f, 0.f, 0.f, {}}).tokens);
+}
+
 TEST_CASE("Bad penalties, min_p and logit_bias are refused by name, changing nothing",
           "[server][sampling][errors]") {
   InProcessServer server;
