@@ -14,6 +14,7 @@
 #include "engine/model_rules.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "engine/top_logprobs.h"
 #include "engine/tokenizer/streaming_encoder.h"
 #include "server/bearer_token.h"
 #include "server/engine_watchdog.h"
@@ -316,6 +317,7 @@ struct GenerationPlan {
   bool pad = false;
   bool logprobs = false;
   bool ignore_eos = false;
+  int32_t top_logprobs = 0;  // alternatives per generated token (engine/top_logprobs.h)
 };
 
 absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& request,
@@ -338,6 +340,12 @@ absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& re
                                                  : model_defaults.pad_to_chunk_boundary;
   plan.logprobs = request.return_logprobs();
   plan.ignore_eos = request.ignore_eos();
+  if (request.top_logprobs() < 0 || request.top_logprobs() > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "top_logprobs must be in [0, %d] (0: none), got %d", kMaxTopLogprobs,
+        request.top_logprobs()));
+  }
+  plan.top_logprobs = request.top_logprobs();
   return plan;
 }
 
@@ -652,10 +660,20 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     // between the engine's steps on this session); the token then joins the
     // next engine step as a decode item, batched with other sessions'.
     Session::GeneratedToken step{};
+    std::vector<TokenLogProb> alternatives;
     absl::Status s = entry.RunStep([&](Session& session) -> absl::Status {
       auto next = session.SampleNext(sampler);
       if (!next.ok()) return next.status();
       step = *next;
+      if (plan.top_logprobs > 0) {
+        // From the logits SampleNext drew from (its own check passed), less
+        // the ids the engine never emits, as Sampler::LogProb normalises.
+        const int32_t never[] = {static_cast<int32_t>(model.config().chunk_id),
+                                 static_cast<int32_t>(model.config().pad_id)};
+        auto top = TopLogProbs(session.last_logits(), plan.top_logprobs, never);
+        if (!top.ok()) return top.status();
+        alternatives = *std::move(top);
+      }
       return absl::OkStatus();
     });
     if (!s.ok()) return s;
@@ -700,6 +718,16 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     piece->add_token_ids(step.token);
     piece->set_text(utf8.Push(bytes));
     if (plan.logprobs) piece->add_logprobs(step.logprob);
+    if (plan.top_logprobs > 0) {
+      drt::v1::TokenTopLogprobs* top = piece->add_top_logprobs();
+      top->set_token_bytes(bytes);
+      for (const TokenLogProb& alternative : alternatives) {
+        drt::v1::TokenLogprob* entry_proto = top->add_alternatives();
+        entry_proto->set_token_id(alternative.token);
+        entry_proto->set_logprob(alternative.logprob);
+        entry_proto->set_token_bytes(model.tokenizer->Decode({alternative.token}).value_or(""));
+      }
+    }
     text_so_far += piece->text();
     bool stop_now = false;
     if (!plan.ignore_eos && step.token == eos) {
