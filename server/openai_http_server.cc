@@ -96,22 +96,40 @@ struct CompleteCall {
   }
 };
 
-// The completion's text, cut at stop strings, and how it ended.
+// The completion's text, cut at stop strings, how it ended, and (when
+// asked) its tokens' logprobs.
 struct CompletionProgress {
-  explicit CompletionProgress(const drt::v1::GenerateRequest& generate)
-      : cutter(std::vector<std::string>(generate.stop().begin(), generate.stop().end())) {}
+  explicit CompletionProgress(const CompletionRequest& request)
+      : cutter(std::vector<std::string>(request.generate.stop().begin(),
+                                        request.generate.stop().end())) {
+    if (request.logprobs.has_value()) logprobs.emplace(*request.logprobs);
+  }
   StopTextCutter cutter;
   std::optional<drt::v1::GenerateDone> done;
+  // Every generated token is listed, the one that completed a stop string
+  // too (as usage counts it), though the text leaves that string out.
+  std::optional<LogprobsCollector> logprobs;
+  absl::Status logprobs_status;  // the first piece the collector refused
 
   // The text a response adds (for a piece: what the cutter lets out now;
   // for the final message: what it held back).
   std::string Take(const drt::v1::GenerateResponse& response) {
-    if (response.has_piece()) return cutter.Push(response.piece().text());
+    if (response.has_piece()) {
+      if (logprobs.has_value() && logprobs_status.ok()) {
+        logprobs_status = logprobs->Add(response.piece());
+      }
+      return cutter.Push(response.piece().text());
+    }
     if (response.has_done()) {
       done = response.done();
       return cutter.Finish();
     }
     return "";
+  }
+  // The logprobs entries not sent yet; nullopt when not asked for.
+  std::optional<ChoiceLogprobs> TakeLogprobs() {
+    if (!logprobs.has_value()) return std::nullopt;
+    return logprobs->Take();
   }
   std::string finish_reason() const {
     return cutter.stopped() ? "stop" : FinishReasonName(done->finish_reason());
@@ -422,7 +440,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
       return SendError(res, status.ok() ? absl::InternalError("Complete ended without an answer")
                                         : FromGrpc(status));
     }
-    auto progress = std::make_shared<CompletionProgress>(request->generate);
+    auto progress = std::make_shared<CompletionProgress>(*request);
     if (!request->stream) {
       std::string text = progress->Take(first);
       drt::v1::GenerateResponse response;
@@ -432,7 +450,10 @@ class OpenAiHttpServer::Server : public httplib::Server {
       if (!progress->done.has_value()) {
         return SendError(res, absl::InternalError("Complete ended without its final message"));
       }
-      res.set_content(CompletionJson(header, text, progress->finish_reason(), progress->usage()),
+      if (!progress->logprobs_status.ok()) return SendError(res, progress->logprobs_status);
+      const std::optional<ChoiceLogprobs> logprobs = progress->TakeLogprobs();
+      res.set_content(CompletionJson(header, text, progress->finish_reason(), progress->usage(),
+                                     logprobs.has_value() ? &*logprobs : nullptr),
                       kJson);
       return;
     }
@@ -452,19 +473,35 @@ class OpenAiHttpServer::Server : public httplib::Server {
           bool more = true;
           while (more) {
             const std::string text = progress->Take(response);
+            if (!progress->logprobs_status.ok()) {
+              call->context.TryCancel();  // Finish's status is then CANCELLED, not reported
+              break;
+            }
+            // Tokens whose text is held back wait for the next chunk sent:
+            // their logprobs go with it.
             if (response.has_done()) {
-              if (!send(SseEvent(CompletionChunkJson(header, text, progress->finish_reason())))) {
+              const std::optional<ChoiceLogprobs> logprobs = progress->TakeLogprobs();
+              if (!send(SseEvent(CompletionChunkJson(header, text, progress->finish_reason(),
+                                                     logprobs.has_value() ? &*logprobs : nullptr)))) {
                 return false;
               }
               if (include_usage && !send(SseEvent(UsageChunkJson(header, progress->usage())))) {
                 return false;
               }
-            } else if (!text.empty() && !send(SseEvent(CompletionChunkJson(header, text, {})))) {
-              return false;
+            } else if (!text.empty()) {
+              const std::optional<ChoiceLogprobs> logprobs = progress->TakeLogprobs();
+              if (!send(SseEvent(CompletionChunkJson(header, text, {},
+                                                     logprobs.has_value() ? &*logprobs : nullptr)))) {
+                return false;
+              }
             }
             more = call->stream->Read(&response);
           }
-          const grpc::Status status = call->Finish();
+          grpc::Status status = call->Finish();
+          if (!progress->logprobs_status.ok()) {
+            status = grpc::Status(grpc::StatusCode::INTERNAL,
+                                  std::string(progress->logprobs_status.message()));
+          }
           // An error after the stream began: one event in the error shape,
           // then [DONE] (as vLLM does); a stream cut short that way carries
           // no finish_reason.

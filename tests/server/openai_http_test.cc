@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "server/openai_api.h"
 #include "server/openai_http_server.h"
 #include "server/session_manager.h"
 #include "tests/server/test_util/grpc_harness.h"
@@ -330,6 +332,152 @@ TEST_CASE("openai http: stop strings are cut out, streamed and not", "[openai][s
   CHECK(streamed.text == expected);
   CHECK(streamed.chunks.back()["choices"][0]["finish_reason"] == "stop");
   CHECK(streamed.done_marker);
+}
+
+// drt.v1 Complete of `prompt`, greedy, with logprobs and `top` alternatives.
+struct GrpcLogprobs {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  std::vector<drt::v1::TokenTopLogprobs> tops;
+};
+
+GrpcLogprobs GrpcCompleteLogprobs(drt::v1::Drt::Stub& stub, const std::string& prompt,
+                                  int32_t max_tokens, int32_t top) {
+  grpc::ClientContext context;
+  testing::SetDeadline(context, 120);
+  auto stream = stub.Complete(&context);
+  drt::v1::CompleteRequest first;
+  first.mutable_generate()->set_max_tokens(max_tokens);
+  first.mutable_generate()->set_return_logprobs(true);
+  first.mutable_generate()->set_top_logprobs(top);
+  first.set_text(prompt);
+  stream->Write(first);
+  stream->WritesDone();
+  GrpcLogprobs out;
+  drt::v1::GenerateResponse response;
+  while (stream->Read(&response)) {
+    const auto& piece = response.piece();
+    out.ids.insert(out.ids.end(), piece.token_ids().begin(), piece.token_ids().end());
+    out.logprobs.insert(out.logprobs.end(), piece.logprobs().begin(), piece.logprobs().end());
+    out.tops.insert(out.tops.end(), piece.top_logprobs().begin(), piece.top_logprobs().end());
+  }
+  REQUIRE(stream->Finish().ok());
+  return out;
+}
+
+// The logprobs objects of every chunk of a stream, joined.
+Json JoinedLogprobs(const Streamed& streamed) {
+  Json joined = {{"tokens", Json::array()}, {"token_logprobs", Json::array()},
+                 {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
+  for (const Json& chunk : streamed.chunks) {
+    if (chunk["choices"].empty()) continue;  // the usage chunk
+    const Json& logprobs = chunk["choices"][0]["logprobs"];
+    REQUIRE(logprobs.is_object());  // every chunk carries one, maybe empty
+    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+      for (const Json& v : logprobs[key]) joined[key].push_back(v);
+    }
+  }
+  return joined;
+}
+
+TEST_CASE("openai http: logprobs are gRPC's, the top alternative is the greedy token",
+          "[openai][server]") {
+  OpenAiServer server;
+  const int32_t max_tokens = 24;
+  const GrpcLogprobs grpc_side = GrpcCompleteLogprobs(server.grpc.stub(), kPrompt, max_tokens, 3);
+  REQUIRE(grpc_side.ids.size() == static_cast<size_t>(max_tokens));
+  REQUIRE(grpc_side.tops.size() == grpc_side.ids.size());
+
+  const Json request = {{"prompt", kPrompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+                        {"logprobs", 3}};
+  auto res = server.Post(request);
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json body = Json::parse(res->body);
+  const Json& logprobs = body["choices"][0]["logprobs"];
+  REQUIRE(logprobs["tokens"].size() == grpc_side.ids.size());
+  REQUIRE(logprobs["token_logprobs"].size() == grpc_side.ids.size());
+  REQUIRE(logprobs["top_logprobs"].size() == grpc_side.ids.size());
+  REQUIRE(logprobs["text_offset"].size() == grpc_side.ids.size());
+  for (size_t i = 0; i < grpc_side.ids.size(); ++i) {
+    INFO("token " << i << " id " << grpc_side.ids[i]);
+    // The fixture's byte tokenizer: an id below 256 is that byte, an id
+    // above it has no text.
+    const int32_t id = grpc_side.ids[i];
+    const std::string bytes = id < 256 ? std::string(1, static_cast<char>(id)) : "";
+    CHECK(logprobs["tokens"][i] == OpenAiTokenText(bytes));
+    CHECK(logprobs["token_logprobs"][i].get<float>() == grpc_side.logprobs[i]);
+    const Json& top = logprobs["top_logprobs"][i];
+    const auto& alternatives = grpc_side.tops[i].alternatives();
+    REQUIRE(alternatives.size() == 3);
+    // Greedy: the first alternative is the chosen token, at its own logprob.
+    CHECK(alternatives[0].token_id() == id);
+    REQUIRE(top.contains(OpenAiTokenText(bytes)));
+    CHECK(top[OpenAiTokenText(bytes)].get<float>() == grpc_side.logprobs[i]);
+    // This parser keeps keys sorted (the order sent, best first, is checked
+    // in openai_api_test.cc): compare as a set of pairs. Texts
+    // of two ids above 255 (both "") collide; the first (better) is kept.
+    std::map<std::string, float> want;
+    for (const auto& alternative : alternatives) {
+      want.emplace(OpenAiTokenText(alternative.token_bytes()), alternative.logprob());
+    }
+    REQUIRE(top.size() == want.size());
+    for (const auto& [text, lp] : want) CHECK(top[text].get<float>() == lp);
+    if (i > 0) CHECK(logprobs["text_offset"][i] >= logprobs["text_offset"][i - 1]);
+  }
+  CHECK(logprobs["text_offset"][0] == 0);
+
+  // Streamed: the chunks' logprobs join to the same lists, and every chunk
+  // with text carries its tokens' entries.
+  Json stream_request = request;
+  stream_request["stream"] = true;
+  auto streamed_res = server.Post(stream_request);
+  REQUIRE(streamed_res);
+  REQUIRE(streamed_res->status == 200);
+  const Streamed streamed = ParseStream(streamed_res->body);
+  CHECK(streamed.done_marker);
+  CHECK(JoinedLogprobs(streamed) == logprobs);
+
+  // logprobs 0: only the chosen token in each top_logprobs.
+  Json zero = request;
+  zero["logprobs"] = 0;
+  auto zero_res = server.Post(zero);
+  REQUIRE(zero_res);
+  REQUIRE(zero_res->status == 200);
+  const Json zero_logprobs = Json::parse(zero_res->body)["choices"][0]["logprobs"];
+  CHECK(zero_logprobs["tokens"] == logprobs["tokens"]);
+  CHECK(zero_logprobs["token_logprobs"] == logprobs["token_logprobs"]);
+  for (size_t i = 0; i < grpc_side.ids.size(); ++i) {
+    CHECK(zero_logprobs["top_logprobs"][i] ==
+          Json({{logprobs["tokens"][i].get<std::string>(), logprobs["token_logprobs"][i]}}));
+  }
+  // Without logprobs: null, as before.
+  Json plain = request;
+  plain.erase("logprobs");
+  auto plain_res = server.Post(plain);
+  REQUIRE(plain_res);
+  CHECK(Json::parse(plain_res->body)["choices"][0]["logprobs"].is_null());
+}
+
+TEST_CASE("openai http: a sampled token is always in its top_logprobs", "[openai][server]") {
+  OpenAiServer server;
+  auto res = server.Post({{"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 2.0},
+                          {"seed", 5}, {"logprobs", 1}});
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json logprobs = Json::parse(res->body)["choices"][0]["logprobs"];
+  REQUIRE(logprobs["tokens"].size() == 24);
+  int outside = 0;
+  for (size_t i = 0; i < 24; ++i) {
+    const Json& top = logprobs["top_logprobs"][i];
+    const std::string token = logprobs["tokens"][i];
+    REQUIRE(top.contains(token));
+    CHECK(top[token] == logprobs["token_logprobs"][i]);
+    CHECK(top.size() <= 2);
+    if (top.size() == 2) ++outside;
+    for (const auto& [text, lp] : top.items()) CHECK(lp.get<double>() <= 0.0);
+  }
+  CHECK(outside > 0);  // at temperature 2 some draws are not the most likely token
 }
 
 TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
