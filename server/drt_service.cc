@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <functional>
 #include <chrono>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "engine/tokenizer/streaming_encoder.h"
 #include "server/bearer_token.h"
 #include "server/engine_watchdog.h"
+#include "server/limits.h"
 #include "server/request_parsing.h"
 #include "server/scheduler.h"
 #include "server/session_id.h"
@@ -802,6 +805,58 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
   return Finish(ToGrpc(status));
 }
 
+// Complete's choices (CompleteRequest.n > 1), one per entry (the prompt's
+// session and its forks), generated concurrently.
+static absl::Status RunChoices(
+    grpc::ServerContext* context, const std::vector<std::shared_ptr<SessionEntry>>& entries,
+    const GenerationPlan& plan, const Model& model, SessionManager& sessions, Scheduler& scheduler,
+    Metrics& metrics, const drt::v1::GenerateTimings& timings,
+    grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>& stream) {
+  // One writer at a time; once a choice failed, the others' writes fail, so
+  // they end at their next token (RunGeneration: CANCELLED) and the call
+  // reports the first error.
+  std::mutex write_mutex;
+  bool failed = false;
+  std::vector<absl::Status> statuses(entries.size());
+  auto run = [&](size_t i) {
+    SessionEntry& entry = *entries[i];
+    GenerationPlan choice_plan = plan;
+    choice_plan.sampling.seed += i;  // choice i: seed + i (docs/api.md, "Complete")
+    absl::Status status = entry.Begin(Activity::kGenerating);
+    drt::v1::GenerateResponse done;
+    if (status.ok()) {
+      status = RunGeneration(
+          context, entry, choice_plan, model, sessions, scheduler, metrics,
+          [&](const drt::v1::GenerateResponse& response) {
+            drt::v1::GenerateResponse tagged = response;
+            tagged.mutable_piece()->set_choice(static_cast<int32_t>(i));
+            std::lock_guard<std::mutex> lock(write_mutex);
+            return !failed && stream.Write(tagged);
+          },
+          timings, done);
+      entry.End();  // (an ephemeral session: nothing is written)
+    }
+    std::lock_guard<std::mutex> lock(write_mutex);
+    if (!status.ok()) {
+      failed = true;
+    } else if (!failed) {
+      done.mutable_done()->set_choice(static_cast<int32_t>(i));
+      stream.Write(done);
+    }
+    statuses[i] = status;
+  };
+  // Concurrently: each choice's tokens join the scheduler's steps as any
+  // session's, batched with the others'.
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < entries.size(); ++i) threads.emplace_back(run, i);
+  run(0);
+  for (std::thread& thread : threads) thread.join();
+  for (const absl::Status& status : statuses) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
 grpc::Status DrtService::CompleteStream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>* stream) {
@@ -814,6 +869,13 @@ grpc::Status DrtService::CompleteStream(
                                "Complete needs a first message with the generation options"));
   }
   const drt::v1::GenerateRequest options = request.generate();
+  if (request.n() < 0 || request.n() > kMaxCompleteChoices) {
+    return Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrFormat("n must be in [0, %d] (0 or 1: one choice), got %d", kMaxCompleteChoices,
+                        request.n())));
+  }
+  const int32_t choices = std::max(1, request.n());
   SessionSettings settings;
   if (options.has_sampling()) settings.sampling = FromProto(options.sampling());
   auto plan = PlanGeneration(options, settings, model_.generation);
@@ -821,12 +883,15 @@ grpc::Status DrtService::CompleteStream(
   // Not written to --state_dir: it lives only as long as this call.
   auto entry = sessions_->CreateEphemeral(settings);
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
-  // The temporary session goes when the call ends, whatever happens.
+  // The temporary sessions (the prompt's and its forks for further
+  // choices) go when the call ends, whatever happens.
   struct Cleanup {
     SessionManager& sessions;
-    std::string id;
-    ~Cleanup() { sessions.Delete(id, /*hidden_too=*/true).IgnoreError(); }
-  } cleanup{*sessions_, (*entry)->id()};
+    std::vector<std::string> ids;
+    ~Cleanup() {
+      for (const std::string& id : ids) sessions.Delete(id, /*hidden_too=*/true).IgnoreError();
+    }
+  } cleanup{*sessions_, {(*entry)->id()}};
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
   PromptIngest ingest(context, **entry, *model_.tokenizer, model_.config().enc_chunk_size,
@@ -853,10 +918,21 @@ grpc::Status DrtService::CompleteStream(
                                "Complete needs a prompt: its messages brought no tokens (send "
                                "text, text_bytes or tokens in them)"));
   }
-  if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
   drt::v1::GenerateTimings timings;
   timings.set_prefill_seconds(ingest.engine_seconds());
   timings.set_prompt_tokens(ingest.ingested());
+  if (choices > 1) {
+    std::vector<std::shared_ptr<SessionEntry>> entries = {*entry};
+    for (int32_t i = 1; i < choices; ++i) {
+      auto fork = sessions_->ForkEphemeral(*entry);
+      if (!fork.ok()) return Finish(ToGrpc(fork.status()));
+      cleanup.ids.push_back((*fork)->id());
+      entries.push_back(*std::move(fork));
+    }
+    return Finish(ToGrpc(RunChoices(context, entries, *plan, model_, *sessions_, *scheduler_,
+                                    metrics_, timings, *stream)));
+  }
+  if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
   drt::v1::GenerateResponse done;
   status = RunGeneration(
       context, **entry, *plan, model_, *sessions_, *scheduler_, metrics_,

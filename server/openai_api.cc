@@ -166,9 +166,6 @@ absl::Status RefuseUnsupported(const Json& body) {
   };
   // A number equal to 1 (1.0 too, as vLLM's lax parsing takes it).
   auto is_one = [](const Json& v) { return v.is_number() && v.get<double>() == 1.0; };
-  if (const Json* v = field("n"); v != nullptr && !is_one(*v)) {
-    return FieldError("n", absl::StrCat("n must be 1 (one completion per request), got ", Dump(*v)));
-  }
   if (const Json* v = field("best_of");
       v != nullptr && !is_one(*v)) {
     return FieldError("best_of", absl::StrCat("best_of is not supported (only 1), got ", Dump(*v)));
@@ -336,6 +333,21 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
   }
   if (absl::Status s = ParseSampling(body, out); !s.ok()) return s;
   if (absl::Status s = ParseStop(body, out); !s.ok()) return s;
+  if (!IsNull(body, "n")) {
+    // A whole number as a float (2.0) too, as vLLM's lax parsing takes it.
+    const Json& v = body["n"];
+    Json whole = v;
+    if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+        v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 1e9) {
+      whole = static_cast<int64_t>(v.get<double>());
+    }
+    auto n = IntField(whole, "n", 1, kMaxCompleteChoices);
+    if (!n.ok()) {
+      return FieldError("n", absl::StrCat(n.status().message(), " (the most choices one request "
+                                          "makes: each is a session of --max_sessions)"));
+    }
+    out.n = static_cast<int32_t>(*n);
+  }
   if (!IsNull(body, "logprobs")) {
     auto n = IntField(body["logprobs"], "logprobs", 0, kOpenAiMaxLogprobs);
     if (!n.ok()) return n.status();
@@ -380,6 +392,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
 std::vector<drt::v1::CompleteRequest> CompleteMessages(const CompletionRequest& request) {
   std::vector<drt::v1::CompleteRequest> messages(1);
   *messages[0].mutable_generate() = request.generate;
+  if (request.n > 1) messages[0].set_n(request.n);
   if (request.prompt_is_ids) {
     for (size_t at = 0; at < request.prompt_ids.size(); at += kPromptPieceIds) {
       const size_t n = std::min(kPromptPieceIds, request.prompt_ids.size() - at);
@@ -474,9 +487,9 @@ OJson LogprobsJson(const ChoiceLogprobs& entries) {
 }
 
 OJson Choice(absl::string_view text, std::optional<absl::string_view> finish_reason,
-             const ChoiceLogprobs* logprobs) {
+             const ChoiceLogprobs* logprobs, int32_t index = 0) {
   OJson choice = {{"text", std::string(text)},
-                  {"index", 0},
+                  {"index", index},
                   {"logprobs", nullptr},
                   {"finish_reason", nullptr}};
   if (logprobs != nullptr) choice["logprobs"] = LogprobsJson(*logprobs);
@@ -495,11 +508,25 @@ std::string CompletionJson(const CompletionHeader& header, absl::string_view tex
   return Dump(json);
 }
 
+std::string CompletionJson(const CompletionHeader& header,
+                           const std::vector<CompletionChoice>& choices, const Usage& usage) {
+  OJson json = Header(header);
+  json["choices"] = OJson::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const CompletionChoice& c = choices[i];
+    json["choices"].push_back(Choice(c.text, c.finish_reason,
+                                     c.logprobs.has_value() ? &*c.logprobs : nullptr,
+                                     static_cast<int32_t>(i)));
+  }
+  json["usage"] = UsageJson(usage);
+  return Dump(json);
+}
+
 std::string CompletionChunkJson(const CompletionHeader& header, absl::string_view text,
                                 std::optional<absl::string_view> finish_reason,
-                                const ChoiceLogprobs* logprobs) {
+                                const ChoiceLogprobs* logprobs, int32_t index) {
   OJson json = Header(header);
-  json["choices"] = OJson::array({Choice(text, finish_reason, logprobs)});
+  json["choices"] = OJson::array({Choice(text, finish_reason, logprobs, index)});
   return Dump(json);
 }
 

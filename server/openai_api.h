@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "drt/v1/drt.pb.h"
+#include "server/limits.h"
 
 namespace drt::server {
 
@@ -57,6 +58,9 @@ struct CompletionRequest {
   // top_logprobs max(1, N) (1 at least: the pieces carry the chosen token's
   // bytes only beside alternatives).
   std::optional<int32_t> logprobs;
+  // `n`: choices from the one prompt, 1 to kMaxCompleteChoices
+  // (CompleteRequest.n: the prompt is ingested once and forked).
+  int32_t n = 1;
 };
 
 // Parses a /v1/completions body. INVALID_ARGUMENT for JSON that does not
@@ -153,15 +157,26 @@ struct Usage {
 };
 
 // The non-streamed answer: object "text_completion", one choice, usage.
+// One choice of a non-streamed answer.
+struct CompletionChoice {
+  std::string text;
+  std::string finish_reason;
+  std::optional<ChoiceLogprobs> logprobs;  // nullopt: "logprobs" null (not asked for)
+};
+
 // `logprobs` null leaves the choice's "logprobs" null (not asked for).
 std::string CompletionJson(const CompletionHeader& header, absl::string_view text,
                            absl::string_view finish_reason, const Usage& usage,
                            const ChoiceLogprobs* logprobs = nullptr);
+// With every choice, choice i at "index" i.
+std::string CompletionJson(const CompletionHeader& header,
+                           const std::vector<CompletionChoice>& choices, const Usage& usage);
 // One streamed chunk: the same shape with this piece's text; finish_reason
 // null unless given.
+// `index`: the choice's (n > 1).
 std::string CompletionChunkJson(const CompletionHeader& header, absl::string_view text,
                                 std::optional<absl::string_view> finish_reason,
-                                const ChoiceLogprobs* logprobs = nullptr);
+                                const ChoiceLogprobs* logprobs = nullptr, int32_t index = 0);
 // The final usage chunk of stream_options.include_usage: choices [] and usage.
 std::string UsageChunkJson(const CompletionHeader& header, const Usage& usage);
 // GET /v1/models for the served model.

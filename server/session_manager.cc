@@ -477,9 +477,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::st
   return it->second;
 }
 
-absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::string& id) {
-  auto parent = Find(id);
-  if (!parent.ok()) return parent.status();
+absl::StatusOr<std::unique_ptr<Session>> SessionManager::ForkedSession(
+    const std::shared_ptr<SessionEntry>& parent_entry) {
+  const std::shared_ptr<SessionEntry>* parent = &parent_entry;
   // A reader claim keeps the parent's engine state still while copied
   // (other forks and saves may share it).
   if (absl::Status s = (*parent)->BeginRead(ReadKind::kFork); !s.ok()) return s;
@@ -510,7 +510,25 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
   });
   (*parent)->EndRead(ReadKind::kFork);
   if (!status.ok()) return status;
-  auto child = Insert((*parent)->settings(), std::move(forked), "", /*durable=*/true,
+  return forked;
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::ForkEphemeral(
+    const std::shared_ptr<SessionEntry>& parent) {
+  if (parent->durable()) {
+    return absl::InternalError("ForkEphemeral of a durable session (use Fork)");
+  }
+  auto forked = ForkedSession(parent);
+  if (!forked.ok()) return forked.status();
+  return Insert(parent->settings(), *std::move(forked), "", /*durable=*/false, /*claimed=*/false);
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::string& id) {
+  auto parent = Find(id);
+  if (!parent.ok()) return parent.status();
+  auto forked = ForkedSession(*parent);
+  if (!forked.ok()) return forked.status();
+  auto child = Insert((*parent)->settings(), *std::move(forked), "", /*durable=*/true,
                       /*claimed=*/store_ != nullptr);
   if (child.ok() && store_ != nullptr) {
     absl::Status s = (*child)->RunStep([&](Session& session) {

@@ -149,7 +149,9 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
       {R"({"prompt":"x","stream":true,"stream_options":[]})", "stream_options"},
       {R"({"prompt":"x","stream":true,"stream_options":{"include_usage":1}})",
        "stream_options.include_usage"},
-      {R"({"prompt":"x","n":2})", "n"},
+      {R"({"prompt":"x","n":0})", "n"},
+      {R"({"prompt":"x","n":17})", "n"},
+      {R"({"prompt":"x","n":-3})", "n"},
       {R"({"prompt":"x","best_of":3})", "best_of"},
       {R"({"prompt":"x","logprobs":-1})", "logprobs"},
       {R"({"prompt":"x","logprobs":21})", "logprobs"},
@@ -356,6 +358,40 @@ TEST_CASE("openai logprobs: token texts, bytes: spelling, offsets, the chosen to
   CHECK(collector.Add(short_piece).code() == absl::StatusCode::kInternal);
   // Without logprobs the choice's logprobs stays null.
   CHECK(Json::parse(CompletionChunkJson(header, "x", std::nullopt))["choices"][0]["logprobs"].is_null());
+}
+
+TEST_CASE("openai n: choices asked of Complete, answers with every choice at its index",
+          "[openai]") {
+  for (const auto& [body, n] : std::vector<std::pair<std::string, int>>{
+           {R"({"prompt":"x"})", 1}, {R"({"prompt":"x","n":1})", 1}, {R"({"prompt":"x","n":2})", 2},
+           {R"({"prompt":"x","n":3.0})", 3}, {R"({"prompt":"x","n":16})", 16}}) {
+    INFO(body);
+    auto parsed = ParseCompletionRequest(body);
+    REQUIRE(parsed.ok());
+    CHECK(parsed->n == n);
+    // One choice leaves Complete's n unset (0), as before.
+    CHECK(CompleteMessages(*parsed)[0].n() == (n > 1 ? n : 0));
+  }
+  auto refused = ParseCompletionRequest(R"({"prompt":"x","n":17})");
+  CHECK(std::string(refused.status().message()).find("n must be an integer in [1, 16], got 17") !=
+        std::string::npos);
+
+  const CompletionHeader header{"cmpl-abc", 1700000000, "model-x"};
+  std::vector<CompletionChoice> choices = {{"first", "length", std::nullopt},
+                                           {"second", "stop", ChoiceLogprobs{}}};
+  const Json full = Json::parse(CompletionJson(header, choices, {7, 9}));
+  REQUIRE(full["choices"].size() == 2);
+  CHECK(full["choices"][0]["index"] == 0);
+  CHECK(full["choices"][0]["text"] == "first");
+  CHECK(full["choices"][0]["finish_reason"] == "length");
+  CHECK(full["choices"][0]["logprobs"].is_null());
+  CHECK(full["choices"][1]["index"] == 1);
+  CHECK(full["choices"][1]["text"] == "second");
+  CHECK(full["choices"][1]["finish_reason"] == "stop");
+  CHECK(full["choices"][1]["logprobs"]["tokens"].empty());
+  CHECK(full["usage"]["total_tokens"] == 16);
+  const Json chunk = Json::parse(CompletionChunkJson(header, "x", std::nullopt, nullptr, 5));
+  CHECK(chunk["choices"][0]["index"] == 5);
 }
 
 TEST_CASE("openai errors: status codes and shape", "[openai]") {

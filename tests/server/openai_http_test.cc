@@ -480,6 +480,98 @@ TEST_CASE("openai http: a sampled token is always in its top_logprobs", "[openai
   CHECK(outside > 0);  // at temperature 2 some draws are not the most likely token
 }
 
+TEST_CASE("openai http: n choices, choice i sampled with seed + i, streamed and not",
+          "[openai][server]") {
+  OpenAiServer server;
+  const Json request = {{"prompt", kPrompt}, {"max_tokens", 12}, {"temperature", 1.5},
+                        {"seed", 70}, {"n", 3}, {"logprobs", 1}};
+  // What each choice must be: the one-choice answer with seed 70 + i.
+  std::vector<Json> singles;
+  for (int i = 0; i < 3; ++i) {
+    Json one = request;
+    one["n"] = 1;
+    one["seed"] = 70 + i;
+    auto res = server.Post(one);
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    singles.push_back(Json::parse(res->body)["choices"][0]);
+  }
+  CHECK(singles[0]["text"] != singles[1]["text"]);  // the seeds drew differently here
+
+  auto res = server.Post(request);
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json body = Json::parse(res->body);
+  REQUIRE(body["choices"].size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    INFO("choice " << i);
+    CHECK(body["choices"][i]["index"] == i);
+    CHECK(body["choices"][i]["text"] == singles[i]["text"]);
+    // The same tokens; their logprobs to float rounding: the choices' decode
+    // steps batch 3 sessions, the single one's 1, and a batched step's
+    // GEMMs round differently from one session's (docs/batching.md). Measured
+    // here (2026-11-25, 36 tokens): at most 3.1e-6 relative, 2.9e-6 absolute;
+    // the bounds allow 30x that.
+    const Json& got = body["choices"][i]["logprobs"];
+    const Json& want = singles[i]["logprobs"];
+    CHECK(got["tokens"] == want["tokens"]);
+    CHECK(got["text_offset"] == want["text_offset"]);
+    REQUIRE(got["token_logprobs"].size() == want["token_logprobs"].size());
+    for (size_t t = 0; t < got["token_logprobs"].size(); ++t) {
+      const double a = got["token_logprobs"][t], b = want["token_logprobs"][t];
+      CHECK(a == Approx(b).epsilon(1e-4).margin(1e-5));
+    }
+    CHECK(body["choices"][i]["finish_reason"] == "length");
+  }
+  CHECK(body["usage"]["prompt_tokens"] == static_cast<int64_t>(kPrompt.size()));  // once
+  CHECK(body["usage"]["completion_tokens"] == 36);                                 // all choices
+
+  Json stream_request = request;
+  stream_request["stream"] = true;
+  stream_request["stream_options"] = {{"include_usage", true}};
+  auto streamed_res = server.Post(stream_request);
+  REQUIRE(streamed_res);
+  REQUIRE(streamed_res->status == 200);
+  const Streamed streamed = ParseStream(streamed_res->body);
+  CHECK(streamed.done_marker);
+  std::vector<std::string> texts(3);
+  std::vector<int> finishes(3, 0);
+  std::vector<Json> tokens(3, Json::array());
+  REQUIRE_FALSE(streamed.chunks.empty());
+  for (size_t c = 0; c + 1 < streamed.chunks.size(); ++c) {
+    const Json& choice = streamed.chunks[c]["choices"][0];
+    const int index = choice["index"];
+    REQUIRE((index >= 0 && index < 3));
+    CHECK(finishes[index] == 0);  // nothing of a choice after its finish
+    texts[index] += choice["text"].get<std::string>();
+    for (const Json& t : choice["logprobs"]["tokens"]) tokens[index].push_back(t);
+    if (!choice["finish_reason"].is_null()) ++finishes[index];
+  }
+  for (int i = 0; i < 3; ++i) {
+    INFO("choice " << i);
+    CHECK(texts[i] == singles[i]["text"]);
+    CHECK(tokens[i] == singles[i]["logprobs"]["tokens"]);
+    CHECK(finishes[i] == 1);
+  }
+  const Json& usage = streamed.chunks.back();
+  CHECK(usage["choices"].empty());
+  CHECK(usage["usage"]["completion_tokens"] == 36);
+  // Every hidden session (the prompt's and its forks) is gone.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (server.grpc.service().session_manager().count() > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(server.grpc.service().session_manager().count() == 0);
+  // Above the cap: refused by name.
+  Json too_many = request;
+  too_many["n"] = 17;
+  auto refused = server.Post(too_many);
+  REQUIRE(refused);
+  CHECK(refused->status == 400);
+  CHECK(Json::parse(refused->body)["error"]["param"] == "n");
+}
+
 TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
   OpenAiHttpOptions options;
   options.max_request_bytes = 2 << 20;
@@ -526,7 +618,7 @@ TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
 
   // A body of 1M bytes is read and parsed (refused here for its n, not its
   // size); one over the limit gets 413.
-  auto big = server.Post({{"prompt", std::string(1 << 20, 'a')}, {"n", 2}});
+  auto big = server.Post({{"prompt", std::string(1 << 20, 'a')}, {"n", 17}});
   REQUIRE(big);
   CHECK(big->status == 400);
   CHECK(error_of(big)["param"] == "n");
@@ -538,7 +630,7 @@ TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
   // application/x-www-form-urlencoded, which httplib would parse as a form
   // and refuse above 8 KiB.
   auto form = server.client->Post("/v1/completions",
-                                  Json{{"prompt", std::string(100'000, 'a')}, {"n", 2}}.dump(),
+                                  Json{{"prompt", std::string(100'000, 'a')}, {"n", 17}}.dump(),
                                   "application/x-www-form-urlencoded");
   REQUIRE(form);
   CHECK(form->status == 400);
@@ -681,9 +773,12 @@ TEST_CASE("openai http: an Authorization header outside printable ASCII gets 401
 TEST_CASE("openai http: a client that disconnects mid-stream ends the generation",
           "[openai][server]") {
   OpenAiServer server;
+  // With n 3 the prompt's session has two forks: all three go.
+  const int n = GENERATE(1, 3);
+  INFO("n " << n);
   // 2^20 tokens would take far longer than this test waits.
   const Json request = {{"prompt", kPrompt}, {"max_tokens", 1 << 20}, {"temperature", 0},
-                        {"ignore_eos", true}, {"stream", true}};
+                        {"ignore_eos", true}, {"stream", true}, {"n", n}};
   std::string received;
   {
     httplib::Client client("127.0.0.1", server.api->port());
