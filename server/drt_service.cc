@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <functional>
 #include <chrono>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -14,9 +16,11 @@
 #include "engine/model_rules.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "engine/top_logprobs.h"
 #include "engine/tokenizer/streaming_encoder.h"
 #include "server/bearer_token.h"
 #include "server/engine_watchdog.h"
+#include "server/limits.h"
 #include "server/request_parsing.h"
 #include "server/scheduler.h"
 #include "server/session_id.h"
@@ -338,6 +342,7 @@ struct GenerationPlan {
   bool pad = false;
   bool logprobs = false;
   bool ignore_eos = false;
+  int32_t top_logprobs = 0;  // alternatives per generated token (engine/top_logprobs.h)
 };
 
 absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& request,
@@ -366,6 +371,12 @@ absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& re
                                                  : model_defaults.pad_to_chunk_boundary;
   plan.logprobs = request.return_logprobs();
   plan.ignore_eos = request.ignore_eos();
+  if (request.top_logprobs() < 0 || request.top_logprobs() > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "top_logprobs must be in [0, %d] (0: none), got %d", kMaxTopLogprobs,
+        request.top_logprobs()));
+  }
+  plan.top_logprobs = request.top_logprobs();
   return plan;
 }
 
@@ -683,10 +694,20 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     // between the engine's steps on this session); the token then joins the
     // next engine step as a decode item, batched with other sessions'.
     Session::GeneratedToken step{};
+    std::vector<TokenLogProb> alternatives;
     absl::Status s = entry.RunStep([&](Session& session) -> absl::Status {
       auto next = session.SampleNext(sampler);
       if (!next.ok()) return next.status();
       step = *next;
+      if (plan.top_logprobs > 0) {
+        // From the logits SampleNext drew from (its own check passed), less
+        // the ids the engine never emits, as Sampler::LogProb normalises.
+        const int32_t never[] = {static_cast<int32_t>(model.config().chunk_id),
+                                 static_cast<int32_t>(model.config().pad_id)};
+        auto top = TopLogProbs(session.last_logits(), plan.top_logprobs, never);
+        if (!top.ok()) return top.status();
+        alternatives = *std::move(top);
+      }
       return absl::OkStatus();
     });
     if (!s.ok()) return s;
@@ -731,6 +752,16 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     piece->add_token_ids(step.token);
     piece->set_text(utf8.Push(bytes));
     if (plan.logprobs) piece->add_logprobs(step.logprob);
+    if (plan.top_logprobs > 0) {
+      drt::v1::TokenTopLogprobs* top = piece->add_top_logprobs();
+      top->set_token_bytes(bytes);
+      for (const TokenLogProb& alternative : alternatives) {
+        drt::v1::TokenLogprob* entry_proto = top->add_alternatives();
+        entry_proto->set_token_id(alternative.token);
+        entry_proto->set_logprob(alternative.logprob);
+        entry_proto->set_token_bytes(model.tokenizer->Decode({alternative.token}).value_or(""));
+      }
+    }
     text_so_far += piece->text();
     bool stop_now = false;
     if (!plan.ignore_eos && step.token == eos) {
@@ -806,6 +837,58 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
   return Finish(ToGrpc(status));
 }
 
+// Complete's choices (CompleteRequest.n > 1), one per entry (the prompt's
+// session and its forks), generated concurrently.
+static absl::Status RunChoices(
+    grpc::ServerContext* context, const std::vector<std::shared_ptr<SessionEntry>>& entries,
+    const GenerationPlan& plan, const Model& model, SessionManager& sessions, Scheduler& scheduler,
+    Metrics& metrics, const drt::v1::GenerateTimings& timings,
+    grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>& stream) {
+  // One writer at a time; once a choice failed, the others' writes fail, so
+  // they end at their next token (RunGeneration: CANCELLED) and the call
+  // reports the first error.
+  std::mutex write_mutex;
+  bool failed = false;
+  std::vector<absl::Status> statuses(entries.size());
+  auto run = [&](size_t i) {
+    SessionEntry& entry = *entries[i];
+    GenerationPlan choice_plan = plan;
+    choice_plan.sampling.seed += i;  // choice i: seed + i (docs/api.md, "Complete")
+    absl::Status status = entry.Begin(Activity::kGenerating);
+    drt::v1::GenerateResponse done;
+    if (status.ok()) {
+      status = RunGeneration(
+          context, entry, choice_plan, model, sessions, scheduler, metrics,
+          [&](const drt::v1::GenerateResponse& response) {
+            drt::v1::GenerateResponse tagged = response;
+            tagged.mutable_piece()->set_choice(static_cast<int32_t>(i));
+            std::lock_guard<std::mutex> lock(write_mutex);
+            return !failed && stream.Write(tagged);
+          },
+          timings, done);
+      entry.End();  // (an ephemeral session: nothing is written)
+    }
+    std::lock_guard<std::mutex> lock(write_mutex);
+    if (!status.ok()) {
+      failed = true;
+    } else if (!failed) {
+      done.mutable_done()->set_choice(static_cast<int32_t>(i));
+      stream.Write(done);
+    }
+    statuses[i] = status;
+  };
+  // Concurrently: each choice's tokens join the scheduler's steps as any
+  // session's, batched with the others'.
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < entries.size(); ++i) threads.emplace_back(run, i);
+  run(0);
+  for (std::thread& thread : threads) thread.join();
+  for (const absl::Status& status : statuses) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
 grpc::Status DrtService::CompleteStream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>* stream) {
@@ -818,6 +901,13 @@ grpc::Status DrtService::CompleteStream(
                                "Complete needs a first message with the generation options"));
   }
   const drt::v1::GenerateRequest options = request.generate();
+  if (request.n() < 0 || request.n() > kMaxCompleteChoices) {
+    return Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrFormat("n must be in [0, %d] (0 or 1: one choice), got %d", kMaxCompleteChoices,
+                        request.n())));
+  }
+  const int32_t choices = std::max(1, request.n());
   SessionSettings settings;
   if (options.has_sampling()) settings.sampling = FromProto(options.sampling());
   auto plan = PlanGeneration(options, settings, model_.generation, model_.config());
@@ -825,12 +915,15 @@ grpc::Status DrtService::CompleteStream(
   // Not written to --state_dir: it lives only as long as this call.
   auto entry = sessions_->CreateEphemeral(settings);
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
-  // The temporary session goes when the call ends, whatever happens.
+  // The temporary sessions (the prompt's and its forks for further
+  // choices) go when the call ends, whatever happens.
   struct Cleanup {
     SessionManager& sessions;
-    std::string id;
-    ~Cleanup() { sessions.Delete(id, /*hidden_too=*/true).IgnoreError(); }
-  } cleanup{*sessions_, (*entry)->id()};
+    std::vector<std::string> ids;
+    ~Cleanup() {
+      for (const std::string& id : ids) sessions.Delete(id, /*hidden_too=*/true).IgnoreError();
+    }
+  } cleanup{*sessions_, {(*entry)->id()}};
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
   PromptIngest ingest(context, **entry, *model_.tokenizer, model_.config().enc_chunk_size,
@@ -857,10 +950,21 @@ grpc::Status DrtService::CompleteStream(
                                "Complete needs a prompt: its messages brought no tokens (send "
                                "text, text_bytes or tokens in them)"));
   }
-  if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
   drt::v1::GenerateTimings timings;
   timings.set_prefill_seconds(ingest.engine_seconds());
   timings.set_prompt_tokens(ingest.ingested());
+  if (choices > 1) {
+    std::vector<std::shared_ptr<SessionEntry>> entries = {*entry};
+    for (int32_t i = 1; i < choices; ++i) {
+      auto fork = sessions_->ForkEphemeral(*entry);
+      if (!fork.ok()) return Finish(ToGrpc(fork.status()));
+      cleanup.ids.push_back((*fork)->id());
+      entries.push_back(*std::move(fork));
+    }
+    return Finish(ToGrpc(RunChoices(context, entries, *plan, model_, *sessions_, *scheduler_,
+                                    metrics_, timings, *stream)));
+  }
+  if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
   drt::v1::GenerateResponse done;
   status = RunGeneration(
       context, **entry, *plan, model_, *sessions_, *scheduler_, metrics_,

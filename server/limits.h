@@ -1,5 +1,5 @@
 // Defaults of the server's session limits, shared by ServiceOptions and
-// SessionLimits.
+// SessionLimits, and the most choices one Complete makes.
 #pragma once
 
 #include <cstdint>
@@ -10,5 +10,11 @@ namespace drt::server {
 // so that memory (the host budget) is the real limit, and small enough that
 // token counts stay far from int64 overflow.
 inline constexpr int64_t kDefaultMaxContextTokens = int64_t{1} << 32;
+
+// CompleteRequest.n's most (the OpenAI API's `n` too): each choice is a
+// session (a slot of --max_sessions, its own open chunk and window) and a
+// thread of the call, so one request may not take a large share of the
+// server; OpenAI's own cap (128) would.
+inline constexpr int32_t kMaxCompleteChoices = 16;
 
 }  // namespace drt::server

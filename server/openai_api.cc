@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/sampler.h"
 #include "nlohmann/json.hpp"
 #include "server/status_util.h"
@@ -18,6 +19,9 @@ namespace drt::server {
 namespace {
 
 using Json = nlohmann::json;
+// Answers keep their keys in the order written (OpenAI's order; the
+// alternatives of top_logprobs best first).
+using OJson = nlohmann::ordered_json;
 
 // Where FieldError keeps the field's name (absl::Status payloads are keyed by
 // a URL-like string of the caller's choosing).
@@ -27,8 +31,45 @@ constexpr int64_t kMaxTokens = int64_t{1} << 20;
 
 // Every string we write may hold bytes from the model or the client:
 // invalid UTF-8 becomes U+FFFD instead of an exception.
-std::string Dump(const Json& json) {
-  return json.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+template <typename J>
+std::string Dump(const J& json) {
+  return json.dump(-1, ' ', /*ensure_ascii=*/false, J::error_handler_t::replace);
+}
+
+bool IsContinuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+// Whether `bytes` is valid UTF-8 (no overlong forms, surrogates or code
+// points above U+10FFFF) and ends on a character's end.
+bool IsWholeUtf8(absl::string_view bytes) {
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const auto b0 = static_cast<unsigned char>(bytes[i]);
+    int len = 0;
+    uint32_t cp = 0;
+    if (b0 < 0x80) {
+      ++i;
+      continue;
+    } else if (b0 >= 0xC2 && b0 <= 0xDF) {
+      len = 2, cp = b0 & 0x1F;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+      len = 3, cp = b0 & 0x0F;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+      len = 4, cp = b0 & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > bytes.size()) return false;
+    for (int k = 1; k < len; ++k) {
+      if (!IsContinuation(bytes[i + k])) return false;
+      cp = (cp << 6) | (static_cast<unsigned char>(bytes[i + k]) & 0x3F);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
 }
 
 bool IsNull(const Json& body, const char* field) {
@@ -128,15 +169,9 @@ absl::Status RefuseUnsupported(const Json& body) {
   };
   // A number equal to 1 (1.0 too, as vLLM's lax parsing takes it).
   auto is_one = [](const Json& v) { return v.is_number() && v.get<double>() == 1.0; };
-  if (const Json* v = field("n"); v != nullptr && !is_one(*v)) {
-    return FieldError("n", absl::StrCat("n must be 1 (one completion per request), got ", Dump(*v)));
-  }
   if (const Json* v = field("best_of");
       v != nullptr && !is_one(*v)) {
     return FieldError("best_of", absl::StrCat("best_of is not supported (only 1), got ", Dump(*v)));
-  }
-  if (const Json* v = field("logprobs"); v != nullptr) {
-    return FieldError("logprobs", "logprobs is not supported (send null or leave it out)");
   }
   if (const Json* v = field("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
     return FieldError("echo", "echo is not supported (send false or leave it out)");
@@ -386,6 +421,28 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
   if (absl::Status s = ParseSampling(body, out); !s.ok()) return s;
   if (absl::Status s = ParseSamplingControls(body, out); !s.ok()) return s;
   if (absl::Status s = ParseStop(body, out); !s.ok()) return s;
+  if (!IsNull(body, "n")) {
+    // A whole number as a float (2.0) too, as vLLM's lax parsing takes it.
+    const Json& v = body["n"];
+    Json whole = v;
+    if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+        v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 1e9) {
+      whole = static_cast<int64_t>(v.get<double>());
+    }
+    auto n = IntField(whole, "n", 1, kMaxCompleteChoices);
+    if (!n.ok()) {
+      return FieldError("n", absl::StrCat(n.status().message(), " (the most choices one request "
+                                          "makes: each is a session of --max_sessions)"));
+    }
+    out.n = static_cast<int32_t>(*n);
+  }
+  if (!IsNull(body, "logprobs")) {
+    auto n = IntField(body["logprobs"], "logprobs", 0, kOpenAiMaxLogprobs);
+    if (!n.ok()) return n.status();
+    out.logprobs = static_cast<int32_t>(*n);
+    out.generate.set_return_logprobs(true);
+    out.generate.set_top_logprobs(std::max<int32_t>(1, *out.logprobs));
+  }
   if (!IsNull(body, "ignore_eos")) {  // vLLM's extension
     auto b = BoolField(body["ignore_eos"], "ignore_eos");
     if (!b.ok()) return b.status();
@@ -423,6 +480,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
 std::vector<drt::v1::CompleteRequest> CompleteMessages(const CompletionRequest& request) {
   std::vector<drt::v1::CompleteRequest> messages(1);
   *messages[0].mutable_generate() = request.generate;
+  if (request.n > 1) messages[0].set_n(request.n);
   if (request.prompt_is_ids) {
     for (size_t at = 0; at < request.prompt_ids.size(); at += kPromptPieceIds) {
       const size_t n = std::min(kPromptPieceIds, request.prompt_ids.size() - at);
@@ -484,24 +542,45 @@ std::string FinishReasonName(drt::v1::FinishReason reason) {
 
 namespace {
 
-Json Header(const CompletionHeader& header) {
+OJson Header(const CompletionHeader& header) {
   return {{"id", header.id},
           {"object", "text_completion"},
           {"created", header.created},
           {"model", header.model}};
 }
 
-Json UsageJson(const Usage& usage) {
+OJson UsageJson(const Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens},
           {"completion_tokens", usage.completion_tokens},
           {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
 }
 
-Json Choice(absl::string_view text, std::optional<absl::string_view> finish_reason) {
-  Json choice = {{"text", std::string(text)},
-                 {"index", 0},
-                 {"logprobs", nullptr},
-                 {"finish_reason", nullptr}};
+OJson LogprobsJson(const ChoiceLogprobs& entries) {
+  OJson tokens = OJson::array(), token_logprobs = OJson::array(), top = OJson::array(),
+        offsets = OJson::array();
+  for (const TokenLogprobEntry& entry : entries) {
+    tokens.push_back(entry.token);
+    token_logprobs.push_back(entry.logprob);
+    OJson alternatives = OJson::object();
+    for (const auto& [text, logprob] : entry.top) {
+      if (!alternatives.contains(text)) alternatives[text] = logprob;
+    }
+    top.push_back(std::move(alternatives));
+    offsets.push_back(entry.text_offset);
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top)},
+          {"text_offset", std::move(offsets)}};
+}
+
+OJson Choice(absl::string_view text, std::optional<absl::string_view> finish_reason,
+             const ChoiceLogprobs* logprobs, int32_t index = 0) {
+  OJson choice = {{"text", std::string(text)},
+                  {"index", index},
+                  {"logprobs", nullptr},
+                  {"finish_reason", nullptr}};
+  if (logprobs != nullptr) choice["logprobs"] = LogprobsJson(*logprobs);
   if (finish_reason.has_value()) choice["finish_reason"] = std::string(*finish_reason);
   return choice;
 }
@@ -509,26 +588,89 @@ Json Choice(absl::string_view text, std::optional<absl::string_view> finish_reas
 }  // namespace
 
 std::string CompletionJson(const CompletionHeader& header, absl::string_view text,
-                           absl::string_view finish_reason, const Usage& usage) {
-  Json json = Header(header);
-  json["choices"] = Json::array({Choice(text, finish_reason)});
+                           absl::string_view finish_reason, const Usage& usage,
+                           const ChoiceLogprobs* logprobs) {
+  OJson json = Header(header);
+  json["choices"] = OJson::array({Choice(text, finish_reason, logprobs)});
+  json["usage"] = UsageJson(usage);
+  return Dump(json);
+}
+
+std::string CompletionJson(const CompletionHeader& header,
+                           const std::vector<CompletionChoice>& choices, const Usage& usage) {
+  OJson json = Header(header);
+  json["choices"] = OJson::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const CompletionChoice& c = choices[i];
+    json["choices"].push_back(Choice(c.text, c.finish_reason,
+                                     c.logprobs.has_value() ? &*c.logprobs : nullptr,
+                                     static_cast<int32_t>(i)));
+  }
   json["usage"] = UsageJson(usage);
   return Dump(json);
 }
 
 std::string CompletionChunkJson(const CompletionHeader& header, absl::string_view text,
-                                std::optional<absl::string_view> finish_reason) {
-  Json json = Header(header);
-  json["choices"] = Json::array({Choice(text, finish_reason)});
+                                std::optional<absl::string_view> finish_reason,
+                                const ChoiceLogprobs* logprobs, int32_t index) {
+  OJson json = Header(header);
+  json["choices"] = OJson::array({Choice(text, finish_reason, logprobs, index)});
   return Dump(json);
 }
 
 std::string UsageChunkJson(const CompletionHeader& header, const Usage& usage) {
-  Json json = Header(header);
-  json["choices"] = Json::array();
+  OJson json = Header(header);
+  json["choices"] = OJson::array();
   json["usage"] = UsageJson(usage);
   return Dump(json);
 }
+
+std::string OpenAiTokenText(absl::string_view bytes) {
+  if (IsWholeUtf8(bytes)) return std::string(bytes);
+  std::string out = "bytes:";
+  for (const char c : bytes) {
+    absl::StrAppend(&out, "\\x", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
+  }
+  return out;
+}
+
+absl::Status LogprobsCollector::Add(const drt::v1::GeneratedPiece& piece) {
+  const int tokens = piece.token_ids_size();
+  if (piece.logprobs_size() != tokens || piece.top_logprobs_size() != tokens) {
+    return absl::InternalError(absl::StrCat(
+        "Complete sent a piece of ", tokens, " tokens with ", piece.logprobs_size(),
+        " logprobs and ", piece.top_logprobs_size(), " top_logprobs"));
+  }
+  for (int i = 0; i < tokens; ++i) {
+    const drt::v1::TokenTopLogprobs& top = piece.top_logprobs(i);
+    const std::string& bytes = top.token_bytes();
+    TokenLogprobEntry entry;
+    entry.token = OpenAiTokenText(bytes);
+    entry.logprob = piece.logprobs(i);
+    const bool continues = !bytes.empty() && owed_ > 0 && IsContinuation(bytes[0]);
+    entry.text_offset = begun_ - (continues ? 1 : 0);
+    bool chosen_listed = false;
+    for (int j = 0; j < std::min(top_, top.alternatives_size()); ++j) {
+      const drt::v1::TokenLogprob& alternative = top.alternatives(j);
+      entry.top.emplace_back(OpenAiTokenText(alternative.token_bytes()), alternative.logprob());
+      chosen_listed |= alternative.token_id() == piece.token_ids(i);
+    }
+    if (!chosen_listed) entry.top.emplace_back(entry.token, entry.logprob);
+    for (const char c : bytes) {
+      if (IsContinuation(c)) {
+        if (owed_ > 0) --owed_;
+        continue;
+      }
+      ++begun_;
+      const auto u = static_cast<unsigned char>(c);
+      owed_ = u >= 0xF0 ? 3 : u >= 0xE0 ? 2 : u >= 0xC0 ? 1 : 0;
+    }
+    pending_.push_back(std::move(entry));
+  }
+  return absl::OkStatus();
+}
+
+ChoiceLogprobs LogprobsCollector::Take() { return std::exchange(pending_, {}); }
 
 std::string ModelsJson(const drt::v1::ModelInfo& info, int64_t created) {
   Json model = {{"id", info.name()},

@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "drt/v1/drt.pb.h"
+#include "server/limits.h"
 
 namespace drt::server {
 
@@ -40,6 +42,11 @@ constexpr size_t kPromptPieceIds = 16 << 10;
 // destruction); at most 64 levels it is below 33x (docs/api.md).
 constexpr int kMaxJsonDepth = 64;
 
+// OpenAI's completions API allows `logprobs` up to 5; drt-server takes up to
+// 20 (engine/top_logprobs.h, kMaxTopLogprobs), as vLLM does with its default
+// max_logprobs.
+constexpr int32_t kOpenAiMaxLogprobs = 20;
+
 struct CompletionRequest {
   // One of them: the prompt as text, or as token ids.
   std::string prompt_text;
@@ -53,6 +60,14 @@ struct CompletionRequest {
   std::optional<std::string> model;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // `logprobs`: the top alternatives per token (0: the chosen token's only);
+  // unset or null: none. `generate` then asks for return_logprobs and
+  // top_logprobs max(1, N) (1 at least: the pieces carry the chosen token's
+  // bytes only beside alternatives).
+  std::optional<int32_t> logprobs;
+  // `n`: choices from the one prompt, 1 to kMaxCompleteChoices
+  // (CompleteRequest.n: the prompt is ingested once and forked).
+  int32_t n = 1;
 };
 
 // Parses a /v1/completions body. INVALID_ARGUMENT for JSON that does not
@@ -93,6 +108,54 @@ std::string ErrorJson(absl::string_view message, absl::string_view type, absl::s
 // (vLLM's word) for CANCELLED and DEADLINE and anything else.
 std::string FinishReasonName(drt::v1::FinishReason reason);
 
+// One generated token in a choice's `logprobs` object.
+struct TokenLogprobEntry {
+  std::string token;  // OpenAiTokenText of its bytes
+  float logprob = 0;
+  // The top alternatives, best first, then the chosen token if it is not
+  // among them (OpenAI: "up to logprobs+1 elements"); a text already listed
+  // keeps its first (best) entry, since the JSON object is keyed by text.
+  std::vector<std::pair<std::string, float>> top;
+  int64_t text_offset = 0;  // code points of the completion text before it
+};
+
+// A choice's `logprobs` object (OpenAI's legacy completions shape):
+// {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}],
+// "text_offset"}, one element per token.
+using ChoiceLogprobs = std::vector<TokenLogprobEntry>;
+
+// A token's text for `tokens` and the keys of `top_logprobs`: its bytes when
+// they are whole UTF-8 on their own, else vLLM's spelling "bytes:\xNN..."
+// (each byte as \x and two lower-case hex digits). U+FFFD, what the API does
+// for invalid text, would make the pieces of different characters (one byte
+// each with the byte tokenizer) the same key and lose the bytes.
+std::string OpenAiTokenText(absl::string_view bytes);
+
+// Builds the entries of one choice from the Complete pieces (their
+// logprobs and top_logprobs, which the request asked for), in order.
+class LogprobsCollector {
+ public:
+  // `top` alternatives per token (CompletionRequest.logprobs).
+  explicit LogprobsCollector(int32_t top) : top_(top) {}
+  // INTERNAL when the piece lacks a token's logprob or alternatives (the
+  // service did not send what was asked).
+  absl::Status Add(const drt::v1::GeneratedPiece& piece);
+  // The entries added since the last Take (streaming sends each with the
+  // next chunk), or all of them for a non-streamed answer.
+  ChoiceLogprobs Take();
+
+ private:
+  int32_t top_;
+  // Characters begun in the bytes so far (bytes that are not UTF-8
+  // continuation bytes), and the continuation bytes the last one still
+  // needs: a token that starts with one continues that character, and its
+  // offset is the character's own, which the text does not hold yet (as
+  // vLLM's offsets, the length of the text before the token).
+  int64_t begun_ = 0;
+  int owed_ = 0;
+  ChoiceLogprobs pending_;
+};
+
 // What every answer object of one completion shares.
 struct CompletionHeader {
   std::string id;  // "cmpl-..."
@@ -106,12 +169,26 @@ struct Usage {
 };
 
 // The non-streamed answer: object "text_completion", one choice, usage.
+// One choice of a non-streamed answer.
+struct CompletionChoice {
+  std::string text;
+  std::string finish_reason;
+  std::optional<ChoiceLogprobs> logprobs;  // nullopt: "logprobs" null (not asked for)
+};
+
+// `logprobs` null leaves the choice's "logprobs" null (not asked for).
 std::string CompletionJson(const CompletionHeader& header, absl::string_view text,
-                           absl::string_view finish_reason, const Usage& usage);
+                           absl::string_view finish_reason, const Usage& usage,
+                           const ChoiceLogprobs* logprobs = nullptr);
+// With every choice, choice i at "index" i.
+std::string CompletionJson(const CompletionHeader& header,
+                           const std::vector<CompletionChoice>& choices, const Usage& usage);
 // One streamed chunk: the same shape with this piece's text; finish_reason
 // null unless given.
+// `index`: the choice's (n > 1).
 std::string CompletionChunkJson(const CompletionHeader& header, absl::string_view text,
-                                std::optional<absl::string_view> finish_reason);
+                                std::optional<absl::string_view> finish_reason,
+                                const ChoiceLogprobs* logprobs = nullptr, int32_t index = 0);
 // The final usage chunk of stream_options.include_usage: choices [] and usage.
 std::string UsageChunkJson(const CompletionHeader& header, const Usage& usage);
 // GET /v1/models for the served model.

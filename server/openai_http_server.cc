@@ -107,28 +107,81 @@ struct CompleteCall {
   }
 };
 
-// The completion's text, cut at stop strings, and how it ended.
-struct CompletionProgress {
-  explicit CompletionProgress(const drt::v1::GenerateRequest& generate)
-      : cutter(std::vector<std::string>(generate.stop().begin(), generate.stop().end())) {}
+// One choice's text, cut at stop strings, how it ended, and (when asked)
+// its tokens' logprobs.
+struct ChoiceProgress {
+  explicit ChoiceProgress(const CompletionRequest& request)
+      : cutter(std::vector<std::string>(request.generate.stop().begin(),
+                                        request.generate.stop().end())) {
+    if (request.logprobs.has_value()) logprobs.emplace(*request.logprobs);
+  }
   StopTextCutter cutter;
   std::optional<drt::v1::GenerateDone> done;
+  // Every generated token is listed, the one that completed a stop string
+  // too (as usage counts it), though the text leaves that string out.
+  std::optional<LogprobsCollector> logprobs;
 
-  // The text a response adds (for a piece: what the cutter lets out now;
-  // for the final message: what it held back).
-  std::string Take(const drt::v1::GenerateResponse& response) {
-    if (response.has_piece()) return cutter.Push(response.piece().text());
-    if (response.has_done()) {
-      done = response.done();
-      return cutter.Finish();
-    }
-    return "";
-  }
   std::string finish_reason() const {
     return cutter.stopped() ? "stop" : FinishReasonName(done->finish_reason());
   }
+  // The logprobs entries not sent yet; nullopt when not asked for.
+  std::optional<ChoiceLogprobs> TakeLogprobs() {
+    if (!logprobs.has_value()) return std::nullopt;
+    return logprobs->Take();
+  }
+};
+
+// The completion's choices (n of them; Complete tags each message with its
+// choice when n > 1).
+struct CompletionProgress {
+  explicit CompletionProgress(const CompletionRequest& request)
+      : choices(request.n, ChoiceProgress(request)) {}
+  std::vector<ChoiceProgress> choices;
+  int32_t done_count = 0;
+  absl::Status status;  // the first message refused (a choice out of range, logprobs short)
+
+  // The choice a response is about, and the text it adds (for a piece: what
+  // the cutter lets out now; for its final message: what it held back).
+  // nullopt for a response refused (status says why) or of no choice.
+  struct Taken {
+    int32_t choice;
+    std::string text;
+  };
+  std::optional<Taken> Take(const drt::v1::GenerateResponse& response) {
+    if (!status.ok()) return std::nullopt;
+    const int32_t index = response.has_piece()  ? response.piece().choice()
+                          : response.has_done() ? response.done().choice()
+                                                : 0;
+    if (index < 0 || index >= static_cast<int32_t>(choices.size())) {
+      status = absl::InternalError(absl::StrCat("Complete sent a message of choice ", index, " of ",
+                                                choices.size()));
+      return std::nullopt;
+    }
+    ChoiceProgress& choice = choices[index];
+    if (response.has_piece()) {
+      if (choice.logprobs.has_value()) {
+        status = choice.logprobs->Add(response.piece());
+        if (!status.ok()) return std::nullopt;
+      }
+      return Taken{index, choice.cutter.Push(response.piece().text())};
+    }
+    if (response.has_done()) {
+      if (choice.done.has_value()) {
+        status = absl::InternalError(absl::StrCat("Complete ended choice ", index, " twice"));
+        return std::nullopt;
+      }
+      choice.done = response.done();
+      ++done_count;
+      return Taken{index, choice.cutter.Finish()};
+    }
+    return std::nullopt;
+  }
+  bool all_done() const { return done_count == static_cast<int32_t>(choices.size()); }
+  // Prompt tokens once, the generated tokens of every choice.
   Usage usage() const {
-    return {done->timings().prompt_tokens(), done->timings().generated_tokens()};
+    Usage usage{choices[0].done->timings().prompt_tokens(), 0};
+    for (const ChoiceProgress& c : choices) usage.completion_tokens += c.done->timings().generated_tokens();
+    return usage;
   }
 };
 
@@ -446,18 +499,27 @@ class OpenAiHttpServer::Server : public httplib::Server {
       return SendError(res, status.ok() ? absl::InternalError("Complete ended without an answer")
                                         : FromGrpc(status));
     }
-    auto progress = std::make_shared<CompletionProgress>(request->generate);
+    auto progress = std::make_shared<CompletionProgress>(*request);
     if (!request->stream) {
-      std::string text = progress->Take(first);
-      drt::v1::GenerateResponse response;
-      while (call->stream->Read(&response)) text += progress->Take(response);
+      std::vector<std::string> texts(request->n);
+      drt::v1::GenerateResponse response = first;
+      do {
+        if (auto taken = progress->Take(response); taken.has_value()) {
+          texts[taken->choice] += taken->text;
+        }
+      } while (call->stream->Read(&response));
       const grpc::Status status = call->Finish();
       if (!status.ok()) return SendError(res, FromGrpc(status));
-      if (!progress->done.has_value()) {
+      if (!progress->status.ok()) return SendError(res, progress->status);
+      if (!progress->all_done()) {
         return SendError(res, absl::InternalError("Complete ended without its final message"));
       }
-      res.set_content(CompletionJson(header, text, progress->finish_reason(), progress->usage()),
-                      kJson);
+      std::vector<CompletionChoice> choices;
+      for (int32_t i = 0; i < request->n; ++i) {
+        ChoiceProgress& c = progress->choices[i];
+        choices.push_back({std::move(texts[i]), c.finish_reason(), c.TakeLogprobs()});
+      }
+      res.set_content(CompletionJson(header, choices, progress->usage()), kJson);
       return;
     }
     res.set_header("Cache-Control", "no-cache");
@@ -475,25 +537,45 @@ class OpenAiHttpServer::Server : public httplib::Server {
           drt::v1::GenerateResponse response = first;
           bool more = true;
           while (more) {
-            const std::string text = progress->Take(response);
-            if (response.has_done()) {
-              if (!send(SseEvent(CompletionChunkJson(header, text, progress->finish_reason())))) {
+            const std::optional<CompletionProgress::Taken> taken = progress->Take(response);
+            if (!progress->status.ok()) {
+              call->context.TryCancel();  // Finish's status is then CANCELLED, not reported
+              break;
+            }
+            // Tokens whose text is held back wait for the next chunk sent of
+            // their choice: their logprobs go with it. Each choice's last
+            // chunk carries its finish_reason; choices interleave, each chunk
+            // with its index.
+            if (taken.has_value()) {
+              ChoiceProgress& choice = progress->choices[taken->choice];
+              const bool ended = response.has_done();
+              if (ended || !taken->text.empty()) {
+                const std::optional<ChoiceLogprobs> logprobs = choice.TakeLogprobs();
+                std::optional<std::string> reason;
+                if (ended) reason = choice.finish_reason();
+                if (!send(SseEvent(CompletionChunkJson(
+                        header, taken->text,
+                        reason.has_value() ? std::optional<absl::string_view>(*reason) : std::nullopt,
+                        logprobs.has_value() ? &*logprobs : nullptr, taken->choice)))) {
+                  return false;
+                }
+              }
+              if (ended && progress->all_done() && include_usage &&
+                  !send(SseEvent(UsageChunkJson(header, progress->usage())))) {
                 return false;
               }
-              if (include_usage && !send(SseEvent(UsageChunkJson(header, progress->usage())))) {
-                return false;
-              }
-            } else if (!text.empty() && !send(SseEvent(CompletionChunkJson(header, text, {})))) {
-              return false;
             }
             more = call->stream->Read(&response);
           }
-          const grpc::Status status = call->Finish();
+          grpc::Status status = call->Finish();
+          if (!progress->status.ok()) {
+            status = grpc::Status(grpc::StatusCode::INTERNAL, std::string(progress->status.message()));
+          }
           // An error after the stream began: one event in the error shape,
           // then [DONE] (as vLLM does); a stream cut short that way carries
           // no finish_reason.
           if (!status.ok() && !send(SseEvent(ErrorJson(FromGrpc(status))))) return false;
-          if (status.ok() && !progress->done.has_value()) {
+          if (status.ok() && !progress->all_done()) {
             const absl::Status missing = absl::InternalError("Complete ended without its final message");
             if (!send(SseEvent(ErrorJson(missing)))) return false;
           }

@@ -478,21 +478,20 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::st
   return it->second;
 }
 
-absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::string& id) {
-  auto parent = Find(id);
-  if (!parent.ok()) return parent.status();
+absl::StatusOr<std::unique_ptr<Session>> SessionManager::ForkedSession(
+    const std::shared_ptr<SessionEntry>& parent) {
   // A reader claim keeps the parent's engine state still while copied
   // (other forks and saves may share it).
-  if (absl::Status s = (*parent)->BeginRead(ReadKind::kFork); !s.ok()) return s;
+  if (absl::Status s = parent->BeginRead(ReadKind::kFork); !s.ok()) return s;
   std::unique_ptr<Session> forked;
-  absl::Status status = (*parent)->RunReadStep([&](Session& session) -> absl::Status {
-    if (absl::Status s = (*parent)->CheckStateWhole(); !s.ok()) return s;
+  absl::Status status = parent->RunReadStep([&](Session& session) -> absl::Status {
+    if (absl::Status s = parent->CheckStateWhole(); !s.ok()) return s;
     // The child shares the parent's chunk logs, which must hold all of them.
     // A parent that is not durable (a Complete call's temporary session) is
     // never written: RecordFork then gives the child its own copy, and the
     // parent leaves nothing on disk when its call deletes it.
-    if (store_ != nullptr && (*parent)->durable()) {
-      if (absl::Status s = store_->Persist((*parent)->registration_, (*parent)->settings(),
+    if (store_ != nullptr && parent->durable()) {
+      if (absl::Status s = store_->Persist(parent->registration_, parent->settings(),
                                            session, /*force=*/true);
           !s.ok()) {
         return s;
@@ -509,9 +508,27 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::st
     forked = *std::move(copy);
     return absl::OkStatus();
   });
-  (*parent)->EndRead(ReadKind::kFork);
+  parent->EndRead(ReadKind::kFork);
   if (!status.ok()) return status;
-  auto child = Insert((*parent)->settings(), std::move(forked), "", /*durable=*/true,
+  return forked;
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::ForkEphemeral(
+    const std::shared_ptr<SessionEntry>& parent) {
+  if (parent->durable()) {
+    return absl::InternalError("ForkEphemeral of a durable session (use Fork)");
+  }
+  auto forked = ForkedSession(parent);
+  if (!forked.ok()) return forked.status();
+  return Insert(parent->settings(), *std::move(forked), "", /*durable=*/false, /*claimed=*/false);
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::string& id) {
+  auto parent = Find(id);
+  if (!parent.ok()) return parent.status();
+  auto forked = ForkedSession(*parent);
+  if (!forked.ok()) return forked.status();
+  auto child = Insert((*parent)->settings(), *std::move(forked), "", /*durable=*/true,
                       /*claimed=*/store_ != nullptr);
   if (child.ok() && store_ != nullptr) {
     absl::Status s = (*child)->RunStep([&](Session& session) {

@@ -378,6 +378,12 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<SessionEntry>> Find(const std::string& id) const;
   // FAILED_PRECONDITION while the parent is busy.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Fork(const std::string& id);
+  // For the call that owns `parent`, a hidden session (CreateEphemeral's):
+  // an exact copy of it, hidden and never written, as CreateEphemeral's
+  // (Complete's further choices, CompleteRequest.n). The parent must be
+  // idle; the same checks and budget as Fork.
+  absl::StatusOr<std::shared_ptr<SessionEntry>> ForkEphemeral(
+      const std::shared_ptr<SessionEntry>& parent);
   // `hidden_too`: also a hidden session (for the call that owns it).
   absl::Status Delete(const std::string& id, bool hidden_too = false);
   // `hidden_too`: hidden sessions too (for figures over all the memory).
@@ -435,6 +441,10 @@ class SessionManager {
   // (BackendSession::fork_host_bytes_at_most) would pass the budget
   // (reservations included).
   absl::Status CheckForkBudget(int64_t bytes) const;
+  // Fork's copy of `parent`'s engine session, under a reader claim (with
+  // --state_dir a durable parent is written first, as its child shares its
+  // chunk logs); not yet in the table.
+  absl::StatusOr<std::unique_ptr<Session>> ForkedSession(const std::shared_ptr<SessionEntry>& parent);
 
   // Deletes sessions idle past their TTL; returns how many. Each is claimed
   // (Activity::kExpiring) under the manager's lock before it leaves the

@@ -31,6 +31,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -70,6 +71,9 @@ ABSL_FLAG(std::string, logit_bias, "",
 // --stop is taken out of the command line before absl parses it (TakeStops),
 // so that it can be given more than once, as in the Python client; this
 // definition gives it its --help line (and takes one from a --flagfile).
+ABSL_FLAG(int32_t, top_logprobs, 0,
+          "after the answer, print each generated token's log-probability and its N most likely "
+          "alternatives (temperature 1), 0 to 20 (0: none)");
 ABSL_FLAG(std::string, stop, "",
           "stop sequence, verbatim (commas included); repeatable: --stop . --stop 'a, b' "
           "gives two; one that starts with '-' needs --stop=VALUE");
@@ -983,6 +987,8 @@ class Client {
     int64_t tokens = 0;
     int64_t pieces = 0;  // piece messages that reached the client
     double ttft = NAN, tpot = NAN;
+    // --top_logprobs: one line per generated token, printed after the answer.
+    std::vector<std::string> logprob_lines;
   };
 
   // Generate, sent again after a cut (StreamCut) only when that is the same as the
@@ -1082,6 +1088,11 @@ class Client {
     if (const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary); pad != "model") {
       request.set_pad_to_chunk_boundary(pad == "true");
     }
+    if (const int32_t top = absl::GetFlag(FLAGS_top_logprobs); top > 0) {
+      request.set_return_logprobs(true);
+      request.set_top_logprobs(top);
+    }
+    answer.logprob_lines.clear();  // a try sent again repeats the answer from its start
 
     auto context = NewContext(absl::GetFlag(FLAGS_deadline));
     Interrupts interrupts(context.get());
@@ -1099,6 +1110,20 @@ class Client {
           if (answer.tokens == 0) first = now;
           last = now;
           answer.tokens += response.piece().token_ids_size();
+        }
+        const auto& tops = response.piece().top_logprobs();
+        for (int i = 0; i < tops.size() && i < response.piece().token_ids_size() &&
+                        i < response.piece().logprobs_size();
+             ++i) {
+          std::string line = absl::StrFormat(
+              "  %6d %10s %9.4f  top:", response.piece().token_ids(i),
+              absl::StrCat("\"", absl::CHexEscape(tops[i].token_bytes()), "\""),
+              response.piece().logprobs(i));
+          for (const drt::v1::TokenLogprob& alternative : tops[i].alternatives()) {
+            absl::StrAppendFormat(&line, " \"%s\"=%.4f", absl::CHexEscape(alternative.token_bytes()),
+                                  alternative.logprob());
+          }
+          answer.logprob_lines.push_back(std::move(line));
         }
         const std::string& piece = response.piece().text();
         const size_t at = answer.text.size();
@@ -1261,6 +1286,11 @@ int Run(std::string prompt_text, std::vector<std::string> stops) {
               Ms(t.time_to_first_token_seconds()).c_str());
   std::printf("  time per output token: %s (server: %s)\n", Ms(answer.tpot).c_str(),
               Ms(t.time_per_output_token_seconds()).c_str());
+  if (const int32_t top = absl::GetFlag(FLAGS_top_logprobs); top > 0) {
+    std::printf("logprobs (temperature 1; token id, its bytes, its logprob, the %d most likely):\n",
+                top);
+    for (const std::string& line : answer.logprob_lines) std::printf("%s\n", line.c_str());
+  }
   if (prompt.passkey.empty()) return 0;
   // Right means: the first number in the answer is the pass key.
   const size_t begin = answer.text.find_first_of("0123456789");
@@ -1292,6 +1322,9 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_haystack_tokens) < 1 || absl::GetFlag(FLAGS_piece_bytes) < 4 ||
       absl::GetFlag(FLAGS_piece_tokens) < 1 || absl::GetFlag(FLAGS_max_tokens) < 1) {
     Die("--haystack_tokens, --piece_bytes (>= 4), --piece_tokens and --max_tokens must be positive");
+  }
+  if (const int32_t top = absl::GetFlag(FLAGS_top_logprobs); top < 0 || top > 20) {
+    Die(absl::StrCat("--top_logprobs must be in [0, 20], got ", top));
   }
   if (!absl::GetFlag(FLAGS_prompt_file).empty() && !absl::GetFlag(FLAGS_token_ids).empty()) {
     Die("--prompt_file and --token_ids exclude each other");

@@ -245,6 +245,9 @@ def parse_args(argv=None):
     gen.add_argument("--logit-bias", type=logit_bias, default={}, metavar="ID:BIAS,...",
                      help="add BIAS (-100 to 100) to token ID's logit, e.g. 10:-100,65:2.5 (default: none)")
     # (Listed for --help; take_stops reads the command line's --stop.)
+    gen.add_argument("--top-logprobs", type=int, default=0, metavar="N",
+                     help="after the answer, print each generated token's log-probability and its N most "
+                          "likely alternatives (temperature 1), 0 to 20 (default %(default)s: none)")
     gen.add_argument("--stop", action="append", default=[],
                      help="stop sequence, verbatim (commas included); repeatable; one that starts "
                           "with '-' is written --stop=VALUE")
@@ -294,6 +297,8 @@ def parse_args(argv=None):
         p.error("--retry-seconds must be positive, or 0 for no retries")
     if not 0.0 <= args.depth <= 1.0:
         p.error("--depth must be within [0, 1]")
+    if not 0 <= args.top_logprobs <= 20:
+        p.error("--top-logprobs must be in [0, 20]")
     if args.haystack_tokens < 1 or args.piece_bytes < 4 or args.piece_tokens < 1 or args.max_tokens < 1:
         p.error("--haystack-tokens, --piece-bytes (>= 4), --piece-tokens and --max-tokens must be positive")
     # Stop by stop, as the C++ client, so both name the first bad one.
@@ -784,6 +789,11 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
         stop=args.stop)
     if args.pad is not None:
         request.pad_to_chunk_boundary = args.pad
+    if args.top_logprobs > 0:
+        request.return_logprobs = True
+        request.top_logprobs = args.top_logprobs
+    # One line per generated token (--top-logprobs), printed after the answer.
+    args.logprob_lines = []
     received = received if received is not None else [0]
     text = pieces if pieces is not None else []
     tokens = 0
@@ -800,6 +810,10 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
                 first = first if first is not None else now
                 last = now
                 tokens += len(response.piece.token_ids)
+            for i, top in enumerate(response.piece.top_logprobs):
+                alternatives = " ".join(f"{a.token_bytes!r}={a.logprob:.4f}" for a in top.alternatives)
+                args.logprob_lines.append(f"  {response.piece.token_ids[i]:>6} {top.token_bytes!r:>10} "
+                                          f"{response.piece.logprobs[i]:9.4f}  top: {alternatives}")
             piece = response.piece.text
             text.append(piece)
             # What an earlier try printed already is not printed again.
@@ -963,6 +977,10 @@ def run(args, pb, pb_grpc, grpc):
     print(f"generate: {tokens} tokens, finish reason {reason}")
     print(f"  time to first token:   {ms(ttft)} (server: {ms(t.time_to_first_token_seconds)})")
     print(f"  time per output token: {ms(tpot)} (server: {ms(t.time_per_output_token_seconds)})")
+    if args.top_logprobs > 0:
+        print(f"logprobs (temperature 1; token id, its bytes, its logprob, the {args.top_logprobs} most likely):")
+        for line in args.logprob_lines:
+            print(line)
     if passkey is None:
         return 0
     # Right means: the first number in the answer is the pass key.

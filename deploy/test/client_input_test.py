@@ -92,7 +92,19 @@ class StandIn:
                 with outer.lock:
                     outer.stops.append(list(request.stop))
                     outer.samplings.append(request.sampling)
-                yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="2.", token_ids=[50, 46]))
+                    outer.logprob_asks.append((request.return_logprobs, request.top_logprobs))
+                if request.top_logprobs > 0:
+                    # Made-up values, easy to find in the output.
+                    tops = [pb.TokenTopLogprobs(token_bytes=b"2", alternatives=[
+                                pb.TokenLogprob(token_id=50, logprob=-0.25, token_bytes=b"2"),
+                                pb.TokenLogprob(token_id=51, logprob=-1.5, token_bytes=b"3")]),
+                            pb.TokenTopLogprobs(token_bytes=b".", alternatives=[
+                                pb.TokenLogprob(token_id=44, logprob=-0.125, token_bytes=b","),
+                                pb.TokenLogprob(token_id=195, logprob=-2.0, token_bytes=b"\xc3")])]
+                    yield pb.GenerateResponse(piece=pb.GeneratedPiece(
+                        text="2.", token_ids=[50, 46], logprobs=[-0.25, -3.0], top_logprobs=tops))
+                else:
+                    yield pb.GenerateResponse(piece=pb.GeneratedPiece(text="2.", token_ids=[50, 46]))
                 yield pb.GenerateResponse(done=pb.GenerateDone(finish_reason=pb.FINISH_REASON_STOP_SEQUENCE))
 
         self.servicer = Servicer()
@@ -102,6 +114,7 @@ class StandIn:
             self.hang_create = hang_create
             self.calls, self.creates, self.stops, self.texts = 0, 0, [], []
             self.samplings = []
+            self.logprob_asks = []
             self.create_called = threading.Event()
 
 
@@ -213,6 +226,31 @@ def main():
                 checks.expect(code == 0 and len(stand_in.texts) == 1 and stand_in.texts[0].endswith(question),
                               f"{name}: a UTF-8 --question arrives intact after the prompt "
                               f"(sent ends: {[t[-20:] for t in stand_in.texts]})", out[-1500:])
+
+                # --top-logprobs / --top_logprobs N asks for the chosen
+                # token's logprob and N alternatives and prints one line per
+                # token after the answer; out of [0, 20] it is refused first.
+                top_flag = "--top-logprobs" if name == "python" else "--top_logprobs"
+                code, out = run([prompt_flag, good, top_flag, "2"])
+                quote = (lambda b: repr(b)) if name == "python" else (lambda b: '"' + b.decode("latin-1")
+                                                                       .encode("unicode_escape").decode() + '"')
+                lines = [l for l in out.splitlines() if "top:" in l]
+                checks.expect(code == 0 and stand_in.logprob_asks == [(True, 2)] and len(lines) == 2
+                              and "-0.2500" in lines[0] and f"{quote(b'3')}=-1.5000" in lines[0]
+                              and "-3.0000" in lines[1] and f"{quote(b',')}=-0.1250" in lines[1]
+                              and "=-2.0000" in lines[1],
+                              f"{name}: {top_flag} 2 asks for logprobs and 2 alternatives (asked: "
+                              f"{stand_in.logprob_asks}) and prints a line per token with them ({lines})",
+                              out[-1500:])
+                code, out = run([prompt_flag, good])
+                checks.expect(code == 0 and stand_in.logprob_asks == [(False, 0)] and "top:" not in out,
+                              f"{name}: without {top_flag} no logprobs are asked or printed", out[-1500:])
+                for bad in ("21", "-1"):
+                    code, out = run([prompt_flag, good, f"{top_flag}={bad}"])
+                    checks.expect(code not in (0, None) and "top" in out and "[0, 20]" in out
+                                  and stand_in.calls == 0 and "Traceback" not in out,
+                                  f"{name}: {top_flag}={bad} is refused before any call (exit {code})",
+                                  out[-1500:])
 
                 code, out = run([prompt_flag, good, "--stop", ""])
                 checks.expect(code == 1 and "--stop" in out and "empty" in out and stand_in.calls == 0

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
+
 #include "server/openai_api.h"
 #include "server/stop_text_cutter.h"
 
@@ -181,10 +183,14 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
       {R"({"prompt":"x","stream":true,"stream_options":[]})", "stream_options"},
       {R"({"prompt":"x","stream":true,"stream_options":{"include_usage":1}})",
        "stream_options.include_usage"},
-      {R"({"prompt":"x","n":2})", "n"},
+      {R"({"prompt":"x","n":0})", "n"},
+      {R"({"prompt":"x","n":17})", "n"},
+      {R"({"prompt":"x","n":-3})", "n"},
       {R"({"prompt":"x","best_of":3})", "best_of"},
-      {R"({"prompt":"x","logprobs":0})", "logprobs"},
-      {R"({"prompt":"x","logprobs":5})", "logprobs"},
+      {R"({"prompt":"x","logprobs":-1})", "logprobs"},
+      {R"({"prompt":"x","logprobs":21})", "logprobs"},
+      {R"({"prompt":"x","logprobs":true})", "logprobs"},
+      {R"({"prompt":"x","logprobs":2.5})", "logprobs"},
       {R"({"prompt":"x","echo":true})", "echo"},
       {R"({"prompt":"x","suffix":"end"})", "suffix"},
       {R"({"prompt":"x","logit_bias":{"5":100.5}})", "logit_bias"},
@@ -328,6 +334,129 @@ TEST_CASE("openai answers: OpenAI's shapes", "[openai]") {
   // Invalid UTF-8 from anywhere becomes U+FFFD, never an exception.
   CHECK(Json::parse(CompletionChunkJson(header, "a\xff", std::nullopt))["choices"][0]["text"] ==
         "a\xef\xbf\xbd");
+}
+
+TEST_CASE("openai logprobs: the request asks Complete for logprobs and alternatives", "[openai]") {
+  auto none = ParseCompletionRequest(R"({"prompt":"x"})");
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->logprobs.has_value());
+  CHECK_FALSE(none->generate.return_logprobs());
+  CHECK(none->generate.top_logprobs() == 0);
+  CHECK(ParseCompletionRequest(R"({"prompt":"x","logprobs":null})")->generate.top_logprobs() == 0);
+  // 0: the chosen token only, but one alternative is asked (the pieces carry
+  // the token's bytes beside alternatives); 5 (OpenAI's most) and 20 (vLLM's).
+  for (const auto& [n, asked] : std::vector<std::pair<int, int>>{{0, 1}, {1, 1}, {5, 5}, {20, 20}}) {
+    auto parsed = ParseCompletionRequest(absl::StrCat(R"({"prompt":"x","logprobs":)", n, "}"));
+    REQUIRE(parsed.ok());
+    CHECK(parsed->logprobs == n);
+    CHECK(parsed->generate.return_logprobs());
+    CHECK(parsed->generate.top_logprobs() == asked);
+    CHECK(CompleteMessages(*parsed)[0].generate().top_logprobs() == asked);
+  }
+}
+
+TEST_CASE("openai logprobs: token texts, bytes: spelling, offsets, the chosen token added",
+          "[openai]") {
+  CHECK(OpenAiTokenText("abc") == "abc");
+  CHECK(OpenAiTokenText("\xe2\x82\xac") == "\xe2\x82\xac");
+  CHECK(OpenAiTokenText("") == "");
+  CHECK(OpenAiTokenText("\xe2") == "bytes:\\xe2");
+  CHECK(OpenAiTokenText("\x82\xac") == "bytes:\\x82\\xac");
+  CHECK(OpenAiTokenText("a\xff") == "bytes:\\x61\\xff");
+  CHECK(OpenAiTokenText("\xed\xa0\x80") == "bytes:\\xed\\xa0\\x80");  // a surrogate
+  CHECK(OpenAiTokenText("\xc0\x80") == "bytes:\\xc0\\x80");              // overlong
+
+  // Byte tokens "a", then the euro sign in three pieces, then "b": hand-made
+  // pieces as Complete sends them, one token each.
+  struct Token {
+    int32_t id;
+    std::string bytes;
+    float logprob;
+    std::vector<std::pair<int32_t, float>> top;  // (id, logprob); id's bytes: one byte
+  };
+  const std::vector<Token> tokens = {
+      {'a', "a", -0.5f, {{'a', -0.5f}, {'b', -1.5f}}},
+      {0xe2, "\xe2", -2.f, {{'x', -1.f}, {0xe2, -2.f}}},
+      {0x82, "\x82", -0.25f, {{0x82, -0.25f}, {0x83, -3.f}}},
+      {0xac, "\xac", -4.f, {{0xad, -0.1f}, {0xae, -3.f}}},  // sampled outside the top 2
+      {'b', "b", -0.75f, {{'b', -0.75f}, {'c', -1.f}}},
+  };
+  LogprobsCollector collector(2);
+  for (const Token& t : tokens) {
+    drt::v1::GeneratedPiece piece;
+    piece.add_token_ids(t.id);
+    piece.add_logprobs(t.logprob);
+    auto* top = piece.add_top_logprobs();
+    top->set_token_bytes(t.bytes);
+    for (const auto& [id, lp] : t.top) {
+      auto* alternative = top->add_alternatives();
+      alternative->set_token_id(id);
+      alternative->set_logprob(lp);
+      alternative->set_token_bytes(std::string(1, static_cast<char>(id)));
+    }
+    REQUIRE(collector.Add(piece).ok());
+  }
+  const ChoiceLogprobs entries = collector.Take();
+  CHECK(collector.Take().empty());  // taken
+  const CompletionHeader header{"cmpl-abc", 1700000000, "model-x"};
+  const std::string json = CompletionJson(header, "a\xe2\x82\xac" "b", "length", {1, 5}, &entries);
+  const Json logprobs = Json::parse(json)["choices"][0]["logprobs"];
+  CHECK(logprobs["tokens"] == Json::array({"a", "bytes:\\xe2", "bytes:\\x82", "bytes:\\xac", "b"}));
+  CHECK(logprobs["token_logprobs"] == Json::array({-0.5, -2.0, -0.25, -4.0, -0.75}));
+  // Offsets in code points of "a€b": the euro's pieces all sit at 1 (the
+  // text holds the character only once it is whole), "b" at 2.
+  CHECK(logprobs["text_offset"] == Json::array({0, 1, 1, 1, 2}));
+  REQUIRE(logprobs["top_logprobs"].size() == 5);
+  CHECK(logprobs["top_logprobs"][0] == Json({{"a", -0.5}, {"b", -1.5}}));
+  CHECK(logprobs["top_logprobs"][1] == Json({{"x", -1.0}, {"bytes:\\xe2", -2.0}}));
+  // The sampled token outside the top 2 is added as a third entry.
+  CHECK(logprobs["top_logprobs"][3] ==
+        Json({{"bytes:\\xad", -0.1f}, {"bytes:\\xae", -3.0}, {"bytes:\\xac", -4.0}}));
+  // Best first in the JSON text (an object's order is the writer's).
+  const size_t c = json.find(R"("c":)"), b = json.find(R"("b":-0.75)");
+  CHECK(b < c);
+  CHECK(json.find(R"("logprobs":{"tokens")") != std::string::npos);
+
+  // A piece without the logprobs asked for is refused, not misread.
+  drt::v1::GeneratedPiece short_piece;
+  short_piece.add_token_ids(5);
+  CHECK(collector.Add(short_piece).code() == absl::StatusCode::kInternal);
+  // Without logprobs the choice's logprobs stays null.
+  CHECK(Json::parse(CompletionChunkJson(header, "x", std::nullopt))["choices"][0]["logprobs"].is_null());
+}
+
+TEST_CASE("openai n: choices asked of Complete, answers with every choice at its index",
+          "[openai]") {
+  for (const auto& [body, n] : std::vector<std::pair<std::string, int>>{
+           {R"({"prompt":"x"})", 1}, {R"({"prompt":"x","n":1})", 1}, {R"({"prompt":"x","n":2})", 2},
+           {R"({"prompt":"x","n":3.0})", 3}, {R"({"prompt":"x","n":16})", 16}}) {
+    INFO(body);
+    auto parsed = ParseCompletionRequest(body);
+    REQUIRE(parsed.ok());
+    CHECK(parsed->n == n);
+    // One choice leaves Complete's n unset (0), as before.
+    CHECK(CompleteMessages(*parsed)[0].n() == (n > 1 ? n : 0));
+  }
+  auto refused = ParseCompletionRequest(R"({"prompt":"x","n":17})");
+  CHECK(std::string(refused.status().message()).find("n must be an integer in [1, 16], got 17") !=
+        std::string::npos);
+
+  const CompletionHeader header{"cmpl-abc", 1700000000, "model-x"};
+  std::vector<CompletionChoice> choices = {{"first", "length", std::nullopt},
+                                           {"second", "stop", ChoiceLogprobs{}}};
+  const Json full = Json::parse(CompletionJson(header, choices, {7, 9}));
+  REQUIRE(full["choices"].size() == 2);
+  CHECK(full["choices"][0]["index"] == 0);
+  CHECK(full["choices"][0]["text"] == "first");
+  CHECK(full["choices"][0]["finish_reason"] == "length");
+  CHECK(full["choices"][0]["logprobs"].is_null());
+  CHECK(full["choices"][1]["index"] == 1);
+  CHECK(full["choices"][1]["text"] == "second");
+  CHECK(full["choices"][1]["finish_reason"] == "stop");
+  CHECK(full["choices"][1]["logprobs"]["tokens"].empty());
+  CHECK(full["usage"]["total_tokens"] == 16);
+  const Json chunk = Json::parse(CompletionChunkJson(header, "x", std::nullopt, nullptr, 5));
+  CHECK(chunk["choices"][0]["index"] == 5);
 }
 
 TEST_CASE("openai errors: status codes and shape", "[openai]") {

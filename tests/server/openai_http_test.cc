@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "server/openai_api.h"
 #include "server/openai_http_server.h"
 #include "server/session_manager.h"
 #include "tests/server/test_util/grpc_harness.h"
@@ -397,6 +399,244 @@ TEST_CASE("openai http: stop strings are cut out, streamed and not", "[openai][s
   CHECK(streamed.done_marker);
 }
 
+// drt.v1 Complete of `prompt`, greedy, with logprobs and `top` alternatives.
+struct GrpcLogprobs {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  std::vector<drt::v1::TokenTopLogprobs> tops;
+};
+
+GrpcLogprobs GrpcCompleteLogprobs(drt::v1::Drt::Stub& stub, const std::string& prompt,
+                                  int32_t max_tokens, int32_t top) {
+  grpc::ClientContext context;
+  testing::SetDeadline(context, 120);
+  auto stream = stub.Complete(&context);
+  drt::v1::CompleteRequest first;
+  first.mutable_generate()->set_max_tokens(max_tokens);
+  first.mutable_generate()->set_return_logprobs(true);
+  first.mutable_generate()->set_top_logprobs(top);
+  first.set_text(prompt);
+  stream->Write(first);
+  stream->WritesDone();
+  GrpcLogprobs out;
+  drt::v1::GenerateResponse response;
+  while (stream->Read(&response)) {
+    const auto& piece = response.piece();
+    out.ids.insert(out.ids.end(), piece.token_ids().begin(), piece.token_ids().end());
+    out.logprobs.insert(out.logprobs.end(), piece.logprobs().begin(), piece.logprobs().end());
+    out.tops.insert(out.tops.end(), piece.top_logprobs().begin(), piece.top_logprobs().end());
+  }
+  REQUIRE(stream->Finish().ok());
+  return out;
+}
+
+// The logprobs objects of every chunk of a stream, joined.
+Json JoinedLogprobs(const Streamed& streamed) {
+  Json joined = {{"tokens", Json::array()}, {"token_logprobs", Json::array()},
+                 {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
+  for (const Json& chunk : streamed.chunks) {
+    if (chunk["choices"].empty()) continue;  // the usage chunk
+    const Json& logprobs = chunk["choices"][0]["logprobs"];
+    REQUIRE(logprobs.is_object());  // every chunk carries one, maybe empty
+    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+      for (const Json& v : logprobs[key]) joined[key].push_back(v);
+    }
+  }
+  return joined;
+}
+
+TEST_CASE("openai http: logprobs are gRPC's, the top alternative is the greedy token",
+          "[openai][server]") {
+  OpenAiServer server;
+  const int32_t max_tokens = 24;
+  const GrpcLogprobs grpc_side = GrpcCompleteLogprobs(server.grpc.stub(), kPrompt, max_tokens, 3);
+  REQUIRE(grpc_side.ids.size() == static_cast<size_t>(max_tokens));
+  REQUIRE(grpc_side.tops.size() == grpc_side.ids.size());
+
+  const Json request = {{"prompt", kPrompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+                        {"logprobs", 3}};
+  auto res = server.Post(request);
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json body = Json::parse(res->body);
+  const Json& logprobs = body["choices"][0]["logprobs"];
+  REQUIRE(logprobs["tokens"].size() == grpc_side.ids.size());
+  REQUIRE(logprobs["token_logprobs"].size() == grpc_side.ids.size());
+  REQUIRE(logprobs["top_logprobs"].size() == grpc_side.ids.size());
+  REQUIRE(logprobs["text_offset"].size() == grpc_side.ids.size());
+  for (size_t i = 0; i < grpc_side.ids.size(); ++i) {
+    INFO("token " << i << " id " << grpc_side.ids[i]);
+    // The fixture's byte tokenizer: an id below 256 is that byte, an id
+    // above it has no text.
+    const int32_t id = grpc_side.ids[i];
+    const std::string bytes = id < 256 ? std::string(1, static_cast<char>(id)) : "";
+    CHECK(logprobs["tokens"][i] == OpenAiTokenText(bytes));
+    CHECK(logprobs["token_logprobs"][i].get<float>() == grpc_side.logprobs[i]);
+    const Json& top = logprobs["top_logprobs"][i];
+    const auto& alternatives = grpc_side.tops[i].alternatives();
+    REQUIRE(alternatives.size() == 3);
+    // Greedy: the first alternative is the chosen token, at its own logprob.
+    CHECK(alternatives[0].token_id() == id);
+    REQUIRE(top.contains(OpenAiTokenText(bytes)));
+    CHECK(top[OpenAiTokenText(bytes)].get<float>() == grpc_side.logprobs[i]);
+    // This parser keeps keys sorted (the order sent, best first, is checked
+    // in openai_api_test.cc): compare as a set of pairs. Texts
+    // of two ids above 255 (both "") collide; the first (better) is kept.
+    std::map<std::string, float> want;
+    for (const auto& alternative : alternatives) {
+      want.emplace(OpenAiTokenText(alternative.token_bytes()), alternative.logprob());
+    }
+    REQUIRE(top.size() == want.size());
+    for (const auto& [text, lp] : want) CHECK(top[text].get<float>() == lp);
+    if (i > 0) CHECK(logprobs["text_offset"][i] >= logprobs["text_offset"][i - 1]);
+  }
+  CHECK(logprobs["text_offset"][0] == 0);
+
+  // Streamed: the chunks' logprobs join to the same lists, and every chunk
+  // with text carries its tokens' entries.
+  Json stream_request = request;
+  stream_request["stream"] = true;
+  auto streamed_res = server.Post(stream_request);
+  REQUIRE(streamed_res);
+  REQUIRE(streamed_res->status == 200);
+  const Streamed streamed = ParseStream(streamed_res->body);
+  CHECK(streamed.done_marker);
+  CHECK(JoinedLogprobs(streamed) == logprobs);
+
+  // logprobs 0: only the chosen token in each top_logprobs.
+  Json zero = request;
+  zero["logprobs"] = 0;
+  auto zero_res = server.Post(zero);
+  REQUIRE(zero_res);
+  REQUIRE(zero_res->status == 200);
+  const Json zero_logprobs = Json::parse(zero_res->body)["choices"][0]["logprobs"];
+  CHECK(zero_logprobs["tokens"] == logprobs["tokens"]);
+  CHECK(zero_logprobs["token_logprobs"] == logprobs["token_logprobs"]);
+  for (size_t i = 0; i < grpc_side.ids.size(); ++i) {
+    CHECK(zero_logprobs["top_logprobs"][i] ==
+          Json({{logprobs["tokens"][i].get<std::string>(), logprobs["token_logprobs"][i]}}));
+  }
+  // Without logprobs: null, as before.
+  Json plain = request;
+  plain.erase("logprobs");
+  auto plain_res = server.Post(plain);
+  REQUIRE(plain_res);
+  CHECK(Json::parse(plain_res->body)["choices"][0]["logprobs"].is_null());
+}
+
+TEST_CASE("openai http: a sampled token is always in its top_logprobs", "[openai][server]") {
+  OpenAiServer server;
+  auto res = server.Post({{"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 2.0},
+                          {"seed", 5}, {"logprobs", 1}});
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json logprobs = Json::parse(res->body)["choices"][0]["logprobs"];
+  REQUIRE(logprobs["tokens"].size() == 24);
+  int outside = 0;
+  for (size_t i = 0; i < 24; ++i) {
+    const Json& top = logprobs["top_logprobs"][i];
+    const std::string token = logprobs["tokens"][i];
+    REQUIRE(top.contains(token));
+    CHECK(top[token] == logprobs["token_logprobs"][i]);
+    CHECK(top.size() <= 2);
+    if (top.size() == 2) ++outside;
+    for (const auto& [text, lp] : top.items()) CHECK(lp.get<double>() <= 0.0);
+  }
+  CHECK(outside > 0);  // at temperature 2 some draws are not the most likely token
+}
+
+TEST_CASE("openai http: n choices, choice i sampled with seed + i, streamed and not",
+          "[openai][server]") {
+  OpenAiServer server;
+  const Json request = {{"prompt", kPrompt}, {"max_tokens", 12}, {"temperature", 1.5},
+                        {"seed", 70}, {"n", 3}, {"logprobs", 1}};
+  // What each choice must be: the one-choice answer with seed 70 + i.
+  std::vector<Json> singles;
+  for (int i = 0; i < 3; ++i) {
+    Json one = request;
+    one["n"] = 1;
+    one["seed"] = 70 + i;
+    auto res = server.Post(one);
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    singles.push_back(Json::parse(res->body)["choices"][0]);
+  }
+  CHECK(singles[0]["text"] != singles[1]["text"]);  // the seeds drew differently here
+
+  auto res = server.Post(request);
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json body = Json::parse(res->body);
+  REQUIRE(body["choices"].size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    INFO("choice " << i);
+    CHECK(body["choices"][i]["index"] == i);
+    CHECK(body["choices"][i]["text"] == singles[i]["text"]);
+    // The same tokens; their logprobs to float rounding: the choices' decode
+    // steps batch 3 sessions, the single one's 1, and a batched step's
+    // GEMMs round differently from one session's (docs/batching.md). Measured
+    // here (2026-11-25, 36 tokens): at most 3.1e-6 relative, 2.9e-6 absolute;
+    // the bounds allow 30x that.
+    const Json& got = body["choices"][i]["logprobs"];
+    const Json& want = singles[i]["logprobs"];
+    CHECK(got["tokens"] == want["tokens"]);
+    CHECK(got["text_offset"] == want["text_offset"]);
+    REQUIRE(got["token_logprobs"].size() == want["token_logprobs"].size());
+    for (size_t t = 0; t < got["token_logprobs"].size(); ++t) {
+      const double a = got["token_logprobs"][t], b = want["token_logprobs"][t];
+      CHECK(a == Approx(b).epsilon(1e-4).margin(1e-5));
+    }
+    CHECK(body["choices"][i]["finish_reason"] == "length");
+  }
+  CHECK(body["usage"]["prompt_tokens"] == static_cast<int64_t>(kPrompt.size()));  // once
+  CHECK(body["usage"]["completion_tokens"] == 36);                                 // all choices
+
+  Json stream_request = request;
+  stream_request["stream"] = true;
+  stream_request["stream_options"] = {{"include_usage", true}};
+  auto streamed_res = server.Post(stream_request);
+  REQUIRE(streamed_res);
+  REQUIRE(streamed_res->status == 200);
+  const Streamed streamed = ParseStream(streamed_res->body);
+  CHECK(streamed.done_marker);
+  std::vector<std::string> texts(3);
+  std::vector<int> finishes(3, 0);
+  std::vector<Json> tokens(3, Json::array());
+  REQUIRE_FALSE(streamed.chunks.empty());
+  for (size_t c = 0; c + 1 < streamed.chunks.size(); ++c) {
+    const Json& choice = streamed.chunks[c]["choices"][0];
+    const int index = choice["index"];
+    REQUIRE((index >= 0 && index < 3));
+    CHECK(finishes[index] == 0);  // nothing of a choice after its finish
+    texts[index] += choice["text"].get<std::string>();
+    for (const Json& t : choice["logprobs"]["tokens"]) tokens[index].push_back(t);
+    if (!choice["finish_reason"].is_null()) ++finishes[index];
+  }
+  for (int i = 0; i < 3; ++i) {
+    INFO("choice " << i);
+    CHECK(texts[i] == singles[i]["text"]);
+    CHECK(tokens[i] == singles[i]["logprobs"]["tokens"]);
+    CHECK(finishes[i] == 1);
+  }
+  const Json& usage = streamed.chunks.back();
+  CHECK(usage["choices"].empty());
+  CHECK(usage["usage"]["completion_tokens"] == 36);
+  // Every hidden session (the prompt's and its forks) is gone.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (server.grpc.service().session_manager().count() > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(server.grpc.service().session_manager().count() == 0);
+  // Above the cap: refused by name.
+  Json too_many = request;
+  too_many["n"] = 17;
+  auto refused = server.Post(too_many);
+  REQUIRE(refused);
+  CHECK(refused->status == 400);
+  CHECK(Json::parse(refused->body)["error"]["param"] == "n");
+}
+
 TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
   OpenAiHttpOptions options;
   options.max_request_bytes = 2 << 20;
@@ -443,7 +683,7 @@ TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
 
   // A body of 1M bytes is read and parsed (refused here for its n, not its
   // size); one over the limit gets 413.
-  auto big = server.Post({{"prompt", std::string(1 << 20, 'a')}, {"n", 2}});
+  auto big = server.Post({{"prompt", std::string(1 << 20, 'a')}, {"n", 17}});
   REQUIRE(big);
   CHECK(big->status == 400);
   CHECK(error_of(big)["param"] == "n");
@@ -455,7 +695,7 @@ TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
   // application/x-www-form-urlencoded, which httplib would parse as a form
   // and refuse above 8 KiB.
   auto form = server.client->Post("/v1/completions",
-                                  Json{{"prompt", std::string(100'000, 'a')}, {"n", 2}}.dump(),
+                                  Json{{"prompt", std::string(100'000, 'a')}, {"n", 17}}.dump(),
                                   "application/x-www-form-urlencoded");
   REQUIRE(form);
   CHECK(form->status == 400);
@@ -598,9 +838,12 @@ TEST_CASE("openai http: an Authorization header outside printable ASCII gets 401
 TEST_CASE("openai http: a client that disconnects mid-stream ends the generation",
           "[openai][server]") {
   OpenAiServer server;
+  // With n 3 the prompt's session has two forks: all three go.
+  const int n = GENERATE(1, 3);
+  INFO("n " << n);
   // 2^20 tokens would take far longer than this test waits.
   const Json request = {{"prompt", kPrompt}, {"max_tokens", 1 << 20}, {"temperature", 0},
-                        {"ignore_eos", true}, {"stream", true}};
+                        {"ignore_eos", true}, {"stream", true}, {"n", n}};
   std::string received;
   {
     httplib::Client client("127.0.0.1", server.api->port());

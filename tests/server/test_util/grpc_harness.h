@@ -296,6 +296,7 @@ struct GenerateResult {
   std::vector<int32_t> tokens;
   std::string text;
   std::vector<float> logprobs;
+  std::vector<drt::v1::TokenTopLogprobs> top_logprobs;  // GenerateRequest.top_logprobs
   std::optional<drt::v1::GenerateDone> done;
 };
 
@@ -321,6 +322,8 @@ inline GenerateResult Generate(drt::v1::Drt::Stub& stub, const drt::v1::Generate
       result.text += piece.text();
       result.logprobs.insert(result.logprobs.end(), piece.logprobs().begin(),
                              piece.logprobs().end());
+      result.top_logprobs.insert(result.top_logprobs.end(), piece.top_logprobs().begin(),
+                                 piece.top_logprobs().end());
     }
     if (response.has_done()) result.done = response.done();
   }
