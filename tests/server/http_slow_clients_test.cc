@@ -67,7 +67,12 @@ class DripConnection {
                                 std::string(4000, 'a');
     const auto start = Clock::now();
     for (size_t i = 0; i < request.size() && !stop_.load(); ++i) {
-      if (send(fd_, &request[i], 1, MSG_NOSIGNAL) != 1) break;
+      if (send(fd_, &request[i], 1, MSG_NOSIGNAL) != 1) {
+        // The server closed first and the reset came back before a read
+        // saw the end: closed all the same.
+        closed_after_.store(SecondsSince(start));
+        return;
+      }
       ++sent_;
       // Wait `interval`, watching for the server closing the connection.
       const auto until = Clock::now() + interval;
