@@ -67,7 +67,13 @@ class DripConnection {
                                 std::string(4000, 'a');
     const auto start = Clock::now();
     for (size_t i = 0; i < request.size() && !stop_.load(); ++i) {
-      if (send(fd_, &request[i], 1, MSG_NOSIGNAL) != 1) break;
+      // A send that fails means the server closed too: its close reset the
+      // connection (the pool's 503 and close can come between two bytes,
+      // and the next byte then meets a reset).
+      if (send(fd_, &request[i], 1, MSG_NOSIGNAL) != 1) {
+        closed_after_.store(SecondsSince(start));
+        return;
+      }
       ++sent_;
       // Wait `interval`, watching for the server closing the connection.
       const auto until = Clock::now() + interval;

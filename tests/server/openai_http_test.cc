@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -828,7 +829,7 @@ TEST_CASE("openai http: a serving thread that cannot start does not end the serv
           "[openai][server]") {
   OpenAiHttpOptions options;
   options.threads = 4;
-  options.request_header_timeout = std::chrono::milliseconds(1000);
+  options.request_header_timeout = std::chrono::milliseconds(3000);
   // One thread starts; every later one fails as std::thread does under a
   // pids limit. (Before, the std::system_error escaped on httplib's accept
   // thread: std::terminate ended the whole server.)
@@ -842,15 +843,21 @@ TEST_CASE("openai http: a serving thread that cannot start does not end the serv
   };
   OpenAiServer server(SmallOptions(), options);
   server.client->set_read_timeout(10, 0);
-  // A silent connection holds the one thread until its header time (1 s);
-  // the request after it needs a second thread, which fails: it waits.
+  // A silent connection holds the one thread; the request after it needs a
+  // second thread, which fails: it waits. The test then frees the thread
+  // (closes the silent connection, which ends it at once) well before the
+  // request's 3 s header time, so that load cannot make it expire (with
+  // the thread freed only by the silent one's header time, it had 0.2 s).
   const int silent = Connect(server.api->port());
   REQUIRE(silent >= 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto models = server.client->Get("/v1/models");
+  auto models_call =
+      std::async(std::launch::async, [&] { return server.client->Get("/v1/models"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it was accepted and waits
+  close(silent);
+  auto models = models_call.get();
   REQUIRE(models);
   CHECK(models->status == 200);
-  close(silent);
   CHECK_THAT(server.api->RenderMetrics(),
              Catch::Matchers::Contains("\ndrt_openai_thread_start_failures_total "));
   CHECK_THAT(server.api->RenderMetrics(),
