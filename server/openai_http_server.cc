@@ -41,13 +41,30 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
+// A prompt over the context limit (the temporary session's, the server's
+// --max_context_tokens) in OpenAI's and vLLM's shape: 400,
+// invalid_request_error, code context_length_exceeded, param "prompt".
+// (Not 429, which clients retry: it can never succeed. The prompt alone is
+// checked: its length is known only as it runs, piece by piece, so a
+// prompt that fits with too large a max_tokens is not refused up front;
+// its completion ends at the limit with finish_reason "length".)
+std::string ContextLengthErrorJson(absl::string_view message) {
+  return ErrorJson(message, "invalid_request_error", "prompt", "context_length_exceeded");
+}
+
 // Every 503 carries Retry-After (kRetryAfterSeconds). The session limit
 // (every session held: by running completions, each of which holds one, or
 // by gRPC clients) is answered 503 "unavailable", not 429: it is a load to
 // wait out, as all threads busy is, and unlike the other
-// RESOURCE_EXHAUSTED (the context limit, the memory budget) it says
-// nothing about the request.
+// RESOURCE_EXHAUSTED it says nothing about the request. The context limit
+// is 400 (above); the memory budget stays 429 (it passes as running
+// requests end).
 void SendError(httplib::Response& res, absl::Status status) {
+  if (SessionManager::IsContextLimitRefusal(status)) {
+    res.status = 400;
+    res.set_content(ContextLengthErrorJson(status.message()), kJson);
+    return;
+  }
   if (SessionManager::IsSessionLimitRefusal(status)) {
     status = absl::UnavailableError(status.message());
   }
@@ -492,6 +509,8 @@ class OpenAiHttpServer::Server : public httplib::Server {
           // An error after the stream began: one event in the error shape,
           // then [DONE] (as vLLM does); a stream cut short that way carries
           // no finish_reason.
+          // (The context limit ends no stream: it refuses before the first
+          // answer, or generation ends at it with "length".)
           if (!status.ok() && !send(SseEvent(ErrorJson(FromGrpc(status))))) return false;
           if (status.ok() && !progress->done.has_value()) {
             const absl::Status missing = absl::InternalError("Complete ended without its final message");

@@ -765,7 +765,6 @@ TEST_CASE("openai http: every 503 carries Retry-After: the session limit and dra
   const Json error = Json::parse(full->body)["error"];
   CHECK(error["type"] == "server_error");
   CHECK(std::string(error["message"]).find("maximum of 1 sessions") != std::string::npos);
-  // Other RESOURCE_EXHAUSTED stay 429 without it (the context limit here).
   {
     grpc::ClientContext context;
     drt::v1::DeleteSessionRequest remove;
@@ -773,11 +772,30 @@ TEST_CASE("openai http: every 503 carries Retry-After: the session limit and dra
     drt::v1::DeleteSessionResponse removed;
     REQUIRE(server.grpc.stub().DeleteSession(&context, remove, &removed).ok());
   }
-  auto long_prompt = server.Post({{"prompt", std::string(200, 'a')},
-                                  {"max_tokens", 1}});
-  REQUIRE(long_prompt);
-  CHECK(long_prompt->status == 429);
-  CHECK_FALSE(long_prompt->has_header("Retry-After"));
+  // A prompt over the context limit (100 here) is 400 context_length_exceeded,
+  // param "prompt", as OpenAI and vLLM answer, without Retry-After: over the
+  // limit (200 bytes of text), or at it with no room for one token (100 ids).
+  // (Before: 429 rate_limit_error, which openai-python retries in vain.)
+  for (const Json& prompt : {Json(std::string(200, 'a')), Json(std::vector<int>(100, 1))}) {
+    INFO(prompt.dump().substr(0, 20));
+    auto long_prompt = server.Post({{"prompt", prompt}, {"max_tokens", 1}});
+    REQUIRE(long_prompt);
+    CHECK(long_prompt->status == 400);
+    CHECK_FALSE(long_prompt->has_header("Retry-After"));
+    const Json refused = Json::parse(long_prompt->body)["error"];
+    CHECK(refused["type"] == "invalid_request_error");
+    CHECK(refused["code"] == "context_length_exceeded");
+    CHECK(refused["param"] == "prompt");
+    CHECK_THAT(std::string(refused["message"]), Catch::Matchers::Contains("its context limit"));
+  }
+  // A prompt that fits with a max_tokens that does not is not refused: it
+  // ends at the limit with "length" (its length is known only as it runs).
+  auto to_the_limit = server.Post({{"prompt", std::vector<int>(98, 1)}, {"max_tokens", 10},
+                                   {"temperature", 0}, {"ignore_eos", true}});
+  REQUIRE(to_the_limit);
+  CHECK(to_the_limit->status == 200);
+  CHECK(Json::parse(to_the_limit->body)["choices"][0]["finish_reason"] == "length");
+  CHECK(Json::parse(to_the_limit->body)["usage"]["completion_tokens"] == 2);
   // Draining: the service's UNAVAILABLE, 503 with Retry-After.
   server.grpc.service().StartDraining();
   for (bool stream : {false, true}) {
