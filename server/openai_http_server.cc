@@ -207,12 +207,28 @@ class OpenAiHttpServer::Server : public httplib::Server {
       });
       if (!read) {
         // (httplib has set 413 itself for a Content-Length over the limit.)
-        res.status = too_big || res.status == 413 ? 413 : 400;
+        if (too_big || res.status == 413) {
+          res.status = 413;
+          res.set_content(ErrorJson(absl::StrCat("the request body is larger than drt-server "
+                                                 "accepts (", options_.max_request_bytes,
+                                                 " bytes)"),
+                                    "invalid_request_error", "", ""),
+                          kJson);
+          return;
+        }
+        // A body that did not come within the request time is 408 (which
+        // clients such as openai-python retry); one that could not be read
+        // for another reason (the client closed its end, say) stays 400.
+        const ConnectionStream* stream = ThisThreadsStream();
+        const bool timed_out = stream != nullptr && stream->request_time_passed();
+        res.status = timed_out ? 408 : 400;
         res.set_content(
-            ErrorJson(res.status == 413 ? absl::StrCat("the request body is larger than "
-                                                       "drt-server accepts (",
-                                                       options_.max_request_bytes, " bytes)")
-                                        : "the request body could not be read",
+            ErrorJson(timed_out ? absl::StrCat("the request body did not arrive within the "
+                                               "request time (",
+                                               options_.request_read_timeout.count() / 1000.0,
+                                               " s from the accept, "
+                                               "--openai_request_timeout_seconds)")
+                                : "the request body could not be read",
                       "invalid_request_error", "", ""),
             kJson);
         return;
@@ -231,8 +247,9 @@ class OpenAiHttpServer::Server : public httplib::Server {
     // body (Content-Length > 0 or a Transfer-Encoding) sent anywhere but
     // POST /v1/completions (404, or 405 for a served path's other method).
     // All are answered without reading the body: httplib would first read
-    // (and, off that route, discard) it, a thread held up to the 60 s read
-    // deadline, unauthenticated, and a chunked body with no size limit.
+    // (and, off that route, discard) it, a thread held up to the request
+    // time (--openai_request_timeout_seconds), unauthenticated, and a
+    // chunked body with no size limit.
     set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       // The header deadline ends here, whatever bytes ended the headers.
       if (ConnectionStream* stream = ThisThreadsStream(); stream != nullptr) {
