@@ -42,7 +42,7 @@ absl::Status FromGrpc(const grpc::Status& status) {
 }
 
 // A prompt over the context limit (the temporary session's, the server's
-// --max_context_tokens) in OpenAI's and vLLM's shape: 400,
+// --max_context_tokens) in OpenAI's shape: 400,
 // invalid_request_error, code context_length_exceeded, param "prompt".
 // (Not 429, which clients retry: it can never succeed. The prompt alone is
 // checked: its length is known only as it runs, piece by piece, so a

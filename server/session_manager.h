@@ -396,7 +396,7 @@ class SessionManager {
   // Whether `status` refuses tokens past a session's context limit (the
   // RESOURCE_EXHAUSTED of server/drt_service.cc whose message says "its
   // context limit"; also after a trip through gRPC): the OpenAI API answers
-  // it 400 context_length_exceeded, as OpenAI and vLLM do, not 429, which
+  // it 400 context_length_exceeded, as OpenAI does, not 429, which
   // clients retry and which can never succeed (the memory budget, a load
   // that passes, stays 429).
   static bool IsContextLimitRefusal(const absl::Status& status);

@@ -810,6 +810,25 @@ TEST_CASE("openai http: every 503 carries Retry-After: the session limit and dra
   CHECK(models->get_header_value("Retry-After") == "1");
 }
 
+TEST_CASE("openai http: the host memory budget stays 429, not the context limit's 400",
+          "[openai][server]") {
+  // A budget of 1 byte: the prompt's first chunk cannot be reserved. It is
+  // RESOURCE_EXHAUSTED as the context limit is, but a load that passes as
+  // running requests end, so it keeps 429 rate_limit_error (which clients
+  // retry) and is not taken for context_length_exceeded.
+  ServiceOptions service = SmallOptions();
+  service.host_memory_budget_bytes = 1;
+  OpenAiServer server(service);
+  auto res = server.Post({{"prompt", std::vector<int>(100, 1)}, {"max_tokens", 1}});
+  REQUIRE(res);
+  INFO(res->body);
+  CHECK(res->status == 429);
+  const Json error = Json::parse(res->body)["error"];
+  CHECK(error["type"] == "rate_limit_error");
+  CHECK(error["code"] == "resource_exhausted");
+  CHECK_THAT(std::string(error["message"]), Catch::Matchers::Contains("host memory budget"));
+}
+
 TEST_CASE("openai http: a waiting connection whose header time passed gets 503 with Retry-After "
           "at that time", "[openai][server]") {
   OpenAiHttpOptions options;
