@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <exception>
+#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,12 +23,15 @@ std::string RenderConnectionPoolMetrics(absl::string_view prefix, absl::string_v
       prefix, "_connections_expired_total ", counters.expired.load(), "\n",
       "# HELP ", prefix, "_connections_rejected_total ", what,
       " closed at accept, unserved: as many were already waiting for a serving thread as may "
-      "wait, or no serving thread could be started.\n"
+      "wait, no serving thread could be started, or there was no memory to queue them.\n"
       "# TYPE ", prefix, "_connections_rejected_total counter\n",
       prefix, "_connections_rejected_total ", counters.rejected.load(), "\n",
-      "# HELP ", prefix, "_thread_start_failures_total Serving threads for ", what,
-      " that could not be started (a pids or memory limit); the connection waited for the "
-      "threads that exist, or was rejected when there were none.\n"
+      "# HELP ", prefix, "_thread_start_failures_total Threads for ", what,
+      " that could not be started (a pids or memory limit): serving threads (the connection "
+      "waited for the threads that exist, or was rejected when there were none) and the "
+      "pool's reaper (retried at each accept that leaves a connection waiting; without it a "
+      "waiting connection past its deadline is closed only at the next accept or free "
+      "thread, not at its deadline).\n"
       "# TYPE ", prefix, "_thread_start_failures_total counter\n",
       prefix, "_thread_start_failures_total ", counters.thread_start_failures.load(), "\n");
 }
@@ -54,7 +58,11 @@ ConnectionPool::ConnectionPool(ConnectionPoolOptions options, Serve serve,
 
 void ConnectionPool::Push(socket_t sock, Clock::time_point accepted) {
   std::vector<socket_t> refused;
-  {
+  // Whether `sock` is in waiting_ or refused (so closed once, below or by a
+  // thread): an allocation that fails before (std::bad_alloc from the
+  // deque or the vector) leaves it to the catch.
+  bool placed = false;
+  try {
     std::lock_guard<std::mutex> lock(mutex_);
     // Expired ones go now, not when a thread comes free (which may be a
     // whole deadline away when slow clients hold them all).
@@ -66,9 +74,11 @@ void ConnectionPool::Push(socket_t sock, Clock::time_point accepted) {
     // (Sockets that idle threads are about to take do not count.)
     if (waiting_.size() >= max_waiting_ + idle_) {
       refused.push_back(sock);
+      placed = true;
       counters_.rejected.fetch_add(1);
     } else {
       waiting_.push_back({sock, accepted + deadline_});
+      placed = true;
       if (waiting_.size() > idle_ && threads_.size() < max_threads_) {
         std::thread worker;
         if (StartLocked([this] { Work(); }, worker)) {
@@ -76,13 +86,23 @@ void ConnectionPool::Push(socket_t sock, Clock::time_point accepted) {
         } else if (threads_.empty()) {
           // No thread exists to serve it, ever: refuse it now.
           waiting_.pop_back();
+          placed = false;
           refused.push_back(sock);
+          placed = true;
           counters_.rejected.fetch_add(1);
         }
       }
       if (!waiting_.empty() && !reaper_.joinable()) StartLocked([this] { Reap(); }, reaper_);
       ready_.notify_one();
       if (waiting_.size() == 1) front_changed_.notify_one();
+    }
+  } catch (const std::bad_alloc&) {
+    // No memory to queue it: refused as when the queue is full. (Push runs
+    // on httplib's accept thread, where an exception would end the
+    // process.) What `refused` already holds is closed below.
+    if (!placed) {
+      counters_.rejected.fetch_add(1);
+      Refuse(sock);
     }
   }
   for (const socket_t s : refused) Refuse(s);

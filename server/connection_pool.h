@@ -10,12 +10,15 @@
 //    socket waits for the threads that exist, or, when there are none, is
 //    refused at once (counted in `rejected`); nothing throws out of Push,
 //    which runs on httplib's accept thread (an exception there would end
-//    the process);
+//    the process): a socket that cannot be queued for want of memory
+//    (std::bad_alloc) is refused and counted in `rejected` too;
 //  - each socket's deadline is its accept time + `deadline`; one whose
 //    deadline passed while it waited is closed unserved (counted in
 //    `expired`) at that deadline, by a reaper thread that waits for the
 //    earliest one (started with the first socket; should it fail to start,
-//    the next accept or the next thread that comes free closes it);
+//    counted in `thread_start_failures` too and retried at the next Push
+//    that leaves a socket waiting, the next accept or the next thread that
+//    comes free closes it);
 //  - at most max_waiting wait (0: 4 x max_threads); one accepted beyond that
 //    is closed at once (counted in `rejected`);
 //  - a socket closed unserved first gets `refusal` (a canned answer, e.g.
@@ -60,8 +63,9 @@ class InlineAcceptQueue : public httplib::TaskQueue {
 // them, so they outlive the pool and read as 0 before it starts).
 struct ConnectionPoolCounters {
   std::atomic<int64_t> expired{0};   // closed unserved: deadline passed while waiting
-  std::atomic<int64_t> rejected{0};  // closed at accept unserved: queue full, or no thread
-  std::atomic<int64_t> thread_start_failures{0};  // a serving thread could not be started
+  std::atomic<int64_t> rejected{0};  // closed at accept unserved: queue full, no thread, no memory
+  // A thread could not be started: a serving thread, or the reaper.
+  std::atomic<int64_t> thread_start_failures{0};
 };
 
 // The counters as Prometheus text: <prefix>_connections_expired_total,

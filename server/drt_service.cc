@@ -253,9 +253,9 @@ class PromptIngest {
   double engine_seconds() const { return engine_seconds_; }
 
  private:
-  // `brings` says where the ids come from, for the context-limit message.
   // RESOURCE_EXHAUSTED when `tokens` more would pass the session's context
-  // limit; `brings` says where they come from.
+  // limit; `brings` says where they come from. (SessionManager::
+  // IsContextLimitRefusal knows it by "its context limit".)
   absl::Status CheckContextLimit(int64_t tokens, const std::string& brings) const {
     const int64_t limit = entry_.settings().max_context_tokens;
     if (entry_.tokens() + tokens > limit) {
@@ -620,7 +620,8 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
         "session %s holds no tokens yet: Append a prompt before Generate", entry.id()));
   }
   // Padding and at least one token must fit in the context limit, else the
-  // call is refused with the session unchanged.
+  // call is refused with the session unchanged. (Both messages say "its
+  // context limit": SessionManager::IsContextLimitRefusal.)
   const int64_t limit = entry.settings().max_context_tokens;
   const int64_t held = entry.tokens();
   const int64_t chunk = model.config().enc_chunk_size;

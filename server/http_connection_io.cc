@@ -94,7 +94,10 @@ bool ConnectionStream::Wait(short events, Clock::time_point deadline) const {
         deadline = std::min(deadline, Clock::now() + kStoppingWriteWait);
       }
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    // Rounded up, so that a wait gives up at its deadline, not up to 1 ms
+    // before it (the OpenAI API tells a body that timed out, 408, by the
+    // time having passed when the read failed).
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
     // A read past its deadline fails even with bytes pending; a write that
     // can go at once still goes (the poll below, with no wait).
     if (reading && deadline <= Clock::now()) return false;

@@ -48,6 +48,11 @@ class ConnectionStream : public httplib::Stream {
   // handler, on the thread that reads this stream): the body's deadline
   // applies from now on, whatever Track made of the bytes.
   void MarkHeadersRead() { headers_done_ = true; }
+  // Whether the request time (the deadline of the body's reads) has passed:
+  // a read that failed then timed out.
+  bool request_time_passed() const {
+    return std::chrono::steady_clock::now() >= request_deadline_;
+  }
   // How long reads still wait once `stopping` is seen, counted once per
   // stream from the first read that sees it (not per read: a client that
   // keeps sending must not hold a stopping server).

@@ -92,7 +92,9 @@ absl::Status ServiceStatus(absl::StatusCode code, absl::string_view message);
 
 // gRPC code -> HTTP status: INVALID_ARGUMENT 400, UNAUTHENTICATED 401,
 // NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503,
-// DEADLINE_EXCEEDED 504, any other 500.
+// DEADLINE_EXCEEDED 504, any other 500. (The server answers two
+// RESOURCE_EXHAUSTED otherwise: the session limit 503, the context limit
+// 400 context_length_exceeded; server/openai_http_server.cc, SendError.)
 int HttpStatusFor(absl::StatusCode code);
 
 // {"error":{"message","type","param","code"}} for `status` (not OK): type

@@ -41,13 +41,30 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return ServiceStatus(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
+// A prompt over the context limit (the temporary session's, the server's
+// --max_context_tokens) in OpenAI's shape: 400,
+// invalid_request_error, code context_length_exceeded, param "prompt".
+// (Not 429, which clients retry: it can never succeed. The prompt alone is
+// checked: its length is known only as it runs, piece by piece, so a
+// prompt that fits with too large a max_tokens is not refused up front;
+// its completion ends at the limit with finish_reason "length".)
+std::string ContextLengthErrorJson(absl::string_view message) {
+  return ErrorJson(message, "invalid_request_error", "prompt", "context_length_exceeded");
+}
+
 // Every 503 carries Retry-After (kRetryAfterSeconds). The session limit
 // (every session held: by running completions, each of which holds one, or
 // by gRPC clients) is answered 503 "unavailable", not 429: it is a load to
 // wait out, as all threads busy is, and unlike the other
-// RESOURCE_EXHAUSTED (the context limit, the memory budget) it says
-// nothing about the request.
+// RESOURCE_EXHAUSTED it says nothing about the request. The context limit
+// is 400 (above); the memory budget stays 429 (it passes as running
+// requests end).
 void SendError(httplib::Response& res, absl::Status status) {
+  if (SessionManager::IsContextLimitRefusal(status)) {
+    res.status = 400;
+    res.set_content(ContextLengthErrorJson(status.message()), kJson);
+    return;
+  }
   if (SessionManager::IsSessionLimitRefusal(status)) {
     status = absl::UnavailableError(status.message());
   }
@@ -243,12 +260,28 @@ class OpenAiHttpServer::Server : public httplib::Server {
       });
       if (!read) {
         // (httplib has set 413 itself for a Content-Length over the limit.)
-        res.status = too_big || res.status == 413 ? 413 : 400;
+        if (too_big || res.status == 413) {
+          res.status = 413;
+          res.set_content(ErrorJson(absl::StrCat("the request body is larger than drt-server "
+                                                 "accepts (", options_.max_request_bytes,
+                                                 " bytes)"),
+                                    "invalid_request_error", "", ""),
+                          kJson);
+          return;
+        }
+        // A body that did not come within the request time is 408 (which
+        // clients such as openai-python retry); one that could not be read
+        // for another reason (the client closed its end, say) stays 400.
+        const ConnectionStream* stream = ThisThreadsStream();
+        const bool timed_out = stream != nullptr && stream->request_time_passed();
+        res.status = timed_out ? 408 : 400;
         res.set_content(
-            ErrorJson(res.status == 413 ? absl::StrCat("the request body is larger than "
-                                                       "drt-server accepts (",
-                                                       options_.max_request_bytes, " bytes)")
-                                        : "the request body could not be read",
+            ErrorJson(timed_out ? absl::StrCat("the request body did not arrive within the "
+                                               "request time (",
+                                               options_.request_read_timeout.count() / 1000.0,
+                                               " s from the accept, "
+                                               "--openai_request_timeout_seconds)")
+                                : "the request body could not be read",
                       "invalid_request_error", "", ""),
             kJson);
         return;
@@ -267,8 +300,9 @@ class OpenAiHttpServer::Server : public httplib::Server {
     // body (Content-Length > 0 or a Transfer-Encoding) sent anywhere but
     // POST /v1/completions (404, or 405 for a served path's other method).
     // All are answered without reading the body: httplib would first read
-    // (and, off that route, discard) it, a thread held up to the 60 s read
-    // deadline, unauthenticated, and a chunked body with no size limit.
+    // (and, off that route, discard) it, a thread held up to the request
+    // time (--openai_request_timeout_seconds), unauthenticated, and a
+    // chunked body with no size limit.
     set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       // The header deadline ends here, whatever bytes ended the headers.
       if (ConnectionStream* stream = ThisThreadsStream(); stream != nullptr) {
@@ -574,6 +608,8 @@ class OpenAiHttpServer::Server : public httplib::Server {
           // An error after the stream began: one event in the error shape,
           // then [DONE] (as vLLM does); a stream cut short that way carries
           // no finish_reason.
+          // (The context limit ends no stream: it refuses before the first
+          // answer, or generation ends at it with "length".)
           if (!status.ok() && !send(SseEvent(ErrorJson(FromGrpc(status))))) return false;
           if (status.ok() && !progress->all_done()) {
             const absl::Status missing = absl::InternalError("Complete ended without its final message");

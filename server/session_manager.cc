@@ -607,6 +607,11 @@ bool SessionManager::IsSessionLimitRefusal(const absl::Status& status) {
          absl::StartsWith(status.message(), kSessionLimitPrefix);
 }
 
+bool SessionManager::IsContextLimitRefusal(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted &&
+         absl::StrContains(status.message(), "its context limit");
+}
+
 HostReservation::HostReservation(HostReservation&& other) noexcept
     : manager_(other.manager_),
       bytes_(other.bytes_),

@@ -399,6 +399,13 @@ class SessionManager {
   // keeps the code and the message): the OpenAI API answers it 503 with
   // Retry-After, a load to wait out, unlike the other RESOURCE_EXHAUSTED.
   static bool IsSessionLimitRefusal(const absl::Status& status);
+  // Whether `status` refuses tokens past a session's context limit (the
+  // RESOURCE_EXHAUSTED of server/drt_service.cc whose message says "its
+  // context limit"; also after a trip through gRPC): the OpenAI API answers
+  // it 400 context_length_exceeded, as OpenAI does, not 429, which
+  // clients retry and which can never succeed (the memory budget, a load
+  // that passes, stays 429).
+  static bool IsContextLimitRefusal(const absl::Status& status);
 
   // Durable sessions (--state_dir): from now on every session inserted
   // (created, forked, adopted) is written to `store` after its steps and

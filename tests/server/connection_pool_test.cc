@@ -106,6 +106,12 @@ TEST_CASE("connection pool: a thread that cannot start: the socket waits for the
   CHECK_NOTHROW(pool.Push(second.fds[1], Clock::now()));
   CHECK(counters.thread_start_failures.load() == 3);
   CHECK(counters.rejected.load() == 0);
+  // So the metric's HELP names the reaper too (review-openaileft F3: it
+  // said "serving threads" only).
+  CHECK_THAT(RenderConnectionPoolMetrics("p", "connections", counters),
+             Catch::Matchers::Contains("serving threads") &&
+                 Catch::Matchers::Contains("the pool's reaper") &&
+                 Catch::Matchers::Contains("\np_thread_start_failures_total 3\n"));
   {
     std::lock_guard<std::mutex> lock(mutex);
     release = true;

@@ -67,9 +67,10 @@ class DripConnection {
                                 std::string(4000, 'a');
     const auto start = Clock::now();
     for (size_t i = 0; i < request.size() && !stop_.load(); ++i) {
+      // A send that fails means the server closed too: its close reset the
+      // connection (the pool's 503 and close can come between two bytes,
+      // and the next byte then meets a reset).
       if (send(fd_, &request[i], 1, MSG_NOSIGNAL) != 1) {
-        // The server closed first and the reset came back before a read
-        // saw the end: closed all the same.
         closed_after_.store(SecondsSince(start));
         return;
       }
