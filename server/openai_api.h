@@ -134,13 +134,16 @@ class LogprobsCollector {
 
  private:
   int32_t top_;
-  // Characters begun in the bytes so far (bytes that are not UTF-8
-  // continuation bytes), and the continuation bytes the last one still
-  // needs: a token that starts with one continues that character, and its
-  // offset is the character's own, which the text does not hold yet (as
-  // vLLM's offsets, the length of the text before the token).
-  int64_t begun_ = 0;
-  int owed_ = 0;
+  // The token's text_offset: the characters of the completion text before
+  // the one its first byte belongs to, counted as the text is decoded
+  // (Utf8Streamer: each maximal ill-formed subpart one U+FFFD), so that a
+  // token continuing a character gets that character's offset (vLLM's: the
+  // length of the text before the token, which does not hold it yet) and
+  // invalid bytes count as the U+FFFD the text shows.
+  int64_t Advance(absl::string_view bytes);
+
+  int64_t characters_ = 0;  // characters read from the bytes so far
+  std::string held_;        // a truncated character's bytes, read with the next token's
   ChoiceLogprobs pending_;
 };
 
