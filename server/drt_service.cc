@@ -876,6 +876,17 @@ grpc::Status DrtService::CompleteStream(
                         request.n())));
   }
   const int32_t choices = std::max(1, request.n());
+  // Each choice holds a session slot of its own for the whole call (the
+  // prompt's session and n - 1 forks): more choices than --max_sessions
+  // could never run, so say so now, by name, rather than as the session
+  // limit (a load to wait out) after taking every free slot.
+  if (choices > sessions_->limits().max_sessions) {
+    return Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrFormat("n must be at most %d here (--max_sessions: each choice holds a "
+                        "session for the whole call), got %d",
+                        sessions_->limits().max_sessions, request.n())));
+  }
   SessionSettings settings;
   if (options.has_sampling()) settings.sampling = FromProto(options.sampling());
   auto plan = PlanGeneration(options, settings, model_.generation);

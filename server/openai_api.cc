@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "engine/tokenizer/utf8.h"
@@ -307,6 +308,16 @@ absl::Status FieldError(absl::string_view field, absl::string_view message) {
 std::string OpenAiErrorParam(const absl::Status& status) {
   auto param = status.GetPayload(kParamPayload);
   return param.has_value() ? std::string(*param) : std::string();
+}
+
+absl::Status ServiceStatus(absl::StatusCode code, absl::string_view message) {
+  // The parser checks n against [1, 16]; against --max_sessions only the
+  // service can, and its refusal starts with the field's name
+  // (drt_service.cc, CompleteStream).
+  if (code == absl::StatusCode::kInvalidArgument && absl::StartsWith(message, "n must be ")) {
+    return FieldError("n", message);
+  }
+  return absl::Status(code, message);
 }
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_text) {

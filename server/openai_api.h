@@ -77,6 +77,10 @@ std::vector<drt::v1::CompleteRequest> CompleteMessages(const CompletionRequest& 
 absl::Status FieldError(absl::string_view field, absl::string_view message);
 // The field a FieldError named; "" for other errors.
 std::string OpenAiErrorParam(const absl::Status& status);
+// A status the service (drt.v1 Complete) answered, as the adapter reports
+// it: the refusals of a request field only the service can check carry
+// that field (FieldError): n beyond what --max_sessions allows.
+absl::Status ServiceStatus(absl::StatusCode code, absl::string_view message);
 
 // gRPC code -> HTTP status: INVALID_ARGUMENT 400, UNAUTHENTICATED 401,
 // NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503,

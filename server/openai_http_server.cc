@@ -37,7 +37,7 @@ constexpr char kJson[] = "application/json";
 
 absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  return ServiceStatus(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 void SendError(httplib::Response& res, const absl::Status& status) {

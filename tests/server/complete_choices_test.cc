@@ -128,5 +128,26 @@ TEST_CASE("Complete refuses n out of [0, 16] by name, before any session", "[ser
   }
 }
 
+TEST_CASE("Complete refuses more choices than --max_sessions by name, before any session",
+          "[server][choices]") {
+  ServiceOptions options = SmallOptions();
+  options.max_sessions = 2;
+  InProcessServer server(options);
+  // n = 3 needs 3 sessions at once: it can never run here, so it is the
+  // request that is wrong (not a load to wait out), and no slot is taken.
+  const Choices got = CompleteChoices(server.stub(), RandomTokens(20, 85), 3, 4);
+  CHECK(got.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(got.status.error_message(), Contains("n must be at most 2"));
+  CHECK_THAT(got.status.error_message(), Contains("got 3"));
+  CHECK(got.tokens.empty());
+  CHECK(server.service().session_manager().count() == 0);
+  // n = max_sessions runs.
+  const Choices two = CompleteChoices(server.stub(), RandomTokens(20, 86), 2, 4);
+  INFO(two.status.error_message());
+  REQUIRE(two.status.ok());
+  CHECK(two.tokens.size() == 2);
+  CHECK(SessionsLeft(server) == 0);
+}
+
 }  // namespace
 }  // namespace drt::server

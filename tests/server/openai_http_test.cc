@@ -646,6 +646,28 @@ TEST_CASE("openai http: n choices, choice i sampled with seed + i, streamed and 
   CHECK(Json::parse(refused->body)["error"]["param"] == "n");
 }
 
+TEST_CASE("openai http: n above --max_sessions is a 400 naming n, streamed and not",
+          "[openai][server]") {
+  ServiceOptions options = SmallOptions();
+  options.max_sessions = 2;
+  OpenAiServer server(options);
+  for (const bool stream : {false, true}) {
+    INFO("stream " << stream);
+    auto res = server.Post({{"prompt", kPrompt}, {"max_tokens", 4}, {"n", 3}, {"stream", stream}});
+    REQUIRE(res);
+    // Not the session limit's 429: this request can never run here.
+    CHECK(res->status == 400);
+    const Json error = Json::parse(res->body)["error"];
+    CHECK(error["param"] == "n");
+    CHECK(error["type"] == "invalid_request_error");
+    CHECK(error["message"].get<std::string>().find("n must be at most 2") != std::string::npos);
+    CHECK(server.grpc.service().session_manager().count() == 0);
+  }
+  auto two = server.Post({{"prompt", kPrompt}, {"max_tokens", 4}, {"n", 2}});
+  REQUIRE(two);
+  CHECK(two->status == 200);
+}
+
 TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
   OpenAiHttpOptions options;
   options.max_request_bytes = 2 << 20;
