@@ -19,6 +19,7 @@
 #include "engine/top_logprobs.h"
 #include "engine/tokenizer/streaming_encoder.h"
 #include "server/bearer_token.h"
+#include "server/concurrent_calls.h"
 #include "server/engine_watchdog.h"
 #include "server/limits.h"
 #include "server/request_parsing.h"
@@ -844,50 +845,60 @@ static absl::Status RunChoices(
     grpc::ServerContext* context, const std::vector<std::shared_ptr<SessionEntry>>& entries,
     const GenerationPlan& plan, const Model& model, SessionManager& sessions, Scheduler& scheduler,
     Metrics& metrics, const drt::v1::GenerateTimings& timings,
-    grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>& stream) {
+    grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>& stream,
+    const std::function<absl::Status(int32_t, int64_t)>& piece_for_test) {
   // One writer at a time; once a choice failed, the others' writes fail, so
   // they end at their next token (RunGeneration: CANCELLED) and the call
-  // reports the first error.
+  // reports the first error (in time, not the first choice's).
   std::mutex write_mutex;
   bool failed = false;
-  std::vector<absl::Status> statuses(entries.size());
-  auto run = [&](size_t i) {
+  // The failure that stopped the others (theirs then are CANCELLED, by
+  // their refused writes: the call reports the cause, whichever choice).
+  absl::Status first_failure;
+  auto run = [&](size_t i) -> absl::Status {
     SessionEntry& entry = *entries[i];
     GenerationPlan choice_plan = plan;
     choice_plan.sampling.seed += i;  // choice i: seed + i (docs/api.md, "Complete")
     absl::Status status = entry.Begin(Activity::kGenerating);
     drt::v1::GenerateResponse done;
+    absl::Status injected;  // piece_for_test's failure
+    int64_t tokens_sent = 0;
     if (status.ok()) {
       status = RunGeneration(
           context, entry, choice_plan, model, sessions, scheduler, metrics,
           [&](const drt::v1::GenerateResponse& response) {
+            if (piece_for_test) {
+              injected = piece_for_test(static_cast<int32_t>(i), tokens_sent);
+              if (!injected.ok()) return false;
+            }
+            tokens_sent += response.piece().token_ids_size();
             drt::v1::GenerateResponse tagged = response;
             tagged.mutable_piece()->set_choice(static_cast<int32_t>(i));
             std::lock_guard<std::mutex> lock(write_mutex);
             return !failed && stream.Write(tagged);
           },
           timings, done);
+      if (!injected.ok()) status = injected;
       entry.End();  // (an ephemeral session: nothing is written)
     }
     std::lock_guard<std::mutex> lock(write_mutex);
     if (!status.ok()) {
+      if (!failed) first_failure = status;
       failed = true;
     } else if (!failed) {
       done.mutable_done()->set_choice(static_cast<int32_t>(i));
       stream.Write(done);
     }
-    statuses[i] = status;
+    return status;
   };
   // Concurrently: each choice's tokens join the scheduler's steps as any
-  // session's, batched with the others'.
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < entries.size(); ++i) threads.emplace_back(run, i);
-  run(0);
-  for (std::thread& thread : threads) thread.join();
-  for (const absl::Status& status : statuses) {
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
+  // session's, batched with the others'. A thread that cannot be started
+  // (the process at its thread limit) does not end the server: that choice
+  // runs on this thread, in turn (RunConcurrently).
+  std::vector<std::function<absl::Status()>> calls;
+  for (size_t i = 0; i < entries.size(); ++i) calls.push_back([&run, i] { return run(i); });
+  RunConcurrently(calls);  // (each choice's status is in first_failure if it failed first)
+  return first_failure;
 }
 
 grpc::Status DrtService::CompleteStream(
@@ -909,6 +920,17 @@ grpc::Status DrtService::CompleteStream(
                         request.n())));
   }
   const int32_t choices = std::max(1, request.n());
+  // Each choice holds a session slot of its own for the whole call (the
+  // prompt's session and n - 1 forks): more choices than --max_sessions
+  // could never run, so say so now, by name, rather than as the session
+  // limit (a load to wait out) after taking every free slot.
+  if (choices > sessions_->limits().max_sessions) {
+    return Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrFormat("n must be at most %d here (--max_sessions: each choice holds a "
+                        "session for the whole call), got %d",
+                        sessions_->limits().max_sessions, request.n())));
+  }
   SessionSettings settings;
   if (options.has_sampling()) settings.sampling = FromProto(options.sampling());
   auto plan = PlanGeneration(options, settings, model_.generation, model_.config());
@@ -963,7 +985,8 @@ grpc::Status DrtService::CompleteStream(
       entries.push_back(*std::move(fork));
     }
     return Finish(ToGrpc(RunChoices(context, entries, *plan, model_, *sessions_, *scheduler_,
-                                    metrics_, timings, *stream)));
+                                    metrics_, timings, *stream,
+                                    options_.choice_piece_for_test)));
   }
   if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
   drt::v1::GenerateResponse done;

@@ -54,6 +54,10 @@ struct ServiceOptions {
   // are queued (Scheduler::queued).
   std::function<void(const StepRecord& step, const Scheduler& scheduler)>
       on_step_formed_for_test;
+  // Tests only: Complete with n > 1 calls it before writing each piece of
+  // choice `choice`, with the tokens that choice sent so far; a status that
+  // is not OK fails that choice with it (as a failed engine step would).
+  std::function<absl::Status(int32_t choice, int64_t tokens_sent)> choice_piece_for_test;
 };
 
 class SessionManager;

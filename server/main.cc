@@ -420,8 +420,10 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   OpenAiHttpOptions openai_options;
   openai_options.model_name = service_options.model_name;
   openai_options.bearer_token = service_options.bearer_token;
-  // (Capped: threads start as connections need them, but a large
-  // --max_sessions should not allow that many at once.)
+  // (A running completion holds a session per choice, so at most
+  // --max_sessions run at once, fewer with n > 1; the 4 more answer what
+  // needs no session. Capped: threads start as connections need them, but a
+  // large --max_sessions should not allow that many at once.)
   openai_options.threads =
       static_cast<size_t>(std::min<int64_t>(service_options.max_sessions + 4, kMaxOpenAiThreads));
   openai_options.request_read_timeout =

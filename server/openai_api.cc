@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -10,9 +12,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "engine/sampler.h"
 #include "nlohmann/json.hpp"
+#include "engine/tokenizer/utf8.h"
 #include "server/status_util.h"
 
 namespace drt::server {
@@ -390,6 +394,12 @@ absl::Status ServiceStatus(absl::StatusCode code, absl::string_view message) {
   if (code == absl::StatusCode::kInvalidArgument && absl::StartsWith(message, "logit_bias ")) {
     return FieldError("logit_bias", message);
   }
+  // The parser checks n against [1, 16]; against --max_sessions only the
+  // service can, and its refusal starts with the field's name
+  // (drt_service.cc, CompleteStream).
+  if (code == absl::StatusCode::kInvalidArgument && absl::StartsWith(message, "n must be ")) {
+    return FieldError("n", message);
+  }
   return absl::Status(code, message);
 }
 
@@ -647,8 +657,7 @@ absl::Status LogprobsCollector::Add(const drt::v1::GeneratedPiece& piece) {
     TokenLogprobEntry entry;
     entry.token = OpenAiTokenText(bytes);
     entry.logprob = piece.logprobs(i);
-    const bool continues = !bytes.empty() && owed_ > 0 && IsContinuation(bytes[0]);
-    entry.text_offset = begun_ - (continues ? 1 : 0);
+    entry.text_offset = Advance(bytes);
     bool chosen_listed = false;
     for (int j = 0; j < std::min(top_, top.alternatives_size()); ++j) {
       const drt::v1::TokenLogprob& alternative = top.alternatives(j);
@@ -656,18 +665,30 @@ absl::Status LogprobsCollector::Add(const drt::v1::GeneratedPiece& piece) {
       chosen_listed |= alternative.token_id() == piece.token_ids(i);
     }
     if (!chosen_listed) entry.top.emplace_back(entry.token, entry.logprob);
-    for (const char c : bytes) {
-      if (IsContinuation(c)) {
-        if (owed_ > 0) --owed_;
-        continue;
-      }
-      ++begun_;
-      const auto u = static_cast<unsigned char>(c);
-      owed_ = u >= 0xF0 ? 3 : u >= 0xE0 ? 2 : u >= 0xC0 ? 1 : 0;
-    }
     pending_.push_back(std::move(entry));
   }
   return absl::OkStatus();
+}
+
+int64_t LogprobsCollector::Advance(absl::string_view bytes) {
+  // The text's own walk (Utf8Streamer::Push): characters read from the held
+  // bytes plus this token's, each invalid maximal subpart one U+FFFD, a
+  // truncated tail held for the next token.
+  const size_t start = held_.size();
+  held_.append(bytes.data(), bytes.size());
+  std::optional<int64_t> offset;
+  size_t pos = 0;
+  while (pos < held_.size()) {
+    const Utf8Char c = ReadUtf8Char(std::string_view(held_).substr(pos));
+    // The character (or U+FFFD) that holds the token's first byte.
+    if (!offset.has_value() && pos + c.length > start) offset = characters_;
+    if (c.kind == Utf8Char::Kind::kTruncated) break;
+    ++characters_;
+    pos += c.length;
+  }
+  held_.erase(0, pos);
+  // (No bytes: the token sits after every character read so far.)
+  return offset.value_or(characters_);
 }
 
 ChoiceLogprobs LogprobsCollector::Take() { return std::exchange(pending_, {}); }

@@ -84,10 +84,11 @@ std::vector<drt::v1::CompleteRequest> CompleteMessages(const CompletionRequest& 
 absl::Status FieldError(absl::string_view field, absl::string_view message);
 // The field a FieldError named; "" for other errors.
 std::string OpenAiErrorParam(const absl::Status& status);
-// A Complete call's failure as the OpenAI API reports it: the service's
-// refusal of a logit_bias id (INVALID_ARGUMENT "logit_bias names token ...")
-// becomes a FieldError naming logit_bias; anything else keeps its code and
-// message, with no param.
+// A Complete call's failure as the OpenAI API reports it: the refusals of
+// a request field only the service can check carry that field
+// (FieldError): a logit_bias id (INVALID_ARGUMENT "logit_bias names token
+// ...") and n beyond what --max_sessions allows ("n must be ..."); anything
+// else keeps its code and message, with no param.
 absl::Status ServiceStatus(absl::StatusCode code, absl::string_view message);
 
 // gRPC code -> HTTP status: INVALID_ARGUMENT 400, UNAUTHENTICATED 401,
@@ -148,13 +149,16 @@ class LogprobsCollector {
 
  private:
   int32_t top_;
-  // Characters begun in the bytes so far (bytes that are not UTF-8
-  // continuation bytes), and the continuation bytes the last one still
-  // needs: a token that starts with one continues that character, and its
-  // offset is the character's own, which the text does not hold yet (as
-  // vLLM's offsets, the length of the text before the token).
-  int64_t begun_ = 0;
-  int owed_ = 0;
+  // The token's text_offset: the characters of the completion text before
+  // the one its first byte belongs to, counted as the text is decoded
+  // (Utf8Streamer: each maximal ill-formed subpart one U+FFFD), so that a
+  // token continuing a character gets that character's offset (vLLM's: the
+  // length of the text before the token, which does not hold it yet) and
+  // invalid bytes count as the U+FFFD the text shows.
+  int64_t Advance(absl::string_view bytes);
+
+  int64_t characters_ = 0;  // characters read from the bytes so far
+  std::string held_;        // a truncated character's bytes, read with the next token's
   ChoiceLogprobs pending_;
 };
 

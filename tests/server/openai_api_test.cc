@@ -425,6 +425,50 @@ TEST_CASE("openai logprobs: token texts, bytes: spelling, offsets, the chosen to
   CHECK(Json::parse(CompletionChunkJson(header, "x", std::nullopt))["choices"][0]["logprobs"].is_null());
 }
 
+// text_offset of each token, one piece per token (bytes as given).
+std::vector<int64_t> Offsets(const std::vector<std::string>& tokens) {
+  LogprobsCollector collector(0);
+  for (const std::string& bytes : tokens) {
+    drt::v1::GeneratedPiece piece;
+    piece.add_token_ids(1);
+    piece.add_logprobs(-1.f);
+    piece.add_top_logprobs()->set_token_bytes(bytes);
+    REQUIRE(collector.Add(piece).ok());
+  }
+  std::vector<int64_t> offsets;
+  for (const TokenLogprobEntry& entry : collector.Take()) offsets.push_back(entry.text_offset);
+  return offsets;
+}
+
+TEST_CASE("openai logprobs: text_offset counts invalid UTF-8 as the text's U+FFFD",
+          "[openai]") {
+  // Hand-checked against the text the answer shows (each maximal ill-formed
+  // subpart one U+FFFD, Unicode 3.9 / Utf8Streamer), written beside each.
+  using V = std::vector<int64_t>;
+  // A lone continuation byte: text "\uFFFDa".
+  CHECK(Offsets({"\x80", "a"}) == V{0, 1});
+  CHECK(Offsets({"\x80", "\x80", "\x80"}) == V{0, 1, 2});  // 3 x U+FFFD
+  // A lead byte the next byte does not continue (E0 needs A0..BF): E0 is
+  // one U+FFFD, 80 another: "\uFFFD\uFFFDa".
+  CHECK(Offsets({"\xe0", "\x80", "a"}) == V{0, 1, 2});
+  CHECK(Offsets({"\xed", "\xa0", "a"}) == V{0, 1, 2});  // a surrogate's start
+  CHECK(Offsets({"\xf4", "\x90", "a"}) == V{0, 1, 2});  // beyond U+10FFFF
+  CHECK(Offsets({"\xc0", "\x80", "a"}) == V{0, 1, 2});  // C0 never starts one
+  // Both in one token, then "a": "\uFFFD\uFFFDa".
+  CHECK(Offsets({"\xff\x80", "a"}) == V{0, 2});
+  // A valid two-byte character in two tokens: "\u00e9b"; the second piece
+  // sits at its character's offset.
+  CHECK(Offsets({"\xc3", "\xa9", "b"}) == V{0, 0, 1});
+  // E2 82 then "x": one U+FFFD for the two (a maximal subpart), "\uFFFDx".
+  CHECK(Offsets({"\xe2", "\x82", "x"}) == V{0, 0, 1});
+  // A whole character then a piece of one in the same token: "\u20ac" + "\u00e9".
+  CHECK(Offsets({"\xe2\x82\xac\xc3", "\xa9", "z"}) == V{0, 1, 2});
+  // A token without bytes sits after the characters whole before it (a
+  // truncated one waits for the next bytes to decide it).
+  CHECK(Offsets({"ab", "", "c"}) == V{0, 2, 2});
+  CHECK(Offsets({"\xe2", "", "x"}) == V{0, 0, 1});
+}
+
 TEST_CASE("openai n: choices asked of Complete, answers with every choice at its index",
           "[openai]") {
   for (const auto& [body, n] : std::vector<std::pair<std::string, int>>{

@@ -21,12 +21,14 @@
 #include <thread>
 #include <map>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/utf8.h"
 #include "server/openai_api.h"
 #include "server/openai_http_server.h"
 #include "server/session_manager.h"
@@ -545,6 +547,78 @@ TEST_CASE("openai http: a sampled token is always in its top_logprobs", "[openai
   CHECK(outside > 0);  // at temperature 2 some draws are not the most likely token
 }
 
+// A token's bytes from its OpenAiTokenText ("bytes:\xNN..." or the text).
+std::string TokenBytes(const std::string& token) {
+  const std::string prefix = "bytes:";
+  if (token.rfind(prefix, 0) != 0) return token;
+  std::string bytes;
+  for (size_t i = prefix.size(); i + 4 <= token.size(); i += 4) {
+    bytes.push_back(static_cast<char>(std::stoi(token.substr(i + 2, 2), nullptr, 16)));
+  }
+  return bytes;
+}
+
+TEST_CASE("openai http: text_offset indexes the text's characters, invalid bytes included",
+          "[openai][server]") {
+  OpenAiServer server;
+  // At temperature 5 the fixture's byte model draws bytes almost uniformly:
+  // many are not UTF-8 (each maximal ill-formed subpart a U+FFFD in the text).
+  auto res = server.Post({{"prompt", kPrompt}, {"max_tokens", 64}, {"temperature", 5.0},
+                          {"seed", 11}, {"logprobs", 0}});
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json body = Json::parse(res->body);
+  const Json& choice = body["choices"][0];
+  const Json& logprobs = choice["logprobs"];
+  const std::string text = choice["text"];
+  REQUIRE(logprobs["tokens"].size() == 64);
+  // The expectation, from the whole byte string at once (not streamed as the
+  // collector reads it): each byte's character index, each token at its first
+  // byte's; the decode must be the answer's text.
+  std::string bytes;
+  std::vector<size_t> starts;
+  for (const Json& token : logprobs["tokens"]) {
+    starts.push_back(bytes.size());
+    bytes += TokenBytes(token.get<std::string>());
+  }
+  std::vector<int64_t> char_of(bytes.size() + 1);
+  std::string decoded;
+  int64_t characters = 0;
+  for (size_t pos = 0; pos < bytes.size();) {
+    const Utf8Char c = ReadUtf8Char(std::string_view(bytes).substr(pos));
+    for (size_t k = 0; k < c.length; ++k) char_of[pos + k] = characters;
+    if (c.kind == Utf8Char::Kind::kValid) {
+      decoded.append(bytes, pos, c.length);
+    } else {
+      decoded.append(kReplacementCharacter);  // (a truncated tail: only at the end)
+    }
+    ++characters;
+    pos += c.length;
+  }
+  char_of[bytes.size()] = characters;
+  REQUIRE(decoded == text);
+  // This draw holds invalid bytes, or the case shows nothing.
+  REQUIRE(text.find(kReplacementCharacter) != std::string::npos);
+  // A token without bytes (the fixture's ids above 255) sits after the
+  // characters whole before it: the bytes before it read alone, a truncated
+  // tail (which the next bytes decide) not counted.
+  const auto whole_before = [&](size_t end) {
+    int64_t whole = 0;
+    for (size_t pos = 0; pos < end;) {
+      const Utf8Char c = ReadUtf8Char(std::string_view(bytes).substr(pos, end - pos));
+      if (c.kind == Utf8Char::Kind::kTruncated) break;
+      ++whole;
+      pos += c.length;
+    }
+    return whole;
+  };
+  for (size_t i = 0; i < starts.size(); ++i) {
+    INFO("token " << i << " " << logprobs["tokens"][i]);
+    const bool empty = i + 1 < starts.size() ? starts[i + 1] == starts[i] : starts[i] == bytes.size();
+    CHECK(logprobs["text_offset"][i] == (empty ? whole_before(starts[i]) : char_of[starts[i]]));
+  }
+}
+
 TEST_CASE("openai http: n choices, choice i sampled with seed + i, streamed and not",
           "[openai][server]") {
   OpenAiServer server;
@@ -635,6 +709,28 @@ TEST_CASE("openai http: n choices, choice i sampled with seed + i, streamed and 
   REQUIRE(refused);
   CHECK(refused->status == 400);
   CHECK(Json::parse(refused->body)["error"]["param"] == "n");
+}
+
+TEST_CASE("openai http: n above --max_sessions is a 400 naming n, streamed and not",
+          "[openai][server]") {
+  ServiceOptions options = SmallOptions();
+  options.max_sessions = 2;
+  OpenAiServer server(options);
+  for (const bool stream : {false, true}) {
+    INFO("stream " << stream);
+    auto res = server.Post({{"prompt", kPrompt}, {"max_tokens", 4}, {"n", 3}, {"stream", stream}});
+    REQUIRE(res);
+    // Not the session limit's 429: this request can never run here.
+    CHECK(res->status == 400);
+    const Json error = Json::parse(res->body)["error"];
+    CHECK(error["param"] == "n");
+    CHECK(error["type"] == "invalid_request_error");
+    CHECK(error["message"].get<std::string>().find("n must be at most 2") != std::string::npos);
+    CHECK(server.grpc.service().session_manager().count() == 0);
+  }
+  auto two = server.Post({{"prompt", kPrompt}, {"max_tokens", 4}, {"n", 2}});
+  REQUIRE(two);
+  CHECK(two->status == 200);
 }
 
 TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
