@@ -53,8 +53,9 @@ std::string ContextLengthErrorJson(absl::string_view message) {
 }
 
 // Every 503 carries Retry-After (kRetryAfterSeconds). The session limit
-// (every session held: by running completions, each of which holds one, or
-// by gRPC clients) is answered 503 "unavailable", not 429: it is a load to
+// (every session held: by running completions, each of which holds one per
+// choice, n of them, or by gRPC clients; n above --max_sessions is refused
+// before, 400 naming n) is answered 503 "unavailable", not 429: it is a load to
 // wait out, as all threads busy is, and unlike the other
 // RESOURCE_EXHAUSTED it says nothing about the request. The context limit
 // is 400 (above); the memory budget stays 429 (it passes as running
