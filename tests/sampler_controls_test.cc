@@ -17,11 +17,13 @@
 
 #include "absl/status/status.h"
 #include "engine/sampler.h"
+#include "tests/test_util/sampling_reference.h"
 
 namespace {
 
 using drt::Sampler;
 using drt::SamplingParams;
+using drt::testing::CheckSampledFrequencies;
 
 SamplingParams Params(float temperature, uint64_t seed = 0) {
   SamplingParams p;
@@ -42,29 +44,6 @@ std::vector<int32_t> Draw(Sampler& sampler, const std::vector<float>& logits, in
   std::vector<int32_t> out;
   for (int i = 0; i < n; ++i) out.push_back(*sampler.Sample(logits));
   return out;
-}
-
-// Frequencies of `draws` samples against `want` within 5 standard deviations
-// (and exactly zero where want is zero).
-void CheckFrequencies(const std::vector<float>& logits, const SamplingParams& params,
-                      const std::vector<double>& want, int draws) {
-  Sampler sampler(params);
-  std::vector<int> counts(logits.size(), 0);
-  for (int i = 0; i < draws; ++i) {
-    const int32_t t = *sampler.Sample(logits);
-    REQUIRE((t >= 0 && t < static_cast<int32_t>(logits.size())));
-    ++counts[t];
-  }
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const double freq = double(counts[i]) / draws;
-    const double sd = std::sqrt(want[i] * (1.0 - want[i]) / draws);
-    INFO("token " << i << ": frequency " << freq << ", probability " << want[i]);
-    if (want[i] == 0.0) {
-      CHECK(counts[i] == 0);
-    } else {
-      CHECK(std::fabs(freq - want[i]) <= 5.0 * sd);
-    }
-  }
 }
 
 // The rule restated from its definition, over the whole vocabulary at every
@@ -210,7 +189,7 @@ TEST_CASE("logit_bias is added before everything else", "[sampler]") {
   t.logit_bias = {{0, 1.5f}, {2, -0.5f}};
   const double e0 = std::exp(2.5), e1 = std::exp(2.0), e2 = std::exp(2.5);
   const double z = e0 + e1 + e2;
-  CheckFrequencies(logits, t, {e0 / z, e1 / z, e2 / z}, 20000);
+  CheckSampledFrequencies(logits, t, {e0 / z, e1 / z, e2 / z}, 20000);
   // A -inf logit stays impossible whatever its bias.
   const float ninf = -std::numeric_limits<float>::infinity();
   SamplingParams up = Params(1.f, 3);
@@ -224,17 +203,17 @@ TEST_CASE("min_p drops tokens below min_p times the best probability", "[sampler
   const std::vector<float> logits = {0.f, std::log(0.5f), std::log(0.25f), std::log(0.1f)};
   SamplingParams p = Params(1.f, 21);
   p.min_p = 0.3f;  // keeps 1 and 0.5
-  CheckFrequencies(logits, p, {2.0 / 3, 1.0 / 3, 0.0, 0.0}, 20000);
+  CheckSampledFrequencies(logits, p, {2.0 / 3, 1.0 / 3, 0.0, 0.0}, 20000);
   // After temperature 0.5 the ratios are squared: 1, .25, .0625, .01.
   p.temperature = 0.5f;
   p.min_p = 0.2f;  // keeps 1 and .25
-  CheckFrequencies(logits, p, {0.8, 0.2, 0.0, 0.0}, 20000);
+  CheckSampledFrequencies(logits, p, {0.8, 0.2, 0.0, 0.0}, 20000);
   p.min_p = 0.3f;  // keeps only the best
-  CheckFrequencies(logits, p, {1.0, 0.0, 0.0, 0.0}, 2000);
+  CheckSampledFrequencies(logits, p, {1.0, 0.0, 0.0, 0.0}, 2000);
   // min_p 1 keeps the tokens tied with the best.
   SamplingParams one = Params(2.f, 4);
   one.min_p = 1.f;
-  CheckFrequencies({3.f, 1.f, 3.f}, one, {0.5, 0.0, 0.5}, 20000);
+  CheckSampledFrequencies({3.f, 1.f, 3.f}, one, {0.5, 0.0, 0.5}, 20000);
 }
 
 TEST_CASE("top_p takes its nucleus after min_p (vLLM V1's order)", "[sampler]") {
@@ -246,7 +225,7 @@ TEST_CASE("top_p takes its nucleus after min_p (vLLM V1's order)", "[sampler]") 
   SamplingParams p = Params(1.f, 33);
   p.min_p = 0.2f;
   p.top_p = 0.85f;
-  CheckFrequencies(logits, p, {2.0 / 3, 1.0 / 3, 0.0, 0.0}, 20000);
+  CheckSampledFrequencies(logits, p, {2.0 / 3, 1.0 / 3, 0.0, 0.0}, 20000);
 }
 
 TEST_CASE("Sample with every control picks the reference's token for every seed", "[sampler]") {

@@ -13,11 +13,13 @@
 
 #include "absl/status/status.h"
 #include "engine/sampler.h"
+#include "tests/test_util/sampling_reference.h"
 
 namespace {
 
 using drt::Sampler;
 using drt::SamplingParams;
+using drt::testing::CheckSampledFrequencies;
 
 SamplingParams Params(float temperature, int32_t top_k = 0, float top_p = 1.f,
                       uint64_t seed = 0) {
@@ -56,37 +58,6 @@ std::vector<double> Softmax(const std::vector<float>& logits, double temperature
   for (double& x : p) x /= den;
   return p;
 }
-
-// Draws `draws` samples and checks each token's frequency against `want`
-// within 5 standard deviations (and zero where want is zero).
-void CheckFrequencies(const std::vector<float>& logits, const SamplingParams& params,
-                      const std::vector<double>& want, int draws) {
-  Sampler sampler(params);
-  std::vector<int> counts(logits.size(), 0);
-  int out_of_range = 0;
-  for (int i = 0; i < draws; ++i) {
-    const int32_t t = *sampler.Sample(logits);
-    if (t < 0 || t >= static_cast<int32_t>(logits.size())) {
-      ++out_of_range;
-    } else {
-      ++counts[t];
-    }
-  }
-  REQUIRE(out_of_range == 0);
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const double freq = double(counts[i]) / draws;
-    const double sd = std::sqrt(want[i] * (1.0 - want[i]) / draws);
-    INFO("token " << i << ": frequency " << freq << ", probability " << want[i]
-                  << " (T=" << params.temperature << " top_k=" << params.top_k
-                  << " top_p=" << params.top_p << ")");
-    if (want[i] == 0.0) {
-      CHECK(counts[i] == 0);
-    } else {
-      CHECK(std::fabs(freq - want[i]) <= 5.0 * sd);
-    }
-  }
-}
-
 
 // Sampler::Sample as it was before LogitOrder (engine/sampler.cc before
 // the F1 fix): a comparison sort of every id, then the same weights, nucleus
@@ -176,18 +147,18 @@ TEST_CASE("A tiny top_p equals greedy", "[sampler]") {
 TEST_CASE("Sampling frequencies follow the softmax", "[sampler]") {
   const std::vector<float> logits = {1.0f, 0.5f, -0.3f, 2.0f, 0.0f};
   const int draws = 20000;
-  SECTION("temperature 1") { CheckFrequencies(logits, Params(1.f, 0, 1.f, 1234), Softmax(logits, 1.0), draws); }
+  SECTION("temperature 1") { CheckSampledFrequencies(logits, Params(1.f, 0, 1.f, 1234), Softmax(logits, 1.0), draws); }
   SECTION("temperature 0.5") {
-    CheckFrequencies(logits, Params(0.5f, 0, 1.f, 4321), Softmax(logits, 0.5), draws);
+    CheckSampledFrequencies(logits, Params(0.5f, 0, 1.f, 4321), Softmax(logits, 0.5), draws);
   }
   SECTION("temperature 1, top_k larger than the vocabulary is no limit") {
-    CheckFrequencies(logits, Params(1.f, 100, 1.f, 55), Softmax(logits, 1.0), draws);
+    CheckSampledFrequencies(logits, Params(1.f, 100, 1.f, 55), Softmax(logits, 1.0), draws);
   }
   SECTION("top_k = 3 renormalises over the 3 best") {
     // Best three: indices 3 (2.0), 0 (1.0), 1 (0.5).
     const std::vector<float> top = {logits[0], logits[1], logits[3]};
     const auto p = Softmax(top, 1.0);
-    CheckFrequencies(logits, Params(1.f, 3, 1.f, 77), {p[0], p[1], 0.0, p[2], 0.0}, draws);
+    CheckSampledFrequencies(logits, Params(1.f, 3, 1.f, 77), {p[0], p[1], 0.0, p[2], 0.0}, draws);
   }
   SECTION("top_p renormalises over the smallest prefix reaching top_p") {
     // softmax(logits): ~0.547 (3), ~0.201 (0), ~0.122 (1), ~0.074 (4), ~0.055 (2); prefix
@@ -196,7 +167,7 @@ TEST_CASE("Sampling frequencies follow the softmax", "[sampler]") {
     REQUIRE(full[3] + full[0] < 0.8);
     REQUIRE(full[3] + full[0] + full[1] > 0.8);
     const double kept = full[3] + full[0] + full[1];
-    CheckFrequencies(logits, Params(1.f, 0, 0.8f, 88),
+    CheckSampledFrequencies(logits, Params(1.f, 0, 0.8f, 88),
                      {full[0] / kept, full[1] / kept, 0.0, full[3] / kept, 0.0}, draws);
   }
 }

@@ -12,34 +12,11 @@
 
 #include "engine/sampler.h"
 #include "engine/top_logprobs.h"
+#include "tests/test_util/sampling_reference.h"
 
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-struct Reference {
-  std::vector<int32_t> ids;
-  std::vector<long double> logprobs;
-};
-
-Reference BruteForce(const std::vector<float>& logits, int32_t n,
-                     const std::vector<int32_t>& unlisted) {
-  long double max = -INFINITY;
-  for (float l : logits) max = std::max<long double>(max, l);
-  long double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<long double>(l) - max);
-  std::vector<int32_t> ids;
-  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i) {
-    if (logits[i] == -kInf) continue;
-    if (std::find(unlisted.begin(), unlisted.end(), i) != unlisted.end()) continue;
-    ids.push_back(i);
-  }
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  if (static_cast<int32_t>(ids.size()) > n) ids.resize(n);
-  Reference ref{ids, {}};
-  for (int32_t id : ids) ref.logprobs.push_back(logits[id] - max - std::log(sum));
-  return ref;
-}
 
 // Many exact ties (multiples of 1/4), signed zeros, -inf and a spread of
 // magnitudes, as a language model's row never has but the order must take.
@@ -73,7 +50,7 @@ TEST_CASE("TopLogProbs lists the best ids with their log-softmax, ties to the lo
         INFO("vocab " << vocab << " seed " << seed << " n " << n);
         const auto got = drt::TopLogProbs(logits, n, unlisted);
         REQUIRE(got.ok());
-        const Reference want = BruteForce(logits, n, unlisted);
+        const drt::testing::RankedLogProbs want = drt::testing::BruteForceTopLogProbs(logits, n, unlisted);
         REQUIRE(got->size() == want.ids.size());
         for (size_t i = 0; i < got->size(); ++i) {
           CHECK((*got)[i].token == want.ids[i]);

@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/test_util/sampling_reference.h"
 
 namespace drt::server {
 namespace {
@@ -20,31 +21,13 @@ namespace {
 using namespace drt::server::testing;
 using Catch::Matchers::Contains;
 
-struct Ranked {
-  std::vector<int32_t> ids;
-  std::vector<double> logprobs;
-};
-
-// The n most likely listable ids of `logits` (stable sort: ties to the lower
-// id; never -inf, the landmark or the pad id), log-softmax in long double
-// over the whole row.
-Ranked BruteForceTop(absl::Span<const float> logits, int32_t n) {
+// The n most likely listable ids (never the landmark or the pad id) of
+// `logits`, ranked by the brute-force reference.
+drt::testing::RankedLogProbs BruteForceTop(absl::Span<const float> logits, int32_t n) {
   const ModelConfig& config = FixtureModel::Get().model->config();
-  long double max = -INFINITY;
-  for (float l : logits) max = std::max<long double>(max, l);
-  long double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<long double>(l) - max);
-  std::vector<int32_t> ids;
-  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i) {
-    if (logits[i] == -std::numeric_limits<float>::infinity()) continue;
-    if (i == static_cast<int32_t>(config.chunk_id) || i == static_cast<int32_t>(config.pad_id)) continue;
-    ids.push_back(i);
-  }
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  ids.resize(std::min<size_t>(ids.size(), n));
-  Ranked out{ids, {}};
-  for (int32_t id : ids) out.logprobs.push_back(static_cast<double>(logits[id] - max - std::log(sum)));
-  return out;
+  const std::vector<int32_t> unlisted = {static_cast<int32_t>(config.chunk_id),
+                                         static_cast<int32_t>(config.pad_id)};
+  return drt::testing::BruteForceTopLogProbs(logits, n, unlisted);
 }
 
 // Replays `prompt` then `generated` on an engine session and checks each
@@ -57,14 +40,14 @@ void CheckAgainstEngine(const std::vector<int32_t>& prompt, const std::vector<in
   REQUIRE((*session)->Append(prompt).ok());
   for (size_t i = 0; i < generated.size(); ++i) {
     INFO("generated token " << i);
-    const Ranked want = BruteForceTop((*session)->last_logits(), n);
+    const drt::testing::RankedLogProbs want = BruteForceTop((*session)->last_logits(), n);
     const auto& got = tops[i].alternatives();
     REQUIRE(static_cast<size_t>(got.size()) == want.ids.size());
     for (int j = 0; j < got.size(); ++j) {
       CHECK(got[j].token_id() == want.ids[j]);
       // The server and this session run the same forward on the same CPU
       // backend; float rounding of the log-softmax is within 1e-6 here.
-      CHECK(got[j].logprob() == Approx(want.logprobs[j]).epsilon(1e-5).margin(1e-5));
+      CHECK(got[j].logprob() == Approx(static_cast<double>(want.logprobs[j])).epsilon(1e-5).margin(1e-5));
       // The byte tokenizer: ids < 256 are their byte, the rest have no text.
       CHECK(got[j].token_bytes() ==
             (want.ids[j] < 256 ? std::string(1, static_cast<char>(want.ids[j])) : std::string()));
