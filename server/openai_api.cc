@@ -12,7 +12,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "engine/sampler.h"
 #include "nlohmann/json.hpp"
@@ -40,38 +39,14 @@ std::string Dump(const J& json) {
   return json.dump(-1, ' ', /*ensure_ascii=*/false, J::error_handler_t::replace);
 }
 
-bool IsContinuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
-
 // Whether `bytes` is valid UTF-8 (no overlong forms, surrogates or code
-// points above U+10FFFF) and ends on a character's end.
+// points above U+10FFFF) and ends on a character's end: ReadUtf8Char's
+// rule, the one the text and the offsets are decoded with.
 bool IsWholeUtf8(absl::string_view bytes) {
-  size_t i = 0;
-  while (i < bytes.size()) {
-    const auto b0 = static_cast<unsigned char>(bytes[i]);
-    int len = 0;
-    uint32_t cp = 0;
-    if (b0 < 0x80) {
-      ++i;
-      continue;
-    } else if (b0 >= 0xC2 && b0 <= 0xDF) {
-      len = 2, cp = b0 & 0x1F;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-      len = 3, cp = b0 & 0x0F;
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-      len = 4, cp = b0 & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > bytes.size()) return false;
-    for (int k = 1; k < len; ++k) {
-      if (!IsContinuation(bytes[i + k])) return false;
-      cp = (cp << 6) | (static_cast<unsigned char>(bytes[i + k]) & 0x3F);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
-      return false;
-    }
-    i += len;
+  for (size_t i = 0; i < bytes.size();) {
+    const Utf8Char c = ReadUtf8Char(std::string_view(bytes.data() + i, bytes.size() - i));
+    if (c.kind != Utf8Char::Kind::kValid) return false;
+    i += c.length;
   }
   return true;
 }
