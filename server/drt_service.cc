@@ -256,13 +256,13 @@ class PromptIngest {
  private:
   // RESOURCE_EXHAUSTED when `tokens` more would pass the session's context
   // limit; `brings` says where they come from. (SessionManager::
-  // IsContextLimitRefusal knows it by "its context limit".)
+  // IsContextLimitRefusal knows it by kContextLimitWords.)
   absl::Status CheckContextLimit(int64_t tokens, const std::string& brings) const {
     const int64_t limit = entry_.settings().max_context_tokens;
     if (entry_.tokens() + tokens > limit) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "session %s would exceed its context limit of %d tokens (it holds %d, %s)", entry_.id(),
-          limit, entry_.tokens(), brings));
+          "session %s would exceed %s of %d tokens (it holds %d, %s)", entry_.id(),
+          SessionManager::kContextLimitWords, limit, entry_.tokens(), brings));
     }
     return absl::OkStatus();
   }
@@ -638,15 +638,16 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   if (held + padding + 1 > limit) {
     if (padding > 0) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "session %s holds %d tokens of its context limit of %d: padding to the chunk boundary "
+          "session %s holds %d tokens of %s of %d: padding to the chunk boundary "
           "needs %d more and generating at least 1, so nothing was added (without "
           "pad_to_chunk_boundary there is room for %d tokens)",
-          entry.id(), held, limit, padding, std::max<int64_t>(0, limit - held)));
+          entry.id(), held, SessionManager::kContextLimitWords, limit, padding,
+          std::max<int64_t>(0, limit - held)));
     }
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "session %s holds %d tokens, its context limit: there is no room to generate, and "
+        "session %s holds %d tokens, %s: there is no room to generate, and "
         "nothing was added",
-        entry.id(), held));
+        entry.id(), held, SessionManager::kContextLimitWords));
   }
   // The retrievals its steps make (padding's and generated tokens'), however
   // the call ends.

@@ -609,7 +609,7 @@ bool SessionManager::IsSessionLimitRefusal(const absl::Status& status) {
 
 bool SessionManager::IsContextLimitRefusal(const absl::Status& status) {
   return status.code() == absl::StatusCode::kResourceExhausted &&
-         absl::StrContains(status.message(), "its context limit");
+         absl::StrContains(status.message(), kContextLimitWords);
 }
 
 HostReservation::HostReservation(HostReservation&& other) noexcept

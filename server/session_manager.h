@@ -399,9 +399,14 @@ class SessionManager {
   // keeps the code and the message): the OpenAI API answers it 503 with
   // Retry-After, a load to wait out, unlike the other RESOURCE_EXHAUSTED.
   static bool IsSessionLimitRefusal(const absl::Status& status);
+  // The words every refusal of tokens past a session's context limit has in
+  // its message (server/drt_service.cc builds them with it), so that
+  // IsContextLimitRefusal knows them after a trip through gRPC, which keeps
+  // only the code and the message.
+  static constexpr char kContextLimitWords[] = "its context limit";
   // Whether `status` refuses tokens past a session's context limit (the
-  // RESOURCE_EXHAUSTED of server/drt_service.cc whose message says "its
-  // context limit"; also after a trip through gRPC): the OpenAI API answers
+  // RESOURCE_EXHAUSTED of server/drt_service.cc whose message holds
+  // kContextLimitWords; also after a trip through gRPC): the OpenAI API answers
   // it 400 context_length_exceeded, as OpenAI does, not 429, which
   // clients retry and which can never succeed (the memory budget, a load
   // that passes, stays 429).
