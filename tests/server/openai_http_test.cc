@@ -75,18 +75,11 @@ struct GrpcCompletion {
   drt::v1::GenerateDone done;
 };
 
-// drt.v1 Complete, greedy (no sampling set), of a text or id prompt.
-GrpcCompletion GrpcComplete(drt::v1::Drt::Stub& stub, const std::string& text,
-                            const std::vector<int32_t>& ids, int32_t max_tokens,
-                            const std::vector<std::string>& stops = {}) {
+// drt.v1 Complete of one message, `first`: its pieces' text and its done.
+GrpcCompletion GrpcComplete(drt::v1::Drt::Stub& stub, const drt::v1::CompleteRequest& first) {
   grpc::ClientContext context;
   testing::SetDeadline(context, 120);
   auto stream = stub.Complete(&context);
-  drt::v1::CompleteRequest first;
-  first.mutable_generate()->set_max_tokens(max_tokens);
-  for (const std::string& s : stops) first.mutable_generate()->add_stop(s);
-  if (!text.empty()) first.set_text(text);
-  if (!ids.empty()) first.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
   stream->Write(first);
   stream->WritesDone();
   GrpcCompletion out;
@@ -97,6 +90,18 @@ GrpcCompletion GrpcComplete(drt::v1::Drt::Stub& stub, const std::string& text,
   }
   out.status = stream->Finish();
   return out;
+}
+
+// drt.v1 Complete, greedy (no sampling set), of a text or id prompt.
+GrpcCompletion GrpcComplete(drt::v1::Drt::Stub& stub, const std::string& text,
+                            const std::vector<int32_t>& ids, int32_t max_tokens,
+                            const std::vector<std::string>& stops = {}) {
+  drt::v1::CompleteRequest first;
+  first.mutable_generate()->set_max_tokens(max_tokens);
+  for (const std::string& s : stops) first.mutable_generate()->add_stop(s);
+  if (!text.empty()) first.set_text(text);
+  if (!ids.empty()) first.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  return GrpcComplete(stub, first);
 }
 
 // The JSON payloads of a text/event-stream body ("data: X\n\n" each).
@@ -267,20 +272,14 @@ TEST_CASE("openai http: sampling defaults to temperature 1, a given seed repeats
           "[openai][server]") {
   OpenAiServer server;
   // What Complete samples at OpenAI's defaults (temperature 1, top_p 1) with seed 5.
-  grpc::ClientContext context;
-  testing::SetDeadline(context, 120);
-  auto stream = server.grpc.stub().Complete(&context);
   drt::v1::CompleteRequest first;
   first.mutable_generate()->set_max_tokens(24);
   first.mutable_generate()->mutable_sampling()->set_temperature(1.0f);
   first.mutable_generate()->mutable_sampling()->set_seed(5);
   first.set_text(kPrompt);
-  stream->Write(first);
-  stream->WritesDone();
-  std::string sampled;
-  drt::v1::GenerateResponse response;
-  while (stream->Read(&response)) sampled += response.piece().text();
-  REQUIRE(stream->Finish().ok());
+  const GrpcCompletion drawn = GrpcComplete(server.grpc.stub(), first);
+  REQUIRE(drawn.status.ok());
+  const std::string sampled = drawn.text;
   const GrpcCompletion greedy = GrpcComplete(server.grpc.stub(), kPrompt, {}, 24);
   REQUIRE(sampled != greedy.text);  // the draw differs from greedy here
 
@@ -303,9 +302,6 @@ TEST_CASE("openai http: penalties, min_p and logit_bias reach Complete", "[opena
   // What Complete generates with the same controls through drt.v1.
   auto grpc_text = [&](float temperature, float frequency, float presence, float min_p,
                        std::map<int32_t, float> bias) {
-    grpc::ClientContext context;
-    testing::SetDeadline(context, 120);
-    auto stream = server.grpc.stub().Complete(&context);
     drt::v1::CompleteRequest first;
     drt::v1::GenerateRequest& generate = *first.mutable_generate();
     generate.set_max_tokens(24);
@@ -318,13 +314,9 @@ TEST_CASE("openai http: penalties, min_p and logit_bias reach Complete", "[opena
     s.set_min_p(min_p);
     s.mutable_logit_bias()->insert(bias.begin(), bias.end());
     first.set_text(kPrompt);
-    stream->Write(first);
-    stream->WritesDone();
-    std::string text;
-    drt::v1::GenerateResponse response;
-    while (stream->Read(&response)) text += response.piece().text();
-    REQUIRE(stream->Finish().ok());
-    return text;
+    const GrpcCompletion completion = GrpcComplete(server.grpc.stub(), first);
+    REQUIRE(completion.status.ok());
+    return completion.text;
   };
   auto text_of = [&](const Json& request) {
     auto res = server.Post(request);
