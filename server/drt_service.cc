@@ -29,6 +29,7 @@
 #include "server/session_manager.h"
 #include "server/status_util.h"
 #include "server/stop_status.h"
+#include "server/tokenize_calls.h"
 
 namespace drt::server {
 namespace {
@@ -1156,6 +1157,28 @@ grpc::Status DrtService::LoadSession(grpc::ServerContext* context,
   auto entry = sessions_->AddLoaded(loaded->settings, std::move(loaded->session), reservation);
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   FillInfo(**entry, response);
+  return Finish(grpc::Status::OK);
+}
+
+grpc::Status DrtService::Tokenize(grpc::ServerContext* context,
+                                  const drt::v1::TokenizeRequest* request,
+                                  drt::v1::TokenizeResponse* response) {
+  if (grpc::Status s = Admit(context, "Tokenize"); !s.ok()) return s;
+  absl::StatusOr<drt::v1::TokenizeResponse> answer =
+      TokenizeText(*model_.tokenizer, *request, options_.max_context_tokens);
+  if (!answer.ok()) return Finish(ToGrpc(answer.status()));
+  *response = std::move(*answer);
+  return Finish(grpc::Status::OK);
+}
+
+grpc::Status DrtService::Detokenize(grpc::ServerContext* context,
+                                    const drt::v1::DetokenizeRequest* request,
+                                    drt::v1::DetokenizeResponse* response) {
+  if (grpc::Status s = Admit(context, "Detokenize"); !s.ok()) return s;
+  absl::StatusOr<drt::v1::DetokenizeResponse> answer =
+      DetokenizeIds(*model_.tokenizer, model_.config(), *request);
+  if (!answer.ok()) return Finish(ToGrpc(answer.status()));
+  *response = std::move(*answer);
   return Finish(grpc::Status::OK);
 }
 

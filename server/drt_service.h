@@ -120,6 +120,12 @@ class DrtService final : public drt::v1::Drt::Service {
   grpc::Status GetModelInfo(grpc::ServerContext* context,
                             const drt::v1::GetModelInfoRequest* request,
                             drt::v1::ModelInfo* response) override;
+  // The tokenizer alone (server/tokenize_calls.h): no session, no engine.
+  grpc::Status Tokenize(grpc::ServerContext* context, const drt::v1::TokenizeRequest* request,
+                        drt::v1::TokenizeResponse* response) override;
+  grpc::Status Detokenize(grpc::ServerContext* context,
+                          const drt::v1::DetokenizeRequest* request,
+                          drt::v1::DetokenizeResponse* response) override;
 
  private:
   // UNAUTHENTICATED / UNAVAILABLE checks shared by every method; counts the
