@@ -430,7 +430,12 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
       std::chrono::seconds(config.openai_request_timeout_seconds);
   // (Made before the probe endpoint, whose /metrics reads its counters, and
   // so destroyed after it; started after it, as before.)
-  OpenAiHttpServer openai(server->InProcessChannel(grpc::ChannelArguments()), openai_options);
+  // The client side of that channel takes answers of any size (gRPC's
+  // default is 4 MiB): a /tokenize answer is bounded by the server's
+  // --max_message_bytes, which it sends under.
+  grpc::ChannelArguments openai_channel_args;
+  openai_channel_args.SetMaxReceiveMessageSize(-1);
+  OpenAiHttpServer openai(server->InProcessChannel(openai_channel_args), openai_options);
 
   HttpEndpointOptions http_options;
   http_options.liveness = [&service, stall_limit] {

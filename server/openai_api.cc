@@ -321,9 +321,8 @@ absl::Status ParseSamplingControls(const Json& body, CompletionRequest& out) {
   return absl::OkStatus();
 }
 
-// Whether `text` opens more than `limit` arrays/objects at once, counting
-// brackets outside strings only (a pass over the bytes, allocating nothing;
-// the parse that follows judges the rest of the syntax).
+}  // namespace
+
 bool NestsDeeperThan(absl::string_view text, int limit) {
   int depth = 0;
   bool in_string = false;
@@ -347,8 +346,6 @@ bool NestsDeeperThan(absl::string_view text, int limit) {
   }
   return false;
 }
-
-}  // namespace
 
 absl::Status FieldError(absl::string_view field, absl::string_view message) {
   absl::Status status = absl::InvalidArgumentError(message);

@@ -202,4 +202,10 @@ std::string ModelsJson(const drt::v1::ModelInfo& info, int64_t created);
 // One server-sent event: "data: <payload>\n\n".
 std::string SseEvent(absl::string_view payload);
 
+// Whether `text` opens more than `limit` arrays/objects at once, counting
+// brackets outside strings only (a pass over the bytes, allocating nothing;
+// the parse that follows judges the rest of the syntax). Every body is
+// checked against kMaxJsonDepth before it is parsed.
+bool NestsDeeperThan(absl::string_view text, int limit);
+
 }  // namespace drt::server

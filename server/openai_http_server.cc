@@ -27,6 +27,7 @@
 #include "server/connection_pool.h"
 #include "server/http_connection_io.h"
 #include "server/openai_api.h"
+#include "server/openai_tokenize.h"
 #include "server/session_manager.h"
 #include "server/stop_text_cutter.h"
 
@@ -35,6 +36,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr char kJson[] = "application/json";
+// What the API serves, for the 404s and 405s that name it.
+constexpr char kServed[] =
+    "served: POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize";
+// The routes that take a request body.
+bool TakesBody(const httplib::Request& req) {
+  return req.method == "POST" &&
+         (req.path == "/v1/completions" || req.path == "/tokenize" || req.path == "/detokenize");
+}
 
 absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
@@ -44,10 +53,9 @@ absl::Status FromGrpc(const grpc::Status& status) {
 // A prompt over the context limit (the temporary session's, the server's
 // --max_context_tokens) in OpenAI's shape: 400,
 // invalid_request_error, code context_length_exceeded, param "prompt".
-// (Not 429, which clients retry: it can never succeed. The prompt alone is
-// checked: its length is known only as it runs, piece by piece, so a
-// prompt that fits with too large a max_tokens is not refused up front;
-// its completion ends at the limit with finish_reason "length".)
+// (Not 429, which clients retry: it can never succeed. A prompt that fits
+// with too large a max_tokens is refused up front, param "max_tokens":
+// RoomForMaxTokens.)
 std::string ContextLengthErrorJson(absl::string_view message) {
   return ErrorJson(message, "invalid_request_error", "prompt", "context_length_exceeded");
 }
@@ -245,50 +253,20 @@ class OpenAiHttpServer::Server : public httplib::Server {
     // Content-Type. (httplib's own reading parses an
     // application/x-www-form-urlencoded body, what `curl -d` sends without
     // -H, and refuses it with 413 above 8 KiB.)
-    Post("/v1/completions", HandlerWithContentReader([this](const httplib::Request& req,
-                                                            httplib::Response& res,
-                                                            const httplib::ContentReader& reader) {
-      if (absl::Status auth = CheckCredentials(req); !auth.ok()) return SendError(res, auth);
-      std::string body;
-      bool too_big = false;
-      const bool read = reader([&](const char* data, size_t n) {
-        if (body.size() + n > options_.max_request_bytes) {
-          too_big = true;
-          return false;
-        }
-        body.append(data, n);
-        return true;
-      });
-      if (!read) {
-        // (httplib has set 413 itself for a Content-Length over the limit.)
-        if (too_big || res.status == 413) {
-          res.status = 413;
-          res.set_content(ErrorJson(absl::StrCat("the request body is larger than drt-server "
-                                                 "accepts (", options_.max_request_bytes,
-                                                 " bytes)"),
-                                    "invalid_request_error", "", ""),
-                          kJson);
-          return;
-        }
-        // A body that did not come within the request time is 408 (which
-        // clients such as openai-python retry); one that could not be read
-        // for another reason (the client closed its end, say) stays 400.
-        const ConnectionStream* stream = ThisThreadsStream();
-        const bool timed_out = stream != nullptr && stream->request_time_passed();
-        res.status = timed_out ? 408 : 400;
-        res.set_content(
-            ErrorJson(timed_out ? absl::StrCat("the request body did not arrive within the "
-                                               "request time (",
-                                               options_.request_read_timeout.count() / 1000.0,
-                                               " s from the accept, "
-                                               "--openai_request_timeout_seconds)")
-                                : "the request body could not be read",
-                      "invalid_request_error", "", ""),
-            kJson);
-        return;
-      }
-      Completions(req, body, res);
-    }));
+    // Each POST route reads its body with ReadBody.
+    const auto post = [this](const char* path,
+                             void (Server::*handle)(const httplib::Request&, const std::string&,
+                                                    httplib::Response&)) {
+      Post(path, HandlerWithContentReader([this, handle](const httplib::Request& req,
+                                                         httplib::Response& res,
+                                                         const httplib::ContentReader& reader) {
+        std::string body;
+        if (ReadBody(req, res, reader, body)) (this->*handle)(req, body, res);
+      }));
+    };
+    post("/v1/completions", &Server::Completions);
+    post("/tokenize", &Server::Tokenize);
+    post("/detokenize", &Server::Detokenize);
     Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       Models(req, res);
     });
@@ -337,23 +315,24 @@ class OpenAiHttpServer::Server : public httplib::Server {
         }
       }
       const bool has_body = length > 0 || req.has_header("Transfer-Encoding");
-      if (!has_body || (req.method == "POST" && req.path == "/v1/completions")) {
+      if (!has_body || TakesBody(req)) {
         return HandlerResponse::Unhandled;
       }
       if (req.path == "/v1/chat/completions") {
         ChatNotServed(res);
-      } else if (req.path == "/v1/completions" || req.path == "/v1/models") {
+      } else if (req.path == "/v1/completions" || req.path == "/v1/models" ||
+                 req.path == "/tokenize" || req.path == "/detokenize") {
         res.status = 405;
         res.set_header("Allow", req.path == "/v1/models" ? "GET" : "POST");
         res.set_content(ErrorJson(absl::StrCat(req.method, " ", req.path, " with a request body "
-                                               "is not served (served: POST /v1/completions, "
-                                               "GET /v1/models without a body)"),
+                                               "is not served (", kServed,
+                                               "; GET /v1/models without a body)"),
                                   "invalid_request_error", "", ""),
                         kJson);
       } else {
         res.status = 404;
         res.set_content(ErrorJson(absl::StrCat("no such path: ", req.method, " ", req.path,
-                                               " (served: POST /v1/completions, GET /v1/models)"),
+                                               " (", kServed, ")"),
                                   "invalid_request_error", "", "not_found"),
                         kJson);
       }
@@ -367,8 +346,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
       if (!res.body.empty()) return HandlerResponse::Unhandled;  // ours, already shaped
       std::string message;
       if (res.status == 404) {
-        message = absl::StrCat("no such path: ", req.method, " ", req.path,
-                               " (served: POST /v1/completions, GET /v1/models)");
+        message = absl::StrCat("no such path: ", req.method, " ", req.path, " (", kServed, ")");
       } else if (res.status == 413) {
         message = absl::StrCat("the request body is larger than drt-server accepts (",
                                max_bytes, " bytes)");
@@ -484,6 +462,54 @@ class OpenAiHttpServer::Server : public httplib::Server {
     if (!authorization.empty()) context.AddMetadata("authorization", authorization);
   }
 
+  // Reads the request's body into `body`; false when it could not be (too
+  // large, not in time, the credentials), with `res` set to say why.
+  bool ReadBody(const httplib::Request& req, httplib::Response& res,
+                const httplib::ContentReader& reader, std::string& body) {
+    if (absl::Status auth = CheckCredentials(req); !auth.ok()) {
+      SendError(res, auth);
+      return false;
+    }
+    bool too_big = false;
+    const bool read = reader([&](const char* data, size_t n) {
+      if (body.size() + n > options_.max_request_bytes) {
+        too_big = true;
+        return false;
+      }
+      body.append(data, n);
+      return true;
+    });
+    if (!read) {
+      // (httplib has set 413 itself for a Content-Length over the limit.)
+      if (too_big || res.status == 413) {
+        res.status = 413;
+        res.set_content(ErrorJson(absl::StrCat("the request body is larger than drt-server "
+                                               "accepts (", options_.max_request_bytes,
+                                               " bytes)"),
+                                  "invalid_request_error", "", ""),
+                        kJson);
+        return false;
+      }
+      // A body that did not come within the request time is 408 (which
+      // clients such as openai-python retry); one that could not be read
+      // for another reason (the client closed its end, say) stays 400.
+      const ConnectionStream* stream = ThisThreadsStream();
+      const bool timed_out = stream != nullptr && stream->request_time_passed();
+      res.status = timed_out ? 408 : 400;
+      res.set_content(
+          ErrorJson(timed_out ? absl::StrCat("the request body did not arrive within the "
+                                             "request time (",
+                                             options_.request_read_timeout.count() / 1000.0,
+                                             " s from the accept, "
+                                             "--openai_request_timeout_seconds)")
+                              : "the request body could not be read",
+                    "invalid_request_error", "", ""),
+          kJson);
+      return false;
+    }
+    return true;
+  }
+
   void Models(const httplib::Request& req, httplib::Response& res) {
     if (absl::Status auth = CheckCredentials(req); !auth.ok()) return SendError(res, auth);
     grpc::ClientContext context;
@@ -494,18 +520,105 @@ class OpenAiHttpServer::Server : public httplib::Server {
     res.set_content(ModelsJson(info, started_), kJson);
   }
 
-  void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
-    absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(body);
-    if (!request.ok()) return SendError(res, request.status());
-    if (request->model.has_value() && *request->model != options_.model_name) {
-      res.status = 404;
-      res.set_content(ErrorJson(absl::StrCat("The model `", *request->model,
-                                             "` does not exist: this server serves `",
-                                             options_.model_name, "`"),
-                                "invalid_request_error", "model", "model_not_found"),
+  // A request's `model`, when given, must be the one served: else false,
+  // with `res` the 404 model_not_found.
+  bool ModelServed(const std::optional<std::string>& model, httplib::Response& res) const {
+    if (!model.has_value() || *model == options_.model_name) return true;
+    res.status = 404;
+    res.set_content(ErrorJson(absl::StrCat("The model `", *model,
+                                           "` does not exist: this server serves `",
+                                           options_.model_name, "`"),
+                              "invalid_request_error", "model", "model_not_found"),
+                    kJson);
+    return false;
+  }
+
+  // A Tokenize or Detokenize call's failure: its refusal of the request is
+  // a 400 naming `field`; RESOURCE_EXHAUSTED can only be gRPC's message
+  // limit (--max_message_bytes), for the request or the answer: 413, not
+  // 429 (a retry cannot succeed).
+  static void SendTokenizerError(httplib::Response& res, const grpc::Status& status,
+                                 const char* field) {
+    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      return SendError(res, FieldError(field, status.error_message()));
+    }
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      res.status = 413;
+      res.set_content(ErrorJson(absl::StrCat("the request or its answer is larger than one gRPC "
+                                             "message of drt-server (--max_message_bytes): ",
+                                             status.error_message()),
+                                "invalid_request_error", field, ""),
                       kJson);
       return;
     }
+    SendError(res, FromGrpc(status));
+  }
+
+  // vLLM's POST /tokenize, by the service's Tokenize.
+  void Tokenize(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    absl::StatusOr<TokenizeHttpRequest> request = ParseTokenizeBody(body);
+    if (!request.ok()) return SendError(res, request.status());
+    if (!ModelServed(request->model, res)) return;
+    grpc::ClientContext context;
+    Authorize(req, context);
+    drt::v1::TokenizeResponse response;
+    const grpc::Status status = stub_->Tokenize(&context, request->request, &response);
+    if (!status.ok()) return SendTokenizerError(res, status, "prompt");
+    res.set_content(TokenizeJson(response), kJson);
+  }
+
+  // vLLM's POST /detokenize, by the service's Detokenize.
+  void Detokenize(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    absl::StatusOr<DetokenizeHttpRequest> request = ParseDetokenizeBody(body);
+    if (!request.ok()) return SendError(res, request.status());
+    if (!ModelServed(request->model, res)) return;
+    grpc::ClientContext context;
+    Authorize(req, context);
+    drt::v1::DetokenizeResponse response;
+    const grpc::Status status = stub_->Detokenize(&context, request->request, &response);
+    if (!status.ok()) return SendTokenizerError(res, status, "tokens");
+    res.set_content(DetokenizeJson(response), kJson);
+  }
+
+  // A prompt that fits the context limit with a max_tokens that does not is
+  // refused before anything runs, 400 param max_tokens (as OpenAI and vLLM
+  // do): its token count from the service's Tokenize (count_only; an id
+  // prompt's is its length, the call then gives the limit only). False
+  // with `res` set when refused or when Tokenize fails; a text prompt
+  // larger than one gRPC message is not checked (its completion ends at
+  // the limit with "length", as before).
+  bool RoomForMaxTokens(const httplib::Request& req, const CompletionRequest& request,
+                        httplib::Response& res) {
+    grpc::ClientContext context;
+    Authorize(req, context);
+    drt::v1::TokenizeRequest count;
+    count.set_count_only(true);
+    if (!request.prompt_is_ids) count.set_text_bytes(request.prompt_text);
+    drt::v1::TokenizeResponse counted;
+    const grpc::Status status = stub_->Tokenize(&context, count, &counted);
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) return true;
+    if (!status.ok()) {
+      SendError(res, FromGrpc(status));
+      return false;
+    }
+    const int64_t prompt_tokens = request.prompt_is_ids
+                                      ? static_cast<int64_t>(request.prompt_ids.size())
+                                      : counted.count();
+    const absl::Status room = CheckRoomForMaxTokens(prompt_tokens, request.generate.max_tokens(),
+                                                    counted.max_context_tokens());
+    if (room.ok()) return true;
+    res.status = 400;
+    res.set_content(ErrorJson(room.message(), "invalid_request_error", "max_tokens",
+                              "context_length_exceeded"),
+                    kJson);
+    return false;
+  }
+
+  void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(body);
+    if (!request.ok()) return SendError(res, request.status());
+    if (!ModelServed(request->model, res)) return;
+    if (!RoomForMaxTokens(req, *request, res)) return;
     std::random_device random;
     // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
     // (0) would repeat one answer.

@@ -1182,9 +1182,14 @@ TEST_CASE("openai http: every 503 carries Retry-After: the session limit and dra
     CHECK(refused["param"] == "prompt");
     CHECK_THAT(std::string(refused["message"]), Catch::Matchers::Contains("its context limit"));
   }
-  // A prompt that fits with a max_tokens that does not is not refused: it
-  // ends at the limit with "length" (its length is known only as it runs).
-  auto to_the_limit = server.Post({{"prompt", std::vector<int>(98, 1)}, {"max_tokens", 10},
+  // A prompt that fits with a max_tokens that does not is refused up front,
+  // param max_tokens (tests/server/openai_tokenize_test.cc); one that fits
+  // with it runs to the limit.
+  auto over_the_limit = server.Post({{"prompt", std::vector<int>(98, 1)}, {"max_tokens", 10}});
+  REQUIRE(over_the_limit);
+  CHECK(over_the_limit->status == 400);
+  CHECK(Json::parse(over_the_limit->body)["error"]["param"] == "max_tokens");
+  auto to_the_limit = server.Post({{"prompt", std::vector<int>(98, 1)}, {"max_tokens", 2},
                                    {"temperature", 0}, {"ignore_eos", true}});
   REQUIRE(to_the_limit);
   CHECK(to_the_limit->status == 200);

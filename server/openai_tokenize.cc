@@ -1,0 +1,137 @@
+#include "server/openai_tokenize.h"
+
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "server/openai_api.h"
+
+namespace drt::server {
+namespace {
+
+using Json = nlohmann::json;
+using OJson = nlohmann::ordered_json;
+
+std::string Dump(const OJson& json) {
+  return json.dump(-1, ' ', /*ensure_ascii=*/false, OJson::error_handler_t::replace);
+}
+
+// The body as a JSON object (the depth bound and the errors of
+// ParseCompletionRequest).
+absl::StatusOr<Json> ParseObject(absl::string_view text) {
+  if (NestsDeeperThan(text, kMaxJsonDepth)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body nests deeper than ", kMaxJsonDepth, " levels"));
+  }
+  Json body;
+  try {
+    body = Json::parse(text.begin(), text.end());
+  } catch (const Json::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("the request body is not valid JSON: ", e.what()));
+  }
+  if (!body.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body must be a JSON object, got ", body.type_name()));
+  }
+  return body;
+}
+
+absl::StatusOr<std::optional<std::string>> ParseModel(const Json& body) {
+  auto it = body.find("model");
+  if (it == body.end() || it->is_null()) return std::optional<std::string>();
+  if (!it->is_string()) return FieldError("model", "model must be a string");
+  return std::optional<std::string>(it->get<std::string>());
+}
+
+}  // namespace
+
+absl::StatusOr<TokenizeHttpRequest> ParseTokenizeBody(absl::string_view text) {
+  absl::StatusOr<Json> body = ParseObject(text);
+  if (!body.ok()) return body.status();
+  if (body->contains("messages")) {
+    return FieldError("messages",
+                      "messages (vLLM's chat form of /tokenize) is not served: the models "
+                      "drt-server serves have no chat template; send a prompt string");
+  }
+  auto prompt = body->find("prompt");
+  if (prompt == body->end() || !prompt->is_string()) {
+    return FieldError("prompt", "prompt is required and must be a string");
+  }
+  for (const char* flag : {"add_special_tokens", "return_token_strs"}) {
+    auto it = body->find(flag);
+    if (it != body->end() && !it->is_null() && !it->is_boolean()) {
+      return FieldError(flag, absl::StrCat(flag, " must be true or false"));
+    }
+  }
+  if (body->value("return_token_strs", false) == true) {
+    return FieldError("return_token_strs",
+                      "return_token_strs is not served: ask /detokenize for the text of the ids");
+  }
+  absl::StatusOr<std::optional<std::string>> model = ParseModel(*body);
+  if (!model.ok()) return model.status();
+  TokenizeHttpRequest out;
+  out.request.set_text_bytes(prompt->get<std::string>());
+  out.model = *std::move(model);
+  return out;
+}
+
+absl::StatusOr<DetokenizeHttpRequest> ParseDetokenizeBody(absl::string_view text) {
+  absl::StatusOr<Json> body = ParseObject(text);
+  if (!body.ok()) return body.status();
+  auto tokens = body->find("tokens");
+  if (tokens == body->end() || !tokens->is_array()) {
+    return FieldError("tokens", "tokens is required and must be an array of token ids");
+  }
+  DetokenizeHttpRequest out;
+  out.request.mutable_ids()->Reserve(static_cast<int>(tokens->size()));
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    const Json& id = (*tokens)[i];
+    // Any int32: the service refuses ids outside the vocabulary by name.
+    const bool fits = id.is_number_integer() &&
+                      (id.is_number_unsigned()
+                           ? id.get<uint64_t>() <= std::numeric_limits<int32_t>::max()
+                           : id.get<int64_t>() >= std::numeric_limits<int32_t>::min() &&
+                                 id.get<int64_t>() <= std::numeric_limits<int32_t>::max());
+    if (!fits) {
+      return FieldError("tokens", absl::StrCat("tokens[", i, "] (", id.dump(),
+                                               ") is not a token id (an integer)"));
+    }
+    out.request.add_ids(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  absl::StatusOr<std::optional<std::string>> model = ParseModel(*body);
+  if (!model.ok()) return model.status();
+  out.model = *std::move(model);
+  return out;
+}
+
+std::string TokenizeJson(const drt::v1::TokenizeResponse& response) {
+  // Written out, not built as a JSON value: millions of ids would take a
+  // JSON node (16+ bytes) each first.
+  std::string out = absl::StrCat("{\"count\":", response.count(),
+                                 ",\"max_model_len\":", response.max_context_tokens(),
+                                 ",\"tokens\":[");
+  out.reserve(out.size() + static_cast<size_t>(response.ids_size()) * 6 + 2);
+  for (int i = 0; i < response.ids_size(); ++i) {
+    if (i > 0) out += ',';
+    absl::StrAppend(&out, response.ids(i));
+  }
+  out += "]}";
+  return out;
+}
+
+std::string DetokenizeJson(const drt::v1::DetokenizeResponse& response) {
+  return Dump(OJson{{"prompt", response.text()}});
+}
+
+absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, int64_t limit) {
+  if (prompt_tokens >= limit || prompt_tokens + max_tokens <= limit) return absl::OkStatus();
+  return FieldError(
+      "max_tokens",
+      absl::StrCat("This model's maximum context length is ", limit, " tokens. However, you "
+                   "requested ", prompt_tokens + max_tokens, " tokens (", prompt_tokens,
+                   " in the prompt, ", max_tokens, " in max_tokens): reduce max_tokens to at "
+                   "most ", limit - prompt_tokens, " or shorten the prompt"));
+}
+
+}  // namespace drt::server

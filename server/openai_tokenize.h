@@ -1,0 +1,48 @@
+// The JSON side of vLLM's POST /tokenize and POST /detokenize, which the
+// OpenAI HTTP API serves (docs/api.md, "Tokenize and Detokenize"), kept
+// pure like server/openai_api.h: a body to the drt.v1 Tokenize/Detokenize
+// request, or an error naming the field; their answers' JSON; and the
+// /v1/completions check that a prompt leaves room for max_tokens.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "drt/v1/drt.pb.h"
+
+namespace drt::server {
+
+struct TokenizeHttpRequest {
+  drt::v1::TokenizeRequest request;  // the prompt as text_bytes, all ids asked for
+  std::optional<std::string> model;
+};
+
+struct DetokenizeHttpRequest {
+  drt::v1::DetokenizeRequest request;
+  std::optional<std::string> model;
+};
+
+// {"prompt": string, "add_special_tokens"?: bool, "model"?: string}.
+// add_special_tokens is taken and changes nothing: drt-server's tokenizers
+// add no BOS or EOS to a prompt (Append and Complete add none either).
+// return_token_strs true, or a `messages` body (vLLM's chat form), are
+// refused by name. INVALID_ARGUMENT naming the field (FieldError).
+absl::StatusOr<TokenizeHttpRequest> ParseTokenizeBody(absl::string_view body);
+// {"tokens": [int, ...], "model"?: string}.
+absl::StatusOr<DetokenizeHttpRequest> ParseDetokenizeBody(absl::string_view body);
+
+// vLLM's answers: {"count", "max_model_len", "tokens"} and {"prompt"}.
+std::string TokenizeJson(const drt::v1::TokenizeResponse& response);
+std::string DetokenizeJson(const drt::v1::DetokenizeResponse& response);
+
+// The /v1/completions refusal of a prompt that fits the context limit
+// (`prompt_tokens` < `limit`) with a max_tokens that does not; OK when it
+// fits or when the prompt alone does not (the service refuses that one,
+// param "prompt").
+absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, int64_t limit);
+
+}  // namespace drt::server

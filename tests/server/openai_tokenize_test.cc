@@ -1,0 +1,183 @@
+// vLLM's POST /tokenize and POST /detokenize on the OpenAI HTTP API, and
+// /v1/completions refusing a max_tokens that does not fit beside its prompt
+// (server/openai_tokenize.h; docs/api.md, "Tokenize and Detokenize"),
+// against the fixture model's tokenizer called directly.
+#include <catch2/catch.hpp>
+
+#include <httplib.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model.h"
+#include "server/openai_http_server.h"
+#include "tests/server/test_util/grpc_harness.h"
+
+namespace drt::server {
+namespace {
+
+using testing::FixtureModel;
+using testing::InProcessServer;
+using testing::SmallOptions;
+using Json = nlohmann::json;
+using Catch::Matchers::Contains;
+
+// An in-process drt-server with the OpenAI API in front of it, as main
+// wires them.
+struct Api {
+  explicit Api(ServiceOptions service = SmallOptions()) : grpc(service) {
+    OpenAiHttpOptions options;
+    options.model_name = "two_groups";
+    options.bearer_token = service.bearer_token;
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    api = std::make_unique<OpenAiHttpServer>(grpc.server().InProcessChannel(args), options);
+    const absl::Status started = api->Start("127.0.0.1", 0);
+    if (!started.ok()) throw std::runtime_error(std::string(started.message()));
+    client = std::make_unique<httplib::Client>("127.0.0.1", api->port());
+    client->set_read_timeout(120, 0);
+  }
+  ~Api() { api->Stop(); }
+  httplib::Result Post(const std::string& path, const Json& body,
+                       const httplib::Headers& headers = {}) {
+    return client->Post(path, headers, body.dump(), "application/json");
+  }
+  InProcessServer grpc;
+  std::unique_ptr<OpenAiHttpServer> api;
+  std::unique_ptr<httplib::Client> client;
+};
+
+Json Error(const httplib::Result& r) { return Json::parse(r->body)["error"]; }
+
+TEST_CASE("openai http: /tokenize and /detokenize in vLLM's shape", "[openai][server]") {
+  Api api;
+  const Model& model = *FixtureModel::Get().model;
+  const std::string text = "caf\xC3\xA9 <|endoftext|> au lait";
+  const std::vector<int32_t> expected = *model.tokenizer->Encode(text);
+  for (const bool special : {true, false}) {
+    auto r = api.Post("/tokenize", {{"prompt", text}, {"add_special_tokens", special},
+                                    {"model", "two_groups"}});
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const Json body = Json::parse(r->body);
+    CHECK(body["tokens"].get<std::vector<int32_t>>() == expected);
+    CHECK(body["count"] == expected.size());
+    CHECK(body["max_model_len"] == SmallOptions().max_context_tokens);
+    CHECK(r->body.rfind("{\"count\":", 0) == 0);  // vLLM's key order
+  }
+  auto back = api.Post("/detokenize", {{"tokens", expected}});
+  REQUIRE(back);
+  REQUIRE(back->status == 200);
+  CHECK(Json::parse(back->body) == Json{{"prompt", text}});
+  // A character the ids end inside of: U+FFFD, as the completions' text.
+  auto cut = api.Post("/detokenize", {{"tokens", {'a', 0xC3}}});
+  REQUIRE(cut);
+  CHECK(Json::parse(cut->body)["prompt"] == "a\xEF\xBF\xBD");
+  auto empty = api.Post("/tokenize", {{"prompt", ""}});
+  REQUIRE(empty);
+  CHECK(Json::parse(empty->body) ==
+        Json{{"count", 0}, {"max_model_len", SmallOptions().max_context_tokens},
+             {"tokens", Json::array()}});
+}
+
+TEST_CASE("openai http: /tokenize and /detokenize errors in OpenAI's shape", "[openai][server]") {
+  Api api;
+  struct Case {
+    std::string path;
+    Json body;
+    int status;
+    std::string param;
+    std::string words;
+  };
+  const std::vector<Case> cases = {
+      {"/tokenize", {{"text", "x"}}, 400, "prompt", "prompt is required"},
+      {"/tokenize", {{"prompt", {1, 2}}}, 400, "prompt", "must be a string"},
+      {"/tokenize", {{"prompt", "x"}, {"return_token_strs", true}}, 400, "return_token_strs",
+       "not served"},
+      {"/tokenize", {{"messages", Json::array()}}, 400, "messages", "not served"},
+      {"/tokenize", {{"prompt", "x"}, {"add_special_tokens", 1}}, 400, "add_special_tokens",
+       "true or false"},
+      {"/tokenize", {{"prompt", "x"}, {"model", "other"}}, 404, "model", "does not exist"},
+      {"/detokenize", {{"tokens", "abc"}}, 400, "tokens", "array of token ids"},
+      {"/detokenize", {{"tokens", {1, 2.5}}}, 400, "tokens", "tokens[1] (2.5)"},
+      // The service's refusals, named (the fixture: landmark 299, vocab 300).
+      {"/detokenize", {{"tokens", {97, 299}}}, 400, "tokens", "ids[1]: token 299 is the landmark id"},
+      {"/detokenize", {{"tokens", {300}}}, 400, "tokens", "outside the vocabulary [0, 300)"},
+      {"/detokenize", {{"tokens", {-1}}}, 400, "tokens", "outside the vocabulary"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.path << " " << c.body.dump());
+    auto r = api.Post(c.path, c.body);
+    REQUIRE(r);
+    CHECK(r->status == c.status);
+    const Json error = Error(r);
+    CHECK(error["type"] == "invalid_request_error");
+    CHECK(error["param"] == c.param);
+    CHECK_THAT(std::string(error["message"]), Contains(c.words));
+  }
+  auto bad_json = api.client->Post("/detokenize", "{", "application/json");
+  REQUIRE(bad_json);
+  CHECK(bad_json->status == 400);
+  CHECK_THAT(std::string(Error(bad_json)["message"]), Contains("not valid JSON"));
+}
+
+TEST_CASE("openai http: /tokenize takes the bearer token and the drain as completions do",
+          "[openai][server]") {
+  ServiceOptions service = SmallOptions();
+  service.bearer_token = "secret";
+  Api api(service);
+  auto none = api.Post("/tokenize", {{"prompt", "x"}});
+  REQUIRE(none);
+  CHECK(none->status == 401);
+  const httplib::Headers auth = {{"Authorization", "Bearer secret"}};
+  auto ok = api.Post("/detokenize", {{"tokens", {104, 105}}}, auth);
+  REQUIRE(ok);
+  CHECK(ok->status == 200);
+  CHECK(Json::parse(ok->body)["prompt"] == "hi");
+  api.grpc.service().StartDraining();
+  auto draining = api.Post("/tokenize", {{"prompt", "x"}}, auth);
+  REQUIRE(draining);
+  CHECK(draining->status == 503);
+  CHECK(draining->get_header_value("Retry-After") == "1");
+}
+
+TEST_CASE("openai http: a prompt that fits with a max_tokens that does not is 400 max_tokens",
+          "[openai][server]") {
+  ServiceOptions service = SmallOptions();
+  service.max_context_tokens = 100;
+  Api api(service);
+  // The fixture is a byte model: 90 bytes of text are 90 tokens, as 90 ids.
+  for (const Json& prompt : {Json(std::string(90, 'a')), Json(std::vector<int>(90, 97))}) {
+    INFO(prompt.dump().substr(0, 20));
+    auto over = api.Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 11}});
+    REQUIRE(over);
+    CHECK(over->status == 400);
+    const Json error = Error(over);
+    CHECK(error["param"] == "max_tokens");
+    CHECK(error["code"] == "context_length_exceeded");
+    CHECK_THAT(std::string(error["message"]),
+               Contains("maximum context length is 100 tokens. However, you requested 101 "
+                        "tokens (90 in the prompt, 11 in max_tokens)"));
+    // Exactly at the limit it runs, to its max_tokens.
+    auto fits = api.Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 10},
+                                             {"temperature", 0}, {"ignore_eos", true}});
+    REQUIRE(fits);
+    CHECK(fits->status == 200);
+    CHECK(Json::parse(fits->body)["usage"]["completion_tokens"] == 10);
+  }
+  // The default max_tokens (16) counts too.
+  auto by_default = api.Post("/v1/completions", {{"prompt", std::string(90, 'a')}});
+  REQUIRE(by_default);
+  CHECK(by_default->status == 400);
+  CHECK(Error(by_default)["param"] == "max_tokens");
+  // A prompt over the limit alone stays the service's refusal, param prompt.
+  auto too_long = api.Post("/v1/completions", {{"prompt", std::string(100, 'a')}, {"max_tokens", 1}});
+  REQUIRE(too_long);
+  CHECK(too_long->status == 400);
+  CHECK(Error(too_long)["param"] == "prompt");
+}
+
+}  // namespace
+}  // namespace drt::server
