@@ -6,6 +6,8 @@
 The prompt is a generated haystack (filler text with a random pass key hidden
 at --depth, then the question "What is the pass key?"), or a text file
 (--prompt-file), or a file of whitespace-separated token ids (--token-ids).
+--tokenize (with --prompt-file) and --detokenize (with --token-ids) only ask
+the server's tokenizer, without a session.
 It goes to the server in pieces well under gRPC's 4 MB message limit, with a
 progress bar on stderr drawn from the server's AppendProgress messages. The
 answer is printed as it arrives, then the timings.
@@ -259,6 +261,13 @@ def parse_args(argv=None):
     pad.add_argument("--no-pad-to-chunk-boundary", dest="pad", action="store_const", const=False,
                      help="do not pad, whatever the model's default")
 
+    only = p.add_argument_group("tokenizer only (no session)").add_mutually_exclusive_group()
+    only.add_argument("--tokenize", action="store_true",
+                      help="only tokenize --prompt-file: print '<count> tokens (context limit <n>)', then "
+                           "the ids on one line (what --token-ids reads)")
+    only.add_argument("--detokenize", action="store_true",
+                      help="only detokenize --token-ids: write the ids' bytes to stdout as they are")
+    p.add_argument("--count-only", action="store_true", help="with --tokenize: print the count only")
     p.add_argument("--keep-session", action="store_true", help="do not delete the session at the end")
     p.add_argument("--session-key", type=session_key, default=None,
                    help=f"routing key sent as metadata '{SESSION_HEADER}' on every call, so that a gateway "
@@ -278,6 +287,12 @@ def parse_args(argv=None):
                             ("--depth", args.depth), ("--haystack-tokens", args.haystack_tokens)):
             if value is not None:
                 p.error(f"{flag} needs the generated haystack (no --prompt-file or --token-ids)")
+    if args.tokenize and not args.prompt_file:
+        p.error("--tokenize needs --prompt-file (the text to tokenize)")
+    if args.detokenize and not args.token_ids:
+        p.error("--detokenize needs --token-ids (the ids to spell)")
+    if args.count_only and not args.tokenize:
+        p.error("--count-only goes with --tokenize")
     args.haystack_tokens = 100_000 if args.haystack_tokens is None else args.haystack_tokens
     args.depth = 0.5 if args.depth is None else args.depth
     for flag, path in (("--prompt-file", args.prompt_file), ("--token-ids", args.token_ids),
@@ -931,6 +946,26 @@ def run(args, pb, pb_grpc, grpc):
         metadata.append(("authorization", f"Bearer {args.token}"))
 
     retrier = Retrier(grpc, args.retry_seconds, args.server)
+
+    if args.tokenize:
+        with open(args.prompt_file, "rb") as f:
+            request = pb.TokenizeRequest(text_bytes=f.read(), count_only=args.count_only)
+        answer = retrier.unary("Tokenize", lambda: stub.Tokenize(
+            request, metadata=metadata, timeout=UNARY_DEADLINE_SECONDS))
+        print(f"{answer.count} tokens (context limit {answer.max_context_tokens})")
+        if not args.count_only:
+            print(" ".join(str(i) for i in answer.ids))
+        return 0
+    if args.detokenize:
+        request = pb.DetokenizeRequest(ids=read_token_ids(args.token_ids))
+        answer = retrier.unary("Detokenize", lambda: stub.Detokenize(
+            request, metadata=metadata, timeout=UNARY_DEADLINE_SECONDS))
+        sys.stdout.buffer.write(answer.text_bytes)
+        sys.stdout.buffer.flush()
+        if answer.ids_without_text:
+            print(f"drt_client: {answer.ids_without_text} ids have no text (end-of-text, or not spelled "
+                  "by the tokenizer)", file=sys.stderr)
+        return 0
 
     info = retrier.unary("GetModelInfo", lambda: stub.GetModelInfo(
         pb.GetModelInfoRequest(), metadata=metadata, timeout=UNARY_DEADLINE_SECONDS))
