@@ -136,6 +136,20 @@ TEST_CASE("openai http: /tokenize takes the bearer token and the drain as comple
   REQUIRE(ok);
   CHECK(ok->status == 200);
   CHECK(Json::parse(ok->body)["prompt"] == "hi");
+  // A body to another method of these paths: 405, unread, as for
+  // /v1/completions.
+  for (const char* path : {"/tokenize", "/detokenize"}) {
+    httplib::Request get;
+    get.method = "GET";
+    get.path = path;
+    get.headers = auth;
+    get.body = "{}";
+    get.set_header("Content-Type", "application/json");
+    auto r = api.client->send(get);
+    REQUIRE(r);
+    CHECK(r->status == 405);
+    CHECK(r->get_header_value("Allow") == "POST");
+  }
   api.grpc.service().StartDraining();
   auto draining = api.Post("/tokenize", {{"prompt", "x"}}, auth);
   REQUIRE(draining);
