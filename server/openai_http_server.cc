@@ -38,11 +38,17 @@ using Clock = std::chrono::steady_clock;
 constexpr char kJson[] = "application/json";
 // What the API serves, for the 404s and 405s that name it.
 constexpr char kServed[] =
-    "served: POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize";
+    "served: POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize (also "
+    "as /v1/tokenize, /v1/detokenize)";
+// vLLM's tokenizer paths, and the same under /v1/, which the gateway
+// (deploy/k8s/gateway) routes to the OpenAI API with the rest of /v1/.
+bool IsTokenizerPath(const std::string& path) {
+  return path == "/tokenize" || path == "/detokenize" || path == "/v1/tokenize" ||
+         path == "/v1/detokenize";
+}
 // The routes that take a request body.
 bool TakesBody(const httplib::Request& req) {
-  return req.method == "POST" &&
-         (req.path == "/v1/completions" || req.path == "/tokenize" || req.path == "/detokenize");
+  return req.method == "POST" && (req.path == "/v1/completions" || IsTokenizerPath(req.path));
 }
 
 absl::Status FromGrpc(const grpc::Status& status) {
@@ -265,8 +271,8 @@ class OpenAiHttpServer::Server : public httplib::Server {
       }));
     };
     post("/v1/completions", &Server::Completions);
-    post("/tokenize", &Server::Tokenize);
-    post("/detokenize", &Server::Detokenize);
+    for (const char* path : {"/tokenize", "/v1/tokenize"}) post(path, &Server::Tokenize);
+    for (const char* path : {"/detokenize", "/v1/detokenize"}) post(path, &Server::Detokenize);
     Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       Models(req, res);
     });
@@ -321,7 +327,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
       if (req.path == "/v1/chat/completions") {
         ChatNotServed(res);
       } else if (req.path == "/v1/completions" || req.path == "/v1/models" ||
-                 req.path == "/tokenize" || req.path == "/detokenize") {
+                 IsTokenizerPath(req.path)) {
         res.status = 405;
         res.set_header("Allow", req.path == "/v1/models" ? "GET" : "POST");
         res.set_content(ErrorJson(absl::StrCat(req.method, " ", req.path, " with a request body "

@@ -67,10 +67,17 @@ TEST_CASE("openai http: /tokenize and /detokenize in vLLM's shape", "[openai][se
     CHECK(body["max_model_len"] == SmallOptions().max_context_tokens);
     CHECK(r->body.rfind("{\"count\":", 0) == 0);  // vLLM's key order
   }
-  auto back = api.Post("/detokenize", {{"tokens", expected}});
-  REQUIRE(back);
-  REQUIRE(back->status == 200);
-  CHECK(Json::parse(back->body) == Json{{"prompt", text}});
+  for (const char* path : {"/detokenize", "/v1/detokenize"}) {
+    auto back = api.Post(path, {{"tokens", expected}});
+    REQUIRE(back);
+    REQUIRE(back->status == 200);
+    CHECK(Json::parse(back->body) == Json{{"prompt", text}});
+  }
+  // /v1/tokenize, the path the gateway routes with the rest of /v1/.
+  auto v1 = api.Post("/v1/tokenize", {{"prompt", text}});
+  REQUIRE(v1);
+  REQUIRE(v1->status == 200);
+  CHECK(Json::parse(v1->body)["tokens"].get<std::vector<int32_t>>() == expected);
   // A character the ids end inside of: U+FFFD, as the completions' text.
   auto cut = api.Post("/detokenize", {{"tokens", {'a', 0xC3}}});
   REQUIRE(cut);
@@ -138,7 +145,7 @@ TEST_CASE("openai http: /tokenize takes the bearer token and the drain as comple
   CHECK(Json::parse(ok->body)["prompt"] == "hi");
   // A body to another method of these paths: 405, unread, as for
   // /v1/completions.
-  for (const char* path : {"/tokenize", "/detokenize"}) {
+  for (const char* path : {"/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize"}) {
     httplib::Request get;
     get.method = "GET";
     get.path = path;
