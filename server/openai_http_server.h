@@ -1,9 +1,11 @@
 // drt-server's OpenAI-compatible HTTP API (--openai_listen; docs/api.md,
-// "OpenAI-compatible HTTP API"): POST /v1/completions (streamed or not) and
-// GET /v1/models, answered by calling the server's own drt.v1 service over
-// an in-process gRPC channel (Complete, GetModelInfo), so its scheduling,
+// "OpenAI-compatible HTTP API"): POST /v1/completions (streamed or not),
+// GET /v1/models and vLLM's POST /tokenize and /detokenize, answered by
+// calling the server's own drt.v1 service over an in-process gRPC channel
+// (Complete, GetModelInfo, Tokenize, Detokenize), so its scheduling,
 // limits, metrics and bearer-token check apply unchanged. The JSON lives in
-// server/openai_api.h; this file is the HTTP wiring.
+// server/openai_api.h and server/openai_tokenize.h; this file is the HTTP
+// wiring.
 //
 // Apart from the probe endpoint (server/http_endpoint.h), whose 5 s per
 // connection suits probes and not long streams: here the request must
