@@ -126,6 +126,10 @@ int main(int argc, char** argv) {
     if (!parsed.ok()) return Fail(parsed.status());
     starts = *std::move(parsed);
   }
+  // An unwritable --json is found now, not after a run of minutes.
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty() && !std::ofstream(path)) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat("--json: cannot write '%s'", path)));
+  }
   std::string text;
   if (!use_filler) {
     auto read = ReadFile(text_path);

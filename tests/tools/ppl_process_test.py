@@ -155,6 +155,11 @@ def main():
             expect(done.returncode != 0 and name in done.stderr and out is None,
                    f"refused: {' '.join(extra[-2:]) if extra else '(no document)'} names {name}",
                    f"rc {done.returncode}: {done.stderr.strip()}")
+        bad_json = os.path.join(tmp, "no_such_dir", "out.json")
+        done = ppl(args.ppl, "--text", text, "--json", bad_json)
+        expect(done.returncode != 0 and "--json" in done.stderr and "tokens/s" not in done.stdout,
+               "refused before scoring: --json in a missing directory names --json",
+               f"rc {done.returncode}: {done.stderr.strip()}")
 
     if FAILED:
         print(f"{len(FAILED)} check(s) failed")
