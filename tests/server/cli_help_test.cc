@@ -37,6 +37,7 @@ std::vector<Binary> Binaries() {
       {"drt-batch-bench", drt::testing::BatchBenchBinary(), "--sessions"},
       {"drt-step-bench", drt::testing::StepBenchBinary(), "--sessions"},
       {"drt-durable-bench", drt::testing::DurableBenchBinary(), "--tokens"},
+      {"drt-ppl", drt::testing::PplBinary(), "--piece"},
   };
   if (const char* window_bench = drt::testing::WindowBenchBinary()) {
     binaries.push_back({"drt-window-bench", window_bench, "--splits"});

@@ -18,6 +18,7 @@ const char* NiahTextBinary() { return DRT_NIAH_TEXT_BINARY; }
 const char* BatchBenchBinary() { return DRT_BATCH_BENCH_BINARY; }
 const char* StepBenchBinary() { return DRT_STEP_BENCH_BINARY; }
 const char* DurableBenchBinary() { return DRT_DURABLE_BENCH_BINARY; }
+const char* PplBinary() { return DRT_PPL_BINARY; }
 const char* WindowBenchBinary() {
 #ifdef DRT_WINDOW_BENCH_BINARY
   return DRT_WINDOW_BENCH_BINARY;

@@ -21,6 +21,7 @@ const char* NiahTextBinary();
 const char* BatchBenchBinary();
 const char* StepBenchBinary();
 const char* DurableBenchBinary();
+const char* PplBinary();
 // nullptr when built without the CUDA kernels (no drt-window-bench).
 const char* WindowBenchBinary();
 

@@ -1,0 +1,245 @@
+// drt-ppl: perplexity by token position over one long document (llama.cpp's
+// llama-perplexity for DRT; the DRT paper's PG19 view). The document is
+// appended piece by piece (bench/perplexity/document_scorer.h); token i is
+// scored with the logits the model gave after tokens 0..i-1, the first token
+// is unscored. Per bucket of positions (powers of two by default): tokens,
+// mean NLL in nats, perplexity, bits per byte; overall; tokens/s; the
+// retrievals the session made.
+//
+// Bits per byte: a byte tokenizer's token is one byte; for a BPE tokenizer
+// each token counts the bytes of its decoded text (Tokenizer::Decode of the
+// id alone), which sum to the document's bytes.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "bench/load_average.h"
+#include "bench/niah/eval_options.h"
+#include "bench/niah/passkey_haystack.h"
+#include "bench/perplexity/document_scorer.h"
+#include "bench/perplexity/position_buckets.h"
+#include "cli/command_line.h"
+#include "engine/model.h"
+#include "engine/session.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, model, "models/drt-text-byte", "model directory");
+ABSL_FLAG(std::string, text, "",
+          "the document: a file of UTF-8 text (or any bytes, for a byte tokenizer), "
+          "tokenised by the model's tokenizer");
+ABSL_FLAG(bool, filler, false,
+          "score the passkey tools' training filler (\"The grass is green. ...\", repeated) "
+          "instead of --text; needs --max_tokens");
+ABSL_FLAG(int64_t, max_tokens, 0, "score only the first N tokens (0: the whole --text)");
+ABSL_FLAG(int64_t, piece, 4096,
+          "tokens per Append; the logits held are piece x vocabulary floats (4096 x 258 "
+          "= 4 MB for a byte model, 4096 x 50257 = 0.8 GB for GPT-2's vocabulary)");
+ABSL_FLAG(std::string, buckets, "",
+          "bucket starts after 0, e.g. 1K,4K,16K (K = 1024, M = 1048576); default: powers of "
+          "two from 1K, [0,1K), [1K,2K), [2K,4K), ... up to the document's length");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU threads (0: the CPUs this process may use; engine/cpu/cpu_threads.h)");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, cuda or auto (auto: cuda when this build has the CUDA backend and GPU "
+          "--cuda_device is visible, else cpu)");
+ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
+ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA number format: bf16 or fp32");
+ABSL_FLAG(std::string, json, "", "write the results here as JSON");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrFormat("--text: cannot read '%s'", path));
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// JSON has no NaN: an empty bucket's figures are null.
+nlohmann::json Number(double value) {
+  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+nlohmann::json BucketJson(const drt::ppl::Bucket& b) {
+  const drt::ppl::BucketSummary s = drt::ppl::Summarize(b);
+  return {{"begin", b.begin},          {"end", b.end},
+          {"tokens", b.tokens},        {"bytes", b.bytes},
+          {"nll_sum", b.nll_sum},      {"mean_nll", Number(s.mean_nll)},
+          {"perplexity", Number(s.perplexity)}, {"bits_per_byte", Number(s.bits_per_byte)}};
+}
+
+void PrintRow(const std::string& label, const drt::ppl::Bucket& b) {
+  const drt::ppl::BucketSummary s = drt::ppl::Summarize(b);
+  std::printf("%-22s %10ld %10.4f %11.3f %10.4f\n", label.c_str(), static_cast<long>(b.tokens),
+              s.mean_nll, s.perplexity, s.bits_per_byte);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  drt::cli::ParseCommandLine(
+      {"drt-ppl",
+       "Perplexity by token position over one document.\n"
+       "Example: drt-ppl --model models/drt-text-byte --text "
+       "tests/fixtures/heldout-text/debian_handbook_excerpt.txt --threads 2",
+       {"bench/perplexity_eval.cc"}},
+      argc, argv);
+
+  // Flags first, before the model loads: a bad one is refused at once.
+  const std::string text_path = absl::GetFlag(FLAGS_text);
+  const bool use_filler = absl::GetFlag(FLAGS_filler);
+  const int64_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  const int64_t piece = absl::GetFlag(FLAGS_piece);
+  if (text_path.empty() == !use_filler) {
+    return Fail(absl::InvalidArgumentError(
+        "give one document: --text FILE or --filler (with --max_tokens)"));
+  }
+  if (max_tokens < 0) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrFormat("--max_tokens must be 0 (all) or more, got %d", max_tokens)));
+  }
+  if (use_filler && max_tokens == 0) {
+    return Fail(absl::InvalidArgumentError("--filler needs --max_tokens (the filler has no end)"));
+  }
+  if (piece < 1) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat("--piece must be at least 1, got %d", piece)));
+  }
+  std::vector<int64_t> starts;
+  const bool default_buckets = absl::GetFlag(FLAGS_buckets).empty();
+  if (!default_buckets) {
+    auto parsed = drt::ppl::ParseBucketStarts(absl::GetFlag(FLAGS_buckets));
+    if (!parsed.ok()) return Fail(parsed.status());
+    starts = *std::move(parsed);
+  }
+  // An unwritable --json is found now, not after a run of minutes.
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty() && !std::ofstream(path)) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat("--json: cannot write '%s'", path)));
+  }
+  std::string text;
+  if (!use_filler) {
+    auto read = ReadFile(text_path);
+    if (!read.ok()) return Fail(read.status());
+    text = *std::move(read);
+  }
+
+  auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
+  if (!model.ok()) return Fail(model.status());
+  const drt::Tokenizer& tokenizer = *(*model)->tokenizer;
+  std::vector<int32_t> tokens;
+  if (use_filler) {
+    auto haystacks = drt::niah::PasskeyHaystacks::Create(tokenizer, {}, max_tokens);
+    if (!haystacks.ok()) return Fail(haystacks.status());
+    tokens = haystacks->Filler(0, max_tokens);
+  } else {
+    auto encoded = tokenizer.Encode(text);
+    if (!encoded.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrFormat("--text '%s': %s", text_path, encoded.status().message())));
+    }
+    tokens = *std::move(encoded);
+    if (max_tokens > 0 && static_cast<int64_t>(tokens.size()) > max_tokens) tokens.resize(max_tokens);
+  }
+  if (tokens.size() < 2) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "the document has %d tokens; at least 2 are needed (the first is not scored)", tokens.size())));
+  }
+  const int64_t length = static_cast<int64_t>(tokens.size());
+  if (default_buckets) starts = drt::ppl::PowerOfTwoStarts(length);
+
+  // Bytes per token id, decoded once per id seen (bits per byte).
+  std::vector<int32_t> token_bytes((*model)->config().vocab_size, -1);
+  int64_t document_bytes = 0;
+  for (int32_t id : tokens) {
+    if (id < 0 || id >= static_cast<int32_t>(token_bytes.size())) continue;  // Score refuses it
+    if (token_bytes[id] < 0) {
+      auto decoded = tokenizer.Decode({id});
+      if (!decoded.ok()) return Fail(decoded.status());
+      token_bytes[id] = static_cast<int32_t>(decoded->size());
+    }
+    document_bytes += token_bytes[id];
+  }
+
+  const std::string device = absl::GetFlag(FLAGS_device);
+  const std::string cuda_precision = absl::GetFlag(FLAGS_cuda_precision);
+  auto made = drt::niah::MakeEvalBackend(
+      **model, {device, absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_cuda_device), cuda_precision});
+  if (!made.ok()) return Fail(made.status());
+  std::unique_ptr<drt::Backend> backend = *std::move(made);
+  auto session = drt::Session::Create(*backend);
+  if (!session.ok()) return Fail(session.status());
+
+  drt::ppl::PositionBuckets buckets(starts, length);
+  drt::ppl::ScoreCallbacks callbacks;
+  callbacks.on_scored = [&](int64_t position, double nll) {
+    buckets.Add(position, nll, token_bytes[tokens[position]]);
+  };
+  const auto start = Clock::now();
+  auto last_report = start;
+  callbacks.on_piece = [&](int64_t done) {
+    const auto now = Clock::now();
+    if (now - last_report < std::chrono::seconds(10) && done < length) return;
+    last_report = now;
+    std::fprintf(stderr, "%ld / %ld tokens, %.0f s\n", static_cast<long>(done),
+                 static_cast<long>(length), std::chrono::duration<double>(now - start).count());
+  };
+  if (absl::Status s = drt::ppl::ScoreTokens(**session, tokens, piece, callbacks); !s.ok()) {
+    return Fail(s);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double tokens_per_second = static_cast<double>(length) / seconds;
+  const int64_t retrievals = (*session)->retrievals();
+  const std::string load = drt::bench::LoadAverageText();
+  const char* bytes_basis = tokenizer.one_id_per_byte()
+                                ? "one byte per token (byte tokenizer)"
+                                : "the bytes of each token's decoded text";
+
+  std::printf("%-22s %10s %10s %11s %10s\n", "positions", "tokens", "mean NLL", "perplexity",
+              "bits/byte");
+  for (const drt::ppl::Bucket& b : buckets.buckets()) {
+    PrintRow(absl::StrFormat("[%d, %d)", b.begin, b.end), b);
+  }
+  PrintRow("all", buckets.Overall());
+  std::printf("%ld tokens (%ld bytes) in %.1f s: %.0f tokens/s, %ld retrievals, piece %ld, "
+              "device %s, load %s\n",
+              static_cast<long>(length), static_cast<long>(document_bytes), seconds,
+              tokens_per_second, static_cast<long>(retrievals), static_cast<long>(piece),
+              backend->name().c_str(), load.c_str());
+  std::printf("NLL in nats; bits per byte count %s\n", bytes_basis);
+
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    nlohmann::json out = {{"model", absl::GetFlag(FLAGS_model)},
+                          {"input", use_filler ? "filler" : text_path},
+                          {"tokens", length},
+                          {"bytes", document_bytes},
+                          {"bytes_basis", bytes_basis},
+                          {"piece", piece},
+                          {"device", backend->name()},
+                          {"threads", absl::GetFlag(FLAGS_threads)},
+                          {"seconds", seconds},
+                          {"tokens_per_second", tokens_per_second},
+                          {"retrievals", retrievals},
+                          {"load_average", load},
+                          {"overall", BucketJson(buckets.Overall())},
+                          {"buckets", nlohmann::json::array()}};
+    for (const drt::ppl::Bucket& b : buckets.buckets()) out["buckets"].push_back(BucketJson(b));
+    std::ofstream file(path);
+    file << out.dump(2) << "\n";
+    if (!file) return Fail(absl::InternalError(absl::StrFormat("--json: cannot write '%s'", path)));
+  }
+  return 0;
+}

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""drt-ppl as a process, on the gqa_one_group fixture (a byte model whose
+golden tokens are bytes 0..255, so they can be written as a --text file):
+
+- --json holds the document's figures: tokens, bytes, scored tokens per
+  bucket (--buckets 1K,2K: [0,1024), [1024,2048), [2048,2520)), each bucket's
+  mean NLL against the Python reference's per-token NLLs
+  (nll_golden.safetensors, weights_tools/make_nll_golden.py) within the
+  tolerance of tests/perplexity_golden_test.cc's mean, perplexity = exp(mean
+  NLL), bits per byte = NLL sum / ln 2 / bytes, and one retrieval per
+  landmark and GCA group (40 chunks, 1 group);
+- the default buckets are powers of two ([0,1K), [1K,2K), [2K,2520));
+- --max_tokens truncates, --filler scores the passkey filler;
+- bad flags exit non-zero naming the flag, before any work.
+
+Reads safetensors with the standard library only (no numpy).
+
+    ppl_process_test.py --ppl build/bench/drt-ppl
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+FIXTURE = os.path.join(REPO, "tests", "fixtures", "gqa_one_group")
+# Measured against the reference: the mean NLL differs by at most 8.6e-8
+# nats (tests/perplexity_golden_test.cc); the JSON's doubles print exactly.
+MEAN_TOLERANCE = 1e-6
+FAILED = []
+
+
+def expect(ok, what, detail=""):
+    print(("ok: " if ok else "FAILED: ") + what + ("" if ok or not detail else f"\n  {detail}"))
+    if not ok:
+        FAILED.append(what)
+
+
+def read_tensor(path, name):
+    with open(path, "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+        entry = header[name]
+        begin, end = entry["data_offsets"]
+        f.seek(8 + size + begin)
+        data = f.read(end - begin)
+    fmt = {"I32": "i", "I64": "q", "F32": "f"}[entry["dtype"]]
+    return list(struct.unpack(f"<{len(data) // struct.calcsize(fmt)}{fmt}", data))
+
+
+def ppl(binary, *args):
+    return subprocess.run([binary, "--model", FIXTURE, "--device", "cpu", "--threads", "1", *args],
+                          capture_output=True, text=True, errors="replace", timeout=300)
+
+
+def run_json(binary, tmp, *args):
+    out = os.path.join(tmp, "out.json")
+    if os.path.exists(out):
+        os.remove(out)
+    done = ppl(binary, *args, "--json", out)
+    if done.returncode != 0:
+        return done, None
+    with open(out) as f:
+        return done, json.load(f)
+
+
+def close(a, b, tol=1e-9):
+    return a is not None and abs(a - b) <= tol * max(1.0, abs(b))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ppl", required=True)
+    args = p.parse_args()
+
+    tokens = read_tensor(os.path.join(FIXTURE, "golden.safetensors"), "tokens")
+    nll = read_tensor(os.path.join(FIXTURE, "nll_golden.safetensors"), "token_nll")
+    assert len(nll) == len(tokens) - 1 and max(tokens) < 256
+    L = len(tokens)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        text = os.path.join(tmp, "doc.bin")
+        with open(text, "wb") as f:
+            f.write(bytes(tokens))
+
+        done, out = run_json(args.ppl, tmp, "--text", text, "--buckets", "1K,2K", "--piece", "100")
+        expect(out is not None, "drt-ppl --text --buckets 1K,2K writes --json", done.stderr)
+        if out is not None:
+            expect(out["tokens"] == L and out["bytes"] == L, f"tokens and bytes are {L}",
+                   f"{out['tokens']} {out['bytes']}")
+            expect(out["input"] == text and out["piece"] == 100 and out["device"] == "cpu",
+                   "input, piece and device recorded", str(out))
+            bounds = [(b["begin"], b["end"]) for b in out["buckets"]]
+            expect(bounds == [(0, 1024), (1024, 2048), (2048, L)], "buckets [0,1K) [1K,2K) [2K,L)",
+                   str(bounds))
+            for b in out["buckets"]:
+                # Token i's NLL is nll[i - 1]; position 0 is not scored.
+                scored = [nll[i - 1] for i in range(max(b["begin"], 1), b["end"])]
+                want = sum(scored) / len(scored)
+                expect(b["tokens"] == len(scored) and b["bytes"] == len(scored),
+                       f"bucket {b['begin']}: {len(scored)} tokens scored, one byte each",
+                       f"{b['tokens']} {b['bytes']}")
+                expect(b["mean_nll"] is not None and abs(b["mean_nll"] - want) <= MEAN_TOLERANCE,
+                       f"bucket {b['begin']}: mean NLL {want:.6f} (reference)", str(b["mean_nll"]))
+                expect(close(b["perplexity"], math.exp(b["mean_nll"])), f"bucket {b['begin']}: perplexity = exp(mean NLL)")
+                expect(close(b["bits_per_byte"], b["nll_sum"] / math.log(2) / b["bytes"]),
+                       f"bucket {b['begin']}: bits per byte = NLL sum / ln 2 / bytes")
+            o = out["overall"]
+            expect(o["tokens"] == L - 1 and abs(o["mean_nll"] - sum(nll) / len(nll)) <= MEAN_TOLERANCE,
+                   "overall: L - 1 tokens, the reference's mean NLL", str(o))
+            expect(out["retrievals"] == L // 63, f"{L // 63} retrievals (one per landmark, one group)",
+                   str(out["retrievals"]))
+            expect(out["tokens_per_second"] > 0 and out["seconds"] > 0, "timing recorded")
+            expect("mean NLL" in done.stdout and "retrievals" in done.stdout, "table printed",
+                   done.stdout)
+
+        done, out = run_json(args.ppl, tmp, "--text", text)
+        if out is not None:
+            bounds = [(b["begin"], b["end"]) for b in out["buckets"]]
+            expect(bounds == [(0, 1024), (1024, 2048), (2048, L)], "default buckets: powers of two",
+                   str(bounds))
+            # The piece size changes nothing but the steps (4096 here: one piece).
+            expect(abs(out["overall"]["mean_nll"] - sum(nll) / len(nll)) <= MEAN_TOLERANCE,
+                   "default piece: the reference's mean NLL", str(out["overall"]))
+        else:
+            expect(False, "drt-ppl with default buckets runs", done.stderr)
+
+        done, out = run_json(args.ppl, tmp, "--text", text, "--max_tokens", "1000")
+        expect(out is not None and out["tokens"] == 1000 and out["overall"]["tokens"] == 999
+               and [(b["begin"], b["end"]) for b in out["buckets"]] == [(0, 1000)]
+               and abs(out["overall"]["mean_nll"] - sum(nll[:999]) / 999) <= MEAN_TOLERANCE,
+               "--max_tokens 1000 scores the first 1000 tokens", done.stderr if out is None else str(out["overall"]))
+
+        done, out = run_json(args.ppl, tmp, "--filler", "--max_tokens", "1500")
+        expect(out is not None and out["input"] == "filler" and out["tokens"] == 1500
+               and out["overall"]["tokens"] == 1499, "--filler --max_tokens 1500 scores 1500 tokens",
+               done.stderr if out is None else str(out))
+
+        # Refusals: non-zero exit, the flag named, nothing written.
+        for extra, name in ((["--text", text, "--piece", "0"], "--piece"),
+                            (["--text", text, "--buckets", "4K,1K"], "--buckets"),
+                            (["--text", text, "--buckets", "abc"], "--buckets"),
+                            (["--text", text, "--max_tokens", "-1"], "--max_tokens"),
+                            (["--filler"], "--max_tokens"),
+                            ([], "--text"),
+                            (["--text", text, "--filler", "--max_tokens", "5"], "--filler"),
+                            (["--text", os.path.join(tmp, "missing.txt")], "--text"),
+                            (["--text", text, "--no_such_flag", "1"], "no_such_flag"),
+                            (["--text", text, "--device", "tpu"], "tpu")):
+            done, out = run_json(args.ppl, tmp, *extra)
+            expect(done.returncode != 0 and name in done.stderr and out is None,
+                   f"refused: {' '.join(extra[-2:]) if extra else '(no document)'} names {name}",
+                   f"rc {done.returncode}: {done.stderr.strip()}")
+        bad_json = os.path.join(tmp, "no_such_dir", "out.json")
+        done = ppl(args.ppl, "--text", text, "--json", bad_json)
+        expect(done.returncode != 0 and "--json" in done.stderr and "tokens/s" not in done.stdout,
+               "refused before scoring: --json in a missing directory names --json",
+               f"rc {done.returncode}: {done.stderr.strip()}")
+
+    if FAILED:
+        print(f"{len(FAILED)} check(s) failed")
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
