@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -80,8 +81,21 @@ absl::StatusOr<AppendResult> Session::Append(absl::Span<const int32_t> tokens,
                                              const AppendOptions& options) {
   if (absl::Status s = ValidateTokens(tokens, options.allow_pad); !s.ok()) return s;
   const int64_t total = static_cast<int64_t>(tokens.size());
+  const int64_t vocab = config_.vocab_size;
+  // A scored append takes each piece's logits (which also keeps its rows on
+  // every layer, StepEntry::all_logits) and scores them before the next.
+  std::optional<TokenScorer> scorer;
+  if (options.score) {
+    auto created = TokenScorer::Create(
+        options.score_top_logprobs, last_logits(),
+        {static_cast<int32_t>(config_.chunk_id), static_cast<int32_t>(config_.pad_id)});
+    if (!created.ok()) return created.status();
+    scorer.emplace(*std::move(created));
+  }
   AppendResult result;
-  if (options.all_logits) result.logits.reserve(total * config_.vocab_size);
+  if (options.all_logits) result.logits.reserve(total * vocab);
+  std::vector<float> piece_logits;
+  std::vector<TokenScore> piece_scores;
   int64_t done = 0;
   // Each piece tells RunStep how many tokens follow it, so that rows far
   // from the end of the whole append may skip the upper layers, and the
@@ -114,7 +128,10 @@ absl::StatusOr<AppendResult> Session::Append(absl::Span<const int32_t> tokens,
     entry.session = this;
     entry.tokens = tokens.subspan(done, piece);
     entry.allow_pad = options.allow_pad;
-    entry.all_logits = options.all_logits ? &result.logits : nullptr;
+    piece_logits.clear();
+    entry.all_logits = scorer.has_value()     ? &piece_logits
+                       : options.all_logits ? &result.logits
+                                            : nullptr;
     entry.tokens_following = stopping ? 0 : total - done - piece;
     const int64_t skipped_before = backend_session_->stats().upper_rows_skipped;
     const int64_t position_before = backend_session_->position();
@@ -125,6 +142,18 @@ absl::StatusOr<AppendResult> Session::Append(absl::Span<const int32_t> tokens,
       upper_state_owed = false;  // every row of the reach ran the upper layers
     }
     logits_owed = RunStepSkipsLastLogits(backend_, entry);
+    if (scorer.has_value()) {
+      piece_scores.clear();
+      absl::Status scored = scorer->Score(entry.tokens, piece_logits, vocab,
+                                          options.on_scores ? &piece_scores : &result.scores);
+      if (!scored.ok()) return scored;
+      if (options.on_scores) options.on_scores(piece_scores);
+      result.scored_tokens = scorer->scored_tokens();
+      result.logprob_sum = scorer->logprob_sum();
+      if (options.all_logits) {
+        result.logits.insert(result.logits.end(), piece_logits.begin(), piece_logits.end());
+      }
+    }
     done += piece;
     result.tokens_accepted = done;
     if (options.on_progress) {

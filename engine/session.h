@@ -15,6 +15,7 @@
 #include "engine/backend.h"
 #include "engine/sampler.h"
 #include "engine/session_state.h"
+#include "engine/token_scores.h"
 
 namespace drt {
 
@@ -39,12 +40,31 @@ struct AppendOptions {
   // Called after each piece. The session's logits and upper-layer state are
   // its own only once Append returns (StepEntry::tokens_following).
   std::function<void(const AppendProgress&)> on_progress;
+  // Score the appended tokens (engine/token_scores.h): token i's
+  // log-probability given the tokens before it, from the logits of the
+  // position before it (for token 0 the session's last_logits(), so none
+  // when the session is empty or not whole). Every row of a scored append
+  // runs every layer (no lower-only forwards: the logits of every row are
+  // needed), and only one piece's logits are held at a time.
+  bool score = false;
+  // With score: each token's most likely alternatives, in [0, kMaxTopLogprobs].
+  int32_t score_top_logprobs = 0;
+  // With score: called after each piece with that piece's scores (before
+  // on_progress); unset, the scores gather in AppendResult::scores.
+  std::function<void(absl::Span<const TokenScore>)> on_scores;
 };
 
 struct AppendResult {
   int64_t tokens_accepted = 0;
   bool stopped_early = false;
   std::vector<float> logits;  // tokens_accepted x vocab when all_logits
+  // With AppendOptions::score: the scores of the tokens accepted when no
+  // on_scores was given, and, either way, how many were scored (the first
+  // may not be) and the sum of their log-probabilities (perplexity =
+  // exp(-logprob_sum / scored_tokens)).
+  std::vector<TokenScore> scores;
+  int64_t scored_tokens = 0;
+  double logprob_sum = 0.0;
 };
 
 enum class FinishReason { kLength, kEndOfText, kCancelled };
@@ -80,7 +100,7 @@ class Session {
   // whole append may skip the upper layers (StepEntry::tokens_following);
   // the state and logits it leaves are the same. Rejects, before changing
   // anything, ids outside the vocabulary, the landmark id, and pad_id unless
-  // allowed.
+  // allowed, and score_top_logprobs outside [0, kMaxTopLogprobs].
   absl::StatusOr<AppendResult> Append(absl::Span<const int32_t> tokens,
                                       const AppendOptions& options = {});
   // The check Append makes first: INVALID_ARGUMENT for ids outside the

@@ -22,6 +22,7 @@
 #include "server/concurrent_calls.h"
 #include "server/engine_watchdog.h"
 #include "server/limits.h"
+#include "server/prompt_logprobs.h"
 #include "server/request_parsing.h"
 #include "server/scheduler.h"
 #include "server/session_id.h"
@@ -135,7 +136,8 @@ class PromptIngest {
         scheduler_(scheduler),
         metrics_(metrics),
         start_(Clock::now()),
-        last_progress_(start_) {}
+        last_progress_(start_),
+        tokenizer_(tokenizer) {}
 
   // Adds the piece of an AppendRequest or CompleteRequest, the
   // `index`-th message of its stream (named in INVALID_ARGUMENT messages).
@@ -225,6 +227,13 @@ class PromptIngest {
   // Called after every engine step (Append sends progress from it, so a
   // large message still shows progress while it is ingested).
   void set_on_step(std::function<void()> on_step) { on_step_ = std::move(on_step); }
+  // Score every token from now on with `top` alternatives (checked by the
+  // caller: [0, kMaxTopLogprobs]); `on_scores` gets each batch's event, on
+  // this call's thread, before the progress that covers it.
+  void set_scoring(int32_t top, std::function<void(const drt::v1::PromptLogprobs&)> on_scores) {
+    score_top_ = top;
+    on_scores_ = std::move(on_scores);
+  }
 
   bool progress_due() const { return SecondsSince(last_progress_) >= kProgressIntervalSeconds; }
   // What the scheduler acknowledged (WorkItem::on_progress), not the live
@@ -249,6 +258,8 @@ class PromptIngest {
     s.set_session_chunks(entry_.chunks());
     s.set_elapsed_seconds(elapsed);
     s.set_tokens_per_second(elapsed > 0 ? ingested_ / elapsed : 0.0);
+    s.set_scored_tokens(scored_tokens_);
+    s.set_logprob_sum(logprob_sum_);
     return s;
   }
   int64_t ingested() const { return ingested_; }
@@ -310,6 +321,22 @@ class PromptIngest {
       account(tokens_done);
       if (on_step_) on_step_();
     };
+    if (score_top_.has_value()) {
+      // Scored on the engine thread right after each step (server/scheduler.h);
+      // here they are only counted and written out.
+      item.score_top_logprobs = *score_top_;
+      item.on_scores = [&](std::vector<TokenScore> scores) {
+        for (const TokenScore& score : scores) {
+          if (!score.scored) continue;
+          ++scored_tokens_;
+          logprob_sum_ += score.logprob;
+        }
+        if (on_scores_) {
+          on_scores_(PromptLogprobsProto(scores, scores_sent_, *score_top_, tokenizer_));
+        }
+        scores_sent_ += static_cast<int64_t>(scores.size());
+      };
+    }
     const auto t0 = Clock::now();
     const WorkResult result = scheduler_.Run(item);
     engine_seconds_ += SecondsSince(t0);
@@ -335,6 +362,12 @@ class PromptIngest {
   int64_t ingested_ = 0;
   double engine_seconds_ = 0;
   std::function<void()> on_step_;
+  const Tokenizer& tokenizer_;
+  std::optional<int32_t> score_top_;
+  std::function<void(const drt::v1::PromptLogprobs&)> on_scores_;
+  int64_t scores_sent_ = 0;  // tokens whose scores went to on_scores_
+  int64_t scored_tokens_ = 0;
+  double logprob_sum_ = 0.0;
 };
 
 struct GenerationPlan {
@@ -525,12 +558,27 @@ grpc::Status DrtService::AppendStream(
     return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "the first Append message must set session_id"));
   }
+  if (request.has_prompt_logprobs() &&
+      (request.prompt_logprobs() < 0 || request.prompt_logprobs() > kMaxTopLogprobs)) {
+    return Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrFormat("prompt_logprobs must be in [0, %d] (the top alternatives listed per "
+                        "token), got %d; nothing was appended",
+                        kMaxTopLogprobs, request.prompt_logprobs())));
+  }
   auto entry = sessions_->Find(request.session_id());
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
   PromptIngest ingest(context, **entry, *model_.tokenizer, model_.config().enc_chunk_size,
                       *sessions_, *scheduler_, metrics_);
+  if (request.has_prompt_logprobs()) {
+    ingest.set_scoring(request.prompt_logprobs(), [&](const drt::v1::PromptLogprobs& scores) {
+      drt::v1::AppendResponse event;
+      *event.mutable_prompt_logprobs() = scores;
+      stream->Write(event);
+    });
+  }
   // Progress at most every kProgressIntervalSeconds during a message, and
   // always once a message is ingested (the client may wait for it before
   // sending the next).

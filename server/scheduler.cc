@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <set>
 
 #include "absl/strings/str_format.h"
@@ -61,6 +62,12 @@ struct Scheduler::Queued {
   // entry by the engine (SessionEntry::ReleaseStep): freed by the caller in
   // Run once the item ended.
   std::optional<DeletedSession> deleted_session;
+  // With WorkItem::score_top_logprobs: made when its first piece runs (from
+  // the session's last logits then); `scores` holds those not yet handed
+  // to on_scores, of the tokens from `scores_delivered` on.
+  std::optional<TokenScorer> scorer;
+  std::vector<TokenScore> scores;
+  int64_t scores_delivered = 0;
 };
 
 // One item's piece of the step being formed.
@@ -73,6 +80,9 @@ struct Scheduler::Planned {
   int64_t tokens_following = 0;  // of the item, after this piece
   int64_t rows_skipped = 0;      // of its rows, once run
   bool whole = true;             // it left the session's state whole (once run)
+  // A scored item's piece: its rows' logits, then their scores (engine thread).
+  std::vector<float> logits;
+  std::vector<TokenScore> scores;
 
   // The item's next `count` tokens.
   static Planned Next(Queued* item, int64_t count) {
@@ -133,6 +143,12 @@ WorkResult Scheduler::Run(const WorkItem& item) {
         "a scheduler work item needs a session and at least one token");
     return refused;
   }
+  if (item.score_top_logprobs.has_value()) {
+    if (auto checked = TokenScorer::Create(*item.score_top_logprobs, {}, {}); !checked.ok()) {
+      refused.status = checked.status();
+      return refused;
+    }
+  }
   Queued queued;
   queued.item = &item;
   std::unique_lock<std::mutex> lock(mutex_);
@@ -153,11 +169,27 @@ WorkResult Scheduler::Run(const WorkItem& item) {
   queued_items_.fetch_add(1);
   work_ready_.notify_one();
   int64_t reported = 0;
+  // Under the lock: hands the scores of the tokens before `upto` to
+  // on_scores, without the lock (the caller writes them to its client).
+  auto deliver_scores = [&](int64_t upto) {
+    if (!item.on_scores) return;
+    const int64_t count =
+        std::min<int64_t>(upto - queued.scores_delivered, queued.scores.size());
+    if (count <= 0) return;
+    std::vector<TokenScore> batch(std::make_move_iterator(queued.scores.begin()),
+                                  std::make_move_iterator(queued.scores.begin() + count));
+    queued.scores.erase(queued.scores.begin(), queued.scores.begin() + count);
+    queued.scores_delivered += count;
+    lock.unlock();
+    item.on_scores(std::move(batch));
+    lock.lock();
+  };
   while (true) {
     item_changed_.wait(lock,
                        [&] { return queued.finished || queued.acknowledged != reported; });
     if (queued.finished) break;
     reported = queued.acknowledged;
+    deliver_scores(reported);
     if (item.on_progress) {
       lock.unlock();  // the caller may write to its client; the engine goes on
       if (options_.before_progress) options_.before_progress();
@@ -165,6 +197,7 @@ WorkResult Scheduler::Run(const WorkItem& item) {
       lock.lock();
     }
   }
+  deliver_scores(queued.done);
   WorkResult result = queued.result;
   result.tokens_done = queued.done;
   if (queued.deleted_session.has_value()) {
@@ -526,8 +559,20 @@ void Scheduler::EngineLoop() {
         piece.queued->skipped = true;
       }
       const WorkItem& item = *piece.queued->item;
+      std::vector<float>* logits = nullptr;
+      if (item.score_top_logprobs.has_value()) {
+        // Scored: the piece's logits (its rows run every layer); the first
+        // token is scored from the session's last logits, if it has them.
+        if (!piece.queued->scorer.has_value()) {
+          piece.queued->scorer.emplace(*TokenScorer::Create(
+              *item.score_top_logprobs, piece.session->last_logits(),
+              {static_cast<int32_t>(piece.session->config().chunk_id),
+               static_cast<int32_t>(piece.session->config().pad_id)}));
+        }
+        logits = &piece.logits;
+      }
       entries.push_back({piece.session, item.tokens.subspan(piece.offset, piece.count),
-                         item.allow_pad, nullptr, piece.tokens_following});
+                         item.allow_pad, logits, piece.tokens_following});
       running.push_back(&piece);
       record.pieces.push_back({item.entry, piece.count, item.kind});
     }
@@ -547,6 +592,16 @@ void Scheduler::EngineLoop() {
       for (size_t i = 0; i < running.size(); ++i) {
         running[i]->rows_skipped += skipped(i);
         record.upper_rows_skipped += running[i]->rows_skipped;
+      }
+      // Scored pieces become scores here, on the engine thread, and their
+      // logits go (docs/api.md, "Prompt logprobs": why here and its cost).
+      for (size_t i = 0; i < running.size(); ++i) {
+        Planned& piece = *running[i];
+        if (entries[i].all_logits == nullptr || !results[i].ok()) continue;
+        absl::Status scored = piece.queued->scorer->Score(
+            entries[i].tokens, piece.logits, piece.session->config().vocab_size, &piece.scores);
+        if (!scored.ok()) results[i] = scored;
+        std::vector<float>().swap(piece.logits);
       }
       // Which sessions owe a write now (SessionEntry::NoteStep); they are
       // written together (group commit), then every claim is released.
@@ -630,6 +685,8 @@ void Scheduler::EngineLoop() {
         continue;
       }
       item.done += piece.count;
+      item.scores.insert(item.scores.end(), std::make_move_iterator(piece.scores.begin()),
+                         std::make_move_iterator(piece.scores.end()));
       item.skipped |= piece.rows_skipped > 0;
       item.owed = !piece.whole;
       if (piece.whole || !item.item->entry->durable()) item.acknowledged = item.done;

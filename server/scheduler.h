@@ -121,6 +121,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "engine/backend.h"
+#include "engine/token_scores.h"
 #include "server/decode_step_budget.h"
 
 namespace drt::server {
@@ -200,6 +201,20 @@ struct WorkItem {
   // step when the caller is slower than the engine). The engine goes on
   // meanwhile.
   std::function<void(int64_t tokens_done)> on_progress;
+  // Set: score the item's tokens (prompt logprobs, engine/token_scores.h)
+  // with this many top alternatives each ([0, kMaxTopLogprobs], else Run
+  // refuses the item with INVALID_ARGUMENT before queueing it). Its pieces
+  // then ask RunStep for their logits (so they run every layer and never
+  // skip to a closing stretch of their own) and the engine thread scores
+  // them right after the step, keeping only the scores. Token 0 is scored
+  // from the session's last logits when it has them (Session::last_logits).
+  std::optional<int32_t> score_top_logprobs;
+  // With score_top_logprobs: called on the caller's thread with the scores
+  // of the next tokens, in order, before the on_progress call that covers
+  // them (a durable session's scores only up to the acknowledged tokens),
+  // and once more before Run returns with those of every token appended
+  // (tokens of a step that failed get none).
+  std::function<void(std::vector<TokenScore> scores)> on_scores;
 };
 
 struct WorkResult {

@@ -65,6 +65,11 @@ ABSL_FLAG(double, depth, 0.5, "where the pass key sits in the haystack, 0 (start
 ABSL_FLAG(std::string, passkey, "", "the pass key (default: 5 random digits)");
 ABSL_FLAG(int64_t, piece_bytes, 64 << 10, "bytes of text per Append message");
 ABSL_FLAG(int64_t, piece_tokens, 16 << 10, "token ids per Append message");
+ABSL_FLAG(int32_t, prompt_logprobs, -1,
+          "score the prompt's tokens (AppendRequest.prompt_logprobs, N top alternatives each, "
+          "0..20) and print its perplexity; -1: off");
+ABSL_FLAG(bool, print_logprobs, false,
+          "with --prompt_logprobs: print each token's logprob (index, id, logprob, alternatives)");
 ABSL_FLAG(int32_t, max_tokens, 64, "tokens to generate");
 ABSL_FLAG(double, temperature, 0, "0: greedy");
 ABSL_FLAG(int32_t, top_k, 0, "0: off");
@@ -956,6 +961,30 @@ class Client {
     }
   }
 
+  // Scored tokens and their summed logprob over the prompt's Append calls
+  // (--prompt_logprobs); NaN marks a token with no logits before it.
+  int64_t scored_tokens() const { return scored_tokens_; }
+  double logprob_sum() const { return logprob_sum_; }
+  void NotePromptLogprobs(const drt::v1::PromptLogprobs& scores) {
+    for (int k = 0; k < scores.token_ids_size(); ++k) {
+      const float logprob = scores.logprobs(k);
+      if (!std::isnan(logprob)) {
+        ++scored_tokens_;
+        logprob_sum_ += logprob;
+      }
+      if (!absl::GetFlag(FLAGS_print_logprobs)) continue;
+      std::string top;
+      if (k < scores.top_logprobs_size()) {
+        for (const auto& alternative : scores.top_logprobs(k).alternatives()) {
+          absl::StrAppendFormat(&top, " %d:%.4f", alternative.token_id(), alternative.logprob());
+        }
+      }
+      std::printf("logprob %lld %d %.6f%s\n",
+                  static_cast<long long>(scores.first_token_index() + k), scores.token_ids(k),
+                  logprob, top.c_str());
+    }
+  }
+
   // One Append call of `part`; `acked` follows the session's tokens as the
   // server acknowledges them.
   grpc::Status AppendOnce(const std::string& session_id, const PromptPart& part, ProgressBar& bar,
@@ -968,6 +997,9 @@ class Client {
     std::thread writer([&] {
       drt::v1::AppendRequest request;
       request.set_session_id(session_id);
+      if (absl::GetFlag(FLAGS_prompt_logprobs) >= 0) {
+        request.set_prompt_logprobs(absl::GetFlag(FLAGS_prompt_logprobs));
+      }
       const size_t piece_tokens = absl::GetFlag(FLAGS_piece_tokens);
       for (size_t i = 0; i < part.ids.size(); i += piece_tokens) {
         const size_t n = std::min(piece_tokens, part.ids.size() - i);
@@ -975,6 +1007,7 @@ class Client {
                                                         part.ids.begin() + i + n);
         if (!stream->Write(request)) return;  // the server ended the call; Finish says why
         request.clear_session_id();
+        request.clear_prompt_logprobs();
       }
       std::string_view rest = part.text;
       while (!rest.empty()) {
@@ -983,6 +1016,7 @@ class Client {
         rest.remove_prefix(n);
         if (!stream->Write(request)) return;
         request.clear_session_id();
+        request.clear_prompt_logprobs();
       }
       stream->WritesDone();
     });
@@ -1001,6 +1035,8 @@ class Client {
         summary = response.summary();
         acked = summary.session_tokens();
         any_summary = true;
+      } else if (response.has_prompt_logprobs()) {
+        NotePromptLogprobs(response.prompt_logprobs());
       }
     }
     writer.join();
@@ -1231,6 +1267,8 @@ class Client {
   }
 
   std::unique_ptr<drt::v1::Drt::Stub> stub_;
+  int64_t scored_tokens_ = 0;   // NotePromptLogprobs
+  double logprob_sum_ = 0.0;
   std::string token_;
   std::string session_key_;
   std::vector<std::string> stops_;  // --stop, each verbatim
@@ -1343,6 +1381,12 @@ int Run(std::string prompt_text, std::vector<std::string> stops) {
               resumes > 0 ? absl::StrFormat(", resumed %d time%s after a cut", resumes,
                                             resumes == 1 ? "" : "s").c_str()
                           : "");
+  if (absl::GetFlag(FLAGS_prompt_logprobs) >= 0) {
+    const int64_t count = client.scored_tokens();
+    std::printf("prompt logprobs: %s tokens scored, sum %.4f, perplexity %.4f\n",
+                Commas(count).c_str(), client.logprob_sum(),
+                count > 0 ? std::exp(-client.logprob_sum() / count) : std::nan(""));
+  }
   std::printf("answer: ");
   std::fflush(stdout);
   Client::Answer answer;

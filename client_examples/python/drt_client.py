@@ -17,6 +17,7 @@ generates into build/python (found there by default; see --stubs).
 """
 import argparse
 import codecs
+import math
 import os
 import random
 import re
@@ -230,6 +231,11 @@ def parse_args(argv=None):
     prompt.add_argument("--piece-tokens", type=int, default=16 << 10,
                         help="token ids per Append message (default %(default)s)")
 
+    prompt.add_argument("--prompt-logprobs", type=int, default=None, metavar="N",
+                        help="score the prompt's tokens (AppendRequest.prompt_logprobs, N top "
+                             "alternatives each, 0..20) and print its perplexity")
+    prompt.add_argument("--print-logprobs", action="store_true",
+                        help="with --prompt-logprobs: print each token's logprob too")
     gen = p.add_argument_group("generation")
     gen.add_argument("--max-tokens", type=int, default=64, help="tokens to generate (default %(default)s)")
     gen.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default %(default)s)")
@@ -325,6 +331,9 @@ def parse_args(argv=None):
     args.question = utf8_argument("--question", args.question)
     if args.passkey is not None and not args.passkey.isdigit():
         p.error("--passkey must be digits")
+    if args.prompt_logprobs is not None and not 0 <= args.prompt_logprobs <= 20:
+        p.error(f"--prompt-logprobs must be in [0, 20], got {args.prompt_logprobs}")
+    args.score_totals = [0, 0.0]  # scored tokens, their summed logprob (note_prompt_logprobs)
     return args
 
 
@@ -677,12 +686,31 @@ def session_when_idle(pb, stub, session_id, metadata, retrier, outage, cut):
         outage.wait("GetSession", RuntimeError("the session is still busy with the cut call"))
 
 
+def note_prompt_logprobs(scores, args):
+    """Adds a PromptLogprobs event to args.score_totals (count, sum) and, with
+    --print-logprobs, prints one line per token: its index in the call, id,
+    logprob (nan: no logits before it, the first token of an empty session)
+    and its alternatives."""
+    for k, (token, logprob) in enumerate(zip(scores.token_ids, scores.logprobs)):
+        if not math.isnan(logprob):
+            args.score_totals[0] += 1
+            args.score_totals[1] += logprob
+        if args.print_logprobs:
+            top = ""
+            if k < len(scores.top_logprobs):
+                top = " " + " ".join(f"{a.token_id}:{a.logprob:.4f}"
+                                     for a in scores.top_logprobs[k].alternatives)
+            print(f"logprob {scores.first_token_index + k} {token} {logprob:.6f}{top}", flush=True)
+
+
 def append_once(pb, stub, session_id, pieces, metadata, args, bar, offset, acked):
     """One Append call of `pieces`; acked[0] follows the session's tokens as
     the server acknowledges them. Returns the summary."""
     def requests():
         for i, piece in enumerate(pieces):
             request = pb.AppendRequest(session_id=session_id if i == 0 else "")
+            if i == 0 and args.prompt_logprobs is not None:
+                request.prompt_logprobs = args.prompt_logprobs
             if isinstance(piece, str):
                 request.text = piece
             else:
@@ -693,7 +721,10 @@ def append_once(pb, stub, session_id, pieces, metadata, args, bar, offset, acked
     summary = None
     call = stub.Append(requests(), metadata=metadata, timeout=stream_deadline(args))
     for response in watched(call, args.idle_timeout):
-        if response.WhichOneof("event") == "progress":
+        event = response.WhichOneof("event")
+        if event == "prompt_logprobs":
+            note_prompt_logprobs(response.prompt_logprobs, args)
+        elif event == "progress":
             last = response.progress
             acked[0] = last.session_tokens
             bar.update(last, offset=offset)
@@ -991,6 +1022,11 @@ def run(args, pb, pb_grpc, grpc):
               f"{append_seconds:.2f} s: {summary.tokens_ingested / append_seconds:,.0f} tokens/s "
               f"(server: {summary.tokens_per_second:,.0f} tokens/s{' in its last call' if resumes else ''})"
               f"{resumed}", flush=True)
+        if args.prompt_logprobs is not None:
+            count, total = args.score_totals
+            ppl = math.exp(-total / count) if count else float("nan")
+            print(f"prompt logprobs: {count:,} tokens scored, sum {total:.4f}, "
+                  f"perplexity {ppl:.4f}", flush=True)
         print("answer: ", end="", flush=True)
         answer, done, tokens, ttft, tpot = generate_retried(pb, stub, session_id, args, metadata, retrier,
                                                             summary.session_tokens)
