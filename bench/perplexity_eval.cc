@@ -24,6 +24,7 @@
 #include "bench/niah/eval_options.h"
 #include "bench/niah/passkey_haystack.h"
 #include "bench/perplexity/document_scorer.h"
+#include "bench/perplexity/output_file.h"
 #include "bench/perplexity/position_buckets.h"
 #include "cli/command_line.h"
 #include "engine/model.h"
@@ -126,9 +127,15 @@ int main(int argc, char** argv) {
     if (!parsed.ok()) return Fail(parsed.status());
     starts = *std::move(parsed);
   }
-  // An unwritable --json is found now, not after a run of minutes.
-  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty() && !std::ofstream(path)) {
-    return Fail(absl::InvalidArgumentError(absl::StrFormat("--json: cannot write '%s'", path)));
+  // An unwritable --json is found now, not after a run of minutes; the check
+  // leaves the file as it is (it is replaced only after a run that succeeded).
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    if (absl::Status s = drt::ppl::CheckWritable("--json", path); !s.ok()) return Fail(s);
+    if (!use_filler) {
+      if (absl::Status s = drt::ppl::CheckNotSameFile("--json", path, "--text", text_path); !s.ok()) {
+        return Fail(s);
+      }
+    }
   }
   std::string text;
   if (!use_filler) {
@@ -237,9 +244,9 @@ int main(int argc, char** argv) {
                           {"overall", BucketJson(buckets.Overall())},
                           {"buckets", nlohmann::json::array()}};
     for (const drt::ppl::Bucket& b : buckets.buckets()) out["buckets"].push_back(BucketJson(b));
-    std::ofstream file(path);
-    file << out.dump(2) << "\n";
-    if (!file) return Fail(absl::InternalError(absl::StrFormat("--json: cannot write '%s'", path)));
+    if (absl::Status s = drt::ppl::WriteFileReplacing("--json", path, out.dump(2) + "\n"); !s.ok()) {
+      return Fail(s);
+    }
   }
   return 0;
 }
