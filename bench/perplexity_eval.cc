@@ -38,7 +38,8 @@ ABSL_FLAG(std::string, text, "",
 ABSL_FLAG(bool, filler, false,
           "score the passkey tools' training filler (\"The grass is green. ...\", repeated) "
           "instead of --text; needs --max_tokens");
-ABSL_FLAG(int64_t, max_tokens, 0, "score only the first N tokens (0: the whole --text)");
+ABSL_FLAG(int64_t, max_tokens, 0,
+          "score only the first N tokens (0: the whole --text; at most 4G, as drt-niah's lengths)");
 ABSL_FLAG(int64_t, piece, 4096,
           "tokens per Append; the logits held are piece x vocabulary floats (4096 x 258 "
           "= 4 MB for a byte model, 4096 x 50257 = 0.8 GB for GPT-2's vocabulary)");
@@ -114,8 +115,19 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(
         absl::StrFormat("--max_tokens must be 0 (all) or more, got %d", max_tokens)));
   }
+  // The cap the other tools' lengths have (ParseLengths): a larger N would
+  // only fail later in an allocation (review-ppl P3 ran into bad_alloc).
+  if (max_tokens > drt::niah::kMaxLength) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "--max_tokens must be at most %d, got %d", drt::niah::kMaxLength, max_tokens)));
+  }
   if (use_filler && max_tokens == 0) {
     return Fail(absl::InvalidArgumentError("--filler needs --max_tokens (the filler has no end)"));
+  }
+  if (use_filler && max_tokens < 2) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "--filler --max_tokens must be at least 2 (the first token is not scored), got %d",
+        max_tokens)));
   }
   if (piece < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrFormat("--piece must be at least 1, got %d", piece)));
@@ -149,8 +161,13 @@ int main(int argc, char** argv) {
   const drt::Tokenizer& tokenizer = *(*model)->tokenizer;
   std::vector<int32_t> tokens;
   if (use_filler) {
-    auto haystacks = drt::niah::PasskeyHaystacks::Create(tokenizer, {}, max_tokens);
-    if (!haystacks.ok()) return Fail(haystacks.status());
+    // Only the filler is used: Create's bound (room for the passkey question
+    // and a needle) is a haystack rule, so it gets the largest length.
+    auto haystacks = drt::niah::PasskeyHaystacks::Create(tokenizer, {}, drt::niah::kMaxLength);
+    if (!haystacks.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrFormat("--filler: %s", haystacks.status().message())));
+    }
     tokens = haystacks->Filler(0, max_tokens);
   } else {
     auto encoded = tokenizer.Encode(text);

@@ -139,6 +139,11 @@ def main():
         expect(out is not None and out["input"] == "filler" and out["tokens"] == 1500
                and out["overall"]["tokens"] == 1499, "--filler --max_tokens 1500 scores 1500 tokens",
                done.stderr if out is None else str(out))
+        # Shorter than a passkey haystack's minimum (question + 200 filler
+        # tokens): the filler alone has no such rule (it was refused).
+        done, out = run_json(args.ppl, tmp, "--filler", "--max_tokens", "2")
+        expect(out is not None and out["tokens"] == 2 and out["overall"]["tokens"] == 1,
+               "--filler --max_tokens 2 scores 2 tokens", done.stderr if out is None else str(out))
 
         # Refusals: non-zero exit, the flag named, and --json untouched: a file
         # already there keeps its bytes (the check used to truncate it).
@@ -158,6 +163,10 @@ def main():
                             (["--text", text, "--no_such_flag", "1"], "no_such_flag"),
                             (["--text", text, "--device", "tpu"], "tpu"),
                             (["--text", one_byte], "at least 2"),
+                            (["--filler", "--max_tokens", "1"], "--max_tokens"),
+                            # Past the 4G cap: refused by name (it ended in bad_alloc, rc 134).
+                            (["--filler", "--max_tokens", "100000000000"], "--max_tokens"),
+                            (["--text", text, "--max_tokens", str((1 << 32) + 1)], "--max_tokens"),
                             (["--text", text, "--model", os.path.join(tmp, "no_model")], "no_model")):
             with open(out_json, "wb") as f:
                 f.write(earlier)
