@@ -26,6 +26,7 @@
 #include "bench/perplexity/document_scorer.h"
 #include "bench/perplexity/output_file.h"
 #include "bench/perplexity/position_buckets.h"
+#include "bench/perplexity/token_bytes.h"
 #include "cli/command_line.h"
 #include "engine/model.h"
 #include "engine/session.h"
@@ -186,17 +187,10 @@ int main(int argc, char** argv) {
   if (default_buckets) starts = drt::ppl::PowerOfTwoStarts(length);
 
   // Bytes per token id, decoded once per id seen (bits per byte).
-  std::vector<int32_t> token_bytes((*model)->config().vocab_size, -1);
-  int64_t document_bytes = 0;
-  for (int32_t id : tokens) {
-    if (id < 0 || id >= static_cast<int32_t>(token_bytes.size())) continue;  // Score refuses it
-    if (token_bytes[id] < 0) {
-      auto decoded = tokenizer.Decode({id});
-      if (!decoded.ok()) return Fail(decoded.status());
-      token_bytes[id] = static_cast<int32_t>(decoded->size());
-    }
-    document_bytes += token_bytes[id];
-  }
+  auto counted = drt::ppl::CountTokenBytes(tokenizer, tokens, (*model)->config().vocab_size);
+  if (!counted.ok()) return Fail(counted.status());
+  const std::vector<int32_t> token_bytes = std::move(counted->per_id);
+  const int64_t document_bytes = counted->total;
 
   const std::string device = absl::GetFlag(FLAGS_device);
   const std::string cuda_precision = absl::GetFlag(FLAGS_cuda_precision);
