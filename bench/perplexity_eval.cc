@@ -24,7 +24,9 @@
 #include "bench/niah/eval_options.h"
 #include "bench/niah/passkey_haystack.h"
 #include "bench/perplexity/document_scorer.h"
+#include "bench/perplexity/output_file.h"
 #include "bench/perplexity/position_buckets.h"
+#include "bench/perplexity/token_bytes.h"
 #include "cli/command_line.h"
 #include "engine/model.h"
 #include "engine/session.h"
@@ -37,7 +39,8 @@ ABSL_FLAG(std::string, text, "",
 ABSL_FLAG(bool, filler, false,
           "score the passkey tools' training filler (\"The grass is green. ...\", repeated) "
           "instead of --text; needs --max_tokens");
-ABSL_FLAG(int64_t, max_tokens, 0, "score only the first N tokens (0: the whole --text)");
+ABSL_FLAG(int64_t, max_tokens, 0,
+          "score only the first N tokens (0: the whole --text; at most 4G, as drt-niah's lengths)");
 ABSL_FLAG(int64_t, piece, 4096,
           "tokens per Append; the logits held are piece x vocabulary floats (4096 x 258 "
           "= 4 MB for a byte model, 4096 x 50257 = 0.8 GB for GPT-2's vocabulary)");
@@ -113,8 +116,19 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(
         absl::StrFormat("--max_tokens must be 0 (all) or more, got %d", max_tokens)));
   }
+  // The cap the other tools' lengths have (ParseLengths): a larger N would
+  // only fail later in an allocation (review-ppl P3 ran into bad_alloc).
+  if (max_tokens > drt::niah::kMaxLength) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "--max_tokens must be at most %d, got %d", drt::niah::kMaxLength, max_tokens)));
+  }
   if (use_filler && max_tokens == 0) {
     return Fail(absl::InvalidArgumentError("--filler needs --max_tokens (the filler has no end)"));
+  }
+  if (use_filler && max_tokens < 2) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "--filler --max_tokens must be at least 2 (the first token is not scored), got %d",
+        max_tokens)));
   }
   if (piece < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrFormat("--piece must be at least 1, got %d", piece)));
@@ -126,9 +140,15 @@ int main(int argc, char** argv) {
     if (!parsed.ok()) return Fail(parsed.status());
     starts = *std::move(parsed);
   }
-  // An unwritable --json is found now, not after a run of minutes.
-  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty() && !std::ofstream(path)) {
-    return Fail(absl::InvalidArgumentError(absl::StrFormat("--json: cannot write '%s'", path)));
+  // An unwritable --json is found now, not after a run of minutes; the check
+  // leaves the file as it is (it is replaced only after a run that succeeded).
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    if (absl::Status s = drt::ppl::CheckWritable("--json", path); !s.ok()) return Fail(s);
+    if (!use_filler) {
+      if (absl::Status s = drt::ppl::CheckNotSameFile("--json", path, "--text", text_path); !s.ok()) {
+        return Fail(s);
+      }
+    }
   }
   std::string text;
   if (!use_filler) {
@@ -142,8 +162,13 @@ int main(int argc, char** argv) {
   const drt::Tokenizer& tokenizer = *(*model)->tokenizer;
   std::vector<int32_t> tokens;
   if (use_filler) {
-    auto haystacks = drt::niah::PasskeyHaystacks::Create(tokenizer, {}, max_tokens);
-    if (!haystacks.ok()) return Fail(haystacks.status());
+    // Only the filler is used: Create's bound (room for the passkey question
+    // and a needle) is a haystack rule, so it gets the largest length.
+    auto haystacks = drt::niah::PasskeyHaystacks::Create(tokenizer, {}, drt::niah::kMaxLength);
+    if (!haystacks.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrFormat("--filler: %s", haystacks.status().message())));
+    }
     tokens = haystacks->Filler(0, max_tokens);
   } else {
     auto encoded = tokenizer.Encode(text);
@@ -162,17 +187,10 @@ int main(int argc, char** argv) {
   if (default_buckets) starts = drt::ppl::PowerOfTwoStarts(length);
 
   // Bytes per token id, decoded once per id seen (bits per byte).
-  std::vector<int32_t> token_bytes((*model)->config().vocab_size, -1);
-  int64_t document_bytes = 0;
-  for (int32_t id : tokens) {
-    if (id < 0 || id >= static_cast<int32_t>(token_bytes.size())) continue;  // Score refuses it
-    if (token_bytes[id] < 0) {
-      auto decoded = tokenizer.Decode({id});
-      if (!decoded.ok()) return Fail(decoded.status());
-      token_bytes[id] = static_cast<int32_t>(decoded->size());
-    }
-    document_bytes += token_bytes[id];
-  }
+  auto counted = drt::ppl::CountTokenBytes(tokenizer, tokens, (*model)->config().vocab_size);
+  if (!counted.ok()) return Fail(counted.status());
+  const std::vector<int32_t> token_bytes = std::move(counted->per_id);
+  const int64_t document_bytes = counted->total;
 
   const std::string device = absl::GetFlag(FLAGS_device);
   const std::string cuda_precision = absl::GetFlag(FLAGS_cuda_precision);
@@ -237,9 +255,9 @@ int main(int argc, char** argv) {
                           {"overall", BucketJson(buckets.Overall())},
                           {"buckets", nlohmann::json::array()}};
     for (const drt::ppl::Bucket& b : buckets.buckets()) out["buckets"].push_back(BucketJson(b));
-    std::ofstream file(path);
-    file << out.dump(2) << "\n";
-    if (!file) return Fail(absl::InternalError(absl::StrFormat("--json: cannot write '%s'", path)));
+    if (absl::Status s = drt::ppl::WriteFileReplacing("--json", path, out.dump(2) + "\n"); !s.ok()) {
+      return Fail(s);
+    }
   }
   return 0;
 }

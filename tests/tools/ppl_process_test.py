@@ -139,8 +139,19 @@ def main():
         expect(out is not None and out["input"] == "filler" and out["tokens"] == 1500
                and out["overall"]["tokens"] == 1499, "--filler --max_tokens 1500 scores 1500 tokens",
                done.stderr if out is None else str(out))
+        # Shorter than a passkey haystack's minimum (question + 200 filler
+        # tokens): the filler alone has no such rule (it was refused).
+        done, out = run_json(args.ppl, tmp, "--filler", "--max_tokens", "2")
+        expect(out is not None and out["tokens"] == 2 and out["overall"]["tokens"] == 1,
+               "--filler --max_tokens 2 scores 2 tokens", done.stderr if out is None else str(out))
 
-        # Refusals: non-zero exit, the flag named, nothing written.
+        # Refusals: non-zero exit, the flag named, and --json untouched: a file
+        # already there keeps its bytes (the check used to truncate it).
+        out_json = os.path.join(tmp, "out.json")
+        earlier = b'{"earlier": "results"}\n'
+        one_byte = os.path.join(tmp, "one.bin")
+        with open(one_byte, "wb") as f:
+            f.write(b"a")
         for extra, name in ((["--text", text, "--piece", "0"], "--piece"),
                             (["--text", text, "--buckets", "4K,1K"], "--buckets"),
                             (["--text", text, "--buckets", "abc"], "--buckets"),
@@ -150,11 +161,44 @@ def main():
                             (["--text", text, "--filler", "--max_tokens", "5"], "--filler"),
                             (["--text", os.path.join(tmp, "missing.txt")], "--text"),
                             (["--text", text, "--no_such_flag", "1"], "no_such_flag"),
-                            (["--text", text, "--device", "tpu"], "tpu")):
-            done, out = run_json(args.ppl, tmp, *extra)
-            expect(done.returncode != 0 and name in done.stderr and out is None,
-                   f"refused: {' '.join(extra[-2:]) if extra else '(no document)'} names {name}",
-                   f"rc {done.returncode}: {done.stderr.strip()}")
+                            (["--text", text, "--device", "tpu"], "tpu"),
+                            (["--text", one_byte], "at least 2"),
+                            (["--filler", "--max_tokens", "1"], "--max_tokens"),
+                            # Past the 4G cap: refused by name (it ended in bad_alloc, rc 134).
+                            (["--filler", "--max_tokens", "100000000000"], "--max_tokens"),
+                            (["--text", text, "--max_tokens", str((1 << 32) + 1)], "--max_tokens"),
+                            (["--text", text, "--model", os.path.join(tmp, "no_model")], "no_model")):
+            with open(out_json, "wb") as f:
+                f.write(earlier)
+            done = ppl(args.ppl, *extra, "--json", out_json)
+            with open(out_json, "rb") as f:
+                kept = f.read()
+            expect(done.returncode == 1 and name in done.stderr and kept == earlier,
+                   f"refused: {' '.join(extra[-2:]) if extra else '(no document)'} names {name}, "
+                   "--json unchanged", f"rc {done.returncode}: {done.stderr.strip()}; --json holds {kept[:40]!r}")
+        # --json naming the --text file: refused, the document unchanged.
+        with open(text, "rb") as f:
+            document = f.read()
+        for same in (text, os.path.join(tmp, ".", "doc.bin")):
+            done = ppl(args.ppl, "--text", text, "--json", same)
+            with open(text, "rb") as f:
+                kept = f.read()
+            expect(done.returncode == 1 and "--json" in done.stderr and "--text" in done.stderr
+                   and kept == document, f"refused: --json {same} is the --text file, which is unchanged",
+                   f"rc {done.returncode}: {done.stderr.strip()}; {len(kept)} of {len(document)} bytes")
+        # A run that succeeds replaces an earlier --json whole, leaving no temporary file.
+        with open(out_json, "wb") as f:
+            f.write(earlier * 1000)
+        before = sorted(os.listdir(tmp))
+        done = ppl(args.ppl, "--text", text, "--max_tokens", "100", "--json", out_json)
+        try:
+            with open(out_json) as f:
+                replaced = json.load(f)
+        except ValueError:
+            replaced = None
+        expect(done.returncode == 0 and replaced is not None and replaced["tokens"] == 100
+               and sorted(os.listdir(tmp)) == before,
+               "a run replaces an earlier --json, no temporary file left", f"{done.stderr.strip()} {os.listdir(tmp)}")
         bad_json = os.path.join(tmp, "no_such_dir", "out.json")
         done = ppl(args.ppl, "--text", text, "--json", bad_json)
         expect(done.returncode != 0 and "--json" in done.stderr and "tokens/s" not in done.stdout,
