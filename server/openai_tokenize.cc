@@ -49,7 +49,8 @@ absl::StatusOr<std::optional<std::string>> ParseModel(const Json& body) {
 absl::StatusOr<TokenizeHttpRequest> ParseTokenizeBody(absl::string_view text) {
   absl::StatusOr<Json> body = ParseObject(text);
   if (!body.ok()) return body.status();
-  if (body->contains("messages")) {
+  // null is taken as absent for every field, as ParseCompletionRequest does.
+  if (auto messages = body->find("messages"); messages != body->end() && !messages->is_null()) {
     return FieldError("messages",
                       "messages (vLLM's chat form of /tokenize) is not served: the models "
                       "drt-server serves have no chat template; send a prompt string");
@@ -64,7 +65,9 @@ absl::StatusOr<TokenizeHttpRequest> ParseTokenizeBody(absl::string_view text) {
       return FieldError(flag, absl::StrCat(flag, " must be true or false"));
     }
   }
-  if (body->value("return_token_strs", false) == true) {
+  // (Not body->value(..., false): it throws on a null, which is valid here.)
+  if (auto strs = body->find("return_token_strs");
+      strs != body->end() && strs->is_boolean() && strs->get<bool>()) {
     return FieldError("return_token_strs",
                       "return_token_strs is not served: ask /detokenize for the text of the ids");
   }

@@ -130,6 +130,27 @@ TEST_CASE("openai http: /tokenize and /detokenize errors in OpenAI's shape", "[o
   CHECK_THAT(std::string(Error(bad_json)["message"]), Contains("not valid JSON"));
 }
 
+TEST_CASE("openai http: a null field of /tokenize or /detokenize is taken as absent",
+          "[openai][server]") {
+  Api api;
+  // (return_token_strs: null was a 500: json::value() threw on the null.)
+  for (const Json& body :
+       {Json{{"prompt", "ab"}, {"return_token_strs", nullptr}},
+        Json{{"prompt", "ab"}, {"return_token_strs", false}},
+        Json{{"prompt", "ab"}, {"add_special_tokens", nullptr}},
+        Json{{"prompt", "ab"}, {"messages", nullptr}}, Json{{"prompt", "ab"}, {"model", nullptr}}}) {
+    INFO(body.dump());
+    auto r = api.Post("/tokenize", body);
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(Json::parse(r->body)["tokens"] == Json{97, 98});
+  }
+  auto detok = api.Post("/detokenize", {{"tokens", {97, 98}}, {"model", nullptr}});
+  REQUIRE(detok);
+  CHECK(detok->status == 200);
+  CHECK(Json::parse(detok->body)["prompt"] == "ab");
+}
+
 TEST_CASE("openai http: /tokenize takes the bearer token and the drain as completions do",
           "[openai][server]") {
   ServiceOptions service = SmallOptions();
