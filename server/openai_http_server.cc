@@ -586,35 +586,80 @@ class OpenAiHttpServer::Server : public httplib::Server {
     res.set_content(DetokenizeJson(response), kJson);
   }
 
-  // A prompt that fits the context limit with a max_tokens that does not is
-  // refused before anything runs, 400 param max_tokens (as OpenAI and vLLM
-  // do): its token count from the service's Tokenize (count_only; an id
-  // prompt's is its length, the call then gives the limit only). False
-  // with `res` set when refused or when Tokenize fails; a text prompt
-  // larger than one gRPC message is not checked (its completion ends at
-  // the limit with "length", as before).
-  bool RoomForMaxTokens(const httplib::Request& req, const CompletionRequest& request,
-                        httplib::Response& res) {
+  // The model's constants the max_tokens check needs (GetModelInfo: the
+  // context limit, chunk size, default padding, vocabulary and special ids),
+  // asked once and kept: they do not change while the server runs. False
+  // with `res` set when the call fails (credentials, drain).
+  bool ModelFacts(const httplib::Request& req, drt::v1::ModelInfo& info,
+                  httplib::Response& res) {
+    {
+      std::lock_guard<std::mutex> lock(model_info_mutex_);
+      if (model_info_.has_value()) {
+        info = *model_info_;
+        return true;
+      }
+    }
     grpc::ClientContext context;
     Authorize(req, context);
-    drt::v1::TokenizeRequest count;
-    count.set_count_only(true);
-    if (!request.prompt_is_ids) count.set_text_bytes(request.prompt_text);
-    drt::v1::TokenizeResponse counted;
-    const grpc::Status status = stub_->Tokenize(&context, count, &counted);
-    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) return true;
+    const grpc::Status status = stub_->GetModelInfo(&context, drt::v1::GetModelInfoRequest(), &info);
     if (!status.ok()) {
       SendError(res, FromGrpc(status));
       return false;
     }
-    const int64_t prompt_tokens = request.prompt_is_ids
-                                      ? static_cast<int64_t>(request.prompt_ids.size())
-                                      : counted.count();
-    const absl::Status room = CheckRoomForMaxTokens(prompt_tokens, request.generate.max_tokens(),
-                                                    counted.max_context_tokens());
+    std::lock_guard<std::mutex> lock(model_info_mutex_);
+    model_info_ = info;
+    return true;
+  }
+
+  // A prompt that fits the context limit with a max_tokens that does not
+  // beside it and its padding to the chunk boundary (when the request pads:
+  // the model's default, as the OpenAI API sets none) is refused before
+  // anything runs, 400 param max_tokens (as OpenAI and vLLM do), and one
+  // that leaves no room for its padding and a token, param prompt. A text
+  // prompt's count is the service's Tokenize (count_only); an id prompt's
+  // is its length, with no call. An id prompt holding an id the engine
+  // refuses (outside the vocabulary, landmark, pad) is not checked: the
+  // service's Complete refuses it by its own message, naming the id. False
+  // with `res` set when refused or when a call fails; a text prompt larger
+  // than one gRPC message is not checked (its completion ends at the limit
+  // with "length", as before).
+  bool RoomForMaxTokens(const httplib::Request& req, const CompletionRequest& request,
+                        httplib::Response& res) {
+    drt::v1::ModelInfo info;
+    if (!ModelFacts(req, info, res)) return false;
+    int64_t prompt_tokens = 0;
+    if (request.prompt_is_ids) {
+      for (const int32_t id : request.prompt_ids) {
+        if (id < 0 || id >= info.vocab_size() || id == info.chunk_id() || id == info.pad_id()) {
+          return true;
+        }
+      }
+      prompt_tokens = static_cast<int64_t>(request.prompt_ids.size());
+    } else {
+      grpc::ClientContext context;
+      Authorize(req, context);
+      drt::v1::TokenizeRequest count;
+      count.set_count_only(true);
+      count.set_text_bytes(request.prompt_text);
+      drt::v1::TokenizeResponse counted;
+      const grpc::Status status = stub_->Tokenize(&context, count, &counted);
+      if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) return true;
+      if (!status.ok()) {
+        SendError(res, FromGrpc(status));
+        return false;
+      }
+      prompt_tokens = counted.count();
+    }
+    const bool pad = request.generate.has_pad_to_chunk_boundary()
+                         ? request.generate.pad_to_chunk_boundary()
+                         : info.pad_to_chunk_boundary();
+    const int64_t padding = ChunkPadding(prompt_tokens, info.enc_chunk_size(), pad);
+    const absl::Status room =
+        CheckRoomForMaxTokens(prompt_tokens, request.generate.max_tokens(),
+                              info.max_context_tokens(), padding, info.enc_chunk_size());
     if (room.ok()) return true;
     res.status = 400;
-    res.set_content(ErrorJson(room.message(), "invalid_request_error", "max_tokens",
+    res.set_content(ErrorJson(room.message(), "invalid_request_error", OpenAiErrorParam(room),
                               "context_length_exceeded"),
                     kJson);
     return false;
@@ -750,6 +795,8 @@ class OpenAiHttpServer::Server : public httplib::Server {
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
   std::atomic<bool> stopping_{false};
   CallCount calls_;
+  std::mutex model_info_mutex_;
+  std::optional<drt::v1::ModelInfo> model_info_;  // ModelFacts's, once asked
   std::mutex sockets_mutex_;
   // Each pool thread's connection, while it serves one.
   struct Connection {

@@ -49,7 +49,8 @@ absl::StatusOr<std::optional<std::string>> ParseModel(const Json& body) {
 absl::StatusOr<TokenizeHttpRequest> ParseTokenizeBody(absl::string_view text) {
   absl::StatusOr<Json> body = ParseObject(text);
   if (!body.ok()) return body.status();
-  if (body->contains("messages")) {
+  // null is taken as absent for every field, as ParseCompletionRequest does.
+  if (auto messages = body->find("messages"); messages != body->end() && !messages->is_null()) {
     return FieldError("messages",
                       "messages (vLLM's chat form of /tokenize) is not served: the models "
                       "drt-server serves have no chat template; send a prompt string");
@@ -64,7 +65,9 @@ absl::StatusOr<TokenizeHttpRequest> ParseTokenizeBody(absl::string_view text) {
       return FieldError(flag, absl::StrCat(flag, " must be true or false"));
     }
   }
-  if (body->value("return_token_strs", false) == true) {
+  // (Not body->value(..., false): it throws on a null, which is valid here.)
+  if (auto strs = body->find("return_token_strs");
+      strs != body->end() && strs->is_boolean() && strs->get<bool>()) {
     return FieldError("return_token_strs",
                       "return_token_strs is not served: ask /detokenize for the text of the ids");
   }
@@ -124,14 +127,37 @@ std::string DetokenizeJson(const drt::v1::DetokenizeResponse& response) {
   return Dump(OJson{{"prompt", response.text()}});
 }
 
-absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, int64_t limit) {
-  if (prompt_tokens >= limit || prompt_tokens + max_tokens <= limit) return absl::OkStatus();
+int64_t ChunkPadding(int64_t prompt_tokens, int64_t chunk_size, bool pad) {
+  if (!pad || chunk_size <= 0 || prompt_tokens % chunk_size == 0) return 0;
+  return chunk_size - prompt_tokens % chunk_size;
+}
+
+absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, int64_t limit,
+                                   int64_t padding, int64_t chunk_size) {
+  if (prompt_tokens >= limit) return absl::OkStatus();  // the service's refusal
+  if (prompt_tokens + padding + 1 > limit) {
+    // The service would run the whole prompt, then refuse the padding
+    // (drt_service.cc, RunGeneration). The longest prompt that leaves room
+    // for its padding and a token ends a whole chunk below the limit.
+    const int64_t longest = chunk_size > 0 ? (limit - 1) / chunk_size * chunk_size : limit - 1;
+    return FieldError(
+        "prompt",
+        absl::StrCat("This model's maximum context length is ", limit, " tokens. However, "
+                     "your prompt's ", prompt_tokens, " tokens with their padding to the "
+                     "chunk boundary (", padding, " more, the model's pad_to_chunk_boundary) "
+                     "leave no room to generate: shorten the prompt to at most ", longest,
+                     " tokens"));
+  }
+  if (prompt_tokens + padding + max_tokens <= limit) return absl::OkStatus();
+  const std::string padded =
+      padding > 0 ? absl::StrCat(padding, " of padding to the chunk boundary, ") : std::string();
   return FieldError(
       "max_tokens",
       absl::StrCat("This model's maximum context length is ", limit, " tokens. However, you "
-                   "requested ", prompt_tokens + max_tokens, " tokens (", prompt_tokens,
-                   " in the prompt, ", max_tokens, " in max_tokens): reduce max_tokens to at "
-                   "most ", limit - prompt_tokens, " or shorten the prompt"));
+                   "requested ", prompt_tokens + padding + max_tokens, " tokens (",
+                   prompt_tokens, " in the prompt, ", padded, max_tokens,
+                   " in max_tokens): reduce max_tokens to at most ",
+                   limit - prompt_tokens - padding, " or shorten the prompt"));
 }
 
 }  // namespace drt::server

@@ -39,10 +39,21 @@ absl::StatusOr<DetokenizeHttpRequest> ParseDetokenizeBody(absl::string_view body
 std::string TokenizeJson(const drt::v1::TokenizeResponse& response);
 std::string DetokenizeJson(const drt::v1::DetokenizeResponse& response);
 
+// The padding the service adds before generating after a prompt of
+// `prompt_tokens` (drt_service.cc, RunGeneration): up to the next multiple
+// of `chunk_size` when `pad` (the request's pad_to_chunk_boundary, else the
+// model's default), none otherwise.
+int64_t ChunkPadding(int64_t prompt_tokens, int64_t chunk_size, bool pad);
+
 // The /v1/completions refusal of a prompt that fits the context limit
-// (`prompt_tokens` < `limit`) with a max_tokens that does not; OK when it
-// fits or when the prompt alone does not (the service refuses that one,
-// param "prompt").
-absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, int64_t limit);
+// (`prompt_tokens` < `limit`) with a max_tokens that does not beside it and
+// its `padding` (ChunkPadding): param "max_tokens", advising the largest
+// max_tokens that runs. A prompt that fits but leaves no room for its
+// padding and one token is refused param "prompt" (the service would run
+// it and then refuse; `chunk_size` names the longest prompt that leaves
+// room). OK when it fits or when the prompt alone does not (the service
+// refuses that one, param "prompt").
+absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, int64_t limit,
+                                   int64_t padding, int64_t chunk_size);
 
 }  // namespace drt::server

@@ -1157,19 +1157,7 @@ class Client {
     const auto bias = ParseLogitBias(absl::GetFlag(FLAGS_logit_bias));
     for (const auto& [token, value] : *bias) (*sampling->mutable_logit_bias())[token] = value;
     for (const std::string& stop : stops_) request.add_stop(stop);
-    if (absl::GetFlag(FLAGS_tokenize) && absl::GetFlag(FLAGS_detokenize)) {
-    Die("--tokenize and --detokenize exclude each other");
-  }
-  if (absl::GetFlag(FLAGS_tokenize) && absl::GetFlag(FLAGS_prompt_file).empty()) {
-    Die("--tokenize needs --prompt_file (the text to tokenize)");
-  }
-  if (absl::GetFlag(FLAGS_detokenize) && absl::GetFlag(FLAGS_token_ids).empty()) {
-    Die("--detokenize needs --token_ids (the ids to spell)");
-  }
-  if (absl::GetFlag(FLAGS_count_only) && !absl::GetFlag(FLAGS_tokenize)) {
-    Die("--count_only goes with --tokenize");
-  }
-  if (const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary); pad != "model") {
+    if (const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary); pad != "model") {
       request.set_pad_to_chunk_boundary(pad == "true");
     }
     if (const int32_t top = absl::GetFlag(FLAGS_top_logprobs); top > 0) {
@@ -1445,6 +1433,20 @@ int main(int argc, char** argv) {
   }
   if (const int32_t top = absl::GetFlag(FLAGS_top_logprobs); top < 0 || top > 20) {
     Die(absl::StrCat("--top_logprobs must be in [0, 20], got ", top));
+  }
+  // The tokenizer modes' flags, before anything is read or connected (the
+  // tokenize/detokenize paths make no Generate request).
+  if (absl::GetFlag(FLAGS_tokenize) && absl::GetFlag(FLAGS_detokenize)) {
+    Die("--tokenize and --detokenize exclude each other");
+  }
+  if (absl::GetFlag(FLAGS_tokenize) && absl::GetFlag(FLAGS_prompt_file).empty()) {
+    Die("--tokenize needs --prompt_file (the text to tokenize)");
+  }
+  if (absl::GetFlag(FLAGS_detokenize) && absl::GetFlag(FLAGS_token_ids).empty()) {
+    Die("--detokenize needs --token_ids (the ids to spell)");
+  }
+  if (absl::GetFlag(FLAGS_count_only) && !absl::GetFlag(FLAGS_tokenize)) {
+    Die("--count_only goes with --tokenize");
   }
   if (!absl::GetFlag(FLAGS_prompt_file).empty() && !absl::GetFlag(FLAGS_token_ids).empty()) {
     Die("--prompt_file and --token_ids exclude each other");

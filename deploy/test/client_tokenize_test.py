@@ -9,6 +9,8 @@ tokenizer spells UTF-8 text as its bytes (the expectation here):
 - --detokenize --token-ids writes the ids' bytes to stdout exactly (a UTF-8
   character cut by the last id too); the landmark id (257) is refused,
   exit 1, naming it;
+- flag misuse (--count-only without --tokenize, --tokenize without a file,
+  --detokenize without ids) is refused by name before anything is sent;
 - neither makes a session (ListSessions stays empty).
 
     client_tokenize_test.py --server-binary build/server/drt-server \\
@@ -118,6 +120,19 @@ def main():
                 checks.expect(r.returncode == 1 and b"landmark id" in r.stderr,
                               f"{name}: --detokenize of the landmark id fails naming it",
                               f"rc {r.returncode}\n{r.stdout!r}\n{r.stderr!r}")
+                # Flag misuse is refused before anything is read or sent (no
+                # session is made: the ListSessions check below).
+                for flags, words in [
+                        (("--count-only", "--prompt-file", prompt), "--count-only goes with --tokenize"),
+                        (("--tokenize",), "--tokenize needs --prompt-file"),
+                        (("--detokenize", "--count-only", "--token-ids", ids_file),
+                         "--count-only goes with --tokenize"),
+                        (("--detokenize",), "--detokenize needs --token-ids")]:
+                    r = subprocess.run(command(*flags), capture_output=True, timeout=120)
+                    checks.expect(r.returncode != 0 and r.stdout == b"" and
+                                  words in r.stderr.decode().replace("_", "-"),
+                                  f"{name}: {' '.join(flags[:2])} is refused: {words}",
+                                  f"rc {r.returncode}\n{r.stdout!r}\n{r.stderr!r}")
         channel = grpc.insecure_channel(address)
         sessions = pb_grpc.DrtStub(channel).ListSessions(pb.ListSessionsRequest(), timeout=10).sessions
         checks.expect(len(sessions) == 0, "no session was made", f"{len(sessions)} sessions")

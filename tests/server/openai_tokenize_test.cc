@@ -27,7 +27,9 @@ using Catch::Matchers::Contains;
 // An in-process drt-server with the OpenAI API in front of it, as main
 // wires them.
 struct Api {
-  explicit Api(ServiceOptions service = SmallOptions()) : grpc(service) {
+  explicit Api(ServiceOptions service = SmallOptions())
+      : Api(*FixtureModel::Get().model, *FixtureModel::Get().backend, service) {}
+  Api(const Model& model, Backend& backend, ServiceOptions service) : grpc(model, backend, service) {
     OpenAiHttpOptions options;
     options.model_name = "two_groups";
     options.bearer_token = service.bearer_token;
@@ -50,6 +52,17 @@ struct Api {
 };
 
 Json Error(const httplib::Result& r) { return Json::parse(r->body)["error"]; }
+
+// The fixture with pad_to_chunk_boundary on by default, as the bundled
+// model's generation_config.json has it (loaded once).
+FixtureModel& PaddingFixture() {
+  static FixtureModel* padded = [] {
+    auto* f = new FixtureModel(FixtureModel::Load(testing::FixtureDir()));
+    f->model->generation.pad_to_chunk_boundary = true;
+    return f;
+  }();
+  return *padded;
+}
 
 TEST_CASE("openai http: /tokenize and /detokenize in vLLM's shape", "[openai][server]") {
   Api api;
@@ -130,6 +143,27 @@ TEST_CASE("openai http: /tokenize and /detokenize errors in OpenAI's shape", "[o
   CHECK_THAT(std::string(Error(bad_json)["message"]), Contains("not valid JSON"));
 }
 
+TEST_CASE("openai http: a null field of /tokenize or /detokenize is taken as absent",
+          "[openai][server]") {
+  Api api;
+  // (return_token_strs: null was a 500: json::value() threw on the null.)
+  for (const Json& body :
+       {Json{{"prompt", "ab"}, {"return_token_strs", nullptr}},
+        Json{{"prompt", "ab"}, {"return_token_strs", false}},
+        Json{{"prompt", "ab"}, {"add_special_tokens", nullptr}},
+        Json{{"prompt", "ab"}, {"messages", nullptr}}, Json{{"prompt", "ab"}, {"model", nullptr}}}) {
+    INFO(body.dump());
+    auto r = api.Post("/tokenize", body);
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(Json::parse(r->body)["tokens"] == Json{97, 98});
+  }
+  auto detok = api.Post("/detokenize", {{"tokens", {97, 98}}, {"model", nullptr}});
+  REQUIRE(detok);
+  CHECK(detok->status == 200);
+  CHECK(Json::parse(detok->body)["prompt"] == "ab");
+}
+
 TEST_CASE("openai http: /tokenize takes the bearer token and the drain as completions do",
           "[openai][server]") {
   ServiceOptions service = SmallOptions();
@@ -198,6 +232,69 @@ TEST_CASE("openai http: a prompt that fits with a max_tokens that does not is 40
   REQUIRE(too_long);
   CHECK(too_long->status == 400);
   CHECK(Error(too_long)["param"] == "prompt");
+}
+
+TEST_CASE("openai http: the max_tokens check counts the padding to the chunk boundary",
+          "[openai][server]") {
+  FixtureModel& padded = PaddingFixture();
+  REQUIRE(padded.chunk_size() == 63);
+  ServiceOptions service = SmallOptions();
+  service.max_context_tokens = 100;
+  Api api(*padded.model, *padded.backend, service);
+  // 30 tokens pad to 63 before generating: 37 tokens of room, not 70.
+  for (const Json& prompt : {Json(std::string(30, 'a')), Json(std::vector<int>(30, 97))}) {
+    INFO(prompt.dump().substr(0, 20));
+    auto over = api.Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 38}});
+    REQUIRE(over);
+    CHECK(over->status == 400);
+    CHECK(Error(over)["param"] == "max_tokens");
+    CHECK(Error(over)["code"] == "context_length_exceeded");
+    CHECK_THAT(std::string(Error(over)["message"]),
+               Contains("you requested 101 tokens (30 in the prompt, 33 of padding to the chunk "
+                        "boundary, 38 in max_tokens): reduce max_tokens to at most 37"));
+    // The advised max_tokens runs, to its end.
+    auto advised = api.Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 37},
+                                                {"temperature", 0}, {"ignore_eos", true}});
+    REQUIRE(advised);
+    CHECK(advised->status == 200);
+    CHECK(Json::parse(advised->body)["usage"]["completion_tokens"] == 37);
+  }
+  // 70 tokens fit but pad to 126: refused up front by the prompt, naming the
+  // longest prompt that leaves room (63, a whole chunk), which runs.
+  auto no_room = api.Post("/v1/completions", {{"prompt", std::string(70, 'a')}, {"max_tokens", 1}});
+  REQUIRE(no_room);
+  CHECK(no_room->status == 400);
+  CHECK(Error(no_room)["param"] == "prompt");
+  CHECK(Error(no_room)["code"] == "context_length_exceeded");
+  CHECK_THAT(std::string(Error(no_room)["message"]),
+             Contains("70 tokens with their padding to the chunk boundary (56 more") &&
+                 Contains("shorten the prompt to at most 63 tokens"));
+  auto longest = api.Post("/v1/completions", {{"prompt", std::string(63, 'a')}, {"max_tokens", 37},
+                                              {"temperature", 0}, {"ignore_eos", true}});
+  REQUIRE(longest);
+  CHECK(longest->status == 200);
+  CHECK(Json::parse(longest->body)["usage"]["completion_tokens"] == 37);
+}
+
+TEST_CASE("openai http: an id prompt's own refusal comes before the max_tokens check",
+          "[openai][server]") {
+  ServiceOptions service = SmallOptions();
+  service.max_context_tokens = 100;
+  Api api(service);
+  // The fixture: pad 298, landmark 299, vocab 300. A max_tokens far over the
+  // limit would be refused first, hiding the id's problem.
+  const std::vector<std::pair<int, std::string>> bad = {
+      {299, "token 299 (index 1) is the landmark id"},
+      {298, "token 298 (index 1) is the pad id"},
+      {300, "token 300 (index 1) is outside the vocabulary"}};
+  for (const auto& [id, words] : bad) {
+    INFO(id);
+    auto r = api.Post("/v1/completions",
+                      {{"prompt", std::vector<int>{97, id}}, {"max_tokens", 5000}});
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK_THAT(std::string(Error(r)["message"]), Contains(words));
+  }
 }
 
 }  // namespace
