@@ -1,11 +1,10 @@
 #include "bench/perplexity/document_scorer.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "engine/sampler.h"
+#include "engine/token_scores.h"
 
 namespace drt::ppl {
 
@@ -22,37 +21,37 @@ absl::Status ScoreTokens(Session& session, absl::Span<const int32_t> tokens, int
   // minutes of appending.
   if (absl::Status s = session.ValidateTokens(tokens); !s.ok()) return s;
 
-  const int64_t vocab = session.config().vocab_size;
+  // Each piece is one scored Append (engine/token_scores.h): its first token
+  // is scored from the session's last logits, the last row of the piece
+  // before, so only the document's first token goes unscored.
   AppendOptions options;
-  options.all_logits = true;
-  // The row that predicts the next piece's first token: the last row of the
-  // piece before (empty before the first piece: the first token is unscored).
-  std::vector<float> carried;
+  options.score = true;
   const int64_t total = static_cast<int64_t>(tokens.size());
   for (int64_t at = 0; at < total; at += piece) {
     const int64_t n = std::min(piece, total - at);
+    int64_t next = at;  // the document position of the next score delivered
+    absl::Status unscored = absl::OkStatus();
+    options.on_scores = [&](absl::Span<const TokenScore> scores) {
+      for (const TokenScore& score : scores) {
+        const int64_t position = next++;
+        if (!score.scored) {
+          if (position != 0 && unscored.ok()) {
+            unscored = absl::InternalError(
+                absl::StrFormat("the token at position %d has no logits before it", position));
+          }
+          continue;
+        }
+        if (callbacks.on_scored) callbacks.on_scored(position, -static_cast<double>(score.logprob));
+      }
+    };
     absl::StatusOr<AppendResult> appended = session.Append(tokens.subspan(at, n), options);
     if (!appended.ok()) return appended.status();
-    const std::vector<float>& logits = appended->logits;
-    if (appended->tokens_accepted != n || static_cast<int64_t>(logits.size()) != n * vocab) {
+    if (!unscored.ok()) return unscored;
+    if (appended->tokens_accepted != n || next != at + n) {
       return absl::InternalError(absl::StrFormat(
-          "Append at token %d accepted %d of %d tokens with %d logits (expected %d)", at,
-          appended->tokens_accepted, n, logits.size(), n * vocab));
+          "Append at token %d accepted %d of %d tokens with %d scores", at,
+          appended->tokens_accepted, n, next - at));
     }
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t position = at + j;
-      if (position == 0) continue;
-      absl::Span<const float> row =
-          j == 0 ? absl::MakeConstSpan(carried)
-                 : absl::MakeConstSpan(logits).subspan((j - 1) * vocab, vocab);
-      absl::StatusOr<float> logprob = Sampler::LogProb(row, tokens[position]);
-      if (!logprob.ok()) {
-        return absl::InternalError(absl::StrFormat("scoring the token at position %d: %s",
-                                                   position, logprob.status().message()));
-      }
-      if (callbacks.on_scored) callbacks.on_scored(position, -static_cast<double>(*logprob));
-    }
-    carried.assign(logits.end() - vocab, logits.end());
     if (callbacks.on_piece) callbacks.on_piece(at + n);
   }
   return absl::OkStatus();

@@ -1,8 +1,9 @@
-// drt-ppl's scoring loop: a document appended to a session piece by piece
-// with Session::Append(all_logits), each token scored by the log-probability
-// the model gave it from the tokens before it (Sampler::LogProb, temperature
-// 1, over the whole vocabulary as the model outputs it). Only one piece's
-// logits are held at a time, plus the last row of the piece before.
+// drt-ppl's scoring loop: a document appended to a session piece by piece,
+// each piece a scored Session::Append (AppendOptions::score,
+// engine/token_scores.h, the server's prompt logprobs), so each token gets
+// the log-probability the model gave it from the tokens before it
+// (Sampler::LogProb's value: temperature 1, over the whole vocabulary as the
+// model outputs it). The engine holds one step's logits at a time.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,7 @@ struct ScoreCallbacks {
 // count from the document's start), in pieces of `piece` tokens.
 // INVALID_ARGUMENT, before appending anything, for piece < 1 or tokens the
 // session refuses (Session::ValidateTokens); FAILED_PRECONDITION for a
-// session that holds tokens; an Append's or LogProb's error (naming the
+// session that holds tokens; an Append's error (a scoring failure among them) (naming the
 // position) otherwise.
 absl::Status ScoreTokens(Session& session, absl::Span<const int32_t> tokens, int64_t piece,
                          const ScoreCallbacks& callbacks);
