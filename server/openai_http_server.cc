@@ -673,14 +673,20 @@ class OpenAiHttpServer::Server : public httplib::Server {
     }
     call->stream->WritesDone();
     // The first answer (after the prompt ran) decides the HTTP status: an
-    // error before it is a plain error response.
+    // error before it is a plain error response. The prompt's scores (echo)
+    // come during the prompt, so they are kept, not taken as that answer.
+    auto progress = std::make_shared<CompletionProgress>(*request);
     drt::v1::GenerateResponse first;
-    if (!call->stream->Read(&first)) {
+    bool answered = call->stream->Read(&first);
+    while (answered && first.has_prompt_logprobs()) {
+      progress->Take(first);
+      answered = call->stream->Read(&first);
+    }
+    if (!answered) {
       const grpc::Status status = call->Finish();
       return SendError(res, status.ok() ? absl::InternalError("Complete ended without an answer")
                                         : FromGrpc(status));
     }
-    auto progress = std::make_shared<CompletionProgress>(*request);
     if (!request->stream) {
       std::vector<std::string> texts(request->n);
       drt::v1::GenerateResponse response = first;
