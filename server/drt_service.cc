@@ -969,6 +969,15 @@ grpc::Status DrtService::CompleteStream(
         absl::StrFormat("n must be in [0, %d] (0 or 1: one choice), got %d", kMaxCompleteChoices,
                         request.n())));
   }
+  if (request.has_prompt_logprobs() &&
+      (request.prompt_logprobs() < 0 || request.prompt_logprobs() > kMaxTopLogprobs)) {
+    return Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrFormat("prompt_logprobs must be in [0, %d] (the top alternatives listed per "
+                        "token), got %d; nothing was run",
+                        kMaxTopLogprobs, request.prompt_logprobs())));
+  }
+  const bool prompt_only = request.prompt_only();
   const int32_t choices = std::max(1, request.n());
   // Each choice holds a session slot of its own for the whole call (the
   // prompt's session and n - 1 forks): more choices than --max_sessions
@@ -1001,6 +1010,15 @@ grpc::Status DrtService::CompleteStream(
 
   PromptIngest ingest(context, **entry, *model_.tokenizer, model_.config().enc_chunk_size,
                       *sessions_, *scheduler_, metrics_);
+  if (request.has_prompt_logprobs()) {
+    // Written as they come, during the ingest: all before the first piece,
+    // once whatever n (the prompt is ingested once, before the forks).
+    ingest.set_scoring(request.prompt_logprobs(), [&](const drt::v1::PromptLogprobs& scores) {
+      drt::v1::GenerateResponse event;
+      *event.mutable_prompt_logprobs() = scores;
+      stream->Write(event);
+    });
+  }
   absl::Status status;
   int64_t message_index = 0;
   do {
@@ -1026,6 +1044,20 @@ grpc::Status DrtService::CompleteStream(
   drt::v1::GenerateTimings timings;
   timings.set_prefill_seconds(ingest.engine_seconds());
   timings.set_prompt_tokens(ingest.ingested());
+  if (prompt_only) {
+    // Nothing generated: each choice's done (no forks needed), then the
+    // call's session goes with `cleanup`.
+    for (int32_t i = 0; i < choices; ++i) {
+      drt::v1::GenerateResponse done;
+      done.mutable_done()->set_finish_reason(drt::v1::FINISH_REASON_LENGTH);
+      done.mutable_done()->set_session_id((*entry)->id());
+      done.mutable_done()->set_session_tokens((*entry)->tokens());
+      done.mutable_done()->set_choice(i);
+      *done.mutable_done()->mutable_timings() = timings;
+      if (!stream->Write(done)) break;
+    }
+    return Finish(grpc::Status::OK);
+  }
   if (choices > 1) {
     std::vector<std::shared_ptr<SessionEntry>> entries = {*entry};
     for (int32_t i = 1; i < choices; ++i) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/sampler.h"
 #include "nlohmann/json.hpp"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 #include "server/status_util.h"
 
@@ -151,9 +152,6 @@ absl::Status RefuseUnsupported(const Json& body) {
   if (const Json* v = field("best_of");
       v != nullptr && !is_one(*v)) {
     return FieldError("best_of", absl::StrCat("best_of is not supported (only 1), got ", Dump(*v)));
-  }
-  if (const Json* v = field("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
-    return FieldError("echo", "echo is not supported (send false or leave it out)");
   }
   if (const Json* v = field("suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
     return FieldError("suffix", "suffix is not supported (insertion needs a model trained for it)");
@@ -394,11 +392,18 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
   CompletionRequest out;
   if (absl::Status s = ParsePrompt(body, out); !s.ok()) return s;
   if (absl::Status s = RefuseUnsupported(body); !s.ok()) return s;
+  if (!IsNull(body, "echo")) {
+    auto b = BoolField(body["echo"], "echo");
+    if (!b.ok()) return b.status();
+    out.echo = *b;
+  }
   out.generate.set_max_tokens(kOpenAiDefaultMaxTokens);
   if (!IsNull(body, "max_tokens")) {
-    auto n = IntField(body["max_tokens"], "max_tokens", 1, kMaxTokens);
+    // 0 only with echo: the prompt's text and scores, nothing generated.
+    auto n = IntField(body["max_tokens"], "max_tokens", out.echo ? 0 : 1, kMaxTokens);
     if (!n.ok()) return n.status();
     out.generate.set_max_tokens(static_cast<int32_t>(*n));
+    out.prompt_only = *n == 0;
   }
   if (absl::Status s = ParseSampling(body, out); !s.ok()) return s;
   if (absl::Status s = ParseSamplingControls(body, out); !s.ok()) return s;
@@ -463,6 +468,17 @@ std::vector<drt::v1::CompleteRequest> CompleteMessages(const CompletionRequest& 
   std::vector<drt::v1::CompleteRequest> messages(1);
   *messages[0].mutable_generate() = request.generate;
   if (request.n > 1) messages[0].set_n(request.n);
+  if (request.echo) {
+    // The prompt's scores for its logprobs entries; a token-id prompt's
+    // text comes from them too (their token_bytes, listed with at least 1
+    // alternative), so it is scored even without logprobs.
+    if (request.logprobs.has_value()) {
+      messages[0].set_prompt_logprobs(std::max<int32_t>(1, *request.logprobs));
+    } else if (request.prompt_is_ids) {
+      messages[0].set_prompt_logprobs(1);
+    }
+    messages[0].set_prompt_only(request.prompt_only);
+  }
   if (request.prompt_is_ids) {
     for (size_t at = 0; at < request.prompt_ids.size(); at += kPromptPieceIds) {
       const size_t n = std::min(kPromptPieceIds, request.prompt_ids.size() - at);
@@ -542,13 +558,18 @@ OJson LogprobsJson(const ChoiceLogprobs& entries) {
         offsets = OJson::array();
   for (const TokenLogprobEntry& entry : entries) {
     tokens.push_back(entry.token);
+    offsets.push_back(entry.text_offset);
+    if (entry.unscored) {
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
     token_logprobs.push_back(entry.logprob);
     OJson alternatives = OJson::object();
     for (const auto& [text, logprob] : entry.top) {
       if (!alternatives.contains(text)) alternatives[text] = logprob;
     }
     top.push_back(std::move(alternatives));
-    offsets.push_back(entry.text_offset);
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(token_logprobs)},
@@ -640,6 +661,47 @@ absl::Status LogprobsCollector::Add(const drt::v1::GeneratedPiece& piece) {
     pending_.push_back(std::move(entry));
   }
   return absl::OkStatus();
+}
+
+absl::Status LogprobsCollector::AddPrompt(const drt::v1::PromptLogprobs& scores) {
+  const int tokens = scores.token_ids_size();
+  if (scores.logprobs_size() != tokens || scores.top_logprobs_size() != tokens) {
+    return absl::InternalError(absl::StrCat(
+        "Complete sent prompt scores of ", tokens, " tokens with ", scores.logprobs_size(),
+        " logprobs and ", scores.top_logprobs_size(), " top_logprobs"));
+  }
+  for (int i = 0; i < tokens; ++i) {
+    const drt::v1::TokenTopLogprobs& top = scores.top_logprobs(i);
+    TokenLogprobEntry entry;
+    entry.token = OpenAiTokenText(top.token_bytes());
+    entry.text_offset = Advance(top.token_bytes());
+    entry.logprob = scores.logprobs(i);
+    if (std::isnan(entry.logprob)) {
+      entry.unscored = true;
+      pending_.push_back(std::move(entry));
+      continue;
+    }
+    bool chosen_listed = false;
+    for (int j = 0; j < std::min(top_, top.alternatives_size()); ++j) {
+      const drt::v1::TokenLogprob& alternative = top.alternatives(j);
+      entry.top.emplace_back(OpenAiTokenText(alternative.token_bytes()), alternative.logprob());
+      chosen_listed |= alternative.token_id() == scores.token_ids(i);
+    }
+    if (!chosen_listed) entry.top.emplace_back(entry.token, entry.logprob);
+    pending_.push_back(std::move(entry));
+  }
+  return absl::OkStatus();
+}
+
+std::string PromptText(const std::vector<drt::v1::PromptLogprobs>& scores) {
+  Utf8Streamer utf8;
+  std::string text;
+  for (const drt::v1::PromptLogprobs& event : scores) {
+    for (const drt::v1::TokenTopLogprobs& top : event.top_logprobs()) {
+      text += utf8.Push(top.token_bytes());
+    }
+  }
+  return text + utf8.Flush();
 }
 
 int64_t LogprobsCollector::Advance(absl::string_view bytes) {

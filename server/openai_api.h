@@ -68,6 +68,13 @@ struct CompletionRequest {
   // `n`: choices from the one prompt, 1 to kMaxCompleteChoices
   // (CompleteRequest.n: the prompt is ingested once and forked).
   int32_t n = 1;
+  // `echo`: each choice's text starts with the prompt's, and with
+  // `logprobs` its entries start with the prompt tokens' (Complete's
+  // prompt_logprobs). `max_tokens` 0 is allowed only with it: then
+  // nothing is generated (prompt_only), lm-evaluation-harness's
+  // loglikelihood request.
+  bool echo = false;
+  bool prompt_only = false;
 };
 
 // Parses a /v1/completions body. INVALID_ARGUMENT for JSON that does not
@@ -115,6 +122,9 @@ std::string FinishReasonName(drt::v1::FinishReason reason);
 struct TokenLogprobEntry {
   std::string token;  // OpenAiTokenText of its bytes
   float logprob = 0;
+  // A prompt token with no score (the prompt's first: nothing before it):
+  // its token_logprob and top_logprobs are null, as OpenAI's.
+  bool unscored = false;
   // The top alternatives, best first, then the chosen token if it is not
   // among them (OpenAI: "up to logprobs+1 elements"); a text already listed
   // keeps its first (best) entry, since the JSON object is keyed by text.
@@ -143,6 +153,10 @@ class LogprobsCollector {
   // INTERNAL when the piece lacks a token's logprob or alternatives (the
   // service did not send what was asked).
   absl::Status Add(const drt::v1::GeneratedPiece& piece);
+  // The prompt's tokens (echo), before any piece: one entry per token, from
+  // the event's top_logprobs (its token's bytes and alternatives); INTERNAL
+  // when the event lacks them.
+  absl::Status AddPrompt(const drt::v1::PromptLogprobs& scores);
   // The entries added since the last Take (streaming sends each with the
   // next chunk), or all of them for a non-streamed answer.
   ChoiceLogprobs Take();
@@ -161,6 +175,11 @@ class LogprobsCollector {
   std::string held_;        // a truncated character's bytes, read with the next token's
   ChoiceLogprobs pending_;
 };
+
+// The text of a token-id prompt for echo: its tokens' bytes (the
+// scores' top_logprobs token_bytes, in order) as UTF-8, invalid bytes and
+// a character cut at the end as U+FFFD (as Complete's pieces spell text).
+std::string PromptText(const std::vector<drt::v1::PromptLogprobs>& scores);
 
 // What every answer object of one completion shares.
 struct CompletionHeader {

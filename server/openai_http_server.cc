@@ -152,6 +152,7 @@ struct ChoiceProgress {
   // Every generated token is listed, the one that completed a stop string
   // too (as usage counts it), though the text leaves that string out.
   std::optional<LogprobsCollector> logprobs;
+  bool echoed = false;  // with echo: the prompt went with this choice's first text
 
   std::string finish_reason() const {
     return cutter.stopped() ? "stop" : FinishReasonName(done->finish_reason());
@@ -167,8 +168,18 @@ struct ChoiceProgress {
 // choice when n > 1).
 struct CompletionProgress {
   explicit CompletionProgress(const CompletionRequest& request)
-      : choices(request.n, ChoiceProgress(request)) {}
+      : choices(request.n, ChoiceProgress(request)),
+        echo(request.echo),
+        prompt_is_ids(request.prompt_is_ids),
+        prompt_text(request.echo && !request.prompt_is_ids ? request.prompt_text : "") {}
   std::vector<ChoiceProgress> choices;
+  // echo: the prompt's text (a text prompt's as sent; a token-id prompt's
+  // from its scores) starts each choice's text, and its scores' entries
+  // each choice's logprobs; the scores all come before any piece.
+  bool echo;
+  bool prompt_is_ids;
+  std::string prompt_text;
+  std::vector<drt::v1::PromptLogprobs> prompt_scores;
   int32_t done_count = 0;
   absl::Status status;  // the first message refused (a choice out of range, logprobs short)
 
@@ -181,6 +192,10 @@ struct CompletionProgress {
   };
   std::optional<Taken> Take(const drt::v1::GenerateResponse& response) {
     if (!status.ok()) return std::nullopt;
+    if (response.has_prompt_logprobs()) {
+      prompt_scores.push_back(response.prompt_logprobs());
+      return std::nullopt;
+    }
     const int32_t index = response.has_piece()  ? response.piece().choice()
                           : response.has_done() ? response.done().choice()
                                                 : 0;
@@ -190,12 +205,24 @@ struct CompletionProgress {
       return std::nullopt;
     }
     ChoiceProgress& choice = choices[index];
+    std::string echo_text;
+    if (echo && !choice.echoed) {
+      choice.echoed = true;
+      if (prompt_is_ids && prompt_text.empty()) prompt_text = PromptText(prompt_scores);
+      echo_text = prompt_text;
+      if (choice.logprobs.has_value()) {
+        for (const drt::v1::PromptLogprobs& scores : prompt_scores) {
+          status = choice.logprobs->AddPrompt(scores);
+          if (!status.ok()) return std::nullopt;
+        }
+      }
+    }
     if (response.has_piece()) {
       if (choice.logprobs.has_value()) {
         status = choice.logprobs->Add(response.piece());
         if (!status.ok()) return std::nullopt;
       }
-      return Taken{index, choice.cutter.Push(response.piece().text())};
+      return Taken{index, echo_text + choice.cutter.Push(response.piece().text())};
     }
     if (response.has_done()) {
       if (choice.done.has_value()) {
@@ -204,7 +231,7 @@ struct CompletionProgress {
       }
       choice.done = response.done();
       ++done_count;
-      return Taken{index, choice.cutter.Finish()};
+      return Taken{index, echo_text + choice.cutter.Finish()};
     }
     return std::nullopt;
   }
@@ -691,14 +718,20 @@ class OpenAiHttpServer::Server : public httplib::Server {
     }
     call->stream->WritesDone();
     // The first answer (after the prompt ran) decides the HTTP status: an
-    // error before it is a plain error response.
+    // error before it is a plain error response. The prompt's scores (echo)
+    // come during the prompt, so they are kept, not taken as that answer.
+    auto progress = std::make_shared<CompletionProgress>(*request);
     drt::v1::GenerateResponse first;
-    if (!call->stream->Read(&first)) {
+    bool answered = call->stream->Read(&first);
+    while (answered && first.has_prompt_logprobs()) {
+      progress->Take(first);
+      answered = call->stream->Read(&first);
+    }
+    if (!answered) {
       const grpc::Status status = call->Finish();
       return SendError(res, status.ok() ? absl::InternalError("Complete ended without an answer")
                                         : FromGrpc(status));
     }
-    auto progress = std::make_shared<CompletionProgress>(*request);
     if (!request->stream) {
       std::vector<std::string> texts(request->n);
       drt::v1::GenerateResponse response = first;

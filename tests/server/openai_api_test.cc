@@ -191,7 +191,11 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
       {R"({"prompt":"x","logprobs":21})", "logprobs"},
       {R"({"prompt":"x","logprobs":true})", "logprobs"},
       {R"({"prompt":"x","logprobs":2.5})", "logprobs"},
-      {R"({"prompt":"x","echo":true})", "echo"},
+      {R"({"prompt":"x","echo":"yes"})", "echo"},
+      // max_tokens 0 only with echo (the prompt's scores, nothing generated).
+      {R"({"prompt":"x","max_tokens":0})", "max_tokens"},
+      {R"({"prompt":"x","echo":false,"max_tokens":0})", "max_tokens"},
+      {R"({"prompt":"x","echo":true,"max_tokens":-1})", "max_tokens"},
       {R"({"prompt":"x","suffix":"end"})", "suffix"},
       {R"({"prompt":"x","logit_bias":{"5":100.5}})", "logit_bias"},
       {R"({"prompt":"x","logit_bias":{"5":"10"}})", "logit_bias"},

@@ -737,10 +737,10 @@ TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
   CHECK(error_of(bad_json)["type"] == "invalid_request_error");
   CHECK(std::string(error_of(bad_json)["message"]).find("not valid JSON") != std::string::npos);
 
-  auto refused = server.Post({{"prompt", "x"}, {"echo", true}});
+  auto refused = server.Post({{"prompt", "x"}, {"suffix", "y"}});
   REQUIRE(refused);
   CHECK(refused->status == 400);
-  CHECK(error_of(refused)["param"] == "echo");
+  CHECK(error_of(refused)["param"] == "suffix");
 
   auto wrong_model = server.Post({{"prompt", "x"}, {"model", "gpt-4"}});
   REQUIRE(wrong_model);
@@ -876,9 +876,9 @@ TEST_CASE("openai http: the bearer token applies", "[openai][server]") {
     REQUIRE(wrong_model);
     CHECK(wrong_model->status == (authorised ? 404 : 401));
     CHECK((wrong_model->body.find("two_groups") != std::string::npos) == authorised);
-    auto echo = server.Post({{"prompt", "a"}, {"echo", true}}, headers);
-    REQUIRE(echo);
-    CHECK(echo->status == (authorised ? 400 : 401));
+    auto suffix = server.Post({{"prompt", "a"}, {"suffix", "b"}}, headers);
+    REQUIRE(suffix);
+    CHECK(suffix->status == (authorised ? 400 : 401));
     auto deep = server.client->Post("/v1/completions", headers, too_deep, "application/json");
     REQUIRE(deep);
     CHECK(deep->status == (authorised ? 400 : 401));
