@@ -332,7 +332,12 @@ class PromptIngest {
           logprob_sum_ += score.logprob;
         }
         if (on_scores_) {
-          on_scores_(PromptLogprobsProto(scores, scores_sent_, *score_top_, tokenizer_));
+          // Split into bounded events (server/prompt_logprobs.h): a batch
+          // holds every score the engine made while this thread was writing.
+          for (const drt::v1::PromptLogprobs& event :
+               PromptLogprobsEvents(scores, scores_sent_, *score_top_, tokenizer_)) {
+            on_scores_(event);
+          }
         }
         scores_sent_ += static_cast<int64_t>(scores.size());
       };
@@ -602,6 +607,15 @@ grpc::Status DrtService::AppendStream(
       // Nothing of the message is kept; the earlier ones are, whole (their
       // held-back last word too), as when a message does not parse.
       status = ingest.KeepEarlier(status);
+      break;
+    }
+    if (message_index > 0 && request.has_prompt_logprobs()) {
+      // The first message decides whether the call is scored (the proto:
+      // "First message only"); a later one asking is refused, not ignored.
+      status = ingest.KeepEarlier(absl::InvalidArgumentError(absl::StrFormat(
+          "message %d sets prompt_logprobs, which only the first message of an Append may "
+          "set; nothing of message %d was appended",
+          message_index, message_index)));
       break;
     }
     status = ingest.AddMessage(request, message_index);

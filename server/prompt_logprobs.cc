@@ -4,15 +4,25 @@
 
 namespace drt::server {
 
-drt::v1::PromptLogprobs PromptLogprobsProto(const std::vector<TokenScore>& scores, int64_t first,
-                                            int32_t top, const Tokenizer& tokenizer) {
-  drt::v1::PromptLogprobs out;
-  out.set_first_token_index(first);
+std::vector<drt::v1::PromptLogprobs> PromptLogprobsEvents(const std::vector<TokenScore>& scores,
+                                                          int64_t first, int32_t top,
+                                                          const Tokenizer& tokenizer) {
+  std::vector<drt::v1::PromptLogprobs> events;
+  drt::v1::PromptLogprobs* out = nullptr;
+  int64_t bytes = 0;  // of *out, an upper bound
   for (const TokenScore& score : scores) {
-    out.add_token_ids(score.token);
-    out.add_logprobs(score.scored ? score.logprob : std::numeric_limits<float>::quiet_NaN());
+    if (out == nullptr || out->token_ids_size() >= kMaxPromptLogprobsEventTokens ||
+        bytes >= kMaxPromptLogprobsEventBytes) {
+      out = &events.emplace_back();
+      out->set_first_token_index(first);
+      bytes = 16;  // first_token_index and the packed fields' tags and lengths
+    }
+    ++first;
+    out->add_token_ids(score.token);
+    out->add_logprobs(score.scored ? score.logprob : std::numeric_limits<float>::quiet_NaN());
+    bytes += 5 + 4;  // the id (a non-negative int32 varint) and the float
     if (top <= 0) continue;
-    drt::v1::TokenTopLogprobs* alternatives = out.add_top_logprobs();
+    drt::v1::TokenTopLogprobs* alternatives = out->add_top_logprobs();
     // An id the tokenizer has no text for gets empty bytes (as generated tokens).
     alternatives->set_token_bytes(tokenizer.Decode({score.token}).value_or(""));
     for (const TokenLogProb& alternative : score.top) {
@@ -21,8 +31,9 @@ drt::v1::PromptLogprobs PromptLogprobsProto(const std::vector<TokenScore>& score
       entry->set_logprob(alternative.logprob);
       entry->set_token_bytes(tokenizer.Decode({alternative.token}).value_or(""));
     }
+    bytes += 6 + static_cast<int64_t>(alternatives->ByteSizeLong());  // with tag and length
   }
-  return out;
+  return events;
 }
 
 }  // namespace drt::server

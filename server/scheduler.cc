@@ -180,6 +180,9 @@ WorkResult Scheduler::Run(const WorkItem& item) {
                                   std::make_move_iterator(queued.scores.begin() + count));
     queued.scores.erase(queued.scores.begin(), queued.scores.begin() + count);
     queued.scores_delivered += count;
+    // The engine may be waiting for this item's scores to be taken
+    // (max_undelivered_scores): it goes on while they are written.
+    work_ready_.notify_all();
     lock.unlock();
     item.on_scores(std::move(batch));
     lock.lock();
@@ -346,6 +349,7 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   for (Queued* item : queue_) {
     if (left == 0) break;
     if (item->item->kind != WorkKind::kDecode) continue;
+    if (WaitsForScoreCallerLocked(*item)) continue;
     if (!in_step.insert(item->item->entry).second) continue;
     const int64_t count = std::min(item->remaining(), left);
     plan.push_back(Planned::Next(item, count));
@@ -361,7 +365,8 @@ std::vector<Scheduler::Planned> Scheduler::FormStepLocked(StepRecord& record) {
   // prefill does, but for kClosingStretchMaxWaitSteps steps at most: below).
   std::vector<Queued*> prefill;  // every prefill item of the step
   for (Queued* item : queue_) {
-    if (item->item->kind == WorkKind::kPrefill && in_step.insert(item->item->entry).second) {
+    if (item->item->kind == WorkKind::kPrefill && !WaitsForScoreCallerLocked(*item) &&
+        in_step.insert(item->item->entry).second) {
       prefill.push_back(item);
     }
   }
@@ -479,12 +484,20 @@ Scheduler::Planned Scheduler::PrefillPiece(Queued* item, int64_t count) const {
   return piece;
 }
 
+bool Scheduler::WaitsForScoreCallerLocked(const Queued& item) const {
+  return item.item->score_top_logprobs.has_value() && item.item->on_scores &&
+         item.acknowledged - item.scores_delivered >= std::max<int64_t>(1, options_.max_undelivered_scores);
+}
+
 bool Scheduler::PredictedLowerOnly(const Planned& piece) const {
   // RunStep's test (engine/batch_step.cc, LowerOnlyTokens) counts positions,
   // landmarks included, so at least as many as tokens: a piece with more
   // than the reach in tokens following lies more than the reach before its
   // entry's end. (It may still run every layer: an entry with a retrieval
   // observer never skips. The budget then learns from what ran.)
+  // A scored item's piece asks for its logits, so every row runs every layer
+  // (RunStep's all_logits): never lower-only, whatever follows it.
+  if (piece.queued->item->score_top_logprobs.has_value()) return false;
   return backend_.runs_mixed_lower_only_forwards() &&
          piece.tokens_following > backend_.upper_layer_reach();
 }
@@ -510,7 +523,13 @@ int64_t Scheduler::TokensFollowing(const Queued& item, int64_t count) const {
 void Scheduler::EngineLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    // A scored item waiting for its caller to take its scores does not wake
+    // the engine (it would form empty steps); its caller's delivery does.
+    work_ready_.wait(lock, [&] {
+      return stopping_ || std::any_of(queue_.begin(), queue_.end(), [&](const Queued* q) {
+               return !WaitsForScoreCallerLocked(*q);
+             });
+    });
     // Generating sessions are between two tokens: let them rejoin first
     // (each for at most decode_resubmit_wait after its last item ended, so
     // a stalled handler is not waited for at all).
@@ -595,12 +614,15 @@ void Scheduler::EngineLoop() {
       }
       // Scored pieces become scores here, on the engine thread, and their
       // logits go (docs/api.md, "Prompt logprobs": why here and its cost).
+      // A scoring failure (non-finite logits) fails the item once the step
+      // is noted and written: its tokens were applied and its state is as
+      // whole as the step left it, so it is not marked otherwise.
+      std::vector<absl::Status> score_failures(running.size());
       for (size_t i = 0; i < running.size(); ++i) {
         Planned& piece = *running[i];
         if (entries[i].all_logits == nullptr || !results[i].ok()) continue;
-        absl::Status scored = piece.queued->scorer->Score(
+        score_failures[i] = piece.queued->scorer->Score(
             entries[i].tokens, piece.logits, piece.session->config().vocab_size, &piece.scores);
-        if (!scored.ok()) results[i] = scored;
         std::vector<float>().swap(piece.logits);
       }
       // Which sessions owe a write now (SessionEntry::NoteStep); they are
@@ -636,6 +658,9 @@ void Scheduler::EngineLoop() {
       const std::vector<absl::Status> written =
           RunConcurrently(writes, options_.concurrent_writes);
       for (size_t k = 0; k < writers.size(); ++k) results[writers[k]] = written[k];
+      for (size_t i = 0; i < running.size(); ++i) {
+        if (results[i].ok()) results[i] = score_failures[i];
+      }
       for (size_t i = 0; i < running.size(); ++i) {
         // A session deleted during the step goes to its caller to free
         // (Run), once the step's results are delivered.

@@ -155,6 +155,10 @@ constexpr int64_t kDefaultDecodeStallAfterMs = 200;
 // upper-layer reach, a few hundred positions, rounded up to a forward) cost
 // a few percent of a stretch.
 constexpr int64_t kDefaultDurableAckTokens = 32768;
+// SchedulerOptions::max_undelivered_scores: 8192 tokens' scores at top 20
+// hold about 8192 * 200 B = 1.6 MB per scored item (TokenScore and its 20
+// alternatives), and are 16 events of at most 512 tokens to write.
+constexpr int64_t kDefaultMaxUndeliveredScores = 8192;
 
 // A stopped item's closing stretch (below, "Prefill rows skip the upper
 // layers") that the decode-step allowance gave no tokens for this many steps
@@ -281,6 +285,13 @@ struct SchedulerOptions {
   // held only in memory) to a stretch plus a step. <= 0: a durable session
   // never skips (every step written, as with skip_upper_layers off).
   int64_t durable_ack_tokens = kDefaultDurableAckTokens;
+  // A scored item (WorkItem::score_top_logprobs) gets no piece of a step
+  // while this many scores or more of its acknowledged tokens wait for its
+  // caller to take them (its handler is writing to a slow client): the
+  // engine, not the caller, waits, so the scores held for an item stay
+  // below this plus a step's and a durable stretch's tokens, whatever the
+  // message size (back-pressure; the other items run on). >= 1.
+  int64_t max_undelivered_scores = kDefaultMaxUndeliveredScores;
   // Durable sessions of one step that owe a write (their Append stretches
   // end in it) are written at once, one thread each, and the step's results
   // are delivered once all are written (group commit): the step costs one
@@ -393,6 +404,9 @@ class Scheduler {
   // Under mutex_: generating sessions whose handlers are not stalled at `now`.
   int64_t ActiveGeneratingLocked(TimePoint now) const;
   bool QueuedLocked(const SessionEntry* entry) const;
+  // A scored item whose caller has not yet taken max_undelivered_scores or
+  // more scores of acknowledged tokens: it gets no piece until it has.
+  bool WaitsForScoreCallerLocked(const Queued& item) const;
 
   Backend& backend_;
   const int64_t step_tokens_;

@@ -1448,6 +1448,11 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_count_only) && !absl::GetFlag(FLAGS_tokenize)) {
     Die("--count_only goes with --tokenize");
   }
+  // Checked here, before any session is created: the server would refuse it
+  // only after the client made one.
+  if (const int32_t top = absl::GetFlag(FLAGS_prompt_logprobs); top < -1 || top > 20) {
+    Die(absl::StrCat("--prompt_logprobs must be in [0, 20] or -1 (off), got ", top));
+  }
   if (!absl::GetFlag(FLAGS_prompt_file).empty() && !absl::GetFlag(FLAGS_token_ids).empty()) {
     Die("--prompt_file and --token_ids exclude each other");
   }

@@ -79,6 +79,23 @@ TEST_CASE("every binary: an unknown flag still fails with status 1", "[cli]") {
   }
 }
 
+TEST_CASE("drt-client refuses --prompt_logprobs outside [0, 20] before it contacts a server",
+          "[cli][client][score]") {
+  // No server listens on port 1: a client that got as far as CreateSession
+  // (where it used to learn of the range, from the server's refusal, after
+  // making a session) would fail on the connection instead.
+  for (const char* top : {"21", "-2"}) {
+    INFO(top);
+    const ProgramRun run =
+        RunProgram(drt::testing::ClientBinary(),
+                   {"--server=127.0.0.1:1", "--retry_seconds=0",
+                    std::string("--prompt_logprobs=") + top});
+    CHECK(run.exit_status == 1);
+    CHECK_THAT(run.errors, Contains("--prompt_logprobs must be in [0, 20] or -1 (off), got " +
+                                    std::string(top)));
+  }
+}
+
 TEST_CASE("drt-server --help says that sessions live in memory", "[cli]") {
   const ProgramRun run = RunProgram(drt::testing::ServerBinary(), {"--help"});
   CHECK_THAT(run.output, Contains("Sessions are held in memory"));

@@ -3,13 +3,17 @@
 // scored Session::Append of the same tokens (engine/token_scores.h, checked
 // there against a brute-force log-softmax), each event before the progress
 // covering it, the summary's count and sum, and refusal by name.
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "engine/session.h"
+#include "server/prompt_logprobs.h"
 #include "tests/server/test_util/grpc_harness.h"
 
 namespace drt::server {
@@ -134,6 +138,93 @@ TEST_CASE("Append refuses prompt_logprobs outside [0, 20] by name, appending not
   drt::v1::SessionInfo info;
   REQUIRE(server.stub().GetSession(&context, request, &info).ok());
   CHECK(info.tokens() == 0);
+}
+
+TEST_CASE("a scored Append read late: every event within the bound, all scored in order",
+          "[server][score]") {
+  // A client that reads nothing until the engine has run well ahead: its
+  // handler blocks writing, the scores made meanwhile reach it as one batch
+  // (at most SchedulerOptions::max_undelivered_scores plus a step), which
+  // must go out as events of at most kMaxPromptLogprobsEventTokens tokens.
+  // Before the split a batch was one event: over 4 MiB at top 20 past about
+  // 15K tokens (RESOURCE_EXHAUSTED on the client).
+  ServiceOptions options = SmallOptions();
+  options.step_tokens = 630;
+  // The handler's first progress write blocks 2 s (as a write to a client
+  // that does not read, which gRPC's buffering hides for a few MB): the
+  // engine runs ahead meanwhile, and the next batch holds its scores.
+  std::atomic<int> progress_calls{0};
+  options.before_progress_for_test = [&] {
+    if (progress_calls++ == 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+  };
+  InProcessServer server(options);
+  const std::string id = NewSession(server.stub());
+  const std::vector<int32_t> tokens = RandomTokens(20000, 85);
+  grpc::ClientContext context;
+  auto stream = server.stub().Append(&context);
+  drt::v1::AppendRequest request;
+  request.set_session_id(id);
+  request.set_prompt_logprobs(20);
+  *request.mutable_tokens()->mutable_ids() = {tokens.begin(), tokens.end()};
+  REQUIRE(stream->Write(request));
+  stream->WritesDone();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  std::vector<int32_t> ids;
+  size_t events = 0, largest_tokens = 0, largest_bytes = 0;
+  drt::v1::AppendResponse response;
+  std::optional<drt::v1::AppendSummary> summary;
+  while (stream->Read(&response)) {
+    if (response.has_summary()) summary = response.summary();
+    if (!response.has_prompt_logprobs()) continue;
+    const drt::v1::PromptLogprobs& event = response.prompt_logprobs();
+    ++events;
+    CHECK(event.first_token_index() == static_cast<int64_t>(ids.size()));
+    ids.insert(ids.end(), event.token_ids().begin(), event.token_ids().end());
+    largest_tokens = std::max<size_t>(largest_tokens, event.token_ids_size());
+    largest_bytes = std::max(largest_bytes, response.ByteSizeLong());
+  }
+  const grpc::Status status = stream->Finish();
+  INFO(status.error_message() << "; " << events << " events, largest " << largest_tokens
+                              << " tokens, " << largest_bytes << " bytes");
+  REQUIRE(status.ok());
+  CHECK(ids == tokens);
+  CHECK(largest_tokens <= 512);  // kMaxPromptLogprobsEventTokens
+  // 335 B a token at most here (byte tokens, server/prompt_logprobs.h).
+  CHECK(largest_bytes <= 512 * 335 + 64);
+  REQUIRE(summary.has_value());
+  CHECK(summary->scored_tokens() == static_cast<int64_t>(tokens.size()) - 1);
+}
+
+TEST_CASE("prompt_logprobs on a later Append message is refused by name; that message is not "
+          "appended, the earlier ones are",
+          "[server][score]") {
+  InProcessServer server;
+  const std::string id = NewSession(server.stub());
+  const std::vector<int32_t> first = RandomTokens(60, 86), second = RandomTokens(50, 87);
+  grpc::ClientContext context;
+  auto stream = server.stub().Append(&context);
+  drt::v1::AppendRequest request;
+  request.set_session_id(id);
+  *request.mutable_tokens()->mutable_ids() = {first.begin(), first.end()};
+  REQUIRE(stream->Write(request));
+  request.Clear();
+  request.set_prompt_logprobs(2);
+  *request.mutable_tokens()->mutable_ids() = {second.begin(), second.end()};
+  stream->Write(request);
+  stream->WritesDone();
+  drt::v1::AppendResponse response;
+  bool scores_sent = false;
+  while (stream->Read(&response)) scores_sent |= response.has_prompt_logprobs();
+  const grpc::Status status = stream->Finish();
+  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(status.error_message(), Contains("message 1 sets prompt_logprobs"));
+  CHECK_FALSE(scores_sent);
+  grpc::ClientContext info_context;
+  drt::v1::GetSessionRequest info_request;
+  info_request.set_session_id(id);
+  drt::v1::SessionInfo info;
+  REQUIRE(server.stub().GetSession(&info_context, info_request, &info).ok());
+  CHECK(info.tokens() == static_cast<int64_t>(first.size()));
 }
 
 }  // namespace
