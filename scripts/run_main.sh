@@ -18,10 +18,12 @@ cd "$(dirname "$0")/.."
 # The generated haystack and its pass-key check, unless the arguments bring
 # a prompt of their own (the client refuses --haystack-tokens and
 # --require-passkey beside one, naming flags the user never passed). The
-# patterns take argparse's unambiguous prefixes too (--prompt, --token-i).
+# patterns take --prompt (the client's alias), --prompt-file's unambiguous
+# prefixes (--prompt-f) and --token-ids' (--token-i), but not
+# --prompt-logprobs or --print-logprobs, which score the haystack.
 own_prompt=
 for arg in "$@"; do
-  case "$arg" in --pr*|--token-*) own_prompt=$arg ;; esac
+  case "$arg" in --prompt|--prompt=*|--prompt-f*|--token-*) own_prompt=$arg ;; esac
 done
 haystack=(--haystack-tokens "${PROMPT_TOKENS:-100000}")
 require=(--require-passkey --stop .)  # the answer is " 12345."

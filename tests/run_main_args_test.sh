@@ -92,8 +92,11 @@ run=(bash scripts/run_main.sh "--prompt-file=$tmp/book.txt")
 check "--prompt-file=FILE: the same" 0 "arguments accepted" "--prompt-file=" "haystack|require-passkey"
 run=(bash scripts/run_main.sh --token-ids "$tmp/ids.txt")
 check "--token-ids: the same" 0 "arguments accepted" "--token-ids" "haystack|require-passkey"
+run=(bash scripts/run_main.sh --prompt-logprobs 0)
+check "--prompt-logprobs (not a prompt): the haystack and its check stay" 0 "arguments accepted" \
+  "--haystack-tokens 100000 .*--require-passkey .*--prompt-logprobs 0" ""
 run=(bash scripts/run_main.sh --prompt "$tmp/book.txt")
-check "--prompt (argparse's prefix of --prompt-file): the same" 0 "arguments accepted" "--prompt " \
+check "--prompt (the client's alias of --prompt-file): the same" 0 "arguments accepted" "--prompt " \
   "haystack|require-passkey"
 run=(env PROMPT_TOKENS=5000 bash scripts/run_main.sh --prompt-file "$tmp/book.txt")
 check "PROMPT_TOKENS with --prompt-file: refused, naming PROMPT_TOKENS, before the client runs" 2 \

@@ -216,7 +216,10 @@ def parse_args(argv=None):
 
     prompt = p.add_argument_group("prompt (default: a generated haystack)")
     source = prompt.add_mutually_exclusive_group()
-    source.add_argument("--prompt-file", metavar="FILE", help="UTF-8 text file to send as the prompt")
+    # --prompt: an explicit alias, since --prompt-logprobs made the prefix
+    # ambiguous and scripts/run_main.sh documents it.
+    source.add_argument("--prompt-file", "--prompt", dest="prompt_file", metavar="FILE",
+                        help="UTF-8 text file to send as the prompt (also --prompt)")
     source.add_argument("--token-ids", metavar="FILE", help="file of whitespace-separated token ids to send as the prompt")
     prompt.add_argument("--question", default="", help="text appended after --prompt-file or --token-ids")
     # The haystack's options default to None, so that one given with a
