@@ -563,13 +563,10 @@ grpc::Status DrtService::AppendStream(
     return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "the first Append message must set session_id"));
   }
-  if (request.has_prompt_logprobs() &&
-      (request.prompt_logprobs() < 0 || request.prompt_logprobs() > kMaxTopLogprobs)) {
-    return Finish(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrFormat("prompt_logprobs must be in [0, %d] (the top alternatives listed per "
-                        "token), got %d; nothing was appended",
-                        kMaxTopLogprobs, request.prompt_logprobs())));
+  if (absl::Status s = CheckPromptLogprobs(request.has_prompt_logprobs(),
+                                           request.prompt_logprobs(), "nothing was appended");
+      !s.ok()) {
+    return Finish(ToGrpc(s));
   }
   auto entry = sessions_->Find(request.session_id());
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
@@ -983,13 +980,10 @@ grpc::Status DrtService::CompleteStream(
         absl::StrFormat("n must be in [0, %d] (0 or 1: one choice), got %d", kMaxCompleteChoices,
                         request.n())));
   }
-  if (request.has_prompt_logprobs() &&
-      (request.prompt_logprobs() < 0 || request.prompt_logprobs() > kMaxTopLogprobs)) {
-    return Finish(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrFormat("prompt_logprobs must be in [0, %d] (the top alternatives listed per "
-                        "token), got %d; nothing was run",
-                        kMaxTopLogprobs, request.prompt_logprobs())));
+  if (absl::Status s = CheckPromptLogprobs(request.has_prompt_logprobs(),
+                                           request.prompt_logprobs(), "nothing was run");
+      !s.ok()) {
+    return Finish(ToGrpc(s));
   }
   const bool prompt_only = request.prompt_only();
   const int32_t choices = std::max(1, request.n());
@@ -1024,13 +1018,17 @@ grpc::Status DrtService::CompleteStream(
 
   PromptIngest ingest(context, **entry, *model_.tokenizer, model_.config().enc_chunk_size,
                       *sessions_, *scheduler_, metrics_);
+  // The prompt's scores, held until the whole prompt is in, then written,
+  // before the first piece and once whatever n (the prompt is ingested
+  // once, before the forks). Not written during the ingest: a client that
+  // writes its whole prompt before reading (the OpenAI adapter does, over
+  // the in-process channel) would block in its Write while this handler
+  // blocks in its Write of scores, both for good (review-echo E1). Append
+  // streams them, for documents of any length.
+  std::vector<drt::v1::PromptLogprobs> held_scores;
   if (request.has_prompt_logprobs()) {
-    // Written as they come, during the ingest: all before the first piece,
-    // once whatever n (the prompt is ingested once, before the forks).
     ingest.set_scoring(request.prompt_logprobs(), [&](const drt::v1::PromptLogprobs& scores) {
-      drt::v1::GenerateResponse event;
-      *event.mutable_prompt_logprobs() = scores;
-      stream->Write(event);
+      held_scores.push_back(scores);
     });
   }
   absl::Status status;
@@ -1055,6 +1053,14 @@ grpc::Status DrtService::CompleteStream(
                                "Complete needs a prompt: its messages brought no tokens (send "
                                "text, text_bytes or tokens in them)"));
   }
+  for (drt::v1::PromptLogprobs& scores : held_scores) {
+    drt::v1::GenerateResponse event;
+    *event.mutable_prompt_logprobs() = std::move(scores);
+    if (!stream->Write(event)) {
+      return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the Complete was cancelled"));
+    }
+  }
+  held_scores.clear();
   drt::v1::GenerateTimings timings;
   timings.set_prefill_seconds(ingest.engine_seconds());
   timings.set_prompt_tokens(ingest.ingested());

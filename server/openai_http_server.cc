@@ -652,6 +652,10 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // with "length", as before).
   bool RoomForMaxTokens(const httplib::Request& req, const CompletionRequest& request,
                         httplib::Response& res) {
+    // Echo with max_tokens 0 generates nothing and pads nothing (Complete's
+    // prompt_only): a prompt within the limit is all it needs, which the
+    // service checks as it ingests (review-echo E2).
+    if (request.prompt_only) return true;
     drt::v1::ModelInfo info;
     if (!ModelFacts(req, info, res)) return false;
     int64_t prompt_tokens = 0;

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "absl/strings/str_format.h"
+
 namespace drt::server {
 
 std::vector<drt::v1::PromptLogprobs> PromptLogprobsEvents(const std::vector<TokenScore>& scores,
@@ -34,6 +36,17 @@ std::vector<drt::v1::PromptLogprobs> PromptLogprobsEvents(const std::vector<Toke
     bytes += 6 + static_cast<int64_t>(alternatives->ByteSizeLong());  // with tag and length
   }
   return events;
+}
+
+absl::Status CheckPromptLogprobs(bool has_prompt_logprobs, int32_t prompt_logprobs,
+                                 std::string_view nothing_done) {
+  if (!has_prompt_logprobs || (prompt_logprobs >= 0 && prompt_logprobs <= kMaxTopLogprobs)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("prompt_logprobs must be in [0, %d] (the top alternatives listed per "
+                      "token), got %d; %s",
+                      kMaxTopLogprobs, prompt_logprobs, nothing_done));
 }
 
 }  // namespace drt::server

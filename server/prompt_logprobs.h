@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "drt/v1/drt.pb.h"
 #include "engine/token_scores.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -30,5 +32,11 @@ inline constexpr int64_t kMaxPromptLogprobsEventBytes = int64_t{1} << 20;
 std::vector<drt::v1::PromptLogprobs> PromptLogprobsEvents(const std::vector<TokenScore>& scores,
                                                           int64_t first, int32_t top,
                                                           const Tokenizer& tokenizer);
+
+// The range check of AppendRequest's and CompleteRequest's prompt_logprobs,
+// [0, kMaxTopLogprobs] when set: INVALID_ARGUMENT naming the field and
+// ending with `nothing_done` (what the refusal left undone), else OK.
+absl::Status CheckPromptLogprobs(bool has_prompt_logprobs, int32_t prompt_logprobs,
+                                 std::string_view nothing_done);
 
 }  // namespace drt::server

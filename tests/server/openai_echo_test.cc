@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/openai_api.h"
 #include "server/openai_http_server.h"
 #include "tests/server/test_util/grpc_harness.h"
 
@@ -218,6 +219,26 @@ TEST_CASE("openai echo: a text prompt starts each choice's text, streamed in the
   REQUIRE(refused);
   CHECK(refused->status == 400);
   CHECK(Json::parse(refused->body)["error"]["param"] == "max_tokens");
+}
+
+// A prompt over one Complete message (the adapter cuts id prompts every
+// kPromptPieceIds ids, CompleteMessages) with its scores asked for: the
+// adapter writes the whole prompt before it reads, so the service must not
+// write scores while the prompt streams in (review-echo E1: both sides blocked in Write, no
+// answer within the client's 120 s).
+TEST_CASE("openai echo: a prompt longer than one Complete message is scored and answered",
+          "[openai][server]") {
+  EchoServer server;
+  std::vector<int32_t> ids(kPromptPieceIds + 1000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = 'a' + static_cast<int32_t>(i % 26);
+  auto res = server.Post({{"prompt", ids}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 0}});
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json choice = Json::parse(res->body)["choices"][0];
+  CHECK(choice["logprobs"]["token_logprobs"].size() == ids.size());
+  CHECK(choice["logprobs"]["token_logprobs"][0].is_null());
+  CHECK(choice["logprobs"]["token_logprobs"][ids.size() - 1].is_number());
+  CHECK(choice["text"].get<std::string>().size() == ids.size());
 }
 
 }  // namespace

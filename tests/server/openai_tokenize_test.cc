@@ -274,6 +274,13 @@ TEST_CASE("openai http: the max_tokens check counts the padding to the chunk bou
   REQUIRE(longest);
   CHECK(longest->status == 200);
   CHECK(Json::parse(longest->body)["usage"]["completion_tokens"] == 37);
+  // Echo with max_tokens 0 generates and pads nothing (Complete's
+  // prompt_only): the same 70 tokens run (review-echo E2: refused as above).
+  auto echoed = api.Post("/v1/completions", {{"prompt", std::string(70, 'a')}, {"max_tokens", 0},
+                                             {"echo", true}});
+  REQUIRE(echoed);
+  CHECK(echoed->status == 200);
+  CHECK(Json::parse(echoed->body)["choices"][0]["text"] == std::string(70, 'a'));
 }
 
 TEST_CASE("openai http: an id prompt's own refusal comes before the max_tokens check",
