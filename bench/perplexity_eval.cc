@@ -42,8 +42,8 @@ ABSL_FLAG(bool, filler, false,
 ABSL_FLAG(int64_t, max_tokens, 0,
           "score only the first N tokens (0: the whole --text; at most 4G, as drt-niah's lengths)");
 ABSL_FLAG(int64_t, piece, 4096,
-          "tokens per Append; the logits held are piece x vocabulary floats (4096 x 258 "
-          "= 4 MB for a byte model, 4096 x 50257 = 0.8 GB for GPT-2's vocabulary)");
+          "tokens per Append (each a scored Append: the engine holds one step's logits at a "
+          "time, whatever the piece)");
 ABSL_FLAG(std::string, buckets, "",
           "bucket starts after 0, e.g. 1K,4K,16K (K = 1024, M = 1048576); default: powers of "
           "two from 1K, [0,1K), [1K,2K), [2K,4K), ... up to the document's length");

@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "server/session_manager.h"
+#include "tests/server/test_util/append_scores.h"
 #include "tests/server/test_util/check_status.h"
 #include "tests/server/test_util/grpc_harness.h"
 
@@ -34,22 +35,8 @@ struct Scores {
 
 // The reference: a scored Append of `prompt` into a new session.
 Scores AppendScores(drt::v1::Drt::Stub& stub, const std::vector<int32_t>& prompt, int32_t top) {
-  const std::string id = NewSession(stub);
-  grpc::ClientContext context;
-  auto stream = stub.Append(&context);
-  drt::v1::AppendRequest request;
-  request.set_session_id(id);
-  request.set_prompt_logprobs(top);
-  *request.mutable_tokens()->mutable_ids() = {prompt.begin(), prompt.end()};
-  stream->Write(request);
-  stream->WritesDone();
   Scores out;
-  drt::v1::AppendResponse response;
-  while (stream->Read(&response)) {
-    if (response.has_prompt_logprobs()) out.Add(response.prompt_logprobs());
-  }
-  REQUIRE(stream->Finish().ok());
-  REQUIRE(DeleteSession(stub, id).ok());
+  for (const drt::v1::PromptLogprobs& event : AppendScoreEvents(stub, prompt, top)) out.Add(event);
   return out;
 }
 

@@ -18,6 +18,7 @@
 
 #include "server/openai_api.h"
 #include "server/openai_http_server.h"
+#include "tests/server/test_util/append_scores.h"
 #include "tests/server/test_util/grpc_harness.h"
 
 namespace drt::server {
@@ -48,24 +49,13 @@ struct EchoServer {
 };
 
 // The reference: a gRPC Append of `ids` into a new session, scored with
-// `top` alternatives.
+// `top` alternatives, its events merged.
 drt::v1::PromptLogprobs AppendScores(drt::v1::Drt::Stub& stub, const std::vector<int32_t>& ids,
                                      int32_t top) {
-  const std::string id = testing::NewSession(stub);
-  grpc::ClientContext context;
-  auto stream = stub.Append(&context);
-  drt::v1::AppendRequest request;
-  request.set_session_id(id);
-  request.set_prompt_logprobs(top);
-  *request.mutable_tokens()->mutable_ids() = {ids.begin(), ids.end()};
-  stream->Write(request);
-  stream->WritesDone();
   drt::v1::PromptLogprobs all;
-  drt::v1::AppendResponse response;
-  while (stream->Read(&response)) {
-    if (response.has_prompt_logprobs()) all.MergeFrom(response.prompt_logprobs());
+  for (const drt::v1::PromptLogprobs& event : testing::AppendScoreEvents(stub, ids, top)) {
+    all.MergeFrom(event);
   }
-  REQUIRE(stream->Finish().ok());
   return all;
 }
 
