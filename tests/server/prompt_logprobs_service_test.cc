@@ -195,7 +195,7 @@ TEST_CASE("a scored Append read late: every event within the bound, all scored i
   CHECK(summary->scored_tokens() == static_cast<int64_t>(tokens.size()) - 1);
 }
 
-TEST_CASE("prompt_logprobs on a later Append message is refused by name; that message is not "
+TEST_CASE("prompt_logprobs on a later Append message is refused by name, and that message is not "
           "appended, the earlier ones are",
           "[server][score]") {
   InProcessServer server;
