@@ -1,7 +1,7 @@
-// Turns CUDA runtime and cuBLAS error codes into absl::Status.
+// Turns CUDA runtime error codes into absl::Status (cuBLAS's: CublasLibrary::Check,
+// kernels/cublas_library.h).
 #pragma once
 
-#include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
 #include <string_view>
@@ -12,8 +12,6 @@ namespace drt::kernels {
 
 // OK for cudaSuccess, else INTERNAL "what: <cudaGetErrorName>: <cudaGetErrorString>".
 absl::Status CudaStatus(cudaError_t err, std::string_view what);
-// OK for CUBLAS_STATUS_SUCCESS, else INTERNAL "what: <cublasGetStatusName>: <cublasGetStatusString>".
-absl::Status CublasStatus(cublasStatus_t st, std::string_view what);
 
 }  // namespace drt::kernels
 

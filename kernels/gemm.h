@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cublas_library.h"
 
 namespace drt::kernels {
 
@@ -44,9 +45,11 @@ class CublasGemm {
                       bool accumulate, cudaStream_t s);
 
  private:
-  CublasGemm(cublasHandle_t handle, void* workspace, size_t workspace_bytes);
+  CublasGemm(const CublasLibrary& lib, cublasHandle_t handle, void* workspace,
+             size_t workspace_bytes);
   void Release();
 
+  CublasLibrary lib_;  // the functions handle_ was made with
   cublasHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
