@@ -199,7 +199,8 @@ TEST_CASE("session defaults: bad min_p, penalties and logit_bias in CreateSessio
       {{0.f, 0, 0.f, 0.f, 0.f, {{300, 1.f}}},
        "logit_bias names token 300, outside the vocabulary [0, 300)"},
       {{0.f, 0, 0.f, 0.f, 0.f, {{-1, 1.f}}}, "logit_bias names token -1"},
-      {{0.f, 0, 0.f, 0.f, 0.f, {{299, 1.f}}}, "logit_bias names token 299, the landmark (chunk) id"},
+      {{0.f, 0, 0.f, 0.f, 0.f, {{299, 1.f}}},
+       "logit_bias names token 299, the landmark (chunk) id"},
       {{0.f, 0, 0.f, 0.f, 0.f, {{298, -1.f}}}, "logit_bias names token 298, the pad id"},
       {{0.f, 0, 0.f, 0.f, 0.f, many}, "logit_bias has 301 entries; at most 300"},
   };
