@@ -101,24 +101,6 @@ SamplingParams FromProto(const drt::v1::SamplingParams& p) {
   return s;
 }
 
-// CreateSession keeps temperature, top_k, top_p and seed as a session's
-// defaults; the later controls are per call: a session's settings are
-// written to its state file (docs/state_format.md), whose format does not
-// hold them, and a default that a restart dropped would change the text
-// silently.
-absl::Status CheckSessionDefaults(const drt::v1::SamplingParams& p) {
-  const char* field = p.min_p() != 0.f                ? "min_p"
-                      : p.presence_penalty() != 0.f   ? "presence_penalty"
-                      : p.frequency_penalty() != 0.f  ? "frequency_penalty"
-                      : !p.logit_bias().empty()       ? "logit_bias"
-                                                      : nullptr;
-  if (field == nullptr) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "CreateSession's sampling sets %s: a session keeps only temperature, top_k, top_p and "
-      "seed as defaults; send %s in each Generate's sampling instead",
-      field, field));
-}
-
 // Where one Append's or Complete's prompt pieces go: tokenizes text pieces
 // in a stream, checks limits, runs the engine in bounded steps, reports.
 class PromptIngest {
@@ -535,9 +517,9 @@ grpc::Status DrtService::CreateSession(grpc::ServerContext* context,
                                        const drt::v1::CreateSessionRequest* request,
                                        drt::v1::CreateSessionResponse* response) {
   if (grpc::Status s = Admit(context, "CreateSession"); !s.ok()) return s;
-  if (absl::Status s = CheckSessionDefaults(request->sampling()); !s.ok()) {
-    return Finish(ToGrpc(s));
-  }
+  // Every sampling field is a default (checked in SessionManager, as a
+  // Generate's): written with the session to --state_dir and to SaveSession
+  // files (docs/state_format.md, session record version 3).
   SessionSettings settings;
   settings.sampling = FromProto(request->sampling());
   settings.max_context_tokens = request->max_context_tokens();

@@ -13,6 +13,14 @@
 namespace drt::server {
 namespace {
 
+// A session's sampling defaults are checked as a Generate's sampling is
+// (ValidateSamplingParams, then logit_bias's ids against the model):
+// INVALID_ARGUMENT naming the field or the id.
+absl::Status ValidateDefaults(const SamplingParams& sampling, const ModelConfig& config) {
+  if (absl::Status s = ValidateSamplingParams(sampling); !s.ok()) return s;
+  return ValidateLogitBiasIds(sampling, config.vocab_size, config.chunk_id, config.pad_id);
+}
+
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -377,7 +385,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::CreateEphemeral(
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::CreateSession(
     SessionSettings settings, bool durable) {
-  if (absl::Status s = ValidateSamplingParams(settings.sampling); !s.ok()) return s;
+  if (absl::Status s = ValidateDefaults(settings.sampling, backend_.config()); !s.ok()) {
+    return s;
+  }
   if (settings.max_context_tokens < 0 || settings.max_context_tokens > limits_.max_context_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "max_context_tokens must be in [0, %d] (0: the server's limit), got %d",
@@ -418,7 +428,9 @@ absl::Status SessionManager::PersistNew(const std::shared_ptr<SessionEntry>& ent
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::AddLoaded(
     SessionSettings settings, std::unique_ptr<Session> session, HostReservation& reservation) {
-  if (absl::Status s = ValidateSamplingParams(settings.sampling); !s.ok()) return s;
+  if (absl::Status s = ValidateDefaults(settings.sampling, backend_.config()); !s.ok()) {
+    return s;
+  }
   settings.max_context_tokens = std::clamp<int64_t>(settings.max_context_tokens, 1,
                                                     limits_.max_context_tokens);
   settings.idle_ttl_seconds = std::clamp<int64_t>(settings.idle_ttl_seconds, 1,

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/byte_codec.h"
 #include "engine/crc32c.h"
+#include "engine/sampler.h"
 
 namespace drt::server {
 namespace {
@@ -25,18 +26,58 @@ constexpr size_t kBodyLengthOffset = 8 + 4 + 4;  // after magic, version, crc32c
 
 absl::Status Errno(const char* what, const std::string& path) { return ErrnoStatus(what, path); }
 
-absl::Status CheckVersion(uint32_t version, const std::string& path) {
+// `newest`: kStateFormatVersion for chunk logs, kSessionRecordVersion for
+// session records; versions 2 up to it are read.
+absl::Status CheckVersion(uint32_t version, uint32_t newest, const std::string& path) {
   if (version == 1) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s %s", path, kStateFormatVersion1Refusal));
   }
-  if (version == 0 || version > kStateFormatVersion) {
+  if (version == 0 || version > newest) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s has format version %d; this server reads version %d (written by a newer "
-        "drt-server?)",
-        path, version, kStateFormatVersion));
+        "%s has format version %d; this server reads %s (written by a newer drt-server?)", path,
+        version,
+        newest == 2 ? std::string("version 2") : absl::StrFormat("versions 2 to %d", newest)));
   }
   return absl::OkStatus();
+}
+
+// The defaults a version-3 record adds after seed: f32 min_p, f32
+// presence_penalty, f32 frequency_penalty, i64 count, then count (i32 id,
+// f32 bias) pairs in ascending id order (std::map's order).
+void PutLaterSampling(const SamplingParams& p, ByteWriter& w) {
+  w.Put(p.min_p);
+  w.Put(p.presence_penalty);
+  w.Put(p.frequency_penalty);
+  w.I64(static_cast<int64_t>(p.logit_bias.size()));
+  for (const auto& [id, bias] : p.logit_bias) {
+    w.Put(id);
+    w.Put(bias);
+  }
+}
+
+absl::Status GetLaterSampling(ByteReader& r, SamplingParams& p) {
+  absl::Status s = r.Get(p.min_p, "min_p");
+  if (s.ok()) s = r.Get(p.presence_penalty, "presence_penalty");
+  if (s.ok()) s = r.Get(p.frequency_penalty, "frequency_penalty");
+  int64_t count = 0;
+  if (s.ok()) s = r.I64(count, "logit_bias count");
+  if (s.ok() && (count < 0 || count > kMaxLogitBiasEntries)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("logit_bias count %d, not in [0, %d]", count, kMaxLogitBiasEntries));
+  }
+  for (int64_t i = 0; s.ok() && i < count; ++i) {
+    int32_t id = 0;
+    float bias = 0.f;
+    s = r.Get(id, "logit_bias id");
+    if (s.ok()) s = r.Get(bias, "logit_bias bias");
+    if (s.ok() && !p.logit_bias.empty() && id <= p.logit_bias.rbegin()->first) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit_bias ids not in ascending order (%d after %d)", id, p.logit_bias.rbegin()->first));
+    }
+    if (s.ok()) p.logit_bias.emplace(id, bias);
+  }
+  return s;
 }
 
 }  // namespace
@@ -163,7 +204,15 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return out;
 }
 
+uint32_t SessionRecordVersionFor(const SessionSettings& settings) {
+  const SamplingParams& p = settings.sampling;
+  const bool later_off = p.min_p == 0.f && p.presence_penalty == 0.f &&
+                         p.frequency_penalty == 0.f && p.logit_bias.empty();
+  return later_off ? 2 : kSessionRecordVersion;
+}
+
 std::string EncodeSessionRecord(const SessionRecord& record) {
+  const uint32_t version = SessionRecordVersionFor(record.settings);
   std::string body;
   ByteWriter w(body);
   w.Str(record.id);
@@ -171,6 +220,7 @@ std::string EncodeSessionRecord(const SessionRecord& record) {
   w.Put(record.settings.sampling.top_k);
   w.Put(record.settings.sampling.top_p);
   w.Put(record.settings.sampling.seed);
+  if (version >= 3) PutLaterSampling(record.settings.sampling, w);
   w.I64(record.settings.max_context_tokens);
   w.I64(record.settings.idle_ttl_seconds);
   w.I64(static_cast<int64_t>(record.segments.size()));
@@ -182,7 +232,7 @@ std::string EncodeSessionRecord(const SessionRecord& record) {
   std::string out;
   ByteWriter h(out);
   h.Raw(kStateMagic, sizeof kStateMagic);
-  h.Put<uint32_t>(kStateFormatVersion);
+  h.Put<uint32_t>(version);
   h.Put<uint32_t>(Crc32c(body.data(), body.size()));
   h.Put<uint64_t>(body.size());
   out += body;
@@ -209,7 +259,7 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const 
   h.Get(version, "version").IgnoreError();
   h.Get(crc, "crc").IgnoreError();
   h.Get(length, "length").IgnoreError();
-  if (absl::Status s = CheckVersion(version, path); !s.ok()) return s;
+  if (absl::Status s = CheckVersion(version, kSessionRecordVersion, path); !s.ok()) return s;
   const std::string_view body = bytes.substr(kStateHeaderBytes);
   if (body.size() != length) {
     return absl::DataLossError(absl::StrFormat(
@@ -227,6 +277,7 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const 
   if (s.ok()) s = r.Get(record.settings.sampling.top_k, "top_k");
   if (s.ok()) s = r.Get(record.settings.sampling.top_p, "top_p");
   if (s.ok()) s = r.Get(record.settings.sampling.seed, "seed");
+  if (s.ok() && version >= 3) s = GetLaterSampling(r, record.settings.sampling);
   if (s.ok()) s = r.I64(record.settings.max_context_tokens, "max_context_tokens");
   if (s.ok()) s = r.I64(record.settings.idle_ttl_seconds, "idle_ttl_seconds");
   if (s.ok()) s = r.I64(segments, "segment count");
@@ -242,6 +293,9 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const 
   }
   if (s.ok()) s = r.Str(record.state, "state");
   if (s.ok() && r.remaining() != 0) s = absl::InvalidArgumentError("trailing bytes");
+  // What CreateSession would refuse cannot be a session's default (a
+  // CRC-valid record written by something else than this server).
+  if (s.ok()) s = ValidateSamplingParams(record.settings.sampling);
   if (!s.ok()) {
     return absl::DataLossError(absl::StrFormat("%s is corrupt: %s", path, s.message()));
   }
@@ -306,7 +360,7 @@ absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payloa
   uint32_t version = 0, size = 0;
   h.Get(version, "version").IgnoreError();
   h.Get(size, "payload size").IgnoreError();
-  if (absl::Status s = CheckVersion(version, path); !s.ok()) return s;
+  if (absl::Status s = CheckVersion(version, kStateFormatVersion, path); !s.ok()) return s;
   if (size != payload_bytes) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s holds chunks of %d bytes; this model's chunks take %d", path, size, payload_bytes));

@@ -16,11 +16,20 @@
 
 namespace drt::server {
 
-// Version of every file below; a file with a larger one is refused by name,
-// and so is one of version 1 (kStateFormatVersion1Refusal).
+// Version of the directory (FORMAT) and of chunk logs; a file with a larger
+// one is refused by name, and so is one of version 1
+// (kStateFormatVersion1Refusal).
 // 2: a chunk record holds the chunk's landmark and encoder rows
 // (engine/session_state.h, ChunkData); 1 held its landmark and GCA K/V.
 inline constexpr uint32_t kStateFormatVersion = 2;
+// Version of a session record (the small-state file and the head of a
+// SaveSession file), which may be newer than the directory's: 3 adds the
+// session's min_p, penalties and logit_bias defaults. A record whose
+// defaults leave all of those off is written as version 2, byte for byte
+// what a version-2 server writes, so that such a server still reads it
+// (docs/state_format.md, "Version history"); version 2 and 3 records are
+// read, a larger version is refused by name, and so is version 1.
+inline constexpr uint32_t kSessionRecordVersion = 3;
 // Why a version-1 file or directory cannot be read, after its path: its
 // chunks hold K/V, and the encoder rows they were made from cannot be had
 // back from them (K = C W_k^T keeps only what W_k passes).
@@ -88,8 +97,14 @@ struct SessionRecord {
   std::vector<ChunkSegment> segments;
   std::string state;  // drt::EncodeSessionState
 };
+// Version kSessionRecordVersion, or 2 when the settings' min_p, penalties
+// and logit_bias are all off (SessionRecordVersionFor).
 std::string EncodeSessionRecord(const SessionRecord& record);
-// `path` is named in errors. Refuses a foreign file and a newer version.
+uint32_t SessionRecordVersionFor(const SessionSettings& settings);
+// `path` is named in errors. Refuses a foreign file and a newer version; a
+// version-2 record gives settings with min_p, the penalties and logit_bias
+// off. Sampling defaults outside what CreateSession accepts
+// (ValidateSamplingParams) are DATA_LOSS, as any other damage.
 absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const std::string& path);
 // An encoded record is this fixed header (magic, u32 version, u32 CRC-32C of
 // the body, u64 body length), then the body. A reader that reads a record

@@ -199,19 +199,7 @@ TEST_CASE("Bad penalties, min_p and logit_bias are refused by name, changing not
   for (int32_t t = 0; t <= kMaxLogitBiasEntries; ++t) many[t] = 1.f;
   refused({0.f, 0.f, 0.f, 0.f, many}, "logit_bias has 301 entries; at most 300");
   CHECK(GetSession(stub, id).info.tokens() == 10);
-
-  // Session defaults keep temperature, top_k, top_p and seed only.
-  for (const std::string field : {"min_p", "presence_penalty", "frequency_penalty", "logit_bias"}) {
-    drt::v1::CreateSessionRequest create;
-    drt::v1::SamplingParams& s = *create.mutable_sampling();
-    if (field == "min_p") s.set_min_p(0.1f);
-    if (field == "presence_penalty") s.set_presence_penalty(0.5f);
-    if (field == "frequency_penalty") s.set_frequency_penalty(0.5f);
-    if (field == "logit_bias") (*s.mutable_logit_bias())[3] = 1.f;
-    INFO(field);
-    CHECK_STATUS(CreateSession(stub, create).status, grpc::StatusCode::INVALID_ARGUMENT,
-                 "CreateSession's sampling sets " + field + ": a session keeps only temperature");
-  }
+  // (The same values as CreateSession defaults: session_defaults_test.cc.)
 }
 
 }  // namespace drt::server
