@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -35,6 +36,7 @@
 #include "server/background_fingerprint.h"
 #include "server/drt_service.h"
 #include "server/engine_watchdog.h"
+#include "server/failed_call_log.h"
 #include "server/grpc_keepalive.h"
 #include "server/host_memory.h"
 #include "server/http_endpoint.h"
@@ -388,6 +390,14 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   builder.RegisterService(&service);
+  // A line on stderr for each call that ends INTERNAL, DATA_LOSS or UNKNOWN
+  // (server/failed_call_log.h); declared before the server, which it outlives.
+  FailedCallLog failed_calls(
+      [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); },
+      [] { return std::chrono::steady_clock::now(); });
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeFailedCallLogInterceptor(&failed_calls));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || grpc_port == 0) {
     const bool tls = !config.tls_cert_path.empty();

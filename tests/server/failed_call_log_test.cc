@@ -1,0 +1,198 @@
+// server/failed_call_log.h: a log line for each call that ends with a fault
+// of the server, rate-limited; the interceptor on a real gRPC server; and
+// drt-server itself logging a failed LoadSession.
+#include "server/failed_call_log.h"
+
+#include <chrono>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include "drt/v1/drt.grpc.pb.h"
+#include "tests/server/test_util/grpc_harness.h"
+#include "tests/test_util/build_paths.h"
+#include "tests/test_util/temp_dir.h"
+
+namespace drt::server {
+namespace {
+
+using Catch::Matchers::Contains;
+using testing::GetSession;
+using testing::InfoResult;
+using testing::LoadSession;
+using testing::ServerProcess;
+using testing::ServerProcessArgs;
+
+struct Lines {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  FailedCallLog::Sink sink() {
+    return [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(mutex);
+      lines.push_back(line);
+    };
+  }
+};
+
+struct FakeClock {
+  std::chrono::steady_clock::time_point now{};
+  FailedCallLog::Clock clock() {
+    return [this] { return now; };
+  }
+};
+
+TEST_CASE("failed call log: faults of the server are logged, refusals of the input or load are not",
+          "[failed_call_log]") {
+  for (grpc::StatusCode code : {grpc::StatusCode::INTERNAL, grpc::StatusCode::DATA_LOSS,
+                                grpc::StatusCode::UNKNOWN}) {
+    CHECK(FailedCallLog::Logs(code));
+  }
+  for (grpc::StatusCode code :
+       {grpc::StatusCode::OK, grpc::StatusCode::CANCELLED, grpc::StatusCode::INVALID_ARGUMENT,
+        grpc::StatusCode::DEADLINE_EXCEEDED, grpc::StatusCode::NOT_FOUND,
+        grpc::StatusCode::ALREADY_EXISTS, grpc::StatusCode::PERMISSION_DENIED,
+        grpc::StatusCode::RESOURCE_EXHAUSTED, grpc::StatusCode::FAILED_PRECONDITION,
+        grpc::StatusCode::ABORTED, grpc::StatusCode::OUT_OF_RANGE,
+        grpc::StatusCode::UNIMPLEMENTED, grpc::StatusCode::UNAVAILABLE,
+        grpc::StatusCode::UNAUTHENTICATED}) {
+    CHECK_FALSE(FailedCallLog::Logs(code));
+  }
+  Lines out;
+  FakeClock clock;
+  FailedCallLog log(out.sink(), clock.clock());
+  log.Record("/drt.v1.Drt/Generate", grpc::Status(grpc::StatusCode::NOT_FOUND, "no session"));
+  log.Record("/drt.v1.Drt/Generate", grpc::Status::OK);
+  CHECK(out.lines.empty());
+  log.Record("/drt.v1.Drt/Append",
+             grpc::Status(grpc::StatusCode::INTERNAL, "state could not be written:\nENOSPC"));
+  REQUIRE(out.lines.size() == 1);
+  // One line: the message's newline becomes a space.
+  CHECK(out.lines[0] ==
+        "drt-server: call /drt.v1.Drt/Append failed: INTERNAL: state could not be written: ENOSPC");
+  // A long message is cut.
+  log.Record("/drt.v1.Drt/LoadSession",
+             grpc::Status(grpc::StatusCode::DATA_LOSS, std::string(5000, 'x')));
+  REQUIRE(out.lines.size() == 2);
+  const std::string head = "drt-server: call /drt.v1.Drt/LoadSession failed: DATA_LOSS: ";
+  CHECK(out.lines[1] == head + std::string(FailedCallLog::kMaxMessageBytes, 'x') + "...");
+}
+
+TEST_CASE("failed call log: at most kMaxLinesPerWindow lines a window, the next line counts the rest",
+          "[failed_call_log]") {
+  Lines out;
+  FakeClock clock;
+  FailedCallLog log(out.sink(), clock.clock());
+  const grpc::Status internal(grpc::StatusCode::INTERNAL, "boom");
+  // 13 faults in the first 59 s: 10 logged, 3 not.
+  for (int i = 0; i < 13; ++i) {
+    clock.now += std::chrono::seconds(4);  // 4 .. 52 s
+    log.Record("/drt.v1.Drt/Append", internal);
+  }
+  REQUIRE(out.lines.size() == 10);
+  for (const std::string& line : out.lines) {
+    CHECK(line == "drt-server: call /drt.v1.Drt/Append failed: INTERNAL: boom");
+  }
+  // Still inside the window (started at the log's making, t = 0): not logged.
+  clock.now = std::chrono::steady_clock::time_point{} + std::chrono::seconds(59);
+  log.Record("/drt.v1.Drt/Append", internal);
+  CHECK(out.lines.size() == 10);
+  // A new window: logged, with the 4 not logged before.
+  clock.now = std::chrono::steady_clock::time_point{} + std::chrono::seconds(60);
+  log.Record("/drt.v1.Drt/Generate", internal);
+  REQUIRE(out.lines.size() == 11);
+  CHECK(out.lines[10] ==
+        "drt-server: call /drt.v1.Drt/Generate failed: INTERNAL: boom (4 earlier failed call(s) "
+        "not logged: more than 10 a minute)");
+  // The count is reported once.
+  log.Record("/drt.v1.Drt/Generate", internal);
+  REQUIRE(out.lines.size() == 12);
+  CHECK(out.lines[11] == "drt-server: call /drt.v1.Drt/Generate failed: INTERNAL: boom");
+}
+
+// A service whose GetModelInfo fails INTERNAL and whose GetSession fails
+// NOT_FOUND: what the interceptor sees of calls, whatever the service.
+class FailingService final : public drt::v1::Drt::Service {
+ public:
+  grpc::Status GetModelInfo(grpc::ServerContext*, const drt::v1::GetModelInfoRequest*,
+                            drt::v1::ModelInfo*) override {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "the weights went away");
+  }
+  grpc::Status GetSession(grpc::ServerContext*, const drt::v1::GetSessionRequest*,
+                          drt::v1::SessionInfo*) override {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such session");
+  }
+};
+
+TEST_CASE("failed call log: the interceptor logs a real server's failed calls by method",
+          "[failed_call_log]") {
+  Lines out;
+  FailedCallLog log(out.sink(), [] { return std::chrono::steady_clock::now(); });
+  FailingService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(MakeFailedCallLogInterceptor(&log));
+  builder.experimental().SetInterceptorCreators(std::move(creators));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  auto stub = drt::v1::Drt::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    drt::v1::SessionInfo info;
+    drt::v1::GetSessionRequest request;
+    CHECK(stub->GetSession(&context, request, &info).error_code() ==
+          grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext context;
+    drt::v1::ModelInfo info;
+    CHECK(stub->GetModelInfo(&context, drt::v1::GetModelInfoRequest(), &info).error_code() ==
+          grpc::StatusCode::INTERNAL);
+  }
+  server->Shutdown();
+  server->Wait();
+  std::lock_guard<std::mutex> lock(out.mutex);
+  REQUIRE(out.lines.size() == 1);
+  CHECK(out.lines[0] ==
+        "drt-server: call /drt.v1.Drt/GetModelInfo failed: INTERNAL: the weights went away");
+}
+
+TEST_CASE("failed call log: drt-server logs a LoadSession of a damaged file, not an unknown session",
+          "[failed_call_log][process]") {
+  drt::testing::TempDir files;
+  drt::testing::TempDir logs;
+  std::ofstream(files.File("damaged"), std::ios::binary) << "hello world, not a session";
+  std::vector<std::string> args = ServerProcessArgs(/*grace_seconds=*/1, /*http_listen=*/"");
+  args.push_back("--session_files_dir=" + files.path());
+  const std::string stderr_path = logs.File("stderr.txt");
+  std::string log_text;
+  {
+    ServerProcess server(drt::testing::ServerBinary(), args, 60, stderr_path);
+    auto stub = drt::v1::Drt::NewStub(
+        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+    CHECK(GetSession(*stub, "s-no-such-session").status.error_code() ==
+          grpc::StatusCode::NOT_FOUND);
+    const InfoResult loaded = LoadSession(*stub, "damaged");
+    REQUIRE(loaded.status.error_code() == grpc::StatusCode::DATA_LOSS);
+    server.Signal(SIGTERM);
+    REQUIRE(server.WaitExit(30).has_value());
+    std::ifstream in(stderr_path);
+    log_text.assign(std::istreambuf_iterator<char>(in), {});
+    // The logged line carries the status's message as the client got it.
+    CHECK_THAT(log_text, Contains("drt-server: call /drt.v1.Drt/LoadSession failed: DATA_LOSS: " +
+                                  loaded.status.error_message()));
+  }
+  CHECK_THAT(log_text, !Contains("/drt.v1.Drt/GetSession"));
+}
+
+}  // namespace
+}  // namespace drt::server
