@@ -66,10 +66,13 @@ def heldout_accuracy(model, text, task, length, n, seed, pad=True):
     return float(np.mean(ok))
 
 
-def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", "keyed"), n_read_twice=0):
+def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", "keyed"), n_read_twice=0,
+             read_twice_seed=0):
     """Held-out accuracies of `tasks` at `specs`; with n_read_twice > 0 also
-    read_twice.py's read-twice gain on that many held-out passages and the
-    filler NLL (keys read_twice_first/second/gain, filler_nll; nats per byte)."""
+    read_twice.py's read-twice gain on that many held-out passages (chosen by
+    read_twice_seed: the run passes the same one to every eval, the final one
+    included, so that the figures compare over training) and the filler NLL
+    (keys read_twice_first/second/gain, filler_nll; nats per byte)."""
     model.eval()
     res = {}
     for task in tasks:
@@ -80,7 +83,7 @@ def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", 
             log(f"  held-out {task:15s} len {length:6d} acc {acc:.3f} ({n} prompts, {time.time() - t0:.1f}s)")
     if n_read_twice:
         t0 = time.time()
-        r = read_twice.read_twice(model, text, n_read_twice, seed)
+        r = read_twice.read_twice(model, text, n_read_twice, read_twice_seed)
         res.update({f"read_twice_{k}": round(v, 4) for k, v in r.items()})
         log(f"  held-out read-twice gain {r['gain']:+.4f} nats/byte (second reading {r['second']:.4f}, "
             f"first {r['first']:.4f}; {n_read_twice} passages of {read_twice.PASSAGE} bytes, "
@@ -311,7 +314,7 @@ def main(argv=None):
         log(f"resumed from {args.resume}: step {step}, {train_time / 60:.2f} min of training")
     else:
         history = [{"step": 0, "eval": evaluate(model, heldout, eval_specs, args.seed, log, eval_tasks,
-                                                args.read_twice)}]
+                                                args.read_twice, args.seed)}]
 
     def save_state():
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
@@ -384,7 +387,7 @@ def main(argv=None):
             next_eval += args.eval_every_min * 60.0
             log(f"eval at step {step} ({train_time / 60:.1f} min of training)")
             history.append({"step": step, "eval": evaluate(model, heldout, eval_specs, args.seed, log,
-                                                           eval_tasks, args.read_twice)})
+                                                           eval_tasks, args.read_twice, args.seed)})
             save_state()
 
     save_state()
@@ -396,7 +399,7 @@ def main(argv=None):
     drt_fast.disable(model)
     log("final eval (drt_reference forward)")
     history.append({"step": step, "final_eval": evaluate(model, heldout, final_specs, args.seed + 1, log,
-                                                               eval_tasks, args.read_twice)})
+                                                               eval_tasks, args.read_twice, args.seed)})
     with open(os.path.join(args.out, "history.json"), "w") as f:
         json.dump(history, f, indent=1)
     if args.export:
