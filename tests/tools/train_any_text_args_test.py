@@ -120,6 +120,13 @@ def main():
             ("phases-late", ["--phases", "0.5:16:4"], "--phases: no phase starts at 0"),
             ("phases-bad", ["--phases", "0:16"], "--phases: '0:16' is not start:chunks:batch"),
         ]
+        short = os.path.join(tmp, "short-text")  # a held-out file shorter than a read-twice sequence
+        os.makedirs(short)
+        for family in FAMILIES:
+            with open(os.path.join(short, family + ".txt"), "w") as f:
+                f.write("word " * (400 if family == "handbook" else 20000))
+        refused.append(("read-twice-short", ["--read_twice", "2", "--text", short],
+                        "handbook.txt has 2000 bytes, fewer than a read-twice sequence (2016)"))
         for name, extra, message in refused:
             code, log, wrote = train(name, extra)
             expect(code == 2 and message in log and "Traceback" not in log and not wrote,
