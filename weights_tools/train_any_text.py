@@ -72,7 +72,7 @@ def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", 
     read_twice.py's read-twice gain on that many held-out passages (chosen by
     read_twice_seed: the run passes the same one to every eval, the final one
     included, so that the figures compare over training) and the filler NLL
-    (keys read_twice_first/second/gain, filler_nll; nats per byte)."""
+    (keys read_twice_first/second/gain/gain_late, filler_nll; nats per byte)."""
     model.eval()
     res = {}
     for task in tasks:
@@ -85,9 +85,9 @@ def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", 
         t0 = time.time()
         r = read_twice.read_twice(model, text, n_read_twice, read_twice_seed)
         res.update({f"read_twice_{k}": round(v, 4) for k, v in r.items()})
-        log(f"  held-out read-twice gain {r['gain']:+.4f} nats/byte (second reading {r['second']:.4f}, "
-            f"first {r['first']:.4f}; {n_read_twice} passages of {read_twice.PASSAGE} bytes, "
-            f"{time.time() - t0:.1f}s)")
+        log(f"  held-out read-twice gain {r['gain']:+.4f} nats/byte, past the seam {r['gain_late']:+.4f} "
+            f"(second reading {r['second']:.4f}, first {r['first']:.4f}; {n_read_twice} passages of "
+            f"{read_twice.PASSAGE} bytes, {time.time() - t0:.1f}s)")
         filler = read_twice.filler_nll(model)
         res["filler_nll"] = round(filler, 4)
         log(f"  passkey filler past the window: {filler:.4f} nats/byte (perplexity {np.exp(filler):.3f})")

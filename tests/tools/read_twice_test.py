@@ -9,7 +9,8 @@ on stub "models" whose scores are known (torch; no trained model):
   of the text before the passage, the 880-byte passage as in the text, the
   passage again), and first/second/gain against sums over the passage's
   bytes computed here: a span off by one position, or the wrong reading,
-  gives other numbers because x is random. The filler measure the same way
+  gives other numbers because x is random; gain_late the same over each
+  reading's bytes from 126 on. The filler measure the same way
   (bytes from position 129 on, the filler unit repeated);
 - a copier stub that knows no layout (it predicts the byte that followed
   the last occurrence of the current 8 bytes, if that lies outside the
@@ -115,7 +116,9 @@ def main():
     # byte j of a reading at position p + j is predicted at position p + j - 1
     first = np.mean([nll[lead + j - 1] for j in range(passage)])
     second = np.mean([nll[lead + passage + j - 1] for j in range(passage)])
-    for key, want in (("first", first), ("second", second), ("gain", second - first)):
+    seam = 126  # each reading's first two chunks, left out of gain_late
+    late = np.mean([nll[lead + passage + j - 1] - nll[lead + j - 1] for j in range(seam, passage)])
+    for key, want in (("first", first), ("second", second), ("gain", second - first), ("gain_late", late)):
         expect(abs(got[key] - want) < 1e-6, f"position stub: {key} {got[key]:.6f} = {want:.6f} computed here")
     # the shifted spans that a slip would give are distinguishable here
     off = np.mean([nll[lead + passage + j] for j in range(passage)]) - np.mean([nll[lead + j] for j in range(passage)])
@@ -130,8 +133,8 @@ def main():
     expect(abs(got_f - want) < 1e-6, f"position stub: filler NLL {got_f:.6f} = {want:.6f} (bytes 129 on)")
 
     got = R.read_twice(CopierStub(), text, 3, 11)
-    # measured: gain -4.534, second reading 1.417, first 5.951 (fixed seed, exact arithmetic)
-    expect(got["gain"] < -4.0 and got["second"] < 1.5,
+    # measured: gain -4.534, past the seam -4.585, second reading 1.417, first 5.951 (fixed seed)
+    expect(got["gain"] < -4.0 and got["gain_late"] < -4.0 and got["second"] < 1.5,
            f"copier stub: strongly negative gain ({got['gain']:+.3f}; second reading {got['second']:.3f}, "
            f"first {got['first']:.3f})")
     got = R.read_twice(NothingStub(), text, 2, 11)

@@ -91,7 +91,7 @@ def main():
         evals = [h.get("eval", h.get("final_eval")) for h in history if "eval" in h or "final_eval" in h]
         expect(code == 0 and "training done: 2 steps" in log and '"repeat": {"lm"' in log
                and log.count("held-out read-twice gain") == 2 and log.count("passkey filler past the window") == 2
-               and len(evals) == 2 and all("read_twice_gain" in e and "filler_nll" in e for e in evals),
+               and len(evals) == 2 and all("read_twice_gain" in e and "read_twice_gain_late" in e and "filler_nll" in e for e in evals),
                "control: --mix repeat:1 on 7-chunk sequences trains; --read_twice logs the gain and the "
                "filler NLL before training and at the end, and history.json holds them", log[-1500:])
 
