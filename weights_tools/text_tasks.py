@@ -14,6 +14,11 @@ Kinds of sequence (each exactly n_chunks * 63 bytes):
               question padded to the chunk boundary: no earlier answer in the
               sequence can be copied, so every answer needs both hops (the
               CPU fine-tune of docs/training.md, "2-hop fine-tune on the CPU")
+    repeat    a passage of text, other text, the same passage again (sometimes
+              a third time), next-byte loss everywhere: language modelling in
+              which the second copy is predictable only by retrieving the
+              first, which lies outside the attention window (docs/training.md,
+              "Copy objective (for the next GPU run)")
 Needles and questions use the formats of bench/niah/text_tasks.cc; the
 wordings of drt-niah-text's passkey_varied task are deliberately not here
 (held out). Questions start on a new line; each is padded to the chunk
@@ -43,7 +48,23 @@ THINGS = ["door", "box", "car", "house", "book", "chair", "gate", "boat"]
 # the other kinds'; shorter text gaps between them (40-200 bytes, not 40-400)
 # fit more of them into a short CPU-training sequence.
 ONCE_MAX_GAP = 200
-KINDS = ("lm", "passkey", "keyed", "two_hop", "two_hop_once")
+# repeat: passages of 2 to 16 chunks (126 to 1,008 bytes). At least 2 so that
+# a passage always spans one whole chunk, whatever its alignment, and is
+# longer than the 128-position window; at most 16 so that a passage and its
+# copy fit a 64-chunk sequence with room for a long gap, and so that copying
+# it needs a new retrieval every chunk (a 1,008-byte passage spans 16-17
+# chunks, twice the top-8). Shorter sequences cap the passage at what fits.
+REPEAT_MIN_CHUNKS, REPEAT_MAX_CHUNKS = 2, 16
+# Each copy follows the one before it after at least this many bytes of other
+# text: the bundled models' slide_window (128 positions, landmarks included),
+# so when a copy starts nothing of the previous one is in the window, and each
+# byte's earlier counterpart lies at least passage + 128 bytes back.
+REPEAT_MIN_GAP = 128
+REPEAT_THIRD_PROB = 0.3  # a third copy, when it fits
+_REPEAT_RESERVE = REPEAT_MIN_GAP + 2  # a gap's minimum plus its largest alignment shift
+# the shortest sequence that holds two shortest passages and a gap: 7 chunks
+REPEAT_MIN_SEQ_CHUNKS = -(-(2 * REPEAT_MIN_CHUNKS * P.CHUNK + _REPEAT_RESERVE) // P.CHUNK)
+KINDS = ("lm", "passkey", "keyed", "two_hop", "two_hop_once", "repeat")
 
 
 class TextSource:
@@ -183,6 +204,75 @@ def lm_example(rng, src, n_chunks):
     return b.finish()
 
 
+def _log_uniform(rng, n):
+    """An integer in [0, n], log-uniform in 1 + value: mostly small, sometimes
+    near n (a repeat's copy sometimes far back)."""
+    return min(n, int(np.expm1(rng.rand() * np.log1p(n))))
+
+
+def _unaligned(gap, distances):
+    """The smallest g >= gap such that no (d + g) is a multiple of the chunk:
+    a copy never starts at the same place in its chunk as an earlier copy
+    (distances: from each earlier copy's start to where this gap begins).
+    Grows gap by at most len(distances)."""
+    while any((d + gap) % P.CHUNK == 0 for d in distances):
+        gap += 1
+    return gap
+
+
+def repeat_sequence(rng, src, n_chunks):
+    """One `repeat` sequence: text, passage A, at least REPEAT_MIN_GAP bytes of
+    other text, A again (with probability REPEAT_THIRD_PROB, when it fits:
+    more text and A a third time), text to the end. Returns (tokens, targets,
+    kinds, copy starts, passage length). A starts at a word boundary of the
+    training text and the gaps end at word boundaries of the other text
+    (unless that would make a gap too short, or a copy chunk-aligned); gaps
+    are log-uniform over the room left, so most are short and some span most
+    of the sequence; no copy starts at the same offset in its chunk as an
+    earlier one (text repeated in the wild is not chunk-aligned). The loss is
+    next-byte LM on every byte."""
+    total = n_chunks * P.CHUNK
+    if n_chunks < REPEAT_MIN_SEQ_CHUNKS:
+        raise ValueError(f"repeat: {n_chunks} chunks cannot hold two {REPEAT_MIN_CHUNKS}-chunk passages "
+                         f"{REPEAT_MIN_GAP} bytes apart; use at least {REPEAT_MIN_SEQ_CHUNKS} chunks")
+    lo = REPEAT_MIN_CHUNKS * P.CHUNK
+    hi = min(REPEAT_MAX_CHUNKS * P.CHUNK, (total - _REPEAT_RESERVE) // 2)
+    n_passage = rng.randint(lo, hi + 1)
+    raw = src.sample(rng, n_passage + 64)
+    begin = word_boundary(raw, 64)
+    passage = raw[begin:begin + n_passage]
+    copies = 3 if rng.rand() < REPEAT_THIRD_PROB and total - 3 * n_passage >= 2 * _REPEAT_RESERVE else 2
+    spare = total - copies * n_passage - (copies - 1) * _REPEAT_RESERVE  # free bytes beyond the minimum gaps
+    extras = []
+    for _ in range(copies - 1):
+        extras.append(_log_uniform(rng, spare))
+        spare -= extras[-1]
+    lead = rng.randint(0, spare + 1)
+    text = src.sample(rng, total)
+    b = Builder(total)
+    cursor = word_boundary(text, lead)
+    b.put(text[:cursor], P.LOSS_LM)
+    starts = [b.used]
+    b.put(passage, P.LOSS_LM)
+    for extra in extras:
+        want = REPEAT_MIN_GAP + extra
+        gap = word_boundary(text, cursor + want) - cursor
+        if gap < REPEAT_MIN_GAP:
+            gap = want
+        gap = _unaligned(gap, [b.used - s for s in starts])
+        b.put(text[cursor:cursor + gap], P.LOSS_LM)
+        cursor += gap
+        starts.append(b.used)
+        b.put(passage, P.LOSS_LM)
+    b.put(text[cursor:cursor + b.room()], P.LOSS_LM)
+    tokens, targets, kinds = b.finish()
+    return tokens, targets, kinds, starts, n_passage
+
+
+def repeat_example(rng, src, n_chunks):
+    return repeat_sequence(rng, src, n_chunks)[:3]
+
+
 def passkey_example(rng, src, n_chunks, pad_prob):
     key = _key(rng)
     if rng.rand() < EXACT_WORDING_PROB:
@@ -277,6 +367,8 @@ def example(rng, src, kind, n_chunks, pad_prob):
         return two_hop_example(rng, src, n_chunks, pad_prob)
     if kind == "two_hop_once":
         return two_hop_once_example(rng, src, n_chunks)
+    if kind == "repeat":
+        return repeat_example(rng, src, n_chunks)
     raise ValueError(f"unknown kind {kind!r}; known: {KINDS}")
 
 

@@ -6,11 +6,14 @@
         --init models/drt-passkey-byte --steps 4000 --export models/drt-anytext-byte
 
 Data: text_tasks.py on the training families of text_corpus.py (Python and
-Perl manuals, man pages, the GCIDE dictionary): plain LM, passkeys in several
-wordings, keyed needles, 2-hop variable tracking. Validation: held-out text
-(the Debian Administrator's Handbook, text_corpus.py's "handbook" family),
-greedy exact match under teacher forcing (passkey, passkey in held-out
-wordings, keyed), as train_passkey.py does.
+Perl manuals, man pages, the GCIDE dictionary): plain LM, passages repeated
+past the window (repeat), passkeys in several wordings, keyed needles, 2-hop
+variable tracking. Validation: held-out text (the Debian Administrator's
+Handbook, text_corpus.py's "handbook" family), greedy exact match under
+teacher forcing (passkey, passkey in held-out wordings, keyed), as
+train_passkey.py does; and read_twice.py's measures of whether the model
+uses what it read (--read_twice: a held-out passage's NLL at its second
+reading minus its first, and the NLL of the passkey filler).
 
 Model, optimiser and training semantics are train_passkey.py's (Gumbel top-k
 retrieval, drt_fast kernels checked against the reference first). --init
@@ -34,6 +37,7 @@ import drt_config
 import drt_fast
 import drt_reference
 import passkey_data as P
+import read_twice
 import safetensors_io
 import text_corpus
 import text_tasks as T
@@ -62,7 +66,13 @@ def heldout_accuracy(model, text, task, length, n, seed, pad=True):
     return float(np.mean(ok))
 
 
-def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", "keyed")):
+def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", "keyed"), n_read_twice=0,
+             read_twice_seed=0):
+    """Held-out accuracies of `tasks` at `specs`; with n_read_twice > 0 also
+    read_twice.py's read-twice gain on that many held-out passages (chosen by
+    read_twice_seed: the run passes the same one to every eval, the final one
+    included, so that the figures compare over training) and the filler NLL
+    (keys read_twice_first/second/gain/gain_late, filler_nll; nats per byte)."""
     model.eval()
     res = {}
     for task in tasks:
@@ -71,6 +81,16 @@ def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", 
             acc = heldout_accuracy(model, text, task, length, n, seed + length)
             res[f"{task}@{length}"] = acc
             log(f"  held-out {task:15s} len {length:6d} acc {acc:.3f} ({n} prompts, {time.time() - t0:.1f}s)")
+    if n_read_twice:
+        t0 = time.time()
+        r = read_twice.read_twice(model, text, n_read_twice, read_twice_seed)
+        res.update({f"read_twice_{k}": round(v, 4) for k, v in r.items()})
+        log(f"  held-out read-twice gain {r['gain']:+.4f} nats/byte, past the seam {r['gain_late']:+.4f} "
+            f"(second reading {r['second']:.4f}, first {r['first']:.4f}; {n_read_twice} passages of "
+            f"{read_twice.PASSAGE} bytes, {time.time() - t0:.1f}s)")
+        filler = read_twice.filler_nll(model)
+        res["filler_nll"] = round(filler, 4)
+        log(f"  passkey filler past the window: {filler:.4f} nats/byte (perplexity {np.exp(filler):.3f})")
     model.train()
     return res
 
@@ -202,6 +222,9 @@ def main(argv=None):
     p.add_argument("--final_eval", default="2048:20,4096:20,16384:10")
     p.add_argument("--eval_tasks", default="passkey,passkey_varied,keyed",
                    help="held-out tasks of the teacher-forced evals (passkey, passkey_varied, keyed, two_hop)")
+    p.add_argument("--read_twice", type=int, default=0,
+                   help="held-out passages of the read-twice gain (read_twice.py), at every eval and the "
+                        "final one, with the filler NLL; 0: not measured")
     # A GPU lease runs one command for at most 10 minutes and keeps nothing:
     # --stop_after_min ends this invocation (after a full checkpoint) when its
     # wall time is spent, --save_every_min writes that checkpoint on the way,
@@ -227,6 +250,15 @@ def main(argv=None):
         final_specs = parse_eval_specs("--final_eval", args.final_eval)
     except ValueError as e:
         p.error(str(e))
+    if "repeat" in kinds and min(c for _, c, _ in phases) < T.REPEAT_MIN_SEQ_CHUNKS:
+        p.error(f"--phases {args.phases}: the repeat kind of --mix needs sequences of at least "
+                f"{T.REPEAT_MIN_SEQ_CHUNKS} chunks")
+    heldout_path = os.path.join(args.text, args.heldout_family + ".txt")
+    if args.read_twice < 0:
+        p.error(f"--read_twice must be 0 (off) or a number of passages, got {args.read_twice}")
+    if args.read_twice and os.path.exists(heldout_path) and os.path.getsize(heldout_path) < read_twice.LENGTH:
+        p.error(f"--read_twice: {heldout_path} has {os.path.getsize(heldout_path)} bytes, "
+                f"fewer than a read-twice sequence ({read_twice.LENGTH})")
     eval_tasks = [t for t in args.eval_tasks.split(",") if t]
     for t in eval_tasks:
         if t not in ("passkey", "passkey_varied", "keyed", "two_hop"):
@@ -242,7 +274,6 @@ def main(argv=None):
 
     log(f"args: {json.dumps(vars(args))}")
     src = T.TextSource(args.text, train_families)
-    heldout_path = os.path.join(args.text, args.heldout_family + ".txt")
     heldout = np.fromfile(heldout_path, dtype=np.uint8).astype(np.int64)
     log(f"training text: {', '.join(f'{f} {len(a) / 1e6:.1f} MB' for f, a in zip(src.families, src.arrays))}; "
         f"held-out: {args.heldout_family} {len(heldout) / 1e6:.1f} MB")
@@ -282,7 +313,8 @@ def main(argv=None):
         gen.set_state(st["gen"])
         log(f"resumed from {args.resume}: step {step}, {train_time / 60:.2f} min of training")
     else:
-        history = [{"step": 0, "eval": evaluate(model, heldout, eval_specs, args.seed, log, eval_tasks)}]
+        history = [{"step": 0, "eval": evaluate(model, heldout, eval_specs, args.seed, log, eval_tasks,
+                                                args.read_twice, args.seed)}]
 
     def save_state():
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
@@ -354,7 +386,8 @@ def main(argv=None):
         if train_time >= next_eval:
             next_eval += args.eval_every_min * 60.0
             log(f"eval at step {step} ({train_time / 60:.1f} min of training)")
-            history.append({"step": step, "eval": evaluate(model, heldout, eval_specs, args.seed, log, eval_tasks)})
+            history.append({"step": step, "eval": evaluate(model, heldout, eval_specs, args.seed, log,
+                                                           eval_tasks, args.read_twice, args.seed)})
             save_state()
 
     save_state()
@@ -366,7 +399,7 @@ def main(argv=None):
     drt_fast.disable(model)
     log("final eval (drt_reference forward)")
     history.append({"step": step, "final_eval": evaluate(model, heldout, final_specs, args.seed + 1, log,
-                                                               eval_tasks)})
+                                                               eval_tasks, args.read_twice, args.seed)})
     with open(os.path.join(args.out, "history.json"), "w") as f:
         json.dump(history, f, indent=1)
     if args.export:

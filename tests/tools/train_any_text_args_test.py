@@ -11,11 +11,15 @@ or writes anything; valid arguments still train.
   held-out family, are refused too;
 - arguments that ended in a traceback or NaN (review-tools #10): --minutes 0
   without --steps (ZeroDivisionError), --eval 4096 without ':prompts'
-  (ValueError), --mix lm:0 (NaN probabilities), and their neighbours.
+  (ValueError), --mix lm:0 (NaN probabilities), and their neighbours;
+  the repeat kind with a phase too short for it (a ValueError mid-run) and
+  a negative --read_twice.
 
 The text directory holds tiny generated files under the families' names; a
 2-step run of a small model from scratch is the control that valid
-arguments pass. main() runs in this process (torch imported once: a
+arguments pass, and a 2-step run of the repeat kind with --read_twice 1
+is the control that the copy objective trains and its eval is logged and
+kept in history.json. main() runs in this process (torch imported once: a
 subprocess per case took minutes on a loaded machine).
 
     train_any_text_args_test.py
@@ -78,6 +82,18 @@ def main():
         code, log, wrote = train("ok", ["--train_families", "python-docs,gcide"])
         expect(code == 0 and "training done: 2 steps" in log and wrote,
                "control: two training families, 2 steps from scratch, trains", log[-1500:])
+        code, log, wrote = train("repeat", ["--mix", "repeat:1", "--phases", "0:7:1", "--read_twice", "1"])
+        history = []
+        if wrote and os.path.exists(os.path.join(tmp, "repeat", "history.json")):
+            import json
+            with open(os.path.join(tmp, "repeat", "history.json")) as f:
+                history = json.load(f)
+        evals = [h.get("eval", h.get("final_eval")) for h in history if "eval" in h or "final_eval" in h]
+        expect(code == 0 and "training done: 2 steps" in log and '"repeat": {"lm"' in log
+               and log.count("held-out read-twice gain") == 2 and log.count("passkey filler past the window") == 2
+               and len(evals) == 2 and all("read_twice_gain" in e and "read_twice_gain_late" in e and "filler_nll" in e for e in evals),
+               "control: --mix repeat:1 on 7-chunk sequences trains; --read_twice logs the gain and the "
+               "filler NLL before training and at the end, and history.json holds them", log[-1500:])
 
         refused = [
             ("fortunes", ["--train_families", "python-docs,fortunes"], "fortunes is a held-out family"),
@@ -98,9 +114,19 @@ def main():
             ("mix-nan", ["--mix", "lm:nan,keyed:1"], "--mix: weight 'nan' of lm must be a finite number"),
             ("mix-no-weight", ["--mix", "lm"], "--mix: 'lm' is not kind:weight"),
             ("mix-unknown", ["--mix", "lm:1,needle:1"], "--mix: unknown kind 'needle'"),
+            ("repeat-short", ["--mix", "lm:1,repeat:1", "--phases", "0:16:2,0.5:6:2"],
+             "the repeat kind of --mix needs sequences of at least 7 chunks"),
+            ("read-twice-negative", ["--read_twice", "-1"], "--read_twice must be 0 (off) or a number"),
             ("phases-late", ["--phases", "0.5:16:4"], "--phases: no phase starts at 0"),
             ("phases-bad", ["--phases", "0:16"], "--phases: '0:16' is not start:chunks:batch"),
         ]
+        short = os.path.join(tmp, "short-text")  # a held-out file shorter than a read-twice sequence
+        os.makedirs(short)
+        for family in FAMILIES:
+            with open(os.path.join(short, family + ".txt"), "w") as f:
+                f.write("word " * (400 if family == "handbook" else 20000))
+        refused.append(("read-twice-short", ["--read_twice", "2", "--text", short],
+                        "handbook.txt has 2000 bytes, fewer than a read-twice sequence (2016)"))
         for name, extra, message in refused:
             code, log, wrote = train(name, extra)
             expect(code == 2 and message in log and "Traceback" not in log and not wrote,
