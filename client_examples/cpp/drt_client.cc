@@ -344,6 +344,9 @@ absl::StatusOr<std::map<int32_t, float>> ParseLogitBias(const std::string& text)
 // session holds and resumes from there (Client::AppendResumed). A Generate
 // is sent again only when nothing of it reached the client and the session
 // holds what it held before (Client::GenerateRetried).
+// When --connect_timeout passes with no connection, one call that does not
+// wait for one, to learn why (connection refused, unknown host, TLS...).
+constexpr int kConnectProbeSeconds = 2;
 constexpr double kRetryFirstDelaySeconds = 0.2;
 constexpr double kRetryMaxDelaySeconds = 10;
 
@@ -1288,7 +1291,19 @@ int Run(std::string prompt_text, std::vector<std::string> stops) {
   const double timeout = absl::GetFlag(FLAGS_connect_timeout);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  std::chrono::milliseconds(std::llround(1000 * timeout)))) {
-    Die(absl::StrFormat("cannot reach drt-server at %s within %g s", server, timeout));
+    // One call that does not wait for the connection says why there is none
+    // (connection refused, no such host, TLS, ...); should it succeed, the
+    // server came up just now.
+    grpc::ClientContext probe;
+    probe.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(kConnectProbeSeconds));
+    drt::v1::ModelInfo info;
+    const grpc::Status why = drt::v1::Drt::NewStub(channel)->GetModelInfo(
+        &probe, drt::v1::GetModelInfoRequest(), &info);
+    if (!why.ok()) {
+      Die(absl::StrFormat("cannot reach drt-server at %s within %g s: %s", server, timeout,
+                          why.error_message()));
+    }
   }
   std::string token = absl::GetFlag(FLAGS_token);
   if (const char* env = std::getenv("DRT_BEARER_TOKEN"); token.empty() && env != nullptr) token = env;

@@ -43,6 +43,9 @@ REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # the server sends AppendProgress every 0.1 s of work and a piece per token.
 # --deadline adds a total deadline to the streams only when asked for.
 UNARY_DEADLINE_SECONDS = 30
+# When --connect-timeout passes with no connection, one call that does not
+# wait for one, to learn why (connection refused, unknown host, TLS...).
+CONNECT_PROBE_SECONDS = 2
 IDLE_TIMEOUT_DEFAULT_SECONDS = 600
 # Retrying UNAVAILABLE (--retry-seconds). A server restarted on the same
 # --state_dir, or its pod moved, keeps every session, so the client rides the
@@ -969,11 +972,18 @@ def run(args, pb, pb_grpc, grpc):
                                           options=options)
     else:
         channel = grpc.insecure_channel(args.server, options=options)
+    stub = pb_grpc.DrtStub(channel)
     try:
         grpc.channel_ready_future(channel).result(timeout=args.connect_timeout)
     except grpc.FutureTimeoutError:
-        sys.exit(f"drt_client: cannot reach drt-server at {args.server} within {args.connect_timeout:g} s")
-    stub = pb_grpc.DrtStub(channel)
+        # One call that does not wait for the connection says why there is
+        # none (connection refused, no such host, TLS, ...); should it
+        # succeed, the server came up just now.
+        try:
+            stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=CONNECT_PROBE_SECONDS)
+        except grpc.RpcError as e:
+            sys.exit(f"drt_client: cannot reach drt-server at {args.server} within "
+                     f"{args.connect_timeout:g} s: {e.details()}")
     key = args.session_key or uuid.uuid4().hex
     metadata = [(SESSION_HEADER, key)]
     if args.token:

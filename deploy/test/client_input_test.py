@@ -35,7 +35,9 @@ checks and a stuck CreateSession.
 - the sampling flags (--min-p, --presence-penalty, --frequency-penalty,
   --logit-bias ID:BIAS,...; min_p ... logit_bias in the C++ client) reach
   the Generate's SamplingParams; a --logit-bias that is not ID:BIAS pairs
-  is refused before any call, naming the flag.
+  is refused before any call, naming the flag;
+- with no server at --server (port 1), the client exits after
+  --connect-timeout naming the reason gRPC gives (connection refused).
 
     client_input_test.py --cpp-client build/client_examples/drt-client --stubs build/python
 """
@@ -169,6 +171,20 @@ def main():
                                   f"{name}, {case}: a prompt file that is not UTF-8 is refused before any call, "
                                   f"naming the file and byte ({expected!r}; {stand_in.calls} calls made)",
                                   out[-1500:])
+
+                # No server on port 1: after --connect-timeout the client
+                # says why it has no connection (it said only "cannot reach",
+                # review-newuser L4).
+                timeout_flag = "--connect-timeout" if name == "python" else "--connect_timeout"
+                unreachable = [a if a != target else "127.0.0.1:1" for a in base]
+                r = subprocess.run(unreachable + [prompt_flag, good, f"{timeout_flag}=0.5"],
+                                   capture_output=True, text=True, errors="replace", timeout=60)
+                out = r.stdout + r.stderr
+                checks.expect(r.returncode not in (0, None)
+                              and "cannot reach drt-server at 127.0.0.1:1 within 0.5 s: " in out
+                              and "Connection refused" in out and "Traceback" not in out,
+                              f"{name}: an unreachable server is named with the reason (exit {r.returncode})",
+                              out[-1500:])
 
                 given = ["a, b", "x,y", "."]
                 code, out = run([prompt_flag, good, "--stop", "a, b", "--stop=x,y", "--stop", "."])
