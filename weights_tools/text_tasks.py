@@ -80,8 +80,14 @@ class TextSource:
             self.arrays.append(np.fromfile(path, dtype=np.uint8).astype(np.int64))
         self.families = list(families)
 
-    def sample(self, rng, n):
-        arr = self.arrays[rng.randint(len(self.arrays))]
+    def family(self, rng):
+        """A family's index, uniform."""
+        return rng.randint(len(self.arrays))
+
+    def sample(self, rng, n, family=None):
+        """n bytes at a uniform offset of `family` (an index; None: one drawn
+        with family())."""
+        arr = self.arrays[self.family(rng) if family is None else family]
         start = rng.randint(0, len(arr) - n)
         return arr[start:start + n]
 
@@ -224,9 +230,10 @@ def repeat_sequence(rng, src, n_chunks):
     """One `repeat` sequence: text, passage A, at least REPEAT_MIN_GAP bytes of
     other text, A again (with probability REPEAT_THIRD_PROB, when it fits:
     more text and A a third time), text to the end. Returns (tokens, targets,
-    kinds, copy starts, passage length). A starts at a word boundary of the
-    training text and the gaps end at word boundaries of the other text
-    (unless that would make a gap too short, or a copy chunk-aligned); gaps
+    kinds, copy starts, passage length). A and the other text come from one
+    family of `src`. A starts at a word boundary of the training text and
+    the gaps end at word boundaries of the other text (unless that would
+    make a gap too short, or a copy chunk-aligned); gaps
     are log-uniform over the room left, so most are short and some span most
     of the sequence; no copy starts at the same offset in its chunk as an
     earlier one (text repeated in the wild is not chunk-aligned). The loss is
@@ -238,7 +245,10 @@ def repeat_sequence(rng, src, n_chunks):
     lo = REPEAT_MIN_CHUNKS * P.CHUNK
     hi = min(REPEAT_MAX_CHUNKS * P.CHUNK, (total - _REPEAT_RESERVE) // 2)
     n_passage = rng.randint(lo, hi + 1)
-    raw = src.sample(rng, n_passage + 64)
+    # A and the text around it from one family, as a held-out document
+    # repeats itself (read_twice.py): a family switch would mark the copies
+    family = src.family(rng)
+    raw = src.sample(rng, n_passage + 64, family)
     begin = word_boundary(raw, 64)
     passage = raw[begin:begin + n_passage]
     copies = 3 if rng.rand() < REPEAT_THIRD_PROB and total - 3 * n_passage >= 2 * _REPEAT_RESERVE else 2
@@ -248,7 +258,7 @@ def repeat_sequence(rng, src, n_chunks):
         extras.append(_log_uniform(rng, spare))
         spare -= extras[-1]
     lead = rng.randint(0, spare + 1)
-    text = src.sample(rng, total)
+    text = src.sample(rng, total, family)
     b = Builder(total)
     cursor = word_boundary(text, lead)
     b.put(text[:cursor], P.LOSS_LM)
@@ -271,6 +281,26 @@ def repeat_sequence(rng, src, n_chunks):
 
 def repeat_example(rng, src, n_chunks):
     return repeat_sequence(rng, src, n_chunks)[:3]
+
+
+def copy_targets(total, starts, n_passage):
+    """Bool mask of a repeat sequence's target positions whose target is a
+    byte of a later copy (targets[i] is token i + 1): the bytes retrieval can
+    predict, the first bytes of each copy included."""
+    mask = np.zeros(total, dtype=bool)
+    for s in starts[1:]:
+        mask[s - 1:s - 1 + n_passage] = True
+    return mask
+
+
+def repeat_batch(rng, src, batch_size, n_chunks):
+    """batch(rng, src, "repeat", ...) (the same sequences for the same rng
+    state) and a fourth array, copy_targets' mask of each row."""
+    rows = []
+    for _ in range(batch_size):
+        tokens, targets, kinds, starts, n = repeat_sequence(rng, src, n_chunks)
+        rows.append((tokens, targets, kinds, copy_targets(len(tokens), starts, n)))
+    return tuple(np.stack(col) for col in zip(*rows))
 
 
 def passkey_example(rng, src, n_chunks, pad_prob):

@@ -13,7 +13,10 @@ Handbook, text_corpus.py's "handbook" family), greedy exact match under
 teacher forcing (passkey, passkey in held-out wordings, keyed), as
 train_passkey.py does; and read_twice.py's measures of whether the model
 uses what it read (--read_twice: a held-out passage's NLL at its second
-reading minus its first, and the NLL of the passkey filler).
+reading minus its first, and the NLL of the passkey filler). The training
+log's by_kind records give each kind's mean LM loss ("lm"), answer loss and
+answer-token accuracy, and for repeat the loss on its later copies' bytes
+alone ("copy": what retrieval can lower; the rest of "lm" is plain text).
 
 Model, optimiser and training semantics are train_passkey.py's (Gumbel top-k
 retrieval, drt_fast kernels checked against the reference first). --init
@@ -87,7 +90,7 @@ def evaluate(model, text, specs, seed, log, tasks=("passkey", "passkey_varied", 
         res.update({f"read_twice_{k}": round(v, 4) for k, v in r.items()})
         log(f"  held-out read-twice gain {r['gain']:+.4f} nats/byte, past the seam {r['gain_late']:+.4f} "
             f"(second reading {r['second']:.4f}, first {r['first']:.4f}; {n_read_twice} passages of "
-            f"{read_twice.PASSAGE} bytes, {time.time() - t0:.1f}s)")
+            f"{min(read_twice.PASSAGES)}-{max(read_twice.PASSAGES)} bytes, {time.time() - t0:.1f}s)")
         filler = read_twice.filler_nll(model)
         res["filler_nll"] = round(filler, 4)
         log(f"  passkey filler past the window: {filler:.4f} nats/byte (perplexity {np.exp(filler):.3f})")
@@ -347,7 +350,11 @@ def main(argv=None):
         for g in opt.param_groups:
             g["lr"] = args.lr * scale
         t0 = time.time()
-        tokens, targets, lk = T.batch(rng, src, kind, bsz, n_chunks, args.pad_prob)
+        copy_mask = None
+        if kind == "repeat":  # the same sequences as T.batch, and which targets are later copies
+            tokens, targets, lk, copy_mask = T.repeat_batch(rng, src, bsz, n_chunks)
+        else:
+            tokens, targets, lk = T.batch(rng, src, kind, bsz, n_chunks, args.pad_prob)
         tokens_t = torch.from_numpy(tokens).to(args.device)
         targets_t = torch.from_numpy(targets).to(args.device)
         kinds_t = torch.from_numpy(lk).to(args.device)
@@ -369,8 +376,12 @@ def main(argv=None):
         opt.step()
         train_time += time.time() - t0
         step += 1
-        s = stats.setdefault(kind, {"lm": [], "answer": [], "tok": []})
+        s = stats.setdefault(kind, {"lm": [], "answer": [], "tok": [], "copy": []})
         s["lm"].append(lm_loss.item())
+        if copy_mask is not None:  # the later copies' share of lm: what retrieval can lower
+            with torch.no_grad():
+                cm = torch.from_numpy(copy_mask).to(args.device)
+                s["copy"].append(ce[cm].mean().item())
         if ans_loss is not None:
             s["answer"].append(ans_loss.item())
             with torch.no_grad():

@@ -2,16 +2,21 @@
 """weights_tools/read_twice.py's measures and train_any_text.py's --mix,
 on stub "models" whose scores are known (torch; no trained model):
 
+- the passages' layout: always 2,016 bytes; passage lengths 646 to 866
+  bytes with a remainder mod 63 of 16 to 47 (not nearly chunk-aligned),
+  many different remainders over 200 passages, at least 256 bytes of lead;
+  the same for a seed, other passages for another seed;
 - a position stub gives, at position i, logit x_i (random, fixed) to the
   true next byte and 0 to the 257 other ids, so the NLL of the byte after i
   is log(257 + e^x_i) - x_i whatever the text. The read-twice sequences it
-  is fed are checked against the layout read_twice.py documents (256 bytes
-  of the text before the passage, the 880-byte passage as in the text, the
-  passage again), and first/second/gain against sums over the passage's
-  bytes computed here: a span off by one position, or the wrong reading,
-  gives other numbers because x is random; gain_late the same over each
-  reading's bytes from 126 on. The filler measure the same way
-  (bytes from position 129 on, the filler unit repeated);
+  is fed are checked against the layout read_twice.py documents (the text
+  before the passage, the passage as in the text, the passage again:
+  text[start - lead : start + p] + text[start : start + p], lead = 2,016 -
+  2p), and first/second/gain against sums over each passage's bytes
+  computed here: a span off by one position, or the wrong reading, gives
+  other numbers because x is random; gain_late the same over each
+  reading's bytes from 126 on. The filler measure the same way (bytes from
+  position 129 on, the filler unit repeated);
 - a copier stub that knows no layout (it predicts the byte that followed
   the last occurrence of the current 8 bytes, if that lies outside the
   128-position window, else nothing): the gain is strongly negative, as a
@@ -100,28 +105,47 @@ def main():
     with open(EXCERPT, "rb") as f:
         raw = f.read()
     text = np.frombuffer(raw, dtype=np.uint8).astype(np.int64)
-    lead, passage, length = 256, 880, 2016  # the layout read_twice.py's docstring states
+    length = 2016  # every read-twice sequence, 32 chunks
+
+    many = R.layout(len(text), 200, 0)
+    lengths = [p for _, p in many]
+    expect(all(646 <= p <= 866 and 16 <= p % 63 <= 47 and length - 2 * p >= 256 for p in lengths),
+           "layout: passages of 646-866 bytes, 16-47 mod 63, a lead of 256+ bytes",
+           f"{sorted(set(lengths))}")
+    offsets = {p % 63 for p in lengths}
+    # 200 draws from 32 remainders: all 32 occur with probability 0.9999
+    expect(len(offsets) >= 28, "layout: many offsets against the chunk", f"{sorted(offsets)}")
+    expect(all(length - 2 * p <= s <= len(text) - p for s, p in many), "layout: every passage inside the text")
+    expect(R.layout(len(text), 200, 0) == many and R.layout(len(text), 200, 1) != many,
+           "layout: fixed by the seed, another seed gives other passages")
 
     x = np.random.RandomState(5).normal(size=length) * 2.0
     nll = np.log(257.0 + np.exp(x)) - x  # nll[i]: the byte after position i
     stub = PositionStub(x.tolist())
     got = R.read_twice(stub, text, 3, 11)
+    placed = R.layout(len(text), 3, 11)
     expect(len(stub.fed) == 3, "three passages read", f"{len(stub.fed)} forward calls")
-    for k, fed in enumerate(stub.fed):
+    expect(len({p for _, p in placed}) == 3, "control: the three passages differ in length", str(placed))
+    for k, (fed, (start, p)) in enumerate(zip(stub.fed, placed)):
         seq = bytes(fed[0].tolist())
+        lead = length - 2 * p
         expect(len(seq) == length, f"passage {k}: {length} bytes", f"{len(seq)}")
-        expect(seq[lead:lead + passage] == seq[lead + passage:], f"passage {k}: read twice in a row")
-        at = raw.find(seq[:lead + passage])
-        expect(at >= 0, f"passage {k}: the lead and the first reading are one span of the text")
-    # byte j of a reading at position p + j is predicted at position p + j - 1
-    first = np.mean([nll[lead + j - 1] for j in range(passage)])
-    second = np.mean([nll[lead + passage + j - 1] for j in range(passage)])
+        expect(seq == raw[start - lead:start + p] + raw[start:start + p],
+               f"passage {k}: the text before it, the {p}-byte passage at {start}, the passage again")
+    # byte j of a reading at position q + j is predicted at position q + j - 1
     seam = 126  # each reading's first two chunks, left out of gain_late
-    late = np.mean([nll[lead + passage + j - 1] - nll[lead + j - 1] for j in range(seam, passage)])
-    for key, want in (("first", first), ("second", second), ("gain", second - first), ("gain_late", late)):
+    firsts, seconds, lates, offs = [], [], [], []
+    for _, p in placed:
+        lead = length - 2 * p
+        firsts.append(np.mean([nll[lead + j - 1] for j in range(p)]))
+        seconds.append(np.mean([nll[lead + p + j - 1] for j in range(p)]))
+        lates.append(np.mean([nll[lead + p + j - 1] - nll[lead + j - 1] for j in range(seam, p)]))
+        offs.append(np.mean([nll[lead + p + j] for j in range(p)]) - np.mean([nll[lead + j] for j in range(p)]))
+    first, second = np.mean(firsts), np.mean(seconds)
+    for key, want in (("first", first), ("second", second), ("gain", second - first), ("gain_late", np.mean(lates))):
         expect(abs(got[key] - want) < 1e-6, f"position stub: {key} {got[key]:.6f} = {want:.6f} computed here")
     # the shifted spans that a slip would give are distinguishable here
-    off = np.mean([nll[lead + passage + j] for j in range(passage)]) - np.mean([nll[lead + j] for j in range(passage)])
+    off = np.mean(offs)
     expect(abs(off - (second - first)) > 1e-3, "control: a span off by one position gives another gain",
            f"{off:.6f} vs {second - first:.6f}")
 
@@ -133,7 +157,7 @@ def main():
     expect(abs(got_f - want) < 1e-6, f"position stub: filler NLL {got_f:.6f} = {want:.6f} (bytes 129 on)")
 
     got = R.read_twice(CopierStub(), text, 3, 11)
-    # measured: gain -4.534, past the seam -4.585, second reading 1.417, first 5.951 (fixed seed)
+    # measured: gain -5.051, past the seam -5.128, second reading 0.492, first 5.543 (fixed seed)
     expect(got["gain"] < -4.0 and got["gain_late"] < -4.0 and got["second"] < 1.5,
            f"copier stub: strongly negative gain ({got['gain']:+.3f}; second reading {got['second']:.3f}, "
            f"first {got['first']:.3f})")

@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
 """weights_tools/text_tasks.py's `repeat` training sequences (numpy only; the
 training text is the committed handbook excerpt, which here only needs to be
-text):
+text, as two families: the excerpt and the excerpt in capitals):
 
 - exact length n_chunks * 63 for every length from the shortest allowed (7
-  chunks) to 64; a shorter one is refused with a ValueError naming the
-  minimum;
+  chunks) to 64 (5 seeds each, and 40 more at 7, 16 and 32 chunks, 200 more
+  at 64); a shorter one is refused with a ValueError naming the minimum;
+- the passage and the other text come from one family (a span with small
+  letters is in the excerpt only, one without them in the capitals): a
+  family switch at the copies would be a cue that held-out text, one
+  document, lacks;
+- repeat_batch gives batch()'s sequences for the same seed, and its mask
+  marks exactly the targets that are bytes of a later copy (the test
+  finds the copies by searching the sequence for the passage);
 - the passage is a span of the source text starting at a word boundary, 2 to
   16 chunks long; it occurs in the sequence where repeat_sequence says, 2
   or 3 times, each copy byte for byte the first (elsewhere only where the
@@ -48,7 +55,7 @@ def occurrences(hay, needle):
     return out
 
 
-def check_sequence(T, P, src, raw, seed, n_chunks, seen):
+def check_sequence(T, P, src, families, seed, n_chunks, seen):
     import numpy as np
     where = f"seed {seed}, {n_chunks} chunks"
     tokens, targets, kinds, starts, n = T.repeat_sequence(np.random.RandomState(seed), src, n_chunks)
@@ -75,12 +82,21 @@ def check_sequence(T, P, src, raw, seed, n_chunks, seen):
         for j in range(k):
             expect((s - starts[j]) % P.CHUNK != 0, f"copies {j + 1} and {k + 1} not chunk-aligned ({where})",
                    f"starts {starts}")
+    # one family: the other text (the sequence without its copies, a
+    # contiguous span of the family's text) is in a family that holds the passage
+    other = seq[:starts[0]] + b"".join(seq[s + n:(starts[k + 1] if k + 1 < len(starts) else len(seq))]
+                                       for k, s in enumerate(starts))
+    fams = [name for name, text in families.items() if passage in text]
+    expect(any(other in families[name] for name in fams),
+           f"the passage and the other text from one family ({where})",
+           f"passage in {fams}, other text in {[nm for nm, t in families.items() if other in t]}")
     # the other text is drawn from the same source, so it can hold the passage
     # itself (2 of 280 sequences on the 130 KB excerpt; the training text is
     # 70 MB): every copy must be found, and any other occurrence is counted
     found = occurrences(seq, passage)
     expect(set(starts) <= set(found), f"the passage occurs at every copy ({where})", f"{found} vs {starts}")
     seen.setdefault("extra", []).append(len(found) > len(starts))
+    raw = families[fams[0]] if fams else b""
     in_source = occurrences(raw, passage)
     expect(len(in_source) >= 1, f"the passage is a span of the training text ({where})")
     # after a space or newline, unless the 64 bytes before it hold none (word_boundary's limit)
@@ -101,16 +117,42 @@ def main():
     import text_tasks as T
     with open(EXCERPT, "rb") as f:
         raw = f.read()
+    families = {"excerpt": raw, "capitals": raw.upper()}
+    expect(any(97 <= c <= 122 for c in raw) and not any(97 <= c <= 122 for c in families["capitals"]),
+           "control: small letters only in the excerpt family")
     with tempfile.TemporaryDirectory(prefix="drt-repeat-") as tmp:
-        with open(os.path.join(tmp, "excerpt.txt"), "wb") as f:
-            f.write(raw)
-        src = T.TextSource(tmp, ["excerpt"])
+        for name, text in families.items():
+            with open(os.path.join(tmp, name + ".txt"), "wb") as f:
+                f.write(text)
+        src = T.TextSource(tmp, list(families))
         seen = {}
+        for n_chunks in range(7, 65):
+            for seed in range(1000, 1005):
+                check_sequence(T, P, src, families, seed, n_chunks, seen)
         for seed in range(40):
             for n_chunks in (7, 16, 32):
-                check_sequence(T, P, src, raw, seed, n_chunks, seen)
+                check_sequence(T, P, src, families, seed, n_chunks, seen)
         for seed in range(200):
-            check_sequence(T, P, src, raw, seed, 64, seen)
+            check_sequence(T, P, src, families, seed, 64, seen)
+        # repeat_batch: batch()'s sequences and a mask of the later copies' targets
+        n_marked = 0
+        for seed, n_chunks in ((0, 7), (1, 16), (2, 64)):
+            got = T.repeat_batch(np.random.RandomState(seed), src, 3, n_chunks)
+            want = T.batch(np.random.RandomState(seed), src, "repeat", 3, n_chunks, 0.5)
+            expect(all(np.array_equal(a, b) for a, b in zip(got[:3], want)) and got[3].shape == want[0].shape,
+                   f"repeat_batch gives batch()'s sequences (seed {seed}, {n_chunks} chunks)")
+            rows = [T.repeat_sequence(np.random.RandomState(seed), src, n_chunks)]  # the first row's passage
+            seq = bytes(got[0][0].tolist())
+            first, n = rows[0][3][0], rows[0][4]
+            copies = [at for at in occurrences(seq, seq[first:first + n]) if at != first]
+            expect(len(copies) >= 1, f"later copies found in row 0 (seed {seed})")
+            marked = set(np.flatnonzero(got[3][0]).tolist())
+            expect(marked == {at + j - 1 for at in copies for j in range(n)},
+                   f"the mask marks the targets of the later copies' bytes, nothing else (seed {seed}, "
+                   f"{n_chunks} chunks)", f"{len(marked)} marked, copies at {copies} of {n} bytes")
+            expect(all(got[1][0][i] == got[0][0][i + 1] for i in marked), "masked targets are the next bytes")
+            n_marked += len(marked)
+        expect(n_marked > 0, "control: the mask marks something")
         long = seen[64]
         expect({c for c, _, _ in long} == {2, 3}, "both 2 and 3 copies occur (64 chunks)",
                str(sorted({c for c, _, _ in long})))

@@ -18,8 +18,9 @@ or writes anything; valid arguments still train.
 The text directory holds tiny generated files under the families' names; a
 2-step run of a small model from scratch is the control that valid
 arguments pass, and a 2-step run of the repeat kind with --read_twice 1
-is the control that the copy objective trains and its eval is logged and
-kept in history.json. main() runs in this process (torch imported once: a
+and an eval after every step is the control that the copy objective trains,
+its later copies' loss is logged, and its eval is logged and kept in
+history.json before, during and after training. main() runs in this process (torch imported once: a
 subprocess per case took minutes on a loaded machine).
 
     train_any_text_args_test.py
@@ -82,18 +83,26 @@ def main():
         code, log, wrote = train("ok", ["--train_families", "python-docs,gcide"])
         expect(code == 0 and "training done: 2 steps" in log and wrote,
                "control: two training families, 2 steps from scratch, trains", log[-1500:])
-        code, log, wrote = train("repeat", ["--mix", "repeat:1", "--phases", "0:7:1", "--read_twice", "1"])
+        # --eval_every_min 1e-4: an eval after every step, so the in-run eval path logs the read-twice figures too
+        code, log, wrote = train("repeat", ["--mix", "repeat:1", "--phases", "0:7:1", "--read_twice", "1",
+                                            "--eval_every_min", "1e-4"])
         history = []
         if wrote and os.path.exists(os.path.join(tmp, "repeat", "history.json")):
             import json
             with open(os.path.join(tmp, "repeat", "history.json")) as f:
                 history = json.load(f)
         evals = [h.get("eval", h.get("final_eval")) for h in history if "eval" in h or "final_eval" in h]
-        expect(code == 0 and "training done: 2 steps" in log and '"repeat": {"lm"' in log
-               and log.count("held-out read-twice gain") == 2 and log.count("passkey filler past the window") == 2
-               and len(evals) == 2 and all("read_twice_gain" in e and "read_twice_gain_late" in e and "filler_nll" in e for e in evals),
+        mid = [h for h in history[1:] if "eval" in h]  # history[0] is the eval before training
+        by_kind = [h["by_kind"]["repeat"] for h in history if "by_kind" in h]
+        expect(code == 0 and "training done: 2 steps" in log and log.count("eval at step") == 2
+               and log.count("held-out read-twice gain") == 4 and log.count("passkey filler past the window") == 4
+               and len(evals) == 4 and len(mid) == 2
+               and all("read_twice_gain" in e and "read_twice_gain_late" in e and "filler_nll" in e for e in evals),
                "control: --mix repeat:1 on 7-chunk sequences trains; --read_twice logs the gain and the "
-               "filler NLL before training and at the end, and history.json holds them", log[-1500:])
+               "filler NLL before training, at the eval after each step and at the end, and history.json "
+               "holds all four", log[-1500:])
+        expect(len(by_kind) == 2 and all(set(r) == {"lm", "copy"} and 0 < r["copy"] < 10 for r in by_kind),
+               "control: the repeat records hold the later copies' loss ('copy') beside 'lm'", str(by_kind))
 
         refused = [
             ("fortunes", ["--train_families", "python-docs,fortunes"], "fortunes is a held-out family"),
