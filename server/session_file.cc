@@ -105,6 +105,10 @@ absl::StatusOr<LoadedSession> LoadSessionFile(
   }
   auto record = DecodeSessionRecord(record_text, path);
   if (!record.ok()) return record.status();
+  // Before the session is made: its logit_bias ids against this model.
+  if (absl::Status s = CheckSessionRecordForModel(*record, backend.config(), path); !s.ok()) {
+    return s;
+  }
   record_text = std::string();
   if (record->segments.size() != 1 || record->segments[0].log != kInlineChunks) {
     return absl::DataLossError(absl::StrFormat(

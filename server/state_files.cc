@@ -204,6 +204,23 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return out;
 }
 
+bool IsNewerSessionRecord(std::string_view bytes) {
+  if (bytes.size() < kStateHeaderBytes || std::memcmp(bytes.data(), kStateMagic, 8) != 0) {
+    return false;
+  }
+  ByteReader h(bytes.substr(8, 4));
+  uint32_t version = 0;
+  return h.Get(version, "version").ok() && version > kSessionRecordVersion;
+}
+
+absl::Status CheckSessionRecordForModel(const SessionRecord& record, const ModelConfig& config,
+                                        const std::string& path) {
+  absl::Status s = ValidateLogitBiasIds(record.settings.sampling, config.vocab_size,
+                                        config.chunk_id, config.pad_id);
+  if (s.ok()) return s;
+  return absl::DataLossError(absl::StrFormat("%s is corrupt: %s", path, s.message()));
+}
+
 uint32_t SessionRecordVersionFor(const SessionSettings& settings) {
   const SamplingParams& p = settings.sampling;
   const bool later_off = p.min_p == 0.f && p.presence_penalty == 0.f &&

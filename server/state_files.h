@@ -12,16 +12,25 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model_config.h"
 #include "server/session_manager.h"
 
 namespace drt::server {
 
-// Version of the directory (FORMAT) and of chunk logs; a file with a larger
-// one is refused by name, and so is one of version 1
-// (kStateFormatVersion1Refusal).
+// Version of chunk logs, and of the directory (FORMAT) until a version-3
+// session record is written into it; a file with a larger one is refused by
+// name, and so is one of version 1 (kStateFormatVersion1Refusal).
 // 2: a chunk record holds the chunk's landmark and encoder rows
 // (engine/session_state.h, ChunkData); 1 held its landmark and GCA K/V.
 inline constexpr uint32_t kStateFormatVersion = 2;
+// FORMAT of a directory a version-3 session record was written into (the
+// store raises it from 2 before that record's first write and never lowers
+// it): a server that reads only version-2 records then refuses the whole
+// directory by name and changes nothing, rather than quarantining that
+// record and deleting the chunk logs it alone still names (a fork whose
+// parent was deleted). The layout and the chunk logs are those of version
+// 2. This server reads directories of version 2 and 3.
+inline constexpr uint32_t kStateDirFormatWithRecord3 = 3;
 // Version of a session record (the small-state file and the head of a
 // SaveSession file), which may be newer than the directory's: 3 adds the
 // session's min_p, penalties and logit_bias defaults. A record whose
@@ -106,6 +115,17 @@ uint32_t SessionRecordVersionFor(const SessionSettings& settings);
 // off. Sampling defaults outside what CreateSession accepts
 // (ValidateSamplingParams) are DATA_LOSS, as any other damage.
 absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const std::string& path);
+// Whether `bytes` start with a DRTSTATE header whose version is larger than
+// this server reads (kSessionRecordVersion): a record of a newer server,
+// whose chunk segments this server cannot know.
+bool IsNewerSessionRecord(std::string_view bytes);
+// The checks of a decoded record that need the model: its logit_bias ids
+// (ValidateLogitBiasIds: inside the vocabulary, neither the landmark nor
+// the pad id), which CreateSession checks. DATA_LOSS "<path> is corrupt:
+// ..." otherwise, as any other damage of the record (a CRC-valid record
+// that this server did not write for this model).
+absl::Status CheckSessionRecordForModel(const SessionRecord& record, const ModelConfig& config,
+                                        const std::string& path);
 // An encoded record is this fixed header (magic, u32 version, u32 CRC-32C of
 // the body, u64 body length), then the body. A reader that reads a record
 // from a larger file (a session file: the record, then chunk records) reads

@@ -79,10 +79,15 @@ absl::Status CheckForeign(const std::string& dir) {
   return absl::OkStatus();
 }
 
-absl::Status CheckFormatFile(const std::string& dir) {
+// FORMAT's version (written as kStateFormatVersion when missing); refuses
+// a foreign one, version 1 and any above `newest`, naming the path.
+absl::StatusOr<uint32_t> CheckFormatFile(const std::string& dir, uint32_t newest) {
   const std::string path = dir + "/FORMAT";
   if (!fs::exists(path)) {
-    return WriteFileAtomically(path, absl::StrFormat("%s %d\n", kFormatLine, kStateFormatVersion));
+    absl::Status s =
+        WriteFileAtomically(path, absl::StrFormat("%s %d\n", kFormatLine, kStateFormatVersion));
+    if (!s.ok()) return s;
+    return kStateFormatVersion;
   }
   auto text = ReadWholeFile(path);
   if (!text.ok()) return text.status();
@@ -97,13 +102,13 @@ absl::Status CheckFormatFile(const std::string& dir) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s %s", path, kStateFormatVersion1Refusal));
   }
-  if (version < 1 || version > static_cast<int>(kStateFormatVersion)) {
+  if (version < 1 || version > static_cast<int>(newest)) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s says format version %d; this server reads version %d (written by a newer "
-        "drt-server?)",
-        path, version, kStateFormatVersion));
+        "%s says format version %d; this server reads %s (written by a newer drt-server?)", path,
+        version,
+        newest == 2 ? std::string("version 2") : absl::StrFormat("versions 2 to %d", newest)));
   }
-  return absl::OkStatus();
+  return static_cast<uint32_t>(version);
 }
 
 int64_t SegmentChunks(const std::vector<ChunkSegment>& segments) {
@@ -166,7 +171,18 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
         options.dir));
   }
   absl::Status s = ProbeWritable(options.dir);
-  if (s.ok()) s = CheckFormatFile(options.dir);
+  uint32_t dir_format = 0;
+  if (s.ok()) {
+    const uint32_t newest = options.newest_dir_format_for_test > 0
+                                ? options.newest_dir_format_for_test
+                                : kStateDirFormatWithRecord3;
+    absl::StatusOr<uint32_t> format = CheckFormatFile(options.dir, newest);
+    if (format.ok()) {
+      dir_format = *format;
+    } else {
+      s = format.status();
+    }
+  }
   for (const char* sub : {"/sessions", "/chunks", "/quarantine"}) {
     if (s.ok()) s = MakeDir(options.dir + sub);
   }
@@ -175,14 +191,16 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
     ::close(lock_fd);
     return s;
   }
-  return std::unique_ptr<StateStore>(new StateStore(options, config, lock_fd));
+  return std::unique_ptr<StateStore>(new StateStore(options, config, lock_fd, dir_format));
 }
 
-StateStore::StateStore(StateStoreOptions options, const ModelConfig& config, int lock_fd)
+StateStore::StateStore(StateStoreOptions options, const ModelConfig& config, int lock_fd,
+                       uint32_t dir_format)
     : options_(std::move(options)),
       config_(config),
       payload_bytes_(ChunkPayloadBytes(config)),
       lock_fd_(lock_fd),
+      dir_format_(dir_format),
       deleter_([this](const std::string& path) { DeleteLog(path); }) {}
 
 StateStore::~StateStore() {
@@ -280,8 +298,32 @@ void StateStore::EndWriteLocked(Durable& d, const std::string& id) {
   if (remove) deleter_.Delete(RemoveLocked(d, id, /*delete_state_file=*/false));
 }
 
+absl::Status StateStore::RaiseDirFormatForRecord(const SessionSettings& settings) {
+  if (SessionRecordVersionFor(settings) < 3) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(format_mutex_);
+  if (dir_format_ >= kStateDirFormatWithRecord3) return absl::OkStatus();
+  // Before any file of the session: a server that reads only version-2
+  // records refuses DIR by its FORMAT and touches nothing, instead of
+  // refusing this record alone and deleting the chunk logs that only it
+  // names (a fork of a deleted parent: docs/state_format.md, "Versions").
+  const std::string path = options_.dir + "/FORMAT";
+  if (absl::Status s = WriteFileAtomically(
+          path, absl::StrFormat("%s %d\n", kFormatLine, kStateDirFormatWithRecord3));
+      !s.ok()) {
+    return s;
+  }
+  dir_format_ = kStateDirFormatWithRecord3;
+  std::fprintf(stderr,
+               "drt-server: %s now says format version %d: a session with min_p, penalties or "
+               "logit_bias defaults (session record version 3) is written; drt-servers that read "
+               "only version 2 refuse this directory from now on\n",
+               path.c_str(), static_cast<int>(kStateDirFormatWithRecord3));
+  return absl::OkStatus();
+}
+
 absl::Status StateStore::PersistLocked(Durable& d, const std::string& id,
                                        const SessionSettings& settings, Session& session) {
+  if (absl::Status s = RaiseDirFormatForRecord(settings); !s.ok()) return s;
   ChunkSegment& own = d.segments.back();
   const int64_t on_disk = SegmentChunks(d.segments);
   const int64_t chunks = session.num_chunks();
@@ -620,6 +662,10 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
   std::vector<Candidate> candidates;
   struct Unreadable {
     std::string id, path, problem;
+    // What goes aside with it: the logs its record names when it could be
+    // decoded, else its own log (named after the session).
+    std::vector<ChunkSegment> segments;
+    bool newer = false;  // a record of a newer server (IsNewerSessionRecord)
   };
   std::vector<Unreadable> unreadable;
   const std::string sessions_dir = options_.dir + "/sessions";
@@ -648,6 +694,15 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       record = absl::DataLossError(
           absl::StrFormat("%s holds the state of session %s", path, record->id));
     }
+    std::vector<ChunkSegment> segments = {ChunkSegment{id, 0}};
+    if (record.ok()) {
+      segments = record->segments;
+      // Checked before the session is made: a default CreateSession refuses
+      // would fail every Generate that leaves sampling unset.
+      if (absl::Status s = CheckSessionRecordForModel(*record, config_, path); !s.ok()) {
+        record = s;
+      }
+    }
     if (record.ok()) {
       state = DecodeSessionState(record->state, config_);
       if (!state.ok()) {
@@ -661,7 +716,8 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     }
     const absl::Status problem = record.ok() ? state.status() : record.status();
     if (!problem.ok()) {
-      unreadable.push_back({id, path, std::string(problem.message())});
+      unreadable.push_back({id, path, std::string(problem.message()), std::move(segments),
+                            bytes.ok() && IsNewerSessionRecord(*bytes)});
       continue;
     }
     candidates.push_back({id, path, *std::move(record), *std::move(state)});
@@ -727,10 +783,36 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       for (const ChunkSegment& s : segments) keep.insert(s.log);
     }
   };
-  // A state file that cannot be read goes aside with its own log (named
-  // after the session), when there is one.
+  // A state file that cannot be read goes aside with the logs it names, or
+  // its own log (named after the session) when it could not be decoded.
+  // One of a newer server names logs this server cannot know (a fork's
+  // parent's, also of a parent deleted since): every log in chunks/ is
+  // linked with it, so none it needs is lost when the sweep below deletes
+  // the logs no restored session uses.
+  std::vector<ChunkSegment> every_log;
   for (const Unreadable& u : unreadable) {
-    quarantine(u.id, u.problem, u.path, {ChunkSegment{u.id, 0}});
+    if (!u.newer || !every_log.empty()) continue;
+    for (const auto& entry : fs::directory_iterator(options_.dir + "/chunks", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!absl::EndsWith(name, kLogSuffix)) continue;
+      every_log.push_back({name.substr(0, name.size() - std::strlen(kLogSuffix)), 0});
+    }
+    if (ec) {
+      return absl::InternalError(
+          absl::StrFormat("cannot list %s/chunks: %s", options_.dir, ec.message()));
+    }
+    std::sort(every_log.begin(), every_log.end(),
+              [](const ChunkSegment& a, const ChunkSegment& b) { return a.log < b.log; });
+  }
+  for (const Unreadable& u : unreadable) {
+    if (u.newer) {
+      quarantine(u.id,
+                 u.problem + "; its chunk logs cannot be known from it, so every chunk log in " +
+                     options_.dir + "/chunks/ is linked with it",
+                 u.path, every_log);
+    } else {
+      quarantine(u.id, u.problem, u.path, u.segments);
+    }
   }
   // A damaged one with every log it names that is still there.
   for (size_t i = 0; i < candidates.size(); ++i) {

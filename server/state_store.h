@@ -70,6 +70,10 @@ struct StateStoreOptions {
   // just before it is unlinked, on the thread that unlinks it (the store's
   // deleter for a removal that a write performs as it ends).
   std::function<void(const std::string& path)> before_log_deleted_for_test;
+  // Tests only: the newest FORMAT version Open reads (0: this server's,
+  // kStateDirFormatWithRecord3). 2 checks FORMAT as the servers before
+  // session record version 3 did, whose Open was this one's.
+  uint32_t newest_dir_format_for_test = 0;
 };
 
 class StateStore {
@@ -77,7 +81,9 @@ class StateStore {
   // Opens DIR: creates it (not its parent) when missing, checks it is
   // writable (a probe file is written and fsynced), refuses a newer or
   // foreign FORMAT and a directory another drt-server holds (flock on
-  // DIR/LOCK). Errors name the path.
+  // DIR/LOCK). Errors name the path. FORMAT 2 and 3 are read; a new
+  // directory gets 2, raised to 3 by the first version-3 session record
+  // written (kStateDirFormatWithRecord3).
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(const StateStoreOptions& options,
                                                           const ModelConfig& config);
   ~StateStore();
@@ -100,7 +106,10 @@ class StateStore {
   // descriptor, no memory) is moved there too. A refused session's
   // directory holds hard links to every chunk log it names (a log a
   // restored session uses stays in chunks/ too), so nothing it holds is
-  // deleted, also when a restored fork is deleted later; when it cannot be
+  // deleted, also when a restored fork is deleted later (a state file of a
+  // newer server, whose logs cannot be known, gets every log in chunks/;
+  // one whose logit_bias this model refuses is damaged, as in
+  // CheckSessionRecordForModel); when it cannot be
   // quarantined, it stays where it is with its logs. With the disk tier, a
   // session whose chunks cannot all be mapped (vm.max_map_count, EMFILE)
   // keeps the blocks mapped before the first failure and reads the rest
@@ -162,7 +171,12 @@ class StateStore {
 
  private:
   using Durable = DurableRecord;
-  StateStore(StateStoreOptions options, const ModelConfig& config, int lock_fd);
+  StateStore(StateStoreOptions options, const ModelConfig& config, int lock_fd,
+             uint32_t dir_format);
+  // Before the first write of a version-3 session record: rewrites FORMAT
+  // to kStateDirFormatWithRecord3 (atomically, the directory fsynced) when
+  // it says less, so that an older server refuses the directory whole.
+  absl::Status RaiseDirFormatForRecord(const SessionSettings& settings);
   absl::Status PersistLocked(Durable& d, const std::string& id, const SessionSettings& settings,
                              Session& session);
   // Around every write (Persist, RecordFork's): BeginWrite (before taking
@@ -236,6 +250,8 @@ class StateStore {
   size_t payload_bytes_;
   int lock_fd_;
   mutable std::mutex mutex_;  // guards sessions_ and log_refs_
+  std::mutex format_mutex_;   // guards dir_format_ and the FORMAT rewrite
+  uint32_t dir_format_;       // what FORMAT says: 2, or 3 once raised
   // The registered sessions. A removed one leaves no trace here: its
   // record is marked removed, so a write through its handle is dropped, and
   // no set of removed ids is kept (it grew for the life of the process).

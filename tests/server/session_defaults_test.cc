@@ -9,6 +9,7 @@
 // no session created.
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -406,6 +407,152 @@ TEST_CASE("session defaults: a state file of version 2 restores with the later d
   // temperature and seed kept, the rest off.
   CHECK(got.tokens == SentOnPlainSession(stub, prompt, Plain(d)).tokens);
   CHECK(got.tokens != SentOnPlainSession(stub, prompt, d).tokens);
+}
+
+
+// Review sessdefaults F1: a server of before (record version 2 only) that
+// ran on a directory holding a version-3 fork quarantined the fork's state
+// file and deleted the logs of its deleted parent, which only the fork
+// named. FORMAT now says 3 from the first version-3 record on, so such a
+// server refuses the whole directory by name and changes nothing.
+TEST_CASE("session defaults: FORMAT says 3 once a version-3 record is written, never less, and an "
+          "older server refuses that directory changing nothing",
+          "[server][session_defaults][durable][state_store]") {
+  drt::testing::TempDir dir;
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  const auto format = [&] { return *ReadWholeFile(dir.File("FORMAT")); };
+  SessionSettings with_min_p;
+  with_min_p.sampling.min_p = 0.05f;
+  std::string plain, defaults;
+  std::map<std::string, int64_t> tokens;
+  {
+    DurableServer server(dir.path());
+    plain = server.Create();
+    server.Append(plain, RandomTokens(3 * chunk + 1, 31));
+    // Sessions without the later defaults leave a directory of version 2.
+    CHECK(HeaderVersion(*ReadWholeFile(server.store->StatePath(plain))) == 2);
+    CHECK(format() == "drt-state-dir 2\n");
+    auto created = server.sessions->Create(with_min_p);
+    REQUIRE(created.ok());
+    defaults = (*created)->id();
+    REQUIRE(HeaderVersion(*ReadWholeFile(server.store->StatePath(defaults))) == 3);
+    CHECK(format() == "drt-state-dir 3\n");
+    server.Append(defaults, RandomTokens(2 * chunk + 3, 32));
+    tokens = server.Tokens();
+  }
+
+  // An older server: its Open is this one's with FORMAT read up to version 2.
+  std::map<std::string, std::string> before;
+  const auto files = [&] {
+    std::map<std::string, std::string> out;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
+      if (e.is_regular_file()) out[e.path().string()] = *ReadWholeFile(e.path().string());
+    }
+    return out;
+  };
+  before = files();
+  StateStoreOptions older = DurableOptions(dir.path());
+  older.newest_dir_format_for_test = 2;
+  auto refused = StateStore::Open(older, FixtureModel::Get().model->config());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(refused.status().message()),
+             Contains(dir.File("FORMAT") + " says format version 3; this server reads version 2"));
+  CHECK(files() == before);
+
+  // This server restores a FORMAT-3 directory, defaults and all.
+  {
+    DurableServer server(dir.path());
+    CHECK(server.report.quarantined.empty());
+    CHECK(server.Tokens() == tokens);
+    auto entry = server.sessions->Find(defaults);
+    REQUIRE(entry.ok());
+    CHECK((*entry)->settings().sampling.min_p == 0.05f);
+    // Deleting the only version-3 session does not lower FORMAT.
+    REQUIRE(server.sessions->Delete(defaults).ok());
+    CHECK(format() == "drt-state-dir 3\n");
+  }
+  DurableServer server(dir.path());
+  CHECK(server.Tokens() == std::map<std::string, int64_t>{{plain, tokens.at(plain)}});
+  CHECK(format() == "drt-state-dir 3\n");
+  // A newer FORMAT than 3 is refused by name, as before.
+  server.sessions.reset();
+  server.store.reset();
+  std::ofstream(dir.File("FORMAT")) << "drt-state-dir 4\n";
+  auto newer = StateStore::Open(DurableOptions(dir.path()), FixtureModel::Get().model->config());
+  REQUIRE_FALSE(newer.ok());
+  CHECK_THAT(std::string(newer.status().message()),
+             Contains(dir.File("FORMAT") + " says format version 4; this server reads versions "
+                                           "2 to 3"));
+}
+
+// Review sessdefaults F2: a record's logit_bias ids were checked against
+// the model only after the session was made (LoadSession: INVALID_ARGUMENT
+// without the path) or never (a restart: every Generate without sampling
+// then failed, blaming the request).
+TEST_CASE("session defaults: a record whose logit_bias names the landmark id is refused as damage "
+          "by path, at a restart and by LoadSession",
+          "[server][sampling][session_defaults][durable][session_file]") {
+  const std::vector<int32_t> prompt = RandomTokens(150, 13);
+  const int32_t landmark = static_cast<int32_t>(FixtureModel::Get().model->config().chunk_id);
+  const Defaults d = {0.f, 0, 0.f, 0.f, 0.f, {{5, 1.f}}};
+  // `bytes` with its leading session record's logit_bias made {landmark: 1}
+  // (re-encoded: the CRC is valid), the rest (a SaveSession file's chunk
+  // records) as it was.
+  const auto with_landmark_bias = [&](const std::string& bytes, const std::string& path) {
+    const size_t record_bytes =
+        kSessionRecordHeaderBytes + SessionRecordBodyBytes(bytes.substr(0, kSessionRecordHeaderBytes));
+    auto record = DecodeSessionRecord(bytes.substr(0, record_bytes), path);
+    REQUIRE(record.ok());
+    REQUIRE(record->settings.sampling.logit_bias == std::map<int32_t, float>{{5, 1.f}});
+    record->settings.sampling.logit_bias = {{landmark, 1.f}};
+    REQUIRE(WriteFileAtomically(path, EncodeSessionRecord(*record) + bytes.substr(record_bytes)).ok());
+  };
+
+  SECTION("a state file at a restart is quarantined alone") {
+    drt::testing::TempDir dir;
+    std::string bad, good;
+    {
+      DurableService durable(dir.path(), SmallOptions());
+      auto& stub = durable.server.stub();
+      const CreateResult created = CreateSession(stub, CreateWith(d));
+      REQUIRE(created.status.ok());
+      bad = created.id;
+      REQUIRE(AppendOnce(stub, bad, prompt).ok());
+      good = NewSession(stub);
+      REQUIRE(AppendOnce(stub, good, prompt).ok());
+    }
+    const std::string path = dir.File("sessions/" + bad + ".state");
+    with_landmark_bias(*ReadWholeFile(path), path);
+    DurableServer server(dir.path());
+    REQUIRE(server.report.quarantined.size() == 1);
+    const std::string& line = server.report.quarantined[0];
+    INFO(line);
+    CHECK_THAT(line, Contains(path + " is corrupt: logit_bias names token " +
+                              std::to_string(landmark) + ", the landmark (chunk) id"));
+    CHECK_THAT(line, Contains(dir.path() + "/quarantine/"));
+    CHECK(server.Tokens() ==
+          std::map<std::string, int64_t>{{good, static_cast<int64_t>(prompt.size())}});
+    CHECK_FALSE(std::filesystem::exists(path));
+  }
+  SECTION("a SaveSession file is DATA_LOSS naming the path, creating nothing") {
+    drt::testing::TempDir files;
+    ServiceOptions options = SmallOptions();
+    options.session_files_dir = files.path();
+    InProcessServer server(options);
+    auto& stub = server.stub();
+    const CreateResult created = CreateSession(stub, CreateWith(d));
+    REQUIRE(created.status.ok());
+    REQUIRE(AppendOnce(stub, created.id, prompt).ok());
+    REQUIRE(SaveSession(stub, created.id, "landmark-bias").ok());
+    REQUIRE(DeleteSession(stub, created.id).ok());
+    const std::string path = files.File("landmark-bias");
+    with_landmark_bias(*ReadWholeFile(path), path);
+    CHECK_STATUS(LoadSession(stub, "landmark-bias").status, grpc::StatusCode::DATA_LOSS,
+                 path + " is corrupt: logit_bias names token " + std::to_string(landmark) +
+                     ", the landmark (chunk) id");
+    CHECK(server.service().session_manager().List(/*hidden_too=*/true).empty());
+  }
 }
 
 }  // namespace drt::server

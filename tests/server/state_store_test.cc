@@ -600,9 +600,10 @@ TEST_CASE("bad state directories are refused by path", "[state_store]") {
   }
   SECTION("a newer directory format") {
     REQUIRE(StateStore::Open(DurableOptions(dir.path()), config).ok());
-    std::ofstream(dir.File("FORMAT")) << "drt-state-dir 3\n";
+    // (3 is read: a directory a version-3 session record was written into.)
+    std::ofstream(dir.File("FORMAT")) << "drt-state-dir 4\n";
     auto s = StateStore::Open(DurableOptions(dir.path()), config);
-    REQUIRE_THAT(std::string(s.status().message()), Contains("format version 3"));
+    REQUIRE_THAT(std::string(s.status().message()), Contains("format version 4"));
     REQUIRE_THAT(std::string(s.status().message()), Contains(dir.File("FORMAT")));
   }
   SECTION("a directory of format version 1 (chunk K/V) is refused, unchanged") {
@@ -650,6 +651,63 @@ TEST_CASE("bad state directories are refused by path", "[state_store]") {
     REQUIRE(s.ok());
     REQUIRE(fs::exists(dir.File("new/FORMAT")));
   }
+}
+
+
+// Review sessdefaults F1 (c): a state file of a newer server was
+// quarantined with the log named after it only, and the logs of a deleted
+// parent that only that fork named were then deleted as unused: moved back
+// under the server that wrote it, the fork could not be restored.
+TEST_CASE("a state file of a newer server is quarantined with every chunk log, so a fork of a "
+          "deleted parent can be moved back whole",
+          "[state_store]") {
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  drt::testing::TempDir dir;
+  std::string parent, child;
+  std::pair<std::vector<int32_t>, std::vector<float>> want;
+  {
+    Server server(dir.path());
+    parent = server.Create();
+    server.Append(parent, RandomTokens(5 * chunk + 1, 61));
+    child = server.Fork(parent);
+    REQUIRE(server.sessions->Delete(parent).ok());
+    REQUIRE(fs::exists(server.store->LogPath(parent)));  // the fork's reference keeps it
+    want = GreedyOnFork(server, child, 12);
+  }
+  const std::string state = dir.File("sessions/" + child + ".state");
+  const std::string written = *ReadWholeFile(state);
+  std::string newer = written;
+  newer[8] = 99, newer[9] = 0, newer[10] = 0, newer[11] = 0;  // u32 version after the magic
+  std::ofstream(state, std::ios::binary | std::ios::trunc) << newer;
+  std::string quarantined_at;
+  {
+    Server server(dir.path());
+    REQUIRE(server.report.quarantined.size() == 1);
+    const std::string& line = server.report.quarantined[0];
+    INFO(line);
+    CHECK_THAT(line, Contains(state + " has format version 99"));
+    CHECK_THAT(line, Contains("every chunk log in " + dir.path() + "/chunks/ is linked with it"));
+    REQUIRE(server.Tokens().empty());
+  }
+  for (const auto& sub : fs::directory_iterator(dir.path() + "/quarantine")) {
+    if (sub.path().filename().string().rfind(child + "-", 0) == 0) quarantined_at = sub.path();
+  }
+  REQUIRE_FALSE(quarantined_at.empty());
+  std::set<std::string> names;
+  for (const auto& f : fs::directory_iterator(quarantined_at)) {
+    names.insert(f.path().filename().string());
+  }
+  REQUIRE(names == std::set<std::string>{child + ".state", parent + ".log"});
+  // Moved back (the logs into chunks/, the state file with the version this
+  // server wrote), the fork restores and continues exactly.
+  for (const std::string& name : names) {
+    if (name != child + ".state") fs::rename(quarantined_at + "/" + name, dir.File("chunks/" + name));
+  }
+  fs::remove(quarantined_at + "/" + child + ".state");
+  REQUIRE(WriteFileAtomically(state, written).ok());
+  Server server(dir.path());
+  REQUIRE(server.report.quarantined.empty());
+  REQUIRE(server.Greedy(child, 12) == want);
 }
 
 }  // namespace
