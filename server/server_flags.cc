@@ -145,6 +145,11 @@ ABSL_FLAG(std::string, state_dir, "",
           "durable sessions: keep every session's state in this directory (created if "
           "missing, not its parents) and restore them all at start-up; empty: sessions live "
           "in memory only (docs/state_format.md)");
+ABSL_FLAG(bool, quarantine_other_model_sessions, false,
+          "with --state_dir, sessions written for another model (another shape or "
+          "fingerprint than --model's) are moved to DIR/quarantine/ at start-up and the server "
+          "starts without them; false (the default) refuses to start instead, nothing moved, "
+          "naming the model they were written for (docs/state_format.md, \"Start-up\")");
 ABSL_FLAG(std::string, state_sync, "step",
           "with --state_dir, when a session's changes reach the disk: step (each Append step "
           "and generated token is fsynced before it is acknowledged) or interval (at most every "
@@ -425,6 +430,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.service.durable_ack_tokens = absl::GetFlag(FLAGS_state_ack_tokens);
   check(CheckAtLeast("state_ack_tokens", config.service.durable_ack_tokens, 0));
   config.state.disk_tier = absl::GetFlag(FLAGS_disk_tier);
+  config.state.quarantine_other_model_sessions =
+      absl::GetFlag(FLAGS_quarantine_other_model_sessions);
+  config.state.model_dir = config.model_dir;
   check(CheckAtLeast("state_sync_interval_ms", config.state.sync_interval_ms, 1));
 
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
