@@ -644,12 +644,10 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // anything runs, 400 param max_tokens (as OpenAI and vLLM do), and one
   // that leaves no room for its padding and a token, param prompt. A text
   // prompt's count is the service's Tokenize (count_only); an id prompt's
-  // is its length, with no call. An id prompt holding an id the engine
-  // refuses (outside the vocabulary, landmark, pad) is not checked: the
-  // service's Complete refuses it by its own message, naming the id. False
-  // with `res` set when refused or when a call fails; a text prompt larger
-  // than one gRPC message is not checked (its completion ends at the limit
-  // with "length", as before).
+  // is its length, with no call (its ids were checked by PromptIdsAccepted).
+  // False with `res` set when refused or when a call fails; a text prompt
+  // larger than one gRPC message is not checked (its completion ends at the
+  // limit with "length", as before).
   bool RoomForMaxTokens(const httplib::Request& req, const CompletionRequest& request,
                         httplib::Response& res) {
     // Echo with max_tokens 0 generates nothing and pads nothing (Complete's
@@ -660,11 +658,6 @@ class OpenAiHttpServer::Server : public httplib::Server {
     if (!ModelFacts(req, info, res)) return false;
     int64_t prompt_tokens = 0;
     if (request.prompt_is_ids) {
-      for (const int32_t id : request.prompt_ids) {
-        if (id < 0 || id >= info.vocab_size() || id == info.chunk_id() || id == info.pad_id()) {
-          return true;
-        }
-      }
       prompt_tokens = static_cast<int64_t>(request.prompt_ids.size());
     } else {
       grpc::ClientContext context;
@@ -696,10 +689,29 @@ class OpenAiHttpServer::Server : public httplib::Server {
     return false;
   }
 
+  // An id prompt holding an id the engine refuses (outside the vocabulary,
+  // the landmark id, the pad id) is refused before anything runs, echo with
+  // max_tokens 0 included: 400 param "prompt" naming prompt[INDEX] as sent
+  // (CheckPromptIds). The service would refuse it too, but only once the
+  // 16 Ki-id pieces before it had run, naming the index within its piece.
+  // False with `res` set when refused or when GetModelInfo fails.
+  bool PromptIdsAccepted(const httplib::Request& req, const CompletionRequest& request,
+                         httplib::Response& res) {
+    if (!request.prompt_is_ids) return true;
+    drt::v1::ModelInfo info;
+    if (!ModelFacts(req, info, res)) return false;
+    const absl::Status ids =
+        CheckPromptIds(request.prompt_ids, info.vocab_size(), info.chunk_id(), info.pad_id());
+    if (ids.ok()) return true;
+    SendError(res, ids);
+    return false;
+  }
+
   void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(body);
     if (!request.ok()) return SendError(res, request.status());
     if (!ModelServed(request->model, res)) return;
+    if (!PromptIdsAccepted(req, *request, res)) return;
     if (!RoomForMaxTokens(req, *request, res)) return;
     std::random_device random;
     // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
