@@ -484,6 +484,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   health->SetServingStatus(false);
   service.StartDraining();
   http.StartDraining();
+  openai.StartDraining();
   std::atomic<bool> drained{false};
   std::thread drainer([&] {
     // gRPC keeps listening through the grace period, so that a call made now

@@ -896,6 +896,45 @@ TEST_CASE("openai http: /v1/models", "[openai][server]") {
   CHECK(body["data"][0]["max_model_len"] == SmallOptions().max_context_tokens);
 }
 
+TEST_CASE("openai http: GET /health answers as /healthz; the probe paths' 404 points to "
+          "--http_listen",
+          "[openai][server]") {
+  ServiceOptions service = SmallOptions();
+  service.bearer_token = "secret";  // /health needs none, as /healthz
+  OpenAiServer server(service);
+  auto health = server.client->Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  CHECK(health->body == "ok");
+  CHECK(health->get_header_value("Content-Type") == "text/plain");
+
+  // The probe endpoint's paths are not served here; the 404 says where.
+  for (const char* path : {"/healthz", "/livez", "/metrics"}) {
+    auto res = server.client->Get(path, {{"Authorization", "Bearer secret"}});
+    REQUIRE(res);
+    CHECK(res->status == 404);
+    const std::string message = Json::parse(res->body)["error"]["message"];
+    INFO(message);
+    CHECK(message.find(absl::StrCat("no such path: GET ", path)) != std::string::npos);
+    CHECK(message.find("served on the --http_listen endpoint") != std::string::npos);
+  }
+  // Another unknown path does not mention it.
+  auto other = server.client->Get("/v2/nothing", {{"Authorization", "Bearer secret"}});
+  REQUIRE(other);
+  CHECK(other->status == 404);
+  CHECK(other->body.find("--http_listen") == std::string::npos);
+  // Another credential-protected path still needs the token.
+  auto models = server.client->Get("/v1/models");
+  REQUIRE(models);
+  CHECK(models->status == 401);
+
+  server.api->StartDraining();
+  health = server.client->Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 503);
+  CHECK(health->body == "draining");
+}
+
 TEST_CASE("openai http: the bearer token applies", "[openai][server]") {
   ServiceOptions service = SmallOptions();
   service.bearer_token = "secret";
@@ -1177,6 +1216,7 @@ TEST_CASE("openai http: a body sent anywhere but POST /v1/completions is refused
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     CHECK(RawStatus(answer) == c.status);
+    if (c.status == 405) CHECK(RawJsonBody(answer)["error"]["code"] == "method_not_allowed");
     // At once, plus the lingering close's 1 s at most (the client here
     // keeps its end open); 3 s leaves room for load.
     CHECK(seconds < 3);
