@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,9 +47,16 @@ std::vector<ShapeField> ModelShape(const ModelConfig& c) {
           {"chunk_topk", c.chunk_topk}};
 }
 
-// Magic, version, shape and fingerprint: OK when `r` holds a state of this
-// engine state version written for `config`'s model.
-absl::Status ReadModelHeader(ByteReader& r, const ModelConfig& config) {
+// The model a state names: its shape fields (in ModelShape's order) and
+// its fingerprint.
+struct RecordedModel {
+  std::vector<int64_t> shape;
+  uint32_t fingerprint = 0;
+};
+
+// Magic, version, shape and fingerprint, as written at the head of a state
+// for a model whose shape has `shape_fields` fields.
+absl::StatusOr<RecordedModel> ReadRecordedModel(ByteReader& r, size_t shape_fields) {
   if (r.remaining() >= sizeof(int64_t)) {
     int64_t first = 0;
     std::memcpy(&first, r.rest().data(), sizeof first);
@@ -73,32 +81,58 @@ absl::Status ReadModelHeader(ByteReader& r, const ModelConfig& config) {
   }
   int64_t fields = 0;
   if (absl::Status s = r.I64(fields, "model shape"); !s.ok()) return s;
-  const auto shape = ModelShape(config);
-  if (fields != static_cast<int64_t>(shape.size())) {
+  if (fields != static_cast<int64_t>(shape_fields)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "the state names %d model shape fields; this server writes %d", fields, shape.size()));
+        "the state names %d model shape fields; this server writes %d", fields, shape_fields));
   }
-  for (const ShapeField& f : shape) {
-    int64_t v = 0;
-    if (absl::Status s = r.I64(v, f.name); !s.ok()) return s;
-    if (v != f.value) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "the state was written for a model with %s %d; this model has %d", f.name, v, f.value));
+  RecordedModel model;
+  model.shape.resize(shape_fields);
+  for (int64_t& v : model.shape) {
+    if (absl::Status s = r.I64(v, "model shape field"); !s.ok()) return s;
+  }
+  if (absl::Status s = r.Get(model.fingerprint, "model fingerprint"); !s.ok()) return s;
+  return model;
+}
+
+// The first difference between the model a state names and `config`'s: a
+// shape field, then (the same shape) the fingerprint; nullopt when none.
+absl::StatusOr<std::optional<StateModelMismatch>> CompareModel(const RecordedModel& recorded,
+                                                               const ModelConfig& config) {
+  const auto shape = ModelShape(config);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (recorded.shape[i] != shape[i].value) {
+      return StateModelMismatch{shape[i].name, recorded.shape[i], shape[i].value,
+                                recorded.fingerprint};
     }
   }
-  uint32_t fingerprint = 0;
-  if (absl::Status s = r.Get(fingerprint, "model fingerprint"); !s.ok()) return s;
-  const absl::StatusOr<uint32_t> model_fingerprint_or = config.model_fingerprint();
-  if (!model_fingerprint_or.ok()) return model_fingerprint_or.status();
-  const uint32_t model_fingerprint = *model_fingerprint_or;
-  if (fingerprint != model_fingerprint) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the state was written for the model with fingerprint %08x; this model's is %08x (the "
-        "same shape, but other weights or another config.json: a different checkpoint or a "
-        "fine-tune)",
-        fingerprint, model_fingerprint));
+  const absl::StatusOr<uint32_t> model_fingerprint = config.model_fingerprint();
+  if (!model_fingerprint.ok()) return model_fingerprint.status();
+  if (recorded.fingerprint != *model_fingerprint) {
+    return StateModelMismatch{"fingerprint", recorded.fingerprint, *model_fingerprint,
+                              recorded.fingerprint};
   }
-  return absl::OkStatus();
+  return std::nullopt;
+}
+
+// Magic, version, shape and fingerprint: OK when `r` holds a state of this
+// engine state version written for `config`'s model.
+absl::Status ReadModelHeader(ByteReader& r, const ModelConfig& config) {
+  absl::StatusOr<RecordedModel> recorded = ReadRecordedModel(r, ModelShape(config).size());
+  if (!recorded.ok()) return recorded.status();
+  absl::StatusOr<std::optional<StateModelMismatch>> mismatch = CompareModel(*recorded, config);
+  if (!mismatch.ok()) return mismatch.status();
+  if (!mismatch->has_value()) return absl::OkStatus();
+  const StateModelMismatch& m = **mismatch;
+  if (m.field != "fingerprint") {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the state was written for a model with %s %d; this model has %d", m.field,
+        m.state_value, m.model_value));
+  }
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "the state was written for the model with fingerprint %08x; this model's is %08x (the "
+      "same shape, but other weights or another config.json: a different checkpoint or a "
+      "fine-tune)",
+      m.state_value, m.model_value));
 }
 
 absl::Status SizeIs(const char* what, size_t got, int64_t want) {
@@ -119,6 +153,26 @@ absl::Status AllFinite(const char* what, int64_t layer, const std::vector<float>
 }
 
 }  // namespace
+
+std::optional<StateModelMismatch> FindStateModelMismatch(std::string_view bytes,
+                                                         const ModelConfig& config) {
+  ByteReader r(bytes);
+  absl::StatusOr<RecordedModel> recorded = ReadRecordedModel(r, ModelShape(config).size());
+  if (!recorded.ok()) return std::nullopt;
+  absl::StatusOr<std::optional<StateModelMismatch>> mismatch = CompareModel(*recorded, config);
+  if (!mismatch.ok()) return std::nullopt;
+  return *mismatch;
+}
+
+std::string DescribeStateModelMismatch(const StateModelMismatch& m) {
+  if (m.field == "fingerprint") {
+    return absl::StrFormat("fingerprint %08x; this model's is %08x (the same shape, other "
+                           "weights or another config.json)",
+                           m.state_value, m.model_value);
+  }
+  return absl::StrFormat("%s %d (fingerprint %08x); this model has %s %d", m.field,
+                         m.state_value, m.state_fingerprint, m.field, m.model_value);
+}
 
 absl::Status ValidateSessionState(const SessionState& state, const ModelConfig& c) {
   const int64_t S = c.chunk_positions();

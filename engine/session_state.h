@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,6 +86,25 @@ inline int64_t ClosedChunks(const SessionState& state, const ModelConfig& config
 absl::StatusOr<std::string> EncodeSessionState(const SessionState& state,
                                                const ModelConfig& config);
 absl::StatusOr<SessionState> DecodeSessionState(std::string_view bytes, const ModelConfig& config);
+// What makes a small state another model's: the first shape field that
+// differs from this model's, or (the same shape) the fingerprint.
+struct StateModelMismatch {
+  std::string field;  // a shape field ("hidden_size", ...) or "fingerprint"
+  int64_t state_value = 0;  // what the state names
+  int64_t model_value = 0;  // what this model has
+  uint32_t state_fingerprint = 0;  // the fingerprint the state names
+};
+// The model a small state was written for, compared with `config`'s without
+// decoding the rest: the mismatch when the state's header (magic, version 2,
+// shape, fingerprint) is whole and names another model; nullopt when it names
+// this model or cannot be read (DecodeSessionState then says what is wrong).
+// Tells a state of another model (the server's configuration) from a damaged
+// one (server/state_store.cc, RestoreAll).
+std::optional<StateModelMismatch> FindStateModelMismatch(std::string_view bytes,
+                                                         const ModelConfig& config);
+// "hidden_size 192 (fingerprint 1a2b3c4d); this model has hidden_size 128",
+// or "fingerprint 1a2b3c4d; this model's is 5e6f7a8b (the same shape, ...)".
+std::string DescribeStateModelMismatch(const StateModelMismatch& mismatch);
 // A chunk's payload: landmark, then encoder rows, as raw floats:
 // chunk_positions() * hidden_size floats.
 size_t ChunkPayloadBytes(const ModelConfig& config);

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "kernels/cuda_driver_probe.h"
 
 namespace drt::cuda {
 
@@ -14,8 +15,11 @@ absl::StatusOr<int> CudaDeviceCount() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    return absl::UnavailableError(
-        absl::StrFormat("no usable CUDA device: %s", cudaGetErrorString(err)));
+    // Without any driver the runtime's own message is
+    // cudaErrorInsufficientDriver's, which reads as "upgrade the driver".
+    return absl::UnavailableError(absl::StrFormat(
+        "no usable CUDA device: %s",
+        NoCudaDeviceReason(cudaGetErrorString(err), NvidiaDriverLoadable())));
   }
   if (count == 0) return absl::UnavailableError("no usable CUDA device: none found");
   return count;

@@ -8,6 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
@@ -48,6 +50,50 @@ int64_t DefaultHostBudgetBytes(const MemorySnapshot& memory) {
   const int64_t usable = UsableBytes(memory);
   return usable / kHostBudgetDenominator * kHostBudgetNumerator +
          usable % kHostBudgetDenominator * kHostBudgetNumerator / kHostBudgetDenominator;
+}
+
+absl::StatusOr<HostBudget> ChooseHostBudget(int64_t flag_bytes,
+                                            const absl::StatusOr<MemorySnapshot>& memory) {
+  const auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / (int64_t{1} << 30); };
+  HostBudget budget;
+  if (flag_bytes == 0) {
+    if (!memory.ok()) {
+      return absl::Status(memory.status().code(), absl::StrCat(memory.status().message(),
+                                                               "; set --host_memory_budget_gb"));
+    }
+    budget.bytes = DefaultHostBudgetBytes(*memory);
+    budget.log_lines.push_back(absl::StrFormat(
+        "host memory budget %.1f GiB (%d/%d of %.1f GiB usable after loading the model; "
+        "--host_memory_budget_gb sets it)",
+        gib(budget.bytes), kHostBudgetNumerator, kHostBudgetDenominator, gib(UsableBytes(*memory))));
+    return budget;
+  }
+  budget.bytes = flag_bytes;
+  if (!memory.ok()) {
+    budget.log_lines.push_back(absl::StrFormat(
+        "host memory budget %.1f GiB (--host_memory_budget_gb; not checked against the "
+        "memory usable: %s)",
+        gib(flag_bytes), memory.status().message()));
+    return budget;
+  }
+  const int64_t usable = UsableBytes(*memory);
+  budget.log_lines.push_back(absl::StrFormat(
+      "host memory budget %.1f GiB (--host_memory_budget_gb; %.1f GiB usable after loading "
+      "the model)",
+      gib(flag_bytes), gib(usable)));
+  if (flag_bytes > usable) {
+    const bool cgroup = memory->cgroup_limit_bytes.has_value() &&
+                        *memory->cgroup_limit_bytes - memory->cgroup_usage_bytes.value_or(0) <
+                            memory->available_bytes;
+    budget.log_lines.push_back(absl::StrFormat(
+        "WARNING: --host_memory_budget_gb (%.1f GiB) is more than the %.1f GiB %s offers after "
+        "loading the model: sessions may grow until the kernel kills the process (out of "
+        "memory) instead of being refused with RESOURCE_EXHAUSTED",
+        gib(flag_bytes), gib(usable),
+        cgroup ? "this process's memory cgroup (its limit less its usage)"
+               : "this machine (MemAvailable)"));
+  }
+  return budget;
 }
 
 absl::StatusOr<int64_t> ParseMemAvailable(absl::string_view meminfo) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
@@ -30,6 +32,21 @@ int64_t UsableBytes(const MemorySnapshot& memory);
 
 // kHostBudgetNumerator / kHostBudgetDenominator of UsableBytes, rounded down.
 int64_t DefaultHostBudgetBytes(const MemorySnapshot& memory);
+
+// The host budget in force and the start-up lines that say so (main prints
+// each after "drt-server: "). `flag_bytes` 0: the default
+// (DefaultHostBudgetBytes of `memory`; an error when `memory` could not be
+// read). Otherwise --host_memory_budget_gb's value, said with its source,
+// and with a WARNING line naming both figures when it is above UsableBytes:
+// sessions may then grow until the kernel kills the process instead of
+// being refused (RESOURCE_EXHAUSTED). Not an error: over-committing a
+// machine can be meant.
+struct HostBudget {
+  int64_t bytes = 0;
+  std::vector<std::string> log_lines;
+};
+absl::StatusOr<HostBudget> ChooseHostBudget(int64_t flag_bytes,
+                                            const absl::StatusOr<MemorySnapshot>& memory);
 
 // The MemAvailable line of /proc/meminfo's text, in bytes.
 absl::StatusOr<int64_t> ParseMemAvailable(absl::string_view meminfo);

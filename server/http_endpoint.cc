@@ -23,6 +23,15 @@ HttpEndpoint::HttpEndpoint(const Metrics& metrics, HttpEndpointOptions options)
 
 HttpEndpoint::~HttpEndpoint() { Stop(); }
 
+void AnswerReadiness(bool draining, httplib::Response& response) {
+  if (draining) {
+    response.status = 503;
+    response.set_content("draining", "text/plain");
+  } else {
+    response.set_content("ok", "text/plain");
+  }
+}
+
 absl::Status HttpEndpoint::Start(const std::string& host, int port) {
   if (server_ != nullptr) return absl::FailedPreconditionError("HTTP endpoint already started");
   if (port < 0 || port > 65535) {
@@ -39,12 +48,7 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
                          kPrometheusContentType);
   });
   server->Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
-    if (draining_.load()) {
-      response.status = 503;
-      response.set_content("draining", "text/plain");
-    } else {
-      response.set_content("ok", "text/plain");
-    }
+    AnswerReadiness(draining_.load(), response);
   });
 
   server->Get("/livez", [this](const httplib::Request&, httplib::Response& response) {

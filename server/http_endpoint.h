@@ -19,11 +19,17 @@
 
 namespace httplib {
 class Server;
+struct Response;
 }
 
 namespace drt::server {
 
 class DeadlineHttpServer;
+
+// The readiness probe's answer: 200 "ok", or 503 "draining" once the server
+// drains. GET /healthz here, and GET /health on the OpenAI API's port
+// (server/openai_http_server.h), where vLLM and llama.cpp's servers answer it.
+void AnswerReadiness(bool draining, httplib::Response& response);
 
 // The endpoint's own counters (drt_http_connections_expired_total,
 // drt_http_connections_rejected_total) in the format of

@@ -283,21 +283,17 @@ absl::StatusOr<std::unique_ptr<Started>> StartUp(const ServerConfig& config, Sta
   ServiceOptions& service_options = started->service_options;
   service_options = config.service;
   service_options.model_name = ModelName(config.model_dir);
-  if (service_options.host_memory_budget_bytes == 0) {
-    // Read now, with the weights loaded, so that they are not counted twice.
-    absl::StatusOr<MemorySnapshot> memory = ReadMemorySnapshot();
-    if (!memory.ok()) {
-      return absl::Status(memory.status().code(), absl::StrCat(memory.status().message(),
-                                                               "; set --host_memory_budget_gb"));
+  {
+    // Read now, with the weights loaded, so that they are not counted twice;
+    // the budget in force is said with its source, and a flag's value above
+    // the usable memory is warned about.
+    absl::StatusOr<HostBudget> budget =
+        ChooseHostBudget(service_options.host_memory_budget_bytes, ReadMemorySnapshot());
+    if (!budget.ok()) return budget.status();
+    service_options.host_memory_budget_bytes = budget->bytes;
+    for (const std::string& line : budget->log_lines) {
+      std::fprintf(stderr, "drt-server: %s\n", line.c_str());
     }
-    service_options.host_memory_budget_bytes = DefaultHostBudgetBytes(*memory);
-    std::fprintf(stderr,
-                 "drt-server: host memory budget %.1f GiB (%lld/%lld of %.1f GiB usable after "
-                 "loading the model; --host_memory_budget_gb sets it)\n",
-                 static_cast<double>(service_options.host_memory_budget_bytes) / (1LL << 30),
-                 static_cast<long long>(kHostBudgetNumerator),
-                 static_cast<long long>(kHostBudgetDenominator),
-                 static_cast<double>(UsableBytes(*memory)) / (1LL << 30));
   }
   if (const std::string& files = service_options.session_files_dir;
       !files.empty() && !std::filesystem::is_directory(files)) {
@@ -494,6 +490,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   health->SetServingStatus(false);
   service.StartDraining();
   http.StartDraining();
+  openai.StartDraining();
   std::atomic<bool> drained{false};
   std::thread drainer([&] {
     // gRPC keeps listening through the grace period, so that a call made now

@@ -401,7 +401,15 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
   if (!IsNull(body, "max_tokens")) {
     // 0 only with echo: the prompt's text and scores, nothing generated.
     auto n = IntField(body["max_tokens"], "max_tokens", out.echo ? 0 : 1, kMaxTokens);
-    if (!n.ok()) return n.status();
+    if (!n.ok()) {
+      if (!out.echo && body["max_tokens"].is_number_integer() && body["max_tokens"] == 0) {
+        return FieldError("max_tokens",
+                          absl::StrCat("max_tokens must be an integer in [1, ", kMaxTokens,
+                                       "], got 0 (0 only with echo: the prompt's scores, "
+                                       "nothing generated)"));
+      }
+      return n.status();
+    }
     out.generate.set_max_tokens(static_cast<int32_t>(*n));
     out.prompt_only = *n == 0;
   }

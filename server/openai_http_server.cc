@@ -25,6 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/bearer_token.h"
 #include "server/connection_pool.h"
+#include "server/http_endpoint.h"
 #include "server/http_connection_io.h"
 #include "server/openai_api.h"
 #include "server/openai_tokenize.h"
@@ -39,7 +40,19 @@ constexpr char kJson[] = "application/json";
 // What the API serves, for the 404s and 405s that name it.
 constexpr char kServed[] =
     "served: POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize (also "
-    "as /v1/tokenize, /v1/detokenize)";
+    "as /v1/tokenize, /v1/detokenize), GET /health";
+// The paths of the probe endpoint (--http_listen), which a 404 here points to.
+bool IsProbePath(const std::string& path) {
+  return path == "/healthz" || path == "/livez" || path == "/metrics";
+}
+// "no such path: GET /metrics (...)", pointing a probe path to its endpoint.
+std::string NoSuchPath(const httplib::Request& req) {
+  return absl::StrCat("no such path: ", req.method, " ", req.path, " (", kServed, ")",
+                      IsProbePath(req.path)
+                          ? "; GET /healthz, /livez and /metrics are served on the "
+                            "--http_listen endpoint (port 9090 by default), not on this API's"
+                          : "");
+}
 // vLLM's tokenizer paths, and the same under /v1/, which the gateway
 // (deploy/k8s/gateway) routes to the OpenAI API with the rest of /v1/.
 bool IsTokenizerPath(const std::string& path) {
@@ -276,7 +289,7 @@ std::string RandomHex(std::random_device& random, int digits) {
 class OpenAiHttpServer::Server : public httplib::Server {
  public:
   Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options,
-         ConnectionPoolCounters& counters)
+         ConnectionPoolCounters& counters, const std::atomic<bool>& draining)
       : options_(options), counters_(counters), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
     // The accept loop only queues each socket with its accept time; the
     // pool's threads serve them (server/connection_pool.h).
@@ -303,6 +316,12 @@ class OpenAiHttpServer::Server : public httplib::Server {
     Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       Models(req, res);
     });
+    // The probe endpoint's readiness answer (/healthz), for clients and
+    // load balancers that look for vLLM's /health on the API's port. No
+    // credentials needed, as on the probe endpoint (pre-routing handler).
+    Get("/health", [&draining](const httplib::Request&, httplib::Response& res) {
+      AnswerReadiness(draining.load(), res);
+    });
     Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
       ChatNotServed(res);
     });
@@ -320,7 +339,10 @@ class OpenAiHttpServer::Server : public httplib::Server {
       if (ConnectionStream* stream = ThisThreadsStream(); stream != nullptr) {
         stream->MarkHeadersRead();
       }
-      if (absl::Status auth = CheckCredentials(req); !auth.ok()) {
+      // GET /health needs no credentials, as /healthz on the probe endpoint:
+      // a load balancer's probe carries none, and it tells nothing else.
+      const bool health = req.method == "GET" && req.path == "/health";
+      if (absl::Status auth = CheckCredentials(req); !auth.ok() && !health) {
         SendError(res, auth);
         return HandlerResponse::Handled;
       }
@@ -360,13 +382,11 @@ class OpenAiHttpServer::Server : public httplib::Server {
         res.set_content(ErrorJson(absl::StrCat(req.method, " ", req.path, " with a request body "
                                                "is not served (", kServed,
                                                "; GET /v1/models without a body)"),
-                                  "invalid_request_error", "", ""),
+                                  "invalid_request_error", "", "method_not_allowed"),
                         kJson);
       } else {
         res.status = 404;
-        res.set_content(ErrorJson(absl::StrCat("no such path: ", req.method, " ", req.path,
-                                               " (", kServed, ")"),
-                                  "invalid_request_error", "", "not_found"),
+        res.set_content(ErrorJson(NoSuchPath(req), "invalid_request_error", "", "not_found"),
                         kJson);
       }
       return HandlerResponse::Handled;
@@ -379,7 +399,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
       if (!res.body.empty()) return HandlerResponse::Unhandled;  // ours, already shaped
       std::string message;
       if (res.status == 404) {
-        message = absl::StrCat("no such path: ", req.method, " ", req.path, " (", kServed, ")");
+        message = NoSuchPath(req);
       } else if (res.status == 413) {
         message = absl::StrCat("the request body is larger than drt-server accepts (",
                                max_bytes, " bytes)");
@@ -644,12 +664,10 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // anything runs, 400 param max_tokens (as OpenAI and vLLM do), and one
   // that leaves no room for its padding and a token, param prompt. A text
   // prompt's count is the service's Tokenize (count_only); an id prompt's
-  // is its length, with no call. An id prompt holding an id the engine
-  // refuses (outside the vocabulary, landmark, pad) is not checked: the
-  // service's Complete refuses it by its own message, naming the id. False
-  // with `res` set when refused or when a call fails; a text prompt larger
-  // than one gRPC message is not checked (its completion ends at the limit
-  // with "length", as before).
+  // is its length, with no call (its ids were checked by PromptIdsAccepted).
+  // False with `res` set when refused or when a call fails; a text prompt
+  // larger than one gRPC message is not checked (its completion ends at the
+  // limit with "length", as before).
   bool RoomForMaxTokens(const httplib::Request& req, const CompletionRequest& request,
                         httplib::Response& res) {
     // Echo with max_tokens 0 generates nothing and pads nothing (Complete's
@@ -660,11 +678,6 @@ class OpenAiHttpServer::Server : public httplib::Server {
     if (!ModelFacts(req, info, res)) return false;
     int64_t prompt_tokens = 0;
     if (request.prompt_is_ids) {
-      for (const int32_t id : request.prompt_ids) {
-        if (id < 0 || id >= info.vocab_size() || id == info.chunk_id() || id == info.pad_id()) {
-          return true;
-        }
-      }
       prompt_tokens = static_cast<int64_t>(request.prompt_ids.size());
     } else {
       grpc::ClientContext context;
@@ -696,10 +709,29 @@ class OpenAiHttpServer::Server : public httplib::Server {
     return false;
   }
 
+  // An id prompt holding an id the engine refuses (outside the vocabulary,
+  // the landmark id, the pad id) is refused before anything runs, echo with
+  // max_tokens 0 included: 400 param "prompt" naming prompt[INDEX] as sent
+  // (CheckPromptIds). The service would refuse it too, but only once the
+  // 16 Ki-id pieces before it had run, naming the index within its piece.
+  // False with `res` set when refused or when GetModelInfo fails.
+  bool PromptIdsAccepted(const httplib::Request& req, const CompletionRequest& request,
+                         httplib::Response& res) {
+    if (!request.prompt_is_ids) return true;
+    drt::v1::ModelInfo info;
+    if (!ModelFacts(req, info, res)) return false;
+    const absl::Status ids =
+        CheckPromptIds(request.prompt_ids, info.vocab_size(), info.chunk_id(), info.pad_id());
+    if (ids.ok()) return true;
+    SendError(res, ids);
+    return false;
+  }
+
   void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(body);
     if (!request.ok()) return SendError(res, request.status());
     if (!ModelServed(request->model, res)) return;
+    if (!PromptIdsAccepted(req, *request, res)) return;
     if (!RoomForMaxTokens(req, *request, res)) return;
     std::random_device random;
     // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
@@ -867,7 +899,7 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--openai_listen port out of range: ", port));
   }
-  auto server = std::make_unique<Server>(channel_, options_, *counters_);
+  auto server = std::make_unique<Server>(channel_, options_, *counters_, *draining_);
   UseReuseAddressOnly(*server);
   absl::StatusOr<int> bound_port = BindHttpServer(*server, host, port, "the OpenAI HTTP API");
   if (!bound_port.ok()) return bound_port.status();

@@ -101,6 +101,9 @@ class OpenAiHttpServer {
   // Shutdown, which would close the in-process transport under them (the
   // clients then read "Transport closed", not the service's message).
   bool WaitForCalls(std::chrono::steady_clock::time_point deadline);
+  // GET /health answers 503 "draining" from now on (as the probe endpoint's
+  // /healthz; new completions are refused by the service's drain).
+  void StartDraining() { draining_->store(true); }
   // Stops accepting, waits for the running requests (whose gRPC calls end
   // when the gRPC server shuts down; a connection still sending its request
   // is given up within 100 ms, one not reading its answer within 1 s of a
@@ -115,6 +118,8 @@ class OpenAiHttpServer {
   OpenAiHttpOptions options_;
   // Outlive the server (and its pool), so RenderMetrics can always read them.
   std::unique_ptr<ConnectionPoolCounters> counters_;
+  // StartDraining's; outlives the server, which reads it.
+  std::unique_ptr<std::atomic<bool>> draining_ = std::make_unique<std::atomic<bool>>(false);
   std::unique_ptr<Server> server_;
   HttpListenThread listener_;
   int port_ = 0;

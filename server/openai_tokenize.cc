@@ -160,4 +160,25 @@ absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, in
                    limit - prompt_tokens - padding, " or shorten the prompt"));
 }
 
+absl::Status CheckPromptIds(const std::vector<int32_t>& ids, int64_t vocab_size, int64_t chunk_id,
+                            int64_t pad_id) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = ids[i];
+    const std::string at = absl::StrCat("prompt[", i, "]: token ", id);
+    if (id < 0 || id >= vocab_size) {
+      return FieldError("prompt",
+                        absl::StrCat(at, " is outside the vocabulary [0, ", vocab_size, ")"));
+    }
+    if (id == chunk_id) {
+      return FieldError("prompt", absl::StrCat(at, " is the landmark id, which only the engine "
+                                                   "inserts"));
+    }
+    if (id == pad_id) {
+      return FieldError("prompt",
+                        absl::StrCat(at, " is the pad id, which only the engine inserts"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace drt::server

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,5 +56,13 @@ int64_t ChunkPadding(int64_t prompt_tokens, int64_t chunk_size, bool pad);
 // refuses that one, param "prompt").
 absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, int64_t limit,
                                    int64_t padding, int64_t chunk_size);
+
+// The /v1/completions refusal of an id prompt holding an id the engine
+// refuses in a prompt: outside [0, vocab_size), the landmark id (chunk_id)
+// or the pad id. Param "prompt", naming prompt[INDEX] as the request holds
+// it (the service would name the index within its 16 Ki-id piece, after
+// running the pieces before it). OK when every id may stand in a prompt.
+absl::Status CheckPromptIds(const std::vector<int32_t>& ids, int64_t vocab_size, int64_t chunk_id,
+                            int64_t pad_id);
 
 }  // namespace drt::server

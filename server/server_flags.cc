@@ -17,12 +17,13 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "gRPC address, host:port ([::]:port for IPv6, port 0 picks a free port) or "
           "unix:/path/to/socket");
 ABSL_FLAG(std::string, http_listen, "0.0.0.0:9090",
-          "HTTP address for GET /metrics (Prometheus) and GET /healthz, host:port; "
-          "empty disables the HTTP endpoint");
+          "HTTP address for GET /metrics (Prometheus), GET /healthz (readiness) and GET /livez "
+          "(liveness), host:port; empty disables the HTTP endpoint");
 ABSL_FLAG(std::string, openai_listen, "",
-          "address for the OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models), "
-          "host:port; empty (the default) turns it off. Not the --http_listen endpoint: its "
-          "answers may stream for as long as generation runs");
+          "address for the OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models, "
+          "POST /tokenize and /detokenize, GET /health), host:port; empty (the default) turns "
+          "it off. Not the --http_listen endpoint: its answers may stream for as long as "
+          "generation runs");
 ABSL_FLAG(int64_t, openai_request_timeout_seconds,
           drt::server::ServerConfig{}.openai_request_timeout_seconds,
           "time an OpenAI API connection has, from its accept, to send its whole request (the "
@@ -145,6 +146,11 @@ ABSL_FLAG(std::string, state_dir, "",
           "durable sessions: keep every session's state in this directory (created if "
           "missing, not its parents) and restore them all at start-up; empty: sessions live "
           "in memory only (docs/state_format.md)");
+ABSL_FLAG(bool, quarantine_other_model_sessions, false,
+          "with --state_dir, sessions written for another model (another shape or "
+          "fingerprint than --model's) are moved to DIR/quarantine/ at start-up and the server "
+          "starts without them; false (the default) refuses to start instead, nothing moved, "
+          "naming the model they were written for (docs/state_format.md, \"Start-up\")");
 ABSL_FLAG(std::string, state_sync, "step",
           "with --state_dir, when a session's changes reach the disk: step (each Append step "
           "and generated token is fsynced before it is acknowledged) or interval (at most every "
@@ -173,7 +179,7 @@ constexpr char kUsage[] =
     "serves a DRT long-context model over gRPC (drt.v1.Drt, grpc.health.v1, "
     "server reflection)\nand Prometheus metrics over HTTP.\n\n"
     "Example:\n"
-    "  drt-server --model models/drt-small --listen 0.0.0.0:50051 --http_listen "
+    "  drt-server --model models/drt-text-byte --listen 0.0.0.0:50051 --http_listen "
     "0.0.0.0:9090\n\n"
     "It prints 'drt-server listening on ...' once ready and drains on SIGTERM/SIGINT.\n\n"
     "Sessions are held in memory: a restart loses them (clients get NOT_FOUND and must\n"
@@ -425,6 +431,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.service.durable_ack_tokens = absl::GetFlag(FLAGS_state_ack_tokens);
   check(CheckAtLeast("state_ack_tokens", config.service.durable_ack_tokens, 0));
   config.state.disk_tier = absl::GetFlag(FLAGS_disk_tier);
+  config.state.quarantine_other_model_sessions =
+      absl::GetFlag(FLAGS_quarantine_other_model_sessions);
+  config.state.model_dir = config.model_dir;
   check(CheckAtLeast("state_sync_interval_ms", config.state.sync_interval_ms, 1));
 
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

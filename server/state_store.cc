@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "absl/status/status.h"
@@ -668,6 +669,16 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     bool newer = false;  // a record of a newer server (IsNewerSessionRecord)
   };
   std::vector<Unreadable> unreadable;
+  // States written for another model (the configuration, not damage).
+  struct OtherModel {
+    std::string id, path;
+    SessionRecord record;
+    StateModelMismatch mismatch;
+  };
+  std::vector<OtherModel> other_model;
+  // Files of writes that never finished: deleted once start-up is not
+  // refused (a refusal changes nothing).
+  std::vector<std::string> temporary;
   const std::string sessions_dir = options_.dir + "/sessions";
   std::vector<fs::path> files;
   std::error_code ec;
@@ -681,7 +692,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     const std::string path = file.string();
     const std::string name = file.filename().string();
     if (IsTemporaryFileName(name)) {  // a write that never finished
-      ::unlink(path.c_str());
+      temporary.push_back(path);
       continue;
     }
     if (!absl::EndsWith(name, kStateSuffix)) continue;
@@ -704,6 +715,10 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       }
     }
     if (record.ok()) {
+      if (std::optional<StateModelMismatch> other = FindStateModelMismatch(record->state, config_)) {
+        other_model.push_back({id, path, *std::move(record), *std::move(other)});
+        continue;
+      }
       state = DecodeSessionState(record->state, config_);
       if (!state.ok()) {
         state = absl::Status(state.status().code(),
@@ -723,6 +738,21 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     candidates.push_back({id, path, *std::move(record), *std::move(state)});
   }
 
+  // Sessions of another model: the server's --model is not theirs, so all of
+  // them would go, whatever their data. Refused before anything moves,
+  // unless the operator said to quarantine them.
+  if (!other_model.empty() && !options_.quarantine_other_model_sessions) {
+    const StateModelMismatch& first = other_model.front().mismatch;
+    const int64_t total = other_model.size() + candidates.size() + unreadable.size();
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: %d of its %d sessions (e.g. %s) were written for another model, not for this "
+        "--model%s: %s. Start with the model that wrote them, or pass "
+        "--quarantine_other_model_sessions to move them to %s/quarantine/ and start without "
+        "them (nothing was restored or changed)",
+        options_.dir, other_model.size(), total, other_model.front().id,
+        options_.model_dir.empty() ? "" : " " + options_.model_dir,
+        DescribeStateModelMismatch(first), options_.dir));
+  }
   // Every chunk log a candidate uses, scanned once.
   std::map<std::string, absl::StatusOr<ChunkLogScan>> scans;
   for (const Candidate& c : candidates) {
@@ -760,6 +790,8 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
         "was restored or changed)",
         options_.dir, restorable, max_sessions));
   }
+
+  for (const std::string& path : temporary) ::unlink(path.c_str());
 
   std::vector<Candidate> whole;
   // Logs that must stay in chunks/ although no restored session uses them:
@@ -813,6 +845,14 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     } else {
       quarantine(u.id, u.problem, u.path, u.segments);
     }
+  }
+  // One of another model (--quarantine_other_model_sessions) with every log
+  // it names.
+  for (const OtherModel& o : other_model) {
+    quarantine(o.id,
+               absl::StrFormat("%s: the state was written for another model: %s", o.path,
+                               DescribeStateModelMismatch(o.mismatch)),
+               o.path, o.record.segments);
   }
   // A damaged one with every log it names that is still there.
   for (size_t i = 0; i < candidates.size(); ++i) {

@@ -41,6 +41,13 @@ struct StateStoreOptions {
   // a session's closed chunks is on disk, the session reads them from the
   // memory-mapped log and frees its own copy of their K/V.
   bool disk_tier = true;
+  // Sessions whose state names another model (shape or fingerprint) make
+  // RestoreAll refuse to start, nothing moved (a wrong --model, or a new
+  // model rolled onto the directory); true quarantines them, as damaged ones
+  // are (--quarantine_other_model_sessions).
+  bool quarantine_other_model_sessions = false;
+  // The --model directory, named in that refusal (may be empty).
+  std::string model_dir;
   // Tests only: called by RecordFork with no lock held, at "logs shared"
   // (the child holds references to its parent's logs but is not yet in the
   // store) and at "child registered" (it is, its state not yet written), so

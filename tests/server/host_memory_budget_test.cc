@@ -3,13 +3,19 @@
 // loaded, capped by a cgroup limit, and the default context limit admits
 // 2^24 tokens and more.
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "absl/flags/reflection.h"
 #include "server/host_memory.h"
 #include "server/server_flags.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/test_util/build_paths.h"
+#include "tests/test_util/temp_dir.h"
 
 namespace drt::server {
 namespace {
@@ -81,6 +87,89 @@ TEST_CASE("this machine's snapshot is plausible", "[server][memory]") {
   CHECK(snapshot->available_bytes > 0);
   CHECK(DefaultHostBudgetBytes(*snapshot) <= snapshot->available_bytes);
   CHECK(DefaultHostBudgetBytes(*snapshot) >= UsableBytes(*snapshot) / 2);
+}
+
+TEST_CASE("the budget in force is said with its source; a flag above the usable memory warns",
+          "[server][memory]") {
+  MemorySnapshot machine;
+  machine.available_bytes = 24 * kGiB;
+  SECTION("the default: 3/4 of the usable memory, one line") {
+    auto budget = ChooseHostBudget(0, machine);
+    REQUIRE(budget.ok());
+    CHECK(budget->bytes == 18 * kGiB);
+    CHECK(budget->log_lines ==
+          std::vector<std::string>{"host memory budget 18.0 GiB (3/4 of 24.0 GiB usable after "
+                                   "loading the model; --host_memory_budget_gb sets it)"});
+  }
+  SECTION("the default without a memory figure is an error naming the flag") {
+    auto budget = ChooseHostBudget(0, absl::NotFoundError("cannot read /proc/meminfo"));
+    REQUIRE_FALSE(budget.ok());
+    CHECK(std::string(budget.status().message()) ==
+          "cannot read /proc/meminfo; set --host_memory_budget_gb");
+  }
+  SECTION("the flag within the usable memory: said, no warning") {
+    auto budget = ChooseHostBudget(20 * kGiB, machine);
+    REQUIRE(budget.ok());
+    CHECK(budget->bytes == 20 * kGiB);
+    CHECK(budget->log_lines ==
+          std::vector<std::string>{"host memory budget 20.0 GiB (--host_memory_budget_gb; 24.0 "
+                                   "GiB usable after loading the model)"});
+  }
+  SECTION("the flag above the machine's memory: a warning naming both figures") {
+    auto budget = ChooseHostBudget(1000 * kGiB, machine);
+    REQUIRE(budget.ok());
+    CHECK(budget->bytes == 1000 * kGiB);
+    REQUIRE(budget->log_lines.size() == 2);
+    CHECK(budget->log_lines[1] ==
+          "WARNING: --host_memory_budget_gb (1000.0 GiB) is more than the 24.0 GiB this machine "
+          "(MemAvailable) offers after loading the model: sessions may grow until the kernel "
+          "kills the process (out of memory) instead of being refused with RESOURCE_EXHAUSTED");
+  }
+  SECTION("the flag above a cgroup's room (limit 8 GiB, 2 GiB used): the cgroup is named") {
+    machine.cgroup_limit_bytes = 8 * kGiB;
+    machine.cgroup_usage_bytes = 2 * kGiB;
+    auto budget = ChooseHostBudget(10 * kGiB, machine);
+    REQUIRE(budget.ok());
+    REQUIRE(budget->log_lines.size() == 2);
+    CHECK(budget->log_lines[0] ==
+          "host memory budget 10.0 GiB (--host_memory_budget_gb; 6.0 GiB usable after loading "
+          "the model)");
+    CHECK_THAT(budget->log_lines[1],
+               Catch::Matchers::Contains("(10.0 GiB) is more than the 6.0 GiB this process's "
+                                         "memory cgroup (its limit less its usage) offers"));
+  }
+  SECTION("the flag when the memory cannot be read: said, unchecked, not an error") {
+    auto budget = ChooseHostBudget(4 * kGiB, absl::NotFoundError("no /proc/meminfo"));
+    REQUIRE(budget.ok());
+    CHECK(budget->bytes == 4 * kGiB);
+    CHECK(budget->log_lines ==
+          std::vector<std::string>{"host memory budget 4.0 GiB (--host_memory_budget_gb; not "
+                                   "checked against the memory usable: no /proc/meminfo)"});
+  }
+}
+
+// drt-server itself prints those lines (server/main.cc used to say nothing
+// about an explicit --host_memory_budget_gb).
+TEST_CASE("drt-server logs an explicit --host_memory_budget_gb and warns when it is above the "
+          "machine's memory",
+          "[server][memory][process]") {
+  drt::testing::TempDir temp;
+  const std::string err_path = temp.path() + "/stderr";
+  std::vector<std::string> args = ServerProcessArgs(1, "");
+  args.push_back("--host_memory_budget_gb=1000000");  // about 1 PiB
+  {
+    ServerProcess server(drt::testing::ServerBinary(), args, 60, err_path);
+    server.Signal(SIGTERM);
+    REQUIRE(server.WaitExit(30).has_value());
+  }
+  std::ifstream in(err_path);
+  const std::string err((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO("stderr:\n" << err);
+  CHECK_THAT(err, Catch::Matchers::Contains(
+                      "drt-server: host memory budget 1000000.0 GiB (--host_memory_budget_gb; "));
+  CHECK_THAT(err, Catch::Matchers::Contains(
+                      "drt-server: WARNING: --host_memory_budget_gb (1000000.0 GiB) is more than "
+                      "the "));
 }
 
 TEST_CASE("the default flags derive the budget at start and admit 2^24 tokens",

@@ -229,6 +229,24 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
   }
 }
 
+TEST_CASE("openai request: max_tokens 0 without echo says that 0 needs echo", "[openai]") {
+  for (const char* body : {R"({"prompt":"x","max_tokens":0})",
+                           R"({"prompt":"x","echo":false,"max_tokens":0})"}) {
+    INFO(body);
+    auto parsed = ParseCompletionRequest(body);
+    REQUIRE_FALSE(parsed.ok());
+    CHECK(std::string(parsed.status().message()) ==
+          "max_tokens must be an integer in [1, 1048576], got 0 (0 only with echo: the "
+          "prompt's scores, nothing generated)");
+    CHECK(OpenAiErrorParam(parsed.status()) == "max_tokens");
+  }
+  // Another value out of range keeps the plain message.
+  auto negative = ParseCompletionRequest(R"({"prompt":"x","max_tokens":-3})");
+  REQUIRE_FALSE(negative.ok());
+  CHECK(std::string(negative.status().message()) ==
+        "max_tokens must be an integer in [1, 1048576], got -3");
+}
+
 TEST_CASE("openai request: the service's logit_bias refusal names the field", "[openai]") {
   // Only the service can check ids against the model; its refusal keeps its
   // message and gains param "logit_bias". Other statuses get no param.

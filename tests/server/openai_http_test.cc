@@ -802,6 +802,63 @@ TEST_CASE("openai http: errors in OpenAI's shape", "[openai][server]") {
   CHECK(chunked->status == 413);
 }
 
+// The prompt tokens the server has ingested (drt_tokens_ingested_total).
+int64_t TokensIngested(Metrics& metrics) {
+  const std::string text = metrics.RenderPrometheus();
+  const std::string name = "\ndrt_tokens_ingested_total ";
+  const size_t at = text.find(name);
+  REQUIRE(at != std::string::npos);
+  return std::stoll(text.substr(at + name.size()));
+}
+
+TEST_CASE("openai http: a token-id prompt with an id the engine refuses is a 400 naming "
+          "prompt[INDEX], before anything runs",
+          "[openai][server]") {
+  OpenAiServer server;
+  auto error_of = [](const httplib::Result& res) { return Json::parse(res->body)["error"]; };
+  // The fixture model: vocabulary [0, 300), pad id 298, landmark id 299. (A
+  // negative id is the parser's refusal, before this check.)
+  // The adapter sends an id prompt in pieces of 16 Ki ids; index 17000
+  // lies in the second, which the service named "message 2 ... index 616"
+  // after running the first 16,384 ids.
+  struct Case {
+    int32_t id;
+    std::string message;
+  };
+  const Case cases[] = {
+      {300, "prompt[17000]: token 300 is outside the vocabulary [0, 300)"},
+      {299, "prompt[17000]: token 299 is the landmark id, which only the engine inserts"},
+      {298, "prompt[17000]: token 298 is the pad id, which only the engine inserts"},
+  };
+  for (const Case& c : cases) {
+    std::vector<int32_t> prompt(20000, 65);
+    prompt[17000] = c.id;
+    // Plain, streamed, and echo with max_tokens 0 (prompt_only), which
+    // skips the max_tokens room check.
+    for (const Json& extra : {Json{{"max_tokens", 2}}, Json{{"max_tokens", 2}, {"stream", true}},
+                              Json{{"max_tokens", 0}, {"echo", true}}}) {
+      Json body = extra;
+      body["prompt"] = prompt;
+      INFO(c.id << " " << extra.dump());
+      const int64_t ingested = TokensIngested(server.grpc.metrics());
+      auto refused = server.Post(body);
+      REQUIRE(refused);
+      CHECK(refused->status == 400);
+      CHECK(refused->get_header_value("Content-Type") == "application/json");
+      CHECK(error_of(refused)["message"] == c.message);
+      CHECK(error_of(refused)["param"] == "prompt");
+      CHECK(error_of(refused)["type"] == "invalid_request_error");
+      CHECK(TokensIngested(server.grpc.metrics()) == ingested);
+    }
+  }
+  // The same prompt with a good id runs (the check refuses only bad ids).
+  std::vector<int32_t> prompt(2000, 65);
+  auto fine = server.Post({{"prompt", prompt}, {"max_tokens", 1}});
+  REQUIRE(fine);
+  CHECK(fine->status == 200);
+  CHECK(TokensIngested(server.grpc.metrics()) > 0);
+}
+
 TEST_CASE("openai http: a Content-Length over the limit or not a number is answered at once",
           "[openai][server]") {
   OpenAiServer server;
@@ -837,6 +894,45 @@ TEST_CASE("openai http: /v1/models", "[openai][server]") {
   CHECK(body["data"][0]["id"] == "two_groups");
   CHECK(body["data"][0]["owned_by"] == "drt-server");
   CHECK(body["data"][0]["max_model_len"] == SmallOptions().max_context_tokens);
+}
+
+TEST_CASE("openai http: GET /health answers as /healthz; the probe paths' 404 points to "
+          "--http_listen",
+          "[openai][server]") {
+  ServiceOptions service = SmallOptions();
+  service.bearer_token = "secret";  // /health needs none, as /healthz
+  OpenAiServer server(service);
+  auto health = server.client->Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  CHECK(health->body == "ok");
+  CHECK(health->get_header_value("Content-Type") == "text/plain");
+
+  // The probe endpoint's paths are not served here; the 404 says where.
+  for (const char* path : {"/healthz", "/livez", "/metrics"}) {
+    auto res = server.client->Get(path, {{"Authorization", "Bearer secret"}});
+    REQUIRE(res);
+    CHECK(res->status == 404);
+    const std::string message = Json::parse(res->body)["error"]["message"];
+    INFO(message);
+    CHECK(message.find(absl::StrCat("no such path: GET ", path)) != std::string::npos);
+    CHECK(message.find("served on the --http_listen endpoint") != std::string::npos);
+  }
+  // Another unknown path does not mention it.
+  auto other = server.client->Get("/v2/nothing", {{"Authorization", "Bearer secret"}});
+  REQUIRE(other);
+  CHECK(other->status == 404);
+  CHECK(other->body.find("--http_listen") == std::string::npos);
+  // Another credential-protected path still needs the token.
+  auto models = server.client->Get("/v1/models");
+  REQUIRE(models);
+  CHECK(models->status == 401);
+
+  server.api->StartDraining();
+  health = server.client->Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 503);
+  CHECK(health->body == "draining");
 }
 
 TEST_CASE("openai http: the bearer token applies", "[openai][server]") {
@@ -1120,6 +1216,7 @@ TEST_CASE("openai http: a body sent anywhere but POST /v1/completions is refused
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     CHECK(RawStatus(answer) == c.status);
+    if (c.status == 405) CHECK(RawJsonBody(answer)["error"]["code"] == "method_not_allowed");
     // At once, plus the lingering close's 1 s at most (the client here
     // keeps its end open); 3 s leaves room for load.
     CHECK(seconds < 3);

@@ -289,11 +289,12 @@ TEST_CASE("openai http: an id prompt's own refusal comes before the max_tokens c
   service.max_context_tokens = 100;
   Api api(service);
   // The fixture: pad 298, landmark 299, vocab 300. A max_tokens far over the
-  // limit would be refused first, hiding the id's problem.
+  // limit would be refused first, hiding the id's problem. (The adapter's
+  // own refusal, naming the index in the prompt as sent: review-newuser N2.)
   const std::vector<std::pair<int, std::string>> bad = {
-      {299, "token 299 (index 1) is the landmark id"},
-      {298, "token 298 (index 1) is the pad id"},
-      {300, "token 300 (index 1) is outside the vocabulary"}};
+      {299, "prompt[1]: token 299 is the landmark id"},
+      {298, "prompt[1]: token 298 is the pad id"},
+      {300, "prompt[1]: token 300 is outside the vocabulary"}};
   for (const auto& [id, words] : bad) {
     INFO(id);
     auto r = api.Post("/v1/completions",
@@ -301,6 +302,7 @@ TEST_CASE("openai http: an id prompt's own refusal comes before the max_tokens c
     REQUIRE(r);
     CHECK(r->status == 400);
     CHECK_THAT(std::string(Error(r)["message"]), Contains(words));
+    CHECK(Error(r)["param"] == "prompt");
   }
 }
 
