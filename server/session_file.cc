@@ -105,9 +105,13 @@ absl::StatusOr<LoadedSession> LoadSessionFile(
   }
   auto record = DecodeSessionRecord(record_text, path);
   if (!record.ok()) return record.status();
-  // Before the session is made: its logit_bias ids against this model.
-  if (absl::Status s = CheckSessionRecordForModel(*record, backend.config(), path); !s.ok()) {
-    return s;
+  // Before the session is made: its logit_bias ids against this model. Not
+  // for a file of another model, whose ids belong to that model: the state's
+  // decoding below names the model it was written for (review-userfix U2).
+  if (!FindStateModelMismatch(record->state, backend.config()).has_value()) {
+    if (absl::Status s = CheckSessionRecordForModel(*record, backend.config(), path); !s.ok()) {
+      return s;
+    }
   }
   record_text = std::string();
   if (record->segments.size() != 1 || record->segments[0].log != kInlineChunks) {

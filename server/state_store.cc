@@ -708,6 +708,14 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     std::vector<ChunkSegment> segments = {ChunkSegment{id, 0}};
     if (record.ok()) {
       segments = record->segments;
+      // Another model first: its record's defaults are checked against the
+      // model that wrote them, not this one, so a logit_bias id this model
+      // lacks must not turn a session of another model into "damage"
+      // (review-userfix U2).
+      if (std::optional<StateModelMismatch> other = FindStateModelMismatch(record->state, config_)) {
+        other_model.push_back({id, path, *std::move(record), *std::move(other)});
+        continue;
+      }
       // Checked before the session is made: a default CreateSession refuses
       // would fail every Generate that leaves sampling unset.
       if (absl::Status s = CheckSessionRecordForModel(*record, config_, path); !s.ok()) {
@@ -715,10 +723,6 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
       }
     }
     if (record.ok()) {
-      if (std::optional<StateModelMismatch> other = FindStateModelMismatch(record->state, config_)) {
-        other_model.push_back({id, path, *std::move(record), *std::move(other)});
-        continue;
-      }
       state = DecodeSessionState(record->state, config_);
       if (!state.ok()) {
         state = absl::Status(state.status().code(),

@@ -89,7 +89,7 @@ TEST_CASE("this machine's snapshot is plausible", "[server][memory]") {
   CHECK(DefaultHostBudgetBytes(*snapshot) >= UsableBytes(*snapshot) / 2);
 }
 
-TEST_CASE("the budget in force is said with its source; a flag above the usable memory warns",
+TEST_CASE("the budget in force is said with its source, and a flag above the usable memory warns",
           "[server][memory]") {
   MemorySnapshot machine;
   machine.available_bytes = 24 * kGiB;

@@ -896,7 +896,7 @@ TEST_CASE("openai http: /v1/models", "[openai][server]") {
   CHECK(body["data"][0]["max_model_len"] == SmallOptions().max_context_tokens);
 }
 
-TEST_CASE("openai http: GET /health answers as /healthz; the probe paths' 404 points to "
+TEST_CASE("openai http: GET /health answers as /healthz, and the probe paths' 404 points to "
           "--http_listen",
           "[openai][server]") {
   ServiceOptions service = SmallOptions();

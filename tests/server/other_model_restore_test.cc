@@ -130,7 +130,35 @@ TEST_CASE("sessions written for another model refuse the start with nothing move
   REQUIRE_FALSE(fs::exists(dir.path() + "/sessions/.x.state.tmp-1"));
 }
 
-TEST_CASE("--quarantine_other_model_sessions moves them aside; moved back, they restore",
+TEST_CASE("a session of another model whose logit_bias names ids this model lacks refuses the "
+          "start too",
+          "[state_store][other_model]") {
+  // Id 280 is in the fixture's vocabulary (300) and past the other model's
+  // (258): checked against this model first, the record looked corrupt and
+  // was quarantined as damage, so the start went ahead without it
+  // (review-userfix U2).
+  FixtureModel& f = FixtureModel::Get();
+  drt::testing::TempDir dir;
+  {
+    DurableServer server(dir.path());
+    SessionSettings settings;
+    settings.sampling.logit_bias = {{280, 1.f}};
+    const std::string id = server.Create(settings);
+    server.Append(id, RandomTokens(2 * f.chunk_size(), 44));
+  }
+  const auto before = Snapshot(dir.path());
+  StateStoreOptions options = DurableOptions(dir.path());
+  options.model_dir = "models/other";
+  auto restored = RestoreFor(options, OtherShapeModel().model->config(), *OtherShapeModel().backend);
+  REQUIRE(restored.status().code() == absl::StatusCode::kFailedPrecondition);
+  const std::string message(restored.status().message());
+  INFO(message);
+  REQUIRE_THAT(message, Contains(": 1 of its 1 sessions (e.g. s-"));
+  REQUIRE_THAT(message, Contains("were written for another model"));
+  REQUIRE(Snapshot(dir.path()) == before);
+}
+
+TEST_CASE("the flag --quarantine_other_model_sessions moves them aside, and moved back they restore",
           "[state_store][other_model]") {
   FixtureModel& f = FixtureModel::Get();
   const int64_t chunk = f.chunk_size();
@@ -175,7 +203,7 @@ TEST_CASE("--quarantine_other_model_sessions moves them aside; moved back, they 
 
 // drt-server's own start-up: the refusal is its error and exit status 1;
 // the flag lets it start with the sessions quarantined.
-TEST_CASE("drt-server with another --model on a --state_dir exits 1 naming it; the flag starts it",
+TEST_CASE("drt-server with another --model on a --state_dir exits 1 naming it, and the flag starts it",
           "[state_store][other_model][process]") {
   FixtureModel& f = FixtureModel::Get();
   drt::testing::TempDir dir;

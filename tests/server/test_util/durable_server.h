@@ -60,8 +60,8 @@ struct DurableServer {
     sessions.reset();  // the manager goes first: it writes to the store
   }
 
-  std::string Create() {
-    auto entry = sessions->Create({});
+  std::string Create(const SessionSettings& settings = {}) {
+    auto entry = sessions->Create(settings);
     REQUIRE(entry.ok());
     return (*entry)->id();
   }
