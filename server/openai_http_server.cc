@@ -341,7 +341,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
       }
       // GET /health needs no credentials, as /healthz on the probe endpoint:
       // a load balancer's probe carries none, and it tells nothing else.
-      const bool health = req.method == "GET" && req.path == "/health";
+      const bool health = (req.method == "GET" || req.method == "HEAD") && req.path == "/health";
       if (absl::Status auth = CheckCredentials(req); !auth.ok() && !health) {
         SendError(res, auth);
         return HandlerResponse::Handled;
@@ -376,12 +376,13 @@ class OpenAiHttpServer::Server : public httplib::Server {
       if (req.path == "/v1/chat/completions") {
         ChatNotServed(res);
       } else if (req.path == "/v1/completions" || req.path == "/v1/models" ||
-                 IsTokenizerPath(req.path)) {
+                 req.path == "/health" || IsTokenizerPath(req.path)) {
         res.status = 405;
-        res.set_header("Allow", req.path == "/v1/models" ? "GET" : "POST");
+        res.set_header("Allow",
+                       req.path == "/v1/models" || req.path == "/health" ? "GET" : "POST");
         res.set_content(ErrorJson(absl::StrCat(req.method, " ", req.path, " with a request body "
                                                "is not served (", kServed,
-                                               "; GET /v1/models without a body)"),
+                                               "; GET /v1/models and GET /health without a body)"),
                                   "invalid_request_error", "", "method_not_allowed"),
                         kJson);
       } else {

@@ -907,6 +907,22 @@ TEST_CASE("openai http: GET /health answers as /healthz, and the probe paths' 40
   CHECK(health->status == 200);
   CHECK(health->body == "ok");
   CHECK(health->get_header_value("Content-Type") == "text/plain");
+  // HEAD too needs no credentials (review-userfix U4).
+  auto head = server.client->Head("/health");
+  REQUIRE(head);
+  CHECK(head->status == 200);
+  // With a body it is the 405 of the other served paths, not a 404.
+  httplib::Request with_body;
+  with_body.method = "GET";
+  with_body.path = "/health";
+  with_body.body = "abc";
+  with_body.set_header("Content-Type", "text/plain");
+  with_body.set_header("Authorization", "Bearer secret");
+  auto refused = server.client->send(with_body);
+  REQUIRE(refused);
+  CHECK(refused->status == 405);
+  CHECK(refused->get_header_value("Allow") == "GET");
+  CHECK(Json::parse(refused->body)["error"]["code"] == "method_not_allowed");
 
   // The probe endpoint's paths are not served here; the 404 says where.
   for (const char* path : {"/healthz", "/livez", "/metrics"}) {
