@@ -164,6 +164,8 @@ absl::Status CheckPromptIds(const std::vector<int32_t>& ids, int64_t vocab_size,
                             int64_t pad_id) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = ids[i];
+    if (id >= 0 && id < vocab_size && id != chunk_id && id != pad_id) continue;
+    // Only a refused id costs a string (review-userfix U6).
     const std::string at = absl::StrCat("prompt[", i, "]: token ", id);
     if (id < 0 || id >= vocab_size) {
       return FieldError("prompt",
