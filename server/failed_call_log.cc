@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/status_util.h"
 
 namespace drt::server {
@@ -10,34 +11,60 @@ namespace {
 
 class FailedCallLogInterceptor final : public grpc::experimental::Interceptor {
  public:
-  FailedCallLogInterceptor(FailedCallLog* log, std::string method)
-      : log_(log), method_(std::move(method)) {}
+  FailedCallLogInterceptor(FailedCallLog* log, const AccessLogSink* access,
+                           const FailedCallLog::Clock* clock, grpc::ServerContextBase* context,
+                           std::string method)
+      : log_(log),
+        access_(access),
+        clock_(clock),
+        context_(context),
+        method_(std::move(method)),
+        start_(*access_ ? (*clock_)() : std::chrono::steady_clock::time_point{}) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
-      log_->Record(method_, methods->GetSendStatus());
+      const grpc::Status status = methods->GetSendStatus();
+      log_->Record(method_, status);
+      if (*access_) {
+        const double seconds =
+            std::chrono::duration<double>((*clock_)() - start_).count();
+        (*access_)(absl::StrFormat("drt-server: call %s from %s: %s in %.3f s", method_,
+                                   context_ != nullptr ? context_->peer() : "(unknown)",
+                                   GrpcCodeName(status.error_code()), seconds));
+      }
     }
     methods->Proceed();
   }
 
  private:
   FailedCallLog* const log_;
+  const AccessLogSink* const access_;
+  const FailedCallLog::Clock* const clock_;
+  grpc::ServerContextBase* const context_;
   const std::string method_;
+  const std::chrono::steady_clock::time_point start_;
 };
 
 class FailedCallLogInterceptorFactory final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit FailedCallLogInterceptorFactory(FailedCallLog* log) : log_(log) {}
+  FailedCallLogInterceptorFactory(FailedCallLog* log, AccessLogSink access,
+                                  FailedCallLog::Clock clock)
+      : log_(log), access_(std::move(access)), clock_(std::move(clock)) {
+    if (!clock_) clock_ = [] { return std::chrono::steady_clock::now(); };
+  }
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new FailedCallLogInterceptor(log_, info->method() ? info->method() : "(unknown)");
+    return new FailedCallLogInterceptor(log_, &access_, &clock_, info->server_context(),
+                                        info->method() ? info->method() : "(unknown)");
   }
 
  private:
   FailedCallLog* const log_;
+  AccessLogSink access_;
+  FailedCallLog::Clock clock_;
 };
 
 // The message on one line, cut to kMaxMessageBytes.
@@ -89,8 +116,9 @@ void FailedCallLog::Record(const std::string& method, const grpc::Status& status
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-MakeFailedCallLogInterceptor(FailedCallLog* log) {
-  return std::make_unique<FailedCallLogInterceptorFactory>(log);
+MakeFailedCallLogInterceptor(FailedCallLog* log, AccessLogSink access, FailedCallLog::Clock clock) {
+  return std::make_unique<FailedCallLogInterceptorFactory>(log, std::move(access),
+                                                           std::move(clock));
 }
 
 }  // namespace drt::server

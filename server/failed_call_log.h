@@ -8,7 +8,8 @@
 //
 // Installed as a gRPC server interceptor (MakeFailedCallLogInterceptor), so
 // it sees every method's final status in one place, the OpenAI API's calls
-// into the service included.
+// into the service included. The same interceptor writes the optional
+// access log (--log_requests, below).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -54,9 +55,18 @@ class FailedCallLog {
   int64_t suppressed_ = 0;                               // guarded by mutex_
 };
 
+// With drt-server --log_requests, one more line for every call as it ends,
+// whatever its status (vLLM and llama.cpp's server log each request):
+// `drt-server: call METHOD from PEER: CODE in SECONDS s`. Not rate-limited:
+// the operator asked for every call. A call that ends with a fault gets
+// both lines.
+using AccessLogSink = std::function<void(const std::string& line)>;
+
 // The interceptor factory for grpc::ServerBuilder::experimental()
-// .SetInterceptorCreators. `log` must outlive the server.
+// .SetInterceptorCreators. `log` must outlive the server; `access` empty:
+// no access log. `clock` times each call (its creation to its status).
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-MakeFailedCallLogInterceptor(FailedCallLog* log);
+MakeFailedCallLogInterceptor(FailedCallLog* log, AccessLogSink access = {},
+                             FailedCallLog::Clock clock = {});
 
 }  // namespace drt::server

@@ -392,7 +392,11 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
       [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); },
       [] { return std::chrono::steady_clock::now(); });
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(MakeFailedCallLogInterceptor(&failed_calls));
+  AccessLogSink access_log;  // --log_requests: a line for every call
+  if (config.log_requests) {
+    access_log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  }
+  interceptors.push_back(MakeFailedCallLogInterceptor(&failed_calls, std::move(access_log)));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || grpc_port == 0) {

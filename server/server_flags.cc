@@ -146,6 +146,10 @@ ABSL_FLAG(std::string, state_dir, "",
           "durable sessions: keep every session's state in this directory (created if "
           "missing, not its parents) and restore them all at start-up; empty: sessions live "
           "in memory only (docs/state_format.md)");
+ABSL_FLAG(bool, log_requests, false,
+          "log one line on stderr for every gRPC call as it ends (the OpenAI API's calls into "
+          "the service included): method, peer, status code and seconds; off: only calls "
+          "that end INTERNAL, DATA_LOSS or UNKNOWN are logged, at most 10 a minute");
 ABSL_FLAG(bool, quarantine_other_model_sessions, false,
           "with --state_dir, sessions written for another model (another shape or "
           "fingerprint than --model's) are moved to DIR/quarantine/ at start-up and the server "
@@ -433,6 +437,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.state.disk_tier = absl::GetFlag(FLAGS_disk_tier);
   config.state.quarantine_other_model_sessions =
       absl::GetFlag(FLAGS_quarantine_other_model_sessions);
+  config.log_requests = absl::GetFlag(FLAGS_log_requests);
   config.state.model_dir = config.model_dir;
   check(CheckAtLeast("state_sync_interval_ms", config.state.sync_interval_ms, 1));
 

@@ -73,6 +73,7 @@ struct ServerConfig {
   // prefill piece gets its logits (the behaviour before; rollback and A/B).
   bool mixed_lower_only_forwards = true;
   int max_message_bytes = 4 << 20;
+  bool log_requests = false;  // --log_requests (server/failed_call_log.h)
   std::string tls_cert_path;  // both set or both empty
   std::string tls_key_path;
   int64_t shutdown_grace_seconds = 10;

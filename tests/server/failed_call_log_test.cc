@@ -166,6 +166,89 @@ TEST_CASE("failed call log: the interceptor logs a real server's failed calls by
         "drt-server: call /drt.v1.Drt/GetModelInfo failed: INTERNAL: the weights went away");
 }
 
+TEST_CASE("failed call log: with an access sink every call gets a line with its peer, code and time",
+          "[failed_call_log]") {
+  Lines failures;
+  Lines access;
+  // Each reading of the clock is 0.25 s after the last: a call's time is
+  // its creation to its status, two readings apart.
+  auto now = std::make_shared<std::chrono::steady_clock::time_point>();
+  auto clock = [now] {
+    *now += std::chrono::milliseconds(250);
+    return *now;
+  };
+  FailedCallLog log(failures.sink(), [] { return std::chrono::steady_clock::now(); });
+  FailingService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(MakeFailedCallLogInterceptor(&log, access.sink(), clock));
+  builder.experimental().SetInterceptorCreators(std::move(creators));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  auto stub = drt::v1::Drt::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    drt::v1::SessionInfo info;
+    CHECK(stub->GetSession(&context, drt::v1::GetSessionRequest(), &info).error_code() ==
+          grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext context;
+    drt::v1::ModelInfo info;
+    CHECK(stub->GetModelInfo(&context, drt::v1::GetModelInfoRequest(), &info).error_code() ==
+          grpc::StatusCode::INTERNAL);
+  }
+  server->Shutdown();
+  server->Wait();
+  std::lock_guard<std::mutex> lock(access.mutex);
+  REQUIRE(access.lines.size() == 2);
+  const std::string peer = "from ipv4:127.0.0.1:";
+  CHECK_THAT(access.lines[0], Catch::Matchers::StartsWith("drt-server: call /drt.v1.Drt/GetSession " + peer));
+  CHECK_THAT(access.lines[0], Catch::Matchers::EndsWith(": NOT_FOUND in 0.250 s"));
+  CHECK_THAT(access.lines[1], Catch::Matchers::StartsWith("drt-server: call /drt.v1.Drt/GetModelInfo " + peer));
+  CHECK_THAT(access.lines[1], Catch::Matchers::EndsWith(": INTERNAL in 0.250 s"));
+  // The fault still has its own line.
+  std::lock_guard<std::mutex> failures_lock(failures.mutex);
+  CHECK(failures.lines.size() == 1);
+}
+
+TEST_CASE("failed call log: drt-server --log_requests logs every call, and without it none that succeeds",
+          "[failed_call_log][process]") {
+  drt::testing::TempDir logs;
+  for (const bool on : {false, true}) {
+    INFO("--log_requests " << on);
+    std::vector<std::string> args = ServerProcessArgs(/*grace_seconds=*/1, /*http_listen=*/"");
+    if (on) args.push_back("--log_requests");
+    const std::string stderr_path = logs.File(on ? "on.txt" : "off.txt");
+    ServerProcess server(drt::testing::ServerBinary(), args, 60, stderr_path);
+    auto stub = drt::v1::Drt::NewStub(
+        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+    {
+      grpc::ClientContext context;
+      drt::v1::ModelInfo info;
+      REQUIRE(stub->GetModelInfo(&context, drt::v1::GetModelInfoRequest(), &info).ok());
+    }
+    CHECK(GetSession(*stub, "s-no-such-session").status.error_code() ==
+          grpc::StatusCode::NOT_FOUND);
+    server.Signal(SIGTERM);
+    REQUIRE(server.WaitExit(30).has_value());
+    std::ifstream in(stderr_path);
+    const std::string text(std::istreambuf_iterator<char>(in), {});
+    if (on) {
+      CHECK_THAT(text, Contains("drt-server: call /drt.v1.Drt/GetModelInfo from "));
+      CHECK_THAT(text, Contains(": OK in "));
+      CHECK_THAT(text, Contains("drt-server: call /drt.v1.Drt/GetSession from "));
+      CHECK_THAT(text, Contains(": NOT_FOUND in "));
+    } else {
+      CHECK_THAT(text, !Contains("drt-server: call "));
+    }
+  }
+}
+
 TEST_CASE("failed call log: drt-server logs a LoadSession of a damaged file, not an unknown session",
           "[failed_call_log][process]") {
   drt::testing::TempDir files;
