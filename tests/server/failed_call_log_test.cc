@@ -129,62 +129,18 @@ class FailingService final : public drt::v1::Drt::Service {
   }
 };
 
-TEST_CASE("failed call log: the interceptor logs a real server's failed calls by method",
-          "[failed_call_log]") {
-  Lines out;
-  FailedCallLog log(out.sink(), [] { return std::chrono::steady_clock::now(); });
+// A real gRPC server with FailingService and the call-log interceptor;
+// one GetSession (NOT_FOUND) and one GetModelInfo (INTERNAL) through a
+// channel, then the server stops (so every line is written).
+void RunTwoFailingCalls(FailedCallLog& log, AccessLogSink access = {},
+                        FailedCallLog::Clock clock = {}) {
   FailingService service;
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-  creators.push_back(MakeFailedCallLogInterceptor(&log));
-  builder.experimental().SetInterceptorCreators(std::move(creators));
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  REQUIRE(server != nullptr);
-  auto stub = drt::v1::Drt::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
-  {
-    grpc::ClientContext context;
-    drt::v1::SessionInfo info;
-    drt::v1::GetSessionRequest request;
-    CHECK(stub->GetSession(&context, request, &info).error_code() ==
-          grpc::StatusCode::NOT_FOUND);
-  }
-  {
-    grpc::ClientContext context;
-    drt::v1::ModelInfo info;
-    CHECK(stub->GetModelInfo(&context, drt::v1::GetModelInfoRequest(), &info).error_code() ==
-          grpc::StatusCode::INTERNAL);
-  }
-  server->Shutdown();
-  server->Wait();
-  std::lock_guard<std::mutex> lock(out.mutex);
-  REQUIRE(out.lines.size() == 1);
-  CHECK(out.lines[0] ==
-        "drt-server: call /drt.v1.Drt/GetModelInfo failed: INTERNAL: the weights went away");
-}
-
-TEST_CASE("failed call log: with an access sink every call gets a line with its peer, code and time",
-          "[failed_call_log]") {
-  Lines failures;
-  Lines access;
-  // Each reading of the clock is 0.25 s after the last: a call's time is
-  // its creation to its status, two readings apart.
-  auto now = std::make_shared<std::chrono::steady_clock::time_point>();
-  auto clock = [now] {
-    *now += std::chrono::milliseconds(250);
-    return *now;
-  };
-  FailedCallLog log(failures.sink(), [] { return std::chrono::steady_clock::now(); });
-  FailingService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-  creators.push_back(MakeFailedCallLogInterceptor(&log, access.sink(), clock));
+  creators.push_back(MakeFailedCallLogInterceptor(&log, std::move(access), std::move(clock)));
   builder.experimental().SetInterceptorCreators(std::move(creators));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   REQUIRE(server != nullptr);
@@ -204,19 +160,48 @@ TEST_CASE("failed call log: with an access sink every call gets a line with its 
   }
   server->Shutdown();
   server->Wait();
+}
+
+TEST_CASE("failed call log: the interceptor logs a real server's failed calls by method",
+          "[failed_call_log]") {
+  Lines out;
+  FailedCallLog log(out.sink(), [] { return std::chrono::steady_clock::now(); });
+  RunTwoFailingCalls(log);
+  std::lock_guard<std::mutex> lock(out.mutex);
+  REQUIRE(out.lines.size() == 1);
+  CHECK(out.lines[0] ==
+        "drt-server: call /drt.v1.Drt/GetModelInfo failed: INTERNAL: the weights went away");
+}
+
+TEST_CASE("failed call log: with an access sink every call gets a line with its peer, code and time",
+          "[failed_call_log]") {
+  Lines failures;
+  Lines access;
+  // Each reading of the clock is 0.25 s after the last: a call's time is
+  // its creation to its status, two readings apart.
+  auto now = std::make_shared<std::chrono::steady_clock::time_point>();
+  auto clock = [now] {
+    *now += std::chrono::milliseconds(250);
+    return *now;
+  };
+  FailedCallLog log(failures.sink(), [] { return std::chrono::steady_clock::now(); });
+  RunTwoFailingCalls(log, access.sink(), clock);
   std::lock_guard<std::mutex> lock(access.mutex);
   REQUIRE(access.lines.size() == 2);
   const std::string peer = "from ipv4:127.0.0.1:";
-  CHECK_THAT(access.lines[0], Catch::Matchers::StartsWith("drt-server: call /drt.v1.Drt/GetSession " + peer));
+  CHECK_THAT(access.lines[0],
+             Catch::Matchers::StartsWith("drt-server: call /drt.v1.Drt/GetSession " + peer));
   CHECK_THAT(access.lines[0], Catch::Matchers::EndsWith(": NOT_FOUND in 0.250 s"));
-  CHECK_THAT(access.lines[1], Catch::Matchers::StartsWith("drt-server: call /drt.v1.Drt/GetModelInfo " + peer));
+  CHECK_THAT(access.lines[1],
+             Catch::Matchers::StartsWith("drt-server: call /drt.v1.Drt/GetModelInfo " + peer));
   CHECK_THAT(access.lines[1], Catch::Matchers::EndsWith(": INTERNAL in 0.250 s"));
   // The fault still has its own line.
   std::lock_guard<std::mutex> failures_lock(failures.mutex);
   CHECK(failures.lines.size() == 1);
 }
 
-TEST_CASE("failed call log: drt-server --log_requests logs every call, and without it none that succeeds",
+TEST_CASE("failed call log: drt-server --log_requests logs every call, and without it none that "
+          "succeeds",
           "[failed_call_log][process]") {
   drt::testing::TempDir logs;
   for (const bool on : {false, true}) {
