@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/model_fingerprint.h"
 #include "server/state_store.h"
+#include "tests/server/test_util/directory_snapshot.h"
 #include "tests/server/test_util/durable_server.h"
 #include "tests/server/test_util/run_program.h"
 #include "tests/test_util/build_paths.h"
@@ -37,23 +38,10 @@ using testing::DurableServer;
 using testing::FixtureModel;
 using testing::RandomTokens;
 
-// Every file under `dir` (its path there -> its bytes), LOCK left out (its
-// lock is the process's, not content).
+// Every file under `dir`, LOCK left out (its lock is the process's, not
+// content).
 std::map<std::string, std::string> Snapshot(const std::string& dir) {
-  std::map<std::string, std::string> files;
-  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    const std::string rel = fs::relative(entry.path(), dir).string();
-    if (entry.is_directory()) {
-      files[rel + "/"] = "";
-      continue;
-    }
-    if (rel == "LOCK") continue;
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    files[rel] = bytes.str();
-  }
-  return files;
+  return testing::DirectorySnapshot(dir, {"LOCK"});
 }
 
 // RestoreAll of `dir` by a store opened for `config`'s model (with `backend`).

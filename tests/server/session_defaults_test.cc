@@ -21,6 +21,7 @@
 #include "engine/sampler.h"
 #include "server/state_files.h"
 #include "tests/server/test_util/check_status.h"
+#include "tests/server/test_util/directory_snapshot.h"
 #include "tests/server/test_util/durable_server.h"
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/test_util/temp_dir.h"
@@ -442,15 +443,8 @@ TEST_CASE("session defaults: FORMAT says 3 once a version-3 record is written, n
   }
 
   // An older server: its Open is this one's with FORMAT read up to version 2.
-  std::map<std::string, std::string> before;
-  const auto files = [&] {
-    std::map<std::string, std::string> out;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
-      if (e.is_regular_file()) out[e.path().string()] = *ReadWholeFile(e.path().string());
-    }
-    return out;
-  };
-  before = files();
+  const auto files = [&] { return testing::DirectorySnapshot(dir.path()); };
+  const std::map<std::string, std::string> before = files();
   StateStoreOptions older = DurableOptions(dir.path());
   older.newest_dir_format_for_test = 2;
   auto refused = StateStore::Open(older, FixtureModel::Get().model->config());

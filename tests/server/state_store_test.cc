@@ -19,6 +19,7 @@
 #include "server/state_files.h"
 #include "server/state_store.h"
 #include "engine/session_state.h"
+#include "tests/server/test_util/directory_snapshot.h"
 #include "tests/server/test_util/durable_server.h"
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/server/test_util/peak_memory.h"
@@ -612,21 +613,14 @@ TEST_CASE("bad state directories are refused by path", "[state_store]") {
       server.Append(server.Create(), RandomTokens(3 * FixtureModel::Get().chunk_size(), 12));
     }
     std::ofstream(dir.File("FORMAT")) << "drt-state-dir 1\n";
-    std::map<std::string, std::string> before;
-    for (const auto& e : fs::recursive_directory_iterator(dir.path())) {
-      if (e.is_regular_file()) before[e.path().string()] = *ReadWholeFile(e.path().string());
-    }
+    const std::map<std::string, std::string> before = testing::DirectorySnapshot(dir.path());
     auto s = StateStore::Open(DurableOptions(dir.path()), config);
     REQUIRE(s.status().code() == absl::StatusCode::kFailedPrecondition);
     REQUIRE_THAT(std::string(s.status().message()), Contains(dir.File("FORMAT")));
     REQUIRE_THAT(std::string(s.status().message()), Contains("format version 1"));
     REQUIRE_THAT(std::string(s.status().message()), Contains("keys and values"));
     REQUIRE_THAT(std::string(s.status().message()), Contains("re-ingest"));
-    std::map<std::string, std::string> after;
-    for (const auto& e : fs::recursive_directory_iterator(dir.path())) {
-      if (e.is_regular_file()) after[e.path().string()] = *ReadWholeFile(e.path().string());
-    }
-    REQUIRE(after == before);
+    REQUIRE(testing::DirectorySnapshot(dir.path()) == before);
   }
   SECTION("a chunk log of format version 1 (chunk K/V) is refused by path") {
     const size_t payload = ChunkPayloadBytes(FixtureModel::Get().model->config());
