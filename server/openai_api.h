@@ -176,10 +176,11 @@ class LogprobsCollector {
   ChoiceLogprobs pending_;
 };
 
-// The text of a token-id prompt for echo: its tokens' bytes (the
-// scores' top_logprobs token_bytes, in order) as UTF-8, invalid bytes and
-// a character cut at the end as U+FFFD (as Complete's pieces spell text).
-std::string PromptText(const std::vector<drt::v1::PromptLogprobs>& scores);
+// The text of a token-id prompt for echo: its tokens' bytes (Detokenize's
+// text_bytes of its pieces, in order) as UTF-8, invalid bytes and a
+// character cut at the end as U+FFFD, as Complete's pieces spell text (a
+// character split between two pieces is read whole).
+std::string SpellTokenBytes(const std::vector<std::string>& pieces);
 
 // What every answer object of one completion shares.
 struct CompletionHeader {

@@ -183,14 +183,13 @@ struct CompletionProgress {
   explicit CompletionProgress(const CompletionRequest& request)
       : choices(request.n, ChoiceProgress(request)),
         echo(request.echo),
-        prompt_is_ids(request.prompt_is_ids),
-        prompt_text(request.echo && !request.prompt_is_ids ? request.prompt_text : "") {}
+        prompt_text(request.echo ? request.prompt_text : "") {}
   std::vector<ChoiceProgress> choices;
   // echo: the prompt's text (a text prompt's as sent; a token-id prompt's
-  // from its scores) starts each choice's text, and its scores' entries
-  // each choice's logprobs; the scores all come before any piece.
+  // as SpellPromptIds spelled it) starts each choice's text, and its
+  // scores' entries each choice's logprobs; the scores all come before any
+  // piece.
   bool echo;
-  bool prompt_is_ids;
   std::string prompt_text;
   std::vector<drt::v1::PromptLogprobs> prompt_scores;
   int32_t done_count = 0;
@@ -221,7 +220,6 @@ struct CompletionProgress {
     std::string echo_text;
     if (echo && !choice.echoed) {
       choice.echoed = true;
-      if (prompt_is_ids && prompt_text.empty()) prompt_text = PromptText(prompt_scores);
       echo_text = prompt_text;
       if (choice.logprobs.has_value()) {
         for (const drt::v1::PromptLogprobs& scores : prompt_scores) {
@@ -728,12 +726,42 @@ class OpenAiHttpServer::Server : public httplib::Server {
     return false;
   }
 
+  // With echo, a token-id prompt's text: its ids spelled by the service's
+  // Detokenize in pieces of kPromptPieceIds (one gRPC message each), their
+  // bytes joined before they are read as UTF-8 (SpellTokenBytes), into
+  // request.prompt_text. Not from the prompt's scores, which would make an
+  // echo without logprobs pay for scoring. False with `res` set when a call
+  // fails (its ids were checked by PromptIdsAccepted).
+  bool SpellPromptIds(const httplib::Request& req, CompletionRequest& request,
+                      httplib::Response& res) {
+    if (!request.echo || !request.prompt_is_ids) return true;
+    std::vector<std::string> pieces;
+    for (size_t at = 0; at < request.prompt_ids.size(); at += kPromptPieceIds) {
+      const size_t n = std::min(kPromptPieceIds, request.prompt_ids.size() - at);
+      grpc::ClientContext context;
+      Authorize(req, context);
+      drt::v1::DetokenizeRequest piece;
+      piece.mutable_ids()->Add(request.prompt_ids.begin() + at,
+                               request.prompt_ids.begin() + at + n);
+      drt::v1::DetokenizeResponse spelled;
+      const grpc::Status status = stub_->Detokenize(&context, piece, &spelled);
+      if (!status.ok()) {
+        SendTokenizerError(res, status, "prompt");
+        return false;
+      }
+      pieces.push_back(std::move(*spelled.mutable_text_bytes()));
+    }
+    request.prompt_text = SpellTokenBytes(pieces);
+    return true;
+  }
+
   void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(body);
     if (!request.ok()) return SendError(res, request.status());
     if (!ModelServed(request->model, res)) return;
     if (!PromptIdsAccepted(req, *request, res)) return;
     if (!RoomForMaxTokens(req, *request, res)) return;
+    if (!SpellPromptIds(req, *request, res)) return;
     std::random_device random;
     // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
     // (0) would repeat one answer.

@@ -314,6 +314,32 @@ TEST_CASE("openai request: prompts become bounded Complete messages", "[openai]"
   CHECK(all == ids.prompt_ids);
 }
 
+// Echo asks Complete for the prompt's scores only when logprobs asks for
+// their entries: a token-id prompt's text is spelled by Detokenize
+// (SpellTokenBytes), so echo without logprobs does not pay for scoring.
+TEST_CASE("openai request: echo scores the prompt only for logprobs", "[openai]") {
+  for (const bool ids : {false, true}) {
+    CompletionRequest request;
+    request.echo = true;
+    request.prompt_is_ids = ids;
+    if (ids) request.prompt_ids = {72, 105};
+    else request.prompt_text = "Hi";
+    CHECK_FALSE(CompleteMessages(request)[0].has_prompt_logprobs());
+    request.logprobs = 0;
+    CHECK(CompleteMessages(request)[0].prompt_logprobs() == 1);
+    request.logprobs = 3;
+    CHECK(CompleteMessages(request)[0].prompt_logprobs() == 3);
+  }
+}
+
+TEST_CASE("openai echo text: token bytes joined across pieces, then read as UTF-8", "[openai]") {
+  // Hand-spelled: a euro sign split over two pieces is whole; a lone 0xff
+  // and a character cut at the end are one U+FFFD each.
+  CHECK(SpellTokenBytes({"Hi\xe2", "\x82\xac!", "\xff", "A\xe2\x82"}) ==
+        "Hi\xe2\x82\xac!\xef\xbf\xbd" "A\xef\xbf\xbd");
+  CHECK(SpellTokenBytes({}).empty());
+}
+
 TEST_CASE("openai answers: OpenAI's shapes", "[openai]") {
   const CompletionHeader header{"cmpl-abc", 1700000000, "model-x"};
   Json full = Json::parse(CompletionJson(header, "hi \xe2\x82\xac", "length", {5, 3}));

@@ -231,5 +231,34 @@ TEST_CASE("openai echo: a prompt longer than one Complete message is scored and 
   CHECK(choice["text"].get<std::string>().size() == ids.size());
 }
 
+// A token-id prompt's echo without logprobs: its text spelled as Complete
+// spells text (hand-spelled here for the fixture's byte ids: 256 has no
+// text, 0xff and a character cut at the end are one U+FFFD each), a euro
+// sign across the adapter's two Detokenize pieces whole, logprobs null,
+// non-streamed and in the first streamed chunk.
+TEST_CASE("openai echo: a token-id prompt without logprobs is spelled", "[openai][server]") {
+  EchoServer server;
+  std::vector<int32_t> ids(kPromptPieceIds - 1, 'a');
+  ids.insert(ids.end(), {0xe2, 0x82, 0xac, 72, 105, 256, 0xff, 0x41, 0xe2, 0x82});
+  const std::string want = std::string(kPromptPieceIds - 1, 'a') +
+                           "\xe2\x82\xacHi\xef\xbf\xbd" "A\xef\xbf\xbd";
+  auto res = server.Post({{"prompt", ids}, {"echo", true}, {"max_tokens", 0}});
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const Json answer = Json::parse(res->body);
+  CHECK(answer["choices"][0]["text"].get<std::string>() == want);
+  CHECK(answer["choices"][0]["logprobs"].is_null());
+  CHECK(answer["usage"]["prompt_tokens"] == ids.size());
+
+  auto streamed = server.Post({{"prompt", ids}, {"echo", true}, {"max_tokens", 2},
+                               {"temperature", 0}, {"stream", true}});
+  REQUIRE(streamed);
+  REQUIRE(streamed->status == 200);
+  const std::string first = streamed->body.substr(0, streamed->body.find("\n\n"));
+  REQUIRE(first.rfind("data: ", 0) == 0);
+  const std::string text = Json::parse(first.substr(6))["choices"][0]["text"];
+  CHECK(text.rfind(want, 0) == 0);
+}
+
 }  // namespace
 }  // namespace drt::server
