@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Prints, one per line, the Debian packages that own the shared libraries a
-# binary loads (ldd), so that a runtime image installs exactly those.
-# Fails naming a library that no package owns.
-#   runtime_packages.sh BINARY
+# binary loads (ldd) and those it opens at run time (dlopen: ldd cannot see
+# them, so they are named as SONAMEs, found as the dynamic linker finds them,
+# in ld.so.cache), so that a runtime image installs exactly those.
+# Fails naming a library that no package owns or a SONAME not found.
+#   runtime_packages.sh BINARY [SONAME ...]
+# The CUDA image names libcublas.so.<major> (kernels/cublas_library.h: cuBLAS
+# is opened at run time since 2026-11-25; review-deploy F1: the image had
+# lost it).
 set -euo pipefail
-binary=${1:?usage: runtime_packages.sh BINARY}
+binary=${1:?usage: runtime_packages.sh BINARY [SONAME ...]}
+shift
 
 # Debian 12 is usr-merged, but dpkg records some libraries under /lib and
 # others under /usr/lib: ask for each spelling of the path.
@@ -35,6 +41,26 @@ if grep -q "not found" <(ldd "$binary"); then
   ldd "$binary" | grep "not found" >&2
   exit 1
 fi
-for lib in $libraries; do
-  owner "$lib"
-done | sort -u
+for soname in "$@"; do
+  # ldconfig -p: "\tlibcublas.so.13 (libc6,x86-64) => /path"; this machine's
+  # own ABI only (x86-64 here; no i386 copies). awk reads to the end: an
+  # early exit would end ldconfig with SIGPIPE, which pipefail turns into a
+  # failure.
+  path=$(ldconfig -p | awk -v name="$soname" \
+    '!found && $1 == name && $2 ~ /x86-64|aarch64/ {print $NF; found = 1}')
+  if [[ -z "$path" ]]; then
+    # Or beside a library ldd found (the binary's RUNPATH: the CUDA
+    # toolkit's lib folder holds libcudart and libcublas alike).
+    for lib in $libraries; do
+      if [[ -e "$(dirname "$lib")/$soname" ]]; then path="$(dirname "$lib")/$soname"; break; fi
+    done
+  fi
+  if [[ -z "$path" ]]; then
+    echo "runtime_packages.sh: $soname (opened at run time by $binary) is neither in" \
+      "ld.so.cache nor beside the libraries it links" >&2
+    exit 1
+  fi
+  libraries+=$'\n'"$path"
+done
+packages=$(for lib in $libraries; do owner "$lib" || exit 1; done) || exit 1
+sort -u <<<"$packages"

@@ -25,6 +25,7 @@
 #include "engine/forward_pass.h"
 #include "engine/model_rules.h"
 #include "kernels/cluster_code.h"
+#include "kernels/cublas_library.h"
 #include "kernels/cuda_check.h"
 #include "kernels/decode_gemv_plan.h"
 #include "kernels/device_query.h"
@@ -322,6 +323,13 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ModelConfig& conf
         !s.ok()) {
       return s;
     }
+  }
+  // cuBLAS is opened at run time by each session's GEMM handle
+  // (kernels/cublas_library.h); opened here too, so that a machine without
+  // it refuses the backend at start-up instead of every session later (a
+  // server that passes its probes and fails every call: review-deploy F1).
+  if (absl::StatusOr<kernels::CublasLibrary> cublas = kernels::CublasLibrary::Open(); !cublas.ok()) {
+    return cublas.status();
   }
   absl::StatusOr<int> count = cuda::CudaDeviceCount();
   if (!count.ok()) return count.status();
