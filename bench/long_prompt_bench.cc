@@ -4,6 +4,7 @@
 // key=value for scripts (scripts/gpu_bench.sh).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <cstdio>
 #include <random>
@@ -167,6 +168,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "error: --generate must be at least 2 (the first token is timed apart; the "
                  "decode figures need one interval after it)\n");
+    return 1;
+  }
+
+  if (const int32_t threads = absl::GetFlag(FLAGS_threads); threads < 0) {
+    std::fprintf(stderr,
+                 "error: --threads must be 0 (the CPUs this process may use) or a positive count, "
+                 "got %d\n",
+                 threads);
+    return 1;
+  }
+  // The sampler refuses it too, but only at the Generate, after the warm-up
+  // and the whole prefill (review-tools 2026-11-25 #13).
+  if (const float t = absl::GetFlag(FLAGS_temperature); !(t >= 0) || !std::isfinite(t)) {
+    std::fprintf(stderr, "error: --temperature must be 0 (greedy) or a positive number, got %g\n", t);
     return 1;
   }
 

@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
         "--filler --max_tokens must be at least 2 (the first token is not scored), got %d",
         max_tokens)));
   }
+  if (absl::Status s = drt::niah::CheckThreads(absl::GetFlag(FLAGS_threads)); !s.ok()) return Fail(s);
   if (piece < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrFormat("--piece must be at least 1, got %d", piece)));
   }

@@ -23,6 +23,7 @@
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/batch/latency_stats.h"
 #include "bench/load_average.h"
@@ -325,7 +326,10 @@ int main(int argc, char** argv) {
   std::vector<int> counts;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_sessions), ',')) {
     int n = 0;
-    if (!absl::SimpleAtoi(part, &n) || n < 1) Die("--sessions: a list of positive counts");
+    if (!absl::SimpleAtoi(part, &n) || n < 1) {
+      Die(absl::StrCat("--sessions: bad count '", part, "' in '", absl::GetFlag(FLAGS_sessions),
+                       "': give a comma-separated list of positive session counts"));
+    }
     counts.push_back(n);
   }
   // Each mode ignores the other's options: refused when given, rather than
@@ -353,6 +357,10 @@ int main(int argc, char** argv) {
   const int32_t repeats = absl::GetFlag(FLAGS_repeats);
   if (prompt_tokens < 1 || generate < 1 || repeats < 1) {
     Die("--prompt_tokens, --generate and --repeats must be positive");
+  }
+  if (const int32_t threads = absl::GetFlag(FLAGS_threads); threads < 0) {
+    Die(absl::StrCat("--threads must be 0 (the CPUs this process may use) or a positive count, got ",
+                     threads));
   }
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) Die(std::string(model.status().message()));
