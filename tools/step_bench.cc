@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/batch/latency_stats.h"
 #include "bench/load_average.h"
+#include "bench/missing_model_hint.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
@@ -35,7 +36,9 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 
-ABSL_FLAG(std::string, model, "build/models/drt-random-gpt2", "model directory");
+ABSL_FLAG(std::string, model, "models/drt-text-byte",
+          "model directory (default: the bundled any-text model; relative to the working "
+          "directory)");
 ABSL_FLAG(std::string, sessions, "1,4,8,16,64", "comma-separated session counts N");
 ABSL_FLAG(int64_t, prompt_tokens, 1000, "prompt length of every session");
 ABSL_FLAG(int32_t, generate, 32, "tokens generated per session per run");
@@ -319,7 +322,7 @@ int main(int argc, char** argv) {
   drt::cli::ParseCommandLine(
       {"drt-step-bench",
        "Aggregate decode tokens/s of N sessions in one engine step vs one at a time.\n"
-       "Example: drt-step-bench --model build/models/drt-random-gpt2 --sessions 1,4,8 "
+       "Example: drt-step-bench --model models/drt-text-byte --sessions 1,4,8 "
        "--prompt_tokens 1000 --generate 32",
        {"tools/step_bench.cc"}},
       argc, argv);
@@ -363,7 +366,9 @@ int main(int argc, char** argv) {
                      threads));
   }
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
-  if (!model.ok()) Die(std::string(model.status().message()));
+  if (!model.ok()) {
+    Die(std::string(model.status().message()) + drt::bench::MissingModelHint(absl::GetFlag(FLAGS_model)));
+  }
   const drt::ModelConfig& config = (*model)->config();
   drt::BackendOptions options;
   auto device = drt::ParseDevice(absl::GetFlag(FLAGS_device));

@@ -15,7 +15,10 @@ tiny sizes (seconds in all):
 - a cell's trials depend on (seed, task, length, depth) alone: the same cell
   run alone and inside a larger grid gives the same keys, needle offsets and
   text start, and the JSON records the run's settings and every trial;
-- bench/niah_text_table.py reads the new files and the old ones of docs/niah.
+- bench/niah_text_table.py reads the new files and the old ones of docs/niah;
+- drt-bench and drt-step-bench run with their default --model (one a build
+  has), say how to make the random model when --model is missing, and
+  drt-bench's result has threads, cuda_precision only on CUDA, and --json.
 
     eval_tools_process_test.py --niah B --niah_text B --ppl B --bench B --step_bench B
 """
@@ -168,9 +171,9 @@ def seeded_cells(tools, tmp):
         for k, v in (("seed", 1), ("device", "cpu"), ("precision", "fp32"), ("threads", 1),
                      ("max_new_tokens", 6), ("key_stream", "per_cell"), ("complete", True)):
             expect(s.get(k) == v, f"drt-niah JSON records {k} = {v!r}", str(s.get(k)))
-        r = cs["records"][0]
+        r = (cs.get("records") or [{}])[0]
         expect(set(r) >= {"key", "answer", "answered", "correct", "needle_offset"}
-               and r["correct"] == (r["answered"] == r["key"]) and cs["correct"] == sum(x["correct"] for x in cs["records"]),
+               and r["correct"] == (r["answered"] == r["key"]) and cs["correct"] == sum(x["correct"] for x in cs.get("records", [])),
                "drt-niah JSON: per-trial records, correct = first number equals the key", str(r))
         c2 = run(tools.niah, *common, "--lengths", "400", "--depths", "0.5", "--seed", "2", "--json", alone)
         expect(c2.returncode == 0 and keys(cell_of(load(alone), 400, 0.5)) != keys(cs),
@@ -186,11 +189,11 @@ def seeded_cells(tools, tmp):
     if a.returncode == 0 and b.returncode == 0:
         g, s = load(grid), load(alone)
         cg, cs = cell_of(g, 2048, 0.5, "passkey"), cell_of(s, 2048, 0.5, "passkey")
-        trial = lambda c: (c["text_start"], [(r["key"], r["needle_offset"]) for r in c.get("records", [])])
+        trial = lambda c: (c.get("text_start"), [(r["key"], r["needle_offset"]) for r in c.get("records", [])])
         expect(cg is not None and cs is not None and trial(cg) == trial(cs),
                "drt-niah-text: a cell's text start, keys and needle places are the same alone and in a grid",
                f"{cg and trial(cg)} vs {cs and trial(cs)}")
-        starts = {c["text_start"] for c in g["cells"]}
+        starts = {c.get("text_start") for c in g["cells"]}
         expect(len(starts) == 4, "drt-niah-text: the grid's four cells start at four places", str(starts))
         for k, v in (("seed", 1), ("device", "cpu"), ("precision", "fp32"), ("threads", 1),
                      ("max_new_tokens", 8), ("key_stream", "per_cell"), ("complete", True)):
@@ -211,15 +214,52 @@ def seeded_cells(tools, tmp):
                "niah_text_table.py refuses to merge an old-stream file with a new one, naming key_stream", t.stderr)
 
 
+def bench_defaults(tools, tmp):
+    """drt-bench and drt-step-bench: the default --model exists after a plain
+    build (it was build/models/drt-random-gpt2, which only run_main.sh
+    makes), a missing one says how to make the random model, and drt-bench's
+    result has threads, cuda_precision only on CUDA, and --json."""
+    small = ["--prompt_tokens", "300", "--generate", "2", "--threads", "1", "--warmup_tokens", "0"]
+    out = os.path.join(tmp, "bench.json")
+    done = subprocess.run([tools.bench, *small, "--json", out], capture_output=True, text=True, cwd=REPO, timeout=120)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("bench_result ")), "")
+    fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+    expect(done.returncode == 0 and fields.get("device") == "cpu", "drt-bench runs with its default --model",
+           done.stderr[-400:])
+    expect(fields.get("threads") == "1" and "cuda_precision" not in fields,
+           "drt-bench's bench_result has threads=1 and no cuda_precision on the CPU", line)
+    if os.path.exists(out):
+        data = load(out)
+        expect(data.get("model") == "models/drt-text-byte" and data.get("context_tokens") == 300
+               and data.get("threads") == 1 and data.get("device") == "cpu"
+               and all(str(data[k]) == v or data[k] == float(v) for k, v in fields.items()),
+               "drt-bench --json holds bench_result's fields, numbers as numbers", str(data))
+    else:
+        expect(False, "drt-bench --json writes its file", done.stderr[-400:])
+    refused(tools.bench, ["--json", os.path.join(tmp, "no", "b.json")], ["--json", "cannot write"],
+            "drt-bench --json in a missing folder is refused before the run")
+    done = subprocess.run([tools.step_bench, "--sessions", "1", "--prompt_tokens", "8", "--generate", "1",
+                           "--repeats", "1", "--threads", "1"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    expect(done.returncode == 0, "drt-step-bench runs with its default --model", done.stderr[-400:])
+    for name, binary in (("drt-bench", tools.bench), ("drt-step-bench", tools.step_bench)):
+        done = subprocess.run([binary, "--threads", "1"], capture_output=True, text=True, cwd=tmp, timeout=60)
+        expect(done.returncode == 1 and "does not exist" in done.stderr and "make_random_model.py" in done.stderr
+               and "relative to the working directory" in done.stderr,
+               f"{name} without a model says how to make one", done.stderr[-400:])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name in ("niah", "niah_text", "ppl", "bench", "step_bench"):
         p.add_argument("--" + name, required=True)
     tools = p.parse_args()
+    for name in ("niah", "niah_text", "ppl", "bench", "step_bench"):  # some runs change the cwd
+        setattr(tools, name, os.path.abspath(getattr(tools, name)))
     with tempfile.TemporaryDirectory() as tmp:
         json_checks(tools, tmp)
         flag_checks(tools, tmp)
         seeded_cells(tools, tmp)
+        bench_defaults(tools, tmp)
     if FAILED:
         print(f"{len(FAILED)} FAILED")
         return 1
