@@ -32,7 +32,8 @@ ABSL_FLAG(std::string, pad_to_chunk_boundary, "model",
           "pad the open chunk before generating: true, false, or model (the model directory's "
           "generation_config.json default)");
 ABSL_FLAG(int32_t, max_new_tokens, 8, "tokens generated per answer");
-ABSL_FLAG(uint64_t, seed, 1, "seed of the random keys");
+ABSL_FLAG(uint64_t, seed, 1,
+          "seed of the random keys; each cell's keys come from (seed, length, depth) alone");
 ABSL_FLAG(int32_t, threads, 0,
           "CPU threads (0: the CPUs this process may use; engine/cpu/cpu_threads.h)");
 ABSL_FLAG(std::string, device, "cpu",
@@ -40,7 +41,8 @@ ABSL_FLAG(std::string, device, "cpu",
           "--cuda_device is visible, else cpu)");
 ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
 ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA number format: bf16 or fp32");
-ABSL_FLAG(std::string, json, "", "write the results here as JSON");
+ABSL_FLAG(std::string, json, "",
+          "write the results here as JSON (the run's settings and every trial), after every cell");
 
 namespace {
 
@@ -92,7 +94,7 @@ int main(int argc, char** argv) {
   std::vector<double> depths = *std::move(parsed_depths);
   std::sort(depths.begin(), depths.end());
   // An unwritable --json is found now, not after a run of hours; the check
-  // leaves the file as it is (it is replaced only after a run that succeeded).
+  // leaves the file as it is (it is replaced, whole, once the first cell is done).
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
     if (absl::Status s = drt::ppl::CheckWritable("--json", json_path); !s.ok()) return Fail(s);

@@ -43,7 +43,9 @@ ABSL_FLAG(std::string, depths, "0.1,0.5,0.9", "depths of the answer's needle, 0 
 ABSL_FLAG(int32_t, trials, 20, "trials per task, length and depth");
 ABSL_FLAG(std::string, pad_to_chunk_boundary, "model", "true, false, or model (generation_config.json)");
 ABSL_FLAG(int32_t, max_new_tokens, 8, "tokens generated per answer");
-ABSL_FLAG(uint64_t, seed, 1, "seed of start offsets, keys, names and needle places");
+ABSL_FLAG(uint64_t, seed, 1,
+          "seed of start offsets, keys, names and needle places; each cell's come from (seed, "
+          "task, length, depth) alone");
 ABSL_FLAG(int32_t, threads, 0,
           "CPU threads (0: the CPUs this process may use; engine/cpu/cpu_threads.h)");
 ABSL_FLAG(std::string, device, "cpu",
@@ -51,7 +53,8 @@ ABSL_FLAG(std::string, device, "cpu",
           "--cuda_device is visible, else cpu)");
 ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
 ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA number format: bf16 or fp32");
-ABSL_FLAG(std::string, json, "", "write the results here as JSON");
+ABSL_FLAG(std::string, json, "",
+          "write the results here as JSON (the run's settings and every trial), after every cell");
 ABSL_FLAG(bool, show_answers, false, "print every trial's expected key and generated text");
 ABSL_FLAG(bool, allow_repeat, false,
           "run lengths longer than the --text (its filler then repeats, and repeated passages "
@@ -143,7 +146,7 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_text).empty()) return Fail(absl::InvalidArgumentError("--text is required"));
   // An unwritable --json, or one that would overwrite the corpus, is found
   // now, not after a run of hours (review-tools 2026-11-25 #3); the check
-  // leaves the file as it is (it is replaced only after a run that succeeded).
+  // leaves the file as it is (it is replaced, whole, once the first cell is done).
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
     if (absl::Status s = drt::ppl::CheckWritable("--json", json_path); !s.ok()) return Fail(s);
