@@ -403,11 +403,8 @@ def read_token_ids(path):
         words = f.read().split()
     ids = []
     for i, word in enumerate(words):
-        try:
-            text = word.decode("ascii")
-            value = int(text) if text.lstrip("+-").isdigit() else None
-        except UnicodeDecodeError:
-            value = None
+        # The words strtoll reads whole in the C++ client: an optional sign, then digits.
+        value = int(word) if re.fullmatch(rb"[+-]?[0-9]+", word) else None
         if value is None or not -(1 << 31) <= value < 1 << 31:
             sys.exit(f"drt_client: --token-ids {path}: {word.decode('utf-8', 'replace')!r} (index {i}) "
                      "is not a 32-bit integer")
