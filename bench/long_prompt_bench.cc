@@ -4,24 +4,34 @@
 // key=value for scripts (scripts/gpu_bench.sh).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/batch/latency_stats.h"
+#include "bench/missing_model_hint.h"
+#include "bench/perplexity/output_file.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
+#include "engine/cpu/cpu_threads.h"
 #include "engine/model.h"
 #include "engine/session.h"
+#include "nlohmann/json.hpp"
 
-ABSL_FLAG(std::string, model, "build/models/drt-random-gpt2", "model directory");
+ABSL_FLAG(std::string, model, "models/drt-text-byte",
+          "model directory (default: the bundled any-text model; relative to the working "
+          "directory)");
 ABSL_FLAG(int64_t, prompt_tokens, 100000, "prompt length in tokens");
 ABSL_FLAG(int32_t, generate, 64, "tokens to generate");
 ABSL_FLAG(int32_t, threads, 0,
@@ -75,6 +85,8 @@ ABSL_FLAG(int64_t, warmup_tokens, 4096,
           "costs (CUDA lazy kernel loading, first allocations, cuBLAS workspaces, the CPU thread "
           "pool's first wake) are not counted as prefill or first token; 0: no warm-up (the timed "
           "Append is the backend's first call, as before 2026-11-24)");
+ABSL_FLAG(std::string, json, "",
+          "also write the bench_result fields here as JSON (numbers as numbers), with the model");
 ABSL_FLAG(bool, random_prompt, false,
           "random token ids instead of tokenized filler text (fast for multi-million-token "
           "prompts)");
@@ -170,9 +182,34 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  if (const int32_t threads = absl::GetFlag(FLAGS_threads); threads < 0) {
+    std::fprintf(stderr,
+                 "error: --threads must be 0 (the CPUs this process may use) or a positive count, "
+                 "got %d\n",
+                 threads);
+    return 1;
+  }
+  // The sampler refuses it too, but only at the Generate, after the warm-up
+  // and the whole prefill (review-tools 2026-11-25 #13).
+  if (const float t = absl::GetFlag(FLAGS_temperature); !(t >= 0) || !std::isfinite(t)) {
+    std::fprintf(stderr, "error: --temperature must be 0 (greedy) or a positive number, got %g\n", t);
+    return 1;
+  }
+
+  // An unwritable --json is found now, not after the run; the check leaves
+  // the file as it is.
+  const std::string json_path = absl::GetFlag(FLAGS_json);
+  if (!json_path.empty()) {
+    if (absl::Status s = drt::ppl::CheckWritable("--json", json_path); !s.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(model.status().message()).c_str());
+    std::fprintf(stderr, "error: %s%s\n", std::string(model.status().message()).c_str(),
+                 drt::bench::MissingModelHint(absl::GetFlag(FLAGS_model)).c_str());
     return 1;
   }
   const drt::ModelConfig& config = (*model)->config();
@@ -454,28 +491,57 @@ int main(int argc, char** argv) {
                   *slowest, static_cast<long>(slowest - token_ms.begin()) + 1, MedianOrZero(token_ms));
     }
   }
-  std::printf("bench_result device=%s cuda_precision=%s disable_gca=%d window_decode_splits=%d "
-              "prefill_tensor_cores=%d batched_step_rows=%d decode_graphs=%d decode_fused_gemv=%d "
-              "cuda_chunk_store=%s "
-              "chunk_tier=%s chunk_tier_used=%s "
-              "context_tokens=%ld warmup=%d warmup_tokens=%ld "
-              "prefill_tokens_per_s=%.1f "
-              "first_token_ms=%.3f decode_ms_median=%.3f decode_ms_mean=%.3f generated=%zu "
-              "session_device_bytes=%zu "
-              "session_host_bytes=%zu peak_rss_bytes=%zu h2d_bytes_per_token=%.0f "
-              "weight_bytes=%.0f gpu_copy_bytes_per_s=%.0f weight_read_floor_ms=%.4f\n",
-              backend->name().c_str(), precision_name, absl::GetFlag(FLAGS_disable_gca) ? 1 : 0,
-              options.cuda.window_decode_splits, options.cuda.prefill_tensor_cores ? 1 : 0,
-              options.cuda.batched_step_rows ? 1 : 0, options.cuda.decode_graphs ? 1 : 0,
-              options.cuda.decode_fused_gemv ? 1 : 0,
-              drt::CudaChunkStoreName(options.cuda.chunk_store),
-              drt::CudaChunkTierName(options.cuda.chunk_tier),
-              // The tier the session got (auto may give either): what was
-              // measured.
-              st.chunks_on_device ? "device" : "host", static_cast<long>(prompt.size()),
-              warmup_tokens > 0 ? 1 : 0, static_cast<long>(warmup_tokens), prompt.size() / prefill_s, first_token_ms, MedianOrZero(token_ms),
-              token_ms.empty() ? 0.0 : total_ms / token_ms.size(), generated->tokens.size(),
-              mem.device_bytes, mem.total(), PeakRssBytes(), h2d_per_token, weight_bytes,
-              gpu_bandwidth, gpu_bandwidth > 0 ? 1e3 * weight_bytes / gpu_bandwidth : 0.0);
+  // The result line for scripts (scripts/gpu_bench.sh, bench_ab.py), and the
+  // same fields as --json. cuda_precision only where CUDA ran (it was printed
+  // for CPU runs too, where it meant nothing); threads: the CPU threads in
+  // force (review-tools 2026-11-25 #10).
+  const bool on_cuda = backend->name() == "cuda";
+  const int cpu_threads =
+      options.cpu.num_threads > 0 ? options.cpu.num_threads : drt::cpu::DefaultCpuThreads().threads;
+  std::vector<std::pair<std::string, std::string>> fields = {{"device", backend->name()}};
+  if (on_cuda) fields.push_back({"cuda_precision", precision_name});
+  const auto add = [&](const char* key, std::string value) { fields.push_back({key, std::move(value)}); };
+  add("threads", absl::StrCat(cpu_threads));
+  add("disable_gca", absl::StrCat(absl::GetFlag(FLAGS_disable_gca) ? 1 : 0));
+  add("window_decode_splits", absl::StrCat(options.cuda.window_decode_splits));
+  add("prefill_tensor_cores", absl::StrCat(options.cuda.prefill_tensor_cores ? 1 : 0));
+  add("batched_step_rows", absl::StrCat(options.cuda.batched_step_rows ? 1 : 0));
+  add("decode_graphs", absl::StrCat(options.cuda.decode_graphs ? 1 : 0));
+  add("decode_fused_gemv", absl::StrCat(options.cuda.decode_fused_gemv ? 1 : 0));
+  add("cuda_chunk_store", drt::CudaChunkStoreName(options.cuda.chunk_store));
+  add("chunk_tier", drt::CudaChunkTierName(options.cuda.chunk_tier));
+  // The tier the session got (auto may give either): what was measured.
+  add("chunk_tier_used", st.chunks_on_device ? "device" : "host");
+  add("context_tokens", absl::StrCat(prompt.size()));
+  add("warmup", absl::StrCat(warmup_tokens > 0 ? 1 : 0));
+  add("warmup_tokens", absl::StrCat(warmup_tokens));
+  add("prefill_tokens_per_s", absl::StrFormat("%.1f", prompt.size() / prefill_s));
+  add("first_token_ms", absl::StrFormat("%.3f", first_token_ms));
+  add("decode_ms_median", absl::StrFormat("%.3f", MedianOrZero(token_ms)));
+  add("decode_ms_mean", absl::StrFormat("%.3f", token_ms.empty() ? 0.0 : total_ms / token_ms.size()));
+  add("generated", absl::StrCat(generated->tokens.size()));
+  add("session_device_bytes", absl::StrCat(mem.device_bytes));
+  add("session_host_bytes", absl::StrCat(mem.total()));
+  add("peak_rss_bytes", absl::StrCat(PeakRssBytes()));
+  add("h2d_bytes_per_token", absl::StrFormat("%.0f", h2d_per_token));
+  add("weight_bytes", absl::StrFormat("%.0f", weight_bytes));
+  add("gpu_copy_bytes_per_s", absl::StrFormat("%.0f", gpu_bandwidth));
+  add("weight_read_floor_ms",
+      absl::StrFormat("%.4f", gpu_bandwidth > 0 ? 1e3 * weight_bytes / gpu_bandwidth : 0.0));
+  std::string line = "bench_result";
+  for (const auto& [key, value] : fields) absl::StrAppend(&line, " ", key, "=", value);
+  std::printf("%s\n", line.c_str());
+  if (!json_path.empty()) {
+    // Numbers as JSON numbers (the digits printed above), the rest as strings.
+    nlohmann::json out = {{"model", absl::GetFlag(FLAGS_model)}};
+    for (const auto& [key, value] : fields) {
+      double number = 0;
+      out[key] = absl::SimpleAtod(value, &number) ? nlohmann::json::parse(value) : nlohmann::json(value);
+    }
+    if (absl::Status s = drt::ppl::WriteFileReplacing("--json", json_path, out.dump(2) + "\n"); !s.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
   return 0;
 }

@@ -5,17 +5,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "bench/niah/cell_seed.h"
 #include "bench/niah/eval_options.h"
 #include "bench/niah/passkey_haystack.h"
+#include "bench/perplexity/output_file.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
@@ -30,7 +32,8 @@ ABSL_FLAG(std::string, pad_to_chunk_boundary, "model",
           "pad the open chunk before generating: true, false, or model (the model directory's "
           "generation_config.json default)");
 ABSL_FLAG(int32_t, max_new_tokens, 8, "tokens generated per answer");
-ABSL_FLAG(uint64_t, seed, 1, "seed of the random keys");
+ABSL_FLAG(uint64_t, seed, 1,
+          "seed of the random keys; each cell's keys come from (seed, length, depth) alone");
 ABSL_FLAG(int32_t, threads, 0,
           "CPU threads (0: the CPUs this process may use; engine/cpu/cpu_threads.h)");
 ABSL_FLAG(std::string, device, "cpu",
@@ -38,17 +41,27 @@ ABSL_FLAG(std::string, device, "cpu",
           "--cuda_device is visible, else cpu)");
 ABSL_FLAG(int32_t, cuda_device, 0, "GPU index for --device=cuda");
 ABSL_FLAG(std::string, cuda_precision, "bf16", "CUDA number format: bf16 or fp32");
-ABSL_FLAG(std::string, json, "", "write the results here as JSON");
+ABSL_FLAG(std::string, json, "",
+          "write the results here as JSON (the run's settings and every trial), after every cell");
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// One trial as the JSON records it, for paired comparisons across runs.
+struct TrialRecord {
+  std::string key;      // the pass key in the needle
+  std::string answer;   // the generated text (the tokenizer's decoding)
+  bool correct = false;
+  int64_t needle_offset = 0;  // filler tokens before the needle
+};
 
 struct Cell {
   int64_t length;
   double depth;
   int trials = 0, correct = 0;
   double seconds = 0;
+  std::vector<TrialRecord> records;
 };
 
 int Fail(const absl::Status& s) {
@@ -68,6 +81,10 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_trials) < 1) {
     return Fail(absl::InvalidArgumentError("--trials must be at least 1"));
   }
+  if (absl::Status s = drt::niah::CheckMaxNewTokens(absl::GetFlag(FLAGS_max_new_tokens)); !s.ok()) {
+    return Fail(s);
+  }
+  if (absl::Status s = drt::niah::CheckThreads(absl::GetFlag(FLAGS_threads)); !s.ok()) return Fail(s);
 
   auto parsed_lengths = drt::niah::ParseLengths(absl::GetFlag(FLAGS_lengths));
   if (!parsed_lengths.ok()) return Fail(parsed_lengths.status());
@@ -76,21 +93,25 @@ int main(int argc, char** argv) {
   if (!parsed_depths.ok()) return Fail(parsed_depths.status());
   std::vector<double> depths = *std::move(parsed_depths);
   std::sort(depths.begin(), depths.end());
+  // An unwritable --json is found now, not after a run of hours; the check
+  // leaves the file as it is (it is replaced, whole, once the first cell is done).
+  const std::string json_path = absl::GetFlag(FLAGS_json);
+  if (!json_path.empty()) {
+    if (absl::Status s = drt::ppl::CheckWritable("--json", json_path); !s.ok()) return Fail(s);
+  }
 
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) return Fail(model.status());
-  const std::string device = absl::GetFlag(FLAGS_device);
-  const std::string cuda_precision = absl::GetFlag(FLAGS_cuda_precision);
-  auto made = drt::niah::MakeEvalBackend(
-      **model, {device, absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_cuda_device), cuda_precision});
-  if (!made.ok()) return Fail(made.status());
-  std::unique_ptr<drt::Backend> backend = *std::move(made);
   const int64_t max_length = *std::max_element(lengths.begin(), lengths.end());
   auto haystacks =
       drt::niah::PasskeyHaystacks::Create(*(*model)->tokenizer, drt::niah::HaystackFormat{}, max_length);
-  if (!haystacks.ok()) return Fail(haystacks.status());
+  if (!haystacks.ok()) {  // the longest length is too short: named as the others are
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--lengths: ", haystacks.status().message())));
+  }
   // Every length, not only the largest: a shorter one would get a haystack
-  // longer than its label (review-tools 2026-11-24 #21).
+  // longer than its label (review-tools 2026-11-24 #21). The minimum is in
+  // tokens of this model's tokenizer, so it is known only once the model is
+  // loaded; no backend is made and nothing runs before this check.
   for (int64_t length : lengths) {
     if (length < haystacks->min_length()) {
       return Fail(absl::InvalidArgumentError(absl::StrFormat(
@@ -98,8 +119,14 @@ int main(int argc, char** argv) {
           haystacks->min_length())));
     }
   }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  const std::string cuda_precision = absl::GetFlag(FLAGS_cuda_precision);
+  auto made = drt::niah::MakeEvalBackend(
+      **model, {device, absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_cuda_device), cuda_precision});
+  if (!made.ok()) return Fail(made.status());
+  std::unique_ptr<drt::Backend> backend = *std::move(made);
 
-  uint64_t key_state = absl::GetFlag(FLAGS_seed);
+  const uint64_t seed = absl::GetFlag(FLAGS_seed);
   std::vector<Cell> cells;
   const int trials = absl::GetFlag(FLAGS_trials);
   drt::GenerateOptions generate;
@@ -107,6 +134,47 @@ int main(int argc, char** argv) {
   auto pad = drt::niah::ResolvePadToChunkBoundary(absl::GetFlag(FLAGS_pad_to_chunk_boundary), **model);
   if (!pad.ok()) return Fail(pad.status());
   generate.pad_to_chunk_boundary = *pad;
+
+  // The results with the run's settings and every trial (review-tools
+  // 2026-11-25 #4, #11): enough to re-run a cell alone and to pair trials.
+  const std::string precision = backend->name() == "cuda" ? cuda_precision : "fp32";
+  const auto write_json = [&](bool complete) -> absl::Status {
+    if (json_path.empty()) return absl::OkStatus();
+    // nlohmann::json escapes the model path (it was written unescaped).
+    nlohmann::json out = {{"model", absl::GetFlag(FLAGS_model)},
+                          {"pad_to_chunk_boundary", generate.pad_to_chunk_boundary},
+                          {"trials", trials},
+                          {"seed", seed},
+                          {"key_stream", drt::niah::kKeyStream},
+                          {"scoring", drt::niah::kScoringRule},
+                          {"device", backend->name()},
+                          {"precision", precision},
+                          {"threads", absl::GetFlag(FLAGS_threads)},
+                          {"max_new_tokens", generate.max_tokens},
+                          {"complete", complete},
+                          {"cells", nlohmann::json::array()}};
+    for (const Cell& c : cells) {
+      nlohmann::json records = nlohmann::json::array();
+      for (const TrialRecord& r : c.records) {
+        records.push_back({{"key", r.key},
+                           {"answer", r.answer},
+                           {"answered", drt::niah::FirstNumber(r.answer)},
+                           {"correct", r.correct},
+                           {"needle_offset", r.needle_offset}});
+      }
+      out["cells"].push_back({{"length", c.length},
+                              {"depth", c.depth},
+                              {"trials", c.trials},
+                              {"correct", c.correct},
+                              {"seconds", c.seconds},
+                              {"records", std::move(records)}});
+    }
+    // A generated answer need not be UTF-8: its bad bytes become U+FFFD
+    // (dump would throw).
+    return drt::ppl::WriteFileReplacing(
+        "--json", json_path,
+        out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  };
 
   for (int64_t length : lengths) {
     auto shared = drt::Session::Create(*backend);
@@ -121,7 +189,9 @@ int main(int argc, char** argv) {
         if (!added.ok()) return Fail(added.status());
         shared_tokens = offset;
       }
+      const uint64_t cell_seed = drt::niah::CellSeed(seed, "passkey", length, depth);
       for (int t = 0; t < trials; ++t) {
+        uint64_t key_state = drt::niah::TrialSeed(cell_seed, t);
         const std::string key = drt::niah::RandomKey(key_state, haystacks->format().key_digits);
         auto trial = (*shared)->Fork();
         if (!trial.ok()) return Fail(trial.status());
@@ -137,11 +207,15 @@ int main(int argc, char** argv) {
         const bool ok = text.ok() && drt::niah::AnswerMatches(*text, key);
         cell.correct += ok ? 1 : 0;
         ++cell.trials;
+        cell.records.push_back({key, text.ok() ? *text : "", ok, offset});
       }
       cell.seconds = std::chrono::duration<double>(Clock::now() - start).count();
       std::fprintf(stderr, "length %ld depth %.2f: %d/%d (%.1f s)\n", static_cast<long>(length),
                    depth, cell.correct, cell.trials, cell.seconds);
-      cells.push_back(cell);
+      cells.push_back(std::move(cell));
+      // Written after every cell: a run stopped part-way keeps the cells
+      // it finished (review-tools 2026-11-25 #11).
+      if (absl::Status s = write_json(/*complete=*/false); !s.ok()) return Fail(s);
     }
   }
 
@@ -163,20 +237,6 @@ int main(int argc, char** argv) {
     std::printf(" %7.1f%% %9.1f\n", 100.0 * correct / std::max(1, total), seconds);
   }
 
-  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    // nlohmann::json escapes the model path (it was written unescaped).
-    nlohmann::json out = {{"model", absl::GetFlag(FLAGS_model)},
-                          {"pad_to_chunk_boundary", generate.pad_to_chunk_boundary},
-                          {"trials", trials},
-                          {"cells", nlohmann::json::array()}};
-    for (const Cell& c : cells) {
-      out["cells"].push_back({{"length", c.length},
-                              {"depth", c.depth},
-                              {"trials", c.trials},
-                              {"correct", c.correct},
-                              {"seconds", c.seconds}});
-    }
-    std::ofstream(path) << out.dump(2) << "\n";
-  }
+  if (absl::Status s = write_json(/*complete=*/true); !s.ok()) return Fail(s);
   return 0;
 }

@@ -13,9 +13,16 @@ different models or seeds into one table without a word). Files that
 differ only in their tasks, lengths, depths or trials (separate commands of
 one setting, as docs/passkey_accuracy.md runs them) are merged, and the
 setting and the files are printed on stderr, so that the table on stdout
-stays pasteable. Cells of separate commands come from separate random
-streams (their haystacks differ), so compare cells only within one
-identical command.
+stays pasteable.
+
+Files with "key_stream": "per_cell" (drt-niah-text since review-tools
+2026-11-25 #4) draw each cell's haystacks from (seed, task, length, depth)
+alone, so their cells can be merged and compared across commands. Older files
+(no key_stream) drew one stream through the whole command: their cells are
+comparable only within one identical command, and a table does not merge
+them with per-cell files (refused, naming key_stream). A file whose run did
+not finish ("complete": false, written after each cell) is merged with a
+note on stderr.
 """
 import json
 import sys
@@ -24,9 +31,17 @@ from collections import defaultdict
 ABSENT = "(absent)"
 
 
+# Fields that say how far a run got, not how it ran, and the thread count,
+# which changes the seconds only (the answers were byte-identical at 1 and
+# 2 threads: docs/passkey_accuracy.md, "These rows are not the table above's
+# cells").
+NOT_SETTING = ("cells", "complete", "threads")
+
+
 def run_setting(data):
-    """What a result file records about its run: every field but the cells."""
-    return {k: v for k, v in data.items() if k != "cells"}
+    """What a result file records about its run: every field but the cells
+    and whether the run finished."""
+    return {k: v for k, v in data.items() if k not in NOT_SETTING}
 
 
 CELL_FIELDS = ("task", "length", "depth", "trials", "correct", "seconds")
@@ -59,6 +74,15 @@ def main(paths):
         setting = run_setting(data)
         if first is None:
             first_path, first = path, setting
+        if data.get("complete") is False:
+            print(f"niah_text_table: note: {path} is from a run that did not finish; its finished cells "
+                  "are used", file=sys.stderr)
+        # The random stream first: it decides whether cells compare at all.
+        if first.get("key_stream", ABSENT) != setting.get("key_stream", ABSENT):
+            sys.exit(f"niah_text_table: {path} and {first_path} are not of one run setting: key_stream is "
+                     f"{setting.get('key_stream', ABSENT)!r} in {path} and {first.get('key_stream', ABSENT)!r} in "
+                     f"{first_path}; files of the old whole-command stream (absent) and of the per-cell stream "
+                     "draw different haystacks for the same cell")
         for key in sorted(set(first) | set(setting)):
             if first.get(key, ABSENT) != setting.get(key, ABSENT):
                 sys.exit(f"niah_text_table: {path} and {first_path} are not of one run setting: {key} is "

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -38,9 +39,13 @@ ABSL_FLAG(std::string, text, "",
           "tokenised by the model's tokenizer");
 ABSL_FLAG(bool, filler, false,
           "score the passkey tools' training filler (\"The grass is green. ...\", repeated) "
-          "instead of --text; needs --max_tokens");
-ABSL_FLAG(int64_t, max_tokens, 0,
-          "score only the first N tokens (0: the whole --text; at most 4G, as drt-niah's lengths)");
+          "instead of --text; needs --max_document_tokens");
+ABSL_FLAG(int64_t, max_document_tokens, 0,
+          "score only the first N tokens of the document (0: the whole --text; at most 4G, as "
+          "drt-niah's lengths)");
+// The flag's old name: the clients' --max_tokens means tokens to generate
+// (review-tools 2026-11-25 #9), so it was renamed; kept for old scripts.
+ABSL_FLAG(int64_t, max_tokens, 0, "deprecated: the old name of --max_document_tokens");
 ABSL_FLAG(int64_t, piece, 4096,
           "tokens per Append (each a scored Append: the engine holds one step's logits at a "
           "time, whatever the piece)");
@@ -106,30 +111,46 @@ int main(int argc, char** argv) {
   // Flags first, before the model loads: a bad one is refused at once.
   const std::string text_path = absl::GetFlag(FLAGS_text);
   const bool use_filler = absl::GetFlag(FLAGS_filler);
-  const int64_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  int64_t max_tokens = absl::GetFlag(FLAGS_max_document_tokens);
+  {
+    const auto given = [](const absl::CommandLineFlag& flag) {
+      return flag.CurrentValue() != flag.DefaultValue();
+    };
+    if (given(absl::GetFlagReflectionHandle(FLAGS_max_tokens))) {
+      if (given(absl::GetFlagReflectionHandle(FLAGS_max_document_tokens))) {
+        return Fail(absl::InvalidArgumentError(
+            "--max_tokens is the deprecated name of --max_document_tokens: give one of them"));
+      }
+      std::fprintf(stderr,
+                   "warning: --max_tokens is deprecated (the clients' --max_tokens is tokens to "
+                   "generate); use --max_document_tokens\n");
+      max_tokens = absl::GetFlag(FLAGS_max_tokens);
+    }
+  }
   const int64_t piece = absl::GetFlag(FLAGS_piece);
   if (text_path.empty() == !use_filler) {
     return Fail(absl::InvalidArgumentError(
-        "give one document: --text FILE or --filler (with --max_tokens)"));
+        "give one document: --text FILE or --filler (with --max_document_tokens)"));
   }
   if (max_tokens < 0) {
     return Fail(absl::InvalidArgumentError(
-        absl::StrFormat("--max_tokens must be 0 (all) or more, got %d", max_tokens)));
+        absl::StrFormat("--max_document_tokens must be 0 (all) or more, got %d", max_tokens)));
   }
   // The cap the other tools' lengths have (ParseLengths): a larger N would
   // only fail later in an allocation (review-ppl P3 ran into bad_alloc).
   if (max_tokens > drt::niah::kMaxLength) {
     return Fail(absl::InvalidArgumentError(absl::StrFormat(
-        "--max_tokens must be at most %d, got %d", drt::niah::kMaxLength, max_tokens)));
+        "--max_document_tokens must be at most %d, got %d", drt::niah::kMaxLength, max_tokens)));
   }
   if (use_filler && max_tokens == 0) {
-    return Fail(absl::InvalidArgumentError("--filler needs --max_tokens (the filler has no end)"));
+    return Fail(absl::InvalidArgumentError("--filler needs --max_document_tokens (the filler has no end)"));
   }
   if (use_filler && max_tokens < 2) {
     return Fail(absl::InvalidArgumentError(absl::StrFormat(
-        "--filler --max_tokens must be at least 2 (the first token is not scored), got %d",
+        "--filler --max_document_tokens must be at least 2 (the first token is not scored), got %d",
         max_tokens)));
   }
+  if (absl::Status s = drt::niah::CheckThreads(absl::GetFlag(FLAGS_threads)); !s.ok()) return Fail(s);
   if (piece < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrFormat("--piece must be at least 1, got %d", piece)));
   }

@@ -47,6 +47,25 @@ TEST_CASE("answers match only the exact key", "[niah]") {
   REQUIRE_FALSE(AnswerMatches(" 123456", "12345"));
   REQUIRE_FALSE(AnswerMatches(" 1234", "12345"));
   REQUIRE_FALSE(AnswerMatches(" the key", "12345"));
+  REQUIRE_FALSE(AnswerMatches("", "12345"));
+}
+
+TEST_CASE("the pass-key rule is the clients' first number in the answer", "[niah]") {
+  // The clients' rule (re.search(r"\d+") in drt_client.py): the first run of
+  // digits anywhere, whatever comes before it. drt-niah accepted only spaces
+  // before the key (review-tools 2026-11-25 #12).
+  REQUIRE(AnswerMatches("\n12345", "12345"));
+  REQUIRE(AnswerMatches(" is 12345. Remember", "12345"));
+  REQUIRE(AnswerMatches("key:12345 and 67890", "12345"));
+  REQUIRE_FALSE(AnswerMatches(" 67890 or 12345", "12345"));  // only the first number counts
+  REQUIRE_FALSE(AnswerMatches(" 1 2345", "12345"));
+  REQUIRE_FALSE(AnswerMatches("x12345678", "12345"));
+  CHECK(FirstNumber(" is 12345. 6") == "12345");
+  CHECK(FirstNumber("no digits") == "");
+  CHECK(FirstNumber("007") == "007");
+}
+
+TEST_CASE("random keys have the asked digits, no leading zero", "[niah]") {
   uint64_t state = 7;
   const std::string a = RandomKey(state, 5), b = RandomKey(state, 5);
   REQUIRE(a.size() == 5);

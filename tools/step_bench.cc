@@ -23,9 +23,11 @@
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/batch/latency_stats.h"
 #include "bench/load_average.h"
+#include "bench/missing_model_hint.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
@@ -34,7 +36,9 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 
-ABSL_FLAG(std::string, model, "build/models/drt-random-gpt2", "model directory");
+ABSL_FLAG(std::string, model, "models/drt-text-byte",
+          "model directory (default: the bundled any-text model; relative to the working "
+          "directory)");
 ABSL_FLAG(std::string, sessions, "1,4,8,16,64", "comma-separated session counts N");
 ABSL_FLAG(int64_t, prompt_tokens, 1000, "prompt length of every session");
 ABSL_FLAG(int32_t, generate, 32, "tokens generated per session per run");
@@ -318,14 +322,17 @@ int main(int argc, char** argv) {
   drt::cli::ParseCommandLine(
       {"drt-step-bench",
        "Aggregate decode tokens/s of N sessions in one engine step vs one at a time.\n"
-       "Example: drt-step-bench --model build/models/drt-random-gpt2 --sessions 1,4,8 "
+       "Example: drt-step-bench --model models/drt-text-byte --sessions 1,4,8 "
        "--prompt_tokens 1000 --generate 32",
        {"tools/step_bench.cc"}},
       argc, argv);
   std::vector<int> counts;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_sessions), ',')) {
     int n = 0;
-    if (!absl::SimpleAtoi(part, &n) || n < 1) Die("--sessions: a list of positive counts");
+    if (!absl::SimpleAtoi(part, &n) || n < 1) {
+      Die(absl::StrCat("--sessions: bad count '", part, "' in '", absl::GetFlag(FLAGS_sessions),
+                       "': give a comma-separated list of positive session counts"));
+    }
     counts.push_back(n);
   }
   // Each mode ignores the other's options: refused when given, rather than
@@ -354,8 +361,14 @@ int main(int argc, char** argv) {
   if (prompt_tokens < 1 || generate < 1 || repeats < 1) {
     Die("--prompt_tokens, --generate and --repeats must be positive");
   }
+  if (const int32_t threads = absl::GetFlag(FLAGS_threads); threads < 0) {
+    Die(absl::StrCat("--threads must be 0 (the CPUs this process may use) or a positive count, got ",
+                     threads));
+  }
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
-  if (!model.ok()) Die(std::string(model.status().message()));
+  if (!model.ok()) {
+    Die(std::string(model.status().message()) + drt::bench::MissingModelHint(absl::GetFlag(FLAGS_model)));
+  }
   const drt::ModelConfig& config = (*model)->config();
   drt::BackendOptions options;
   auto device = drt::ParseDevice(absl::GetFlag(FLAGS_device));

@@ -1,5 +1,6 @@
 #include "bench/niah/eval_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -39,7 +40,14 @@ absl::StatusOr<std::vector<int64_t>> ParseLengths(absl::string_view list) {
                           "K = 1024, M = 1048576, at most 4G = 4294967296)",
                           part, problem));
     }
-    lengths.push_back(static_cast<int64_t>(value * scale));
+    const int64_t length = static_cast<int64_t>(value * scale);
+    // A length twice would run its cells twice and print its table row with
+    // twice the columns (review-tools 2026-11-25 #13).
+    if (std::find(lengths.begin(), lengths.end(), length) != lengths.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--lengths: '%s' is %d, which is already in the list; give each length once", part, length));
+    }
+    lengths.push_back(length);
   }
   return lengths;
 }
@@ -49,11 +57,28 @@ absl::StatusOr<std::vector<double>> ParseDepths(absl::string_view list) {
   for (absl::string_view part : absl::StrSplit(list, ',')) {
     double depth = 0;
     if (!absl::SimpleAtod(part, &depth) || !(depth >= 0 && depth <= 1)) {
-      return absl::InvalidArgumentError(absl::StrFormat("bad depth '%s'", part));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--depths: bad depth '%s': not a number in [0, 1] (0 = start, 1 = end)", part));
+    }
+    if (std::find(depths.begin(), depths.end(), depth) != depths.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--depths: '%s' is %g, which is already in the list; give each depth once", part, depth));
     }
     depths.push_back(depth);
   }
   return depths;
+}
+
+absl::Status CheckMaxNewTokens(int64_t max_new_tokens) {
+  if (max_new_tokens >= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--max_new_tokens must be at least 1 (an answer needs a token), got %d", max_new_tokens));
+}
+
+absl::Status CheckThreads(int64_t threads) {
+  if (threads >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--threads must be 0 (the CPUs this process may use) or a positive count, got %d", threads));
 }
 
 absl::StatusOr<bool> ResolvePadToChunkBoundary(absl::string_view choice, const Model& model) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 
 namespace drt::niah {
@@ -19,7 +20,9 @@ absl::StatusOr<PasskeyHaystacks> PasskeyHaystacks::Create(const Tokenizer& token
   if (!question.ok()) return question.status();
   h.question_ = *std::move(question);
   if (max_tokens < h.min_length()) {
-    return absl::InvalidArgumentError("haystacks must be longer than the question and a needle");
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d tokens cannot hold the question and a needle (at least %d)", max_tokens,
+        h.min_length()));
   }
   return h;
 }
@@ -59,12 +62,16 @@ std::string RandomKey(uint64_t& state, int digits) {
   return key;
 }
 
+std::string FirstNumber(const std::string& generated) {
+  constexpr const char* kDigits = "0123456789";
+  const size_t begin = generated.find_first_of(kDigits);
+  if (begin == std::string::npos) return "";
+  const size_t end = generated.find_first_not_of(kDigits, begin);
+  return generated.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
 bool AnswerMatches(const std::string& generated, const std::string& key) {
-  size_t i = 0;
-  while (i < generated.size() && generated[i] == ' ') ++i;
-  if (generated.compare(i, key.size(), key) != 0) return false;
-  const size_t after = i + key.size();
-  return after == generated.size() || !(generated[after] >= '0' && generated[after] <= '9');
+  return !key.empty() && FirstNumber(generated) == key;
 }
 
 }  // namespace drt::niah

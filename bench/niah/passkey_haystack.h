@@ -58,8 +58,15 @@ class PasskeyHaystacks {
 // A key of `digits` decimal digits, no leading zero.
 std::string RandomKey(uint64_t& state, int digits);
 
-// Whether generated text answers `key`: its first digits, after optional
-// spaces, are exactly the key.
+// The pass-key scoring rule, one for drt-niah, drt-niah-text and both
+// clients (client_examples/, docs/passkey_accuracy.md): the answer is right
+// when its first number, the first maximal run of ASCII digits anywhere in
+// it, is exactly the key. FirstNumber gives that run ("" when the answer
+// has no digit). (drt-niah accepted only spaces before the key, so
+// "\n12345" or "is 12345" counted wrong there and right in the clients;
+// review-tools 2026-11-25 #12.)
+std::string FirstNumber(const std::string& generated);
+inline constexpr const char* kScoringRule = "first number in the answer equals the key";
 bool AnswerMatches(const std::string& generated, const std::string& key);
 
 }  // namespace drt::niah

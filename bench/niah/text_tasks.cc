@@ -204,8 +204,9 @@ absl::StatusOr<TextTrial> MakeTextTrial(TextTask task, const TextFiller& filler,
   int64_t budget = length - static_cast<int64_t>(trial.question.size());
   for (const std::string& t : texts) budget -= static_cast<int64_t>(t.size());
   if (budget < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("length %d too short for the %s task", length, TextTaskName(task)));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d bytes is too short for the %s task: this trial's needles and question take %d bytes",
+        length, TextTaskName(task), length - budget));
   }
   std::vector<int64_t> at(texts.size());
   at[0] = filler.WordBoundary(static_cast<int64_t>(depth * static_cast<double>(budget)));

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 #include <vector>
@@ -60,6 +61,25 @@ absl::Status CheckNotSameFile(std::string_view output_flag, const std::string& o
   return absl::InvalidArgumentError(absl::StrFormat(
       "%s '%s' is the %s file '%s': writing it would overwrite the input", output_flag, output,
       input_flag, input));
+}
+
+absl::Status CheckNotInFolder(std::string_view output_flag, const std::string& output,
+                              std::string_view input_flag, const std::string& input) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(input, ec)) return absl::OkStatus();
+  const auto folder = std::filesystem::weakly_canonical(input, ec);
+  if (ec) return absl::OkStatus();
+  // The output's folder after links and "..": inside `folder` when `folder`
+  // is a prefix of it, component by component.
+  auto at = std::filesystem::weakly_canonical(std::filesystem::absolute(output, ec), ec);
+  if (ec) return absl::OkStatus();
+  at = at.parent_path();
+  const auto [mismatch, unused] = std::mismatch(folder.begin(), folder.end(), at.begin(), at.end());
+  if (mismatch != folder.end()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s '%s' is inside the %s folder '%s', whose files are all read as input: write it "
+      "elsewhere",
+      output_flag, output, input_flag, input));
 }
 
 absl::Status WriteFileReplacing(std::string_view flag, const std::string& path,

@@ -22,6 +22,13 @@ absl::Status CheckWritable(std::string_view flag, const std::string& path);
 absl::Status CheckNotSameFile(std::string_view output_flag, const std::string& output,
                               std::string_view input_flag, const std::string& input);
 
+// INVALID_ARGUMENT naming both flags when `input` is a directory and
+// `output` would be created inside it, at any depth (drt-niah-text reads
+// every file of a --text directory: a result written there would become
+// filler of the next run). OK when `input` is not a directory.
+absl::Status CheckNotInFolder(std::string_view output_flag, const std::string& output,
+                              std::string_view input_flag, const std::string& input);
+
 // Writes `contents` to a new temporary file in `path`'s folder and renames it
 // over `path`; on failure the temporary file is removed and `path` is as it
 // was. INTERNAL naming `flag` and the path on failure.

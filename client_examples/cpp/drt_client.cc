@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -591,27 +592,51 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// A --token_ids file: whitespace-separated 32-bit integers.
+// A --token_ids file: whitespace-separated 32-bit integers. Read before
+// connecting, so that a file that does not parse needs no server
+// (review-tools 2026-11-25 #8).
 std::vector<int32_t> ReadTokenIds(const std::string& path) {
   std::vector<int32_t> ids;
   std::istringstream in(ReadFile(path));
   std::string word;
   while (in >> word) {
     char* end = nullptr;
+    errno = 0;
     const long long id = std::strtoll(word.c_str(), &end, 10);
-    if (*end != '\0' || id < std::numeric_limits<int32_t>::min() ||
-        id > std::numeric_limits<int32_t>::max()) {
-      Die(absl::StrCat(path, ": '", word, "' is not a 32-bit integer"));
+    if (end == word.c_str() || *end != '\0' || errno == ERANGE ||
+        id < std::numeric_limits<int32_t>::min() || id > std::numeric_limits<int32_t>::max()) {
+      Die(absl::StrCat("--token_ids ", path, ": '", word, "' (index ", ids.size(),
+                       ") is not a 32-bit integer"));
     }
     ids.push_back(static_cast<int32_t>(id));
   }
   return ids;
 }
 
+// The first id of a --token_ids file that the server would refuse in the
+// Append (outside the vocabulary, the landmark id, the pad id), named with
+// its index, checked against GetModelInfo before CreateSession: the server
+// refused it only after the client had made a session (review-tools
+// 2026-11-25 #8). The same rule as Session::ValidateTokens.
+void CheckTokenIds(const std::string& path, const std::vector<int32_t>& ids,
+                   const drt::v1::ModelInfo& info) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = ids[i];
+    const std::string at = absl::StrCat("--token_ids ", path, ": token ", id, " (index ", i, ")");
+    if (id < 0 || id >= info.vocab_size()) {
+      Die(absl::StrCat(at, " is outside the model's vocabulary [0, ", info.vocab_size(), ")"));
+    }
+    if (id == info.chunk_id()) Die(absl::StrCat(at, " is the landmark id, which only the engine inserts"));
+    if (id == info.pad_id()) Die(absl::StrCat(at, " is the pad id, which only the engine inserts"));
+  }
+}
+
 // `prompt_text`: --prompt_file's contents, read and checked before connecting;
 // moved in, so that a large file is held once (review-toolsfix3 #5: main kept
 // its copy for the whole run beside this one).
-Prompt MakePrompt(const drt::v1::ModelInfo& info, std::string prompt_text) {
+// `token_ids`: the --token_ids file's ids, read before connecting.
+Prompt MakePrompt(const drt::v1::ModelInfo& info, std::string prompt_text,
+                  std::vector<int32_t> token_ids) {
   Prompt prompt;
   const std::string question = absl::GetFlag(FLAGS_question);
   if (const std::string path = absl::GetFlag(FLAGS_prompt_file); !path.empty()) {
@@ -622,7 +647,7 @@ Prompt MakePrompt(const drt::v1::ModelInfo& info, std::string prompt_text) {
     return prompt;
   }
   if (const std::string path = absl::GetFlag(FLAGS_token_ids); !path.empty()) {
-    prompt.ids = ReadTokenIds(path);
+    prompt.ids = std::move(token_ids);
     if (question.empty()) prompt.expected_tokens = prompt.ids.size();
     prompt.description = absl::StrCat(path, " (", Commas(prompt.ids.size()), " token ids)");
     prompt.text = question;
@@ -1265,9 +1290,9 @@ class Client {
   std::vector<std::string> stops_;  // --stop, each verbatim
 };
 
-// `prompt_text`: --prompt_file's contents (empty without one); `stops`:
-// every --stop.
-int Run(std::string prompt_text, std::vector<std::string> stops) {
+// `prompt_text`: --prompt_file's contents (empty without one); `token_ids`:
+// --token_ids's ids (empty without one); `stops`: every --stop.
+int Run(std::string prompt_text, std::vector<int32_t> token_ids, std::vector<std::string> stops) {
   std::string session_key = absl::GetFlag(FLAGS_session_key);
   if (session_key.empty()) session_key = RandomSessionKey();
   if (!IsValidSessionKey(session_key)) {
@@ -1328,8 +1353,7 @@ int Run(std::string prompt_text, std::vector<std::string> stops) {
   }
   if (absl::GetFlag(FLAGS_detokenize)) {
     drt::v1::DetokenizeRequest request;
-    const std::vector<int32_t> ids = ReadTokenIds(absl::GetFlag(FLAGS_token_ids));
-    request.mutable_ids()->Add(ids.begin(), ids.end());
+    request.mutable_ids()->Add(token_ids.begin(), token_ids.end());
     const drt::v1::DetokenizeResponse response = client.Detokenize(retrier, request);
     std::fwrite(response.text_bytes().data(), 1, response.text_bytes().size(), stdout);
     if (response.ids_without_text() > 0) {
@@ -1345,7 +1369,10 @@ int Run(std::string prompt_text, std::vector<std::string> stops) {
               info.tokenizer().c_str(), static_cast<long long>(info.enc_chunk_size()),
               static_cast<long long>(info.chunk_topk()), static_cast<long long>(info.slide_window()),
               Commas(info.max_context_tokens()).c_str());
-  const Prompt prompt = MakePrompt(info, std::move(prompt_text));
+  if (const std::string path = absl::GetFlag(FLAGS_token_ids); !path.empty()) {
+    CheckTokenIds(path, token_ids, info);
+  }
+  const Prompt prompt = MakePrompt(info, std::move(prompt_text), std::move(token_ids));
   std::printf("prompt: %s\n", prompt.description.c_str());
 
   const std::string session_id = client.CreateSession(retrier);
@@ -1524,6 +1551,23 @@ int main(int argc, char** argv) {
                           path, Commas(bad->offset), bad->reason));
     }
   }
+  std::vector<int32_t> token_ids;
+  if (const std::string path = absl::GetFlag(FLAGS_token_ids); !path.empty()) {
+    token_ids = ReadTokenIds(path);
+  }
+  // A session prompt with nothing in it: the server refused the first Append
+  // with "Append needs at least one message naming the session", after the
+  // client had made the session (review-tools 2026-11-25 #8).
+  const bool session_mode = !absl::GetFlag(FLAGS_tokenize) && !absl::GetFlag(FLAGS_detokenize);
+  if (session_mode && absl::GetFlag(FLAGS_question).empty()) {
+    if (const std::string path = absl::GetFlag(FLAGS_prompt_file); !path.empty() && prompt_text.empty()) {
+      Die(absl::StrCat("--prompt_file ", path, " is empty (and no --question): there is no prompt to send"));
+    }
+    if (const std::string path = absl::GetFlag(FLAGS_token_ids); !path.empty() && token_ids.empty()) {
+      Die(absl::StrCat("--token_ids ", path, " holds no token ids (and no --question): there is no prompt "
+                       "to send"));
+    }
+  }
   Interrupts::Install();
-  return Run(std::move(prompt_text), std::move(stops));
+  return Run(std::move(prompt_text), std::move(token_ids), std::move(stops));
 }

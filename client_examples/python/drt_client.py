@@ -316,6 +316,16 @@ def parse_args(argv=None):
         if bad:
             p.error(f"--prompt-file {args.prompt_file}: not UTF-8 at byte {bad[0]:,} ({bad[1]}); "
                     "the server takes text as UTF-8")
+    args.token_id_list = read_token_ids(args.token_ids) if args.token_ids else None
+    # A session prompt with nothing in it: the server refused the first
+    # Append ("Append needs at least one message naming the session") after
+    # the client had made the session (review-tools 2026-11-25 #8).
+    if not args.tokenize and not args.detokenize and not args.question:
+        if args.prompt_file and os.path.isfile(args.prompt_file) and os.path.getsize(args.prompt_file) == 0:
+            p.error(f"--prompt-file {args.prompt_file} is empty (and no --question): there is no prompt to send")
+        if args.token_ids and not args.token_id_list:
+            p.error(f"--token-ids {args.token_ids} holds no token ids (and no --question): there is no "
+                    "prompt to send")
     if not args.idle_timeout > 0 or not args.connect_timeout > 0:
         p.error("--idle-timeout and --connect-timeout must be positive")
     if not args.deadline >= 0:
@@ -386,11 +396,36 @@ def read_text_pieces(path, piece_bytes):
 
 
 def read_token_ids(path):
-    with open(path) as f:
-        try:
-            return [int(x) for x in f.read().split()]
-        except ValueError as e:
-            sys.exit(f"drt_client: {path}: not whitespace-separated integers ({e})")
+    """The ids of a --token-ids file (whitespace-separated 32-bit integers),
+    or exit 1 naming the file, the word and its index; read in parse_args,
+    before connecting (review-tools 2026-11-25 #8), as the C++ client does."""
+    with open(path, "rb") as f:
+        words = f.read().split()
+    ids = []
+    for i, word in enumerate(words):
+        # The words strtoll reads whole in the C++ client: an optional sign, then digits.
+        value = int(word) if re.fullmatch(rb"[+-]?[0-9]+", word) else None
+        if value is None or not -(1 << 31) <= value < 1 << 31:
+            sys.exit(f"drt_client: --token-ids {path}: {word.decode('utf-8', 'replace')!r} (index {i}) "
+                     "is not a 32-bit integer")
+        ids.append(value)
+    return ids
+
+
+def check_token_ids(path, ids, info):
+    """Exit 1 naming the file, the index and the rule for the first id the
+    server would refuse in the Append (outside the vocabulary, the landmark
+    id, the pad id: Session::ValidateTokens's rule), checked against
+    GetModelInfo before CreateSession: the server refused it only after the
+    client had made a session (review-tools 2026-11-25 #8)."""
+    for i, token in enumerate(ids):
+        at = f"drt_client: --token-ids {path}: token {token} (index {i})"
+        if not 0 <= token < info.vocab_size:
+            sys.exit(f"{at} is outside the model's vocabulary [0, {info.vocab_size})")
+        if token == info.chunk_id:
+            sys.exit(f"{at} is the landmark id, which only the engine inserts")
+        if token == info.pad_id:
+            sys.exit(f"{at} is the pad id, which only the engine inserts")
 
 
 def make_prompt(args, info):
@@ -404,7 +439,7 @@ def make_prompt(args, info):
         expected = size if info.tokenizer == "bytes" and not args.question else None
         return pieces, expected, None, f"{args.prompt_file} ({size:,} bytes)"
     if args.token_ids:
-        ids = read_token_ids(args.token_ids)
+        ids = args.token_id_list
         pieces = lambda: chain((ids[i:i + args.piece_tokens] for i in range(0, len(ids), args.piece_tokens)),
                                question())
         return pieces, None if args.question else len(ids), None, f"{args.token_ids} ({len(ids):,} token ids)"
@@ -1001,7 +1036,7 @@ def run(args, pb, pb_grpc, grpc):
             print(" ".join(str(i) for i in answer.ids))
         return 0
     if args.detokenize:
-        request = pb.DetokenizeRequest(ids=read_token_ids(args.token_ids))
+        request = pb.DetokenizeRequest(ids=args.token_id_list)
         answer = retrier.unary("Detokenize", lambda: stub.Detokenize(
             request, metadata=metadata, timeout=UNARY_DEADLINE_SECONDS))
         sys.stdout.buffer.write(answer.text_bytes)
@@ -1016,6 +1051,8 @@ def run(args, pb, pb_grpc, grpc):
     print(f"model: {info.name} on {info.device}, vocab {info.vocab_size:,} ({info.tokenizer}), "
           f"chunks of {info.enc_chunk_size}, top-k {info.chunk_topk}, window {info.slide_window}, "
           f"context limit {info.max_context_tokens:,} tokens", flush=True)
+    if args.token_ids:
+        check_token_ids(args.token_ids, args.token_id_list, info)
     pieces, expected, passkey, description = make_prompt(args, info)
     print(f"prompt: {description}", flush=True)
 

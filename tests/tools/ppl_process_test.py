@@ -10,7 +10,8 @@ golden tokens are bytes 0..255, so they can be written as a --text file):
   NLL), bits per byte = NLL sum / ln 2 / bytes, and one retrieval per
   landmark and GCA group (40 chunks, 1 group);
 - the default buckets are powers of two ([0,1K), [1K,2K), [2K,2520));
-- --max_tokens truncates, --filler scores the passkey filler;
+- --max_document_tokens truncates (--max_tokens, its deprecated old name, too,
+  with a warning), --filler scores the passkey filler;
 - bad flags exit non-zero naming the flag, before any work.
 
 Reads safetensors with the standard library only (no numpy).
@@ -129,21 +130,33 @@ def main():
         else:
             expect(False, "drt-ppl with default buckets runs", done.stderr)
 
-        done, out = run_json(args.ppl, tmp, "--text", text, "--max_tokens", "1000")
+        done, out = run_json(args.ppl, tmp, "--text", text, "--max_document_tokens", "1000")
         expect(out is not None and out["tokens"] == 1000 and out["overall"]["tokens"] == 999
                and [(b["begin"], b["end"]) for b in out["buckets"]] == [(0, 1000)]
                and abs(out["overall"]["mean_nll"] - sum(nll[:999]) / 999) <= MEAN_TOLERANCE,
-               "--max_tokens 1000 scores the first 1000 tokens", done.stderr if out is None else str(out["overall"]))
+               "--max_document_tokens 1000 scores the first 1000 tokens", done.stderr if out is None else str(out["overall"]))
 
-        done, out = run_json(args.ppl, tmp, "--filler", "--max_tokens", "1500")
+        # The old name (the clients' --max_tokens is tokens to generate):
+        # still taken, with a warning; both names at once are refused.
+        done, out = run_json(args.ppl, tmp, "--text", text, "--max_tokens", "1000")
+        expect(out is not None and out["tokens"] == 1000
+               and "--max_tokens is deprecated" in done.stderr and "--max_document_tokens" in done.stderr,
+               "--max_tokens 1000 (deprecated alias) scores 1000 tokens and warns",
+               done.stderr if out is None else done.stderr + str(out["tokens"]))
+        done, out = run_json(args.ppl, tmp, "--text", text, "--max_tokens", "1000",
+                             "--max_document_tokens", "900")
+        expect(out is None and done.returncode == 1 and "give one of them" in done.stderr,
+               "--max_tokens with --max_document_tokens is refused", done.stderr)
+
+        done, out = run_json(args.ppl, tmp, "--filler", "--max_document_tokens", "1500")
         expect(out is not None and out["input"] == "filler" and out["tokens"] == 1500
-               and out["overall"]["tokens"] == 1499, "--filler --max_tokens 1500 scores 1500 tokens",
+               and out["overall"]["tokens"] == 1499, "--filler --max_document_tokens 1500 scores 1500 tokens",
                done.stderr if out is None else str(out))
         # Shorter than a passkey haystack's minimum (question + 200 filler
         # tokens): the filler alone has no such rule (it was refused).
-        done, out = run_json(args.ppl, tmp, "--filler", "--max_tokens", "2")
+        done, out = run_json(args.ppl, tmp, "--filler", "--max_document_tokens", "2")
         expect(out is not None and out["tokens"] == 2 and out["overall"]["tokens"] == 1,
-               "--filler --max_tokens 2 scores 2 tokens", done.stderr if out is None else str(out))
+               "--filler --max_document_tokens 2 scores 2 tokens", done.stderr if out is None else str(out))
 
         # Refusals: non-zero exit, the flag named, and --json untouched: a file
         # already there keeps its bytes (the check used to truncate it).
@@ -155,18 +168,18 @@ def main():
         for extra, name in ((["--text", text, "--piece", "0"], "--piece"),
                             (["--text", text, "--buckets", "4K,1K"], "--buckets"),
                             (["--text", text, "--buckets", "abc"], "--buckets"),
-                            (["--text", text, "--max_tokens", "-1"], "--max_tokens"),
-                            (["--filler"], "--max_tokens"),
+                            (["--text", text, "--max_document_tokens", "-1"], "--max_document_tokens"),
+                            (["--filler"], "--max_document_tokens"),
                             ([], "--text"),
-                            (["--text", text, "--filler", "--max_tokens", "5"], "--filler"),
+                            (["--text", text, "--filler", "--max_document_tokens", "5"], "--filler"),
                             (["--text", os.path.join(tmp, "missing.txt")], "--text"),
                             (["--text", text, "--no_such_flag", "1"], "no_such_flag"),
                             (["--text", text, "--device", "tpu"], "tpu"),
                             (["--text", one_byte], "at least 2"),
-                            (["--filler", "--max_tokens", "1"], "--max_tokens"),
+                            (["--filler", "--max_document_tokens", "1"], "--max_document_tokens"),
                             # Past the 4G cap: refused by name (it ended in bad_alloc, rc 134).
-                            (["--filler", "--max_tokens", "100000000000"], "--max_tokens"),
-                            (["--text", text, "--max_tokens", str((1 << 32) + 1)], "--max_tokens"),
+                            (["--filler", "--max_document_tokens", "100000000000"], "--max_document_tokens"),
+                            (["--text", text, "--max_document_tokens", str((1 << 32) + 1)], "--max_document_tokens"),
                             (["--text", text, "--model", os.path.join(tmp, "no_model")], "no_model")):
             with open(out_json, "wb") as f:
                 f.write(earlier)
@@ -190,7 +203,7 @@ def main():
         with open(out_json, "wb") as f:
             f.write(earlier * 1000)
         before = sorted(os.listdir(tmp))
-        done = ppl(args.ppl, "--text", text, "--max_tokens", "100", "--json", out_json)
+        done = ppl(args.ppl, "--text", text, "--max_document_tokens", "100", "--json", out_json)
         try:
             with open(out_json) as f:
                 replaced = json.load(f)
