@@ -224,6 +224,11 @@ void Scheduler::Refuse(absl::Status status) {
   work_ready_.notify_all();
 }
 
+bool Scheduler::refused() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !refusal_.ok();
+}
+
 Scheduler::Generating::Generating(Scheduler& scheduler, const SessionEntry* entry)
     : scheduler_(scheduler), entry_(entry) {
   std::lock_guard<std::mutex> lock(scheduler_.mutex_);

@@ -339,6 +339,13 @@ class Scheduler {
   // earlier steps appended): every call that runs engine work ends at its
   // next step with it. Used at the end of a drain's grace period.
   void Refuse(absl::Status status);
+  // Whether Refuse() was called: the server is stopping, and no call's
+  // engine work runs any more. A handler whose call ended CANCELLED from
+  // then on (gRPC's shutdown cancels the calls still held, say one blocked
+  // writing to a client that stopped reading) was cut by the stop, whatever
+  // status it saw (DrtService::Generate).
+  bool refused() const;
+
   // Marks a session as generating for the object's life (Generate's token
   // loop): between its decode items the engine waits for the next one
   // (SchedulerOptions::decode_resubmit_wait) before forming a step, and
