@@ -787,7 +787,12 @@ int SessionManager::EvictIdle() {
     point = evict_point_for_test_;
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       SessionEntry& e = *it->second;
-      if (durable_expiry_stopped_ && e.durable()) {
+      // A Complete call's temporary session lives as long as its call, which
+      // deletes it: idle between the call's prompt and its generation (its
+      // prompt scores written meanwhile, to a client that may be slow to
+      // read), it must not expire under the call, which would then fail
+      // NOT_FOUND naming a session its client never saw (review-server F4).
+      if (e.hidden() || (durable_expiry_stopped_ && e.durable())) {
         ++it;
         continue;
       }

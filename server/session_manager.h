@@ -379,7 +379,8 @@ class SessionManager {
   // never written to the state store, so it costs no writes and a crash
   // leaves nothing of it to restore; hidden (SessionEntry::hidden): it
   // counts against max_sessions and the memory budget, but Find, List,
-  // Delete and Fork do not see it, so no other call can touch it.
+  // Delete and Fork do not see it, so no other call can touch it; and it
+  // never expires (EvictIdle), so it lives exactly as long as its call.
   absl::StatusOr<std::shared_ptr<SessionEntry>> CreateEphemeral(SessionSettings settings);
   // NOT_FOUND for a hidden session, as for an unknown one.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Find(const std::string& id) const;
@@ -472,7 +473,9 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<SessionEntry>> InsertFork(
       const std::shared_ptr<SessionEntry>& parent, bool durable, bool claimed);
 
-  // Deletes sessions idle past their TTL; returns how many. Each is claimed
+  // Deletes sessions idle past their TTL; returns how many. Hidden sessions
+  // (a Complete call's, CreateEphemeral) never expire: their call deletes
+  // them when it ends. Each is claimed
   // (Activity::kExpiring) under the manager's lock before it leaves the
   // table, so a call that found it just before cannot begin on it (NOT_FOUND,
   // "expired") and one that began first keeps it.
@@ -484,9 +487,10 @@ class SessionManager {
   // so expiring one now only deletes what the restart would keep, and a
   // session whose Generate the drain cut (not written, so that its client
   // sends it again after the restart) would lose its files. Sessions that
-  // are not durable (no --state_dir, or a Complete's temporary one) are lost
-  // at exit anyway and still expire, so that their memory goes to the calls
-  // still running in the grace period.
+  // are not durable (no --state_dir) are lost at exit anyway and still
+  // expire, so that their memory goes to the calls still running in the
+  // grace period. (A Complete's temporary session never expires: its call
+  // deletes it, see EvictIdle.)
   void StopExpiringDurable();
   // Tests only: called by EvictIdle for each expired session after it left
   // the table and before it is marked deleted (no lock held).
