@@ -44,6 +44,11 @@ struct SessionMemory {
   size_t chunk_kv_cache_bytes = 0;
   size_t selection_bytes = 0;    // current retrieval per group
   size_t shared_bytes = 0;       // of chunk_store + landmarks, shared with forks
+  // Of chunk_store + landmarks + chunk_kv_cache, the part of the blocks (and
+  // cache entries) shared with other sessions that those others count: a
+  // block held by n sessions counts 1/n of its size in each (its holder's
+  // share), so the shares of all holders add up to the block once.
+  size_t shared_elsewhere_bytes = 0;
   // Encoder rows of closed chunks read from memory-mapped files (the disk tier,
   // engine/mapped_chunks.h): the page cache holds what of it is resident,
   // so it is not in total().
@@ -55,6 +60,16 @@ struct SessionMemory {
     return window_bytes + open_chunk_bytes + landmark_bytes + chunk_store_bytes +
            chunk_kv_cache_bytes + selection_bytes;
   }
+  // total() with each shared block at this session's share of it: summed
+  // over sessions, the host memory they hold, shared blocks once (what a
+  // server's host budget counts; review-server F2).
+  size_t own_share_total() const { return total() - shared_elsewhere_bytes; }
+  // What BackendSession::Fork() allocates anew for the copy of this session
+  // (it shares the closed chunks, landmarks and chunk K/V cache entries, and
+  // copies the rest: the windows, the open chunk, the selections and, on a
+  // GPU backend, its host staging). BackendSession::fork_host_bytes_at_most
+  // adds what a fork may copy on top.
+  size_t fork_copied_bytes() const { return window_bytes + open_chunk_bytes + selection_bytes; }
 };
 
 // Counters of a session since it was created (a fork starts at zero). The

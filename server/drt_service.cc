@@ -873,8 +873,22 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
   // it was before it and the client can send it again, as after a crash
   // (docs/api.md, "Durable sessions").
   // (Told by the stop's own status, not by UNAVAILABLE during a drain: an
-  // UNAVAILABLE of another origin is an error, and is written.)
-  const bool cut_by_stop = IsServerStopping(status);
+  // UNAVAILABLE of another origin is an error, and is written.) Also cut by
+  // the stop: a Generate that ended cancelled (its call cancelled, or a
+  // write to its client failed) once the scheduler refuses work. Its handler
+  // may never have seen the stop's status: blocked writing to a client that
+  // stopped reading when the grace period ended, it is released only by
+  // gRPC's shutdown cancelling the call, and ends with FINISH_REASON_CANCELLED
+  // and OK (review-server F3: it was written then, tokens its client never
+  // saw made durable, and the client's retry after the restart found the
+  // session changed).
+  const bool cancelled =
+      absl::IsCancelled(status) ||
+      (status.ok() && done.done().finish_reason() == drt::v1::FINISH_REASON_CANCELLED);
+  const bool cut_by_stop = IsServerStopping(status) || (cancelled && scheduler_->refused());
+  if (cut_by_stop && !IsServerStopping(status)) {
+    status = ServerStoppingError("the server is shutting down: the Generate was cut by its stop");
+  }
   if (absl::Status ended = (*entry)->EndAndReport(/*write=*/!cut_by_stop); status.ok()) {
     status = ended;
   }

@@ -1,9 +1,10 @@
 // Liveness that sees a stuck engine (review-deploy #5): a hung kernel, a
 // deadlocked scheduler or a wedged engine thread leaves every call hanging
 // while the drain-driven health status still says SERVING. The engine is
-// called stuck when work is queued and no engine step has finished (and no
-// work arrived at an idle engine) for longer than a limit
-// (--engine_stall_seconds). Liveness only: readiness keeps following the
+// called stuck when work it can run is queued and no engine step has finished
+// (and no such work arrived at an engine that had none) for longer than a
+// limit (--engine_stall_seconds); a scored item parked until its client
+// reads its scores is not such work (Scheduler::engine_progress). Liveness only: readiness keeps following the
 // drain, so that one slow step does not take the pod, and with it its
 // sessions' keys, out of the gateway's ring; a stuck engine is restarted by
 // the liveness probe instead (docs/deploy.md, "Probes").

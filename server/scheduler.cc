@@ -162,11 +162,8 @@ WorkResult Scheduler::Run(const WorkItem& item) {
   }
   ++callers_;
   queued.enqueued_after = steps_formed_;
-  // Work arriving at an idle engine is progress too: the time to the next
-  // step finished counts from here, not from the last step an hour ago.
-  if (queue_.empty()) progress_ns_.store(NowNanoseconds());
   queue_.push_back(&queued);
-  queued_items_.fetch_add(1);
+  RecountRunnableLocked();
   work_ready_.notify_one();
   int64_t reported = 0;
   // Under the lock: hands the scores of the tokens before `upto` to
@@ -181,7 +178,9 @@ WorkResult Scheduler::Run(const WorkItem& item) {
     queued.scores.erase(queued.scores.begin(), queued.scores.begin() + count);
     queued.scores_delivered += count;
     // The engine may be waiting for this item's scores to be taken
-    // (max_undelivered_scores): it goes on while they are written.
+    // (max_undelivered_scores): it goes on while they are written, and a
+    // parked item that can run again restarts the progress clock.
+    RecountRunnableLocked();
     work_ready_.notify_all();
     lock.unlock();
     item.on_scores(std::move(batch));
@@ -223,6 +222,11 @@ void Scheduler::Refuse(absl::Status status) {
     refusal_ = std::move(status);
   }
   work_ready_.notify_all();
+}
+
+bool Scheduler::refused() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !refusal_.ok();
 }
 
 Scheduler::Generating::Generating(Scheduler& scheduler, const SessionEntry* entry)
@@ -271,6 +275,19 @@ int64_t Scheduler::ActiveGeneratingLocked(TimePoint now) const {
   return active;
 }
 
+void Scheduler::RecountRunnableLocked() {
+  const int runnable = static_cast<int>(
+      std::count_if(queue_.begin(), queue_.end(),
+                    [&](const Queued* q) { return !WaitsForScoreCallerLocked(*q); }));
+  // Work the engine can run, arriving at an engine that had none (idle, or
+  // every item parked waiting for its caller), is progress too: the time
+  // to the next step finished counts from here, not from the last step an
+  // hour ago. Stored before the count, so that a reader that sees the new
+  // count sees this time.
+  if (runnable > 0 && queued_items_.load() == 0) progress_ns_.store(NowNanoseconds());
+  queued_items_.store(runnable);
+}
+
 Scheduler::EngineProgress Scheduler::engine_progress() const {
   EngineProgress progress;
   progress.queued = queued_items_.load();
@@ -293,7 +310,7 @@ void Scheduler::CompleteLocked(Queued& item, absl::Status status) {
   item.result.status = std::move(status);
   item.finished = true;
   queue_.remove(&item);
-  queued_items_.store(static_cast<int>(queue_.size()));
+  RecountRunnableLocked();
   // A generating session's handler turns the next token around from now.
   if (auto it = generating_.find(item.item->entry); it != generating_.end()) {
     it->second.last_ended = std::chrono::steady_clock::now();
@@ -726,6 +743,8 @@ void Scheduler::EngineLoop() {
         CompleteLocked(item, std::move(closing));
       }
     }
+    // Scored items whose callers now owe max_undelivered_scores are parked.
+    RecountRunnableLocked();
     item_changed_.notify_all();
   }
 }

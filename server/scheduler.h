@@ -339,6 +339,12 @@ class Scheduler {
   // earlier steps appended): every call that runs engine work ends at its
   // next step with it. Used at the end of a drain's grace period.
   void Refuse(absl::Status status);
+  // Whether Refuse() was called: the server is stopping, and no call's
+  // engine work runs any more. A handler whose call ended CANCELLED from
+  // then on (gRPC's shutdown cancels the calls still held, say one blocked
+  // writing to a client that stopped reading) was cut by the stop, whatever
+  // status it saw (DrtService::Generate).
+  bool refused() const;
 
   // Marks a session as generating for the object's life (Generate's token
   // loop): between its decode items the engine waits for the next one
@@ -360,9 +366,14 @@ class Scheduler {
   int queued() const;          // items waiting or partly done
 
   // What liveness reads (server/engine_watchdog.h): the items waiting or
-  // partly done, and when the engine last made progress: a step finished,
-  // or an item arrived while none was queued. Lock-free, so that a caller
-  // is not held up by an engine that is stuck with the scheduler's lock.
+  // partly done that the engine can run, and when the engine last made
+  // progress: a step finished, or an item it can run arrived (or became
+  // runnable again) while it had none. A scored item parked because its
+  // caller has not taken its scores (max_undelivered_scores: a client that
+  // does not read) is not counted: the engine is not stuck, it waits for
+  // that client, and liveness failing would restart a healthy server
+  // (review-server F1). Lock-free, so that a caller is not held up by an
+  // engine that is stuck with the scheduler's lock.
   struct EngineProgress {
     int queued = 0;
     std::chrono::steady_clock::time_point since{};
@@ -407,6 +418,10 @@ class Scheduler {
   // A scored item whose caller has not yet taken max_undelivered_scores or
   // more scores of acknowledged tokens: it gets no piece until it has.
   bool WaitsForScoreCallerLocked(const Queued& item) const;
+  // Under mutex_, wherever the queue or an item's parking changes: sets
+  // queued_items_ to the items that can run, and restarts the progress
+  // clock when there were none and now are.
+  void RecountRunnableLocked();
 
   Backend& backend_;
   const int64_t step_tokens_;
@@ -425,8 +440,8 @@ class Scheduler {
   DecodeStepBudget decode_budget_;
   // Sessions inside a Generating scope.
   std::map<const SessionEntry*, GeneratingSession> generating_;
-  // engine_progress(): items queued (as queue_.size()) and the time of the
-  // last progress, in steady_clock nanoseconds.
+  // engine_progress(): items queued that can run (RecountRunnableLocked)
+  // and the time of the last progress, in steady_clock nanoseconds.
   std::atomic<int> queued_items_{0};
   std::atomic<int64_t> progress_ns_{0};
   std::thread engine_;   // last: starts once the members above exist

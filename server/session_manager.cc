@@ -276,6 +276,7 @@ void SessionEntry::FreeEngineSession(std::unique_ptr<Session> session) {
   chunks_ = 0;
   retrievals_ = 0;
   host_bytes_ = 0;
+  budget_bytes_ = 0;
   shared_bytes_ = 0;
   mapped_bytes_ = 0;
   engine_freed_.store(true);
@@ -294,14 +295,20 @@ void SessionEntry::RefreshFiguresLocked() {
   chunks_ = session_->num_chunks();
   retrievals_ = session_->retrievals();
   const SessionMemory memory = session_->backend_session().memory();
-  const int64_t host_bytes = static_cast<int64_t>(memory.total());
+  host_bytes_ = static_cast<int64_t>(memory.total());
+  // The budget counts this session's share of the chunks it shares with
+  // forks (each shared block once over all its holders), while the
+  // reservation absorbs what the session allocated: the growth of its
+  // covered bytes, shared blocks in full, which a share that grows as
+  // another holder goes (no allocation) does not move.
+  const int64_t budget_bytes = static_cast<int64_t>(memory.own_share_total());
   // (engine_mutex_ then the manager's mutex: the manager never takes an
   // entry's engine_mutex_ under its own.)
   covered_bytes_ = ReservationCoveredBytes(memory);
   if (growth_reservation_ != nullptr) {
-    growth_reservation_->Absorb(host_bytes_, host_bytes, covered_bytes_.load());
+    growth_reservation_->Absorb(budget_bytes_, budget_bytes, covered_bytes_.load());
   } else {
-    host_bytes_ = host_bytes;
+    budget_bytes_ = budget_bytes;
   }
   shared_bytes_ = static_cast<int64_t>(memory.shared_bytes);
   mapped_bytes_ = static_cast<int64_t>(memory.mapped_chunk_bytes);
@@ -490,12 +497,19 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Find(const std::st
   return it->second;
 }
 
-absl::StatusOr<std::unique_ptr<Session>> SessionManager::ForkedSession(
-    const std::shared_ptr<SessionEntry>& parent) {
+int64_t SessionManager::ForkHostBytes(const SessionMemory& memory,
+                                      int64_t fork_host_bytes_at_most) {
+  return static_cast<int64_t>(memory.fork_copied_bytes()) +
+         std::max<int64_t>(0, fork_host_bytes_at_most);
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::InsertFork(
+    const std::shared_ptr<SessionEntry>& parent, bool durable, bool claimed) {
   // A reader claim keeps the parent's engine state still while copied
   // (other forks and saves may share it).
   if (absl::Status s = parent->BeginRead(ReadKind::kFork); !s.ok()) return s;
   std::unique_ptr<Session> forked;
+  HostReservation copies;
   absl::Status status = parent->RunReadStep([&](Session& session) -> absl::Status {
     if (absl::Status s = parent->CheckStateWhole(); !s.ok()) return s;
     // The child shares the parent's chunk logs, which must hold all of them.
@@ -509,20 +523,33 @@ absl::StatusOr<std::unique_ptr<Session>> SessionManager::ForkedSession(
         return s;
       }
     }
-    // A fork that may copy chunks into new host memory (the CUDA auto
-    // tier's device-tier session forked onto the host) must fit the budget.
-    if (absl::Status s = CheckForkBudget(session.backend_session().fork_host_bytes_at_most());
-        !s.ok()) {
-      return s;
-    }
+    // What the fork allocates must fit the budget, on every backend: its
+    // own window and open chunk, and on the CUDA auto tier the copy of its
+    // chunks it may make (review-server F2: before, only the latter was
+    // checked, so a fork on the CPU always went through).
+    const BackendSession& engine = session.backend_session();
+    auto reserved = Reserve(ForkHostBytes(engine.memory(), engine.fork_host_bytes_at_most()),
+                            "the fork's own copy (window, open chunk; on the CUDA auto chunk "
+                            "tier, when the device has no room for its store, its chunks)");
+    if (!reserved.ok()) return reserved.status();
+    copies = *std::move(reserved);
     auto copy = session.Fork();
     if (!copy.ok()) return copy.status();
     forked = *std::move(copy);
     return absl::OkStatus();
   });
   parent->EndRead(ReadKind::kFork);
-  if (!status.ok()) return status;
-  return forked;
+  absl::StatusOr<std::shared_ptr<SessionEntry>> child =
+      status.ok() ? Insert(parent->settings(), std::move(forked), "", durable, claimed, &copies)
+                  : absl::StatusOr<std::shared_ptr<SessionEntry>>(status);
+  // The parent and its other forks now share their chunks with one more
+  // session (or, when the insert failed, again with one fewer): their
+  // shares, and so the budget's sum, are refreshed (those busy refresh when
+  // their activity's next step ends). The parent's was refreshed as its
+  // read step ended.
+  forked.reset();
+  RefreshIdleFigures();
+  return child;
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::ForkEphemeral(
@@ -530,18 +557,13 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::ForkEphemeral(
   if (parent->durable()) {
     return absl::InternalError("ForkEphemeral of a durable session (use Fork)");
   }
-  auto forked = ForkedSession(parent);
-  if (!forked.ok()) return forked.status();
-  return Insert(parent->settings(), *std::move(forked), "", /*durable=*/false, /*claimed=*/false);
+  return InsertFork(parent, /*durable=*/false, /*claimed=*/false);
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::string& id) {
   auto parent = Find(id);
   if (!parent.ok()) return parent.status();
-  auto forked = ForkedSession(*parent);
-  if (!forked.ok()) return forked.status();
-  auto child = Insert((*parent)->settings(), *std::move(forked), "", /*durable=*/true,
-                      /*claimed=*/store_ != nullptr);
+  auto child = InsertFork(*parent, /*durable=*/true, /*claimed=*/store_ != nullptr);
   if (child.ok() && store_ != nullptr) {
     absl::Status s = (*child)->RunStep([&](Session& session) {
       return store_->RecordFork((*parent)->registration_, (*child)->registration_,
@@ -691,9 +713,9 @@ void SessionManager::AbsorbGrowth(HostReservation& reservation, std::atomic<int6
 
 int64_t SessionManager::TotalHostBytesLocked() const {
   int64_t total = 0;
-  for (const auto& [id, entry] : sessions_) total += entry->host_bytes();
+  for (const auto& [id, entry] : sessions_) total += entry->budget_bytes();
   PruneDyingLocked();
-  for (const auto& entry : dying_) total += entry->host_bytes();
+  for (const auto& entry : dying_) total += entry->budget_bytes();
   return total;
 }
 
@@ -750,24 +772,6 @@ void SessionManager::ReleaseLocked(HostReservation& reservation) {
   reservation.bytes_ = 0;
 }
 
-absl::Status SessionManager::CheckForkBudget(int64_t bytes) const {
-  if (bytes <= 0) return absl::OkStatus();
-  int64_t total = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    total = TotalHostBytesLocked() + reserved_bytes_;
-  }
-  if (total + bytes > limits_.host_memory_budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "host memory budget exhausted: sessions hold (or running requests reserved) %d MiB of "
-        "%d MiB and the fork may copy "
-        "%d MiB of chunks into host memory (the CUDA auto chunk tier, when the device has no "
-        "room for the fork's store); delete sessions or raise --host_memory_budget_gb",
-        total >> 20, limits_.host_memory_budget_bytes >> 20, bytes >> 20));
-  }
-  return absl::OkStatus();
-}
-
 void SessionManager::StopExpiringDurable() {
   std::lock_guard<std::mutex> lock(mutex_);
   durable_expiry_stopped_ = true;
@@ -783,7 +787,12 @@ int SessionManager::EvictIdle() {
     point = evict_point_for_test_;
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       SessionEntry& e = *it->second;
-      if (durable_expiry_stopped_ && e.durable()) {
+      // A Complete call's temporary session lives as long as its call, which
+      // deletes it: idle between the call's prompt and its generation (its
+      // prompt scores written meanwhile, to a client that may be slow to
+      // read), it must not expire under the call, which would then fail
+      // NOT_FOUND naming a session its client never saw (review-server F4).
+      if (e.hidden() || (durable_expiry_stopped_ && e.durable())) {
         ++it;
         continue;
       }

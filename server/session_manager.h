@@ -223,8 +223,14 @@ class SessionEntry {
   int64_t chunks() const { return chunks_.load(); }
   // Session::retrievals(): chunk retrievals its forwards made.
   int64_t retrievals() const { return retrievals_.load(); }
+  // SessionMemory::total(): shared chunks counted in full (what
+  // SessionInfo.host_bytes reports: all the memory the session reads).
   int64_t host_bytes() const { return host_bytes_.load(); }
   int64_t shared_bytes() const { return shared_bytes_.load(); }
+  // SessionMemory::own_share_total(): shared chunks at this session's share
+  // of them, so that the sum over a session and its forks counts each
+  // shared block once. What the host-memory budget counts.
+  int64_t budget_bytes() const { return budget_bytes_.load(); }
   // Chunk K/V read from memory-mapped chunk logs (the disk tier); not in
   // host_bytes().
   int64_t mapped_bytes() const { return mapped_bytes_.load(); }
@@ -297,6 +303,7 @@ class SessionEntry {
   // Serializes the readers' engine work (RunReadStep).
   std::mutex read_step_mutex_;
   std::atomic<int64_t> tokens_{0}, chunks_{0}, retrievals_{0}, host_bytes_{0}, shared_bytes_{0}, mapped_bytes_{0};
+  std::atomic<int64_t> budget_bytes_{0};
   std::atomic<int64_t> last_used_ns_{0};
   // ReservationCoveredBytes at the last refresh.
   std::atomic<int64_t> covered_bytes_{0};
@@ -323,7 +330,7 @@ class HostReservation {
   // Attached to a session whose ReservationCoveredBytes is `covered_bytes`
   // now: later Absorb calls measure growth from here.
   void StartAbsorbing(int64_t covered_bytes);
-  // Sets `host_bytes` (a session's figure, SessionEntry::host_bytes) to
+  // Sets `host_bytes` (a session's figure, SessionEntry::budget_bytes) to
   // `now` and what is left of this reservation to what it held at
   // StartAbsorbing less the net growth of `covered_bytes` since (clamped to
   // [0, that]), both under the manager's lock, so that a budget check sees
@@ -372,7 +379,8 @@ class SessionManager {
   // never written to the state store, so it costs no writes and a crash
   // leaves nothing of it to restore; hidden (SessionEntry::hidden): it
   // counts against max_sessions and the memory budget, but Find, List,
-  // Delete and Fork do not see it, so no other call can touch it.
+  // Delete and Fork do not see it, so no other call can touch it; and it
+  // never expires (EvictIdle), so it lives exactly as long as its call.
   absl::StatusOr<std::shared_ptr<SessionEntry>> CreateEphemeral(SessionSettings settings);
   // NOT_FOUND for a hidden session, as for an unknown one.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Find(const std::string& id) const;
@@ -433,8 +441,9 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<SessionEntry>> Adopt(const std::string& id, SessionSettings settings,
                                                       std::unique_ptr<Session> session);
 
-  // Host memory of all sessions (a fork's shared chunks count in each),
-  // those deleted whose engine session is not yet freed included.
+  // Host memory of all sessions (SessionEntry::budget_bytes: chunks a
+  // session shares with its forks count once over all of them), those
+  // deleted whose engine session is not yet freed included.
   int64_t TotalHostBytes() const;
   // Host memory reserved (HostReservation) and not yet released.
   int64_t ReservedHostBytes() const;
@@ -449,16 +458,24 @@ class SessionManager {
   absl::StatusOr<HostReservation> Reserve(int64_t bytes, const std::string& what);
   // Reserve(HostBytesForTokens(tokens)).
   absl::StatusOr<HostReservation> ReserveForTokens(int64_t tokens);
-  // RESOURCE_EXHAUSTED when a fork that may allocate `bytes` of host memory
-  // (BackendSession::fork_host_bytes_at_most) would pass the budget
-  // (reservations included).
-  absl::Status CheckForkBudget(int64_t bytes) const;
-  // Fork's copy of `parent`'s engine session, under a reader claim (with
-  // --state_dir a durable parent is written first, as its child shares its
-  // chunk logs); not yet in the table.
-  absl::StatusOr<std::unique_ptr<Session>> ForkedSession(const std::shared_ptr<SessionEntry>& parent);
+  // The host memory a fork of a session holding `memory` allocates
+  // (SessionMemory::fork_copied_bytes: its window, open chunk and
+  // selections; the closed chunks are shared) plus what it may copy on top
+  // (`fork_host_bytes_at_most`: the CUDA auto tier's chunks, when the
+  // device has no room for the fork's store).
+  static int64_t ForkHostBytes(const SessionMemory& memory, int64_t fork_host_bytes_at_most);
+  // A fork of `parent`: its copy of the engine session, made under a reader
+  // claim (with --state_dir a durable parent is written first, as its child
+  // shares its chunk logs) once ForkHostBytes of it is reserved (else
+  // RESOURCE_EXHAUSTED naming the budget, and nothing changes), then
+  // inserted (the reservation released in the same step as the fork counts
+  // itself).
+  absl::StatusOr<std::shared_ptr<SessionEntry>> InsertFork(
+      const std::shared_ptr<SessionEntry>& parent, bool durable, bool claimed);
 
-  // Deletes sessions idle past their TTL; returns how many. Each is claimed
+  // Deletes sessions idle past their TTL; returns how many. Hidden sessions
+  // (a Complete call's, CreateEphemeral) never expire: their call deletes
+  // them when it ends. Each is claimed
   // (Activity::kExpiring) under the manager's lock before it leaves the
   // table, so a call that found it just before cannot begin on it (NOT_FOUND,
   // "expired") and one that began first keeps it.
@@ -470,9 +487,10 @@ class SessionManager {
   // so expiring one now only deletes what the restart would keep, and a
   // session whose Generate the drain cut (not written, so that its client
   // sends it again after the restart) would lose its files. Sessions that
-  // are not durable (no --state_dir, or a Complete's temporary one) are lost
-  // at exit anyway and still expire, so that their memory goes to the calls
-  // still running in the grace period.
+  // are not durable (no --state_dir) are lost at exit anyway and still
+  // expire, so that their memory goes to the calls still running in the
+  // grace period. (A Complete's temporary session never expires: its call
+  // deletes it, see EvictIdle.)
   void StopExpiringDurable();
   // Tests only: called by EvictIdle for each expired session after it left
   // the table and before it is marked deleted (no lock held).

@@ -111,6 +111,37 @@ TEST_CASE("mappings that are not one whole closed block are refused", "[disk_tie
   for (int64_t c = 0; c < store.size(); ++c) REQUIRE(Holds(store, c));
 }
 
+// review-server F2: a block held by n stores counts (n - 1) / n of its bytes
+// as held elsewhere in each, so the holders' own shares add up to the block
+// once. Hand-computed: a block reserves 64 chunks of 4 x 3 rows and a
+// 3-float landmark, 64 x 15 x 4 = 3840 bytes.
+TEST_CASE("shared blocks count once over their holders' shares", "[engine][memory]") {
+  constexpr size_t kBlockBytes = 3840;
+  REQUIRE(kBlock * (kRows + 1) * kWidth * sizeof(float) == kBlockBytes);
+  auto own = [](const ChunkStore& s) {
+    return s.encoder_row_bytes() + s.landmark_bytes() - s.shared_elsewhere_bytes();
+  };
+  ChunkStore store = StoreOf(kBlock + 5);  // two blocks
+  REQUIRE(store.encoder_row_bytes() + store.landmark_bytes() == 2 * kBlockBytes);
+  CHECK(store.shared_elsewhere_bytes() == 0);
+  ChunkStore fork = store;
+  CHECK(store.shared_elsewhere_bytes() == kBlockBytes);  // half of each block
+  CHECK(fork.shared_elsewhere_bytes() == kBlockBytes);
+  CHECK(own(store) + own(fork) == 2 * kBlockBytes);
+  {
+    ChunkStore second = store;  // three holders: two thirds of each elsewhere
+    CHECK(store.shared_elsewhere_bytes() == 2 * (kBlockBytes - kBlockBytes / 3));
+    CHECK(own(store) + own(fork) + own(second) == 2 * kBlockBytes);
+  }
+  // The fork writes its last block: a copy of its own (copy on write). The
+  // first block stays shared by two, the old last block is the store's alone.
+  ChunkValues extra(1000);
+  fork.Append(extra.landmark.data(), extra.rows.data());
+  CHECK(store.shared_elsewhere_bytes() == kBlockBytes / 2);
+  CHECK(fork.shared_elsewhere_bytes() == kBlockBytes / 2);
+  CHECK(own(store) + own(fork) == 3 * kBlockBytes);
+}
+
 // review-writecap W2 and "The MapBlock race": a full block a fork shares is
 // never changed in place. Mapping it in one store leaves the other's rows
 // where they were; mapping it in both, each on its own thread at once (two

@@ -101,12 +101,18 @@ TEST_CASE("host chunk store: a fork shares every slab and neither side writes a 
     CHECK(alloc->live_bytes == before);  // nothing copied
     CHECK(fork.shared_bytes() == fork.bytes());
     CHECK(parent.shared_bytes() == parent.bytes());
+    // Each side's own share (bytes less what the other holder counts):
+    // together the slabs once, what the allocator holds (review-server F2).
+    auto own = [](const Bf16Store& s) { return s.bytes() - s.shared_elsewhere_bytes(); };
+    CHECK(own(parent) + own(fork) == alloc->live_bytes);
+    CHECK(parent.shared_elsewhere_bytes() == parent.bytes() / 2);
     for (int c = 0; c < 6; ++c) CHECK(fork.keys(c) == parent_records[c]);
 
     AppendChunk(fork, 100);  // into a new slab: the half-full one is shared
     CHECK(fork.num_slabs() == 3);
     AppendChunk(parent, 200);  // the parent may not write it either
     CHECK(parent.num_slabs() == 3);
+    CHECK(own(parent) + own(fork) == alloc->live_bytes);
     CHECK(fork.keys(6) != parent.keys(6));
     CHECK(HoldsChunk(fork, 6, 100));
     CHECK(HoldsChunk(parent, 6, 200));

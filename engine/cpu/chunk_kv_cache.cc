@@ -43,4 +43,16 @@ size_t ChunkKvCache::bytes() const {
   return bytes;
 }
 
+size_t ChunkKvCache::shared_elsewhere_bytes() const {
+  size_t bytes = 0;
+  for (const auto& [chunk, e] : entries_) {
+    const long holders = e.kv.use_count();
+    if (holders > 1) {
+      const size_t entry = (e.kv->keys.capacity() + e.kv->values.capacity()) * sizeof(float);
+      bytes += entry - entry / static_cast<size_t>(holders);
+    }
+  }
+  return bytes;
+}
+
 }  // namespace drt::cpu

@@ -47,6 +47,9 @@ class ChunkKvCache {
   int64_t reserve() const { return reserve_; }
   // Bytes of K/V held (entries shared with a fork counted in full).
   size_t bytes() const;
+  // Of bytes(), what the other holders of entries shared with forks count
+  // (as ChunkStore::shared_elsewhere_bytes).
+  size_t shared_elsewhere_bytes() const;
 
  private:
   struct Entry {

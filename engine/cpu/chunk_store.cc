@@ -127,6 +127,18 @@ size_t ChunkStore::shared_bytes() const {
   return bytes;
 }
 
+size_t ChunkStore::shared_elsewhere_bytes() const {
+  size_t bytes = 0;
+  for (const auto& b : blocks_) {
+    const long holders = b.use_count();
+    if (holders > 1) {
+      const size_t block = (b->rows.capacity() + b->landmarks.capacity()) * sizeof(float);
+      bytes += block - block / static_cast<size_t>(holders);
+    }
+  }
+  return bytes;
+}
+
 size_t ChunkStore::landmark_bytes() const {
   size_t bytes = 0;
   for (const auto& b : blocks_) bytes += b->landmarks.capacity() * sizeof(float);

@@ -64,6 +64,12 @@ class ChunkStore {
   // The part of encoder_row_bytes() + landmark_bytes() in blocks another session
   // (a fork or a parent) also holds.
   size_t shared_bytes() const;
+  // Of shared_bytes(), what the other holders of the shared blocks count: a
+  // block held by n stores counts (n - 1) / n of its bytes here
+  // (SessionMemory::shared_elsewhere_bytes). use_count() is read relaxed, so
+  // while another thread forks or frees a store this may be a block's share
+  // behind: a figure, not a synchronisation.
+  size_t shared_elsewhere_bytes() const;
 
  private:
   struct Block {

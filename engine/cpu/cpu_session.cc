@@ -27,6 +27,7 @@ SessionMemory CpuSession::memory() const {
   m.chunk_kv_cache_bytes = kv_cache_.bytes();
   m.mapped_chunk_bytes = store_.mapped_bytes();
   m.shared_bytes = store_.shared_bytes();
+  m.shared_elsewhere_bytes = store_.shared_elsewhere_bytes() + kv_cache_.shared_elsewhere_bytes();
   for (const Retrieval& r : selection_) {
     m.selection_bytes += r.chunks.capacity() * sizeof(int64_t) + r.weights.capacity() * sizeof(float);
   }

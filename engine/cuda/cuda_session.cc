@@ -567,6 +567,7 @@ SessionMemory CudaSession<T>::memory() const {
   // open chunk and landmarks live on the GPU (device_bytes).
   m.chunk_store_bytes = chunk_store_.bytes();
   m.shared_bytes = chunk_store_.shared_bytes();
+  m.shared_elsewhere_bytes = chunk_store_.shared_elsewhere_bytes();
   for (const Retrieval& r : selection_) {
     m.selection_bytes +=
         r.chunks.capacity() * sizeof(int64_t) + r.weights.capacity() * sizeof(float);

@@ -21,6 +21,7 @@
 #include "engine/model_rules.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "server/engine_watchdog.h"
 #include "server/scheduler.h"
 #include "server/session_manager.h"
 #include "tests/server/test_util/durable_server.h"
@@ -262,6 +263,83 @@ TEST_CASE("a scored item whose caller is slow to take its scores waits: the engi
   REQUIRE(result.status.ok());
   REQUIRE(got.size() == tokens.size());
   for (size_t i = 0; i < got.size(); ++i) REQUIRE(got[i].token == tokens[i]);
+}
+
+// review-server F1: a scored item parked because its caller does not take
+// its scores (a client that stopped reading) left it counted as queued work
+// with no step finishing, so liveness called a healthy engine stuck once
+// --engine_stall_seconds passed, and Kubernetes would restart the pod. The
+// liveness figures are read at a time far past the limit (EngineLiveness
+// takes the time to judge at), so the test needs no long wait.
+TEST_CASE("a scored item parked for its caller is not stuck work: liveness stays OK past the "
+          "limit, and the progress clock restarts when it can run again",
+          "[server][scheduler][score][health]") {
+  Backend& backend = *FixtureModel::Get().backend;
+  SessionManager manager(backend, SessionLimits{});
+  auto entry = NewEntry(manager);
+  const std::vector<int32_t> tokens = RandomTokens(4000, 17);
+  SchedulerOptions options;
+  options.step_tokens = kStepTokens;
+  options.max_undelivered_scores = 700;
+  std::atomic<int64_t> ran{0};  // tokens of the steps run (engine thread)
+  options.on_step_done = [&](const StepRecord& step, double) {
+    for (const StepPiece& piece : step.pieces) ran += piece.tokens;
+  };
+  // The first step formed after the caller is released: what liveness read
+  // then, before that step ran (a step's end refreshes the clock anyway).
+  std::atomic<bool> released_flag{false};
+  std::promise<Scheduler::EngineProgress> after_release;
+  std::atomic<bool> after_release_set{false};
+  Scheduler* scheduler_ptr = nullptr;
+  options.on_step_formed = [&](const StepRecord&) {
+    if (released_flag.load() && !after_release_set.exchange(true)) {
+      after_release.set_value(scheduler_ptr->engine_progress());
+    }
+  };
+  Scheduler scheduler(backend, options);
+  scheduler_ptr = &scheduler;
+  WorkItem item = Prefill(*entry, tokens);
+  item.score_top_logprobs = 2;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int64_t> taken{0};
+  item.on_scores = [&](std::vector<TokenScore> scores) {
+    taken += static_cast<int64_t>(scores.size());
+    released.wait();  // the first batch's writer blocks (a client that does not read)
+  };
+  auto run = std::async(std::launch::async, [&] { return scheduler.Run(item); });
+  // Until the engine has stopped forming steps (no step for 0.5 s): parked.
+  int64_t last = -1;
+  for (int i = 0; i < 120 && (ran.load() != last || taken.load() == 0); ++i) {
+    last = ran.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  REQUIRE(taken.load() > 0);
+  REQUIRE(ran.load() < static_cast<int64_t>(tokens.size()));  // parked, not done
+  REQUIRE(scheduler.queued() == 1);  // still in the queue, waiting for its caller
+  const Scheduler::EngineProgress parked = scheduler.engine_progress();
+  const std::chrono::milliseconds limit(1000);
+  const auto an_hour_later = std::chrono::steady_clock::now() + std::chrono::hours(1);
+  // Before the fix: 1 item queued, stalled for an hour, "engine stuck".
+  CHECK(parked.queued == 0);
+  CHECK(EngineStalledSeconds(parked, an_hour_later) == 0.0);
+  CHECK(EngineLiveness(parked, an_hour_later, limit).ok());
+
+  // Released: runnable again, counted again, and the clock counts from
+  // the release, not from the step before the item was parked.
+  const auto released_at = std::chrono::steady_clock::now();
+  released_flag.store(true);
+  release.set_value();
+  auto progress = after_release.get_future();
+  REQUIRE(progress.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  const Scheduler::EngineProgress resumed = progress.get();
+  CHECK(resumed.queued == 1);
+  CHECK(resumed.since >= released_at);
+  CHECK(EngineLiveness(resumed, released_at + limit, limit).ok());
+  const WorkResult result = run.get();
+  REQUIRE(result.status.ok());
+  CHECK(taken.load() == static_cast<int64_t>(tokens.size()));
+  CHECK(scheduler.engine_progress().queued == 0);
 }
 
 TEST_CASE("the decode budget counts a scored piece as running every layer: the steps beside "

@@ -190,6 +190,18 @@ size_t HostChunkStore<Element>::shared_bytes() const {
   return total;
 }
 
+template <typename Element>
+size_t HostChunkStore<Element>::shared_elsewhere_bytes() const {
+  size_t total = 0;
+  for (const auto& slab : slabs_) {
+    const long holders = slab.use_count();
+    if (slab != nullptr && holders > 1) {
+      total += slab->bytes - slab->bytes / static_cast<size_t>(holders);
+    }
+  }
+  return total;
+}
+
 absl::StatusOr<HostChunkStoreOptions> CudaSlabOptions(int64_t max_slab_chunks) {
   if (max_slab_chunks < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -115,6 +115,10 @@ class HostChunkStore {
   // Bytes of all slabs held, and of those another store also holds.
   size_t bytes() const;
   size_t shared_bytes() const;
+  // Of shared_bytes(), what the other holders of the shared slabs count: a
+  // slab held by n stores counts (n - 1) / n of its bytes here
+  // (SessionMemory::shared_elsewhere_bytes).
+  size_t shared_elsewhere_bytes() const;
 
  private:
   struct Slab {
