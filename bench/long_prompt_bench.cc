@@ -200,7 +200,9 @@ int main(int argc, char** argv) {
   // the file as it is.
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
-    if (absl::Status s = drt::ppl::CheckWritable("--json", json_path); !s.ok()) {
+    if (absl::Status s = drt::ppl::CheckOutputFile("--json", json_path,
+                                                   {{"--model", absl::GetFlag(FLAGS_model)}});
+        !s.ok()) {
       std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
       return 1;
     }

@@ -97,7 +97,11 @@ int main(int argc, char** argv) {
   // leaves the file as it is (it is replaced, whole, once the first cell is done).
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
-    if (absl::Status s = drt::ppl::CheckWritable("--json", json_path); !s.ok()) return Fail(s);
+    if (absl::Status s = drt::ppl::CheckOutputFile("--json", json_path,
+                                                   {{"--model", absl::GetFlag(FLAGS_model)}});
+        !s.ok()) {
+      return Fail(s);
+    }
   }
 
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));

@@ -149,12 +149,9 @@ int main(int argc, char** argv) {
   // leaves the file as it is (it is replaced, whole, once the first cell is done).
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
-    if (absl::Status s = drt::ppl::CheckWritable("--json", json_path); !s.ok()) return Fail(s);
-    if (absl::Status s = drt::ppl::CheckNotSameFile("--json", json_path, "--text", absl::GetFlag(FLAGS_text));
-        !s.ok()) {
-      return Fail(s);
-    }
-    if (absl::Status s = drt::ppl::CheckNotInFolder("--json", json_path, "--text", absl::GetFlag(FLAGS_text));
+    if (absl::Status s = drt::ppl::CheckOutputFile(
+            "--json", json_path,
+            {{"--text", absl::GetFlag(FLAGS_text)}, {"--model", absl::GetFlag(FLAGS_model)}});
         !s.ok()) {
       return Fail(s);
     }

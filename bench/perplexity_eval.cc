@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,12 +41,15 @@ ABSL_FLAG(std::string, text, "",
 ABSL_FLAG(bool, filler, false,
           "score the passkey tools' training filler (\"The grass is green. ...\", repeated) "
           "instead of --text; needs --max_document_tokens");
-ABSL_FLAG(int64_t, max_document_tokens, 0,
-          "score only the first N tokens of the document (0: the whole --text; at most 4G, as "
-          "drt-niah's lengths)");
+// Optional flags (std::nullopt: not given), so that "given" does not depend
+// on the value (review-toolsbranch 5: --max_tokens=0 went unnoticed).
+ABSL_FLAG(std::optional<int64_t>, max_document_tokens, std::nullopt,
+          "score only the first N tokens of the document (unset or 0: the whole --text; at most "
+          "4G, as drt-niah's lengths)");
 // The flag's old name: the clients' --max_tokens means tokens to generate
 // (review-tools 2026-11-25 #9), so it was renamed; kept for old scripts.
-ABSL_FLAG(int64_t, max_tokens, 0, "deprecated: the old name of --max_document_tokens");
+ABSL_FLAG(std::optional<int64_t>, max_tokens, std::nullopt,
+          "deprecated: the old name of --max_document_tokens");
 ABSL_FLAG(int64_t, piece, 4096,
           "tokens per Append (each a scored Append: the engine holds one step's logits at a "
           "time, whatever the piece)");
@@ -111,21 +115,17 @@ int main(int argc, char** argv) {
   // Flags first, before the model loads: a bad one is refused at once.
   const std::string text_path = absl::GetFlag(FLAGS_text);
   const bool use_filler = absl::GetFlag(FLAGS_filler);
-  int64_t max_tokens = absl::GetFlag(FLAGS_max_document_tokens);
-  {
-    const auto given = [](const absl::CommandLineFlag& flag) {
-      return flag.CurrentValue() != flag.DefaultValue();
-    };
-    if (given(absl::GetFlagReflectionHandle(FLAGS_max_tokens))) {
-      if (given(absl::GetFlagReflectionHandle(FLAGS_max_document_tokens))) {
-        return Fail(absl::InvalidArgumentError(
-            "--max_tokens is the deprecated name of --max_document_tokens: give one of them"));
-      }
-      std::fprintf(stderr,
-                   "warning: --max_tokens is deprecated (the clients' --max_tokens is tokens to "
-                   "generate); use --max_document_tokens\n");
-      max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  const std::optional<int64_t> document_tokens = absl::GetFlag(FLAGS_max_document_tokens);
+  int64_t max_tokens = document_tokens.value_or(0);
+  if (const std::optional<int64_t> old_name = absl::GetFlag(FLAGS_max_tokens); old_name.has_value()) {
+    if (document_tokens.has_value()) {
+      return Fail(absl::InvalidArgumentError(
+          "--max_tokens is the deprecated name of --max_document_tokens: give one of them"));
     }
+    std::fprintf(stderr,
+                 "warning: --max_tokens is deprecated (the clients' --max_tokens is tokens to "
+                 "generate); use --max_document_tokens\n");
+    max_tokens = *old_name;
   }
   const int64_t piece = absl::GetFlag(FLAGS_piece);
   if (text_path.empty() == !use_filler) {
@@ -164,11 +164,11 @@ int main(int argc, char** argv) {
   // An unwritable --json is found now, not after a run of minutes; the check
   // leaves the file as it is (it is replaced only after a run that succeeded).
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    if (absl::Status s = drt::ppl::CheckWritable("--json", path); !s.ok()) return Fail(s);
-    if (!use_filler) {
-      if (absl::Status s = drt::ppl::CheckNotSameFile("--json", path, "--text", text_path); !s.ok()) {
-        return Fail(s);
-      }
+    if (absl::Status s = drt::ppl::CheckOutputFile(
+            "--json", path,
+            {{"--text", use_filler ? "" : text_path}, {"--model", absl::GetFlag(FLAGS_model)}});
+        !s.ok()) {
+      return Fail(s);
     }
   }
   std::string text;

@@ -82,6 +82,17 @@ absl::Status CheckNotInFolder(std::string_view output_flag, const std::string& o
       output_flag, output, input_flag, input));
 }
 
+absl::Status CheckOutputFile(std::string_view flag, const std::string& path,
+                             const std::vector<std::pair<std::string_view, std::string>>& inputs) {
+  if (absl::Status s = CheckWritable(flag, path); !s.ok()) return s;
+  for (const auto& [input_flag, input] : inputs) {
+    if (input.empty()) continue;
+    if (absl::Status s = CheckNotSameFile(flag, path, input_flag, input); !s.ok()) return s;
+    if (absl::Status s = CheckNotInFolder(flag, path, input_flag, input); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteFileReplacing(std::string_view flag, const std::string& path,
                                 std::string_view contents) {
   const auto failed = [&](const std::string& why) {

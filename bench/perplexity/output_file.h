@@ -6,6 +6,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -28,6 +30,13 @@ absl::Status CheckNotSameFile(std::string_view output_flag, const std::string& o
 // filler of the next run). OK when `input` is not a directory.
 absl::Status CheckNotInFolder(std::string_view output_flag, const std::string& output,
                               std::string_view input_flag, const std::string& input);
+
+// A tool's output file (--json) against the files it reads: CheckWritable,
+// then for each (flag, path) input CheckNotSameFile and CheckNotInFolder
+// (a --model folder too: a result written over its config.json would break
+// the model; review-toolsbranch 1). Inputs with an empty path are skipped.
+absl::Status CheckOutputFile(std::string_view flag, const std::string& path,
+                             const std::vector<std::pair<std::string_view, std::string>>& inputs);
 
 // Writes `contents` to a new temporary file in `path`'s folder and renames it
 // over `path`; on failure the temporary file is removed and `path` is as it

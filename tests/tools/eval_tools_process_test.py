@@ -248,6 +248,32 @@ def bench_defaults(tools, tmp):
                f"{name} without a model says how to make one", done.stderr[-400:])
 
 
+def model_folder_checks(tools, tmp):
+    """--json inside the --model folder (over its config.json) is refused
+    before the run by every tool that writes one, the model kept
+    (review-toolsbranch 1: drt-niah replaced config.json and the next run
+    failed)."""
+    import shutil
+    copy = os.path.join(tmp, "model-copy")
+    shutil.copytree(MODEL, copy)
+    config = os.path.join(copy, "config.json")
+    with open(config, "rb") as f:
+        before = f.read()
+    small = ["--lengths", "1K", "--depths", "0.5", "--trials", "1", "--threads", "1"]
+    for name, binary, extra in (("drt-niah", tools.niah, small),
+                                ("drt-niah-text", tools.niah_text, ["--text", TEXT, "--tasks", "passkey", *small]),
+                                ("drt-ppl", tools.ppl, ["--text", TEXT, "--threads", "1"]),
+                                ("drt-bench", tools.bench, ["--prompt_tokens", "8", "--generate", "2", "--threads", "1"])):
+        for out in (config, os.path.join(copy, "result.json")):
+            done = run(binary, "--model", copy, *extra, "--json", out)
+            with open(config, "rb") as f:
+                kept = f.read() == before
+            expect(done.returncode == 1 and "--json" in done.stderr and "--model" in done.stderr and kept
+                   and not os.path.exists(os.path.join(copy, "result.json")),
+                   f"{name} --json {os.path.relpath(out, tmp)} (inside --model) is refused, the model kept",
+                   f"rc {done.returncode}: {done.stderr.strip()[-300:]}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name in ("niah", "niah_text", "ppl", "bench", "step_bench"):
@@ -257,6 +283,7 @@ def main():
         setattr(tools, name, os.path.abspath(getattr(tools, name)))
     with tempfile.TemporaryDirectory() as tmp:
         json_checks(tools, tmp)
+        model_folder_checks(tools, tmp)
         flag_checks(tools, tmp)
         seeded_cells(tools, tmp)
         bench_defaults(tools, tmp)

@@ -147,6 +147,15 @@ def main():
                              "--max_document_tokens", "900")
         expect(out is None and done.returncode == 1 and "give one of them" in done.stderr,
                "--max_tokens with --max_document_tokens is refused", done.stderr)
+        # Given is given, whatever the value (the default 0 included): the
+        # old check compared values with the defaults (review-toolsbranch 5).
+        done, out = run_json(args.ppl, tmp, "--text", text, "--max_tokens", "1000",
+                             "--max_document_tokens", "0")
+        expect(out is None and done.returncode == 1 and "give one of them" in done.stderr,
+               "--max_tokens with --max_document_tokens 0 is refused", done.stderr)
+        done, out = run_json(args.ppl, tmp, "--text", text, "--max_tokens=0")
+        expect("--max_tokens is deprecated" in done.stderr,
+               "--max_tokens=0 (its default value) still warns", done.stderr)
 
         done, out = run_json(args.ppl, tmp, "--filler", "--max_document_tokens", "1500")
         expect(out is not None and out["input"] == "filler" and out["tokens"] == 1500
