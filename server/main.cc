@@ -34,6 +34,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/background_fingerprint.h"
+#include "server/bearer_token_config.h"
 #include "server/drt_service.h"
 #include "server/engine_watchdog.h"
 #include "server/failed_call_log.h"
@@ -361,6 +362,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   for (const std::string& note : config.deprecation_notes) {
     std::fprintf(stderr, "drt-server: %s\n", note.c_str());
   }
+  std::fprintf(stderr, "drt-server: %s\n", BearerTokenLogLine(config.service.bearer_token).c_str());
 
   // Start-up runs on a thread of its own so that this thread, where the
   // shutdown signals arrive, can end the process when one comes before the

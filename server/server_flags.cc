@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/command_line.h"
 #include "engine/backend_factory.h"
+#include "server/bearer_token_config.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "gRPC address, host:port ([::]:port for IPv6, port 0 picks a free port) or "
@@ -106,7 +107,13 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key file for --tls_cert");
 ABSL_FLAG(std::string, bearer_token, "",
           "when set, every call must carry metadata 'authorization: Bearer <token>'. "
           "Prefer the environment variable DRT_BEARER_TOKEN, which is used when this flag is "
-          "empty and does not show in the process list");
+          "empty and does not show in the process list. Refused at start with leading or "
+          "trailing whitespace, a control character (a newline from a file) or a byte outside "
+          "printable ASCII: no client could send it");
+ABSL_FLAG(bool, require_bearer_token, false,
+          "refuse to start without a non-empty bearer token (--bearer_token or "
+          "DRT_BEARER_TOKEN), so that an empty or missing secret cannot leave the server open "
+          "to every caller; the shipped Kubernetes manifests set it");
 ABSL_FLAG(int64_t, shutdown_grace_seconds, 10,
           "on SIGTERM/SIGINT, running streams get this long to finish before they are "
           "cancelled");
@@ -455,6 +462,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   if (config.service.bearer_token.empty()) {
     if (const char* token = std::getenv("DRT_BEARER_TOKEN")) config.service.bearer_token = token;
   }
+  config.require_bearer_token = absl::GetFlag(FLAGS_require_bearer_token);
+  check(CheckBearerToken(config.service.bearer_token, config.require_bearer_token));
 
   config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
   check(CheckAtLeast("shutdown_grace_seconds", config.shutdown_grace_seconds, 0));

@@ -74,6 +74,9 @@ struct ServerConfig {
   bool mixed_lower_only_forwards = true;
   int max_message_bytes = 4 << 20;
   bool log_requests = false;  // --log_requests (server/failed_call_log.h)
+  // --require_bearer_token: start only with a non-empty token
+  // (server/bearer_token_config.h checks the token either way).
+  bool require_bearer_token = false;
   std::string tls_cert_path;  // both set or both empty
   std::string tls_key_path;
   int64_t shutdown_grace_seconds = 10;

@@ -439,6 +439,11 @@ def check_server(c, name, objects, facts, gpu):
     token = env.get("DRT_BEARER_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef", {})
     c.expect(token.get("name") and token.get("key") and not token.get("optional", False),
              f"{name}: the bearer token comes from a Secret (required)", str(token))
+    # The Secret's key must exist, but its value may be empty: the server
+    # refuses to start without a token only with --require_bearer_token.
+    c.expect(env.get("DRT_REQUIRE_BEARER_TOKEN", {}).get("value") == "true",
+             f"{name}: DRT_REQUIRE_BEARER_TOKEN=true (an empty Secret value stops the start)",
+             str(env.get("DRT_REQUIRE_BEARER_TOKEN")))
     c.expect(spec.get("enableServiceLinks") is False, f"{name}: no service-link variables in the pod")
 
     resources = container["resources"]
