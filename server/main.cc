@@ -440,6 +440,9 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
       static_cast<size_t>(std::min<int64_t>(service_options.max_sessions + 4, kMaxOpenAiThreads));
   openai_options.request_read_timeout =
       std::chrono::seconds(config.openai_request_timeout_seconds);
+  openai_options.max_request_bytes = static_cast<size_t>(config.openai_max_request_bytes);
+  openai_options.max_inflight_request_bytes =
+      static_cast<size_t>(config.openai_max_inflight_request_bytes);
   // (Made before the probe endpoint, whose /metrics reads its counters, and
   // so destroyed after it; started after it, as before.)
   // The client side of that channel takes answers of any size (gRPC's

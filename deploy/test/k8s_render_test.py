@@ -166,6 +166,13 @@ SERVER_OVERHEAD_GIB = 1.0
 # The CUDA runtime's and driver's own host memory (context, staging buffers):
 # NOT measured (no GPU here); an allowance on top of the above.
 CUDA_HOST_OVERHEAD_GIB = 2.0
+# With the OpenAI API on, the JSON of the request bodies being parsed at
+# once: up to about 33 times the bytes (review-deploy F2 measured 2 GB for a
+# 64 MiB body of arrays nested 63 deep; 1.66 GB peak for three 16 MiB bodies
+# nested 60 deep, measured here), bounded by
+# --openai_max_inflight_request_bytes (drt-server's default when unset).
+JSON_PARSE_FACTOR = 33
+DEFAULT_OPENAI_INFLIGHT_BYTES = 128 << 20
 
 
 def model_weight_bytes(model_dir):
@@ -205,6 +212,16 @@ def check_memory(c, name, container, facts, gpu):
     baked = model == facts["image_model"]
     model_gib = facts["image_model_bytes"] / 2**30 if baked else 0.0
     overhead = SERVER_OVERHEAD_GIB + (CUDA_HOST_OVERHEAD_GIB if gpu else 0.0)
+    parse_gib = 0.0
+    if env.get("DRT_OPENAI_LISTEN", {}).get("value"):
+        inflight = int(env.get("DRT_OPENAI_MAX_INFLIGHT_REQUEST_BYTES", {}).get(
+            "value", DEFAULT_OPENAI_INFLIGHT_BYTES))
+        largest = int(env.get("DRT_OPENAI_MAX_REQUEST_BYTES", {}).get("value", 64 << 20))
+        c.expect(largest <= inflight,
+                 f"{name}: DRT_OPENAI_MAX_REQUEST_BYTES {largest} <= DRT_OPENAI_MAX_INFLIGHT_REQUEST_BYTES "
+                 f"{inflight} (drt-server refuses to start otherwise)")
+        parse_gib = JSON_PARSE_FACTOR * inflight / 2**30
+        overhead += parse_gib
     needed = budget + model_gib + overhead
     request, limit = quantity_gib(requests.get("memory", "0Gi")), quantity_gib(limits.get("memory", "0Gi"))
     c.expect(request == limit,
@@ -213,7 +230,8 @@ def check_memory(c, name, container, facts, gpu):
     c.expect(request >= needed,
              f"{name}: memory request {request:g} GiB >= budget {budget:g} + model {model_gib:.2f} "
              f"({'the image' + chr(39) + 's ' + model if baked else model + ': not in the repository, not counted'})"
-             f" + overhead {overhead:g} = {needed:.2f} GiB")
+             f" + overhead {overhead:.2f} (of which {parse_gib:.2f} for the OpenAI request bodies parsed at once)"
+             f" = {needed:.2f} GiB")
 
 
 def check_gpu_rollout(c, name, deployment):
