@@ -28,6 +28,7 @@
 #include "server/http_endpoint.h"
 #include "server/http_connection_io.h"
 #include "server/openai_api.h"
+#include "server/openai_auth_refusals.h"
 #include "server/openai_tokenize.h"
 #include "server/request_bytes_admission.h"
 #include "server/session_manager.h"
@@ -289,8 +290,12 @@ class OpenAiHttpServer::Server : public httplib::Server {
  public:
   Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options,
          ConnectionPoolCounters& counters, RequestBytesAdmission& admission,
-         const std::atomic<bool>& draining)
-      : options_(options), counters_(counters), admission_(admission), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
+         OpenAiAuthRefusals& auth_refusals, const std::atomic<bool>& draining)
+      : options_(options),
+        counters_(counters),
+        admission_(admission),
+        auth_refusals_(auth_refusals),
+        stub_(drt::v1::Drt::NewStub(std::move(channel))) {
     // The accept loop only queues each socket with its accept time; the
     // pool's threads serve them (server/connection_pool.h).
     new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };
@@ -347,6 +352,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
       // a load balancer's probe carries none, and it tells nothing else.
       const bool health = (req.method == "GET" || req.method == "HEAD") && req.path == "/health";
       if (absl::Status auth = CheckCredentials(req); !auth.ok() && !health) {
+        auth_refusals_.Count();
         SendError(res, auth);
         return HandlerResponse::Handled;
       }
@@ -915,6 +921,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   const OpenAiHttpOptions options_;
   ConnectionPoolCounters& counters_;  // the OpenAiHttpServer's
   RequestBytesAdmission& admission_;  // the OpenAiHttpServer's
+  OpenAiAuthRefusals& auth_refusals_;  // the OpenAiHttpServer's
   ParseTickets parse_tickets_;
   // request_header_timeout, at most request_read_timeout.
   const std::chrono::milliseconds header_timeout_ =
@@ -946,11 +953,12 @@ OpenAiHttpServer::OpenAiHttpServer(std::shared_ptr<grpc::Channel> channel,
     : channel_(std::move(channel)),
       options_(std::move(options)),
       counters_(std::make_unique<ConnectionPoolCounters>()),
-      admission_(std::make_unique<RequestBytesAdmission>(options_.max_inflight_request_bytes)) {}
+      admission_(std::make_unique<RequestBytesAdmission>(options_.max_inflight_request_bytes)),
+      auth_refusals_(std::make_unique<OpenAiAuthRefusals>()) {}
 
 std::string OpenAiHttpServer::RenderMetrics() const {
   return RenderConnectionPoolMetrics("drt_openai", "OpenAI HTTP API connections", *counters_) +
-         RenderRequestBytesMetrics(*admission_);
+         RenderRequestBytesMetrics(*admission_) + auth_refusals_->RenderPrometheus();
 }
 
 OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
@@ -960,7 +968,8 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--openai_listen port out of range: ", port));
   }
-  auto server = std::make_unique<Server>(channel_, options_, *counters_, *admission_, *draining_);
+  auto server = std::make_unique<Server>(channel_, options_, *counters_, *admission_, *auth_refusals_,
+                                         *draining_);
   UseReuseAddressOnly(*server);
   absl::StatusOr<int> bound_port = BindHttpServer(*server, host, port, "the OpenAI HTTP API");
   if (!bound_port.ok()) return bound_port.status();

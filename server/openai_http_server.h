@@ -36,6 +36,7 @@ namespace drt::server {
 
 struct ConnectionPoolCounters;  // server/connection_pool.h
 class RequestBytesAdmission;    // server/request_bytes_admission.h
+class OpenAiAuthRefusals;       // server/openai_auth_refusals.h
 
 struct OpenAiHttpOptions {
   // The served model's name: what GetModelInfo reports, which a request's
@@ -101,7 +102,7 @@ class OpenAiHttpServer {
   // drt_openai_connections_rejected_total,
   // drt_openai_thread_start_failures_total, and
   // drt_openai_requests_overloaded_total: refused for the in-flight body
-  // bytes) as Prometheus text, for the
+  // bytes, drt_openai_unauthenticated_total: the 401s) as Prometheus text, for the
   // probe endpoint's /metrics. Safe from any thread, before Start and after
   // Stop too.
   std::string RenderMetrics() const;
@@ -129,6 +130,7 @@ class OpenAiHttpServer {
   // Outlive the server (and its pool), so RenderMetrics can always read them.
   std::unique_ptr<ConnectionPoolCounters> counters_;
   std::unique_ptr<RequestBytesAdmission> admission_;  // options_.max_inflight_request_bytes
+  std::unique_ptr<OpenAiAuthRefusals> auth_refusals_;  // the 401s
   // StartDraining's; outlives the server, which reads it.
   std::unique_ptr<std::atomic<bool>> draining_ = std::make_unique<std::atomic<bool>>(false);
   std::unique_ptr<Server> server_;
