@@ -362,6 +362,19 @@ def check_alert_rules(c, monitors, facts):
     c.expect(rules and not unknown, f"monitoring: {len(rules)} alert rules name only metrics drt-server exports",
              f"unknown: {unknown}")
     exprs = " ".join(r["expr"] for r in rules)
+    # review-deploy F4/F9: a pod not Ready (a dead node leaves a StatefulSet
+    # pod for a person to act on), a scrape target down, the durable claim
+    # filling, the gateway's circuit breakers overflowing.
+    wanted = {"DrtServerPodNotReady": "kube_pod_status_ready", "DrtScrapeTargetDown": "up{",
+              "DrtStateClaimFilling": "kubelet_volume_stats_available_bytes",
+              "DrtGatewayOverflow": "envoy_cluster_upstream_rq_pending_overflow"}
+    by_name = {r.get("alert"): r["expr"] for r in rules}
+    missing = [a for a, metric in wanted.items() if metric not in by_name.get(a, "")]
+    c.expect(not missing, "monitoring: alerts on a pod not Ready, a target down, the claim filling and "
+             "gateway overflows", f"missing: {missing}")
+    claim = re.search(r'persistentvolumeclaim=~"([^"]+)"', by_name.get("DrtStateClaimFilling", ""))
+    c.expect(claim is not None and re.fullmatch(claim.group(1), "state-drt-server-0"),
+             "monitoring: DrtStateClaimFilling matches the StatefulSet's claim names (state-drt-server-N)")
     c.expect("drt_chunk_store_bytes / drt_host_memory_budget_bytes" in exprs
              and 'drt_errors_total{code="RESOURCE_EXHAUSTED"}' in exprs,
              "monitoring: alerts on the budget ratio and on RESOURCE_EXHAUSTED refusals")
@@ -874,6 +887,25 @@ def check_hpa_owns_replicas(c, hpa, overlays):
                  f"replicas: {workload['spec'].get('replicas')}")
 
 
+def check_network_policy(c, kubectl, cpu, gateway):
+    """examples/network-policy (review-deploy F10) selects the server pods
+    and lets in the gateway's pods on every port the gateway's clusters and
+    health checks use, and Prometheus on the metrics port."""
+    policy = render(kubectl, "examples/network-policy")[("NetworkPolicy", "drt-server-ingress")]
+    server_pod = cpu[("Deployment", "drt-server")]["spec"]["template"]["metadata"]["labels"]
+    gateway_pod = gateway[("Deployment", "drt-gateway")]["spec"]["template"]["metadata"]["labels"]
+    c.expect(matches(policy["spec"]["podSelector"]["matchLabels"], server_pod),
+             "examples/network-policy: selects drt-server's pods", str(policy["spec"]["podSelector"]))
+    (container,) = cpu[("Deployment", "drt-server")]["spec"]["template"]["spec"]["containers"]
+    server_ports = {p["containerPort"] for p in container["ports"]}
+    from_gateway = [r for r in policy["spec"]["ingress"]
+                    if any(matches(f.get("podSelector", {}).get("matchLabels", {"-": "-"}), gateway_pod)
+                           for f in r["from"])]
+    ports = {p["port"] for r in from_gateway for p in r["ports"]}
+    c.expect(ports == server_ports, f"examples/network-policy: the gateway's pods reach every server port "
+             f"{sorted(server_ports)}", str(sorted(ports)))
+
+
 def check_all(c, kubectl, facts):
     rendered = {name: render(kubectl, directory) for name, directory in
                 (("cpu", "overlays/cpu"), ("gpu", "overlays/gpu"), ("examples/model-pvc", "examples/model-pvc"),
@@ -897,6 +929,7 @@ def check_all(c, kubectl, facts):
 
     check_alert_rules(c, monitors, facts)
     check_release_label(c, monitors)
+    check_network_policy(c, kubectl, cpu, gateway)
 
     hpa = render(kubectl, "autoscaling")[("HorizontalPodAutoscaler", "drt-server")]
     target = hpa["spec"]["scaleTargetRef"]
