@@ -373,7 +373,8 @@ class OpenAiHttpServer::Server : public httplib::Server {
         if (length > options_.max_request_bytes) {
           res.status = 413;
           res.set_content(ErrorJson(absl::StrCat("the request body is larger than drt-server "
-                                                 "accepts (", options_.max_request_bytes, " bytes, --openai_max_request_bytes)"),
+                                                 "accepts (", options_.max_request_bytes,
+                                                 " bytes, --openai_max_request_bytes)"),
                                     "invalid_request_error", "", ""),
                           kJson);
           return HandlerResponse::Handled;
@@ -530,15 +531,19 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // (its Content-Length, or the largest body when chunked); false with a 503
   // and Retry-After in `res` when it does not fit now.
   bool AdmitBody(const httplib::Request& req, httplib::Response& res) {
-    const size_t bytes = req.has_header("Content-Length")
-                             ? static_cast<size_t>(std::stoull(req.get_header_value("Content-Length")))
-                             : options_.max_request_bytes;
+    // (The pre-routing handler has checked the Content-Length: digits, at
+    // most max_request_bytes.)
+    const size_t bytes =
+        req.has_header("Content-Length")
+            ? static_cast<size_t>(std::stoull(req.get_header_value("Content-Length")))
+            : options_.max_request_bytes;
     std::optional<RequestBytesAdmission::Ticket> ticket = admission_.TryAdmit(bytes);
     if (!ticket.has_value()) {
       SendError(res, absl::UnavailableError(absl::StrCat(
-                         "overloaded: request bodies of ", admission_.capacity(),
-                         " bytes are being read and parsed (--openai_max_inflight_request_bytes); "
-                         "this one has ", bytes, "; retry after the Retry-After seconds")));
+                         "overloaded: this request's body (", bytes, " bytes) does not fit beside "
+                         "the bodies being read and parsed now (at most ", admission_.capacity(),
+                         " bytes at once, --openai_max_inflight_request_bytes); retry after the "
+                         "Retry-After seconds")));
       return false;
     }
     parse_tickets_.Hold(*std::move(ticket));
@@ -968,8 +973,8 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--openai_listen port out of range: ", port));
   }
-  auto server = std::make_unique<Server>(channel_, options_, *counters_, *admission_, *auth_refusals_,
-                                         *draining_);
+  auto server = std::make_unique<Server>(channel_, options_, *counters_, *admission_,
+                                         *auth_refusals_, *draining_);
   UseReuseAddressOnly(*server);
   absl::StatusOr<int> bound_port = BindHttpServer(*server, host, port, "the OpenAI HTTP API");
   if (!bound_port.ok()) return bound_port.status();

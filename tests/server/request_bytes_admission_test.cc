@@ -128,7 +128,9 @@ std::string Exchange(int port, size_t length) {
   std::string answer;
   char buffer[4096];
   ssize_t n;
-  while ((n = recv(sock, buffer, sizeof(buffer), 0)) > 0) answer.append(buffer, static_cast<size_t>(n));
+  while ((n = recv(sock, buffer, sizeof(buffer), 0)) > 0) {
+    answer.append(buffer, static_cast<size_t>(n));
+  }
   close(sock);
   return answer;
 }
