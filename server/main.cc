@@ -34,6 +34,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/background_fingerprint.h"
+#include "server/bearer_token_config.h"
 #include "server/drt_service.h"
 #include "server/engine_watchdog.h"
 #include "server/failed_call_log.h"
@@ -361,6 +362,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   for (const std::string& note : config.deprecation_notes) {
     std::fprintf(stderr, "drt-server: %s\n", note.c_str());
   }
+  std::fprintf(stderr, "drt-server: %s\n", BearerTokenLogLine(config.service.bearer_token).c_str());
 
   // Start-up runs on a thread of its own so that this thread, where the
   // shutdown signals arrive, can end the process when one comes before the
@@ -438,6 +440,9 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
       static_cast<size_t>(std::min<int64_t>(service_options.max_sessions + 4, kMaxOpenAiThreads));
   openai_options.request_read_timeout =
       std::chrono::seconds(config.openai_request_timeout_seconds);
+  openai_options.max_request_bytes = static_cast<size_t>(config.openai_max_request_bytes);
+  openai_options.max_inflight_request_bytes =
+      static_cast<size_t>(config.openai_max_inflight_request_bytes);
   // (Made before the probe endpoint, whose /metrics reads its counters, and
   // so destroyed after it; started after it, as before.)
   // The client side of that channel takes answers of any size (gRPC's

@@ -26,6 +26,14 @@ constexpr std::array<const char*, 16> kErrorCodes = {
     "FAILED_PRECONDITION", "ABORTED",     "OUT_OF_RANGE",     "UNIMPLEMENTED",
     "INTERNAL",           "UNAVAILABLE",  "DATA_LOSS",        "UNAUTHENTICATED"};
 
+// drt_requests_total{method} likewise has a series for each drt.v1.Drt
+// method from the start, at 0 (review-deploy F9); tests/server/metrics_test.cc
+// checks this list against the service's descriptor.
+constexpr std::array<const char*, 13> kMethods = {
+    "CreateSession", "Append",       "Generate",    "Complete",    "ForkSession",
+    "GetSession",    "ListSessions", "DeleteSession", "GetModelInfo", "SaveSession",
+    "LoadSession",   "Tokenize",     "Detokenize"};
+
 struct Histogram {
   std::array<int64_t, kLatencyBuckets.size()> counts{};  // per bucket, not cumulative
   int64_t count = 0;
@@ -142,6 +150,7 @@ struct Metrics::State {
 
 Metrics::Metrics() : state_(std::make_unique<State>()) {
   for (const char* code : kErrorCodes) state_->errors_by_code[code] = 0;
+  for (const char* method : kMethods) state_->requests_by_method[method] = 0;
 }
 
 void Metrics::SetLimits(int64_t host_memory_budget_bytes, int64_t max_sessions) {

@@ -28,7 +28,9 @@
 #include "server/http_endpoint.h"
 #include "server/http_connection_io.h"
 #include "server/openai_api.h"
+#include "server/openai_auth_refusals.h"
 #include "server/openai_tokenize.h"
+#include "server/request_bytes_admission.h"
 #include "server/session_manager.h"
 #include "server/stop_text_cutter.h"
 
@@ -287,8 +289,13 @@ std::string RandomHex(std::random_device& random, int digits) {
 class OpenAiHttpServer::Server : public httplib::Server {
  public:
   Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options,
-         ConnectionPoolCounters& counters, const std::atomic<bool>& draining)
-      : options_(options), counters_(counters), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
+         ConnectionPoolCounters& counters, RequestBytesAdmission& admission,
+         OpenAiAuthRefusals& auth_refusals, const std::atomic<bool>& draining)
+      : options_(options),
+        counters_(counters),
+        admission_(admission),
+        auth_refusals_(auth_refusals),
+        stub_(drt::v1::Drt::NewStub(std::move(channel))) {
     // The accept loop only queues each socket with its accept time; the
     // pool's threads serve them (server/connection_pool.h).
     new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };
@@ -304,8 +311,12 @@ class OpenAiHttpServer::Server : public httplib::Server {
       Post(path, HandlerWithContentReader([this, handle](const httplib::Request& req,
                                                          httplib::Response& res,
                                                          const httplib::ContentReader& reader) {
+        // Admitted (or refused 503) before any of the body is read; the
+        // handler ends the admission once the body is parsed (EndParse).
+        if (!AdmitBody(req, res)) return;
         std::string body;
         if (ReadBody(req, res, reader, body)) (this->*handle)(req, body, res);
+        parse_tickets_.EndParse();
       }));
     };
     post("/v1/completions", &Server::Completions);
@@ -341,6 +352,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
       // a load balancer's probe carries none, and it tells nothing else.
       const bool health = (req.method == "GET" || req.method == "HEAD") && req.path == "/health";
       if (absl::Status auth = CheckCredentials(req); !auth.ok() && !health) {
+        auth_refusals_.Count();
         SendError(res, auth);
         return HandlerResponse::Handled;
       }
@@ -361,7 +373,8 @@ class OpenAiHttpServer::Server : public httplib::Server {
         if (length > options_.max_request_bytes) {
           res.status = 413;
           res.set_content(ErrorJson(absl::StrCat("the request body is larger than drt-server "
-                                                 "accepts (", options_.max_request_bytes, " bytes)"),
+                                                 "accepts (", options_.max_request_bytes,
+                                                 " bytes, --openai_max_request_bytes)"),
                                     "invalid_request_error", "", ""),
                           kJson);
           return HandlerResponse::Handled;
@@ -401,7 +414,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
         message = NoSuchPath(req);
       } else if (res.status == 413) {
         message = absl::StrCat("the request body is larger than drt-server accepts (",
-                               max_bytes, " bytes)");
+                               max_bytes, " bytes, --openai_max_request_bytes)");
       } else {
         message = absl::StrCat("HTTP ", res.status, " for ", req.method, " ", req.path);
       }
@@ -514,6 +527,29 @@ class OpenAiHttpServer::Server : public httplib::Server {
     if (!authorization.empty()) context.AddMetadata("authorization", authorization);
   }
 
+  // Admits the request's body under --openai_max_inflight_request_bytes
+  // (its Content-Length, or the largest body when chunked); false with a 503
+  // and Retry-After in `res` when it does not fit now.
+  bool AdmitBody(const httplib::Request& req, httplib::Response& res) {
+    // (The pre-routing handler has checked the Content-Length: digits, at
+    // most max_request_bytes.)
+    const size_t bytes =
+        req.has_header("Content-Length")
+            ? static_cast<size_t>(std::stoull(req.get_header_value("Content-Length")))
+            : options_.max_request_bytes;
+    std::optional<RequestBytesAdmission::Ticket> ticket = admission_.TryAdmit(bytes);
+    if (!ticket.has_value()) {
+      SendError(res, absl::UnavailableError(absl::StrCat(
+                         "overloaded: this request's body (", bytes, " bytes) does not fit beside "
+                         "the bodies being read and parsed now (at most ", admission_.capacity(),
+                         " bytes at once, --openai_max_inflight_request_bytes); retry after the "
+                         "Retry-After seconds")));
+      return false;
+    }
+    parse_tickets_.Hold(*std::move(ticket));
+    return true;
+  }
+
   // Reads the request's body into `body`; false when it could not be (too
   // large, not in time, the credentials), with `res` set to say why.
   bool ReadBody(const httplib::Request& req, httplib::Response& res,
@@ -537,7 +573,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
         res.status = 413;
         res.set_content(ErrorJson(absl::StrCat("the request body is larger than drt-server "
                                                "accepts (", options_.max_request_bytes,
-                                               " bytes)"),
+                                               " bytes, --openai_max_request_bytes)"),
                                   "invalid_request_error", "", ""),
                         kJson);
         return false;
@@ -609,6 +645,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // vLLM's POST /tokenize, by the service's Tokenize.
   void Tokenize(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     absl::StatusOr<TokenizeHttpRequest> request = ParseTokenizeBody(body);
+    parse_tickets_.EndParse();  // the parsed JSON is gone
     if (!request.ok()) return SendError(res, request.status());
     if (!ModelServed(request->model, res)) return;
     grpc::ClientContext context;
@@ -622,6 +659,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // vLLM's POST /detokenize, by the service's Detokenize.
   void Detokenize(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     absl::StatusOr<DetokenizeHttpRequest> request = ParseDetokenizeBody(body);
+    parse_tickets_.EndParse();  // the parsed JSON is gone
     if (!request.ok()) return SendError(res, request.status());
     if (!ModelServed(request->model, res)) return;
     grpc::ClientContext context;
@@ -757,6 +795,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
 
   void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(body);
+    parse_tickets_.EndParse();  // the parsed JSON is gone
     if (!request.ok()) return SendError(res, request.status());
     if (!ModelServed(request->model, res)) return;
     if (!PromptIdsAccepted(req, *request, res)) return;
@@ -886,6 +925,9 @@ class OpenAiHttpServer::Server : public httplib::Server {
 
   const OpenAiHttpOptions options_;
   ConnectionPoolCounters& counters_;  // the OpenAiHttpServer's
+  RequestBytesAdmission& admission_;  // the OpenAiHttpServer's
+  OpenAiAuthRefusals& auth_refusals_;  // the OpenAiHttpServer's
+  ParseTickets parse_tickets_;
   // request_header_timeout, at most request_read_timeout.
   const std::chrono::milliseconds header_timeout_ =
       std::min(options_.request_header_timeout, options_.request_read_timeout);
@@ -915,10 +957,13 @@ OpenAiHttpServer::OpenAiHttpServer(std::shared_ptr<grpc::Channel> channel,
                                    OpenAiHttpOptions options)
     : channel_(std::move(channel)),
       options_(std::move(options)),
-      counters_(std::make_unique<ConnectionPoolCounters>()) {}
+      counters_(std::make_unique<ConnectionPoolCounters>()),
+      admission_(std::make_unique<RequestBytesAdmission>(options_.max_inflight_request_bytes)),
+      auth_refusals_(std::make_unique<OpenAiAuthRefusals>()) {}
 
 std::string OpenAiHttpServer::RenderMetrics() const {
-  return RenderConnectionPoolMetrics("drt_openai", "OpenAI HTTP API connections", *counters_);
+  return RenderConnectionPoolMetrics("drt_openai", "OpenAI HTTP API connections", *counters_) +
+         RenderRequestBytesMetrics(*admission_) + auth_refusals_->RenderPrometheus();
 }
 
 OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
@@ -928,7 +973,8 @@ absl::Status OpenAiHttpServer::Start(const std::string& host, int port) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--openai_listen port out of range: ", port));
   }
-  auto server = std::make_unique<Server>(channel_, options_, *counters_, *draining_);
+  auto server = std::make_unique<Server>(channel_, options_, *counters_, *admission_,
+                                         *auth_refusals_, *draining_);
   UseReuseAddressOnly(*server);
   absl::StatusOr<int> bound_port = BindHttpServer(*server, host, port, "the OpenAI HTTP API");
   if (!bound_port.ok()) return bound_port.status();

@@ -35,6 +35,8 @@ class Channel;
 namespace drt::server {
 
 struct ConnectionPoolCounters;  // server/connection_pool.h
+class RequestBytesAdmission;    // server/request_bytes_admission.h
+class OpenAiAuthRefusals;       // server/openai_auth_refusals.h
 
 struct OpenAiHttpOptions {
   // The served model's name: what GetModelInfo reports, which a request's
@@ -57,7 +59,14 @@ struct OpenAiHttpOptions {
   // as JSON, about 7 MB) fits with room. The parsed JSON takes up to ~33x
   // the body in memory (measured; nesting is capped at kMaxJsonDepth,
   // docs/api.md), so the bound also bounds that.
+  // drt-server: --openai_max_request_bytes.
   size_t max_request_bytes = size_t{64} << 20;
+  // Bytes of request bodies being read and parsed at once, at least
+  // max_request_bytes (server/request_bytes_admission.h): a request whose
+  // body (its Content-Length; max_request_bytes when chunked) does not fit
+  // beside those gets 503 with Retry-After at once. drt-server:
+  // --openai_max_inflight_request_bytes.
+  size_t max_inflight_request_bytes = size_t{128} << 20;
   // Time from the accept until the request line and headers have arrived;
   // then the connection is closed. Short, so that silent or slow clients
   // hold the threads only briefly (a waiting connection whose time passed
@@ -91,7 +100,9 @@ class OpenAiHttpServer {
   int port() const { return port_; }
   // The connection counters (drt_openai_connections_expired_total,
   // drt_openai_connections_rejected_total,
-  // drt_openai_thread_start_failures_total) as Prometheus text, for the
+  // drt_openai_thread_start_failures_total, and
+  // drt_openai_requests_overloaded_total: refused for the in-flight body
+  // bytes, drt_openai_unauthenticated_total: the 401s) as Prometheus text, for the
   // probe endpoint's /metrics. Safe from any thread, before Start and after
   // Stop too.
   std::string RenderMetrics() const;
@@ -118,6 +129,8 @@ class OpenAiHttpServer {
   OpenAiHttpOptions options_;
   // Outlive the server (and its pool), so RenderMetrics can always read them.
   std::unique_ptr<ConnectionPoolCounters> counters_;
+  std::unique_ptr<RequestBytesAdmission> admission_;  // options_.max_inflight_request_bytes
+  std::unique_ptr<OpenAiAuthRefusals> auth_refusals_;  // the 401s
   // StartDraining's; outlives the server, which reads it.
   std::unique_ptr<std::atomic<bool>> draining_ = std::make_unique<std::atomic<bool>>(false);
   std::unique_ptr<Server> server_;

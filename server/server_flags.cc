@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/command_line.h"
 #include "engine/backend_factory.h"
+#include "server/bearer_token_config.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "gRPC address, host:port ([::]:port for IPv6, port 0 picks a free port) or "
@@ -98,6 +99,17 @@ ABSL_FLAG(int64_t, max_context_tokens, drt::server::ServiceOptions{}.max_context
           "leaves memory (--host_memory_budget_gb) as the real limit");
 ABSL_FLAG(int64_t, idle_ttl_seconds, drt::server::ServiceOptions{}.idle_ttl_seconds,
           "a session unused this long is deleted (default; CreateSession may ask for less)");
+ABSL_FLAG(int64_t, openai_max_request_bytes, drt::server::ServerConfig{}.openai_max_request_bytes,
+          "largest OpenAI API request body, in bytes; a larger one gets 413 naming this flag. "
+          "Parsing a body's JSON can take up to about 33 times its size (deeply nested "
+          "arrays), so it also bounds that: lower it when no long prompts are sent (1M "
+          "prompt bytes, or 1M token ids as JSON, about 7 MB, fit in 8 MiB)");
+ABSL_FLAG(int64_t, openai_max_inflight_request_bytes,
+          drt::server::ServerConfig{}.openai_max_inflight_request_bytes,
+          "bytes of OpenAI API request bodies read and parsed at once, at least "
+          "--openai_max_request_bytes; a request whose body does not fit beside those gets 503 "
+          "with Retry-After at once (not queued). Size the host for about 33 times this on top "
+          "of --host_memory_budget_gb and the model (docs/deploy.md, Resources)");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
           "largest gRPC message received or sent, in bytes");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -106,7 +118,13 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key file for --tls_cert");
 ABSL_FLAG(std::string, bearer_token, "",
           "when set, every call must carry metadata 'authorization: Bearer <token>'. "
           "Prefer the environment variable DRT_BEARER_TOKEN, which is used when this flag is "
-          "empty and does not show in the process list");
+          "empty and does not show in the process list. Refused at start with leading or "
+          "trailing whitespace, a control character (a newline from a file) or a byte outside "
+          "printable ASCII: no client could send it");
+ABSL_FLAG(bool, require_bearer_token, false,
+          "refuse to start without a non-empty bearer token (--bearer_token or "
+          "DRT_BEARER_TOKEN), so that an empty or missing secret cannot leave the server open "
+          "to every caller; the shipped Kubernetes manifests set it");
 ABSL_FLAG(int64_t, shutdown_grace_seconds, 10,
           "on SIGTERM/SIGINT, running streams get this long to finish before they are "
           "cancelled");
@@ -353,6 +371,20 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   check(CheckAtMost("openai_request_timeout_seconds", config.openai_request_timeout_seconds, 3600,
                     "an hour; a request that takes longer holds a serving thread as long"));
 
+  config.openai_max_request_bytes = absl::GetFlag(FLAGS_openai_max_request_bytes);
+  check(CheckAtLeast("openai_max_request_bytes", config.openai_max_request_bytes, 1024));
+  check(CheckAtMost("openai_max_request_bytes", config.openai_max_request_bytes,
+                    kMaxOpenAiRequestBytes, "1 GiB; its JSON could take about 33 GiB to parse"));
+  config.openai_max_inflight_request_bytes = absl::GetFlag(FLAGS_openai_max_inflight_request_bytes);
+  if (config.openai_max_inflight_request_bytes < config.openai_max_request_bytes) {
+    errors.emplace_back(absl::StrCat(
+        "--openai_max_inflight_request_bytes=", config.openai_max_inflight_request_bytes,
+        ": must be at least --openai_max_request_bytes (", config.openai_max_request_bytes,
+        "), or a body of the largest size could never be read"));
+  }
+  check(CheckAtMost("openai_max_inflight_request_bytes", config.openai_max_inflight_request_bytes,
+                    int64_t{1} << 40, "1 TiB"));
+
   config.model_dir = absl::GetFlag(FLAGS_model);
   if (config.model_dir.empty()) errors.emplace_back("--model is required (a model directory)");
 
@@ -455,6 +487,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   if (config.service.bearer_token.empty()) {
     if (const char* token = std::getenv("DRT_BEARER_TOKEN")) config.service.bearer_token = token;
   }
+  config.require_bearer_token = absl::GetFlag(FLAGS_require_bearer_token);
+  check(CheckBearerToken(config.service.bearer_token, config.require_bearer_token));
 
   config.shutdown_grace_seconds = absl::GetFlag(FLAGS_shutdown_grace_seconds);
   check(CheckAtLeast("shutdown_grace_seconds", config.shutdown_grace_seconds, 0));

@@ -33,6 +33,9 @@ std::string FormatHostPort(const HostPort& address);
 // largest step measured (4032 tokens, docs/state_format.md).
 constexpr int64_t kMaxStepTokens = int64_t{1} << 20;
 
+// The most --openai_max_request_bytes takes (1 GiB).
+constexpr int64_t kMaxOpenAiRequestBytes = int64_t{1} << 30;
+
 struct ServerConfig {
   std::string grpc_address;      // as gRPC takes it: host:port or unix:path
   std::optional<HostPort> http;  // empty: no HTTP endpoint
@@ -41,6 +44,14 @@ struct ServerConfig {
   // --openai_request_timeout_seconds: time from the accept until a request
   // to the OpenAI API has arrived whole, its body too (1 to 3600).
   int64_t openai_request_timeout_seconds = 30;
+  // --openai_max_request_bytes (OpenAiHttpOptions::max_request_bytes).
+  int64_t openai_max_request_bytes = int64_t{64} << 20;
+  // --openai_max_inflight_request_bytes
+  // (OpenAiHttpOptions::max_inflight_request_bytes): two bodies of the
+  // largest size parse at once, about 4 GB at the measured worst (2 GB for
+  // a 64 MiB body nested 63 deep), where --max_sessions + 4 (68 by
+  // default) could before; small requests never wait for each other.
+  int64_t openai_max_inflight_request_bytes = int64_t{128} << 20;
   std::string model_dir;
   // "cpu" or "cuda" (engine/backend_factory.h). "auto" resolves to "cuda"
   // when the build has the CUDA backend and GPU cuda_device is visible, to
@@ -74,6 +85,9 @@ struct ServerConfig {
   bool mixed_lower_only_forwards = true;
   int max_message_bytes = 4 << 20;
   bool log_requests = false;  // --log_requests (server/failed_call_log.h)
+  // --require_bearer_token: start only with a non-empty token
+  // (server/bearer_token_config.h checks the token either way).
+  bool require_bearer_token = false;
   std::string tls_cert_path;  // both set or both empty
   std::string tls_key_path;
   int64_t shutdown_grace_seconds = 10;

@@ -102,6 +102,25 @@ def main():
     checks.expect(out.returncode != 0 and "max_sessions" not in out.stderr,
                   "--max_sessions=3 after the image overrides DRT_MAX_SESSIONS=0", out.stderr[-500:])
 
+    # The manifests' DRT_REQUIRE_BEARER_TOKEN=true with the Secret's value: an
+    # empty one, and one with the newline a token file written by echo ends
+    # with, stop the start with the reason (before the model is loaded: the
+    # model directory here does not exist).
+    env = dict(base_env(), DRT_SERVER_BINARY=args.server_binary, DRT_MODEL="/nonexistent",
+               DRT_HTTP_LISTEN="", DRT_REQUIRE_BEARER_TOKEN="true")
+    for token, expected in [("", "--require_bearer_token: the bearer token"),
+                            ("secret\n", "a newline (\\n, 0x0a) at byte 6 of 7")]:
+        out = subprocess.run(["/bin/sh", ENTRYPOINT], env=dict(env, DRT_BEARER_TOKEN=token),
+                             capture_output=True, text=True, timeout=60)
+        checks.expect(out.returncode == 1 and expected in out.stderr and "cannot load the model" not in out.stderr,
+                      f"DRT_REQUIRE_BEARER_TOKEN=true refuses DRT_BEARER_TOKEN={token!r} at start", out.stderr[-500:])
+    out = subprocess.run(["/bin/sh", ENTRYPOINT], env=dict(env, DRT_BEARER_TOKEN="secret"),
+                         capture_output=True, text=True, timeout=60)
+    checks.expect("authentication: bearer token required (6 bytes)" in out.stderr
+                  and "cannot load the model" in out.stderr,
+                  "DRT_REQUIRE_BEARER_TOKEN=true with a token: started as far as the model, saying auth is on",
+                  out.stderr[-500:])
+
     env = dict(base_env(), DRT_SERVER_BINARY=args.server_binary,
                DRT_MODEL=os.path.join(REPO, "models", "drt-passkey-byte"),
                DRT_LISTEN="127.0.0.1:0", DRT_HTTP_LISTEN="127.0.0.1:0",

@@ -166,6 +166,13 @@ SERVER_OVERHEAD_GIB = 1.0
 # The CUDA runtime's and driver's own host memory (context, staging buffers):
 # NOT measured (no GPU here); an allowance on top of the above.
 CUDA_HOST_OVERHEAD_GIB = 2.0
+# With the OpenAI API on, the JSON of the request bodies being parsed at
+# once: up to about 33 times the bytes (review-deploy F2 measured 2 GB for a
+# 64 MiB body of arrays nested 63 deep; 1.66 GB peak for three 16 MiB bodies
+# nested 60 deep, measured here), bounded by
+# --openai_max_inflight_request_bytes (drt-server's default when unset).
+JSON_PARSE_FACTOR = 33
+DEFAULT_OPENAI_INFLIGHT_BYTES = 128 << 20
 
 
 def model_weight_bytes(model_dir):
@@ -205,6 +212,16 @@ def check_memory(c, name, container, facts, gpu):
     baked = model == facts["image_model"]
     model_gib = facts["image_model_bytes"] / 2**30 if baked else 0.0
     overhead = SERVER_OVERHEAD_GIB + (CUDA_HOST_OVERHEAD_GIB if gpu else 0.0)
+    parse_gib = 0.0
+    if env.get("DRT_OPENAI_LISTEN", {}).get("value"):
+        inflight = int(env.get("DRT_OPENAI_MAX_INFLIGHT_REQUEST_BYTES", {}).get(
+            "value", DEFAULT_OPENAI_INFLIGHT_BYTES))
+        largest = int(env.get("DRT_OPENAI_MAX_REQUEST_BYTES", {}).get("value", 64 << 20))
+        c.expect(largest <= inflight,
+                 f"{name}: DRT_OPENAI_MAX_REQUEST_BYTES {largest} <= DRT_OPENAI_MAX_INFLIGHT_REQUEST_BYTES "
+                 f"{inflight} (drt-server refuses to start otherwise)")
+        parse_gib = JSON_PARSE_FACTOR * inflight / 2**30
+        overhead += parse_gib
     needed = budget + model_gib + overhead
     request, limit = quantity_gib(requests.get("memory", "0Gi")), quantity_gib(limits.get("memory", "0Gi"))
     c.expect(request == limit,
@@ -213,7 +230,8 @@ def check_memory(c, name, container, facts, gpu):
     c.expect(request >= needed,
              f"{name}: memory request {request:g} GiB >= budget {budget:g} + model {model_gib:.2f} "
              f"({'the image' + chr(39) + 's ' + model if baked else model + ': not in the repository, not counted'})"
-             f" + overhead {overhead:g} = {needed:.2f} GiB")
+             f" + overhead {overhead:.2f} (of which {parse_gib:.2f} for the OpenAI request bodies parsed at once)"
+             f" = {needed:.2f} GiB")
 
 
 def check_gpu_rollout(c, name, deployment):
@@ -344,6 +362,19 @@ def check_alert_rules(c, monitors, facts):
     c.expect(rules and not unknown, f"monitoring: {len(rules)} alert rules name only metrics drt-server exports",
              f"unknown: {unknown}")
     exprs = " ".join(r["expr"] for r in rules)
+    # review-deploy F4/F9: a pod not Ready (a dead node leaves a StatefulSet
+    # pod for a person to act on), a scrape target down, the durable claim
+    # filling, the gateway's circuit breakers overflowing.
+    wanted = {"DrtServerPodNotReady": "kube_pod_status_ready", "DrtScrapeTargetDown": "up{",
+              "DrtStateClaimFilling": "kubelet_volume_stats_available_bytes",
+              "DrtGatewayOverflow": "envoy_cluster_upstream_rq_pending_overflow"}
+    by_name = {r.get("alert"): r["expr"] for r in rules}
+    missing = [a for a, metric in wanted.items() if metric not in by_name.get(a, "")]
+    c.expect(not missing, "monitoring: alerts on a pod not Ready, a target down, the claim filling and "
+             "gateway overflows", f"missing: {missing}")
+    claim = re.search(r'persistentvolumeclaim=~"([^"]+)"', by_name.get("DrtStateClaimFilling", ""))
+    c.expect(claim is not None and re.fullmatch(claim.group(1), "state-drt-server-0"),
+             "monitoring: DrtStateClaimFilling matches the StatefulSet's claim names (state-drt-server-N)")
     c.expect("drt_chunk_store_bytes / drt_host_memory_budget_bytes" in exprs
              and 'drt_errors_total{code="RESOURCE_EXHAUSTED"}' in exprs,
              "monitoring: alerts on the budget ratio and on RESOURCE_EXHAUSTED refusals")
@@ -439,6 +470,11 @@ def check_server(c, name, objects, facts, gpu):
     token = env.get("DRT_BEARER_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef", {})
     c.expect(token.get("name") and token.get("key") and not token.get("optional", False),
              f"{name}: the bearer token comes from a Secret (required)", str(token))
+    # The Secret's key must exist, but its value may be empty: the server
+    # refuses to start without a token only with --require_bearer_token.
+    c.expect(env.get("DRT_REQUIRE_BEARER_TOKEN", {}).get("value") == "true",
+             f"{name}: DRT_REQUIRE_BEARER_TOKEN=true (an empty Secret value stops the start)",
+             str(env.get("DRT_REQUIRE_BEARER_TOKEN")))
     c.expect(spec.get("enableServiceLinks") is False, f"{name}: no service-link variables in the pod")
 
     resources = container["resources"]
@@ -625,11 +661,14 @@ def check_gateway_drain(c, objects, config_map, envoy, cluster, server_objects, 
              f"inside drt-server's drain ({server_grace} s)")
 
 
-# Restore speed measured on the build machine's disk (docs/state_format.md,
-# "Measured": a 32M-token session, every record's CRC-32C read back, 256 MiB/s
-# at 32.77 GiB, 345 MiB/s at 65.53 GiB): the slower one, for sizing the
-# startup probe of a pod that restores a full volume before it listens.
-RESTORE_MIB_PER_SECOND = 256
+# Restore speed for sizing the startup probe of a pod that restores a full
+# volume before it listens. Measured on the build machine's disk
+# (docs/state_format.md, "Measured": a 32M-token session, every record's
+# CRC-32C read back) at 256-345 MiB/s, but the restore reads the whole claim,
+# so a cloud volume's read throughput bounds it: 125 MiB/s is AWS gp3's
+# baseline (review-deploy F5: a 100 GiB claim then takes about 14 min, past
+# the 20 min probe once doubled).
+RESTORE_MIB_PER_SECOND = 125
 # The startup probe must allow this many times the restore of a full volume
 # at that speed (another cluster's disks may be slower than the build
 # machine's).
@@ -848,6 +887,25 @@ def check_hpa_owns_replicas(c, hpa, overlays):
                  f"replicas: {workload['spec'].get('replicas')}")
 
 
+def check_network_policy(c, kubectl, cpu, gateway):
+    """examples/network-policy (review-deploy F10) selects the server pods
+    and lets in the gateway's pods on every port the gateway's clusters and
+    health checks use, and Prometheus on the metrics port."""
+    policy = render(kubectl, "examples/network-policy")[("NetworkPolicy", "drt-server-ingress")]
+    server_pod = cpu[("Deployment", "drt-server")]["spec"]["template"]["metadata"]["labels"]
+    gateway_pod = gateway[("Deployment", "drt-gateway")]["spec"]["template"]["metadata"]["labels"]
+    c.expect(matches(policy["spec"]["podSelector"]["matchLabels"], server_pod),
+             "examples/network-policy: selects drt-server's pods", str(policy["spec"]["podSelector"]))
+    (container,) = cpu[("Deployment", "drt-server")]["spec"]["template"]["spec"]["containers"]
+    server_ports = {p["containerPort"] for p in container["ports"]}
+    from_gateway = [r for r in policy["spec"]["ingress"]
+                    if any(matches(f.get("podSelector", {}).get("matchLabels", {"-": "-"}), gateway_pod)
+                           for f in r["from"])]
+    ports = {p["port"] for r in from_gateway for p in r["ports"]}
+    c.expect(ports == server_ports, f"examples/network-policy: the gateway's pods reach every server port "
+             f"{sorted(server_ports)}", str(sorted(ports)))
+
+
 def check_all(c, kubectl, facts):
     rendered = {name: render(kubectl, directory) for name, directory in
                 (("cpu", "overlays/cpu"), ("gpu", "overlays/gpu"), ("examples/model-pvc", "examples/model-pvc"),
@@ -871,6 +929,7 @@ def check_all(c, kubectl, facts):
 
     check_alert_rules(c, monitors, facts)
     check_release_label(c, monitors)
+    check_network_policy(c, kubectl, cpu, gateway)
 
     hpa = render(kubectl, "autoscaling")[("HorizontalPodAutoscaler", "drt-server")]
     target = hpa["spec"]["scaleTargetRef"]
