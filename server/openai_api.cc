@@ -94,48 +94,85 @@ absl::StatusOr<bool> BoolField(const Json& value, const char* field) {
   return value.get<bool>();
 }
 
+// One token id array (a prompt, or one prompt of a batch), into `out`;
+// `where` names it in errors ("prompt", "prompt[2]").
+absl::Status ParseIdArray(const Json& array, const std::string& where, PromptInput& out) {
+  if (array.empty()) {
+    return FieldError("prompt", absl::StrCat(where, " must not be an empty token id array"));
+  }
+  out.is_ids = true;
+  out.ids.reserve(array.size());
+  for (size_t i = 0; i < array.size(); ++i) {
+    const Json& id = array[i];
+    if (!id.is_number_integer() ||
+        (id.is_number_unsigned() &&
+         id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) ||
+        (!id.is_number_unsigned() && (id.get<int64_t>() < 0 ||
+                                      id.get<int64_t>() > std::numeric_limits<int32_t>::max()))) {
+      return FieldError("prompt", absl::StrCat(where, ": element ", i, " of the token id array (",
+                                               Dump(id), ") is not a token id (an integer >= 0)"));
+    }
+    out.ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
+// `prompt`: a string, an array of token ids, or a batch (OpenAI's and
+// vLLM's shapes): an array of strings or of token id arrays, each run as
+// its own completion. An array of one string or one id array is one prompt
+// (lm-evaluation-harness sends every request as [[ids]]).
 absl::Status ParsePrompt(const Json& body, CompletionRequest& out) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) {
     return FieldError("prompt", "prompt is required (a string, or an array of token ids)");
   }
   const Json& prompt = *it;
+  std::vector<PromptInput> prompts;
   if (prompt.is_string()) {
-    out.prompt_text = prompt.get<std::string>();
-  } else if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
-    out.prompt_text = prompt[0].get<std::string>();
+    prompts.push_back({prompt.get<std::string>(), {}, false});
   } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number()) {
-    out.prompt_is_ids = true;
-    out.prompt_ids.reserve(prompt.size());
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      const Json& id = prompt[i];
-      if (!id.is_number_integer() ||
-          (id.is_number_unsigned() &&
-           id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) ||
-          (!id.is_number_unsigned() && (id.get<int64_t>() < 0 ||
-                                        id.get<int64_t>() > std::numeric_limits<int32_t>::max()))) {
-        return FieldError("prompt", absl::StrCat("prompt: element ", i, " of the token id array (",
-                                                 Dump(id), ") is not a token id (an integer >= 0)"));
-      }
-      out.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    if (absl::Status s = ParseIdArray(prompt, "prompt", prompts.emplace_back()); !s.ok()) return s;
+  } else if (prompt.is_array() && !prompt.empty() && (prompt[0].is_string() || prompt[0].is_array())) {
+    // A batch: all strings, or all token id arrays.
+    if (prompt.size() > kMaxBatchPrompts) {
+      return FieldError("prompt", absl::StrCat("prompt: a batch of ", prompt.size(),
+                                               " prompts; at most ", kMaxBatchPrompts,
+                                               " are run per request (send the rest in another)"));
     }
-  } else if (prompt.is_array() && prompt.size() > 1 && prompt[0].is_string()) {
-    return FieldError("prompt", absl::StrCat("prompt: an array of ", prompt.size(),
-                                             " strings asks for a batch; drt-server serves one "
-                                             "prompt per request (send them as separate requests)"));
-  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_array()) {
-    return FieldError("prompt",
-                      "prompt: an array of token id arrays asks for a batch; drt-server serves one "
-                      "prompt per request (send them as separate requests)");
+    const bool strings = prompt[0].is_string();
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const Json& item = prompt[i];
+      const std::string where = absl::StrCat("prompt[", i, "]");
+      if (strings && item.is_string()) {
+        prompts.push_back({item.get<std::string>(), {}, false});
+      } else if (!strings && item.is_array()) {
+        if (absl::Status s = ParseIdArray(item, where, prompts.emplace_back()); !s.ok()) return s;
+      } else {
+        return FieldError("prompt", absl::StrCat(where, " must be ",
+                                                 strings ? "a string" : "an array of token ids",
+                                                 " as prompt[0] is (a batch is all strings or all "
+                                                 "token id arrays), got ", item.type_name()));
+      }
+    }
   } else {
-    return FieldError("prompt", absl::StrCat("prompt must be a string, an array of one string, or "
-                                             "a non-empty array of token ids, got ",
+    return FieldError("prompt", absl::StrCat("prompt must be a string, an array of token ids, or "
+                                             "a batch (an array of strings or of token id arrays), "
+                                             "got ",
                                              prompt.is_array() && prompt.empty() ? "[]"
                                                                                  : prompt.type_name()));
   }
-  if (!out.prompt_is_ids && out.prompt_text.empty()) {
-    return FieldError("prompt", "prompt must not be empty");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (!prompts[i].is_ids && prompts[i].text.empty()) {
+      return FieldError("prompt", prompts.size() == 1
+                                      ? std::string("prompt must not be empty")
+                                      : absl::StrCat("prompt[", i, "] must not be empty"));
+    }
   }
+  out.prompt_text = std::move(prompts[0].text);
+  out.prompt_ids = std::move(prompts[0].ids);
+  out.prompt_is_ids = prompts[0].is_ids;
+  out.more_prompts.assign(std::make_move_iterator(prompts.begin() + 1),
+                          std::make_move_iterator(prompts.end()));
   return absl::OkStatus();
 }
 
@@ -454,6 +491,12 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
     if (!b.ok()) return b.status();
     out.stream = *b;
   }
+  if (out.stream && !out.more_prompts.empty()) {
+    return FieldError("stream", absl::StrCat("stream is not supported with a batch of ",
+                                             1 + out.more_prompts.size(),
+                                             " prompts (send one streamed request per prompt, "
+                                             "or the batch without stream)"));
+  }
   if (!IsNull(body, "stream_options")) {
     const Json& options = body["stream_options"];
     if (!out.stream) {
@@ -468,6 +511,21 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
       if (!b.ok()) return b.status();
       out.include_usage = *b;
     }
+  }
+  return out;
+}
+
+std::vector<CompletionRequest> SplitBatch(CompletionRequest request) {
+  std::vector<PromptInput> more = std::move(request.more_prompts);
+  request.more_prompts.clear();
+  std::vector<CompletionRequest> out;
+  out.reserve(1 + more.size());
+  out.push_back(request);
+  for (PromptInput& prompt : more) {
+    CompletionRequest& item = out.emplace_back(request);
+    item.prompt_text = std::move(prompt.text);
+    item.prompt_ids = std::move(prompt.ids);
+    item.prompt_is_ids = prompt.is_ids;
   }
   return out;
 }

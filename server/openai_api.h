@@ -30,6 +30,12 @@ constexpr int32_t kOpenAiDefaultMaxTokens = 16;
 constexpr int kRetryAfterSeconds = 1;
 // OpenAI allows at most 4 stop sequences.
 constexpr size_t kOpenAiMaxStops = 4;
+// The most prompts one /v1/completions request may carry (a batch: an
+// array of strings or of token id arrays). They run one after another on
+// the request's thread (server/openai_http_server.cc, Completions), so the
+// cap bounds how long one request holds its thread; lm-evaluation-harness's
+// batch_size is usually 1 to 64.
+constexpr size_t kMaxBatchPrompts = 128;
 // Prompt pieces per Complete message: far below gRPC's message limit
 // (--max_message_bytes, 4 MiB by default) whatever the prompt's size.
 constexpr size_t kPromptPieceBytes = 64 << 10;
@@ -47,11 +53,22 @@ constexpr int kMaxJsonDepth = 64;
 // max_logprobs.
 constexpr int32_t kOpenAiMaxLogprobs = 20;
 
+// One prompt of a batch: text, or token ids.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> ids;
+  bool is_ids = false;
+};
+
 struct CompletionRequest {
-  // One of them: the prompt as text, or as token ids.
+  // One of them: the prompt as text, or as token ids (a batch's first).
   std::string prompt_text;
   std::vector<int32_t> prompt_ids;
   bool prompt_is_ids = false;
+  // A batch's other prompts (`prompt` an array of several strings or id
+  // arrays), in order; each runs as its own completion with the same
+  // options (SplitBatch). Empty for one prompt.
+  std::vector<PromptInput> more_prompts;
   // max_tokens, sampling (temperature, top_k, top_p, seed), stop, ignore_eos.
   drt::v1::GenerateRequest generate;
   // `seed` was given; without it OpenAI samples afresh each time, which the
@@ -81,6 +98,10 @@ struct CompletionRequest {
 // parse or nests deeper than kMaxJsonDepth, and for any field refused, with the field's name in the message and
 // as OpenAiErrorParam; unknown fields are ignored.
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body);
+
+// A batch's completions, one per prompt in order, each with the request's
+// options and no more_prompts; one prompt: the request itself.
+std::vector<CompletionRequest> SplitBatch(CompletionRequest request);
 
 // The Complete messages for `request`: the options first, then the prompt in
 // pieces of at most kPromptPieceBytes (text_bytes) or kPromptPieceIds ids.

@@ -714,13 +714,14 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // (CheckPromptIds). The service would refuse it too, but only once the
   // 16 Ki-id pieces before it had run, naming the index within its piece.
   // False with `res` set when refused or when GetModelInfo fails.
+  // `name`: the prompt's in the request ("prompt", or "prompt[i]" in a batch).
   bool PromptIdsAccepted(const httplib::Request& req, const CompletionRequest& request,
-                         httplib::Response& res) {
+                         const std::string& name, httplib::Response& res) {
     if (!request.prompt_is_ids) return true;
     drt::v1::ModelInfo info;
     if (!ModelFacts(req, info, res)) return false;
-    const absl::Status ids =
-        CheckPromptIds(request.prompt_ids, info.vocab_size(), info.chunk_id(), info.pad_id());
+    const absl::Status ids = CheckPromptIds(request.prompt_ids, info.vocab_size(),
+                                            info.chunk_id(), info.pad_id(), name);
     if (ids.ok()) return true;
     SendError(res, ids);
     return false;
@@ -755,72 +756,131 @@ class OpenAiHttpServer::Server : public httplib::Server {
     return true;
   }
 
-  void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
-    absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(body);
-    if (!request.ok()) return SendError(res, request.status());
-    if (!ModelServed(request->model, res)) return;
-    if (!PromptIdsAccepted(req, *request, res)) return;
-    if (!RoomForMaxTokens(req, *request, res)) return;
-    if (!SpellPromptIds(req, *request, res)) return;
-    std::random_device random;
-    // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
-    // (0) would repeat one answer.
-    if (!request->seed_given) {
-      request->generate.mutable_sampling()->set_seed((uint64_t{random()} << 32) | random());
-    }
-    CompletionHeader header{absl::StrCat("cmpl-", RandomHex(random, 24)),
-                            static_cast<int64_t>(std::time(nullptr)), options_.model_name};
-
-    auto call = std::make_shared<CompleteCall>(calls_);
-    Authorize(req, call->context);
-    call->stream = stub_->Complete(&call->context);
+  // One completion's Complete call, begun: the messages written and the
+  // first answer read (the prompt's scores before it kept in `progress`).
+  struct StartedCall {
+    std::shared_ptr<CompleteCall> call;
+    std::shared_ptr<CompletionProgress> progress;
+    drt::v1::GenerateResponse first;
+  };
+  // Starts `request`'s Complete call. An error before the first answer
+  // (after the prompt ran) is the call's status.
+  absl::StatusOr<StartedCall> StartCall(const httplib::Request& req,
+                                        const CompletionRequest& request) {
+    StartedCall started;
+    started.call = std::make_shared<CompleteCall>(calls_);
+    CompleteCall& call = *started.call;
+    Authorize(req, call.context);
+    call.stream = stub_->Complete(&call.context);
     if (const socket_t sock = ThisThreadsSocket(); sock != INVALID_SOCKET) {
-      call->watch = std::make_unique<DisconnectWatch>(
-          sock, [context = &call->context] { context->TryCancel(); });
+      call.watch = std::make_unique<DisconnectWatch>(
+          sock, [context = &call.context] { context->TryCancel(); });
     }
-    for (const drt::v1::CompleteRequest& message : CompleteMessages(*request)) {
-      if (!call->stream->Write(message)) break;  // the call ended: Finish says why
+    for (const drt::v1::CompleteRequest& message : CompleteMessages(request)) {
+      if (!call.stream->Write(message)) break;  // the call ended: Finish says why
     }
-    call->stream->WritesDone();
+    call.stream->WritesDone();
     // The first answer (after the prompt ran) decides the HTTP status: an
     // error before it is a plain error response. The prompt's scores (echo)
     // come during the prompt, so they are kept, not taken as that answer.
-    auto progress = std::make_shared<CompletionProgress>(*request);
-    drt::v1::GenerateResponse first;
-    bool answered = call->stream->Read(&first);
-    while (answered && first.has_prompt_logprobs()) {
-      progress->Take(first);
-      answered = call->stream->Read(&first);
+    started.progress = std::make_shared<CompletionProgress>(request);
+    bool answered = call.stream->Read(&started.first);
+    while (answered && started.first.has_prompt_logprobs()) {
+      started.progress->Take(started.first);
+      answered = call.stream->Read(&started.first);
     }
     if (!answered) {
-      const grpc::Status status = call->Finish();
-      return SendError(res, status.ok() ? absl::InternalError("Complete ended without an answer")
-                                        : FromGrpc(status));
+      const grpc::Status status = call.Finish();
+      return status.ok() ? absl::InternalError("Complete ended without an answer")
+                         : FromGrpc(status);
     }
-    if (!request->stream) {
-      std::vector<std::string> texts(request->n);
-      drt::v1::GenerateResponse response = first;
-      do {
-        if (auto taken = progress->Take(response); taken.has_value()) {
-          texts[taken->choice] += taken->text;
-        }
-      } while (call->stream->Read(&response));
-      const grpc::Status status = call->Finish();
-      if (!status.ok()) return SendError(res, FromGrpc(status));
-      if (!progress->status.ok()) return SendError(res, progress->status);
-      if (!progress->all_done()) {
-        return SendError(res, absl::InternalError("Complete ended without its final message"));
+    return started;
+  }
+
+  // A started call read to its end: its choices and usage.
+  struct FinishedCall {
+    std::vector<CompletionChoice> choices;
+    Usage usage;
+  };
+  absl::StatusOr<FinishedCall> ReadToEnd(StartedCall& started, int32_t n) {
+    CompletionProgress& progress = *started.progress;
+    std::vector<std::string> texts(n);
+    drt::v1::GenerateResponse response = started.first;
+    do {
+      if (auto taken = progress.Take(response); taken.has_value()) {
+        texts[taken->choice] += taken->text;
       }
+    } while (started.call->stream->Read(&response));
+    const grpc::Status status = started.call->Finish();
+    if (!status.ok()) return FromGrpc(status);
+    if (!progress.status.ok()) return progress.status;
+    if (!progress.all_done()) {
+      return absl::InternalError("Complete ended without its final message");
+    }
+    FinishedCall out;
+    for (int32_t i = 0; i < n; ++i) {
+      ChoiceProgress& c = progress.choices[i];
+      out.choices.push_back({std::move(texts[i]), c.finish_reason(), c.TakeLogprobs()});
+    }
+    out.usage = progress.usage();
+    return out;
+  }
+
+  void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    absl::StatusOr<CompletionRequest> parsed = ParseCompletionRequest(body);
+    if (!parsed.ok()) return SendError(res, parsed.status());
+    if (!ModelServed(parsed->model, res)) return;
+    // A batch's prompts run one after another, each as a request of its own
+    // (docs/api.md, "Batches"); every prompt is checked before any runs.
+    std::vector<CompletionRequest> items = SplitBatch(*std::move(parsed));
+    const bool batch = items.size() > 1;
+    std::random_device random;
+    for (size_t i = 0; i < items.size(); ++i) {
+      CompletionRequest& item = items[i];
+      if (!PromptIdsAccepted(req, item, batch ? absl::StrCat("prompt[", i, "]") : "prompt", res)) {
+        return;
+      }
+      if (!RoomForMaxTokens(req, item, res)) return;
+      if (!SpellPromptIds(req, item, res)) return;
+      // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
+      // (0) would repeat one answer.
+      if (!item.seed_given) {
+        item.generate.mutable_sampling()->set_seed((uint64_t{random()} << 32) | random());
+      }
+    }
+    CompletionHeader header{absl::StrCat("cmpl-", RandomHex(random, 24)),
+                            static_cast<int64_t>(std::time(nullptr)), options_.model_name};
+    if (batch) {
+      // Prompt i's choice j is choice i*n+j (OpenAI's and vLLM's order);
+      // usage sums the prompts'.
       std::vector<CompletionChoice> choices;
-      for (int32_t i = 0; i < request->n; ++i) {
-        ChoiceProgress& c = progress->choices[i];
-        choices.push_back({std::move(texts[i]), c.finish_reason(), c.TakeLogprobs()});
+      Usage usage;
+      for (const CompletionRequest& item : items) {
+        absl::StatusOr<StartedCall> started = StartCall(req, item);
+        if (!started.ok()) return SendError(res, started.status());
+        absl::StatusOr<FinishedCall> finished = ReadToEnd(*started, item.n);
+        if (!finished.ok()) return SendError(res, finished.status());
+        for (CompletionChoice& c : finished->choices) choices.push_back(std::move(c));
+        usage.prompt_tokens += finished->usage.prompt_tokens;
+        usage.completion_tokens += finished->usage.completion_tokens;
       }
-      res.set_content(CompletionJson(header, choices, progress->usage()), kJson);
+      res.set_content(CompletionJson(header, choices, usage), kJson);
       return;
     }
+    const CompletionRequest& request = items[0];
+    absl::StatusOr<StartedCall> started = StartCall(req, request);
+    if (!started.ok()) return SendError(res, started.status());
+    if (!request.stream) {
+      absl::StatusOr<FinishedCall> finished = ReadToEnd(*started, request.n);
+      if (!finished.ok()) return SendError(res, finished.status());
+      res.set_content(CompletionJson(header, finished->choices, finished->usage), kJson);
+      return;
+    }
+    std::shared_ptr<CompleteCall> call = started->call;
+    std::shared_ptr<CompletionProgress> progress = started->progress;
+    const drt::v1::GenerateResponse first = started->first;
     res.set_header("Cache-Control", "no-cache");
-    const bool include_usage = request->include_usage;
+    const bool include_usage = request.include_usage;
     res.set_chunked_content_provider(
         "text/event-stream",
         [call, progress, header, include_usage, first](size_t, httplib::DataSink& sink) {

@@ -161,12 +161,12 @@ absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, in
 }
 
 absl::Status CheckPromptIds(const std::vector<int32_t>& ids, int64_t vocab_size, int64_t chunk_id,
-                            int64_t pad_id) {
+                            int64_t pad_id, absl::string_view name) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = ids[i];
     if (id >= 0 && id < vocab_size && id != chunk_id && id != pad_id) continue;
     // Only a refused id costs a string (review-userfix U6).
-    const std::string at = absl::StrCat("prompt[", i, "]: token ", id);
+    const std::string at = absl::StrCat(name, "[", i, "]: token ", id);
     if (id < 0 || id >= vocab_size) {
       return FieldError("prompt",
                         absl::StrCat(at, " is outside the vocabulary [0, ", vocab_size, ")"));

@@ -61,8 +61,9 @@ absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, in
 // refuses in a prompt: outside [0, vocab_size), the landmark id (chunk_id)
 // or the pad id. Param "prompt", naming prompt[INDEX] as the request holds
 // it (the service would name the index within its 16 Ki-id piece, after
-// running the pieces before it). OK when every id may stand in a prompt.
+// running the pieces before it); `name` is the prompt's ("prompt[2]" for a
+// batch's third: prompt[2][INDEX]). OK when every id may stand in a prompt.
 absl::Status CheckPromptIds(const std::vector<int32_t>& ids, int64_t vocab_size, int64_t chunk_id,
-                            int64_t pad_id);
+                            int64_t pad_id, absl::string_view name = "prompt");
 
 }  // namespace drt::server

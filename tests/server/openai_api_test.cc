@@ -139,6 +139,59 @@ TEST_CASE("openai request: token id prompts", "[openai]") {
   CHECK(r->prompt_ids == std::vector<int32_t>{1, 2, 255, 0});
 }
 
+TEST_CASE("openai request: an array of one id array is one prompt, as lm-eval sends it",
+          "[openai]") {
+  auto r = ParseCompletionRequest(R"({"prompt":[[84,104,101,32]],"max_tokens":1,"echo":true,
+      "logprobs":1,"temperature":0,"seed":1234})");
+  REQUIRE(r.ok());
+  CHECK(r->prompt_is_ids);
+  CHECK(r->prompt_ids == std::vector<int32_t>{84, 104, 101, 32});
+  CHECK(r->more_prompts.empty());
+  CHECK(SplitBatch(*r).size() == 1);
+}
+
+TEST_CASE("openai request: a batch splits into one request per prompt in order", "[openai]") {
+  auto ids = ParseCompletionRequest(R"({"prompt":[[1,2],[3],[4,5,6]],"max_tokens":3,"n":2,
+      "echo":true,"logprobs":2,"stop":["x"],"seed":9})");
+  REQUIRE(ids.ok());
+  const std::vector<CompletionRequest> items = SplitBatch(*ids);
+  REQUIRE(items.size() == 3);
+  const std::vector<std::vector<int32_t>> want = {{1, 2}, {3}, {4, 5, 6}};
+  for (size_t i = 0; i < items.size(); ++i) {
+    INFO("prompt " << i);
+    CHECK(items[i].prompt_is_ids);
+    CHECK(items[i].prompt_ids == want[i]);
+    CHECK(items[i].more_prompts.empty());
+    // The request's options, each.
+    CHECK(items[i].n == 2);
+    CHECK(items[i].echo);
+    CHECK(items[i].logprobs == 2);
+    CHECK(items[i].generate.max_tokens() == 3);
+    CHECK(items[i].generate.stop_size() == 1);
+    CHECK(items[i].generate.sampling().seed() == 9);
+  }
+  auto texts = ParseCompletionRequest(R"({"prompt":["a","bc"]})");
+  REQUIRE(texts.ok());
+  const std::vector<CompletionRequest> text_items = SplitBatch(*texts);
+  REQUIRE(text_items.size() == 2);
+  CHECK(text_items[0].prompt_text == "a");
+  CHECK(text_items[1].prompt_text == "bc");
+  CHECK_FALSE(text_items[1].prompt_is_ids);
+}
+
+TEST_CASE("openai request: a batch over 128 prompts is refused naming prompt", "[openai]") {
+  Json body = {{"prompt", Json::array()}};
+  for (size_t i = 0; i < kMaxBatchPrompts; ++i) body["prompt"].push_back(Json::array({1, 2}));
+  CHECK(ParseCompletionRequest(body.dump()).ok());
+  body["prompt"].push_back(Json::array({1, 2}));
+  auto refused = ParseCompletionRequest(body.dump());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(OpenAiErrorParam(refused.status()) == "prompt");
+  CHECK(std::string(refused.status().message()) ==
+        "prompt: a batch of 129 prompts; at most 128 are run per request (send the rest in "
+        "another)");
+}
+
 TEST_CASE("openai request: every refusal names its field", "[openai]") {
   // Each body differs from an accepted one in one field.
   REQUIRE(RefusedField(R"({"prompt":"x"})").empty());
@@ -147,8 +200,14 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
       {R"({"prompt":null})", "prompt"},
       {R"({"prompt":""})", "prompt"},
       {R"({"prompt":[]})", "prompt"},
-      {R"({"prompt":["a","b"]})", "prompt"},
-      {R"({"prompt":[[1,2]]})", "prompt"},
+      // Batches: all strings or all id arrays, none empty, at most 128.
+      {R"({"prompt":["a",[1]]})", "prompt"},
+      {R"({"prompt":[[1],"a"]})", "prompt"},
+      {R"({"prompt":[[1],[]]})", "prompt"},
+      {R"({"prompt":["a",""]})", "prompt"},
+      {R"({"prompt":[[1],[2,-1]]})", "prompt"},
+      {R"({"prompt":[[[1]]]})", "prompt"},
+      {R"({"prompt":["a","b"],"stream":true})", "stream"},
       {R"({"prompt":[1,-2]})", "prompt"},
       {R"({"prompt":[1,2.5]})", "prompt"},
       {R"({"prompt":[1,"a"]})", "prompt"},
