@@ -31,6 +31,7 @@
 #include "server/openai_tokenize.h"
 #include "server/session_manager.h"
 #include "server/stop_text_cutter.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace drt::server {
 namespace {
@@ -39,8 +40,8 @@ using Clock = std::chrono::steady_clock;
 constexpr char kJson[] = "application/json";
 // What the API serves, for the 404s and 405s that name it.
 constexpr char kServed[] =
-    "served: POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize (also "
-    "as /v1/tokenize, /v1/detokenize), GET /health";
+    "served: POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize, "
+    "GET /tokenizer_info (also as /v1/tokenize, /v1/detokenize, /v1/tokenizer_info), GET /health";
 // The paths of the probe endpoint (--http_listen), which a 404 here points to.
 bool IsProbePath(const std::string& path) {
   return path == "/healthz" || path == "/livez" || path == "/metrics";
@@ -58,6 +59,11 @@ std::string NoSuchPath(const httplib::Request& req) {
 bool IsTokenizerPath(const std::string& path) {
   return path == "/tokenize" || path == "/detokenize" || path == "/v1/tokenize" ||
          path == "/v1/detokenize";
+}
+// vLLM's GET /tokenizer_info (lm-evaluation-harness's "remote" tokenizer
+// asks for it), and the same under /v1/.
+bool IsTokenizerInfoPath(const std::string& path) {
+  return path == "/tokenizer_info" || path == "/v1/tokenizer_info";
 }
 // The routes that take a request body.
 bool TakesBody(const httplib::Request& req) {
@@ -314,6 +320,11 @@ class OpenAiHttpServer::Server : public httplib::Server {
     Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       Models(req, res);
     });
+    for (const char* path : {"/tokenizer_info", "/v1/tokenizer_info"}) {
+      Get(path, [this](const httplib::Request& req, httplib::Response& res) {
+        TokenizerInfo(req, res);
+      });
+    }
     // The probe endpoint's readiness answer (/healthz), for clients and
     // load balancers that look for vLLM's /health on the API's port. No
     // credentials needed, as on the probe endpoint (pre-routing handler).
@@ -374,13 +385,16 @@ class OpenAiHttpServer::Server : public httplib::Server {
       if (req.path == "/v1/chat/completions") {
         ChatNotServed(res);
       } else if (req.path == "/v1/completions" || req.path == "/v1/models" ||
-                 req.path == "/health" || IsTokenizerPath(req.path)) {
+                 req.path == "/health" || IsTokenizerPath(req.path) ||
+                 IsTokenizerInfoPath(req.path)) {
         res.status = 405;
-        res.set_header("Allow",
-                       req.path == "/v1/models" || req.path == "/health" ? "GET" : "POST");
+        res.set_header("Allow", req.path == "/v1/models" || req.path == "/health" ||
+                                        IsTokenizerInfoPath(req.path)
+                                    ? "GET"
+                                    : "POST");
         res.set_content(ErrorJson(absl::StrCat(req.method, " ", req.path, " with a request body "
                                                "is not served (", kServed,
-                                               "; GET /v1/models and GET /health without a body)"),
+                                               "; GET /v1/models, GET /tokenizer_info and GET /health without a body)"),
                                   "invalid_request_error", "", "method_not_allowed"),
                         kJson);
       } else {
@@ -754,6 +768,31 @@ class OpenAiHttpServer::Server : public httplib::Server {
     }
     request.prompt_text = SpellTokenBytes(pieces);
     return true;
+  }
+
+  // GET /tokenizer_info: vLLM's answer from GetModelInfo, its eos_token
+  // the first of the spellings a tokenizer.json names its end-of-text
+  // token by (kEosSpellings) that the service's Tokenize turns into the
+  // eos id alone; none does for the byte models (null).
+  void TokenizerInfo(const httplib::Request& req, httplib::Response& res) {
+    drt::v1::ModelInfo info;
+    if (!ModelFacts(req, info, res)) return;
+    std::optional<std::string> eos;
+    for (const std::string_view spelling : kEosSpellings) {
+      if (info.eos_id() < 0) break;
+      grpc::ClientContext context;
+      Authorize(req, context);
+      drt::v1::TokenizeRequest tokenize;
+      tokenize.set_text(std::string(spelling));
+      drt::v1::TokenizeResponse ids;
+      const grpc::Status status = stub_->Tokenize(&context, tokenize, &ids);
+      if (!status.ok()) return SendError(res, FromGrpc(status));
+      if (ids.ids_size() == 1 && ids.ids(0) == info.eos_id()) {
+        eos = std::string(spelling);
+        break;
+      }
+    }
+    res.set_content(TokenizerInfoJson(info, eos), kJson);
   }
 
   // One completion's Complete call, begun: the messages written and the

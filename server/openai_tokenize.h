@@ -40,6 +40,18 @@ absl::StatusOr<DetokenizeHttpRequest> ParseDetokenizeBody(absl::string_view body
 std::string TokenizeJson(const drt::v1::TokenizeResponse& response);
 std::string DetokenizeJson(const drt::v1::DetokenizeResponse& response);
 
+// vLLM's GET /tokenizer_info answer (its tokenizer_config.json keys, the
+// ones lm-evaluation-harness's "remote" tokenizer reads): tokenizer_class
+// (ModelInfo.tokenizer), model_max_length (max_context_tokens), eos_token
+// (`eos_spelling`: the text that /tokenize turns into the eos id; null when
+// no text does, as with the byte models, whose eos id has no spelling),
+// bos_token, pad_token and unk_token null (drt-server adds no BOS, and the
+// pad id cannot be written in a prompt), add_bos_token and add_eos_token
+// false; and the ids: vocab_size, eos_token_id (null when the model has
+// none), pad_token_id.
+std::string TokenizerInfoJson(const drt::v1::ModelInfo& info,
+                              const std::optional<std::string>& eos_spelling);
+
 // The padding the service adds before generating after a prompt of
 // `prompt_tokens` (drt_service.cc, RunGeneration): up to the next multiple
 // of `chunk_size` when `pad` (the request's pad_to_chunk_boundary, else the

@@ -5,7 +5,8 @@
 // parse) against the gRPC Append's prompt_logprobs; generate_until ([[ids]]
 // with `until` stops) against the same request's text cut by hand; batches
 // of several prompts, their choices indexed prompt i, choice j -> i*n+j,
-// usage summed, each equal to the prompt sent alone.
+// usage summed, each equal to the prompt sent alone; /tokenizer_info and the
+// calls lm-eval's remote tokenizer makes.
 #include <catch2/catch.hpp>
 
 #include <httplib.h>
@@ -197,6 +198,62 @@ TEST_CASE("openai lmeval: a batch with a bad prompt is refused naming it before 
   const Json streamed =
       server.Complete({{"prompt", {"a", "b"}}, {"max_tokens", 1}, {"stream", true}}, 400);
   CHECK(streamed["error"]["param"] == "stream");
+}
+
+// lm-evaluation-harness's "remote" tokenizer (lm_eval/utils.py,
+// RemoteTokenizer and check_remote_tokenizer_support): GET /tokenizer_info
+// must answer an object with an eos_token key, then POST /tokenize
+// {"prompt", "add_special_tokens": false} a "tokens" list and /detokenize
+// {"tokens"} a "prompt" string. The fields against GetModelInfo.
+TEST_CASE("openai lmeval: /tokenizer_info answers vLLM's fields from GetModelInfo",
+          "[openai][server]") {
+  LmEvalServer server;
+  drt::v1::ModelInfo info;
+  {
+    grpc::ClientContext context;
+    REQUIRE(server.grpc.stub().GetModelInfo(&context, drt::v1::GetModelInfoRequest(), &info).ok());
+  }
+  for (const char* path : {"/tokenizer_info", "/v1/tokenizer_info"}) {
+    INFO(path);
+    auto res = server.client->Get(path);
+    REQUIRE(res);
+    INFO(res->body);
+    REQUIRE(res->status == 200);
+    CHECK(res->get_header_value("Content-Type") == "application/json");
+    const Json answer = Json::parse(res->body);
+    REQUIRE(answer.is_object());
+    CHECK(answer["tokenizer_class"] == info.tokenizer());
+    CHECK(answer["model_max_length"] == info.max_context_tokens());
+    CHECK(answer["vocab_size"] == info.vocab_size());
+    // The fixture's tokenizer has no end-of-text id (-1): null.
+    REQUIRE(info.eos_id() == -1);
+    CHECK(answer["eos_token_id"].is_null());
+    CHECK(answer["pad_token_id"] == info.pad_id());
+    // No eos id, so no spelling: eos_token null, present (lm-eval checks
+    // the key; unit case in openai_tokenize_test.cc for a spelled one).
+    REQUIRE(answer.contains("eos_token"));
+    CHECK(answer["eos_token"].is_null());
+    CHECK(answer["bos_token"].is_null());
+    CHECK(answer["pad_token"].is_null());
+    CHECK(answer["add_bos_token"] == false);
+  }
+  // What the remote tokenizer calls next.
+  auto tokenized = server.client->Post(
+      "/tokenize", Json{{"prompt", "test"}, {"add_special_tokens", false}}.dump(),
+      "application/json");
+  REQUIRE(tokenized);
+  REQUIRE(tokenized->status == 200);
+  CHECK(Json::parse(tokenized->body)["tokens"] == std::vector<int32_t>{'t', 'e', 's', 't'});
+  auto detokenized = server.client->Post(
+      "/detokenize", Json{{"tokens", {'t', 'e', 's', 't'}}}.dump(), "application/json");
+  REQUIRE(detokenized);
+  REQUIRE(detokenized->status == 200);
+  CHECK(Json::parse(detokenized->body)["prompt"] == "test");
+  // A body or another method is refused, naming the served paths.
+  auto posted = server.client->Post("/tokenizer_info", "{}", "application/json");
+  REQUIRE(posted);
+  CHECK(posted->status == 405);
+  CHECK(posted->get_header_value("Allow") == "GET");
 }
 
 }  // namespace
