@@ -92,6 +92,12 @@ struct CompletionRequest {
   // loglikelihood request.
   bool echo = false;
   bool prompt_only = false;
+  // vLLM's `prompt_logprobs` (0 to 20): each choice's "prompt_logprobs"
+  // lists the prompt tokens' scores (PromptLogprobsJson); unset: none.
+  std::optional<int32_t> prompt_logprobs;
+  // vLLM's `include_stop_str_in_output`: the text keeps the stop string
+  // that ended it.
+  bool include_stop_str = false;
 };
 
 // Parses a /v1/completions body. INVALID_ARGUMENT for JSON that does not
@@ -203,6 +209,17 @@ class LogprobsCollector {
 // character split between two pieces is read whole).
 std::string SpellTokenBytes(const std::vector<std::string>& pieces);
 
+// vLLM's `prompt_logprobs` for a choice from Complete's prompt score
+// events, in order: one element per prompt token, null for a token with no
+// score (the first: nothing before it), else an object keyed by token id
+// (as a string): the token itself and the `top` best alternatives (OpenAI
+// keys by text, vLLM by id), each {"logprob", "rank", "decoded_token"};
+// rank is the 1-based place among the alternatives, null for the token
+// itself when it is not among them (its exact rank is not computed).
+// INTERNAL when an event lacks a token's scores.
+absl::StatusOr<std::string> PromptLogprobsJson(const std::vector<drt::v1::PromptLogprobs>& events,
+                                               int32_t top);
+
 // What every answer object of one completion shares.
 struct CompletionHeader {
   std::string id;  // "cmpl-..."
@@ -221,6 +238,9 @@ struct CompletionChoice {
   std::string text;
   std::string finish_reason;
   std::optional<ChoiceLogprobs> logprobs;  // nullopt: "logprobs" null (not asked for)
+  // PromptLogprobsJson's list, written as the choice's "prompt_logprobs";
+  // nullopt: no such key (not asked for).
+  std::optional<std::string> prompt_logprobs_json;
 };
 
 // `logprobs` null leaves the choice's "logprobs" null (not asked for).

@@ -163,7 +163,8 @@ struct CompleteCall {
 struct ChoiceProgress {
   explicit ChoiceProgress(const CompletionRequest& request)
       : cutter(std::vector<std::string>(request.generate.stop().begin(),
-                                        request.generate.stop().end())) {
+                                        request.generate.stop().end()),
+               request.include_stop_str) {
     if (request.logprobs.has_value()) logprobs.emplace(*request.logprobs);
   }
   StopTextCutter cutter;
@@ -841,7 +842,8 @@ class OpenAiHttpServer::Server : public httplib::Server {
     std::vector<CompletionChoice> choices;
     Usage usage;
   };
-  absl::StatusOr<FinishedCall> ReadToEnd(StartedCall& started, int32_t n) {
+  absl::StatusOr<FinishedCall> ReadToEnd(StartedCall& started, const CompletionRequest& request) {
+    const int32_t n = request.n;
     CompletionProgress& progress = *started.progress;
     std::vector<std::string> texts(n);
     drt::v1::GenerateResponse response = started.first;
@@ -856,10 +858,19 @@ class OpenAiHttpServer::Server : public httplib::Server {
     if (!progress.all_done()) {
       return absl::InternalError("Complete ended without its final message");
     }
+    // vLLM's prompt_logprobs: the same list in every choice.
+    std::optional<std::string> prompt_logprobs;
+    if (request.prompt_logprobs.has_value()) {
+      absl::StatusOr<std::string> json =
+          PromptLogprobsJson(progress.prompt_scores, *request.prompt_logprobs);
+      if (!json.ok()) return json.status();
+      prompt_logprobs = *std::move(json);
+    }
     FinishedCall out;
     for (int32_t i = 0; i < n; ++i) {
       ChoiceProgress& c = progress.choices[i];
-      out.choices.push_back({std::move(texts[i]), c.finish_reason(), c.TakeLogprobs()});
+      out.choices.push_back(
+          {std::move(texts[i]), c.finish_reason(), c.TakeLogprobs(), prompt_logprobs});
     }
     out.usage = progress.usage();
     return out;
@@ -897,7 +908,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
       for (const CompletionRequest& item : items) {
         absl::StatusOr<StartedCall> started = StartCall(req, item);
         if (!started.ok()) return SendError(res, started.status());
-        absl::StatusOr<FinishedCall> finished = ReadToEnd(*started, item.n);
+        absl::StatusOr<FinishedCall> finished = ReadToEnd(*started, item);
         if (!finished.ok()) return SendError(res, finished.status());
         for (CompletionChoice& c : finished->choices) choices.push_back(std::move(c));
         usage.prompt_tokens += finished->usage.prompt_tokens;
@@ -910,7 +921,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
     absl::StatusOr<StartedCall> started = StartCall(req, request);
     if (!started.ok()) return SendError(res, started.status());
     if (!request.stream) {
-      absl::StatusOr<FinishedCall> finished = ReadToEnd(*started, request.n);
+      absl::StatusOr<FinishedCall> finished = ReadToEnd(*started, request);
       if (!finished.ok()) return SendError(res, finished.status());
       res.set_content(CompletionJson(header, finished->choices, finished->usage), kJson);
       return;

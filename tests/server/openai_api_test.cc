@@ -192,6 +192,31 @@ TEST_CASE("openai request: a batch over 128 prompts is refused naming prompt", "
         "another)");
 }
 
+TEST_CASE("openai request: vLLM's extensions at their neutral values are taken", "[openai]") {
+  auto r = ParseCompletionRequest(R"({"prompt":"x","use_beam_search":false,"stop_token_ids":[],
+      "min_tokens":0,"include_stop_str_in_output":false,"prompt_logprobs":null})");
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->prompt_logprobs.has_value());
+  CHECK_FALSE(r->include_stop_str);
+  CHECK_FALSE(CompleteMessages(*r)[0].has_prompt_logprobs());
+  auto scored = ParseCompletionRequest(R"({"prompt":"x","prompt_logprobs":0,
+      "include_stop_str_in_output":true})");
+  REQUIRE(scored.ok());
+  CHECK(scored->prompt_logprobs == 0);
+  CHECK(scored->include_stop_str);
+  // Complete scores the prompt, with 1 alternative at least (the events
+  // carry each token's bytes beside them), without echo.
+  const drt::v1::CompleteRequest first = CompleteMessages(*scored)[0];
+  REQUIRE(first.has_prompt_logprobs());
+  CHECK(first.prompt_logprobs() == 1);
+  CHECK_FALSE(first.prompt_only());
+  // With echo's logprobs the larger of the two.
+  auto both = ParseCompletionRequest(R"({"prompt":"x","prompt_logprobs":3,"echo":true,
+      "logprobs":5})");
+  REQUIRE(both.ok());
+  CHECK(CompleteMessages(*both)[0].prompt_logprobs() == 5);
+}
+
 TEST_CASE("openai request: every refusal names its field", "[openai]") {
   // Each body differs from an accepted one in one field.
   REQUIRE(RefusedField(R"({"prompt":"x"})").empty());
@@ -273,6 +298,18 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
       {R"({"prompt":"x","min_p":1.5})", "min_p"},
       {R"({"prompt":"x","min_p":-0.1})", "min_p"},
       {R"({"prompt":"x","repetition_penalty":1.1})", "repetition_penalty"},
+      // vLLM's extensions: refused unless neutral, or out of range.
+      {R"({"prompt":"x","use_beam_search":true})", "use_beam_search"},
+      {R"({"prompt":"x","use_beam_search":0})", "use_beam_search"},
+      {R"({"prompt":"x","stop_token_ids":[5]})", "stop_token_ids"},
+      {R"({"prompt":"x","stop_token_ids":5})", "stop_token_ids"},
+      {R"({"prompt":"x","min_tokens":3})", "min_tokens"},
+      {R"({"prompt":"x","min_tokens":"0"})", "min_tokens"},
+      {R"({"prompt":"x","prompt_logprobs":21})", "prompt_logprobs"},
+      {R"({"prompt":"x","prompt_logprobs":-1})", "prompt_logprobs"},
+      {R"({"prompt":"x","prompt_logprobs":true})", "prompt_logprobs"},
+      {R"({"prompt":"x","prompt_logprobs":1,"stream":true})", "prompt_logprobs"},
+      {R"({"prompt":"x","include_stop_str_in_output":"yes"})", "include_stop_str_in_output"},
       {R"({"prompt":"x","model":3})", "model"},
       {R"({"prompt":"x","ignore_eos":"no"})", "ignore_eos"},
   };
@@ -662,21 +699,27 @@ bool WholeCharacters(const std::string& s) {
 // Feeds `pieces` to a cutter; returns what it handed out, piece by piece
 // (the last entry is Finish's).
 std::vector<std::string> Feed(const std::vector<std::string>& stops,
-                              const std::vector<std::string>& pieces) {
-  StopTextCutter cutter(stops);
+                              const std::vector<std::string>& pieces, bool include_stop = false) {
+  StopTextCutter cutter(stops, include_stop);
   std::vector<std::string> out;
   for (const std::string& piece : pieces) out.push_back(cutter.Push(piece));
   out.push_back(cutter.Finish());
   return out;
 }
 
-// The reference: the whole text cut at the earliest occurrence of any stop.
-std::string NaiveCut(const std::string& text, const std::vector<std::string>& stops) {
-  size_t cut = text.size();
+// The reference: the whole text cut at the earliest occurrence of any stop
+// (with `include_stop`, after it: of stops starting there, the shortest).
+std::string NaiveCut(const std::string& text, const std::vector<std::string>& stops,
+                     bool include_stop = false) {
+  size_t start = text.size(), cut = text.size();
   for (const std::string& stop : stops) {
     for (size_t at = 0; at + stop.size() <= text.size(); ++at) {
       if (text.compare(at, stop.size(), stop) == 0) {
-        cut = std::min(cut, at);
+        const size_t end = include_stop ? at + stop.size() : at;
+        if (at < start || (at == start && end < cut)) {
+          start = at;
+          cut = end;
+        }
         break;
       }
     }
@@ -709,6 +752,19 @@ TEST_CASE("stop cutter: a stop split across pieces is never handed out", "[opena
   CHECK(Join(Feed({" b\xc3\xa9", "b"}, {"x ", "b"})) == "x ");  // the text ends there
   // The earliest of several stops wins, wherever each one is.
   CHECK(Join(Feed({"world", "lo w"}, {"hel", "lo world"})) == "hel");
+}
+
+TEST_CASE("stop cutter: include_stop keeps the stop that matched and nothing after it",
+          "[openai]") {
+  CHECK(Join(Feed({"STOP"}, {"hello ST", "OP world"}, true)) == "hello STOP");
+  // The earliest start wins; of two starting there, the shortest, whatever
+  // the order or the pieces.
+  CHECK(Join(Feed({"world", "lo w"}, {"hel", "lo world"}, true)) == "hello w");
+  CHECK(Join(Feed({"ab", "abc"}, {"xabc"}, true)) == "xab");
+  CHECK(Join(Feed({"abc", "ab"}, {"xabc"}, true)) == "xab");
+  CHECK(Join(Feed({"abc", "ab"}, {"xa", "bc"}, true)) == "xab");
+  // Matched only at the end (Finish).
+  CHECK(Join(Feed({" b\xc3\xa9", "b"}, {"x ", "b"}, true)) == "x b");
 }
 
 TEST_CASE("stop cutter: a multi-byte character at the boundary is never split", "[openai]") {
@@ -747,12 +803,15 @@ TEST_CASE("stop cutter: equals a naive cut of the whole text, however split", "[
     }
     const std::string expected = NaiveCut(text, stops);
     if (expected.size() < text.size()) ++cut_cases;
-    const auto out = Feed(stops, pieces);
     std::string all_stops;
     for (const std::string& stop : stops) all_stops += "[" + stop + "]";
     INFO("text " << text << " stops " << all_stops << " pieces " << pieces.size());
-    REQUIRE(Join(out) == expected);
-    for (const std::string& part : out) REQUIRE(WholeCharacters(part));
+    for (const bool include : {false, true}) {
+      INFO("include_stop " << include);
+      const auto out = Feed(stops, pieces, include);
+      REQUIRE(Join(out) == NaiveCut(text, stops, include));
+      for (const std::string& part : out) REQUIRE(WholeCharacters(part));
+    }
   }
   // The draw exercised cuts often, and texts without any too.
   CHECK(cut_cases > 1000);

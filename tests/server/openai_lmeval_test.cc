@@ -148,6 +148,75 @@ TEST_CASE("openai lmeval: the generate_until payload stops at its until strings"
                                     {"seed", 1234}});
   CHECK(cut["choices"][0]["text"] == want);
   CHECK(cut["choices"][0]["finish_reason"] == "stop");
+  // vLLM's include_stop_str_in_output: the stop string stays.
+  const Json kept = server.Complete({{"prompt", Json::array({prompt})}, {"max_tokens", 24},
+                                     {"temperature", 0}, {"stop", until},
+                                     {"include_stop_str_in_output", true}});
+  CHECK(kept["choices"][0]["text"] == want + stop);
+  CHECK(kept["choices"][0]["finish_reason"] == "stop");
+}
+
+// vLLM's prompt_logprobs: the prompt's scores without its text, one entry
+// per prompt token (null first), keyed by token id, against the gRPC
+// Append's scores and alternatives.
+TEST_CASE("openai lmeval: prompt_logprobs scores the prompt as the gRPC Append does",
+          "[openai][server][score]") {
+  LmEvalServer server;
+  const std::vector<int32_t> ids = testing::RandomTokens(90, 91);
+  const Json plain = server.Complete({{"prompt", ids}, {"max_tokens", 3}, {"temperature", 0}});
+  const Json answer = server.Complete(
+      {{"prompt", ids}, {"max_tokens", 3}, {"temperature", 0}, {"prompt_logprobs", 2}, {"n", 2}});
+  drt::v1::PromptLogprobs want;
+  for (const drt::v1::PromptLogprobs& event :
+       testing::AppendScoreEvents(server.grpc.stub(), ids, 2)) {
+    want.MergeFrom(event);
+  }
+  REQUIRE(want.logprobs_size() == static_cast<int>(ids.size()));
+  REQUIRE(answer["choices"].size() == 2);
+  for (const Json& choice : answer["choices"]) {
+    // Not echoed: the text is the generated text alone.
+    CHECK(choice["text"] == plain["choices"][0]["text"]);
+    CHECK(choice["logprobs"].is_null());
+    const Json& scores = choice["prompt_logprobs"];
+    REQUIRE(scores.size() == ids.size());
+    CHECK(scores[0].is_null());
+    for (size_t i = 1; i < ids.size(); ++i) {
+      INFO("prompt token " << i);
+      const Json& token = scores[i];
+      const std::string key = std::to_string(ids[i]);
+      REQUIRE(token.contains(key));
+      // Same tokens through Complete as through Append: 1e-4 (as
+      // prompt_logprobs_service_test.cc) for other step cuts.
+      CHECK(token[key]["logprob"].get<double>() == Approx(want.logprobs(i)).margin(1e-4));
+      const auto& alternatives = want.top_logprobs(i).alternatives();
+      REQUIRE(alternatives.size() == 2);
+      bool listed = false;
+      for (int j = 0; j < 2; ++j) {
+        const std::string alt = std::to_string(alternatives[j].token_id());
+        REQUIRE(token.contains(alt));
+        CHECK(token[alt]["rank"] == j + 1);
+        CHECK(token[alt]["logprob"].get<double>() ==
+              Approx(alternatives[j].logprob()).margin(1e-4));
+        listed |= alternatives[j].token_id() == ids[i];
+      }
+      // The token and the 2 alternatives, the token once.
+      CHECK(token.size() == (listed ? 2u : 3u));
+      if (!listed) CHECK(token[key]["rank"].is_null());
+    }
+  }
+}
+
+// The vLLM fields drt.v1 cannot express are refused by name, before anything
+// runs (they were accepted and ignored: review-tools F5).
+TEST_CASE("openai lmeval: vLLM fields that would change the result are refused by name",
+          "[openai][server]") {
+  LmEvalServer server;
+  for (const auto& [field, value] : std::vector<std::pair<std::string, Json>>{
+           {"use_beam_search", true}, {"stop_token_ids", {10}}, {"min_tokens", 4}}) {
+    INFO(field);
+    const Json refused = server.Complete({{"prompt", "Hello"}, {"max_tokens", 1}, {field, value}}, 400);
+    CHECK(refused["error"]["param"] == field);
+  }
 }
 
 TEST_CASE("openai lmeval: a batch's choices are indexed prompt i choice j as i*n+j",
