@@ -222,9 +222,9 @@ absl::Status ParseStop(const Json& body, CompletionRequest& out) {
   if (stop.is_string()) {
     stops.push_back(stop.get<std::string>());
   } else if (stop.is_array()) {
-    if (stop.size() > kOpenAiMaxStops) {
-      return FieldError("stop", absl::StrCat("stop takes at most ", kOpenAiMaxStops,
-                                             " strings, got ", stop.size()));
+    if (stop.size() > kMaxStops) {
+      return FieldError("stop", absl::StrCat("stop takes at most ", kMaxStops, " strings, got ",
+                                             stop.size()));
     }
     for (const Json& s : stop) {
       if (!s.is_string()) {

@@ -28,8 +28,13 @@ constexpr int32_t kOpenAiDefaultMaxTokens = 16;
 // advice; 1 s also keeps openai-python (which honours Retry-After up to
 // 60 s, else backs off from 0.5 s) from retrying sooner than that.
 constexpr int kRetryAfterSeconds = 1;
-// OpenAI allows at most 4 stop sequences.
-constexpr size_t kOpenAiMaxStops = 4;
+// The most stop strings a request may give. OpenAI allows 4 and vLLM has no
+// limit; lm-evaluation-harness adds the end-of-text string to a task's
+// `until`, so a task with 4 of them sends 5. Each stop string is looked for
+// in the held-back text after every generated token (here and in the
+// service), a cost that grows with their number: 64 leaves room for any
+// task's list and keeps that cost small.
+constexpr size_t kMaxStops = 64;
 // The most prompts one /v1/completions request may carry (a batch: an
 // array of strings or of token id arrays). They run one after another on
 // the request's thread (server/openai_http_server.cc, Completions), so the
