@@ -94,48 +94,85 @@ absl::StatusOr<bool> BoolField(const Json& value, const char* field) {
   return value.get<bool>();
 }
 
+// One token id array (a prompt, or one prompt of a batch), into `out`;
+// `where` names it in errors ("prompt", "prompt[2]").
+absl::Status ParseIdArray(const Json& array, const std::string& where, PromptInput& out) {
+  if (array.empty()) {
+    return FieldError("prompt", absl::StrCat(where, " must not be an empty token id array"));
+  }
+  out.is_ids = true;
+  out.ids.reserve(array.size());
+  for (size_t i = 0; i < array.size(); ++i) {
+    const Json& id = array[i];
+    if (!id.is_number_integer() ||
+        (id.is_number_unsigned() &&
+         id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) ||
+        (!id.is_number_unsigned() && (id.get<int64_t>() < 0 ||
+                                      id.get<int64_t>() > std::numeric_limits<int32_t>::max()))) {
+      return FieldError("prompt", absl::StrCat(where, ": element ", i, " of the token id array (",
+                                               Dump(id), ") is not a token id (an integer >= 0)"));
+    }
+    out.ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
+// `prompt`: a string, an array of token ids, or a batch (OpenAI's and
+// vLLM's shapes): an array of strings or of token id arrays, each run as
+// its own completion. An array of one string or one id array is one prompt
+// (lm-evaluation-harness sends every request as [[ids]]).
 absl::Status ParsePrompt(const Json& body, CompletionRequest& out) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) {
     return FieldError("prompt", "prompt is required (a string, or an array of token ids)");
   }
   const Json& prompt = *it;
+  std::vector<PromptInput> prompts;
   if (prompt.is_string()) {
-    out.prompt_text = prompt.get<std::string>();
-  } else if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
-    out.prompt_text = prompt[0].get<std::string>();
+    prompts.push_back({prompt.get<std::string>(), {}, false});
   } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number()) {
-    out.prompt_is_ids = true;
-    out.prompt_ids.reserve(prompt.size());
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      const Json& id = prompt[i];
-      if (!id.is_number_integer() ||
-          (id.is_number_unsigned() &&
-           id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) ||
-          (!id.is_number_unsigned() && (id.get<int64_t>() < 0 ||
-                                        id.get<int64_t>() > std::numeric_limits<int32_t>::max()))) {
-        return FieldError("prompt", absl::StrCat("prompt: element ", i, " of the token id array (",
-                                                 Dump(id), ") is not a token id (an integer >= 0)"));
-      }
-      out.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    if (absl::Status s = ParseIdArray(prompt, "prompt", prompts.emplace_back()); !s.ok()) return s;
+  } else if (prompt.is_array() && !prompt.empty() && (prompt[0].is_string() || prompt[0].is_array())) {
+    // A batch: all strings, or all token id arrays.
+    if (prompt.size() > kMaxBatchPrompts) {
+      return FieldError("prompt", absl::StrCat("prompt: a batch of ", prompt.size(),
+                                               " prompts; at most ", kMaxBatchPrompts,
+                                               " are run per request (send the rest in another)"));
     }
-  } else if (prompt.is_array() && prompt.size() > 1 && prompt[0].is_string()) {
-    return FieldError("prompt", absl::StrCat("prompt: an array of ", prompt.size(),
-                                             " strings asks for a batch; drt-server serves one "
-                                             "prompt per request (send them as separate requests)"));
-  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_array()) {
-    return FieldError("prompt",
-                      "prompt: an array of token id arrays asks for a batch; drt-server serves one "
-                      "prompt per request (send them as separate requests)");
+    const bool strings = prompt[0].is_string();
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const Json& item = prompt[i];
+      const std::string where = absl::StrCat("prompt[", i, "]");
+      if (strings && item.is_string()) {
+        prompts.push_back({item.get<std::string>(), {}, false});
+      } else if (!strings && item.is_array()) {
+        if (absl::Status s = ParseIdArray(item, where, prompts.emplace_back()); !s.ok()) return s;
+      } else {
+        return FieldError("prompt", absl::StrCat(where, " must be ",
+                                                 strings ? "a string" : "an array of token ids",
+                                                 " as prompt[0] is (a batch is all strings or all "
+                                                 "token id arrays), got ", item.type_name()));
+      }
+    }
   } else {
-    return FieldError("prompt", absl::StrCat("prompt must be a string, an array of one string, or "
-                                             "a non-empty array of token ids, got ",
+    return FieldError("prompt", absl::StrCat("prompt must be a string, an array of token ids, or "
+                                             "a batch (an array of strings or of token id arrays), "
+                                             "got ",
                                              prompt.is_array() && prompt.empty() ? "[]"
                                                                                  : prompt.type_name()));
   }
-  if (!out.prompt_is_ids && out.prompt_text.empty()) {
-    return FieldError("prompt", "prompt must not be empty");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (!prompts[i].is_ids && prompts[i].text.empty()) {
+      return FieldError("prompt", prompts.size() == 1
+                                      ? std::string("prompt must not be empty")
+                                      : absl::StrCat("prompt[", i, "] must not be empty"));
+    }
   }
+  out.prompt_text = std::move(prompts[0].text);
+  out.prompt_ids = std::move(prompts[0].ids);
+  out.prompt_is_ids = prompts[0].is_ids;
+  out.more_prompts.assign(std::make_move_iterator(prompts.begin() + 1),
+                          std::make_move_iterator(prompts.end()));
   return absl::OkStatus();
 }
 
@@ -156,6 +193,25 @@ absl::Status RefuseUnsupported(const Json& body) {
   if (const Json* v = field("suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
     return FieldError("suffix", "suffix is not supported (insertion needs a model trained for it)");
   }
+  // vLLM's extensions that drt.v1's Generate cannot express: refused
+  // unless neutral, so a client moving from vLLM gets no silently
+  // different result.
+  if (const Json* v = field("use_beam_search"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return FieldError("use_beam_search", absl::StrCat("use_beam_search is not supported (only "
+                                                      "false), got ", Dump(*v)));
+  }
+  if (const Json* v = field("stop_token_ids"); v != nullptr && !(v->is_array() && v->empty())) {
+    return FieldError("stop_token_ids",
+                      absl::StrCat("stop_token_ids is not supported (only [] or null), got ",
+                                   Dump(*v), ": drt.v1's Generate stops at the model's end-of-"
+                                   "text token and at stop strings only"));
+  }
+  if (const Json* v = field("min_tokens");
+      v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 0)) {
+    return FieldError("min_tokens", absl::StrCat("min_tokens is not supported (only 0 or null), "
+                                                 "got ", Dump(*v), ": drt.v1's Generate cannot "
+                                                 "hold off the end-of-text token or stop strings"));
+  }
   return absl::OkStatus();
 }
 
@@ -166,9 +222,9 @@ absl::Status ParseStop(const Json& body, CompletionRequest& out) {
   if (stop.is_string()) {
     stops.push_back(stop.get<std::string>());
   } else if (stop.is_array()) {
-    if (stop.size() > kOpenAiMaxStops) {
-      return FieldError("stop", absl::StrCat("stop takes at most ", kOpenAiMaxStops,
-                                             " strings, got ", stop.size()));
+    if (stop.size() > kMaxStops) {
+      return FieldError("stop", absl::StrCat("stop takes at most ", kMaxStops, " strings, got ",
+                                             stop.size()));
     }
     for (const Json& s : stop) {
       if (!s.is_string()) {
@@ -438,6 +494,16 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
     out.generate.set_return_logprobs(true);
     out.generate.set_top_logprobs(std::max<int32_t>(1, *out.logprobs));
   }
+  if (!IsNull(body, "prompt_logprobs")) {  // vLLM's extension
+    auto n = IntField(body["prompt_logprobs"], "prompt_logprobs", 0, kOpenAiMaxLogprobs);
+    if (!n.ok()) return n.status();
+    out.prompt_logprobs = static_cast<int32_t>(*n);
+  }
+  if (!IsNull(body, "include_stop_str_in_output")) {  // vLLM's extension
+    auto b = BoolField(body["include_stop_str_in_output"], "include_stop_str_in_output");
+    if (!b.ok()) return b.status();
+    out.include_stop_str = *b;
+  }
   if (!IsNull(body, "ignore_eos")) {  // vLLM's extension
     auto b = BoolField(body["ignore_eos"], "ignore_eos");
     if (!b.ok()) return b.status();
@@ -453,6 +519,16 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
     auto b = BoolField(body["stream"], "stream");
     if (!b.ok()) return b.status();
     out.stream = *b;
+  }
+  if (out.stream && out.prompt_logprobs.has_value()) {
+    return FieldError("prompt_logprobs", "prompt_logprobs is not available with \"stream\": true "
+                                         "(as vLLM's); ask without stream");
+  }
+  if (out.stream && !out.more_prompts.empty()) {
+    return FieldError("stream", absl::StrCat("stream is not supported with a batch of ",
+                                             1 + out.more_prompts.size(),
+                                             " prompts (send one streamed request per prompt, "
+                                             "or the batch without stream)"));
   }
   if (!IsNull(body, "stream_options")) {
     const Json& options = body["stream_options"];
@@ -472,19 +548,37 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
   return out;
 }
 
+std::vector<CompletionRequest> SplitBatch(CompletionRequest request) {
+  std::vector<PromptInput> more = std::move(request.more_prompts);
+  request.more_prompts.clear();
+  std::vector<CompletionRequest> out;
+  out.reserve(1 + more.size());
+  out.push_back(request);
+  for (PromptInput& prompt : more) {
+    CompletionRequest& item = out.emplace_back(request);
+    item.prompt_text = std::move(prompt.text);
+    item.prompt_ids = std::move(prompt.ids);
+    item.prompt_is_ids = prompt.is_ids;
+  }
+  return out;
+}
+
 std::vector<drt::v1::CompleteRequest> CompleteMessages(const CompletionRequest& request) {
   std::vector<drt::v1::CompleteRequest> messages(1);
   *messages[0].mutable_generate() = request.generate;
   if (request.n > 1) messages[0].set_n(request.n);
-  if (request.echo) {
-    // The prompt's scores for its logprobs entries only: a token-id prompt's
-    // text is spelled by Detokenize (SpellPromptIds), not from scores, so
-    // echo without logprobs costs no scoring (about 3.3x the prefill).
-    if (request.logprobs.has_value()) {
-      messages[0].set_prompt_logprobs(std::max<int32_t>(1, *request.logprobs));
-    }
-    messages[0].set_prompt_only(request.prompt_only);
+  // The prompt's scores for echo's logprobs entries and for vLLM's
+  // prompt_logprobs only: a token-id prompt's text is spelled by Detokenize
+  // (SpellPromptIds), not from scores, so echo without logprobs costs no
+  // scoring (about 3.3x the prefill). At least 1 alternative: the events
+  // carry each token's bytes only beside alternatives.
+  std::optional<int32_t> scores;
+  if (request.echo && request.logprobs.has_value()) scores = std::max<int32_t>(1, *request.logprobs);
+  if (request.prompt_logprobs.has_value()) {
+    scores = std::max<int32_t>({1, scores.value_or(1), *request.prompt_logprobs});
   }
+  if (scores.has_value()) messages[0].set_prompt_logprobs(*scores);
+  if (request.echo) messages[0].set_prompt_only(request.prompt_only);
   if (request.prompt_is_ids) {
     for (size_t at = 0; at < request.prompt_ids.size(); at += kPromptPieceIds) {
       const size_t n = std::min(kPromptPieceIds, request.prompt_ids.size() - at);
@@ -611,9 +705,12 @@ std::string CompletionJson(const CompletionHeader& header,
   json["choices"] = OJson::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const CompletionChoice& c = choices[i];
-    json["choices"].push_back(Choice(c.text, c.finish_reason,
-                                     c.logprobs.has_value() ? &*c.logprobs : nullptr,
-                                     static_cast<int32_t>(i)));
+    OJson choice = Choice(c.text, c.finish_reason, c.logprobs.has_value() ? &*c.logprobs : nullptr,
+                          static_cast<int32_t>(i));
+    if (c.prompt_logprobs_json.has_value()) {
+      choice["prompt_logprobs"] = OJson::parse(*c.prompt_logprobs_json);
+    }
+    json["choices"].push_back(std::move(choice));
   }
   json["usage"] = UsageJson(usage);
   return Dump(json);
@@ -697,6 +794,47 @@ absl::Status LogprobsCollector::AddPrompt(const drt::v1::PromptLogprobs& scores)
     pending_.push_back(std::move(entry));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> PromptLogprobsJson(const std::vector<drt::v1::PromptLogprobs>& events,
+                                               int32_t top) {
+  OJson list = OJson::array();
+  for (const drt::v1::PromptLogprobs& scores : events) {
+    const int tokens = scores.token_ids_size();
+    if (scores.logprobs_size() != tokens || scores.top_logprobs_size() != tokens) {
+      return absl::InternalError(absl::StrCat(
+          "Complete sent prompt scores of ", tokens, " tokens with ", scores.logprobs_size(),
+          " logprobs and ", scores.top_logprobs_size(), " top_logprobs"));
+    }
+    for (int i = 0; i < tokens; ++i) {
+      const float logprob = scores.logprobs(i);
+      if (std::isnan(logprob)) {
+        list.push_back(nullptr);
+        continue;
+      }
+      const drt::v1::TokenTopLogprobs& alternatives = scores.top_logprobs(i);
+      const int32_t id = scores.token_ids(i);
+      OJson token = OJson::object();
+      // The token itself first, its rank filled in if it is among the
+      // alternatives below.
+      token[std::to_string(id)] = {{"logprob", logprob},
+                                   {"rank", nullptr},
+                                   {"decoded_token", OpenAiTokenText(alternatives.token_bytes())}};
+      for (int j = 0; j < std::min(top, alternatives.alternatives_size()); ++j) {
+        const drt::v1::TokenLogprob& alternative = alternatives.alternatives(j);
+        const std::string key = std::to_string(alternative.token_id());
+        if (alternative.token_id() == id) {
+          token[key]["rank"] = j + 1;
+          continue;
+        }
+        token[key] = {{"logprob", alternative.logprob()},
+                      {"rank", j + 1},
+                      {"decoded_token", OpenAiTokenText(alternative.token_bytes())}};
+      }
+      list.push_back(std::move(token));
+    }
+  }
+  return Dump(list);
 }
 
 std::string SpellTokenBytes(const std::vector<std::string>& pieces) {

@@ -28,8 +28,19 @@ constexpr int32_t kOpenAiDefaultMaxTokens = 16;
 // advice; 1 s also keeps openai-python (which honours Retry-After up to
 // 60 s, else backs off from 0.5 s) from retrying sooner than that.
 constexpr int kRetryAfterSeconds = 1;
-// OpenAI allows at most 4 stop sequences.
-constexpr size_t kOpenAiMaxStops = 4;
+// The most stop strings a request may give. OpenAI allows 4 and vLLM has no
+// limit; lm-evaluation-harness adds the end-of-text string to a task's
+// `until`, so a task with 4 of them sends 5. Each stop string is looked for
+// in the held-back text after every generated token (here and in the
+// service), a cost that grows with their number: 64 leaves room for any
+// task's list and keeps that cost small.
+constexpr size_t kMaxStops = 64;
+// The most prompts one /v1/completions request may carry (a batch: an
+// array of strings or of token id arrays). They run one after another on
+// the request's thread (server/openai_http_server.cc, Completions), so the
+// cap bounds how long one request holds its thread; lm-evaluation-harness's
+// batch_size is usually 1 to 64.
+constexpr size_t kMaxBatchPrompts = 128;
 // Prompt pieces per Complete message: far below gRPC's message limit
 // (--max_message_bytes, 4 MiB by default) whatever the prompt's size.
 constexpr size_t kPromptPieceBytes = 64 << 10;
@@ -47,11 +58,22 @@ constexpr int kMaxJsonDepth = 64;
 // max_logprobs.
 constexpr int32_t kOpenAiMaxLogprobs = 20;
 
+// One prompt of a batch: text, or token ids.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> ids;
+  bool is_ids = false;
+};
+
 struct CompletionRequest {
-  // One of them: the prompt as text, or as token ids.
+  // One of them: the prompt as text, or as token ids (a batch's first).
   std::string prompt_text;
   std::vector<int32_t> prompt_ids;
   bool prompt_is_ids = false;
+  // A batch's other prompts (`prompt` an array of several strings or id
+  // arrays), in order; each runs as its own completion with the same
+  // options (SplitBatch). Empty for one prompt.
+  std::vector<PromptInput> more_prompts;
   // max_tokens, sampling (temperature, top_k, top_p, seed), stop, ignore_eos.
   drt::v1::GenerateRequest generate;
   // `seed` was given; without it OpenAI samples afresh each time, which the
@@ -75,12 +97,22 @@ struct CompletionRequest {
   // loglikelihood request.
   bool echo = false;
   bool prompt_only = false;
+  // vLLM's `prompt_logprobs` (0 to 20): each choice's "prompt_logprobs"
+  // lists the prompt tokens' scores (PromptLogprobsJson); unset: none.
+  std::optional<int32_t> prompt_logprobs;
+  // vLLM's `include_stop_str_in_output`: the text keeps the stop string
+  // that ended it.
+  bool include_stop_str = false;
 };
 
 // Parses a /v1/completions body. INVALID_ARGUMENT for JSON that does not
 // parse or nests deeper than kMaxJsonDepth, and for any field refused, with the field's name in the message and
 // as OpenAiErrorParam; unknown fields are ignored.
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body);
+
+// A batch's completions, one per prompt in order, each with the request's
+// options and no more_prompts; one prompt: the request itself.
+std::vector<CompletionRequest> SplitBatch(CompletionRequest request);
 
 // The Complete messages for `request`: the options first, then the prompt in
 // pieces of at most kPromptPieceBytes (text_bytes) or kPromptPieceIds ids.
@@ -182,6 +214,17 @@ class LogprobsCollector {
 // character split between two pieces is read whole).
 std::string SpellTokenBytes(const std::vector<std::string>& pieces);
 
+// vLLM's `prompt_logprobs` for a choice from Complete's prompt score
+// events, in order: one element per prompt token, null for a token with no
+// score (the first: nothing before it), else an object keyed by token id
+// (as a string): the token itself and the `top` best alternatives (OpenAI
+// keys by text, vLLM by id), each {"logprob", "rank", "decoded_token"};
+// rank is the 1-based place among the alternatives, null for the token
+// itself when it is not among them (its exact rank is not computed).
+// INTERNAL when an event lacks a token's scores.
+absl::StatusOr<std::string> PromptLogprobsJson(const std::vector<drt::v1::PromptLogprobs>& events,
+                                               int32_t top);
+
 // What every answer object of one completion shares.
 struct CompletionHeader {
   std::string id;  // "cmpl-..."
@@ -200,6 +243,9 @@ struct CompletionChoice {
   std::string text;
   std::string finish_reason;
   std::optional<ChoiceLogprobs> logprobs;  // nullopt: "logprobs" null (not asked for)
+  // PromptLogprobsJson's list, written as the choice's "prompt_logprobs";
+  // nullopt: no such key (not asked for).
+  std::optional<std::string> prompt_logprobs_json;
 };
 
 // `logprobs` null leaves the choice's "logprobs" null (not asked for).

@@ -33,6 +33,7 @@
 #include "server/request_bytes_admission.h"
 #include "server/session_manager.h"
 #include "server/stop_text_cutter.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace drt::server {
 namespace {
@@ -41,8 +42,8 @@ using Clock = std::chrono::steady_clock;
 constexpr char kJson[] = "application/json";
 // What the API serves, for the 404s and 405s that name it.
 constexpr char kServed[] =
-    "served: POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize (also "
-    "as /v1/tokenize, /v1/detokenize), GET /health";
+    "served: POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize, "
+    "GET /tokenizer_info (also as /v1/tokenize, /v1/detokenize, /v1/tokenizer_info), GET /health";
 // The paths of the probe endpoint (--http_listen), which a 404 here points to.
 bool IsProbePath(const std::string& path) {
   return path == "/healthz" || path == "/livez" || path == "/metrics";
@@ -60,6 +61,11 @@ std::string NoSuchPath(const httplib::Request& req) {
 bool IsTokenizerPath(const std::string& path) {
   return path == "/tokenize" || path == "/detokenize" || path == "/v1/tokenize" ||
          path == "/v1/detokenize";
+}
+// vLLM's GET /tokenizer_info (lm-evaluation-harness's "remote" tokenizer
+// asks for it), and the same under /v1/.
+bool IsTokenizerInfoPath(const std::string& path) {
+  return path == "/tokenizer_info" || path == "/v1/tokenizer_info";
 }
 // The routes that take a request body.
 bool TakesBody(const httplib::Request& req) {
@@ -159,7 +165,8 @@ struct CompleteCall {
 struct ChoiceProgress {
   explicit ChoiceProgress(const CompletionRequest& request)
       : cutter(std::vector<std::string>(request.generate.stop().begin(),
-                                        request.generate.stop().end())) {
+                                        request.generate.stop().end()),
+               request.include_stop_str) {
     if (request.logprobs.has_value()) logprobs.emplace(*request.logprobs);
   }
   StopTextCutter cutter;
@@ -325,6 +332,11 @@ class OpenAiHttpServer::Server : public httplib::Server {
     Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       Models(req, res);
     });
+    for (const char* path : {"/tokenizer_info", "/v1/tokenizer_info"}) {
+      Get(path, [this](const httplib::Request& req, httplib::Response& res) {
+        TokenizerInfo(req, res);
+      });
+    }
     // The probe endpoint's readiness answer (/healthz), for clients and
     // load balancers that look for vLLM's /health on the API's port. No
     // credentials needed, as on the probe endpoint (pre-routing handler).
@@ -387,13 +399,16 @@ class OpenAiHttpServer::Server : public httplib::Server {
       if (req.path == "/v1/chat/completions") {
         ChatNotServed(res);
       } else if (req.path == "/v1/completions" || req.path == "/v1/models" ||
-                 req.path == "/health" || IsTokenizerPath(req.path)) {
+                 req.path == "/health" || IsTokenizerPath(req.path) ||
+                 IsTokenizerInfoPath(req.path)) {
         res.status = 405;
-        res.set_header("Allow",
-                       req.path == "/v1/models" || req.path == "/health" ? "GET" : "POST");
+        res.set_header("Allow", req.path == "/v1/models" || req.path == "/health" ||
+                                        IsTokenizerInfoPath(req.path)
+                                    ? "GET"
+                                    : "POST");
         res.set_content(ErrorJson(absl::StrCat(req.method, " ", req.path, " with a request body "
                                                "is not served (", kServed,
-                                               "; GET /v1/models and GET /health without a body)"),
+                                               "; GET /v1/models, GET /tokenizer_info and GET /health without a body)"),
                                   "invalid_request_error", "", "method_not_allowed"),
                         kJson);
       } else {
@@ -752,13 +767,14 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // (CheckPromptIds). The service would refuse it too, but only once the
   // 16 Ki-id pieces before it had run, naming the index within its piece.
   // False with `res` set when refused or when GetModelInfo fails.
+  // `name`: the prompt's in the request ("prompt", or "prompt[i]" in a batch).
   bool PromptIdsAccepted(const httplib::Request& req, const CompletionRequest& request,
-                         httplib::Response& res) {
+                         const std::string& name, httplib::Response& res) {
     if (!request.prompt_is_ids) return true;
     drt::v1::ModelInfo info;
     if (!ModelFacts(req, info, res)) return false;
-    const absl::Status ids =
-        CheckPromptIds(request.prompt_ids, info.vocab_size(), info.chunk_id(), info.pad_id());
+    const absl::Status ids = CheckPromptIds(request.prompt_ids, info.vocab_size(),
+                                            info.chunk_id(), info.pad_id(), name);
     if (ids.ok()) return true;
     SendError(res, ids);
     return false;
@@ -793,73 +809,167 @@ class OpenAiHttpServer::Server : public httplib::Server {
     return true;
   }
 
-  void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
-    absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(body);
-    parse_tickets_.EndParse();  // the parsed JSON is gone
-    if (!request.ok()) return SendError(res, request.status());
-    if (!ModelServed(request->model, res)) return;
-    if (!PromptIdsAccepted(req, *request, res)) return;
-    if (!RoomForMaxTokens(req, *request, res)) return;
-    if (!SpellPromptIds(req, *request, res)) return;
-    std::random_device random;
-    // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
-    // (0) would repeat one answer.
-    if (!request->seed_given) {
-      request->generate.mutable_sampling()->set_seed((uint64_t{random()} << 32) | random());
+  // GET /tokenizer_info: vLLM's answer from GetModelInfo, its eos_token
+  // the first of the spellings a tokenizer.json names its end-of-text
+  // token by (kEosSpellings) that the service's Tokenize turns into the
+  // eos id alone; none does for the byte models (null).
+  void TokenizerInfo(const httplib::Request& req, httplib::Response& res) {
+    drt::v1::ModelInfo info;
+    if (!ModelFacts(req, info, res)) return;
+    std::optional<std::string> eos;
+    for (const std::string_view spelling : kEosSpellings) {
+      if (info.eos_id() < 0) break;
+      grpc::ClientContext context;
+      Authorize(req, context);
+      drt::v1::TokenizeRequest tokenize;
+      tokenize.set_text(std::string(spelling));
+      drt::v1::TokenizeResponse ids;
+      const grpc::Status status = stub_->Tokenize(&context, tokenize, &ids);
+      if (!status.ok()) return SendError(res, FromGrpc(status));
+      if (ids.ids_size() == 1 && ids.ids(0) == info.eos_id()) {
+        eos = std::string(spelling);
+        break;
+      }
     }
-    CompletionHeader header{absl::StrCat("cmpl-", RandomHex(random, 24)),
-                            static_cast<int64_t>(std::time(nullptr)), options_.model_name};
+    res.set_content(TokenizerInfoJson(info, eos), kJson);
+  }
 
-    auto call = std::make_shared<CompleteCall>(calls_);
-    Authorize(req, call->context);
-    call->stream = stub_->Complete(&call->context);
+  // One completion's Complete call, begun: the messages written and the
+  // first answer read (the prompt's scores before it kept in `progress`).
+  struct StartedCall {
+    std::shared_ptr<CompleteCall> call;
+    std::shared_ptr<CompletionProgress> progress;
+    drt::v1::GenerateResponse first;
+  };
+  // Starts `request`'s Complete call. An error before the first answer
+  // (after the prompt ran) is the call's status.
+  absl::StatusOr<StartedCall> StartCall(const httplib::Request& req,
+                                        const CompletionRequest& request) {
+    StartedCall started;
+    started.call = std::make_shared<CompleteCall>(calls_);
+    CompleteCall& call = *started.call;
+    Authorize(req, call.context);
+    call.stream = stub_->Complete(&call.context);
     if (const socket_t sock = ThisThreadsSocket(); sock != INVALID_SOCKET) {
-      call->watch = std::make_unique<DisconnectWatch>(
-          sock, [context = &call->context] { context->TryCancel(); });
+      call.watch = std::make_unique<DisconnectWatch>(
+          sock, [context = &call.context] { context->TryCancel(); });
     }
-    for (const drt::v1::CompleteRequest& message : CompleteMessages(*request)) {
-      if (!call->stream->Write(message)) break;  // the call ended: Finish says why
+    for (const drt::v1::CompleteRequest& message : CompleteMessages(request)) {
+      if (!call.stream->Write(message)) break;  // the call ended: Finish says why
     }
-    call->stream->WritesDone();
+    call.stream->WritesDone();
     // The first answer (after the prompt ran) decides the HTTP status: an
     // error before it is a plain error response. The prompt's scores (echo)
     // come during the prompt, so they are kept, not taken as that answer.
-    auto progress = std::make_shared<CompletionProgress>(*request);
-    drt::v1::GenerateResponse first;
-    bool answered = call->stream->Read(&first);
-    while (answered && first.has_prompt_logprobs()) {
-      progress->Take(first);
-      answered = call->stream->Read(&first);
+    started.progress = std::make_shared<CompletionProgress>(request);
+    bool answered = call.stream->Read(&started.first);
+    while (answered && started.first.has_prompt_logprobs()) {
+      started.progress->Take(started.first);
+      answered = call.stream->Read(&started.first);
     }
     if (!answered) {
-      const grpc::Status status = call->Finish();
-      return SendError(res, status.ok() ? absl::InternalError("Complete ended without an answer")
-                                        : FromGrpc(status));
+      const grpc::Status status = call.Finish();
+      return status.ok() ? absl::InternalError("Complete ended without an answer")
+                         : FromGrpc(status);
     }
-    if (!request->stream) {
-      std::vector<std::string> texts(request->n);
-      drt::v1::GenerateResponse response = first;
-      do {
-        if (auto taken = progress->Take(response); taken.has_value()) {
-          texts[taken->choice] += taken->text;
-        }
-      } while (call->stream->Read(&response));
-      const grpc::Status status = call->Finish();
-      if (!status.ok()) return SendError(res, FromGrpc(status));
-      if (!progress->status.ok()) return SendError(res, progress->status);
-      if (!progress->all_done()) {
-        return SendError(res, absl::InternalError("Complete ended without its final message"));
+    return started;
+  }
+
+  // A started call read to its end: its choices and usage.
+  struct FinishedCall {
+    std::vector<CompletionChoice> choices;
+    Usage usage;
+  };
+  absl::StatusOr<FinishedCall> ReadToEnd(StartedCall& started, const CompletionRequest& request) {
+    const int32_t n = request.n;
+    CompletionProgress& progress = *started.progress;
+    std::vector<std::string> texts(n);
+    drt::v1::GenerateResponse response = started.first;
+    do {
+      if (auto taken = progress.Take(response); taken.has_value()) {
+        texts[taken->choice] += taken->text;
       }
+    } while (started.call->stream->Read(&response));
+    const grpc::Status status = started.call->Finish();
+    if (!status.ok()) return FromGrpc(status);
+    if (!progress.status.ok()) return progress.status;
+    if (!progress.all_done()) {
+      return absl::InternalError("Complete ended without its final message");
+    }
+    // vLLM's prompt_logprobs: the same list in every choice.
+    std::optional<std::string> prompt_logprobs;
+    if (request.prompt_logprobs.has_value()) {
+      absl::StatusOr<std::string> json =
+          PromptLogprobsJson(progress.prompt_scores, *request.prompt_logprobs);
+      if (!json.ok()) return json.status();
+      prompt_logprobs = *std::move(json);
+    }
+    FinishedCall out;
+    for (int32_t i = 0; i < n; ++i) {
+      ChoiceProgress& c = progress.choices[i];
+      out.choices.push_back(
+          {std::move(texts[i]), c.finish_reason(), c.TakeLogprobs(), prompt_logprobs});
+    }
+    out.usage = progress.usage();
+    return out;
+  }
+
+  void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    absl::StatusOr<CompletionRequest> parsed = ParseCompletionRequest(body);
+    parse_tickets_.EndParse();  // the parsed JSON is gone
+    if (!parsed.ok()) return SendError(res, parsed.status());
+    if (!ModelServed(parsed->model, res)) return;
+    // A batch's prompts run one after another, each as a request of its own
+    // (docs/api.md, "Batches"); every prompt is checked before any runs.
+    std::vector<CompletionRequest> items = SplitBatch(*std::move(parsed));
+    const bool batch = items.size() > 1;
+    std::random_device random;
+    for (size_t i = 0; i < items.size(); ++i) {
+      CompletionRequest& item = items[i];
+      if (!PromptIdsAccepted(req, item, batch ? absl::StrCat("prompt[", i, "]") : "prompt", res)) {
+        return;
+      }
+      if (!RoomForMaxTokens(req, item, res)) return;
+      if (!SpellPromptIds(req, item, res)) return;
+      // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
+      // (0) would repeat one answer.
+      if (!item.seed_given) {
+        item.generate.mutable_sampling()->set_seed((uint64_t{random()} << 32) | random());
+      }
+    }
+    CompletionHeader header{absl::StrCat("cmpl-", RandomHex(random, 24)),
+                            static_cast<int64_t>(std::time(nullptr)), options_.model_name};
+    if (batch) {
+      // Prompt i's choice j is choice i*n+j (OpenAI's and vLLM's order);
+      // usage sums the prompts'.
       std::vector<CompletionChoice> choices;
-      for (int32_t i = 0; i < request->n; ++i) {
-        ChoiceProgress& c = progress->choices[i];
-        choices.push_back({std::move(texts[i]), c.finish_reason(), c.TakeLogprobs()});
+      Usage usage;
+      for (const CompletionRequest& item : items) {
+        absl::StatusOr<StartedCall> started = StartCall(req, item);
+        if (!started.ok()) return SendError(res, started.status());
+        absl::StatusOr<FinishedCall> finished = ReadToEnd(*started, item);
+        if (!finished.ok()) return SendError(res, finished.status());
+        for (CompletionChoice& c : finished->choices) choices.push_back(std::move(c));
+        usage.prompt_tokens += finished->usage.prompt_tokens;
+        usage.completion_tokens += finished->usage.completion_tokens;
       }
-      res.set_content(CompletionJson(header, choices, progress->usage()), kJson);
+      res.set_content(CompletionJson(header, choices, usage), kJson);
       return;
     }
+    const CompletionRequest& request = items[0];
+    absl::StatusOr<StartedCall> started = StartCall(req, request);
+    if (!started.ok()) return SendError(res, started.status());
+    if (!request.stream) {
+      absl::StatusOr<FinishedCall> finished = ReadToEnd(*started, request);
+      if (!finished.ok()) return SendError(res, finished.status());
+      res.set_content(CompletionJson(header, finished->choices, finished->usage), kJson);
+      return;
+    }
+    std::shared_ptr<CompleteCall> call = started->call;
+    std::shared_ptr<CompletionProgress> progress = started->progress;
+    const drt::v1::GenerateResponse first = started->first;
     res.set_header("Cache-Control", "no-cache");
-    const bool include_usage = request->include_usage;
+    const bool include_usage = request.include_usage;
     res.set_chunked_content_provider(
         "text/event-stream",
         [call, progress, header, include_usage, first](size_t, httplib::DataSink& sink) {

@@ -127,6 +127,24 @@ std::string DetokenizeJson(const drt::v1::DetokenizeResponse& response) {
   return Dump(OJson{{"prompt", response.text()}});
 }
 
+std::string TokenizerInfoJson(const drt::v1::ModelInfo& info,
+                              const std::optional<std::string>& eos_spelling) {
+  OJson out = {{"tokenizer_class", info.tokenizer()},
+               {"model_max_length", info.max_context_tokens()},
+               {"eos_token", nullptr},
+               {"bos_token", nullptr},
+               {"pad_token", nullptr},
+               {"unk_token", nullptr},
+               {"add_bos_token", false},
+               {"add_eos_token", false},
+               {"vocab_size", info.vocab_size()},
+               {"eos_token_id", nullptr},
+               {"pad_token_id", info.pad_id()}};
+  if (eos_spelling.has_value()) out["eos_token"] = *eos_spelling;
+  if (info.eos_id() >= 0) out["eos_token_id"] = info.eos_id();
+  return Dump(out);
+}
+
 int64_t ChunkPadding(int64_t prompt_tokens, int64_t chunk_size, bool pad) {
   if (!pad || chunk_size <= 0 || prompt_tokens % chunk_size == 0) return 0;
   return chunk_size - prompt_tokens % chunk_size;
@@ -161,12 +179,12 @@ absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, in
 }
 
 absl::Status CheckPromptIds(const std::vector<int32_t>& ids, int64_t vocab_size, int64_t chunk_id,
-                            int64_t pad_id) {
+                            int64_t pad_id, absl::string_view name) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = ids[i];
     if (id >= 0 && id < vocab_size && id != chunk_id && id != pad_id) continue;
     // Only a refused id costs a string (review-userfix U6).
-    const std::string at = absl::StrCat("prompt[", i, "]: token ", id);
+    const std::string at = absl::StrCat(name, "[", i, "]: token ", id);
     if (id < 0 || id >= vocab_size) {
       return FieldError("prompt",
                         absl::StrCat(at, " is outside the vocabulary [0, ", vocab_size, ")"));

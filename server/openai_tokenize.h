@@ -40,6 +40,18 @@ absl::StatusOr<DetokenizeHttpRequest> ParseDetokenizeBody(absl::string_view body
 std::string TokenizeJson(const drt::v1::TokenizeResponse& response);
 std::string DetokenizeJson(const drt::v1::DetokenizeResponse& response);
 
+// vLLM's GET /tokenizer_info answer (its tokenizer_config.json keys, the
+// ones lm-evaluation-harness's "remote" tokenizer reads): tokenizer_class
+// (ModelInfo.tokenizer), model_max_length (max_context_tokens), eos_token
+// (`eos_spelling`: the text that /tokenize turns into the eos id; null when
+// no text does, as with the byte models, whose eos id has no spelling),
+// bos_token, pad_token and unk_token null (drt-server adds no BOS, and the
+// pad id cannot be written in a prompt), add_bos_token and add_eos_token
+// false; and the ids: vocab_size, eos_token_id (null when the model has
+// none), pad_token_id.
+std::string TokenizerInfoJson(const drt::v1::ModelInfo& info,
+                              const std::optional<std::string>& eos_spelling);
+
 // The padding the service adds before generating after a prompt of
 // `prompt_tokens` (drt_service.cc, RunGeneration): up to the next multiple
 // of `chunk_size` when `pad` (the request's pad_to_chunk_boundary, else the
@@ -61,8 +73,9 @@ absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, in
 // refuses in a prompt: outside [0, vocab_size), the landmark id (chunk_id)
 // or the pad id. Param "prompt", naming prompt[INDEX] as the request holds
 // it (the service would name the index within its 16 Ki-id piece, after
-// running the pieces before it). OK when every id may stand in a prompt.
+// running the pieces before it); `name` is the prompt's ("prompt[2]" for a
+// batch's third: prompt[2][INDEX]). OK when every id may stand in a prompt.
 absl::Status CheckPromptIds(const std::vector<int32_t>& ids, int64_t vocab_size, int64_t chunk_id,
-                            int64_t pad_id);
+                            int64_t pad_id, absl::string_view name = "prompt");
 
 }  // namespace drt::server

@@ -33,15 +33,27 @@ size_t UnfinishedCharacter(std::string_view text) {
 
 }  // namespace
 
-StopTextCutter::StopTextCutter(std::vector<std::string> stops) {
+StopTextCutter::StopTextCutter(std::vector<std::string> stops, bool include_stop)
+    : include_stop_(include_stop) {
   for (std::string& stop : stops) {
     if (!stop.empty()) stops_.push_back(std::move(stop));
   }
 }
 
-size_t StopTextCutter::FirstMatch() const {
-  size_t first = std::string::npos;
-  for (const std::string& stop : stops_) first = std::min(first, held_.find(stop));
+StopTextCutter::Match StopTextCutter::FirstMatch() const {
+  Match first;
+  for (const std::string& stop : stops_) {
+    const size_t at = held_.find(stop);
+    if (at == std::string::npos) continue;
+    // Of stops starting at the same place, the shortest: the one a stream
+    // completes first (the cut cannot wait for a longer one to complete).
+    const size_t end = at + stop.size();
+    if (first.start == std::string::npos || at < first.start ||
+        (at == first.start && end < first.end)) {
+      first.start = at;
+      first.end = end;
+    }
+  }
   return first;
 }
 
@@ -56,10 +68,10 @@ std::string StopTextCutter::Push(std::string_view piece) {
   // comes.
   size_t partial = 0;  // the longest suffix that could still become a stop
   for (const std::string& stop : stops_) partial = std::max(partial, PartialMatch(held_, stop));
-  const size_t first = FirstMatch();
-  if (first != std::string::npos && (partial == 0 || first <= held_.size() - partial)) {
+  const Match first = FirstMatch();
+  if (first.start != std::string::npos && (partial == 0 || first.start <= held_.size() - partial)) {
     stopped_ = true;
-    std::string out = held_.substr(0, first);
+    std::string out = held_.substr(0, include_stop_ ? first.end : first.start);
     held_.clear();
     return out;
   }
@@ -72,9 +84,9 @@ std::string StopTextCutter::Push(std::string_view piece) {
 
 std::string StopTextCutter::Finish() {
   // No partial match can complete any more: the earliest complete one cuts.
-  if (const size_t first = FirstMatch(); !stopped_ && first != std::string::npos) {
+  if (const Match first = FirstMatch(); !stopped_ && first.start != std::string::npos) {
     stopped_ = true;
-    held_.resize(first);
+    held_.resize(include_stop_ ? first.end : first.start);
   }
   std::string out;
   out.swap(held_);

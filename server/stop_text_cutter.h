@@ -20,7 +20,11 @@ namespace drt::server {
 class StopTextCutter {
  public:
   // Empty stop strings are ignored (the request parser refuses them).
-  explicit StopTextCutter(std::vector<std::string> stops);
+  // `include_stop` (vLLM's include_stop_str_in_output): the text is cut
+  // after the stop string that matched instead of before it (of stops
+  // matching at the same start, the shortest: the one the text completes
+  // first), the rest of its token still left out.
+  explicit StopTextCutter(std::vector<std::string> stops, bool include_stop = false);
 
   // Adds the next piece; returns the text that can be handed out now
   // (possibly empty). After a stop matched, returns "" for every piece.
@@ -33,10 +37,16 @@ class StopTextCutter {
   bool stopped() const { return stopped_; }
 
  private:
-  // The earliest complete match in held_, or npos.
-  size_t FirstMatch() const;
+  // The earliest complete match in held_ (start npos when none): where it
+  // starts and ends.
+  struct Match {
+    size_t start = std::string::npos;
+    size_t end = std::string::npos;
+  };
+  Match FirstMatch() const;
 
   std::vector<std::string> stops_;
+  bool include_stop_ = false;
   std::string held_;  // came, not yet handed out
   bool stopped_ = false;
 };

@@ -27,9 +27,6 @@ namespace {
 constexpr size_t kMaxCachedWordBytes = 256;
 constexpr size_t kWordCacheCapacity = 1 << 17;
 
-// The first of these that the tokenizer knows is its end-of-text token.
-constexpr std::array<std::string_view, 3> kEosSpellings = {"<|endoftext|>", "</s>",
-                                                           "<|end_of_text|>"};
 
 struct StringHash {
   using is_transparent = void;

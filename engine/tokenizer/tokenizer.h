@@ -2,6 +2,7 @@
 // Hugging Face tokenizer.json, and a plain byte-level tokenizer (id = byte).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -11,6 +12,12 @@
 #include "absl/status/statusor.h"
 
 namespace drt {
+
+// A tokenizer.json's end-of-text token: the first of these spellings it
+// knows (LoadBpeTokenizer). The OpenAI API's /tokenizer_info names the one
+// that encodes to the model's eos id.
+inline constexpr std::array<std::string_view, 3> kEosSpellings = {"<|endoftext|>", "</s>",
+                                                                  "<|end_of_text|>"};
 
 class Tokenizer {
  public:

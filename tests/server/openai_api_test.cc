@@ -139,6 +139,101 @@ TEST_CASE("openai request: token id prompts", "[openai]") {
   CHECK(r->prompt_ids == std::vector<int32_t>{1, 2, 255, 0});
 }
 
+TEST_CASE("openai request: an array of one id array is one prompt, as lm-eval sends it",
+          "[openai]") {
+  auto r = ParseCompletionRequest(R"({"prompt":[[84,104,101,32]],"max_tokens":1,"echo":true,
+      "logprobs":1,"temperature":0,"seed":1234})");
+  REQUIRE(r.ok());
+  CHECK(r->prompt_is_ids);
+  CHECK(r->prompt_ids == std::vector<int32_t>{84, 104, 101, 32});
+  CHECK(r->more_prompts.empty());
+  CHECK(SplitBatch(*r).size() == 1);
+}
+
+TEST_CASE("openai request: a batch splits into one request per prompt in order", "[openai]") {
+  auto ids = ParseCompletionRequest(R"({"prompt":[[1,2],[3],[4,5,6]],"max_tokens":3,"n":2,
+      "echo":true,"logprobs":2,"stop":["x"],"seed":9})");
+  REQUIRE(ids.ok());
+  const std::vector<CompletionRequest> items = SplitBatch(*ids);
+  REQUIRE(items.size() == 3);
+  const std::vector<std::vector<int32_t>> want = {{1, 2}, {3}, {4, 5, 6}};
+  for (size_t i = 0; i < items.size(); ++i) {
+    INFO("prompt " << i);
+    CHECK(items[i].prompt_is_ids);
+    CHECK(items[i].prompt_ids == want[i]);
+    CHECK(items[i].more_prompts.empty());
+    // The request's options, each.
+    CHECK(items[i].n == 2);
+    CHECK(items[i].echo);
+    CHECK(items[i].logprobs == 2);
+    CHECK(items[i].generate.max_tokens() == 3);
+    CHECK(items[i].generate.stop_size() == 1);
+    CHECK(items[i].generate.sampling().seed() == 9);
+  }
+  auto texts = ParseCompletionRequest(R"({"prompt":["a","bc"]})");
+  REQUIRE(texts.ok());
+  const std::vector<CompletionRequest> text_items = SplitBatch(*texts);
+  REQUIRE(text_items.size() == 2);
+  CHECK(text_items[0].prompt_text == "a");
+  CHECK(text_items[1].prompt_text == "bc");
+  CHECK_FALSE(text_items[1].prompt_is_ids);
+}
+
+TEST_CASE("openai request: a batch over 128 prompts is refused naming prompt", "[openai]") {
+  Json body = {{"prompt", Json::array()}};
+  for (size_t i = 0; i < kMaxBatchPrompts; ++i) body["prompt"].push_back(Json::array({1, 2}));
+  CHECK(ParseCompletionRequest(body.dump()).ok());
+  body["prompt"].push_back(Json::array({1, 2}));
+  auto refused = ParseCompletionRequest(body.dump());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(OpenAiErrorParam(refused.status()) == "prompt");
+  CHECK(std::string(refused.status().message()) ==
+        "prompt: a batch of 129 prompts; at most 128 are run per request (send the rest in "
+        "another)");
+}
+
+TEST_CASE("openai request: vLLM's extensions at their neutral values are taken", "[openai]") {
+  auto r = ParseCompletionRequest(R"({"prompt":"x","use_beam_search":false,"stop_token_ids":[],
+      "min_tokens":0,"include_stop_str_in_output":false,"prompt_logprobs":null})");
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->prompt_logprobs.has_value());
+  CHECK_FALSE(r->include_stop_str);
+  CHECK_FALSE(CompleteMessages(*r)[0].has_prompt_logprobs());
+  auto scored = ParseCompletionRequest(R"({"prompt":"x","prompt_logprobs":0,
+      "include_stop_str_in_output":true})");
+  REQUIRE(scored.ok());
+  CHECK(scored->prompt_logprobs == 0);
+  CHECK(scored->include_stop_str);
+  // Complete scores the prompt, with 1 alternative at least (the events
+  // carry each token's bytes beside them), without echo.
+  const drt::v1::CompleteRequest first = CompleteMessages(*scored)[0];
+  REQUIRE(first.has_prompt_logprobs());
+  CHECK(first.prompt_logprobs() == 1);
+  CHECK_FALSE(first.prompt_only());
+  // With echo's logprobs the larger of the two.
+  auto both = ParseCompletionRequest(R"({"prompt":"x","prompt_logprobs":3,"echo":true,
+      "logprobs":5})");
+  REQUIRE(both.ok());
+  CHECK(CompleteMessages(*both)[0].prompt_logprobs() == 5);
+}
+
+TEST_CASE("openai request: up to 64 stop strings, more refused naming stop", "[openai]") {
+  // lm-eval's generate_until: a task's 4 `until` strings and the eos string.
+  auto five = ParseCompletionRequest(R"({"prompt":"x","stop":["a","b","c","d","<|endoftext|>"]})");
+  REQUIRE(five.ok());
+  CHECK(five->generate.stop_size() == 5);
+  Json body = {{"prompt", "x"}, {"stop", Json::array()}};
+  for (size_t i = 0; i < kMaxStops; ++i) body["stop"].push_back(absl::StrCat("s", i));
+  auto most = ParseCompletionRequest(body.dump());
+  REQUIRE(most.ok());
+  CHECK(most->generate.stop_size() == 64);
+  body["stop"].push_back("one more");
+  auto refused = ParseCompletionRequest(body.dump());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(OpenAiErrorParam(refused.status()) == "stop");
+  CHECK(std::string(refused.status().message()) == "stop takes at most 64 strings, got 65");
+}
+
 TEST_CASE("openai request: every refusal names its field", "[openai]") {
   // Each body differs from an accepted one in one field.
   REQUIRE(RefusedField(R"({"prompt":"x"})").empty());
@@ -147,8 +242,14 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
       {R"({"prompt":null})", "prompt"},
       {R"({"prompt":""})", "prompt"},
       {R"({"prompt":[]})", "prompt"},
-      {R"({"prompt":["a","b"]})", "prompt"},
-      {R"({"prompt":[[1,2]]})", "prompt"},
+      // Batches: all strings or all id arrays, none empty, at most 128.
+      {R"({"prompt":["a",[1]]})", "prompt"},
+      {R"({"prompt":[[1],"a"]})", "prompt"},
+      {R"({"prompt":[[1],[]]})", "prompt"},
+      {R"({"prompt":["a",""]})", "prompt"},
+      {R"({"prompt":[[1],[2,-1]]})", "prompt"},
+      {R"({"prompt":[[[1]]]})", "prompt"},
+      {R"({"prompt":["a","b"],"stream":true})", "stream"},
       {R"({"prompt":[1,-2]})", "prompt"},
       {R"({"prompt":[1,2.5]})", "prompt"},
       {R"({"prompt":[1,"a"]})", "prompt"},
@@ -175,7 +276,6 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
       {R"({"prompt":"x","top_k":1.5})", "top_k"},
       {R"({"prompt":"x","seed":1.5})", "seed"},
       {R"({"prompt":"x","stop":""})", "stop"},
-      {R"({"prompt":"x","stop":["a","b","c","d","e"]})", "stop"},
       {R"({"prompt":"x","stop":[1]})", "stop"},
       {R"({"prompt":"x","stop":5})", "stop"},
       {R"({"prompt":"x","stream":"yes"})", "stream"},
@@ -214,6 +314,18 @@ TEST_CASE("openai request: every refusal names its field", "[openai]") {
       {R"({"prompt":"x","min_p":1.5})", "min_p"},
       {R"({"prompt":"x","min_p":-0.1})", "min_p"},
       {R"({"prompt":"x","repetition_penalty":1.1})", "repetition_penalty"},
+      // vLLM's extensions: refused unless neutral, or out of range.
+      {R"({"prompt":"x","use_beam_search":true})", "use_beam_search"},
+      {R"({"prompt":"x","use_beam_search":0})", "use_beam_search"},
+      {R"({"prompt":"x","stop_token_ids":[5]})", "stop_token_ids"},
+      {R"({"prompt":"x","stop_token_ids":5})", "stop_token_ids"},
+      {R"({"prompt":"x","min_tokens":3})", "min_tokens"},
+      {R"({"prompt":"x","min_tokens":"0"})", "min_tokens"},
+      {R"({"prompt":"x","prompt_logprobs":21})", "prompt_logprobs"},
+      {R"({"prompt":"x","prompt_logprobs":-1})", "prompt_logprobs"},
+      {R"({"prompt":"x","prompt_logprobs":true})", "prompt_logprobs"},
+      {R"({"prompt":"x","prompt_logprobs":1,"stream":true})", "prompt_logprobs"},
+      {R"({"prompt":"x","include_stop_str_in_output":"yes"})", "include_stop_str_in_output"},
       {R"({"prompt":"x","model":3})", "model"},
       {R"({"prompt":"x","ignore_eos":"no"})", "ignore_eos"},
   };
@@ -603,21 +715,27 @@ bool WholeCharacters(const std::string& s) {
 // Feeds `pieces` to a cutter; returns what it handed out, piece by piece
 // (the last entry is Finish's).
 std::vector<std::string> Feed(const std::vector<std::string>& stops,
-                              const std::vector<std::string>& pieces) {
-  StopTextCutter cutter(stops);
+                              const std::vector<std::string>& pieces, bool include_stop = false) {
+  StopTextCutter cutter(stops, include_stop);
   std::vector<std::string> out;
   for (const std::string& piece : pieces) out.push_back(cutter.Push(piece));
   out.push_back(cutter.Finish());
   return out;
 }
 
-// The reference: the whole text cut at the earliest occurrence of any stop.
-std::string NaiveCut(const std::string& text, const std::vector<std::string>& stops) {
-  size_t cut = text.size();
+// The reference: the whole text cut at the earliest occurrence of any stop
+// (with `include_stop`, after it: of stops starting there, the shortest).
+std::string NaiveCut(const std::string& text, const std::vector<std::string>& stops,
+                     bool include_stop = false) {
+  size_t start = text.size(), cut = text.size();
   for (const std::string& stop : stops) {
     for (size_t at = 0; at + stop.size() <= text.size(); ++at) {
       if (text.compare(at, stop.size(), stop) == 0) {
-        cut = std::min(cut, at);
+        const size_t end = include_stop ? at + stop.size() : at;
+        if (at < start || (at == start && end < cut)) {
+          start = at;
+          cut = end;
+        }
         break;
       }
     }
@@ -650,6 +768,19 @@ TEST_CASE("stop cutter: a stop split across pieces is never handed out", "[opena
   CHECK(Join(Feed({" b\xc3\xa9", "b"}, {"x ", "b"})) == "x ");  // the text ends there
   // The earliest of several stops wins, wherever each one is.
   CHECK(Join(Feed({"world", "lo w"}, {"hel", "lo world"})) == "hel");
+}
+
+TEST_CASE("stop cutter: include_stop keeps the stop that matched and nothing after it",
+          "[openai]") {
+  CHECK(Join(Feed({"STOP"}, {"hello ST", "OP world"}, true)) == "hello STOP");
+  // The earliest start wins; of two starting there, the shortest, whatever
+  // the order or the pieces.
+  CHECK(Join(Feed({"world", "lo w"}, {"hel", "lo world"}, true)) == "hello w");
+  CHECK(Join(Feed({"ab", "abc"}, {"xabc"}, true)) == "xab");
+  CHECK(Join(Feed({"abc", "ab"}, {"xabc"}, true)) == "xab");
+  CHECK(Join(Feed({"abc", "ab"}, {"xa", "bc"}, true)) == "xab");
+  // Matched only at the end (Finish).
+  CHECK(Join(Feed({" b\xc3\xa9", "b"}, {"x ", "b"}, true)) == "x b");
 }
 
 TEST_CASE("stop cutter: a multi-byte character at the boundary is never split", "[openai]") {
@@ -688,12 +819,15 @@ TEST_CASE("stop cutter: equals a naive cut of the whole text, however split", "[
     }
     const std::string expected = NaiveCut(text, stops);
     if (expected.size() < text.size()) ++cut_cases;
-    const auto out = Feed(stops, pieces);
     std::string all_stops;
     for (const std::string& stop : stops) all_stops += "[" + stop + "]";
     INFO("text " << text << " stops " << all_stops << " pieces " << pieces.size());
-    REQUIRE(Join(out) == expected);
-    for (const std::string& part : out) REQUIRE(WholeCharacters(part));
+    for (const bool include : {false, true}) {
+      INFO("include_stop " << include);
+      const auto out = Feed(stops, pieces, include);
+      REQUIRE(Join(out) == NaiveCut(text, stops, include));
+      for (const std::string& part : out) REQUIRE(WholeCharacters(part));
+    }
   }
   // The draw exercised cuts often, and texts without any too.
   CHECK(cut_cases > 1000);

@@ -6,6 +6,7 @@
 
 #include <httplib.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 
 #include "engine/model.h"
 #include "server/openai_http_server.h"
+#include "server/openai_tokenize.h"
 #include "tests/server/test_util/grpc_harness.h"
 
 namespace drt::server {
@@ -304,6 +306,34 @@ TEST_CASE("openai http: an id prompt's own refusal comes before the max_tokens c
     CHECK_THAT(std::string(Error(r)["message"]), Contains(words));
     CHECK(Error(r)["param"] == "prompt");
   }
+}
+
+}  // namespace
+}  // namespace drt::server
+
+namespace drt::server {
+namespace {
+
+TEST_CASE("openai tokenizer_info: the eos spelling and ids, null where the model has none",
+          "[openai]") {
+  drt::v1::ModelInfo info;
+  info.set_tokenizer("gpt2-bpe");
+  info.set_max_context_tokens(1 << 20);
+  info.set_vocab_size(50258);
+  info.set_eos_id(50256);
+  info.set_pad_id(50257);
+  const nlohmann::json bpe =
+      nlohmann::json::parse(TokenizerInfoJson(info, std::string("<|endoftext|>")));
+  CHECK(bpe["eos_token"] == "<|endoftext|>");
+  CHECK(bpe["eos_token_id"] == 50256);
+  CHECK(bpe["pad_token_id"] == 50257);
+  CHECK(bpe["model_max_length"] == 1 << 20);
+  CHECK(bpe["tokenizer_class"] == "gpt2-bpe");
+  info.set_eos_id(-1);
+  const nlohmann::json none = nlohmann::json::parse(TokenizerInfoJson(info, std::nullopt));
+  REQUIRE(none.contains("eos_token"));
+  CHECK(none["eos_token"].is_null());
+  CHECK(none["eos_token_id"].is_null());
 }
 
 }  // namespace
