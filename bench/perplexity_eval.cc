@@ -4,7 +4,8 @@
 // scored with the logits the model gave after tokens 0..i-1, the first token
 // is unscored. Per bucket of positions (powers of two by default): tokens,
 // mean NLL in nats, perplexity, bits per byte; overall; tokens/s; the
-// retrievals the session made.
+// retrievals the session made. --context N scores it in windows of N tokens
+// (bench/perplexity/context_windows.h), the truncated-context baseline.
 //
 // Bits per byte: a byte tokenizer's token is one byte; for a BPE tokenizer
 // each token counts the bytes of its decoded text (Tokenizer::Decode of the
@@ -25,6 +26,7 @@
 #include "bench/load_average.h"
 #include "bench/niah/eval_options.h"
 #include "bench/niah/passkey_haystack.h"
+#include "bench/perplexity/context_windows.h"
 #include "bench/perplexity/document_scorer.h"
 #include "bench/perplexity/output_file.h"
 #include "bench/perplexity/position_buckets.h"
@@ -53,6 +55,11 @@ ABSL_FLAG(std::optional<int64_t>, max_tokens, std::nullopt,
 ABSL_FLAG(int64_t, piece, 4096,
           "tokens per Append (each a scored Append: the engine holds one step's logits at a "
           "time, whatever the piece)");
+ABSL_FLAG(int64_t, context, 0,
+          "score with the context cut to N tokens, as llama-perplexity's -c: the document in "
+          "consecutive windows of N tokens, each in a fresh session, each window's first token "
+          "unscored (0: the whole document in one session; at least 2 otherwise). Buckets stay "
+          "by position in the document: the baseline for what context past N adds");
 ABSL_FLAG(std::string, buckets, "",
           "bucket starts after 0, e.g. 1K,4K,16K (K = 1024, M = 1048576); default: powers of "
           "two from 1K, [0,1K), [1K,2K), [2K,4K), ... up to the document's length");
@@ -154,6 +161,8 @@ int main(int argc, char** argv) {
   if (piece < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrFormat("--piece must be at least 1, got %d", piece)));
   }
+  const int64_t context = absl::GetFlag(FLAGS_context);
+  if (absl::Status s = drt::ppl::CheckContext(context); !s.ok()) return Fail(s);
   std::vector<int64_t> starts;
   const bool default_buckets = absl::GetFlag(FLAGS_buckets).empty();
   if (!default_buckets) {
@@ -219,9 +228,6 @@ int main(int argc, char** argv) {
       **model, {device, absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_cuda_device), cuda_precision});
   if (!made.ok()) return Fail(made.status());
   std::unique_ptr<drt::Backend> backend = *std::move(made);
-  auto session = drt::Session::Create(*backend);
-  if (!session.ok()) return Fail(session.status());
-
   drt::ppl::PositionBuckets buckets(starts, length);
   drt::ppl::ScoreCallbacks callbacks;
   callbacks.on_scored = [&](int64_t position, double nll) {
@@ -236,12 +242,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%ld / %ld tokens, %.0f s\n", static_cast<long>(done),
                  static_cast<long>(length), std::chrono::duration<double>(now - start).count());
   };
-  if (absl::Status s = drt::ppl::ScoreTokens(**session, tokens, piece, callbacks); !s.ok()) {
-    return Fail(s);
-  }
+  auto scored = drt::ppl::ScoreInWindows(*backend, tokens, context, piece, callbacks);
+  if (!scored.ok()) return Fail(scored.status());
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const double tokens_per_second = static_cast<double>(length) / seconds;
-  const int64_t retrievals = (*session)->retrievals();
+  const int64_t retrievals = scored->retrievals;
   const std::string load = drt::bench::LoadAverageText();
   const char* bytes_basis = tokenizer.one_id_per_byte()
                                 ? "one byte per token (byte tokenizer)"
@@ -258,6 +263,11 @@ int main(int argc, char** argv) {
               static_cast<long>(length), static_cast<long>(document_bytes), seconds,
               tokens_per_second, static_cast<long>(retrievals), static_cast<long>(piece),
               backend->name().c_str(), load.c_str());
+  if (context > 0) {
+    std::printf("context %ld tokens: %ld windows, each in a fresh session, its first token "
+                "unscored\n",
+                static_cast<long>(context), static_cast<long>(scored->windows));
+  }
   std::printf("NLL in nats; bits per byte count %s\n", bytes_basis);
 
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
@@ -267,6 +277,8 @@ int main(int argc, char** argv) {
                           {"bytes", document_bytes},
                           {"bytes_basis", bytes_basis},
                           {"piece", piece},
+                          {"context", context},
+                          {"windows", scored->windows},
                           {"device", backend->name()},
                           {"threads", absl::GetFlag(FLAGS_threads)},
                           {"seconds", seconds},

@@ -12,6 +12,10 @@ golden tokens are bytes 0..255, so they can be written as a --text file):
 - the default buckets are powers of two ([0,1K), [1K,2K), [2K,2520));
 - --max_document_tokens truncates (--max_tokens, its deprecated old name, too,
   with a warning), --filler scores the passkey filler;
+- --context N scores in windows of N tokens: each window's figures equal a
+  run of that window's bytes alone (the same engine: tests/
+  perplexity_windows_test.cc measured no difference), window 0's the
+  reference's, and --context at or past the length is the plain run;
 - bad flags exit non-zero naming the flag, before any work.
 
 Reads safetensors with the standard library only (no numpy).
@@ -156,6 +160,45 @@ def main():
         done, out = run_json(args.ppl, tmp, "--text", text, "--max_tokens=0")
         expect("--max_tokens is deprecated" in done.stderr,
                "--max_tokens=0 (its default value) still warns", done.stderr)
+
+        # --context 1000: windows [0,1000) [1000,2000) [2000,L), one bucket
+        # each; a window's first token is not scored.
+        done, out = run_json(args.ppl, tmp, "--text", text, "--context", "1000", "--buckets", "1000,2000")
+        expect(out is not None, "drt-ppl --context 1000 writes --json", done.stderr)
+        if out is not None:
+            expect(out["context"] == 1000 and out["windows"] == 3 and out["tokens"] == L
+                   and out["overall"]["tokens"] == L - 3, "--context 1000: 3 windows, L - 3 tokens scored",
+                   str({k: out[k] for k in ("context", "windows", "tokens")}) + str(out["overall"]))
+            expect("context 1000 tokens: 3 windows" in done.stdout, "the table says the context", done.stdout)
+            window_retrievals = 0
+            for b in out["buckets"]:
+                window = os.path.join(tmp, f"window{b['begin']}.bin")
+                with open(window, "wb") as f:
+                    f.write(bytes(tokens[b["begin"]:b["end"]]))
+                alone_done, alone = run_json(args.ppl, tmp, "--text", window)
+                if alone is None:
+                    expect(False, f"window {b['begin']} alone runs", alone_done.stderr)
+                    continue
+                window_retrievals += alone["retrievals"]
+                a = alone["overall"]
+                expect(b["tokens"] == a["tokens"] == b["end"] - b["begin"] - 1
+                       and abs(b["mean_nll"] - a["mean_nll"]) <= MEAN_TOLERANCE,
+                       f"--context window {b['begin']}: the window's bytes scored alone "
+                       f"({a['tokens']} tokens, mean NLL {a['mean_nll']:.6f})", str(b))
+            expect(out["retrievals"] == window_retrievals, "--context: the windows' retrievals summed",
+                   f"{out['retrievals']} vs {window_retrievals}")
+            want = sum(nll[:999]) / 999
+            expect(abs(out["buckets"][0]["mean_nll"] - want) <= MEAN_TOLERANCE,
+                   "--context window 0: the reference's mean NLL of tokens 1..999", str(out["buckets"][0]))
+        _, plain = run_json(args.ppl, tmp, "--text", text)
+        for context in (str(L), "5000", "0"):
+            done, out = run_json(args.ppl, tmp, "--text", text, "--context", context)
+            same = (out is not None and plain is not None and out["windows"] == 1
+                    and out["context"] == int(context)
+                    and [(b["tokens"], b["nll_sum"]) for b in out["buckets"]]
+                    == [(b["tokens"], b["nll_sum"]) for b in plain["buckets"]])
+            expect(same, f"--context {context} (at or past the length, or 0) is the plain run",
+                   done.stderr if out is None else str(out["overall"]))
 
         done, out = run_json(args.ppl, tmp, "--filler", "--max_document_tokens", "1500")
         expect(out is not None and out["input"] == "filler" and out["tokens"] == 1500
