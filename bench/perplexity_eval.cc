@@ -1,14 +1,19 @@
-// drt-ppl: perplexity by token position over one long document (llama.cpp's
+// drt-ppl: perplexity by token position over long documents (llama.cpp's
 // llama-perplexity for DRT; the DRT paper's PG19 view). The document is
 // appended piece by piece (bench/perplexity/document_scorer.h); token i is
 // scored with the logits the model gave after tokens 0..i-1, the first token
 // is unscored. Per bucket of positions (powers of two by default): tokens,
 // mean NLL in nats, perplexity, bits per byte; overall; tokens/s; the
-// retrievals the session made.
+// retrievals the session made. --context N scores it in windows of N tokens
+// (bench/perplexity/context_windows.h), the truncated-context baseline.
+// Several documents (repeated --text, or a folder) are each scored in fresh
+// sessions and reported each and pooled: pooled buckets sum every
+// document's tokens at those positions, so their means are token-weighted.
 //
 // Bits per byte: a byte tokenizer's token is one byte; for a BPE tokenizer
 // each token counts the bytes of its decoded text (Tokenizer::Decode of the
 // id alone), which sum to the document's bytes.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +21,8 @@
 #include <sstream>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/commandlineflag.h"
@@ -25,6 +32,8 @@
 #include "bench/load_average.h"
 #include "bench/niah/eval_options.h"
 #include "bench/niah/passkey_haystack.h"
+#include "bench/perplexity/context_windows.h"
+#include "bench/perplexity/document_list.h"
 #include "bench/perplexity/document_scorer.h"
 #include "bench/perplexity/output_file.h"
 #include "bench/perplexity/position_buckets.h"
@@ -37,7 +46,9 @@
 ABSL_FLAG(std::string, model, "models/drt-text-byte", "model directory");
 ABSL_FLAG(std::string, text, "",
           "the document: a file of UTF-8 text (or any bytes, for a byte tokenizer), "
-          "tokenised by the model's tokenizer");
+          "tokenised by the model's tokenizer. A folder: every regular file in it (sorted by "
+          "name, subfolders skipped), each a document. Repeat the flag for several files or "
+          "folders; several documents are reported each and pooled (token-weighted)");
 ABSL_FLAG(bool, filler, false,
           "score the passkey tools' training filler (\"The grass is green. ...\", repeated) "
           "instead of --text; needs --max_document_tokens");
@@ -53,6 +64,11 @@ ABSL_FLAG(std::optional<int64_t>, max_tokens, std::nullopt,
 ABSL_FLAG(int64_t, piece, 4096,
           "tokens per Append (each a scored Append: the engine holds one step's logits at a "
           "time, whatever the piece)");
+ABSL_FLAG(int64_t, context, 0,
+          "score with the context cut to N tokens, as llama-perplexity's -c: the document in "
+          "consecutive windows of N tokens, each in a fresh session, each window's first token "
+          "unscored (0: the whole document in one session; at least 2 otherwise). Buckets stay "
+          "by position in the document: the baseline for what context past N adds");
 ABSL_FLAG(std::string, buckets, "",
           "bucket starts after 0, e.g. 1K,4K,16K (K = 1024, M = 1048576); default: powers of "
           "two from 1K, [0,1K), [1K,2K), [2K,4K), ... up to the document's length");
@@ -101,19 +117,65 @@ void PrintRow(const std::string& label, const drt::ppl::Bucket& b) {
               s.mean_nll, s.perplexity, s.bits_per_byte);
 }
 
+// One document to score: its name (the file, or "filler"), its tokens and
+// the bytes each token id stands for.
+struct Document {
+  std::string input;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> token_bytes;
+  int64_t bytes = 0;
+};
+
+// What scoring one document gave.
+struct DocumentResult {
+  drt::ppl::PositionBuckets buckets;
+  drt::ppl::WindowsScored scored;
+  double seconds = 0;
+};
+
+void PrintTable(const drt::ppl::PositionBuckets& buckets) {
+  std::printf("%-22s %10s %10s %11s %10s\n", "positions", "tokens", "mean NLL", "perplexity",
+              "bits/byte");
+  for (const drt::ppl::Bucket& b : buckets.buckets()) {
+    PrintRow(absl::StrFormat("[%d, %d)", b.begin, b.end), b);
+  }
+  PrintRow("all", buckets.Overall());
+}
+
+nlohmann::json BucketsJson(const drt::ppl::PositionBuckets& buckets) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const drt::ppl::Bucket& b : buckets.buckets()) out.push_back(BucketJson(b));
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   drt::cli::ParseCommandLine(
       {"drt-ppl",
-       "Perplexity by token position over one document.\n"
+       "Perplexity by token position over one document, or several (each and pooled).\n"
        "Example: drt-ppl --model models/drt-text-byte --text "
-       "tests/fixtures/heldout-text/debian_handbook_excerpt.txt --threads 2",
+       "tests/fixtures/heldout-text/debian_handbook_excerpt.txt --threads 2\n"
+       "The same with the context cut to the training length (the baseline): add --context 4032",
        {"bench/perplexity_eval.cc"}},
       argc, argv);
 
   // Flags first, before the model loads: a bad one is refused at once.
-  const std::string text_path = absl::GetFlag(FLAGS_text);
+  // absl keeps the last --text only; every one given is read from argv (a
+  // --text from a --flagfile is the one absl kept).
+  std::vector<std::string> text_paths = drt::ppl::RepeatedFlagValues(argc, argv, "text");
+  if (text_paths.empty() && !absl::GetFlag(FLAGS_text).empty()) {
+    text_paths.push_back(absl::GetFlag(FLAGS_text));
+  }
+  if (!text_paths.empty() && text_paths.back() != absl::GetFlag(FLAGS_text)) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "--text: the command line's last --text ('%s') is not the one parsed ('%s'); give every "
+        "--text on the command line",
+        text_paths.back(), absl::GetFlag(FLAGS_text))));
+  }
+  for (const std::string& path : text_paths) {
+    if (path.empty()) return Fail(absl::InvalidArgumentError("--text: an empty path"));
+  }
   const bool use_filler = absl::GetFlag(FLAGS_filler);
   const std::optional<int64_t> document_tokens = absl::GetFlag(FLAGS_max_document_tokens);
   int64_t max_tokens = document_tokens.value_or(0);
@@ -128,9 +190,10 @@ int main(int argc, char** argv) {
     max_tokens = *old_name;
   }
   const int64_t piece = absl::GetFlag(FLAGS_piece);
-  if (text_path.empty() == !use_filler) {
+  if (text_paths.empty() == !use_filler) {
     return Fail(absl::InvalidArgumentError(
-        "give one document: --text FILE or --filler (with --max_document_tokens)"));
+        "give the documents: --text FILE or FOLDER (repeated for several), or --filler (with "
+        "--max_document_tokens)"));
   }
   if (max_tokens < 0) {
     return Fail(absl::InvalidArgumentError(
@@ -154,6 +217,8 @@ int main(int argc, char** argv) {
   if (piece < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrFormat("--piece must be at least 1, got %d", piece)));
   }
+  const int64_t context = absl::GetFlag(FLAGS_context);
+  if (absl::Status s = drt::ppl::CheckContext(context); !s.ok()) return Fail(s);
   std::vector<int64_t> starts;
   const bool default_buckets = absl::GetFlag(FLAGS_buckets).empty();
   if (!default_buckets) {
@@ -161,27 +226,33 @@ int main(int argc, char** argv) {
     if (!parsed.ok()) return Fail(parsed.status());
     starts = *std::move(parsed);
   }
+  std::vector<std::string> document_paths;
+  if (!use_filler) {
+    auto listed = drt::ppl::ListDocuments("--text", text_paths);
+    if (!listed.ok()) return Fail(listed.status());
+    document_paths = *std::move(listed);
+  }
   // An unwritable --json is found now, not after a run of minutes; the check
   // leaves the file as it is (it is replaced only after a run that succeeded).
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    if (absl::Status s = drt::ppl::CheckOutputFile(
-            "--json", path,
-            {{"--text", use_filler ? "" : text_path}, {"--model", absl::GetFlag(FLAGS_model)}});
-        !s.ok()) {
-      return Fail(s);
-    }
+    std::vector<std::pair<std::string_view, std::string>> inputs = {
+        {"--model", absl::GetFlag(FLAGS_model)}};
+    for (const std::string& text_path : text_paths) inputs.push_back({"--text", text_path});
+    for (const std::string& document : document_paths) inputs.push_back({"--text", document});
+    if (absl::Status s = drt::ppl::CheckOutputFile("--json", path, inputs); !s.ok()) return Fail(s);
   }
-  std::string text;
-  if (!use_filler) {
-    auto read = ReadFile(text_path);
+  std::vector<std::string> texts;
+  for (const std::string& document : document_paths) {
+    auto read = ReadFile(document);
     if (!read.ok()) return Fail(read.status());
-    text = *std::move(read);
+    texts.push_back(*std::move(read));
   }
 
   auto model = drt::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) return Fail(model.status());
   const drt::Tokenizer& tokenizer = *(*model)->tokenizer;
-  std::vector<int32_t> tokens;
+  // Every document is tokenised (and checked) before any is scored.
+  std::vector<Document> documents;
   if (use_filler) {
     // Only the filler is used: Create's bound (room for the passkey question
     // and a needle) is a haystack rule, so it gets the largest length.
@@ -190,28 +261,39 @@ int main(int argc, char** argv) {
       return Fail(absl::InvalidArgumentError(
           absl::StrFormat("--filler: %s", haystacks.status().message())));
     }
-    tokens = haystacks->Filler(0, max_tokens);
-  } else {
-    auto encoded = tokenizer.Encode(text);
+    documents.push_back({"filler", haystacks->Filler(0, max_tokens)});
+  }
+  for (size_t i = 0; i < document_paths.size(); ++i) {
+    auto encoded = tokenizer.Encode(texts[i]);
     if (!encoded.ok()) {
       return Fail(absl::InvalidArgumentError(
-          absl::StrFormat("--text '%s': %s", text_path, encoded.status().message())));
+          absl::StrFormat("--text '%s': %s", document_paths[i], encoded.status().message())));
     }
-    tokens = *std::move(encoded);
-    if (max_tokens > 0 && static_cast<int64_t>(tokens.size()) > max_tokens) tokens.resize(max_tokens);
+    Document document{document_paths[i], *std::move(encoded)};
+    if (max_tokens > 0 && static_cast<int64_t>(document.tokens.size()) > max_tokens) {
+      document.tokens.resize(max_tokens);
+    }
+    documents.push_back(std::move(document));
+    texts[i].clear();
+    texts[i].shrink_to_fit();
   }
-  if (tokens.size() < 2) {
-    return Fail(absl::InvalidArgumentError(absl::StrFormat(
-        "the document has %d tokens; at least 2 are needed (the first is not scored)", tokens.size())));
+  int64_t longest = 0, total_tokens = 0, total_bytes = 0;
+  for (Document& document : documents) {
+    if (document.tokens.size() < 2) {
+      return Fail(absl::InvalidArgumentError(absl::StrFormat(
+          "the document%s has %d tokens; at least 2 are needed (the first is not scored)",
+          use_filler ? "" : absl::StrFormat(" '%s'", document.input), document.tokens.size())));
+    }
+    // Bytes per token id, decoded once per id seen (bits per byte).
+    auto counted = drt::ppl::CountTokenBytes(tokenizer, document.tokens, (*model)->config().vocab_size);
+    if (!counted.ok()) return Fail(counted.status());
+    document.token_bytes = std::move(counted->per_id);
+    document.bytes = counted->total;
+    const int64_t length = static_cast<int64_t>(document.tokens.size());
+    longest = std::max(longest, length);
+    total_tokens += length;
+    total_bytes += document.bytes;
   }
-  const int64_t length = static_cast<int64_t>(tokens.size());
-  if (default_buckets) starts = drt::ppl::PowerOfTwoStarts(length);
-
-  // Bytes per token id, decoded once per id seen (bits per byte).
-  auto counted = drt::ppl::CountTokenBytes(tokenizer, tokens, (*model)->config().vocab_size);
-  if (!counted.ok()) return Fail(counted.status());
-  const std::vector<int32_t> token_bytes = std::move(counted->per_id);
-  const int64_t document_bytes = counted->total;
 
   const std::string device = absl::GetFlag(FLAGS_device);
   const std::string cuda_precision = absl::GetFlag(FLAGS_cuda_precision);
@@ -219,63 +301,111 @@ int main(int argc, char** argv) {
       **model, {device, absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_cuda_device), cuda_precision});
   if (!made.ok()) return Fail(made.status());
   std::unique_ptr<drt::Backend> backend = *std::move(made);
-  auto session = drt::Session::Create(*backend);
-  if (!session.ok()) return Fail(session.status());
 
-  drt::ppl::PositionBuckets buckets(starts, length);
-  drt::ppl::ScoreCallbacks callbacks;
-  callbacks.on_scored = [&](int64_t position, double nll) {
-    buckets.Add(position, nll, token_bytes[tokens[position]]);
-  };
+  // Pooled buckets: positions in each document, up to the longest one.
+  drt::ppl::PositionBuckets pooled(default_buckets ? drt::ppl::PowerOfTwoStarts(longest) : starts,
+                                   longest);
+  std::vector<DocumentResult> results;
   const auto start = Clock::now();
   auto last_report = start;
-  callbacks.on_piece = [&](int64_t done) {
-    const auto now = Clock::now();
-    if (now - last_report < std::chrono::seconds(10) && done < length) return;
-    last_report = now;
-    std::fprintf(stderr, "%ld / %ld tokens, %.0f s\n", static_cast<long>(done),
-                 static_cast<long>(length), std::chrono::duration<double>(now - start).count());
-  };
-  if (absl::Status s = drt::ppl::ScoreTokens(**session, tokens, piece, callbacks); !s.ok()) {
-    return Fail(s);
+  int64_t windows = 0, retrievals = 0;
+  for (size_t d = 0; d < documents.size(); ++d) {
+    const Document& document = documents[d];
+    const int64_t length = static_cast<int64_t>(document.tokens.size());
+    drt::ppl::PositionBuckets buckets(default_buckets ? drt::ppl::PowerOfTwoStarts(length) : starts,
+                                      length);
+    drt::ppl::ScoreCallbacks callbacks;
+    callbacks.on_scored = [&](int64_t position, double nll) {
+      const int32_t bytes = document.token_bytes[document.tokens[position]];
+      buckets.Add(position, nll, bytes);
+      pooled.Add(position, nll, bytes);
+    };
+    callbacks.on_piece = [&](int64_t done) {
+      const auto now = Clock::now();
+      if (now - last_report < std::chrono::seconds(10) && done < length) return;
+      last_report = now;
+      const std::string which =
+          documents.size() > 1 ? absl::StrFormat("document %d of %d: ", d + 1, documents.size()) : "";
+      std::fprintf(stderr, "%s%ld / %ld tokens, %.0f s\n", which.c_str(), static_cast<long>(done),
+                   static_cast<long>(length), std::chrono::duration<double>(now - start).count());
+    };
+    const auto document_start = Clock::now();
+    auto scored = drt::ppl::ScoreInWindows(*backend, document.tokens, context, piece, callbacks);
+    if (!scored.ok()) {
+      if (documents.size() == 1) return Fail(scored.status());
+      return Fail(absl::Status(scored.status().code(),
+                               absl::StrFormat("'%s': %s", document.input, scored.status().message())));
+    }
+    windows += scored->windows;
+    retrievals += scored->retrievals;
+    results.push_back({std::move(buckets), *scored,
+                       std::chrono::duration<double>(Clock::now() - document_start).count()});
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  const double tokens_per_second = static_cast<double>(length) / seconds;
-  const int64_t retrievals = (*session)->retrievals();
+  const double tokens_per_second = static_cast<double>(total_tokens) / seconds;
   const std::string load = drt::bench::LoadAverageText();
   const char* bytes_basis = tokenizer.one_id_per_byte()
                                 ? "one byte per token (byte tokenizer)"
                                 : "the bytes of each token's decoded text";
 
-  std::printf("%-22s %10s %10s %11s %10s\n", "positions", "tokens", "mean NLL", "perplexity",
-              "bits/byte");
-  for (const drt::ppl::Bucket& b : buckets.buckets()) {
-    PrintRow(absl::StrFormat("[%d, %d)", b.begin, b.end), b);
+  if (documents.size() == 1) {
+    PrintTable(results[0].buckets);
+  } else {
+    for (size_t d = 0; d < documents.size(); ++d) {
+      std::printf("document %zu of %zu: %s (%ld tokens, %ld bytes)\n", d + 1, documents.size(),
+                  documents[d].input.c_str(), static_cast<long>(documents[d].tokens.size()),
+                  static_cast<long>(documents[d].bytes));
+      PrintTable(results[d].buckets);
+      std::printf("\n");
+    }
+    std::printf("pooled over %zu documents (token-weighted: each bucket sums every document's "
+                "tokens at those positions)\n",
+                documents.size());
+    PrintTable(pooled);
   }
-  PrintRow("all", buckets.Overall());
   std::printf("%ld tokens (%ld bytes) in %.1f s: %.0f tokens/s, %ld retrievals, piece %ld, "
               "device %s, load %s\n",
-              static_cast<long>(length), static_cast<long>(document_bytes), seconds,
+              static_cast<long>(total_tokens), static_cast<long>(total_bytes), seconds,
               tokens_per_second, static_cast<long>(retrievals), static_cast<long>(piece),
               backend->name().c_str(), load.c_str());
+  if (context > 0) {
+    std::printf("context %ld tokens: %ld windows, each in a fresh session, its first token "
+                "unscored\n",
+                static_cast<long>(context), static_cast<long>(windows));
+  }
   std::printf("NLL in nats; bits per byte count %s\n", bytes_basis);
 
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    // The top level is the pooled result (for one document, that
+    // document's); "documents" has each one.
     nlohmann::json out = {{"model", absl::GetFlag(FLAGS_model)},
-                          {"input", use_filler ? "filler" : text_path},
-                          {"tokens", length},
-                          {"bytes", document_bytes},
+                          {"input", documents.size() == 1 ? nlohmann::json(documents[0].input)
+                                                          : nlohmann::json(nullptr)},
+                          {"documents", nlohmann::json::array()},
+                          {"tokens", total_tokens},
+                          {"bytes", total_bytes},
                           {"bytes_basis", bytes_basis},
                           {"piece", piece},
+                          {"context", context},
+                          {"windows", windows},
                           {"device", backend->name()},
                           {"threads", absl::GetFlag(FLAGS_threads)},
                           {"seconds", seconds},
                           {"tokens_per_second", tokens_per_second},
                           {"retrievals", retrievals},
                           {"load_average", load},
-                          {"overall", BucketJson(buckets.Overall())},
-                          {"buckets", nlohmann::json::array()}};
-    for (const drt::ppl::Bucket& b : buckets.buckets()) out["buckets"].push_back(BucketJson(b));
+                          {"overall", BucketJson(pooled.Overall())},
+                          {"buckets", BucketsJson(pooled)}};
+    for (size_t d = 0; d < documents.size(); ++d) {
+      out["documents"].push_back({{"input", documents[d].input},
+                                  {"tokens", static_cast<int64_t>(documents[d].tokens.size())},
+                                  {"bytes", documents[d].bytes},
+                                  {"windows", results[d].scored.windows},
+                                  {"retrievals", results[d].scored.retrievals},
+                                  {"seconds", results[d].seconds},
+                                  {"overall", BucketJson(results[d].buckets.Overall())},
+                                  {"buckets", BucketsJson(results[d].buckets)}});
+    }
     if (absl::Status s = drt::ppl::WriteFileReplacing("--json", path, out.dump(2) + "\n"); !s.ok()) {
       return Fail(s);
     }

@@ -12,6 +12,12 @@ golden tokens are bytes 0..255, so they can be written as a --text file):
 - the default buckets are powers of two ([0,1K), [1K,2K), [2K,2520));
 - --max_document_tokens truncates (--max_tokens, its deprecated old name, too,
   with a warning), --filler scores the passkey filler;
+- --context N scores in windows of N tokens: each window's figures equal a
+  run of that window's bytes alone (the same engine: tests/
+  perplexity_windows_test.cc measured no difference), window 0's the
+  reference's, and --context at or past the length is the plain run;
+- several documents (--text repeated, or a folder): each document's figures
+  equal its run alone, and the pooled ones are the token-weighted sums;
 - bad flags exit non-zero naming the flag, before any work.
 
 Reads safetensors with the standard library only (no numpy).
@@ -71,6 +77,107 @@ def run_json(binary, tmp, *args):
 
 def close(a, b, tol=1e-9):
     return a is not None and abs(a - b) <= tol * max(1.0, abs(b))
+
+
+def figures(b):
+    return (b["begin"], b["end"], b["tokens"], b["bytes"])
+
+
+def same_scores(x, y):
+    """Same bucket, same tokens and bytes, the same mean NLL within the
+    suite's tolerance (the piece may differ: perplexity_golden_test.cc)."""
+    return (figures(x) == figures(y) and x["mean_nll"] is not None
+            and abs(x["mean_nll"] - y["mean_nll"]) <= MEAN_TOLERANCE)
+
+
+def several_documents(binary, tmp, tokens):
+    """Two documents (the fixture's bytes 0..1500 and 1000..2520) against the
+    two single-document runs."""
+    folder = os.path.join(tmp, "books")
+    os.makedirs(os.path.join(folder, "sub"))
+    # Written b first: the folder's order is by name, not by creation.
+    paths = [os.path.join(folder, "b.bin"), os.path.join(folder, "a.bin")]
+    for path, part in zip(paths, (tokens[1000:], tokens[:1500])):
+        with open(path, "wb") as f:
+            f.write(bytes(part))
+    with open(os.path.join(folder, "sub", "skipped.bin"), "wb") as f:
+        f.write(bytes(tokens[:100]))
+    a, b = paths[1], paths[0]
+    alone = []
+    for path in (a, b):
+        done, out = run_json(binary, tmp, "--text", path, "--buckets", "1K")
+        expect(out is not None and len(out.get("documents", [])) == 1 and out["input"] == path
+               and out["documents"][0]["overall"] == out["overall"],
+               f"one document: 'documents' holds it, the top level is its figures ({os.path.basename(path)})",
+               done.stderr if out is None else str(out.get("documents")))
+        alone.append(out)
+    if None in alone:
+        return
+    for args, what in ((["--text", a, "--text", b], "--text a.bin --text b.bin"),
+                       ([f"--text={a}", "--piece", "300", "-text", b], "--text=a.bin -text b.bin"),
+                       (["--text", folder], "--text FOLDER (sorted, the subfolder skipped)")):
+        done, out = run_json(binary, tmp, *args, "--buckets", "1K")
+        expect(out is not None, f"{what} runs", done.stderr)
+        if out is None:
+            continue
+        docs = out.get("documents", [])
+        expect([d["input"] for d in docs] == [a, b] and out["input"] is None,
+               f"{what}: documents a.bin, b.bin, no single input", str([d["input"] for d in docs]))
+        if len(docs) != 2:
+            continue
+        for d, one in zip(docs, alone):
+            expect(d["tokens"] == one["tokens"] and d["bytes"] == one["bytes"]
+                   and d["retrievals"] == one["retrievals"]
+                   and len(d["buckets"]) == len(one["buckets"])
+                   and all(same_scores(p, q) for p, q in zip(d["buckets"], one["buckets"]))
+                   and same_scores(d["overall"], one["overall"]),
+                   f"{what}: {os.path.basename(d['input'])} as when run alone", f"{d} vs {one}")
+        # Pooled: every figure summed; the mean NLL token-weighted.
+        o, (x, y) = out["overall"], (alone[0]["overall"], alone[1]["overall"])
+        weighted = (x["tokens"] * x["mean_nll"] + y["tokens"] * y["mean_nll"]) / (x["tokens"] + y["tokens"])
+        expect(o["tokens"] == x["tokens"] + y["tokens"] == 1499 + 1519
+               and out["tokens"] == 1500 + 1520 and out["bytes"] == 1500 + 1520
+               and out["retrievals"] == alone[0]["retrievals"] + alone[1]["retrievals"]
+               and abs(o["mean_nll"] - weighted) <= MEAN_TOLERANCE
+               and close(o["bits_per_byte"], o["nll_sum"] / math.log(2) / o["bytes"]),
+               f"{what}: pooled = token-weighted mean of the two runs ({weighted:.6f})", str(o))
+        # Pooled buckets by position: [0,1K) from both, [1K,1520) from both
+        # (a's ends at 1500), up to the longer document.
+        pooled = out["buckets"]
+        expect([(p["begin"], p["end"]) for p in pooled] == [(0, 1024), (1024, 1520)]
+               and all(p["tokens"] == sum(one["buckets"][i]["tokens"] for one in alone)
+                       and abs(p["nll_sum"] - sum(one["buckets"][i]["nll_sum"] for one in alone))
+                       <= MEAN_TOLERANCE * p["tokens"]
+                       for i, p in enumerate(pooled)),
+               f"{what}: pooled buckets sum both documents' buckets", str(pooled))
+        expect("pooled over 2 documents" in done.stdout and "document 2 of 2" in done.stdout,
+               f"{what}: the table shows each document and the pool", done.stdout)
+    # --context applies to each document.
+    done, out = run_json(binary, tmp, "--text", folder, "--context", "1000")
+    expect(out is not None and [d["windows"] for d in out.get("documents", [])] == [2, 2] and out["windows"] == 4
+           and out["overall"]["tokens"] == 1500 + 1520 - 4,
+           "--text FOLDER --context 1000: 2 windows in each document",
+           done.stderr if out is None else str(out.get("documents")))
+
+    # Refusals before any scoring, --json left as it was.
+    out_json = os.path.join(tmp, "out.json")
+    empty = os.path.join(tmp, "empty")
+    os.makedirs(os.path.join(empty, "sub"))
+    for args, name in (([a, a], "named twice"), ([folder, b], "named twice"),
+                       ([empty], "no regular file"), ([a, os.path.join(tmp, "missing")], "missing")):
+        with open(out_json, "wb") as f:
+            f.write(b"earlier")
+        command = [x for path in args for x in ("--text", path)]
+        done = ppl(binary, *command, "--json", out_json)
+        with open(out_json, "rb") as f:
+            kept = f.read()
+        expect(done.returncode == 1 and name in done.stderr and "--text" in done.stderr and kept == b"earlier"
+               and "tokens/s" not in done.stdout,
+               f"refused: --text {' --text '.join(os.path.relpath(x, tmp) for x in args)} names {name}",
+               f"rc {done.returncode}: {done.stderr.strip()}")
+    done = ppl(binary, "--text", folder, "--json", os.path.join(folder, "out.json"))
+    expect(done.returncode == 1 and "--json" in done.stderr and not os.path.exists(os.path.join(folder, "out.json")),
+           "refused: --json inside a --text folder", done.stderr.strip())
 
 
 def main():
@@ -156,6 +263,47 @@ def main():
         done, out = run_json(args.ppl, tmp, "--text", text, "--max_tokens=0")
         expect("--max_tokens is deprecated" in done.stderr,
                "--max_tokens=0 (its default value) still warns", done.stderr)
+
+        # --context 1000: windows [0,1000) [1000,2000) [2000,L), one bucket
+        # each; a window's first token is not scored.
+        done, out = run_json(args.ppl, tmp, "--text", text, "--context", "1000", "--buckets", "1000,2000")
+        expect(out is not None, "drt-ppl --context 1000 writes --json", done.stderr)
+        if out is not None:
+            expect(out["context"] == 1000 and out["windows"] == 3 and out["tokens"] == L
+                   and out["overall"]["tokens"] == L - 3, "--context 1000: 3 windows, L - 3 tokens scored",
+                   str({k: out[k] for k in ("context", "windows", "tokens")}) + str(out["overall"]))
+            expect("context 1000 tokens: 3 windows" in done.stdout, "the table says the context", done.stdout)
+            window_retrievals = 0
+            for b in out["buckets"]:
+                window = os.path.join(tmp, f"window{b['begin']}.bin")
+                with open(window, "wb") as f:
+                    f.write(bytes(tokens[b["begin"]:b["end"]]))
+                alone_done, alone = run_json(args.ppl, tmp, "--text", window)
+                if alone is None:
+                    expect(False, f"window {b['begin']} alone runs", alone_done.stderr)
+                    continue
+                window_retrievals += alone["retrievals"]
+                a = alone["overall"]
+                expect(b["tokens"] == a["tokens"] == b["end"] - b["begin"] - 1
+                       and abs(b["mean_nll"] - a["mean_nll"]) <= MEAN_TOLERANCE,
+                       f"--context window {b['begin']}: the window's bytes scored alone "
+                       f"({a['tokens']} tokens, mean NLL {a['mean_nll']:.6f})", str(b))
+            expect(out["retrievals"] == window_retrievals, "--context: the windows' retrievals summed",
+                   f"{out['retrievals']} vs {window_retrievals}")
+            want = sum(nll[:999]) / 999
+            expect(abs(out["buckets"][0]["mean_nll"] - want) <= MEAN_TOLERANCE,
+                   "--context window 0: the reference's mean NLL of tokens 1..999", str(out["buckets"][0]))
+        _, plain = run_json(args.ppl, tmp, "--text", text)
+        for context in (str(L), "5000", "0"):
+            done, out = run_json(args.ppl, tmp, "--text", text, "--context", context)
+            same = (out is not None and plain is not None and out["windows"] == 1
+                    and out["context"] == int(context)
+                    and [(b["tokens"], b["nll_sum"]) for b in out["buckets"]]
+                    == [(b["tokens"], b["nll_sum"]) for b in plain["buckets"]])
+            expect(same, f"--context {context} (at or past the length, or 0) is the plain run",
+                   done.stderr if out is None else str(out["overall"]))
+
+        several_documents(args.ppl, tmp, tokens)
 
         done, out = run_json(args.ppl, tmp, "--filler", "--max_document_tokens", "1500")
         expect(out is not None and out["input"] == "filler" and out["tokens"] == 1500
