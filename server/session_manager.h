@@ -456,7 +456,9 @@ class SessionManager {
 
   // Host memory of all sessions (SessionEntry::budget_bytes: chunks a
   // session shares with its forks count once over all of them), those
-  // deleted whose engine session is not yet freed included.
+  // deleted whose engine session is not yet freed included. Idle sessions'
+  // shares are refreshed first when a shared block's holders changed
+  // (RefreshSharesIfChanged), as in Reserve.
   int64_t TotalHostBytes() const;
   // Host memory reserved (HostReservation) and not yet released.
   int64_t ReservedHostBytes() const;
