@@ -181,18 +181,34 @@ absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                report->quarantined.size(), static_cast<long long>(report->torn_tails_truncated));
   // Restored sessions are not refused for the host memory budget (that
-  // would lose them), but a restart with a smaller budget than they hold
-  // refuses every Append and LoadSession: said here, once, with the figures.
+  // would lose them). They may hold more than it for two reasons: a restart
+  // with a smaller budget, and forks, which restore each with its own copy
+  // of the chunks they shared with their parent or siblings in memory
+  // before the restart (StateStore::RestoreReport::sessions_sharing_chunk_logs;
+  // review-serverfix F2). Said here, once, with the figures.
   const int64_t held = sessions.TotalHostBytes();
   const int64_t budget = sessions.limits().host_memory_budget_bytes;
   std::fprintf(stderr, "drt-server: restored sessions hold %lld MiB of host memory (budget %lld MiB)\n",
                static_cast<long long>(held >> 20), static_cast<long long>(budget >> 20));
+  const int64_t forks = report->sessions_sharing_chunk_logs;
+  if (forks > 0) {
+    std::fprintf(stderr,
+                 "drt-server: %lld restored sessions are forks (or parents of forks) that shared "
+                 "chunks in memory before the restart; a restart restores each with its own copy "
+                 "of them (the chunks the disk tier maps excepted), so they hold and count "
+                 "those chunks once each now, not once in all\n",
+                 static_cast<long long>(forks));
+  }
   if (held > budget) {
     std::fprintf(stderr,
                  "drt-server: WARNING: the restored sessions hold more host memory than "
-                 "--host_memory_budget_gb allows (%lld MiB > %lld MiB): every Append and "
-                 "LoadSession is refused until sessions are deleted or the budget is raised\n",
-                 static_cast<long long>(held >> 20), static_cast<long long>(budget >> 20));
+                 "--host_memory_budget_gb allows (%lld MiB > %lld MiB, %s): every Append, "
+                 "ForkSession and LoadSession is refused until sessions are deleted or the budget "
+                 "is raised\n",
+                 static_cast<long long>(held >> 20), static_cast<long long>(budget >> 20),
+                 forks > 0 ? "forks restored without sharing their chunks, see above, or a "
+                             "smaller budget than before the restart"
+                           : "a smaller budget than before the restart");
   }
   return absl::OkStatus();
 }

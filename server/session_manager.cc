@@ -150,7 +150,7 @@ absl::Status SessionEntry::EndAndReport(bool write_unwritten) {
             "keeps its last whole state, and a restart restores that");
       }
     }
-    if (!write) RefreshFiguresLocked();
+    if (!write) RefreshFiguresLocked(/*after_work=*/true);
   }
   // As a step's write and release (a failed write stays owed: the next
   // step retries it); a session deleted during the write is freed by this
@@ -246,7 +246,7 @@ absl::Status SessionEntry::ReleaseStep(absl::Status status,
     in_step_ = false;
     // With the engine session still here: a deleted one keeps these
     // figures until it is freed (FreeEngineSession).
-    RefreshFiguresLocked();
+    RefreshFiguresLocked(/*after_work=*/true);
     if (deleted_.load()) freed = std::move(session_);
   }
   if (freed == nullptr) return status;
@@ -280,13 +280,17 @@ void SessionEntry::FreeEngineSession(std::unique_ptr<Session> session) {
   shared_bytes_ = 0;
   mapped_bytes_ = 0;
   engine_freed_.store(true);
+  // The blocks it shared now have one holder fewer: the others' shares
+  // grow (review-serverfix F1: a session deleted during its step is freed
+  // here, after Delete's own refresh).
+  if (share_changes_ != nullptr) share_changes_->Note();
 }
 
 DeletedSession::~DeletedSession() {
   if (session_ != nullptr) entry_->FreeEngineSession(std::move(session_));
 }
 
-void SessionEntry::RefreshFiguresLocked() {
+void SessionEntry::RefreshFiguresLocked(bool after_work) {
   // Deleted and taken out: the figures stay as they are until the engine
   // session is freed (FreeEngineSession zeroes them then), so that the
   // budget counts the memory it still holds (review of schedproof, F1).
@@ -312,6 +316,18 @@ void SessionEntry::RefreshFiguresLocked() {
   }
   shared_bytes_ = static_cast<int64_t>(memory.shared_bytes);
   mapped_bytes_ = static_cast<int64_t>(memory.mapped_chunk_bytes);
+  // A step that stopped holding a shared block (copy-on-write of a shared
+  // tail, a K/V cache trim, a block mapped or released) moves these; the
+  // other holders' shares grew and they refresh (review-serverfix F3). (A
+  // move caused by another holder instead only costs a spare refresh.)
+  const auto shared = static_cast<int64_t>(memory.shared_bytes);
+  const auto shared_elsewhere = static_cast<int64_t>(memory.shared_elsewhere_bytes);
+  if (after_work && share_changes_ != nullptr &&
+      (shared != last_shared_ || shared_elsewhere != last_shared_elsewhere_)) {
+    share_changes_->Note();
+  }
+  last_shared_ = shared;
+  last_shared_elsewhere_ = shared_elsewhere;
 }
 
 void SessionEntry::AttachGrowthReservation(HostReservation* reservation) {
@@ -362,6 +378,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
     return absl::AlreadyExistsError(absl::StrFormat("session %s exists already", id));
   }
   auto entry = std::make_shared<SessionEntry>(id, settings, std::move(session));
+  entry->share_changes_ = share_changes_;
   if (store_ != nullptr && durable) {
     // Registered before anyone can find (and so delete) it: the store
     // writes only registered sessions, and forgets a deleted one at once.
@@ -548,7 +565,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::InsertFork(
   // their activity's next step ends). The parent's was refreshed as its
   // read step ended.
   forked.reset();
-  RefreshIdleFigures();
+  share_changes_->Note();
+  RefreshSharesIfChanged();
   return child;
 }
 
@@ -596,12 +614,14 @@ absl::Status SessionManager::Delete(const std::string& id, bool hidden_too) {
   // session is freed now, or when the step running on it returns.
   entry->MarkDeleted();
   if (store_ != nullptr && entry->durable()) store_->Remove(id);
-  // Chunks the deleted session shared are now held by fewer sessions.
-  RefreshIdleFigures();
+  // Chunks the deleted session shared are now held by fewer sessions (when
+  // it was freed above; one a step runs on notes it when it is freed).
+  RefreshSharesIfChanged();
   return absl::OkStatus();
 }
 
-void SessionManager::RefreshIdleFigures() {
+void SessionManager::RefreshSharesIfChanged() const {
+  if (!share_changes_->Take()) return;
   for (const auto& entry : List(/*hidden_too=*/true)) entry->RefreshFiguresIfIdle();
 }
 
@@ -726,6 +746,7 @@ void SessionManager::PruneDyingLocked() const {
 }
 
 int64_t SessionManager::TotalHostBytes() const {
+  RefreshSharesIfChanged();
   std::lock_guard<std::mutex> lock(mutex_);
   return TotalHostBytesLocked();
 }
@@ -742,6 +763,7 @@ int64_t SessionManager::HostBytesForTokens(int64_t tokens) const {
 
 absl::StatusOr<HostReservation> SessionManager::Reserve(int64_t bytes, const std::string& what) {
   bytes = std::max<int64_t>(0, bytes);
+  RefreshSharesIfChanged();
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t total = TotalHostBytesLocked();
   if (total + reserved_bytes_ + bytes > limits_.host_memory_budget_bytes) {
@@ -821,7 +843,7 @@ int SessionManager::EvictIdle() {
     entry->MarkDeleted();
     if (store_ != nullptr && entry->durable()) store_->Remove(entry->id());
   }
-  if (!evicted.empty()) RefreshIdleFigures();
+  if (!evicted.empty()) RefreshSharesIfChanged();
   return static_cast<int>(evicted.size());
 }
 
@@ -837,6 +859,8 @@ void SessionManager::ReaperLoop() {
     if (stopping_) return;
     lock.unlock();
     EvictIdle();
+    // Bounds the lag of the shares when nothing adds the figures up.
+    RefreshSharesIfChanged();
     lock.lock();
   }
 }

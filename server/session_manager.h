@@ -24,6 +24,7 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "server/limits.h"
+#include "server/share_changes.h"
 #include "server/state_registration.h"
 
 namespace drt::server {
@@ -259,7 +260,11 @@ class SessionEntry {
   friend class DeletedSession;
   // engine_mutex_ held (or not yet shared). Once the engine session is
   // taken out (deleted), it leaves the figures to FreeEngineSession.
-  void RefreshFiguresLocked();
+  // `after_work`: the session's own work may have changed which blocks it
+  // shares (a step: copy-on-write, a K/V cache trim, a block mapped or
+  // released): when its shared figures moved, that is noted (ShareChanges)
+  // so that the other holders refresh too.
+  void RefreshFiguresLocked(bool after_work = false);
   // Frees a deleted session's engine session taken out of session_, then
   // zeroes the figures, then sets engine_freed_: the figures, and so the
   // budget (SessionManager::dying_), count its memory until it is gone.
@@ -308,6 +313,14 @@ class SessionEntry {
   // ReservationCoveredBytes at the last refresh.
   std::atomic<int64_t> covered_bytes_{0};
   HostReservation* growth_reservation_ = nullptr;  // guarded by engine_mutex_
+  // The engine's shared figures at the last refresh (shared_bytes and
+  // shared_elsewhere_bytes), guarded by engine_mutex_: a step that moved
+  // them changed the holders of some shared block.
+  int64_t last_shared_ = 0, last_shared_elsewhere_ = 0;
+  // The manager's (set before the entry is in its table; null for an entry
+  // made outside one): noted when this session's holding of shared blocks
+  // changes, its engine session's free included.
+  std::shared_ptr<ShareChanges> share_changes_;
 };
 
 // Host memory promised to work that will allocate it (an Append's message, a
@@ -443,7 +456,9 @@ class SessionManager {
 
   // Host memory of all sessions (SessionEntry::budget_bytes: chunks a
   // session shares with its forks count once over all of them), those
-  // deleted whose engine session is not yet freed included.
+  // deleted whose engine session is not yet freed included. Idle sessions'
+  // shares are refreshed first when a shared block's holders changed
+  // (RefreshSharesIfChanged), as in Reserve.
   int64_t TotalHostBytes() const;
   // Host memory reserved (HostReservation) and not yet released.
   int64_t ReservedHostBytes() const;
@@ -512,8 +527,11 @@ class SessionManager {
   // CheckSessionRoom under mutex_.
   absl::Status CheckSessionRoomLocked() const;
   std::string NewId();
-  // RefreshFiguresIfIdle on every session (after a delete or an eviction).
-  void RefreshIdleFigures();
+  // RefreshFiguresIfIdle on every session when the holders of a shared
+  // block changed since the last time (ShareChanges): before the budget's
+  // figures are added up, and once a second. Without mutex_ or any entry's
+  // engine_mutex_ held.
+  void RefreshSharesIfChanged() const;
   // `id` empty: a new one. `durable` false: not written to the state store.
   // `claimed`: inserted with an activity claimed (Begin) for the caller, who
   // ends it (End) after writing it to the store, so no call that found the
@@ -547,6 +565,9 @@ class SessionManager {
   // budget counts it until its memory is gone; dropped by
   // TotalHostBytesLocked once freed (SessionEntry::engine_freed_).
   mutable std::vector<std::shared_ptr<SessionEntry>> dying_;
+  // Noted by the entries (and Fork, Delete, EvictIdle) when the holders of
+  // a shared block change; taken by RefreshSharesIfChanged.
+  const std::shared_ptr<ShareChanges> share_changes_ = std::make_shared<ShareChanges>();
   int64_t reserved_bytes_ = 0;  // HostReservations not yet released
   std::condition_variable stop_;
   bool stopping_ = false;

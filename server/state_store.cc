@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -911,6 +912,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
   };
   std::vector<Failed> failed;
   int64_t restored_host_bytes = 0;  // what the sessions restored so far hold
+  std::vector<const Candidate*> restored_candidates;
   for (Candidate& c : whole) {
     std::vector<int> fds;
     std::vector<std::string> paths;
@@ -971,6 +973,24 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     std::unique_ptr<Session>& session = restored->session;
     restored_host_bytes += static_cast<int64_t>(session->backend_session().memory().total());
     report.sessions.push_back({c.id, c.record.settings, std::move(session)});
+    restored_candidates.push_back(&c);
+  }
+  // Forks restored each with its own copy of the chunks they shared.
+  std::map<std::string, int64_t> sessions_per_log;
+  for (const Candidate* c : restored_candidates) {
+    std::set<std::string> logs;
+    for (const ChunkSegment& s : c->record.segments) {
+      if (s.chunks > 0) logs.insert(s.log);
+    }
+    for (const std::string& log : logs) ++sessions_per_log[log];
+  }
+  for (const Candidate* c : restored_candidates) {
+    for (const ChunkSegment& s : c->record.segments) {
+      if (s.chunks > 0 && sessions_per_log[s.log] > 1) {
+        ++report.sessions_sharing_chunk_logs;
+        break;
+      }
+    }
   }
 
   // A failed session is quarantined with every log it names (hard links:

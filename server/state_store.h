@@ -105,6 +105,12 @@ class StateStore {
     // One line per damaged session: its path, the problem, where it went.
     std::vector<std::string> quarantined;
     int64_t torn_tails_truncated = 0;
+    // Restored sessions that name chunks of a chunk log another restored
+    // session names too (a fork and its parent, or forks of one parent):
+    // in memory before the restart they shared those chunks, now each holds
+    // its own copy of them (restore does not share blocks between
+    // sessions), and the host budget counts each copy (review-serverfix F2).
+    int64_t sessions_sharing_chunk_logs = 0;
   };
   // Reads every session back (once, before any Persist). A session whose
   // files are damaged is moved to DIR/quarantine/ and reported; chunk log
