@@ -107,9 +107,27 @@ void SendError(httplib::Response& res, absl::Status status) {
   res.set_content(ErrorJson(status), kJson);
 }
 
-// The Complete calls whose status the handlers have not read yet.
+// The Complete calls whose status the handlers have not read yet, and the
+// handlers that make several calls (Hold). The drain waits for it to reach
+// 0 before gRPC's Shutdown (server/main.cc).
 class CallCount {
  public:
+  // Counts one while it lives. A handler that makes several calls (a
+  // batch's prompts, one after another; GetModelInfo or Tokenize before
+  // Complete) holds one for all of them: else the count passes through 0
+  // between two, the drain shuts gRPC down there, and the next call runs on
+  // a transport that is gone (a crash, review-lmeval F1).
+  class Hold {
+   public:
+    explicit Hold(CallCount& count) : count_(count) { count_.Add(1); }
+    ~Hold() { count_.Add(-1); }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+
+   private:
+    CallCount& count_;
+  };
+
   void Add(int n) {
     std::lock_guard<std::mutex> lock(mutex_);
     count_ += n;
@@ -295,7 +313,10 @@ class OpenAiHttpServer::Server : public httplib::Server {
  public:
   Server(std::shared_ptr<grpc::Channel> channel, const OpenAiHttpOptions& options,
          ConnectionPoolCounters& counters, const std::atomic<bool>& draining)
-      : options_(options), counters_(counters), stub_(drt::v1::Drt::NewStub(std::move(channel))) {
+      : options_(options),
+        counters_(counters),
+        draining_(draining),
+        stub_(drt::v1::Drt::NewStub(std::move(channel))) {
     // The accept loop only queues each socket with its accept time; the
     // pool's threads serve them (server/connection_pool.h).
     new_task_queue = [this] { return new InlineAcceptQueue([this] { pool_->Drain(); }); };
@@ -776,6 +797,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // token by (kEosSpellings) that the service's Tokenize turns into the
   // eos id alone; none does for the byte models (null).
   void TokenizerInfo(const httplib::Request& req, httplib::Response& res) {
+    const CallCount::Hold hold(calls_);  // several calls
     drt::v1::ModelInfo info;
     if (!ModelFacts(req, info, res)) return;
     std::optional<std::string> eos;
@@ -876,7 +898,24 @@ class OpenAiHttpServer::Server : public httplib::Server {
     return out;
   }
 
+  // Draining (SIGTERM): true with `res` set to 503 UNAVAILABLE (with
+  // Retry-After, SendError) in the service's words, `what` saying what was
+  // not run. Checked after a Hold is taken: then either the drain waits for
+  // this handler, or it had passed its wait and this sees draining_ set
+  // (set before the drain began), so no call goes to a gRPC server shut down.
+  bool RefusedWhileDraining(absl::string_view what, httplib::Response& res) {
+    if (!draining_.load()) return false;
+    SendError(res, absl::UnavailableError(absl::StrCat(
+                       "the server is shutting down; ", what,
+                       " not run: retry the request on another replica")));
+    return true;
+  }
+
   void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    // Held until the answer is built (a stream's call holds its own count
+    // until the content provider reads its status).
+    const CallCount::Hold hold(calls_);
+    if (RefusedWhileDraining("the completion was", res)) return;
     absl::StatusOr<CompletionRequest> parsed = ParseCompletionRequest(body);
     if (!parsed.ok()) return SendError(res, parsed.status());
     if (!ModelServed(parsed->model, res)) return;
@@ -905,7 +944,16 @@ class OpenAiHttpServer::Server : public httplib::Server {
       // usage sums the prompts'.
       std::vector<CompletionChoice> choices;
       Usage usage;
-      for (const CompletionRequest& item : items) {
+      for (size_t i = 0; i < items.size(); ++i) {
+        const CompletionRequest& item = items[i];
+        // A drain that began during prompt i-1 ends the batch: 503, the
+        // whole request to retry (an HTTP answer cannot carry part of a
+        // batch). The drain waits for this handler (hold), not for the rest.
+        if (i > 0 && RefusedWhileDraining(absl::StrCat("prompt[", i, "] of ", items.size(),
+                                                       " and those after it were"),
+                                          res)) {
+          return;
+        }
         absl::StatusOr<StartedCall> started = StartCall(req, item);
         if (!started.ok()) return SendError(res, started.status());
         absl::StatusOr<FinishedCall> finished = ReadToEnd(*started, item);
@@ -996,6 +1044,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
 
   const OpenAiHttpOptions options_;
   ConnectionPoolCounters& counters_;  // the OpenAiHttpServer's
+  const std::atomic<bool>& draining_;  // the OpenAiHttpServer's: set on SIGTERM
   // request_header_timeout, at most request_read_timeout.
   const std::chrono::milliseconds header_timeout_ =
       std::min(options_.request_header_timeout, options_.request_read_timeout);
