@@ -93,10 +93,18 @@ std::string ContextLengthErrorJson(absl::string_view message) {
 // RESOURCE_EXHAUSTED it says nothing about the request. The context limit
 // is 400 (above); the memory budget stays 429 (it passes as running
 // requests end).
-void SendError(httplib::Response& res, absl::Status status) {
+//
+// `label`: "prompt[i]" for a batch's prompt i, whose errors start with it
+// ("prompt[1]: ..."); "" for a request of one prompt.
+std::string Labeled(absl::string_view label, absl::string_view message) {
+  return label.empty() ? std::string(message) : absl::StrCat(label, ": ", message);
+}
+void SendError(httplib::Response& res, absl::Status status, absl::string_view label = "") {
+  // Classified before the label goes on (IsSessionLimitRefusal reads the
+  // message's start).
   if (SessionManager::IsContextLimitRefusal(status)) {
     res.status = 400;
-    res.set_content(ContextLengthErrorJson(status.message()), kJson);
+    res.set_content(ContextLengthErrorJson(Labeled(label, status.message())), kJson);
     return;
   }
   if (SessionManager::IsSessionLimitRefusal(status)) {
@@ -104,6 +112,13 @@ void SendError(httplib::Response& res, absl::Status status) {
   }
   res.status = HttpStatusFor(status.code());
   if (res.status == 503) res.set_header("Retry-After", absl::StrCat(kRetryAfterSeconds));
+  if (!label.empty()) {
+    absl::Status labeled(status.code(), Labeled(label, status.message()));
+    status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+      labeled.SetPayload(url, payload);  // the param
+    });
+    status = labeled;
+  }
   res.set_content(ErrorJson(status), kJson);
 }
 
@@ -703,12 +718,18 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // False with `res` set when refused or when a call fails; a text prompt
   // larger than one gRPC message is not checked (its completion ends at the
   // limit with "length", as before).
+  // `label`: "prompt[i]" in a batch ("" alone), which starts the refusal's
+  // message; a batch's prompt over the context limit is refused here too
+  // (CheckPromptFitsContext), echo with max_tokens 0 included, so that no
+  // prompt runs before a later one is refused.
   bool RoomForMaxTokens(const httplib::Request& req, const CompletionRequest& request,
-                        httplib::Response& res) {
+                        absl::string_view label, httplib::Response& res) {
+    const bool batch = !label.empty();
     // Echo with max_tokens 0 generates nothing and pads nothing (Complete's
     // prompt_only): a prompt within the limit is all it needs, which the
-    // service checks as it ingests (review-echo E2).
-    if (request.prompt_only) return true;
+    // service checks as it ingests (review-echo E2); in a batch it is
+    // counted here (review-lmeval F2).
+    if (request.prompt_only && !batch) return true;
     drt::v1::ModelInfo info;
     if (!ModelFacts(req, info, res)) return false;
     int64_t prompt_tokens = 0;
@@ -729,17 +750,21 @@ class OpenAiHttpServer::Server : public httplib::Server {
       }
       prompt_tokens = counted.count();
     }
-    const bool pad = request.generate.has_pad_to_chunk_boundary()
-                         ? request.generate.pad_to_chunk_boundary()
-                         : info.pad_to_chunk_boundary();
-    const int64_t padding = ChunkPadding(prompt_tokens, info.enc_chunk_size(), pad);
-    const absl::Status room =
-        CheckRoomForMaxTokens(prompt_tokens, request.generate.max_tokens(),
-                              info.max_context_tokens(), padding, info.enc_chunk_size());
+    absl::Status room = batch ? CheckPromptFitsContext(prompt_tokens, info.max_context_tokens(),
+                                                       !request.prompt_only)
+                              : absl::OkStatus();
+    if (room.ok() && !request.prompt_only) {
+      const bool pad = request.generate.has_pad_to_chunk_boundary()
+                           ? request.generate.pad_to_chunk_boundary()
+                           : info.pad_to_chunk_boundary();
+      const int64_t padding = ChunkPadding(prompt_tokens, info.enc_chunk_size(), pad);
+      room = CheckRoomForMaxTokens(prompt_tokens, request.generate.max_tokens(),
+                                   info.max_context_tokens(), padding, info.enc_chunk_size());
+    }
     if (room.ok()) return true;
     res.status = 400;
-    res.set_content(ErrorJson(room.message(), "invalid_request_error", OpenAiErrorParam(room),
-                              "context_length_exceeded"),
+    res.set_content(ErrorJson(Labeled(label, room.message()), "invalid_request_error",
+                              OpenAiErrorParam(room), "context_length_exceeded"),
                     kJson);
     return false;
   }
@@ -926,10 +951,9 @@ class OpenAiHttpServer::Server : public httplib::Server {
     std::random_device random;
     for (size_t i = 0; i < items.size(); ++i) {
       CompletionRequest& item = items[i];
-      if (!PromptIdsAccepted(req, item, batch ? absl::StrCat("prompt[", i, "]") : "prompt", res)) {
-        return;
-      }
-      if (!RoomForMaxTokens(req, item, res)) return;
+      const std::string label = batch ? absl::StrCat("prompt[", i, "]") : "";
+      if (!PromptIdsAccepted(req, item, batch ? label : "prompt", res)) return;
+      if (!RoomForMaxTokens(req, item, label, res)) return;
       if (!SpellPromptIds(req, item, res)) return;
       // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
       // (0) would repeat one answer.
@@ -954,10 +978,11 @@ class OpenAiHttpServer::Server : public httplib::Server {
                                           res)) {
           return;
         }
+        const std::string label = absl::StrCat("prompt[", i, "]");
         absl::StatusOr<StartedCall> started = StartCall(req, item);
-        if (!started.ok()) return SendError(res, started.status());
+        if (!started.ok()) return SendError(res, started.status(), label);
         absl::StatusOr<FinishedCall> finished = ReadToEnd(*started, item);
-        if (!finished.ok()) return SendError(res, finished.status());
+        if (!finished.ok()) return SendError(res, finished.status(), label);
         for (CompletionChoice& c : finished->choices) choices.push_back(std::move(c));
         usage.prompt_tokens += finished->usage.prompt_tokens;
         usage.completion_tokens += finished->usage.completion_tokens;
