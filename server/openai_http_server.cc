@@ -95,10 +95,18 @@ std::string ContextLengthErrorJson(absl::string_view message) {
 // RESOURCE_EXHAUSTED it says nothing about the request. The context limit
 // is 400 (above); the memory budget stays 429 (it passes as running
 // requests end).
-void SendError(httplib::Response& res, absl::Status status) {
+//
+// `label`: "prompt[i]" for a batch's prompt i, whose errors start with it
+// ("prompt[1]: ..."); "" for a request of one prompt.
+std::string Labeled(absl::string_view label, absl::string_view message) {
+  return label.empty() ? std::string(message) : absl::StrCat(label, ": ", message);
+}
+void SendError(httplib::Response& res, absl::Status status, absl::string_view label = "") {
+  // Classified before the label goes on (IsSessionLimitRefusal reads the
+  // message's start).
   if (SessionManager::IsContextLimitRefusal(status)) {
     res.status = 400;
-    res.set_content(ContextLengthErrorJson(status.message()), kJson);
+    res.set_content(ContextLengthErrorJson(Labeled(label, status.message())), kJson);
     return;
   }
   if (SessionManager::IsSessionLimitRefusal(status)) {
@@ -106,12 +114,37 @@ void SendError(httplib::Response& res, absl::Status status) {
   }
   res.status = HttpStatusFor(status.code());
   if (res.status == 503) res.set_header("Retry-After", absl::StrCat(kRetryAfterSeconds));
+  if (!label.empty()) {
+    absl::Status labeled(status.code(), Labeled(label, status.message()));
+    status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+      labeled.SetPayload(url, payload);  // the param
+    });
+    status = labeled;
+  }
   res.set_content(ErrorJson(status), kJson);
 }
 
-// The Complete calls whose status the handlers have not read yet.
+// The Complete calls whose status the handlers have not read yet, and the
+// handlers that make several calls (Hold). The drain waits for it to reach
+// 0 before gRPC's Shutdown (server/main.cc).
 class CallCount {
  public:
+  // Counts one while it lives. A handler that makes several calls (a
+  // batch's prompts, one after another; GetModelInfo or Tokenize before
+  // Complete) holds one for all of them: else the count passes through 0
+  // between two, the drain shuts gRPC down there, and the next call runs on
+  // a transport that is gone (a crash, review-lmeval F1).
+  class Hold {
+   public:
+    explicit Hold(CallCount& count) : count_(count) { count_.Add(1); }
+    ~Hold() { count_.Add(-1); }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+
+   private:
+    CallCount& count_;
+  };
+
   void Add(int n) {
     std::lock_guard<std::mutex> lock(mutex_);
     count_ += n;
@@ -302,6 +335,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
         counters_(counters),
         admission_(admission),
         auth_refusals_(auth_refusals),
+        draining_(draining),
         stub_(drt::v1::Drt::NewStub(std::move(channel))) {
     // The accept loop only queues each socket with its accept time; the
     // pool's threads serve them (server/connection_pool.h).
@@ -720,12 +754,18 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // False with `res` set when refused or when a call fails; a text prompt
   // larger than one gRPC message is not checked (its completion ends at the
   // limit with "length", as before).
+  // `label`: "prompt[i]" in a batch ("" alone), which starts the refusal's
+  // message; a batch's prompt over the context limit is refused here too
+  // (CheckPromptFitsContext), echo with max_tokens 0 included, so that no
+  // prompt runs before a later one is refused.
   bool RoomForMaxTokens(const httplib::Request& req, const CompletionRequest& request,
-                        httplib::Response& res) {
+                        absl::string_view label, httplib::Response& res) {
+    const bool batch = !label.empty();
     // Echo with max_tokens 0 generates nothing and pads nothing (Complete's
     // prompt_only): a prompt within the limit is all it needs, which the
-    // service checks as it ingests (review-echo E2).
-    if (request.prompt_only) return true;
+    // service checks as it ingests (review-echo E2); in a batch it is
+    // counted here (review-lmeval F2).
+    if (request.prompt_only && !batch) return true;
     drt::v1::ModelInfo info;
     if (!ModelFacts(req, info, res)) return false;
     int64_t prompt_tokens = 0;
@@ -746,17 +786,21 @@ class OpenAiHttpServer::Server : public httplib::Server {
       }
       prompt_tokens = counted.count();
     }
-    const bool pad = request.generate.has_pad_to_chunk_boundary()
-                         ? request.generate.pad_to_chunk_boundary()
-                         : info.pad_to_chunk_boundary();
-    const int64_t padding = ChunkPadding(prompt_tokens, info.enc_chunk_size(), pad);
-    const absl::Status room =
-        CheckRoomForMaxTokens(prompt_tokens, request.generate.max_tokens(),
-                              info.max_context_tokens(), padding, info.enc_chunk_size());
+    absl::Status room = batch ? CheckPromptFitsContext(prompt_tokens, info.max_context_tokens(),
+                                                       !request.prompt_only)
+                              : absl::OkStatus();
+    if (room.ok() && !request.prompt_only) {
+      const bool pad = request.generate.has_pad_to_chunk_boundary()
+                           ? request.generate.pad_to_chunk_boundary()
+                           : info.pad_to_chunk_boundary();
+      const int64_t padding = ChunkPadding(prompt_tokens, info.enc_chunk_size(), pad);
+      room = CheckRoomForMaxTokens(prompt_tokens, request.generate.max_tokens(),
+                                   info.max_context_tokens(), padding, info.enc_chunk_size());
+    }
     if (room.ok()) return true;
     res.status = 400;
-    res.set_content(ErrorJson(room.message(), "invalid_request_error", OpenAiErrorParam(room),
-                              "context_length_exceeded"),
+    res.set_content(ErrorJson(Labeled(label, room.message()), "invalid_request_error",
+                              OpenAiErrorParam(room), "context_length_exceeded"),
                     kJson);
     return false;
   }
@@ -814,6 +858,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // token by (kEosSpellings) that the service's Tokenize turns into the
   // eos id alone; none does for the byte models (null).
   void TokenizerInfo(const httplib::Request& req, httplib::Response& res) {
+    const CallCount::Hold hold(calls_);  // several calls
     drt::v1::ModelInfo info;
     if (!ModelFacts(req, info, res)) return;
     std::optional<std::string> eos;
@@ -914,7 +959,24 @@ class OpenAiHttpServer::Server : public httplib::Server {
     return out;
   }
 
+  // Draining (SIGTERM): true with `res` set to 503 UNAVAILABLE (with
+  // Retry-After, SendError) in the service's words, `what` saying what was
+  // not run. Checked after a Hold is taken: then either the drain waits for
+  // this handler, or it had passed its wait and this sees draining_ set
+  // (set before the drain began), so no call goes to a gRPC server shut down.
+  bool RefusedWhileDraining(absl::string_view what, httplib::Response& res) {
+    if (!draining_.load()) return false;
+    SendError(res, absl::UnavailableError(absl::StrCat(
+                       "the server is shutting down; ", what,
+                       " not run: retry the request on another replica")));
+    return true;
+  }
+
   void Completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    // Held until the answer is built (a stream's call holds its own count
+    // until the content provider reads its status).
+    const CallCount::Hold hold(calls_);
+    if (RefusedWhileDraining("the completion was", res)) return;
     absl::StatusOr<CompletionRequest> parsed = ParseCompletionRequest(body);
     parse_tickets_.EndParse();  // the parsed JSON is gone
     if (!parsed.ok()) return SendError(res, parsed.status());
@@ -926,10 +988,9 @@ class OpenAiHttpServer::Server : public httplib::Server {
     std::random_device random;
     for (size_t i = 0; i < items.size(); ++i) {
       CompletionRequest& item = items[i];
-      if (!PromptIdsAccepted(req, item, batch ? absl::StrCat("prompt[", i, "]") : "prompt", res)) {
-        return;
-      }
-      if (!RoomForMaxTokens(req, item, res)) return;
+      const std::string label = batch ? absl::StrCat("prompt[", i, "]") : "";
+      if (!PromptIdsAccepted(req, item, batch ? label : "prompt", res)) return;
+      if (!RoomForMaxTokens(req, item, label, res)) return;
       if (!SpellPromptIds(req, item, res)) return;
       // Without a seed OpenAI samples afresh each time; drt.v1's unset seed
       // (0) would repeat one answer.
@@ -944,11 +1005,21 @@ class OpenAiHttpServer::Server : public httplib::Server {
       // usage sums the prompts'.
       std::vector<CompletionChoice> choices;
       Usage usage;
-      for (const CompletionRequest& item : items) {
+      for (size_t i = 0; i < items.size(); ++i) {
+        const CompletionRequest& item = items[i];
+        // A drain that began during prompt i-1 ends the batch: 503, the
+        // whole request to retry (an HTTP answer cannot carry part of a
+        // batch). The drain waits for this handler (hold), not for the rest.
+        if (i > 0 && RefusedWhileDraining(absl::StrCat("prompt[", i, "] of ", items.size(),
+                                                       " and those after it were"),
+                                          res)) {
+          return;
+        }
+        const std::string label = absl::StrCat("prompt[", i, "]");
         absl::StatusOr<StartedCall> started = StartCall(req, item);
-        if (!started.ok()) return SendError(res, started.status());
+        if (!started.ok()) return SendError(res, started.status(), label);
         absl::StatusOr<FinishedCall> finished = ReadToEnd(*started, item);
-        if (!finished.ok()) return SendError(res, finished.status());
+        if (!finished.ok()) return SendError(res, finished.status(), label);
         for (CompletionChoice& c : finished->choices) choices.push_back(std::move(c));
         usage.prompt_tokens += finished->usage.prompt_tokens;
         usage.completion_tokens += finished->usage.completion_tokens;
@@ -1038,6 +1109,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   RequestBytesAdmission& admission_;  // the OpenAiHttpServer's
   OpenAiAuthRefusals& auth_refusals_;  // the OpenAiHttpServer's
   ParseTickets parse_tickets_;
+  const std::atomic<bool>& draining_;  // the OpenAiHttpServer's: set on SIGTERM
   // request_header_timeout, at most request_read_timeout.
   const std::chrono::milliseconds header_timeout_ =
       std::min(options_.request_header_timeout, options_.request_read_timeout);

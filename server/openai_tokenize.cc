@@ -178,6 +178,19 @@ absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, in
                    limit - prompt_tokens - padding, " or shorten the prompt"));
 }
 
+absl::Status CheckPromptFitsContext(int64_t prompt_tokens, int64_t limit, bool generates) {
+  // The service's limits: a prompt may fill the context when nothing is
+  // generated after it (drt_service.cc, CheckContextLimit), and must leave
+  // room for a token when something is (RunGeneration).
+  if (generates ? prompt_tokens < limit : prompt_tokens <= limit) return absl::OkStatus();
+  return FieldError(
+      "prompt", absl::StrCat("This model's maximum context length is ", limit,
+                             " tokens. However, your prompt has ", prompt_tokens, " tokens",
+                             generates && prompt_tokens == limit ? ", which leaves no room to generate"
+                                                                 : "",
+                             ": shorten the prompt"));
+}
+
 absl::Status CheckPromptIds(const std::vector<int32_t>& ids, int64_t vocab_size, int64_t chunk_id,
                             int64_t pad_id, absl::string_view name) {
   for (size_t i = 0; i < ids.size(); ++i) {

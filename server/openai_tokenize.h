@@ -69,6 +69,15 @@ int64_t ChunkPadding(int64_t prompt_tokens, int64_t chunk_size, bool pad);
 absl::Status CheckRoomForMaxTokens(int64_t prompt_tokens, int64_t max_tokens, int64_t limit,
                                    int64_t padding, int64_t chunk_size);
 
+// A batch's prompt over the context limit `limit`, refused (400, param
+// "prompt") before any of the batch's prompts runs: alone, the service would
+// refuse it as it ingests, but in a batch the prompts before it would have
+// run for nothing (review-lmeval F2). `generates`: max_tokens > 0, which
+// needs room for one token beside the prompt (the room for max_tokens and
+// padding is CheckRoomForMaxTokens's); echo with max_tokens 0 needs none.
+// OK when the prompt fits.
+absl::Status CheckPromptFitsContext(int64_t prompt_tokens, int64_t limit, bool generates);
+
 // The /v1/completions refusal of an id prompt holding an id the engine
 // refuses in a prompt: outside [0, vocab_size), the landmark id (chunk_id)
 // or the pad id. Param "prompt", naming prompt[INDEX] as the request holds

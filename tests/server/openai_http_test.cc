@@ -1566,5 +1566,66 @@ TEST_CASE("drt-server --openai_listen: the real binary serves completions and dr
         std::string::npos);
 }
 
+// The port of a "ADDRESS (TAG)" in drt-server's startup line.
+int PortTagged(const std::string& line, const std::string& tag) {
+  const size_t at = line.find(" (" + tag + ")");
+  REQUIRE(at != std::string::npos);
+  const size_t start = line.rfind(' ', at - 1) + 1;
+  const std::string address = line.substr(start, at - start);
+  return std::stoi(address.substr(address.rfind(':') + 1));
+}
+
+// review-lmeval F1. Before: between two prompts of a batch no Complete call
+// was counted, so the drain shut gRPC down there and the handler's next
+// StartCall ran on a transport that was gone: SIGSEGV (exit 139), no answer.
+TEST_CASE("drt-server --openai_listen: SIGTERM during a batch ends it with 503 and a clean exit",
+          "[openai][server][process]") {
+  // A grace period far longer than one prompt: the prompt running at the
+  // signal ends normally, and the batch stops before the next one.
+  std::vector<std::string> args = testing::ServerProcessArgs(/*grace_seconds=*/60);
+  args.push_back("--openai_listen=127.0.0.1:0");
+  testing::ServerProcess server(drt::testing::ServerBinary(), args);
+  const int port = PortTagged(server.startup_output(), "openai");
+  httplib::Client probe("127.0.0.1", PortTagged(server.startup_output(), "http"));
+  constexpr int kPrompts = 16;
+  std::promise<httplib::Result> answered;
+  std::thread batch([&] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(120, 0);
+    answered.set_value(c.Post("/v1/completions",
+                              Json{{"prompt", std::vector<std::string>(kPrompts, kPrompt)},
+                                   {"max_tokens", 128}, {"temperature", 0}, {"ignore_eos", true}}
+                                  .dump(),
+                              "application/json"));
+  });
+  // The signal once prompt 1 has begun (prompt 0 ended): a drain mid-batch.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto metrics = probe.Get("/metrics");
+    const std::string counter = "drt_requests_total{method=\"Complete\"} ";
+    const size_t at = metrics && metrics->status == 200 ? metrics->body.find(counter)
+                                                        : std::string::npos;
+    if (at != std::string::npos && std::stoi(metrics->body.substr(at + counter.size())) >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  server.Signal(SIGTERM);
+  const std::optional<int> exit = server.WaitExit(60);
+  batch.join();
+  REQUIRE(exit.has_value());
+  INFO("wait status " << *exit);
+  CHECK(WIFEXITED(*exit));
+  CHECK(WEXITSTATUS(*exit) == 0);
+  httplib::Result res = answered.get_future().get();
+  REQUIRE(res);
+  INFO(res->body);
+  CHECK(res->status == 503);
+  CHECK(res->get_header_value("Retry-After") == "1");
+  const Json error = Json::parse(res->body)["error"];
+  CHECK(error["code"] == "unavailable");
+  CHECK_THAT(error["message"].get<std::string>(),
+             Catch::Matchers::Contains("the server is shutting down") &&
+                 Catch::Matchers::Contains(absl::StrCat(" of ", kPrompts, " and those after it")));
+}
+
 }  // namespace
 }  // namespace drt::server

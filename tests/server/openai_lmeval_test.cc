@@ -29,7 +29,7 @@ using testing::SmallOptions;
 using Json = nlohmann::json;
 
 struct LmEvalServer {
-  LmEvalServer() : grpc(SmallOptions()) {
+  explicit LmEvalServer(ServiceOptions service = SmallOptions()) : grpc(service) {
     OpenAiHttpOptions options;
     options.model_name = "two_groups";
     api = std::make_unique<OpenAiHttpServer>(grpc.server().InProcessChannel(grpc::ChannelArguments()),
@@ -269,6 +269,84 @@ TEST_CASE("openai lmeval: a batch with a bad prompt is refused naming it before 
   const Json streamed =
       server.Complete({{"prompt", {"a", "b"}}, {"max_tokens", 1}, {"stream", true}}, 400);
   CHECK(streamed["error"]["param"] == "stream");
+}
+
+// The Complete calls the service has received (its drt_requests_total).
+int64_t CompleteCalls(LmEvalServer& server) {
+  const std::string text = server.grpc.metrics().RenderPrometheus();
+  const std::string counter = "drt_requests_total{method=\"Complete\"} ";
+  const size_t at = text.find(counter);
+  return at == std::string::npos ? 0 : std::stoll(text.substr(at + counter.size()));
+}
+
+// review-lmeval F2. Before: echo with max_tokens 0 was not counted up front
+// (prompt 0 ran, then prompt 1 failed naming a session id), nor was a prompt
+// at or over the limit with max_tokens > 0, and no batch error named its
+// prompt.
+TEST_CASE("openai lmeval: a batch's prompt over the context limit is refused naming it before "
+          "any runs",
+          "[openai][server]") {
+  ServiceOptions service = SmallOptions();
+  service.max_context_tokens = 100;
+  LmEvalServer server(service);
+  const std::vector<int32_t> short_prompt = {72, 105};
+  struct Case {
+    const char* what;
+    std::vector<int32_t> second;
+    Json fields;
+    std::string param;
+    std::string message;
+  };
+  const Json echo_only = {{"max_tokens", 0}, {"echo", true}, {"logprobs", 1}};
+  const std::vector<Case> cases = {
+      {"echo, max_tokens 0, 101 ids", std::vector<int32_t>(101, 72), echo_only, "prompt",
+       "prompt[1]: This model's maximum context length is 100 tokens. However, your prompt has 101 "
+       "tokens: shorten the prompt"},
+      {"max_tokens 1, 100 ids", std::vector<int32_t>(100, 72), {{"max_tokens", 1}}, "prompt",
+       "prompt[1]: This model's maximum context length is 100 tokens. However, your prompt has 100 "
+       "tokens, which leaves no room to generate: shorten the prompt"},
+      {"max_tokens 10, 98 ids", std::vector<int32_t>(98, 72), {{"max_tokens", 10}}, "max_tokens",
+       "prompt[1]: This model's maximum context length is 100 tokens. However, you requested "},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    Json body = c.fields;
+    body["prompt"] = {short_prompt, c.second};
+    const int64_t before = CompleteCalls(server);
+    const Json refused = server.Complete(body, 400);
+    CHECK(refused["error"]["code"] == "context_length_exceeded");
+    CHECK(refused["error"]["param"] == c.param);
+    CHECK(refused["error"]["message"].get<std::string>().rfind(c.message, 0) == 0);
+    CHECK(CompleteCalls(server) == before);  // prompt 0 did not run
+  }
+  // Echo with max_tokens 0 may fill the context (the service's limit):
+  // 100 ids run.
+  Json full = echo_only;
+  full["prompt"] = {short_prompt, std::vector<int32_t>(100, 72)};
+  const Json answered = server.Complete(full);
+  CHECK(answered["choices"].size() == 2);
+  CHECK(answered["choices"][1]["logprobs"]["token_logprobs"].size() == 100);
+}
+
+TEST_CASE("openai lmeval: an error mid-batch names its prompt and keeps its status",
+          "[openai][server]") {
+  ServiceOptions service = SmallOptions();
+  service.max_sessions = 1;
+  LmEvalServer server(service);
+  // The one session is held: prompt 0's temporary session is refused, 503
+  // with Retry-After as alone, its message labelled.
+  testing::NewSession(server.grpc.stub());
+  auto res = server.client->Post("/v1/completions",
+                                 Json{{"prompt", {"ab", "cd"}}, {"max_tokens", 1}}.dump(),
+                                 "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 503);
+  CHECK(res->get_header_value("Retry-After") == "1");
+  const Json error = Json::parse(res->body)["error"];
+  CHECK(error["code"] == "unavailable");
+  CHECK(error["message"].get<std::string>().rfind("prompt[0]: the server holds its maximum of 1 "
+                                                  "sessions",
+                                                  0) == 0);
 }
 
 // lm-evaluation-harness's "remote" tokenizer (lm_eval/utils.py,
