@@ -312,11 +312,12 @@ class OpenAiHttpServer::Server : public httplib::Server {
                                                          httplib::Response& res,
                                                          const httplib::ContentReader& reader) {
         // Admitted (or refused 503) before any of the body is read; the
-        // handler ends the admission once the body is parsed (EndParse).
+        // handler ends the admission once the body is parsed (EndParse),
+        // and the scope ends it whatever happens (an exception included).
         if (!AdmitBody(req, res)) return;
+        const ParseTickets::Scope parsing(parse_tickets_);
         std::string body;
         if (ReadBody(req, res, reader, body)) (this->*handle)(req, body, res);
-        parse_tickets_.EndParse();
       }));
     };
     post("/v1/completions", &Server::Completions);

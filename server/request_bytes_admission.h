@@ -83,6 +83,20 @@ class ParseTickets {
   void EndParse();
   static constexpr size_t kTrimAfterBytes = size_t{1} << 20;
 
+  // Ends this thread's parse (EndParse) when it goes out of scope, however
+  // the scope is left: a handler that throws (httplib answers 500) must not
+  // keep its bytes admitted for good (review-deployfix 1).
+  class Scope {
+   public:
+    explicit Scope(ParseTickets& tickets) : tickets_(tickets) {}
+    ~Scope() { tickets_.EndParse(); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    ParseTickets& tickets_;
+  };
+
  private:
   std::mutex mutex_;
   std::unordered_map<std::thread::id, RequestBytesAdmission::Ticket> held_;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -89,6 +90,25 @@ TEST_CASE("ParseTickets ends this thread's admission only", "[server][openai]") 
   tickets.EndParse();
   CHECK(admission.admitted() == 0);
   tickets.EndParse();  // none held: nothing
+  CHECK(admission.admitted() == 0);
+}
+
+TEST_CASE("ParseTickets::Scope ends this thread's parse however its scope is left",
+          "[server][openai]") {
+  RequestBytesAdmission admission(100);
+  ParseTickets tickets;
+  {
+    const ParseTickets::Scope parsing(tickets);
+    tickets.Hold(*admission.TryAdmit(40));
+    CHECK(admission.admitted() == 40);
+  }
+  CHECK(admission.admitted() == 0);
+  try {
+    const ParseTickets::Scope parsing(tickets);
+    tickets.Hold(*admission.TryAdmit(60));
+    throw std::runtime_error("a handler that throws");
+  } catch (const std::runtime_error&) {
+  }
   CHECK(admission.admitted() == 0);
 }
 
@@ -181,6 +201,47 @@ TEST_CASE("openai http: bodies past --openai_max_inflight_request_bytes get 503 
   CHECK(StatusLine(too_big) == "HTTP/1.1 413 Payload Too Large");
   CHECK(Contains(too_big, "65536 bytes, --openai_max_request_bytes"));
   CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_requests_overloaded_total 1\n"));
+  api.Stop();
+}
+
+// A whole POST of `body` to `path`, and the server's whole answer.
+std::string Post(int port, const std::string& path, const std::string& body) {
+  const int sock = Connect(port);
+  SendAll(sock, absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                             "Content-Type: application/json\r\nContent-Length: ",
+                             body.size(), "\r\n\r\n", body));
+  std::string answer;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(sock, buffer, sizeof(buffer), 0)) > 0) {
+    answer.append(buffer, static_cast<size_t>(n));
+  }
+  close(sock);
+  return answer;
+}
+
+TEST_CASE("openai http: a number that overflows a double is 400 and gives its bytes back",
+          "[openai][server]") {
+  testing::InProcessServer grpc(testing::SmallOptions());
+  OpenAiHttpOptions options;
+  options.model_name = "two_groups";
+  options.max_request_bytes = 64 << 10;
+  options.max_inflight_request_bytes = 96 << 10;
+  OpenAiHttpServer api(grpc.server().InProcessChannel(grpc::ChannelArguments()), options);
+  REQUIRE(api.Start("127.0.0.1", 0).ok());
+
+  // nlohmann throws out_of_range (not parse_error) for 1e999. Bodies padded
+  // to 60000 bytes: two of them (120000) do not fit the 98304 bound at once,
+  // so a leaked admission would refuse every later one.
+  for (const std::string path : {"/v1/completions", "/tokenize", "/v1/completions"}) {
+    const std::string json = R"({"prompt":"hi","max_tokens":1,"x":1e999})";
+    const std::string answer = Post(api.port(), path, json + std::string(60000 - json.size(), ' '));
+    CHECK(StatusLine(answer) == "HTTP/1.1 400 Bad Request");
+    CHECK(Contains(answer, "not valid JSON"));
+    CHECK(Contains(answer, "1e999"));
+    CHECK(WaitForMetric(api, "drt_openai_request_bytes_in_flight 0"));
+  }
+  CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_requests_overloaded_total 0\n"));
   api.Stop();
 }
 
