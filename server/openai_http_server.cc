@@ -336,7 +336,8 @@ class OpenAiHttpServer::Server : public httplib::Server {
       ChatNotServed(res);
     });
     // Runs once httplib has parsed the headers, before it reads any body,
-    // for every request. In this order: the credentials (401); a
+    // for every request. In this order: the credentials (401); both
+    // Content-Length and Transfer-Encoding (400); a
     // Content-Length that is no number (400) or over the limit (413); a
     // body (Content-Length > 0 or a Transfer-Encoding) sent anywhere but
     // POST /v1/completions (404, or 405 for a served path's other method).
@@ -355,6 +356,17 @@ class OpenAiHttpServer::Server : public httplib::Server {
       if (absl::Status auth = CheckCredentials(req); !auth.ok() && !health) {
         auth_refusals_.Count();
         SendError(res, auth);
+        return HandlerResponse::Handled;
+      }
+      // Both framings at once is the request-smuggling shape (RFC 9112
+      // section 6.3): httplib reads the body as chunked, so the
+      // Content-Length (what AdmitBody would count) says nothing of its size.
+      if (req.has_header("Content-Length") && req.has_header("Transfer-Encoding")) {
+        res.status = 400;
+        res.set_content(ErrorJson("a request may not have both Content-Length and "
+                                  "Transfer-Encoding (RFC 9112 section 6.3)",
+                                  "invalid_request_error", "", ""),
+                        kJson);
         return HandlerResponse::Handled;
       }
       uint64_t length = 0;

@@ -245,6 +245,46 @@ TEST_CASE("openai http: a number that overflows a double is 400 and gives its by
   api.Stop();
 }
 
+// The whole answer to `request`, sent as is.
+std::string RawExchange(int port, const std::string& request) {
+  const int sock = Connect(port);
+  SendAll(sock, request);
+  std::string answer;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(sock, buffer, sizeof(buffer), 0)) > 0) {
+    answer.append(buffer, static_cast<size_t>(n));
+  }
+  close(sock);
+  return answer;
+}
+
+TEST_CASE("openai http: Content-Length with Transfer-Encoding is 400", "[openai][server]") {
+  testing::InProcessServer grpc(testing::SmallOptions());
+  OpenAiHttpOptions options;
+  options.model_name = "two_groups";
+  OpenAiHttpServer api(grpc.server().InProcessChannel(grpc::ChannelArguments()), options);
+  REQUIRE(api.Start("127.0.0.1", 0).ok());
+  const std::string json = R"({"prompt":"hi","max_tokens":1})";
+  // A chunked body that says Content-Length 0 (it was admitted as 0 bytes),
+  // then a second request in the same bytes (the smuggling shape): one
+  // answer, 400, and nothing of either body served.
+  for (const std::string length : {"0", "5"}) {
+    const std::string answer = RawExchange(
+        api.port(),
+        absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: application/json\r\nContent-Length: ", length, "\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n",
+                     absl::Hex(json.size()), "\r\n", json, "\r\n0\r\n\r\n",
+                     "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    CHECK(StatusLine(answer) == "HTTP/1.1 400 Bad Request");
+    CHECK(Contains(answer, "both Content-Length and Transfer-Encoding"));
+    CHECK(answer.find("HTTP/1.1", 1) == std::string::npos);  // the second request not served
+  }
+  CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_request_bytes_in_flight 0\n"));
+  api.Stop();
+}
+
 TEST_CASE("drt-server flags openai_max_request_bytes and openai_max_inflight_request_bytes are checked",
           "[server][flags]") {
   ScopedFlag model("model", "/models/tiny");
