@@ -311,13 +311,15 @@ class OpenAiHttpServer::Server : public httplib::Server {
       Post(path, HandlerWithContentReader([this, handle](const httplib::Request& req,
                                                          httplib::Response& res,
                                                          const httplib::ContentReader& reader) {
-        // Admitted (or refused 503) before any of the body is read; the
-        // handler ends the admission once the body is parsed (EndParse),
-        // and the scope ends it whatever happens (an exception included).
-        if (!AdmitBody(req, res)) return;
-        const ParseTickets::Scope parsing(parse_tickets_);
+        // The parse is admitted (or refused 503) once the body is read, at
+        // its real size: a slow or stalled upload holds no admission, and
+        // a small chunked body counts as small. The handler ends the
+        // admission once the body is parsed (EndParse), and the scope ends
+        // it whatever happens (an exception included).
         std::string body;
-        if (ReadBody(req, res, reader, body)) (this->*handle)(req, body, res);
+        if (!ReadBody(req, res, reader, body)) return;
+        const ParseTickets::Scope parsing(parse_tickets_);
+        if (AdmitParse(body.size(), res)) (this->*handle)(req, body, res);
       }));
     };
     post("/v1/completions", &Server::Completions);
@@ -540,21 +542,15 @@ class OpenAiHttpServer::Server : public httplib::Server {
     if (!authorization.empty()) context.AddMetadata("authorization", authorization);
   }
 
-  // Admits the request's body under --openai_max_inflight_request_bytes
-  // (its Content-Length, or the largest body when chunked); false with a 503
-  // and Retry-After in `res` when it does not fit now.
-  bool AdmitBody(const httplib::Request& req, httplib::Response& res) {
-    // (The pre-routing handler has checked the Content-Length: digits, at
-    // most max_request_bytes.)
-    const size_t bytes =
-        req.has_header("Content-Length")
-            ? static_cast<size_t>(std::stoull(req.get_header_value("Content-Length")))
-            : options_.max_request_bytes;
+  // Admits the parse of a body of `bytes` (read whole) under
+  // --openai_max_inflight_request_bytes; false with a 503 and Retry-After
+  // in `res` when it does not fit now.
+  bool AdmitParse(size_t bytes, httplib::Response& res) {
     std::optional<RequestBytesAdmission::Ticket> ticket = admission_.TryAdmit(bytes);
     if (!ticket.has_value()) {
       SendError(res, absl::UnavailableError(absl::StrCat(
                          "overloaded: this request's body (", bytes, " bytes) does not fit beside "
-                         "the bodies being read and parsed now (at most ", admission_.capacity(),
+                         "the bodies being parsed now (at most ", admission_.capacity(),
                          " bytes at once, --openai_max_inflight_request_bytes); retry after the "
                          "Retry-After seconds")));
       return false;
