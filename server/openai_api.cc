@@ -437,7 +437,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body_
   Json body;
   try {
     body = Json::parse(body_text.begin(), body_text.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
     return absl::InvalidArgumentError(
         absl::StrCat("the request body is not valid JSON: ", e.what()));
   }

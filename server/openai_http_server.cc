@@ -352,12 +352,15 @@ class OpenAiHttpServer::Server : public httplib::Server {
       Post(path, HandlerWithContentReader([this, handle](const httplib::Request& req,
                                                          httplib::Response& res,
                                                          const httplib::ContentReader& reader) {
-        // Admitted (or refused 503) before any of the body is read; the
-        // handler ends the admission once the body is parsed (EndParse).
-        if (!AdmitBody(req, res)) return;
+        // The parse is admitted (or refused 503) once the body is read, at
+        // its real size: a slow or stalled upload holds no admission, and
+        // a small chunked body counts as small. The handler ends the
+        // admission once the body is parsed (EndParse), and the scope ends
+        // it whatever happens (an exception included).
         std::string body;
-        if (ReadBody(req, res, reader, body)) (this->*handle)(req, body, res);
-        parse_tickets_.EndParse();
+        if (!ReadBody(req, res, reader, body)) return;
+        const ParseTickets::Scope parsing(parse_tickets_);
+        if (AdmitParse(body.size(), res)) (this->*handle)(req, body, res);
       }));
     };
     post("/v1/completions", &Server::Completions);
@@ -381,7 +384,8 @@ class OpenAiHttpServer::Server : public httplib::Server {
       ChatNotServed(res);
     });
     // Runs once httplib has parsed the headers, before it reads any body,
-    // for every request. In this order: the credentials (401); a
+    // for every request. In this order: the credentials (401); both
+    // Content-Length and Transfer-Encoding (400); a
     // Content-Length that is no number (400) or over the limit (413); a
     // body (Content-Length > 0 or a Transfer-Encoding) sent anywhere but
     // POST /v1/completions (404, or 405 for a served path's other method).
@@ -400,6 +404,17 @@ class OpenAiHttpServer::Server : public httplib::Server {
       if (absl::Status auth = CheckCredentials(req); !auth.ok() && !health) {
         auth_refusals_.Count();
         SendError(res, auth);
+        return HandlerResponse::Handled;
+      }
+      // Both framings at once is the request-smuggling shape (RFC 9112
+      // section 6.3): httplib reads the body as chunked, so the
+      // Content-Length (what AdmitBody would count) says nothing of its size.
+      if (req.has_header("Content-Length") && req.has_header("Transfer-Encoding")) {
+        res.status = 400;
+        res.set_content(ErrorJson("a request may not have both Content-Length and "
+                                  "Transfer-Encoding (RFC 9112 section 6.3)",
+                                  "invalid_request_error", "", ""),
+                        kJson);
         return HandlerResponse::Handled;
       }
       uint64_t length = 0;
@@ -576,21 +591,15 @@ class OpenAiHttpServer::Server : public httplib::Server {
     if (!authorization.empty()) context.AddMetadata("authorization", authorization);
   }
 
-  // Admits the request's body under --openai_max_inflight_request_bytes
-  // (its Content-Length, or the largest body when chunked); false with a 503
-  // and Retry-After in `res` when it does not fit now.
-  bool AdmitBody(const httplib::Request& req, httplib::Response& res) {
-    // (The pre-routing handler has checked the Content-Length: digits, at
-    // most max_request_bytes.)
-    const size_t bytes =
-        req.has_header("Content-Length")
-            ? static_cast<size_t>(std::stoull(req.get_header_value("Content-Length")))
-            : options_.max_request_bytes;
+  // Admits the parse of a body of `bytes` (read whole) under
+  // --openai_max_inflight_request_bytes; false with a 503 and Retry-After
+  // in `res` when it does not fit now.
+  bool AdmitParse(size_t bytes, httplib::Response& res) {
     std::optional<RequestBytesAdmission::Ticket> ticket = admission_.TryAdmit(bytes);
     if (!ticket.has_value()) {
       SendError(res, absl::UnavailableError(absl::StrCat(
                          "overloaded: this request's body (", bytes, " bytes) does not fit beside "
-                         "the bodies being read and parsed now (at most ", admission_.capacity(),
+                         "the bodies being parsed now (at most ", admission_.capacity(),
                          " bytes at once, --openai_max_inflight_request_bytes); retry after the "
                          "Retry-After seconds")));
       return false;

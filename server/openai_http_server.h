@@ -61,10 +61,10 @@ struct OpenAiHttpOptions {
   // docs/api.md), so the bound also bounds that.
   // drt-server: --openai_max_request_bytes.
   size_t max_request_bytes = size_t{64} << 20;
-  // Bytes of request bodies being read and parsed at once, at least
+  // Bytes of request bodies being parsed at once, at least
   // max_request_bytes (server/request_bytes_admission.h): a request whose
-  // body (its Content-Length; max_request_bytes when chunked) does not fit
-  // beside those gets 503 with Retry-After at once. drt-server:
+  // body, once read, does not fit beside those gets 503 with Retry-After
+  // at once. drt-server:
   // --openai_max_inflight_request_bytes.
   size_t max_inflight_request_bytes = size_t{128} << 20;
   // Time from the accept until the request line and headers have arrived;
@@ -106,6 +106,9 @@ class OpenAiHttpServer {
   // probe endpoint's /metrics. Safe from any thread, before Start and after
   // Stop too.
   std::string RenderMetrics() const;
+  // The bound on bodies parsed at once (--openai_max_inflight_request_bytes);
+  // tests admit bytes in it to stand for parses under way.
+  RequestBytesAdmission& request_bytes_admission() { return *admission_; }
   // Waits until every Complete call the API made has ended and its handler
   // has its status, or `deadline` passes; true when none is left. drt-server
   // waits for this after ending the running calls and before gRPC's

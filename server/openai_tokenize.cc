@@ -27,7 +27,7 @@ absl::StatusOr<Json> ParseObject(absl::string_view text) {
   Json body;
   try {
     body = Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
     return absl::InvalidArgumentError(absl::StrCat("the request body is not valid JSON: ", e.what()));
   }
   if (!body.is_object()) {

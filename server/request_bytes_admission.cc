@@ -53,12 +53,12 @@ void RequestBytesAdmission::Give(size_t bytes) {
 std::string RenderRequestBytesMetrics(const RequestBytesAdmission& admission) {
   return absl::StrCat(
       "# HELP drt_openai_requests_overloaded_total OpenAI API requests answered 503 because "
-      "their body did not fit beside the bodies being read and parsed "
+      "their body did not fit beside the bodies being parsed "
       "(--openai_max_inflight_request_bytes)\n"
       "# TYPE drt_openai_requests_overloaded_total counter\n"
       "drt_openai_requests_overloaded_total ", admission.refused_total(), "\n",
-      "# HELP drt_openai_request_bytes_in_flight bytes of OpenAI API request bodies being read "
-      "and parsed now (at most --openai_max_inflight_request_bytes)\n"
+      "# HELP drt_openai_request_bytes_in_flight bytes of OpenAI API request bodies being "
+      "parsed now (at most --openai_max_inflight_request_bytes)\n"
       "# TYPE drt_openai_request_bytes_in_flight gauge\n"
       "drt_openai_request_bytes_in_flight ", admission.admitted(), "\n");
 }

@@ -1,12 +1,16 @@
-// The bound on OpenAI API request bodies being read and parsed at once
+// The bound on OpenAI API request bodies being parsed at once
 // (--openai_max_inflight_request_bytes; review-deploy F2). Parsing JSON
 // costs up to about 33 times the body (a 64 MiB body of arrays nested 63
 // deep: about 2 GB, measured by review-deploy), so without a bound
 // --max_sessions + 4 such requests at once could take far more memory than
 // the pod has, outside --host_memory_budget_gb.
 //
-// A request whose body would take the admitted bytes past the bound is not
-// queued: the caller answers it 503 with Retry-After at once. Waiting would
+// A body is admitted once it has been read whole, at its real size, just
+// before it is parsed (review-deployfix 3-5): reading costs 1x the body and
+// is already bounded by the threads x --openai_max_request_bytes, so a slow
+// or stalled upload holds no admission, and a small chunked body counts as
+// small. One whose bytes would take the admitted bytes past the bound is
+// not queued: the caller answers it 503 with Retry-After at once. Waiting would
 // hold one of the API's few serving threads (--max_sessions + 4) and the
 // client's connection while the request time (--openai_request_timeout_seconds,
 // counted from the accept) runs out, and the clients the API serves
@@ -71,7 +75,7 @@ class RequestBytesAdmission {
 std::string RenderRequestBytesMetrics(const RequestBytesAdmission& admission);
 
 // The ticket of the request each serving thread is parsing: the route that
-// reads a body holds it here, and the handler ends it once the body is
+// has read a body holds it here, and the handler ends it once the body is
 // parsed (EndParse), so that a long completion does not hold it.
 class ParseTickets {
  public:
@@ -82,6 +86,20 @@ class ParseTickets {
   // measured 6 GiB still held after three 64 MiB parses had ended.
   void EndParse();
   static constexpr size_t kTrimAfterBytes = size_t{1} << 20;
+
+  // Ends this thread's parse (EndParse) when it goes out of scope, however
+  // the scope is left: a handler that throws (httplib answers 500) must not
+  // keep its bytes admitted for good (review-deployfix 1).
+  class Scope {
+   public:
+    explicit Scope(ParseTickets& tickets) : tickets_(tickets) {}
+    ~Scope() { tickets_.EndParse(); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    ParseTickets& tickets_;
+  };
 
  private:
   std::mutex mutex_;

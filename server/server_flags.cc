@@ -106,7 +106,7 @@ ABSL_FLAG(int64_t, openai_max_request_bytes, drt::server::ServerConfig{}.openai_
           "prompt bytes, or 1M token ids as JSON, about 7 MB, fit in 8 MiB)");
 ABSL_FLAG(int64_t, openai_max_inflight_request_bytes,
           drt::server::ServerConfig{}.openai_max_inflight_request_bytes,
-          "bytes of OpenAI API request bodies read and parsed at once, at least "
+          "bytes of OpenAI API request bodies parsed at once (each counted once read), at least "
           "--openai_max_request_bytes; a request whose body does not fit beside those gets 503 "
           "with Retry-After at once (not queued). Size the host for about 33 times this on top "
           "of --host_memory_budget_gb and the model (docs/deploy.md, Resources)");

@@ -372,6 +372,13 @@ def check_alert_rules(c, monitors, facts):
     missing = [a for a, metric in wanted.items() if metric not in by_name.get(a, "")]
     c.expect(not missing, "monitoring: alerts on a pod not Ready, a target down, the claim filling and "
              "gateway overflows", f"missing: {missing}")
+    # review-deployfix 6: an evicted or failed pod lingers, never Ready; the
+    # alert counts only pods in phase Pending or Running.
+    not_ready = by_name.get("DrtServerPodNotReady", "")
+    c.expect(re.search(r'and on \(namespace, pod\).*kube_pod_status_phase\{phase=~"Pending\|Running"',
+                       not_ready) is not None,
+             "monitoring: DrtServerPodNotReady leaves out pods in phase Failed or Succeeded",
+             not_ready)
     claim = re.search(r'persistentvolumeclaim=~"([^"]+)"', by_name.get("DrtStateClaimFilling", ""))
     c.expect(claim is not None and re.fullmatch(claim.group(1), "state-drt-server-0"),
              "monitoring: DrtStateClaimFilling matches the StatefulSet's claim names (state-drt-server-N)")

@@ -1,8 +1,9 @@
-// The bound on OpenAI API request bodies read and parsed at once
+// The bound on OpenAI API request bodies parsed at once
 // (server/request_bytes_admission.h; review-deploy F2): the admission class
-// by hand-counted bytes, then over HTTP against the in-process server (a
-// request held mid-body keeps its bytes admitted, the next one that does not
-// fit gets 503 with Retry-After, one that fits goes on), and the flags.
+// by hand-counted bytes, then over HTTP against the in-process server (with
+// a parse under way, a body that does not fit gets 503 with Retry-After, one
+// that fits goes on; a stalled upload and small chunked bodies hold little
+// or nothing; bytes come back however a request ends), and the flags.
 #include "server/request_bytes_admission.h"
 
 #include <arpa/inet.h>
@@ -11,6 +12,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -92,6 +95,25 @@ TEST_CASE("ParseTickets ends this thread's admission only", "[server][openai]") 
   CHECK(admission.admitted() == 0);
 }
 
+TEST_CASE("ParseTickets::Scope ends this thread's parse however its scope is left",
+          "[server][openai]") {
+  RequestBytesAdmission admission(100);
+  ParseTickets tickets;
+  {
+    const ParseTickets::Scope parsing(tickets);
+    tickets.Hold(*admission.TryAdmit(40));
+    CHECK(admission.admitted() == 40);
+  }
+  CHECK(admission.admitted() == 0);
+  try {
+    const ParseTickets::Scope parsing(tickets);
+    tickets.Hold(*admission.TryAdmit(60));
+    throw std::runtime_error("a handler that throws");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(admission.admitted() == 0);
+}
+
 int Connect(int port) {
   const int sock = socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(sock >= 0);
@@ -156,24 +178,26 @@ TEST_CASE("openai http: bodies past --openai_max_inflight_request_bytes get 503 
   OpenAiHttpServer api(grpc.server().InProcessChannel(grpc::ChannelArguments()), options);
   REQUIRE(api.Start("127.0.0.1", 0).ok());
 
-  // A request of the largest size, its body held half-sent: admitted, so
-  // its 65536 bytes count until it is read and parsed.
-  const int held = Connect(api.port());
-  SendAll(held, Headers(65536) + std::string(1000, '['));
-  REQUIRE(WaitForMetric(api, "drt_openai_request_bytes_in_flight 65536"));
+  // A parse of the largest size under way (admitted here by hand: a real
+  // one takes a few milliseconds).
+  std::optional<RequestBytesAdmission::Ticket> parsing =
+      api.request_bytes_admission().TryAdmit(65536);
+  REQUIRE(parsing.has_value());
 
-  // 65536 + 40000 > 98304: refused at once, before its body is read.
+  // 65536 + 40000 > 98304: refused once read, before it is parsed.
   const std::string refused = Exchange(api.port(), 40000);
   CHECK(StatusLine(refused) == "HTTP/1.1 503 Service Unavailable");
   CHECK(Contains(refused, "Retry-After: "));
+  CHECK(Contains(refused, "this request's body (40000 bytes)"));
   CHECK(Contains(refused, "--openai_max_inflight_request_bytes"));
   CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_requests_overloaded_total 1\n"));
-  // 65536 + 30000 fits: read and parsed (a 400: the body is no JSON).
+  // 65536 + 30000 fits: parsed (a 400: the body is no JSON).
   CHECK(StatusLine(Exchange(api.port(), 30000)) == "HTTP/1.1 400 Bad Request");
+  CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_request_bytes_in_flight 65536\n"));
 
-  // The held request ends (its client goes away): its bytes are given back.
-  close(held);
-  REQUIRE(WaitForMetric(api, "drt_openai_request_bytes_in_flight 0"));
+  // The parse ends: its bytes are given back, and 40000 fits.
+  parsing->Release();
+  CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_request_bytes_in_flight 0\n"));
   CHECK(StatusLine(Exchange(api.port(), 40000)) == "HTTP/1.1 400 Bad Request");
 
   // Over --openai_max_request_bytes: 413 naming the flag.
@@ -181,6 +205,140 @@ TEST_CASE("openai http: bodies past --openai_max_inflight_request_bytes get 503 
   CHECK(StatusLine(too_big) == "HTTP/1.1 413 Payload Too Large");
   CHECK(Contains(too_big, "65536 bytes, --openai_max_request_bytes"));
   CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_requests_overloaded_total 1\n"));
+  api.Stop();
+}
+
+TEST_CASE("openai http: a stalled upload holds no admission and small chunked bodies count small",
+          "[openai][server]") {
+  testing::InProcessServer grpc(testing::SmallOptions());
+  OpenAiHttpOptions options;
+  options.model_name = "two_groups";
+  options.max_request_bytes = 64 << 10;
+  options.max_inflight_request_bytes = 96 << 10;
+  OpenAiHttpServer api(grpc.server().InProcessChannel(grpc::ChannelArguments()), options);
+  REQUIRE(api.Start("127.0.0.1", 0).ok());
+
+  // Two uploads of the largest size stalled after the headers (they were
+  // admitted at their Content-Length, 131072 bytes > the bound): nothing
+  // admitted, and a request that arrives whole is served.
+  const int stalled_a = Connect(api.port());
+  const int stalled_b = Connect(api.port());
+  SendAll(stalled_a, Headers(65536) + std::string(1000, '['));
+  SendAll(stalled_b, Headers(65536));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_request_bytes_in_flight 0\n"));
+  CHECK(StatusLine(Exchange(api.port(), 40000)) == "HTTP/1.1 400 Bad Request");
+
+  // Three small chunked bodies under way at once, each sent in two pieces
+  // (they counted as 65536 bytes each, so the second got 503): all served.
+  const std::string json = R"({"prompt":"hi","max_tokens":1,"x":1e999})";
+  int chunked[3];
+  for (int& sock : chunked) {
+    sock = Connect(api.port());
+    SendAll(sock, absl::StrCat("POST /tokenize HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                               "Content-Type: application/json\r\nTransfer-Encoding: chunked"
+                               "\r\n\r\n", absl::Hex(10), "\r\n", json.substr(0, 10), "\r\n"));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int sock : chunked) {
+    SendAll(sock, absl::StrCat(absl::Hex(json.size() - 10), "\r\n", json.substr(10),
+                               "\r\n0\r\n\r\n"));
+  }
+  for (int sock : chunked) {
+    std::string answer;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = recv(sock, buffer, sizeof(buffer), 0)) > 0) {
+      answer.append(buffer, static_cast<size_t>(n));
+    }
+    close(sock);
+    CHECK(StatusLine(answer) == "HTTP/1.1 400 Bad Request");  // parsed: the 1e999
+    CHECK(Contains(answer, "1e999"));
+  }
+  CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_requests_overloaded_total 0\n"));
+  close(stalled_a);
+  close(stalled_b);
+  api.Stop();
+}
+
+// A whole POST of `body` to `path`, and the server's whole answer.
+std::string Post(int port, const std::string& path, const std::string& body) {
+  const int sock = Connect(port);
+  SendAll(sock, absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                             "Content-Type: application/json\r\nContent-Length: ",
+                             body.size(), "\r\n\r\n", body));
+  std::string answer;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(sock, buffer, sizeof(buffer), 0)) > 0) {
+    answer.append(buffer, static_cast<size_t>(n));
+  }
+  close(sock);
+  return answer;
+}
+
+TEST_CASE("openai http: a number that overflows a double is 400 and gives its bytes back",
+          "[openai][server]") {
+  testing::InProcessServer grpc(testing::SmallOptions());
+  OpenAiHttpOptions options;
+  options.model_name = "two_groups";
+  options.max_request_bytes = 64 << 10;
+  options.max_inflight_request_bytes = 96 << 10;
+  OpenAiHttpServer api(grpc.server().InProcessChannel(grpc::ChannelArguments()), options);
+  REQUIRE(api.Start("127.0.0.1", 0).ok());
+
+  // nlohmann throws out_of_range (not parse_error) for 1e999. Bodies padded
+  // to 60000 bytes: two of them (120000) do not fit the 98304 bound at once,
+  // so a leaked admission would refuse every later one.
+  for (const std::string path : {"/v1/completions", "/tokenize", "/v1/completions"}) {
+    const std::string json = R"({"prompt":"hi","max_tokens":1,"x":1e999})";
+    const std::string answer = Post(api.port(), path, json + std::string(60000 - json.size(), ' '));
+    CHECK(StatusLine(answer) == "HTTP/1.1 400 Bad Request");
+    CHECK(Contains(answer, "not valid JSON"));
+    CHECK(Contains(answer, "1e999"));
+    CHECK(WaitForMetric(api, "drt_openai_request_bytes_in_flight 0"));
+  }
+  CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_requests_overloaded_total 0\n"));
+  api.Stop();
+}
+
+// The whole answer to `request`, sent as is.
+std::string RawExchange(int port, const std::string& request) {
+  const int sock = Connect(port);
+  SendAll(sock, request);
+  std::string answer;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(sock, buffer, sizeof(buffer), 0)) > 0) {
+    answer.append(buffer, static_cast<size_t>(n));
+  }
+  close(sock);
+  return answer;
+}
+
+TEST_CASE("openai http: Content-Length with Transfer-Encoding is 400", "[openai][server]") {
+  testing::InProcessServer grpc(testing::SmallOptions());
+  OpenAiHttpOptions options;
+  options.model_name = "two_groups";
+  OpenAiHttpServer api(grpc.server().InProcessChannel(grpc::ChannelArguments()), options);
+  REQUIRE(api.Start("127.0.0.1", 0).ok());
+  const std::string json = R"({"prompt":"hi","max_tokens":1})";
+  // A chunked body that says Content-Length 0 (it was admitted as 0 bytes),
+  // then a second request in the same bytes (the smuggling shape): one
+  // answer, 400, and nothing of either body served.
+  for (const std::string length : {"0", "5"}) {
+    const std::string answer = RawExchange(
+        api.port(),
+        absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: application/json\r\nContent-Length: ", length, "\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n",
+                     absl::Hex(json.size()), "\r\n", json, "\r\n0\r\n\r\n",
+                     "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    CHECK(StatusLine(answer) == "HTTP/1.1 400 Bad Request");
+    CHECK(Contains(answer, "both Content-Length and Transfer-Encoding"));
+    CHECK(answer.find("HTTP/1.1", 1) == std::string::npos);  // the second request not served
+  }
+  CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_request_bytes_in_flight 0\n"));
   api.Stop();
 }
 
