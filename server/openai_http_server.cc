@@ -658,6 +658,12 @@ class OpenAiHttpServer::Server : public httplib::Server {
 
   void Models(const httplib::Request& req, httplib::Response& res) {
     if (absl::Status auth = CheckCredentials(req); !auth.ok()) return SendError(res, auth);
+    // Every handler that calls the service holds the count and checks the
+    // drain first (RefusedWhileDraining): one arriving after the drain's
+    // wait would call a gRPC server already shut down, which crashes in
+    // gRPC (review-lmeval F1; the single-call handlers had the same gap).
+    const CallCount::Hold hold(calls_);
+    if (RefusedWhileDraining("the request was", res)) return;
     grpc::ClientContext context;
     Authorize(req, context);
     drt::v1::ModelInfo info;
@@ -702,10 +708,12 @@ class OpenAiHttpServer::Server : public httplib::Server {
 
   // vLLM's POST /tokenize, by the service's Tokenize.
   void Tokenize(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    const CallCount::Hold hold(calls_);  // as Models
     absl::StatusOr<TokenizeHttpRequest> request = ParseTokenizeBody(body);
     parse_tickets_.EndParse();  // the parsed JSON is gone
     if (!request.ok()) return SendError(res, request.status());
     if (!ModelServed(request->model, res)) return;
+    if (RefusedWhileDraining("the request was", res)) return;
     grpc::ClientContext context;
     Authorize(req, context);
     drt::v1::TokenizeResponse response;
@@ -716,10 +724,12 @@ class OpenAiHttpServer::Server : public httplib::Server {
 
   // vLLM's POST /detokenize, by the service's Detokenize.
   void Detokenize(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    const CallCount::Hold hold(calls_);  // as Models
     absl::StatusOr<DetokenizeHttpRequest> request = ParseDetokenizeBody(body);
     parse_tickets_.EndParse();  // the parsed JSON is gone
     if (!request.ok()) return SendError(res, request.status());
     if (!ModelServed(request->model, res)) return;
+    if (RefusedWhileDraining("the request was", res)) return;
     grpc::ClientContext context;
     Authorize(req, context);
     drt::v1::DetokenizeResponse response;
@@ -868,6 +878,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
   // eos id alone; none does for the byte models (null).
   void TokenizerInfo(const httplib::Request& req, httplib::Response& res) {
     const CallCount::Hold hold(calls_);  // several calls
+    if (RefusedWhileDraining("the request was", res)) return;
     drt::v1::ModelInfo info;
     if (!ModelFacts(req, info, res)) return;
     std::optional<std::string> eos;

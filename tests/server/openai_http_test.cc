@@ -1322,6 +1322,33 @@ TEST_CASE("openai http: every 503 carries Retry-After: the session limit and dra
   CHECK(models->get_header_value("Retry-After") == "1");
 }
 
+// Once the API drains, every handler that would call the service answers
+// 503 itself, without a call (review of the lmeval branch: a single-call
+// handler arriving after the drain's wait called a gRPC server already
+// shut down, which crashes in gRPC). The service is not draining here, so
+// a call that went through would answer 200.
+TEST_CASE("openai http: draining, every handler refuses without calling the service",
+          "[openai][server]") {
+  OpenAiServer server;
+  auto before = server.client->Get("/v1/models");
+  REQUIRE(before);
+  REQUIRE(before->status == 200);
+  server.api->StartDraining();
+  std::vector<httplib::Result> answers;
+  answers.push_back(server.client->Get("/v1/models"));
+  answers.push_back(server.client->Get("/tokenizer_info"));
+  answers.push_back(server.client->Post("/tokenize", R"({"prompt": "ab"})", "application/json"));
+  answers.push_back(server.client->Post("/detokenize", R"({"tokens": [97, 98]})", "application/json"));
+  answers.push_back(server.Post({{"prompt", "ab"}, {"max_tokens", 1}}));
+  for (const httplib::Result& res : answers) {
+    REQUIRE(res);
+    INFO(res->body);
+    CHECK(res->status == 503);
+    CHECK(res->get_header_value("Retry-After") == "1");
+    CHECK(res->body.find("not run: retry the request on another replica") != std::string::npos);
+  }
+}
+
 TEST_CASE("openai http: the host memory budget stays 429, not the context limit's 400",
           "[openai][server]") {
   // A budget of 1 byte: the prompt's first chunk cannot be reserved. It is
