@@ -17,6 +17,7 @@
 #include "bench/niah/cell_seed.h"
 #include "bench/niah/eval_options.h"
 #include "bench/niah/passkey_haystack.h"
+#include "bench/niah/result_json.h"
 #include "bench/perplexity/output_file.h"
 #include "cli/command_line.h"
 #include "engine/backend.h"
@@ -48,13 +49,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One trial as the JSON records it, for paired comparisons across runs.
-struct TrialRecord {
-  std::string key;      // the pass key in the needle
-  std::string answer;   // the generated text (the tokenizer's decoding)
-  bool correct = false;
-  int64_t needle_offset = 0;  // filler tokens before the needle
-};
+using drt::niah::TrialRecord;
 
 struct Cell {
   int64_t length;
@@ -144,40 +139,20 @@ int main(int argc, char** argv) {
   const std::string precision = backend->name() == "cuda" ? cuda_precision : "fp32";
   const auto write_json = [&](bool complete) -> absl::Status {
     if (json_path.empty()) return absl::OkStatus();
-    // nlohmann::json escapes the model path (it was written unescaped).
-    nlohmann::json out = {{"model", absl::GetFlag(FLAGS_model)},
-                          {"pad_to_chunk_boundary", generate.pad_to_chunk_boundary},
-                          {"trials", trials},
-                          {"seed", seed},
-                          {"key_stream", drt::niah::kKeyStream},
-                          {"scoring", drt::niah::kScoringRule},
-                          {"device", backend->name()},
-                          {"precision", precision},
-                          {"threads", absl::GetFlag(FLAGS_threads)},
-                          {"max_new_tokens", generate.max_tokens},
-                          {"complete", complete},
-                          {"cells", nlohmann::json::array()}};
+    nlohmann::json out = drt::niah::RunJson(
+        {absl::GetFlag(FLAGS_model), generate.pad_to_chunk_boundary, seed, backend->name(),
+         precision, absl::GetFlag(FLAGS_threads), generate.max_tokens},
+        complete);
+    out["trials"] = trials;
     for (const Cell& c : cells) {
-      nlohmann::json records = nlohmann::json::array();
-      for (const TrialRecord& r : c.records) {
-        records.push_back({{"key", r.key},
-                           {"answer", r.answer},
-                           {"answered", drt::niah::FirstNumber(r.answer)},
-                           {"correct", r.correct},
-                           {"needle_offset", r.needle_offset}});
-      }
       out["cells"].push_back({{"length", c.length},
                               {"depth", c.depth},
                               {"trials", c.trials},
                               {"correct", c.correct},
                               {"seconds", c.seconds},
-                              {"records", std::move(records)}});
+                              {"records", drt::niah::TrialRecordsJson(c.records)}});
     }
-    // A generated answer need not be UTF-8: its bad bytes become U+FFFD
-    // (dump would throw).
-    return drt::ppl::WriteFileReplacing(
-        "--json", json_path,
-        out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    return drt::niah::WriteRunJson(json_path, out);
   };
 
   for (int64_t length : lengths) {

@@ -27,6 +27,7 @@
 #include "bench/niah/cell_seed.h"
 #include "bench/niah/eval_options.h"
 #include "bench/niah/passkey_haystack.h"
+#include "bench/niah/result_json.h"
 #include "bench/niah/text_tasks.h"
 #include "bench/perplexity/output_file.h"
 #include "cli/command_line.h"
@@ -65,13 +66,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One trial as the JSON records it, for paired comparisons across runs.
-struct TrialRecord {
-  std::string key;     // the answer the question asks for
-  std::string answer;  // the generated text
-  bool correct = false;
-  int64_t needle_offset = 0;  // filler bytes before the answer's needle
-};
+using drt::niah::TrialRecord;
 
 struct Cell {
   std::string task;
@@ -241,28 +236,13 @@ int main(int argc, char** argv) {
     if (json_path.empty()) return absl::OkStatus();
     // nlohmann::json escapes the paths (absl::CEscape wrote C escapes such as
     // \' that are not JSON).
-    nlohmann::json out = {{"model", absl::GetFlag(FLAGS_model)},
-                          {"text", absl::GetFlag(FLAGS_text)},
-                          {"text_bytes", text_bytes},
-                          {"pad_to_chunk_boundary", generate.pad_to_chunk_boundary},
-                          {"seed", seed},
-                          {"key_stream", drt::niah::kKeyStream},
-                          {"scoring", drt::niah::kScoringRule},
-                          {"device", backend->name()},
-                          {"precision", precision},
-                          {"threads", absl::GetFlag(FLAGS_threads)},
-                          {"max_new_tokens", generate.max_tokens},
-                          {"complete", complete},
-                          {"cells", nlohmann::json::array()}};
+    nlohmann::json out = drt::niah::RunJson(
+        {absl::GetFlag(FLAGS_model), generate.pad_to_chunk_boundary, seed, backend->name(),
+         precision, absl::GetFlag(FLAGS_threads), generate.max_tokens},
+        complete);
+    out["text"] = absl::GetFlag(FLAGS_text);
+    out["text_bytes"] = text_bytes;
     for (const Cell& c : cells) {
-      nlohmann::json records = nlohmann::json::array();
-      for (const TrialRecord& r : c.records) {
-        records.push_back({{"key", r.key},
-                           {"answer", r.answer},
-                           {"answered", drt::niah::FirstNumber(r.answer)},
-                           {"correct", r.correct},
-                           {"needle_offset", r.needle_offset}});
-      }
       out["cells"].push_back({{"task", c.task},
                               {"length", c.length},
                               {"depth", c.depth},
@@ -271,13 +251,9 @@ int main(int argc, char** argv) {
                               {"seconds", c.seconds},
                               {"text_repeats", c.text_repeats},
                               {"text_start", c.text_start},
-                              {"records", std::move(records)}});
+                              {"records", drt::niah::TrialRecordsJson(c.records)}});
     }
-    // A generated answer need not be UTF-8: its bad bytes become U+FFFD
-    // (dump would throw).
-    return drt::ppl::WriteFileReplacing(
-        "--json", json_path,
-        out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    return drt::niah::WriteRunJson(json_path, out);
   };
 
   for (const CellPlan& cell_plan : plans) {
