@@ -20,6 +20,7 @@
 #include "server/openai_http_server.h"
 #include "tests/server/test_util/append_scores.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/openai_server.h"
 
 namespace drt::server {
 namespace {
@@ -28,25 +29,7 @@ using testing::InProcessServer;
 using testing::SmallOptions;
 using Json = nlohmann::json;
 
-struct EchoServer {
-  EchoServer() : grpc(SmallOptions()) {
-    OpenAiHttpOptions options;
-    options.model_name = "two_groups";
-    api = std::make_unique<OpenAiHttpServer>(grpc.server().InProcessChannel(grpc::ChannelArguments()),
-                                             options);
-    const absl::Status started = api->Start("127.0.0.1", 0);
-    if (!started.ok()) throw std::runtime_error(std::string(started.message()));
-    client = std::make_unique<httplib::Client>("127.0.0.1", api->port());
-    client->set_read_timeout(120, 0);
-  }
-  ~EchoServer() { api->Stop(); }
-  httplib::Result Post(const Json& body) {
-    return client->Post("/v1/completions", body.dump(), "application/json");
-  }
-  InProcessServer grpc;
-  std::unique_ptr<OpenAiHttpServer> api;
-  std::unique_ptr<httplib::Client> client;
-};
+using EchoServer = testing::OpenAiServer;
 
 // The reference: a gRPC Append of `ids` into a new session, scored with
 // `top` alternatives, its events merged.

@@ -33,6 +33,7 @@
 #include "server/openai_http_server.h"
 #include "server/session_manager.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/openai_server.h"
 
 namespace drt::server {
 namespace {
@@ -45,29 +46,7 @@ const std::string kPrompt =
     "The quick brown fox jumps over the lazy dog. A second sentence follows the first one, "
     "and a third one ends the prompt here: ";
 
-// An in-process drt-server with the OpenAI API in front of it.
-struct OpenAiServer {
-  explicit OpenAiServer(ServiceOptions service = SmallOptions(), OpenAiHttpOptions options = {})
-      : grpc(service) {
-    options.model_name = "two_groups";
-    options.bearer_token = service.bearer_token;  // as drt-server's main does
-    api = std::make_unique<OpenAiHttpServer>(grpc.server().InProcessChannel(grpc::ChannelArguments()),
-                                             options);
-    const absl::Status started = api->Start("127.0.0.1", 0);
-    if (!started.ok()) throw std::runtime_error(std::string(started.message()));
-    client = std::make_unique<httplib::Client>("127.0.0.1", api->port());
-    client->set_read_timeout(120, 0);
-  }
-  ~OpenAiServer() { api->Stop(); }
-
-  httplib::Result Post(const Json& body, const httplib::Headers& headers = {}) {
-    return client->Post("/v1/completions", headers, body.dump(), "application/json");
-  }
-
-  InProcessServer grpc;
-  std::unique_ptr<OpenAiHttpServer> api;
-  std::unique_ptr<httplib::Client> client;
-};
+using testing::OpenAiServer;
 
 struct GrpcCompletion {
   grpc::Status status;

@@ -20,6 +20,7 @@
 #include "server/openai_http_server.h"
 #include "tests/server/test_util/append_scores.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/openai_server.h"
 
 namespace drt::server {
 namespace {
@@ -28,29 +29,16 @@ using testing::InProcessServer;
 using testing::SmallOptions;
 using Json = nlohmann::json;
 
-struct LmEvalServer {
-  explicit LmEvalServer(ServiceOptions service = SmallOptions()) : grpc(service) {
-    OpenAiHttpOptions options;
-    options.model_name = "two_groups";
-    api = std::make_unique<OpenAiHttpServer>(grpc.server().InProcessChannel(grpc::ChannelArguments()),
-                                             options);
-    const absl::Status started = api->Start("127.0.0.1", 0);
-    if (!started.ok()) throw std::runtime_error(std::string(started.message()));
-    client = std::make_unique<httplib::Client>("127.0.0.1", api->port());
-    client->set_read_timeout(120, 0);
-  }
-  ~LmEvalServer() { api->Stop(); }
+struct LmEvalServer : testing::OpenAiServer {
+  using OpenAiServer::OpenAiServer;
   // POST /v1/completions; the answer's JSON, or a failed check.
   Json Complete(const Json& body, int want_status = 200) {
-    auto res = client->Post("/v1/completions", body.dump(), "application/json");
+    auto res = Post(body);
     REQUIRE(res);
     INFO(res->body.substr(0, 600));
     REQUIRE(res->status == want_status);
     return Json::parse(res->body);
   }
-  InProcessServer grpc;
-  std::unique_ptr<OpenAiHttpServer> api;
-  std::unique_ptr<httplib::Client> client;
 };
 
 // lm-eval's loglikelihood payload for `requests` (each context +
