@@ -24,6 +24,7 @@
 #include "server/openai_http_server.h"
 #include "server/server_flags.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/openai_server.h"
 #include "tests/server/test_util/scoped_flag.h"
 
 namespace drt::server {
@@ -170,13 +171,11 @@ bool WaitForMetric(const OpenAiHttpServer& api, const std::string& line) {
 
 TEST_CASE("openai http: bodies past --openai_max_inflight_request_bytes get 503 with Retry-After",
           "[openai][server]") {
-  testing::InProcessServer grpc(testing::SmallOptions());
   OpenAiHttpOptions options;
-  options.model_name = "two_groups";
   options.max_request_bytes = 64 << 10;
   options.max_inflight_request_bytes = 96 << 10;
-  OpenAiHttpServer api(grpc.server().InProcessChannel(grpc::ChannelArguments()), options);
-  REQUIRE(api.Start("127.0.0.1", 0).ok());
+  testing::OpenAiServer server(testing::SmallOptions(), options);
+  OpenAiHttpServer& api = *server.api;
 
   // A parse of the largest size under way (admitted here by hand: a real
   // one takes a few milliseconds).
@@ -210,13 +209,11 @@ TEST_CASE("openai http: bodies past --openai_max_inflight_request_bytes get 503 
 
 TEST_CASE("openai http: a stalled upload holds no admission and small chunked bodies count small",
           "[openai][server]") {
-  testing::InProcessServer grpc(testing::SmallOptions());
   OpenAiHttpOptions options;
-  options.model_name = "two_groups";
   options.max_request_bytes = 64 << 10;
   options.max_inflight_request_bytes = 96 << 10;
-  OpenAiHttpServer api(grpc.server().InProcessChannel(grpc::ChannelArguments()), options);
-  REQUIRE(api.Start("127.0.0.1", 0).ok());
+  testing::OpenAiServer server(testing::SmallOptions(), options);
+  OpenAiHttpServer& api = *server.api;
 
   // Two uploads of the largest size stalled after the headers (they were
   // admitted at their Content-Length, 131072 bytes > the bound): nothing
@@ -279,13 +276,11 @@ std::string Post(int port, const std::string& path, const std::string& body) {
 
 TEST_CASE("openai http: a number that overflows a double is 400 and gives its bytes back",
           "[openai][server]") {
-  testing::InProcessServer grpc(testing::SmallOptions());
   OpenAiHttpOptions options;
-  options.model_name = "two_groups";
   options.max_request_bytes = 64 << 10;
   options.max_inflight_request_bytes = 96 << 10;
-  OpenAiHttpServer api(grpc.server().InProcessChannel(grpc::ChannelArguments()), options);
-  REQUIRE(api.Start("127.0.0.1", 0).ok());
+  testing::OpenAiServer server(testing::SmallOptions(), options);
+  OpenAiHttpServer& api = *server.api;
 
   // nlohmann throws out_of_range (not parse_error) for 1e999. Bodies padded
   // to 60000 bytes: two of them (120000) do not fit the 98304 bound at once,
@@ -317,11 +312,9 @@ std::string RawExchange(int port, const std::string& request) {
 }
 
 TEST_CASE("openai http: Content-Length with Transfer-Encoding is 400", "[openai][server]") {
-  testing::InProcessServer grpc(testing::SmallOptions());
   OpenAiHttpOptions options;
-  options.model_name = "two_groups";
-  OpenAiHttpServer api(grpc.server().InProcessChannel(grpc::ChannelArguments()), options);
-  REQUIRE(api.Start("127.0.0.1", 0).ok());
+  testing::OpenAiServer server(testing::SmallOptions(), options);
+  OpenAiHttpServer& api = *server.api;
   const std::string json = R"({"prompt":"hi","max_tokens":1})";
   // A chunked body that says Content-Length 0 (it was admitted as 0 bytes),
   // then a second request in the same bytes (the smuggling shape): one
