@@ -12,6 +12,7 @@
 #include "server/metrics.h"
 #include "server/openai_http_server.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/server/test_util/openai_server.h"
 
 namespace drt::server {
 namespace {
@@ -47,12 +48,8 @@ TEST_CASE("openai http: requests refused 401 are counted in drt_openai_unauthent
           "[openai][server][metrics]") {
   ServiceOptions service = testing::SmallOptions();
   service.bearer_token = "Zq9-token";
-  testing::InProcessServer grpc(service);
-  OpenAiHttpOptions options;
-  options.model_name = "two_groups";
-  options.bearer_token = service.bearer_token;
-  OpenAiHttpServer api(grpc.server().InProcessChannel(grpc::ChannelArguments()), options);
-  REQUIRE(api.Start("127.0.0.1", 0).ok());
+  testing::OpenAiServer server(service);  // the API takes the service's token, as main does
+  OpenAiHttpServer& api = *server.api;
   CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_unauthenticated_total 0\n"));
 
   httplib::Client client("127.0.0.1", api.port());
@@ -70,7 +67,6 @@ TEST_CASE("openai http: requests refused 401 are counted in drt_openai_unauthent
   REQUIRE(right);
   CHECK(right->status == 200);
   CHECK(Contains(api.RenderMetrics(), "\ndrt_openai_unauthenticated_total 2\n"));
-  api.Stop();
 }
 
 }  // namespace
