@@ -293,6 +293,12 @@ class PromptIngest {
       metrics_.AddRetrievals(retrievals - retrievals_seen);
       retrievals_seen = retrievals;
     };
+    // A Generate that leaves pad_to_chunk_boundary unset pads again (a new
+    // prompt's answer). Set before the item's first step, which may write
+    // the session to the state directory; put back below when no step ran
+    // (then nothing was written either, and a restart would not have it).
+    const bool appended_before = entry_.settings().appended_since_generate;
+    entry_.set_appended_since_generate(true);
     WorkItem item;
     item.entry = &entry_;
     item.tokens = ids;
@@ -327,6 +333,7 @@ class PromptIngest {
     const auto t0 = Clock::now();
     const WorkResult result = scheduler_.Run(item);
     engine_seconds_ += SecondsSince(t0);
+    if (entry_.tokens() == session_before) entry_.set_appended_since_generate(appended_before);
     account(result.tokens_done);
     if (result.status.code() == absl::StatusCode::kCancelled) {
       return absl::CancelledError("the Append was cancelled");
@@ -361,7 +368,12 @@ struct GenerationPlan {
   int32_t max_tokens = kDefaultMaxTokens;
   SamplingParams sampling;
   std::vector<std::string> stop;
-  bool pad = false;
+  // pad_to_chunk_boundary as the request set it. Unset: the model's default
+  // (model_pads), and that only when prompt tokens were appended since the
+  // session's last Generate (SessionSettings::appended_since_generate): a
+  // new prompt's answer is padded, a continuation is not (RunGeneration).
+  std::optional<bool> pad;
+  bool model_pads = false;
   bool logprobs = false;
   bool ignore_eos = false;
   int32_t top_logprobs = 0;  // alternatives per generated token (engine/top_logprobs.h)
@@ -389,8 +401,8 @@ absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& re
     if (stop.empty()) return absl::InvalidArgumentError("stop sequences must not be empty");
     plan.stop.push_back(stop);
   }
-  plan.pad = request.has_pad_to_chunk_boundary() ? request.pad_to_chunk_boundary()
-                                                 : model_defaults.pad_to_chunk_boundary;
+  if (request.has_pad_to_chunk_boundary()) plan.pad = request.pad_to_chunk_boundary();
+  plan.model_pads = model_defaults.pad_to_chunk_boundary;
   plan.logprobs = request.return_logprobs();
   plan.ignore_eos = request.ignore_eos();
   if (request.top_logprobs() < 0 || request.top_logprobs() > kMaxTopLogprobs) {
@@ -676,7 +688,8 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   // ends with FINISH_REASON_DEADLINE before its padding runs too (which
   // would otherwise be added at every such call, with nothing generated).
   const bool no_time = seconds_left() < kDeadlineMarginSeconds;
-  const int64_t padding = !no_time && plan.pad && held % chunk != 0 ? chunk - held % chunk : 0;
+  const bool pad = plan.pad.value_or(plan.model_pads && entry.settings().appended_since_generate);
+  const int64_t padding = !no_time && pad && held % chunk != 0 ? chunk - held % chunk : 0;
   if (held + padding + 1 > limit) {
     if (padding > 0) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -714,6 +727,9 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     item.allow_pad = true;
     item.should_stop = [context] { return context->IsCancelled(); };
     if (absl::Status s = scheduler.Run(item).status; !s.ok()) return s;
+    // The prompt is padded: a later Generate continues this one's answer
+    // (and a Generate cut before its first token pads no more).
+    entry.set_appended_since_generate(false);
   }
   double slowest_step = 0;
   Utf8Streamer utf8;
@@ -787,6 +803,7 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
     }
     if (!s.ok()) return s;
     ++generated;
+    if (generated == 1) entry.set_appended_since_generate(false);
     last_token_at = SecondsSince(start);
     if (generated == 1) first_token_at = last_token_at;
     // An id the tokenizer has no text for (the model's vocabulary is larger

@@ -527,7 +527,11 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::InsertFork(
   if (absl::Status s = parent->BeginRead(ReadKind::kFork); !s.ok()) return s;
   std::unique_ptr<Session> forked;
   HostReservation copies;
+  // Copied under the claim: once it ends, an Append on the parent may set
+  // its appended_since_generate.
+  SessionSettings settings;
   absl::Status status = parent->RunReadStep([&](Session& session) -> absl::Status {
+    settings = parent->settings();
     if (absl::Status s = parent->CheckStateWhole(); !s.ok()) return s;
     // The child shares the parent's chunk logs, which must hold all of them.
     // A parent that is not durable (a Complete call's temporary session) is
@@ -557,7 +561,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::InsertFork(
   });
   parent->EndRead(ReadKind::kFork);
   absl::StatusOr<std::shared_ptr<SessionEntry>> child =
-      status.ok() ? Insert(parent->settings(), std::move(forked), "", durable, claimed, &copies)
+      status.ok() ? Insert(settings, std::move(forked), "", durable, claimed, &copies)
                   : absl::StatusOr<std::shared_ptr<SessionEntry>>(status);
   // The parent and its other forks now share their chunks with one more
   // session (or, when the insert failed, again with one fewer): their

@@ -33,6 +33,16 @@ struct SessionSettings {
   SamplingParams sampling;
   int64_t max_context_tokens = 0;
   int64_t idle_ttl_seconds = 0;
+  // Not a client's setting but the session's own note, kept here because it
+  // is forked, saved (SaveSession) and restored (--state_dir, LoadSession)
+  // with the settings: whether prompt tokens were appended (Append, or a
+  // Complete's prompt) since the last Generate that added tokens. A Generate
+  // that leaves pad_to_chunk_boundary unset pads to the chunk boundary only
+  // when it is true (before a new prompt's answer, not before a
+  // continuation: docs/api.md, "Padding before generation"). True for a new
+  // session and for a record written before it existed (session record
+  // versions 2 and 3; docs/state_format.md, "Versions").
+  bool appended_since_generate = true;
 };
 
 struct SessionLimits {
@@ -91,6 +101,12 @@ class SessionEntry {
 
   const std::string& id() const { return id_; }
   const SessionSettings& settings() const { return settings_; }
+  // Sets settings().appended_since_generate. For the holder of the activity
+  // (whose steps write the settings to the state directory): no other
+  // thread reads that field meanwhile.
+  void set_appended_since_generate(bool appended) {
+    settings_.appended_since_generate = appended;
+  }
   // A Complete call's temporary session (SessionManager::CreateEphemeral):
   // no other call can find, list, delete or fork it.
   bool hidden() const { return hidden_; }

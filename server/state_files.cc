@@ -222,10 +222,11 @@ absl::Status CheckSessionRecordForModel(const SessionRecord& record, const Model
 }
 
 uint32_t SessionRecordVersionFor(const SessionSettings& settings) {
+  if (!settings.appended_since_generate) return 4;
   const SamplingParams& p = settings.sampling;
   const bool later_off = p.min_p == 0.f && p.presence_penalty == 0.f &&
                          p.frequency_penalty == 0.f && p.logit_bias.empty();
-  return later_off ? 2 : kSessionRecordVersion;
+  return later_off ? 2 : 3;
 }
 
 std::string EncodeSessionRecord(const SessionRecord& record) {
@@ -240,6 +241,7 @@ std::string EncodeSessionRecord(const SessionRecord& record) {
   if (version >= 3) PutLaterSampling(record.settings.sampling, w);
   w.I64(record.settings.max_context_tokens);
   w.I64(record.settings.idle_ttl_seconds);
+  if (version >= 4) w.Put<uint8_t>(record.settings.appended_since_generate ? 1 : 0);
   w.I64(static_cast<int64_t>(record.segments.size()));
   for (const ChunkSegment& s : record.segments) {
     w.Str(s.log);
@@ -297,6 +299,15 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const 
   if (s.ok() && version >= 3) s = GetLaterSampling(r, record.settings.sampling);
   if (s.ok()) s = r.I64(record.settings.max_context_tokens, "max_context_tokens");
   if (s.ok()) s = r.I64(record.settings.idle_ttl_seconds, "idle_ttl_seconds");
+  if (s.ok() && version >= 4) {
+    uint8_t appended = 0;
+    s = r.Get(appended, "appended_since_generate");
+    if (s.ok() && appended > 1) {
+      s = absl::InvalidArgumentError(
+          absl::StrFormat("appended_since_generate is %d, not 0 or 1", appended));
+    }
+    record.settings.appended_since_generate = appended == 1;
+  }
   if (s.ok()) s = r.I64(segments, "segment count");
   if (s.ok() && (segments < 1 || segments > 1 << 20)) {
     s = absl::InvalidArgumentError(absl::StrFormat("%d chunk segments", segments));

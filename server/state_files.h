@@ -29,16 +29,29 @@ inline constexpr uint32_t kStateFormatVersion = 2;
 // directory by name and changes nothing, rather than quarantining that
 // record and deleting the chunk logs it alone still names (a fork whose
 // parent was deleted). The layout and the chunk logs are those of version
-// 2. This server reads directories of version 2 and 3.
+// 2. Likewise FORMAT 4 for a version-4 record (kStateDirFormatWithRecord4).
 inline constexpr uint32_t kStateDirFormatWithRecord3 = 3;
+inline constexpr uint32_t kStateDirFormatWithRecord4 = 4;
+// The newest FORMAT this server reads (directories of version 2 to it).
+inline constexpr uint32_t kNewestStateDirFormat = kStateDirFormatWithRecord4;
 // Version of a session record (the small-state file and the head of a
 // SaveSession file), which may be newer than the directory's: 3 adds the
-// session's min_p, penalties and logit_bias defaults. A record whose
-// defaults leave all of those off is written as version 2, byte for byte
-// what a version-2 server writes, so that such a server still reads it
-// (docs/state_format.md, "Version history"); version 2 and 3 records are
-// read, a larger version is refused by name, and so is version 1.
-inline constexpr uint32_t kSessionRecordVersion = 3;
+// session's min_p, penalties and logit_bias defaults; 4 adds
+// SessionSettings::appended_since_generate. A record is written in the
+// lowest version that holds it (SessionRecordVersionFor): one whose
+// defaults leave all of version 3's fields off and whose
+// appended_since_generate is true (what a version-2 or -3 record reads back
+// as) is written as version 2, byte for byte what a version-2 server writes,
+// so that such a server still reads it (docs/state_format.md, "Versions");
+// versions 2 to 4 are read, a larger version is refused by name, and so is
+// version 1.
+inline constexpr uint32_t kSessionRecordVersion = 4;
+// The directory format a record of `record_version` needs (2 for a
+// version-2 record, else the record's version): FORMAT is raised to it
+// before the record's first write.
+inline uint32_t DirFormatForRecordVersion(uint32_t record_version) {
+  return record_version < 3 ? kStateFormatVersion : record_version;
+}
 // Why a version-1 file or directory cannot be read, after its path: its
 // chunks hold K/V, and the encoder rows they were made from cannot be had
 // back from them (K = C W_k^T keeps only what W_k passes).
@@ -106,13 +119,15 @@ struct SessionRecord {
   std::vector<ChunkSegment> segments;
   std::string state;  // drt::EncodeSessionState
 };
-// Version kSessionRecordVersion, or 2 when the settings' min_p, penalties
-// and logit_bias are all off (SessionRecordVersionFor).
+// Version SessionRecordVersionFor(record.settings).
 std::string EncodeSessionRecord(const SessionRecord& record);
+// 4 when appended_since_generate is false; else 3 when min_p, a penalty or
+// logit_bias is set; else 2.
 uint32_t SessionRecordVersionFor(const SessionSettings& settings);
 // `path` is named in errors. Refuses a foreign file and a newer version; a
 // version-2 record gives settings with min_p, the penalties and logit_bias
-// off. Sampling defaults outside what CreateSession accepts
+// off; a version-2 or -3 record gives appended_since_generate true (so an
+// unset pad_to_chunk_boundary pads as the server that wrote it did). Sampling defaults outside what CreateSession accepts
 // (ValidateSamplingParams) are DATA_LOSS, as any other damage.
 absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const std::string& path);
 // Whether `bytes` start with a DRTSTATE header whose version is larger than

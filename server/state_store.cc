@@ -177,7 +177,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
   if (s.ok()) {
     const uint32_t newest = options.newest_dir_format_for_test > 0
                                 ? options.newest_dir_format_for_test
-                                : kStateDirFormatWithRecord3;
+                                : kNewestStateDirFormat;
     absl::StatusOr<uint32_t> format = CheckFormatFile(options.dir, newest);
     if (format.ok()) {
       dir_format = *format;
@@ -301,25 +301,29 @@ void StateStore::EndWriteLocked(Durable& d, const std::string& id) {
 }
 
 absl::Status StateStore::RaiseDirFormatForRecord(const SessionSettings& settings) {
-  if (SessionRecordVersionFor(settings) < 3) return absl::OkStatus();
+  const uint32_t version = SessionRecordVersionFor(settings);
+  const uint32_t needed = DirFormatForRecordVersion(version);
   std::lock_guard<std::mutex> lock(format_mutex_);
-  if (dir_format_ >= kStateDirFormatWithRecord3) return absl::OkStatus();
-  // Before any file of the session: a server that reads only version-2
-  // records refuses DIR by its FORMAT and touches nothing, instead of
-  // refusing this record alone and deleting the chunk logs that only it
-  // names (a fork of a deleted parent: docs/state_format.md, "Versions").
+  if (dir_format_ >= needed) return absl::OkStatus();
+  // Before any file of the session: a server that reads only older records
+  // refuses DIR by its FORMAT and touches nothing, instead of refusing this
+  // record alone and deleting the chunk logs that only it names (a fork of
+  // a deleted parent: docs/state_format.md, "Versions").
   const std::string path = options_.dir + "/FORMAT";
-  if (absl::Status s = WriteFileAtomically(
-          path, absl::StrFormat("%s %d\n", kFormatLine, kStateDirFormatWithRecord3));
+  if (absl::Status s =
+          WriteFileAtomically(path, absl::StrFormat("%s %d\n", kFormatLine, needed));
       !s.ok()) {
     return s;
   }
-  dir_format_ = kStateDirFormatWithRecord3;
+  dir_format_ = needed;
   std::fprintf(stderr,
-               "drt-server: %s now says format version %d: a session with min_p, penalties or "
-               "logit_bias defaults (session record version 3) is written; drt-servers that read "
-               "only version 2 refuse this directory from now on\n",
-               path.c_str(), static_cast<int>(kStateDirFormatWithRecord3));
+               "drt-server: %s now says format version %d: a session record of version %d (%s) "
+               "is written; drt-servers that read only records up to version %d refuse this "
+               "directory from now on\n",
+               path.c_str(), static_cast<int>(needed), static_cast<int>(version),
+               version >= 4 ? "a session that generated since its last Append"
+                            : "a session with min_p, penalties or logit_bias defaults",
+               static_cast<int>(needed) - 1);
   return absl::OkStatus();
 }
 

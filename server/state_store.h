@@ -78,8 +78,9 @@ struct StateStoreOptions {
   // deleter for a removal that a write performs as it ends).
   std::function<void(const std::string& path)> before_log_deleted_for_test;
   // Tests only: the newest FORMAT version Open reads (0: this server's,
-  // kStateDirFormatWithRecord3). 2 checks FORMAT as the servers before
-  // session record version 3 did, whose Open was this one's.
+  // kNewestStateDirFormat). 2 checks FORMAT as the servers before session
+  // record version 3 did, 3 as those before version 4, whose Open was this
+  // one's.
   uint32_t newest_dir_format_for_test = 0;
 };
 
@@ -88,9 +89,9 @@ class StateStore {
   // Opens DIR: creates it (not its parent) when missing, checks it is
   // writable (a probe file is written and fsynced), refuses a newer or
   // foreign FORMAT and a directory another drt-server holds (flock on
-  // DIR/LOCK). Errors name the path. FORMAT 2 and 3 are read; a new
-  // directory gets 2, raised to 3 by the first version-3 session record
-  // written (kStateDirFormatWithRecord3).
+  // DIR/LOCK). Errors name the path. FORMAT 2 to 4 are read; a new
+  // directory gets 2, raised to 3 or 4 by the first session record of that
+  // version written (DirFormatForRecordVersion).
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(const StateStoreOptions& options,
                                                           const ModelConfig& config);
   ~StateStore();
@@ -186,9 +187,10 @@ class StateStore {
   using Durable = DurableRecord;
   StateStore(StateStoreOptions options, const ModelConfig& config, int lock_fd,
              uint32_t dir_format);
-  // Before the first write of a version-3 session record: rewrites FORMAT
-  // to kStateDirFormatWithRecord3 (atomically, the directory fsynced) when
-  // it says less, so that an older server refuses the directory whole.
+  // Before the first write of a version-3 or -4 session record: rewrites
+  // FORMAT to the record's version (DirFormatForRecordVersion; atomically,
+  // the directory fsynced) when it says less, so that an older server
+  // refuses the directory whole.
   absl::Status RaiseDirFormatForRecord(const SessionSettings& settings);
   absl::Status PersistLocked(Durable& d, const std::string& id, const SessionSettings& settings,
                              Session& session);

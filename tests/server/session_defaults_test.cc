@@ -368,15 +368,16 @@ TEST_CASE("session records: version 3 holds the later defaults, version 2 reads 
   CHECK(bad.status().code() == absl::StatusCode::kDataLoss);
   CHECK_THAT(std::string(bad.status().message()), Contains("bad.state") && Contains("min_p"));
 
-  // A newer version is refused by name, as before.
+  // A newer version is refused by name, as before (4 is read since
+  // 2026-11-25: appended_since_generate, generate_continuation_test.cc).
   std::string newer = EncodeSessionRecord(r);
-  const uint32_t four = 4;
-  std::memcpy(newer.data() + 8, &four, 4);
+  const uint32_t five = 5;
+  std::memcpy(newer.data() + 8, &five, 4);
   auto newer_read = DecodeSessionRecord(newer, "newer.state");
   REQUIRE(!newer_read.ok());
   CHECK(newer_read.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(newer_read.status().message()),
-             Contains("newer.state has format version 4; this server reads versions 2 to 3"));
+             Contains("newer.state has format version 5; this server reads versions 2 to 4"));
 }
 
 TEST_CASE("session defaults: a state file of version 2 restores with the later defaults off",
@@ -469,15 +470,16 @@ TEST_CASE("session defaults: FORMAT says 3 once a version-3 record is written, n
   DurableServer server(dir.path());
   CHECK(server.Tokens() == std::map<std::string, int64_t>{{plain, tokens.at(plain)}});
   CHECK(format() == "drt-state-dir 3\n");
-  // A newer FORMAT than 3 is refused by name, as before.
+  // A newer FORMAT than this server's (4 since 2026-11-25) is refused by
+  // name, as before.
   server.sessions.reset();
   server.store.reset();
-  std::ofstream(dir.File("FORMAT")) << "drt-state-dir 4\n";
+  std::ofstream(dir.File("FORMAT")) << "drt-state-dir 5\n";
   auto newer = StateStore::Open(DurableOptions(dir.path()), FixtureModel::Get().model->config());
   REQUIRE_FALSE(newer.ok());
   CHECK_THAT(std::string(newer.status().message()),
-             Contains(dir.File("FORMAT") + " says format version 4; this server reads versions "
-                                           "2 to 3"));
+             Contains(dir.File("FORMAT") + " says format version 5; this server reads versions "
+                                           "2 to 4"));
 }
 
 // Review sessdefaults F2: a record's logit_bias ids were checked against

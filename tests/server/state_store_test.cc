@@ -601,10 +601,11 @@ TEST_CASE("bad state directories are refused by path", "[state_store]") {
   }
   SECTION("a newer directory format") {
     REQUIRE(StateStore::Open(DurableOptions(dir.path()), config).ok());
-    // (3 is read: a directory a version-3 session record was written into.)
-    std::ofstream(dir.File("FORMAT")) << "drt-state-dir 4\n";
+    // (3 and 4 are read: a directory a version-3 or -4 session record was
+    // written into.)
+    std::ofstream(dir.File("FORMAT")) << "drt-state-dir 5\n";
     auto s = StateStore::Open(DurableOptions(dir.path()), config);
-    REQUIRE_THAT(std::string(s.status().message()), Contains("format version 4"));
+    REQUIRE_THAT(std::string(s.status().message()), Contains("format version 5"));
     REQUIRE_THAT(std::string(s.status().message()), Contains(dir.File("FORMAT")));
   }
   SECTION("a directory of format version 1 (chunk K/V) is refused, unchanged") {

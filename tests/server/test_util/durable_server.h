@@ -119,12 +119,17 @@ struct DurableService {
                  StateSync sync = StateSync::kStep)
       : DurableService(StoreOptions(dir, sync), std::move(options)) {}
   DurableService(const StateStoreOptions& store_options, ServiceOptions options)
-      : server(std::move(options)) {
-    auto opened = StateStore::Open(store_options, FixtureModel::Get().model->config());
+      : DurableService(store_options, std::move(options), FixtureModel::Get()) {}
+  // Serves `fixture` (another copy of the model, e.g. with other generation
+  // defaults; it must outlive this).
+  DurableService(const StateStoreOptions& store_options, ServiceOptions options,
+                 FixtureModel& fixture)
+      : server(*fixture.model, *fixture.backend, std::move(options)) {
+    auto opened = StateStore::Open(store_options, fixture.model->config());
     REQUIRE(opened.ok());
     store = *std::move(opened);
     SessionManager& manager = server.service().session_manager();
-    auto restored = store->RestoreAll(*FixtureModel::Get().backend);
+    auto restored = store->RestoreAll(*fixture.backend);
     REQUIRE(restored.ok());
     manager.AttachStateStore(store.get());
     for (auto& r : restored->sessions) {
