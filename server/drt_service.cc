@@ -50,8 +50,6 @@ int64_t StepTokens(const Backend& backend, int64_t requested) {
   return StepTokensForPositions(backend.config(), backend.max_step_positions());
 }
 
-constexpr int32_t kDefaultMaxTokens = 64;
-constexpr int32_t kMaxTokensLimit = 1 << 20;
 // Progress messages at most this often (plus one per message received).
 constexpr double kProgressIntervalSeconds = 0.1;
 // Generate ends itself (FINISH_REASON_DEADLINE) this long plus two of its
@@ -1183,6 +1181,17 @@ grpc::Status DrtService::GetModelInfo(grpc::ServerContext* context,
   response->set_max_context_tokens(options_.max_context_tokens);
   response->set_tokenizer(model_.tokenizer->one_id_per_byte() ? "bytes" : "gpt2-bpe");
   response->set_pad_to_chunk_boundary(model_.generation.pad_to_chunk_boundary);
+  // The limits a client must respect, from where each is enforced.
+  response->set_max_message_bytes(options_.max_message_bytes);
+  response->set_max_sessions(sessions_->limits().max_sessions);
+  response->set_max_idle_ttl_seconds(sessions_->limits().idle_ttl_seconds);
+  response->set_max_tokens_limit(kMaxTokensLimit);
+  response->set_default_max_tokens(kDefaultMaxTokens);
+  response->set_max_complete_choices(static_cast<int32_t>(
+      std::min<int64_t>(kMaxCompleteChoices, sessions_->limits().max_sessions)));
+  response->set_max_top_logprobs(kMaxTopLogprobs);
+  response->set_max_logit_bias_entries(kMaxLogitBiasEntries);
+  response->set_max_session_id_bytes(static_cast<int32_t>(kMaxSessionIdBytes));
   return Finish(grpc::Status::OK);
 }
 

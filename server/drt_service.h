@@ -29,6 +29,9 @@ struct ServiceOptions {
   int64_t max_sessions = 64;
   int64_t max_context_tokens = kDefaultMaxContextTokens;  // per session
   int64_t idle_ttl_seconds = 3600;
+  // gRPC's message size limit (--max_message_bytes, which drt-server gives
+  // gRPC); the service only reports it (ModelInfo.max_message_bytes).
+  int64_t max_message_bytes = 4 << 20;
   // All sessions' host memory. drt-server sets it from the machine's memory
   // (server/host_memory.h) unless --host_memory_budget_gb is given.
   int64_t host_memory_budget_bytes = 8LL << 30;

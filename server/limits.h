@@ -1,5 +1,6 @@
 // Defaults of the server's session limits, shared by ServiceOptions and
-// SessionLimits, and the most choices one Complete makes.
+// SessionLimits, the most choices one Complete makes and Generate's
+// max_tokens bounds.
 #pragma once
 
 #include <cstdint>
@@ -16,5 +17,10 @@ inline constexpr int64_t kDefaultMaxContextTokens = int64_t{1} << 32;
 // thread of the call, so one request may not take a large share of the
 // server; OpenAI's own cap (128) would.
 inline constexpr int32_t kMaxCompleteChoices = 16;
+
+// GenerateRequest.max_tokens: 0 (unset) means kDefaultMaxTokens; more than
+// kMaxTokensLimit is refused (ModelInfo reports both).
+inline constexpr int32_t kDefaultMaxTokens = 64;
+inline constexpr int32_t kMaxTokensLimit = 1 << 20;
 
 }  // namespace drt::server

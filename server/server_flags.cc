@@ -110,7 +110,8 @@ ABSL_FLAG(int64_t, openai_max_inflight_request_bytes,
           "--openai_max_request_bytes; a request whose body does not fit beside those gets 503 "
           "with Retry-After at once (not queued). Size the host for about 33 times this on top "
           "of --host_memory_budget_gb and the model (docs/deploy.md, Resources)");
-ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
+ABSL_FLAG(int32_t, max_message_bytes,
+          static_cast<int32_t>(drt::server::ServiceOptions{}.max_message_bytes),
           "largest gRPC message received or sent, in bytes");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain file; with --tls_key enables TLS (otherwise plaintext)");
@@ -498,6 +499,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
                     "about 31 years; 0 turns the check off"));
 
   config.service.device = config.device;
+  config.service.max_message_bytes = config.max_message_bytes;
   config.service.precision =
       config.device == "cuda" ? CudaPrecisionName(config.cuda_precision) : "fp32";
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));

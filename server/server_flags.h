@@ -83,7 +83,7 @@ struct ServerConfig {
   // off, a forward skips the upper layers only when all of it may, and every
   // prefill piece gets its logits (the behaviour before; rollback and A/B).
   bool mixed_lower_only_forwards = true;
-  int max_message_bytes = 4 << 20;
+  int max_message_bytes = static_cast<int>(ServiceOptions{}.max_message_bytes);
   bool log_requests = false;  // --log_requests (server/failed_call_log.h)
   // --require_bearer_token: start only with a non-empty token
   // (server/bearer_token_config.h checks the token either way).

@@ -52,6 +52,15 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
   REQUIRE(expected_device.ok());
   CHECK(config->device == DeviceName(expected_device->device));
   CHECK(config->max_message_bytes == 4 << 20);
+  // ... which GetModelInfo reports (ModelInfo.max_message_bytes).
+  CHECK(config->service.max_message_bytes == 4 << 20);
+  {
+    ScopedFlag message("max_message_bytes", "5000000");
+    auto larger = ServerConfigFromFlags();
+    REQUIRE(larger.ok());
+    CHECK(larger->max_message_bytes == 5000000);
+    CHECK(larger->service.max_message_bytes == 5000000);
+  }
   CHECK(config->shutdown_grace_seconds == 10);
   CHECK(config->service.host_memory_budget_bytes == (3LL << 29));
   CHECK(config->service.bearer_token == "secret");
