@@ -36,8 +36,15 @@ absl::Status ClaimRefused(const std::string& id, bool expiring, int64_t idle_ttl
         "session %s expired: it was idle for more than its idle_ttl_seconds (%d)", id,
         idle_ttl_seconds));
   }
+  // Also what the client that just cancelled the holder (or whose deadline
+  // passed) meets: the holder ends its current engine step first (and, after
+  // a lower-only step, a closing stretch), so the advice covers that too
+  // (review-grpc finding 4).
   return absl::FailedPreconditionError(absl::StrFormat(
-      "session %s is busy with %s; wait for it to finish (or cancel it) and retry", id, holder));
+      "session %s is busy with %s; wait until it ends (GetSession says busy false) and retry: "
+      "a call that was cancelled or passed its deadline first ends its current engine step; "
+      "to stop a call of yours sooner, cancel it",
+      id, holder));
 }
 
 }  // namespace

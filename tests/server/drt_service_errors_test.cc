@@ -274,7 +274,10 @@ TEST_CASE("FAILED_PRECONDITION: busy sessions and empty sessions", "[server][err
     REQUIRE(stream->Write(TokensMessage(id, tokens.data(), 100)));
     // The session is claimed once the server has read the first message.
     WaitFor([&] { return GetSession(stub, id).info.busy(); }, 10, "the Append to start");
-    const std::string busy = "session " + id + " is busy with an Append; wait for it to finish";
+    const std::string busy = "session " + id +
+                             " is busy with an Append; wait until it ends (GetSession says busy "
+                             "false) and retry: a call that was cancelled or passed its deadline "
+                             "first ends its current engine step";
     CHECK_STATUS(GenerateGreedy(stub, id, 4).status, grpc::StatusCode::FAILED_PRECONDITION, busy);
     CHECK_STATUS(AppendOnce(stub, id, {1, 2}), grpc::StatusCode::FAILED_PRECONDITION, busy);
     CHECK_STATUS(ForkSession(stub, id).status, grpc::StatusCode::FAILED_PRECONDITION, busy);
