@@ -858,7 +858,8 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   if (generated > 1) metrics.ObserveTimePerOutputToken(timings.time_per_output_token_seconds());
   metrics.AddGeneratedTokens(generated);
   done.mutable_done()->set_finish_reason(reason);
-  done.mutable_done()->set_session_id(entry.id());
+  // (Not a Complete's temporary session, which no call can use.)
+  if (!entry.hidden()) done.mutable_done()->set_session_id(entry.id());
   done.mutable_done()->set_padding_tokens(padding);
   done.mutable_done()->set_tokens_appended(padding + generated);
   done.mutable_done()->set_session_tokens(entry.tokens());
@@ -1081,7 +1082,6 @@ grpc::Status DrtService::CompleteStream(
     for (int32_t i = 0; i < choices; ++i) {
       drt::v1::GenerateResponse done;
       done.mutable_done()->set_finish_reason(drt::v1::FINISH_REASON_LENGTH);
-      done.mutable_done()->set_session_id((*entry)->id());
       done.mutable_done()->set_session_tokens((*entry)->tokens());
       done.mutable_done()->set_choice(i);
       *done.mutable_done()->mutable_timings() = timings;

@@ -297,7 +297,10 @@ std::string Commas(int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
-std::string Ms(double seconds) { return absl::StrFormat("%.1f ms", 1000 * seconds); }
+// (No time between tokens with one generated token: "n/a", not "nan ms".)
+std::string Ms(double seconds) {
+  return std::isnan(seconds) ? "n/a" : absl::StrFormat("%.1f ms", 1000 * seconds);
+}
 
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "drt-client: %s\n", message.c_str());
@@ -618,6 +621,42 @@ std::vector<int32_t> ReadTokenIds(const std::string& path) {
 // its index, checked against GetModelInfo before CreateSession: the server
 // refused it only after the client had made a session (review-tools
 // 2026-11-25 #8). The same rule as Session::ValidateTokens.
+// The sampling the flags ask for: sent with Generate, and with CreateSession
+// as the session's defaults. --logit_bias was checked in main, so it parses.
+drt::v1::SamplingParams SamplingFromFlags() {
+  drt::v1::SamplingParams sampling;
+  sampling.set_temperature(absl::GetFlag(FLAGS_temperature));
+  sampling.set_top_k(absl::GetFlag(FLAGS_top_k));
+  sampling.set_top_p(absl::GetFlag(FLAGS_top_p));
+  sampling.set_seed(absl::GetFlag(FLAGS_seed));
+  sampling.set_min_p(static_cast<float>(absl::GetFlag(FLAGS_min_p)));
+  sampling.set_presence_penalty(static_cast<float>(absl::GetFlag(FLAGS_presence_penalty)));
+  sampling.set_frequency_penalty(static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty)));
+  // (Kept in a local: a range-for over *ParseLogitBias(...) would walk a map
+  // the temporary took with it.)
+  const auto bias = ParseLogitBias(absl::GetFlag(FLAGS_logit_bias));
+  for (const auto& [token, value] : *bias) (*sampling.mutable_logit_bias())[token] = value;
+  return sampling;
+}
+
+// --max_tokens and --top_logprobs against the limits GetModelInfo reports
+// (0 from a server of before: the server checks them then), before anything
+// is sent.
+void CheckGenerationLimits(const drt::v1::ModelInfo& info) {
+  if (const int32_t n = absl::GetFlag(FLAGS_max_tokens);
+      info.max_tokens_limit() > 0 && n > info.max_tokens_limit()) {
+    Die(absl::StrFormat("--max_tokens %d is over this server's limit of %d "
+                        "(GetModelInfo.max_tokens_limit); nothing was sent",
+                        n, info.max_tokens_limit()));
+  }
+  if (const int32_t n = absl::GetFlag(FLAGS_top_logprobs);
+      info.max_top_logprobs() > 0 && n > info.max_top_logprobs()) {
+    Die(absl::StrFormat("--top_logprobs %d is over this server's limit of %d "
+                        "(GetModelInfo.max_top_logprobs); nothing was sent",
+                        n, info.max_top_logprobs()));
+  }
+}
+
 void CheckTokenIds(const std::string& path, const std::vector<int32_t>& ids,
                    const drt::v1::ModelInfo& info) {
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -827,7 +866,12 @@ class Client {
       // made the session anyway, its id never reached the client: it
       // expires after its idle TTL.
       Interrupts interrupts(context.get());
-      return stub_->CreateSession(context.get(), {}, &response);
+      // The sampling goes with CreateSession too (the session's defaults):
+      // the server refuses a bad value now, with Generate's message, not
+      // after the whole prompt (review-grpc finding 13).
+      drt::v1::CreateSessionRequest request;
+      *request.mutable_sampling() = SamplingFromFlags();
+      return stub_->CreateSession(context.get(), request, &response);
     });
     return response.session_id();
   }
@@ -1172,18 +1216,7 @@ class Client {
     drt::v1::GenerateRequest request;
     request.set_session_id(session_id);
     request.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
-    drt::v1::SamplingParams* sampling = request.mutable_sampling();
-    sampling->set_temperature(absl::GetFlag(FLAGS_temperature));
-    sampling->set_top_k(absl::GetFlag(FLAGS_top_k));
-    sampling->set_top_p(absl::GetFlag(FLAGS_top_p));
-    sampling->set_seed(absl::GetFlag(FLAGS_seed));
-    sampling->set_min_p(static_cast<float>(absl::GetFlag(FLAGS_min_p)));
-    sampling->set_presence_penalty(static_cast<float>(absl::GetFlag(FLAGS_presence_penalty)));
-    sampling->set_frequency_penalty(static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty)));
-    // Checked in main, so it parses here. (Kept in a local: a range-for over
-    // *ParseLogitBias(...) would walk a map the temporary took with it.)
-    const auto bias = ParseLogitBias(absl::GetFlag(FLAGS_logit_bias));
-    for (const auto& [token, value] : *bias) (*sampling->mutable_logit_bias())[token] = value;
+    *request.mutable_sampling() = SamplingFromFlags();
     for (const std::string& stop : stops_) request.add_stop(stop);
     if (const std::string pad = absl::GetFlag(FLAGS_pad_to_chunk_boundary); pad != "model") {
       request.set_pad_to_chunk_boundary(pad == "true");
@@ -1372,6 +1405,7 @@ int Run(std::string prompt_text, std::vector<int32_t> token_ids, std::vector<std
   if (const std::string path = absl::GetFlag(FLAGS_token_ids); !path.empty()) {
     CheckTokenIds(path, token_ids, info);
   }
+  CheckGenerationLimits(info);
   const Prompt prompt = MakePrompt(info, std::move(prompt_text), std::move(token_ids));
   std::printf("prompt: %s\n", prompt.description.c_str());
 

@@ -858,6 +858,32 @@ def append(pb, stub, session_id, pieces, expected_tokens, metadata, args, retrie
         remaining = chain([first], remaining)
 
 
+def sampling_params(pb, args):
+    """The sampling the command line asks for: sent with Generate, and with
+    CreateSession as the session's defaults, so that the server refuses a bad
+    value (with Generate's message) before any of the prompt is sent."""
+    return pb.SamplingParams(temperature=args.temperature, top_k=args.top_k,
+                             top_p=args.top_p, seed=args.seed, min_p=args.min_p,
+                             presence_penalty=args.presence_penalty,
+                             frequency_penalty=args.frequency_penalty,
+                             logit_bias=args.logit_bias)
+
+
+def check_generation_limits(args, info):
+    """--max-tokens and --top-logprobs against the limits GetModelInfo
+    reports (0 from a server of before: not checked here, the server does).
+    Exits with the message before anything is sent."""
+    # (getattr: stubs generated before these fields have none.)
+    max_tokens = getattr(info, "max_tokens_limit", 0)
+    max_top = getattr(info, "max_top_logprobs", 0)
+    if max_tokens and args.max_tokens > max_tokens:
+        sys.exit(f"drt_client: --max-tokens {args.max_tokens} is over this server's limit of "
+                 f"{max_tokens} (GetModelInfo.max_tokens_limit); nothing was sent")
+    if max_top and args.top_logprobs > max_top:
+        sys.exit(f"drt_client: --top-logprobs {args.top_logprobs} is over this server's limit of "
+                 f"{max_top} (GetModelInfo.max_top_logprobs); nothing was sent")
+
+
 def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None, pieces=None, printed=""):
     """received[0] counts the piece messages that reached the client;
     `pieces` (a list) gets their text, also when the call is cut.
@@ -868,11 +894,7 @@ def generate(pb, stub, session_id, args, metadata, out=sys.stdout, received=None
     request = pb.GenerateRequest(
         session_id=session_id,
         max_tokens=args.max_tokens,
-        sampling=pb.SamplingParams(temperature=args.temperature, top_k=args.top_k,
-                                   top_p=args.top_p, seed=args.seed, min_p=args.min_p,
-                                   presence_penalty=args.presence_penalty,
-                                   frequency_penalty=args.frequency_penalty,
-                                   logit_bias=args.logit_bias),
+        sampling=sampling_params(pb, args),
         stop=args.stop)
     if args.pad is not None:
         request.pad_to_chunk_boundary = args.pad
@@ -992,7 +1014,8 @@ def delete_session(pb, stub, session_id, metadata, retrier):
 
 
 def ms(seconds):
-    return f"{1000 * seconds:.1f} ms"
+    # (No time between tokens with one generated token: not "nan ms".)
+    return "n/a" if math.isnan(seconds) else f"{1000 * seconds:.1f} ms"
 
 
 def run(args, pb, pb_grpc, grpc):
@@ -1053,6 +1076,7 @@ def run(args, pb, pb_grpc, grpc):
           f"context limit {info.max_context_tokens:,} tokens", flush=True)
     if args.token_ids:
         check_token_ids(args.token_ids, args.token_id_list, info)
+    check_generation_limits(args, info)
     pieces, expected, passkey, description = make_prompt(args, info)
     print(f"prompt: {description}", flush=True)
 
@@ -1061,8 +1085,11 @@ def run(args, pb, pb_grpc, grpc):
     # during the CreateSession call itself leaves no id to delete.
     session_id = None
     try:
+        # The sampling goes with CreateSession too: a bad value is refused
+        # now, not after the whole prompt (review-grpc finding 13).
         session_id = retrier.unary("CreateSession", lambda: stub.CreateSession(
-            pb.CreateSessionRequest(), metadata=metadata, timeout=UNARY_DEADLINE_SECONDS)).session_id
+            pb.CreateSessionRequest(sampling=sampling_params(pb, args)), metadata=metadata,
+            timeout=UNARY_DEADLINE_SECONDS)).session_id
         print(f"session: {session_id} ({SESSION_HEADER}: {key})", flush=True)
         # A new session holds no tokens.
         summary, append_seconds, resumes = append(pb, stub, session_id, pieces, expected, metadata, args,

@@ -53,15 +53,22 @@ TEST_CASE("other calls cannot see or touch a Complete's temporary session", "[se
   REQUIRE(stream->Write(rest));
   stream->WritesDone();
   std::vector<int32_t> tokens;
+  std::optional<drt::v1::GenerateDone> done;
   drt::v1::GenerateResponse response;
   while (stream->Read(&response)) {
     for (int32_t t : response.piece().token_ids()) tokens.push_back(t);
+    if (response.has_done()) done = response.done();
   }
   grpc::Status status = stream->Finish();
   INFO(status.error_message());
   REQUIRE(status.ok());
   CHECK(tokens == EngineGreedy(prompt, 6));
   CHECK(sessions.count() == 0);
+  // Its done names no session: none a client could use (review-grpc
+  // finding 11; it named the temporary one before).
+  REQUIRE(done.has_value());
+  CHECK(done->session_id().empty());
+  CHECK(done->session_tokens() == 206);
 }
 
 TEST_CASE("a Complete without a prompt is refused in Complete's terms", "[server][complete]") {

@@ -10,7 +10,11 @@ session (review-tools 2026-11-25 #8):
   the bundled passkey model: ids outside the vocabulary, the landmark id and
   the pad id, naming the file and the index. The server's
   drt_requests_total{method="CreateSession"} shows that no session was made
-  (one good run at the end shows the count moves).
+  (one good run at the end shows the count moves);
+- sampling values the server refuses (--temperature -1, --top-p 2) are
+  refused by CreateSession (which both clients send them to) and
+  --max-tokens over GetModelInfo's max_tokens_limit before it: no Append
+  (drt_requests_total{method="Append"}).
 
 The Python client's server half needs grpc in this interpreter and the
 stubs in build/python; without them it is skipped, and said.
@@ -144,6 +148,26 @@ def against_server(args, tmp):
         expect(done.returncode == 0 and metric(http, "drt_requests_total", "CreateSession") == 1,
                "a good id file makes one session (the count the check above reads moves)",
                f"rc {done.returncode}: {done.stderr.strip()[-300:]}")
+        appends = metric(http, "drt_requests_total", "Append")
+        expect(appends == 1, "the good run made one Append", f"{appends}")
+        # Sampling values the server refuses are refused by CreateSession,
+        # before any of the prompt is sent; --max-tokens over the server's
+        # limit before the session (review-grpc finding 13).
+        for name, prefix, sep in clients(args):
+            if name == "drt_client.py" and not python_ok:
+                continue
+            flag = lambda n: "--" + n.replace("_", sep)
+            common = prefix + [flag("server"), f"127.0.0.1:{grpc_port}", flag("token_ids"), good]
+            for extra, want in (([flag("temperature"), "-1", flag("max_tokens"), "1"], "temperature must be"),
+                                ([flag("top_p"), "2", flag("max_tokens"), "1"], "top_p must be"),
+                                ([flag("max_tokens"), "2000000"],
+                                 f"{flag('max_tokens')} 2000000 is over this server's limit of 1048576")):
+                done = run(common + extra)
+                expect(done.returncode == 1 and want in done.stderr and "append:" not in done.stdout,
+                       f"{name} {' '.join(extra[:2])}: refused before the prompt is sent",
+                       f"rc {done.returncode}: {done.stderr.strip()[-300:]}")
+        expect(metric(http, "drt_requests_total", "Append") == appends,
+               "no Append for a refused sampling value or --max-tokens")
     finally:
         server.terminate()
         try:
