@@ -415,6 +415,23 @@ absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& re
   return plan;
 }
 
+// A Complete's options (generate, n, prompt_logprobs, prompt_only) come in
+// its first message: the `index`-th (> 0) setting one is refused, naming
+// it, as an Append refuses prompt_logprobs there, rather than ignored (a
+// client would get other choices, scores or generation than it asked for).
+absl::Status CheckNoCompleteOptions(const drt::v1::CompleteRequest& request, int64_t index) {
+  const char* field = request.has_generate()          ? "generate"
+                      : request.n() != 0              ? "n"
+                      : request.has_prompt_logprobs() ? "prompt_logprobs"
+                      : request.prompt_only()         ? "prompt_only"
+                                                      : nullptr;
+  if (field == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "message %d sets %s, which only the first message of a Complete may set; nothing was "
+      "generated",
+      index, field));
+}
+
 // The index of the drt.v1.Drt method `name` among the generated service's
 // methods, which it adds in the order of the proto file, as the
 // descriptor's method index gives.
@@ -1126,6 +1143,10 @@ grpc::Status DrtService::CompleteStream(
   absl::Status status;
   int64_t message_index = 0;
   do {
+    if (message_index > 0) {
+      status = CheckNoCompleteOptions(request, message_index);
+      if (!status.ok()) break;
+    }
     status = ingest.AddMessage(request, message_index);
     if (!status.ok()) break;
     ++message_index;
