@@ -344,6 +344,16 @@ TEST_CASE("UNAUTHENTICATED without the bearer token and auth off accepts any cal
     InfoResult info = GetSession(stub, id, good);
     REQUIRE(info.status.ok());
     CHECK(info.info.tokens() == 5);
+    // The scheme in any case (RFC 9110, 11.1), the token exactly.
+    for (const char* scheme : {"bearer", "BEARER", "bEARER"}) {
+      INFO(scheme);
+      const Metadata other_case = {{"authorization", std::string(scheme) + " s3cret-token"}};
+      CHECK(GetSession(stub, id, other_case).status.ok());
+      CHECK(AppendOnce(stub, id, {68}, other_case).ok());
+    }
+    CHECK(GetSession(stub, id, good).info.tokens() == 8);
+    CHECK_STATUS(GetSession(stub, id, {{"authorization", "Bearer S3CRET-TOKEN"}}).status,
+                 grpc::StatusCode::UNAUTHENTICATED, hint);
     // Health checks need no token (load balancers probe without one).
     CHECK(CheckHealth(*server.channel(), "").serving_status == 1);
   }
