@@ -88,7 +88,14 @@ SchedulerOptions SchedulerOptionsFor(const Backend& backend, const ServiceOption
   return options;
 }
 
-SamplingParams FromProto(const drt::v1::SamplingParams& p) {
+// The engine's parameters for drt.v1's; ValidateSamplingParams checks them,
+// except top_p, whose range here differs from the engine's (0, 1]: the
+// proto's 0 means off (engine 1), so its message states [0, 1].
+absl::StatusOr<SamplingParams> FromProto(const drt::v1::SamplingParams& p) {
+  if (!(p.top_p() >= 0.f && p.top_p() <= 1.f)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("top_p must be in [0, 1] (0 or 1: off), got %g", p.top_p()));
+  }
   SamplingParams s;
   s.temperature = p.temperature();
   s.top_k = p.top_k();
@@ -391,7 +398,13 @@ absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& re
         request.max_tokens()));
   }
   if (request.max_tokens() > 0) plan.max_tokens = request.max_tokens();
-  plan.sampling = request.has_sampling() ? FromProto(request.sampling()) : settings.sampling;
+  if (request.has_sampling()) {
+    absl::StatusOr<SamplingParams> sampling = FromProto(request.sampling());
+    if (!sampling.ok()) return sampling.status();
+    plan.sampling = *std::move(sampling);
+  } else {
+    plan.sampling = settings.sampling;
+  }
   if (absl::Status s = ValidateSamplingParams(plan.sampling); !s.ok()) return s;
   if (absl::Status s = ValidateLogitBiasIds(plan.sampling, config.vocab_size, config.chunk_id,
                                             config.pad_id);
@@ -620,7 +633,9 @@ grpc::Status DrtService::CreateSession(grpc::ServerContext* context,
   // Generate's): written with the session to --state_dir and to SaveSession
   // files (docs/state_format.md, session record version 3).
   SessionSettings settings;
-  settings.sampling = FromProto(request->sampling());
+  absl::StatusOr<SamplingParams> sampling = FromProto(request->sampling());
+  if (!sampling.ok()) return Finish(ToGrpc(sampling.status()));
+  settings.sampling = *std::move(sampling);
   settings.max_context_tokens = request->max_context_tokens();
   settings.idle_ttl_seconds = request->idle_ttl_seconds();
   auto entry = sessions_->Create(settings);
@@ -1108,7 +1123,11 @@ grpc::Status DrtService::CompleteStream(
                         sessions_->limits().max_sessions, request.n())));
   }
   SessionSettings settings;
-  if (options.has_sampling()) settings.sampling = FromProto(options.sampling());
+  if (options.has_sampling()) {
+    absl::StatusOr<SamplingParams> sampling = FromProto(options.sampling());
+    if (!sampling.ok()) return Finish(ToGrpc(sampling.status()));
+    settings.sampling = *std::move(sampling);
+  }
   auto plan = PlanGeneration(options, settings, model_.generation, model_.config());
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
   // Not written to --state_dir: it lives only as long as this call.
