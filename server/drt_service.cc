@@ -86,7 +86,14 @@ SchedulerOptions SchedulerOptionsFor(const Backend& backend, const ServiceOption
   return options;
 }
 
-SamplingParams FromProto(const drt::v1::SamplingParams& p) {
+// The engine's parameters for drt.v1's; ValidateSamplingParams checks them,
+// except top_p, whose range here differs from the engine's (0, 1]: the
+// proto's 0 means off (engine 1), so its message states [0, 1].
+absl::StatusOr<SamplingParams> FromProto(const drt::v1::SamplingParams& p) {
+  if (!(p.top_p() >= 0.f && p.top_p() <= 1.f)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("top_p must be in [0, 1] (0 or 1: off), got %g", p.top_p()));
+  }
   SamplingParams s;
   s.temperature = p.temperature();
   s.top_k = p.top_k();
@@ -195,13 +202,25 @@ class PromptIngest {
   // back (their last word) runs now. Returns `refused`, naming also why
   // that text could not run when it could not (`earlier_kept` false then).
   absl::Status KeepEarlier(const absl::Status& refused, bool* earlier_kept = nullptr) {
-    const absl::Status flushed = Flush();
+    const absl::Status flushed = FlushAtStreamEnd();
     if (earlier_kept != nullptr) *earlier_kept = flushed.ok();
     if (flushed.ok()) return refused;
     return absl::Status(refused.code(),
                         absl::StrFormat("%s (the text of the earlier messages was not completed "
                                         "either: %s)",
                                         refused.message(), flushed.message()));
+  }
+
+  // For the end of the stream between messages, each of which ran whole:
+  // the text they hold back (their last word) runs now, also when the call
+  // was cut (the client's cancel or deadline, a transport error, a message
+  // gRPC refused itself as over its receive limit, which cancels the call),
+  // so that every message received is kept whole. (A cut during a message
+  // ends it at a step: that message is not whole, and its last word, held
+  // back, is dropped.)
+  absl::Status FlushAtStreamEnd() {
+    ended_between_messages_ = true;
+    return Flush();
   }
 
   // Called after every engine step (Append sends progress from it, so a
@@ -302,7 +321,7 @@ class PromptIngest {
     item.tokens = ids;
     item.kind = WorkKind::kPrefill;
     // A DeleteSession ends the item too: its next step finds the session gone.
-    item.should_stop = [this] { return context_->IsCancelled(); };
+    item.should_stop = [this] { return !ended_between_messages_ && context_->IsCancelled(); };
     item.on_progress = [&](int64_t tokens_done) {
       account(tokens_done);
       if (on_step_) on_step_();
@@ -354,6 +373,7 @@ class PromptIngest {
   int64_t ingested_ = 0;
   double engine_seconds_ = 0;
   std::function<void()> on_step_;
+  bool ended_between_messages_ = false;  // FlushAtStreamEnd
   const Tokenizer& tokenizer_;
   std::optional<int32_t> score_top_;
   std::function<void(const drt::v1::PromptLogprobs&)> on_scores_;
@@ -388,7 +408,13 @@ absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& re
         request.max_tokens()));
   }
   if (request.max_tokens() > 0) plan.max_tokens = request.max_tokens();
-  plan.sampling = request.has_sampling() ? FromProto(request.sampling()) : settings.sampling;
+  if (request.has_sampling()) {
+    absl::StatusOr<SamplingParams> sampling = FromProto(request.sampling());
+    if (!sampling.ok()) return sampling.status();
+    plan.sampling = *std::move(sampling);
+  } else {
+    plan.sampling = settings.sampling;
+  }
   if (absl::Status s = ValidateSamplingParams(plan.sampling); !s.ok()) return s;
   if (absl::Status s = ValidateLogitBiasIds(plan.sampling, config.vocab_size, config.chunk_id,
                                             config.pad_id);
@@ -412,7 +438,78 @@ absl::StatusOr<GenerationPlan> PlanGeneration(const drt::v1::GenerateRequest& re
   return plan;
 }
 
+// A Complete's options (generate, n, prompt_logprobs, prompt_only) come in
+// its first message: the `index`-th (> 0) setting one is refused, naming
+// it, as an Append refuses prompt_logprobs there, rather than ignored (a
+// client would get other choices, scores or generation than it asked for).
+absl::Status CheckNoCompleteOptions(const drt::v1::CompleteRequest& request, int64_t index) {
+  const char* field = request.has_generate()          ? "generate"
+                      : request.n() != 0              ? "n"
+                      : request.has_prompt_logprobs() ? "prompt_logprobs"
+                      : request.prompt_only()         ? "prompt_only"
+                                                      : nullptr;
+  if (field == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "message %d sets %s, which only the first message of a Complete may set; nothing was "
+      "generated",
+      index, field));
+}
+
+// The index of the drt.v1.Drt method `name` among the generated service's
+// methods, which it adds in the order of the proto file, as the
+// descriptor's method index gives.
+int MethodIndex(const char* name) {
+  return drt::v1::AppendRequest::descriptor()
+      ->file()
+      ->FindServiceByName("Drt")
+      ->FindMethodByName(name)
+      ->index();
+}
+
 }  // namespace
+
+template <typename Stream>
+std::optional<grpc::Status> DrtService::ReadSingleRequest(grpc::ServerContext* context,
+                                                          Stream& stream, const char* method,
+                                                          google::protobuf::Message* request) {
+  grpc::ByteBuffer bytes;
+  absl::Status parsed;
+  if (stream.Read(&bytes)) {
+    parsed = ParseRequest(bytes, absl::StrFormat("the %s request", method),
+                          options_.max_message_bytes, request);
+  } else if (context->IsCancelled()) {  // gRPC has already given the client its status
+    parsed = absl::CancelledError(absl::StrFormat("the %s call ended before its request came",
+                                                  method));
+  } else {
+    parsed = absl::InvalidArgumentError(absl::StrFormat(
+        "the %s call ended without sending its request message", method));
+  }
+  if (parsed.ok()) return std::nullopt;
+  if (grpc::Status s = Admit(context, method); !s.ok()) return s;
+  return Finish(ToGrpc(parsed));
+}
+
+template <typename Request, typename Response>
+void DrtService::ServeUnaryFromBytes(
+    const char* name,
+    grpc::Status (DrtService::*typed)(grpc::ServerContext*, const Request*, Response*)) {
+  MarkMethodStreamed(
+      MethodIndex(name),
+      new grpc::internal::BidiStreamingHandler<DrtService, grpc::ByteBuffer, Response>(
+          [name, typed](DrtService* self, grpc::ServerContext* context,
+                        grpc::ServerReaderWriter<Response, grpc::ByteBuffer>* stream) {
+            Request request;
+            if (std::optional<grpc::Status> refused =
+                    self->ReadSingleRequest(context, *stream, name, &request)) {
+              return *refused;
+            }
+            Response response;
+            const grpc::Status status = (self->*typed)(context, &request, &response);
+            if (status.ok()) stream->Write(response);
+            return status;
+          },
+          this));
+}
 
 DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
                        ServiceOptions options)
@@ -425,20 +522,35 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
                                  options_.idle_ttl_seconds, options_.host_memory_budget_bytes})),
       scheduler_(std::make_unique<Scheduler>(
           backend, SchedulerOptionsFor(backend, options_, metrics, scheduler_))) {
-  // The generated service adds its methods in the order of the proto file,
-  // which the descriptor's method index gives.
-  const google::protobuf::ServiceDescriptor* service =
-      drt::v1::AppendRequest::descriptor()->file()->FindServiceByName("Drt");
+  // Every method's requests arrive as raw bytes (the header says why).
+  // Marked "streamed", as gRPC's own generated WithStreamedUnaryMethod_ and
+  // WithSplitStreamingMethod_ do: the wire is the same for every kind of
+  // call, so clients still call them as unary or server-streaming methods.
   MarkMethodStreamed(
-      service->FindMethodByName("Append")->index(),
+      MethodIndex("Append"),
       new grpc::internal::BidiStreamingHandler<DrtService, grpc::ByteBuffer,
                                                drt::v1::AppendResponse>(
           &DrtService::AppendStream, this));
   MarkMethodStreamed(
-      service->FindMethodByName("Complete")->index(),
+      MethodIndex("Generate"),
+      new grpc::internal::BidiStreamingHandler<DrtService, grpc::ByteBuffer,
+                                               drt::v1::GenerateResponse>(
+          &DrtService::GenerateStream, this));
+  MarkMethodStreamed(
+      MethodIndex("Complete"),
       new grpc::internal::BidiStreamingHandler<DrtService, grpc::ByteBuffer,
                                                drt::v1::GenerateResponse>(
           &DrtService::CompleteStream, this));
+  ServeUnaryFromBytes("CreateSession", &DrtService::CreateSession);
+  ServeUnaryFromBytes("ForkSession", &DrtService::ForkSession);
+  ServeUnaryFromBytes("GetSession", &DrtService::GetSession);
+  ServeUnaryFromBytes("ListSessions", &DrtService::ListSessions);
+  ServeUnaryFromBytes("DeleteSession", &DrtService::DeleteSession);
+  ServeUnaryFromBytes("GetModelInfo", &DrtService::GetModelInfo);
+  ServeUnaryFromBytes("SaveSession", &DrtService::SaveSession);
+  ServeUnaryFromBytes("LoadSession", &DrtService::LoadSession);
+  ServeUnaryFromBytes("Tokenize", &DrtService::Tokenize);
+  ServeUnaryFromBytes("Detokenize", &DrtService::Detokenize);
   // The session gauges are read from the sessions at each scrape: idle
   // expiry and sessions restored at start-up change them without a call.
   metrics_.SetSessionGaugeSource([sessions = sessions_.get()] {
@@ -531,7 +643,9 @@ grpc::Status DrtService::CreateSession(grpc::ServerContext* context,
   // Generate's): written with the session to --state_dir and to SaveSession
   // files (docs/state_format.md, session record version 3).
   SessionSettings settings;
-  settings.sampling = FromProto(request->sampling());
+  absl::StatusOr<SamplingParams> sampling = FromProto(request->sampling());
+  if (!sampling.ok()) return Finish(ToGrpc(sampling.status()));
+  settings.sampling = *std::move(sampling);
   settings.max_context_tokens = request->max_context_tokens();
   settings.idle_ttl_seconds = request->idle_ttl_seconds();
   auto entry = sessions_->Create(settings);
@@ -545,7 +659,7 @@ grpc::Status DrtService::AppendStream(
     grpc::ServerReaderWriter<drt::v1::AppendResponse, grpc::ByteBuffer>* stream) {
   if (grpc::Status s = Admit(context, "Append"); !s.ok()) return s;
   drt::v1::AppendRequest request;
-  absl::StatusOr<bool> read = ReadRequest(*stream, 0, &request);
+  absl::StatusOr<bool> read = ReadRequest(*stream, 0, options_.max_message_bytes, &request);
   if (!read.ok()) return Finish(ToGrpc(read.status()));
   if (!*read) {
     return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -611,10 +725,11 @@ grpc::Status DrtService::AppendStream(
     if (!status.ok()) break;
     send_progress(true);
     ++message_index;
-    read = ReadRequest(*stream, message_index, &request);
+    read = ReadRequest(*stream, message_index, options_.max_message_bytes, &request);
     if (!read.ok()) {
-      // A message that does not parse: nothing of it is kept, the earlier
-      // messages are, whole (their held-back last word too).
+      // A message that does not parse or is over --max_message_bytes:
+      // nothing of it is kept, the earlier messages are, whole (their
+      // held-back last word too).
       bool earlier_kept = false;
       status = ingest.KeepEarlier(absl::InvalidArgumentError(read.status().message()),
                                   &earlier_kept);
@@ -627,7 +742,9 @@ grpc::Status DrtService::AppendStream(
       break;
     }
   } while (*read);
-  if (status.ok()) status = ingest.Flush();
+  // The stream ended between messages (closed by the client, or cut): the
+  // messages received are kept whole.
+  if (status.ok()) status = ingest.FlushAtStreamEnd();
   if (status.ok() && (*entry)->deleted()) status = (*entry)->DeletedError();
   if (status.ok() && context->IsCancelled()) status = absl::CancelledError("the Append was cancelled");
   // With --state_sync=interval the last tokens are written here: the summary
@@ -867,20 +984,31 @@ static absl::Status RunGeneration(grpc::ServerContext* context, SessionEntry& en
   return absl::OkStatus();
 }
 
-grpc::Status DrtService::Generate(grpc::ServerContext* context,
-                                  const drt::v1::GenerateRequest* request,
-                                  grpc::ServerWriter<drt::v1::GenerateResponse>* writer) {
+grpc::Status DrtService::GenerateStream(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>* stream) {
+  drt::v1::GenerateRequest request;
+  if (std::optional<grpc::Status> refused =
+          ReadSingleRequest(context, *stream, "Generate", &request)) {
+    return *refused;
+  }
+  return GenerateTo(context, request,
+                    [stream](const drt::v1::GenerateResponse& r) { return stream->Write(r); });
+}
+
+grpc::Status DrtService::GenerateTo(
+    grpc::ServerContext* context, const drt::v1::GenerateRequest& request,
+    const std::function<bool(const drt::v1::GenerateResponse&)>& write) {
   if (grpc::Status s = Admit(context, "Generate"); !s.ok()) return s;
-  auto entry = sessions_->Find(request->session_id());
+  auto entry = sessions_->Find(request.session_id());
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
-  auto plan = PlanGeneration(*request, (*entry)->settings(), model_.generation,
+  auto plan = PlanGeneration(request, (*entry)->settings(), model_.generation,
                              model_.config());
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
   if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
   drt::v1::GenerateResponse done;
-  absl::Status status = RunGeneration(
-      context, **entry, *plan, model_, *sessions_, *scheduler_, metrics_,
-      [&](const drt::v1::GenerateResponse& r) { return writer->Write(r); }, {}, done);
+  absl::Status status = RunGeneration(context, **entry, *plan, model_, *sessions_, *scheduler_,
+                                      metrics_, write, {}, done);
   // With --state_dir the whole Generate (padding and tokens) is written
   // here, also when it ended early (an error, the client's cancel or
   // deadline): `done` only once it is on disk, and a failed write fails the
@@ -908,7 +1036,7 @@ grpc::Status DrtService::Generate(grpc::ServerContext* context,
   if (absl::Status ended = (*entry)->EndAndReport(/*write=*/!cut_by_stop); status.ok()) {
     status = ended;
   }
-  if (status.ok()) writer->Write(done);
+  if (status.ok()) write(done);
   return Finish(ToGrpc(status));
 }
 
@@ -979,7 +1107,7 @@ grpc::Status DrtService::CompleteStream(
     grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>* stream) {
   if (grpc::Status s = Admit(context, "Complete"); !s.ok()) return s;
   drt::v1::CompleteRequest request;
-  absl::StatusOr<bool> read = ReadRequest(*stream, 0, &request);
+  absl::StatusOr<bool> read = ReadRequest(*stream, 0, options_.max_message_bytes, &request);
   if (!read.ok()) return Finish(ToGrpc(read.status()));
   if (!*read) {
     return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -1011,7 +1139,11 @@ grpc::Status DrtService::CompleteStream(
                         sessions_->limits().max_sessions, request.n())));
   }
   SessionSettings settings;
-  if (options.has_sampling()) settings.sampling = FromProto(options.sampling());
+  if (options.has_sampling()) {
+    absl::StatusOr<SamplingParams> sampling = FromProto(options.sampling());
+    if (!sampling.ok()) return Finish(ToGrpc(sampling.status()));
+    settings.sampling = *std::move(sampling);
+  }
   auto plan = PlanGeneration(options, settings, model_.generation, model_.config());
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
   // Not written to --state_dir: it lives only as long as this call.
@@ -1046,11 +1178,16 @@ grpc::Status DrtService::CompleteStream(
   absl::Status status;
   int64_t message_index = 0;
   do {
+    if (message_index > 0) {
+      status = CheckNoCompleteOptions(request, message_index);
+      if (!status.ok()) break;
+    }
     status = ingest.AddMessage(request, message_index);
     if (!status.ok()) break;
     ++message_index;
-    read = ReadRequest(*stream, message_index, &request);
-    // A message that does not parse ends the call: no answer to part of a prompt.
+    read = ReadRequest(*stream, message_index, options_.max_message_bytes, &request);
+    // A message that does not parse or is over --max_message_bytes ends the
+    // call: no answer to part of a prompt.
     if (!read.ok()) status = read.status();
   } while (status.ok() && *read);
   if (status.ok()) status = ingest.Flush();

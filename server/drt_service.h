@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "drt/v1/drt.grpc.pb.h"
@@ -44,6 +45,10 @@ struct ServiceOptions {
   // SchedulerOptions::durable_ack_tokens (--state_ack_tokens).
   int64_t durable_ack_tokens = kDefaultDurableAckTokens;
   std::string bearer_token;  // empty: no authentication
+  // --max_message_bytes: a request message larger than this is refused by
+  // name (server/request_parsing.h), INVALID_ARGUMENT. gRPC's own receive
+  // limit must be GrpcReceiveLimit of it (main and the tests' server set it).
+  int64_t max_message_bytes = 4 << 20;
   // Where SaveSession writes and LoadSession reads; empty: both refused.
   std::string session_files_dir;
   // Tests only: called by SaveSession with the session's id once its file
@@ -88,18 +93,23 @@ class DrtService final : public drt::v1::Drt::Service {
   // (server/engine_watchdog.h). Lock-free.
   Scheduler::EngineProgress engine_progress() const;
 
+  // Every method reads its requests as raw bytes and parses them
+  // (server/request_parsing.h): a message over --max_message_bytes or one
+  // that does not parse ends the call with INVALID_ARGUMENT naming it and the
+  // cause (gRPC's typed reading would end a stream as if the client had
+  // closed it, and a unary call with INTERNAL and no message). The
+  // constructor installs the handlers that do: AppendStream, GenerateStream
+  // and CompleteStream, and for each unary method one that parses its
+  // request and calls the method below.
   grpc::Status CreateSession(grpc::ServerContext* context,
                              const drt::v1::CreateSessionRequest* request,
                              drt::v1::CreateSessionResponse* response) override;
-  // Append and Complete read their requests as raw bytes and parse them
-  // (server/request_parsing.h), so that a message that does not parse ends
-  // the call with INVALID_ARGUMENT instead of looking like the end of the
-  // stream. The constructor installs them as those methods' handlers.
   grpc::Status AppendStream(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<drt::v1::AppendResponse, grpc::ByteBuffer>* stream);
-  grpc::Status Generate(grpc::ServerContext* context, const drt::v1::GenerateRequest* request,
-                        grpc::ServerWriter<drt::v1::GenerateResponse>* writer) override;
+  grpc::Status GenerateStream(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>* stream);
   grpc::Status CompleteStream(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<drt::v1::GenerateResponse, grpc::ByteBuffer>* stream);
@@ -135,6 +145,23 @@ class DrtService final : public drt::v1::Drt::Service {
   // request in the metrics.
   grpc::Status Admit(grpc::ServerContext* context, const char* method);
   grpc::Status Finish(const grpc::Status& status);
+
+  // Installs the handler of the unary method `name`: it reads the request
+  // (ReadSingleRequest), calls `typed` and writes its response.
+  template <typename Request, typename Response>
+  void ServeUnaryFromBytes(const char* name,
+                           grpc::Status (DrtService::*typed)(grpc::ServerContext*, const Request*,
+                                                             Response*));
+  // Reads and parses the one request of a unary or server-streaming call
+  // of `method`: nullopt with `request` set, or else the call's final
+  // status (INVALID_ARGUMENT naming the method and the cause), given after
+  // Admit (credentials and the drain come first; the call is counted).
+  template <typename Stream>
+  std::optional<grpc::Status> ReadSingleRequest(grpc::ServerContext* context, Stream& stream,
+                                                const char* method,
+                                                google::protobuf::Message* request);
+  grpc::Status GenerateTo(grpc::ServerContext* context, const drt::v1::GenerateRequest& request,
+                          const std::function<bool(const drt::v1::GenerateResponse&)>& write);
 
   const Model& model_;
   Backend& backend_;

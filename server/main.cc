@@ -43,6 +43,7 @@
 #include "server/http_endpoint.h"
 #include "server/metrics.h"
 #include "server/openai_http_server.h"
+#include "server/request_parsing.h"
 #include "server/server_credentials.h"
 #include "server/server_flags.h"
 #include "server/session_manager.h"
@@ -401,7 +402,9 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   // a busy port silently instead of failing with "address in use".
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   AddKeepaliveArguments(builder);
-  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
+  // Above --max_message_bytes, so that the service sees a message somewhat
+  // over it and refuses it by name (server/request_parsing.h).
+  builder.SetMaxReceiveMessageSize(GrpcReceiveLimit(config.max_message_bytes));
   builder.SetMaxSendMessageSize(config.max_message_bytes);
   builder.RegisterService(&service);
   // A line on stderr for each call that ends INTERNAL, DATA_LOSS or UNKNOWN

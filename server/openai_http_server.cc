@@ -31,6 +31,7 @@
 #include "server/openai_auth_refusals.h"
 #include "server/openai_tokenize.h"
 #include "server/request_bytes_admission.h"
+#include "server/request_parsing.h"
 #include "server/session_manager.h"
 #include "server/stop_text_cutter.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -685,16 +686,22 @@ class OpenAiHttpServer::Server : public httplib::Server {
     return false;
   }
 
-  // A Tokenize or Detokenize call's failure: its refusal of the request is
-  // a 400 naming `field`; RESOURCE_EXHAUSTED can only be gRPC's message
-  // limit (--max_message_bytes), for the request or the answer: 413, not
-  // 429 (a retry cannot succeed).
+  // Whether a Tokenize or Detokenize call failed for the message limit
+  // (--max_message_bytes): the service's refusal of the request by name, or
+  // gRPC's own RESOURCE_EXHAUSTED (the only one these calls get), for a
+  // request over gRPC's receive limit or an answer over the send limit.
+  static bool OverMessageLimit(const grpc::Status& status) {
+    return status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+           IsMessageSizeRefusal(absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                                             status.error_message()));
+  }
+
+  // A Tokenize or Detokenize call's failure: the message limit is 413, not
+  // 429 (a retry cannot succeed); its other refusals of the request are a
+  // 400 naming `field`.
   static void SendTokenizerError(httplib::Response& res, const grpc::Status& status,
                                  const char* field) {
-    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      return SendError(res, FieldError(field, status.error_message()));
-    }
-    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    if (OverMessageLimit(status)) {
       res.status = 413;
       res.set_content(ErrorJson(absl::StrCat("the request or its answer is larger than one gRPC "
                                              "message of drt-server (--max_message_bytes): ",
@@ -702,6 +709,9 @@ class OpenAiHttpServer::Server : public httplib::Server {
                                 "invalid_request_error", field, ""),
                       kJson);
       return;
+    }
+    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      return SendError(res, FieldError(field, status.error_message()));
     }
     SendError(res, FromGrpc(status));
   }
@@ -798,7 +808,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
       count.set_text_bytes(request.prompt_text);
       drt::v1::TokenizeResponse counted;
       const grpc::Status status = stub_->Tokenize(&context, count, &counted);
-      if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) return true;
+      if (OverMessageLimit(status)) return true;
       if (!status.ok()) {
         SendError(res, FromGrpc(status));
         return false;

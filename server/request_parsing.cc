@@ -1,5 +1,7 @@
 #include "server/request_parsing.h"
 
+#include <algorithm>
+#include <climits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -7,6 +9,7 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/unknown_field_set.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -64,15 +67,29 @@ std::string DescribeInvalidUtf8(const UnknownFieldSet& fields, const Descriptor&
 
 }  // namespace
 
-absl::Status ParseRequest(const grpc::ByteBuffer& bytes, int64_t index,
+int GrpcReceiveLimit(int64_t max_message_bytes) {
+  return static_cast<int>(std::min<int64_t>(2 * std::max<int64_t>(max_message_bytes, 0), INT_MAX));
+}
+
+bool IsMessageSizeRefusal(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kInvalidArgument &&
+         absl::StrContains(status.message(), kMessageLimitWords);
+}
+
+absl::Status ParseRequest(const grpc::ByteBuffer& bytes, const std::string& what, int64_t max_bytes,
                           google::protobuf::Message* message) {
+  message->Clear();
+  if (const size_t size = bytes.Length(); static_cast<int64_t>(size) > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s has %d bytes, %s (%d)", what, size, kMessageLimitWords,
+        max_bytes));
+  }
   std::vector<grpc::Slice> slices;
   std::string data;
   if (!bytes.Dump(&slices).ok()) {
-    return absl::InternalError(absl::StrFormat("message %d could not be read", index));
+    return absl::InternalError(absl::StrFormat("%s could not be read", what));
   }
   for (const grpc::Slice& s : slices) data.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  message->Clear();
   if (message->ParseFromString(data)) return absl::OkStatus();
 
   const std::string type = message->GetDescriptor()->full_name();
@@ -86,7 +103,7 @@ absl::Status ParseRequest(const grpc::ByteBuffer& bytes, int64_t index,
   }
   message->Clear();
   return absl::InvalidArgumentError(
-      absl::StrFormat("message %d is not a valid %s: %s", index, type, cause));
+      absl::StrFormat("%s is not a valid %s: %s", what, type, cause));
 }
 
 }  // namespace drt::server

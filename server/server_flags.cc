@@ -112,7 +112,9 @@ ABSL_FLAG(int64_t, openai_max_inflight_request_bytes,
           "of --host_memory_budget_gb and the model (docs/deploy.md, Resources)");
 ABSL_FLAG(int32_t, max_message_bytes,
           static_cast<int32_t>(drt::server::ServiceOptions{}.max_message_bytes),
-          "largest gRPC message received or sent, in bytes");
+          "largest gRPC message received or sent, in bytes. A larger request message is "
+          "refused by name (INVALID_ARGUMENT); gRPC itself reads messages up to twice this, "
+          "and refuses a larger one with its own RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain file; with --tls_key enables TLS (otherwise plaintext)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key file for --tls_cert");
@@ -477,6 +479,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   // Below this not even a small prompt piece plus headers fits.
   check(CheckAtLeast("max_message_bytes", config.max_message_bytes, 1024));
+  config.service.max_message_bytes = config.max_message_bytes;
 
   config.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
   config.tls_key_path = absl::GetFlag(FLAGS_tls_key);

@@ -169,5 +169,87 @@ TEST_CASE("Complete: a bad prompt message is INVALID_ARGUMENT, nothing generated
                       "not valid UTF-8"));
 }
 
+// A server whose --max_message_bytes is 1024: gRPC itself takes messages up
+// to 2048 bytes (GrpcReceiveLimit), the service refuses those over 1024.
+ServiceOptions SmallMessageOptions() {
+  ServiceOptions options = SmallOptions();
+  options.max_message_bytes = 1024;
+  return options;
+}
+
+TEST_CASE("Append: a message over --max_message_bytes is refused by name, the earlier kept whole",
+          "[server][append_faults]") {
+  InProcessServer server(SmallMessageOptions());
+  const std::string id = NewSession(server.stub());
+  // Message 1: 1 byte of tag, 2 of length, 1500 of text = 1503 bytes. The
+  // review's case: gRPC refused it with its own RESOURCE_EXHAUSTED and the
+  // held-back " world" of message 0 was lost (5 tokens kept, not 11).
+  RawStreamResult r =
+      RawStream(*server.channel(), kAppend,
+                {TextMessage(id, "hello world"), TextMessage("", std::string(1500, 'a')),
+                 TextMessage("", "more")});
+  INFO("status " << r.status.error_code() << " '" << r.status.error_message() << "'");
+  CHECK(r.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(r.status.error_message(),
+             Contains("message 1 has 1503 bytes, over this server's --max_message_bytes (1024)"));
+  CHECK_THAT(r.status.error_message(),
+             Contains("the earlier messages of this Append were kept (11 tokens)"));
+  CHECK_FALSE(HasSummary(r));
+  CHECK(WaitIdle(server.stub(), id).tokens() == 11);  // "hello world", nothing of message 1
+
+  // The limit itself passes: 1 + 2 + 1021 = 1024 bytes; one more byte does not.
+  const std::string at_limit = TextMessage("", " " + std::string(1020, 'b'));
+  REQUIRE(at_limit.size() == 1024);
+  r = RawStream(*server.channel(), kAppend, {TextMessage(id, " x"), at_limit});
+  INFO("status '" << r.status.error_message() << "'");
+  CHECK(r.status.ok());
+  CHECK(WaitIdle(server.stub(), id).tokens() == 11 + 2 + 1021);
+  const std::string over_limit = TextMessage("", " " + std::string(1021, 'c'));
+  REQUIRE(over_limit.size() == 1025);
+  r = RawStream(*server.channel(), kAppend, {EncodeBytesField(1, id), over_limit});
+  CHECK(r.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(r.status.error_message(), Contains("message 1 has 1025 bytes"));
+  CHECK(WaitIdle(server.stub(), id).tokens() == 11 + 2 + 1021);
+}
+
+TEST_CASE("Append: a message gRPC refuses itself still leaves the earlier messages whole",
+          "[server][append_faults]") {
+  InProcessServer server(SmallMessageOptions());
+  const std::string id = NewSession(server.stub());
+  // 3003 bytes, over gRPC's own receive limit (2048): gRPC ends the call
+  // before the service sees the message. The stream ended between messages,
+  // so message 0 is kept whole, its held-back " world" included.
+  RawStreamResult r =
+      RawStream(*server.channel(), kAppend,
+                {TextMessage(id, "hello world"), TextMessage("", std::string(3000, 'a'))});
+  INFO("status " << r.status.error_code() << " '" << r.status.error_message() << "'");
+  CHECK_FALSE(r.status.ok());
+  CHECK_FALSE(HasSummary(r));
+  CHECK(WaitIdle(server.stub(), id).tokens() == 11);
+}
+
+TEST_CASE("Complete and unary calls: a request over --max_message_bytes is refused by name",
+          "[server][append_faults]") {
+  InProcessServer server(SmallMessageOptions());
+  const std::string options = EncodeBytesField(1, std::string("\x10\x04", 2));
+  RawStreamResult r = RawStream(*server.channel(), "/drt.v1.Drt/Complete",
+                                {options, EncodeBytesField(2, "a prompt "),
+                                 EncodeBytesField(2, std::string(1100, 'p'))});
+  INFO("status " << r.status.error_code() << " '" << r.status.error_message() << "'");
+  CHECK(r.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(r.status.error_message(),
+             Contains("message 2 has 1103 bytes, over this server's --max_message_bytes (1024)"));
+  CHECK(r.responses.empty());
+
+  // Tokenize: text = 1, 1100 bytes.
+  std::string response;
+  const grpc::Status status = RawUnaryCall(*server.channel(), "/drt.v1.Drt/Tokenize",
+                                           EncodeBytesField(1, std::string(1100, 't')), &response);
+  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(status.error_message(),
+             Contains("the Tokenize request has 1103 bytes, over this server's "
+                      "--max_message_bytes (1024)"));
+}
+
 }  // namespace
 }  // namespace drt::server

@@ -1,5 +1,6 @@
 // Every error code drt.v1.Drt returns, provoked over a real loopback channel,
 // with its message checked; authentication on and off; draining.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -63,8 +64,34 @@ TEST_CASE("INVALID_ARGUMENT: bad tokens, sampling, max_tokens, session ids", "[s
 
   SECTION("sampling values") {
     REQUIRE(AppendOnce(stub, id, RandomTokens(10, 1)).ok());
+    // top_p: the range drt.v1 takes, 0 (off) included (review-grpc finding 9:
+    // the message said "(0, 1]"), on Generate, CreateSession and Complete.
     CHECK_STATUS(Generate(stub, WithSampling(id, 1.f, 0, 2.f)).status,
-                 grpc::StatusCode::INVALID_ARGUMENT, "top_p must be in (0, 1], got 2");
+                 grpc::StatusCode::INVALID_ARGUMENT,
+                 "top_p must be in [0, 1] (0 or 1: off), got 2");
+    CHECK_STATUS(Generate(stub, WithSampling(id, 1.f, 0, -0.0001f)).status,
+                 grpc::StatusCode::INVALID_ARGUMENT,
+                 "top_p must be in [0, 1] (0 or 1: off), got -0.0001");
+    CHECK(Generate(stub, WithSampling(id, 1.f, 0, 0.f)).status.ok());  // 0: off
+    drt::v1::CreateSessionRequest bad_top_p;
+    bad_top_p.mutable_sampling()->set_top_p(std::nanf(""));
+    CHECK_STATUS(CreateSession(stub, bad_top_p).status, grpc::StatusCode::INVALID_ARGUMENT,
+                 "top_p must be in [0, 1] (0 or 1: off), got nan");
+    {
+      grpc::ClientContext context;
+      SetDeadline(context, 30);
+      auto stream = stub.Complete(&context);
+      drt::v1::CompleteRequest first;
+      first.mutable_generate()->mutable_sampling()->set_top_p(1.5f);
+      first.set_text("x");
+      stream->Write(first);
+      stream->WritesDone();
+      drt::v1::GenerateResponse ignored;
+      while (stream->Read(&ignored)) {
+      }
+      CHECK_STATUS(stream->Finish(), grpc::StatusCode::INVALID_ARGUMENT,
+                   "top_p must be in [0, 1] (0 or 1: off), got 1.5");
+    }
     CHECK_STATUS(Generate(stub, WithSampling(id, -1.f, 0, 1.f)).status,
                  grpc::StatusCode::INVALID_ARGUMENT,
                  "temperature must be a finite number >= 0, got -1");
@@ -75,8 +102,8 @@ TEST_CASE("INVALID_ARGUMENT: bad tokens, sampling, max_tokens, session ids", "[s
     create.mutable_sampling()->set_temperature(-1.f);
     CHECK_STATUS(CreateSession(stub, create).status, grpc::StatusCode::INVALID_ARGUMENT,
                  "temperature must be a finite number >= 0");
-    // A refused Generate changes nothing.
-    CHECK(GetSession(stub, id).info.tokens() == 10);
+    // A refused Generate changes nothing (the accepted one above added 4).
+    CHECK(GetSession(stub, id).info.tokens() == 10 + 4);
   }
 
   SECTION("max_tokens, stop sequences, session limits") {
@@ -347,6 +374,16 @@ TEST_CASE("UNAUTHENTICATED without the bearer token and auth off accepts any cal
     InfoResult info = GetSession(stub, id, good);
     REQUIRE(info.status.ok());
     CHECK(info.info.tokens() == 5);
+    // The scheme in any case (RFC 9110, 11.1), the token exactly.
+    for (const char* scheme : {"bearer", "BEARER", "bEARER"}) {
+      INFO(scheme);
+      const Metadata other_case = {{"authorization", std::string(scheme) + " s3cret-token"}};
+      CHECK(GetSession(stub, id, other_case).status.ok());
+      CHECK(AppendOnce(stub, id, {68}, other_case).ok());
+    }
+    CHECK(GetSession(stub, id, good).info.tokens() == 8);
+    CHECK_STATUS(GetSession(stub, id, {{"authorization", "Bearer S3CRET-TOKEN"}}).status,
+                 grpc::StatusCode::UNAUTHENTICATED, hint);
     // Health checks need no token (load balancers probe without one).
     CHECK(CheckHealth(*server.channel(), "").serving_status == 1);
   }

@@ -953,6 +953,21 @@ TEST_CASE("openai http: the bearer token applies", "[openai][server]") {
   auto models = server.client->Get("/v1/models", {{"Authorization", "Bearer secret"}});
   REQUIRE(models);
   CHECK(models->status == 200);
+  // The scheme in any case (RFC 9110, 11.1), also through to the service,
+  // which checks the forwarded header again; the token exactly.
+  for (const char* scheme : {"bearer", "BEARER"}) {
+    INFO(scheme);
+    const httplib::Headers headers{{"Authorization", std::string(scheme) + " secret"}};
+    auto completed = server.Post(request, headers);
+    REQUIRE(completed);
+    CHECK(completed->status == 200);
+    auto listed = server.client->Get("/v1/models", headers);
+    REQUIRE(listed);
+    CHECK(listed->status == 200);
+  }
+  auto wrong_case = server.Post(request, {{"Authorization", "Bearer SECRET"}});
+  REQUIRE(wrong_case);
+  CHECK(wrong_case->status == 401);
 
   // Credentials come first: without them a request that would be refused
   // for its body (a wrong model, whose 404 names the served one; a refused

@@ -145,6 +145,26 @@ TEST_CASE("openai http: /tokenize and /detokenize errors in OpenAI's shape", "[o
   CHECK_THAT(std::string(Error(bad_json)["message"]), Contains("not valid JSON"));
 }
 
+TEST_CASE("openai http: a /tokenize request over --max_message_bytes is 413, not 400",
+          "[openai][server]") {
+  // The service refuses a request over --max_message_bytes by name
+  // (INVALID_ARGUMENT), below gRPC's own limit (RESOURCE_EXHAUSTED): both
+  // are the message limit, 413, which a retry cannot pass.
+  ServiceOptions service = SmallOptions();
+  service.max_message_bytes = 1024;
+  Api api(service);
+  for (const size_t bytes : {1500, 5000}) {  // under and over gRPC's limit (2048)
+    INFO(bytes << " bytes");
+    auto r = api.Post("/tokenize", {{"prompt", std::string(bytes, 'a')}});
+    REQUIRE(r);
+    CHECK(r->status == 413);
+    CHECK_THAT(std::string(Error(r)["message"]), Contains("--max_message_bytes"));
+  }
+  auto fits = api.Post("/tokenize", {{"prompt", std::string(900, 'a')}});
+  REQUIRE(fits);
+  CHECK(fits->status == 200);
+}
+
 TEST_CASE("openai http: a null field of /tokenize or /detokenize is taken as absent",
           "[openai][server]") {
   Api api;

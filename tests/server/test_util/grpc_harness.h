@@ -38,6 +38,7 @@
 #include "engine/session.h"
 #include "server/drt_service.h"
 #include "server/metrics.h"
+#include "server/request_parsing.h"
 #include "tests/test_util/build_paths.h"
 
 extern char** environ;
@@ -135,11 +136,15 @@ class InProcessServer {
                         std::move(options)) {}
   // Serves another model (both must outlive the server).
   InProcessServer(const Model& model, Backend& backend, ServiceOptions options) {
+    const int64_t max_message_bytes = options.max_message_bytes;
     service_ = std::make_unique<DrtService>(model, backend, metrics_, std::move(options));
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    // gRPC's receive limit as drt-server's main sets it for the service's
+    // --max_message_bytes.
+    builder.SetMaxReceiveMessageSize(GrpcReceiveLimit(max_message_bytes));
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) throw std::runtime_error("cannot start the gRPC server");
