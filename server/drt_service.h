@@ -30,9 +30,6 @@ struct ServiceOptions {
   int64_t max_sessions = 64;
   int64_t max_context_tokens = kDefaultMaxContextTokens;  // per session
   int64_t idle_ttl_seconds = 3600;
-  // gRPC's message size limit (--max_message_bytes, which drt-server gives
-  // gRPC); the service only reports it (ModelInfo.max_message_bytes).
-  int64_t max_message_bytes = 4 << 20;
   // All sessions' host memory. drt-server sets it from the machine's memory
   // (server/host_memory.h) unless --host_memory_budget_gb is given.
   int64_t host_memory_budget_bytes = 8LL << 30;
@@ -46,8 +43,9 @@ struct ServiceOptions {
   int64_t durable_ack_tokens = kDefaultDurableAckTokens;
   std::string bearer_token;  // empty: no authentication
   // --max_message_bytes: a request message larger than this is refused by
-  // name (server/request_parsing.h), INVALID_ARGUMENT. gRPC's own receive
-  // limit must be GrpcReceiveLimit of it (main and the tests' server set it).
+  // name (server/request_parsing.h), INVALID_ARGUMENT, and ModelInfo reports
+  // it (max_message_bytes). gRPC's own receive limit must be GrpcReceiveLimit
+  // of it (main and the tests' server set it).
   int64_t max_message_bytes = 4 << 20;
   // Where SaveSession writes and LoadSession reads; empty: both refused.
   std::string session_files_dir;

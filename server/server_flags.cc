@@ -502,7 +502,6 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
                     "about 31 years; 0 turns the check off"));
 
   config.service.device = config.device;
-  config.service.max_message_bytes = config.max_message_bytes;
   config.service.precision =
       config.device == "cuda" ? CudaPrecisionName(config.cuda_precision) : "fp32";
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
