@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/types/span.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -163,7 +165,9 @@ ABSL_FLAG(std::string, session_files_dir, "",
 ABSL_FLAG(std::string, state_dir, "",
           "durable sessions: keep every session's state in this directory (created if "
           "missing, not its parents) and restore them all at start-up; empty: sessions live "
-          "in memory only (docs/state_format.md)");
+          "in memory only (docs/state_format.md), and --state_sync, --state_sync_interval_ms, "
+          "--state_ack_tokens, --disk_tier and --quarantine_other_model_sessions at other than "
+          "their defaults are refused (they would do nothing)");
 ABSL_FLAG(bool, log_requests, false,
           "log one line on stderr for every gRPC call as it ends (the OpenAI API's calls into "
           "the service included): method, peer, status code and seconds; off: only calls "
@@ -335,6 +339,31 @@ std::string IgnoredCudaFlagsNote(const ServerConfig& config) {
                       "--device=cuda only)");
 }
 
+// The flags that only --state_dir reads (durable sessions). One of them at
+// a value other than its default without --state_dir is refused: the server
+// would start with sessions in memory only and the flag doing nothing
+// (serverops item 1). "Set" means "not at its default": absl's public API
+// does not say whether a flag came from the command line (and tests set
+// flags in-process), and a flag at its default changes nothing either way.
+constexpr const char* kStateDirFlags[] = {
+    "state_sync",        "state_sync_interval_ms", "state_ack_tokens",
+    "disk_tier",         "quarantine_other_model_sessions",
+};
+
+// "--name=value" for each of `names` whose current value is not its
+// default.
+std::vector<std::string> FlagsAwayFromDefault(absl::Span<const char* const> names) {
+  std::vector<std::string> given;
+  for (const char* name : names) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) continue;
+    if (flag->CurrentValue() != flag->DefaultValue()) {
+      given.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
+    }
+  }
+  return given;
+}
+
 }  // namespace
 
 absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
@@ -472,6 +501,14 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.log_requests = absl::GetFlag(FLAGS_log_requests);
   config.state.model_dir = config.model_dir;
   check(CheckAtLeast("state_sync_interval_ms", config.state.sync_interval_ms, 1));
+  if (const std::vector<std::string> given = FlagsAwayFromDefault(kStateDirFlags);
+      config.state.dir.empty() && !given.empty()) {
+    errors.emplace_back(absl::StrCat(
+        absl::StrJoin(given, ", "), given.size() == 1 ? " needs" : " need",
+        " --state_dir (durable sessions): without it sessions live in memory only and ",
+        given.size() == 1 ? "this flag does" : "these flags do",
+        " nothing; add --state_dir=DIR, or drop ", given.size() == 1 ? "it" : "them"));
+  }
 
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   // Below this not even a small prompt piece plus headers fits.
