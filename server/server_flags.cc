@@ -166,8 +166,9 @@ ABSL_FLAG(std::string, state_dir, "",
           "durable sessions: keep every session's state in this directory (created if "
           "missing, not its parents) and restore them all at start-up; empty: sessions live "
           "in memory only (docs/state_format.md), and --state_sync, --state_sync_interval_ms, "
-          "--state_ack_tokens, --disk_tier and --quarantine_other_model_sessions at other than "
-          "their defaults are refused (they would do nothing)");
+          "--state_ack_tokens, --disk_tier, --quarantine_other_model_sessions and "
+          "--quarantine_other_version_sessions at other than their defaults are refused (they "
+          "would do nothing)");
 ABSL_FLAG(bool, log_requests, false,
           "log one line on stderr for every gRPC call as it ends (the OpenAI API's calls into "
           "the service included): method, peer, status code and seconds; off: only calls "
@@ -177,6 +178,12 @@ ABSL_FLAG(bool, quarantine_other_model_sessions, false,
           "fingerprint than --model's) are moved to DIR/quarantine/ at start-up and the server "
           "starts without them; false (the default) refuses to start instead, nothing moved, "
           "naming the model they were written for (docs/state_format.md, \"Start-up\")");
+ABSL_FLAG(bool, quarantine_other_version_sessions, false,
+          "with --state_dir, sessions whose engine state has another version than this "
+          "server's (written before 2026-11-24, or by a newer drt-server) are moved to "
+          "DIR/quarantine/ at start-up and the server starts without them; false (the default) "
+          "refuses to start instead, nothing moved, naming how many and their versions "
+          "(docs/state_format.md, \"Start-up\"; docs/deploy.md, upgrades)");
 ABSL_FLAG(std::string, state_sync, "step",
           "with --state_dir, when a session's changes reach the disk: step (each Append step "
           "and generated token is fsynced before it is acknowledged) or interval (at most every "
@@ -346,8 +353,12 @@ std::string IgnoredCudaFlagsNote(const ServerConfig& config) {
 // does not say whether a flag came from the command line (and tests set
 // flags in-process), and a flag at its default changes nothing either way.
 constexpr const char* kStateDirFlags[] = {
-    "state_sync",        "state_sync_interval_ms", "state_ack_tokens",
-    "disk_tier",         "quarantine_other_model_sessions",
+    "state_sync",
+    "state_sync_interval_ms",
+    "state_ack_tokens",
+    "disk_tier",
+    "quarantine_other_model_sessions",
+    "quarantine_other_version_sessions",
 };
 
 // "--name=value" for each of `names` whose current value is not its
@@ -498,6 +509,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.state.disk_tier = absl::GetFlag(FLAGS_disk_tier);
   config.state.quarantine_other_model_sessions =
       absl::GetFlag(FLAGS_quarantine_other_model_sessions);
+  config.state.quarantine_other_version_sessions =
+      absl::GetFlag(FLAGS_quarantine_other_version_sessions);
   config.log_requests = absl::GetFlag(FLAGS_log_requests);
   config.state.model_dir = config.model_dir;
   check(CheckAtLeast("state_sync_interval_ms", config.state.sync_interval_ms, 1));

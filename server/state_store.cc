@@ -677,6 +677,14 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     StateModelMismatch mismatch;
   };
   std::vector<OtherModel> other_model;
+  // States of another engine state version (an upgrade or a rollback, not
+  // damage): their records decode, their engine states cannot be.
+  struct OtherVersion {
+    std::string id, path;
+    SessionRecord record;
+    uint32_t version = 0;
+  };
+  std::vector<OtherVersion> other_version;
   // Files of writes that never finished: deleted once start-up is not
   // refused (a refusal changes nothing).
   std::vector<std::string> temporary;
@@ -709,6 +717,13 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     std::vector<ChunkSegment> segments = {ChunkSegment{id, 0}};
     if (record.ok()) {
       segments = record->segments;
+      // Another engine state version first: neither its model nor its
+      // settings can be checked by this server's engine.
+      if (std::optional<uint32_t> version = EngineStateVersionOf(record->state);
+          version.has_value() && *version != kEngineStateVersion) {
+        other_version.push_back({id, path, *std::move(record), *version});
+        continue;
+      }
       // Another model first: its record's defaults are checked against the
       // model that wrote them, not this one, so a logit_bias id this model
       // lacks must not turn a session of another model into "damage"
@@ -743,12 +758,42 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     candidates.push_back({id, path, *std::move(record), *std::move(state)});
   }
 
+  // Sessions of another engine state version: a server upgraded (or rolled
+  // back) across a version meets all of them at once, so quarantining them
+  // would lose every session silently. Refused before anything moves,
+  // unless the operator said to quarantine them.
+  if (!other_version.empty() && !options_.quarantine_other_version_sessions) {
+    const int64_t total =
+        other_version.size() + other_model.size() + candidates.size() + unreadable.size();
+    std::map<uint32_t, int64_t> per_version;
+    for (const OtherVersion& o : other_version) ++per_version[o.version];
+    std::vector<std::string> versions;
+    bool older = false, newer = false;
+    for (const auto& [version, count] : per_version) {
+      versions.push_back(absl::StrFormat("%d with version %d", count, version));
+      (version < kEngineStateVersion ? older : newer) = true;
+    }
+    std::string why;
+    if (older) {
+      why = "; version 1 was written before 2026-11-24 and cannot be checked against a model: "
+            "its contexts must be re-ingested";
+    }
+    if (newer) why += "; a newer version was written by a newer drt-server: run that one";
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: %d of its %d sessions (e.g. %s) hold an engine state of another version than "
+        "this server's %d (%s)%s. Start the drt-server that wrote them, or pass "
+        "--quarantine_other_version_sessions to move them to %s/quarantine/ and start without "
+        "them (nothing was restored or changed)",
+        options_.dir, other_version.size(), total, other_version.front().id, kEngineStateVersion,
+        absl::StrJoin(versions, ", "), why, options_.dir));
+  }
   // Sessions of another model: the server's --model is not theirs, so all of
   // them would go, whatever their data. Refused before anything moves,
   // unless the operator said to quarantine them.
   if (!other_model.empty() && !options_.quarantine_other_model_sessions) {
     const StateModelMismatch& first = other_model.front().mismatch;
-    const int64_t total = other_model.size() + candidates.size() + unreadable.size();
+    const int64_t total =
+        other_model.size() + other_version.size() + candidates.size() + unreadable.size();
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s: %d of its %d sessions (e.g. %s) were written for another model, not for this "
         "--model%s: %s. Start with the model that wrote them, or pass "
@@ -857,6 +902,15 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     quarantine(o.id,
                absl::StrFormat("%s: the state was written for another model: %s", o.path,
                                DescribeStateModelMismatch(o.mismatch)),
+               o.path, o.record.segments);
+  }
+  // One of another engine state version (--quarantine_other_version_sessions)
+  // with every log it names.
+  for (const OtherVersion& o : other_version) {
+    quarantine(o.id,
+               absl::StrFormat("%s: the state has engine state version %d; this server reads "
+                               "version %d",
+                               o.path, o.version, kEngineStateVersion),
                o.path, o.record.segments);
   }
   // A damaged one with every log it names that is still there.

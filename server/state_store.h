@@ -46,6 +46,12 @@ struct StateStoreOptions {
   // model rolled onto the directory); true quarantines them, as damaged ones
   // are (--quarantine_other_model_sessions).
   bool quarantine_other_model_sessions = false;
+  // Sessions whose engine state has another version than this server's
+  // (kEngineStateVersion: one of before 2026-11-24, or of a newer server)
+  // make RestoreAll refuse to start, nothing moved (an upgrade or a
+  // rollback across an engine state version); true quarantines them
+  // (--quarantine_other_version_sessions).
+  bool quarantine_other_version_sessions = false;
   // The --model directory, named in that refusal (may be empty).
   std::string model_dir;
   // Tests only: called by RecordFork with no lock held, at "logs shared"

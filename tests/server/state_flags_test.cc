@@ -71,6 +71,7 @@ TEST_CASE("state flags without --state_dir are refused and named",
       {"state_ack_tokens", "0", nullptr},  // (its default comes from the flag)
       {"disk_tier", "false", "true"},
       {"quarantine_other_model_sessions", "true", "false"},
+      {"quarantine_other_version_sessions", "true", "false"},
   };
   for (const Given& g : cases) {
     INFO("--" << g.flag << "=" << g.value);
