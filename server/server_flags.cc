@@ -20,8 +20,10 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "gRPC address, host:port ([::]:port for IPv6, port 0 picks a free port) or "
           "unix:/path/to/socket");
 ABSL_FLAG(std::string, http_listen, "0.0.0.0:9090",
-          "HTTP address for GET /metrics (Prometheus), GET /healthz (readiness) and GET /livez "
-          "(liveness), host:port; empty disables the HTTP endpoint");
+          "HTTP address for GET /metrics (Prometheus), GET /healthz and /readyz (readiness) and "
+          "GET /livez (liveness), host:port; empty disables the HTTP endpoint. It answers from "
+          "before a --state_dir restore: /livez 200 and /healthz 503 \"restoring\" until it ends, "
+          "with its progress on /metrics");
 ABSL_FLAG(std::string, openai_listen, "",
           "address for the OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models, "
           "POST /tokenize and /detokenize, GET /health), host:port; empty (the default) turns "

@@ -653,7 +653,17 @@ std::string StateStore::Quarantine(const std::string& id, const std::string& pro
 
 absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backend,
                                                                  int64_t max_sessions,
-                                                                 int64_t host_budget_bytes) {
+                                                                 int64_t host_budget_bytes,
+                                                                 RestoreProgress* progress_in) {
+  // Progress goes to a local one when none was given, so the code below
+  // reports unconditionally; End() runs on every return.
+  RestoreProgress unobserved;
+  RestoreProgress& progress = progress_in != nullptr ? *progress_in : unobserved;
+  progress.Begin();
+  struct EndProgress {
+    RestoreProgress& progress;
+    ~EndProgress() { progress.End(); }
+  } end_progress{progress};
   RestoreReport report;
   struct Candidate {
     std::string id;
@@ -707,6 +717,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     if (!absl::EndsWith(name, kStateSuffix)) continue;
     const std::string id = name.substr(0, name.size() - std::strlen(kStateSuffix));
     auto bytes = ReadWholeFile(path);
+    progress.Touch();
     absl::StatusOr<SessionRecord> record =
         bytes.ok() ? DecodeSessionRecord(*bytes, path) : absl::StatusOr<SessionRecord>(bytes.status());
     absl::StatusOr<SessionState> state = absl::InternalError("unread");
@@ -803,14 +814,25 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
         options_.model_dir.empty() ? "" : " " + options_.model_dir,
         DescribeStateModelMismatch(first), options_.dir));
   }
-  // Every chunk log a candidate uses, scanned once.
-  std::map<std::string, absl::StatusOr<ChunkLogScan>> scans;
+  // Every chunk log a candidate uses, scanned once; its bytes are the
+  // restore's progress (a log that is missing counts nothing).
+  progress.SetSessionsToRestore(static_cast<int64_t>(candidates.size()));
+  std::set<std::string> to_scan;
   for (const Candidate& c : candidates) {
     for (const ChunkSegment& s : c.record.segments) {
-      if (s.chunks > 0 && !scans.contains(s.log)) {
-        scans.emplace(s.log, ScanChunkLog(LogPath(s.log), payload_bytes_));
-      }
+      if (s.chunks > 0) to_scan.insert(s.log);
     }
+  }
+  for (const std::string& log : to_scan) {
+    std::error_code size_error;
+    const uintmax_t size = fs::file_size(LogPath(log), size_error);
+    if (!size_error) progress.AddBytesToCheck(static_cast<int64_t>(size));
+  }
+  std::map<std::string, absl::StatusOr<ChunkLogScan>> scans;
+  for (const std::string& log : to_scan) {
+    scans.emplace(log, ScanChunkLog(LogPath(log), payload_bytes_, [&progress](uint64_t bytes) {
+                    progress.AddBytesChecked(static_cast<int64_t>(bytes));
+                  }));
   }
   // Each candidate's problem with its chunk logs (empty: they are whole).
   std::vector<std::string> log_problems;
@@ -924,6 +946,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     quarantine(c.id, problem, c.path, c.record.segments);
   }
 
+  progress.SetSessionsToRestore(static_cast<int64_t>(whole.size()));
   // Cut every log to what its sessions need: a torn tail, or records of a
   // step whose state file was never written (not acknowledged).
   std::map<std::string, int64_t> needed;
@@ -984,6 +1007,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
               !s.ok()) {
             return s;
           }
+          progress.Touch();
           return DecodeChunk(payload, config_, out);
         }
         chunk -= c.record.segments[i].chunks;
@@ -1028,6 +1052,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     restored_host_bytes += static_cast<int64_t>(session->backend_session().memory().total());
     report.sessions.push_back({c.id, c.record.settings, std::move(session)});
     restored_candidates.push_back(&c);
+    progress.AddSessionRestored();
   }
   // Forks restored each with its own copy of the chunks they shared.
   std::map<std::string, int64_t> sessions_per_log;

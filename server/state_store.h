@@ -22,6 +22,7 @@
 #include "engine/backend.h"
 #include "engine/session.h"
 #include "server/background_deleter.h"
+#include "server/restore_progress.h"
 #include "server/session_manager.h"
 #include "server/state_files.h"
 #include "server/state_registration.h"
@@ -137,9 +138,12 @@ class StateStore {
   // otherwise it is quarantined, before any of them is read.
   // RESOURCE_EXHAUSTED, before anything is moved, cut or restored, when
   // more than `max_sessions` sessions would restore (--max_sessions).
+  // `progress`, when given, follows the restore as it runs (chunk log bytes
+  // checked, sessions restored; server/restore_progress.h).
   absl::StatusOr<RestoreReport> RestoreAll(
       Backend& backend, int64_t max_sessions = std::numeric_limits<int64_t>::max(),
-      int64_t host_budget_bytes = std::numeric_limits<int64_t>::max());
+      int64_t host_budget_bytes = std::numeric_limits<int64_t>::max(),
+      RestoreProgress* progress = nullptr);
 
   // Makes `id` a session of the store, with its own chunk log (created at
   // its first write), until Remove, and returns the handle every write of
