@@ -43,6 +43,7 @@
 #include "server/http_endpoint.h"
 #include "server/metrics.h"
 #include "server/openai_http_server.h"
+#include "server/quarantine_usage.h"
 #include "server/restore_progress.h"
 #include "server/server_credentials.h"
 #include "server/server_flags.h"
@@ -183,6 +184,17 @@ absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager
                restored, static_cast<long long>(tokens),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                report->quarantined.size(), static_cast<long long>(report->torn_tails_truncated));
+  // Nothing deletes DIR/quarantine/: what it keeps on the volume, said at
+  // every start (this one's refusals included) and on /metrics.
+  if (absl::StatusOr<QuarantineUsage> usage = ReadQuarantineUsage(store.dir()); !usage.ok()) {
+    std::fprintf(stderr, "drt-server: %s\n", std::string(usage.status().message()).c_str());
+  } else if (usage->sessions > 0) {
+    std::fprintf(stderr,
+                 "drt-server: %s/quarantine/ holds %lld refused sessions, %lld MiB; nothing "
+                 "deletes them (docs/deploy.md, \"Quarantined sessions\")\n",
+                 store.dir().c_str(), static_cast<long long>(usage->sessions),
+                 static_cast<long long>(usage->bytes >> 20));
+  }
   // Restored sessions are not refused for the host memory budget (that
   // would lose them). They may hold more than it for two reasons: a restart
   // with a smaller budget, and forks, which restore each with its own copy
@@ -418,8 +430,16 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     }
     return RestoreLiveness(restore_progress, now, stall_limit);
   };
-  http_options.more_metrics = [&restore_progress, &openai_for_metrics] {
+  http_options.more_metrics = [&restore_progress, &openai_for_metrics, &config] {
     std::string text = RenderRestoreMetrics(restore_progress);
+    // Read at each scrape: an operator may empty DIR/quarantine/ while the
+    // server runs (a few directory entries; an error leaves the gauges out).
+    if (!config.state.dir.empty()) {
+      if (absl::StatusOr<QuarantineUsage> usage = ReadQuarantineUsage(config.state.dir);
+          usage.ok()) {
+        text += RenderQuarantineMetrics(*usage);
+      }
+    }
     if (OpenAiHttpServer* openai = openai_for_metrics.load()) text += openai->RenderMetrics();
     return text;
   };

@@ -273,6 +273,18 @@ TEST_CASE("a shutdown signal during the restore of --state_dir ends drt-server a
   CHECK(err.find("0 quarantined, 0 chunk log tails cut") != std::string::npos);
   CHECK(fs::file_size(torn) == torn_bytes);
   CHECK(quarantined_zz() == std::vector<std::vector<std::string>>{{"zz.state"}});
+  // What quarantine/ keeps, said at start and on /metrics: zz's state file
+  // ("not a session record", 20 bytes; no chunk log).
+  CHECK(err.find("drt-server: " + state + "/quarantine/ holds 1 refused sessions, 0 MiB") !=
+        std::string::npos);
+  const std::string& listening = server.startup_output();
+  const size_t http_at = listening.find(", 127.0.0.1:");
+  REQUIRE(http_at != std::string::npos);
+  httplib::Client http("127.0.0.1", std::stoi(listening.substr(http_at + 12)));
+  auto metrics = http.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->body.find("\ndrt_quarantined_sessions 1\n") != std::string::npos);
+  CHECK(metrics->body.find("\ndrt_quarantined_bytes 20\n") != std::string::npos);
 }
 
 // The value of Prometheus sample `name` in `text`, or -1.
