@@ -25,7 +25,6 @@ int64_t NumDecoderLayers(const ModelConfig& c) {
 // neither: it began with its count of model shape fields, an i64 8, and named
 // no head counts and no fingerprint (docs/state_format.md).
 constexpr char kEngineStateMagic[8] = {'D', 'R', 'T', 'E', 'N', 'G', 'S', 'T'};
-constexpr uint32_t kEngineStateVersion = 2;
 constexpr int64_t kVersion1ShapeFields = 8;
 
 // The model's shape as written at the head of every small state; a state is
@@ -153,6 +152,21 @@ absl::Status AllFinite(const char* what, int64_t layer, const std::vector<float>
 }
 
 }  // namespace
+
+std::optional<uint32_t> EngineStateVersionOf(std::string_view bytes) {
+  if (bytes.size() >= sizeof(int64_t)) {
+    int64_t first = 0;
+    std::memcpy(&first, bytes.data(), sizeof first);
+    if (first == kVersion1ShapeFields) return 1;
+  }
+  if (bytes.size() < sizeof kEngineStateMagic + sizeof(uint32_t) ||
+      std::memcmp(bytes.data(), kEngineStateMagic, sizeof kEngineStateMagic) != 0) {
+    return std::nullopt;
+  }
+  uint32_t version = 0;  // little-endian, as ByteReader reads it
+  std::memcpy(&version, bytes.data() + sizeof kEngineStateMagic, sizeof version);
+  return version;
+}
 
 std::optional<StateModelMismatch> FindStateModelMismatch(std::string_view bytes,
                                                          const ModelConfig& config) {

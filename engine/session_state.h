@@ -86,6 +86,16 @@ inline int64_t ClosedChunks(const SessionState& state, const ModelConfig& config
 absl::StatusOr<std::string> EncodeSessionState(const SessionState& state,
                                                const ModelConfig& config);
 absl::StatusOr<SessionState> DecodeSessionState(std::string_view bytes, const ModelConfig& config);
+// The engine state version this server writes and reads (docs/state_format.md,
+// "Versions"); a state of any other version is refused by DecodeSessionState.
+inline constexpr uint32_t kEngineStateVersion = 2;
+// The engine state version of a small state without decoding the rest: 1 for
+// the layout before versions (no magic; it began with the shape field count,
+// an i64 8), the version after the magic otherwise; nullopt when `bytes` is
+// neither (not an engine state, or too short: damage). Tells a state of
+// another engine state version (an upgrade or a rollback: every session of a
+// directory at once) from a damaged one (server/state_store.cc, RestoreAll).
+std::optional<uint32_t> EngineStateVersionOf(std::string_view bytes);
 // What makes a small state another model's: the first shape field that
 // differs from this model's, or (the same shape) the fingerprint.
 struct StateModelMismatch {

@@ -23,6 +23,16 @@ HttpEndpoint::HttpEndpoint(const Metrics& metrics, HttpEndpointOptions options)
 
 HttpEndpoint::~HttpEndpoint() { Stop(); }
 
+void HttpEndpoint::SetStarting(std::string what) {
+  absl::MutexLock lock(&starting_mutex_);
+  starting_ = std::move(what);
+}
+
+std::string HttpEndpoint::starting() const {
+  absl::MutexLock lock(&starting_mutex_);
+  return starting_;
+}
+
 void AnswerReadiness(bool draining, httplib::Response& response) {
   if (draining) {
     response.status = 503;
@@ -47,14 +57,23 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
                              (options_.more_metrics ? options_.more_metrics() : std::string()),
                          kPrometheusContentType);
   });
-  server->Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
+  // /readyz is /healthz under the name Kubernetes' own components use.
+  const auto readiness = [this](const httplib::Request&, httplib::Response& response) {
+    if (const std::string starting = this->starting(); !starting.empty() && !draining_.load()) {
+      response.status = 503;
+      response.set_content(starting, "text/plain");
+      return;
+    }
     AnswerReadiness(draining_.load(), response);
-  });
+  };
+  server->Get("/healthz", readiness);
+  server->Get("/readyz", readiness);
 
   server->Get("/livez", [this](const httplib::Request&, httplib::Response& response) {
     const absl::Status live = options_.liveness ? options_.liveness() : absl::OkStatus();
     if (live.ok()) {
-      response.set_content("ok", "text/plain");
+      const std::string starting = this->starting();
+      response.set_content(starting.empty() ? "ok" : starting, "text/plain");
     } else {
       response.status = 503;
       response.set_content(std::string(live.message()), "text/plain");

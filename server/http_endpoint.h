@@ -1,7 +1,10 @@
 // The plain-HTTP side of the server: GET /metrics (Prometheus text),
-// GET /healthz (200 "ok", 503 "draining": readiness) and GET /livez (200
-// "ok", 503 with the reason when HttpEndpointOptions::liveness fails: a stuck
-// engine, server/engine_watchdog.h), served on a thread of its own.
+// GET /healthz and /readyz (the same: 200 "ok", 503 "draining", and 503 with
+// SetStarting's word until SetServing: readiness) and GET /livez (200 "ok",
+// or SetStarting's word while starting; 503 with the reason when
+// HttpEndpointOptions::liveness fails: a stuck engine,
+// server/engine_watchdog.h, or a stalled restore, server/restore_progress.h),
+// served on a thread of its own.
 // Slow clients cannot keep probes from answering (server/deadline_http_server.h).
 #pragma once
 
@@ -13,7 +16,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "server/httplib_listener.h"
 #include "server/metrics.h"
 
@@ -78,6 +83,12 @@ class HttpEndpoint {
   // /healthz answers 503 "draining" from now on.
   void StartDraining() { draining_.store(true); }
 
+  // Until SetServing: /healthz and /readyz answer 503 `what` (drt-server:
+  // "restoring" during the --state_dir restore, "starting" until gRPC
+  // listens), and /livez, when live, 200 `what`. A new endpoint serves.
+  void SetStarting(std::string what);
+  void SetServing() { SetStarting(""); }
+
   // Stops serving and joins the thread. Safe to call more than once.
   void Stop();
 
@@ -86,6 +97,10 @@ class HttpEndpoint {
   HttpEndpointOptions options_;
   std::unique_ptr<httplib::Server> server_;
   std::atomic<bool> draining_{false};
+  // SetStarting's word; empty: serving.
+  std::string starting() const;
+  mutable absl::Mutex starting_mutex_;
+  std::string starting_ ABSL_GUARDED_BY(starting_mutex_);
   HttpListenThread listener_;
   int port_ = 0;
 };

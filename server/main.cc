@@ -43,7 +43,9 @@
 #include "server/http_endpoint.h"
 #include "server/metrics.h"
 #include "server/openai_http_server.h"
+#include "server/quarantine_usage.h"
 #include "server/request_parsing.h"
+#include "server/restore_progress.h"
 #include "server/server_credentials.h"
 #include "server/server_flags.h"
 #include "server/session_manager.h"
@@ -152,15 +154,17 @@ absl::StatusOr<std::unique_ptr<StateStore>> OpenStateStore(const StateStoreOptio
 
 // Reads every durable session back into `sessions` before the server
 // listens: all of a session or, when its files are damaged, none of it
-// (moved to DIR/quarantine/ and named on stderr).
-absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager& sessions) {
+// (moved to DIR/quarantine/ and named on stderr). `progress` follows it (the
+// HTTP endpoint serves it meanwhile).
+absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager& sessions,
+                             RestoreProgress& progress) {
   const auto start = std::chrono::steady_clock::now();
   // (More sessions than --max_sessions: refused before any is read in.)
   // (A session the disk tier cannot map completely keeps what it mapped and
   // reads the rest into memory only when that fits the host budget beside
   // those restored before it.)
   auto report = store.RestoreAll(backend, sessions.limits().max_sessions,
-                                 sessions.limits().host_memory_budget_bytes);
+                                 sessions.limits().host_memory_budget_bytes, &progress);
   if (!report.ok()) return report.status();
   for (const std::string& line : report->quarantined) {
     std::fprintf(stderr, "drt-server: %s\n", line.c_str());
@@ -181,6 +185,17 @@ absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager
                restored, static_cast<long long>(tokens),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                report->quarantined.size(), static_cast<long long>(report->torn_tails_truncated));
+  // Nothing deletes DIR/quarantine/: what it keeps on the volume, said at
+  // every start (this one's refusals included) and on /metrics.
+  if (absl::StatusOr<QuarantineUsage> usage = ReadQuarantineUsage(store.dir()); !usage.ok()) {
+    std::fprintf(stderr, "drt-server: %s\n", std::string(usage.status().message()).c_str());
+  } else if (usage->sessions > 0) {
+    std::fprintf(stderr,
+                 "drt-server: %s/quarantine/ holds %lld refused sessions, %lld MiB; nothing "
+                 "deletes them (docs/deploy.md, \"Quarantined sessions\")\n",
+                 store.dir().c_str(), static_cast<long long>(usage->sessions),
+                 static_cast<long long>(usage->bytes >> 20));
+  }
   // Restored sessions are not refused for the host memory budget (that
   // would lose them). They may hold more than it for two reasons: a restart
   // with a smaller budget, and forks, which restore each with its own copy
@@ -215,22 +230,26 @@ absl::Status RestoreSessions(StateStore& store, Backend& backend, SessionManager
 }
 
 // What start-up makes, in the order it makes them (destroyed in reverse:
-// the service first, the model last).
+// the service first, the model last). The metrics it records into are
+// Run's, which the HTTP endpoint serves from before start-up ends.
 struct Started {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   std::unique_ptr<Model> model;
   std::unique_ptr<Backend> backend;
-  Metrics metrics;
   ServiceOptions service_options;
   std::unique_ptr<StateStore> state_store;
   std::unique_ptr<BackgroundFingerprint> background_fingerprint;
   std::unique_ptr<DrtService> service;
 };
 
-// Everything before the server listens: the model, the backend, the state
-// directory's sessions. Runs on a thread of its own (RunStartUpUnlessSignalled)
-// and says what it is doing in `phase`.
-absl::StatusOr<std::unique_ptr<Started>> StartUp(const ServerConfig& config, StartupPhase& phase) {
+// Everything before the server listens for gRPC: the model, the backend,
+// the HTTP endpoint (--http_listen; started before the restore, so that
+// /livez, /healthz and /metrics answer while it runs: review-deploy F5), the
+// state directory's sessions. Runs on a thread of its own
+// (RunStartUpUnlessSignalled) and says what it is doing in `phase`.
+absl::StatusOr<std::unique_ptr<Started>> StartUp(const ServerConfig& config, StartupPhase& phase,
+                                                 Metrics& metrics, HttpEndpoint& http,
+                                                 RestoreProgress& restore_progress) {
   auto started = std::make_unique<Started>();
   auto credentials = MakeServerCredentials(config.tls_cert_path, config.tls_key_path);
   if (!credentials.ok()) return credentials.status();
@@ -297,7 +316,7 @@ absl::StatusOr<std::unique_ptr<Started>> StartUp(const ServerConfig& config, Sta
                  threads_why.c_str());
   }
 
-  started->metrics.SetBackend(backend.name(), config.service.precision);
+  metrics.SetBackend(backend.name(), config.service.precision);
   ServiceOptions& service_options = started->service_options;
   service_options = config.service;
   service_options.model_name = ModelName(config.model_dir);
@@ -343,15 +362,25 @@ absl::StatusOr<std::unique_ptr<Started>> StartUp(const ServerConfig& config, Sta
     started->background_fingerprint =
         std::make_unique<BackgroundFingerprint>(backend.config().fingerprint);
   }
-  started->service =
-      std::make_unique<DrtService>(loaded, backend, started->metrics, service_options);
+  started->service = std::make_unique<DrtService>(loaded, backend, metrics, service_options);
+  if (config.http.has_value()) {
+    // /healthz and /readyz answer 503 until gRPC listens (Run).
+    http.SetStarting(started->state_store != nullptr ? "restoring" : "starting");
+    if (absl::Status s = http.Start(config.http->host, config.http->port); !s.ok()) return s;
+    std::fprintf(stderr,
+                 "drt-server: HTTP endpoint on %s: /livez answers, /healthz and /readyz answer "
+                 "503 \"%s\" until the server listens for gRPC\n",
+                 FormatHostPort({config.http->host, http.port()}).c_str(),
+                 started->state_store != nullptr ? "restoring" : "starting");
+  }
   if (started->state_store != nullptr) {
     phase.Set(absl::StrCat("restoring the sessions in ", config.state.dir));
-    if (absl::Status s =
-            RestoreSessions(*started->state_store, backend, started->service->session_manager());
+    if (absl::Status s = RestoreSessions(*started->state_store, backend,
+                                         started->service->session_manager(), restore_progress);
         !s.ok()) {
       return s;
     }
+    http.SetStarting("starting");
   }
   return started;
 }
@@ -385,13 +414,52 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   // shutdown signals arrive, can end the process when one comes before the
   // server listens (review-deploy #10; server/startup_signals.h).
   StartupPhase phase;
+  // The HTTP endpoint is made here and started by start-up, before the
+  // --state_dir restore: until the service exists, /livez follows the
+  // restore's progress (RestoreLiveness) and /metrics shows it.
+  Metrics metrics;
+  RestoreProgress restore_progress;
+  std::atomic<DrtService*> live_service{nullptr};
+  std::atomic<OpenAiHttpServer*> openai_for_metrics{nullptr};
+  const std::chrono::milliseconds stall_limit =
+      std::chrono::seconds(config.engine_stall_seconds);
+  HttpEndpointOptions http_options;
+  http_options.liveness = [&live_service, &restore_progress, stall_limit] {
+    const auto now = std::chrono::steady_clock::now();
+    if (DrtService* service = live_service.load()) {
+      return EngineLiveness(service->engine_progress(), now, stall_limit);
+    }
+    return RestoreLiveness(restore_progress, now, stall_limit);
+  };
+  http_options.more_metrics = [&restore_progress, &openai_for_metrics, &config] {
+    std::string text = RenderRestoreMetrics(restore_progress);
+    // Read at each scrape: an operator may empty DIR/quarantine/ while the
+    // server runs (a few directory entries; an error leaves the gauges out).
+    if (!config.state.dir.empty()) {
+      if (absl::StatusOr<QuarantineUsage> usage = ReadQuarantineUsage(config.state.dir);
+          usage.ok()) {
+        text += RenderQuarantineMetrics(*usage);
+      }
+    }
+    if (OpenAiHttpServer* openai = openai_for_metrics.load()) text += openai->RenderMetrics();
+    return text;
+  };
+  HttpEndpoint http(metrics, http_options);
+  // Stops the endpoint, whose handlers read what is declared after it,
+  // before that goes (declared after each such thing; Stop is idempotent).
+  struct StopHttp {
+    HttpEndpoint& http;
+    ~StopHttp() { http.Stop(); }
+  };
   absl::StatusOr<std::unique_ptr<Started>> made = absl::InternalError("start-up did not run");
-  RunStartUpUnlessSignalled([&] { made = StartUp(config, phase); }, signals, phase);
+  StopHttp stop_http_before_service{http};
+  RunStartUpUnlessSignalled(
+      [&] { made = StartUp(config, phase, metrics, http, restore_progress); }, signals, phase);
   if (!made.ok()) return Fail(made.status());
   Started& started = **made;
   DrtService& service = *started.service;
+  live_service.store(&service);
   const ServiceOptions& service_options = started.service_options;
-  Metrics& metrics = started.metrics;
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -433,8 +501,6 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   health->SetServingStatus(true);
   // Liveness of the engine (server/engine_watchdog.h): the gRPC service
   // kEngineHealthService follows it; "" and drt.v1.Drt follow the drain.
-  const std::chrono::milliseconds stall_limit =
-      std::chrono::seconds(config.engine_stall_seconds);
   std::unique_ptr<EngineWatchdog> watchdog;
   if (stall_limit.count() > 0) {
     watchdog = std::make_unique<EngineWatchdog>(
@@ -462,30 +528,18 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   openai_options.max_request_bytes = static_cast<size_t>(config.openai_max_request_bytes);
   openai_options.max_inflight_request_bytes =
       static_cast<size_t>(config.openai_max_inflight_request_bytes);
-  // (Made before the probe endpoint, whose /metrics reads its counters, and
-  // so destroyed after it; started after it, as before.)
+  // (The probe endpoint's /metrics reads its counters from now on; the
+  // endpoint stops before it is destroyed, stop_http_before_openai.)
   // The client side of that channel takes answers of any size (gRPC's
   // default is 4 MiB): a /tokenize answer is bounded by the server's
   // --max_message_bytes, which it sends under.
   grpc::ChannelArguments openai_channel_args;
   openai_channel_args.SetMaxReceiveMessageSize(-1);
   OpenAiHttpServer openai(server->InProcessChannel(openai_channel_args), openai_options);
-
-  HttpEndpointOptions http_options;
-  http_options.liveness = [&service, stall_limit] {
-    return EngineLiveness(service.engine_progress(), std::chrono::steady_clock::now(),
-                          stall_limit);
-  };
-  if (config.openai.has_value()) {
-    http_options.more_metrics = [&openai] { return openai.RenderMetrics(); };
-  }
-  HttpEndpoint http(metrics, http_options);
+  StopHttp stop_http_before_openai{http};
+  if (config.openai.has_value()) openai_for_metrics.store(&openai);
   std::string http_address = "disabled";
   if (config.http.has_value()) {
-    if (absl::Status started = http.Start(config.http->host, config.http->port); !started.ok()) {
-      server->Shutdown(std::chrono::system_clock::now());
-      return Fail(started);
-    }
     http_address = FormatHostPort({config.http->host, http.port()});
   }
 
@@ -504,6 +558,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   if (auto parsed = ParseHostPort(config.grpc_address); parsed.ok()) {
     grpc_address = FormatHostPort({parsed->host, grpc_port});
   }
+  http.SetServing();  // gRPC listens: /healthz and /readyz answer 200
   std::printf("drt-server listening on %s (grpc), %s (http), %smodel %s\n", grpc_address.c_str(),
               http_address.c_str(),
               openai_address.empty() ? "" : (openai_address + " (openai), ").c_str(),

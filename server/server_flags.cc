@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/types/span.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,8 +20,10 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "gRPC address, host:port ([::]:port for IPv6, port 0 picks a free port) or "
           "unix:/path/to/socket");
 ABSL_FLAG(std::string, http_listen, "0.0.0.0:9090",
-          "HTTP address for GET /metrics (Prometheus), GET /healthz (readiness) and GET /livez "
-          "(liveness), host:port; empty disables the HTTP endpoint");
+          "HTTP address for GET /metrics (Prometheus), GET /healthz and /readyz (readiness) and "
+          "GET /livez (liveness), host:port; empty disables the HTTP endpoint. It answers from "
+          "before a --state_dir restore: /livez 200 and /healthz 503 \"restoring\" until it ends, "
+          "with its progress on /metrics");
 ABSL_FLAG(std::string, openai_listen, "",
           "address for the OpenAI-compatible HTTP API (POST /v1/completions, GET /v1/models, "
           "POST /tokenize and /detokenize, GET /health), host:port; empty (the default) turns "
@@ -166,7 +170,10 @@ ABSL_FLAG(std::string, session_files_dir, "",
 ABSL_FLAG(std::string, state_dir, "",
           "durable sessions: keep every session's state in this directory (created if "
           "missing, not its parents) and restore them all at start-up; empty: sessions live "
-          "in memory only (docs/state_format.md)");
+          "in memory only (docs/state_format.md), and --state_sync, --state_sync_interval_ms, "
+          "--state_ack_tokens, --disk_tier, --quarantine_other_model_sessions and "
+          "--quarantine_other_version_sessions at other than their defaults are refused (they "
+          "would do nothing)");
 ABSL_FLAG(bool, log_requests, false,
           "log one line on stderr for every gRPC call as it ends (the OpenAI API's calls into "
           "the service included): method, peer, status code and seconds; off: only calls "
@@ -176,6 +183,12 @@ ABSL_FLAG(bool, quarantine_other_model_sessions, false,
           "fingerprint than --model's) are moved to DIR/quarantine/ at start-up and the server "
           "starts without them; false (the default) refuses to start instead, nothing moved, "
           "naming the model they were written for (docs/state_format.md, \"Start-up\")");
+ABSL_FLAG(bool, quarantine_other_version_sessions, false,
+          "with --state_dir, sessions whose engine state has another version than this "
+          "server's (written before 2026-11-24, or by a newer drt-server) are moved to "
+          "DIR/quarantine/ at start-up and the server starts without them; false (the default) "
+          "refuses to start instead, nothing moved, naming how many and their versions "
+          "(docs/state_format.md, \"Start-up\"; docs/deploy.md, upgrades)");
 ABSL_FLAG(std::string, state_sync, "step",
           "with --state_dir, when a session's changes reach the disk: step (each Append step "
           "and generated token is fsynced before it is acknowledged) or interval (at most every "
@@ -338,6 +351,35 @@ std::string IgnoredCudaFlagsNote(const ServerConfig& config) {
                       "--device=cuda only)");
 }
 
+// The flags that only --state_dir reads (durable sessions). One of them at
+// a value other than its default without --state_dir is refused: the server
+// would start with sessions in memory only and the flag doing nothing
+// (serverops item 1). "Set" means "not at its default": absl's public API
+// does not say whether a flag came from the command line (and tests set
+// flags in-process), and a flag at its default changes nothing either way.
+constexpr const char* kStateDirFlags[] = {
+    "state_sync",
+    "state_sync_interval_ms",
+    "state_ack_tokens",
+    "disk_tier",
+    "quarantine_other_model_sessions",
+    "quarantine_other_version_sessions",
+};
+
+// "--name=value" for each of `names` whose current value is not its
+// default.
+std::vector<std::string> FlagsAwayFromDefault(absl::Span<const char* const> names) {
+  std::vector<std::string> given;
+  for (const char* name : names) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) continue;
+    if (flag->CurrentValue() != flag->DefaultValue()) {
+      given.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
+    }
+  }
+  return given;
+}
+
 }  // namespace
 
 absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
@@ -472,9 +514,19 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.state.disk_tier = absl::GetFlag(FLAGS_disk_tier);
   config.state.quarantine_other_model_sessions =
       absl::GetFlag(FLAGS_quarantine_other_model_sessions);
+  config.state.quarantine_other_version_sessions =
+      absl::GetFlag(FLAGS_quarantine_other_version_sessions);
   config.log_requests = absl::GetFlag(FLAGS_log_requests);
   config.state.model_dir = config.model_dir;
   check(CheckAtLeast("state_sync_interval_ms", config.state.sync_interval_ms, 1));
+  if (const std::vector<std::string> given = FlagsAwayFromDefault(kStateDirFlags);
+      config.state.dir.empty() && !given.empty()) {
+    errors.emplace_back(absl::StrCat(
+        absl::StrJoin(given, ", "), given.size() == 1 ? " needs" : " need",
+        " --state_dir (durable sessions): without it sessions live in memory only and ",
+        given.size() == 1 ? "this flag does" : "these flags do",
+        " nothing; add --state_dir=DIR, or drop ", given.size() == 1 ? "it" : "them"));
+  }
 
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   // Below this not even a small prompt piece plus headers fits.

@@ -364,7 +364,8 @@ absl::StatusOr<size_t> ReadAt(int fd, const std::string& path, char* out, size_t
 
 }  // namespace
 
-absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payload_bytes) {
+absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payload_bytes,
+                                          const std::function<void(uint64_t bytes)>& on_read) {
   // Read in pieces of whole records: a log of a long context is larger than
   // memory (the disk tier).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -380,6 +381,7 @@ absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payloa
   char header[kChunkLogHeaderBytes];
   auto got = ReadAt(fd, path, header, sizeof header, 0);
   if (!got.ok()) return got.status();
+  if (on_read) on_read(*got);
   if (*got < kChunkLogHeaderBytes || std::memcmp(header, kChunkLogMagic, 8) != 0) {
     return absl::DataLossError(
         absl::StrFormat("%s is not a drt chunk log (no DRTCHLOG header)", path));
@@ -401,6 +403,7 @@ absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payloa
         static_cast<size_t>(std::min<uint64_t>(buffer.size(), scan.file_bytes - at));
     auto read = ReadAt(fd, path, buffer.data(), want, at);
     if (!read.ok()) return read.status();
+    if (on_read) on_read(*read);
     size_t used = 0;
     for (; used + record <= *read; used += record, at += record) {
       uint32_t length = 0, crc = 0;

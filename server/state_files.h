@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -181,7 +182,10 @@ struct ChunkLogScan {
 // Reads and checks every record. FAILED_PRECONDITION / DATA_LOSS naming the
 // path for a missing file, a foreign header, a newer version or records of
 // another size than `payload_bytes`.
-absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payload_bytes);
+// `on_read`, when set, is called with the bytes of each piece read (the
+// header, then up to 64 records at a time): the restore's progress.
+absl::StatusOr<ChunkLogScan> ScanChunkLog(const std::string& path, size_t payload_bytes,
+                                          const std::function<void(uint64_t bytes)>& on_read = {});
 // Reads record `index` (checked again) from an open file.
 absl::Status ReadChunkRecord(int fd, const std::string& path, int64_t index, size_t payload_bytes,
                              std::string& payload);

@@ -657,7 +657,17 @@ std::string StateStore::Quarantine(const std::string& id, const std::string& pro
 
 absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backend,
                                                                  int64_t max_sessions,
-                                                                 int64_t host_budget_bytes) {
+                                                                 int64_t host_budget_bytes,
+                                                                 RestoreProgress* progress_in) {
+  // Progress goes to a local one when none was given, so the code below
+  // reports unconditionally; End() runs on every return.
+  RestoreProgress unobserved;
+  RestoreProgress& progress = progress_in != nullptr ? *progress_in : unobserved;
+  progress.Begin();
+  struct EndProgress {
+    RestoreProgress& progress;
+    ~EndProgress() { progress.End(); }
+  } end_progress{progress};
   RestoreReport report;
   struct Candidate {
     std::string id;
@@ -681,6 +691,14 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     StateModelMismatch mismatch;
   };
   std::vector<OtherModel> other_model;
+  // States of another engine state version (an upgrade or a rollback, not
+  // damage): their records decode, their engine states cannot be.
+  struct OtherVersion {
+    std::string id, path;
+    SessionRecord record;
+    uint32_t version = 0;
+  };
+  std::vector<OtherVersion> other_version;
   // Files of writes that never finished: deleted once start-up is not
   // refused (a refusal changes nothing).
   std::vector<std::string> temporary;
@@ -703,6 +721,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     if (!absl::EndsWith(name, kStateSuffix)) continue;
     const std::string id = name.substr(0, name.size() - std::strlen(kStateSuffix));
     auto bytes = ReadWholeFile(path);
+    progress.Touch();
     absl::StatusOr<SessionRecord> record =
         bytes.ok() ? DecodeSessionRecord(*bytes, path) : absl::StatusOr<SessionRecord>(bytes.status());
     absl::StatusOr<SessionState> state = absl::InternalError("unread");
@@ -713,6 +732,13 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     std::vector<ChunkSegment> segments = {ChunkSegment{id, 0}};
     if (record.ok()) {
       segments = record->segments;
+      // Another engine state version first: neither its model nor its
+      // settings can be checked by this server's engine.
+      if (std::optional<uint32_t> version = EngineStateVersionOf(record->state);
+          version.has_value() && *version != kEngineStateVersion) {
+        other_version.push_back({id, path, *std::move(record), *version});
+        continue;
+      }
       // Another model first: its record's defaults are checked against the
       // model that wrote them, not this one, so a logit_bias id this model
       // lacks must not turn a session of another model into "damage"
@@ -747,12 +773,42 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     candidates.push_back({id, path, *std::move(record), *std::move(state)});
   }
 
+  // Sessions of another engine state version: a server upgraded (or rolled
+  // back) across a version meets all of them at once, so quarantining them
+  // would lose every session silently. Refused before anything moves,
+  // unless the operator said to quarantine them.
+  if (!other_version.empty() && !options_.quarantine_other_version_sessions) {
+    const int64_t total =
+        other_version.size() + other_model.size() + candidates.size() + unreadable.size();
+    std::map<uint32_t, int64_t> per_version;
+    for (const OtherVersion& o : other_version) ++per_version[o.version];
+    std::vector<std::string> versions;
+    bool older = false, newer = false;
+    for (const auto& [version, count] : per_version) {
+      versions.push_back(absl::StrFormat("%d with version %d", count, version));
+      (version < kEngineStateVersion ? older : newer) = true;
+    }
+    std::string why;
+    if (older) {
+      why = "; version 1 was written before 2026-11-24 and cannot be checked against a model: "
+            "its contexts must be re-ingested";
+    }
+    if (newer) why += "; a newer version was written by a newer drt-server: run that one";
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: %d of its %d sessions (e.g. %s) hold an engine state of another version than "
+        "this server's %d (%s)%s. Start the drt-server that wrote them, or pass "
+        "--quarantine_other_version_sessions to move them to %s/quarantine/ and start without "
+        "them (nothing was restored or changed)",
+        options_.dir, other_version.size(), total, other_version.front().id, kEngineStateVersion,
+        absl::StrJoin(versions, ", "), why, options_.dir));
+  }
   // Sessions of another model: the server's --model is not theirs, so all of
   // them would go, whatever their data. Refused before anything moves,
   // unless the operator said to quarantine them.
   if (!other_model.empty() && !options_.quarantine_other_model_sessions) {
     const StateModelMismatch& first = other_model.front().mismatch;
-    const int64_t total = other_model.size() + candidates.size() + unreadable.size();
+    const int64_t total =
+        other_model.size() + other_version.size() + candidates.size() + unreadable.size();
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s: %d of its %d sessions (e.g. %s) were written for another model, not for this "
         "--model%s: %s. Start with the model that wrote them, or pass "
@@ -762,14 +818,25 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
         options_.model_dir.empty() ? "" : " " + options_.model_dir,
         DescribeStateModelMismatch(first), options_.dir));
   }
-  // Every chunk log a candidate uses, scanned once.
-  std::map<std::string, absl::StatusOr<ChunkLogScan>> scans;
+  // Every chunk log a candidate uses, scanned once; its bytes are the
+  // restore's progress (a log that is missing counts nothing).
+  progress.SetSessionsToRestore(static_cast<int64_t>(candidates.size()));
+  std::set<std::string> to_scan;
   for (const Candidate& c : candidates) {
     for (const ChunkSegment& s : c.record.segments) {
-      if (s.chunks > 0 && !scans.contains(s.log)) {
-        scans.emplace(s.log, ScanChunkLog(LogPath(s.log), payload_bytes_));
-      }
+      if (s.chunks > 0) to_scan.insert(s.log);
     }
+  }
+  for (const std::string& log : to_scan) {
+    std::error_code size_error;
+    const uintmax_t size = fs::file_size(LogPath(log), size_error);
+    if (!size_error) progress.AddBytesToCheck(static_cast<int64_t>(size));
+  }
+  std::map<std::string, absl::StatusOr<ChunkLogScan>> scans;
+  for (const std::string& log : to_scan) {
+    scans.emplace(log, ScanChunkLog(LogPath(log), payload_bytes_, [&progress](uint64_t bytes) {
+                    progress.AddBytesChecked(static_cast<int64_t>(bytes));
+                  }));
   }
   // Each candidate's problem with its chunk logs (empty: they are whole).
   std::vector<std::string> log_problems;
@@ -863,6 +930,15 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
                                DescribeStateModelMismatch(o.mismatch)),
                o.path, o.record.segments);
   }
+  // One of another engine state version (--quarantine_other_version_sessions)
+  // with every log it names.
+  for (const OtherVersion& o : other_version) {
+    quarantine(o.id,
+               absl::StrFormat("%s: the state has engine state version %d; this server reads "
+                               "version %d",
+                               o.path, o.version, kEngineStateVersion),
+               o.path, o.record.segments);
+  }
   // A damaged one with every log it names that is still there.
   for (size_t i = 0; i < candidates.size(); ++i) {
     Candidate& c = candidates[i];
@@ -874,6 +950,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     quarantine(c.id, problem, c.path, c.record.segments);
   }
 
+  progress.SetSessionsToRestore(static_cast<int64_t>(whole.size()));
   // Cut every log to what its sessions need: a torn tail, or records of a
   // step whose state file was never written (not acknowledged).
   std::map<std::string, int64_t> needed;
@@ -934,6 +1011,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
               !s.ok()) {
             return s;
           }
+          progress.Touch();
           return DecodeChunk(payload, config_, out);
         }
         chunk -= c.record.segments[i].chunks;
@@ -978,6 +1056,7 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     restored_host_bytes += static_cast<int64_t>(session->backend_session().memory().total());
     report.sessions.push_back({c.id, c.record.settings, std::move(session)});
     restored_candidates.push_back(&c);
+    progress.AddSessionRestored();
   }
   // Forks restored each with its own copy of the chunks they shared.
   std::map<std::string, int64_t> sessions_per_log;

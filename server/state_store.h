@@ -22,6 +22,7 @@
 #include "engine/backend.h"
 #include "engine/session.h"
 #include "server/background_deleter.h"
+#include "server/restore_progress.h"
 #include "server/session_manager.h"
 #include "server/state_files.h"
 #include "server/state_registration.h"
@@ -46,6 +47,12 @@ struct StateStoreOptions {
   // model rolled onto the directory); true quarantines them, as damaged ones
   // are (--quarantine_other_model_sessions).
   bool quarantine_other_model_sessions = false;
+  // Sessions whose engine state has another version than this server's
+  // (kEngineStateVersion: one of before 2026-11-24, or of a newer server)
+  // make RestoreAll refuse to start, nothing moved (an upgrade or a
+  // rollback across an engine state version); true quarantines them
+  // (--quarantine_other_version_sessions).
+  bool quarantine_other_version_sessions = false;
   // The --model directory, named in that refusal (may be empty).
   std::string model_dir;
   // Tests only: called by RecordFork with no lock held, at "logs shared"
@@ -132,9 +139,12 @@ class StateStore {
   // otherwise it is quarantined, before any of them is read.
   // RESOURCE_EXHAUSTED, before anything is moved, cut or restored, when
   // more than `max_sessions` sessions would restore (--max_sessions).
+  // `progress`, when given, follows the restore as it runs (chunk log bytes
+  // checked, sessions restored; server/restore_progress.h).
   absl::StatusOr<RestoreReport> RestoreAll(
       Backend& backend, int64_t max_sessions = std::numeric_limits<int64_t>::max(),
-      int64_t host_budget_bytes = std::numeric_limits<int64_t>::max());
+      int64_t host_budget_bytes = std::numeric_limits<int64_t>::max(),
+      RestoreProgress* progress = nullptr);
 
   // Makes `id` a session of the store, with its own chunk log (created at
   // its first write), until Remove, and returns the handle every write of

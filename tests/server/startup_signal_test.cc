@@ -31,6 +31,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <httplib.h>
 
 #include "server/startup_signals.h"
 #include "tests/server/test_util/grpc_harness.h"
@@ -272,6 +273,101 @@ TEST_CASE("a shutdown signal during the restore of --state_dir ends drt-server a
   CHECK(err.find("0 quarantined, 0 chunk log tails cut") != std::string::npos);
   CHECK(fs::file_size(torn) == torn_bytes);
   CHECK(quarantined_zz() == std::vector<std::vector<std::string>>{{"zz.state"}});
+  // What quarantine/ keeps, said at start and on /metrics: zz's state file
+  // ("not a session record", 20 bytes; no chunk log).
+  CHECK(err.find("drt-server: " + state + "/quarantine/ holds 1 refused sessions, 0 MiB") !=
+        std::string::npos);
+  const std::string& listening = server.startup_output();
+  const size_t http_at = listening.find(", 127.0.0.1:");
+  REQUIRE(http_at != std::string::npos);
+  httplib::Client http("127.0.0.1", std::stoi(listening.substr(http_at + 12)));
+  auto metrics = http.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->body.find("\ndrt_quarantined_sessions 1\n") != std::string::npos);
+  CHECK(metrics->body.find("\ndrt_quarantined_bytes 20\n") != std::string::npos);
+}
+
+// The value of Prometheus sample `name` in `text`, or -1.
+int64_t Sample(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(text.substr(at + name.size() + 2));
+}
+
+// review-deploy F5: the HTTP endpoint starts before the --state_dir restore,
+// so that a probe sees a live process (/livez 200 "restoring") and a
+// not-ready one (/healthz and /readyz 503 "restoring") with the restore's
+// progress on /metrics, instead of no answer at all until it ends (a
+// startup probe shorter than the restore killed the pod at every start).
+TEST_CASE("during the restore of --state_dir /livez answers 200 and /healthz and /readyz 503",
+          "[server][process][startup][restore_progress]") {
+  drt::testing::TempDir temp;
+  const std::string state = temp.File("state");
+  std::vector<std::string> args = ServerProcessArgs(1);  // HTTP on 127.0.0.1:0
+  args.push_back("--state_dir=" + state);
+  {
+    ServerProcess server(drt::testing::ServerBinary(), args);
+    auto stub = drt::v1::Drt::NewStub(
+        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+    for (int i = 0; i < 2; ++i) {
+      const std::string id = NewSession(*stub);
+      const auto tokens = RandomTokens(300 + 400 * i, 21 + i);
+      REQUIRE(AppendTokens(*stub, id, tokens, EvenPieces(tokens.size(), 200)).status.ok());
+    }
+    server.Signal(SIGTERM);
+    REQUIRE(server.WaitExit(30).has_value());
+  }
+  int64_t log_bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(state + "/chunks")) {
+    log_bytes += static_cast<int64_t>(std::filesystem::file_size(entry.path()));
+  }
+  REQUIRE(log_bytes > 0);
+
+  // Each session's restore is held 2 s: the probes are asked during the
+  // first one's.
+  StartingServer starting(args, "DRT_TEST_RESTORE_DELAY_MS=2000", temp.File("out"),
+                          temp.File("err"));
+  WaitFor([&] { return starting.err().find("DRT_TEST_RESTORE_DELAY_MS: restoring session") !=
+                       std::string::npos; },
+          60, "the restore to begin");
+  const std::string err = starting.err();
+  INFO("stderr:\n" << err);
+  const std::string endpoint_line = "drt-server: HTTP endpoint on 127.0.0.1:";
+  const size_t at = err.find(endpoint_line);
+  REQUIRE(at != std::string::npos);
+  const int port = std::stoi(err.substr(at + endpoint_line.size()));
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(10, 0);
+  const auto get = [&](const char* path) {
+    auto response = client.Get(path);
+    REQUIRE(response);
+    return std::make_pair(response->status, response->body);
+  };
+  CHECK(get("/livez") == std::make_pair(200, std::string("restoring")));
+  CHECK(get("/healthz") == std::make_pair(503, std::string("restoring")));
+  CHECK(get("/readyz") == std::make_pair(503, std::string("restoring")));
+  const auto [metrics_status, during] = get("/metrics");
+  CHECK(metrics_status == 200);
+  CHECK(Sample(during, "drt_restore_running") == 1);
+  CHECK(Sample(during, "drt_restore_log_bytes_to_check") == log_bytes);
+  CHECK(Sample(during, "drt_restore_log_bytes_checked") == log_bytes);  // checked before any restore
+  CHECK(Sample(during, "drt_restore_sessions_to_restore") == 2);
+  CHECK(Sample(during, "drt_restore_sessions_restored") == 0);
+  CHECK(starting.out().find("listening") == std::string::npos);  // gRPC not yet
+
+  WaitFor([&] { return starting.out().find("drt-server listening on") != std::string::npos; }, 60,
+          "the server to listen");
+  CHECK(get("/livez") == std::make_pair(200, std::string("ok")));
+  CHECK(get("/healthz") == std::make_pair(200, std::string("ok")));
+  CHECK(get("/readyz") == std::make_pair(200, std::string("ok")));
+  const std::string after = get("/metrics").second;
+  CHECK(Sample(after, "drt_restore_running") == 0);
+  CHECK(Sample(after, "drt_restore_sessions_restored") == 2);
+  starting.Signal(SIGTERM);
+  const std::optional<int> status = starting.WaitExit(30);
+  REQUIRE(status.has_value());
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
 }
 
 }  // namespace
