@@ -253,6 +253,13 @@ int64_t StateStore::sessions_registered() const {
   return static_cast<int64_t>(sessions_.size());
 }
 
+int64_t StateStore::TokensWritten(const StateRegistration& registration) const {
+  if (!CheckRegistration(registration, "TokensWritten").ok()) return -1;
+  Durable& d = *registration.record_;
+  std::lock_guard<std::mutex> lock(d.mutex);
+  return d.tokens_written;
+}
+
 std::shared_ptr<StateStore::Durable> StateStore::FindOrAdd(const std::string& id,
                                                            std::vector<ChunkSegment> segments) {
   std::lock_guard<std::mutex> lock(mutex_);
