@@ -113,7 +113,9 @@ uint32_t SessionRecordVersionFor(const SessionSettings& settings);
 // `path` is named in errors. Refuses a foreign file and a newer version; a
 // version-2 record gives settings with min_p, the penalties and logit_bias
 // off. Sampling defaults outside what CreateSession accepts
-// (ValidateSamplingParams) are DATA_LOSS, as any other damage.
+// (ValidateSamplingParams) and a max_context_tokens or idle_ttl_seconds
+// below 1 (a server writes the resolved limits) are DATA_LOSS, as any other
+// damage.
 absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const std::string& path);
 // Whether `bytes` start with a DRTSTATE header whose version is larger than
 // this server reads (kSessionRecordVersion): a record of a newer server,

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -262,6 +263,15 @@ void FlipByte(const std::string& path, uint64_t offset) {
   f.write(&c, 1);
 }
 
+// Rewrites the record of the state file at `path` with `change` applied
+// (its CRC recomputed: damage a CRC cannot see).
+void RewriteRecord(const std::string& path, const std::function<void(SessionRecord&)>& change) {
+  auto record = DecodeSessionRecord(*ReadWholeFile(path), path);
+  REQUIRE(record.ok());
+  change(*record);
+  REQUIRE(WriteFileAtomically(path, EncodeSessionRecord(*record)).ok());
+}
+
 TEST_CASE("a session with damaged files is refused alone and moved aside", "[state_store]") {
   const int64_t chunk = FixtureModel::Get().chunk_size();
   struct Damage {
@@ -296,6 +306,19 @@ TEST_CASE("a session with damaged files is refused alone and moved aside", "[sta
          fs::resize_file(s.LogPath(id), fs::file_size(s.LogPath(id)) - 10);
        },
        "whole chunk records"},
+      // Review durable F3: CRC-valid records with limits no server writes
+      // were read as a limit of 1 (the session expired within a second and
+      // its files were deleted, or it refused every token).
+      {"idle_ttl_seconds 0 in a CRC-valid record",
+       [](const StateStore& s, const std::string& id) {
+         RewriteRecord(s.StatePath(id), [](SessionRecord& r) { r.settings.idle_ttl_seconds = 0; });
+       },
+       "idle_ttl_seconds 0 is below 1"},
+      {"max_context_tokens -1 in a CRC-valid record",
+       [](const StateStore& s, const std::string& id) {
+         RewriteRecord(s.StatePath(id), [](SessionRecord& r) { r.settings.max_context_tokens = -1; });
+       },
+       "max_context_tokens -1 is below 1"},
   };
   for (const Damage& damage : damages) {
     DYNAMIC_SECTION(damage.name) {
