@@ -180,6 +180,37 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
   }
 }
 
+// Review durable F4: a file of a model with other chunk records (hidden
+// size, K/V heads) was refused DATA_LOSS "is truncated or padded" (the size
+// checked with this model's record size first), which says to discard a
+// good file.
+TEST_CASE("LoadSession of another model's file is FAILED_PRECONDITION naming the model, not "
+          "truncated",
+          "[server][session_file]") {
+  drt::testing::TempDir files;
+  ServiceOptions options = SmallOptions();
+  options.session_files_dir = files.path();
+  {
+    InProcessServer saver(options);  // two_groups: hidden_size 128, vocab 300
+    const std::string id = NewSession(saver.stub());
+    REQUIRE(AppendOnce(saver.stub(), id, RandomTokens(500, 41)).ok());  // 7 closed chunks
+    drt::v1::SaveSessionResponse saved;
+    REQUIRE(SaveSession(saver.stub(), id, "other", &saved).ok());
+  }
+  static FixtureModel* other = new FixtureModel(FixtureModel::Load(
+      std::string(drt::testing::SourceDir()) + "/tests/fixtures/gqa_one_group"));  // hidden 64
+  REQUIRE(ChunkPayloadBytes(other->model->config()) !=
+          ChunkPayloadBytes(FixtureModel::Get().model->config()));
+  InProcessServer loader(*other->model, *other->backend, options);
+  InfoResult r = LoadSession(loader.stub(), "other");
+  INFO(r.status.error_message());
+  CHECK(r.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK_THAT(r.status.error_message(), Contains(files.File("other")));
+  CHECK_THAT(r.status.error_message(), Contains("another model"));
+  CHECK_THAT(r.status.error_message(), Contains("this model has"));
+  CHECK(loader.service().session_manager().count() == 0);
+}
+
 TEST_CASE("LoadSession on a full server is refused before the file's chunks are read",
           "[server][session_file]") {
   // (review-api F10: the whole file was read, then Insert refused it.)
