@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -105,18 +106,25 @@ absl::StatusOr<LoadedSession> LoadSessionFile(
   }
   auto record = DecodeSessionRecord(record_text, path);
   if (!record.ok()) return record.status();
-  // Before the session is made: its logit_bias ids against this model. Not
-  // for a file of another model, whose ids belong to that model: the state's
-  // decoding below names the model it was written for (review-userfix U2).
-  if (!FindStateModelMismatch(record->state, backend.config()).has_value()) {
-    if (absl::Status s = CheckSessionRecordForModel(*record, backend.config(), path); !s.ok()) {
-      return s;
-    }
-  }
   record_text = std::string();
   if (record->segments.size() != 1 || record->segments[0].log != kInlineChunks) {
     return absl::DataLossError(absl::StrFormat(
         "%s is a state directory's session file, not a SaveSession file", path));
+  }
+  // Another model's file, before anything this model's sizes decide: its
+  // chunk records have that model's size, so the size check below would
+  // call a whole file "truncated or padded" (review-durable F4), and its
+  // logit_bias ids are that model's (review-userfix U2).
+  if (std::optional<StateModelMismatch> other =
+          FindStateModelMismatch(record->state, backend.config())) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s was saved by a server of another model: %s; load it into a server of the model "
+        "that saved it",
+        path, DescribeStateModelMismatch(*other)));
+  }
+  // Before the session is made: its logit_bias ids against this model.
+  if (absl::Status s = CheckSessionRecordForModel(*record, backend.config(), path); !s.ok()) {
+    return s;
   }
   const int64_t chunks = record->segments[0].chunks;
   const size_t payload_bytes = ChunkPayloadBytes(backend.config());
@@ -125,7 +133,7 @@ absl::StatusOr<LoadedSession> LoadSessionFile(
   if (tail % record_size != 0 || tail / record_size != static_cast<uint64_t>(chunks)) {
     return absl::DataLossError(absl::StrFormat(
         "%s is truncated or padded: it names %d chunks of %d bytes but holds %d bytes after its "
-        "state (or the chunks are another model's)",
+        "state",
         path, chunks, record_size, tail));
   }
   auto state = DecodeSessionState(record->state, backend.config());

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "server/session_id.h"
 #include "server/state_store.h"
+#include "server/state_write_error.h"
 
 namespace drt::server {
 namespace {
@@ -126,12 +127,11 @@ absl::Status SessionEntry::RunReadStep(absl::FunctionRef<absl::Status(Session&)>
 
 absl::Status SessionEntry::PersistAfterStep(Session& session, bool force) const {
   if (!persister_) return absl::OkStatus();
-  absl::Status s = persister_(*this, session, force);
-  // A file of the state directory that is gone (say, DIR/chunks removed
-  // under the server) is the server's problem, not an unknown session:
-  // NOT_FOUND means "no such session" to clients (docs/api.md, Errors).
-  if (absl::IsNotFound(s)) return absl::InternalError(s.message());
-  return s;
+  // A failure is StateWriteError's INTERNAL (the persister's): a file of the
+  // state directory gone (NOT_FOUND means "no such session" to clients), a
+  // full or read-only disk are the server's problems, and the message says
+  // how many of the session's tokens are durable (docs/api.md, Errors).
+  return persister_(*this, session, force);
 }
 
 absl::Status SessionEntry::EndAndReport(bool write_unwritten) {
@@ -175,13 +175,15 @@ absl::Status SessionEntry::EndAndReport(bool write_unwritten) {
     freed.reset();  // here, before the activity ends (as without free_later)
   }
   if (!s.ok() && !freed_by_release) {
-    std::fprintf(stderr, "drt-server: session %s: %s\n", id_.c_str(),
-                 std::string(s.message()).c_str());
-    s = absl::Status(
-        s.code(), absl::StrFormat("session %s: its state could not be written to the state "
-                                  "directory (the session in memory holds every token; a "
-                                  "restart would restore its last written state): %s",
-                                  id_, s.message()));
+    if (!write) {
+      // (A write's error is StateWriteError's already, naming the session.)
+      s = absl::Status(
+          s.code(), absl::StrFormat("session %s: its state could not be written to the state "
+                                    "directory (the session in memory holds every token; a "
+                                    "restart would restore its last written state): %s",
+                                    id_, s.message()));
+    }
+    std::fprintf(stderr, "drt-server: %s\n", std::string(s.message()).c_str());
   }
   last_used_ns_ = NowNs();
   activity_ = Activity::kIdle;
@@ -391,7 +393,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
     // writes only registered sessions, and forgets a deleted one at once.
     entry->registration_ = store_->Register(id);
     entry->persister_ = [store = store_](const SessionEntry& e, Session& s, bool force) {
-      return store->Persist(e.registration_, e.settings(), s, force);
+      absl::Status status = store->Persist(e.registration_, e.settings(), s, force);
+      if (status.ok()) return status;
+      return StateWriteError(e.id(), status, s.num_tokens(), store->TokensWritten(e.registration_));
     };
   }
   // Claimed before anyone can find it (ListSessions shows it at once): the

@@ -299,6 +299,21 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const 
   if (s.ok() && version >= 3) s = GetLaterSampling(r, record.settings.sampling);
   if (s.ok()) s = r.I64(record.settings.max_context_tokens, "max_context_tokens");
   if (s.ok()) s = r.I64(record.settings.idle_ttl_seconds, "idle_ttl_seconds");
+  // A server writes a session's resolved limits, at least 1 each (0 in
+  // CreateSession means the server's; the flags are at least 1). Below
+  // that the record is not one it wrote: read as a limit of 1, the session
+  // expired within a second and its files were deleted, or refused every
+  // token (review-durable F3).
+  if (s.ok() && record.settings.max_context_tokens < 1) {
+    s = absl::InvalidArgumentError(absl::StrFormat(
+        "max_context_tokens %d is below 1 (a server writes the session's resolved limit)",
+        record.settings.max_context_tokens));
+  }
+  if (s.ok() && record.settings.idle_ttl_seconds < 1) {
+    s = absl::InvalidArgumentError(absl::StrFormat(
+        "idle_ttl_seconds %d is below 1 (a server writes the session's resolved TTL)",
+        record.settings.idle_ttl_seconds));
+  }
   if (s.ok() && version >= 4) {
     uint8_t appended = 0;
     s = r.Get(appended, "appended_since_generate");

@@ -128,8 +128,11 @@ uint32_t SessionRecordVersionFor(const SessionSettings& settings);
 // `path` is named in errors. Refuses a foreign file and a newer version; a
 // version-2 record gives settings with min_p, the penalties and logit_bias
 // off; a version-2 or -3 record gives appended_since_generate true (so an
-// unset pad_to_chunk_boundary pads as the server that wrote it did). Sampling defaults outside what CreateSession accepts
-// (ValidateSamplingParams) are DATA_LOSS, as any other damage.
+// unset pad_to_chunk_boundary pads as the server that wrote it did).
+// Sampling defaults outside what CreateSession accepts
+// (ValidateSamplingParams) and a max_context_tokens or idle_ttl_seconds
+// below 1 (a server writes the resolved limits) are DATA_LOSS, as any other
+// damage.
 absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const std::string& path);
 // Whether `bytes` start with a DRTSTATE header whose version is larger than
 // this server reads (kSessionRecordVersion): a record of a newer server,

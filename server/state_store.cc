@@ -113,6 +113,14 @@ absl::StatusOr<uint32_t> CheckFormatFile(const std::string& dir, uint32_t newest
   return static_cast<uint32_t>(version);
 }
 
+// True when the file at `path` has another name as well (a hard link in
+// DIR/quarantine/); false when it has one, or cannot be read (the caller's
+// own call on it then names the problem).
+bool LinkedElsewhere(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && st.st_nlink > 1;
+}
+
 int64_t SegmentChunks(const std::vector<ChunkSegment>& segments) {
   int64_t total = 0;
   for (const ChunkSegment& s : segments) total += s.chunks;
@@ -243,6 +251,13 @@ StateRegistration StateStore::Register(const std::string& id) {
 int64_t StateStore::sessions_registered() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int64_t>(sessions_.size());
+}
+
+int64_t StateStore::TokensWritten(const StateRegistration& registration) const {
+  if (!CheckRegistration(registration, "TokensWritten").ok()) return -1;
+  Durable& d = *registration.record_;
+  std::lock_guard<std::mutex> lock(d.mutex);
+  return d.tokens_written;
 }
 
 std::shared_ptr<StateStore::Durable> StateStore::FindOrAdd(const std::string& id,
@@ -954,7 +969,9 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
   // Cut every log to what its sessions need: a torn tail, or records of a
   // step whose state file was never written (not acknowledged).
   std::map<std::string, int64_t> needed;
+  std::set<std::string> whole_ids;
   for (const Candidate& c : whole) {
+    whole_ids.insert(c.id);
     for (const ChunkSegment& s : c.record.segments) {
       needed[s.log] = std::max(needed[s.log], s.chunks);
     }
@@ -975,6 +992,21 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     }
     const auto& scan = scans.at(log);
     const uint64_t keep = ChunkRecordOffset(count, payload_bytes_);
+    if (scan.ok() && scan->file_bytes > keep && !whole_ids.contains(log) &&
+        LinkedElsewhere(path)) {
+      // A truncate cuts the inode, so every name of it: a log hard-linked
+      // into a quarantine directory (now or by an earlier start) whose
+      // session, the one it is named after, is not restored here keeps
+      // its records past what the restored forks need, or the quarantined
+      // session would lose them (review-durable F1). Only that session
+      // appends to the log, so a tail it left harms no restored session
+      // (they read records by index), and it costs no disk: the
+      // quarantine's name keeps the inode anyway. A log whose session is
+      // restored is cut, since its next append must follow its last
+      // counted record; a quarantined fork of it names no more of its
+      // records than its own state counts.
+      continue;
+    }
     if (scan.ok() && scan->file_bytes > keep) {
       if (::truncate(path.c_str(), keep) != 0) return Errno("cannot truncate", path);
       ++report.torn_tails_truncated;

@@ -188,6 +188,10 @@ class StateStore {
   void WaitForLogDeletions() { deleter_.WaitIdle(); }
   // Sessions registered and not removed (what the store holds in memory).
   int64_t sessions_registered() const;
+  // The tokens in the state file of `registration`'s session (what a
+  // restart restores); -1 when none was written yet or the handle is not
+  // one of this store. Waits for a write of the session under way.
+  int64_t TokensWritten(const StateRegistration& registration) const;
   StateSync sync() const { return options_.sync; }
   const std::string& dir() const { return options_.dir; }
   std::string StatePath(const std::string& id) const;

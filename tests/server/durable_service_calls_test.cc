@@ -177,5 +177,49 @@ TEST_CASE("with --state_sync=interval, an Append or Generate whose final write f
   REQUIRE(AppendOnce(stub, id, RandomTokens(10, 14)).ok());
 }
 
+// Review durable F2: a step write that failed for a full disk reached the
+// Append's client as RESOURCE_EXHAUSTED (ENOSPC's code, which says "wait" in
+// docs/api.md) with only the errno message, not the documented INTERNAL, and
+// did not say the Append's tokens were in the session (a client resending
+// them got them twice). /dev/full gives the write a real ENOSPC: the
+// session's chunk log, opened by its first write that closes a chunk, is a
+// link to it.
+TEST_CASE("an Append whose state write finds the disk full ends INTERNAL and says how many of the "
+          "session's tokens are durable",
+          "[server][state_store]") {
+  drt::testing::TempDir dir;
+  DurableService durable(dir.path(), SmallOptions(), StateSync::kStep);
+  auto& stub = durable.server.stub();
+  const std::string id = NewSession(stub);
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  REQUIRE(AppendOnce(stub, id, RandomTokens(chunk - 3, 31)).ok());  // no chunk closed yet
+  REQUIRE(TokensOnDisk(dir.path(), id) == chunk - 3);
+  const std::string log = dir.path() + "/chunks/" + id + ".log";
+  std::filesystem::create_symlink("/dev/full", log);
+  AppendResult append = AppendTokens(stub, id, RandomTokens(2 * chunk, 32),
+                                     {static_cast<size_t>(2 * chunk)});
+  INFO(append.status.error_message());
+  CHECK(append.status.error_code() == grpc::StatusCode::INTERNAL);
+  CHECK_FALSE(append.summary.has_value());
+  const int64_t in_memory = GetSession(stub, id).info.tokens();
+  CHECK(in_memory > chunk);  // the failed step's tokens are in the session
+  const std::string& message = append.status.error_message();
+  CHECK_THAT(message, Catch::Matchers::Contains("session " + id));
+  CHECK_THAT(message, Catch::Matchers::Contains("could not be written to the state directory"));
+  CHECK_THAT(message, Catch::Matchers::Contains("No space left on device"));
+  CHECK_THAT(message, Catch::Matchers::Contains(log));
+  CHECK_THAT(message, Catch::Matchers::Contains(
+                          "holds all its " + std::to_string(in_memory) + " tokens"));
+  CHECK_THAT(message, Catch::Matchers::Contains(std::to_string(chunk - 3) +
+                                                " of them were on disk when this write failed"));
+  // The failed first write of the log deleted the link it opened, so the
+  // write the call's end tries (the session still owes one) made a log of
+  // its own and wrote everything, the failed step's tokens included.
+  CHECK(std::filesystem::is_regular_file(std::filesystem::symlink_status(log)));
+  CHECK(TokensOnDisk(dir.path(), id) == in_memory);
+  REQUIRE(AppendOnce(stub, id, RandomTokens(10, 33)).ok());
+  CHECK(TokensOnDisk(dir.path(), id) == in_memory + 10);
+}
+
 }  // namespace
 }  // namespace drt::server

@@ -2,12 +2,14 @@
 // continues exactly like the saved one; bad names, a server without
 // --session_files_dir, missing and damaged files get clear errors.
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 
 #include <catch2/catch.hpp>
 
 #include "server/session_manager.h"
+#include "server/state_files.h"
 #include "tests/server/test_util/grpc_harness.h"
 #include "tests/test_util/temp_dir.h"
 
@@ -113,8 +115,26 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
     flipped_state[100] ^= 0x40;
     std::string flipped_chunk = bytes;
     flipped_chunk[bytes.size() - 50] ^= 0x40;
+    // The record with `change` applied, its CRC recomputed, then the same
+    // chunk records.
+    const auto rewritten = [&](const std::function<void(SessionRecord&)>& change) {
+      const size_t record_bytes =
+          kSessionRecordHeaderBytes +
+          SessionRecordBodyBytes(std::string_view(bytes).substr(0, kSessionRecordHeaderBytes));
+      auto record = DecodeSessionRecord(bytes.substr(0, record_bytes), path);
+      REQUIRE(record.ok());
+      change(*record);
+      return EncodeSessionRecord(*record) + bytes.substr(record_bytes);
+    };
     const std::vector<Damage> damages = {
         {"flipped byte in the state", flipped_state, "CRC-32C"},
+        // Review durable F3: loaded with a TTL of 1 s, or a context limit
+        // of 1 (RESOURCE_EXHAUSTED).
+        {"idle_ttl_seconds -1", rewritten([](SessionRecord& r) { r.settings.idle_ttl_seconds = -1; }),
+         "idle_ttl_seconds -1 is below 1"},
+        {"max_context_tokens 0",
+         rewritten([](SessionRecord& r) { r.settings.max_context_tokens = 0; }),
+         "max_context_tokens 0 is below 1"},
         {"flipped byte in a chunk", flipped_chunk, "chunk record"},
         {"truncated", bytes.substr(0, bytes.size() - 7), "truncated"},
         {"truncated inside the state", bytes.substr(0, 200), "truncated"},
@@ -158,6 +178,37 @@ TEST_CASE("SaveSession and LoadSession refuse bad requests and damaged files",
     std::ifstream in(path, std::ios::binary);
     REQUIRE(std::string(std::istreambuf_iterator<char>(in), {}) == bytes);  // left as it was
   }
+}
+
+// Review durable F4: a file of a model with other chunk records (hidden
+// size, K/V heads) was refused DATA_LOSS "is truncated or padded" (the size
+// checked with this model's record size first), which says to discard a
+// good file.
+TEST_CASE("LoadSession of another model's file is FAILED_PRECONDITION naming the model, not "
+          "truncated",
+          "[server][session_file]") {
+  drt::testing::TempDir files;
+  ServiceOptions options = SmallOptions();
+  options.session_files_dir = files.path();
+  {
+    InProcessServer saver(options);  // two_groups: hidden_size 128, vocab 300
+    const std::string id = NewSession(saver.stub());
+    REQUIRE(AppendOnce(saver.stub(), id, RandomTokens(500, 41)).ok());  // 7 closed chunks
+    drt::v1::SaveSessionResponse saved;
+    REQUIRE(SaveSession(saver.stub(), id, "other", &saved).ok());
+  }
+  static FixtureModel* other = new FixtureModel(FixtureModel::Load(
+      std::string(drt::testing::SourceDir()) + "/tests/fixtures/gqa_one_group"));  // hidden 64
+  REQUIRE(ChunkPayloadBytes(other->model->config()) !=
+          ChunkPayloadBytes(FixtureModel::Get().model->config()));
+  InProcessServer loader(*other->model, *other->backend, options);
+  InfoResult r = LoadSession(loader.stub(), "other");
+  INFO(r.status.error_message());
+  CHECK(r.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK_THAT(r.status.error_message(), Contains(files.File("other")));
+  CHECK_THAT(r.status.error_message(), Contains("another model"));
+  CHECK_THAT(r.status.error_message(), Contains("this model has"));
+  CHECK(loader.service().session_manager().count() == 0);
 }
 
 TEST_CASE("LoadSession on a full server is refused before the file's chunks are read",

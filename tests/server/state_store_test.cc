@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -262,6 +263,15 @@ void FlipByte(const std::string& path, uint64_t offset) {
   f.write(&c, 1);
 }
 
+// Rewrites the record of the state file at `path` with `change` applied
+// (its CRC recomputed: damage a CRC cannot see).
+void RewriteRecord(const std::string& path, const std::function<void(SessionRecord&)>& change) {
+  auto record = DecodeSessionRecord(*ReadWholeFile(path), path);
+  REQUIRE(record.ok());
+  change(*record);
+  REQUIRE(WriteFileAtomically(path, EncodeSessionRecord(*record)).ok());
+}
+
 TEST_CASE("a session with damaged files is refused alone and moved aside", "[state_store]") {
   const int64_t chunk = FixtureModel::Get().chunk_size();
   struct Damage {
@@ -296,6 +306,19 @@ TEST_CASE("a session with damaged files is refused alone and moved aside", "[sta
          fs::resize_file(s.LogPath(id), fs::file_size(s.LogPath(id)) - 10);
        },
        "whole chunk records"},
+      // Review durable F3: CRC-valid records with limits no server writes
+      // were read as a limit of 1 (the session expired within a second and
+      // its files were deleted, or it refused every token).
+      {"idle_ttl_seconds 0 in a CRC-valid record",
+       [](const StateStore& s, const std::string& id) {
+         RewriteRecord(s.StatePath(id), [](SessionRecord& r) { r.settings.idle_ttl_seconds = 0; });
+       },
+       "idle_ttl_seconds 0 is below 1"},
+      {"max_context_tokens -1 in a CRC-valid record",
+       [](const StateStore& s, const std::string& id) {
+         RewriteRecord(s.StatePath(id), [](SessionRecord& r) { r.settings.max_context_tokens = -1; });
+       },
+       "max_context_tokens -1 is below 1"},
   };
   for (const Damage& damage : damages) {
     DYNAMIC_SECTION(damage.name) {
@@ -357,6 +380,87 @@ TEST_CASE("a damaged parent and its fork each keep the shared log in quarantine"
   REQUIRE(files_of(child) ==
           std::set<std::string>{child + ".state", child + ".log", parent + ".log"});
   REQUIRE(fs::is_empty(dir.path() + "/chunks"));
+}
+
+// Review durable F1: start-up cut the chunk logs to what the restored
+// sessions need, and a refused parent's log, hard-linked into its
+// quarantine directory (one inode), lost the records it wrote after its
+// restored fork was made: put back as docs/state_format.md says, the parent
+// was refused again ("holds 5 whole chunk records; the session needs 9").
+TEST_CASE("a refused parent's quarantined log keeps every chunk when its fork is restored, and "
+          "the parent can be put back",
+          "[state_store]") {
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  struct Damage {
+    const char* name;
+    std::function<void(const std::string& state)> apply;
+  };
+  const std::vector<Damage> damages = {
+      {"a flipped byte in the parent's state file",
+       [](const std::string& state) { FlipByte(state, 200); }},
+      {"the parent's state file of a newer server",
+       [](const std::string& state) { FlipByte(state, 9); }},
+  };
+  for (const Damage& damage : damages) {
+    DYNAMIC_SECTION(damage.name) {
+      drt::testing::TempDir dir;
+      std::string parent, child, parent_state_bytes;
+      std::map<std::string, int64_t> tokens;
+      std::pair<std::vector<int32_t>, std::vector<float>> want;
+      uint64_t parent_log_bytes = 0;
+      {
+        Server server(dir.path());
+        parent = server.Create();
+        server.Append(parent, RandomTokens(5 * chunk + 1, 71));
+        child = server.Fork(parent);
+        server.Append(child, RandomTokens(2 * chunk, 72));
+        server.Append(parent, RandomTokens(4 * chunk, 73));  // 9 chunks; the fork names 5
+        tokens = server.Tokens();
+        want = GreedyOnFork(server, parent, 8);
+        parent_log_bytes = fs::file_size(server.store->LogPath(parent));
+        REQUIRE(parent_log_bytes == ChunkRecordOffset(9, ChunkPayloadBytes(
+                                                             FixtureModel::Get().model->config())));
+        parent_state_bytes = *ReadWholeFile(server.store->StatePath(parent));
+        damage.apply(server.store->StatePath(parent));
+      }
+      std::string quarantined_at;
+      {
+        Server server(dir.path());
+        REQUIRE(server.report.quarantined.size() == 1);
+        INFO(server.report.quarantined[0]);
+        REQUIRE_THAT(server.report.quarantined[0], Contains(parent));
+        REQUIRE(server.Tokens() == std::map<std::string, int64_t>{{child, tokens.at(child)}});
+      }
+      for (const auto& sub : fs::directory_iterator(dir.path() + "/quarantine")) {
+        if (sub.path().filename().string().rfind(parent + "-", 0) == 0) quarantined_at = sub.path();
+      }
+      REQUIRE_FALSE(quarantined_at.empty());
+      const std::string quarantined_log = quarantined_at + "/" + parent + ".log";
+      REQUIRE(fs::file_size(quarantined_log) == parent_log_bytes);
+      // A later start (the fork restored again, the quarantine's link still
+      // there) leaves it whole as well.
+      {
+        Server server(dir.path());
+        REQUIRE(server.report.quarantined.empty());
+        REQUIRE(server.Tokens() == std::map<std::string, int64_t>{{child, tokens.at(child)}});
+      }
+      REQUIRE(fs::file_size(quarantined_log) == parent_log_bytes);
+      // Put back as docs/state_format.md says (the state file as its server
+      // wrote it): each .log into chunks/ unless one of that name is there.
+      for (const auto& f : fs::directory_iterator(quarantined_at)) {
+        const std::string name = f.path().filename().string();
+        if (name == parent + ".state") continue;
+        if (!fs::exists(dir.File("chunks/" + name))) fs::rename(f.path(), dir.File("chunks/" + name));
+      }
+      fs::remove(quarantined_at + "/" + parent + ".state");
+      REQUIRE(WriteFileAtomically(dir.File("sessions/" + parent + ".state"), parent_state_bytes).ok());
+      Server server(dir.path());
+      INFO((server.report.quarantined.empty() ? "" : server.report.quarantined[0]));
+      REQUIRE(server.report.quarantined.empty());
+      REQUIRE(server.Tokens() == tokens);
+      REQUIRE(server.Greedy(parent, 8) == want);
+    }
+  }
 }
 
 // Review serverfix #5: a write that finds a file of DIR gone reached the
