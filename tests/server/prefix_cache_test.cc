@@ -344,6 +344,22 @@ TEST_CASE("prefix cache: entries are evicted least recently used first, by count
     CHECK(Complete(server, p2).timings.cached_prompt_tokens() == 300);
     CHECK(Complete(server, p1).timings.cached_prompt_tokens() == 0);
   }
+  SECTION("the bytes are checked again once the Complete's own session is gone") {
+    // While its Complete runs, a new snapshot counts half the chunks it
+    // shares with the call's session; once that goes, all of them.
+    int64_t one = 0;
+    {
+      InProcessServer probe(CacheOptions());
+      REQUIRE(Complete(probe, p1).status.ok());
+      one = probe.service().prefix_cache().bytes();
+    }
+    InProcessServer server(CacheOptions(/*entries=*/32, /*bytes=*/2 * one - 1));
+    REQUIRE(Complete(server, p1).status.ok());
+    REQUIRE(Complete(server, p2).status.ok());
+    CHECK(server.service().prefix_cache().entries() == 1);
+    CHECK(server.service().prefix_cache().bytes() <= 2 * one - 1);
+    CHECK(Complete(server, p2).timings.cached_prompt_tokens() == 300);
+  }
   SECTION("0 is off") {
     for (const auto& [entries, bytes] : {std::pair<int64_t, int64_t>{0, 1 << 30}, {32, 0}}) {
       InProcessServer server(CacheOptions(entries, bytes));
