@@ -40,10 +40,9 @@ struct PrefixCacheLimits {
 // Tokens of a snapshot past the best exact hit that make a Complete stop
 // at the longest prefix it shares with a snapshot, snapshot there, and then
 // ingest the rest (docs/api.md, "Prefix reuse"): about one chunk of the
-// bundled models (enc_chunk_size 63, plus its landmark). Below it a snapshot
-// saves less prefill than keeping its copy of the window costs; much above
-// it, prompts that differ only in a short tail (lm-eval's choices, questions
-// after one document) would share less of their context.
+// bundled models (enc_chunk_size 63 + landmark). Below it a snapshot saves
+// less prefill than keeping its window copy costs; much above it, prompts
+// that differ in a short tail (lm-eval's choices) would share less.
 inline constexpr int64_t kMinCommonPrefixTokens = 64;
 
 // One snapshot: a hidden read-only session holding exactly `tokens`, and,
