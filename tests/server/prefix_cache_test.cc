@@ -8,6 +8,7 @@
 // request fail (host memory, --max_sessions); the longest common prefix
 // snapshot (lm-eval's choices).
 #include <cmath>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,7 +18,9 @@
 #include "server/prefix_cache.h"
 #include "server/session_manager.h"
 #include "tests/server/test_util/check_status.h"
+#include "tests/server/test_util/durable_server.h"
 #include "tests/server/test_util/grpc_harness.h"
+#include "tests/test_util/temp_dir.h"
 
 namespace drt::server {
 namespace {
@@ -428,6 +431,32 @@ TEST_CASE("prefix cache: a Complete that fails leaves no snapshot of its partial
   const Completed got = Complete(server, RandomTokens(600, 350));
   CHECK(got.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(server.service().prefix_cache().entries() == 0);
+}
+
+TEST_CASE("prefix cache: snapshots are never written to --state_dir and a restart starts empty",
+          "[server][prefix_cache][durable]") {
+  drt::testing::TempDir dir;
+  const std::vector<int32_t> prompt = RandomTokens(500, 360);
+  auto session_files = [&] {
+    int files = 0;
+    for (const auto& file : std::filesystem::directory_iterator(dir.path() + "/sessions")) {
+      (void)file;
+      ++files;
+    }
+    return files;
+  };
+  {
+    DurableService durable(dir.path(), CacheOptions());
+    REQUIRE(Complete(durable.server, prompt).status.ok());
+    const Completed hit = Complete(durable.server, prompt);
+    REQUIRE(hit.status.ok());
+    CHECK(hit.timings.cached_prompt_tokens() == 500);
+    CHECK(durable.server.service().prefix_cache().entries() == 1);
+    CHECK(session_files() == 0);  // the snapshot (and the calls' sessions) left nothing
+  }
+  DurableService restarted(dir.path(), CacheOptions());
+  CHECK(restarted.server.service().session_manager().count() == 0);
+  CHECK(Complete(restarted.server, prompt).timings.cached_prompt_tokens() == 0);
 }
 
 TEST_CASE("PrefixMatcher holds tokens while a longer snapshot may match, then names the hit",
