@@ -459,6 +459,26 @@ TEST_CASE("prefix cache: snapshots are never written to --state_dir and a restar
   CHECK(Complete(restarted.server, prompt).timings.cached_prompt_tokens() == 0);
 }
 
+TEST_CASE("prefix cache: a snapshot evicted after it matched cannot be forked, and the Complete starts cold",
+          "[server][prefix_cache]") {
+  InProcessServer server(CacheOptions());
+  const std::vector<int32_t> prompt = RandomTokens(300, 370);
+  REQUIRE(Complete(server, prompt).status.ok());
+  PrefixCache& cache = server.service().prefix_cache();
+  // What a Complete's matcher holds: the snapshot, found before the evict.
+  const auto candidates = cache.Candidates(std::nullopt);
+  REQUIRE(candidates.size() == 1);
+  REQUIRE(cache.EvictOne());
+  CHECK(cache.entries() == 0);
+  const auto fork = cache.Fork(*candidates[0]);
+  CHECK_FALSE(fork.ok());  // the Complete's decide then makes a new session
+  CHECK(fork.status().code() == absl::StatusCode::kNotFound);
+  const Completed cold = Complete(server, prompt);
+  REQUIRE(cold.status.ok());
+  CHECK(cold.timings.cached_prompt_tokens() == 0);
+  CHECK(cold.prefilled == 300);
+}
+
 TEST_CASE("PrefixMatcher holds tokens while a longer snapshot may match, then names the hit",
           "[server][prefix_cache]") {
   auto entry = [](std::vector<int32_t> tokens) {
