@@ -22,6 +22,7 @@
 #include "server/concurrent_calls.h"
 #include "server/engine_watchdog.h"
 #include "server/limits.h"
+#include "server/prefix_cache.h"
 #include "server/prompt_logprobs.h"
 #include "server/request_parsing.h"
 #include "server/scheduler.h"
@@ -111,13 +112,16 @@ absl::StatusOr<SamplingParams> FromProto(const drt::v1::SamplingParams& p) {
 class PromptIngest {
  public:
   // `chunk_size`: the model's enc_chunk_size (the chunks reported).
-  PromptIngest(grpc::ServerContext* context, SessionEntry& entry, const Tokenizer& tokenizer,
+  // `entry`: the session the prompt goes to, claimed by the caller; null
+  // for a Complete with the prefix cache (set_prefix_hold), whose session
+  // is chosen once the tokens held decide it.
+  PromptIngest(grpc::ServerContext* context, SessionEntry* entry, const Tokenizer& tokenizer,
                int64_t chunk_size, SessionManager& sessions, Scheduler& scheduler,
                Metrics& metrics)
       : context_(context),
         entry_(entry),
         chunk_size_(chunk_size),
-        acknowledged_tokens_(entry.tokens()),
+        acknowledged_tokens_(entry != nullptr ? entry->tokens() : 0),
         encoder_(tokenizer),
         sessions_(sessions),
         scheduler_(scheduler),
@@ -159,7 +163,7 @@ class PromptIngest {
     // It is encoded only when a bound from its bytes would not fit (so not
     // again on every piece of a long text without whitespace).
     const int64_t room =
-        entry_.settings().max_context_tokens - entry_.tokens() - static_cast<int64_t>(ids->size());
+        context_limit() - session_tokens() - static_cast<int64_t>(ids->size());
     auto tail_ids = encoder_.PendingIdsWithin(room);
     if (!tail_ids.ok()) return tail_ids.status();
     const int64_t tail = *tail_ids;
@@ -188,6 +192,13 @@ class PromptIngest {
     if (absl::Status s = Flush(); !s.ok()) return s;
     return Run(std::vector<int32_t>(tokens.begin(), tokens.end()),
                absl::StrFormat("this piece brings %d more", tokens.size()));
+  }
+  // The end of the prompt: Flush, then the tokens still held for the
+  // prefix cache (set_prefix_hold) run.
+  absl::Status FinishPrompt() {
+    if (absl::Status s = Flush(); !s.ok()) return s;
+    if (holding_) return Release();
+    return absl::OkStatus();
   }
   absl::Status Flush() {
     const size_t pending = encoder_.pending_bytes();
@@ -234,6 +245,39 @@ class PromptIngest {
     on_scores_ = std::move(on_scores);
   }
 
+  // Where a Complete with the prefix cache starts (set_prefix_hold).
+  struct PrefixStart {
+    SessionEntry* entry = nullptr;  // the call's session, claimed (kAppending)
+    int64_t reused = 0;             // of the tokens held, those it holds already
+    // The snapshot's scores (one per reused token at least), for a scored
+    // call that reused tokens; its first `reused` are sent as the prompt's.
+    const std::vector<TokenScore>* stored_scores = nullptr;
+    // > reused: run the held tokens up to here, call `snapshot`, then the rest.
+    int64_t snapshot_at = 0;
+  };
+  // Prefix reuse (server/prefix_cache.h): the prompt's tokens are held in
+  // `matcher` while a snapshot could still match them (PrefixMatcher::open),
+  // then `decide` picks the session (a fork of the hit, or a new one) and
+  // the held tokens it does not hold run. `snapshot` keeps a snapshot of the
+  // session at PrefixStart::snapshot_at (prompt_ids() and kept_scores() are
+  // the snapshot's then). Also records the prompt's ids and, when scored,
+  // its scores (for the snapshot at the prompt's end).
+  void set_prefix_hold(PrefixMatcher* matcher, std::function<absl::StatusOr<PrefixStart>()> decide,
+                       std::function<void()> snapshot) {
+    matcher_ = matcher;
+    decide_ = std::move(decide);
+    snapshot_ = std::move(snapshot);
+    holding_ = true;
+    record_ = true;
+  }
+  // With set_prefix_hold: the prompt's ids so far, and their scores when
+  // the call is scored (set_scoring).
+  const std::vector<int32_t>& prompt_ids() const { return prompt_ids_; }
+  std::vector<TokenScore>& kept_scores() { return kept_scores_; }
+  // Prompt tokens the session held already (a prefix-cache hit).
+  int64_t reused() const { return reused_; }
+  SessionEntry* entry() const { return entry_; }
+
   bool progress_due() const { return SecondsSince(last_progress_) >= kProgressIntervalSeconds; }
   // What the scheduler acknowledged (WorkItem::on_progress), not the live
   // figures of the session: the engine runs ahead of the acknowledgement,
@@ -253,8 +297,8 @@ class PromptIngest {
     drt::v1::AppendSummary s;
     const double elapsed = SecondsSince(start_);
     s.set_tokens_ingested(ingested_);
-    s.set_session_tokens(entry_.tokens());
-    s.set_session_chunks(entry_.chunks());
+    s.set_session_tokens(entry_->tokens());
+    s.set_session_chunks(entry_->chunks());
     s.set_elapsed_seconds(elapsed);
     s.set_tokens_per_second(elapsed > 0 ? ingested_ / elapsed : 0.0);
     s.set_scored_tokens(scored_tokens_);
@@ -269,13 +313,24 @@ class PromptIngest {
   // limit; `brings` says where they come from. (SessionManager::
   // IsContextLimitRefusal knows it by kContextLimitWords.)
   absl::Status CheckContextLimit(int64_t tokens, const std::string& brings) const {
-    const int64_t limit = entry_.settings().max_context_tokens;
-    if (entry_.tokens() + tokens > limit) {
+    const int64_t limit = context_limit();
+    if (session_tokens() + tokens > limit) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "session %s would exceed %s of %d tokens (it holds %d, %s)", entry_.id(),
-          SessionManager::kContextLimitWords, limit, entry_.tokens(), brings));
+          "session %s would exceed %s of %d tokens (it holds %d, %s)",
+          entry_ != nullptr ? entry_->id() : std::string("of this Complete"),
+          SessionManager::kContextLimitWords, limit, session_tokens(), brings));
     }
     return absl::OkStatus();
+  }
+  // The session's context limit (a Complete's session, not made yet while
+  // its tokens are held: the server's, which CreateEphemeral gives it).
+  int64_t context_limit() const {
+    return entry_ != nullptr ? entry_->settings().max_context_tokens
+                             : sessions_.limits().max_context_tokens;
+  }
+  // The tokens the session holds, those held for the prefix cache included.
+  int64_t session_tokens() const {
+    return (entry_ != nullptr ? entry_->tokens() : 0) + (holding_ ? matcher_->held() : 0);
   }
 
   absl::Status Run(const std::vector<int32_t>& ids, const std::string& brings) {
@@ -285,28 +340,94 @@ class PromptIngest {
     if (absl::Status s = CheckContextLimit(static_cast<int64_t>(ids.size()), brings); !s.ok()) {
       return s;
     }
+    if (holding_) {
+      matcher_->Push(ids);
+      if (matcher_->open()) return absl::OkStatus();
+      return Release();
+    }
+    return RunNow(ids);
+  }
+
+  // The decision of set_prefix_hold, and the held tokens' run.
+  absl::Status Release() {
+    holding_ = false;
+    const std::vector<int32_t> held = matcher_->TakeHeld();
+    absl::StatusOr<PrefixStart> start = decide_();
+    if (!start.ok()) return start.status();
+    entry_ = start->entry;
+    acknowledged_tokens_ = entry_->tokens();
+    reused_ = start->reused;
+    prompt_ids_.assign(held.begin(), held.begin() + reused_);
+    if (score_top_.has_value() && reused_ > 0 && start->stored_scores != nullptr) {
+      // The snapshot's scores of the reused tokens, as they were sent to the
+      // call that made it (at its top-N, at least this call's: cut to it).
+      std::vector<TokenScore> stored(start->stored_scores->begin(),
+                                     start->stored_scores->begin() + reused_);
+      for (TokenScore& score : stored) {
+        if (static_cast<int32_t>(score.top.size()) > *score_top_) score.top.resize(*score_top_);
+      }
+      DeliverScores(std::move(stored));
+    }
+    auto run = [&](int64_t from, int64_t to) {
+      return RunNow(std::vector<int32_t>(held.begin() + from, held.begin() + to));
+    };
+    const int64_t end = static_cast<int64_t>(held.size());
+    if (start->snapshot_at > reused_ && start->snapshot_at < end) {
+      if (absl::Status s = run(reused_, start->snapshot_at); !s.ok()) return s;
+      snapshot_();
+      return run(start->snapshot_at, end);
+    }
+    return run(reused_, end);
+  }
+
+  // Scores of the next prompt tokens, in order: counted, kept (with the
+  // prefix cache) and sent to on_scores_.
+  void DeliverScores(std::vector<TokenScore> scores) {
+    for (const TokenScore& score : scores) {
+      if (!score.scored) continue;
+      ++scored_tokens_;
+      logprob_sum_ += score.logprob;
+    }
+    if (on_scores_) {
+      // Split into bounded events (server/prompt_logprobs.h): a batch
+      // holds every score the engine made while this thread was writing.
+      for (const drt::v1::PromptLogprobs& event :
+           PromptLogprobsEvents(scores, scores_sent_, *score_top_, tokenizer_)) {
+        on_scores_(event);
+      }
+    }
+    scores_sent_ += static_cast<int64_t>(scores.size());
+    if (record_) {
+      kept_scores_.insert(kept_scores_.end(), std::make_move_iterator(scores.begin()),
+                          std::make_move_iterator(scores.end()));
+    }
+  }
+
+  absl::Status RunNow(const std::vector<int32_t>& ids) {
+    if (ids.empty()) return absl::OkStatus();
+    SessionEntry& entry = *entry_;  // (the session is chosen by now)
     // The memory the message may take is reserved until its item ends, so
     // that concurrent messages cannot all pass one check of the budget; as
     // the session grows, the growth moves out of the reservation (attached
     // below), so that the budget counts it once.
     auto reservation = sessions_.ReserveForTokens(static_cast<int64_t>(ids.size()));
     if (!reservation.ok()) return reservation.status();
-    ScopedGrowthReservation growth(entry_, *reservation);
-    if (absl::Status s = entry_.RunStep([&](Session& session) { return session.ValidateTokens(ids); });
+    ScopedGrowthReservation growth(entry, *reservation);
+    if (absl::Status s = entry.RunStep([&](Session& session) { return session.ValidateTokens(ids); });
         !s.ok()) {
       return s;
     }
     // The whole message is one work item: the scheduler runs it in pieces
     // over as many steps as it takes, alongside other sessions' work.
     const int64_t ingested_before = ingested_;
-    const int64_t session_before = entry_.tokens();  // still: this call holds the activity
+    const int64_t session_before = entry.tokens();  // still: this call holds the activity
     // Retrievals the forwards made (lower-only ones make none).
-    int64_t retrievals_seen = entry_.retrievals();
+    int64_t retrievals_seen = entry.retrievals();
     auto account = [&](int64_t tokens_done) {
       metrics_.AddTokensIngested(ingested_before + tokens_done - ingested_);
       ingested_ = ingested_before + tokens_done;
       acknowledged_tokens_ = session_before + tokens_done;
-      const int64_t retrievals = entry_.retrievals();
+      const int64_t retrievals = entry.retrievals();
       metrics_.AddRetrievals(retrievals - retrievals_seen);
       retrievals_seen = retrievals;
     };
@@ -314,10 +435,10 @@ class PromptIngest {
     // prompt's answer). Set before the item's first step, which may write
     // the session to the state directory; put back below when no step ran
     // (then nothing was written either, and a restart would not have it).
-    const bool appended_before = entry_.settings().appended_since_generate;
-    entry_.set_appended_since_generate(true);
+    const bool appended_before = entry.settings().appended_since_generate;
+    entry.set_appended_since_generate(true);
     WorkItem item;
-    item.entry = &entry_;
+    item.entry = &entry;
     item.tokens = ids;
     item.kind = WorkKind::kPrefill;
     // A DeleteSession ends the item too: its next step finds the session gone.
@@ -330,28 +451,16 @@ class PromptIngest {
       // Scored on the engine thread right after each step (server/scheduler.h);
       // here they are only counted and written out.
       item.score_top_logprobs = *score_top_;
-      item.on_scores = [&](std::vector<TokenScore> scores) {
-        for (const TokenScore& score : scores) {
-          if (!score.scored) continue;
-          ++scored_tokens_;
-          logprob_sum_ += score.logprob;
-        }
-        if (on_scores_) {
-          // Split into bounded events (server/prompt_logprobs.h): a batch
-          // holds every score the engine made while this thread was writing.
-          for (const drt::v1::PromptLogprobs& event :
-               PromptLogprobsEvents(scores, scores_sent_, *score_top_, tokenizer_)) {
-            on_scores_(event);
-          }
-        }
-        scores_sent_ += static_cast<int64_t>(scores.size());
-      };
+      item.on_scores = [&](std::vector<TokenScore> scores) { DeliverScores(std::move(scores)); };
     }
     const auto t0 = Clock::now();
     const WorkResult result = scheduler_.Run(item);
     engine_seconds_ += SecondsSince(t0);
-    if (entry_.tokens() == session_before) entry_.set_appended_since_generate(appended_before);
+    if (entry.tokens() == session_before) entry.set_appended_since_generate(appended_before);
     account(result.tokens_done);
+    if (record_) {
+      prompt_ids_.insert(prompt_ids_.end(), ids.begin(), ids.begin() + result.tokens_done);
+    }
     if (result.status.code() == absl::StatusCode::kCancelled) {
       return absl::CancelledError("the Append was cancelled");
     }
@@ -361,7 +470,7 @@ class PromptIngest {
   }
 
   grpc::ServerContext* context_;
-  SessionEntry& entry_;
+  SessionEntry* entry_;
   const int64_t chunk_size_;
   // The session's tokens as of the last acknowledgement (WorkItem::on_progress).
   int64_t acknowledged_tokens_;
@@ -380,6 +489,15 @@ class PromptIngest {
   int64_t scores_sent_ = 0;  // tokens whose scores went to on_scores_
   int64_t scored_tokens_ = 0;
   double logprob_sum_ = 0.0;
+  // set_prefix_hold's.
+  PrefixMatcher* matcher_ = nullptr;
+  std::function<absl::StatusOr<PrefixStart>()> decide_;
+  std::function<void()> snapshot_;
+  bool holding_ = false;  // tokens go to matcher_ until it closes
+  bool record_ = false;   // prompt_ids_ and kept_scores_ are kept
+  std::vector<int32_t> prompt_ids_;
+  std::vector<TokenScore> kept_scores_;
+  int64_t reused_ = 0;
 };
 
 struct GenerationPlan {
@@ -521,7 +639,9 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
           backend, SessionLimits{options_.max_sessions, options_.max_context_tokens,
                                  options_.idle_ttl_seconds, options_.host_memory_budget_bytes})),
       scheduler_(std::make_unique<Scheduler>(
-          backend, SchedulerOptionsFor(backend, options_, metrics, scheduler_))) {
+          backend, SchedulerOptionsFor(backend, options_, metrics, scheduler_))),
+      prefix_cache_(
+          std::make_unique<PrefixCache>(*sessions_, options_.prefix_cache, metrics)) {
   // Every method's requests arrive as raw bytes (the header says why).
   // Marked "streamed", as gRPC's own generated WithStreamedUnaryMethod_ and
   // WithSplitStreamingMethod_ do: the wire is the same for every kind of
@@ -553,11 +673,13 @@ DrtService::DrtService(const Model& model, Backend& backend, Metrics& metrics,
   ServeUnaryFromBytes("Detokenize", &DrtService::Detokenize);
   // The session gauges are read from the sessions at each scrape: idle
   // expiry and sessions restored at start-up change them without a call.
-  metrics_.SetSessionGaugeSource([sessions = sessions_.get()] {
+  metrics_.SetSessionGaugeSource([sessions = sessions_.get(), cache = prefix_cache_.get()] {
     Metrics::SessionGauges gauges;
     gauges.active_sessions = sessions->count();
     // The budget's own sum: sessions deleted mid-step count until freed.
     gauges.chunk_store_bytes = sessions->TotalHostBytes();
+    gauges.prefix_cache_entries = cache->entries();
+    gauges.prefix_cache_bytes = cache->bytes();
     return gauges;
   });
   metrics_.SetLimits(options_.host_memory_budget_bytes, options_.max_sessions);
@@ -678,7 +800,7 @@ grpc::Status DrtService::AppendStream(
   if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
 
-  PromptIngest ingest(context, **entry, *model_.tokenizer, model_.config().enc_chunk_size,
+  PromptIngest ingest(context, entry->get(), *model_.tokenizer, model_.config().enc_chunk_size,
                       *sessions_, *scheduler_, metrics_);
   if (request.has_prompt_logprobs()) {
     ingest.set_scoring(request.prompt_logprobs(), [&](const drt::v1::PromptLogprobs& scores) {
@@ -1146,22 +1268,85 @@ grpc::Status DrtService::CompleteStream(
   }
   auto plan = PlanGeneration(options, settings, model_.generation, model_.config());
   if (!plan.ok()) return Finish(ToGrpc(plan.status()));
-  // Not written to --state_dir: it lives only as long as this call.
-  auto entry = sessions_->CreateEphemeral(settings);
-  if (!entry.ok()) return Finish(ToGrpc(entry.status()));
   // The temporary sessions (the prompt's and its forks for further
   // choices) go when the call ends, whatever happens.
+  // Then the prefix cache's bytes are checked again: its snapshots' shares
+  // of the chunks they shared with them grew (PrefixCache::Trim).
   struct Cleanup {
     SessionManager& sessions;
+    PrefixCache& cache;
     std::vector<std::string> ids;
     ~Cleanup() {
       for (const std::string& id : ids) sessions.Delete(id, /*hidden_too=*/true).IgnoreError();
+      cache.Trim();
     }
-  } cleanup{*sessions_, {(*entry)->id()}};
-  if (absl::Status s = (*entry)->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
+  } cleanup{*sessions_, *prefix_cache_, {}};
+  // The call's session. Not written to --state_dir: it lives only as long
+  // as this call. With the prefix cache it is made once the prompt's first
+  // tokens decide whether it starts from a snapshot (a fork of it).
+  std::shared_ptr<SessionEntry> entry;
+  const bool reuse = prefix_cache_->enabled();
+  if (!reuse) {
+    auto created = sessions_->CreateEphemeral(settings);
+    if (!created.ok()) return Finish(ToGrpc(created.status()));
+    entry = *std::move(created);
+    cleanup.ids.push_back(entry->id());
+    if (absl::Status s = entry->Begin(Activity::kAppending); !s.ok()) return Finish(ToGrpc(s));
+  }
 
-  PromptIngest ingest(context, **entry, *model_.tokenizer, model_.config().enc_chunk_size,
+  PromptIngest ingest(context, entry.get(), *model_.tokenizer, model_.config().enc_chunk_size,
                       *sessions_, *scheduler_, metrics_);
+  const std::optional<int32_t> score_top =
+      request.has_prompt_logprobs() ? std::optional<int32_t>(request.prompt_logprobs())
+                                    : std::nullopt;
+  // A scored prompt may start only from a snapshot whose stored scores have
+  // as many alternatives (PrefixCache::Candidates).
+  PrefixMatcher matcher(reuse ? prefix_cache_->Candidates(score_top)
+                              : std::vector<std::shared_ptr<const PrefixEntry>>{});
+  if (reuse) {
+    ingest.set_prefix_hold(
+        &matcher,
+        [&]() -> absl::StatusOr<PromptIngest::PrefixStart> {
+          PromptIngest::PrefixStart start;
+          if (matcher.hit() != nullptr) {
+            // A snapshot evicted since it matched (or no memory for the
+            // fork's copy): the call starts cold instead.
+            auto fork = prefix_cache_->Fork(*matcher.hit());
+            if (fork.ok()) {
+              entry = *std::move(fork);
+              start.reused = matcher.hit_tokens();
+              if (score_top.has_value()) start.stored_scores = &matcher.hit()->scores;
+            }
+          }
+          if (entry == nullptr) {
+            auto created = sessions_->CreateEphemeral(settings);
+            if (!created.ok()) return created.status();
+            entry = *std::move(created);
+          }
+          cleanup.ids.push_back(entry->id());
+          if (start.reused > 0) {
+            metrics_.AddPrefixCacheHit(start.reused);
+          } else {
+            metrics_.AddPrefixCacheMiss();
+          }
+          if (absl::Status s = entry->Begin(Activity::kAppending); !s.ok()) return s;
+          // The longest prefix shared with a snapshot, when it is well past
+          // the hit: a snapshot there serves the next prompt that shares it
+          // (lm-eval's third choice, the next question on one document).
+          const int64_t common = matcher.common_tokens();
+          if (common - start.reused >= kMinCommonPrefixTokens) start.snapshot_at = common;
+          start.entry = entry.get();
+          return start;
+        },
+        [&] {
+          entry->End();  // (an ephemeral session: nothing is written)
+          prefix_cache_->Add(entry, ingest.prompt_ids(), score_top,
+                             score_top.has_value() ? ingest.kept_scores()
+                                                   : std::vector<TokenScore>{});
+          // Hidden: no other call can claim it meanwhile.
+          entry->Begin(Activity::kAppending).IgnoreError();
+        });
+  }
   // The prompt's scores, held until the whole prompt is in, then written,
   // before the first piece and once whatever n (the prompt is ingested
   // once, before the forks). Not written during the ingest: a client that
@@ -1190,17 +1375,25 @@ grpc::Status DrtService::CompleteStream(
     // call: no answer to part of a prompt.
     if (!read.ok()) status = read.status();
   } while (status.ok() && *read);
-  if (status.ok()) status = ingest.Flush();
-  (*entry)->End();  // (an ephemeral session: nothing is written)
+  if (status.ok()) status = ingest.FinishPrompt();
+  if (entry != nullptr) entry->End();  // (an ephemeral session: nothing is written)
   if (ingest.ingested() > 0) metrics_.ObservePrefill(ingest.ingested(), ingest.engine_seconds());
   if (!status.ok()) return Finish(ToGrpc(status));
+  // (FinishPrompt made the session by now.)
 
   // (RunGeneration's "holds no tokens yet" would name a session the caller
   // never saw and an RPC it did not call.)
-  if ((*entry)->tokens() == 0) {
+  if (entry->tokens() == 0) {
     return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "Complete needs a prompt: its messages brought no tokens (send "
                                "text, text_bytes or tokens in them)"));
+  }
+  // A snapshot of the whole prompt, before anything is generated (a prompt
+  // that was a snapshot's tokens exactly only marks that one used).
+  if (reuse && ingest.reused() < entry->tokens()) {
+    prefix_cache_->Add(entry, ingest.prompt_ids(), score_top,
+                       score_top.has_value() ? std::move(ingest.kept_scores())
+                                             : std::vector<TokenScore>{});
   }
   for (drt::v1::PromptLogprobs& scores : held_scores) {
     drt::v1::GenerateResponse event;
@@ -1212,14 +1405,17 @@ grpc::Status DrtService::CompleteStream(
   held_scores.clear();
   drt::v1::GenerateTimings timings;
   timings.set_prefill_seconds(ingest.engine_seconds());
-  timings.set_prompt_tokens(ingest.ingested());
+  // The prompt's tokens, those a snapshot held included (OpenAI's usage
+  // counts them too, and reports them as cached_tokens).
+  timings.set_prompt_tokens(ingest.reused() + ingest.ingested());
+  timings.set_cached_prompt_tokens(ingest.reused());
   if (prompt_only) {
     // Nothing generated: each choice's done (no forks needed), then the
     // call's session goes with `cleanup`.
     for (int32_t i = 0; i < choices; ++i) {
       drt::v1::GenerateResponse done;
       done.mutable_done()->set_finish_reason(drt::v1::FINISH_REASON_LENGTH);
-      done.mutable_done()->set_session_tokens((*entry)->tokens());
+      done.mutable_done()->set_session_tokens(entry->tokens());
       done.mutable_done()->set_choice(i);
       *done.mutable_done()->mutable_timings() = timings;
       if (!stream->Write(done)) break;
@@ -1227,9 +1423,9 @@ grpc::Status DrtService::CompleteStream(
     return Finish(grpc::Status::OK);
   }
   if (choices > 1) {
-    std::vector<std::shared_ptr<SessionEntry>> entries = {*entry};
+    std::vector<std::shared_ptr<SessionEntry>> entries = {entry};
     for (int32_t i = 1; i < choices; ++i) {
-      auto fork = sessions_->ForkEphemeral(*entry);
+      auto fork = sessions_->ForkEphemeral(entry);
       if (!fork.ok()) return Finish(ToGrpc(fork.status()));
       cleanup.ids.push_back((*fork)->id());
       entries.push_back(*std::move(fork));
@@ -1238,12 +1434,12 @@ grpc::Status DrtService::CompleteStream(
                                     metrics_, timings, *stream,
                                     options_.choice_piece_for_test)));
   }
-  if (absl::Status s = (*entry)->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
+  if (absl::Status s = entry->Begin(Activity::kGenerating); !s.ok()) return Finish(ToGrpc(s));
   drt::v1::GenerateResponse done;
   status = RunGeneration(
-      context, **entry, *plan, model_, *sessions_, *scheduler_, metrics_,
+      context, *entry, *plan, model_, *sessions_, *scheduler_, metrics_,
       [&](const drt::v1::GenerateResponse& r) { return stream->Write(r); }, timings, done);
-  (*entry)->End();  // (an ephemeral session: nothing is written)
+  entry->End();  // (an ephemeral session: nothing is written)
   if (status.ok()) stream->Write(done);
   return Finish(ToGrpc(status));
 }

@@ -18,6 +18,7 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "server/limits.h"
+#include "server/prefix_cache.h"
 #include "server/scheduler.h"
 #include "server/metrics.h"
 
@@ -41,6 +42,11 @@ struct ServiceOptions {
   int64_t decode_step_prefill_tokens = kNoPrefillTokenCap;
   // SchedulerOptions::durable_ack_tokens (--state_ack_tokens).
   int64_t durable_ack_tokens = kDefaultDurableAckTokens;
+  // The prefix cache for Complete (server/prefix_cache.h; docs/api.md,
+  // "Prefix reuse"): --prefix_cache_bytes and --prefix_cache_entries. Off
+  // here (0, 0), so that an embedder or a test opts in; drt-server's flags
+  // turn it on by default (server/server_flags.h).
+  PrefixCacheLimits prefix_cache;
   std::string bearer_token;  // empty: no authentication
   // --max_message_bytes: a request message larger than this is refused by
   // name (server/request_parsing.h), INVALID_ARGUMENT, and ModelInfo reports
@@ -87,6 +93,8 @@ class DrtService final : public drt::v1::Drt::Service {
   void StopRunningCalls();
   // The sessions (main restores durable ones into it before serving).
   SessionManager& session_manager() { return *sessions_; }
+  // The prefix cache (server/prefix_cache.h; its figures, for tests).
+  PrefixCache& prefix_cache() { return *prefix_cache_; }
   // The engine's queue and last progress, for liveness
   // (server/engine_watchdog.h). Lock-free.
   Scheduler::EngineProgress engine_progress() const;
@@ -172,6 +180,8 @@ class DrtService final : public drt::v1::Drt::Service {
   int64_t running_calls_ = 0;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<Scheduler> scheduler_;
+  // After sessions_: it goes first, deleting its snapshots' sessions.
+  std::unique_ptr<PrefixCache> prefix_cache_;
 };
 
 }  // namespace drt::server

@@ -332,6 +332,20 @@ absl::StatusOr<std::unique_ptr<Started>> StartUp(const ServerConfig& config, Sta
       std::fprintf(stderr, "drt-server: %s\n", line.c_str());
     }
   }
+  {
+    // --prefix_cache_bytes -1: a quarter of the budget (docs/deploy.md).
+    PrefixCacheLimits& cache = service_options.prefix_cache;
+    if (cache.max_bytes < 0) cache.max_bytes = service_options.host_memory_budget_bytes / 4;
+    if (cache.max_bytes > 0 && cache.max_entries > 0) {
+      std::fprintf(stderr,
+                   "drt-server: prefix cache: up to %lld snapshots, %lld MiB "
+                   "(--prefix_cache_entries, --prefix_cache_bytes)\n",
+                   static_cast<long long>(cache.max_entries),
+                   static_cast<long long>(cache.max_bytes >> 20));
+    } else {
+      std::fprintf(stderr, "drt-server: prefix cache off\n");
+    }
+  }
   if (const std::string& files = service_options.session_files_dir;
       !files.empty() && !std::filesystem::is_directory(files)) {
     return absl::NotFoundError(absl::StrCat("--session_files_dir ", files, " is not a directory"));

@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -132,6 +133,10 @@ struct Metrics::State {
   std::string backend_device;  // empty until SetBackend
   std::string backend_precision;
   int64_t retrievals = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t prefix_cache_misses = 0;
+  int64_t prefix_cache_reused_tokens = 0;
+  int64_t prefix_cache_evictions = 0;
   Histogram time_to_first_token;
   Histogram time_per_output_token;
   int64_t engine_steps = 0;
@@ -214,6 +219,22 @@ void Metrics::AddRetrievals(int64_t retrievals) {
   state_->retrievals += retrievals;
 }
 
+void Metrics::AddPrefixCacheHit(int64_t reused_tokens) {
+  std::lock_guard lock(state_->mutex);
+  ++state_->prefix_cache_hits;
+  state_->prefix_cache_reused_tokens += std::max<int64_t>(0, reused_tokens);
+}
+
+void Metrics::AddPrefixCacheMiss() {
+  std::lock_guard lock(state_->mutex);
+  ++state_->prefix_cache_misses;
+}
+
+void Metrics::AddPrefixCacheEviction() {
+  std::lock_guard lock(state_->mutex);
+  ++state_->prefix_cache_evictions;
+}
+
 void Metrics::ObserveEngineStep(int64_t decode_tokens, int64_t prefill_tokens, double seconds) {
   if (decode_tokens < 0 || prefill_tokens < 0 || !IsValidObservation(seconds)) return;
   std::lock_guard lock(state_->mutex);
@@ -272,6 +293,25 @@ std::string Metrics::RenderPrometheus() const {
   AppendScalar(out, "drt_chunk_store_bytes", "gauge",
                "Host bytes held by the sessions' chunk stores.",
                std::to_string(gauges.chunk_store_bytes));
+  AppendScalar(out, "drt_prefix_cache_hits_total", "counter",
+               "Completes whose prompt began with a prefix-cache snapshot's tokens (they "
+               "prefilled only the rest).", std::to_string(s.prefix_cache_hits));
+  AppendScalar(out, "drt_prefix_cache_misses_total", "counter",
+               "Completes that found no prefix-cache snapshot to start from (cache on).",
+               std::to_string(s.prefix_cache_misses));
+  AppendScalar(out, "drt_prefix_cache_reused_tokens_total", "counter",
+               "Prompt tokens not prefilled because a prefix-cache snapshot held them.",
+               std::to_string(s.prefix_cache_reused_tokens));
+  AppendScalar(out, "drt_prefix_cache_evictions_total", "counter",
+               "Prefix-cache snapshots evicted (least recently used, past "
+               "--prefix_cache_bytes / --prefix_cache_entries or for a request's host memory).",
+               std::to_string(s.prefix_cache_evictions));
+  AppendScalar(out, "drt_prefix_cache_entries", "gauge", "Prefix-cache snapshots kept.",
+               std::to_string(gauges.prefix_cache_entries));
+  AppendScalar(out, "drt_prefix_cache_bytes", "gauge",
+               "Host bytes the prefix-cache snapshots hold (their own copies, their share of "
+               "chunks shared with other sessions, stored prompt scores).",
+               std::to_string(gauges.prefix_cache_bytes));
   AppendScalar(out, "drt_retrievals_total", "counter",
                "Chunk retrievals made (one per landmark and group through the upper layers; "
                "lower-only prefill forwards make none).", std::to_string(s.retrievals));

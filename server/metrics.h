@@ -36,11 +36,23 @@ class Metrics {
   // lock); without one (or once cleared with an empty function) both read
   // 0. Setting waits for a render that is calling the old one, so its owner
   // may go once it has cleared it.
+  // Also drt_prefix_cache_entries and drt_prefix_cache_bytes: the prefix
+  // cache's snapshots (server/prefix_cache.h) and the host bytes they hold.
   struct SessionGauges {
     int64_t active_sessions = 0;
     int64_t chunk_store_bytes = 0;
+    int64_t prefix_cache_entries = 0;
+    int64_t prefix_cache_bytes = 0;
   };
   void SetSessionGaugeSource(std::function<SessionGauges()> source);
+  // The prefix cache (server/prefix_cache.h), per Complete that looked in
+  // it: drt_prefix_cache_hits_total and drt_prefix_cache_reused_tokens_total
+  // (prompt tokens not prefilled because a snapshot held them), or
+  // drt_prefix_cache_misses_total; drt_prefix_cache_evictions_total per
+  // snapshot evicted (LRU past its limits, or for a request's memory).
+  void AddPrefixCacheHit(int64_t reused_tokens);
+  void AddPrefixCacheMiss();
+  void AddPrefixCacheEviction();
   // drt_retrievals_total (one per landmark and group that went through the
   // upper layers: Session::retrievals())
   void AddRetrievals(int64_t retrievals);

@@ -650,7 +650,8 @@ OJson Header(const CompletionHeader& header) {
 OJson UsageJson(const Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens},
           {"completion_tokens", usage.completion_tokens},
-          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
 }
 
 OJson LogprobsJson(const ChoiceLogprobs& entries) {

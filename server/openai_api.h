@@ -235,6 +235,9 @@ struct CompletionHeader {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Of prompt_tokens, those a prefix-cache snapshot held (not prefilled):
+  // usage.prompt_tokens_details.cached_tokens, as OpenAI and vLLM give it.
+  int64_t cached_tokens = 0;
 };
 
 // The non-streamed answer: object "text_completion", one choice, usage.

@@ -292,7 +292,8 @@ struct CompletionProgress {
   bool all_done() const { return done_count == static_cast<int32_t>(choices.size()); }
   // Prompt tokens once, the generated tokens of every choice.
   Usage usage() const {
-    Usage usage{choices[0].done->timings().prompt_tokens(), 0};
+    Usage usage{choices[0].done->timings().prompt_tokens(), 0,
+                choices[0].done->timings().cached_prompt_tokens()};
     for (const ChoiceProgress& c : choices) usage.completion_tokens += c.done->timings().generated_tokens();
     return usage;
   }
@@ -1053,6 +1054,7 @@ class OpenAiHttpServer::Server : public httplib::Server {
         for (CompletionChoice& c : finished->choices) choices.push_back(std::move(c));
         usage.prompt_tokens += finished->usage.prompt_tokens;
         usage.completion_tokens += finished->usage.completion_tokens;
+        usage.cached_tokens += finished->usage.cached_tokens;
       }
       res.set_content(CompletionJson(header, choices, usage), kJson);
       return;

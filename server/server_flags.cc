@@ -98,6 +98,14 @@ ABSL_FLAG(double, host_memory_budget_gb, 0,
           "memory limit)");
 ABSL_FLAG(int64_t, max_sessions, drt::server::ServiceOptions{}.max_sessions,
           "sessions open at once");
+ABSL_FLAG(int64_t, prefix_cache_bytes, -1,
+          "host bytes the prefix cache's snapshots of Complete prompts (and so of OpenAI API "
+          "requests) may hold: a later prompt that begins with a snapshot's tokens prefills "
+          "only the rest (docs/api.md, \"Prefix reuse\"). Snapshots are evicted, least "
+          "recently used first, before any request is refused for host memory. -1: a quarter "
+          "of the host memory budget; 0: no cache");
+ABSL_FLAG(int64_t, prefix_cache_entries, 32,
+          "snapshots the prefix cache keeps at most (outside --max_sessions); 0: no cache");
 ABSL_FLAG(int64_t, max_context_tokens, drt::server::ServiceOptions{}.max_context_tokens,
           "tokens one session may hold (CreateSession may ask for less). The default, 2^32, "
           "leaves memory (--host_memory_budget_gb) as the real limit");
@@ -473,6 +481,10 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
         static_cast<int64_t>(std::llround(budget_gb * static_cast<double>(1LL << 30)));
   }
 
+  config.service.prefix_cache.max_bytes = absl::GetFlag(FLAGS_prefix_cache_bytes);
+  check(CheckAtLeast("prefix_cache_bytes", config.service.prefix_cache.max_bytes, -1));
+  config.service.prefix_cache.max_entries = absl::GetFlag(FLAGS_prefix_cache_entries);
+  check(CheckAtLeast("prefix_cache_entries", config.service.prefix_cache.max_entries, 0));
   config.service.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   check(CheckAtLeast("max_sessions", config.service.max_sessions, 1));
   config.service.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);

@@ -377,9 +377,12 @@ std::string SessionManager::NewId() {
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
     SessionSettings settings, std::unique_ptr<Session> session, std::string id, bool durable,
-    bool claimed, HostReservation* counted_now) {
+    bool claimed, HostReservation* counted_now, bool cache_entry) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status s = CheckSessionRoomLocked(); !s.ok()) return s;
+  // A cache snapshot takes no slot (ForkCacheEntry).
+  if (!cache_entry) {
+    if (absl::Status s = CheckSessionRoomLocked(); !s.ok()) return s;
+  }
   if (id.empty()) {
     id = NewId();
     while (sessions_.contains(id)) id = NewId();
@@ -402,6 +405,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Insert(
   // caller's first write runs alone on it.
   if (claimed) entry->activity_ = Activity::kFirstWrite;
   entry->hidden_ = !durable;  // only CreateEphemeral's sessions are not durable
+  entry->cache_entry_ = cache_entry;
+  if (cache_entry) ++cache_entries_;
   sessions_[id] = entry;
   // From here the session counts its own memory (its figures were taken
   // when the entry was made, above).
@@ -532,7 +537,7 @@ int64_t SessionManager::ForkHostBytes(const SessionMemory& memory,
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::InsertFork(
-    const std::shared_ptr<SessionEntry>& parent, bool durable, bool claimed) {
+    const std::shared_ptr<SessionEntry>& parent, bool durable, bool claimed, bool cache_entry) {
   // A reader claim keeps the parent's engine state still while copied
   // (other forks and saves may share it).
   if (absl::Status s = parent->BeginRead(ReadKind::kFork); !s.ok()) return s;
@@ -572,7 +577,7 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::InsertFork(
   });
   parent->EndRead(ReadKind::kFork);
   absl::StatusOr<std::shared_ptr<SessionEntry>> child =
-      status.ok() ? Insert(settings, std::move(forked), "", durable, claimed, &copies)
+      status.ok() ? Insert(settings, std::move(forked), "", durable, claimed, &copies, cache_entry)
                   : absl::StatusOr<std::shared_ptr<SessionEntry>>(status);
   // The parent and its other forks now share their chunks with one more
   // session (or, when the insert failed, again with one fewer): their
@@ -591,6 +596,19 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::ForkEphemeral(
     return absl::InternalError("ForkEphemeral of a durable session (use Fork)");
   }
   return InsertFork(parent, /*durable=*/false, /*claimed=*/false);
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::ForkCacheEntry(
+    const std::shared_ptr<SessionEntry>& parent) {
+  if (parent->durable()) {
+    return absl::InternalError("ForkCacheEntry of a durable session");
+  }
+  return InsertFork(parent, /*durable=*/false, /*claimed=*/false, /*cache_entry=*/true);
+}
+
+void SessionManager::SetHostMemoryReclaimer(std::function<bool()> reclaim) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reclaimer_ = std::move(reclaim);
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Fork(const std::string& id) {
@@ -622,6 +640,7 @@ absl::Status SessionManager::Delete(const std::string& id, bool hidden_too) {
     }
     entry = std::move(it->second);
     sessions_.erase(it);
+    if (entry->cache_entry()) --cache_entries_;
     PruneDyingLocked();
     dying_.push_back(entry);
   }
@@ -651,7 +670,7 @@ std::vector<std::shared_ptr<SessionEntry>> SessionManager::List(bool hidden_too)
 
 int64_t SessionManager::count() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return static_cast<int64_t>(sessions_.size());
+  return static_cast<int64_t>(sessions_.size()) - cache_entries_;
 }
 
 absl::Status SessionManager::CheckSessionRoom() const {
@@ -665,7 +684,9 @@ constexpr char kSessionLimitPrefix[] = "the server holds its maximum of ";
 }  // namespace
 
 absl::Status SessionManager::CheckSessionRoomLocked() const {
-  if (static_cast<int64_t>(sessions_.size()) < limits_.max_sessions) return absl::OkStatus();
+  if (static_cast<int64_t>(sessions_.size()) - cache_entries_ < limits_.max_sessions) {
+    return absl::OkStatus();
+  }
   return absl::ResourceExhaustedError(absl::StrFormat(
       "%s%d sessions; delete one or wait for idle ones to expire", kSessionLimitPrefix,
       limits_.max_sessions));
@@ -778,6 +799,22 @@ int64_t SessionManager::HostBytesForTokens(int64_t tokens) const {
 
 absl::StatusOr<HostReservation> SessionManager::Reserve(int64_t bytes, const std::string& what) {
   bytes = std::max<int64_t>(0, bytes);
+  // Memory the prefix cache holds goes before any request is refused: its
+  // snapshots are evicted (the reclaimer, least recently used first) while
+  // the reservation does not fit and it has any.
+  while (true) {
+    std::function<bool()> reclaim;
+    RefreshSharesIfChanged();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (TotalHostBytesLocked() + reserved_bytes_ + bytes <= limits_.host_memory_budget_bytes) {
+        reserved_bytes_ += bytes;
+        return HostReservation(this, bytes);
+      }
+      reclaim = reclaimer_;
+    }
+    if (!reclaim || !reclaim()) break;
+  }
   RefreshSharesIfChanged();
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t total = TotalHostBytesLocked();

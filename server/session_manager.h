@@ -110,6 +110,9 @@ class SessionEntry {
   // A Complete call's temporary session (SessionManager::CreateEphemeral):
   // no other call can find, list, delete or fork it.
   bool hidden() const { return hidden_; }
+  // A prefix-cache snapshot (SessionManager::ForkCacheEntry, server/
+  // prefix_cache.h): hidden, read-only, outside --max_sessions.
+  bool cache_entry() const { return cache_entry_; }
 
   // Claims the session for one activity; FAILED_PRECONDITION naming the
   // running one when it is busy, NOT_FOUND once the session was deleted or
@@ -306,6 +309,7 @@ class SessionEntry {
   // and written only by the holder of the activity.
   bool state_whole_ = true;
   bool hidden_ = false;  // set before it enters the table, then read only
+  bool cache_entry_ = false;  // likewise
   // A step changed the session since it was last written.
   bool unwritten_ = false;
   std::atomic<bool> deleted_{false};
@@ -421,11 +425,25 @@ class SessionManager {
   // idle; the same checks and budget as Fork.
   absl::StatusOr<std::shared_ptr<SessionEntry>> ForkEphemeral(
       const std::shared_ptr<SessionEntry>& parent);
+  // A prefix-cache snapshot of `parent` (a hidden session, idle or read):
+  // ForkEphemeral's copy, but outside --max_sessions (the cache bounds its
+  // own entries, --prefix_cache_entries), so no real request is refused a
+  // slot because of it. Its memory counts in the budget as any session's.
+  absl::StatusOr<std::shared_ptr<SessionEntry>> ForkCacheEntry(
+      const std::shared_ptr<SessionEntry>& parent);
+  // Called by Reserve, without the manager's lock, when a reservation
+  // would pass the host-memory budget: it frees memory it holds
+  // (PrefixCache::EvictOne deletes the least recently used snapshot) and
+  // returns true, and Reserve checks again; false when it has nothing left
+  // to free, and Reserve refuses. Set once before serving, cleared before
+  // its owner goes (no Reserve may run then).
+  void SetHostMemoryReclaimer(std::function<bool()> reclaim);
   // `hidden_too`: also a hidden session (for the call that owns it).
   absl::Status Delete(const std::string& id, bool hidden_too = false);
   // `hidden_too`: hidden sessions too (for figures over all the memory).
   std::vector<std::shared_ptr<SessionEntry>> List(bool hidden_too = false) const;
-  // Every session, hidden ones included (they hold a slot of max_sessions).
+  // Every session that holds a slot of max_sessions: hidden ones included,
+  // prefix-cache snapshots (SessionEntry::cache_entry) not.
   int64_t count() const;
   // RESOURCE_EXHAUSTED when the server holds max_sessions sessions (the
   // check and message of every insert): for a caller that would do much
@@ -502,7 +520,8 @@ class SessionManager {
   // inserted (the reservation released in the same step as the fork counts
   // itself).
   absl::StatusOr<std::shared_ptr<SessionEntry>> InsertFork(
-      const std::shared_ptr<SessionEntry>& parent, bool durable, bool claimed);
+      const std::shared_ptr<SessionEntry>& parent, bool durable, bool claimed,
+      bool cache_entry = false);
 
   // Deletes sessions idle past their TTL; returns how many. Hidden sessions
   // (a Complete call's, CreateEphemeral) never expire: their call deletes
@@ -558,7 +577,8 @@ class SessionManager {
                                                        std::unique_ptr<Session> session,
                                                        std::string id = "", bool durable = true,
                                                        bool claimed = false,
-                                                       HostReservation* counted_now = nullptr);
+                                                       HostReservation* counted_now = nullptr,
+                                                       bool cache_entry = false);
   absl::StatusOr<std::shared_ptr<SessionEntry>> CreateSession(SessionSettings settings,
                                                               bool durable);
   void ReaperLoop();
@@ -585,6 +605,8 @@ class SessionManager {
   // a shared block change; taken by RefreshSharesIfChanged.
   const std::shared_ptr<ShareChanges> share_changes_ = std::make_shared<ShareChanges>();
   int64_t reserved_bytes_ = 0;  // HostReservations not yet released
+  int64_t cache_entries_ = 0;   // of sessions_, the cache's (outside max_sessions)
+  std::function<bool()> reclaimer_;  // SetHostMemoryReclaimer
   std::condition_variable stop_;
   bool stopping_ = false;
   bool durable_expiry_stopped_ = false;  // StopExpiringDurable; guarded by mutex_
