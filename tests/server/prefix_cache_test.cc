@@ -363,6 +363,50 @@ TEST_CASE("prefix cache: entries are evicted least recently used first, by count
     CHECK(server.service().prefix_cache().bytes() <= 2 * one - 1);
     CHECK(Complete(server, p2).timings.cached_prompt_tokens() == 300);
   }
+  SECTION("a snapshot bigger than --prefix_cache_bytes alone is not kept and evicts nothing") {
+    // review-prefix finding 2: it used to evict every other snapshot, then
+    // itself once its Complete's session was gone.
+    const std::vector<int32_t> big = RandomTokens(3000, 323);
+    int64_t small_bytes = 0;
+    int64_t big_bytes = 0;
+    {
+      InProcessServer probe(CacheOptions());
+      REQUIRE(Complete(probe, p1).status.ok());
+      small_bytes = probe.service().prefix_cache().bytes();
+      REQUIRE(Complete(probe, big).status.ok());
+      big_bytes = probe.service().prefix_cache().bytes() - small_bytes;
+    }
+    INFO("snapshot bytes: " << small_bytes << " for 300 tokens, " << big_bytes << " for 3000");
+    REQUIRE(big_bytes > small_bytes);
+    const int64_t bound = (small_bytes + big_bytes) / 2;
+    InProcessServer server(CacheOptions(/*entries=*/32, bound));
+    REQUIRE(Complete(server, p1).status.ok());
+    REQUIRE(server.service().prefix_cache().entries() == 1);
+    const Completed got = Complete(server, big);
+    REQUIRE(got.status.ok());
+    CHECK(server.service().prefix_cache().entries() == 1);
+    CHECK(Metric(server.metrics().RenderPrometheus(), "drt_prefix_cache_evictions_total") == 0);
+    CHECK(Complete(server, p1).timings.cached_prompt_tokens() == 300);
+    // Sent again: not kept again, and p1 still there.
+    CHECK(Complete(server, big).timings.cached_prompt_tokens() == 0);
+    CHECK(server.service().prefix_cache().entries() == 1);
+    CHECK(Complete(server, p1).timings.cached_prompt_tokens() == 300);
+  }
+  SECTION("a snapshot replaced by one with the same tokens and more scores is no eviction") {
+    InProcessServer server(CacheOptions());
+    Request scored;
+    scored.prompt_only = true;
+    scored.score_top = 2;
+    REQUIRE(Complete(server, p1, scored).status.ok());
+    scored.score_top = 4;  // the 2-alternative snapshot cannot serve it: replaced
+    const Completed more = Complete(server, p1, scored);
+    REQUIRE(more.status.ok());
+    CHECK(more.timings.cached_prompt_tokens() == 0);
+    CHECK(server.service().prefix_cache().entries() == 1);
+    CHECK(Metric(server.metrics().RenderPrometheus(), "drt_prefix_cache_evictions_total") == 0);
+    scored.score_top = 3;
+    CHECK(Complete(server, p1, scored).timings.cached_prompt_tokens() == 300);
+  }
   SECTION("0 is off") {
     for (const auto& [entries, bytes] : {std::pair<int64_t, int64_t>{0, 1 << 30}, {32, 0}}) {
       InProcessServer server(CacheOptions(entries, bytes));
