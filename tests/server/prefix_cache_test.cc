@@ -311,7 +311,54 @@ TEST_CASE("prefix cache: the longest common prefix is snapshotted so the third c
   CHECK(b.prefilled == 460);
   CHECK(c.timings.cached_prompt_tokens() == 400);
   CHECK(c.prefilled == 60);
-  CHECK(server.service().prefix_cache().entries() == 4);  // a, b, the context, c
+  // a's and the context's: b and c end 60 tokens past the context's
+  // snapshot, under kMinCommonPrefixTokens, so their prompt ends are not kept.
+  CHECK(server.service().prefix_cache().entries() == 2);
+}
+
+TEST_CASE("prefix cache: a prompt end less than 64 tokens past the call's start is not snapshotted",
+          "[server][prefix_cache]") {
+  InProcessServer server(CacheOptions());
+  SECTION("a short prompt") {
+    const std::vector<int32_t> prompt = RandomTokens(kMinCommonPrefixTokens - 1, 370);
+    REQUIRE(Complete(server, prompt).status.ok());
+    CHECK(server.service().prefix_cache().entries() == 0);
+    const Completed again = Complete(server, prompt);
+    REQUIRE(again.status.ok());
+    CHECK(again.timings.cached_prompt_tokens() == 0);
+    // At the threshold it is kept.
+    const std::vector<int32_t> at = RandomTokens(kMinCommonPrefixTokens, 371);
+    REQUIRE(Complete(server, at).status.ok());
+    CHECK(server.service().prefix_cache().entries() == 1);
+    CHECK(Complete(server, at).timings.cached_prompt_tokens() == kMinCommonPrefixTokens);
+  }
+  SECTION("a short extension of a hit: the hit's snapshot serves, no second one") {
+    const std::vector<int32_t> doc = RandomTokens(300, 372);
+    REQUIRE(Complete(server, doc).status.ok());
+    const std::vector<int32_t> question = Concat(doc, RandomTokens(30, 373));
+    const Completed hit = Complete(server, question);
+    REQUIRE(hit.status.ok());
+    CHECK(hit.timings.cached_prompt_tokens() == 300);
+    CHECK(hit.prefilled == 30);
+    CHECK(server.service().prefix_cache().entries() == 1);
+    const Completed other = Complete(server, Concat(doc, RandomTokens(30, 374)));
+    CHECK(other.timings.cached_prompt_tokens() == 300);
+    // A longer turn is kept (64 past the hit).
+    const std::vector<int32_t> turn = Concat(doc, RandomTokens(kMinCommonPrefixTokens, 375));
+    REQUIRE(Complete(server, turn).status.ok());
+    CHECK(server.service().prefix_cache().entries() == 2);
+    CHECK(Complete(server, turn).timings.cached_prompt_tokens() == 300 + kMinCommonPrefixTokens);
+  }
+  SECTION("short one-off prompts leave a document's snapshot in place") {
+    ServiceOptions options = CacheOptions(/*entries=*/2);
+    InProcessServer small(options);
+    const std::vector<int32_t> doc = RandomTokens(300, 376);
+    REQUIRE(Complete(small, doc).status.ok());
+    for (uint64_t seed = 377; seed < 381; ++seed) {
+      REQUIRE(Complete(small, RandomTokens(20, seed)).status.ok());
+    }
+    CHECK(Complete(small, doc).timings.cached_prompt_tokens() == 300);
+  }
 }
 
 TEST_CASE("prefix cache: entries are evicted least recently used first, by count and by bytes",
