@@ -1138,6 +1138,14 @@ grpc::Status DrtService::CompleteStream(
   // tokens decide whether it starts from a snapshot (a fork of it).
   std::shared_ptr<SessionEntry> entry;
   const bool reuse = prefix_cache_->enabled();
+  if (reuse) {
+    // The session is made only once the prompt's first tokens decide its
+    // start, which can be after the whole prompt arrived (held while a
+    // snapshot matches): a server at --max_sessions refuses now, before
+    // reading it, as without the cache (review-prefix finding 7). It takes
+    // no slot: the session's creation checks again.
+    if (absl::Status s = sessions_->CheckSessionRoom(); !s.ok()) return Finish(ToGrpc(s));
+  }
   if (!reuse) {
     auto created = sessions_->CreateEphemeral(settings);
     if (!created.ok()) return Finish(ToGrpc(created.status()));

@@ -512,6 +512,38 @@ TEST_CASE("prefix cache: snapshots never make a real request fail", "[server][pr
   }
 }
 
+TEST_CASE("prefix cache: a server at --max_sessions refuses a Complete before reading its prompt",
+          "[server][prefix_cache]") {
+  // review-prefix finding 7: the call's session is made only once the
+  // prompt decides its start, and while a snapshot matches the prompt is
+  // held; the refusal must still come at once, as with the cache off.
+  ServiceOptions options = CacheOptions();
+  options.max_sessions = 1;
+  InProcessServer server(options);
+  const std::vector<int32_t> prompt = RandomTokens(600, 390);
+  REQUIRE(Complete(server, prompt).status.ok());
+  REQUIRE(server.service().prefix_cache().entries() == 1);
+  const CreateResult created = CreateSession(server.stub());  // the one slot
+  REQUIRE(created.status.ok());
+
+  grpc::ClientContext context;
+  SetDeadline(context, 10);
+  auto stream = server.stub().Complete(&context);
+  drt::v1::CompleteRequest message;
+  message.mutable_generate()->set_max_tokens(4);
+  // The snapshot's first 200 tokens: it still matches, more could come.
+  message.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.begin() + 200);
+  REQUIRE(stream->Write(message));
+  // No WritesDone: the answer must come without the rest of the prompt.
+  drt::v1::GenerateResponse response;
+  while (stream->Read(&response)) {
+  }
+  const grpc::Status status = stream->Finish();
+  INFO(status.error_message());
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(status.error_message().find("maximum of 1 sessions") != std::string::npos);
+}
+
 TEST_CASE("prefix cache: a Complete that fails leaves no snapshot of its partial prompt",
           "[server][prefix_cache]") {
   ServiceOptions options = CacheOptions();
