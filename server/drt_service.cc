@@ -1286,6 +1286,14 @@ grpc::Status DrtService::CompleteStream(
   // tokens decide whether it starts from a snapshot (a fork of it).
   std::shared_ptr<SessionEntry> entry;
   const bool reuse = prefix_cache_->enabled();
+  if (reuse) {
+    // The session is made only once the prompt's first tokens decide its
+    // start, which can be after the whole prompt arrived (held while a
+    // snapshot matches): a server at --max_sessions refuses now, before
+    // reading it, as without the cache (review-prefix finding 7). It takes
+    // no slot: the session's creation checks again.
+    if (absl::Status s = sessions_->CheckSessionRoom(); !s.ok()) return Finish(ToGrpc(s));
+  }
   if (!reuse) {
     auto created = sessions_->CreateEphemeral(settings);
     if (!created.ok()) return Finish(ToGrpc(created.status()));
@@ -1303,6 +1311,9 @@ grpc::Status DrtService::CompleteStream(
   // as many alternatives (PrefixCache::Candidates).
   PrefixMatcher matcher(reuse ? prefix_cache_->Candidates(score_top)
                               : std::vector<std::shared_ptr<const PrefixEntry>>{});
+  // Where this call's last snapshot is (a hit's, or its common-prefix one):
+  // the prompt-end snapshot is taken only kMinCommonPrefixTokens past it.
+  int64_t snapshotted_at = 0;
   if (reuse) {
     ingest.set_prefix_hold(
         &matcher,
@@ -1336,10 +1347,12 @@ grpc::Status DrtService::CompleteStream(
           const int64_t common = matcher.common_tokens();
           if (common - start.reused >= kMinCommonPrefixTokens) start.snapshot_at = common;
           start.entry = entry.get();
+          snapshotted_at = start.reused;
           return start;
         },
         [&] {
           entry->End();  // (an ephemeral session: nothing is written)
+          snapshotted_at = static_cast<int64_t>(ingest.prompt_ids().size());
           prefix_cache_->Add(entry, ingest.prompt_ids(), score_top,
                              score_top.has_value() ? ingest.kept_scores()
                                                    : std::vector<TokenScore>{});
@@ -1388,9 +1401,14 @@ grpc::Status DrtService::CompleteStream(
                                "Complete needs a prompt: its messages brought no tokens (send "
                                "text, text_bytes or tokens in them)"));
   }
-  // A snapshot of the whole prompt, before anything is generated (a prompt
-  // that was a snapshot's tokens exactly only marks that one used).
-  if (reuse && ingest.reused() < entry->tokens()) {
+  // A snapshot of the whole prompt, before anything is generated, when it
+  // is at least kMinCommonPrefixTokens past this call's hit or common-prefix
+  // snapshot (a prompt that was a snapshot's tokens exactly only marks that
+  // one used). Shorter ones are not kept: each would cost a window copy to
+  // save less prefill than that, and under --prefix_cache_entries many
+  // short one-off prompts would push a long document's snapshot out
+  // (review-prefix finding 3).
+  if (reuse && entry->tokens() - snapshotted_at >= kMinCommonPrefixTokens) {
     prefix_cache_->Add(entry, ingest.prompt_ids(), score_top,
                        score_top.has_value() ? std::move(ingest.kept_scores())
                                              : std::vector<TokenScore>{});

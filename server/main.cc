@@ -333,7 +333,8 @@ absl::StatusOr<std::unique_ptr<Started>> StartUp(const ServerConfig& config, Sta
     }
   }
   {
-    // --prefix_cache_bytes -1: a quarter of the budget (docs/deploy.md).
+    // --prefix_cache_bytes -1: a quarter of the budget (docs/deploy.md); on
+    // --device cuda the flags' parse made it 0 already (PrefixCacheBytesForDevice).
     PrefixCacheLimits& cache = service_options.prefix_cache;
     if (cache.max_bytes < 0) cache.max_bytes = service_options.host_memory_budget_bytes / 4;
     if (cache.max_bytes > 0 && cache.max_entries > 0) {
@@ -418,6 +419,9 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   if (!config.device_note.empty()) std::fprintf(stderr, "drt-server: %s\n", config.device_note.c_str());
   if (!config.cuda_flags_note.empty()) {
     std::fprintf(stderr, "drt-server: %s\n", config.cuda_flags_note.c_str());
+  }
+  if (!config.prefix_cache_note.empty()) {
+    std::fprintf(stderr, "drt-server: %s\n", config.prefix_cache_note.c_str());
   }
   for (const std::string& note : config.deprecation_notes) {
     std::fprintf(stderr, "drt-server: %s\n", note.c_str());

@@ -5,6 +5,18 @@
 
 namespace drt::server {
 
+namespace {
+
+// The host bytes a snapshot would hold as the last holder of its chunks
+// (all the memory it reads, SessionEntry::host_bytes, and its scores):
+// PrefixEntry::bytes never exceeds it. One above --prefix_cache_bytes is
+// not kept.
+int64_t FullBytes(const PrefixEntry& entry) {
+  return entry.session->host_bytes() + entry.score_bytes;
+}
+
+}  // namespace
+
 int64_t ScoreBytes(const std::vector<TokenScore>& scores) {
   int64_t bytes = static_cast<int64_t>(scores.capacity() * sizeof(TokenScore));
   for (const TokenScore& score : scores) {
@@ -125,22 +137,39 @@ void PrefixCache::Add(const std::shared_ptr<SessionEntry>& session, std::vector<
     entry->scores = std::move(scores);
     entry->score_bytes = ScoreBytes(entry->scores);
   }
-  std::vector<std::shared_ptr<PrefixEntry>> evicted;
-  {
+  std::vector<std::shared_ptr<PrefixEntry>> dropped;
+  if (FullBytes(*entry) > limits_.max_bytes) {
+    // Alone past the bound once its Complete's session, which shares its
+    // chunks now, is gone: kept, it would evict the others and then itself
+    // (at the call's end, Trim). Not counted as an eviction.
+    dropped.push_back(std::move(entry));
+  } else {
     std::lock_guard<std::mutex> lock(mutex_);
-    // One with the same tokens and fewer scores gives way to this one.
+    // One with the same tokens and fewer scores gives way to this one (not
+    // counted as an eviction).
     std::erase_if(lru_, [&](const std::shared_ptr<PrefixEntry>& kept) {
       if (kept->tokens != entry->tokens) return false;
-      evicted.push_back(kept);
+      dropped.push_back(kept);
       return true;
     });
     lru_.push_front(entry);
-    TakePastLimitsLocked(evicted);
+    TakePastLimitsLocked(dropped);
   }
-  Drop(std::move(evicted));
+  Drop(std::move(dropped));
 }
 
+// First takes out every snapshot that alone exceeds --prefix_cache_bytes
+// (FullBytes; Add keeps none, so this is a guard: evicting the others for
+// one would empty the cache and then drop it anyway, review-prefix finding
+// 2), then the least recently used ones while past either limit, counted
+// as evictions. Every snapshot left fits alone, so the most recently used
+// one (a new one) is never evicted to make room for itself.
 void PrefixCache::TakePastLimitsLocked(std::vector<std::shared_ptr<PrefixEntry>>& evicted) {
+  std::erase_if(lru_, [&](const std::shared_ptr<PrefixEntry>& kept) {
+    if (FullBytes(*kept) <= limits_.max_bytes) return false;
+    evicted.push_back(kept);
+    return true;
+  });
   int64_t total = 0;
   for (const auto& kept : lru_) total += kept->bytes();
   while (!lru_.empty() &&
@@ -148,6 +177,7 @@ void PrefixCache::TakePastLimitsLocked(std::vector<std::shared_ptr<PrefixEntry>>
     total -= lru_.back()->bytes();
     evicted.push_back(std::move(lru_.back()));
     lru_.pop_back();
+    metrics_.AddPrefixCacheEviction();
   }
 }
 
@@ -169,14 +199,16 @@ bool PrefixCache::EvictOne() {
     evicted.push_back(std::move(lru_.back()));
     lru_.pop_back();
   }
+  metrics_.AddPrefixCacheEviction();
   Drop(std::move(evicted));
   return true;
 }
 
+// (The evictions are counted where they are taken out of lru_, which knows
+// why: a replaced or too big snapshot is no eviction.)
 void PrefixCache::Drop(std::vector<std::shared_ptr<PrefixEntry>> evicted) {
   for (const auto& entry : evicted) {
     sessions_.Delete(entry->session->id(), /*hidden_too=*/true).IgnoreError();
-    metrics_.AddPrefixCacheEviction();
   }
 }
 

@@ -120,9 +120,9 @@ class PrefixCache {
   // `tokens`), with the prompt's scores when it was scored (`scores`: one
   // per token, `score_top` alternatives each), unless one with the same
   // tokens (and scores at least as good) is kept already; then evicts least
-  // recently used snapshots past the limits (the new one too when it alone
-  // passes --prefix_cache_bytes). A snapshot that cannot be made (the
-  // budget) is not kept; the call goes on.
+  // recently used snapshots past the limits, never the new one; one that
+  // alone passes --prefix_cache_bytes is not kept and evicts nothing. One
+  // that cannot be made (the budget) is not kept; the call goes on.
   void Add(const std::shared_ptr<SessionEntry>& session, std::vector<int32_t> tokens,
            std::optional<int32_t> score_top, std::vector<TokenScore> scores);
   // Evicts the least recently used snapshot; false when there is none.
@@ -138,10 +138,10 @@ class PrefixCache {
 
  private:
   // Deletes the snapshots' sessions (outside mutex_: a delete refreshes the
-  // other sessions' shares) and counts the evictions.
+  // other sessions' shares); evictions are counted where they are taken.
   void Drop(std::vector<std::shared_ptr<PrefixEntry>> evicted);
-  // Under mutex_: moves the least recently used snapshots past the limits
-  // from lru_ to `evicted`.
+  // Under mutex_: moves snapshots that alone pass --prefix_cache_bytes,
+  // then the least recently used past the limits, from lru_ to `evicted`.
   void TakePastLimitsLocked(std::vector<std::shared_ptr<PrefixEntry>>& evicted);
 
   SessionManager& sessions_;

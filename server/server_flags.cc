@@ -102,8 +102,10 @@ ABSL_FLAG(int64_t, prefix_cache_bytes, -1,
           "host bytes the prefix cache's snapshots of Complete prompts (and so of OpenAI API "
           "requests) may hold: a later prompt that begins with a snapshot's tokens prefills "
           "only the rest (docs/api.md, \"Prefix reuse\"). Snapshots are evicted, least "
-          "recently used first, before any request is refused for host memory. -1: a quarter "
-          "of the host memory budget; 0: no cache");
+          "recently used first, before any request is refused for host memory. -1 (the "
+          "default): a quarter of the host memory budget on --device cpu, 0 on --device cuda "
+          "(there snapshots also hold GPU memory this does not bound: docs/cuda.md); 0: no "
+          "cache");
 ABSL_FLAG(int64_t, prefix_cache_entries, 32,
           "snapshots the prefix cache keeps at most (outside --max_sessions); 0: no cache");
 ABSL_FLAG(int64_t, max_context_tokens, drt::server::ServiceOptions{}.max_context_tokens,
@@ -485,6 +487,18 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   check(CheckAtLeast("prefix_cache_bytes", config.service.prefix_cache.max_bytes, -1));
   config.service.prefix_cache.max_entries = absl::GetFlag(FLAGS_prefix_cache_entries);
   check(CheckAtLeast("prefix_cache_entries", config.service.prefix_cache.max_entries, 0));
+  config.service.prefix_cache.max_bytes =
+      PrefixCacheBytesForDevice(config.service.prefix_cache.max_bytes, config.device);
+  if (config.device == "cuda" && config.service.prefix_cache.max_bytes > 0 &&
+      config.service.prefix_cache.max_entries > 0) {
+    config.prefix_cache_note = absl::StrCat(
+        "WARNING: --prefix_cache_bytes=", config.service.prefix_cache.max_bytes,
+        " turns the prefix cache on with --device cuda, where it bounds only host memory: "
+        "each snapshot also holds GPU memory (a CUDA session's buffers, and with "
+        "--cuda_chunk_tier device or auto a copy of its chunks) that neither the flag nor the "
+        "host-memory budget counts and nothing reclaims when a GPU allocation fails "
+        "(docs/cuda.md, \"The prefix cache on the GPU\")");
+  }
   config.service.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   check(CheckAtLeast("max_sessions", config.service.max_sessions, 1));
   config.service.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
@@ -570,6 +584,11 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
       config.device == "cuda" ? CudaPrecisionName(config.cuda_precision) : "fp32";
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
   return config;
+}
+
+int64_t PrefixCacheBytesForDevice(int64_t flag_bytes, const std::string& device) {
+  if (flag_bytes == -1 && device == "cuda") return 0;
+  return flag_bytes;
 }
 
 absl::StatusOr<ServerConfig> ParseServerFlags(int argc, char** argv) {

@@ -36,6 +36,14 @@ constexpr int64_t kMaxStepTokens = int64_t{1} << 20;
 // The most --openai_max_request_bytes takes (1 GiB).
 constexpr int64_t kMaxOpenAiRequestBytes = int64_t{1} << 30;
 
+// --prefix_cache_bytes as given (-1: the default) on `device` ("cpu" or
+// "cuda"): on cuda the default is 0 (no cache), because the cache's bounds
+// and its reclaimer count host memory only, while each snapshot there is a
+// CUDA session with device memory of its own (docs/cuda.md, "The prefix
+// cache on the GPU"); on cpu -1 stays, for main to make a quarter of the
+// host-memory budget once that is known.
+int64_t PrefixCacheBytesForDevice(int64_t flag_bytes, const std::string& device);
+
 struct ServerConfig {
   std::string grpc_address;      // as gRPC takes it: host:port or unix:path
   std::optional<HostPort> http;  // empty: no HTTP endpoint
@@ -65,6 +73,10 @@ struct ServerConfig {
   // ask for something other than their defaults (they then do nothing; auto
   // must accept them, so they are not refused); empty otherwise.
   std::string cuda_flags_note;
+  // One line, logged at start as a WARNING when the prefix cache is on with
+  // --device cuda (only by an explicit --prefix_cache_bytes: its default is
+  // off there, PrefixCacheBytesForDevice); empty otherwise.
+  std::string prefix_cache_note;
   int cuda_device = 0;  // GPU index for the CUDA backend
   CudaPrecision cuda_precision = CudaPrecision::kBf16;  // --cuda_precision
   // --cuda_chunk_store (CudaBackendOptions::chunk_store)

@@ -311,7 +311,54 @@ TEST_CASE("prefix cache: the longest common prefix is snapshotted so the third c
   CHECK(b.prefilled == 460);
   CHECK(c.timings.cached_prompt_tokens() == 400);
   CHECK(c.prefilled == 60);
-  CHECK(server.service().prefix_cache().entries() == 4);  // a, b, the context, c
+  // a's and the context's: b and c end 60 tokens past the context's
+  // snapshot, under kMinCommonPrefixTokens, so their prompt ends are not kept.
+  CHECK(server.service().prefix_cache().entries() == 2);
+}
+
+TEST_CASE("prefix cache: a prompt end less than 64 tokens past the call's start is not snapshotted",
+          "[server][prefix_cache]") {
+  InProcessServer server(CacheOptions());
+  SECTION("a short prompt") {
+    const std::vector<int32_t> prompt = RandomTokens(kMinCommonPrefixTokens - 1, 370);
+    REQUIRE(Complete(server, prompt).status.ok());
+    CHECK(server.service().prefix_cache().entries() == 0);
+    const Completed again = Complete(server, prompt);
+    REQUIRE(again.status.ok());
+    CHECK(again.timings.cached_prompt_tokens() == 0);
+    // At the threshold it is kept.
+    const std::vector<int32_t> at = RandomTokens(kMinCommonPrefixTokens, 371);
+    REQUIRE(Complete(server, at).status.ok());
+    CHECK(server.service().prefix_cache().entries() == 1);
+    CHECK(Complete(server, at).timings.cached_prompt_tokens() == kMinCommonPrefixTokens);
+  }
+  SECTION("a short extension of a hit: the hit's snapshot serves, no second one") {
+    const std::vector<int32_t> doc = RandomTokens(300, 372);
+    REQUIRE(Complete(server, doc).status.ok());
+    const std::vector<int32_t> question = Concat(doc, RandomTokens(30, 373));
+    const Completed hit = Complete(server, question);
+    REQUIRE(hit.status.ok());
+    CHECK(hit.timings.cached_prompt_tokens() == 300);
+    CHECK(hit.prefilled == 30);
+    CHECK(server.service().prefix_cache().entries() == 1);
+    const Completed other = Complete(server, Concat(doc, RandomTokens(30, 374)));
+    CHECK(other.timings.cached_prompt_tokens() == 300);
+    // A longer turn is kept (64 past the hit).
+    const std::vector<int32_t> turn = Concat(doc, RandomTokens(kMinCommonPrefixTokens, 375));
+    REQUIRE(Complete(server, turn).status.ok());
+    CHECK(server.service().prefix_cache().entries() == 2);
+    CHECK(Complete(server, turn).timings.cached_prompt_tokens() == 300 + kMinCommonPrefixTokens);
+  }
+  SECTION("short one-off prompts leave a document's snapshot in place") {
+    ServiceOptions options = CacheOptions(/*entries=*/2);
+    InProcessServer small(options);
+    const std::vector<int32_t> doc = RandomTokens(300, 376);
+    REQUIRE(Complete(small, doc).status.ok());
+    for (uint64_t seed = 377; seed < 381; ++seed) {
+      REQUIRE(Complete(small, RandomTokens(20, seed)).status.ok());
+    }
+    CHECK(Complete(small, doc).timings.cached_prompt_tokens() == 300);
+  }
 }
 
 TEST_CASE("prefix cache: entries are evicted least recently used first, by count and by bytes",
@@ -362,6 +409,50 @@ TEST_CASE("prefix cache: entries are evicted least recently used first, by count
     CHECK(server.service().prefix_cache().entries() == 1);
     CHECK(server.service().prefix_cache().bytes() <= 2 * one - 1);
     CHECK(Complete(server, p2).timings.cached_prompt_tokens() == 300);
+  }
+  SECTION("a snapshot bigger than --prefix_cache_bytes alone is not kept and evicts nothing") {
+    // review-prefix finding 2: it used to evict every other snapshot, then
+    // itself once its Complete's session was gone.
+    const std::vector<int32_t> big = RandomTokens(3000, 323);
+    int64_t small_bytes = 0;
+    int64_t big_bytes = 0;
+    {
+      InProcessServer probe(CacheOptions());
+      REQUIRE(Complete(probe, p1).status.ok());
+      small_bytes = probe.service().prefix_cache().bytes();
+      REQUIRE(Complete(probe, big).status.ok());
+      big_bytes = probe.service().prefix_cache().bytes() - small_bytes;
+    }
+    INFO("snapshot bytes: " << small_bytes << " for 300 tokens, " << big_bytes << " for 3000");
+    REQUIRE(big_bytes > small_bytes);
+    const int64_t bound = (small_bytes + big_bytes) / 2;
+    InProcessServer server(CacheOptions(/*entries=*/32, bound));
+    REQUIRE(Complete(server, p1).status.ok());
+    REQUIRE(server.service().prefix_cache().entries() == 1);
+    const Completed got = Complete(server, big);
+    REQUIRE(got.status.ok());
+    CHECK(server.service().prefix_cache().entries() == 1);
+    CHECK(Metric(server.metrics().RenderPrometheus(), "drt_prefix_cache_evictions_total") == 0);
+    CHECK(Complete(server, p1).timings.cached_prompt_tokens() == 300);
+    // Sent again: not kept again, and p1 still there.
+    CHECK(Complete(server, big).timings.cached_prompt_tokens() == 0);
+    CHECK(server.service().prefix_cache().entries() == 1);
+    CHECK(Complete(server, p1).timings.cached_prompt_tokens() == 300);
+  }
+  SECTION("a snapshot replaced by one with the same tokens and more scores is no eviction") {
+    InProcessServer server(CacheOptions());
+    Request scored;
+    scored.prompt_only = true;
+    scored.score_top = 2;
+    REQUIRE(Complete(server, p1, scored).status.ok());
+    scored.score_top = 4;  // the 2-alternative snapshot cannot serve it: replaced
+    const Completed more = Complete(server, p1, scored);
+    REQUIRE(more.status.ok());
+    CHECK(more.timings.cached_prompt_tokens() == 0);
+    CHECK(server.service().prefix_cache().entries() == 1);
+    CHECK(Metric(server.metrics().RenderPrometheus(), "drt_prefix_cache_evictions_total") == 0);
+    scored.score_top = 3;
+    CHECK(Complete(server, p1, scored).timings.cached_prompt_tokens() == 300);
   }
   SECTION("0 is off") {
     for (const auto& [entries, bytes] : {std::pair<int64_t, int64_t>{0, 1 << 30}, {32, 0}}) {
@@ -419,6 +510,38 @@ TEST_CASE("prefix cache: snapshots never make a real request fail", "[server][pr
     CHECK(server.service().prefix_cache().entries() < 6);
     CHECK(server.service().session_manager().TotalHostBytes() <= options.host_memory_budget_bytes);
   }
+}
+
+TEST_CASE("prefix cache: a server at --max_sessions refuses a Complete before reading its prompt",
+          "[server][prefix_cache]") {
+  // review-prefix finding 7: the call's session is made only once the
+  // prompt decides its start, and while a snapshot matches the prompt is
+  // held; the refusal must still come at once, as with the cache off.
+  ServiceOptions options = CacheOptions();
+  options.max_sessions = 1;
+  InProcessServer server(options);
+  const std::vector<int32_t> prompt = RandomTokens(600, 390);
+  REQUIRE(Complete(server, prompt).status.ok());
+  REQUIRE(server.service().prefix_cache().entries() == 1);
+  const CreateResult created = CreateSession(server.stub());  // the one slot
+  REQUIRE(created.status.ok());
+
+  grpc::ClientContext context;
+  SetDeadline(context, 10);
+  auto stream = server.stub().Complete(&context);
+  drt::v1::CompleteRequest message;
+  message.mutable_generate()->set_max_tokens(4);
+  // The snapshot's first 200 tokens: it still matches, more could come.
+  message.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.begin() + 200);
+  REQUIRE(stream->Write(message));
+  // No WritesDone: the answer must come without the rest of the prompt.
+  drt::v1::GenerateResponse response;
+  while (stream->Read(&response)) {
+  }
+  const grpc::Status status = stream->Finish();
+  INFO(status.error_message());
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(status.error_message().find("maximum of 1 sessions") != std::string::npos);
 }
 
 TEST_CASE("prefix cache: a Complete that fails leaves no snapshot of its partial prompt",

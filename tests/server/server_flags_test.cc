@@ -371,5 +371,48 @@ TEST_CASE("ServerConfigFromFlags validates and converts", "[server][flags]") {
   }
 }
 
+TEST_CASE("prefix cache flags: the bytes default is a quarter of the budget on cpu, off on cuda",
+          "[server][flags][prefix_cache]") {
+  ScopedFlag model("model", "/models/tiny");
+  ScopedFlag no_http("http_listen", "");
+  // The function the flags' parse uses, for both devices (a cuda build is
+  // not needed to check it).
+  CHECK(PrefixCacheBytesForDevice(-1, "cpu") == -1);  // main makes it a quarter of the budget
+  CHECK(PrefixCacheBytesForDevice(-1, "cuda") == 0);
+  CHECK(PrefixCacheBytesForDevice(0, "cuda") == 0);
+  CHECK(PrefixCacheBytesForDevice(1 << 20, "cuda") == 1 << 20);  // given: taken
+  CHECK(PrefixCacheBytesForDevice(1 << 20, "cpu") == 1 << 20);
+  SECTION("cpu: the default stays on, no warning") {
+    ScopedFlag device("device", "cpu");
+    auto config = ServerConfigFromFlags();
+    REQUIRE(config.ok());
+    CHECK(config->service.prefix_cache.max_bytes == -1);
+    CHECK(config->service.prefix_cache.max_entries == 32);
+    CHECK(config->prefix_cache_note.empty());
+  }
+  SECTION("cuda: off by default, a given value taken with a WARNING about device memory") {
+    if (!CudaBackendBuilt()) {
+      WARN("no CUDA backend in this build: --device=cuda is refused, only the function checked");
+      return;
+    }
+    ScopedFlag device("device", "cuda");
+    auto config = ServerConfigFromFlags();
+    REQUIRE(config.ok());
+    CHECK(config->service.prefix_cache.max_bytes == 0);
+    CHECK(config->prefix_cache_note.empty());
+    ScopedFlag bytes("prefix_cache_bytes", "1000000");
+    auto given = ServerConfigFromFlags();
+    REQUIRE(given.ok());
+    CHECK(given->service.prefix_cache.max_bytes == 1000000);
+    CHECK(given->prefix_cache_note.find("WARNING: --prefix_cache_bytes=1000000") !=
+          std::string::npos);
+    CHECK(given->prefix_cache_note.find("GPU memory") != std::string::npos);
+    ScopedFlag no_entries("prefix_cache_entries", "0");  // off by the other flag: no warning
+    auto off = ServerConfigFromFlags();
+    REQUIRE(off.ok());
+    CHECK(off->prefix_cache_note.empty());
+  }
+}
+
 }  // namespace
 }  // namespace drt::server
