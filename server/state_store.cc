@@ -621,8 +621,12 @@ void StateStore::DeleteLog(const std::string& path) const {
 std::string StateStore::Quarantine(const std::string& id, const std::string& problem,
                                    const std::string& state, const std::vector<std::string>& logs,
                                    bool& moved) {
-  const std::string target = absl::StrFormat("%s/quarantine/%s-%d", options_.dir, id,
-                                             absl::ToUnixSeconds(absl::Now()));
+  // <id>-<unix seconds>, or with ".2", ".3", ... when that is taken (the
+  // same id refused twice within a second, or a directory an operator kept:
+  // review-durable F7; before, the session then stayed where it was).
+  const std::string first = absl::StrFormat("%s/quarantine/%s-%d", options_.dir, id,
+                                            absl::ToUnixSeconds(absl::Now()));
+  std::string target = first;
   // All or nothing: the logs are hard-linked into the directory (one inode,
   // no copy; a log several refused sessions share is linked into each
   // directory, and one a restored session uses stays in chunks/ too), then
@@ -633,7 +637,12 @@ std::string StateStore::Quarantine(const std::string& id, const std::string& pro
   std::vector<std::string> linked;
   std::error_code ec;
   fs::create_directories(options_.dir + "/quarantine", ec);
-  if (::mkdir(target.c_str(), 0755) != 0) {
+  int made = ::mkdir(target.c_str(), 0755);
+  for (int n = 2; made != 0 && errno == EEXIST && n <= 1000; ++n) {
+    target = absl::StrFormat("%s.%d", first, n);
+    made = ::mkdir(target.c_str(), 0755);
+  }
+  if (made != 0) {
     failure = absl::StrFormat("cannot make %s: %s", target, std::strerror(errno));
   }
   for (size_t i = 0; failure.empty() && i < logs.size(); ++i) {
@@ -651,7 +660,7 @@ std::string StateStore::Quarantine(const std::string& id, const std::string& pro
   moved = failure.empty();
   if (!moved) {
     for (const std::string& link : linked) ::unlink(link.c_str());
-    ::rmdir(target.c_str());  // (fails, harmlessly, when it is not ours)
+    if (made == 0) ::rmdir(target.c_str());
     return absl::StrFormat(
         "session %s refused: %s; it could not be quarantined (%s), so its state file stays in "
         "%s/sessions/ and its chunk logs in %s/chunks/, to be tried again at the next start",
