@@ -169,8 +169,16 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
         "--state_sync_interval_ms=%d: must be at least 1", options.sync_interval_ms));
   }
   // The directory itself is created, not its parents: a mistyped parent
-  // path is an error rather than a new tree.
-  if (absl::Status s = MakeDir(options.dir); !s.ok()) return s;
+  // path is an error rather than a new tree. A new one's entry is fsynced
+  // into its parent, or a power loss soon after the first start could lose
+  // DIR with the sessions acknowledged in it (review-durable F10).
+  const bool created = ::mkdir(options.dir.c_str(), 0755) == 0;
+  if (!created) {
+    if (absl::Status s = MakeDir(options.dir); !s.ok()) return s;
+  } else {
+    const std::string parent = fs::path(options.dir).parent_path().string();
+    if (absl::Status s = FsyncDir(parent.empty() ? "." : parent); !s.ok()) return s;
+  }
   if (absl::Status s = CheckForeign(options.dir); !s.ok()) return s;
   const int lock_fd = ::open((options.dir + "/LOCK").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd < 0) return Errno("cannot open", options.dir + "/LOCK");
