@@ -1060,7 +1060,21 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     const std::string name = entry.path().filename().string();
     if (!absl::EndsWith(name, kLogSuffix)) continue;
     const std::string log = name.substr(0, name.size() - std::strlen(kLogSuffix));
-    if (!used.contains(log) && !keep.contains(log)) ::unlink(entry.path().c_str());
+    if (used.contains(log) || keep.contains(log)) continue;
+    // Named, with its size: a log whose state file went missing (a backup
+    // restored without it, an operator's mistake) looks like one a crash
+    // inside Remove left, and this line is then the only trace of it
+    // (review-durable F6). One a refused session's quarantine links stays
+    // there.
+    std::error_code size_ec;
+    const uintmax_t bytes = fs::file_size(entry.path(), size_ec);
+    std::fprintf(stderr,
+                 "drt-server: deleting %s (%lld bytes): no restored session uses it%s\n",
+                 entry.path().c_str(), size_ec ? -1LL : static_cast<long long>(bytes),
+                 fs::hard_link_count(entry.path(), size_ec) > 1 && !size_ec
+                     ? " (a quarantine directory keeps a link to it)"
+                     : " (no session's state file names it)");
+    ::unlink(entry.path().c_str());
   }
   FsyncDir(options_.dir + "/chunks").IgnoreError();
   return report;
