@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "engine/byte_codec.h"
 #include "engine/crc32c.h"
@@ -330,6 +331,15 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes, const 
   for (int64_t i = 0; s.ok() && i < segments; ++i) {
     ChunkSegment seg;
     s = r.Str(seg.log, "segment log");
+    // The name is joined into a path (DIR/chunks/<log>.log): a plain name,
+    // as the server makes them (a session id, or a session file's
+    // "(inline)"), never one that leaves DIR (review-durable F5).
+    if (s.ok() && (seg.log.empty() || seg.log.size() > 128 || seg.log[0] == '.' ||
+                   seg.log.find_first_of(std::string_view("/\0", 2)) != std::string::npos)) {
+      s = absl::InvalidArgumentError(absl::StrFormat(
+          "chunk log name \"%s\" is not a plain file name (1-128 bytes, no '/', no leading '.')",
+          absl::CHexEscape(seg.log)));
+    }
     if (s.ok()) s = r.I64(seg.chunks, "segment chunks");
     if (s.ok() && seg.chunks < 0) s = absl::InvalidArgumentError("negative segment length");
     record.segments.push_back(std::move(seg));

@@ -169,8 +169,16 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
         "--state_sync_interval_ms=%d: must be at least 1", options.sync_interval_ms));
   }
   // The directory itself is created, not its parents: a mistyped parent
-  // path is an error rather than a new tree.
-  if (absl::Status s = MakeDir(options.dir); !s.ok()) return s;
+  // path is an error rather than a new tree. A new one's entry is fsynced
+  // into its parent, or a power loss soon after the first start could lose
+  // DIR with the sessions acknowledged in it (review-durable F10).
+  const bool created = ::mkdir(options.dir.c_str(), 0755) == 0;
+  if (!created) {
+    if (absl::Status s = MakeDir(options.dir); !s.ok()) return s;
+  } else {
+    const std::string parent = fs::path(options.dir).parent_path().string();
+    if (absl::Status s = FsyncDir(parent.empty() ? "." : parent); !s.ok()) return s;
+  }
   if (absl::Status s = CheckForeign(options.dir); !s.ok()) return s;
   const int lock_fd = ::open((options.dir + "/LOCK").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd < 0) return Errno("cannot open", options.dir + "/LOCK");
@@ -625,8 +633,12 @@ void StateStore::DeleteLog(const std::string& path) const {
 std::string StateStore::Quarantine(const std::string& id, const std::string& problem,
                                    const std::string& state, const std::vector<std::string>& logs,
                                    bool& moved) {
-  const std::string target = absl::StrFormat("%s/quarantine/%s-%d", options_.dir, id,
-                                             absl::ToUnixSeconds(absl::Now()));
+  // <id>-<unix seconds>, or with ".2", ".3", ... when that is taken (the
+  // same id refused twice within a second, or a directory an operator kept:
+  // review-durable F7; before, the session then stayed where it was).
+  const std::string first = absl::StrFormat("%s/quarantine/%s-%d", options_.dir, id,
+                                            absl::ToUnixSeconds(absl::Now()));
+  std::string target = first;
   // All or nothing: the logs are hard-linked into the directory (one inode,
   // no copy; a log several refused sessions share is linked into each
   // directory, and one a restored session uses stays in chunks/ too), then
@@ -637,7 +649,12 @@ std::string StateStore::Quarantine(const std::string& id, const std::string& pro
   std::vector<std::string> linked;
   std::error_code ec;
   fs::create_directories(options_.dir + "/quarantine", ec);
-  if (::mkdir(target.c_str(), 0755) != 0) {
+  int made = ::mkdir(target.c_str(), 0755);
+  for (int n = 2; made != 0 && errno == EEXIST && n <= 1000; ++n) {
+    target = absl::StrFormat("%s.%d", first, n);
+    made = ::mkdir(target.c_str(), 0755);
+  }
+  if (made != 0) {
     failure = absl::StrFormat("cannot make %s: %s", target, std::strerror(errno));
   }
   for (size_t i = 0; failure.empty() && i < logs.size(); ++i) {
@@ -655,7 +672,7 @@ std::string StateStore::Quarantine(const std::string& id, const std::string& pro
   moved = failure.empty();
   if (!moved) {
     for (const std::string& link : linked) ::unlink(link.c_str());
-    ::rmdir(target.c_str());  // (fails, harmlessly, when it is not ours)
+    if (made == 0) ::rmdir(target.c_str());
     return absl::StrFormat(
         "session %s refused: %s; it could not be quarantined (%s), so its state file stays in "
         "%s/sessions/ and its chunk logs in %s/chunks/, to be tried again at the next start",
@@ -1126,7 +1143,21 @@ absl::StatusOr<StateStore::RestoreReport> StateStore::RestoreAll(Backend& backen
     const std::string name = entry.path().filename().string();
     if (!absl::EndsWith(name, kLogSuffix)) continue;
     const std::string log = name.substr(0, name.size() - std::strlen(kLogSuffix));
-    if (!used.contains(log) && !keep.contains(log)) ::unlink(entry.path().c_str());
+    if (used.contains(log) || keep.contains(log)) continue;
+    // Named, with its size: a log whose state file went missing (a backup
+    // restored without it, an operator's mistake) looks like one a crash
+    // inside Remove left, and this line is then the only trace of it
+    // (review-durable F6). One a refused session's quarantine links stays
+    // there.
+    std::error_code size_ec;
+    const uintmax_t bytes = fs::file_size(entry.path(), size_ec);
+    std::fprintf(stderr,
+                 "drt-server: deleting %s (%lld bytes): no restored session uses it%s\n",
+                 entry.path().c_str(), size_ec ? -1LL : static_cast<long long>(bytes),
+                 fs::hard_link_count(entry.path(), size_ec) > 1 && !size_ec
+                     ? " (a quarantine directory keeps a link to it)"
+                     : " (no session's state file names it)");
+    ::unlink(entry.path().c_str());
   }
   FsyncDir(options_.dir + "/chunks").IgnoreError();
   return report;

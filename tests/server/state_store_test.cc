@@ -16,6 +16,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/time/clock.h"
+
 #include "server/session_manager.h"
 #include "server/state_files.h"
 #include "server/state_store.h"
@@ -314,6 +316,19 @@ TEST_CASE("a session with damaged files is refused alone and moved aside", "[sta
          RewriteRecord(s.StatePath(id), [](SessionRecord& r) { r.settings.idle_ttl_seconds = 0; });
        },
        "idle_ttl_seconds 0 is below 1"},
+      // Review durable F5: the name was joined into a path unchecked;
+      // start-up cut, restored from and appended to a file outside
+      // DIR/chunks/ (with "../../", outside DIR).
+      {"a chunk log name that leaves DIR in a CRC-valid record",
+       [](const StateStore& s, const std::string& id) {
+         RewriteRecord(s.StatePath(id), [&](SessionRecord& r) {
+           // (DIR/chunks/../victim.log: outside chunks/, inside the test's
+           // directory.)
+           fs::copy_file(s.LogPath(id), s.dir() + "/victim.log");
+           r.segments.back().log = "../victim";
+         });
+       },
+       "chunk log name \"../victim\" is not a plain file name"},
       {"max_context_tokens -1 in a CRC-valid record",
        [](const StateStore& s, const std::string& id) {
          RewriteRecord(s.StatePath(id), [](SessionRecord& r) { r.settings.max_context_tokens = -1; });
@@ -461,6 +476,37 @@ TEST_CASE("a refused parent's quarantined log keeps every chunk when its fork is
       REQUIRE(server.Greedy(parent, 8) == want);
     }
   }
+}
+
+// Review durable F7: quarantine/<id>-<unix seconds> was made with mkdir
+// alone, so a name taken (the same id refused twice in a second, or a
+// directory kept) left the session unquarantined ("File exists").
+TEST_CASE("a session is quarantined also when its quarantine directory name is taken",
+          "[state_store]") {
+  const int64_t chunk = FixtureModel::Get().chunk_size();
+  drt::testing::TempDir dir;
+  std::string id;
+  {
+    Server server(dir.path());
+    id = server.Create();
+    server.Append(id, RandomTokens(2 * chunk + 1, 81));
+    FlipByte(server.store->StatePath(id), 200);
+  }
+  // Every name the next seconds could give is taken.
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  for (int64_t t = now; t < now + 30; ++t) {
+    fs::create_directories(dir.File("quarantine/" + id + "-" + std::to_string(t)));
+  }
+  Server server(dir.path());
+  REQUIRE(server.report.quarantined.size() == 1);
+  INFO(server.report.quarantined[0]);
+  CHECK_THAT(server.report.quarantined[0], Contains("was moved to"));
+  CHECK_FALSE(fs::exists(server.store->StatePath(id)));
+  int holding = 0;
+  for (const auto& sub : fs::directory_iterator(dir.path() + "/quarantine")) {
+    holding += fs::exists(sub.path() / (id + ".state")) ? 1 : 0;
+  }
+  CHECK(holding == 1);
 }
 
 // Review serverfix #5: a write that finds a file of DIR gone reached the
