@@ -151,7 +151,11 @@ TEST_CASE("drt-durable-bench removes its scratch directory when a state write fa
   CHECK(run.exit_status == 1);
   CHECK_THAT(run.output, Contains("run 0 memory only"));  // past the probe
   CHECK_THAT(run.output, !Contains("run 0 --state_sync=step"));  // that mode failed
-  CHECK_THAT(run.errors, Contains("error: cannot append to"));
+  // The session's write-failure message (server/state_write_error.h) names
+  // the session, then the store's own error.
+  CHECK_THAT(run.errors, Contains("error: session "));
+  CHECK_THAT(run.errors, Contains("its state could not be written to the state directory: "
+                                  "cannot append to"));
   const std::string said = "scratch directory ";
   const size_t at = run.output.find(said);
   REQUIRE(at != std::string::npos);
