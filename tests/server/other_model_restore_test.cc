@@ -219,14 +219,10 @@ TEST_CASE("drt-server with another --model on a --state_dir exits 1 naming it, a
 
   args.push_back("--quarantine_other_model_sessions");
   drt::testing::TempDir logs;
-  const std::string err_path = logs.path() + "/stderr";
-  {
-    testing::ServerProcess server(drt::testing::ServerBinary(), args, 60, err_path);
-    server.Signal(SIGTERM);
-    REQUIRE(server.WaitExit(30).has_value());
-  }
-  std::ifstream in(err_path);
-  const std::string err((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::optional<std::string> stopped =
+      testing::StderrOfStartAndStop(drt::testing::ServerBinary(), args, logs.path());
+  REQUIRE(stopped.has_value());
+  const std::string& err = *stopped;
   INFO("stderr:\n" << err);
   CHECK_THAT(err, Contains("restored 0 sessions, 0 tokens"));
   CHECK_THAT(err, Contains("2 quarantined"));

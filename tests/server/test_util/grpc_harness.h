@@ -17,7 +17,9 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <random>
@@ -763,5 +765,22 @@ class ServerProcess {
   std::string stdout_;
   std::string address_;
 };
+
+// Starts `binary args...`, waits until it listens, stops it with SIGTERM
+// and returns what it wrote to stderr (through a file in `scratch_dir`);
+// nullopt when it has not exited `exit_seconds` after the signal.
+inline std::optional<std::string> StderrOfStartAndStop(const std::string& binary,
+                                                       const std::vector<std::string>& args,
+                                                       const std::string& scratch_dir,
+                                                       double exit_seconds = 30) {
+  const std::string err_path = scratch_dir + "/stderr";
+  {
+    ServerProcess server(binary, args, 60, err_path);
+    server.Signal(SIGTERM);
+    if (!server.WaitExit(exit_seconds).has_value()) return std::nullopt;
+  }
+  std::ifstream in(err_path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 
 }  // namespace drt::server::testing
